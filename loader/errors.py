@@ -1,0 +1,114 @@
+"""The one exception hierarchy of bulkload.
+
+Every error says what happened, where, and what to do. Each class subclasses the
+matching builtin so that Python callers can catch it naturally, and carries the
+exit code the CLI turns it into:
+
+  0 done, 1 failed (bad data, verify mismatch, worker failure), 2 usage
+  (bad arguments, unknown layout/scheme, unwritable path), 3 dataset busy.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_BUSY = 3
+
+
+class BulkloadError(Exception):
+    """Base class. `exit_code` is what the CLI exits with."""
+
+    exit_code = EXIT_FAILED
+
+
+# --- usage errors (exit 2) ---------------------------------------------------
+
+
+class UsageError(BulkloadError, ValueError):
+    """A bad argument or option: fix the command line."""
+
+    exit_code = EXIT_USAGE
+
+
+class UnknownLayoutError(UsageError, KeyError):
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return self.args[0] if self.args else ""
+
+
+class LayoutError(UsageError):
+    """A layout declaration is malformed."""
+
+
+class UnknownSchemeError(UsageError):
+    pass
+
+
+class DatasetMismatchError(UsageError):
+    """The dataset exists with another layout, format or shard count."""
+
+
+class NotWritableError(BulkloadError, PermissionError):
+    exit_code = EXIT_USAGE
+
+
+class MissingPathError(BulkloadError, FileNotFoundError):
+    exit_code = EXIT_USAGE
+
+
+class DatasetNotFoundError(MissingPathError):
+    pass
+
+
+# --- failures (exit 1) ---------------------------------------------------------
+
+
+class InputError(BulkloadError, ValueError):
+    """The input data is malformed (e.g. a partial trailing record)."""
+
+    exit_code = EXIT_FAILED
+
+
+class PartialRecordError(InputError):
+    def __init__(self, source: str, offset: int, record_size: int, tail: int):
+        super().__init__(
+            f"{source}: partial record at byte offset {offset} "
+            f"({tail} trailing bytes, records are {record_size} bytes); "
+            f"nothing from this source was committed - truncate or complete the file and retry"
+        )
+        self.source = source
+        self.offset = offset
+
+
+class VerifyError(BulkloadError):
+    """Stored data does not match its manifest."""
+
+    exit_code = EXIT_FAILED
+
+
+class WorkerError(BulkloadError, RuntimeError):
+    """A worker process failed; the job was stopped and nothing was committed."""
+
+    exit_code = EXIT_FAILED
+
+
+class StoreError(BulkloadError, OSError):
+    """A storage backend failed (disk full, file size limit, corrupt store)."""
+
+    exit_code = EXIT_FAILED
+
+
+class NotFoundError(BulkloadError, KeyError):
+    def __str__(self) -> str:
+        return self.args[0] if self.args else ""
+
+
+class Interrupted(BulkloadError):
+    exit_code = 130
+
+
+# --- busy (exit 3) ---------------------------------------------------------------
+
+
+class DatasetBusyError(BulkloadError, BlockingIOError):
+    exit_code = EXIT_BUSY

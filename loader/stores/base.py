@@ -1,0 +1,176 @@
+"""The one store interface, the dataset URI parser and the backend registry.
+
+A dataset lives in one directory (``lmdb://PATH``, ``rocksdb://PATH``; ``mem://NAME`` is
+``/dev/shm/bulkload/NAME``) that holds ``manifest.json`` and K shard stores
+``shard-000`` .. ``shard-{K-1}``. A shard is one LMDB environment or one RocksDB database,
+with exactly one writer at a time. Inside a shard, named *tables* (LMDB named databases,
+RocksDB column families) keep separate key spaces: ``batches`` for flat record batches,
+and one table per 2-D array for its chunks.
+
+Only a `StoreSpec` (a small frozen, picklable description) ever crosses a process
+boundary; each process opens its own handles from it.
+"""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator
+from urllib.parse import parse_qsl
+
+from ..errors import UnknownSchemeError, UsageError
+
+MEM_ROOT = "/dev/shm/bulkload"
+
+
+class ShardStore(ABC):
+    """One shard: an ordered key-value store with named tables.
+
+    Keys are bytes compared bytewise (bulkload keys are big-endian integers, so byte
+    order is numeric order). Values are bytes-like.
+    """
+
+    #: "lmdb" | "rocksdb" | "mem"
+    scheme: str
+
+    @classmethod
+    @abstractmethod
+    def open(cls, path: str, *, write: bool, options: dict | None = None) -> "ShardStore":
+        """Open (creating it when ``write``) the shard at ``path``.
+
+        A second writer on the same shard raises DatasetBusyError. Readers never
+        block and see the last committed state.
+        """
+
+    @abstractmethod
+    def put_sorted(self, items: Iterable[tuple[bytes, bytes]], table: str = "batches") -> int:
+        """Write items (keys strictly ascending) atomically: all of them or none.
+
+        Keys above every key already in the table take the fast in-order path (LMDB
+        append, RocksDB SST ingestion); others overwrite. Returns the count written.
+        """
+
+    @abstractmethod
+    def get(self, key: bytes, table: str = "batches") -> bytes | None:
+        """The value (bytes or a buffer valid until the next call) or None."""
+
+    @abstractmethod
+    def range(self, lo: bytes | None = None, hi: bytes | None = None,
+              table: str = "batches") -> Iterator[tuple[bytes, bytes]]:
+        """Items with lo <= key < hi in key order (None = unbounded)."""
+
+    @abstractmethod
+    def delete_range(self, lo: bytes | None = None, hi: bytes | None = None,
+                     table: str = "batches") -> int:
+        """Delete lo <= key < hi atomically; returns the count deleted."""
+
+    @abstractmethod
+    def drop_table(self, table: str) -> None:
+        """Delete a whole table (no error if it does not exist)."""
+
+    @abstractmethod
+    def tables(self) -> list[str]:
+        """Names of the tables in this shard."""
+
+    @abstractmethod
+    def sync(self) -> None:
+        """Make everything written so far durable (fsync)."""
+
+    @abstractmethod
+    def compact(self) -> tuple[int, int]:
+        """Compact in place (or rewrite and swap); returns (bytes before, bytes after)."""
+
+    @abstractmethod
+    def nbytes(self) -> int:
+        """Bytes the shard occupies on disk (or in RAM for mem://)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release handles; the object is unusable afterwards."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+@dataclass(frozen=True)
+class StoreSpec:
+    """Picklable description of a dataset's storage: what workers receive."""
+
+    scheme: str
+    root: str
+    shards: int | None = None  # None: not given in the URI
+    options: tuple[tuple[str, str], ...] = field(default=())
+
+    @property
+    def uri(self) -> str:
+        if self.scheme == "mem":
+            return f"mem://{Path(self.root).name}"
+        return f"{self.scheme}://{self.root}"
+
+    def shard_path(self, i: int) -> str:
+        return os.path.join(self.root, f"shard-{i:03d}")
+
+    def with_shards(self, k: int) -> "StoreSpec":
+        return StoreSpec(self.scheme, self.root, k, self.options)
+
+    @property
+    def backend(self) -> type[ShardStore]:
+        return backend_for(self.scheme)
+
+    def open_shard(self, i: int, *, write: bool) -> ShardStore:
+        return self.backend.open(self.shard_path(i), write=write, options=dict(self.options))
+
+
+SCHEMES = ("lmdb", "rocksdb", "mem")
+
+
+def parse_dataset_uri(uri: str) -> StoreSpec:
+    """``lmdb://PATH``, ``rocksdb://PATH`` or ``mem://NAME``, each with ``?shards=K&opt=v``.
+
+    Relative paths are relative to the working directory.
+    """
+    if "://" not in uri:
+        raise UnknownSchemeError(
+            f"dataset {uri!r} has no scheme; use lmdb://PATH, rocksdb://PATH or mem://NAME"
+        )
+    scheme, rest = uri.split("://", 1)
+    if scheme not in SCHEMES:
+        raise UnknownSchemeError(
+            f"unknown dataset scheme {scheme!r} in {uri!r}; use lmdb://, rocksdb:// or mem://"
+        )
+    path, _, query = rest.partition("?")
+    if not path:
+        raise UsageError(f"dataset {uri!r} has no path after {scheme}://")
+    opts = dict(parse_qsl(query, keep_blank_values=True))
+    shards = None
+    if "shards" in opts:
+        try:
+            shards = int(opts.pop("shards"))
+        except ValueError:
+            raise UsageError(f"dataset {uri!r}: shards must be an integer") from None
+        if not 1 <= shards <= 1024:
+            raise UsageError(f"dataset {uri!r}: shards must be between 1 and 1024")
+    if scheme == "mem":
+        if "/" in path.strip("/"):
+            raise UsageError(f"mem://NAME takes a plain name, not a path: {uri!r}")
+        root = os.path.join(MEM_ROOT, path.strip("/"))
+    else:
+        root = os.path.abspath(os.path.expanduser(path))
+    return StoreSpec(scheme, root, shards, tuple(sorted(opts.items())))
+
+
+def backend_for(scheme: str) -> type[ShardStore]:
+    if scheme in ("lmdb", "mem"):
+        from .lmdb_store import LmdbStore
+
+        return LmdbStore
+    if scheme == "rocksdb":
+        from .rocksdb_store import RocksdbStore
+
+        return RocksdbStore
+    raise UnknownSchemeError(f"unknown store scheme {scheme!r}")
