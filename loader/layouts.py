@@ -181,7 +181,9 @@ class Layout:
 
     @functools.cached_property
     def capnp_id(self) -> int:
-        h = hashlib.blake2b(self.capnp_body().encode(), digest_size=8).digest()
+        # Cap'n Proto aborts the process when two different files share an id: derive it
+        # from everything that goes into the file.
+        h = hashlib.blake2b((self.name + "\n" + self.capnp_body()).encode(), digest_size=8).digest()
         return int.from_bytes(h, "big") | (1 << 63)
 
     def capnp_body(self) -> str:
@@ -204,8 +206,16 @@ class Layout:
         )
 
     def capnp_module(self):
-        """The loaded pycapnp schema module (has .Record and .Batch)."""
-        return _load_capnp(self.capnp_text())
+        """The loaded pycapnp schema module (has .Record and .Batch).
+
+        The shipped schemas/NAME.capnp is used when it matches (one file per id per
+        process: pycapnp aborts on a second file with the same id).
+        """
+        text = self.capnp_text()
+        shipped = builtin_schema_dir() / f"{self.name}.capnp"
+        if shipped.is_file() and shipped.read_text() == text:
+            return _load_capnp_path(str(shipped))
+        return _load_capnp(text)
 
     # --- Arrow ----------------------------------------------------------------
     @functools.cached_property
@@ -233,8 +243,6 @@ class Layout:
 
 @functools.lru_cache(maxsize=None)
 def _load_capnp(text: str):
-    import capnp
-
     # pycapnp loads from files; keep one file per distinct schema text for the process.
     d = Path(tempfile.gettempdir()) / f"bulkload-capnp-{os.getuid()}"
     d.mkdir(parents=True, exist_ok=True)
@@ -244,7 +252,14 @@ def _load_capnp(text: str):
         tmp = path.with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(text)
         os.replace(tmp, path)
-    return capnp.load(str(path), imports=[])
+    return _load_capnp_path(str(path))
+
+
+@functools.lru_cache(maxsize=None)
+def _load_capnp_path(path: str):
+    import capnp
+
+    return capnp.load(path, imports=[])
 
 
 def parse_layout_toml(text: str, origin: str) -> Layout:

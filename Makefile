@@ -1,0 +1,30 @@
+# Two commands do all the set-up on a fresh machine:
+#   make demo   generate -> load -> verify (-> finalize -> query) with a throughput table
+#   make test   create .venv, install bulkload with its test extras, run the whole suite
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+N      ?= 20000000
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: install demo test bench clean
+
+$(STAMP): pyproject.toml setup.py $(wildcard generators/*.c generators/*.h)
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[test,bench]"
+	touch $@
+
+install: $(STAMP)
+
+demo: install
+	mkdir -p data
+	$(PY) bench/demo.py --n $(N) --data data
+
+test: install
+	$(PY) -m pytest -q -p no:cacheprovider
+
+bench: install
+	$(VENV)/bin/bulkload bench --suite quick
+
+clean:
+	rm -rf build *.egg-info data bench/out

@@ -1,0 +1,89 @@
+"""`make demo`: the main job end to end, with a throughput table.
+
+generate -> load (20M scidb96 records into a sharded LMDB dataset under ./data/) ->
+verify, each step a real `bulkload` command, and the disk's limit measured on the spot
+(`bulkload-gen` -> a file on the same filesystem + fsync) to compare against.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+
+
+def sh(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    print("$ " + " ".join(cmd), flush=True)
+    p = subprocess.run(cmd, **kw)
+    if p.returncode:
+        sys.exit(f"demo: step failed with exit code {p.returncode}: {' '.join(cmd)}")
+    return p
+
+
+def disk_limit(n: int, path: Path) -> float:
+    """Seconds for bulkload-gen N -> file + fsync on the dataset's filesystem."""
+    t = time.perf_counter()
+    with open(path, "wb") as f:
+        subprocess.run([str(BIN / "bulkload-gen"), str(n)], stdout=f, check=True)
+        os.fsync(f.fileno())
+    s = time.perf_counter() - t
+    path.unlink()
+    return s
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=20_000_000)
+    ap.add_argument("--data", default="data")
+    ap.add_argument("--shards", type=int, default=2)
+    a = ap.parse_args()
+    data = Path(a.data)
+    data.mkdir(parents=True, exist_ok=True)
+    n, nbytes = a.n, a.n * 96
+    ds = data / "demo"
+    uri = f"lmdb://{ds}?shards={a.shards}"
+    shutil.rmtree(ds, ignore_errors=True)
+
+    rows = []
+    print(f"== reference: the disk's limit for {nbytes / 1e9:.2f} GB (bulkload-gen -> file + fsync)")
+    t_disk = disk_limit(n, data / "limit.bin")
+    rows.append(("bulkload-gen -> file + fsync (disk limit)", t_disk, None))
+
+    print("== load")
+    p = sh([str(BIN / "bulkload"), "load", f"gen://scidb96?n={n}", uri, "--json"],
+           stdout=subprocess.PIPE, text=True)
+    rep = json.loads(p.stdout)
+    rows.append((f"bulkload load ({rep['workers']} workers, {rep['shards']} shards, {rep['format']}), durable",
+                 rep["seconds"], rep))
+
+    print("== verify")
+    t = time.perf_counter()
+    sh([str(BIN / "bulkload"), "verify", f"lmdb://{ds}"])
+    rows.append(("bulkload verify (read + checksum every batch)", time.perf_counter() - t, None))
+
+    sh([str(BIN / "bulkload"), "info", f"lmdb://{ds}"])
+    print_table(rows, nbytes, t_disk)
+
+
+def print_table(rows, nbytes: int, t_disk: float) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"throughput, {nbytes / 1e9:.2f} GB of scidb96 records")
+    for c in ("step", "seconds", "MB/s", "x disk limit"):
+        t.add_column(c, justify="right" if c != "step" else "left")
+    for name, secs, _ in rows:
+        mbs = nbytes / secs / 1e6
+        t.add_row(name, f"{secs:.2f}", f"{mbs:,.0f}", f"{t_disk / secs:.2f}")
+    Console().print(t)
+
+
+if __name__ == "__main__":
+    main()

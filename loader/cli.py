@@ -1,0 +1,197 @@
+"""The `bulkload` command: a thin typer layer over the Python API.
+
+It parses options, calls the API, prints a table (or ``--json``), and turns
+BulkloadError into a one-line message and the error's exit code:
+0 done, 1 failed, 2 usage, 3 dataset busy, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from typing import Optional
+
+import typer
+
+from . import logs
+from .errors import BulkloadError, EXIT_FAILED, EXIT_USAGE
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  rich_markup_mode=None,
+                  help="Parallel bulk loader for binary records (LMDB / RocksDB, Cap'n Proto / Arrow).")
+
+
+def fail(message: str, code: int) -> None:
+    print(f"bulkload: error: {message}", file=sys.stderr, flush=True)
+    raise typer.Exit(code)
+
+
+def handle_errors(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except BulkloadError as e:
+            fail(str(e), e.exit_code)
+        except KeyboardInterrupt:
+            fail("interrupted; nothing from this run was committed", 130)
+        except BrokenPipeError:
+            raise typer.Exit(0)
+    return wrapper
+
+
+def emit_json(obj) -> None:
+    print(json.dumps(obj, indent=2, default=str))
+
+
+def progress_mode(quiet: bool) -> str:
+    return "none" if quiet else "auto"
+
+
+@app.callback()
+def main_options(
+    log_format: str = typer.Option("text", "--log-format", help="Log lines on stderr: text or json."),
+):
+    if log_format not in ("text", "json"):
+        fail(f"--log-format must be text or json, not {log_format!r}", EXIT_USAGE)
+    logs.set_format(log_format)
+
+
+@app.command()
+@handle_errors
+def generate(
+    n: str = typer.Argument(..., help="Number of records."),
+    start: str = typer.Option("0", "--start", help="Index of the first record."),
+    impl: str = typer.Option("c", "--impl", help="c (in-process C library) or python (numpy)."),
+    layout: str = typer.Option("scidb96", "--layout", help="Layout name or .toml path."),
+    out: Optional[str] = typer.Option(None, "--out", help="Output file (default: stdout)."),
+):
+    """Write generated raw records START..START+N-1 to stdout or a file."""
+    from .generate import write_records
+    from .layouts import get_layout
+    from .sources import parse_count
+
+    count = parse_count(n, "N")
+    first = parse_count(start, "--start", maximum=2**64 - 1)
+    if first + count > 2**64:
+        fail("--start + N exceeds 2**64 records", EXIT_USAGE)
+    if impl not in ("c", "python"):
+        fail(f"--impl must be c or python, not {impl!r}", EXIT_USAGE)
+    lay = get_layout(layout)
+    if out is None:
+        if sys.stdout.isatty():
+            fail("refusing to write binary records to a terminal; pipe them or use --out FILE", EXIT_USAGE)
+        write_records(lay, first, count, sys.stdout.buffer, impl=impl)
+        return
+    try:
+        f = open(out, "wb")
+    except OSError as e:
+        fail(f"cannot write {out}: {e.strerror}", EXIT_USAGE)
+    with f:
+        write_records(lay, first, count, f, impl=impl)
+
+
+@app.command()
+@handle_errors
+def load(
+    source: str = typer.Argument(..., help="gen://LAYOUT?n=N&start=S, a file of raw records, or - for stdin."),
+    dataset: str = typer.Argument(..., help="lmdb://PATH, rocksdb://PATH or mem://NAME (with ?shards=K)."),
+    layout: Optional[str] = typer.Option(None, "--layout", help="Layout of the records (default: the source's or scidb96)."),
+    format: Optional[str] = typer.Option(None, "--format", help="capnp (default) or arrow."),
+    compression: Optional[str] = typer.Option(None, "--compression", help="none, lz4 or zstd (arrow)."),
+    shards: Optional[int] = typer.Option(None, "--shards", help="Shard count (default: cores)."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes (default: cores)."),
+    batch_records: Optional[int] = typer.Option(None, "--batch-records", help="Records per batch (default 10000)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the run report as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
+):
+    """Load records into a dataset (appending to it if it exists)."""
+    from .loading import load as do_load
+
+    report = do_load(source, dataset, layout=layout, format=format, compression=compression,
+                     shards=shards, workers=workers, batch_records=batch_records,
+                     progress=progress_mode(quiet))
+    if json_out:
+        emit_json(report.to_dict())
+    elif not quiet:
+        r = report
+        print(f"loaded {r.records:,} records ({r.bytes / 1e6:,.1f} MB) into {r.dataset} in {r.seconds:.2f} s: "
+              f"{r.mb_per_s:,.0f} MB/s, {r.records_per_s / 1e6:.2f} M records/s "
+              f"({r.batches} batches, {r.shards} shards, {r.workers} workers, {r.format})")
+
+
+@app.command()
+@handle_errors
+def info(dataset: str = typer.Argument(...),
+         json_out: bool = typer.Option(False, "--json", help="Print as JSON.")):
+    """Describe a dataset: layout, format, shards, records, bytes, runs."""
+    from .dataset import open as open_ds
+
+    with open_ds(dataset) as ds:
+        d = ds.info()
+    if json_out:
+        emit_json(d)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    c = Console()
+    fields = ", ".join(f"{n}:{t}" for n, t in d["layout"]["fields"])
+    c.print(f"[bold]{d['dataset']}[/bold]  ({d['path']})")
+    c.print(f"layout   {d['layout']['name']} ({d['record_size']} bytes: {fields})")
+    c.print(f"format   {d['format']} (compression {d['compression']}), store {d['store']}, {d['shards']} shards")
+    c.print(f"records  {d['records']:,} in {d['batches']:,} batches; "
+            f"{d['record_bytes'] / 1e6:,.1f} MB of records, {d['stored_bytes'] / 1e6:,.1f} MB stored, "
+            f"{d['disk_bytes'] / 1e6:,.1f} MB on disk")
+    if d["runs"]:
+        t = Table(title="runs")
+        for col in ("id", "kind", "status", "records", "seconds", "source / error"):
+            t.add_column(col)
+        for r in d["runs"][-20:]:
+            t.add_row(r["id"], r["kind"], r["status"], f"{r.get('records', 0) or 0:,}",
+                      str(r.get("seconds", "")), r.get("error") or r.get("source", ""))
+        c.print(t)
+
+
+@app.command()
+@handle_errors
+def verify(dataset: str = typer.Argument(...),
+           json_out: bool = typer.Option(False, "--json", help="Print the report as JSON.")):
+    """Recompute every stored batch's checksum and count; exit 1 on any mismatch."""
+    from .dataset import open as open_ds
+
+    with open_ds(dataset) as ds:
+        rep = ds.verify()
+    if json_out:
+        emit_json(rep.to_dict())
+    else:
+        for p in rep.problems:
+            print(f"shard {p['shard']} batch {p['batch']} (first record {p['first_record']}): {p['problem']}",
+                  file=sys.stderr)
+        status = "ok" if rep.ok else f"FAILED ({len(rep.problems)} bad batches)"
+        print(f"verify {rep.dataset}: {rep.batches:,} batches, {rep.records:,} records: {status}")
+    if not rep.ok:
+        raise typer.Exit(EXIT_FAILED)
+
+
+@app.command()
+@handle_errors
+def export(dataset: str = typer.Argument(...),
+           out: str = typer.Option(..., "--out", help="Output file."),
+           format: str = typer.Option("arrow", "--format", help="arrow, parquet, npy or capnp."),
+           json_out: bool = typer.Option(False, "--json", help="Print the report as JSON.")):
+    """Write the flat records, in order, to a file."""
+    from .dataset import open as open_ds
+    from .export import export as do_export
+
+    with open_ds(dataset) as ds:
+        rep = do_export(ds, out, format)
+    if json_out:
+        emit_json(rep)
+    else:
+        print(f"exported {rep['records']:,} records to {rep['out']} ({rep['format']}, {rep['bytes']:,} bytes)")
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,69 @@
+"""One writing job per dataset: an exclusive flock on ROOT/.lock.
+
+The lock file records who holds it (pid, host, time) so that a second job can say
+"dataset locked by pid P on host H since T" and exit with code 3. The kernel drops a
+flock when its process dies, so a lock left by a killed job is taken over at once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+from .errors import DatasetBusyError
+
+LOCK = ".lock"
+
+
+class DatasetLock:
+    def __init__(self, root: str):
+        self.path = Path(root) / LOCK
+        self.fd: int | None = None
+
+    def acquire(self) -> "DatasetLock":
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read_holder(fd)
+            os.close(fd)
+            since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder.get("since", 0)))
+            raise DatasetBusyError(
+                f"dataset locked by pid {holder.get('pid', '?')} on host {holder.get('host', '?')} "
+                f"since {since} ({holder.get('job', 'a job')}); wait for it to finish and retry"
+            ) from None
+        info = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(info).encode(), 0)
+        self.fd = fd
+        return self
+
+    def set_job(self, job: str) -> None:
+        if self.fd is not None:
+            info = _read_holder(self.fd) | {"job": job}
+            os.ftruncate(self.fd, 0)
+            os.pwrite(self.fd, json.dumps(info).encode(), 0)
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.ftruncate(self.fd, 0)
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+def _read_holder(fd: int) -> dict:
+    try:
+        return json.loads(os.pread(fd, 4096, 0) or b"{}")
+    except ValueError:
+        return {}

@@ -1,0 +1,136 @@
+"""The manifest: the one place that says what a dataset holds.
+
+``ROOT/manifest.json`` is replaced atomically (write a temp file, fsync, rename, fsync
+the directory). A batch exists for readers only once the manifest lists it, so a crash
+at any point leaves the last committed state. Store keys of batches at or above
+``next_seq`` are uncommitted leftovers and are removed by the next writer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .errors import DatasetNotFoundError, StoreError
+from .layouts import Layout
+
+MANIFEST = "manifest.json"
+VERSION = 1
+
+
+@dataclass
+class BatchEntry:
+    seq: int
+    shard: int
+    first: int  # dataset record index of the batch's first record
+    count: int
+    checksum: int  # xxh3_64 of the stored value
+    nbytes: int  # stored value size
+
+    def row(self) -> list:
+        return [self.seq, self.shard, self.first, self.count, self.checksum, self.nbytes]
+
+
+@dataclass
+class Manifest:
+    layout: dict
+    format: str
+    compression: str
+    scheme: str
+    shards: int
+    batch_records: int
+    batches: list[BatchEntry] = field(default_factory=list)
+    runs: list[dict] = field(default_factory=list)
+    arrays: dict = field(default_factory=dict)
+    dataset_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    created: float = field(default_factory=time.time)
+    version: int = VERSION
+
+    # --- derived -------------------------------------------------------------
+    @property
+    def layout_obj(self) -> Layout:
+        return Layout.from_dict(self.layout)
+
+    @property
+    def next_seq(self) -> int:
+        return self.batches[-1].seq + 1 if self.batches else 0
+
+    @property
+    def records(self) -> int:
+        return sum(b.count for b in self.batches)
+
+    @property
+    def next_record(self) -> int:
+        last = self.batches[-1] if self.batches else None
+        return last.first + last.count if last else 0
+
+    @property
+    def stored_bytes(self) -> int:
+        return sum(b.nbytes for b in self.batches)
+
+    # --- persistence -----------------------------------------------------------
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["batches"] = [b.row() for b in self.batches]
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Manifest":
+        d = dict(d)
+        d["batches"] = [BatchEntry(*row) for row in d.get("batches", [])]
+        return cls(**d)
+
+    def save(self, root: str | os.PathLike) -> None:
+        write_json_atomic(Path(root) / MANIFEST, self.to_json())
+
+
+def write_json_atomic(path: Path, obj) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w") as f:
+            json.dump(obj, f, separators=(",", ":"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise StoreError(f"could not write {path}: {e.strerror or e}; "
+                         "the previous manifest is intact - free space or fix permissions and retry") from e
+
+
+def load_manifest(root: str | os.PathLike, uri: str | None = None) -> Manifest:
+    path = Path(root) / MANIFEST
+    try:
+        with open(path) as f:
+            return Manifest.from_json(json.load(f))
+    except FileNotFoundError:
+        raise DatasetNotFoundError(
+            f"no dataset at {uri or root} (no {MANIFEST}); load one first with `bulkload load`"
+        ) from None
+
+
+def exists(root: str | os.PathLike) -> bool:
+    return (Path(root) / MANIFEST).is_file()
+
+
+def new_run(kind: str, **details) -> dict:
+    return {
+        "id": uuid.uuid4().hex[:12],
+        "kind": kind,
+        "status": "running",
+        "started": time.time(),
+        "ended": None,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        **details,
+    }

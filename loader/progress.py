@@ -1,0 +1,77 @@
+"""Progress for long work: a rich bar on a terminal, plain log lines otherwise.
+
+``mode``: "auto" (bar when stderr is a terminal, else a log line every few seconds),
+"bar", "log", or "none" (``--quiet``). Everything goes to stderr so that stdout stays
+clean for ``--json`` and piped data.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from . import logs
+
+
+class Progress:
+    def __init__(self, label: str, total_records: int | None, record_size: int,
+                 mode: str = "auto", interval: float = 2.0):
+        if mode == "auto":
+            mode = "bar" if sys.stderr.isatty() else "log"
+        self.mode = mode
+        self.label = label
+        self.total = total_records
+        self.record_size = record_size
+        self.records = 0
+        self.interval = interval
+        self.t0 = time.perf_counter()
+        self._last_log = self.t0
+        self._bar = None
+
+    def __enter__(self):
+        if self.mode == "bar":
+            from rich.console import Console
+            from rich.progress import (BarColumn, Progress as RichProgress, TextColumn,
+                                       TimeElapsedColumn, TimeRemainingColumn)
+
+            self._bar = RichProgress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                TextColumn("{task.percentage:>5.1f}%"),
+                TextColumn("{task.fields[rate]}"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+                transient=False,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task(self.label, total=self.total, rate="")
+        return self
+
+    def rates(self) -> tuple[float, float]:
+        dt = max(time.perf_counter() - self.t0, 1e-9)
+        return self.records / dt, self.records * self.record_size / dt / 1e6
+
+    def advance(self, records: int) -> None:
+        self.records += records
+        now = time.perf_counter()
+        if self.mode == "bar":
+            rps, mbs = self.rates()
+            self._bar.update(self._task, completed=self.records,
+                             rate=f"{rps / 1e6:.2f} M rec/s  {mbs:,.0f} MB/s")
+        elif self.mode == "log" and now - self._last_log >= self.interval:
+            self._last_log = now
+            self._log()
+
+    def _log(self) -> None:
+        rps, mbs = self.rates()
+        of = f"/{self.total:,}" if self.total is not None else ""
+        logs.event(f"{self.label}: {self.records:,}{of} records, {rps / 1e6:.2f} M rec/s, {mbs:,.0f} MB/s",
+                   stage=self.label, records=self.records, total=self.total,
+                   records_per_s=round(rps), mb_per_s=round(mbs, 1))
+
+    def __exit__(self, *exc):
+        if self._bar is not None:
+            self._bar.stop()
+        elif self.mode == "log" and exc[0] is None:
+            self._log()

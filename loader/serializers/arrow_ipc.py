@@ -1,0 +1,119 @@
+"""Arrow batches: one Arrow IPC *stream* per stored value.
+
+The value is a complete IPC stream (schema message, one RecordBatch, end-of-stream
+marker), so any Arrow reader opens it with ``pyarrow.ipc.open_stream(value)``. The
+columns are the layout's fields (``layout.arrow_schema``: non-nullable primitive
+columns), optionally compressed per buffer with lz4 (frame) or zstd
+(``IpcWriteOptions(compression=...)``). The schema metadata carries the batch:
+
+    bulkload.layout  the layout name
+    bulkload.start   the batch's first record index (decimal)
+    bulkload.count   its record count (decimal), so `count` reads only the schema message
+
+`decode` returns a new structured array of ``layout.dtype`` (Arrow is columnar, so the
+rows are interleaved with one vectorised copy per column). Malformed values, or values
+of another layout, raise `loader.errors.VerifyError`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import VerifyError
+from ..layouts import Layout
+from .base import Serializer
+
+_START = b"bulkload.start"
+_COUNT = b"bulkload.count"
+
+
+def _corrupt(msg: str) -> VerifyError:
+    return VerifyError(f"corrupt Arrow batch value: {msg}")
+
+
+class ArrowSerializer(Serializer):
+    name = "arrow"
+    compressions = ("none", "lz4", "zstd")
+
+    def __init__(self, layout: Layout, compression: str = "none"):
+        super().__init__(layout, compression)
+        self._schema = layout.arrow_schema
+        self._options = pa.ipc.IpcWriteOptions(
+            compression=None if self.compression == "none" else self.compression
+        )
+        self._base_meta = dict(self._schema.metadata or {})
+
+    # --- encoding -----------------------------------------------------------
+    def new_buffer(self, n: int) -> tuple[object, np.ndarray]:
+        self.check_batch_records(n)
+        return None, np.zeros(n, dtype=self.layout.dtype)
+
+    def encode_buffer(self, buf, records: np.ndarray, start: int):
+        return self.encode(records, start)
+
+    def encode(self, records: np.ndarray, start: int):
+        records = self._check_records(records)
+        n = len(records)
+        self.check_batch_records(n)
+        start = self._check_start(start)
+        arrays = [pa.array(np.ascontiguousarray(records[name])) for name in self.layout.names]
+        meta = dict(self._base_meta)
+        meta[_START] = str(start).encode()
+        meta[_COUNT] = str(n).encode()
+        schema = self._schema.with_metadata(meta)
+        batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, schema, options=self._options) as writer:
+            writer.write_batch(batch)
+        return sink.getvalue()
+
+    # --- decoding -----------------------------------------------------------
+    def _schema_meta(self, schema: pa.Schema) -> tuple[int, int]:
+        names = [f.name for f in schema]
+        if names != self.layout.names or any(
+            a.type != b.type for a, b in zip(schema, self._schema)
+        ):
+            raise _corrupt(
+                f"columns {', '.join(f'{f.name}:{f.type}' for f in schema)} do not match "
+                f"layout {self.layout.name!r}"
+            )
+        meta = schema.metadata or {}
+        try:
+            return int(meta[_START]), int(meta[_COUNT])
+        except (KeyError, ValueError):
+            raise _corrupt("schema metadata lacks bulkload.start/bulkload.count") from None
+
+    def count(self, value) -> int:
+        try:
+            schema = pa.ipc.read_schema(pa.py_buffer(value))
+        except (pa.ArrowInvalid, pa.ArrowException, OSError) as e:
+            raise _corrupt(f"cannot read the schema message: {e}") from None
+        return self._schema_meta(schema)[1]
+
+    def decode(self, value) -> tuple[int, np.ndarray]:
+        try:
+            reader = pa.ipc.open_stream(pa.py_buffer(value))
+            start, n = self._schema_meta(reader.schema)
+            table = reader.read_all()
+        except VerifyError:
+            raise
+        except (pa.ArrowException, OSError, ValueError) as e:
+            raise _corrupt(f"{type(e).__name__}: {e}") from None
+        if table.num_rows != n:
+            raise _corrupt(f"metadata says {n} records, the stream holds {table.num_rows}")
+        out = np.empty(n, dtype=self.layout.dtype)
+        for i, name in enumerate(self.layout.names):
+            col = table.column(i)
+            if col.null_count:
+                raise _corrupt(f"column {name!r} has {col.null_count} nulls")
+            for chunk, at in _chunks(col):
+                out[name][at : at + len(chunk)] = chunk.to_numpy(zero_copy_only=False)
+        return start, out
+
+
+def _chunks(col):
+    at = 0
+    for chunk in col.chunks:
+        yield chunk, at
+        at += len(chunk)

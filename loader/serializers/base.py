@@ -1,0 +1,138 @@
+"""The batch serializer interface: records (numpy, ``layout.dtype``) <-> one stored value.
+
+A batch is a contiguous record range ``[start, start + n)``. A serializer turns it into one
+bytes-like value for a store and back. The worker pool's hot path is::
+
+    buf, records = ser.new_buffer(n)      # records: writable array of layout.dtype, n rows
+    fill(records)                         # e.g. the C generator writes into records' memory
+    value = ser.encode_buffer(buf, records, start)   # bytes-like, ready for the store
+
+For Cap'n Proto on a framable layout ``records`` is a view into ``buf`` (which *is* the
+message), so ``encode_buffer`` only writes a 40-byte header and returns a memoryview of
+``buf``: zero copies. The value then aliases ``buf``: do not refill ``buf`` until the
+value has been written.
+
+``encode(records, start)`` is the convenience path (copies into a new buffer).
+``decode(value) -> (start, records)`` and ``count(value)`` (cheap, header/metadata only)
+read a value back; a malformed value raises `loader.errors.VerifyError` naming what is
+wrong.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+from ..errors import UsageError
+from ..layouts import Layout
+
+#: Every compression name any serializer knows; each serializer accepts a subset.
+COMPRESSIONS = ("none", "lz4", "zstd")
+
+#: Batch start indexes are Cap'n Proto UInt64 (and Arrow metadata integers).
+MAX_START = 2**64 - 1
+
+
+def normalize_compression(compression: str | None) -> str:
+    c = "none" if compression in (None, "", False) else str(compression).lower()
+    if c not in COMPRESSIONS:
+        raise UsageError(
+            f"unknown compression {compression!r}; use one of {', '.join(COMPRESSIONS)}"
+        )
+    return c
+
+
+class Serializer(ABC):
+    """Encode/decode one batch of records of one layout."""
+
+    #: "capnp" | "arrow"
+    name: str
+    #: compressions this format accepts
+    compressions: tuple[str, ...] = ("none",)
+
+    def __init__(self, layout: Layout, compression: str = "none"):
+        self.layout = layout
+        self.compression = normalize_compression(compression)
+        if self.compression not in self.compressions:
+            raise UsageError(self._bad_compression_message())
+
+    def _bad_compression_message(self) -> str:
+        return (
+            f"format {self.name!r} does not support compression {self.compression!r}; "
+            f"use one of {', '.join(self.compressions)}"
+        )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(layout={self.layout.name!r}, compression={self.compression!r})"
+
+    def __reduce__(self):
+        return (type(self), (self.layout, self.compression))
+
+    # --- limits -------------------------------------------------------------
+    #: largest number of records in one batch (None: no format limit)
+    @property
+    def max_records(self) -> int | None:
+        return None
+
+    def check_batch_records(self, n: int) -> None:
+        """Raise UsageError if a batch of n records cannot be stored in this format."""
+        if n < 0:
+            raise UsageError(f"a batch cannot hold {n} records")
+        m = self.max_records
+        if m is not None and n > m:
+            raise UsageError(self._too_big_message(n, m))
+
+    def _too_big_message(self, n: int, m: int) -> str:
+        return f"a {self.name} batch holds at most {m} records of layout {self.layout.name!r}, got {n}; use a smaller --batch-records"
+
+    # --- encoding -----------------------------------------------------------
+    @abstractmethod
+    def new_buffer(self, n: int) -> tuple[object, np.ndarray]:
+        """(buf, records): records is a writable array of layout.dtype with n rows."""
+
+    @abstractmethod
+    def encode_buffer(self, buf, records: np.ndarray, start: int):
+        """Encode the records (filled in place) of `new_buffer`, batch start `start`."""
+
+    def encode(self, records: np.ndarray, start: int):
+        """Encode any array of the layout's records (copies into a new buffer)."""
+        records = self._check_records(records)
+        buf, view = self.new_buffer(len(records))
+        if len(records):
+            view[...] = records
+        return self.encode_buffer(buf, view, start)
+
+    # --- decoding -----------------------------------------------------------
+    @abstractmethod
+    def decode(self, value) -> tuple[int, np.ndarray]:
+        """(start, records of layout.dtype); a zero-copy view where the format allows."""
+
+    @abstractmethod
+    def count(self, value) -> int:
+        """Number of records in a stored value, reading only its header."""
+
+    # --- helpers ------------------------------------------------------------
+    def _check_records(self, records) -> np.ndarray:
+        records = np.asarray(records)
+        if records.ndim != 1:
+            raise UsageError(f"records must be a 1-D array, got shape {records.shape}")
+        dt = self.layout.dtype
+        if records.dtype != dt:
+            if records.dtype.names != dt.names:
+                raise UsageError(
+                    f"records have dtype {records.dtype}, expected layout "
+                    f"{self.layout.name!r} dtype {dt}"
+                )
+            out = np.empty(len(records), dt)
+            for name in dt.names:
+                out[name] = records[name]
+            records = out
+        return records
+
+    @staticmethod
+    def _check_start(start) -> int:
+        s = int(start)
+        if not 0 <= s <= MAX_START:
+            raise UsageError(f"batch start {start} is out of range 0..2**64-1")
+        return s

@@ -1,0 +1,338 @@
+"""Cap'n Proto batches by framing: a 40-byte header, then the records.
+
+The stored value is a standard, single-segment Cap'n Proto message (unpacked, with the
+usual segment table) whose root is::
+
+    struct Batch { start @0 :UInt64; records @1 :List(Record); }
+
+``Record`` holds the layout's fields (``Layout.capnp_text()``; schemas/ for shipped
+layouts). With W = ``layout.capnp_words`` and n records the message is::
+
+    offset  bytes  what
+         0      4  segment count - 1  = 0                    (u32 little-endian)
+         4      4  segment size in words = 4 + n*W           (u32)
+         8      8  root struct pointer: offset 0, 1 data word, 1 pointer
+        16      8  Batch.start (u64)
+        24      8  list pointer: offset 0, element size 7 (composite), n*W words
+        32      8  tag: struct "pointer" whose offset field is n; W data words, 0 pointers
+        40  n*W*8  the records' data sections
+
+When ``layout.framable`` (Cap'n Proto places every field at its packed offset and the
+record is a whole number of words, e.g. ``scidb96``) the records region *is* the raw
+records: `new_buffer` returns a bytearray holding the whole message and a numpy view of
+its records region, a producer fills the view, and `encode_buffer` writes the header:
+zero copies. Otherwise records are copied field by field (vectorised numpy) into a
+``layout.capnp_dtype`` view of the message (unused bytes stay zero).
+
+Decoding follows the pointers rather than assuming the offsets above, so it also reads
+messages built by pycapnp's builder (which may use several segments and far pointers,
+and may place the fields anywhere). For a framable layout and a contiguous record list
+the result is a zero-copy ``np.frombuffer`` view of the value (read-only if the value is
+``bytes``; valid only as long as the value's memory, e.g. an LMDB read transaction).
+Malformed values raise `loader.errors.VerifyError` saying what is wrong.
+
+Limits. pycapnp (the C++ library) refuses, by default, to traverse more than 8 Mi words
+(64 MiB) of one message; `MAX_BATCH_BYTES` keeps every message we write within that so
+any reader with default settings can read it. `get_serializer(..., batch_records=B)`
+and `encode_buffer` raise `UsageError` for a batch that would exceed it. To read a
+bigger message with pycapnp, pass ``traversal_limit_in_words`` (see `pycapnp_reader`).
+
+Compression. Only ``"none"``: a capnp value stays a standard message that any Cap'n
+Proto reader (and our zero-copy decoder) reads directly. For lz4/zstd use the Arrow
+format (``--format arrow --compression zstd``).
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from ..errors import UsageError, VerifyError
+from ..layouts import Layout
+from .base import Serializer
+
+#: Largest message we write: pycapnp's default traversal limit, 8 Mi words.
+MAX_BATCH_BYTES = 8 * 1024 * 1024 * 8
+#: Bytes before the records in a framed message.
+HEADER_BYTES = 40
+
+_HEADER = struct.Struct("<IIQQQQ")
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+# the root pointer: struct, offset 0, 1 data word (start), 1 pointer (records)
+_ROOT_PTR = (1 << 32) | (1 << 48)
+_MAX_SEGMENTS = 512  # Cap'n Proto's own reader limit
+
+
+def max_records(layout: Layout) -> int:
+    """Most records of this layout one framed message may hold (<= MAX_BATCH_BYTES)."""
+    return (MAX_BATCH_BYTES - HEADER_BYTES) // (layout.capnp_words * 8)
+
+
+def message_size(layout: Layout, n: int) -> int:
+    """Bytes of a framed message of n records."""
+    return HEADER_BYTES + n * layout.capnp_words * 8
+
+
+def write_header(buf, n: int, words_per_record: int, start: int) -> int:
+    """Write the 40-byte header of an n-record message into buf; return the message size."""
+    body = n * words_per_record
+    _HEADER.pack_into(
+        buf,
+        0,
+        0,  # segment count - 1
+        4 + body,  # segment words
+        _ROOT_PTR,
+        start,
+        1 | (7 << 32) | (body << 35),  # list pointer, offset 0, composite, body words
+        (n << 2) | (words_per_record << 32),  # tag: n elements of W data words, 0 pointers
+    )
+    return HEADER_BYTES + body * 8
+
+
+def _corrupt(msg: str) -> VerifyError:
+    return VerifyError(f"corrupt Cap'n Proto batch value: {msg}")
+
+
+class _Message:
+    """The segments of one unpacked Cap'n Proto message in a buffer (no copy)."""
+
+    __slots__ = ("mv", "segs")
+
+    def __init__(self, value):
+        mv = memoryview(value)
+        if mv.ndim != 1 or mv.itemsize != 1:
+            mv = mv.cast("B")
+        size = len(mv)
+        if size < 8:
+            raise _corrupt(f"{size} bytes is shorter than a segment table (8 bytes)")
+        nseg = _U32.unpack_from(mv, 0)[0] + 1
+        if nseg > _MAX_SEGMENTS:
+            raise _corrupt(f"segment table claims {nseg} segments (at most {_MAX_SEGMENTS})")
+        table = (4 + 4 * nseg + 7) & ~7
+        if size < table:
+            raise _corrupt(f"{size} bytes is shorter than its {nseg}-segment table ({table} bytes)")
+        segs = []
+        off = table
+        for i in range(nseg):
+            words = _U32.unpack_from(mv, 4 + 4 * i)[0]
+            segs.append((off, words))
+            off += words * 8
+        if off != size:
+            raise _corrupt(
+                f"segment table says {off} bytes, value has {size} "
+                f"({'truncated' if size < off else 'trailing bytes'})"
+            )
+        self.mv = mv
+        self.segs = segs
+
+    def word(self, seg: int, idx: int) -> int:
+        off, words = self.segs[seg]
+        if not 0 <= idx < words:
+            raise _corrupt(f"pointer to word {idx} outside segment {seg} ({words} words)")
+        return _U64.unpack_from(self.mv, off + idx * 8)[0]
+
+    def check_span(self, seg: int, idx: int, n: int, what: str) -> None:
+        words = self.segs[seg][1]
+        if idx < 0 or idx + n > words:
+            raise _corrupt(f"{what} (words {idx}..{idx + n}) runs past the end of segment {seg} ({words} words)")
+
+    def follow(self, seg: int, idx: int, what: str):
+        """Resolve the pointer at (seg, idx): None if null, else (pointer word, seg, target)."""
+        v = self.word(seg, idx)
+        if v == 0:
+            return None
+        kind = v & 3
+        if kind == 2:  # far pointer
+            pad = (v >> 3) & 0x1FFFFFFF
+            tseg = v >> 32
+            if tseg >= len(self.segs):
+                raise _corrupt(f"{what}: far pointer to segment {tseg} of {len(self.segs)}")
+            if not (v >> 2) & 1:  # single far: the landing pad is an ordinary pointer
+                p = self.word(tseg, pad)
+                if p & 3 not in (0, 1):
+                    raise _corrupt(f"{what}: far pointer lands on a pointer of kind {p & 3}")
+                return p, tseg, pad + 1 + _signed30(p)
+            far = self.word(tseg, pad)
+            tag = self.word(tseg, pad + 1)
+            if far & 3 != 2 or (far >> 2) & 1:
+                raise _corrupt(f"{what}: double-far landing pad does not start with a single far pointer")
+            if tag & 3 not in (0, 1) or _signed30(tag) != 0:
+                raise _corrupt(f"{what}: double-far landing pad has a bad tag")
+            cseg = far >> 32
+            if cseg >= len(self.segs):
+                raise _corrupt(f"{what}: far pointer to segment {cseg} of {len(self.segs)}")
+            return tag, cseg, (far >> 3) & 0x1FFFFFFF
+        if kind == 3:
+            raise _corrupt(f"{what} is a capability pointer")
+        return v, seg, idx + 1 + _signed30(v)
+
+
+def _signed30(v: int) -> int:
+    off = (v >> 2) & 0x3FFFFFFF
+    return off - (1 << 30) if off & (1 << 29) else off
+
+
+def parse(value) -> tuple[int, _Message, int, int, int, int, int]:
+    """Follow a Batch message's pointers.
+
+    Returns (start, message, n, seg, word index of the first element, element data
+    words, element pointer words).
+    """
+    msg = _Message(value)
+    root = msg.follow(0, 0, "root pointer")
+    if root is None:
+        return 0, msg, 0, 0, 0, 0, 0
+    p, seg, idx = root
+    if p & 3 != 0:
+        raise _corrupt("root pointer is not a struct pointer")
+    dw, pc = (p >> 32) & 0xFFFF, p >> 48
+    msg.check_span(seg, idx, dw + pc, "root struct")
+    start = msg.word(seg, idx) if dw >= 1 else 0
+    if pc < 1:
+        return start, msg, 0, seg, 0, 0, 0
+    lst = msg.follow(seg, idx + dw, "records pointer")
+    if lst is None:
+        return start, msg, 0, seg, 0, 0, 0
+    p, seg, idx = lst
+    if p & 3 != 1:
+        raise _corrupt("records pointer is not a list pointer")
+    esize, words = (p >> 32) & 7, p >> 35
+    if esize != 7:
+        if words == 0:  # an empty list of any element size is an empty list
+            return start, msg, 0, seg, 0, 0, 0
+        raise _corrupt(f"records is a list of element size {esize}, not a list of structs (7)")
+    msg.check_span(seg, idx, 1 + words, "records list")
+    tag = msg.word(seg, idx)
+    if tag & 3 != 0:
+        raise _corrupt("records list tag is not a struct tag")
+    n = (tag >> 2) & 0x3FFFFFFF
+    edw, epc = (tag >> 32) & 0xFFFF, tag >> 48
+    if n * (edw + epc) > words:
+        raise _corrupt(f"records list tag says {n} elements of {edw + epc} words, list has {words} words")
+    if n and edw + epc == 0:
+        raise _corrupt(f"records list holds {n} zero-size elements")
+    return start, msg, n, seg, idx + 1, edw, epc
+
+
+class CapnpSerializer(Serializer):
+    name = "capnp"
+    compressions = ("none",)
+
+    def __init__(self, layout: Layout, compression: str = "none"):
+        super().__init__(layout, compression)
+        self._words = layout.capnp_words
+        self._stride = self._words * 8
+        self._framable = layout.framable
+        self._cdtype = layout.capnp_dtype
+
+    def _bad_compression_message(self) -> str:
+        return (
+            f"capnp batches are uncompressed (a standard Cap'n Proto message, read zero-copy); "
+            f"compression {self.compression!r} needs --format arrow (--compression lz4|zstd)"
+        )
+
+    @property
+    def max_records(self) -> int:
+        return max_records(self.layout)
+
+    def _too_big_message(self, n: int, m: int) -> str:
+        return (
+            f"a capnp batch of {n} {self.layout.name} records would be "
+            f"{message_size(self.layout, n)} bytes, over {MAX_BATCH_BYTES} "
+            f"(pycapnp's default 64 MiB traversal limit); use --batch-records {m} or fewer"
+        )
+
+    def message_size(self, n: int) -> int:
+        return message_size(self.layout, n)
+
+    # --- encoding -----------------------------------------------------------
+    def new_buffer(self, n: int, into=None) -> tuple[object, np.ndarray]:
+        """(buf, records). buf is the whole message (a bytearray, or `into`: any writable
+        buffer of at least `message_size(n)` bytes, e.g. shared memory, which must be
+        zero-filled for non-framable layouts). For a framable layout records is a view of
+        buf's records region; otherwise a separate array that encode_buffer copies in."""
+        self.check_batch_records(n)
+        size = HEADER_BYTES + n * self._stride
+        if into is None:
+            buf = bytearray(size)
+        else:
+            buf = memoryview(into).cast("B") if not isinstance(into, bytearray) else into
+            if len(buf) < size:
+                raise UsageError(f"buffer of {len(buf)} bytes is too small for {n} records ({size} bytes)")
+        if self._framable and n:
+            records = np.frombuffer(buf, dtype=self.layout.dtype, count=n, offset=HEADER_BYTES)
+        else:
+            records = np.zeros(n, dtype=self.layout.dtype)
+        return buf, records
+
+    def encode_buffer(self, buf, records: np.ndarray, start: int):
+        n = len(records)
+        self.check_batch_records(n)
+        start = self._check_start(start)
+        size = HEADER_BYTES + n * self._stride
+        mv = memoryview(buf)
+        if mv.ndim != 1 or mv.itemsize != 1:
+            mv = mv.cast("B")
+        if len(mv) < size:
+            raise UsageError(
+                f"buffer of {len(mv)} bytes is too small for {n} records ({size} bytes); "
+                "use new_buffer(n)"
+            )
+        if n:
+            if self._framable:
+                body = np.frombuffer(mv, dtype=self.layout.dtype, count=n, offset=HEADER_BYTES)
+                if records.ctypes.data != body.ctypes.data or records.strides != body.strides:
+                    body[...] = self._check_records(records)
+            else:
+                body = np.frombuffer(mv, dtype=self._cdtype, count=n, offset=HEADER_BYTES)
+                records = self._check_records(records)
+                for name in self.layout.names:
+                    body[name] = records[name]
+        write_header(mv, n, self._words, start)
+        return mv[:size] if len(mv) != size else mv
+
+    # --- decoding -----------------------------------------------------------
+    def count(self, value) -> int:
+        return parse(value)[2]
+
+    def decode(self, value) -> tuple[int, np.ndarray]:
+        start, msg, n, seg, idx, edw, epc = parse(value)
+        dt = self.layout.dtype
+        if n == 0:
+            return start, np.empty(0, dtype=dt)
+        off = msg.segs[seg][0] + idx * 8
+        stride = (edw + epc) * 8
+        if edw >= self._words:
+            cdt = dt if self._framable else self._cdtype
+            if stride == cdt.itemsize:
+                view = np.frombuffer(msg.mv, dtype=cdt, count=n, offset=off)
+            else:  # wider elements (pointers, or a newer schema's fields): strided view
+                view = np.ndarray((n,), dtype=cdt, buffer=msg.mv, offset=off, strides=(stride,))
+            if self._framable:
+                return start, view
+        else:
+            # An older/smaller data section: the missing fields take their default, 0.
+            raw = np.ndarray((n, edw * 8), dtype=np.uint8, buffer=msg.mv, offset=off,
+                             strides=(stride, 1))
+            view = np.zeros(n, dtype=self._cdtype)
+            view.view(np.uint8).reshape(n, self._stride)[:, : edw * 8] = raw
+        out = np.empty(n, dtype=dt)
+        for name in dt.names:
+            out[name] = view[name]
+        return start, out
+
+
+def pycapnp_reader(layout: Layout, value):
+    """A pycapnp Batch reader over a stored value, with a traversal limit that fits it.
+
+    Use as a context manager::
+
+        with pycapnp_reader(layout, value) as batch:
+            batch.start, len(batch.records)
+    """
+    words = len(memoryview(value).cast("B")) // 8 + 16
+    return layout.capnp_module().Batch.from_bytes(
+        value, traversal_limit_in_words=max(words, 8 * 1024 * 1024)
+    )

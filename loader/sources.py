@@ -1,0 +1,148 @@
+"""Sources of records: generators, files and stdin.
+
+A source spec is small and picklable; workers open it themselves and produce the
+records of the batches they own straight into the serializer's buffer (``fill``), so
+record bytes never travel through pipes. Only stdin, which cannot be split, is read by
+the coordinator into shared memory.
+
+- ``gen://LAYOUT?n=N&start=S``: records S..S+N-1 of the layout's generator.
+- ``PATH``: a file of raw records (its size must be a whole number of records).
+- ``-``: standard input.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from urllib.parse import parse_qsl
+
+import numpy as np
+
+from .errors import MissingPathError, PartialRecordError, UsageError
+from .layouts import Layout, get_layout
+
+MAX_RECORDS = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class GenSource:
+    layout: str
+    n: int
+    start: int = 0
+    impl: str = "c"
+
+    @property
+    def uri(self) -> str:
+        return f"gen://{self.layout}?n={self.n}&start={self.start}"
+
+    def count(self, layout: Layout) -> int:
+        return self.n
+
+    def fill(self, records: np.ndarray, offset: int) -> None:
+        """Fill records with source records offset.. (offset relative to the source)."""
+        from .generate import fill
+
+        fill(records, self.start + offset, impl=self.impl, layout=self.layout)
+
+
+@dataclass(frozen=True)
+class FileSource:
+    path: str
+
+    @property
+    def uri(self) -> str:
+        return self.path
+
+    def count(self, layout: Layout) -> int:
+        try:
+            size = os.stat(self.path).st_size
+        except FileNotFoundError:
+            raise MissingPathError(f"source file {self.path} does not exist") from None
+        except PermissionError:
+            raise MissingPathError(f"source file {self.path} is not readable (permission denied)") from None
+        rs = layout.record_size
+        if size % rs:
+            n = size // rs
+            raise PartialRecordError(self.path, n * rs, rs, size - n * rs)
+        return size // rs
+
+    def fill(self, records: np.ndarray, offset: int) -> None:
+        rs = records.dtype.itemsize
+        view = memoryview(records).cast("B")
+        with open(self.path, "rb", buffering=0) as f:
+            pos, want = offset * rs, view.nbytes
+            got = 0
+            while got < want:
+                k = os.preadv(f.fileno(), [view[got:]], pos + got)
+                if k == 0:
+                    raise PartialRecordError(self.path, pos + got - (pos + got) % rs, rs,
+                                             (pos + got) % rs)
+                got += k
+
+
+@dataclass(frozen=True)
+class StdinSource:
+    uri: str = "-"
+
+    def count(self, layout: Layout) -> None:
+        return None
+
+
+Source = GenSource | FileSource | StdinSource
+
+
+def parse_source(ref: str, layout: Layout | None = None) -> Source:
+    """Parse a SOURCE argument. ``layout`` is the --layout given, if any."""
+    if ref == "-":
+        return StdinSource()
+    if ref.startswith("gen://"):
+        rest = ref[len("gen://"):]
+        name, _, query = rest.partition("?")
+        if not name:
+            raise UsageError(f"source {ref!r} names no layout; use gen://scidb96?n=N")
+        get_layout(name)  # unknown layout -> clear error
+        if layout is not None and layout.name != name:
+            raise UsageError(f"source {ref!r} generates layout {name!r} but --layout is {layout.name!r}")
+        q = dict(parse_qsl(query, keep_blank_values=True))
+        unknown = set(q) - {"n", "start", "impl"}
+        if unknown:
+            raise UsageError(f"source {ref!r}: unknown parameter(s) {', '.join(sorted(unknown))}; "
+                             "gen:// takes n, start and impl")
+        if "n" not in q:
+            raise UsageError(f"source {ref!r} needs n=COUNT, e.g. gen://{name}?n=1000000")
+        n = parse_count(q["n"], "n")
+        start = parse_count(q.get("start", "0"), "start")
+        if start + n > 2**64:
+            raise UsageError(f"source {ref!r}: start + n exceeds 2**64")
+        impl = q.get("impl", "c")
+        if impl not in ("c", "python"):
+            raise UsageError(f"source {ref!r}: impl must be c or python")
+        return GenSource(name, n, start, impl)
+    if "://" in ref:
+        raise UsageError(f"unknown source scheme in {ref!r}; use gen://LAYOUT?n=N, a file path, or - for stdin")
+    path = os.path.abspath(ref)
+    if not os.path.exists(path):
+        raise MissingPathError(f"source file {ref} does not exist")
+    if os.path.isdir(path):
+        raise UsageError(f"source {ref} is a directory; use `bulkload ingest DATASET --from {ref}` for directories")
+    return FileSource(path)
+
+
+def parse_count(text: str, what: str, maximum: int = MAX_RECORDS) -> int:
+    """Parse a non-negative integer argument (accepts 1_000_000 and 1e6 style)."""
+    s = str(text).strip().replace("_", "")
+    try:
+        if any(c in s for c in "eE.") and not s.lower().startswith("0x"):
+            v = float(s)
+            if v != int(v):
+                raise ValueError
+            v = int(v)
+        else:
+            v = int(s, 0)
+    except (ValueError, OverflowError):
+        raise UsageError(f"{what} must be a non-negative integer, got {text!r}") from None
+    if v < 0:
+        raise UsageError(f"{what} must be a non-negative integer, got {text!r}")
+    if v > maximum:
+        raise UsageError(f"{what} is too large ({text}); the maximum is {maximum}")
+    return v

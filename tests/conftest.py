@@ -1,0 +1,40 @@
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).parent
+
+
+def tool(name: str) -> str:
+    p = BIN / name
+    return str(p) if p.exists() else (shutil.which(name) or name)
+
+
+def run_cli(*args, input=None, check=False, timeout=120, env=None):
+    """Run the installed `bulkload` command; returns CompletedProcess (text output)."""
+    e = dict(os.environ, **(env or {}))
+    return subprocess.run([tool("bulkload"), *map(str, args)], input=input, capture_output=True,
+                          timeout=timeout, check=check, env=e,
+                          text=not isinstance(input, bytes))
+
+
+@pytest.fixture(params=["lmdb", "rocksdb", "mem"])
+def store_uri(request, tmp_path):
+    """A fresh dataset URI for each backend; mem:// datasets are removed afterwards."""
+    scheme = request.param
+    if scheme == "mem":
+        name = f"test-{uuid.uuid4().hex[:10]}"
+        yield f"mem://{name}"
+        shutil.rmtree(f"/dev/shm/bulkload/{name}", ignore_errors=True)
+    else:
+        yield f"{scheme}://{tmp_path}/ds"
+
+
+@pytest.fixture
+def lmdb_uri(tmp_path):
+    return f"lmdb://{tmp_path}/ds"
