@@ -16,7 +16,7 @@ from loader.layouts import get_layout
 from loader.lock import DatasetLock
 from loader.stores.base import parse_dataset_uri
 
-from .conftest import run_cli, tool
+from conftest import run_cli, tool
 
 LAY = get_layout("scidb96")
 

@@ -1,0 +1,334 @@
+"""RocksDB shards (``rocksdb://PATH``) through rocksdict.
+
+A shard is one RocksDB database directory; a table is a column family (created on first
+write; the ``default`` family is never used for bulkload tables).
+
+Rules this module keeps (DESIGN §5):
+
+- ``Options(raw_mode=True)`` everywhere: keys and values are raw bytes and the comparator
+  is RocksDB's bytewise one (the default mode pickles values and installs its own).
+- ``put_sorted`` writes the call's items, in order, through ``SstFileWriter`` into a
+  temporary ``.sst`` file inside the shard directory and ingests it with
+  ``ingest_external_file`` (files moved, not copied): atomic per call, durable once it
+  returns (RocksDB syncs the ingested file and the MANIFEST). Keys that overlap existing
+  ones are fine: the ingested file gets a newer sequence number, so it overwrites.
+- A second read-write open fails on the database's LOCK file: that becomes
+  DatasetBusyError. Readers open read-only (no LOCK), never block, and see the state
+  committed when they opened (a read-only RocksDB instance does not follow later writes:
+  reopen to see newer data).
+- A rocksdict column-family handle keeps the whole database open: ``close`` drops every
+  handle this object holds so that the LOCK is released.
+
+Options: ``compression`` = none (default; values are already compact binary) | lz4 | zstd.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+from typing import Iterable, Iterator
+
+from rocksdict import (
+    AccessType,
+    BottommostLevelCompaction,
+    CompactOptions,
+    DBCompressionType,
+    IngestExternalFileOptions,
+    Options,
+    Rdict,
+    SstFileWriter,
+)
+
+from ..errors import DatasetBusyError, MissingPathError, NotWritableError, StoreError, UsageError
+from .base import ShardStore
+from .lmdb_store import KeyOrderError
+
+_COMPRESSION = {
+    "none": DBCompressionType.none,
+    "lz4": DBCompressionType.lz4,
+    "zstd": DBCompressionType.zstd,
+}
+_counter = itertools.count()
+
+
+def _options(options: dict, *, write: bool) -> Options:
+    opts = Options(raw_mode=True)
+    name = str(options.get("compression", "none")).lower()
+    if name not in _COMPRESSION:
+        raise UsageError(
+            f"rocksdb option compression={name!r} is unknown; use none, lz4 or zstd"
+        )
+    opts.set_compression_type(_COMPRESSION[name]())
+    if write:
+        opts.create_if_missing(True)
+        opts.create_missing_column_families(True)
+    return opts
+
+
+def _is_lock_error(e: Exception) -> bool:
+    msg = str(e)
+    return "LOCK" in msg and ("lock" in msg.lower() or "Resource temporarily" in msg)
+
+
+def _dir_bytes(path: str) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.stat(os.path.join(root, f)).st_blocks * 512
+            except FileNotFoundError:
+                pass
+    return total
+
+
+class RocksdbStore(ShardStore):
+    scheme = "rocksdb"
+
+    def __init__(self, path: str, db: Rdict, opts: Options, *, write: bool):
+        self.path = path
+        self._db: Rdict | None = db
+        self._opts = opts
+        self._write = write
+        self._cfs: dict[str, Rdict] = {}
+
+    # --- opening -----------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: str, *, write: bool, options: dict | None = None) -> "RocksdbStore":
+        options = dict(options or {})
+        path = os.path.abspath(path)
+        opts = _options(options, write=write)
+        exists = os.path.exists(os.path.join(path, "CURRENT"))
+        if write:
+            try:
+                os.makedirs(path, exist_ok=True)
+            except PermissionError:
+                parent = os.path.dirname(path)
+                while parent and not os.path.exists(parent):
+                    parent = os.path.dirname(parent)
+                raise NotWritableError(
+                    f"cannot create shard directory {path}: {parent or '/'} is not writable; "
+                    f"choose a writable location or fix its permissions"
+                ) from None
+            except (FileExistsError, NotADirectoryError):
+                raise NotWritableError(
+                    f"cannot create shard directory {path}: a file is in the way; "
+                    f"remove it or choose another dataset path"
+                ) from None
+            if not os.access(path, os.W_OK | os.X_OK):
+                raise NotWritableError(
+                    f"shard directory {path} is not writable; fix its permissions or "
+                    f"choose another dataset path"
+                )
+            access = AccessType.read_write()
+        else:
+            if not exists:
+                raise MissingPathError(
+                    f"shard {path} is not a RocksDB database (no CURRENT file); "
+                    f"check the dataset path (was it loaded?)"
+                )
+            access = AccessType.read_only(False)
+        cfs = None
+        if exists:
+            try:
+                names = Rdict.list_cf(path, Options(raw_mode=True))
+            except Exception as e:
+                raise StoreError(errno.EIO, f"cannot list the tables of shard {path}: {e}") from e
+            cfs = {n: _options(options, write=write) for n in names if n != "default"}
+        try:
+            db = Rdict(path, opts, column_families=cfs, access_type=access)
+        except Exception as e:
+            if write and _is_lock_error(e):
+                raise DatasetBusyError(
+                    f"dataset shard {path} is being written by another job (its LOCK is "
+                    f"held); wait for that job to finish or stop it, then retry"
+                ) from None
+            raise StoreError(
+                errno.EIO, f"cannot open RocksDB shard {path} ({'write' if write else 'read'}): {e}"
+            ) from e
+        store = cls(path, db, opts, write=write)
+        store._known = set(cfs or ())
+        return store
+
+    # --- helpers -------------------------------------------------------------------
+
+    @property
+    def db(self) -> Rdict:
+        if self._db is None:
+            raise StoreError(errno.EBADF, f"shard {self.path} is closed")
+        return self._db
+
+    def _require_write(self, what: str) -> None:
+        if not self._write:
+            raise UsageError(f"{what} on shard {self.path}: it was opened read-only")
+
+    def _cf(self, table: str, *, create: bool) -> Rdict | None:
+        cf = self._cfs.get(table)
+        if cf is not None:
+            return cf
+        if table == "default":
+            raise UsageError("'default' is reserved by RocksDB; choose another table name")
+        if table in self._known:
+            cf = self.db.get_column_family(table)
+        elif create:
+            cf = self.db.create_column_family(table, self._opts)
+            self._known.add(table)
+        else:
+            return None
+        self._cfs[table] = cf
+        return cf
+
+    # --- the interface ------------------------------------------------------------
+
+    def put_sorted(self, items: Iterable[tuple[bytes, bytes]], table: str = "batches") -> int:
+        self._require_write("put_sorted")
+        source = iter(items)
+        try:
+            first = next(source)
+        except StopIteration:
+            return 0
+        cf = self._cf(table, create=True)
+        tmp = os.path.join(self.path, f"ingest-{os.getpid()}-{next(_counter)}.sst")
+        writer = SstFileWriter(self._opts)
+        writer.open(tmp)
+        n = 0
+        try:
+            prev = None
+            for k, v in itertools.chain([first], source):
+                if type(k) is not bytes:
+                    k = bytes(k)
+                if prev is not None and k <= prev:
+                    raise KeyOrderError(
+                        f"put_sorted on {self.path} table {table!r}: key {k.hex()} is not "
+                        f"above the previous key {prev.hex()}; keys must be strictly "
+                        f"ascending - nothing from this call was written"
+                    )
+                writer[k] = v if type(v) is bytes else bytes(v)
+                prev = k
+                n += 1
+            writer.finish()
+            ingest = IngestExternalFileOptions()
+            ingest.set_move_files(True)
+            cf.ingest_external_file([tmp], ingest)
+        except KeyOrderError:
+            raise
+        except Exception as e:
+            raise StoreError(
+                errno.EIO, f"put_sorted on {self.path} table {table!r} failed: {e}; "
+                f"nothing from this call was written"
+            ) from e
+        finally:
+            del writer
+            try:
+                os.unlink(tmp)  # still there unless ingestion moved it
+            except FileNotFoundError:
+                pass
+        return n
+
+    def get(self, key: bytes, table: str = "batches") -> bytes | None:
+        cf = self._cf(table, create=False)
+        if cf is None:
+            return None
+        return cf.get(bytes(key))
+
+    def range(self, lo: bytes | None = None, hi: bytes | None = None,
+              table: str = "batches") -> Iterator[tuple[bytes, bytes]]:
+        cf = self._cf(table, create=False)
+        if cf is None:
+            return
+        hi_b = None if hi is None else bytes(hi)
+        it = cf.iter()
+        if lo is None:
+            it.seek_to_first()
+        else:
+            it.seek(bytes(lo))
+        while it.valid():
+            k = it.key()
+            if hi_b is not None and k >= hi_b:
+                break
+            yield k, it.value()
+            it.next()
+
+    def delete_range(self, lo: bytes | None = None, hi: bytes | None = None,
+                     table: str = "batches") -> int:
+        self._require_write("delete_range")
+        cf = self._cf(table, create=False)
+        if cf is None:
+            return 0
+        n, first, last = 0, None, None
+        for k, _v in self.range(lo, hi, table):
+            if first is None:
+                first = k
+            last = k
+            n += 1
+        if n:
+            # one range tombstone: atomic; [first, last + 0x00) covers exactly those keys
+            cf.delete_range(first if lo is None else bytes(lo),
+                            last + b"\x00" if hi is None else bytes(hi))
+        return n
+
+    def drop_table(self, table: str) -> None:
+        self._require_write("drop_table")
+        if table not in self._known:
+            return
+        self._cfs.pop(table, None)
+        self.db.drop_column_family(table)
+        self._known.discard(table)
+
+    def tables(self) -> list[str]:
+        if self._write:
+            return sorted(self._known)
+        return sorted(n for n in Rdict.list_cf(self.path, Options(raw_mode=True))
+                      if n != "default")
+
+    def sync(self) -> None:
+        if not self._write:
+            return
+        try:
+            self.db.flush(True)
+            for cf in self._cfs.values():
+                cf.flush(True)
+            self.db.flush_wal(True)
+        except Exception as e:
+            raise StoreError(errno.EIO, f"cannot sync shard {self.path}: {e}") from e
+
+    def nbytes(self) -> int:
+        """Bytes allocated to the database directory's files (``st_blocks * 512``)."""
+        return _dir_bytes(self.path)
+
+    def compact(self) -> tuple[int, int]:
+        """``compact_range`` over every column family (bottommost level rewritten too)."""
+        self._require_write("compact")
+        before = self.nbytes()
+        copts = CompactOptions()
+        copts.set_exclusive_manual_compaction(True)
+        copts.set_bottommost_level_compaction(BottommostLevelCompaction.force())
+        try:
+            self.sync()
+            for table in sorted(self._known):
+                self._cf(table, create=False).compact_range(None, None, copts)
+            self.db.compact_range(None, None, copts)
+        except Exception as e:
+            raise StoreError(errno.EIO, f"cannot compact shard {self.path}: {e}") from e
+        return before, self.nbytes()
+
+    def close(self) -> None:
+        if self._db is None:
+            return
+        db, self._db = self._db, None
+        self._cfs.clear()  # a column-family handle would keep the database (and LOCK) open
+        try:
+            db.close()
+        finally:
+            del db
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        mode = "write" if self._write else "read"
+        return f"<RocksdbStore {self.path} ({mode})>"
