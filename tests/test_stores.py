@@ -20,7 +20,8 @@ from loader.errors import (
 )
 from loader.stores.base import MEM_ROOT, StoreSpec, backend_for, parse_dataset_uri
 
-SCHEMES = ["lmdb", "rocksdb", "mem"]
+URI_SCHEMES = ["lmdb", "rocksdb", "mem"]
+SCHEMES = URI_SCHEMES + ["lmdb-writemap"]
 
 
 def k(i: int) -> bytes:
@@ -39,6 +40,8 @@ def spec(request, tmp_path) -> StoreSpec:
         s = parse_dataset_uri(f"mem://{name}")
         yield s
         shutil.rmtree(s.root, ignore_errors=True)
+    elif scheme == "lmdb-writemap":  # the non-default write path of LMDB
+        yield parse_dataset_uri(f"lmdb://{tmp_path / 'ds'}?writemap=1")
     else:
         yield parse_dataset_uri(f"{scheme}://{tmp_path / 'ds'}")
 
@@ -297,7 +300,7 @@ def test_not_writable(spec, tmp_path):
 # --- descriptions and URIs ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("scheme", URI_SCHEMES)
 def test_store_spec_pickles_and_parses(scheme, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     where = "name" if scheme == "mem" else "rel/data"

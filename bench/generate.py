@@ -1,0 +1,149 @@
+"""Generator benchmark: how fast records of layout scidb96 are produced, by path.
+
+    .venv/bin/python bench/generate.py [--n N] [--repeats R] [--dir DIR] [--json]
+
+Paths measured (MB/s = 10**6 bytes/s of 96-byte records; median and min-max of R runs):
+
+  c-fill            C generator in-process (loader._gen) into a preallocated numpy array
+  gen-devnull       the `bulkload-gen` program > /dev/null (includes process start)
+  gen-file          `bulkload-gen` > a new file in DIR (page cache, no fsync)
+  gen-file-fsync    `bulkload-gen` > a new file in DIR, then fsync (the disk's limit)
+  python            the numpy generator into a preallocated numpy array
+
+Targets on the reference 2-core machine: c-fill >= 5000, gen-devnull >= 10000,
+python >= 700 MB/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from loader.generate import generate
+from loader.layouts import get_layout
+
+TARGETS = {"c-fill": 5000, "gen-devnull": 10000, "python": 700}
+
+
+def find_bulkload_gen() -> str:
+    p = Path(sys.executable).parent / "bulkload-gen"
+    if p.exists():
+        return str(p)
+    found = shutil.which("bulkload-gen")
+    if not found:
+        sys.exit("bench: bulkload-gen is not installed; run `pip install -e .` first")
+    return found
+
+
+def timed(fn, repeats: int, setup=None) -> list[float]:
+    times = []
+    for _ in range(repeats):
+        if setup:
+            setup()
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def run_gen(gen: str, n: int, out, fsync: bool = False) -> None:
+    r = subprocess.run([gen, str(n)], stdout=out, stderr=subprocess.PIPE)
+    if r.returncode != 0:
+        sys.exit(f"bench: bulkload-gen failed ({r.returncode}): {r.stderr.decode().strip()}")
+    if fsync:
+        os.fsync(out.fileno())
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, default=2_000_000, help="records per run (default 2,000,000)")
+    ap.add_argument("--repeats", type=int, default=5, help="runs per path (default 5)")
+    ap.add_argument("--dir", default=None, help="directory for the file paths (default: bench/out)")
+    ap.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = ap.parse_args(argv)
+    if args.n < 1 or args.repeats < 1:
+        ap.error("--n and --repeats must be >= 1")
+
+    n, repeats = args.n, args.repeats
+    layout = get_layout("scidb96")
+    nbytes = n * layout.record_size
+    gen = find_bulkload_gen()
+    outdir = Path(args.dir) if args.dir else Path(__file__).resolve().parent / "out"
+    outdir.mkdir(parents=True, exist_ok=True)
+
+    results: dict[str, list[float]] = {}
+
+    arr = np.empty(n, dtype=layout.dtype)
+    arr.fill(0)  # fault the pages in once: measure generation, not page faults
+    generate("scidb96", 0, n, impl="c", out=arr)
+    results["c-fill"] = timed(lambda: generate("scidb96", 0, n, impl="c", out=arr), repeats)
+
+    with open(os.devnull, "wb") as devnull:
+        run_gen(gen, n, devnull)
+        results["gen-devnull"] = timed(lambda: run_gen(gen, n, devnull), repeats)
+
+    with tempfile.TemporaryDirectory(dir=outdir) as tmp:
+        path = Path(tmp) / "records.bin"
+        for name, fsync in (("gen-file", False), ("gen-file-fsync", True)):
+            times = []
+            for _ in range(repeats):
+                path.unlink(missing_ok=True)
+                os.sync()  # start each run with no dirty pages left by the previous one
+                with open(path, "wb") as f:
+                    t0 = time.perf_counter()
+                    run_gen(gen, n, f, fsync=fsync)
+                    times.append(time.perf_counter() - t0)
+            results[name] = times
+            if path.stat().st_size != nbytes:
+                sys.exit(f"bench: {path} has {path.stat().st_size} bytes, expected {nbytes}")
+
+    generate("scidb96", 0, n, impl="python", out=arr)
+    results["python"] = timed(lambda: generate("scidb96", 0, n, impl="python", out=arr), repeats)
+
+    report = {
+        "benchmark": "generate",
+        "layout": "scidb96",
+        "records": n,
+        "bytes": nbytes,
+        "repeats": repeats,
+        "cpus": os.cpu_count(),
+        "paths": {},
+    }
+    for name, times in results.items():
+        rates = sorted(nbytes / t / 1e6 for t in times)
+        report["paths"][name] = {
+            "mb_s_median": round(statistics.median(rates), 1),
+            "mb_s_min": round(rates[0], 1),
+            "mb_s_max": round(rates[-1], 1),
+            "seconds": [round(t, 6) for t in times],
+            "target_mb_s": TARGETS.get(name),
+        }
+
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(f"scidb96 generator: {n:,} records ({nbytes / 1e6:,.0f} MB), {repeats} runs each")
+        print(f"{'path':<16}{'MB/s median':>13}{'min - max':>22}{'target':>10}")
+        for name, r in report["paths"].items():
+            target = r["target_mb_s"]
+            mark = "" if target is None else (" ok" if r["mb_s_median"] >= target else " MISSED")
+            print(
+                f"{name:<16}{r['mb_s_median']:>13,.0f}"
+                f"{r['mb_s_min']:>11,.0f} - {r['mb_s_max']:<8,.0f}"
+                f"{'' if target is None else f'{target:,}':>10}{mark}"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
