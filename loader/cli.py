@@ -58,7 +58,7 @@ def main_options(
     logs.set_format(log_format)
 
 
-@app.command()
+@app.command(context_settings={"ignore_unknown_options": True})
 @handle_errors
 def generate(
     n: str = typer.Argument(..., help="Number of records."),

@@ -64,6 +64,8 @@ def prepare_root(spec: StoreSpec) -> None:
     if spec.scheme == "mem":
         os.makedirs(MEM_ROOT, exist_ok=True)
     parent = os.path.dirname(spec.root.rstrip("/")) or "/"
+    if os.path.exists(parent) and not os.path.isdir(parent):
+        raise UsageError(f"{parent} is not a directory (needed for dataset {spec.uri})")
     if not os.path.isdir(parent):
         raise MissingPathError(f"directory {parent} does not exist (needed for dataset {spec.uri}); "
                                f"create it first: mkdir -p {parent}")
@@ -75,6 +77,9 @@ def prepare_root(spec: StoreSpec) -> None:
                                    "choose a writable location") from None
         except FileExistsError:
             raise UsageError(f"dataset path {spec.root} exists and is not a directory") from None
+        except OSError as e:
+            raise NotWritableError(f"cannot create dataset {spec.uri}: {e.strerror}; "
+                                   "choose a writable location") from None
     if not os.access(spec.root, os.W_OK):
         raise NotWritableError(f"dataset directory {spec.root} is not writable; fix its permissions "
                                "or choose another location")
@@ -132,10 +137,10 @@ def load(source: str, dataset: str, *, layout: str | None = None, format: str | 
     k = shards or spec.shards or (existing.shards if existing and existing.batches else None) or default_workers()
     if not 1 <= k <= 1024:
         raise UsageError("--shards must be between 1 and 1024")
-    w_req = workers or default_workers()
+    w_req = default_workers() if workers is None else workers
     if w_req < 1:
         raise UsageError("--workers must be at least 1")
-    b = batch_records or (existing.batch_records if existing and existing.batches else DEFAULT_BATCH_RECORDS)
+    b = batch_records if batch_records is not None else (existing.batch_records if existing and existing.batches else DEFAULT_BATCH_RECORDS)
     if b < 1:
         raise UsageError("--batch-records must be at least 1")
     total = src.count(layout_obj)  # a partial trailing record fails here, before any write
