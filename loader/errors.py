@@ -80,6 +80,10 @@ class PartialRecordError(InputError):
         self.offset = offset
 
 
+class DuplicateCellError(InputError):
+    """Two records set the same cell of a 2-D array under --duplicates error."""
+
+
 class VerifyError(BulkloadError):
     """Stored data does not match its manifest."""
 
