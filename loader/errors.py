@@ -69,6 +69,10 @@ class InputError(BulkloadError, ValueError):
     exit_code = EXIT_FAILED
 
 
+class KeyOrderError(InputError):
+    """put_sorted received keys that are not strictly ascending."""
+
+
 class PartialRecordError(InputError):
     def __init__(self, source: str, offset: int, record_size: int, tail: int):
         super().__init__(

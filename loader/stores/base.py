@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 from urllib.parse import parse_qsl
 
-from ..errors import UnknownSchemeError, UsageError
+from ..errors import KeyOrderError, NotWritableError, UnknownSchemeError, UsageError
 
 MEM_ROOT = "/dev/shm/bulkload"
 
@@ -124,6 +124,45 @@ class StoreSpec:
 
     def open_shard(self, i: int, *, write: bool) -> ShardStore:
         return self.backend.open(self.shard_path(i), write=write, options=dict(self.options))
+
+
+def ascending(pairs, path: str, table: str, prev: bytes | None = None):
+    """Yield (bytes key, value) pairs, raising KeyOrderError unless keys strictly ascend."""
+    for k, v in pairs:
+        if type(k) is not bytes:
+            k = bytes(k)
+        if prev is not None and k <= prev:
+            raise KeyOrderError(
+                f"put_sorted on {path} table {table!r}: key {k.hex()} is not above the "
+                f"previous key {prev.hex()}; keys must be strictly ascending - nothing from "
+                f"this call was written"
+            )
+        prev = k
+        yield k, v
+
+
+def make_shard_dir(path: str) -> None:
+    """Create a shard directory (and parents) or say clearly why it cannot be."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except PermissionError:
+        parent = os.path.dirname(path)
+        while parent and not os.path.exists(parent):
+            parent = os.path.dirname(parent)
+        raise NotWritableError(
+            f"cannot create shard directory {path}: {parent or '/'} is not writable; "
+            f"choose a writable location or fix its permissions"
+        ) from None
+    except (FileExistsError, NotADirectoryError):
+        raise NotWritableError(
+            f"cannot create shard directory {path}: a file is in the way; "
+            f"remove it or choose another dataset path"
+        ) from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise NotWritableError(
+            f"shard directory {path} is not writable; fix its permissions or "
+            f"choose another dataset path"
+        )
 
 
 SCHEMES = ("lmdb", "rocksdb", "mem")

@@ -57,13 +57,11 @@ import lmdb
 
 from ..errors import (
     DatasetBusyError,
-    InputError,
     MissingPathError,
-    NotWritableError,
     StoreError,
     UsageError,
 )
-from .base import MEM_ROOT, ShardStore
+from .base import MEM_ROOT, ShardStore, ascending, make_shard_dir
 
 DEFAULT_MAP_SIZE = 64 << 20
 DEFAULT_MAX_DBS = 64
@@ -72,10 +70,6 @@ MIB = 1 << 20
 # own short read transaction: no long-lived reader pins old pages or a stale map.
 RANGE_SLICE_BYTES = 64 << 20
 RANGE_SLICE_ITEMS = 4096
-
-
-class KeyOrderError(InputError):
-    """put_sorted received keys that are not strictly ascending."""
 
 
 # --- options -----------------------------------------------------------------------
@@ -233,7 +227,7 @@ class LmdbStore(ShardStore):
             options["readahead"] = readahead
         path = os.path.abspath(path)
         if write:
-            cls._make_dirs(path)
+            make_shard_dir(path)
         elif not os.path.isdir(path):
             raise MissingPathError(
                 f"shard {path} does not exist; check the dataset path (was it loaded?)"
@@ -248,29 +242,6 @@ class LmdbStore(ShardStore):
                 os.close(lock_fd)
             raise
         return cls(path, entry, write=write, options=options, lock_fd=lock_fd)
-
-    @staticmethod
-    def _make_dirs(path: str) -> None:
-        try:
-            os.makedirs(path, exist_ok=True)
-        except PermissionError:
-            parent = os.path.dirname(path)
-            while parent and not os.path.exists(parent):
-                parent = os.path.dirname(parent)
-            raise NotWritableError(
-                f"cannot create shard directory {path}: {parent or '/'} is not writable; "
-                f"choose a writable location or fix its permissions"
-            ) from None
-        except (FileExistsError, NotADirectoryError):
-            raise NotWritableError(
-                f"cannot create shard directory {path}: a file is in the way; "
-                f"remove it or choose another dataset path"
-            ) from None
-        if not os.access(path, os.W_OK | os.X_OK):
-            raise NotWritableError(
-                f"shard directory {path} is not writable; fix its permissions or "
-                f"choose another dataset path"
-            )
 
     @classmethod
     def _acquire_env(cls, path: str, *, write: bool, options: dict) -> _EnvEntry:
@@ -454,17 +425,8 @@ class LmdbStore(ShardStore):
 
         def checked(pairs):
             prev = seen[-1][0] if seen else None
-            for k, v in pairs:
-                if type(k) is not bytes:
-                    k = bytes(k)
-                if prev is not None and k <= prev:
-                    raise KeyOrderError(
-                        f"put_sorted on {self.path} table {table!r}: key {k.hex()} is not "
-                        f"above the previous key {prev.hex()}; keys must be strictly "
-                        f"ascending - nothing from this call was written"
-                    )
+            for k, v in ascending(pairs, self.path, table, prev):
                 seen.append((k, v))
-                prev = k
                 yield k, v
 
         pending = chain([first], source)

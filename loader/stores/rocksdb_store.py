@@ -40,9 +40,9 @@ from rocksdict import (
     SstFileWriter,
 )
 
-from ..errors import DatasetBusyError, MissingPathError, NotWritableError, StoreError, UsageError
-from .base import ShardStore
-from .lmdb_store import KeyOrderError
+from ..errors import DatasetBusyError, MissingPathError, StoreError, UsageError
+from .base import ShardStore, ascending, make_shard_dir
+from ..errors import KeyOrderError
 
 _COMPRESSION = {
     "none": DBCompressionType.none,
@@ -101,26 +101,7 @@ class RocksdbStore(ShardStore):
         opts = _options(options, write=write)
         exists = os.path.exists(os.path.join(path, "CURRENT"))
         if write:
-            try:
-                os.makedirs(path, exist_ok=True)
-            except PermissionError:
-                parent = os.path.dirname(path)
-                while parent and not os.path.exists(parent):
-                    parent = os.path.dirname(parent)
-                raise NotWritableError(
-                    f"cannot create shard directory {path}: {parent or '/'} is not writable; "
-                    f"choose a writable location or fix its permissions"
-                ) from None
-            except (FileExistsError, NotADirectoryError):
-                raise NotWritableError(
-                    f"cannot create shard directory {path}: a file is in the way; "
-                    f"remove it or choose another dataset path"
-                ) from None
-            if not os.access(path, os.W_OK | os.X_OK):
-                raise NotWritableError(
-                    f"shard directory {path} is not writable; fix its permissions or "
-                    f"choose another dataset path"
-                )
+            make_shard_dir(path)
             access = AccessType.read_write()
         else:
             if not exists:
@@ -194,18 +175,8 @@ class RocksdbStore(ShardStore):
         writer.open(tmp)
         n = 0
         try:
-            prev = None
-            for k, v in itertools.chain([first], source):
-                if type(k) is not bytes:
-                    k = bytes(k)
-                if prev is not None and k <= prev:
-                    raise KeyOrderError(
-                        f"put_sorted on {self.path} table {table!r}: key {k.hex()} is not "
-                        f"above the previous key {prev.hex()}; keys must be strictly "
-                        f"ascending - nothing from this call was written"
-                    )
+            for k, v in ascending(itertools.chain([first], source), self.path, table):
                 writer[k] = v if type(v) is bytes else bytes(v)
-                prev = k
                 n += 1
             writer.finish()
             ingest = IngestExternalFileOptions()
