@@ -48,6 +48,10 @@ class DatasetMismatchError(UsageError):
     """The dataset exists with another layout, format or shard count."""
 
 
+class PipelineError(UsageError):
+    """A pipeline file (pipelines/NAME.toml) is malformed or has an unknown key."""
+
+
 class NotWritableError(BulkloadError, PermissionError):
     exit_code = EXIT_USAGE
 
@@ -86,6 +90,24 @@ class PartialRecordError(InputError):
 
 class DuplicateCellError(InputError):
     """Two records set the same cell of a 2-D array under --duplicates error."""
+
+
+class SourceVanishedError(InputError):
+    """A source file disappeared (or shrank) while it was being read."""
+
+
+class UnreadableInputError(InputError):
+    """A source file cannot be read (permissions, I/O error)."""
+
+
+class ChangedInputError(InputError):
+    """A file that was already ingested has changed (same name, other size or content)."""
+
+
+class DatasetReplacedError(BulkloadError):
+    """The dataset was replaced (--replace) after this reader opened it."""
+
+    exit_code = EXIT_FAILED
 
 
 class VerifyError(BulkloadError):

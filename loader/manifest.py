@@ -16,6 +16,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .fsatomic import fsync_dir
 from .errors import DatasetNotFoundError, StoreError
 from .layouts import Layout
 
@@ -47,9 +48,11 @@ class Manifest:
     batches: list[BatchEntry] = field(default_factory=list)
     runs: list[dict] = field(default_factory=list)
     arrays: dict = field(default_factory=dict)
+    files: dict = field(default_factory=dict)  # ingested inputs: name -> {size, xxh3, run, ...}
     dataset_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     created: float = field(default_factory=time.time)
     version: int = VERSION
+    extra: dict = field(default_factory=dict)  # keys written by newer code: kept as they are
 
     # --- derived -------------------------------------------------------------
     @property
@@ -77,16 +80,28 @@ class Manifest:
     def to_json(self) -> dict:
         d = asdict(self)
         d["batches"] = [b.row() for b in self.batches]
-        return d
+        extra = d.pop("extra")
+        return {**extra, **d}
 
     @classmethod
     def from_json(cls, d: dict) -> "Manifest":
         d = dict(d)
         d["batches"] = [BatchEntry(*row) for row in d.get("batches", [])]
-        return cls(**d)
+        known = set(cls.__dataclass_fields__)
+        extra = {k: d.pop(k) for k in list(d) if k not in known}
+        return cls(**d, extra=extra)
 
     def save(self, root: str | os.PathLike) -> None:
+        from . import faults
+
+        faults.hit("save")
         write_json_atomic(Path(root) / MANIFEST, self.to_json())
+        faults.hit("saved")
+
+    def mark_arrays_stale(self) -> None:
+        """Records were appended: the 2-D arrays no longer cover every record."""
+        for summary in self.arrays.values():
+            summary["stale"] = True
 
 
 def write_json_atomic(path: Path, obj) -> None:
@@ -97,11 +112,7 @@ def write_json_atomic(path: Path, obj) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        fsync_dir(str(path.parent))
     except OSError as e:
         tmp.unlink(missing_ok=True)
         raise StoreError(f"could not write {path}: {e.strerror or e}; "
@@ -117,6 +128,15 @@ def load_manifest(root: str | os.PathLike, uri: str | None = None) -> Manifest:
         raise DatasetNotFoundError(
             f"no dataset at {uri or root} (no {MANIFEST}); load one first with `bulkload load`"
         ) from None
+
+
+def read_dataset_id(root: str | os.PathLike) -> str | None:
+    """The id of the dataset now at ``root`` (changes when --replace swaps in a new one)."""
+    try:
+        with open(Path(root) / MANIFEST) as f:
+            return json.load(f).get("dataset_id")
+    except (OSError, ValueError):
+        return None
 
 
 def exists(root: str | os.PathLike) -> bool:

@@ -42,8 +42,7 @@ Options (strings, from the dataset URI, or Python values):
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
+
 import errno
 import fcntl
 import os
@@ -61,6 +60,7 @@ from ..errors import (
     StoreError,
     UsageError,
 )
+from ..fsatomic import exchange, fsync_dir
 from .base import MEM_ROOT, ShardStore, ascending, make_shard_dir
 
 DEFAULT_MAP_SIZE = 64 << 20
@@ -153,33 +153,6 @@ def _take_writer_lock(path: str) -> int:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd
-
-
-def _renameat2_exchange():
-    """libc renameat2(RENAME_EXCHANGE) or None (then compact falls back to two renames)."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        fn = libc.renameat2
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    fn.restype = ctypes.c_int
-    AT_FDCWD, RENAME_EXCHANGE = -100, 2
-
-    def exchange(a: str, b: str) -> None:
-        if fn(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) != 0:
-            e = ctypes.get_errno()
-            raise OSError(e, os.strerror(e), a)
-
-    return exchange
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _recover_compaction(path: str) -> None:
@@ -536,11 +509,16 @@ class LmdbStore(ShardStore):
 
     def drop_table(self, table: str) -> None:
         self._require_write("drop_table")
-        db = self._db(table, create=False)
-        if db is None:
+        if self._db(table, create=False) is None:
             return
 
         def run():
+            # mdb_drop(delete=1) closes the handle even when the commit then fails (map
+            # full, freeing a big table's pages): take a fresh handle on every attempt
+            db = self._db(table, create=False)
+            self._entry.dbs.pop(table, None)
+            if db is None:
+                return
             with self.env.begin(write=True) as txn:
                 txn.drop(db, delete=True)
 
@@ -609,20 +587,12 @@ class LmdbStore(ShardStore):
             entry.env.close()
             _ENVS.pop(self._real, None)
         parent = os.path.dirname(self.path)
-        exchange = _renameat2_exchange()
-        swapped = False
-        if exchange is not None:
-            try:
-                exchange(new, self.path)  # one atomic step; `new` now holds the old shard
-                swapped = True
-            except OSError:
-                pass
-        if swapped:
+        if exchange(new, self.path):  # one atomic step; `new` now holds the old shard
             os.rename(new, old)
         else:
             os.rename(self.path, old)
             os.rename(new, self.path)
-        _fsync_dir(parent)
+        fsync_dir(parent)
         shutil.rmtree(old, ignore_errors=True)
         os.close(self._lock_fd)
         self._lock_fd = new_lock
