@@ -103,20 +103,31 @@ def load(
     shards: Optional[int] = typer.Option(None, "--shards", help="Shard count (default: cores)."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes (default: cores)."),
     batch_records: Optional[int] = typer.Option(None, "--batch-records", help="Records per batch (default 10000)."),
+    new_run: bool = typer.Option(False, "--new-run", help="Load the source again even if it was loaded before."),
+    replace: bool = typer.Option(False, "--replace", help="Start the dataset over with this source (atomic swap)."),
     json_out: bool = typer.Option(False, "--json", help="Print the run report as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
 ):
-    """Load records into a dataset (appending to it if it exists)."""
+    """Load records into a dataset (appending to it if it exists).
+
+    Re-running the same command resumes an interrupted run, or loads nothing if it
+    finished; --new-run loads the source again; --replace starts the dataset over."""
     from .loading import load as do_load
 
     report = do_load(source, dataset, layout=layout, format=format, compression=compression,
                      shards=shards, workers=workers, batch_records=batch_records,
-                     progress=progress_mode(quiet))
+                     progress=progress_mode(quiet), new_run=new_run, replace=replace)
     if json_out:
         emit_json(report.to_dict())
     elif not quiet:
         r = report
-        print(f"loaded {r.records:,} records ({r.bytes / 1e6:,.1f} MB) into {r.dataset} in {r.seconds:.2f} s: "
+        if r.status == "already-loaded":
+            print(f"0 new records: {r.source} was already loaded into {r.dataset} by run {r.run_id} "
+                  f"(use --new-run to load it again)")
+            return
+        how = (f"resumed run {r.run_id}: kept {r.resumed_records:,} records, wrote {r.written_records:,}; "
+               if r.status == "resumed" else "")
+        print(f"{how}loaded {r.records:,} records ({r.bytes / 1e6:,.1f} MB) into {r.dataset} in {r.seconds:.2f} s: "
               f"{r.mb_per_s:,.0f} MB/s, {r.records_per_s / 1e6:.2f} M records/s "
               f"({r.batches} batches, {r.shards} shards, {r.workers} workers, {r.format})")
 
@@ -195,3 +206,16 @@ def export(dataset: str = typer.Argument(...),
 
 def main() -> None:
     app()
+
+
+from . import cli_jobs  # noqa: E402  (ingest, run)
+
+cli_jobs.register(app)
+
+
+from .cli_bench import register as _rb  # noqa: E402  (bench owns its command)
+_rb(app)
+
+
+from .cli_arrays import register as _register_arrays  # noqa: E402  (finalize, compact, query)
+_register_arrays(app)

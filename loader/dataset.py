@@ -47,7 +47,16 @@ class Dataset:
     def shard(self, i: int) -> ShardStore:
         st = self._shards.get(i)
         if st is None:
-            st = self._shards[i] = self.spec.open_shard(i, write=False)
+            st = self.spec.open_shard(i, write=False)
+            # after opening: if the manifest still names our dataset, the shard is ours
+            # (`load --replace` swaps in a whole new directory; see replace.py)
+            if mf.read_dataset_id(self.spec.root) != self.manifest.dataset_id:
+                st.close()
+                from .errors import DatasetReplacedError
+
+                raise DatasetReplacedError(f"dataset {self.uri} was replaced (load --replace) after it was "
+                                           "opened; open it again to read the new content")
+            self._shards[i] = st
         return st
 
     def close(self) -> None:

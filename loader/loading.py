@@ -2,9 +2,12 @@
 
 1. parse and check everything (source, dataset, layout, format) before touching data;
 2. lock the dataset (one writing job at a time) and read its manifest;
-3. plan batches (seq, first record, count), deal them to shard owners;
-4. run the workers (they sync their shards before reporting);
-5. commit: list the new batches in the manifest, atomically.
+3. find the source's previous run: finished -> nothing to do; interrupted -> resume it
+   (same plan, keep its durable batches); otherwise plan a new run;
+4. run the workers (they checkpoint durable batches as they go, see commit.py);
+5. commit: list the run's batches in the manifest, atomically.
+
+``--replace`` does the same into a sibling directory and swaps it in (replace.py).
 """
 
 from __future__ import annotations
@@ -14,17 +17,20 @@ import resource
 import time
 from dataclasses import asdict, dataclass, field
 
+from . import faults, runs
 from . import manifest as mf
+from . import replace as replace_mod
+from .commit import Committer, Unit, checkpoint_settings, execute, log, resume_points
 from .errors import (BulkloadError, DatasetMismatchError, MissingPathError, NotWritableError,
-                     UsageError)
+                     UsageError, WorkerError)
 from .layouts import Layout, get_layout
 from .lock import DatasetLock
 from .pool import Pool, in_thread
 from .progress import Progress
 from .serializers import get_serializer
-from .sources import FileSource, GenSource, StdinSource, parse_source
+from .sources import GenSource, StdinSource, parse_source
 from .stores.base import MEM_ROOT, StoreSpec, parse_dataset_uri
-from .workers import LoadTask, load_worker
+from .workers import LoadTask, Segment, load_worker
 
 DEFAULT_BATCH_RECORDS = 10_000
 FORMATS = ("capnp", "arrow")
@@ -50,6 +56,10 @@ class LoadReport:
     layout: str
     stages: dict = field(default_factory=dict)
     peak_rss_bytes: int = 0
+    status: str = "loaded"  # loaded | resumed (an interrupted run finished) | already-loaded
+    written_records: int = 0  # written by this job (resumed: without the kept batches)
+    resumed_records: int = 0  # kept from the interrupted run's durable batches
+    map_grows: int = 0  # LMDB map growths during the run
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -107,105 +117,253 @@ def check_compatible(m: mf.Manifest, spec: StoreSpec, layout: Layout, fmt: str, 
         )
 
 
-def load(source: str, dataset: str, *, layout: str | None = None, format: str | None = None,
-         compression: str | None = None, shards: int | None = None, workers: int | None = None,
-         batch_records: int | None = None, progress: str = "none", stdin=None) -> LoadReport:
-    """Append the records of ``source`` to ``dataset``; returns the run's report."""
-    t_start = time.perf_counter()
-    spec = parse_dataset_uri(dataset)
-    existing = mf.load_manifest(spec.root) if mf.exists(spec.root) else None
-
-    # --- resolve options: explicit > URI > existing dataset > defaults ---------------
-    layout_obj = get_layout(layout) if layout else None
-    src = parse_source(source, layout_obj)
+def resolve_options(spec: StoreSpec, existing: mf.Manifest | None, *, layout_obj: Layout | None,
+                    format: str | None, compression: str | None, shards: int | None,
+                    workers: int | None, batch_records: int | None) -> tuple:
+    """explicit > URI > existing dataset > defaults; returns (layout, fmt, comp, k, w, b, spec)."""
     if layout_obj is None:
-        if isinstance(src, GenSource):
-            layout_obj = get_layout(src.layout)
-        elif existing is not None:
-            layout_obj = existing.layout_obj
-        else:
-            layout_obj = get_layout("scidb96")
-    fmt = format or (existing.format if existing and existing.batches else "capnp")
+        layout_obj = existing.layout_obj if existing is not None else get_layout("scidb96")
+    has = existing is not None and bool(existing.batches)
+    fmt = format or (existing.format if has else "capnp")
     if fmt not in FORMATS:
         raise UsageError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
-    comp = compression or (existing.compression if existing and existing.batches else "none")
+    comp = compression or (existing.compression if has else "none")
     if comp not in COMPRESSIONS:
         raise UsageError(f"unknown compression {comp!r}; use one of {', '.join(COMPRESSIONS)}")
     get_serializer(fmt, layout_obj, comp)  # rejects unsupported combinations
     if shards is not None and spec.shards is not None and shards != spec.shards:
-        raise UsageError(f"--shards {shards} contradicts ?shards={spec.shards} in {dataset}")
-    k = shards or spec.shards or (existing.shards if existing and existing.batches else None) or default_workers()
+        raise UsageError(f"--shards {shards} contradicts ?shards={spec.shards} in {spec.uri}")
+    k = shards or spec.shards or (existing.shards if has else None) or default_workers()
     if not 1 <= k <= 1024:
         raise UsageError("--shards must be between 1 and 1024")
     w_req = default_workers() if workers is None else workers
     if w_req < 1:
         raise UsageError("--workers must be at least 1")
-    b = batch_records if batch_records is not None else (existing.batch_records if existing and existing.batches else DEFAULT_BATCH_RECORDS)
+    b = batch_records if batch_records is not None else (existing.batch_records if has else DEFAULT_BATCH_RECORDS)
     if b < 1:
         raise UsageError("--batch-records must be at least 1")
+    return layout_obj, fmt, comp, k, w_req, b, spec.with_shards(k)
+
+
+def fresh_manifest(m: mf.Manifest | None, spec: StoreSpec, layout_obj: Layout, fmt: str, comp: str,
+                   k: int, b: int) -> mf.Manifest:
+    """A manifest for an empty dataset with these options (keeping its id and history)."""
+    keep = {"runs": m.runs, "dataset_id": m.dataset_id, "created": m.created, "extra": m.extra} if m else {}
+    return mf.Manifest(layout=layout_obj.to_dict(), format=fmt, compression=comp, scheme=spec.scheme,
+                       shards=k, batch_records=b, **keep)
+
+
+def load(source: str, dataset: str, *, layout: str | None = None, format: str | None = None,
+         compression: str | None = None, shards: int | None = None, workers: int | None = None,
+         batch_records: int | None = None, progress: str = "none", stdin=None,
+         new_run: bool = False, replace: bool = False, checkpoint_seconds: float | None = None,
+         checkpoint_bytes: int | None = None) -> LoadReport:
+    """Load the records of ``source`` into ``dataset``; returns the run's report.
+
+    Appends to an existing dataset. Re-running the same source (same URI and content
+    fingerprint) resumes its interrupted run, or loads nothing if it already finished,
+    unless ``new_run``. ``replace`` starts the dataset over, atomically.
+    """
+    t_start = time.perf_counter()
+    fault = faults.from_env()
+    spec = parse_dataset_uri(dataset)
+    existing = mf.load_manifest(spec.root) if mf.exists(spec.root) else None
+
+    layout_obj = get_layout(layout) if layout else None
+    src = parse_source(source, layout_obj)
+    if layout_obj is None and isinstance(src, GenSource):
+        layout_obj = get_layout(src.layout)
+    layout_obj, fmt, comp, k, w_req, b, spec = resolve_options(
+        spec, existing, layout_obj=layout_obj, format=format, compression=compression, shards=shards,
+        workers=workers, batch_records=batch_records)
     total = src.count(layout_obj)  # a partial trailing record fails here, before any write
-    spec = spec.with_shards(k)
+    fp = src.fingerprint(layout_obj)
+    ckpt = checkpoint_settings(checkpoint_seconds, checkpoint_bytes)
+    job = dict(src=src, fp=fp, total=total, layout_obj=layout_obj, fmt=fmt, comp=comp, k=k,
+               w_req=w_req, b=b, b_given=batch_records is not None, new_run=new_run,
+               progress=progress, stdin=stdin, ckpt=ckpt, fault=fault, t_start=t_start)
 
     prepare_root(spec)
     with DatasetLock(spec.root) as lock:
-        lock.set_job(f"load {src.uri}")
+        lock.set_job(f"load {src.uri}" + (" --replace" if replace else ""))
         m = mf.load_manifest(spec.root) if mf.exists(spec.root) else None
-        if m is not None:
-            check_compatible(m, spec, layout_obj, fmt, comp, k)
-        if m is None or not m.batches:
-            keep = {"runs": m.runs, "dataset_id": m.dataset_id, "created": m.created} if m else {}
-            m = mf.Manifest(layout=layout_obj.to_dict(), format=fmt, compression=comp,
-                            scheme=spec.scheme, shards=k, batch_records=b, **keep)
-        run = mf.new_run("load", source=src.uri, workers=None)
-        m.runs.append(run)
-        m.save(spec.root)
-
-        nworkers = max(1, min(w_req, k))
-        run["workers"] = nworkers
-        rs = layout_obj.record_size
-        shard_hint = (total * rs // k) if total is not None else 0
-        tasks = [LoadTask(store=spec, worker=w, workers=nworkers, nshards=k, layout=layout_obj.to_dict(),
-                          format=fmt, compression=comp,
-                          source=None if isinstance(src, StdinSource) else src,
-                          first_seq=m.next_seq, first_record=m.next_record, total=total,
-                          batch_records=b, shard_bytes_hint=shard_hint, main_pid=os.getpid())
-                 for w in range(nworkers)]
-        try:
-            with Progress("load", total, rs, mode=progress) as prog:
-                if isinstance(src, StdinSource):
-                    receipts, total = _run_stdin(tasks, prog, stdin, layout_obj)
-                else:
-                    pool = Pool(load_worker, tasks, on_progress=prog.advance)
-                    receipts = pool.run()
-        except BaseException as e:
-            run.update(status="failed", ended=time.time(),
-                       error=str(e) if isinstance(e, BulkloadError) else f"{type(e).__name__}: {e}")
+        if m is not None and runs.mark_interrupted(m):
             m.save(spec.root)
+        sib = replace_mod.sibling_spec(spec)
+        if not replace:
+            if os.path.isdir(sib.root):
+                log(progress, f"discarding an unfinished --replace of {spec.uri} ({sib.root})")
+                replace_mod.discard(sib.root)
+            if m is not None:
+                check_compatible(m, spec, layout_obj, fmt, comp, k)
+            return _load_locked(spec, m, replace=False, replaces=None, **job)
+
+        # --- --replace: build beside, then swap ------------------------------------------
+        old_id = m.dataset_id if m is not None else None
+        sm = None
+        if mf.exists(sib.root):
+            sm = mf.load_manifest(sib.root)
+            r = sm.runs[-1] if sm.runs else None
+            if not (r and r.get("replace") and r.get("replaces") == old_id
+                    and r.get("source") == src.uri and r.get("fingerprint") == fp and fp is not None
+                    and not new_run):
+                sm = None
+        if sm is None:
+            replace_mod.discard(sib.root)
+        prepare_root(sib)
+        with DatasetLock(sib.root):
+            if sm is None:
+                sm = fresh_manifest(None, sib, layout_obj, fmt, comp, k, b)
+                sm.runs = [dict(r) for r in (m.runs if m else [])]
+            else:
+                runs.mark_interrupted(sm)
+            report = _load_locked(sib, sm, replace=True, replaces=old_id, **job)
+            replace_mod.swap_in(sib.root, spec.root)
+            replace_mod.discard(sib.root)  # the old dataset
+        report.dataset = spec.uri
+        log(progress, f"replaced {spec.uri}: it now holds {report.records:,} records", dataset=spec.uri,
+            run=report.run_id, event="replaced")
+        return report
+
+
+def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, layout_obj, fmt, comp, k,
+                 w_req, b, b_given, new_run, progress, stdin, ckpt, fault, t_start,
+                 replace: bool, replaces: str | None) -> LoadReport:
+    """The load proper, with the dataset locked. With ``replace``, ``spec``/``m`` are the
+    sibling being built and ``replaces`` the id of the dataset it will replace."""
+    opts = dict(format=fmt, compression=comp, layout=layout_obj.name, shards=k)
+    prev = runs.last_matching(m, "load", src.uri, fp) if m is not None else None
+    if replace and prev is not None and not (prev.get("replace") and prev.get("replaces") == replaces):
+        prev = None  # history of the dataset being replaced
+    if prev is not None and prev.get("status") == "done" and not new_run:
+        if replace:  # built completely before a crash, never swapped in: just swap
+            return _report(spec, src, prev, layout_obj, fmt, comp, k, 0, [], [], t_start,
+                           status="loaded", records=prev.get("records", 0))
+        log(progress, f"nothing to do: {src.uri} was already loaded into {spec.uri} by run {prev['id']} "
+            f"({prev.get('records', 0):,} records); use --new-run to load it again",
+            run=prev["id"], source=src.uri, event="already-loaded")
+        return _report(spec, src, prev, layout_obj, fmt, comp, k, 0, [], [], t_start, status="already-loaded")
+
+    resume = None
+    if prev is not None and not new_run and m is not None and runs.load_resumable(m, prev, **opts):
+        if b_given and prev.get("batch_records") != b:
+            log(progress, f"resuming run {prev['id']} with its batch size {prev['batch_records']} "
+                f"(not --batch-records {b}); use --new-run to start over with another size")
+        b = prev["batch_records"]
+        resume = prev
+    if m is None or not m.batches:
+        m = fresh_manifest(m, spec, layout_obj, fmt, comp, k, b)
+
+    if resume is not None:
+        run = resume
+        runs.restart(run)
+    else:
+        run = mf.new_run("load", source=src.uri, fingerprint=fp, workers=None)
+        run.update(first_seq=m.next_seq, first_record=m.next_record, total=total, batch_records=b,
+                   resumable=fp is not None, **opts)
+        if replace:
+            run.update(replace=True, replaces=replaces)
+        m.runs.append(run)
+    gone = runs.supersede(m, run, by=run["id"])
+    if gone:
+        log(progress, f"discarding the unfinished run(s) {', '.join(gone)}: their pending batches are "
+            "overwritten by this run", superseded=gone)
+
+    nworkers = max(1, min(w_req, k))
+    run["workers"] = nworkers
+    stdin_run = isinstance(src, StdinSource)
+    segments = [] if stdin_run else [Segment(src, total, run["first_seq"], run["first_record"])]
+    if resume is not None:
+        res, keep = resume_points(spec, segments, b, k, run["first_seq"], run.get("pending") or [])
+        kept = sum(r[3] for r in keep)
+        log(progress, f"resuming run {run['id']} of {src.uri}: {len(keep):,} batches ({kept:,} records) "
+            f"already durable are kept, {total - kept:,} records to load", run=run["id"],
+            kept_batches=len(keep), kept_records=kept, event="resume")
+    else:
+        res, keep = (), []
+        log(progress, f"load {src.uri} into {spec.uri}: run {run['id']}", run=run["id"], source=src.uri,
+            event="start")
+    units = [] if stdin_run else [Unit(src.uri, run["first_seq"], -(-total // b), run["first_record"], total)]
+    committer = Committer(spec.root, m, run, units, keep, record_pending=not stdin_run)
+    run["records"], run["batches"] = 0, 0
+    committer.save()
+
+    feed = None
+    if stdin_run:
+        feed = lambda tasks, prog, on_message: _run_stdin(tasks, prog, stdin, layout_obj, on_message)
+    try:
+        receipts = execute(spec, m, run, committer, layout=layout_obj, segments=segments, resume=res, k=k,
+                           b=b, nworkers=nworkers, label="load", progress=progress, stdin_feed=feed,
+                           checkpoint=ckpt, fault=fault)
+        if stdin_run:
+            receipts, total = receipts
+            committer.units = [Unit("-", run["first_seq"], sum(len(rc["batches"]) for rc in receipts),
+                                    run["first_record"], total)]
+            run["total"] = total
+        faults.hit("commit")
+        committer.finish(receipts)
+    except Exception as e:
+        if not committer.complete:
+            runs.fail(run, e)
+            _save_quietly(committer)
             raise
+        # everything was committed before the error (e.g. a worker died after its last
+        # checkpoint): the run is done; only its figures are incomplete
+        log(progress, f"run {run['id']}: every batch was committed before this error: {e}", level="warning")
+        receipts = []
+    except BaseException as e:
+        runs.fail(run, e)
+        try:
+            committer.save()
+        except BulkloadError:
+            pass  # the original error matters more; the manifest on disk is the last good one
+        raise
+    if committer.next < len(committer.units):  # cannot happen: every batch has a receipt
+        raise WorkerError("the workers did not write every planned batch; nothing was committed")
 
-        # --- commit -------------------------------------------------------------------
-        rows = sorted(r for rc in receipts for r in rc["batches"])
-        m.batches.extend(mf.BatchEntry(*r) for r in rows)
-        seconds = time.perf_counter() - t_start
-        stages = {k2: round(max(rc[k2] for rc in receipts), 3)
-                  for k2 in ("produce_s", "serialize_s", "write_s", "sync_s")} if receipts else {}
-        nrec = sum(r[3] for r in rows)
-        run.update(status="done", ended=time.time(), records=nrec, batches=len(rows),
-                   seconds=round(seconds, 3), first_seq=tasks[0].first_seq)
-        m.save(spec.root)
+    # --- commit ---------------------------------------------------------------------
+    seconds = time.perf_counter() - t_start
+    stages = {k2: round(max(rc[k2] for rc in receipts), 3)
+              for k2 in ("produce_s", "serialize_s", "write_s", "sync_s")} if receipts else {}
+    written = sorted(r for rc in receipts for r in rc["batches"])
+    grows = sum(rc.get("map_grows", 0) for rc in receipts)
+    runs.finish(run, "done", seconds=round(seconds, 3), written_records=sum(r[3] for r in written),
+                kept_records=sum(r[3] for r in keep), map_grows=grows)
+    m.save(spec.root)
+    log(progress, f"loaded {run['records']:,} records from {src.uri} into {spec.uri} (run {run['id']})",
+        run=run["id"], stage="load", records=run["records"], seconds=round(seconds, 3), event="done")
+    return _report(spec, src, run, layout_obj, m.format, m.compression, k, nworkers, receipts, keep,
+                   t_start, stages=stages, status="resumed" if resume is not None else "loaded")
 
+
+def _save_quietly(committer: Committer) -> None:
+    try:
+        committer.save()
+    except BulkloadError:
+        pass  # the original error matters more; the manifest on disk is the last good one
+
+
+def _report(spec, src, run, layout_obj, fmt, comp, k, nworkers, receipts, keep, t_start, *,
+            stages=None, status="loaded", records=None) -> LoadReport:
+    seconds = time.perf_counter() - t_start
+    written = [r for rc in receipts for r in rc["batches"]]
+    nrec = sum(r[3] for r in written) + sum(r[3] for r in keep) if records is None else records
+    nwritten = sum(r[3] for r in written)
+    rs = layout_obj.record_size
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 + sum(rc["max_rss"] for rc in receipts)
-    nbytes = nrec * rs
     return LoadReport(
-        dataset=spec.uri, source=src.uri, run_id=run["id"], records=nrec, bytes=nbytes,
-        stored_bytes=sum(r[5] for r in rows), batches=len(rows), shards=k, workers=nworkers,
-        seconds=round(seconds, 4), records_per_s=round(nrec / seconds, 1),
-        mb_per_s=round(nbytes / seconds / 1e6, 2), format=fmt, compression=comp,
-        layout=layout_obj.name, stages=stages, peak_rss_bytes=peak,
+        dataset=spec.uri, source=src.uri, run_id=run["id"], records=nrec, bytes=nrec * rs,
+        stored_bytes=sum(r[5] for r in written) + sum(r[5] for r in keep),
+        batches=len(written) + len(keep) if status != "already-loaded" else 0, shards=k, workers=nworkers,
+        seconds=round(seconds, 4), records_per_s=round(nwritten / seconds, 1) if seconds > 0 else 0.0,
+        mb_per_s=round(nwritten * rs / seconds / 1e6, 2) if seconds > 0 else 0.0, format=fmt,
+        compression=comp, layout=layout_obj.name, stages=stages or {}, peak_rss_bytes=peak,
+        status=status, written_records=nwritten, resumed_records=sum(r[3] for r in keep),
+        map_grows=sum(rc.get("map_grows", 0) for rc in receipts),
     )
 
 
-def _run_stdin(tasks: list[LoadTask], prog: Progress, stdin, layout: Layout) -> tuple[list, int]:
+def _run_stdin(tasks: list[LoadTask], prog: Progress, stdin, layout: Layout, on_message=None) -> tuple[list, int]:
     """Read stdin in the coordinator into shared-memory slots; workers take them from there."""
     import sys
     from multiprocessing import shared_memory
@@ -224,7 +382,7 @@ def _run_stdin(tasks: list[LoadTask], prog: Progress, stdin, layout: Layout) -> 
         free_slots.put(i)
     inboxes = [ctx.Queue(maxsize=nslots) for _ in tasks]
     pool = Pool(load_worker, tasks, extras=[(inbox, free_slots, shm.name) for inbox in inboxes],
-                on_progress=prog.advance)
+                on_progress=prog.advance, on_message=on_message)
     stream = stdin if stdin is not None else sys.stdin.buffer
     result = {"total": 0}
 

@@ -43,12 +43,15 @@ class Pool:
     """Run ``fn(task, progress_q, *extra)`` for each task in its own process."""
 
     def __init__(self, fn: Callable, tasks: list, extras: list[tuple] | None = None,
-                 on_progress: Callable[[int], None] | None = None):
+                 on_progress: Callable[[int], None] | None = None,
+                 on_message: Callable[[tuple], None] | None = None):
         self.ctx = context()
         self.fn = fn
         self.tasks = tasks
         self.extras = extras or [() for _ in tasks]
         self.on_progress = on_progress or (lambda n: None)
+        # tuples a worker puts on its progress queue (e.g. load checkpoints), in order
+        self.on_message = on_message or (lambda msg: None)
         self.result_q = self.ctx.Queue()
         self.progress_q = self.ctx.Queue()
         self.procs: list = []
@@ -119,7 +122,10 @@ class Pool:
                 n = self.progress_q.get_nowait()
             except queue.Empty:
                 return
-            self.on_progress(n)
+            if isinstance(n, tuple):
+                self.on_message(n)
+            else:
+                self.on_progress(n)
 
     def stop(self) -> None:
         for p in self.procs:

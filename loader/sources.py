@@ -18,7 +18,8 @@ from urllib.parse import parse_qsl
 
 import numpy as np
 
-from .errors import MissingPathError, PartialRecordError, UsageError
+from .errors import (MissingPathError, PartialRecordError, SourceVanishedError,
+                     UnreadableInputError, UsageError)
 from .layouts import Layout, get_layout
 
 MAX_RECORDS = 2**63 - 1
@@ -37,6 +38,10 @@ class GenSource:
 
     def count(self, layout: Layout) -> int:
         return self.n
+
+    def fingerprint(self, layout: Layout) -> str:
+        """What identifies the records this source yields (for resume / already loaded)."""
+        return self.uri
 
     def fill(self, records: np.ndarray, offset: int) -> None:
         """Fill records with source records offset.. (offset relative to the source)."""
@@ -66,18 +71,77 @@ class FileSource:
             raise PartialRecordError(self.path, n * rs, rs, size - n * rs)
         return size // rs
 
+    def fingerprint(self, layout: Layout) -> str:
+        """Size plus an xxh3 of 16 sampled 64 KiB blocks (head, tail and evenly between).
+
+        Cheap for any file size; a file appended to, truncated or rewritten is another
+        source. (Directory ingestion hashes whole files instead.)
+        """
+        import xxhash
+
+        size = self.count(layout) * layout.record_size
+        h = xxhash.xxh3_64()
+        block = 64 << 10
+        with open_input(self.path) as f:
+            offs = sorted({min(max(0, size - block), i * max(0, size - block) // 15) for i in range(16)})
+            for off in offs:
+                h.update(os.pread(f.fileno(), block, off))
+        return f"size={size};sample={h.hexdigest()}"
+
     def fill(self, records: np.ndarray, offset: int) -> None:
         rs = records.dtype.itemsize
         view = memoryview(records).cast("B")
-        with open(self.path, "rb", buffering=0) as f:
+        with open_input(self.path) as f:
             pos, want = offset * rs, view.nbytes
             got = 0
             while got < want:
-                k = os.preadv(f.fileno(), [view[got:]], pos + got)
+                try:
+                    k = os.preadv(f.fileno(), [view[got:]], pos + got)
+                except OSError as e:
+                    raise UnreadableInputError(f"{self.path}: read failed at byte offset {pos + got}: "
+                                               f"{e.strerror or e}") from None
                 if k == 0:
-                    raise PartialRecordError(self.path, pos + got - (pos + got) % rs, rs,
-                                             (pos + got) % rs)
+                    raise SourceVanishedError(
+                        f"{self.path}: the file shrank while being read (ended at byte offset "
+                        f"{pos + got}, {pos + want} expected); nothing from it was committed")
                 got += k
+
+
+def open_input(path: str):
+    """Open a source file for reading, with one-line errors naming it."""
+    try:
+        return open(path, "rb", buffering=0)
+    except FileNotFoundError:
+        raise SourceVanishedError(f"{path}: the file vanished while being read; "
+                                  "nothing from it was committed") from None
+    except IsADirectoryError:
+        raise UnreadableInputError(f"{path}: is a directory, not a file of records") from None
+    except PermissionError:
+        raise UnreadableInputError(f"{path}: not readable (permission denied); "
+                                   "fix its permissions and re-run") from None
+    except OSError as e:
+        raise UnreadableInputError(f"{path}: cannot be opened: {e.strerror or e}") from None
+
+
+def hash_file(path: str, chunk: int = 4 << 20) -> tuple[str, int]:
+    """(xxh3-128 hex digest of the whole content, bytes read)."""
+    import xxhash
+
+    h = xxhash.xxh3_128()
+    n = 0
+    with open_input(path) as f:
+        buf = bytearray(chunk)
+        mv = memoryview(buf)
+        while True:
+            try:
+                k = f.readinto(mv)
+            except OSError as e:
+                raise UnreadableInputError(f"{path}: read failed at byte offset {n}: {e.strerror or e}") from None
+            if not k:
+                break
+            h.update(mv[:k])
+            n += k
+    return h.hexdigest(), n
 
 
 @dataclass(frozen=True)
@@ -86,6 +150,9 @@ class StdinSource:
 
     def count(self, layout: Layout) -> None:
         return None
+
+    def fingerprint(self, layout: Layout) -> None:
+        return None  # a stream cannot be recognised or replayed: every stdin load is a new run
 
 
 Source = GenSource | FileSource | StdinSource

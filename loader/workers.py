@@ -9,8 +9,12 @@ three stages for the batches of those shards:
   serialize frame (capnp: write a 40-byte header in front of the records) or Arrow IPC
   write     group batches per shard into one atomic put_sorted (LMDB append / RocksDB SST)
 
-then syncs its shards and returns a receipt: the committed batch rows and stage timings.
-The coordinator lists those batches in the manifest; until then they do not exist.
+then syncs its shards and returns a receipt: the written batch rows and stage timings.
+Every ``checkpoint_seconds`` / ``checkpoint_bytes`` it also syncs what it wrote so far and
+sends the coordinator a checkpoint (the synced rows), which records them in the manifest
+as the run's *pending* batches: not visible to readers, but kept by a resumed run.
+The coordinator lists batches in the manifest's committed list once the whole unit (the
+run for `load`, the file for `ingest`) is synced; until then they do not exist.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from dataclasses import dataclass, field
 
 import xxhash
 
+from . import faults
 from .layouts import Layout
 from .serializers import get_serializer
 from .stores.base import StoreSpec
@@ -38,6 +43,22 @@ def batch_key(seq: int) -> bytes:
 
 
 @dataclass(frozen=True)
+class Segment:
+    """A contiguous part of a plan: ``count`` records of ``source`` from source record
+    ``offset``, stored as batches ``first_seq``.. holding dataset records ``first_record``..
+    A load is one segment; a directory ingest is one segment per file."""
+
+    source: object  # GenSource | FileSource
+    count: int
+    first_seq: int
+    first_record: int
+    offset: int = 0
+
+    def nbatches(self, b: int) -> int:
+        return -(-self.count // b)
+
+
+@dataclass(frozen=True)
 class LoadTask:
     store: StoreSpec
     worker: int
@@ -46,27 +67,35 @@ class LoadTask:
     layout: dict
     format: str
     compression: str
-    source: object | None  # GenSource | FileSource; None: batches arrive on `inbox` (stdin)
+    segments: tuple  # of Segment; empty: batches arrive on `inbox` (stdin)
     first_seq: int
     first_record: int
-    total: int | None
     batch_records: int
-    source_offset: int = 0
+    resume: tuple = ()  # per shard: first seq to write (its batches below are kept); () = first_seq
     shard_bytes_hint: int = 0
     main_pid: int = 0
     store_options: tuple = field(default=())
+    checkpoint_bytes: int = 1 << 30  # sync + report synced batches after this many bytes ...
+    checkpoint_seconds: float = 10.0  # ... or this many seconds, whichever comes first
+    fault: str = ""  # BULKLOAD_FAULT of the job (see faults.py)
 
     def owned_shards(self) -> list[int]:
         return [s for s in range(self.nshards) if s % self.workers == self.worker]
 
+    def resume_seq(self, shard: int) -> int:
+        return self.resume[shard] if self.resume else self.first_seq
+
     def planned_batches(self):
-        """(seq, first_record, count, source_offset) of this worker's batches, in seq order."""
+        """(seq, first_record, count, source, source_offset) of this worker's batches still
+        to write, in seq order."""
         b, owned = self.batch_records, set(self.owned_shards())
-        nb = -(-self.total // b)
-        for i in range(nb):
-            seq = self.first_seq + i
-            if seq % self.nshards in owned:
-                yield seq, self.first_record + i * b, min(b, self.total - i * b), self.source_offset + i * b
+        for seg in self.segments:
+            for i in range(seg.nbatches(b)):
+                seq = seg.first_seq + i
+                s = seq % self.nshards
+                if s in owned and seq >= self.resume_seq(s):
+                    yield (seq, seg.first_record + i * b, min(b, seg.count - i * b), seg.source,
+                           seg.offset + i * b)
 
 
 def _die_with_parent(main_pid: int) -> None:
@@ -80,9 +109,31 @@ def _die_with_parent(main_pid: int) -> None:
         pass
 
 
+def _watch_coordinator(main_pid: int, interval: float = 0.2) -> None:
+    """Exit at once if the coordinator dies (e.g. SIGKILL). PDEATHSIG does not cover it:
+    a worker's parent is the forkserver, which itself lives as long as its workers."""
+    if not main_pid:
+        return
+
+    def watch():
+        while True:
+            time.sleep(interval)
+            if not _parent_alive(main_pid):
+                os._exit(70)  # like a kill: nothing more is written, the stores stay consistent
+
+    threading.Thread(target=watch, name="watch-coordinator", daemon=True).start()
+
+
 def _parent_alive(pid: int) -> bool:
     if not pid:
         return True
+    try:  # a killed coordinator stays a zombie until its parent reaps it: that is dead too
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):
+        pass
     try:
         os.kill(pid, 0)
         return True
@@ -95,6 +146,8 @@ def _parent_alive(pid: int) -> bool:
 def load_worker(task: LoadTask, progress_q, inbox=None, free_slots=None, shm_name: str | None = None) -> dict:
     """Produce, serialize and write this worker's batches; return the receipt."""
     _die_with_parent(task.main_pid)
+    _watch_coordinator(task.main_pid)
+    faults.configure(task.fault, prefix=f"w{task.worker}.")
     layout = Layout.from_dict(task.layout)
     ser = get_serializer(task.format, layout, task.compression)
     rs = layout.record_size
@@ -102,15 +155,15 @@ def load_worker(task: LoadTask, progress_q, inbox=None, free_slots=None, shm_nam
 
     stores = {}
     extra = dict(task.store_options)
-    if task.shard_bytes_hint:
+    if task.shard_bytes_hint and "map_size" not in dict(task.store.options):
         extra["map_size"] = str(int(task.shard_bytes_hint * 1.25) + (64 << 20))
     try:
         for s in task.owned_shards():
             opts = dict(task.store.options) | extra
-            st = task.store.backend.open(task.store.shard_path(s), write=True, options=opts)
-            stores[s] = st
-            # Anything at or above first_seq is an uncommitted leftover of a failed run.
-            st.delete_range(batch_key(task.first_seq), None)
+            stores[s] = st = _open_shard(task.store, s, opts)
+            # Anything at or above the resume point is an uncommitted leftover of a failed
+            # run (batches below it were synced and checkpointed: they are kept).
+            _guard(task.store, s, lambda: st.delete_range(batch_key(task.resume_seq(s)), None))
 
         q: queue.Queue = queue.Queue(maxsize=QUEUE_DEPTH)
         stop = threading.Event()
@@ -138,12 +191,12 @@ def load_worker(task: LoadTask, progress_q, inbox=None, free_slots=None, shm_nam
                         _put(q, stop, (seq, first, count, buf, recs))
                     shm.close()
                 else:
-                    for seq, first, count, off in task.planned_batches():
+                    for seq, first, count, source, off in task.planned_batches():
                         if stop.is_set():
                             return
                         t = time.perf_counter()
                         buf, recs = ser.new_buffer(count)
-                        task.source.fill(recs, off)
+                        source.fill(recs, off)
                         timings["produce_s"] += time.perf_counter() - t
                         _put(q, stop, (seq, first, count, buf, recs))
                 _put(q, stop, None)
@@ -158,16 +211,39 @@ def load_worker(task: LoadTask, progress_q, inbox=None, free_slots=None, shm_nam
         group_bytes = {s: 0 for s in stores}
         group_rows: dict[int, list] = {s: [] for s in stores}
 
+        unsynced: list[list] = []  # rows written since the last checkpoint
+        ckpt = {"bytes": 0, "t": time.monotonic()}
+
         def flush(s: int) -> None:
             if not groups[s]:
                 return
             t = time.perf_counter()
-            stores[s].put_sorted(groups[s], table="batches")
+            _guard(task.store, s, lambda: stores[s].put_sorted(groups[s], table="batches"))
             timings["write_s"] += time.perf_counter() - t
+            faults.hit("flush")
             n = sum(r[3] for r in group_rows[s])
             rows.extend(group_rows[s])
+            unsynced.extend(group_rows[s])
+            ckpt["bytes"] += group_bytes[s]
             groups[s], group_rows[s], group_bytes[s] = [], [], 0
             progress_q.put(n)
+
+        def sync_all() -> None:
+            t = time.perf_counter()
+            for s, st in stores.items():
+                _guard(task.store, s, st.sync)
+            timings["sync_s"] += time.perf_counter() - t
+            faults.hit("sync")
+
+        def checkpoint() -> None:
+            """Make what was written durable and tell the coordinator which batches it is."""
+            for s in stores:
+                flush(s)
+            if unsynced:
+                sync_all()
+                progress_q.put(("checkpoint", task.worker, list(unsynced)))
+                unsynced.clear()
+            ckpt["bytes"], ckpt["t"] = 0, time.monotonic()
 
         try:
             while True:
@@ -181,6 +257,7 @@ def load_worker(task: LoadTask, progress_q, inbox=None, free_slots=None, shm_nam
                 value = ser.encode_buffer(buf, recs, first)
                 checksum = xxhash.xxh3_64_intdigest(value)
                 timings["serialize_s"] += time.perf_counter() - t
+                faults.hit("batch")
                 s = seq % task.nshards
                 groups[s].append((batch_key(seq), value))
                 group_rows[s].append([seq, s, first, count, checksum, len(value)])
@@ -189,12 +266,14 @@ def load_worker(task: LoadTask, progress_q, inbox=None, free_slots=None, shm_nam
                     flush(s)
                     if not _parent_alive(task.main_pid):
                         raise SystemExit("coordinator died")
+                if (ckpt["bytes"] + sum(group_bytes.values()) >= task.checkpoint_bytes
+                        or time.monotonic() - ckpt["t"] >= task.checkpoint_seconds):
+                    checkpoint()
+                    if not _parent_alive(task.main_pid):
+                        raise SystemExit("coordinator died")
             for s in stores:
                 flush(s)
-            t = time.perf_counter()
-            for st in stores.values():
-                st.sync()
-            timings["sync_s"] += time.perf_counter() - t
+            sync_all()
         finally:
             stop.set()
             deadline = time.monotonic() + 2
@@ -211,9 +290,45 @@ def load_worker(task: LoadTask, progress_q, inbox=None, free_slots=None, shm_nam
         "worker": task.worker,
         "pid": os.getpid(),
         "batches": rows,
+        "map_grows": sum(getattr(st, "grows", 0) for st in stores.values()),
         **{k: round(v, 4) for k, v in timings.items()},
         "max_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
     }
+
+
+def _open_shard(spec: StoreSpec, s: int, opts: dict, wait: float = 10.0):
+    """Open shard ``s`` for writing. Workers of a job that was just killed may hold it
+    for a moment while they notice and exit; give them ``wait`` seconds."""
+    from .errors import DatasetBusyError
+
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return spec.backend.open(spec.shard_path(s), write=True, options=opts)
+        except DatasetBusyError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def _guard(spec: StoreSpec, s: int, fn):
+    """Run a store write; an OS-level failure (disk full, file size limit, I/O error)
+    becomes a one-line StoreError that says the committed state is intact."""
+    from .errors import BulkloadError, StoreError
+
+    try:
+        return fn()
+    except BulkloadError as e:
+        if isinstance(e, StoreError):
+            text = e.strerror if e.strerror else str(e)
+            raise StoreError(f"{text}; the dataset is unchanged since its last commit - "
+                             "fix the cause and re-run the same command to resume") from None
+        raise
+    except Exception as e:  # lmdb.Error, rocksdict exceptions, OSError
+        text = str(e).strip() or type(e).__name__
+        raise StoreError(f"shard {s} ({spec.shard_path(s)}): write failed: {text}; the dataset is "
+                         "unchanged since its last commit - free space (or raise the file size "
+                         "limit) and re-run the same command to resume") from None
 
 
 def _put(q: queue.Queue, stop: threading.Event, item) -> None:

@@ -1,0 +1,246 @@
+"""Running a plan of batches with checkpoints, and committing it unit by unit.
+
+A *plan* is a list of segments (workers.Segment): contiguous record ranges of sources,
+numbered with consecutive batch seqs from the dataset's ``next_seq``. It is divided into
+*units*, the granularity of visibility: the whole run for `load`, one file for `ingest`.
+
+While the workers write, each one syncs its shards every ``checkpoint_seconds`` /
+``checkpoint_bytes`` and reports the batches that are now durable. The coordinator
+records them in the manifest as the run's ``pending`` rows (readers ignore them) and,
+as soon as every batch of the next unit is durable, moves that unit's rows into the
+committed list - one atomic manifest write. So:
+
+- a crash (of the job, of a worker, of the machine) loses at most the work since the
+  last checkpoint, and never exposes a partial unit;
+- a resumed run keeps the pending batches that are still intact in the stores (their
+  checksums are recomputed first) and writes only the rest, with the same seqs and
+  record numbers: the result is byte-identical to an uninterrupted run.
+
+Per shard, a worker writes its batches in seq order, so the durable batches of one
+shard are always a prefix of the shard's planned batches; a resumed worker therefore
+needs only a per-shard resume point (it deletes every key at or above it first).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import xxhash
+
+from . import faults, logs
+from . import manifest as mf
+from .layouts import Layout
+from .pool import Pool
+from .progress import Progress
+from .stores.base import StoreSpec
+from .workers import LoadTask, Segment, batch_key, load_worker
+
+CHECKPOINT_SECONDS = 10.0
+CHECKPOINT_BYTES = 1 << 30
+
+
+def checkpoint_settings(seconds: float | None = None, nbytes: int | None = None) -> tuple[float, int]:
+    """Explicit values > BULKLOAD_CHECKPOINT_SECONDS / _BYTES > defaults (10 s, 1 GiB)."""
+    if seconds is None:
+        seconds = float(os.environ.get("BULKLOAD_CHECKPOINT_SECONDS", CHECKPOINT_SECONDS))
+    if nbytes is None:
+        nbytes = int(float(os.environ.get("BULKLOAD_CHECKPOINT_BYTES", CHECKPOINT_BYTES)))
+    return float(seconds), int(nbytes)
+
+
+@dataclass
+class Unit:
+    """What becomes visible at once: batches first_seq .. first_seq+nbatches-1."""
+
+    name: str
+    first_seq: int
+    nbatches: int
+    first_record: int
+    records: int
+    on_commit: Callable[[mf.Manifest, "Unit"], None] | None = None
+    check: Callable[["Unit"], str | None] | None = None  # a reason not to commit it, or None
+
+
+def plan_units(segments: list[Segment], b: int, names: list[str]) -> list[Unit]:
+    return [Unit(name, s.first_seq, s.nbatches(b), s.first_record, s.count)
+            for s, name in zip(segments, names)]
+
+
+def planned_rows(segments: list[Segment], b: int, k: int) -> dict[int, tuple[int, int, int]]:
+    """seq -> (shard, first record, count) for every batch of the plan."""
+    out = {}
+    for seg in segments:
+        for i in range(seg.nbatches(b)):
+            seq = seg.first_seq + i
+            out[seq] = (seq % k, seg.first_record + i * b, min(b, seg.count - i * b))
+    return out
+
+
+def resume_points(spec: StoreSpec, segments: list[Segment], b: int, k: int, first_seq: int,
+                  pending: list) -> tuple[tuple, list]:
+    """(per-shard resume seqs, rows kept) for a plan, given a crashed run's pending rows.
+
+    A pending row is kept when it matches the plan and its stored value is intact
+    (size and xxh3 recomputed); per shard, only the prefix up to the first batch that is
+    missing or damaged is kept, since the worker rewrites that shard from there.
+    """
+    plan = planned_rows(segments, b, k)
+    end = max(plan) + 1 if plan else first_seq
+    cand = {}
+    for row in pending:
+        seq = row[0]
+        want = plan.get(seq)
+        if want is not None and (row[1], row[2], row[3]) == want:
+            cand[seq] = list(row)
+    by_shard: dict[int, list[int]] = {s: [] for s in range(k)}
+    for seq in sorted(plan):
+        by_shard[seq % k].append(seq)
+    resume, keep = [], []
+    for s in range(k):
+        point = end
+        good = []
+        store = None
+        try:
+            for seq in by_shard[s]:
+                row = cand.get(seq)
+                if row is None:
+                    point = seq
+                    break
+                if store is None:
+                    store = spec.open_shard(s, write=False)
+                v = store.get(batch_key(seq))
+                if v is None or len(v) != row[5] or xxhash.xxh3_64_intdigest(bytes(v)) != row[4]:
+                    point = seq
+                    break
+                good.append(row)
+        except Exception:  # an unreadable shard: rewrite all of it
+            good, point = [], (by_shard[s][0] if by_shard[s] else end)
+        finally:
+            if store is not None:
+                store.close()
+        resume.append(max(point, first_seq))
+        keep.extend(good)
+    return tuple(resume), sorted(keep)
+
+
+class Committer:
+    """Tracks durable rows of a run and commits its units in order."""
+
+    def __init__(self, root: str, m: mf.Manifest, run: dict, units: list[Unit], keep: list,
+                 record_pending: bool = True):
+        self.root, self.m, self.run, self.units = root, m, run, units
+        self.durable = {row[0]: list(row) for row in keep}
+        self.next = 0  # index of the next unit to commit
+        self.stopped: str | None = None  # a unit refused to commit (e.g. its file changed)
+        self.record_pending = record_pending
+        self.committed_units: list[Unit] = []
+        run.setdefault("records", 0)
+        run.setdefault("batches", 0)
+
+    @property
+    def complete(self) -> bool:
+        """Every unit is committed (the run's data is all in, whatever happens next)."""
+        return bool(self.units) and self.next == len(self.units)
+
+    def add(self, rows) -> None:
+        for row in rows:
+            self.durable[row[0]] = list(row)
+
+    def advance(self) -> bool:
+        """Commit every unit that is now fully durable (in order). True if any was."""
+        changed = False
+        while self.stopped is None and self.next < len(self.units):
+            u = self.units[self.next]
+            seqs = range(u.first_seq, u.first_seq + u.nbatches)
+            if any(s not in self.durable for s in seqs):
+                break
+            if u.check is not None:
+                reason = u.check(u)
+                if reason:
+                    self.stopped = reason
+                    break
+            if self.m.next_seq != u.first_seq or self.m.next_record != u.first_record:
+                raise RuntimeError(f"internal error: unit {u.name} starts at seq {u.first_seq}, "
+                                   f"the dataset at {self.m.next_seq}")
+            rows = [self.durable.pop(s) for s in seqs]
+            self.m.batches.extend(mf.BatchEntry(*r) for r in rows)
+            if rows:
+                self.m.mark_arrays_stale()
+            self.run["records"] += sum(r[3] for r in rows)
+            self.run["batches"] += len(rows)
+            if u.on_commit is not None:
+                u.on_commit(self.m, u)
+            self.committed_units.append(u)
+            self.next += 1
+            changed = True
+        if changed and self.next == len(self.units):
+            # everything is committed: the run is done even if the job dies right now
+            # (the caller adds its final figures to the run record afterwards)
+            self.run.update(status="done", ended=time.time(), resumable=False, error=None)
+            self.durable.clear()
+        return changed
+
+    def save(self) -> None:
+        if self.record_pending:
+            self.run["pending"] = sorted(self.durable.values())
+        self.m.save(self.root)
+
+    def on_message(self, msg: tuple) -> None:
+        if msg and msg[0] == "checkpoint":
+            faults.hit("checkpoint")
+            self.add(msg[2])
+            self.advance()
+            if self.record_pending or self.next:
+                self.save()
+
+    def finish(self, receipts: list[dict]) -> None:
+        for rc in receipts:
+            self.add(rc["batches"])
+        self.advance()
+
+
+def execute(spec: StoreSpec, m: mf.Manifest, run: dict, committer: Committer, *, layout: Layout,
+            segments: list[Segment], resume: tuple, k: int, b: int, nworkers: int,
+            label: str, progress: str, stdin_feed=None, checkpoint: tuple[float, int] | None = None,
+            fault: str = "") -> list[dict]:
+    """Run the workers over the plan (or the stdin feed); returns their receipts.
+
+    Checkpoints flow into ``committer`` as they arrive; the caller calls
+    ``committer.finish(receipts)`` and saves the final run status.
+    """
+    rs = layout.record_size
+    plan = planned_rows(segments, b, k)
+    todo = [seq for seq in plan if seq >= resume[seq % k]] if resume else list(plan)
+    todo_records = sum(plan[s][2] for s in todo)
+    if stdin_feed is None and not todo:
+        return []
+    secs, nbytes = checkpoint or checkpoint_settings()
+    shard_hint = todo_records * rs // k
+    first_seq = segments[0].first_seq if segments else m.next_seq
+    first_record = segments[0].first_record if segments else m.next_record
+    tasks = [LoadTask(store=spec, worker=w, workers=nworkers, nshards=k, layout=layout.to_dict(),
+                      format=m.format, compression=m.compression,
+                      segments=tuple(segments) if stdin_feed is None else (),
+                      first_seq=first_seq, first_record=first_record, batch_records=b,
+                      resume=tuple(resume), shard_bytes_hint=shard_hint, main_pid=os.getpid(),
+                      checkpoint_bytes=nbytes, checkpoint_seconds=secs, fault=fault)
+             for w in range(nworkers)]
+    total = None if stdin_feed is not None else todo_records
+    with Progress(label, total, rs, mode=progress) as prog:
+        if stdin_feed is not None:
+            return stdin_feed(tasks, prog, committer.on_message)
+        pool = Pool(load_worker, tasks, on_progress=prog.advance, on_message=committer.on_message)
+        return pool.run()
+
+
+def log(progress: str, message: str, **fields) -> None:
+    """A log line (text or JSON, see logs.py) unless the job is quiet."""
+    if progress != "none":
+        logs.event(message, **fields)
+
+
+def now() -> float:
+    return time.time()
