@@ -19,9 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,39 +27,11 @@ from pathlib import Path
 
 import numpy as np
 
+from loader.bench import find_bulkload_gen, run_gen, timed  # shared with `bulkload bench`
 from loader.generate import generate
 from loader.layouts import get_layout
 
 TARGETS = {"c-fill": 5000, "gen-devnull": 10000, "python": 700}
-
-
-def find_bulkload_gen() -> str:
-    p = Path(sys.executable).parent / "bulkload-gen"
-    if p.exists():
-        return str(p)
-    found = shutil.which("bulkload-gen")
-    if not found:
-        sys.exit("bench: bulkload-gen is not installed; run `pip install -e .` first")
-    return found
-
-
-def timed(fn, repeats: int, setup=None) -> list[float]:
-    times = []
-    for _ in range(repeats):
-        if setup:
-            setup()
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return times
-
-
-def run_gen(gen: str, n: int, out, fsync: bool = False) -> None:
-    r = subprocess.run([gen, str(n)], stdout=out, stderr=subprocess.PIPE)
-    if r.returncode != 0:
-        sys.exit(f"bench: bulkload-gen failed ({r.returncode}): {r.stderr.decode().strip()}")
-    if fsync:
-        os.fsync(out.fileno())
 
 
 def main(argv=None) -> int:

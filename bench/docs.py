@@ -1,0 +1,489 @@
+"""Documents benchmark (issue 7): storage size near the entropy limit, naive peers' load
+times, and get-by-id latency. Standalone: uses loader.docs / loader.zdict, not the pipeline.
+
+    .venv/bin/python bench/docs.py [--n N] [--json-n M] [--dir DIR] [--lookups K] [--json]
+
+(a) size, N generated documents (gen://docs semantics: seed 1, ids 0..N-1):
+    limit               all texts concatenated, one zstd level-3 frame (the practical limit)
+    lmdb-{raw,capnp}-zdict
+                        py-lmdb, one value per doc under its 8-byte big-endian id, written in
+                        id order with putmulti(append=True); each value compressed on its own
+                        with a zstd dictionary trained on a sample of the shard (one shard)
+    rocksdb-zstd[-dict][-bN]
+                        rocksdict raw_mode, raw values, one SST file written in key order and
+                        ingested; RocksDB block compression zstd level 3, with a dictionary
+                        (max_dict_bytes 16 KiB, zstd_max_train_bytes 1.6 MiB) or without,
+                        data blocks of N KiB
+    Size = bytes allocated on disk (st_blocks) of the store's files; ratio = size / limit.
+(b) load time from a directory of M JSON files <id>.json (M = --json-n, default min(N, 200000)):
+    floor               only reading every file, 2 processes
+    naive-lmdb          one process: sorted listdir, read each file, txn.put(key, text) in one txn
+    naive-rocksdict     one process: sorted listdir, read each file, db[key] = bytes, zstd
+    proto-lmdb-zdict    what the pipeline will do: 2 processes parse (orjson) + encode raw +
+                        compress with the shard dictionary, the parent appends to LMDB
+    and from the generator (M documents):
+    naive-gen-lmdb      one process: generate, then txn.put(key, capnp value) per document
+    proto-gen-lmdb      2 processes generate + encode + compress, the parent appends
+(c) get-by-id: median and p99 of single gets (key -> decompressed, decoded document) for
+    --lookups random ids, warm (page cache hot) and cold (store closed, its files evicted
+    with posix_fadvise(DONTNEED), reopened).
+
+Stores and the JSON directory live under --dir (default /work/tmp-docs/bench; must be
+a real disk for cold reads, not tmpfs) and are deleted at the end. Results: a table, and
+JSON in bench/out/docs.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import zstandard
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from loader import docs as D  # noqa: E402
+from loader import zdict  # noqa: E402
+
+SEED = 1
+GEN_CHUNK = 65536
+MAP_SIZE = 1 << 40
+
+
+# --- helpers -------------------------------------------------------------------------
+
+def disk_bytes(path: Path) -> int:
+    total = 0
+    for root, _d, files in os.walk(path):
+        for f in files:
+            total += os.stat(os.path.join(root, f)).st_blocks * 512
+    return total
+
+
+def evict(path: Path) -> None:
+    for root, _d, files in os.walk(path):
+        for f in files:
+            fd = os.open(os.path.join(root, f), os.O_RDONLY)
+            try:
+                os.fdatasync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def warm(path: Path) -> None:
+    for root, _d, files in os.walk(path):
+        for f in files:
+            with open(os.path.join(root, f), "rb") as fh:
+                while fh.read(1 << 24):
+                    pass
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def generate(n: int) -> D.DocBatch:
+    return D.DocBatch.concat([D.generate_docs(SEED, s, min(GEN_CHUNK, n - s)) for s in range(0, n, GEN_CHUNK)])
+
+
+# --- LMDB ------------------------------------------------------------------------------
+
+def lmdb_open(path: Path, write: bool):
+    import lmdb
+
+    if write:
+        path.mkdir(parents=True, exist_ok=True)
+    return lmdb.open(str(path), map_size=MAP_SIZE, max_dbs=2, readonly=not write, lock=write,
+                     readahead=False, sync=write, metasync=write)
+
+
+def lmdb_store(path: Path, keys: list[bytes], values: list[bytes], dict_bytes: bytes) -> float:
+    t0 = time.perf_counter()
+    env = lmdb_open(path, True)
+    with env.begin(write=True) as txn:
+        meta = env.open_db(b"meta", txn=txn)
+        txn.put(b"zstd-dict", dict_bytes, db=meta)
+        docs = env.open_db(b"docs", txn=txn)
+        consumed, added = txn.cursor(db=docs).putmulti(zip(keys, values), append=True)
+        assert consumed == added == len(keys), (consumed, added)
+    env.sync(True)
+    env.close()
+    return time.perf_counter() - t0
+
+
+class LmdbReader:
+    def __init__(self, path: Path, fmt: str):
+        self.env = lmdb_open(path, False)
+        self.fmt = fmt
+        self.txn = self.env.begin(buffers=True)
+        meta = self.env.open_db(b"meta", txn=self.txn, create=False)
+        self.db = self.env.open_db(b"docs", txn=self.txn, create=False)
+        self.dec = zdict.Decompressor(bytes(self.txn.get(b"zstd-dict", db=meta)))
+
+    def get(self, doc_id: int):
+        v = self.txn.get(D.key_of(doc_id), db=self.db)
+        return D.decode_value(self.dec.decompress(v), self.fmt, doc_id)
+
+    def close(self):
+        self.txn.abort()
+        self.env.close()
+
+
+# --- RocksDB ----------------------------------------------------------------------------
+
+def rocks_options(dict_bytes: int, block_kib: int, level: int = 3):
+    from rocksdict import BlockBasedOptions, DBCompressionType, Options
+
+    o = Options(raw_mode=True)
+    o.create_if_missing(True)
+    o.set_compression_type(DBCompressionType.zstd())
+    o.set_bottommost_compression_type(DBCompressionType.zstd())
+    # (window bits, level, strategy, max_dict_bytes); -14 is RocksDB's default window
+    o.set_compression_options(-14, level, 0, dict_bytes)
+    o.set_bottommost_compression_options(-14, level, 0, dict_bytes, True)
+    if dict_bytes:
+        o.set_zstd_max_train_bytes(dict_bytes * 100)
+        o.set_bottommost_zstd_max_train_bytes(dict_bytes * 100, True)
+    bb = BlockBasedOptions()
+    bb.set_block_size(block_kib * 1024)
+    o.set_block_based_table_factory(bb)
+    return o
+
+
+def rocks_store(path: Path, keys: list[bytes], values: list[bytes], opts) -> float:
+    from rocksdict import IngestExternalFileOptions, Rdict, SstFileWriter
+
+    t0 = time.perf_counter()
+    path.mkdir(parents=True, exist_ok=True)
+    db = Rdict(str(path), opts)
+    sst = str(path / "ingest.sst")
+    w = SstFileWriter(opts)
+    w.open(sst)
+    for k, v in zip(keys, values):
+        w[k] = v
+    w.finish()
+    ing = IngestExternalFileOptions()
+    ing.set_move_files(True)
+    db.ingest_external_file([sst], ing)
+    db.close()
+    return time.perf_counter() - t0
+
+
+class RocksReader:
+    def __init__(self, path: Path, opts):
+        from rocksdict import AccessType, Rdict
+
+        self.db = Rdict(str(path), opts, access_type=AccessType.read_only(False))
+
+    def get(self, doc_id: int):
+        v = self.db.get(D.key_of(doc_id))
+        return D.decode_value(v, "raw", doc_id)
+
+    def close(self):
+        self.db.close()
+
+
+def latency(open_reader, path: Path, ids: np.ndarray, expect: D.DocBatch) -> dict:
+    out = {}
+    for mode in ("warm", "cold"):
+        if mode == "warm":
+            # read every file once: RocksDB's SstFileWriter drops what it wrote from the
+            # page cache (invalidate_page_cache), so "just written" is not warm
+            warm(path)
+        r = open_reader()
+        if mode == "warm":
+            for i in ids[:2000].tolist():  # touch
+                r.get(i)
+        else:
+            r.close()
+            evict(path)
+            r = open_reader()
+        ts = []
+        pc = time.perf_counter_ns
+        for i in ids.tolist():
+            t = pc()
+            got = r.get(i)
+            ts.append(pc() - t)
+        r.close()
+        # spot-check correctness of the last one
+        assert got[2] == expect.text_of(int(ids[-1])) and got[1] == int(expect.created_at[int(ids[-1])])
+        out[mode] = {"median_us": statistics.median(ts) / 1000, "p99_us": pct(ts, 0.99) / 1000}
+    return out
+
+
+# --- JSON directory peers ------------------------------------------------------------------
+
+def sorted_json(directory: str) -> list[tuple[str, str]]:
+    names = [f for f in os.listdir(directory) if f.endswith(".json")]
+    names.sort(key=lambda x: int(x[:-5]))
+    return [(n[:-5], os.path.join(directory, n)) for n in names]
+
+
+def naive_lmdb(directory: str, path: Path) -> float:
+    import lmdb
+
+    t0 = time.perf_counter()
+    path.mkdir(parents=True, exist_ok=True)
+    with lmdb.open(str(path), MAP_SIZE) as env:
+        with env.begin(write=True) as txn:
+            for doc_id, p in sorted_json(directory):
+                with open(p, "r", encoding="utf-8") as f:
+                    txn.put(int(doc_id).to_bytes(8, "big"), f.read().encode())
+        env.sync(True)
+    return time.perf_counter() - t0
+
+
+def naive_rocksdict(directory: str, path: Path) -> float:
+    from rocksdict import DBCompressionType, Options, Rdict
+
+    t0 = time.perf_counter()
+    o = Options(raw_mode=True)
+    o.set_compression_type(DBCompressionType.zstd())
+    db = Rdict(str(path), o)
+    for doc_id, p in sorted_json(directory):
+        with open(p, "r", encoding="utf-8") as f:
+            db[int(doc_id).to_bytes(8, "big")] = f.read().encode()
+    db.flush()
+    db.close()
+    return time.perf_counter() - t0
+
+
+def _read_all(paths: list[str]) -> int:
+    total = 0
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        total += len(os.read(fd, 1 << 20))
+        os.close(fd)
+    return total
+
+
+def floor_read(directory: str, pool) -> float:
+    t0 = time.perf_counter()
+    paths = [p for _i, p in sorted_json(directory)]
+    step = 5000
+    sum(pool.map(_read_all, [paths[i:i + step] for i in range(0, len(paths), step)]))
+    return time.perf_counter() - t0
+
+
+def _parse_compress(args) -> tuple[bytes, list[bytes]]:
+    entries, dict_bytes = args
+    batch, _errors = D.parse_json_files(entries, on_bad_file="fail")
+    batch = D.sort_by_id(batch)
+    c = zdict.Compressor(dict_bytes)
+    return batch.ids.astype(">u8").tobytes(), c.compress_many(D.encode_batch(batch, "raw"))
+
+
+def _gen_compress(args) -> tuple[bytes, list[bytes]]:
+    start, n, dict_bytes = args
+    batch = D.generate_docs(SEED, start, n)
+    c = zdict.Compressor(dict_bytes)
+    return batch.ids.astype(">u8").tobytes(), c.compress_many(D.encode_batch(batch, "raw"))
+
+
+def proto_load(path: Path, pool, tasks, first_sample: list[bytes]) -> float:
+    """Parent: train the dictionary on a sample, fan tasks out, append in order."""
+    t0 = time.perf_counter()
+    d = zdict.train(first_sample)
+    env = lmdb_open(path, True)
+    with env.begin(write=True) as txn:
+        meta = env.open_db(b"meta", txn=txn)
+        txn.put(b"zstd-dict", d, db=meta)
+        docs = env.open_db(b"docs", txn=txn)
+        cur = txn.cursor(db=docs)
+        for keys, vals in pool.imap(_proto_task, [(t, d) for t in tasks], chunksize=1):
+            ks = [keys[i:i + 8] for i in range(0, len(keys), 8)]
+            consumed, added = cur.putmulti(zip(ks, vals), append=True)
+            assert consumed == added == len(vals)
+    env.sync(True)
+    env.close()
+    return time.perf_counter() - t0
+
+
+def _proto_task(arg):
+    task, d = arg
+    if task[0] == "json":
+        return _parse_compress((task[1], d))
+    return _gen_compress((task[1], task[2], d))
+
+
+def naive_gen_lmdb(n: int, path: Path) -> float:
+    import lmdb
+
+    t0 = time.perf_counter()
+    path.mkdir(parents=True, exist_ok=True)
+    with lmdb.open(str(path), MAP_SIZE) as env:
+        with env.begin(write=True) as txn:
+            for s in range(0, n, GEN_CHUNK):
+                b = D.generate_docs(SEED, s, min(GEN_CHUNK, n - s))
+                for doc_id, ca, text in b.records():
+                    txn.put(doc_id.to_bytes(8, "big"), D.encode_doc_capnp(doc_id, ca, text))
+        env.sync(True)
+    return time.perf_counter() - t0
+
+
+# --- main ----------------------------------------------------------------------------------
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, default=1_000_000, help="documents for size/latency (default 1,000,000)")
+    ap.add_argument("--json-n", type=int, default=None,
+                    help="documents for the load-time part (default min(N, 200000))")
+    ap.add_argument("--dir", default="/work/tmp-docs/bench", help="scratch directory on a real disk")
+    ap.add_argument("--lookups", type=int, default=10_000)
+    ap.add_argument("--skip-load", action="store_true", help="skip part (b)")
+    ap.add_argument("--out", default=str(Path(__file__).parent / "out" / "docs.json"))
+    ap.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = ap.parse_args(argv)
+    n = args.n
+    jn = min(n, 200_000) if args.json_n is None else args.json_n
+    root = Path(args.dir)
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    res: dict = {"n": n, "json_n": jn, "seed": SEED, "machine": {"cpus": os.cpu_count(),
+                 "python": platform.python_version(), "zstandard": zstandard.__version__}}
+    rows = []
+
+    def row(name, **kv):
+        rows.append((name, kv))
+        print(f"  {name:28s} " + "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                                           for k, v in kv.items()), flush=True)
+
+    t_all = time.perf_counter()
+    try:
+        # ---- (a) size ---------------------------------------------------------------
+        t = time.perf_counter()
+        batch = generate(n)
+        tg = time.perf_counter() - t
+        text_bytes = batch.text_nbytes
+        row("generate", docs=n, text_MB=text_bytes / 1e6, MB_s=text_bytes / tg / 1e6)
+        t = time.perf_counter()
+        limit = len(zstandard.ZstdCompressor(level=3).compress(batch.text))
+        row("limit zstd-3 one frame", bytes=limit, bits_per_char=limit * 8 / text_bytes,
+            s=time.perf_counter() - t)
+        res["text_bytes"] = text_bytes
+        res["limit_bytes"] = limit
+        keys = D.keys_of(batch.ids)
+        rng = np.random.default_rng(7)
+        ids = rng.integers(0, n, args.lookups)
+        sizes = res["size"] = {}
+        lat = res["get"] = {}
+
+        for fmt in ("raw", "capnp"):
+            name = f"lmdb-{fmt}-zdict"
+            t = time.perf_counter()
+            values = D.encode_batch(batch, fmt)
+            te = time.perf_counter() - t
+            t = time.perf_counter()
+            d = zdict.train(zdict.sample(values))
+            tt = time.perf_counter() - t
+            t = time.perf_counter()
+            comp = zdict.Compressor(d).compress_many(values)
+            tc = time.perf_counter() - t
+            del values
+            cbytes = sum(map(len, comp))
+            path = root / name
+            tw = lmdb_store(path, keys, comp, d)
+            del comp
+            size = disk_bytes(path)
+            sizes[name] = {"bytes": size, "ratio": size / limit, "values_bytes": cbytes,
+                           "values_ratio": cbytes / limit, "encode_s": te, "train_s": tt,
+                           "compress_s": tc, "write_s": tw}
+            row(name, ratio=size / limit, values_ratio=cbytes / limit, MB=size / 1e6,
+                compress_MB_s=text_bytes / tc / 1e6, write_s=tw)
+            lat[name] = latency(lambda: LmdbReader(path, fmt), path, ids, batch)
+            row(f"  get {name}", **{f"{m}_{k}": v for m, d_ in lat[name].items() for k, v in d_.items()})
+            shutil.rmtree(path)
+
+        raw_values = D.encode_batch(batch, "raw")
+        for dict_bytes, block_kib in ((0, 4), (16384, 4), (16384, 16)):
+            name = f"rocksdb-zstd{'-dict' if dict_bytes else ''}-b{block_kib}k"
+            path = root / name
+            opts = rocks_options(dict_bytes, block_kib)
+            tw = rocks_store(path, keys, raw_values, opts)
+            size = disk_bytes(path)
+            sizes[name] = {"bytes": size, "ratio": size / limit, "write_s": tw}
+            row(name, ratio=size / limit, MB=size / 1e6, write_s=tw)
+            if (dict_bytes, block_kib) in ((16384, 4), (16384, 16)):
+                lat[name] = latency(lambda: RocksReader(path, rocks_options(dict_bytes, block_kib)),
+                                    path, ids, batch)
+                row(f"  get {name}", **{f"{m}_{k}": v for m, d_ in lat[name].items() for k, v in d_.items()})
+            shutil.rmtree(path)
+        del raw_values, keys
+
+        # ---- (b) load times --------------------------------------------------------------
+        if not args.skip_load:
+            jdir = root / "json"
+            jb = batch.slice(0, jn).compact()
+            del batch
+            t = time.perf_counter()
+            D.write_json_dir(jb, jdir)
+            os.sync()
+            row("write json dir", files=jn, s=time.perf_counter() - t)
+            load = res["load"] = {"files": jn, "text_bytes": jb.text_nbytes}
+            ctx = mp.get_context("spawn")
+            with ctx.Pool(2) as pool:
+                pool.map(_read_all, [[]] * 2)  # start the workers
+                load["floor_s"] = floor_read(str(jdir), pool)
+                row("floor (read all, 2 procs)", s=load["floor_s"])
+                p = root / "naive-lmdb"
+                load["naive_lmdb_s"] = naive_lmdb(str(jdir), p)
+                load["naive_lmdb_bytes"] = disk_bytes(p)
+                shutil.rmtree(p)
+                row("naive-lmdb", s=load["naive_lmdb_s"], MB=load["naive_lmdb_bytes"] / 1e6)
+                p = root / "naive-rocksdict"
+                load["naive_rocksdict_s"] = naive_rocksdict(str(jdir), p)
+                load["naive_rocksdict_bytes"] = disk_bytes(p)
+                shutil.rmtree(p)
+                row("naive-rocksdict-zstd", s=load["naive_rocksdict_s"], MB=load["naive_rocksdict_bytes"] / 1e6)
+                entries, _ = D.scan_json_dir(jdir)
+                step = 10_000
+                sample_batch, _ = D.parse_json_files(entries[:2000])
+                sample = D.encode_batch(sample_batch, "raw")
+                p = root / "proto"
+                tasks = [("json", entries[i:i + step]) for i in range(0, len(entries), step)]
+                load["proto_lmdb_zdict_s"] = proto_load(p, pool, tasks, sample)
+                load["proto_lmdb_zdict_bytes"] = disk_bytes(p)
+                shutil.rmtree(p)
+                row("proto-lmdb-zdict (json)", s=load["proto_lmdb_zdict_s"],
+                    vs_naive_lmdb=load["naive_lmdb_s"] / load["proto_lmdb_zdict_s"],
+                    vs_naive_rocksdict=load["naive_rocksdict_s"] / load["proto_lmdb_zdict_s"],
+                    vs_floor=load["proto_lmdb_zdict_s"] / load["floor_s"])
+                shutil.rmtree(jdir)
+                p = root / "naive-gen"
+                load["naive_gen_lmdb_s"] = naive_gen_lmdb(jn, p)
+                shutil.rmtree(p)
+                row("naive-gen-lmdb", s=load["naive_gen_lmdb_s"])
+                p = root / "proto-gen"
+                tasks = [("gen", s, min(step, jn - s)) for s in range(0, jn, step)]
+                sample = D.encode_batch(D.generate_docs(SEED, 0, 2000), "raw")
+                load["proto_gen_lmdb_s"] = proto_load(p, pool, tasks, sample)
+                shutil.rmtree(p)
+                row("proto-gen-lmdb", s=load["proto_gen_lmdb_s"],
+                    vs_naive=load["naive_gen_lmdb_s"] / load["proto_gen_lmdb_s"])
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    res["total_s"] = time.perf_counter() - t_all
+    res["rows"] = [{"name": nm, **kv} for nm, kv in rows]
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=2) + "\n")
+    if args.json:
+        print(json.dumps(res, indent=2))
+    print(f"total {res['total_s']:.1f} s; results in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

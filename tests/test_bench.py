@@ -1,0 +1,94 @@
+"""The benchmark suite keeps working: `bulkload bench --suite quick` on tiny N.
+
+Checks the JSON schema, the Markdown and that the plots exist, never the speed
+(benchmarks live in bench/, not in timed tests).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from loader import bench as B
+
+BULKLOAD = str(Path(sys.executable).parent / "bulkload")
+
+pytest.importorskip("matplotlib")
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    p = subprocess.run([BULKLOAD, "bench", "--suite", "quick", "--n", "20000", "--repeats", "1",
+                        "--out", str(out), "--json", "--quiet"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return out, json.loads(p.stdout)
+
+
+def test_json_schema(quick):
+    out, res = quick
+    assert res["schema"] == B.SCHEMA and res["schema_version"] == B.SCHEMA_VERSION
+    assert B.validate(res) == []
+    on_disk = json.loads((out / "bench.json").read_text())
+    assert on_disk["figures"].keys() == res["figures"].keys()
+    m = res["machine"]
+    assert m["cores"] >= 1 and m["memory_bytes"] > 0 and m["cpu_model"] and m["kernel"]
+    assert m["filesystem"]["type"]
+    assert res["versions"]["bulkload"] and res["versions"]["numpy"]
+    assert "commit" in res["git"]
+    assert res["parameters"]["n"] == 20000 and res["parameters"]["repeats"] == 1
+
+
+def test_figures_and_limits(quick):
+    _, res = quick
+    figs = res["figures"]
+    # the reference limits and the headline loads are always measured
+    for fid in ("gen-devnull", "gen-file", "gen-file-fsync", "gen-shm", "gen-parallel-shm", "gen-pipe",
+                "npsave-fsync", "npload", "cold-read", "load-lmdb-capnp-w1", "load-rocksdb-capnp",
+                "load-mem-capnp", "load-stdin-capnp", "load-lmdb-arrow-zstd",
+                "peer-lmdb-per-record", "peer-rocksdict-writebatch", "peer-pycapnp-builder"):
+        f = figs[fid]
+        assert f["status"] == "ok", (fid, f.get("reason"))
+        assert f["mb_s"]["min"] <= f["mb_s"]["median"] <= f["mb_s"]["max"]
+        assert f["records_s"]["median"] > 0
+        assert len(f["samples"]) == 1 and f["samples"][0]["seconds"] > 0
+    load = figs["load-lmdb-capnp-w1"]
+    assert load["limit"] == "gen-file-fsync" and load["ratio_to_limit"]["median"] > 0
+    assert load["peak_tree_rss_bytes"]["max"] > 0
+    # optional peers and the finalizer are measured or say why not, never faked
+    for f in figs.values():
+        assert f["status"] in ("ok", "skipped", "failed")
+        if f["status"] != "ok":
+            assert f["reason"]
+            assert f["id"] in {s["id"] for s in res["skipped"]}
+    target_ids = {t["id"] for t in res["targets"]}
+    assert {"load-vs-disk", "load-vs-arcticdb", "load-vs-naive-lmdb", "load-2w-vs-1w",
+            "finalize-400"} <= target_ids
+    for t in res["targets"]:
+        assert t["status"] in ("pass", "short") or t["status"].startswith("not measured")
+
+
+def test_markdown_and_plots(quick):
+    out, res = quick
+    md = (out / "bench.md").read_text()
+    assert "## Targets" in md and "## Reference limits" in md and "bulkload-gen -> file + fsync" in md
+    for name in ("throughput.png", "scaling.png", "rss.png"):
+        p = out / name
+        assert p.exists() and p.stat().st_size > 1000
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert name in res["plots"]
+    assert not list(out.glob(".bench-work-*")), "the work directory is removed"
+
+
+def test_bad_options(tmp_path):
+    p = subprocess.run([BULKLOAD, "bench", "--suite", "huge", "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "unknown suite" in p.stderr
+    p = subprocess.run([BULKLOAD, "bench", "--n", "10", "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--n" in p.stderr
