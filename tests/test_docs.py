@@ -1,0 +1,269 @@
+"""The docs layout's building blocks: generator, Doc values, JSON directory source, zdict."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from loader import zdict
+from loader.docs import (
+    BLOCK_RECORDS,
+    CREATED_MAX,
+    CREATED_MIN,
+    DOCS,
+    TEXT_MAX,
+    BadFileError,
+    DocBatch,
+    capnp_module,
+    decode_doc_capnp,
+    decode_doc_raw,
+    decode_values,
+    duplicate_ids,
+    encode_batch,
+    encode_batch_buffer,
+    encode_doc_capnp,
+    encode_doc_raw,
+    generate_docs,
+    id_of_key,
+    key_of,
+    keys_of,
+    parse_json_files,
+    scan_json_dir,
+    sort_by_id,
+    write_json_dir,
+)
+from loader.errors import InputError, UsageError, VerifyError
+
+SETTINGS = settings(max_examples=25, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+# --- generator ---------------------------------------------------------------------------
+
+@SETTINGS
+@given(seed=st.integers(0, 2**63), n=st.integers(0, 5000), data=st.data())
+def test_generate_is_split_invariant(seed, n, data):
+    whole = generate_docs(seed, 0, n)
+    cuts = sorted(data.draw(st.lists(st.integers(0, n), max_size=4)))
+    bounds = [0, *cuts, n]
+    parts = [generate_docs(seed, a, b - a) for a, b in zip(bounds, bounds[1:])]
+    assert DocBatch.concat(parts).equals(whole)
+    assert len(whole) == n
+    assert np.array_equal(whole.ids, np.arange(n, dtype=np.uint64))
+
+
+def test_generate_values_in_range():
+    b = generate_docs(5, 1000, 3 * BLOCK_RECORDS + 17)
+    lengths = b.lengths
+    assert lengths.min() >= 0 and lengths.max() <= TEXT_MAX
+    assert b.text.min() >= 32 and b.text.max() <= 126
+    assert b.created_at.min() >= CREATED_MIN and b.created_at.max() < CREATED_MAX
+    assert b.ids[0] == 1000 and b.ids.dtype == np.uint64 and b.created_at.dtype == np.int64
+    big = generate_docs(1, 0, 4000)
+    counts = np.bincount(big.text, minlength=127)[32:127]
+    assert (counts > 0).all()  # all 95 characters occur
+    assert counts.max() / counts.min() < 1.15
+    assert abs(big.lengths.mean() - TEXT_MAX / 2) < 50
+    # different seeds differ; same seed is the same
+    assert not generate_docs(2, 0, 10).equals(generate_docs(3, 0, 10))
+    assert generate_docs(2, 0, 10).equals(generate_docs(2, 0, 10))
+
+
+def test_generate_rejects_bad_arguments():
+    with pytest.raises(UsageError):
+        generate_docs(-1, 0, 5)
+    with pytest.raises(UsageError):
+        generate_docs(1, 2**64 - 2, 5)
+    assert len(generate_docs(1, 7, 0)) == 0
+
+
+def test_layout_and_arrow():
+    assert DOCS.name == "docs" and DOCS.names == ["id", "created_at", "text"]
+    assert [str(f.type) for f in DOCS.arrow_schema] == ["uint64", "int64", "string"]
+    b = generate_docs(3, 10, 50)
+    rb = b.slice(5, 40).to_arrow()
+    assert rb.schema.equals(DOCS.arrow_schema)
+    assert rb.column("text")[0].as_py().encode() == b.text_of(5)
+    assert DocBatch.from_arrow(rb).equals(b.slice(5, 40))
+
+
+def test_sort_keys_and_duplicates():
+    b = generate_docs(4, 0, 300)
+    perm = np.random.default_rng(0).permutation(300)
+    shuffled = b.take(perm)
+    assert not shuffled.equals(b)
+    assert sort_by_id(shuffled).equals(b)
+    assert sort_by_id(b) is b
+    ks = keys_of(b.ids)
+    assert ks == sorted(ks) and ks[5] == key_of(5) == (5).to_bytes(8, "big")
+    assert id_of_key(key_of(2**64 - 1)) == 2**64 - 1
+    assert duplicate_ids(np.array([1, 2, 2, 3, 5, 5, 5], np.uint64)).tolist() == [2, 5]
+
+
+# --- values ------------------------------------------------------------------------------
+
+texts = st.text(max_size=300).map(lambda s: s.encode("utf-8", "surrogatepass").decode("utf-8", "replace").encode())
+
+
+@SETTINGS
+@given(doc_id=st.integers(0, 2**64 - 1), created=st.integers(-(2**63), 2**63 - 1), text=texts)
+def test_capnp_doc_round_trip_and_pycapnp(doc_id, created, text):
+    v = encode_doc_capnp(doc_id, created, text)
+    assert len(v) % 8 == 0
+    assert decode_doc_capnp(v) == (doc_id, created, text)
+    Doc = capnp_module().Doc
+    with Doc.from_bytes(v) as d:  # pycapnp reads our framing
+        assert (d.id, d.createdAt, d.text.encode()) == (doc_id, created, text)
+    built = Doc.new_message(id=doc_id, createdAt=created, text=text.decode())
+    assert decode_doc_capnp(built.to_bytes()) == (doc_id, created, text)  # we read pycapnp's
+    assert decode_doc_capnp(bytearray(v)) == (doc_id, created, text)
+
+
+def test_capnp_reads_defaults_and_rejects_garbage():
+    Doc = capnp_module().Doc
+    assert decode_doc_capnp(Doc.new_message().to_bytes()) == (0, 0, b"")
+    assert decode_doc_capnp(Doc.new_message(id=3).to_bytes()) == (3, 0, b"")
+    v = encode_doc_capnp(1, 2, b"hello")
+    with pytest.raises(VerifyError, match="Doc"):
+        decode_doc_capnp(v[:-8])
+    with pytest.raises(VerifyError):
+        decode_doc_capnp(b"\x00" * 5)
+    bad = bytearray(v)
+    bad[32] = 0xFF  # not a byte-list pointer any more
+    with pytest.raises(VerifyError):
+        decode_doc_capnp(bytes(bad))
+
+
+@SETTINGS
+@given(created=st.integers(-(2**63), 2**63 - 1), text=texts)
+def test_raw_round_trip(created, text):
+    v = encode_doc_raw(created, text)
+    assert len(v) == 8 + len(text)
+    assert decode_doc_raw(v) == (created, text)
+
+
+@pytest.mark.parametrize("fmt", ["capnp", "raw"])
+def test_batch_encoding_matches_single(fmt):
+    b = DocBatch.concat([generate_docs(9, 0, 200),
+                         DocBatch.from_records([(10**6, -5, b""), (10**6 + 1, 7, "é\u20ac".encode())])])
+    vals = encode_batch(b, fmt)
+    buf, off = encode_batch_buffer(b, fmt)
+    for i, (doc_id, ca, t) in enumerate(b.records()):
+        one = encode_doc_capnp(doc_id, ca, t) if fmt == "capnp" else encode_doc_raw(ca, t)
+        assert vals[i] == one == buf[off[i]:off[i + 1]]
+    assert decode_values(b.ids.tolist(), vals, fmt).equals(b)
+    assert encode_batch(DocBatch.empty(), fmt) == []
+    with pytest.raises(UsageError, match="format"):
+        encode_batch(b, "json")
+
+
+# --- JSON directory source ------------------------------------------------------------------
+
+def _write(d, name, content):
+    p = d / name
+    p.write_bytes(content if isinstance(content, bytes) else content.encode())
+    return str(p)
+
+
+def test_json_dir_round_trip(tmp_path):
+    b = generate_docs(11, 0, 40).take(np.arange(39, -1, -1))
+    write_json_dir(b, tmp_path)
+    entries, errors = scan_json_dir(tmp_path)
+    assert errors == [] and [i for i, _ in entries] == list(range(40))
+    got, errors = parse_json_files(entries)
+    assert errors == [] and got.equals(sort_by_id(b))
+    got2, _ = parse_json_files([p for _, p in entries])  # plain paths: ids from names
+    assert got2.equals(got)
+
+
+BAD_FILES = [
+    ("1.json", '{"text": "a", "created_at": 1', "invalid JSON"),
+    ("2.json", b'{"text": "caf\xe9", "created_at": 1}', "text is not valid UTF-8 (byte 13"),
+    ("3.json", '{"text": "a"}', "missing field(s) 'created_at'"),
+    ("4.json", '{"text": "a", "created_at": 1, "x": 2}', "unexpected field(s) 'x'"),
+    ("5.json", '{"text": "a", "created_at": "2024"}', "'created_at' must be an integer (epoch seconds), got a string"),
+    ("6.json", '{"text": 5, "created_at": 1}', "'text' must be a string, got an integer"),
+    ("7.json", '{"text": "a", "created_at": 1.5}', "got a number with a fraction"),
+    ("8.json", '[1, 2]', "expected a JSON object"),
+    ("9.json", '{"text": "\\ud800", "created_at": 1}', "not valid UTF-8"),
+    ("10.json", '{"text": "a", "created_at": true}', "got a boolean"),
+    ("11.json", '', "invalid JSON"),
+]
+
+
+@pytest.mark.parametrize("name,content,reason", BAD_FILES, ids=[b[0] for b in BAD_FILES])
+def test_bad_file_reasons(tmp_path, name, content, reason):
+    _write(tmp_path, "100.json", orjson.dumps({"text": "ok", "created_at": 5}))
+    bad = _write(tmp_path, name, content)
+    entries, errors = scan_json_dir(tmp_path)
+    batch, errors = parse_json_files(entries, on_bad_file="skip")
+    assert batch.ids.tolist() == [100] and batch.text_of(0) == b"ok"
+    assert len(errors) == 1 and errors[0].path == bad and reason in errors[0].reason, errors
+    with pytest.raises(BadFileError, match="--on-bad-file skip") as e:
+        parse_json_files(entries, on_bad_file="fail")
+    assert isinstance(e.value, InputError) and reason in str(e.value)
+    assert str(e.value).startswith(bad + ": ")
+
+
+def test_bad_names_and_duplicates(tmp_path):
+    ok = orjson.dumps({"text": "x", "created_at": 1})
+    seven = _write(tmp_path, "7.json", ok)
+    dup = _write(tmp_path, "007.json", ok)
+    notid = _write(tmp_path, "abc.json", ok)
+    neg = _write(tmp_path, "-3.json", ok)
+    huge = _write(tmp_path, f"{2**64}.json", ok)
+    _write(tmp_path, ".hidden", "ignored")
+    (tmp_path / "sub").mkdir()
+    entries, errors = scan_json_dir(tmp_path, on_bad_file="skip")
+    assert [i for i, _ in entries] == [7]
+    reasons = {e.path: e.reason for e in errors}
+    # the first name in (id, name) order is kept: 007.json
+    assert entries[0][1] == dup and reasons[seven] == f"duplicate id 7 (also in {dup})"
+    assert "not an integer id" in reasons[notid] and "not an integer id" in reasons[neg]
+    assert "out of range" in reasons[huge]
+    with pytest.raises(BadFileError, match="and 3 more bad file"):
+        scan_json_dir(tmp_path)
+    # duplicates within one parse call, plain paths with a bad name
+    batch, errors = parse_json_files([(7, seven), (7, dup), notid], on_bad_file="skip")
+    assert batch.ids.tolist() == [7]
+    assert [e.path for e in errors] == [dup, notid] and "duplicate id 7" in errors[0].reason
+    with pytest.raises(UsageError, match="on-bad-file"):
+        parse_json_files([], on_bad_file="ignore")
+
+
+# --- zdict -------------------------------------------------------------------------------------
+
+def test_zdict_round_trip_and_beats_plain():
+    b = generate_docs(21, 0, 3000)
+    values = encode_batch(b, "raw")
+    train_on, test_on = values[:2000], values[2000:]
+    d = zdict.train(zdict.sample(train_on, max_bytes=1 << 20), dict_size=8192)
+    assert d and zdict.dict_id(d) != 0
+    c = pickle.loads(pickle.dumps(zdict.Compressor(d, level=3)))
+    dec = pickle.loads(pickle.dumps(zdict.Decompressor(d)))
+    packed = c.compress_many(test_on)
+    assert c.compress_many(test_on, threads=2) == packed
+    assert dec.decompress_many(packed) == test_on
+    plain = zdict.Compressor(b"", level=3).compress_many(test_on)
+    assert zdict.Decompressor(b"").decompress(plain[0]) == test_on[0]
+    assert sum(map(len, packed)) < 0.99 * sum(map(len, plain))
+    # short values: the dictionary wins by more
+    small = [v[:200] for v in test_on]
+    ds = zdict.Compressor(d).compress_many(small)
+    ps = zdict.Compressor(b"").compress_many(small)
+    assert sum(map(len, ds)) < 0.9 * sum(map(len, ps))
+    with pytest.raises(VerifyError, match="decompress"):
+        dec.decompress(b"\x00garbage")
+
+
+def test_zdict_too_little_to_train():
+    assert zdict.train([b"abc"] * 3) == b""
+    c = zdict.Compressor(zdict.train([]))
+    assert zdict.Decompressor(b"").decompress(c.compress(b"hello" * 10)) == b"hello" * 10
+    with pytest.raises(UsageError):
+        zdict.Compressor(b"", level=99)
