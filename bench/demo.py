@@ -1,8 +1,10 @@
 """`make demo`: the main job end to end, with a throughput table.
 
 generate -> load (20M scidb96 records into a sharded LMDB dataset under ./data/) ->
-verify, each step a real `bulkload` command, and the disk's limit measured on the spot
-(`bulkload-gen` -> a file on the same filesystem + fsync) to compare against.
+verify -> finalize into the SciDB example's 2-D array
+``<d0..d9, i2, i3> [i0, chunk 10; i1, chunk 100000]`` -> two box queries, each step a real
+`bulkload` command, and the disk's limit measured on the spot (`bulkload-gen` -> a file
+on the same filesystem + fsync) to compare against.
 """
 
 from __future__ import annotations
@@ -68,8 +70,44 @@ def main() -> None:
     sh([str(BIN / "bulkload"), "verify", f"lmdb://{ds}"])
     rows.append(("bulkload verify (read + checksum every batch)", time.perf_counter() - t, None))
 
+    print("== finalize (redimension into 2-D chunks, SciDB's redimension load)")
+    p = sh([str(BIN / "bulkload"), "finalize", f"lmdb://{ds}", "--dims", "i0:10,i1:100000", "--json"],
+           stdout=subprocess.PIPE, text=True)
+    rep = json.loads(p.stdout)
+    rows.append((f"bulkload finalize --dims i0:10,i1:100000 ({rep['chunks']} chunks)", rep["seconds"], rep))
+
+    queries = []
+    mid = max(0, min(n - 1000, n // 2))
+    for box, attrs in ((f"i0=2:5,i1={mid}:{mid + 1000}", "d0,d3"), (f"i0=0:10,i1={mid}:{mid + 100}", None)):
+        print(f"== query {box}")
+        cmd = [str(BIN / "bulkload"), "query", f"lmdb://{ds}", "--box", box] + (["--attrs", attrs] if attrs else [])
+        out = sh(cmd, stdout=subprocess.PIPE, text=True).stdout.splitlines()
+        print("\n".join(out[:6] + ["  ..."] + out[-1:]))
+        queries.append((box, attrs, warm_query_ms(f"lmdb://{ds}", box, attrs)))
+
     sh([str(BIN / "bulkload"), "info", f"lmdb://{ds}"])
     print_table(rows, nbytes, t_disk)
+    for box, attrs, (ms, cells) in queries:
+        print(f"query {box}{' --attrs ' + attrs if attrs else ''}: {cells} cells, "
+              f"{ms:.3f} ms median warm (loader.open(...).read_box, 50 runs)")
+
+
+def warm_query_ms(uri: str, box: str, attrs: str | None) -> tuple[float, int]:
+    import statistics
+
+    import loader
+    from loader.query import parse_box
+
+    ranges = parse_box(box)
+    with loader.open(uri) as ds:
+        cols = attrs.split(",") if attrs else None
+        t = ds.read_box(attrs=cols, **ranges)
+        times = []
+        for _ in range(50):
+            t0 = time.perf_counter()
+            ds.read_box(attrs=cols, **ranges)
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times), t.num_rows
 
 
 def print_table(rows, nbytes: int, t_disk: float) -> None:
