@@ -14,9 +14,13 @@
 Targets (2-core machine, N = 20M): >= 400 MB/s with 2 workers, 2 vs 1 workers >= 1.6x,
 box query <= 2 ms median.
 
-Long run (documented, not part of CI): ``--n 100000000 --repeats 1 --workers 2`` prints the
-peak RSS of the finalize workers (``worker_peak_rss_bytes``), the out-of-core figure
-(target <= 2 GiB).
+Long run (documented, not part of CI): ``--n 100000000 --repeats 1 --workers 2 --sample-rss``
+samples the whole process tree (this process, the forkserver and every worker) with psutil
+every 0.25 s during the load and the finalize, and prints the peak of the summed RSS
+(``rss``: resident pages, file-backed ones included) and of the summed private memory
+(``uss``: pages of one process only), the out-of-core figure (target <= 2 GiB). It also
+reports ``worker_peak_rss_bytes`` (the largest sum over one phase's workers of their
+``ru_maxrss``). Needs ~25 GB free where ``--dir`` points.
 """
 
 from __future__ import annotations
@@ -31,6 +35,54 @@ import tempfile
 import time
 
 
+class TreeSampler:
+    """Samples the summed RSS and USS of this process and all its descendants."""
+
+    def __init__(self, interval: float = 0.25):
+        import threading
+
+        import psutil
+
+        self.psutil = psutil
+        self.me = psutil.Process()
+        self.interval = interval
+        self.current = None
+        self.peaks: dict[str, dict] = {}
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def phase(self, name) -> None:
+        self.current = name
+
+    def _run(self) -> None:
+        ps = self.psutil
+        while not self.done.wait(self.interval):
+            ph = self.current
+            if ph is None:
+                continue
+            rss = uss = 0
+            procs = [self.me] + self.me.children(recursive=True)
+            for p in procs:
+                try:
+                    mi = p.memory_full_info()
+                    rss += mi.rss
+                    uss += mi.uss
+                except (ps.NoSuchProcess, ps.AccessDenied, ProcessLookupError):
+                    pass
+            pk = self.peaks.setdefault(ph, {"peak_rss_bytes": 0, "peak_uss_bytes": 0, "samples": 0,
+                                            "max_processes": 0})
+            pk["peak_rss_bytes"] = max(pk["peak_rss_bytes"], rss)
+            pk["peak_uss_bytes"] = max(pk["peak_uss_bytes"], uss)
+            pk["samples"] += 1
+            pk["max_processes"] = max(pk["max_processes"], len(procs))
+
+    def stop(self) -> dict:
+        self.done.set()
+        self.thread.join()
+        return self.peaks
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=20_000_000)
@@ -43,8 +95,12 @@ def main(argv=None) -> int:
     ap.add_argument("--shards", type=int, default=2)
     ap.add_argument("--dir", default=None, help="where to put the dataset (default: a temp dir in /tmp)")
     ap.add_argument("--memory-budget", type=int, default=None)
+    ap.add_argument("--strategy", default="auto", choices=["auto", "direct", "spill"])
+    ap.add_argument("--sample-rss", action="store_true",
+                    help="sample the process tree's RSS and USS during load and finalize")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
+    sampler = TreeSampler() if a.sample_rss else None
 
     import loader
     from loader.query import parse_box
@@ -63,21 +119,30 @@ def main(argv=None) -> int:
             else:
                 shutil.rmtree(f"{base}/ds", ignore_errors=True)
             t = time.perf_counter()
+            if sampler:
+                sampler.phase("load")
             rep = loader.load(f"gen://scidb96?n={a.n}", uri, shards=a.shards)
             log(f"loaded {a.n:,} records in {time.perf_counter() - t:.1f} s ({rep.mb_per_s:,.0f} MB/s)")
+            if sampler:
+                sampler.phase(None)
 
         for w in [int(x) for x in a.workers.split(",")]:
             runs = []
             for i in range(a.repeats):
                 fresh()  # every finalize starts from a freshly loaded dataset (untimed)
+                if sampler:
+                    sampler.phase("finalize")
                 t = time.perf_counter()
-                r = finalize(uri, dims=a.dims, workers=w, memory_budget=a.memory_budget)
+                r = finalize(uri, dims=a.dims, workers=w, memory_budget=a.memory_budget, strategy=a.strategy)
                 sec = time.perf_counter() - t
+                if sampler:
+                    sampler.phase(None)
                 runs.append({"seconds": round(sec, 3), "mb_per_s": round(a.n * 96 / sec / 1e6, 1),
+                             "strategy": r["strategy"], "windows": r["windows"],
                              "stages": r["stages"], "spill_runs": r["spill_runs"],
                              "worker_peak_rss_bytes": r["worker_peak_rss_bytes"]})
                 log(f"finalize workers={w} #{i + 1}: {sec:.2f} s, {a.n * 96 / sec / 1e6:,.0f} MB/s "
-                    f"stages {r['stages']}")
+                    f"({r['strategy']}: {r['strategy_reason']}) stages {r['stages']}")
             med = statistics.median(x["mb_per_s"] for x in runs)
             result["finalize"][f"w{w}"] = {"median_mb_per_s": med, "runs": runs}
         ws = sorted(result["finalize"])
@@ -101,6 +166,8 @@ def main(argv=None) -> int:
                                "queries": a.queries}
             assert first.num_rows == tb.num_rows
     finally:
+        if sampler:
+            result["rss_tree"] = sampler.stop()
         if a.store == "mem":
             shutil.rmtree(f"/dev/shm/bulkload/{name}", ignore_errors=True)
         if a.dir is None:
@@ -118,6 +185,10 @@ def main(argv=None) -> int:
         print(f"{w[1:]:>8} {f['median_mb_per_s']:>9,.0f} {secs:>9.2f}")
     if "speedup_2_vs_1" in result:
         print(f"2 vs 1 workers: {result['speedup_2_vs_1']:.2f}x")
+    for ph, v in result.get("rss_tree", {}).items():
+        print(f"peak memory of the process tree during {ph}: RSS {v['peak_rss_bytes'] / 2**30:.2f} GiB, "
+              f"private (USS) {v['peak_uss_bytes'] / 2**30:.2f} GiB ({v['samples']} samples, "
+              f"up to {v['max_processes']} processes)")
     q = result["query"]
     print(f"box {q['box']}: {q['cells']} cells, median {q['median_ms']:.3f} ms, p99 {q['p99_ms']:.3f} ms "
           f"(first call {q['first_call_ms']:.1f} ms, {q['queries']} queries)")

@@ -28,6 +28,9 @@ def finalize_cmd(
     no_compact: bool = typer.Option(False, "--no-compact", help="Skip compaction before redimensioning."),
     memory_budget: Optional[str] = typer.Option(None, "--memory-budget",
                                                 help="Buffer bytes per worker (e.g. 512m, 2g)."),
+    strategy: str = typer.Option("auto", "--strategy",
+                                 help="auto, direct (read windows of chunks straight from the batches) "
+                                      "or spill (partition into spill runs first)."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
 ):
@@ -36,7 +39,7 @@ def finalize_cmd(
 
     rep = finalize(dataset, dims=dims, array=array, duplicates=duplicates, workers=workers,
                    compact=not no_compact, progress=progress_mode(quiet),
-                   memory_budget=_size(memory_budget, "--memory-budget"))
+                   memory_budget=_size(memory_budget, "--memory-budget"), strategy=strategy)
     if json_out:
         emit_json(rep)
     elif not quiet:
@@ -167,7 +170,8 @@ def _size(v: str | None, opt: str) -> int | None:
 
 def print_arrays(arrays: list[dict], console=None) -> None:
     """Lines for `bulkload info`: one per array (for the lead to call from cli.info)."""
-    out = console.print if console is not None else print
+    # no rich markup: "[i0/10 x i1/100000]" is text, not a style tag
+    out = (lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True)) if console is not None else print
     for a in arrays:
         dims = " x ".join(f"{d['name']}/{d['chunk']}" for d in a["dims"])
         b = a["bounds"] or {}

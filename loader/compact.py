@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import time
 
+from . import faults
 from . import manifest as mf
 from .errors import BulkloadError, UsageError
 from .workers import batch_key
@@ -62,6 +63,7 @@ def compact(dataset_uri: str, target_batch_records: int | None = None, progress:
         raise UsageError("--target-batch-records must be at least 1")
     if workers is not None and int(workers) < 1:
         raise UsageError("--workers must be at least 1")
+    faults.from_env()
     with DatasetLock(spec.root) as lock:
         lock.set_job("compact")
         m = mf.load_manifest(spec.root, dataset_uri)
@@ -151,7 +153,8 @@ def _merge(spec, m: mf.Manifest, groups: list[list], progress: str, workers: int
                      tuple((b.seq, b.shard, b.count) for b in g)))
     nw = max(1, min(workers, k))
     tasks = [MergeTask(store=spec, worker=w, workers=nw, nshards=k, layout=m.layout, format=m.format,
-                       compression=m.compression, plan=tuple(plan), main_pid=os.getpid())
+                       compression=m.compression, plan=tuple(plan), main_pid=os.getpid(),
+                       fault=os.environ.get(faults.ENV, ""))
              for w in range(nw)]
     with Progress("compact: merge batches", m.records, m.layout_obj.record_size, mode=progress) as prog:
         receipts = Pool(merge_worker, tasks, on_progress=prog.advance).run()
@@ -161,10 +164,14 @@ def _merge(spec, m: mf.Manifest, groups: list[list], progress: str, workers: int
 
         raise StoreError(f"compaction wrote {len(rows)} of {len(plan)} batches; nothing was committed")
     old_first_seq = first_seq
+    faults.hit("merged")
     m.batches = [mf.BatchEntry(*r) for r in rows]
     m.save(spec.root)  # the switch
+    faults.hit("merge-switched")
     # the old batches are now garbage: everything below the first new key
     for s in range(k):
+        if s:
+            faults.hit("deleting")
         try:
             st = spec.open_shard(s, write=True)
         except (BulkloadError, OSError):
@@ -183,6 +190,9 @@ def _compact_stores(spec, m: mf.Manifest, *, force: bool) -> list[dict]:
     for b in m.batches:
         live[b.shard] += b.nbytes
     arrays = {a["table"]: a for a in m.arrays.values()}
+    from .redimension import collect_index_garbage
+
+    collect_index_garbage(spec.root, m)
     for a in m.arrays.values():
         try:
             from .redimension import index_path, read_index

@@ -14,6 +14,20 @@ not the job's). Points (see `hit` calls):
                yet reported), ``batch`` (a batch was serialized); prefix ``wN.`` to aim at
                worker N only, e.g. ``w1.flush:3``
 
+  finalize     coordinator: ``scanned`` (chunk histogram done), ``spilled`` (spill runs
+               written), ``built`` (every chunk written and synced), ``indexed`` (index
+               file written, manifest not switched), ``switched`` (manifest switched, the
+               replaced build not yet dropped), ``dropping`` (the replaced build dropped
+               from some shards only); workers: ``spill`` (a spill run was written),
+               ``chunks`` (a group of chunks was put, not yet synced), ``synced`` (a
+               shard's chunks synced, not yet reported)
+  compact      coordinator: ``merged`` (merged batches written, manifest not switched),
+               ``merge-switched`` (switched, old batches not yet deleted), ``deleting``
+               (old batches deleted from some shards only), ``compact-copied`` (an LMDB
+               shard's compacted copy is complete, not swapped in), ``compact-swapped``
+               (swapped in, the old copy not yet removed); workers: ``merge`` (a group of
+               merged batches was put, not yet synced)
+
 Unset (the normal case), `hit` is one dict lookup.
 """
 

@@ -30,18 +30,41 @@ Storage
 
 Algorithm (out of core, see finalize_workers.py)
 ------------------------------------------------
-1. partition: W workers read contiguous record ranges; each fills a buffer of at most
+Every build worker w owns the output shards s with s mod W == w and writes each of its
+chunks once, in key order, in *windows*: runs of consecutive chunks (of one shard, in key
+order) whose records fit the worker's ``memory_budget``. Two ways to fill a window:
+
+0. scan: W workers read contiguous record ranges and count the records of every chunk in
+   every batch (rows batch, chunk, count). From it the coordinator cuts each shard's
+   chunks into windows and lists, per window, the batches holding its records
+   (`plan_direct`).
+1. *direct* (no spill files): when every worker would read at most
+   ``DIRECT_MAX_SCAN_RATIO`` records per record it owns (records of a chunk sit in few
+   batches, as when a dimension follows the record order - scidb96's i1), each build
+   worker reads its windows' batches itself (zero-copy from LMDB), copying whole batches
+   or only the records of the window's chunks.
+   *spill* otherwise (or ``strategy="spill"``; also when the scan finds the records too
+   scattered): W workers read contiguous record ranges; each fills a buffer of at most
    ``memory_budget`` bytes, groups it by (shard, chunk) (a radix sort on a compact group
    number) and writes it as a *spill run* (records, record indices, directory) into
-   ``ROOT/.finalize-RUNID/``;
-2. build: one writer per output shard (worker w owns shards s with s mod W == w) merges
-   the runs chunk by chunk in key order, reading windows of whole chunks that fit the
-   budget; sorts each window's cells row-major, applies the duplicates policy, encodes
-   every chunk (piece) once and appends it in key order (LMDB append / RocksDB SST);
+   ``ROOT/.finalize-RUNID/``; the build merges the runs chunk by chunk in key order,
+   reading windows of whole chunks that fit the budget.
+2. build: sort each window's cells on one int64 key (chunk ordinal in the window's box of
+   chunks, row and column within the chunk; a lexsort for domains too wide for it),
+   apply the duplicates policy, encode every chunk (piece) once and append it in key
+   order (LMDB append / RocksDB SST), in groups of up to 64 MiB per transaction, the disk
+   writeback started after each group, one sync per shard at the end;
 3. commit: merge the per-worker index rows, write the index file, switch the manifest.
 
 Memory is bounded by the budget (per worker) whatever N is, provided no single chunk is
-larger than the budget (a window always holds at least one whole chunk).
+larger than the budget (a window always holds at least one whole chunk). Pages of the
+flat store read zero-copy are dropped from the reader's resident set after each batch
+(``ValueReader.release``), so a pass over a store larger than RAM stays flat in RSS.
+
+Crash safety: nothing the manifest refers to is modified before the switch; the new
+table, spill runs and index file of a crashed run are garbage that the next finalize
+(or compact) removes (``collect_index_garbage``, the build workers' table sweep), and the
+re-run rebuilds the array from scratch. Kill points for the tests: see faults.py.
 
 Duplicates (two records on one cell): ``error`` (default) names the cell and two record
 indices and commits nothing; ``first``/``last`` keep the record with the lowest/highest
@@ -59,11 +82,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import faults
 from . import manifest as mf
 from .errors import BulkloadError, DuplicateCellError, UsageError, WorkerError
 from .layouts import Field, Layout
 
 POLICIES = ("error", "first", "last", "keep")
+STRATEGIES = ("auto", "direct", "spill")
+#: auto picks direct when every build worker reads at most this many records per record it owns
+DIRECT_MAX_SCAN_RATIO = 6
+#: scan rows (batch, chunk, count) beyond which the data counts as scattered (spill)
+MAX_SCAN_ENTRIES = 4_000_000
+#: largest chunk box (rows x columns of chunks) of one direct window
+MAX_WINDOW_BOX = 1 << 22
 DEFAULT_ARRAY = "grid"
 #: bytes of record buffers (plus sort temporaries) per worker
 DEFAULT_MEMORY_BUDGET = 512 << 20
@@ -295,10 +326,39 @@ class ValueReader:
             return None
         return self.store.get(key, table=self.table)
 
+    def release(self, value) -> None:
+        """Done with a zero-copy value: drop its pages from this process's resident set
+        (``madvise(MADV_DONTNEED)`` on the read-only file mapping; the data stays in the
+        page cache). Keeps the RSS of a pass over a large store flat. No-op for copies."""
+        if self.txn is None or value is None:
+            return
+        _madvise_dontneed(value)
+
     def __exit__(self, *exc):
         if self.txn is not None:
             self.txn.abort()
             self.txn = None
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_libc = None
+
+
+def _madvise_dontneed(value) -> None:
+    global _libc
+    try:
+        if _libc is None:
+            import ctypes
+
+            _libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            _libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+        a = np.frombuffer(value, np.uint8)
+        lo = -(-a.ctypes.data // _PAGE) * _PAGE
+        hi = (a.ctypes.data + len(a)) // _PAGE * _PAGE
+        if hi - lo >= _PAGE:
+            _libc.madvise(lo, hi - lo, 4)  # MADV_DONTNEED
+    except (OSError, AttributeError, ValueError, TypeError):
+        _libc = False if _libc is None else _libc
 
 
 # --- the chunk index file --------------------------------------------------------------------
@@ -371,8 +431,13 @@ def index_path(root: str, summary: dict) -> str:
 
 def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRAY,
              duplicates: str = "error", workers: int | None = None, compact: bool = True,
-             progress: str = "none", memory_budget: int | None = None) -> dict:
+             progress: str = "none", memory_budget: int | None = None,
+             strategy: str = "auto") -> dict:
     """Compact (unless ``compact=False``) and redimension the dataset into a 2-D array.
+
+    ``strategy``: ``auto`` (default: direct when the records of each window of chunks sit
+    in few batches, else spill), ``direct`` (direct whenever the chunk boxes allow it) or
+    ``spill`` (always partition into spill runs); see the module docstring.
 
     Returns a report (dict). Raises UsageError for bad dims/options (nothing touched),
     DuplicateCellError under ``duplicates="error"`` (nothing committed).
@@ -383,7 +448,8 @@ def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRA
     from .pool import Pool
     from .progress import Progress
     from .stores.base import parse_dataset_uri
-    from .finalize_workers import BuildTask, PartitionTask, build_worker, partition_worker
+    from .finalize_workers import (BuildTask, PartitionTask, ScanTask, build_worker, partition_worker,
+                                   scan_worker)
 
     t_start = time.perf_counter()
     spec = parse_dataset_uri(dataset_uri)
@@ -392,6 +458,9 @@ def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRA
     aspec = make_spec(layout, dims, array, duplicates)
     if workers is not None and int(workers) < 1:
         raise UsageError("--workers must be at least 1")
+    if strategy not in STRATEGIES:
+        raise UsageError(f"strategy {strategy!r} is unknown; use one of {', '.join(STRATEGIES)}")
+    fault = faults.from_env()
     budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else int(memory_budget)
     if budget < MIN_MEMORY_BUDGET:
         raise UsageError(f"memory budget {budget} bytes is too small; give at least {MIN_MEMORY_BUDGET}")
@@ -403,6 +472,10 @@ def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRA
     max_piece = cser.max_records or MAX_PIECE_CELLS
     max_piece = max(1, min(max_piece, MAX_PIECE_CELLS))
 
+    import threading
+
+    # the index file needs pyarrow: import it while the workers run, not after them
+    threading.Thread(target=_import_pyarrow, name="import-pyarrow", daemon=True).start()
     with DatasetLock(spec.root) as lock:
         lock.set_job(f"finalize {array}")
         m = mf.load_manifest(spec.root, dataset_uri)
@@ -422,6 +495,7 @@ def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRA
         for leftover in os.listdir(spec.root):  # spill dirs of crashed runs (we hold the lock)
             if leftover.startswith(SPILL_PREFIX):
                 shutil.rmtree(os.path.join(spec.root, leftover), ignore_errors=True)
+        collect_index_garbage(spec.root, m)
         spill = os.path.join(spec.root, f"{SPILL_PREFIX}{run_id}")
         os.makedirs(spill)
         os.makedirs(os.path.join(spec.root, INDEX_DIR), exist_ok=True)
@@ -432,20 +506,52 @@ def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRA
         nbuild = max(1, min(w_req, k))
         t_phase = {}
         try:
-            # --- 1. partition into spill runs ----------------------------------------------------
+            # --- 1. scan: which chunks each batch holds (skipped for strategy="spill") ------------
             t = time.perf_counter()
-            groups = _split_batches(m.batches, max(1, min(w_req, len(m.batches) or 1)))
-            tasks1 = [PartitionTask(store=spec, worker=w, layout=m.layout, format=m.format,
-                                    compression=m.compression,
-                                    batches=tuple((b.seq, b.shard, b.first, b.count) for b in g),
-                                    dims=aspec.dims, chunks=aspec.chunks, nshards=k,
-                                    spill_dir=spill, budget=budget, main_pid=os.getpid())
-                      for w, g in enumerate(groups)]
-            run["workers"] = max(len(tasks1), nbuild)
-            with Progress(f"finalize {array}: partition", total, rs, mode=progress) as prog:
-                receipts1 = Pool(partition_worker, tasks1, on_progress=prog.advance).run()
-            runs = tuple((name, n) for rc in receipts1 for name, n in rc["runs"])
-            t_phase["partition_s"] = round(time.perf_counter() - t, 3)
+            nscan = max(1, min(w_req, len(m.batches) or 1))
+            groups = _split_batches(m.batches, nscan)
+            flat = [(b.seq, b.shard, b.first, b.count) for b in sorted(m.batches, key=lambda b: b.first)]
+            pos_of = {b[0]: i for i, b in enumerate(flat)}
+            plan = None
+            why = "strategy spill"
+            receipts0: list[dict] = []
+            if strategy != "spill" and flat:
+                tasks0 = [ScanTask(store=spec, worker=w, layout=m.layout, format=m.format,
+                                   compression=m.compression,
+                                   batches=tuple((pos_of[b.seq], b.seq, b.shard, b.first, b.count) for b in g),
+                                   dims=aspec.dims, chunks=aspec.chunks, out_dir=spill,
+                                   max_entries=MAX_SCAN_ENTRIES // len(groups), main_pid=os.getpid(),
+                                   fault=fault)
+                          for w, g in enumerate(groups)]
+                with Progress(f"finalize {array}: scan", total, rs, mode=progress) as prog:
+                    receipts0 = Pool(scan_worker, tasks0, on_progress=prog.advance).run()
+                if any(rc["scattered"] for rc in receipts0):
+                    why = "records too scattered over chunks"
+                else:
+                    entries = np.concatenate([np.load(rc["entries"]) for rc in receipts0])
+                    plan, why = plan_direct(entries, flat, k, nbuild, direct_window_records(budget, rs),
+                                            aspec.chunks, strict=strategy == "direct")
+                t_phase["scan_s"] = round(time.perf_counter() - t, 3)
+            faults.hit("scanned")
+
+            receipts1: list[dict] = []
+            runs: tuple = ()
+            if plan is None:
+                # --- 1b. partition into spill runs -----------------------------------------------
+                t = time.perf_counter()
+                tasks1 = [PartitionTask(store=spec, worker=w, layout=m.layout, format=m.format,
+                                        compression=m.compression,
+                                        batches=tuple((b.seq, b.shard, b.first, b.count) for b in g),
+                                        dims=aspec.dims, chunks=aspec.chunks, nshards=k,
+                                        spill_dir=spill, budget=budget, main_pid=os.getpid(), fault=fault)
+                          for w, g in enumerate(groups)]
+                with Progress(f"finalize {array}: partition", total, rs, mode=progress) as prog:
+                    receipts1 = Pool(partition_worker, tasks1, on_progress=prog.advance).run()
+                runs = tuple((name, n) for rc in receipts1 for name, n in rc["runs"])
+                t_phase["partition_s"] = round(time.perf_counter() - t, 3)
+                faults.hit("spilled")
+            run["workers"] = max(len(groups), nbuild)
+            run["strategy"] = "direct" if plan is not None else "spill"
 
             # --- 2. build chunks, one writer per shard -----------------------------------------
             t = time.perf_counter()
@@ -453,11 +559,15 @@ def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRA
                                 cell_layout=cell.to_dict(), format=m.format, compression=m.compression,
                                 dims=aspec.dims, chunks=aspec.chunks, policy=duplicates, array=array,
                                 table=table, keep_tables=keep_tables, runs=runs, spill_dir=spill,
-                                budget=budget, max_piece=max_piece, main_pid=os.getpid())
+                                budget=budget, max_piece=max_piece, main_pid=os.getpid(), fault=fault,
+                                batches=tuple(flat) if plan is not None else (),
+                                windows=None if plan is None else {
+                                    s: plan.get(s, []) for s in range(k) if s % nbuild == w})
                       for w in range(nbuild)]
             with Progress(f"finalize {array}: write chunks", total, rs, mode=progress) as prog:
                 receipts2 = Pool(build_worker, tasks2, on_progress=prog.advance).run()
             t_phase["build_s"] = round(time.perf_counter() - t, 3)
+            faults.hit("built")
 
             # --- 3. the index, then the manifest switch -------------------------------------------
             t = time.perf_counter()
@@ -468,6 +578,7 @@ def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRA
             rel_index = os.path.join(INDEX_DIR, f"{table}.arrow")
             write_index(os.path.join(spec.root, rel_index), rows)
             t_phase["index_s"] = round(time.perf_counter() - t, 3)
+            faults.hit("indexed")
         except BaseException as e:
             _drop_tables(spec, k, table)
             err = e
@@ -524,6 +635,7 @@ def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRA
         run.update(status="done", ended=time.time(), records=total, cells=cells, chunks=nchunks,
                    seconds=round(seconds, 3), spill_runs=spill_runs)
         m.save(spec.root)  # the switch
+        faults.hit("switched")
         if old is not None and old.get("table") != table:
             _drop_tables(spec, k, old["table"])
             try:
@@ -533,7 +645,8 @@ def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRA
 
     seconds = time.perf_counter() - t_start
     nbytes = total * rs
-    peak = sum(rc["max_rss"] for rc in receipts1) + sum(rc["max_rss"] for rc in receipts2)
+    # the phases run one after the other: the peak is the largest sum over one phase's workers
+    peak = max(sum(rc["max_rss"] for rc in rcs) for rcs in (receipts0, receipts1, receipts2))
     return {
         "dataset": spec.uri,
         "array": array,
@@ -548,22 +661,116 @@ def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRA
         "dropped": int(dropped),
         "bounds": bounds,
         "stored_bytes": summary["bytes"],
+        "strategy": run["strategy"],
+        "strategy_reason": why,
+        "windows": sum(len(v) for v in plan.values()) if plan is not None else None,
         "spill_runs": spill_runs,
-        "workers": {"partition": len(tasks1), "build": nbuild},
+        "workers": {"scan": len(receipts0), "partition": len(receipts1), "build": nbuild},
         "memory_budget": budget,
         "seconds": round(seconds, 4),
         "mb_per_s": round(nbytes / seconds / 1e6, 2) if seconds > 0 else 0.0,
         "records_per_s": round(total / seconds, 1) if seconds > 0 else 0.0,
         "stages": t_phase | {
+            "scan_worker_max_s": max((rc["seconds"] for rc in receipts0), default=0),
             "partition_worker_max_s": max((rc["seconds"] for rc in receipts1), default=0),
             "build_worker_max_s": max((rc["seconds"] for rc in receipts2), default=0),
         } | {f"partition_{k2}": max(rc[k2] for rc in receipts1) for k2 in ("read_s", "sort_s", "spill_s")
              if receipts1}
           | {f"build_{k2}": max(rc[k2] for rc in receipts2)
-             for k2 in ("read_s", "sort_s", "encode_s", "write_s", "sync_s") if receipts2},
+             for k2 in ("read_s", "sort_s", "encode_s", "write_s", "sync_s", "minflt", "cpu_s") if receipts2},
         "worker_peak_rss_bytes": peak,
         "compact": compact_report,
     }
+
+
+#: bytes per record of a direct window beyond the record (record index, key, order, sorted key)
+DIRECT_OVERHEAD = 48
+
+
+def direct_window_records(budget: int, record_size: int) -> int:
+    """Most records of one direct window: 3/4 of the budget (the rest: chunk values in
+    flight and LMDB's dirty pages, see finalize_workers._Emitter.group_limit)."""
+    return max(1, (budget * 3 // 4) // (record_size + DIRECT_OVERHEAD))
+
+
+def plan_direct(entries: np.ndarray, flat: list, nshards: int, workers: int, cap: int,
+                chunks: tuple, strict: bool = False) -> tuple[dict | None, str]:
+    """Windows for the direct build, or (None, reason) when spilling is the better plan.
+
+    ``entries``: the scan's rows (batch position in ``flat``, crow, ccol, count). Per
+    shard, its chunks in key order are cut into windows of at most ``cap`` records (at
+    least one chunk each); a window lists the batches holding its records and whether
+    each batch lies wholly inside it. Auto mode (not ``strict``) gives up when some
+    build worker would read more than DIRECT_MAX_SCAN_RATIO records per record it owns
+    (records spread over many batches, e.g. random coordinates over a big dataset).
+    """
+    if not len(entries):
+        return {}, "empty"
+    o = np.lexsort((entries["ccol"], entries["crow"]))
+    er, ec = entries["crow"][o], entries["ccol"][o]
+    newk = np.r_[True, (er[1:] != er[:-1]) | (ec[1:] != ec[:-1])]
+    uid = np.empty(len(o), np.int64)
+    uid[o] = np.cumsum(newk) - 1
+    u_crow, u_ccol = er[newk], ec[newk]
+    nu = len(u_crow)
+    u_count = np.bincount(uid, weights=entries["count"], minlength=nu).astype(np.int64)
+    u_shard = chunk_shard(u_crow, u_ccol, nshards)
+    u_win = np.empty(nu, np.int64)
+    wins: list[dict] = []
+    for s in range(nshards):
+        cs = np.flatnonzero(u_shard == s)
+        if not len(cs):
+            continue
+        cum = np.cumsum(u_count[cs])
+        a = 0
+        while a < len(cs):
+            base = int(cum[a - 1]) if a else 0
+            b = max(int(np.searchsorted(cum, base + cap, side="right")), a + 1)
+            sel = cs[a:b]
+            crmin, crmax = int(u_crow[sel].min()), int(u_crow[sel].max())
+            ccmin, ccmax = int(u_ccol[sel].min()), int(u_ccol[sel].max())
+            nr, nc = crmax - crmin + 1, ccmax - ccmin + 1
+            if nr * nc > MAX_WINDOW_BOX or nr * nc * chunks[0] * chunks[1] >= 2**62:
+                return None, "chunk windows too wide for one sort key"
+            lut = np.zeros(nr * nc, bool)
+            lut[(u_crow[sel] - crmin) * nc + (u_ccol[sel] - ccmin)] = True
+            u_win[sel] = len(wins)
+            wins.append({"shard": s, "n": int(cum[b - 1]) - base, "box": (crmin, ccmin, nc), "lut": lut})
+            a = b
+    e_win = u_win[uid]
+    # the (window, batch) pairs, batches in record order within each window
+    pair = np.unique(e_win * len(flat) + entries["batch"])
+    p_win, p_batch = pair // len(flat), pair % len(flat)
+    wins_per_batch = np.bincount(p_batch, minlength=len(flat))
+    counts = np.array([b[3] for b in flat], np.int64)
+    bnd = np.searchsorted(p_win, np.arange(len(wins) + 1))
+    plan: dict[int, list] = {}
+    scanned = np.zeros(workers, np.int64)
+    owned = np.zeros(workers, np.int64)
+    for wi, win in enumerate(wins):
+        bs = p_batch[bnd[wi]:bnd[wi + 1]]
+        win["batches"] = bs
+        win["whole"] = wins_per_batch[bs] == 1
+        s = win.pop("shard")
+        plan.setdefault(s, []).append(win)
+        scanned[s % workers] += int(counts[bs].sum())
+        owned[s % workers] += win["n"]
+    ratio = float(np.max(scanned / np.maximum(owned, 1)))
+    if not strict and ratio > DIRECT_MAX_SCAN_RATIO:
+        return None, f"each worker would read {ratio:.1f} records per record it owns"
+    return plan, f"{len(wins)} windows, {ratio:.2f} records read per record owned"
+
+
+def _import_pyarrow() -> None:
+    """Import pyarrow and run its first IPC file write once (~0.2 s of one-time set-up)."""
+    try:
+        import pyarrow as pa
+
+        t = pa.Table.from_arrays([pa.array(np.zeros(1, np.int64))], names=["x"])
+        with pa.ipc.new_file(pa.BufferOutputStream(), t.schema) as w:
+            w.write_table(t)
+    except Exception:  # only a warm-up
+        pass
 
 
 def _split_batches(batches: list, nparts: int) -> list[list]:
@@ -584,9 +791,27 @@ def _split_batches(batches: list, nparts: int) -> list[list]:
     return [g for g in out if g] or [[]]
 
 
+def collect_index_garbage(root: str, m) -> None:
+    """Remove index files (and their temporaries) that no array of the manifest refers to:
+    left by a finalize that crashed before its manifest switch, or after it but before it
+    removed the replaced build's file. Call with the dataset lock held."""
+    d = os.path.join(root, INDEX_DIR)
+    if not os.path.isdir(d):
+        return
+    live = {os.path.basename(a["index"]) for a in m.arrays.values()}
+    for name in os.listdir(d):
+        if name.startswith(TABLE_PREFIX) and name not in live:
+            try:
+                os.unlink(os.path.join(d, name))
+            except OSError:
+                pass
+
+
 def _drop_tables(spec, nshards: int, table: str) -> None:
     """Best effort: drop `table` in every shard (what fails is collected by the next finalize)."""
     for s in range(nshards):
+        if s:
+            faults.hit("dropping")
         if not os.path.exists(spec.shard_path(s)):
             continue
         try:

@@ -125,9 +125,10 @@ def dataset_uri(tmp_path, store):
        chunks=st.tuples(st.sampled_from([1, 2, 3, 5, 16, 10**9]), st.sampled_from([1, 4, 7, 64, 10**9])),
        center=st.tuples(st.integers(-1000, 1000), st.integers(-10**6, 10**6)),
        spread=st.tuples(st.integers(0, 30), st.integers(0, 40)),
-       budget=st.sampled_from([4096, 1 << 22]))
+       budget=st.sampled_from([4096, 1 << 22]),
+       strategy=st.sampled_from(["auto", "direct", "spill"]))
 def test_redimension_matches_numpy_model(tmp_path_factory, seed, lname, store, fmt, n, chunks, center,
-                                         spread, budget):
+                                         spread, budget, strategy):
     tmp_path = tmp_path_factory.mktemp("prop")
     rng = np.random.default_rng(seed)
     layout = get_layout(layout_file(tmp_path, lname))
@@ -144,7 +145,8 @@ def test_redimension_matches_numpy_model(tmp_path_factory, seed, lname, store, f
         name = f"a{policy}"
         if policy == "error" and has_dup:
             with pytest.raises(DuplicateCellError) as ei:
-                finalize(uri, dims=dims, array=name, workers=2, memory_budget=budget, compact=False)
+                finalize(uri, dims=dims, array=name, workers=2, memory_budget=budget, compact=False,
+                         strategy=strategy)
             m = re.search(rf"cell \({d0}=(-?\d+), {d1}=(-?\d+)\).*records (\d+) and (\d+)", str(ei.value))
             assert m, str(ei.value)
             r, c, i, j = map(int, m.groups())
@@ -153,7 +155,8 @@ def test_redimension_matches_numpy_model(tmp_path_factory, seed, lname, store, f
                 assert name not in ds.manifest.arrays  # nothing committed
             continue
         rep = finalize(uri, dims=dims, array=name, duplicates=policy, workers=2, memory_budget=budget,
-                       compact=(policy == "first"))
+                       compact=(policy == "first"), strategy=strategy)
+        assert strategy == "auto" or rep["strategy"] == strategy or rep["strategy_reason"].startswith("chunk")
         assert rep["cells"] == len(cells)
         assert rep["dropped"] == n - len(cells)
         with loader.open(uri) as ds:
@@ -217,13 +220,22 @@ def test_memory_budget_forces_spill_runs_and_results_match(tmp_path):
     uri = f"lmdb://{tmp_path}/ds"
     loader.load("gen://scidb96?n=20000", uri, shards=2, batch_records=1500)
     big = finalize(uri, dims="i0:3,i1:700", array="big", workers=2)
+    assert big["strategy"] == "direct" and big["spill_runs"] == 0 and big["windows"] == 2  # it all fits
     small = finalize(uri, dims="i0:3,i1:700", array="small", workers=2, memory_budget=32 * 1024)
-    assert big["spill_runs"] == 2  # one per worker: everything fits
-    # 32 KiB holds ~200 records: ~100 runs, and the build reads windows of a few chunks
-    assert small["spill_runs"] > 50
+    # 32 KiB holds ~200 records: a window of about one chunk reads 1-2 batches of 1500
+    # records for ~170 it owns, so auto spills: ~100 runs, and the build reads windows of
+    # a few chunks
+    assert small["strategy"] == "spill" and small["spill_runs"] > 50
+    # forced direct within the same budget: many small windows, no spill run
+    sd = finalize(uri, dims="i0:3,i1:700", array="sdirect", workers=2, memory_budget=32 * 1024,
+                  strategy="direct")
+    assert sd["strategy"] == "direct" and sd["spill_runs"] == 0 and sd["windows"] > 50
+    for r in (big, small, sd):
+        assert r["worker_peak_rss_bytes"] > 0
     with loader.open(uri) as ds:
         a, b = ds.read_box("big"), ds.read_box("small")
         assert a.equals(b) and a.num_rows == 20000
+        assert ds.read_box("sdirect").equals(a)
         assert ds.read_box("small", i0=(1, 2), i1=(699, 1401)).column("i1").to_pylist() == \
             [i for i in range(699, 1401) if i % 10 == 1]
         assert ds.verify().ok
@@ -337,6 +349,16 @@ def test_cli_finalize_collision_exit_1_and_json(tmp_path):
     assert rep["cells"] == 2000 and rep["chunks"] == 7 and rep["array"] == "grid"
     r = run_cli("info", uri, "--json")
     assert json.loads(r.stdout)["arrays"]["grid"]["cells"] == 2000
+    r = run_cli("info", uri)  # text: one line per array
+    assert r.returncode == 0, r.stderr
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("array")]
+    assert len(line) == 1 and "grid: [i0/10 x i1/300] 2,000 cells in 7 chunks" in line[0], r.stdout
+    assert "i0 0..9, i1 0..1999" in line[0] and "duplicates error" in line[0] and "STALE" not in line[0]
+    loader.load("gen://scidb96?n=10&start=2000", uri)
+    r = run_cli("info", uri)
+    assert "STALE" in [ln for ln in r.stdout.splitlines() if ln.startswith("array")][0], r.stdout
+    r = run_cli("finalize", uri, "--dims", "i0:10,i1:300", "--strategy", "sometimes")
+    assert r.returncode == 2 and "strategy 'sometimes' is unknown" in r.stderr
 
 
 def test_empty_box_and_empty_dataset_schema(tmp_path):
