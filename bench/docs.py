@@ -1,7 +1,8 @@
 """Documents benchmark (issue 7): storage size near the entropy limit, naive peers' load
-times, and get-by-id latency. Standalone: uses loader.docs / loader.zdict, not the pipeline.
+times, and get-by-id latency; the real pipeline (`loader.load`, layout docs) next to them.
 
     .venv/bin/python bench/docs.py [--n N] [--json-n M] [--dir DIR] [--lookups K] [--json]
+                                   [--parts size,load,pipeline]
 
 (a) size, N generated documents (gen://docs semantics: seed 1, ids 0..N-1):
     limit               all texts concatenated, one zstd level-3 frame (the practical limit)
@@ -24,6 +25,11 @@ times, and get-by-id latency. Standalone: uses loader.docs / loader.zdict, not t
     and from the generator (M documents):
     naive-gen-lmdb      one process: generate, then txn.put(key, capnp value) per document
     proto-gen-lmdb      2 processes generate + encode + compress, the parent appends
+    and the pipeline (bulkload load, 2 shards, 2 workers, defaults: raw values, zstd):
+    pipe-json-{lmdb,rocksdb}   bulkload load DIR --layout docs (durable, manifest committed)
+    pipe-gen-{lmdb,rocksdb}    bulkload load gen://docs?n=M&seed=1
+(d) the pipeline at N documents: load gen://docs?n=N into lmdb:// and rocksdb:// (2 shards,
+    defaults), size on disk of the whole dataset directory / limit, and Dataset.get latency.
 (c) get-by-id: median and p99 of single gets (key -> decompressed, decoded document) for
     --lookups random ids, warm (page cache hot) and cold (store closed, its files evicted
     with posix_fadvise(DONTNEED), reopened).
@@ -317,6 +323,30 @@ def _proto_task(arg):
     return _gen_compress((task[1], task[2], d))
 
 
+def pipe_load(source: str, uri: str, **kw) -> dict:
+    """One `loader.load` (what `bulkload load` runs); its report's figures."""
+    import loader
+
+    t0 = time.perf_counter()
+    r = loader.load(source, uri, shards=2, workers=2, progress="none", **kw)
+    return {"s": time.perf_counter() - t0, "docs": r.records, "text_MB": r.bytes / 1e6,
+            "MB_s": r.bytes / (time.perf_counter() - t0) / 1e6, "report_s": r.seconds}
+
+
+class PipeReader:
+    def __init__(self, uri: str):
+        import loader
+
+        self.ds = loader.open(uri)
+
+    def get(self, doc_id: int):
+        d = self.ds.get(doc_id)
+        return d.id, d.created_at, d.text.encode()
+
+    def close(self):
+        self.ds.close()
+
+
 def naive_gen_lmdb(n: int, path: Path) -> float:
     import lmdb
 
@@ -342,9 +372,14 @@ def main(argv=None) -> int:
     ap.add_argument("--dir", default="/work/tmp-docs/bench", help="scratch directory on a real disk")
     ap.add_argument("--lookups", type=int, default=10_000)
     ap.add_argument("--skip-load", action="store_true", help="skip part (b)")
+    ap.add_argument("--parts", default="size,load,pipeline",
+                    help="comma-separated: size (a, c: phase-1 store variants), load (b), pipeline (d)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "out" / "docs.json"))
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     args = ap.parse_args(argv)
+    parts = set(args.parts.split(","))
+    if args.skip_load:
+        parts.discard("load")
     n = args.n
     jn = min(n, 200_000) if args.json_n is None else args.json_n
     root = Path(args.dir)
@@ -380,7 +415,7 @@ def main(argv=None) -> int:
         sizes = res["size"] = {}
         lat = res["get"] = {}
 
-        for fmt in ("raw", "capnp"):
+        for fmt in (("raw", "capnp") if "size" in parts else ()):
             name = f"lmdb-{fmt}-zdict"
             t = time.perf_counter()
             values = D.encode_batch(batch, fmt)
@@ -406,8 +441,8 @@ def main(argv=None) -> int:
             row(f"  get {name}", **{f"{m}_{k}": v for m, d_ in lat[name].items() for k, v in d_.items()})
             shutil.rmtree(path)
 
-        raw_values = D.encode_batch(batch, "raw")
-        for dict_bytes, block_kib in ((0, 4), (16384, 4), (16384, 16)):
+        raw_values = D.encode_batch(batch, "raw") if "size" in parts else []
+        for dict_bytes, block_kib in (((0, 4), (16384, 4), (16384, 16)) if "size" in parts else ()):
             name = f"rocksdb-zstd{'-dict' if dict_bytes else ''}-b{block_kib}k"
             path = root / name
             opts = rocks_options(dict_bytes, block_kib)
@@ -422,8 +457,25 @@ def main(argv=None) -> int:
             shutil.rmtree(path)
         del raw_values, keys
 
+        # ---- (d) the pipeline at N: size and get-by-id -------------------------------------
+        if "pipeline" in parts:
+            pipe = res["pipeline"] = {}
+            for scheme in ("rocksdb", "lmdb"):
+                name = f"pipe-gen-{scheme}"
+                path = root / name
+                uri = f"{scheme}://{path}"
+                os.sync()
+                r = pipe_load(f"gen://docs?n={n}&seed={SEED}", uri)
+                size = disk_bytes(path)
+                r.update(bytes=size, ratio=size / limit)
+                r["get"] = latency(lambda: PipeReader(uri), path, ids, batch)
+                pipe[name] = r
+                row(name, s=r["s"], MB_s=r["MB_s"], ratio=r["ratio"], MB=size / 1e6)
+                row(f"  get {name}", **{f"{m}_{k}": v for m, d_ in r["get"].items() for k, v in d_.items()})
+                shutil.rmtree(path)
+
         # ---- (b) load times --------------------------------------------------------------
-        if not args.skip_load:
+        if "load" in parts:
             jdir = root / "json"
             jb = batch.slice(0, jn).compact()
             del batch
@@ -460,6 +512,17 @@ def main(argv=None) -> int:
                     vs_naive_lmdb=load["naive_lmdb_s"] / load["proto_lmdb_zdict_s"],
                     vs_naive_rocksdict=load["naive_rocksdict_s"] / load["proto_lmdb_zdict_s"],
                     vs_floor=load["proto_lmdb_zdict_s"] / load["floor_s"])
+                for scheme in ("lmdb", "rocksdb"):
+                    p = root / f"pipe-json-{scheme}"
+                    os.sync()
+                    r = pipe_load(str(jdir), f"{scheme}://{p}", layout="docs")
+                    r["bytes"] = disk_bytes(p)
+                    load[f"pipe_json_{scheme}"] = r
+                    shutil.rmtree(p)
+                    row(f"pipe-json-{scheme}", s=r["s"], MB_s=r["MB_s"],
+                        vs_naive_lmdb=load["naive_lmdb_s"] / r["s"],
+                        vs_naive_rocksdict=load["naive_rocksdict_s"] / r["s"],
+                        vs_floor=r["s"] / load["floor_s"], MB=r["bytes"] / 1e6)
                 shutil.rmtree(jdir)
                 p = root / "naive-gen"
                 load["naive_gen_lmdb_s"] = naive_gen_lmdb(jn, p)
@@ -472,6 +535,14 @@ def main(argv=None) -> int:
                 shutil.rmtree(p)
                 row("proto-gen-lmdb", s=load["proto_gen_lmdb_s"],
                     vs_naive=load["naive_gen_lmdb_s"] / load["proto_gen_lmdb_s"])
+                for scheme in ("lmdb", "rocksdb"):
+                    p = root / f"pipe-gen-{scheme}"
+                    os.sync()
+                    r = pipe_load(f"gen://docs?n={jn}&seed={SEED}", f"{scheme}://{p}")
+                    load[f"pipe_gen_{scheme}"] = r
+                    shutil.rmtree(p)
+                    row(f"pipe-gen-{scheme} (n={jn})", s=r["s"], MB_s=r["MB_s"],
+                        vs_naive_gen_lmdb=load["naive_gen_lmdb_s"] / r["s"])
     finally:
         shutil.rmtree(root, ignore_errors=True)
     res["total_s"] = time.perf_counter() - t_all

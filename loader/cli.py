@@ -95,7 +95,8 @@ def generate(
 @app.command()
 @handle_errors
 def load(
-    source: str = typer.Argument(..., help="gen://LAYOUT?n=N&start=S, a file of raw records, or - for stdin."),
+    source: str = typer.Argument(..., help="gen://LAYOUT?n=N&start=S, a file of raw records, - for stdin, "
+                                 "or (--layout docs) a directory of <id>.json documents."),
     dataset: str = typer.Argument(..., help="lmdb://PATH, rocksdb://PATH or mem://NAME (with ?shards=K)."),
     layout: Optional[str] = typer.Option(None, "--layout", help="Layout of the records (default: the source's or scidb96)."),
     format: Optional[str] = typer.Option(None, "--format", help="capnp (default) or arrow."),
@@ -105,6 +106,9 @@ def load(
     batch_records: Optional[int] = typer.Option(None, "--batch-records", help="Records per batch (default 10000)."),
     new_run: bool = typer.Option(False, "--new-run", help="Load the source again even if it was loaded before."),
     replace: bool = typer.Option(False, "--replace", help="Start the dataset over with this source (atomic swap)."),
+    on_bad_file: str = typer.Option("fail", "--on-bad-file",
+                                    help="Documents: fail (exit 1 naming the file, nothing loaded) or skip "
+                                         "(load the rest, list it in the report)."),
     json_out: bool = typer.Option(False, "--json", help="Print the run report as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
 ):
@@ -116,7 +120,7 @@ def load(
 
     report = do_load(source, dataset, layout=layout, format=format, compression=compression,
                      shards=shards, workers=workers, batch_records=batch_records,
-                     progress=progress_mode(quiet), new_run=new_run, replace=replace)
+                     progress=progress_mode(quiet), new_run=new_run, replace=replace, on_bad_file=on_bad_file)
     if json_out:
         emit_json(report.to_dict())
     elif not quiet:
@@ -127,9 +131,12 @@ def load(
             return
         how = (f"resumed run {r.run_id}: kept {r.resumed_records:,} records, wrote {r.written_records:,}; "
                if r.status == "resumed" else "")
-        print(f"{how}loaded {r.records:,} records ({r.bytes / 1e6:,.1f} MB) into {r.dataset} in {r.seconds:.2f} s: "
-              f"{r.mb_per_s:,.0f} MB/s, {r.records_per_s / 1e6:.2f} M records/s "
+        what = "documents" if r.layout == "docs" else "records"
+        print(f"{how}loaded {r.records:,} {what} ({r.bytes / 1e6:,.1f} MB) into {r.dataset} in {r.seconds:.2f} s: "
+              f"{r.mb_per_s:,.0f} MB/s, {r.records_per_s / 1e6:.2f} M {what}/s "
               f"({r.batches} batches, {r.shards} shards, {r.workers} workers, {r.format})")
+        for f in r.skipped:
+            print(f"  skipped {f['path']}: {f['reason']}")
 
 
 @app.command()
@@ -141,6 +148,7 @@ def info(dataset: str = typer.Argument(...),
 
     with open_ds(dataset) as ds:
         d = ds.info()
+        arrays = ds.arrays() if d.get("arrays") else []
     if json_out:
         emit_json(d)
         return
@@ -155,6 +163,10 @@ def info(dataset: str = typer.Argument(...),
     c.print(f"records  {d['records']:,} in {d['batches']:,} batches; "
             f"{d['record_bytes'] / 1e6:,.1f} MB of records, {d['stored_bytes'] / 1e6:,.1f} MB stored, "
             f"{d['disk_bytes'] / 1e6:,.1f} MB on disk")
+    if arrays:
+        from .cli_arrays import print_arrays
+
+        print_arrays(arrays, c)
     if d["runs"]:
         t = Table(title="runs")
         for col in ("id", "kind", "status", "records", "seconds", "source / error"):
@@ -219,3 +231,6 @@ _rb(app)
 
 from .cli_arrays import register as _register_arrays  # noqa: E402  (finalize, compact, query)
 _register_arrays(app)
+
+from .cli_docs import register as _register_docs  # noqa: E402  (get)
+_register_docs(app)

@@ -28,7 +28,6 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-import xxhash
 
 from . import faults, logs
 from . import manifest as mf
@@ -36,7 +35,7 @@ from .layouts import Layout
 from .pool import Pool
 from .progress import Progress
 from .stores.base import StoreSpec
-from .workers import LoadTask, Segment, batch_key, load_worker
+from .workers import LoadTask, Segment, load_worker
 
 CHECKPOINT_SECONDS = 10.0
 CHECKPOINT_BYTES = 1 << 30
@@ -80,13 +79,16 @@ def planned_rows(segments: list[Segment], b: int, k: int) -> dict[int, tuple[int
 
 
 def resume_points(spec: StoreSpec, segments: list[Segment], b: int, k: int, first_seq: int,
-                  pending: list) -> tuple[tuple, list]:
+                  pending: list, kind=None) -> tuple[tuple, list]:
     """(per-shard resume seqs, rows kept) for a plan, given a crashed run's pending rows.
 
     A pending row is kept when it matches the plan and its stored value is intact
-    (size and xxh3 recomputed); per shard, only the prefix up to the first batch that is
+    (size and xxh3 recomputed by the record kind: one value, or a range scan); per shard, only the prefix up to the first batch that is
     missing or damaged is kept, since the worker rewrites that shard from there.
     """
+    from .record_kinds import FixedKind
+
+    check = (kind or FixedKind(None, "", "")).stored_problem
     plan = planned_rows(segments, b, k)
     end = max(plan) + 1 if plan else first_seq
     cand = {}
@@ -111,8 +113,7 @@ def resume_points(spec: StoreSpec, segments: list[Segment], b: int, k: int, firs
                     break
                 if store is None:
                     store = spec.open_shard(s, write=False)
-                v = store.get(batch_key(seq))
-                if v is None or len(v) != row[5] or xxhash.xxh3_64_intdigest(bytes(v)) != row[4]:
+                if check(store, row) is not None:
                     point = seq
                     break
                 good.append(row)
@@ -169,7 +170,7 @@ class Committer:
             self.m.batches.extend(mf.BatchEntry(*r) for r in rows)
             if rows:
                 self.m.mark_arrays_stale()
-            self.run["records"] += sum(r[3] for r in rows)
+            self.run["records"] += sum(mf.BatchEntry(*r).records for r in rows)
             self.run["batches"] += len(rows)
             if u.on_commit is not None:
                 u.on_commit(self.m, u)
@@ -205,13 +206,17 @@ class Committer:
 def execute(spec: StoreSpec, m: mf.Manifest, run: dict, committer: Committer, *, layout: Layout,
             segments: list[Segment], resume: tuple, k: int, b: int, nworkers: int,
             label: str, progress: str, stdin_feed=None, checkpoint: tuple[float, int] | None = None,
-            fault: str = "") -> list[dict]:
+            fault: str = "", kind=None, table: str = "batches", keep_tables: tuple = (),
+            store_options: tuple = ()) -> list[dict]:
     """Run the workers over the plan (or the stdin feed); returns their receipts.
 
     Checkpoints flow into ``committer`` as they arrive; the caller calls
     ``committer.finish(receipts)`` and saves the final run status.
     """
-    rs = layout.record_size
+    from .record_kinds import kind_for
+
+    kind = kind or kind_for(layout, m.format, m.compression)
+    rs = kind.record_bytes()
     plan = planned_rows(segments, b, k)
     todo = [seq for seq in plan if seq >= resume[seq % k]] if resume else list(plan)
     todo_records = sum(plan[s][2] for s in todo)
@@ -226,13 +231,21 @@ def execute(spec: StoreSpec, m: mf.Manifest, run: dict, committer: Committer, *,
                       segments=tuple(segments) if stdin_feed is None else (),
                       first_seq=first_seq, first_record=first_record, batch_records=b,
                       resume=tuple(resume), shard_bytes_hint=shard_hint, main_pid=os.getpid(),
-                      checkpoint_bytes=nbytes, checkpoint_seconds=secs, fault=fault)
+                      checkpoint_bytes=nbytes, checkpoint_seconds=secs, fault=fault, table=table,
+                      keep_tables=tuple(keep_tables), store_options=tuple(store_options))
              for w in range(nworkers)]
     total = None if stdin_feed is not None else todo_records
     with Progress(label, total, rs, mode=progress) as prog:
         if stdin_feed is not None:
             return stdin_feed(tasks, prog, committer.on_message)
-        pool = Pool(load_worker, tasks, on_progress=prog.advance, on_message=committer.on_message)
+
+        def on_message(msg: tuple) -> None:
+            if msg[0] == "progress":  # keyed records: (documents, bytes of text)
+                prog.advance(msg[1], msg[2])
+            else:
+                committer.on_message(msg)
+
+        pool = Pool(load_worker, tasks, on_progress=prog.advance, on_message=on_message)
         return pool.run()
 
 

@@ -3,6 +3,11 @@
 A Dataset is a snapshot: it reads the manifest once, so it sees exactly the batches
 committed when it was opened, whatever a writer does meanwhile. Shards are opened
 read-only and lazily (readers never block a writer).
+
+Documents (layout ``docs``): `Dataset.get(id)` -> `Doc` (id, created_at, text str),
+`get_many(ids)` -> (DocBatch of the found ones, in the order asked; missing ids),
+`scan(start_id, stop_id)` -> DocBatch of ids in [start, stop) in id order
+(``.to_arrow()`` for a pyarrow RecordBatch); see docs_access.py.
 """
 
 from __future__ import annotations
@@ -39,15 +44,20 @@ class Dataset:
         self.uri = self.spec.uri
         self.manifest = mf.load_manifest(self.spec.root, uri)
         self.layout = self.manifest.layout_obj
-        self.serializer = get_serializer(self.manifest.format, self.layout, self.manifest.compression)
+        self.serializer = (None if self.layout.variable_length  # documents: see docs_access.py
+                           else get_serializer(self.manifest.format, self.layout, self.manifest.compression))
         self._shards: dict[int, ShardStore] = {}
         self._firsts = [b.first for b in self.manifest.batches]
+        self._docs = None
 
     # --- handles -----------------------------------------------------------------
     def shard(self, i: int) -> ShardStore:
         st = self._shards.get(i)
         if st is None:
-            st = self.spec.open_shard(i, write=False)
+            opts = dict(self.spec.options)
+            if self.layout.variable_length and self.spec.scheme != "rocksdb":
+                opts.setdefault("readahead", "0")  # documents are read by id: random reads
+            st = self.spec.backend.open(self.spec.shard_path(i), write=False, options=opts)
             # after opening: if the manifest still names our dataset, the shard is ours
             # (`load --replace` swaps in a whole new directory; see replace.py)
             if mf.read_dataset_id(self.spec.root) != self.manifest.dataset_id:
@@ -77,6 +87,16 @@ class Dataset:
 
     def info(self) -> dict:
         m = self.manifest
+        if self.layout.variable_length:
+            text = sum(b.text_bytes or 0 for b in m.batches)
+            return {
+                "dataset": self.uri, "path": self.spec.root, "layout": m.layout, "record_size": "variable",
+                "format": m.format, "compression": m.compression, "store": m.scheme, "shards": m.shards,
+                "records": m.records, "batches": len(m.batches), "batch_records": m.batch_records,
+                "record_bytes": text, "text_bytes": text, "stored_bytes": m.stored_bytes,
+                "disk_bytes": sum(self.shard(i).nbytes() for i in range(m.shards)) if m.batches else 0,
+                "runs": m.runs, "arrays": m.arrays,
+            }
         return {
             "dataset": self.uri,
             "path": self.spec.root,
@@ -96,7 +116,38 @@ class Dataset:
             "arrays": m.arrays,
         }
 
+    # --- documents (layout docs) ----------------------------------------------------
+    @property
+    def docs(self):
+        """The document reader (docs_access.DocReader); UsageError for fixed-size layouts."""
+        if not self.layout.variable_length:
+            raise UsageError(f"dataset {self.uri} holds fixed-size {self.layout.name} records, not documents; "
+                             "use read_records / iter_batches")
+        if self._docs is None:
+            from .docs_access import DocReader
+
+            self._docs = DocReader(self)
+        return self._docs
+
+    def get(self, doc_id: int):
+        """The document with this id: Doc(id, created_at, text); NotFoundError "id N not found"."""
+        return self.docs.get(doc_id)
+
+    def get_many(self, ids):
+        """(DocBatch of the documents found, in the order asked; list of the ids not found)."""
+        return self.docs.get_many(ids)
+
+    def scan(self, start_id: int = 0, stop_id: int | None = None):
+        """Documents with start_id <= id < stop_id (None: to the end), in id order, as a
+        DocBatch (``.to_arrow()`` gives a pyarrow RecordBatch: id, created_at, text)."""
+        return self.docs.scan(start_id, stop_id)
+
     # --- reading -----------------------------------------------------------------
+    def _fixed_only(self, what: str) -> None:
+        if self.layout.variable_length:
+            raise UsageError(f"{what} reads fixed-size records; dataset {self.uri} holds documents: "
+                             "use get / get_many / scan")
+
     def _value(self, b: mf.BatchEntry):
         v = self.shard(b.shard).get(batch_key(b.seq))
         if v is None:
@@ -112,11 +163,13 @@ class Dataset:
 
     def iter_batches(self) -> Iterator[tuple[int, np.ndarray]]:
         """(first record index, records) of every committed batch, in record order."""
+        self._fixed_only("iter_batches")
         for b in self.manifest.batches:
             yield b.first, self._decode(b)
 
     def read_records(self, start: int = 0, stop: int | None = None) -> np.ndarray:
         """Records [start, stop) as a numpy structured array of the layout's dtype."""
+        self._fixed_only("read_records")
         n = self.manifest.records
         stop = n if stop is None else stop
         if not (0 <= start <= stop <= n):
@@ -137,6 +190,8 @@ class Dataset:
     def to_arrow(self):
         import pyarrow as pa
 
+        if self.layout.variable_length:
+            return pa.Table.from_batches([self.scan().to_arrow()])
         schema = self.layout.arrow_schema
         tables = [records_to_arrow(recs, schema) for _, recs in self.iter_batches()]
         return pa.concat_tables(tables) if tables else schema.empty_table()
@@ -161,6 +216,14 @@ class Dataset:
         problems = []
         for b in self.manifest.batches:
             where = {"shard": b.shard, "batch": b.seq, "first_record": b.first}
+            if b.keyed:
+                try:
+                    problem = self.docs.verify_batch(b)
+                except Exception as e:  # noqa: BLE001 - e.g. a shard that cannot be opened
+                    problem = f"unreadable: {e}"
+                if problem is not None:
+                    problems.append({**where, "ids": [b.lo, b.hi], "problem": problem})
+                continue
             v = self.shard(b.shard).get(batch_key(b.seq))
             if v is None:
                 problems.append({**where, "problem": "missing from the store"})

@@ -64,7 +64,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .errors import InputError, UsageError, VerifyError
+from .errors import BadFileError, UsageError, VerifyError  # noqa: F401 (BadFileError re-exported)
 
 # --- the layout -------------------------------------------------------------------
 
@@ -77,17 +77,6 @@ DOCS_FIELDS: tuple[tuple[str, str, str], ...] = (
 
 #: Value formats of a stored document.
 VALUE_FORMATS = ("capnp", "raw")
-
-
-class BadFileError(InputError):
-    """An input file of a directory source is unusable (see `FileError`).
-
-    TODO(errors.py): move next to the other InputError subclasses.
-    """
-
-    def __init__(self, message: str, errors: Sequence["FileError"] = ()):
-        super().__init__(message)
-        self.errors = list(errors)
 
 
 @dataclass(frozen=True)
@@ -118,6 +107,12 @@ class DocsLayout:
             ],
             metadata={"bulkload.layout": self.name},
         )
+
+    def field(self, name: str):
+        """Fixed-size record fields only: what needs them (finalize's dims) is refused here."""
+        raise UsageError(f"layout docs holds documents (variable-length, keyed by id), not fixed-size "
+                         f"records: field {name!r} cannot be used here (finalize, compact and "
+                         "redimension work on fixed-size layouts); read documents with get / scan")
 
     def capnp_module(self):
         """The pycapnp module of schemas/docs.capnp (has ``.Doc``)."""
@@ -704,7 +699,10 @@ def scan_json_dir(directory, on_bad_file: str = "fail") -> tuple[list[tuple[int,
 def _read_file(path: str) -> bytes:
     fd = os.open(path, os.O_RDONLY)
     try:
-        chunks = []
+        first = os.read(fd, 1 << 20)
+        if len(first) < 1 << 20:  # a regular file reads short only at its end: one read(2)
+            return first
+        chunks = [first]
         while True:
             b = os.read(fd, 1 << 20)
             if not b:

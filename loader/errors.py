@@ -104,6 +104,19 @@ class ChangedInputError(InputError):
     """A file that was already ingested has changed (same name, other size or content)."""
 
 
+class BadFileError(InputError):
+    """An input file of a directory source is unusable; ``errors`` lists the bad files
+    (`loader.docs.FileError`: path and reason)."""
+
+    def __init__(self, message: str, errors=()):
+        super().__init__(message)
+        self.errors = list(errors)
+
+
+class DuplicateIdError(InputError):
+    """A document id occurs twice in one load, or is already stored in the dataset."""
+
+
 class DatasetReplacedError(BulkloadError):
     """The dataset was replaced (--replace) after this reader opened it."""
 

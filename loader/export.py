@@ -25,6 +25,8 @@ EXPORT_FORMATS = ("arrow", "parquet", "npy", "capnp")
 def export(ds: Dataset, out: str, fmt: str) -> dict:
     if fmt not in EXPORT_FORMATS:
         raise UsageError(f"unknown export format {fmt!r}; use one of {', '.join(EXPORT_FORMATS)}")
+    if ds.layout.variable_length and fmt not in ("arrow", "parquet"):
+        raise UsageError(f"dataset {ds.uri} holds documents: export them as arrow or parquet (not {fmt})")
     tmp = f"{out}.tmp-{os.getpid()}"
     try:
         f = open(tmp, "wb")
@@ -42,13 +44,31 @@ def export(ds: Dataset, out: str, fmt: str) -> dict:
             "bytes": os.path.getsize(out)}
 
 
+def _tables(ds: Dataset):
+    """pyarrow Tables of the records in order (documents: in id order, batch by batch)."""
+    import pyarrow as pa
+
+    schema = ds.layout.arrow_schema
+    if not ds.layout.variable_length:
+        for _, recs in ds.iter_batches():
+            yield records_to_arrow(recs, schema)
+        return
+    pos = 0
+    for b in ds.docs.index.batches:  # by lowest id; a scan covers overlapping batches too
+        if b.hi < pos:
+            continue
+        chunk = ds.scan(max(b.lo, pos), b.hi + 1)
+        pos = b.hi + 1
+        yield pa.Table.from_batches([chunk.to_arrow()], schema=schema)
+
+
 def _arrow(ds: Dataset, f) -> None:
     import pyarrow as pa
 
     schema = ds.layout.arrow_schema
     with pa.ipc.new_file(f, schema) as w:
-        for _, recs in ds.iter_batches():
-            w.write_table(records_to_arrow(recs, schema))
+        for t in _tables(ds):
+            w.write_table(t)
 
 
 def _parquet(ds: Dataset, f) -> None:
@@ -56,8 +76,8 @@ def _parquet(ds: Dataset, f) -> None:
 
     schema = ds.layout.arrow_schema
     with pq.ParquetWriter(f, schema) as w:
-        for _, recs in ds.iter_batches():
-            w.write_table(records_to_arrow(recs, schema))
+        for t in _tables(ds):
+            w.write_table(t)
 
 
 def _npy(ds: Dataset, f) -> None:

@@ -129,6 +129,9 @@ def ingest(dataset: str, from_dir: str, *, pattern: str = "*", on_bad_file: str 
     layout_obj, fmt, comp, k, w_req, b, spec = resolve_options(
         spec, existing, layout_obj=get_layout(layout) if layout else None, format=format,
         compression=compression, shards=shards, workers=workers, batch_records=batch_records)
+    if layout_obj.variable_length:
+        raise UsageError(f"ingest reads files of fixed-size records; for a directory of <id>.json documents "
+                         f"use `bulkload load {from_dir} {dataset} --layout docs`")
     rs = layout_obj.record_size
     ckpt = checkpoint_settings(checkpoint_seconds, checkpoint_bytes)
     report = IngestReport(spec.uri, directory, pattern, None, "nothing-to-do")

@@ -109,6 +109,9 @@ class Layout:
     fields: tuple[Field, ...]
     description: str = ""
 
+    #: fixed-size records (the variable-length layout ``docs`` is `loader.docs.DocsLayout`)
+    variable_length = False
+
     def __post_init__(self) -> None:
         if not self.fields:
             raise LayoutError(f"layout {self.name!r} declares no fields")
@@ -238,6 +241,11 @@ class Layout:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Layout":
+        """The layout a manifest or task describes (``docs`` gives `loader.docs.DOCS`)."""
+        if d.get("variable_length"):
+            from .docs import DOCS
+
+            return DOCS
         return cls(d["name"], tuple(Field(n, t) for n, t in d["fields"]), d.get("description", ""))
 
 
@@ -296,14 +304,19 @@ def available_layouts() -> list[str]:
     for d in [*_search_dirs(), builtin_schema_dir()]:
         if d.is_dir():
             names.update(p.stem for p in d.glob("*.toml"))
+    names.add("docs")
     return sorted(names)
 
 
 def get_layout(name_or_path: str | Layout) -> Layout:
     """Find a layout by name or by path to its .toml file."""
-    if isinstance(name_or_path, Layout):
+    if isinstance(name_or_path, Layout) or getattr(name_or_path, "variable_length", False):
         return name_or_path
     ref = str(name_or_path)
+    if ref == "docs":  # the built-in variable-length layout (loader/docs.py)
+        from .docs import DOCS
+
+        return DOCS
     if ref.endswith(".toml") or os.sep in ref:
         p = Path(ref)
         if not p.is_file():

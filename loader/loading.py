@@ -27,8 +27,8 @@ from .layouts import Layout, get_layout
 from .lock import DatasetLock
 from .pool import Pool, in_thread
 from .progress import Progress
-from .serializers import get_serializer
-from .sources import GenSource, StdinSource, parse_source
+from .record_kinds import kind_for
+from .sources import GenDocsSource, GenSource, JsonDirSource, StdinSource, parse_source
 from .stores.base import MEM_ROOT, StoreSpec, parse_dataset_uri
 from .workers import LoadTask, Segment, load_worker
 
@@ -60,6 +60,9 @@ class LoadReport:
     written_records: int = 0  # written by this job (resumed: without the kept batches)
     resumed_records: int = 0  # kept from the interrupted run's durable batches
     map_grows: int = 0  # LMDB map growths during the run
+    # documents (layout docs): `records` counts documents and `bytes` their text; bad
+    # files left out by --on-bad-file skip, with the reason: [{"path", "reason"}]
+    skipped: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -124,13 +127,14 @@ def resolve_options(spec: StoreSpec, existing: mf.Manifest | None, *, layout_obj
     if layout_obj is None:
         layout_obj = existing.layout_obj if existing is not None else get_layout("scidb96")
     has = existing is not None and bool(existing.batches)
-    fmt = format or (existing.format if has else "capnp")
-    if fmt not in FORMATS:
-        raise UsageError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
-    comp = compression or (existing.compression if has else "none")
+    kind = kind_for(layout_obj)
+    fmt = format or (existing.format if has else kind.default_format)
+    if fmt not in FORMATS + kind.formats:
+        raise UsageError(f"unknown format {fmt!r}; use one of {', '.join(kind.formats)}")
+    comp = compression or (existing.compression if has else kind.default_compression)
     if comp not in COMPRESSIONS:
-        raise UsageError(f"unknown compression {comp!r}; use one of {', '.join(COMPRESSIONS)}")
-    get_serializer(fmt, layout_obj, comp)  # rejects unsupported combinations
+        raise UsageError(f"unknown compression {comp!r}; use one of {', '.join(kind.compressions)}")
+    kind.check(layout_obj, fmt, comp)  # rejects unsupported combinations
     if shards is not None and spec.shards is not None and shards != spec.shards:
         raise UsageError(f"--shards {shards} contradicts ?shards={spec.shards} in {spec.uri}")
     k = shards or spec.shards or (existing.shards if has else None) or default_workers()
@@ -157,12 +161,16 @@ def load(source: str, dataset: str, *, layout: str | None = None, format: str | 
          compression: str | None = None, shards: int | None = None, workers: int | None = None,
          batch_records: int | None = None, progress: str = "none", stdin=None,
          new_run: bool = False, replace: bool = False, checkpoint_seconds: float | None = None,
-         checkpoint_bytes: int | None = None) -> LoadReport:
+         checkpoint_bytes: int | None = None, on_bad_file: str = "fail") -> LoadReport:
     """Load the records of ``source`` into ``dataset``; returns the run's report.
 
     Appends to an existing dataset. Re-running the same source (same URI and content
     fingerprint) resumes its interrupted run, or loads nothing if it already finished,
     unless ``new_run``. ``replace`` starts the dataset over, atomically.
+
+    Documents (``layout="docs"``, or ``gen://docs?...``): ``source`` may be a directory
+    of ``<id>.json`` files; ``on_bad_file`` ``fail`` (nothing is loaded, BadFileError
+    names the file and reason) or ``skip`` (the report lists skipped files).
     """
     t_start = time.perf_counter()
     fault = faults.from_env()
@@ -170,22 +178,36 @@ def load(source: str, dataset: str, *, layout: str | None = None, format: str | 
     existing = mf.load_manifest(spec.root) if mf.exists(spec.root) else None
 
     layout_obj = get_layout(layout) if layout else None
-    src = parse_source(source, layout_obj)
-    if layout_obj is None and isinstance(src, GenSource):
+    if layout_obj is None and existing is not None and existing.layout.get("variable_length") \
+            and not source.startswith("gen://"):
+        layout_obj = existing.layout_obj  # a directory into a docs dataset
+    if on_bad_file not in ("fail", "skip"):
+        raise UsageError(f"--on-bad-file must be fail or skip, not {on_bad_file!r}")
+    src = parse_source(source, layout_obj, on_bad_file)
+    if layout_obj is None and isinstance(src, (GenSource, GenDocsSource)):
         layout_obj = get_layout(src.layout)
     layout_obj, fmt, comp, k, w_req, b, spec = resolve_options(
         spec, existing, layout_obj=layout_obj, format=format, compression=compression, shards=shards,
         workers=workers, batch_records=batch_records)
-    total = src.count(layout_obj)  # a partial trailing record fails here, before any write
-    fp = src.fingerprint(layout_obj)
+    skipped: list = []
+    if isinstance(src, JsonDirSource):  # list it (a badly named file fails here, before any write)
+        from .sources import listing_fingerprint
+
+        entries, errors = src.listing()
+        skipped = [e.to_dict() for e in errors]
+        total, fp = len(entries), listing_fingerprint(entries)
+        src = (src, entries)
+    else:
+        total = src.count(layout_obj)  # a partial trailing record fails here, before any write
+        fp = src.fingerprint(layout_obj)
     ckpt = checkpoint_settings(checkpoint_seconds, checkpoint_bytes)
-    job = dict(src=src, fp=fp, total=total, layout_obj=layout_obj, fmt=fmt, comp=comp, k=k,
+    job = dict(src=src, fp=fp, total=total, skipped=skipped, layout_obj=layout_obj, fmt=fmt, comp=comp, k=k,
                w_req=w_req, b=b, b_given=batch_records is not None, new_run=new_run,
                progress=progress, stdin=stdin, ckpt=ckpt, fault=fault, t_start=t_start)
 
     prepare_root(spec)
     with DatasetLock(spec.root) as lock:
-        lock.set_job(f"load {src.uri}" + (" --replace" if replace else ""))
+        lock.set_job(f"load {source}" + (" --replace" if replace else ""))
         m = mf.load_manifest(spec.root) if mf.exists(spec.root) else None
         if m is not None and runs.mark_interrupted(m):
             m.save(spec.root)
@@ -205,7 +227,7 @@ def load(source: str, dataset: str, *, layout: str | None = None, format: str | 
             sm = mf.load_manifest(sib.root)
             r = sm.runs[-1] if sm.runs else None
             if not (r and r.get("replace") and r.get("replaces") == old_id
-                    and r.get("source") == src.uri and r.get("fingerprint") == fp and fp is not None
+                    and r.get("source") == _uri(src) and r.get("fingerprint") == fp and fp is not None
                     and not new_run):
                 sm = None
         if sm is None:
@@ -226,11 +248,19 @@ def load(source: str, dataset: str, *, layout: str | None = None, format: str | 
         return report
 
 
-def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, layout_obj, fmt, comp, k,
-                 w_req, b, b_given, new_run, progress, stdin, ckpt, fault, t_start,
+def _uri(src) -> str:
+    return src[0].uri if isinstance(src, tuple) else src.uri
+
+
+def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, skipped, layout_obj, fmt, comp,
+                 k, w_req, b, b_given, new_run, progress, stdin, ckpt, fault, t_start,
                  replace: bool, replaces: str | None) -> LoadReport:
     """The load proper, with the dataset locked. With ``replace``, ``spec``/``m`` are the
     sibling being built and ``replaces`` the id of the dataset it will replace."""
+    kind = kind_for(layout_obj, fmt, comp)
+    entries = None
+    if isinstance(src, tuple):  # a directory of documents and its listing
+        src, entries = src
     opts = dict(format=fmt, compression=comp, layout=layout_obj.name, shards=k)
     prev = runs.last_matching(m, "load", src.uri, fp) if m is not None else None
     if replace and prev is not None and not (prev.get("replace") and prev.get("replaces") == replaces):
@@ -253,6 +283,12 @@ def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, layo
         resume = prev
     if m is None or not m.batches:
         m = fresh_manifest(m, spec, layout_obj, fmt, comp, k, b)
+    if kind.keyed:  # ids already stored: per-file errors (directory) or a clear error
+        from .docs_access import stored_duplicates
+
+        entries, skipped = stored_duplicates(spec, m, src, entries, skipped, src.on_bad_file
+                                             if entries is not None else "fail")
+        total = len(entries) if entries is not None else total
 
     if resume is not None:
         run = resume
@@ -271,10 +307,20 @@ def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, layo
 
     nworkers = max(1, min(w_req, k))
     run["workers"] = nworkers
+    if skipped:
+        run["skipped"] = skipped
     stdin_run = isinstance(src, StdinSource)
+    table = kind.run_table(run["id"])
+    if entries is not None:  # the plan of a directory load: its files in id order
+        from dataclasses import replace as dc_replace
+
+        from .sources import save_plan
+
+        src = dc_replace(src, plan_path=os.path.join(spec.root, ".plans", f"{run['id']}.plan"))
+        save_plan(src.plan_path, entries)
     segments = [] if stdin_run else [Segment(src, total, run["first_seq"], run["first_record"])]
     if resume is not None:
-        res, keep = resume_points(spec, segments, b, k, run["first_seq"], run.get("pending") or [])
+        res, keep = resume_points(spec, segments, b, k, run["first_seq"], run.get("pending") or [], kind)
         kept = sum(r[3] for r in keep)
         log(progress, f"resuming run {run['id']} of {src.uri}: {len(keep):,} batches ({kept:,} records) "
             f"already durable are kept, {total - kept:,} records to load", run=run["id"],
@@ -294,7 +340,9 @@ def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, layo
     try:
         receipts = execute(spec, m, run, committer, layout=layout_obj, segments=segments, resume=res, k=k,
                            b=b, nworkers=nworkers, label="load", progress=progress, stdin_feed=feed,
-                           checkpoint=ckpt, fault=fault)
+                           checkpoint=ckpt, fault=fault, kind=kind, table=table,
+                           keep_tables=sorted({e.table for e in m.batches if e.table}),
+                           store_options=kind.store_options(spec.scheme))
         if stdin_run:
             receipts, total = receipts
             committer.units = [Unit("-", run["first_seq"], sum(len(rc["batches"]) for rc in receipts),
@@ -304,6 +352,15 @@ def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, layo
         committer.finish(receipts)
     except Exception as e:
         if not committer.complete:
+            bad = _input_error(e) if kind.keyed else None
+            if bad is not None:  # bad input: nothing of this run stays in the stores
+                from .docs_access import discard_run
+
+                run["pending"], run["resumable"] = [], False
+                discard_run(spec, k, table)
+                runs.fail(run, bad)
+                _save_quietly(committer)
+                raise bad from None
             runs.fail(run, e)
             _save_quietly(committer)
             raise
@@ -325,15 +382,53 @@ def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, layo
     seconds = time.perf_counter() - t_start
     stages = {k2: round(max(rc[k2] for rc in receipts), 3)
               for k2 in ("produce_s", "serialize_s", "write_s", "sync_s")} if receipts else {}
-    written = sorted(r for rc in receipts for r in rc["batches"])
+    written = [r for rc in receipts for r in rc["batches"]]
     grows = sum(rc.get("map_grows", 0) for rc in receipts)
-    runs.finish(run, "done", seconds=round(seconds, 3), written_records=sum(r[3] for r in written),
-                kept_records=sum(r[3] for r in keep), map_grows=grows)
+    skipped = sorted(skipped + [f for rc in receipts for f in rc.get("skipped", [])], key=lambda f: f["path"])
+    if skipped:
+        run["skipped"] = skipped
+        for f in skipped:
+            log(progress, f"skipped bad file {f['path']}: {f['reason']}", level="warning", file=f["path"],
+                event="skipped")
+    if kind.keyed:
+        run["text_bytes"] = sum(mf.BatchEntry(*r).text_bytes or 0 for r in written + list(keep))
+    runs.finish(run, "done", seconds=round(seconds, 3), written_records=_records(written),
+                kept_records=_records(keep), map_grows=grows)
+    if entries is not None:
+        _remove_plan(src.plan_path)
     m.save(spec.root)
     log(progress, f"loaded {run['records']:,} records from {src.uri} into {spec.uri} (run {run['id']})",
         run=run["id"], stage="load", records=run["records"], seconds=round(seconds, 3), event="done")
-    return _report(spec, src, run, layout_obj, m.format, m.compression, k, nworkers, receipts, keep,
-                   t_start, stages=stages, status="resumed" if resume is not None else "loaded")
+    report = _report(spec, src, run, layout_obj, m.format, m.compression, k, nworkers, receipts, keep,
+                     t_start, stages=stages, status="resumed" if resume is not None else "loaded")
+    report.skipped = skipped
+    return report
+
+
+def _records(rows) -> int:
+    return sum(mf.BatchEntry(*r).records for r in rows)
+
+
+def _remove_plan(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _input_error(e: BaseException):
+    """The bad-input error a failed keyed run stopped on (a worker's, rebuilt), or None."""
+    from .errors import BadFileError, DuplicateIdError, InputError
+
+    if isinstance(e, InputError):
+        return e
+    etype = getattr(e, "worker_type", "")
+    if isinstance(e, WorkerError) and etype in ("BadFileError", "DuplicateIdError"):
+        import re
+
+        text = re.sub(r"^worker \d+ failed: ", "", str(e))
+        return BadFileError(text) if etype == "BadFileError" else DuplicateIdError(text)
+    return None
 
 
 def _save_quietly(committer: Committer) -> None:
@@ -347,18 +442,25 @@ def _report(spec, src, run, layout_obj, fmt, comp, k, nworkers, receipts, keep, 
             stages=None, status="loaded", records=None) -> LoadReport:
     seconds = time.perf_counter() - t_start
     written = [r for rc in receipts for r in rc["batches"]]
-    nrec = sum(r[3] for r in written) + sum(r[3] for r in keep) if records is None else records
-    nwritten = sum(r[3] for r in written)
-    rs = layout_obj.record_size
+    nrec = _records(written) + _records(keep) if records is None else records
+    nwritten = _records(written)
+    if layout_obj.variable_length:  # bytes of text
+        wbytes = sum(mf.BatchEntry(*r).text_bytes or 0 for r in written)
+        nbytes = wbytes + sum(mf.BatchEntry(*r).text_bytes or 0 for r in keep)
+        if records is not None:
+            nbytes = run.get("text_bytes", nbytes)
+    else:
+        rs = layout_obj.record_size
+        wbytes, nbytes = nwritten * rs, nrec * rs
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 + sum(rc["max_rss"] for rc in receipts)
     return LoadReport(
-        dataset=spec.uri, source=src.uri, run_id=run["id"], records=nrec, bytes=nrec * rs,
+        dataset=spec.uri, source=src.uri, run_id=run["id"], records=nrec, bytes=nbytes,
         stored_bytes=sum(r[5] for r in written) + sum(r[5] for r in keep),
         batches=len(written) + len(keep) if status != "already-loaded" else 0, shards=k, workers=nworkers,
         seconds=round(seconds, 4), records_per_s=round(nwritten / seconds, 1) if seconds > 0 else 0.0,
-        mb_per_s=round(nwritten * rs / seconds / 1e6, 2) if seconds > 0 else 0.0, format=fmt,
+        mb_per_s=round(wbytes / seconds / 1e6, 2) if seconds > 0 else 0.0, format=fmt,
         compression=comp, layout=layout_obj.name, stages=stages or {}, peak_rss_bytes=peak,
-        status=status, written_records=nwritten, resumed_records=sum(r[3] for r in keep),
+        status=status, written_records=nwritten, resumed_records=_records(keep),
         map_grows=sum(rc.get("map_grows", 0) for rc in receipts),
     )
 

@@ -30,11 +30,32 @@ class BatchEntry:
     shard: int
     first: int  # dataset record index of the batch's first record
     count: int
-    checksum: int  # xxh3_64 of the stored value
-    nbytes: int  # stored value size
+    checksum: int  # xxh3_64 of the stored value (keyed: of the batch's range scan, see record_kinds)
+    nbytes: int  # stored value size (keyed: of all its values)
+    # keyed records (layout docs) only: the batch's documents are one value each under
+    # their ids lo..hi (inclusive) in `table` of its shard; `first`/`count` are then the
+    # batch's place in the plan (files or generator records), `docs` the documents stored
+    # (fewer than `count` when bad files were skipped), `text_bytes` their text
+    lo: int | None = None
+    hi: int | None = None
+    docs: int | None = None
+    table: str | None = None
+    text_bytes: int | None = None
+
+    @property
+    def keyed(self) -> bool:
+        return self.table is not None
+
+    @property
+    def records(self) -> int:
+        """Records (documents) stored by this batch."""
+        return self.count if self.docs is None else self.docs
 
     def row(self) -> list:
-        return [self.seq, self.shard, self.first, self.count, self.checksum, self.nbytes]
+        base = [self.seq, self.shard, self.first, self.count, self.checksum, self.nbytes]
+        if self.table is None:
+            return base
+        return base + [self.lo, self.hi, self.docs, self.table, self.text_bytes]
 
 
 @dataclass
@@ -65,7 +86,7 @@ class Manifest:
 
     @property
     def records(self) -> int:
-        return sum(b.count for b in self.batches)
+        return sum(b.records for b in self.batches)
 
     @property
     def next_record(self) -> int:

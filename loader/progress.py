@@ -23,6 +23,7 @@ class Progress:
         self.total = total_records
         self.record_size = record_size
         self.records = 0
+        self.bytes = 0
         self.interval = interval
         self.t0 = time.perf_counter()
         self._last_log = self.t0
@@ -50,10 +51,13 @@ class Progress:
 
     def rates(self) -> tuple[float, float]:
         dt = max(time.perf_counter() - self.t0, 1e-9)
-        return self.records / dt, self.records * self.record_size / dt / 1e6
+        return self.records / dt, self.bytes / dt / 1e6
 
-    def advance(self, records: int) -> None:
+    def advance(self, records: int, nbytes: int | None = None) -> None:
+        """``records`` more done; ``nbytes`` their size when records vary (documents:
+        bytes of text), else records x record_size."""
         self.records += records
+        self.bytes += records * self.record_size if nbytes is None else nbytes
         now = time.perf_counter()
         if self.mode == "bar":
             rps, mbs = self.rates()

@@ -8,6 +8,16 @@ the coordinator into shared memory.
 - ``gen://LAYOUT?n=N&start=S``: records S..S+N-1 of the layout's generator.
 - ``PATH``: a file of raw records (its size must be a whole number of records).
 - ``-``: standard input.
+
+Documents (layout ``docs``, variable-length keyed records; see loader/docs.py):
+
+- ``gen://docs?n=N&seed=S&start=A``: documents A..A+N-1 of the deterministic document
+  stream S (id = the record index), generated in the workers by record range.
+- ``DIR`` (with ``--layout docs``): a directory of ``<id>.json`` files. The coordinator
+  lists it (sorted by id) and writes the listing as the run's *plan* file in the dataset
+  directory; workers read and parse their batches' files.
+
+Keyed sources have ``read_docs(offset, count) -> (DocBatch, [FileError])`` instead of ``fill``.
 """
 
 from __future__ import annotations
@@ -48,6 +58,120 @@ class GenSource:
         from .generate import fill
 
         fill(records, self.start + offset, impl=self.impl, layout=self.layout)
+
+
+@dataclass(frozen=True)
+class GenDocsSource:
+    """``gen://docs?n=N&seed=S&start=A``: documents A..A+N-1 (ids A..A+N-1)."""
+
+    n: int
+    start: int = 0
+    seed: int = 0
+    layout: str = "docs"
+
+    @property
+    def uri(self) -> str:
+        return f"gen://docs?n={self.n}&start={self.start}&seed={self.seed}"
+
+    def count(self, layout=None) -> int:
+        return self.n
+
+    def fingerprint(self, layout=None) -> str:
+        return self.uri
+
+    def id_span(self) -> tuple[int, int] | None:
+        """(lowest, highest) id this source yields, or None when empty."""
+        return (self.start, self.start + self.n - 1) if self.n else None
+
+    def ids(self) -> np.ndarray:
+        return np.arange(self.start, self.start + self.n, dtype=np.uint64)
+
+    def id_at(self, offset: int) -> int:
+        return self.start + offset
+
+    def read_docs(self, offset: int, count: int):
+        from .docs import generate_docs
+
+        return generate_docs(self.seed, self.start + offset, count), []
+
+
+@dataclass(frozen=True)
+class JsonDirSource:
+    """A directory of ``<id>.json`` documents (``bulkload load DIR --layout docs``).
+
+    The coordinator lists the directory once (`listing`); the plan (ids and file names in
+    id order) is saved in ``plan_path`` (set by the coordinator, inside the dataset) so
+    that a worker reads only its batches' entries and a resumed run reuses the plan.
+    """
+
+    path: str
+    on_bad_file: str = "fail"
+    plan_path: str = ""
+
+    @property
+    def uri(self) -> str:
+        return self.path
+
+    def listing(self):
+        """([(id, path)] sorted by id, [FileError] for badly named or duplicate files)."""
+        from .docs import scan_json_dir
+
+        return scan_json_dir(self.path, self.on_bad_file)
+
+    def id_at(self, offset: int) -> int:
+        return int(_load_plan(self.plan_path)[0][offset])
+
+    def read_docs(self, offset: int, count: int):
+        from .docs import parse_json_files
+
+        ids, names = _load_plan(self.plan_path)
+        entries = [(int(i), os.path.join(self.path, nm))
+                   for i, nm in zip(ids[offset:offset + count].tolist(), names[offset:offset + count])]
+        return parse_json_files(entries, self.on_bad_file)
+
+
+def listing_fingerprint(entries) -> str:
+    """Of a directory listing [(id, path)]: the count and an xxh3 of the names."""
+    import xxhash
+
+    h = xxhash.xxh3_64()
+    for _i, p in entries:
+        h.update(os.path.basename(p).encode())
+        h.update(b"/")
+    return f"files={len(entries)};names={h.hexdigest()}"
+
+
+def save_plan(path: str, entries) -> None:
+    """Write a directory plan (ids and file names, in id order) atomically."""
+    from .fsatomic import fsync_dir
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    ids = np.array([i for i, _ in entries], dtype="<u8")
+    names = "\n".join(os.path.basename(p) for _, p in entries).encode()
+    with open(tmp, "wb") as f:
+        f.write(len(ids).to_bytes(8, "little"))
+        f.write(ids.tobytes())
+        f.write(names)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(path))
+
+
+_PLANS: dict[str, tuple] = {}
+
+
+def _load_plan(path: str):
+    got = _PLANS.get(path)
+    if got is None:
+        with open(path, "rb") as f:
+            data = f.read()
+        n = int.from_bytes(data[:8], "little")
+        ids = np.frombuffer(data, "<u8", n, 8)
+        names = data[8 + 8 * n:].decode().split("\n") if n else []
+        got = _PLANS[path] = (ids, names)
+    return got
 
 
 @dataclass(frozen=True)
@@ -155,12 +279,15 @@ class StdinSource:
         return None  # a stream cannot be recognised or replayed: every stdin load is a new run
 
 
-Source = GenSource | FileSource | StdinSource
+Source = GenSource | FileSource | StdinSource | GenDocsSource | JsonDirSource
 
 
-def parse_source(ref: str, layout: Layout | None = None) -> Source:
+def parse_source(ref: str, layout: Layout | None = None, on_bad_file: str = "fail") -> Source:
     """Parse a SOURCE argument. ``layout`` is the --layout given, if any."""
     if ref == "-":
+        if layout is not None and getattr(layout, "variable_length", False):
+            raise UsageError("layout docs cannot be read from stdin; load gen://docs?n=N or a directory "
+                             "of <id>.json files")
         return StdinSource()
     if ref.startswith("gen://"):
         rest = ref[len("gen://"):]
@@ -171,6 +298,18 @@ def parse_source(ref: str, layout: Layout | None = None) -> Source:
         if layout is not None and layout.name != name:
             raise UsageError(f"source {ref!r} generates layout {name!r} but --layout is {layout.name!r}")
         q = dict(parse_qsl(query, keep_blank_values=True))
+        if name == "docs":
+            unknown = set(q) - {"n", "start", "seed"}
+            if unknown:
+                raise UsageError(f"source {ref!r}: unknown parameter(s) {', '.join(sorted(unknown))}; "
+                                 "gen://docs takes n, seed and start")
+            if "n" not in q:
+                raise UsageError(f"source {ref!r} needs n=COUNT, e.g. gen://docs?n=1000000&seed=1")
+            n = parse_count(q["n"], "n")
+            start = parse_count(q.get("start", "0"), "start")
+            if start + n > 2**64:
+                raise UsageError(f"source {ref!r}: start + n exceeds 2**64")
+            return GenDocsSource(n, start, parse_count(q.get("seed", "0"), "seed", maximum=2**63 - 1))
         unknown = set(q) - {"n", "start", "impl"}
         if unknown:
             raise UsageError(f"source {ref!r}: unknown parameter(s) {', '.join(sorted(unknown))}; "
@@ -191,7 +330,14 @@ def parse_source(ref: str, layout: Layout | None = None) -> Source:
     if not os.path.exists(path):
         raise MissingPathError(f"source file {ref} does not exist")
     if os.path.isdir(path):
-        raise UsageError(f"source {ref} is a directory; use `bulkload ingest DATASET --from {ref}` for directories")
+        if layout is not None and getattr(layout, "variable_length", False):
+            return JsonDirSource(path, on_bad_file)
+        raise UsageError(f"source {ref} is a directory; use `bulkload load {ref} DATASET --layout docs` for a "
+                         f"directory of <id>.json documents, or `bulkload ingest DATASET --from {ref}` for "
+                         "files of raw records")
+    if layout is not None and getattr(layout, "variable_length", False):
+        raise UsageError(f"source {ref} is a file; layout docs loads gen://docs?n=N or a directory of "
+                         "<id>.json files")
     return FileSource(path)
 
 

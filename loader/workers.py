@@ -9,6 +9,9 @@ three stages for the batches of those shards:
   serialize frame (capnp: write a 40-byte header in front of the records) or Arrow IPC
   write     group batches per shard into one atomic put_sorted (LMDB append / RocksDB SST)
 
+What a batch is (records in a numpy buffer -> one value; or documents -> one value per
+id) is the layout's *record kind* (record_kinds.py); this loop is the same for both.
+
 then syncs its shards and returns a receipt: the written batch rows and stage timings.
 Every ``checkpoint_seconds`` / ``checkpoint_bytes`` it also syncs what it wrote so far and
 sends the coordinator a checkpoint (the synced rows), which records them in the manifest
@@ -27,19 +30,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-import xxhash
-
 from . import faults
 from .layouts import Layout
-from .serializers import get_serializer
+from .record_kinds import batch_key, kind_for  # noqa: F401 (batch_key re-exported)
 from .stores.base import StoreSpec
 
 GROUP_BYTES = 16 << 20
 QUEUE_DEPTH = 4
-
-
-def batch_key(seq: int) -> bytes:
-    return seq.to_bytes(8, "big")
 
 
 @dataclass(frozen=True)
@@ -78,6 +75,8 @@ class LoadTask:
     checkpoint_bytes: int = 1 << 30  # sync + report synced batches after this many bytes ...
     checkpoint_seconds: float = 10.0  # ... or this many seconds, whichever comes first
     fault: str = ""  # BULKLOAD_FAULT of the job (see faults.py)
+    table: str = "batches"  # keyed records: the run's table (docs-RUNID)
+    keep_tables: tuple = ()  # keyed records: tables of committed batches (others are leftovers)
 
     def owned_shards(self) -> list[int]:
         return [s for s in range(self.nshards) if s % self.workers == self.worker]
@@ -149,8 +148,9 @@ def load_worker(task: LoadTask, progress_q, inbox=None, free_slots=None, shm_nam
     _watch_coordinator(task.main_pid)
     faults.configure(task.fault, prefix=f"w{task.worker}.")
     layout = Layout.from_dict(task.layout)
-    ser = get_serializer(task.format, layout, task.compression)
-    rs = layout.record_size
+    writer = kind_for(layout, task.format, task.compression).writer(task)
+    keyed = writer.kind.keyed
+    skipped: list[dict] = []
     timings = {"produce_s": 0.0, "serialize_s": 0.0, "write_s": 0.0, "sync_s": 0.0}
 
     stores = {}
@@ -161,9 +161,8 @@ def load_worker(task: LoadTask, progress_q, inbox=None, free_slots=None, shm_nam
         for s in task.owned_shards():
             opts = dict(task.store.options) | extra
             stores[s] = st = _open_shard(task.store, s, opts)
-            # Anything at or above the resume point is an uncommitted leftover of a failed
-            # run (batches below it were synced and checkpointed: they are kept).
-            _guard(task.store, s, lambda: st.delete_range(batch_key(task.resume_seq(s)), None))
+            # leftovers of failed runs go first (what is below the resume point is kept)
+            _guard(task.store, s, lambda: writer.prepare(s, st))
 
         q: queue.Queue = queue.Queue(maxsize=QUEUE_DEPTH)
         stop = threading.Event()
@@ -173,6 +172,8 @@ def load_worker(task: LoadTask, progress_q, inbox=None, free_slots=None, shm_nam
                 shm = None
                 if inbox is not None:
                     from multiprocessing import shared_memory
+                    ser = writer.ser  # stdin: fixed-size records only
+                    rs = layout.record_size
                     shm = shared_memory.SharedMemory(name=shm_name)
                     _untrack(shm)
                     slot_bytes = task.batch_records * rs
@@ -188,17 +189,16 @@ def load_worker(task: LoadTask, progress_q, inbox=None, free_slots=None, shm_nam
                         del mv
                         free_slots.put(slot)
                         timings["produce_s"] += time.perf_counter() - t
-                        _put(q, stop, (seq, first, count, buf, recs))
+                        _put(q, stop, (seq, first, count, (buf, recs)))
                     shm.close()
                 else:
                     for seq, first, count, source, off in task.planned_batches():
                         if stop.is_set():
                             return
                         t = time.perf_counter()
-                        buf, recs = ser.new_buffer(count)
-                        source.fill(recs, off)
+                        payload = writer.produce(seq, first, count, source, off)
                         timings["produce_s"] += time.perf_counter() - t
-                        _put(q, stop, (seq, first, count, buf, recs))
+                        _put(q, stop, (seq, first, count, payload))
                 _put(q, stop, None)
             except BaseException as e:  # hand the error to the writer thread
                 _put(q, stop, e)
@@ -218,15 +218,17 @@ def load_worker(task: LoadTask, progress_q, inbox=None, free_slots=None, shm_nam
             if not groups[s]:
                 return
             t = time.perf_counter()
-            _guard(task.store, s, lambda: stores[s].put_sorted(groups[s], table="batches"))
+            _guard(task.store, s, lambda: stores[s].put_sorted(groups[s], table=writer.table))
             timings["write_s"] += time.perf_counter() - t
             faults.hit("flush")
-            n = sum(r[3] for r in group_rows[s])
+            # rows: manifest.BatchEntry fields; keyed: r[8] documents stored, r[10] bytes of text
+            n = sum(r[8] if keyed else r[3] for r in group_rows[s])
             rows.extend(group_rows[s])
             unsynced.extend(group_rows[s])
             ckpt["bytes"] += group_bytes[s]
+            text = sum(r[10] for r in group_rows[s]) if keyed else None
             groups[s], group_rows[s], group_bytes[s] = [], [], 0
-            progress_q.put(n)
+            progress_q.put(("progress", n, text) if keyed else n)
 
         def sync_all() -> None:
             t = time.perf_counter()
@@ -252,16 +254,19 @@ def load_worker(task: LoadTask, progress_q, inbox=None, free_slots=None, shm_nam
                     break
                 if isinstance(item, BaseException):
                     raise item
-                seq, first, count, buf, recs = item
+                seq, first, count, payload = item
                 t = time.perf_counter()
-                value = ser.encode_buffer(buf, recs, first)
-                checksum = xxhash.xxh3_64_intdigest(value)
+                s = seq % task.nshards
+                # keyed: may write the shard's zstd dictionary (first batch) - a store write
+                items, row, _nbytes, bad = _guard(
+                    task.store, s, lambda: writer.encode(seq, first, count, payload, s, stores[s])
+                ) if keyed else writer.encode(seq, first, count, payload, s)
+                skipped.extend(bad)
                 timings["serialize_s"] += time.perf_counter() - t
                 faults.hit("batch")
-                s = seq % task.nshards
-                groups[s].append((batch_key(seq), value))
-                group_rows[s].append([seq, s, first, count, checksum, len(value)])
-                group_bytes[s] += len(value)
+                groups[s].extend(items)
+                group_rows[s].append(row)
+                group_bytes[s] += row[5]
                 if group_bytes[s] >= GROUP_BYTES:
                     flush(s)
                     if not _parent_alive(task.main_pid):
@@ -290,6 +295,7 @@ def load_worker(task: LoadTask, progress_q, inbox=None, free_slots=None, shm_nam
         "worker": task.worker,
         "pid": os.getpid(),
         "batches": rows,
+        "skipped": skipped,
         "map_grows": sum(getattr(st, "grows", 0) for st in stores.values()),
         **{k: round(v, 4) for k, v in timings.items()},
         "max_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,

@@ -37,7 +37,7 @@ Options (strings, from the dataset URI, or Python values):
   full filesystem is a SIGBUS, so calls of known size first ``posix_fallocate`` the
   region. Durability is the same either way: ``sync()`` is the durability point.
 - ``readahead``: "0" turns OS readahead off (readers and writer).
-- ``max_dbs``: most tables per shard (default 64).
+- ``max_dbs``: most tables per shard (default 1024; each document load adds one).
 """
 
 from __future__ import annotations
@@ -60,11 +60,12 @@ from ..errors import (
     StoreError,
     UsageError,
 )
+from .. import faults
 from ..fsatomic import exchange, fsync_dir
 from .base import MEM_ROOT, ShardStore, ascending, make_shard_dir
 
 DEFAULT_MAP_SIZE = 64 << 20
-DEFAULT_MAX_DBS = 64
+DEFAULT_MAX_DBS = 1024
 MIB = 1 << 20
 # range() copies items out in slices of this many bytes (or items), each slice under its
 # own short read transaction: no long-lived reader pins old pages or a stale map.
@@ -586,11 +587,14 @@ class LmdbStore(ShardStore):
         with _ENVS_LOCK:
             entry.env.close()
             _ENVS.pop(self._real, None)
+        faults.hit("compact-copied")
         parent = os.path.dirname(self.path)
         if exchange(new, self.path):  # one atomic step; `new` now holds the old shard
+            faults.hit("compact-swapped")
             os.rename(new, old)
         else:
             os.rename(self.path, old)
+            faults.hit("compact-swapped")
             os.rename(new, self.path)
         fsync_dir(parent)
         shutil.rmtree(old, ignore_errors=True)

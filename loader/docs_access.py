@@ -1,0 +1,246 @@
+"""Documents (layout ``docs``) in a dataset: get by id, get_many, scan, verify, and the
+coordinator's checks before and after a document load.
+
+Where a document is: the manifest lists every committed keyed batch with its shard, its
+table (``docs-RUNID``) and its id range ``lo..hi``. `DocIndex` finds the batches whose
+range holds an id (one, unless loads interleave ids; then a few), and the shard answers
+with one ``get``. Values are decompressed with the (shard, table)'s zstd dictionary from
+the shard's ``meta`` table when the dataset stores zdict-compressed values (LMDB, mem),
+and decoded (`loader.docs.decode_value`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from typing import Iterable, NamedTuple
+
+import numpy as np
+
+from . import manifest as mf
+from .docs import DocBatch, decode_value, id_of_key, key_of
+from .errors import DuplicateIdError, NotFoundError, UsageError, VerifyError
+from .record_kinds import META_TABLE, drop_doc_table, kind_for
+
+MAX_ID = 2**64 - 1
+
+
+class Doc(NamedTuple):
+    id: int
+    created_at: int
+    text: str
+
+
+class DocIndex:
+    """The committed keyed batches (with documents), sorted by their lowest id."""
+
+    def __init__(self, batches: Iterable[mf.BatchEntry]):
+        self.batches = sorted((b for b in batches if b.keyed and b.docs), key=lambda b: (b.lo, b.seq))
+        self.los = [b.lo for b in self.batches]
+        self.maxhi = []  # running max of hi: stops the backwards walk early
+        m = -1
+        for b in self.batches:
+            m = max(m, b.hi)
+            self.maxhi.append(m)
+
+    def candidates(self, doc_id: int) -> list[mf.BatchEntry]:
+        """Batches whose id range holds doc_id (newest first)."""
+        out = []
+        i = bisect.bisect_right(self.los, doc_id) - 1
+        while i >= 0 and self.maxhi[i] >= doc_id:
+            if self.batches[i].hi >= doc_id:
+                out.append(self.batches[i])
+            i -= 1
+        return out
+
+    def overlapping(self, a: int, z: int) -> list[mf.BatchEntry]:
+        """Batches whose id range meets a..z (inclusive), by lowest id."""
+        j = bisect.bisect_right(self.los, z)
+        return [b for b in self.batches[:j] if b.hi >= a]
+
+
+class DocReader:
+    """The read side of a documents dataset (used by `loader.dataset.Dataset`)."""
+
+    def __init__(self, ds):
+        self.ds = ds
+        m = ds.manifest
+        self.format = m.format
+        self.zdict = kind_for(ds.layout, m.format, m.compression).value_compression(m.scheme)
+        self.index = DocIndex(m.batches)
+        self._dec: dict[tuple[int, str], object] = {}
+
+    def _decompressor(self, shard: int, table: str):
+        key = (shard, table)
+        d = self._dec.get(key)
+        if d is None:
+            from . import zdict
+
+            v = self.ds.shard(shard).get(table.encode(), table=META_TABLE)
+            if v is None:
+                raise VerifyError(f"shard {shard} of {self.ds.uri} has no zstd dictionary for {table}; "
+                                  "run `bulkload verify` and reload the dataset")
+            d = self._dec[key] = zdict.Decompressor(bytes(v))
+        return d
+
+    def decode(self, b: mf.BatchEntry, doc_id: int, value) -> tuple[int, int, bytes]:
+        if self.zdict:
+            value = self._decompressor(b.shard, b.table).decompress(value)
+        return decode_value(value, self.format, doc_id)
+
+    def _lookup(self, doc_id: int):
+        for b in self.index.candidates(doc_id):
+            v = self.ds.shard(b.shard).get(key_of(doc_id), table=b.table)
+            if v is not None:
+                return self.decode(b, doc_id, v)
+        return None
+
+    # --- the API ----------------------------------------------------------------------
+    def get(self, doc_id) -> Doc:
+        doc_id = _check_id(doc_id)
+        got = self._lookup(doc_id)
+        if got is None:
+            raise NotFoundError(f"id {doc_id} not found")
+        return Doc(doc_id, got[1], got[2].decode("utf-8"))
+
+    def get_many(self, ids) -> tuple[DocBatch, list[int]]:
+        found, missing = [], []
+        for i in ids:
+            i = _check_id(i)
+            got = self._lookup(i)
+            if got is None:
+                missing.append(i)
+            else:
+                found.append((i, got[1], got[2]))
+        return DocBatch.from_records(found), missing
+
+    def scan(self, start_id: int = 0, stop_id: int | None = None) -> DocBatch:
+        a = _check_id(start_id)
+        stop = MAX_ID + 1 if stop_id is None else int(stop_id)
+        if stop < a:
+            raise UsageError(f"scan: stop id {stop} is below start id {a}")
+        if stop == a:
+            return DocBatch.empty()
+        z = stop - 1
+        parts = []
+        for b in self.index.overlapping(a, z):
+            lo, hi = max(a, b.lo), min(z, b.hi)
+            recs = []
+            for k, v in self.ds.shard(b.shard).range(key_of(lo), None if hi >= MAX_ID else key_of(hi + 1),
+                                                       table=b.table):
+                i = id_of_key(k)
+                _, c, t = self.decode(b, i, v)
+                recs.append((i, c, t))
+            parts.append(DocBatch.from_records(recs))
+        out = DocBatch.concat(parts)
+        if len(parts) > 1:  # interleaved loads: restore id order
+            from .docs import sort_by_id
+
+            out = sort_by_id(out)
+        return out
+
+    def verify_batch(self, b: mf.BatchEntry) -> str | None:
+        """Why keyed batch b is not intact (count, size, checksum, decodable), or None."""
+        import xxhash
+
+        if not b.docs:
+            return None
+        h = xxhash.xxh3_64()
+        n = nbytes = 0
+        try:
+            for k, v in self.ds.shard(b.shard).range(key_of(b.lo), None if b.hi >= MAX_ID else key_of(b.hi + 1),
+                                                     table=b.table):
+                h.update(k)
+                h.update(v)
+                n += 1
+                nbytes += len(v)
+                self.decode(b, id_of_key(k), v)
+        except Exception as e:  # noqa: BLE001 - every failure is a finding
+            if n == b.docs and nbytes == b.nbytes and h.intdigest() == b.checksum:
+                return f"undecodable: {e}"
+            return f"undecodable at document {n} of ids {b.lo}..{b.hi}: {e}"
+        if n != b.docs:
+            return f"{n} documents stored under ids {b.lo}..{b.hi}, the manifest says {b.docs}"
+        if nbytes != b.nbytes:
+            return f"size {nbytes} != {b.nbytes} in the manifest (ids {b.lo}..{b.hi})"
+        if h.intdigest() != b.checksum:
+            return f"checksum mismatch (stored bytes changed) in ids {b.lo}..{b.hi}"
+        return None
+
+
+def _check_id(doc_id) -> int:
+    try:
+        i = int(doc_id)
+    except (TypeError, ValueError):
+        raise UsageError(f"document id {doc_id!r} is not an integer") from None
+    if not 0 <= i <= MAX_ID:
+        raise UsageError(f"document id {i} is out of range (ids are 0..{MAX_ID})")
+    return i
+
+
+# --- the coordinator's checks --------------------------------------------------------------
+
+def stored_duplicates(spec, m: mf.Manifest, src, entries, skipped: list, on_bad_file: str):
+    """Refuse ids already stored in the dataset: per-file errors for a directory (fail:
+    BadFileError; skip: the files are left out and listed), DuplicateIdError for a
+    generator. Returns (entries, skipped)."""
+    from .docs import FileError, _fail
+
+    index = DocIndex(m.batches)
+    if not index.batches:
+        return entries, skipped
+    if entries is not None:
+        if not entries:
+            return entries, skipped
+        ids = np.fromiter((i for i, _ in entries), np.uint64, len(entries))
+        a, z = int(ids[0]), int(ids[-1])
+    else:
+        span = src.id_span()
+        if span is None:
+            return entries, skipped
+        a, z = span
+    dups: set[int] = set()
+    for b in index.overlapping(a, z):
+        lo, hi = max(a, b.lo), min(z, b.hi)
+        st = spec.open_shard(b.shard, write=False)
+        try:
+            stored = [id_of_key(k) for k, _ in st.range(key_of(lo), None if hi >= MAX_ID else key_of(hi + 1),
+                                                        table=b.table)]
+        finally:
+            st.close()
+        if not stored:
+            continue
+        if entries is None:
+            raise DuplicateIdError(
+                f"{src.uri}: ids {a}..{z} overlap documents already stored in {spec.uri} (e.g. id "
+                f"{stored[0]}); nothing was loaded - generate other ids (gen://docs?start=...) or "
+                "start the dataset over with --replace")
+        s = np.asarray(stored, np.uint64)
+        dups.update(s[np.isin(s, ids)].tolist())
+    if not dups:
+        return entries, skipped
+    errors = [FileError(p, f"duplicate id {i}: a document with this id is already stored in the dataset")
+              for i, p in entries if i in dups]
+    if on_bad_file == "fail":
+        raise _fail(errors)
+    entries = [(i, p) for i, p in entries if i not in dups]
+    return entries, sorted(skipped + [e.to_dict() for e in errors], key=lambda f: f["path"])
+
+
+def discard_run(spec, k: int, table: str) -> None:
+    """Drop a failed run's documents (its table and dictionary) from every shard."""
+    from .workers import _open_shard
+
+    for s in range(k):
+        if not os.path.isdir(spec.shard_path(s)):
+            continue
+        try:
+            st = _open_shard(spec, s, dict(spec.options))
+        except Exception:  # noqa: BLE001 - the next writer drops it anyway
+            continue
+        try:
+            if table in st.tables():
+                drop_doc_table(st, table)
+            st.sync()
+        finally:
+            st.close()
