@@ -165,7 +165,7 @@ def _check_range(start: int, n: int) -> None:
             raise UsageError(f"{name} must be an integer, got {v!r}")
         if v < 0:
             raise UsageError(f"{name} must be >= 0, got {v}")
-    if start >= MAX_END:
+    if start > MAX_END or (start == MAX_END and n):  # an empty range may end the numbering
         raise UsageError(f"start must be at most 2**64-1 (the last record index), got {start}")
     if int(start) + int(n) > MAX_END:
         raise UsageError(
@@ -204,7 +204,8 @@ def fill(buf_array: np.ndarray, start: int, impl: str = "c", layout: str | Layou
     else:
         records = buf_array
     _check_range(start, len(records))
-    gen.fill_fn(impl)(records, int(start))
+    if len(records):
+        gen.fill_fn(impl)(records, int(start))
     return buf_array
 
 
@@ -237,7 +238,8 @@ def generate(
         if not out.flags.c_contiguous or not out.flags.writeable:
             raise UsageError("out must be a writable C-contiguous array")
         arr = out[: int(n)]
-    gen.fill_fn(impl)(arr, int(start))
+    if n:
+        gen.fill_fn(impl)(arr, int(start))
     return arr
 
 

@@ -20,7 +20,7 @@ MAX_N = 5000
 def ranges(draw, max_n=MAX_N):
     """(start, n) with start + n <= 2**64, biased to the interesting edges."""
     n = draw(st.integers(0, max_n))
-    top = min(2**64 - n, 2**64 - 1)  # the largest start (a start is a record index)
+    top = 2**64 - n  # the largest start (an empty range may start at 2**64)
     start = draw(
         st.one_of(
             st.integers(0, top),
@@ -222,7 +222,8 @@ def test_layout_without_generator_is_a_usage_error(tmp_path):
         (-1, 5, "start must be >= 0"),
         (0, -5, "n must be >= 0"),
         (2**64 - 3, 4, "past the last record index"),
-        (2**64, 0, "start must be at most 2\\*\\*64-1"),
+        (2**64 + 1, 0, "start must be at most 2\\*\\*64-1"),
+        (2**64, 1, "start must be at most 2\\*\\*64-1"),
         (1.5, 3, "start must be an integer"),
         (0, "3", "n must be an integer"),
     ],
@@ -243,3 +244,11 @@ def test_last_record_is_reachable():
     for impl in ("c", "python"):
         a = generate("scidb96", 2**64 - 3, 3, impl=impl)
         assert a["i1"].tolist() == [-3, -2, -1]
+
+
+@pytest.mark.parametrize("impl", ["c", "python"])
+def test_empty_range_may_start_after_the_last_record(impl):
+    """Splitting [2**64-5, 2**64) can leave an empty last piece that starts at 2**64."""
+    assert len(generate("scidb96", 2**64, 0, impl=impl)) == 0
+    assert generate("scidb96", 2**64 - 5, 5, impl=impl).tobytes() == b"".join(
+        generate("scidb96", s, k, impl=impl).tobytes() for s, k in ((2**64 - 5, 5), (2**64, 0)))
