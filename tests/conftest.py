@@ -6,6 +6,13 @@ import uuid
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# CI runs the property tests with a fixed seed so that a run is reproducible; a failure
+# prints the example (and a blob to replay it with @reproduce_failure).
+settings.register_profile("ci", derandomize=True, print_blob=True, deadline=None)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 BIN = Path(sys.executable).parent
 
