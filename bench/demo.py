@@ -52,6 +52,7 @@ def main() -> None:
     ds = data / "demo"
     uri = f"lmdb://{ds}?shards={a.shards}"
     shutil.rmtree(ds, ignore_errors=True)
+    os.sync()  # the previous run's pages must not be written back during this one
 
     rows = []
     print(f"== reference: the disk's limit for {nbytes / 1e9:.2f} GB (bulkload-gen -> file + fsync)")
