@@ -31,7 +31,7 @@ from . import faults
 from .layouts import Layout
 from .serializers import get_serializer
 from .stores.base import StoreSpec
-from .workers import _die_with_parent, _parent_alive, batch_key
+from .workers import _parent_alive, batch_key, owned_shards, start_worker
 
 GROUP_BYTES = 64 << 20
 #: bytes per buffered record beyond the record itself (index, sort keys, temporaries)
@@ -108,8 +108,7 @@ def partition_worker(task: PartitionTask, progress_q) -> dict:
     from .redimension import ValueReader, chunk_shard
 
     t0 = time.perf_counter()
-    _die_with_parent(task.main_pid)
-    faults.configure(task.fault, prefix=f"w{task.worker}.")
+    start_worker(task)
     layout = Layout.from_dict(task.layout)
     ser = get_serializer(task.format, layout, task.compression)
     rs = layout.record_size
@@ -272,8 +271,7 @@ def scan_worker(task: ScanTask, progress_q) -> dict:
     from .redimension import ValueReader
 
     t0 = time.perf_counter()
-    _die_with_parent(task.main_pid)
-    faults.configure(task.fault, prefix=f"w{task.worker}.")
+    start_worker(task)
     layout = Layout.from_dict(task.layout)
     ser = get_serializer(task.format, layout, task.compression)
     parts: list[np.ndarray] = []
@@ -349,7 +347,7 @@ class BuildTask:
     windows: dict | None = None
 
     def owned_shards(self) -> list[int]:
-        return [s for s in range(self.nshards) if s % self.workers == self.worker]
+        return owned_shards(self.nshards, self.workers, self.worker)
 
 
 class _Emitter:
@@ -600,8 +598,7 @@ def build_worker(task: BuildTask, progress_q) -> dict:
     from .redimension import TABLE_PREFIX
 
     t0 = time.perf_counter()
-    _die_with_parent(task.main_pid)
-    faults.configure(task.fault, prefix=f"w{task.worker}.")
+    start_worker(task)
     _tune_malloc()
     timings = {"read_s": 0.0, "sort_s": 0.0, "encode_s": 0.0, "write_s": 0.0, "sync_s": 0.0}
     stats = {"cells": 0, "dropped": 0, "dropped_hash": 0, "pieces": 0, "chunks": 0}
@@ -865,15 +862,14 @@ class MergeTask:
     fault: str = ""
 
     def owned_shards(self) -> list[int]:
-        return [s for s in range(self.nshards) if s % self.workers == self.worker]
+        return owned_shards(self.nshards, self.workers, self.worker)
 
 
 def merge_worker(task: MergeTask, progress_q) -> dict:
     from .redimension import ValueReader
 
     t0 = time.perf_counter()
-    _die_with_parent(task.main_pid)
-    faults.configure(task.fault, prefix=f"w{task.worker}.")
+    start_worker(task)
     layout = Layout.from_dict(task.layout)
     ser = get_serializer(task.format, layout, task.compression)
     owned = task.owned_shards()

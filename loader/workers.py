@@ -79,7 +79,7 @@ class LoadTask:
     keep_tables: tuple = ()  # keyed records: tables of committed batches (others are leftovers)
 
     def owned_shards(self) -> list[int]:
-        return [s for s in range(self.nshards) if s % self.workers == self.worker]
+        return owned_shards(self.nshards, self.workers, self.worker)
 
     def resume_seq(self, shard: int) -> int:
         return self.resume[shard] if self.resume else self.first_seq
@@ -95,6 +95,18 @@ class LoadTask:
                 if s in owned and seq >= self.resume_seq(s):
                     yield (seq, seg.first_record + i * b, min(b, seg.count - i * b), seg.source,
                            seg.offset + i * b)
+
+
+def owned_shards(nshards: int, workers: int, worker: int) -> list[int]:
+    """The shards a worker writes (shard mod W == worker): one writer per shard, for every pool."""
+    return [s for s in range(nshards) if s % workers == worker]
+
+
+def start_worker(task) -> None:
+    """Every worker's first step: leave Ctrl-C to the coordinator, die with it, arm fault points."""
+    _die_with_parent(task.main_pid)
+    _watch_coordinator(task.main_pid)
+    faults.configure(task.fault, prefix=f"w{task.worker}.")
 
 
 def _die_with_parent(main_pid: int) -> None:
@@ -144,9 +156,7 @@ def _parent_alive(pid: int) -> bool:
 
 def load_worker(task: LoadTask, progress_q, inbox=None, free_slots=None, shm_name: str | None = None) -> dict:
     """Produce, serialize and write this worker's batches; return the receipt."""
-    _die_with_parent(task.main_pid)
-    _watch_coordinator(task.main_pid)
-    faults.configure(task.fault, prefix=f"w{task.worker}.")
+    start_worker(task)
     layout = Layout.from_dict(task.layout)
     writer = kind_for(layout, task.format, task.compression).writer(task)
     keyed = writer.kind.keyed
