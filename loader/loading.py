@@ -28,13 +28,12 @@ from .lock import DatasetLock
 from .pool import Pool, in_thread
 from .progress import Progress
 from .record_kinds import kind_for
+from .serializers import COMPRESSIONS, FORMATS
 from .sources import GenDocsSource, GenSource, JsonDirSource, StdinSource, parse_source
 from .stores.base import MEM_ROOT, StoreSpec, parse_dataset_uri
 from .workers import LoadTask, Segment, load_worker
 
 DEFAULT_BATCH_RECORDS = 10_000
-FORMATS = ("capnp", "arrow")
-COMPRESSIONS = ("none", "lz4", "zstd")
 
 
 @dataclass

@@ -298,28 +298,21 @@ def parse_source(ref: str, layout: Layout | None = None, on_bad_file: str = "fai
         if layout is not None and layout.name != name:
             raise UsageError(f"source {ref!r} generates layout {name!r} but --layout is {layout.name!r}")
         q = dict(parse_qsl(query, keep_blank_values=True))
-        if name == "docs":
-            unknown = set(q) - {"n", "start", "seed"}
-            if unknown:
-                raise UsageError(f"source {ref!r}: unknown parameter(s) {', '.join(sorted(unknown))}; "
-                                 "gen://docs takes n, seed and start")
-            if "n" not in q:
-                raise UsageError(f"source {ref!r} needs n=COUNT, e.g. gen://docs?n=1000000&seed=1")
-            n = parse_count(q["n"], "n")
-            start = parse_count(q.get("start", "0"), "start")
-            if start + n > 2**64:
-                raise UsageError(f"source {ref!r}: start + n exceeds 2**64")
-            return GenDocsSource(n, start, parse_count(q.get("seed", "0"), "seed", maximum=2**63 - 1))
-        unknown = set(q) - {"n", "start", "impl"}
+        docs = name == "docs"
+        takes, example = (("n, seed and start", "gen://docs?n=1000000&seed=1") if docs
+                          else ("n, start and impl", f"gen://{name}?n=1000000"))
+        unknown = set(q) - {"n", "start", "seed" if docs else "impl"}
         if unknown:
             raise UsageError(f"source {ref!r}: unknown parameter(s) {', '.join(sorted(unknown))}; "
-                             "gen:// takes n, start and impl")
+                             f"gen://{'docs' if docs else ''} takes {takes}")
         if "n" not in q:
-            raise UsageError(f"source {ref!r} needs n=COUNT, e.g. gen://{name}?n=1000000")
+            raise UsageError(f"source {ref!r} needs n=COUNT, e.g. {example}")
         n = parse_count(q["n"], "n")
         start = parse_count(q.get("start", "0"), "start")
         if start + n > 2**64:
             raise UsageError(f"source {ref!r}: start + n exceeds 2**64")
+        if docs:
+            return GenDocsSource(n, start, parse_count(q.get("seed", "0"), "seed", maximum=2**63 - 1))
         impl = q.get("impl", "c")
         if impl not in ("c", "python"):
             raise UsageError(f"source {ref!r}: impl must be c or python")
