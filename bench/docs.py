@@ -58,6 +58,8 @@ import zstandard
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loader import docs as D  # noqa: E402
+from loader import docs_gen as G  # noqa: E402
+from loader import docs_json as J  # noqa: E402
 from loader import zdict  # noqa: E402
 
 SEED = 1
@@ -100,7 +102,7 @@ def pct(xs: list[float], q: float) -> float:
 
 
 def generate(n: int) -> D.DocBatch:
-    return D.DocBatch.concat([D.generate_docs(SEED, s, min(GEN_CHUNK, n - s)) for s in range(0, n, GEN_CHUNK)])
+    return D.DocBatch.concat([G.generate_docs(SEED, s, min(GEN_CHUNK, n - s)) for s in range(0, n, GEN_CHUNK)])
 
 
 # --- LMDB ------------------------------------------------------------------------------
@@ -284,7 +286,7 @@ def floor_read(directory: str, pool) -> float:
 
 def _parse_compress(args) -> tuple[bytes, list[bytes]]:
     entries, dict_bytes = args
-    batch, _errors = D.parse_json_files(entries, on_bad_file="fail")
+    batch, _errors = J.parse_json_files(entries, on_bad_file="fail")
     batch = D.sort_by_id(batch)
     c = zdict.Compressor(dict_bytes)
     return batch.ids.astype(">u8").tobytes(), c.compress_many(D.encode_batch(batch, "raw"))
@@ -292,7 +294,7 @@ def _parse_compress(args) -> tuple[bytes, list[bytes]]:
 
 def _gen_compress(args) -> tuple[bytes, list[bytes]]:
     start, n, dict_bytes = args
-    batch = D.generate_docs(SEED, start, n)
+    batch = G.generate_docs(SEED, start, n)
     c = zdict.Compressor(dict_bytes)
     return batch.ids.astype(">u8").tobytes(), c.compress_many(D.encode_batch(batch, "raw"))
 
@@ -355,7 +357,7 @@ def naive_gen_lmdb(n: int, path: Path) -> float:
     with lmdb.open(str(path), MAP_SIZE) as env:
         with env.begin(write=True) as txn:
             for s in range(0, n, GEN_CHUNK):
-                b = D.generate_docs(SEED, s, min(GEN_CHUNK, n - s))
+                b = G.generate_docs(SEED, s, min(GEN_CHUNK, n - s))
                 for doc_id, ca, text in b.records():
                     txn.put(doc_id.to_bytes(8, "big"), D.encode_doc_capnp(doc_id, ca, text))
         env.sync(True)
@@ -480,7 +482,7 @@ def main(argv=None) -> int:
             jb = batch.slice(0, jn).compact()
             del batch
             t = time.perf_counter()
-            D.write_json_dir(jb, jdir)
+            J.write_json_dir(jb, jdir)
             os.sync()
             row("write json dir", files=jn, s=time.perf_counter() - t)
             load = res["load"] = {"files": jn, "text_bytes": jb.text_nbytes}
@@ -499,9 +501,9 @@ def main(argv=None) -> int:
                 load["naive_rocksdict_bytes"] = disk_bytes(p)
                 shutil.rmtree(p)
                 row("naive-rocksdict-zstd", s=load["naive_rocksdict_s"], MB=load["naive_rocksdict_bytes"] / 1e6)
-                entries, _ = D.scan_json_dir(jdir)
+                entries, _ = J.scan_json_dir(jdir)
                 step = 10_000
-                sample_batch, _ = D.parse_json_files(entries[:2000])
+                sample_batch, _ = J.parse_json_files(entries[:2000])
                 sample = D.encode_batch(sample_batch, "raw")
                 p = root / "proto"
                 tasks = [("json", entries[i:i + step]) for i in range(0, len(entries), step)]
@@ -530,7 +532,7 @@ def main(argv=None) -> int:
                 row("naive-gen-lmdb", s=load["naive_gen_lmdb_s"])
                 p = root / "proto-gen"
                 tasks = [("gen", s, min(step, jn - s)) for s in range(0, jn, step)]
-                sample = D.encode_batch(D.generate_docs(SEED, 0, 2000), "raw")
+                sample = D.encode_batch(G.generate_docs(SEED, 0, 2000), "raw")
                 load["proto_gen_lmdb_s"] = proto_load(p, pool, tasks, sample)
                 shutil.rmtree(p)
                 row("proto-gen-lmdb", s=load["proto_gen_lmdb_s"],

@@ -184,7 +184,7 @@ def stored_duplicates(spec, m: mf.Manifest, src, entries, skipped: list, on_bad_
     """Refuse ids already stored in the dataset: per-file errors for a directory (fail:
     BadFileError; skip: the files are left out and listed), DuplicateIdError for a
     generator. Returns (entries, skipped)."""
-    from .docs import FileError, _fail
+    from .docs_json import FileError, _fail
 
     index = DocIndex(m.batches)
     if not index.batches:

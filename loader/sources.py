@@ -9,7 +9,7 @@ the coordinator into shared memory.
 - ``PATH``: a file of raw records (its size must be a whole number of records).
 - ``-``: standard input.
 
-Documents (layout ``docs``, variable-length keyed records; see loader/docs.py):
+Documents (layout ``docs``, variable-length keyed records; see loader/docs.py, docs_gen.py, docs_json.py):
 
 - ``gen://docs?n=N&seed=S&start=A``: documents A..A+N-1 of the deterministic document
   stream S (id = the record index), generated in the workers by record range.
@@ -90,7 +90,7 @@ class GenDocsSource:
         return self.start + offset
 
     def read_docs(self, offset: int, count: int):
-        from .docs import generate_docs
+        from .docs_gen import generate_docs
 
         return generate_docs(self.seed, self.start + offset, count), []
 
@@ -114,7 +114,7 @@ class JsonDirSource:
 
     def listing(self):
         """([(id, path)] sorted by id, [FileError] for badly named or duplicate files)."""
-        from .docs import scan_json_dir
+        from .docs_json import scan_json_dir
 
         return scan_json_dir(self.path, self.on_bad_file)
 
@@ -122,7 +122,7 @@ class JsonDirSource:
         return int(_load_plan(self.plan_path)[0][offset])
 
     def read_docs(self, offset: int, count: int):
-        from .docs import parse_json_files
+        from .docs_json import parse_json_files
 
         ids, names = _load_plan(self.plan_path)
         entries = [(int(i), os.path.join(self.path, nm))

@@ -12,12 +12,7 @@ from hypothesis import strategies as st
 
 from loader import zdict
 from loader.docs import (
-    BLOCK_RECORDS,
-    CREATED_MAX,
-    CREATED_MIN,
     DOCS,
-    TEXT_MAX,
-    BadFileError,
     DocBatch,
     capnp_module,
     decode_doc_capnp,
@@ -28,15 +23,14 @@ from loader.docs import (
     encode_batch_buffer,
     encode_doc_capnp,
     encode_doc_raw,
-    generate_docs,
     id_of_key,
     key_of,
     keys_of,
-    parse_json_files,
-    scan_json_dir,
     sort_by_id,
-    write_json_dir,
 )
+from loader.docs_gen import BLOCK_RECORDS, CREATED_MAX, CREATED_MIN, TEXT_MAX, generate_docs
+from loader.docs_json import parse_json_files, scan_json_dir, write_json_dir
+from loader.errors import BadFileError
 from loader.errors import InputError, UsageError, VerifyError
 
 SETTINGS = settings(max_examples=25, deadline=None,

@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 import loader
-from loader.docs import DocBatch, generate_docs, key_of, write_json_dir
+from loader.docs import DocBatch, key_of
+from loader.docs_gen import generate_docs
+from loader.docs_json import write_json_dir
 from loader.errors import BadFileError, DuplicateIdError, NotFoundError
 from loader.record_kinds import doc_tables
 from loader.stores.base import parse_dataset_uri
