@@ -4,11 +4,17 @@
  *   fill_scidb96_into(buffer, start, n)  fill the first n records of the buffer
  *
  * The buffer must be writable and C-contiguous; its size must be a multiple of 96 bytes.
- * The GIL is released while filling.
+ *
+ *   docs_meta(seed, start, created_at, offsets)  created_at and text offsets of documents
+ *                                               start .. start+n-1 (n = len(created_at))
+ *   docs_text(seed, start, n, text)             their texts, one after the other
+ *
+ * (gen://docs, see generators/docs_gen.h). The GIL is released while filling.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "docs_gen.h"
 #include "scidb96.h"
 
 static int get_u64(PyObject *obj, const char *what, uint64_t *out)
@@ -111,6 +117,96 @@ static PyObject *fill_scidb96_into(PyObject *self, PyObject *args)
     return do_fill(buf, start, n);
 }
 
+/* A writable C-contiguous buffer of whole int64 items; *count = their number. */
+static int get_i64_buffer(PyObject *obj, const char *what, Py_buffer *view, uint64_t *count)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    if (view->len % 8 != 0) {
+        PyErr_Format(PyExc_ValueError, "%s: buffer size %zd is not a multiple of 8 (int64)",
+                     what, view->len);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    *count = (uint64_t)view->len / 8;
+    return 0;
+}
+
+static int check_doc_range(uint64_t start, uint64_t n)
+{
+    if (n > 0 && n - 1 > UINT64_MAX - start) {
+        PyErr_Format(PyExc_ValueError,
+                     "documents start=%llu .. start+n-1 (n=%llu) run past the largest id 2**64-1",
+                     (unsigned long long)start, (unsigned long long)n);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *docs_meta(PyObject *self, PyObject *args)
+{
+    PyObject *seedobj, *startobj, *caobj, *offobj;
+    Py_buffer ca, off;
+    uint64_t seed, start, n, noff, total;
+    (void)self;
+
+    if (!PyArg_ParseTuple(args, "OOOO:docs_meta", &seedobj, &startobj, &caobj, &offobj))
+        return NULL;
+    if (get_u64(seedobj, "seed", &seed) < 0 || get_u64(startobj, "start", &start) < 0)
+        return NULL;
+    if (get_i64_buffer(caobj, "created_at", &ca, &n) < 0)
+        return NULL;
+    if (get_i64_buffer(offobj, "offsets", &off, &noff) < 0) {
+        PyBuffer_Release(&ca);
+        return NULL;
+    }
+    if (noff != n + 1 || check_doc_range(start, n) < 0) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError,
+                         "offsets must hold n+1 = %llu int64 values (it holds %llu)",
+                         (unsigned long long)n + 1, (unsigned long long)noff);
+        PyBuffer_Release(&ca);
+        PyBuffer_Release(&off);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    total = docs_gen_meta(seed, start, n, (int64_t *)ca.buf, (int64_t *)off.buf);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&ca);
+    PyBuffer_Release(&off);
+    return PyLong_FromUnsignedLongLong((unsigned long long)total);
+}
+
+static PyObject *docs_text(PyObject *self, PyObject *args)
+{
+    PyObject *seedobj, *startobj, *nobj, *textobj;
+    Py_buffer text;
+    uint64_t seed, start, n, written;
+    Py_ssize_t cap;
+    (void)self;
+
+    if (!PyArg_ParseTuple(args, "OOOO:docs_text", &seedobj, &startobj, &nobj, &textobj))
+        return NULL;
+    if (get_u64(seedobj, "seed", &seed) < 0 || get_u64(startobj, "start", &start) < 0 ||
+        get_u64(nobj, "n", &n) < 0 || check_doc_range(start, n) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(textobj, &text, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    cap = text.len;
+    Py_BEGIN_ALLOW_THREADS
+    written = docs_gen_text(seed, start, n, (uint8_t *)text.buf, (uint64_t)cap);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&text);
+    if (written == UINT64_MAX) {
+        PyErr_Format(PyExc_ValueError,
+                     "the texts of documents %llu .. +%llu do not fit in a buffer of %zd bytes "
+                     "(size it with docs_meta)",
+                     (unsigned long long)start, (unsigned long long)n, cap);
+        return NULL;
+    }
+    return PyLong_FromUnsignedLongLong((unsigned long long)written);
+}
+
 static PyMethodDef methods[] = {
     {"fill_scidb96", fill_scidb96, METH_VARARGS,
      "fill_scidb96(buffer, start) -> n\n\n"
@@ -119,12 +215,23 @@ static PyMethodDef methods[] = {
     {"fill_scidb96_into", fill_scidb96_into, METH_VARARGS,
      "fill_scidb96_into(buffer, start, n) -> n\n\n"
      "Like fill_scidb96, but writes only the first n records of the buffer."},
+    {"docs_meta", docs_meta, METH_VARARGS,
+     "docs_meta(seed, start, created_at, offsets) -> total\n\n"
+     "Fill created_at (n int64) and offsets (n+1 int64; offsets[0] = 0) for documents\n"
+     "start .. start+n-1 of gen://docs stream seed, n = len(created_at); returns the total\n"
+     "text length offsets[n]. Releases the GIL."},
+    {"docs_text", docs_text, METH_VARARGS,
+     "docs_text(seed, start, n, text) -> written\n\n"
+     "Write the texts of documents start .. start+n-1, one after the other, into the\n"
+     "writable buffer text; returns the bytes written. ValueError if they do not fit.\n"
+     "Releases the GIL."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "loader._gen",
-    "C record generators (in-process). See generators/scidb96.h for the record definition.",
+    "C record generators (in-process). See generators/scidb96.h and generators/docs_gen.h\n"
+    "for the definitions.",
     -1, methods, NULL, NULL, NULL, NULL,
 };
 
@@ -133,7 +240,11 @@ PyMODINIT_FUNC PyInit__gen(void)
     PyObject *m = PyModule_Create(&module);
     if (!m)
         return NULL;
-    if (PyModule_AddIntConstant(m, "SCIDB96_RECORD_SIZE", SCIDB96_RECORD_SIZE) < 0) {
+    docs_gen_init();
+    if (PyModule_AddIntConstant(m, "SCIDB96_RECORD_SIZE", SCIDB96_RECORD_SIZE) < 0 ||
+        PyModule_AddIntConstant(m, "DOCS_TEXT_MAX", DOCS_TEXT_MAX) < 0 ||
+        PyModule_AddIntConstant(m, "DOCS_CREATED_MIN", (long)DOCS_CREATED_MIN) < 0 ||
+        PyModule_AddIntConstant(m, "DOCS_CREATED_MAX", (long)DOCS_CREATED_MAX) < 0) {
         Py_DECREF(m);
         return NULL;
     }

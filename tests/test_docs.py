@@ -1,4 +1,4 @@
-"""The docs layout's building blocks: generator, Doc values, JSON directory source, zdict."""
+"""The docs layout's building blocks: Doc values, JSON directory source, zdict."""
 
 from __future__ import annotations
 
@@ -28,52 +28,13 @@ from loader.docs import (
     keys_of,
     sort_by_id,
 )
-from loader.docs_gen import BLOCK_RECORDS, CREATED_MAX, CREATED_MIN, TEXT_MAX, generate_docs
+from loader.docs_gen import generate_docs
 from loader.docs_json import parse_json_files, scan_json_dir, write_json_dir
 from loader.errors import BadFileError
 from loader.errors import InputError, UsageError, VerifyError
 
 SETTINGS = settings(max_examples=25, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-
-
-# --- generator ---------------------------------------------------------------------------
-
-@SETTINGS
-@given(seed=st.integers(0, 2**63), n=st.integers(0, 5000), data=st.data())
-def test_generate_is_split_invariant(seed, n, data):
-    whole = generate_docs(seed, 0, n)
-    cuts = sorted(data.draw(st.lists(st.integers(0, n), max_size=4)))
-    bounds = [0, *cuts, n]
-    parts = [generate_docs(seed, a, b - a) for a, b in zip(bounds, bounds[1:])]
-    assert DocBatch.concat(parts).equals(whole)
-    assert len(whole) == n
-    assert np.array_equal(whole.ids, np.arange(n, dtype=np.uint64))
-
-
-def test_generate_values_in_range():
-    b = generate_docs(5, 1000, 3 * BLOCK_RECORDS + 17)
-    lengths = b.lengths
-    assert lengths.min() >= 0 and lengths.max() <= TEXT_MAX
-    assert b.text.min() >= 32 and b.text.max() <= 126
-    assert b.created_at.min() >= CREATED_MIN and b.created_at.max() < CREATED_MAX
-    assert b.ids[0] == 1000 and b.ids.dtype == np.uint64 and b.created_at.dtype == np.int64
-    big = generate_docs(1, 0, 4000)
-    counts = np.bincount(big.text, minlength=127)[32:127]
-    assert (counts > 0).all()  # all 95 characters occur
-    assert counts.max() / counts.min() < 1.15
-    assert abs(big.lengths.mean() - TEXT_MAX / 2) < 50
-    # different seeds differ; same seed is the same
-    assert not generate_docs(2, 0, 10).equals(generate_docs(3, 0, 10))
-    assert generate_docs(2, 0, 10).equals(generate_docs(2, 0, 10))
-
-
-def test_generate_rejects_bad_arguments():
-    with pytest.raises(UsageError):
-        generate_docs(-1, 0, 5)
-    with pytest.raises(UsageError):
-        generate_docs(1, 2**64 - 2, 5)
-    assert len(generate_docs(1, 7, 0)) == 0
 
 
 def test_layout_and_arrow():
