@@ -4,9 +4,12 @@ coordinator's checks before and after a document load.
 Where a document is: the manifest lists every committed keyed batch with its shard, its
 table (``docs-RUNID``) and its id range ``lo..hi``. `DocIndex` finds the batches whose
 range holds an id (one, unless loads interleave ids; then a few), and the shard answers
-with one ``get``. Values are decompressed with the (shard, table)'s zstd dictionary from
-the shard's ``meta`` table when the dataset stores zdict-compressed values (LMDB, mem),
-and decoded (`loader.docs.decode_value`).
+with one ``get`` (formats ``raw``, ``capnp``: one value per document) or one ``seek``
+(format ``block``: the first block whose key, its last id, is >= the id; then the id is
+looked up in the block, loader/docs_blocks.py). One-per-document values are
+decompressed with the (shard, table)'s zstd dictionary from the shard's ``meta`` table
+when the dataset stores zdict-compressed values (LMDB, mem), and decoded
+(`loader.docs.decode_value`).
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from typing import Iterable, NamedTuple
 import numpy as np
 
 from . import manifest as mf
-from .docs import DocBatch, decode_value, id_of_key, key_of
+from .docs import DOCS, DocBatch, decode_value, id_of_key, key_of
+from .docs_blocks import BlockReader, block_first_id
 from .errors import DuplicateIdError, NotFoundError, UsageError, VerifyError
 from .record_kinds import META_TABLE, drop_doc_table, kind_for
 
@@ -66,7 +70,9 @@ class DocReader:
         self.ds = ds
         m = ds.manifest
         self.format = m.format
-        self.zdict = kind_for(ds.layout, m.format, m.compression).value_compression(m.scheme)
+        kind = kind_for(ds.layout, m.format, m.compression)
+        self.zdict = kind.value_compression(m.scheme)
+        self.blocks = BlockReader() if kind.blocks else None
         self.index = DocIndex(m.batches)
         self._dec: dict[tuple[int, str], object] = {}
 
@@ -90,10 +96,36 @@ class DocReader:
 
     def _lookup(self, doc_id: int):
         for b in self.index.candidates(doc_id):
+            if self.blocks is not None:
+                item = self.ds.shard(b.shard).seek(key_of(doc_id), table=b.table)
+                if item is not None and id_of_key(item[0]) <= b.hi:
+                    got = self.blocks.find(item[1], doc_id)
+                    if got is not None:
+                        return (doc_id,) + got
+                continue
             v = self.ds.shard(b.shard).get(key_of(doc_id), table=b.table)
             if v is not None:
                 return self.decode(b, doc_id, v)
         return None
+
+    def _batch_docs(self, b: mf.BatchEntry, lo: int, hi: int) -> DocBatch:
+        """The documents of batch b with ids lo..hi (b.lo <= lo <= hi <= b.hi)."""
+        shard = self.ds.shard(b.shard)
+        if self.blocks is not None:
+            parts = []
+            for _k, v in blocks_from(shard, b.table, lo, b.hi):
+                d = self.blocks.decode(v)
+                a, z = np.searchsorted(d.ids, np.uint64(lo)), np.searchsorted(d.ids, np.uint64(hi), side="right")
+                parts.append(d.slice(int(a), int(z)))
+                if int(d.ids[-1]) >= hi:
+                    break
+            return DocBatch.concat(parts).compact()
+        recs = []
+        for k, v in shard.range(key_of(lo), None if hi >= MAX_ID else key_of(hi + 1), table=b.table):
+            i = id_of_key(k)
+            _, c, t = self.decode(b, i, v)
+            recs.append((i, c, t))
+        return DocBatch.from_records(recs)
 
     # --- the API ----------------------------------------------------------------------
     def get(self, doc_id) -> Doc:
@@ -122,16 +154,7 @@ class DocReader:
         if stop == a:
             return DocBatch.empty()
         z = stop - 1
-        parts = []
-        for b in self.index.overlapping(a, z):
-            lo, hi = max(a, b.lo), min(z, b.hi)
-            recs = []
-            for k, v in self.ds.shard(b.shard).range(key_of(lo), None if hi >= MAX_ID else key_of(hi + 1),
-                                                       table=b.table):
-                i = id_of_key(k)
-                _, c, t = self.decode(b, i, v)
-                recs.append((i, c, t))
-            parts.append(DocBatch.from_records(recs))
+        parts = [self._batch_docs(b, max(a, b.lo), min(z, b.hi)) for b in self.index.overlapping(a, z)]
         out = DocBatch.concat(parts)
         if len(parts) > 1:  # interleaved loads: restore id order
             from .docs import sort_by_id
@@ -147,25 +170,53 @@ class DocReader:
             return None
         h = xxhash.xxh3_64()
         n = nbytes = 0
-        try:
-            for k, v in self.ds.shard(b.shard).range(key_of(b.lo), None if b.hi >= MAX_ID else key_of(b.hi + 1),
-                                                     table=b.table):
-                h.update(k)
-                h.update(v)
-                n += 1
-                nbytes += len(v)
-                self.decode(b, id_of_key(k), v)
-        except Exception as e:  # noqa: BLE001 - every failure is a finding
-            if n == b.docs and nbytes == b.nbytes and h.intdigest() == b.checksum:
-                return f"undecodable: {e}"
-            return f"undecodable at document {n} of ids {b.lo}..{b.hi}: {e}"
-        if n != b.docs:
+        err = None  # the first decoding failure (the checksum is still computed to the end)
+        for k, v in self.ds.shard(b.shard).range(key_of(b.lo), None if b.hi >= MAX_ID else key_of(b.hi + 1),
+                                                 table=b.table):
+            h.update(k)
+            h.update(v)
+            nbytes += len(v)
+            n += self.blocks is None
+            if err is None:
+                try:
+                    n += self._check_value(b, id_of_key(k), v)
+                except Exception as e:  # noqa: BLE001 - every failure is a finding
+                    err = f"undecodable at document {n} of ids {b.lo}..{b.hi}: {e}"
+        if n != b.docs and (err is None or self.blocks is None):
             return f"{n} documents stored under ids {b.lo}..{b.hi}, the manifest says {b.docs}"
         if nbytes != b.nbytes:
             return f"size {nbytes} != {b.nbytes} in the manifest (ids {b.lo}..{b.hi})"
         if h.intdigest() != b.checksum:
-            return f"checksum mismatch (stored bytes changed) in ids {b.lo}..{b.hi}"
-        return None
+            return f"checksum mismatch (stored bytes changed) in ids {b.lo}..{b.hi}" + (f"; {err}" if err else "")
+        return err
+
+    def _check_value(self, b: mf.BatchEntry, key_id: int, v) -> int:
+        """Decode one stored value of batch b; the documents it adds to the count of a
+        block format (0 for one value per document, counted by the caller)."""
+        if self.blocks is None:
+            self.decode(b, key_id, v)
+            return 0
+        d = self.blocks.decode(v)
+        if not (b.lo <= int(d.ids[0]) and int(d.ids[-1]) == key_id):
+            raise VerifyError(f"the block under key {key_id} holds ids {int(d.ids[0])}..{int(d.ids[-1])}")
+        return len(d)
+
+
+def blocks_from(store, table: str, lo: int, hi: int):
+    """The blocks (key, value) of a table that hold ids >= lo, up to the one holding hi
+    (or the last one with key <= hi), one seek each (no read-ahead of a whole range)."""
+    at = lo
+    while at <= hi:
+        item = store.seek(key_of(at), table=table)
+        if item is None:
+            return
+        last = id_of_key(item[0])
+        if last > hi and block_first_id(item[1]) > hi:
+            return
+        yield item
+        if last >= hi:
+            return
+        at = last + 1
 
 
 def _check_id(doc_id) -> int:
@@ -204,8 +255,13 @@ def stored_duplicates(spec, m: mf.Manifest, src, entries, skipped: list, on_bad_
         lo, hi = max(a, b.lo), min(z, b.hi)
         st = spec.open_shard(b.shard, write=False)
         try:
-            stored = [id_of_key(k) for k, _ in st.range(key_of(lo), None if hi >= MAX_ID else key_of(hi + 1),
-                                                        table=b.table)]
+            if kind_for(DOCS, m.format, m.compression).blocks:
+                reader = BlockReader()
+                stored = [i for _k, v in blocks_from(st, b.table, lo, hi)
+                          for i in reader.columns(v)[0].tolist() if lo <= i <= hi]
+            else:
+                stored = [id_of_key(k) for k, _ in st.range(key_of(lo), None if hi >= MAX_ID else key_of(hi + 1),
+                                                            table=b.table)]
         finally:
             st.close()
         if not stored:

@@ -31,17 +31,19 @@ def gen_uri(n=N, seed=SEED, start=0):
 
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory):
-    """One gen://docs load per backend, shared by the read-only tests."""
+    """One gen://docs load per backend and document format, shared by the read-only tests."""
     base = tmp_path_factory.mktemp("docs")
     out = {}
     for scheme in ("lmdb", "rocksdb"):
-        uri = f"{scheme}://{base}/{scheme}"
-        rep = loader.load(gen_uri(), uri, **KW)
-        out[scheme] = (uri, rep)
+        for fmt in ("block", "raw"):
+            uri = f"{scheme}://{base}/{scheme}-{fmt}"
+            rep = loader.load(gen_uri(), uri, **KW, **({} if fmt == "block" else {"format": fmt}))
+            out[scheme, fmt] = (uri, rep)
     return out
 
 
-@pytest.fixture(params=["lmdb", "rocksdb"])
+@pytest.fixture(params=[("lmdb", "block"), ("rocksdb", "block"), ("lmdb", "raw"), ("rocksdb", "raw")],
+                ids="-".join)
 def ds_uri(request, loaded):
     return loaded[request.param]
 
@@ -49,12 +51,17 @@ def ds_uri(request, loaded):
 def test_gen_docs_load_reads_back(ds_uri):
     uri, rep = ds_uri
     want = generate_docs(SEED, 0, N)
-    assert rep.layout == "docs" and rep.format == "raw" and rep.compression == "zstd"
+    assert rep.layout == "docs" and rep.format in ("block", "raw") and rep.compression == "zstd"
     assert rep.records == N and rep.bytes == want.text_nbytes and rep.batches == N // B
     with loader.open(uri) as ds:
         assert ds.records == N
         assert ds.scan().equals(want)
         assert ds.scan(100, 250).equals(want.slice(100, 250))
+        for a, z in ((0, 1), (299, 301), (N - 1, N), (1234, 1235), (5, 2000)):
+            assert ds.scan(a, z).equals(want.slice(a, z))
+        for i in (0, 1, 299, 300, 301, N - 1):
+            d = ds.get(i)
+            assert (d.id, d.created_at, d.text.encode()) == (i, int(want.created_at[i]), want.text_of(i))
         assert len(ds.scan(N + 5, N + 10)) == 0
         d = ds.get(17)
         assert (d.id, d.created_at, d.text.encode()) == (17, int(want.created_at[17]), want.text_of(17))
@@ -90,7 +97,7 @@ def test_docs_options_and_uncompressed_capnp(tmp_path):
 
 
 def test_cli_get(loaded):
-    uri, _ = loaded["lmdb"]
+    uri, _ = loaded["lmdb", "block"]
     want = generate_docs(SEED, 0, N)
     p = run_cli("get", uri, "7", "--json")
     assert p.returncode == 0, p.stderr
@@ -243,8 +250,8 @@ def test_verify_catches_a_flipped_byte(tmp_path):
         b = ds.manifest.batches[1]
     spec = parse_dataset_uri(uri)
     with spec.open_shard(b.shard, write=True) as st:
-        k = key_of(b.lo + 3)
-        v = bytearray(st.get(k, table=b.table))
+        k, v = st.seek(key_of(b.lo + 3), table=b.table)  # the block holding id lo + 3
+        v = bytearray(v)
         v[len(v) // 2] ^= 0x40
         st.put_sorted([(k, bytes(v))], table=b.table)
         st.sync()

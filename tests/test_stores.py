@@ -111,6 +111,11 @@ def test_put_get_range(spec):
         assert list(s.range(k(60), k(50))) == []
         assert list(s.range(k(1000), None)) == []
         assert [(bytes(a), bytes(b)) for a, b in s.range(k(7), k(8))] == [(k(7), b"v7")]
+        assert s.seek(k(7)) == (k(7), b"v7")
+        assert s.seek(k(0)) == (k(0), b"v0")
+        assert s.seek(k(100)) is None
+        assert s.seek(k(7) + b"\x00") == (k(8), b"v8")  # the first key >= the given one
+        assert s.seek(k(1), table="nope") is None
         # empty call, missing table
         assert s.put_sorted([]) == 0
         assert s.put_sorted(iter(())) == 0

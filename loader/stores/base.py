@@ -62,6 +62,10 @@ class ShardStore(ABC):
         """Items with lo <= key < hi in key order (None = unbounded)."""
 
     @abstractmethod
+    def seek(self, key: bytes, table: str = "batches") -> tuple[bytes, bytes] | None:
+        """The first item whose key is >= key (copied out), or None."""
+
+    @abstractmethod
     def delete_range(self, lo: bytes | None = None, hi: bytes | None = None,
                      table: str = "batches") -> int:
         """Delete lo <= key < hi atomically; returns the count deleted."""

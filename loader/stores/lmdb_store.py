@@ -437,6 +437,19 @@ class LmdbStore(ShardStore):
         finally:
             txn.abort()
 
+    def seek(self, key: bytes, table: str = "batches") -> tuple[bytes, bytes] | None:
+        db = self._db(table, create=False)
+        if db is None:
+            return None
+        txn = self._begin_read()
+        try:
+            cur = txn.cursor(db)
+            if not cur.set_range(bytes(key)):
+                return None
+            return cur.key(), cur.value()
+        finally:
+            txn.abort()
+
     def range(self, lo: bytes | None = None, hi: bytes | None = None,
               table: str = "batches") -> Iterator[tuple[bytes, bytes]]:
         """Items lo <= key < hi, copied out slice by slice.

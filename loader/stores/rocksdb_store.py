@@ -250,6 +250,14 @@ class RocksdbStore(ShardStore):
             yield k, it.value()
             it.next()
 
+    def seek(self, key: bytes, table: str = "batches") -> tuple[bytes, bytes] | None:
+        cf = self._cf(table, create=False)
+        if cf is None:
+            return None
+        it = cf.iter()
+        it.seek(bytes(key))
+        return (it.key(), it.value()) if it.valid() else None
+
     def delete_range(self, lo: bytes | None = None, hi: bytes | None = None,
                      table: str = "batches") -> int:
         self._require_write("delete_range")
