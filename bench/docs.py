@@ -1,38 +1,34 @@
 """Documents benchmark (issue 7): storage size near the entropy limit, naive peers' load
 times, and get-by-id latency; the real pipeline (`loader.load`, layout docs) next to them.
 
-    .venv/bin/python bench/docs.py [--n N] [--json-n M] [--dir DIR] [--lookups K] [--json]
-                                   [--parts size,load,pipeline]
+    .venv/bin/python bench/docs.py [--n N] [--json-n M] [--repeats R] [--dir DIR]
+                                   [--lookups K] [--json] [--parts pipeline,load,size]
 
-(a) size, N generated documents (gen://docs semantics: seed 1, ids 0..N-1):
-    limit               all texts concatenated, one zstd level-3 frame (the practical limit)
-    lmdb-{raw,capnp}-zdict
-                        py-lmdb, one value per doc under its 8-byte big-endian id, written in
-                        id order with putmulti(append=True); each value compressed on its own
-                        with a zstd dictionary trained on a sample of the shard (one shard)
-    rocksdb-zstd[-dict][-bN]
-                        rocksdict raw_mode, raw values, one SST file written in key order and
-                        ingested; RocksDB block compression zstd level 3, with a dictionary
-                        (max_dict_bytes 16 KiB, zstd_max_train_bytes 1.6 MiB) or without,
-                        data blocks of N KiB
-    Size = bytes allocated on disk (st_blocks) of the store's files; ratio = size / limit.
-(b) load time from a directory of M JSON files <id>.json (M = --json-n, default min(N, 200000)):
-    floor               only reading every file, 2 processes
-    naive-lmdb          one process: sorted listdir, read each file, txn.put(key, text) in one txn
-    naive-rocksdict     one process: sorted listdir, read each file, db[key] = bytes, zstd
-    proto-lmdb-zdict    what the pipeline will do: 2 processes parse (orjson) + encode raw +
-                        compress with the shard dictionary, the parent appends to LMDB
-    and from the generator (M documents):
-    naive-gen-lmdb      one process: generate, then txn.put(key, capnp value) per document
-    proto-gen-lmdb      2 processes generate + encode + compress, the parent appends
-    and the pipeline (bulkload load, 2 shards, 2 workers, defaults: raw values, zstd):
-    pipe-json-{lmdb,rocksdb}   bulkload load DIR --layout docs (durable, manifest committed)
-    pipe-gen-{lmdb,rocksdb}    bulkload load gen://docs?n=M&seed=1
-(d) the pipeline at N documents: load gen://docs?n=N into lmdb:// and rocksdb:// (2 shards,
-    defaults), size on disk of the whole dataset directory / limit, and Dataset.get latency.
-(c) get-by-id: median and p99 of single gets (key -> decompressed, decoded document) for
+Every figure is measured in the same run; compare ratios (the machine is shared).
+
+(d) pipeline (default part): load gen://docs?n=N (seed 1) with `loader.load` (what
+    `bulkload load` runs: 2 shards, 2 workers, durable) into rocksdb:// and lmdb://, in
+    format block (the default: documents in page-filling blocks, texts zstd per block)
+    and raw (one value per document; zstd with a dictionary per shard on LMDB, RocksDB's
+    own zstd + dictionary): size on disk of the whole dataset directory / limit, and
+    `Dataset.get` latency (c).
+    limit = all texts concatenated, one zstd level-3 frame (the practical limit).
+(c) get-by-id: median and p99 of single gets (id -> decompressed, decoded document) for
     --lookups random ids, warm (page cache hot) and cold (store closed, its files evicted
     with posix_fadvise(DONTNEED), reopened).
+(b) load (default part): M = --json-n documents (default min(N, 200000)); each contender
+    runs --repeats times (default 3), interleaved, `os.sync()` before each; medians:
+    floor               only reading every file of the JSON directory, 2 processes
+    naive-lmdb          one process: sorted listdir, read each file, txn.put(key, text) in one txn
+    naive-rocksdict     one process: sorted listdir, read each file, db[key] = bytes, zstd
+    pipe-json-{lmdb,rocksdb}   bulkload load DIR --layout docs (defaults; durable, committed)
+    naive-gen-lmdb      one process: generate_docs (the C generator, 64K docs per call), then
+                        txn.put(key, capnp Doc value) per document, one txn, sync
+    pipe-gen-{lmdb,rocksdb}    bulkload load gen://docs?n=M&seed=1
+(a) size (phase 1, optional): hand-built stores of one value per document -
+    lmdb-{raw,capnp}-zdict (py-lmdb, values compressed one by one with a zstd dictionary)
+    and rocksdb-zstd[-dict][-bN] (rocksdict, SST ingested, RocksDB zstd [with a 16 KiB
+    dictionary], N KiB data blocks). Size = bytes allocated on disk (st_blocks).
 
 Stores and the JSON directory live under --dir (default /work/tmp-docs/bench; must be
 a real disk for cold reads, not tmpfs) and are deleted at the end. Results: a table, and
@@ -284,47 +280,6 @@ def floor_read(directory: str, pool) -> float:
     return time.perf_counter() - t0
 
 
-def _parse_compress(args) -> tuple[bytes, list[bytes]]:
-    entries, dict_bytes = args
-    batch, _errors = J.parse_json_files(entries, on_bad_file="fail")
-    batch = D.sort_by_id(batch)
-    c = zdict.Compressor(dict_bytes)
-    return batch.ids.astype(">u8").tobytes(), c.compress_many(D.encode_batch(batch, "raw"))
-
-
-def _gen_compress(args) -> tuple[bytes, list[bytes]]:
-    start, n, dict_bytes = args
-    batch = G.generate_docs(SEED, start, n)
-    c = zdict.Compressor(dict_bytes)
-    return batch.ids.astype(">u8").tobytes(), c.compress_many(D.encode_batch(batch, "raw"))
-
-
-def proto_load(path: Path, pool, tasks, first_sample: list[bytes]) -> float:
-    """Parent: train the dictionary on a sample, fan tasks out, append in order."""
-    t0 = time.perf_counter()
-    d = zdict.train(first_sample)
-    env = lmdb_open(path, True)
-    with env.begin(write=True) as txn:
-        meta = env.open_db(b"meta", txn=txn)
-        txn.put(b"zstd-dict", d, db=meta)
-        docs = env.open_db(b"docs", txn=txn)
-        cur = txn.cursor(db=docs)
-        for keys, vals in pool.imap(_proto_task, [(t, d) for t in tasks], chunksize=1):
-            ks = [keys[i:i + 8] for i in range(0, len(keys), 8)]
-            consumed, added = cur.putmulti(zip(ks, vals), append=True)
-            assert consumed == added == len(vals)
-    env.sync(True)
-    env.close()
-    return time.perf_counter() - t0
-
-
-def _proto_task(arg):
-    task, d = arg
-    if task[0] == "json":
-        return _parse_compress((task[1], d))
-    return _gen_compress((task[1], task[2], d))
-
-
 def pipe_load(source: str, uri: str, **kw) -> dict:
     """One `loader.load` (what `bulkload load` runs); its report's figures."""
     import loader
@@ -373,8 +328,9 @@ def main(argv=None) -> int:
                     help="documents for the load-time part (default min(N, 200000))")
     ap.add_argument("--dir", default="/work/tmp-docs/bench", help="scratch directory on a real disk")
     ap.add_argument("--lookups", type=int, default=10_000)
+    ap.add_argument("--repeats", type=int, default=3, help="runs of each load contender (medians)")
     ap.add_argument("--skip-load", action="store_true", help="skip part (b)")
-    ap.add_argument("--parts", default="size,load,pipeline",
+    ap.add_argument("--parts", default="pipeline,load",
                     help="comma-separated: size (a, c: phase-1 store variants), load (b), pipeline (d)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "out" / "docs.json"))
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -462,12 +418,12 @@ def main(argv=None) -> int:
         # ---- (d) the pipeline at N: size and get-by-id -------------------------------------
         if "pipeline" in parts:
             pipe = res["pipeline"] = {}
-            for scheme in ("rocksdb", "lmdb"):
-                name = f"pipe-gen-{scheme}"
+            for scheme, fmt in (("rocksdb", "block"), ("lmdb", "block"), ("rocksdb", "raw"), ("lmdb", "raw")):
+                name = f"pipe-gen-{scheme}-{fmt}"
                 path = root / name
                 uri = f"{scheme}://{path}"
                 os.sync()
-                r = pipe_load(f"gen://docs?n={n}&seed={SEED}", uri)
+                r = pipe_load(f"gen://docs?n={n}&seed={SEED}", uri, format=fmt)
                 size = disk_bytes(path)
                 r.update(bytes=size, ratio=size / limit)
                 r["get"] = latency(lambda: PipeReader(uri), path, ids, batch)
@@ -476,7 +432,7 @@ def main(argv=None) -> int:
                 row(f"  get {name}", **{f"{m}_{k}": v for m, d_ in r["get"].items() for k, v in d_.items()})
                 shutil.rmtree(path)
 
-        # ---- (b) load times --------------------------------------------------------------
+        # ---- (b) load times: each contender --repeats times, interleaved; medians -----------
         if "load" in parts:
             jdir = root / "json"
             jb = batch.slice(0, jn).compact()
@@ -485,66 +441,52 @@ def main(argv=None) -> int:
             J.write_json_dir(jb, jdir)
             os.sync()
             row("write json dir", files=jn, s=time.perf_counter() - t)
-            load = res["load"] = {"files": jn, "text_bytes": jb.text_nbytes}
+            load = res["load"] = {"files": jn, "text_bytes": jb.text_nbytes, "repeats": args.repeats}
+            times: dict[str, list[float]] = {}
+            disk: dict[str, int] = {}
+
+            def timed(name, fn, path=None):
+                if path is not None:
+                    shutil.rmtree(path, ignore_errors=True)
+                    os.sync()  # the previous contender's writeback is not this one's
+                s = fn()
+                times.setdefault(name, []).append(s)
+                if path is not None:
+                    disk[name] = disk_bytes(path)
+                    shutil.rmtree(path)
+                return s
+
             ctx = mp.get_context("spawn")
             with ctx.Pool(2) as pool:
                 pool.map(_read_all, [[]] * 2)  # start the workers
-                load["floor_s"] = floor_read(str(jdir), pool)
-                row("floor (read all, 2 procs)", s=load["floor_s"])
-                p = root / "naive-lmdb"
-                load["naive_lmdb_s"] = naive_lmdb(str(jdir), p)
-                load["naive_lmdb_bytes"] = disk_bytes(p)
-                shutil.rmtree(p)
-                row("naive-lmdb", s=load["naive_lmdb_s"], MB=load["naive_lmdb_bytes"] / 1e6)
-                p = root / "naive-rocksdict"
-                load["naive_rocksdict_s"] = naive_rocksdict(str(jdir), p)
-                load["naive_rocksdict_bytes"] = disk_bytes(p)
-                shutil.rmtree(p)
-                row("naive-rocksdict-zstd", s=load["naive_rocksdict_s"], MB=load["naive_rocksdict_bytes"] / 1e6)
-                entries, _ = J.scan_json_dir(jdir)
-                step = 10_000
-                sample_batch, _ = J.parse_json_files(entries[:2000])
-                sample = D.encode_batch(sample_batch, "raw")
-                p = root / "proto"
-                tasks = [("json", entries[i:i + step]) for i in range(0, len(entries), step)]
-                load["proto_lmdb_zdict_s"] = proto_load(p, pool, tasks, sample)
-                load["proto_lmdb_zdict_bytes"] = disk_bytes(p)
-                shutil.rmtree(p)
-                row("proto-lmdb-zdict (json)", s=load["proto_lmdb_zdict_s"],
-                    vs_naive_lmdb=load["naive_lmdb_s"] / load["proto_lmdb_zdict_s"],
-                    vs_naive_rocksdict=load["naive_rocksdict_s"] / load["proto_lmdb_zdict_s"],
-                    vs_floor=load["proto_lmdb_zdict_s"] / load["floor_s"])
-                for scheme in ("lmdb", "rocksdb"):
-                    p = root / f"pipe-json-{scheme}"
-                    os.sync()
-                    r = pipe_load(str(jdir), f"{scheme}://{p}", layout="docs")
-                    r["bytes"] = disk_bytes(p)
-                    load[f"pipe_json_{scheme}"] = r
-                    shutil.rmtree(p)
-                    row(f"pipe-json-{scheme}", s=r["s"], MB_s=r["MB_s"],
-                        vs_naive_lmdb=load["naive_lmdb_s"] / r["s"],
-                        vs_naive_rocksdict=load["naive_rocksdict_s"] / r["s"],
-                        vs_floor=r["s"] / load["floor_s"], MB=r["bytes"] / 1e6)
-                shutil.rmtree(jdir)
-                p = root / "naive-gen"
-                load["naive_gen_lmdb_s"] = naive_gen_lmdb(jn, p)
-                shutil.rmtree(p)
-                row("naive-gen-lmdb", s=load["naive_gen_lmdb_s"])
-                p = root / "proto-gen"
-                tasks = [("gen", s, min(step, jn - s)) for s in range(0, jn, step)]
-                sample = D.encode_batch(G.generate_docs(SEED, 0, 2000), "raw")
-                load["proto_gen_lmdb_s"] = proto_load(p, pool, tasks, sample)
-                shutil.rmtree(p)
-                row("proto-gen-lmdb", s=load["proto_gen_lmdb_s"],
-                    vs_naive=load["naive_gen_lmdb_s"] / load["proto_gen_lmdb_s"])
-                for scheme in ("lmdb", "rocksdb"):
-                    p = root / f"pipe-gen-{scheme}"
-                    os.sync()
-                    r = pipe_load(f"gen://docs?n={jn}&seed={SEED}", f"{scheme}://{p}")
-                    load[f"pipe_gen_{scheme}"] = r
-                    shutil.rmtree(p)
-                    row(f"pipe-gen-{scheme} (n={jn})", s=r["s"], MB_s=r["MB_s"],
-                        vs_naive_gen_lmdb=load["naive_gen_lmdb_s"] / r["s"])
+                for rep in range(args.repeats):
+                    timed("floor", lambda: floor_read(str(jdir), pool))
+                    timed("naive-lmdb", lambda: naive_lmdb(str(jdir), root / "n"), root / "n")
+                    timed("naive-rocksdict", lambda: naive_rocksdict(str(jdir), root / "n"), root / "n")
+                    for scheme in ("lmdb", "rocksdb"):
+                        timed(f"pipe-json-{scheme}",
+                              lambda: pipe_load(str(jdir), f"{scheme}://{root / 'p'}", layout="docs")["s"], root / "p")
+                    timed("naive-gen-lmdb", lambda: naive_gen_lmdb(jn, root / "n"), root / "n")
+                    for scheme in ("lmdb", "rocksdb"):
+                        timed(f"pipe-gen-{scheme}",
+                              lambda: pipe_load(f"gen://docs?n={jn}&seed={SEED}", f"{scheme}://{root / 'p'}")["s"],
+                              root / "p")
+                    print(f"  round {rep + 1}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in times.items()), flush=True)
+            shutil.rmtree(jdir)
+            med = {k: statistics.median(v) for k, v in times.items()}
+            load["seconds"] = times
+            load["median_s"] = med
+            load["disk_bytes"] = disk
+            for k in med:
+                kv = {"s": med[k], "min": min(times[k]), "max": max(times[k])}
+                if k in disk:
+                    kv["MB"] = disk[k] / 1e6
+                if k.startswith("pipe-json"):
+                    kv.update(vs_naive_lmdb=med["naive-lmdb"] / med[k], vs_naive_rocksdict=med["naive-rocksdict"] / med[k],
+                              vs_floor=med[k] / med["floor"])
+                if k.startswith("pipe-gen"):
+                    kv.update(vs_naive_gen_lmdb=med["naive-gen-lmdb"] / med[k])
+                row(k, **kv)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     res["total_s"] = time.perf_counter() - t_all
