@@ -76,7 +76,12 @@ setup(
             include_dirs=[GEN_DIR],
             depends=GEN_HEADERS,
             extra_compile_args=CFLAGS,
-        )
+        ),
+        Extension(
+            "loader._docsio",
+            sources=[f"{GEN_DIR}/_docsiomodule.c"],
+            extra_compile_args=CFLAGS,
+        ),
     ],
     scripts=GEN_PROGRAM_SOURCES,
     cmdclass={"build_scripts": build_generator_program},

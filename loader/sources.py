@@ -99,9 +99,10 @@ class GenDocsSource:
 class JsonDirSource:
     """A directory of ``<id>.json`` documents (``bulkload load DIR --layout docs``).
 
-    The coordinator lists the directory once (`listing`); the plan (ids and file names in
-    id order) is saved in ``plan_path`` (set by the coordinator, inside the dataset) so
-    that a worker reads only its batches' entries and a resumed run reuses the plan.
+    The coordinator lists the directory once (`listing`); the plan (ids in order, and the
+    names of the few files not named ``<id>.json``) is saved in ``plan_path`` (set by the
+    coordinator, inside the dataset) so that a worker reads only its batches' entries and
+    a resumed run reuses the plan.
     """
 
     path: str
@@ -113,7 +114,7 @@ class JsonDirSource:
         return self.path
 
     def listing(self):
-        """([(id, path)] sorted by id, [FileError] for badly named or duplicate files)."""
+        """(DirListing: (id, path) sorted by id, [FileError] for badly named or duplicate files)."""
         from .docs_json import scan_json_dir
 
         return scan_json_dir(self.path, self.on_bad_file)
@@ -122,37 +123,67 @@ class JsonDirSource:
         return int(_load_plan(self.plan_path)[0][offset])
 
     def read_docs(self, offset: int, count: int):
-        from .docs_json import parse_json_files
+        """The documents of plan entries offset..offset+count: the ids go straight to the C
+        reader (`DirListing` slice), no path string is made per file."""
+        from .docs_json import DirListing, parse_json_files
 
-        ids, names = _load_plan(self.plan_path)
-        entries = [(int(i), os.path.join(self.path, nm))
-                   for i, nm in zip(ids[offset:offset + count].tolist(), names[offset:offset + count])]
-        return parse_json_files(entries, self.on_bad_file)
+        ids, odd_pos, odd_names = _load_plan(self.plan_path)
+        a, z = np.searchsorted(odd_pos, np.array([offset, offset + count], np.uint64)).tolist()
+        odd = {int(p) - offset: nm for p, nm in zip(odd_pos[a:z].tolist(), odd_names[a:z])}
+        return parse_json_files(DirListing(self.path, ids[offset:offset + count], odd), self.on_bad_file)
+
+
+def _plan_parts(entries) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Of a directory listing (a DirListing or [(id, path)]): ids (uint64, in order), and
+    the positions (uint64) and names of the files not named ``<id>.json``."""
+    from .docs_json import DirListing
+
+    if isinstance(entries, DirListing):
+        pos = sorted(entries.odd)
+        return (np.asarray(entries.ids, np.uint64), np.array(pos, np.uint64),
+                [entries.odd[p] for p in pos])
+    ids = np.fromiter((i for i, _ in entries), np.uint64, len(entries))
+    pos, names = [], []
+    for k, (i, p) in enumerate(entries):
+        name = os.path.basename(p)
+        if name != f"{i}.json":
+            pos.append(k)
+            names.append(name)
+    return ids, np.array(pos, np.uint64), names
 
 
 def listing_fingerprint(entries) -> str:
-    """Of a directory listing [(id, path)]: the count and an xxh3 of the names."""
+    """Of a directory listing [(id, path)]: the count and an xxh3 of the names in id order.
+
+    The names are ``<id>.json`` but for a few (e.g. ``007.json``), so what is hashed is
+    the ids (8 bytes each, little-endian), then for each other name its position (8
+    bytes) and the name, NUL-terminated: one pass over a buffer, no loop over the files.
+    """
     import xxhash
 
+    ids, pos, names = _plan_parts(entries)
     h = xxhash.xxh3_64()
-    for _i, p in entries:
-        h.update(os.path.basename(p).encode())
-        h.update(b"/")
-    return f"files={len(entries)};names={h.hexdigest()}"
+    h.update(ids.astype("<u8").tobytes())
+    for p, name in zip(pos.tolist(), names):
+        h.update(p.to_bytes(8, "little") + os.fsencode(name) + b"\0")
+    return f"files={len(ids)};names={h.hexdigest()}"
 
 
 def save_plan(path: str, entries) -> None:
-    """Write a directory plan (ids and file names, in id order) atomically."""
+    """Write a directory plan atomically: n, the n ids (u64 little-endian, in id order),
+    m, the positions (u64) of the m files not named ``<id>.json``, their names
+    (os.fsencode'd, each NUL-terminated)."""
     from .fsatomic import fsync_dir
 
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.tmp-{os.getpid()}"
-    ids = np.array([i for i, _ in entries], dtype="<u8")
-    names = "\n".join(os.path.basename(p) for _, p in entries).encode()
+    ids, pos, names = _plan_parts(entries)
     with open(tmp, "wb") as f:
         f.write(len(ids).to_bytes(8, "little"))
-        f.write(ids.tobytes())
-        f.write(names)
+        f.write(ids.astype("<u8").tobytes())
+        f.write(len(pos).to_bytes(8, "little"))
+        f.write(pos.astype("<u8").tobytes())
+        f.write(b"".join(os.fsencode(nm) + b"\0" for nm in names))
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -162,15 +193,19 @@ def save_plan(path: str, entries) -> None:
 _PLANS: dict[str, tuple] = {}
 
 
-def _load_plan(path: str):
+def _load_plan(path: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(ids, positions of the files not named <id>.json, their names) of a saved plan."""
     got = _PLANS.get(path)
     if got is None:
         with open(path, "rb") as f:
             data = f.read()
         n = int.from_bytes(data[:8], "little")
-        ids = np.frombuffer(data, "<u8", n, 8)
-        names = data[8 + 8 * n:].decode().split("\n") if n else []
-        got = _PLANS[path] = (ids, names)
+        ids = np.frombuffer(data, "<u8", n, 8).astype(np.uint64, copy=False)
+        at = 8 + 8 * n
+        m = int.from_bytes(data[at:at + 8], "little")
+        pos = np.frombuffer(data, "<u8", m, at + 8).astype(np.uint64, copy=False)
+        names = [os.fsdecode(b) for b in data[at + 8 + 8 * m:].split(b"\0")[:m]]
+        got = _PLANS[path] = (ids, pos, names)
     return got
 
 

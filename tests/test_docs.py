@@ -1,11 +1,10 @@
-"""The docs layout's building blocks: Doc values, JSON directory source, zdict."""
+"""The docs layout's building blocks: Doc values, zdict (the JSON directory source: test_docs_json.py)."""
 
 from __future__ import annotations
 
 import pickle
 
 import numpy as np
-import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -29,9 +28,7 @@ from loader.docs import (
     sort_by_id,
 )
 from loader.docs_gen import generate_docs
-from loader.docs_json import parse_json_files, scan_json_dir, write_json_dir
-from loader.errors import BadFileError
-from loader.errors import InputError, UsageError, VerifyError
+from loader.errors import UsageError, VerifyError
 
 SETTINGS = settings(max_examples=25, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -115,80 +112,6 @@ def test_batch_encoding_matches_single(fmt):
     assert encode_batch(DocBatch.empty(), fmt) == []
     with pytest.raises(UsageError, match="format"):
         encode_batch(b, "json")
-
-
-# --- JSON directory source ------------------------------------------------------------------
-
-def _write(d, name, content):
-    p = d / name
-    p.write_bytes(content if isinstance(content, bytes) else content.encode())
-    return str(p)
-
-
-def test_json_dir_round_trip(tmp_path):
-    b = generate_docs(11, 0, 40).take(np.arange(39, -1, -1))
-    write_json_dir(b, tmp_path)
-    entries, errors = scan_json_dir(tmp_path)
-    assert errors == [] and [i for i, _ in entries] == list(range(40))
-    got, errors = parse_json_files(entries)
-    assert errors == [] and got.equals(sort_by_id(b))
-    got2, _ = parse_json_files([p for _, p in entries])  # plain paths: ids from names
-    assert got2.equals(got)
-
-
-BAD_FILES = [
-    ("1.json", '{"text": "a", "created_at": 1', "invalid JSON"),
-    ("2.json", b'{"text": "caf\xe9", "created_at": 1}', "text is not valid UTF-8 (byte 13"),
-    ("3.json", '{"text": "a"}', "missing field(s) 'created_at'"),
-    ("4.json", '{"text": "a", "created_at": 1, "x": 2}', "unexpected field(s) 'x'"),
-    ("5.json", '{"text": "a", "created_at": "2024"}', "'created_at' must be an integer (epoch seconds), got a string"),
-    ("6.json", '{"text": 5, "created_at": 1}', "'text' must be a string, got an integer"),
-    ("7.json", '{"text": "a", "created_at": 1.5}', "got a number with a fraction"),
-    ("8.json", '[1, 2]', "expected a JSON object"),
-    ("9.json", '{"text": "\\ud800", "created_at": 1}', "not valid UTF-8"),
-    ("10.json", '{"text": "a", "created_at": true}', "got a boolean"),
-    ("11.json", '', "invalid JSON"),
-]
-
-
-@pytest.mark.parametrize("name,content,reason", BAD_FILES, ids=[b[0] for b in BAD_FILES])
-def test_bad_file_reasons(tmp_path, name, content, reason):
-    _write(tmp_path, "100.json", orjson.dumps({"text": "ok", "created_at": 5}))
-    bad = _write(tmp_path, name, content)
-    entries, errors = scan_json_dir(tmp_path)
-    batch, errors = parse_json_files(entries, on_bad_file="skip")
-    assert batch.ids.tolist() == [100] and batch.text_of(0) == b"ok"
-    assert len(errors) == 1 and errors[0].path == bad and reason in errors[0].reason, errors
-    with pytest.raises(BadFileError, match="--on-bad-file skip") as e:
-        parse_json_files(entries, on_bad_file="fail")
-    assert isinstance(e.value, InputError) and reason in str(e.value)
-    assert str(e.value).startswith(bad + ": ")
-
-
-def test_bad_names_and_duplicates(tmp_path):
-    ok = orjson.dumps({"text": "x", "created_at": 1})
-    seven = _write(tmp_path, "7.json", ok)
-    dup = _write(tmp_path, "007.json", ok)
-    notid = _write(tmp_path, "abc.json", ok)
-    neg = _write(tmp_path, "-3.json", ok)
-    huge = _write(tmp_path, f"{2**64}.json", ok)
-    _write(tmp_path, ".hidden", "ignored")
-    (tmp_path / "sub").mkdir()
-    entries, errors = scan_json_dir(tmp_path, on_bad_file="skip")
-    assert [i for i, _ in entries] == [7]
-    reasons = {e.path: e.reason for e in errors}
-    # the first name in (id, name) order is kept: 007.json
-    assert entries[0][1] == dup and reasons[seven] == f"duplicate id 7 (also in {dup})"
-    assert "not an integer id" in reasons[notid] and "not an integer id" in reasons[neg]
-    assert "out of range" in reasons[huge]
-    with pytest.raises(BadFileError, match="and 3 more bad file"):
-        scan_json_dir(tmp_path)
-    # duplicates within one parse call, plain paths with a bad name
-    batch, errors = parse_json_files([(7, seven), (7, dup), notid], on_bad_file="skip")
-    assert batch.ids.tolist() == [7]
-    assert [e.path for e in errors] == [dup, notid] and "duplicate id 7" in errors[0].reason
-    with pytest.raises(UsageError, match="on-bad-file"):
-        parse_json_files([], on_bad_file="ignore")
 
 
 # --- zdict -------------------------------------------------------------------------------------
