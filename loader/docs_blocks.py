@@ -41,6 +41,8 @@ from bisect import bisect_right
 import numpy as np
 import zstandard
 
+from ._docsio import block_columns
+
 from .docs import DocBatch
 from .errors import UsageError, VerifyError
 
@@ -55,15 +57,7 @@ BLOCK_PAGES = 8
 ZSTD_LEVEL = 1
 #: fill target: compressed blocks aim this fraction under the page boundary
 MARGIN = 0.004
-_WIDTHS = ((1 << 8, 1), (1 << 16, 2), (1 << 32, 4))
 _DTYPES = {1: "<u1", 2: "<u2", 4: "<u4", 8: "<u8"}
-
-
-def _width(maximum: int) -> int:
-    for bound, w in _WIDTHS:
-        if maximum < bound:
-            return w
-    return 8
 
 
 def block_target(pages: int = BLOCK_PAGES) -> int:
@@ -105,10 +99,9 @@ class Packer:
             return []
         self._b = batch
         self._ids = batch.ids.tolist()
-        self._cas = batch.created_at.tolist()
-        self._lens = np.diff(batch.offsets)
-        self._lenl = self._lens.tolist()
         self._off = batch.offsets.tolist()
+        self._cols = (np.ascontiguousarray(batch.ids, np.uint64), np.ascontiguousarray(batch.created_at, np.int64),
+                      np.ascontiguousarray(batch.offsets, np.int64))
         self._plan(0.85 if self.compress else 1.0, 6.0)
         out = []
         i = 0
@@ -153,23 +146,7 @@ class Packer:
 
     def _block(self, i: int, j: int) -> bytes:
         b = self._b
-        n = j - i
-        first = self._ids[i]
-        cols = []
-        if n > 1 and self._ids[j - 1] - first != n - 1:  # not consecutive (ascending, unique)
-            d = np.diff(b.ids[i:j])
-            wi = _width(int(d.max()))
-            cols.append(d.astype(_DTYPES[wi]).tobytes())
-        else:
-            wi = 0
-        wl = _width(max(self._lenl[i:j]))
-        cols.append(self._lens[i:j].astype(_DTYPES[wl]).tobytes())
-        cas = self._cas[i:j]
-        base, top = min(cas), max(cas)
-        wc = 0 if top == base else _width(top - base)
-        if wc:
-            span = b.created_at[i:j].view(np.uint64) - np.uint64(base & (2**64 - 1))
-            cols.append(span.astype(_DTYPES[wc]).tobytes())
+        head = block_columns(*self._cols, i, j, FLAG_ZSTD if self.compress else 0)
         text = b.text[self._off[i]:self._off[j]]
         if self.compress:
             body = self._z.compress(text)
@@ -178,8 +155,7 @@ class Packer:
         else:
             body = text.tobytes()
         self._body = len(body)
-        header = HEADER.pack(n, wi, wl, wc, FLAG_ZSTD if self.compress else 0, first, base)
-        return b"".join((header, *cols, body))
+        return head + body
 
 
 def _parse(value) -> tuple[int, int, int, int, int, int, int, memoryview]:

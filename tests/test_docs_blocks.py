@@ -3,11 +3,14 @@ page filling, corrupt values."""
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from loader._docsio import block_columns
 from loader.docs import DocBatch
 from loader.docs_blocks import (HEADER_BYTES, LMDB_PAGE, LMDB_PAGE_HEADER, BlockReader, Packer, block_count,
                                 block_first_id, block_target)
@@ -30,6 +33,44 @@ def batches(draw):
     cas = draw(st.one_of(st.lists(I64, min_size=len(ids), max_size=len(ids)),
                          st.just([7] * len(ids))))
     return DocBatch.from_records(zip(ids, cas, texts))
+
+
+def _reference_columns(batch: DocBatch, i: int, j: int, flags: int) -> bytes:
+    """The header and columns of block i..j-1 as the module doc of docs_blocks lays them out."""
+    def width(m):
+        return 1 if m < 2**8 else 2 if m < 2**16 else 4 if m < 2**32 else 8
+
+    ids = [int(x) for x in batch.ids[i:j]]
+    cas = [int(x) for x in batch.created_at[i:j]]
+    lens = [int(x) for x in np.diff(batch.offsets[i:j + 1])]
+    deltas = [b - a for a, b in zip(ids, ids[1:])]
+    wi = 0 if all(d == 1 for d in deltas) else width(max(deltas))
+    wl = width(max(lens))
+    base = min(cas)
+    wc = 0 if max(cas) == base else width(max(cas) - base)
+    out = struct.pack("<IBBBBQq", j - i, wi, wl, wc, flags, ids[0], base)
+    out += b"".join(d.to_bytes(wi, "little") for d in deltas) if wi else b""
+    out += b"".join(n.to_bytes(wl, "little") for n in lens)
+    out += b"".join((c - base).to_bytes(wc, "little") for c in cas) if wc else b""
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(batch=batches(), data=st.data())
+def test_c_columns_match_the_documented_layout(batch, data):
+    i = data.draw(st.integers(0, len(batch) - 1))
+    j = data.draw(st.integers(i + 1, len(batch)))
+    flags = data.draw(st.sampled_from([0, 1]))
+    got = block_columns(batch.ids, batch.created_at, batch.offsets, i, j, flags)
+    assert got == _reference_columns(batch, i, j, flags)
+
+
+def test_c_columns_reject_bad_arguments():
+    b = generate_docs(1, 0, 10)
+    with pytest.raises(ValueError, match="bad block"):
+        block_columns(b.ids, b.created_at, b.offsets, 5, 5, 0)
+    with pytest.raises(ValueError, match="offsets holds"):
+        block_columns(b.ids, b.created_at, b.offsets[:-1].copy(), 0, 5, 0)
 
 
 def _unpack(blocks, reader):
