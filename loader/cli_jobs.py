@@ -12,12 +12,16 @@ from .cli import emit_json, handle_errors, progress_mode
 
 def ingest_cmd(
     dataset: str = typer.Argument(..., help="lmdb://PATH, rocksdb://PATH or mem://NAME (with ?shards=K)."),
-    from_dir: str = typer.Option(..., "--from", help="Directory of files of raw records."),
-    pattern: str = typer.Option("*", "--pattern", help="Shell pattern of the file names, e.g. '*.bin'."),
+    from_dir: str = typer.Option(..., "--from", help="Directory of files of raw records, or of <id>.json "
+                                 "documents (layout docs)."),
+    pattern: str = typer.Option("*", "--pattern", help="Shell pattern of the file names, e.g. '*.bin' "
+                                "(not for documents: every <id>.json is read)."),
     on_bad_file: str = typer.Option("fail", "--on-bad-file",
                                     help="fail (exit 1 naming the file) or skip (report it, load the rest)."),
-    layout: Optional[str] = typer.Option(None, "--layout", help="Layout of the records (default: the dataset's or scidb96)."),
-    format: Optional[str] = typer.Option(None, "--format", help="capnp (default) or arrow."),
+    layout: Optional[str] = typer.Option(None, "--layout", help="Layout of the records (default: the dataset's "
+                                         "or scidb96); docs for a directory of <id>.json documents."),
+    format: Optional[str] = typer.Option(None, "--format", help="capnp (default) or arrow; documents: block "
+                                         "(default), raw or capnp."),
     compression: Optional[str] = typer.Option(None, "--compression", help="none, lz4 or zstd (arrow)."),
     shards: Optional[int] = typer.Option(None, "--shards", help="Shard count (default: cores)."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes (default: cores)."),
@@ -25,7 +29,12 @@ def ingest_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print the run report as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
 ):
-    """Load each new file of a directory exactly once, in name order (for cron / timers)."""
+    """Load each new file of a directory exactly once, in name order (for cron / timers).
+
+    Documents (layout docs): loads the <id>.json files whose id is not stored yet; a file
+    whose id is stored is already ingested if its content is the stored document, else a
+    bad file (documents are immutable).
+    """
     from .ingest import ingest
 
     rep = ingest(dataset, from_dir, pattern=pattern, on_bad_file=on_bad_file, layout=layout, format=format,
@@ -35,6 +44,9 @@ def ingest_cmd(
         emit_json(rep.to_dict())
         return
     if quiet:
+        return
+    if getattr(rep, "layout", None) == "docs":
+        _print_docs(rep)
         return
     if rep.status == "nothing-to-do" and not rep.skipped and not rep.deferred:
         print(f"nothing new in {rep.directory} ({rep.already} file(s) already ingested into {rep.dataset})")
@@ -46,6 +58,17 @@ def ingest_cmd(
         print(f"  skipped {s['name']}: {s['reason']}")
     for d in rep.deferred:
         print(f"  later   {d['name']}: {d['reason']}")
+
+
+def _print_docs(rep) -> None:
+    if rep.status == "nothing-to-do":
+        print(f"nothing new in {rep.directory} ({rep.already} already ingested into {rep.dataset})"
+              + (f"; {len(rep.skipped)} bad file(s) skipped" if rep.skipped else ""))
+    else:
+        print(f"ingested {rep.files:,} document(s) ({rep.bytes / 1e6:,.1f} MB of text) into {rep.dataset} "
+              f"(run {rep.run_id}); {rep.already:,} already ingested, {len(rep.skipped)} skipped")
+    for s in rep.skipped:
+        print(f"  skipped {s['name']}: {s['reason']}")
 
 
 def run_cmd(

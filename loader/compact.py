@@ -51,6 +51,15 @@ def plan_merge(batches: list, target: int) -> list[list]:
     return groups
 
 
+def refuse_documents(m: mf.Manifest, uri: str) -> None:
+    """Compaction is for fixed-size layouts: refuse a documents dataset (nothing written)."""
+    if m.layout.get("variable_length"):
+        how = "in blocks" if m.format == "block" else "one value per document"
+        raise UsageError(
+            f"compact merges the batches of fixed-size layouts; {uri} is a docs dataset, already stored "
+            f"compactly (documents in id order, {how}): nothing to do (`bulkload verify` checks it)")
+
+
 def compact(dataset_uri: str, target_batch_records: int | None = None, progress: str = "none",
             workers: int | None = None, force: bool = False) -> dict:
     """Merge small batches and compact every shard; returns a report (dict)."""
@@ -59,6 +68,7 @@ def compact(dataset_uri: str, target_batch_records: int | None = None, progress:
 
     spec = parse_dataset_uri(dataset_uri)
     m = mf.load_manifest(spec.root, dataset_uri)
+    refuse_documents(m, spec.uri)
     if target_batch_records is not None and int(target_batch_records) < 1:
         raise UsageError("--target-batch-records must be at least 1")
     if workers is not None and int(workers) < 1:
@@ -77,6 +87,7 @@ def compact_locked(spec, m: mf.Manifest, *, target_batch_records: int | None = N
     from .loading import default_workers
     from .serializers import get_serializer
 
+    refuse_documents(m, spec.uri)
     t0 = time.perf_counter()
     layout = m.layout_obj
     target = int(target_batch_records or m.batch_records)

@@ -231,10 +231,16 @@ def _check_id(doc_id) -> int:
 
 # --- the coordinator's checks --------------------------------------------------------------
 
-def stored_duplicates(spec, m: mf.Manifest, src, entries, skipped: list, on_bad_file: str):
+def stored_duplicates(spec, m: mf.Manifest, src, entries, skipped: list, on_bad_file: str, compare=None):
     """Refuse ids already stored in the dataset: per-file errors for a directory (fail:
     BadFileError; skip: the files are left out and listed), DuplicateIdError for a
-    generator. Returns (entries, skipped)."""
+    generator. Returns (entries, skipped).
+
+    ``compare`` (ingest, loader/docs_ingest.py): instead of refusing them, the files of
+    stored ids are handed to ``compare([(id, path)]) -> [FileError]``; the files it
+    returns are bad files (fail / skip as above), the others are left out: already
+    stored. Only the parts of the stored batches that hold ids of ``entries`` are read.
+    """
     from .docs_json import FileError, _fail
 
     index = DocIndex(m.batches)
@@ -253,6 +259,12 @@ def stored_duplicates(spec, m: mf.Manifest, src, entries, skipped: list, on_bad_
     dups: set[int] = set()
     for b in index.overlapping(a, z):
         lo, hi = max(a, b.lo), min(z, b.hi)
+        if entries is not None:  # narrow to the entries' ids in the batch's range (new ids: none)
+            j = int(np.searchsorted(ids, np.uint64(lo)))
+            jz = int(np.searchsorted(ids, np.uint64(hi), side="right"))
+            if j == jz:
+                continue
+            lo, hi = int(ids[j]), int(ids[jz - 1])
         st = spec.open_shard(b.shard, write=False)
         try:
             if kind_for(DOCS, m.format, m.compression).blocks:
@@ -275,9 +287,13 @@ def stored_duplicates(spec, m: mf.Manifest, src, entries, skipped: list, on_bad_
         dups.update(s[np.isin(s, ids)].tolist())
     if not dups:
         return entries, skipped
-    errors = [FileError(p, f"duplicate id {i}: a document with this id is already stored in the dataset")
-              for i, p in entries if i in dups]
-    if on_bad_file == "fail":
+    found = [(i, p) for i, p in entries if i in dups]
+    if compare is None:
+        errors = [FileError(p, f"duplicate id {i}: a document with this id is already stored in the dataset")
+                  for i, p in found]
+    else:
+        errors = compare(found)
+    if errors and on_bad_file == "fail":
         raise _fail(errors)
     entries = [(i, p) for i, p in entries if i not in dups]
     return entries, sorted(skipped + [e.to_dict() for e in errors], key=lambda f: f["path"])

@@ -2,6 +2,9 @@
 
     bulkload ingest DATASET --from DIR [--pattern '*.bin'] [--on-bad-file fail|skip]
 
+(This module: files of fixed-size records. A documents dataset - layout ``docs``, given
+by ``--layout docs`` or the dataset's manifest - is ingested by docs_ingest.py.)
+
 A file is identified by its name (relative to DIR), size and content hash (xxh3-128 of
 the whole file); ``manifest.files`` lists every file ingested so far. One run:
 
@@ -112,7 +115,8 @@ def ingest(dataset: str, from_dir: str, *, pattern: str = "*", on_bad_file: str 
            layout: str | None = None, format: str | None = None, compression: str | None = None,
            shards: int | None = None, workers: int | None = None, batch_records: int | None = None,
            progress: str = "none", checkpoint_seconds: float | None = None,
-           checkpoint_bytes: int | None = None) -> IngestReport:
+           checkpoint_bytes: int | None = None):
+    """Ingest the new files of ``from_dir``; an IngestReport (documents: DocsIngestReport)."""
     from .loading import check_compatible, fresh_manifest, prepare_root, resolve_options
 
     t_start = time.perf_counter()
@@ -129,11 +133,17 @@ def ingest(dataset: str, from_dir: str, *, pattern: str = "*", on_bad_file: str 
     layout_obj, fmt, comp, k, w_req, b, spec = resolve_options(
         spec, existing, layout_obj=get_layout(layout) if layout else None, format=format,
         compression=compression, shards=shards, workers=workers, batch_records=batch_records)
-    if layout_obj.variable_length:
-        raise UsageError(f"ingest reads files of fixed-size records; for a directory of <id>.json documents "
-                         f"use `bulkload load {from_dir} {dataset} --layout docs`")
-    rs = layout_obj.record_size
     ckpt = checkpoint_settings(checkpoint_seconds, checkpoint_bytes)
+    if layout_obj.variable_length:  # documents: <id>.json files (docs_ingest.py)
+        if pattern != "*":
+            raise UsageError(f"--pattern does not apply to documents: ingest reads every <id>.json file of "
+                             f"{from_dir} (write a file under a dotted name and rename it when complete)")
+        from .docs_ingest import ingest_docs
+
+        return ingest_docs(spec, directory, layout_obj=layout_obj, fmt=fmt, comp=comp, k=k, w_req=w_req, b=b,
+                           b_given=batch_records is not None, on_bad_file=on_bad_file, progress=progress,
+                           ckpt=ckpt, fault=fault, t_start=t_start)
+    rs = layout_obj.record_size
     report = IngestReport(spec.uri, directory, pattern, None, "nothing-to-do")
     listing = list_dir(directory, pattern)
 

@@ -253,17 +253,25 @@ def _uri(src) -> str:
 
 def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, skipped, layout_obj, fmt, comp,
                  k, w_req, b, b_given, new_run, progress, stdin, ckpt, fault, t_start,
-                 replace: bool, replaces: str | None) -> LoadReport:
+                 replace: bool, replaces: str | None, mode: str = "load", on_commit=None) -> LoadReport:
     """The load proper, with the dataset locked. With ``replace``, ``spec``/``m`` are the
-    sibling being built and ``replaces`` the id of the dataset it will replace."""
+    sibling being built and ``replaces`` the id of the dataset it will replace.
+
+    ``mode="ingest"`` (documents, loader/docs_ingest.py): the run is an ``ingest`` run;
+    the caller has already left out the ids stored in the dataset (same lock) and passes
+    only new ones; a finished run with the same fingerprint does not mean "already
+    loaded" (the caller decided what is new). ``on_commit(m, unit, run)`` is called when
+    the run is committed, just before the manifest write that commits it."""
     kind = kind_for(layout_obj, fmt, comp)
     entries = None
     if isinstance(src, tuple):  # a directory of documents and its listing
         src, entries = src
     opts = dict(format=fmt, compression=comp, layout=layout_obj.name, shards=k)
-    prev = runs.last_matching(m, "load", src.uri, fp) if m is not None else None
+    prev = runs.last_matching(m, mode, src.uri, fp) if m is not None else None
     if replace and prev is not None and not (prev.get("replace") and prev.get("replaces") == replaces):
         prev = None  # history of the dataset being replaced
+    if mode == "ingest" and prev is not None and prev.get("status") == "done":
+        prev = None  # only an unfinished ingest run is taken up again
     if prev is not None and prev.get("status") == "done" and not new_run:
         if replace:  # built completely before a crash, never swapped in: just swap
             return _report(spec, src, prev, layout_obj, fmt, comp, k, 0, [], [], t_start,
@@ -282,7 +290,7 @@ def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, skip
         resume = prev
     if m is None or not m.batches:
         m = fresh_manifest(m, spec, layout_obj, fmt, comp, k, b)
-    if kind.keyed:  # ids already stored: per-file errors (directory) or a clear error
+    if kind.keyed and mode == "load":  # ids already stored: per-file errors (directory) or a clear error
         from .docs_access import stored_duplicates
 
         entries, skipped = stored_duplicates(spec, m, src, entries, skipped, src.on_bad_file
@@ -293,7 +301,7 @@ def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, skip
         run = resume
         runs.restart(run)
     else:
-        run = mf.new_run("load", source=src.uri, fingerprint=fp, workers=None)
+        run = mf.new_run(mode, source=src.uri, fingerprint=fp, workers=None)
         run.update(first_seq=m.next_seq, first_record=m.next_record, total=total, batch_records=b,
                    resumable=fp is not None, **opts)
         if replace:
@@ -326,9 +334,11 @@ def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, skip
             kept_batches=len(keep), kept_records=kept, event="resume")
     else:
         res, keep = (), []
-        log(progress, f"load {src.uri} into {spec.uri}: run {run['id']}", run=run["id"], source=src.uri,
+        log(progress, f"{mode} {src.uri} into {spec.uri}: run {run['id']}", run=run["id"], source=src.uri,
             event="start")
-    units = [] if stdin_run else [Unit(src.uri, run["first_seq"], -(-total // b), run["first_record"], total)]
+    hook = (lambda m_, u: on_commit(m_, u, run)) if on_commit is not None else None
+    units = [] if stdin_run else [Unit(src.uri, run["first_seq"], -(-total // b), run["first_record"], total,
+                                       on_commit=hook)]
     committer = Committer(spec.root, m, run, units, keep, record_pending=not stdin_run)
     run["records"], run["batches"] = 0, 0
     committer.save()
@@ -338,7 +348,7 @@ def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, skip
         feed = lambda tasks, prog, on_message: _run_stdin(tasks, prog, stdin, layout_obj, on_message)
     try:
         receipts = execute(spec, m, run, committer, layout=layout_obj, segments=segments, resume=res, k=k,
-                           b=b, nworkers=nworkers, label="load", progress=progress, stdin_feed=feed,
+                           b=b, nworkers=nworkers, label=mode, progress=progress, stdin_feed=feed,
                            checkpoint=ckpt, fault=fault, kind=kind, table=table,
                            keep_tables=sorted({e.table for e in m.batches if e.table}),
                            store_options=kind.store_options(spec.scheme))
