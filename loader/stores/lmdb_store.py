@@ -280,14 +280,20 @@ class LmdbStore(ShardStore):
             raise MissingPathError(
                 f"shard {path} has no data.mdb: it is not an LMDB shard (or was never written)"
             )
-        try:
-            # the size stored in the file (or its current extent) is adopted by LMDB
-            return lmdb.open(
-                path, map_size=_round_up(existing, MIB), subdir=True, readonly=True,
-                create=False, readahead=readahead, max_dbs=max_dbs, lock=True,
-            )
-        except lmdb.Error as e:
-            raise StoreError(errno.EIO, f"cannot open LMDB shard {path} for reading: {e}") from e
+        for attempt in range(8):
+            try:
+                # the size stored in the file (or its current extent) is adopted by LMDB
+                return lmdb.open(
+                    path, map_size=_round_up(existing, MIB), subdir=True, readonly=True,
+                    create=False, readahead=readahead, max_dbs=max_dbs, lock=True,
+                )
+            except lmdb.MapResizedError:
+                # a writer grew the map between our stat and the open's first transaction
+                existing = max(existing, os.path.getsize(data)) * 2
+            except lmdb.Error as e:
+                raise StoreError(errno.EIO, f"cannot open LMDB shard {path} for reading: {e}") from e
+        raise StoreError(errno.EAGAIN, f"cannot open LMDB shard {path} for reading: its writer keeps "
+                                       "growing the map; try again")
 
     # --- helpers -------------------------------------------------------------------
 
