@@ -207,7 +207,7 @@ def execute(spec: StoreSpec, m: mf.Manifest, run: dict, committer: Committer, *,
             segments: list[Segment], resume: tuple, k: int, b: int, nworkers: int,
             label: str, progress: str, stdin_feed=None, checkpoint: tuple[float, int] | None = None,
             fault: str = "", kind=None, table: str = "batches", keep_tables: tuple = (),
-            store_options: tuple = ()) -> list[dict]:
+            store_options: tuple = (), clear_from: int = -1) -> list[dict]:
     """Run the workers over the plan (or the stdin feed); returns their receipts.
 
     Checkpoints flow into ``committer`` as they arrive; the caller calls
@@ -232,7 +232,8 @@ def execute(spec: StoreSpec, m: mf.Manifest, run: dict, committer: Committer, *,
                       first_seq=first_seq, first_record=first_record, batch_records=b,
                       resume=tuple(resume), shard_bytes_hint=shard_hint, main_pid=os.getpid(),
                       checkpoint_bytes=nbytes, checkpoint_seconds=secs, fault=fault, table=table,
-                      keep_tables=tuple(keep_tables), store_options=tuple(store_options))
+                      keep_tables=tuple(keep_tables), store_options=tuple(store_options),
+                      clear_from=clear_from)
              for w in range(nworkers)]
     total = None if stdin_feed is not None else todo_records
     with Progress(label, total, rs, mode=progress) as prog:

@@ -299,8 +299,9 @@ def stored_duplicates(spec, m: mf.Manifest, src, entries, skipped: list, on_bad_
     return entries, sorted(skipped + [e.to_dict() for e in errors], key=lambda f: f["path"])
 
 
-def discard_run(spec, k: int, table: str) -> None:
-    """Drop a failed run's documents (its table and dictionary) from every shard."""
+def discard_run(spec, k: int, table: str, clear_from: int = -1) -> None:
+    """Drop a failed run's documents (its table and dictionary; in a table it shares with
+    committed runs, its keys from clear_from on) from every shard."""
     from .workers import _open_shard
 
     for s in range(k):
@@ -312,7 +313,7 @@ def discard_run(spec, k: int, table: str) -> None:
             continue
         try:
             if table in st.tables():
-                drop_doc_table(st, table)
+                drop_doc_table(st, table, clear_from)
             st.sync()
         finally:
             st.close()

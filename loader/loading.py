@@ -317,7 +317,17 @@ def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, skip
     if skipped:
         run["skipped"] = skipped
     stdin_run = isinstance(src, StdinSource)
-    table = kind.run_table(run["id"])
+    table, clear_from = kind.run_table(run["id"]), -1
+    if kind.keyed:  # a run above every stored id shares the table of the highest ones
+        if "table" not in run and resume is not None:  # a run from before shared tables
+            run["table"], run["clear_from"] = table, -1
+        elif "table" not in run:
+            if entries is None:
+                span = src.id_span()
+            else:  # sorted by id
+                span = (int(entries[0][0]), int(entries[-1][0])) if len(entries) else None
+            run["table"], run["clear_from"] = kind.choose_table(run["id"], m.batches, span)
+        table, clear_from = run["table"], run.get("clear_from", -1)
     if entries is not None:  # the plan of a directory load: its files in id order
         from dataclasses import replace as dc_replace
 
@@ -349,7 +359,7 @@ def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, skip
     try:
         receipts = execute(spec, m, run, committer, layout=layout_obj, segments=segments, resume=res, k=k,
                            b=b, nworkers=nworkers, label=mode, progress=progress, stdin_feed=feed,
-                           checkpoint=ckpt, fault=fault, kind=kind, table=table,
+                           checkpoint=ckpt, fault=fault, kind=kind, table=table, clear_from=clear_from,
                            keep_tables=sorted({e.table for e in m.batches if e.table}),
                            store_options=kind.store_options(spec.scheme))
         if stdin_run:
@@ -366,7 +376,7 @@ def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, skip
                 from .docs_access import discard_run
 
                 run["pending"], run["resumable"] = [], False
-                discard_run(spec, k, table)
+                discard_run(spec, k, table, clear_from)
                 runs.fail(run, bad)
                 _save_quietly(committer)
                 raise bad from None

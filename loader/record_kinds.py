@@ -166,6 +166,20 @@ class KeyedKind:
     def run_table(self, run_id: str) -> str:
         return DOC_TABLE_PREFIX + run_id
 
+    def choose_table(self, run_id: str, batches, span: tuple[int, int] | None) -> tuple[str, int]:
+        """(table, clear_from) of a new run whose ids span ``span`` (lowest, highest).
+
+        A run whose ids all lie above every stored id appends to the table holding the
+        highest stored id (documents arriving with growing ids - a cron ingest - keep
+        one table per shard, not one per run); its leftovers, if it fails, are the keys
+        from clear_from = that id + 1 on, which no committed batch has. Any other run
+        gets a table of its own (clear_from -1: a new table has no leftovers).
+        """
+        top = max(((b.hi, b.table) for b in batches if b.keyed and b.docs), default=None)
+        if top is not None and span is not None and span[0] > top[0]:
+            return top[1], top[0] + 1
+        return self.run_table(run_id), -1
+
     def stored_problem(self, store, row) -> str | None:
         from .manifest import BatchEntry
 
@@ -209,8 +223,14 @@ def doc_tables(store) -> list[str]:
     return [t for t in store.tables() if t.startswith(DOC_TABLE_PREFIX)]
 
 
-def drop_doc_table(store, table: str) -> None:
-    """Drop a run's documents and its dictionary from a shard."""
+def drop_doc_table(store, table: str, clear_from: int = -1) -> None:
+    """Drop a run's documents and its dictionary from a shard; in a table shared with
+    committed runs (clear_from >= 0) only the keys from clear_from on."""
+    if clear_from >= 0:
+        from .docs import key_of
+
+        store.delete_range(key_of(clear_from), None, table=table)
+        return
     store.drop_table(table)
     name = table.encode()
     store.delete_range(name, name + b"\x00", table=META_TABLE)
@@ -238,8 +258,12 @@ class KeyedWriter:
         for t in doc_tables(store):
             if t not in keep:
                 drop_doc_table(store, t)
-        # in this run's table, everything from the resume point on is a leftover
+        # in this run's table, everything from the resume point on is a leftover; a fresh
+        # run appending to a shared table also clears what a failed run left above the
+        # stored ids (LoadTask.clear_from)
         first = self._first_id_from(s)
+        if self.task.clear_from >= 0 and not self.task.resume:
+            first = self.task.clear_from
         if first is not None:
             store.delete_range(key_of(first), None, table=self.table)
         if self.zdict:

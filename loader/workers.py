@@ -77,6 +77,7 @@ class LoadTask:
     fault: str = ""  # BULKLOAD_FAULT of the job (see faults.py)
     table: str = "batches"  # keyed records: the run's table (docs-RUNID)
     keep_tables: tuple = ()  # keyed records: tables of committed batches (others are leftovers)
+    clear_from: int = -1  # keyed records, shared table: a fresh run first deletes keys >= this id
 
     def owned_shards(self) -> list[int]:
         return owned_shards(self.nshards, self.workers, self.worker)

@@ -330,3 +330,89 @@ def test_mem_replace_and_export(tmp_path):
         import shutil
 
         shutil.rmtree(f"/dev/shm/bulkload/{name}", ignore_errors=True)
+
+
+def _shards(uri):
+    with loader.open(uri) as ds:
+        k = ds.manifest.shards
+    return parse_dataset_uri(uri).with_shards(k), k
+
+
+def _tables(uri):
+    spec, k = _shards(uri)
+    out = []
+    for s in range(k):
+        with spec.open_shard(s, write=False) as st:
+            out.append(doc_tables(st))
+    return out
+
+
+def _all_items(uri):
+    """Every key+value of every docs table of every shard (leftovers included)."""
+    spec, k = _shards(uri)
+    out = []
+    for s in range(k):
+        with spec.open_shard(s, write=False) as st:
+            for t in doc_tables(st):
+                out.extend((s, bytes(k), bytes(v)) for k, v in st.range(table=t))  # run ids differ
+    return out
+
+
+@pytest.mark.parametrize("scheme", ["lmdb", "rocksdb"])
+def test_runs_above_the_stored_ids_share_a_table(tmp_path, scheme):
+    uri = f"{scheme}://{tmp_path}/ds?shards=2"
+    loader.load(gen_uri(600), uri, **KW)
+    loader.load(gen_uri(300, start=1000), uri, **KW)  # above every stored id: same table
+    src = tmp_path / "in"
+    write_json_dir(generate_docs(SEED, 2000, 150), src)
+    loader.load(str(src), uri, layout="docs", **KW)  # a directory above them: same table
+    assert all(len(t) == 1 for t in _tables(uri))
+    loader.load(gen_uri(100, start=700), uri, **KW)  # between stored ids: a table of its own
+    assert len(set().union(*_tables(uri))) == 2
+    want = DocBatch.concat([generate_docs(SEED, 0, 600), generate_docs(SEED, 700, 100),
+                            generate_docs(SEED, 1000, 300), generate_docs(SEED, 2000, 150)])
+    with loader.open(uri) as ds:
+        assert ds.verify().ok and ds.records == 1150
+        assert ds.scan().equals(want)
+        for i in (0, 599, 700, 799, 1000, 1299, 2000, 2149):
+            assert ds.get(i).text.encode() == generate_docs(SEED, i, 1).text_of(0)
+        with pytest.raises(NotFoundError):
+            ds.get(650)
+
+
+def test_a_failed_run_leaves_nothing_in_a_shared_table(tmp_path):
+    uri = f"lmdb://{tmp_path}/ds"
+    loader.load(gen_uri(600), uri, **KW)
+    before = _all_items(uri)
+    src = tmp_path / "in"
+    write_json_dir(generate_docs(SEED, 600, 700), src)
+    write_bad(src, "1250.json", b'{"text": "x"}')  # in the last batches: earlier ones get written
+    with pytest.raises(BadFileError, match="1250.json"):
+        loader.load(str(src), uri, layout="docs", **KW)
+    assert _all_items(uri) == before  # the shared table holds nothing of the failed run
+    os.remove(src / "1250.json")
+    loader.load(str(src), uri, layout="docs", **KW)
+    with loader.open(uri) as ds:
+        assert ds.verify().ok and ds.records == 1299
+        assert ds.scan(600, 1300).equals(generate_docs(SEED, 600, 700).take(
+            np.array([i for i in range(700) if i != 650])))
+
+
+def test_a_killed_run_in_a_shared_table_is_cleared_by_the_next_one(tmp_path):
+    uri = f"lmdb://{tmp_path}/ds"
+    ref = f"lmdb://{tmp_path}/ref"
+    for u in (uri, ref):
+        loader.load(gen_uri(600), u, **KW)
+    env = dict(os.environ, BULKLOAD_FAULT="checkpoint:2", BULKLOAD_CHECKPOINT_SECONDS="0")
+    p = subprocess.run([tool("bulkload"), "load", gen_uri(900, start=1000), uri, "--shards", "2", "--workers", "2",
+                        "--batch-records", str(B), "-q"], env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == -9, p.stderr
+    assert len(_all_items(uri)) > len(_all_items(ref))  # the killed run left blocks behind
+    # another source above the stored ids: it shares the table and clears the leftovers first
+    for u in (uri, ref):
+        loader.load(gen_uri(200, start=5000), u, **KW)
+    assert _all_items(uri) == _all_items(ref)
+    with loader.open(uri) as ds:
+        assert ds.verify().ok and ds.records == 800
+        with pytest.raises(NotFoundError):
+            ds.get(1100)
