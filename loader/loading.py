@@ -247,6 +247,23 @@ def load(source: str, dataset: str, *, layout: str | None = None, format: str | 
         return report
 
 
+def _check_table_limit(spec: StoreSpec, m: mf.Manifest, table: str) -> None:
+    """Refuse, before anything is written, a document run that would need one LMDB table
+    more than the shards can open (each run with ids among the stored ones has its own)."""
+    if spec.scheme not in ("lmdb", "mem"):
+        return
+    from .stores.lmdb_store import DEFAULT_MAX_DBS
+
+    tables = {b.table for b in m.batches if b.table} | {table}
+    limit = int(dict(spec.options).get("max_dbs", DEFAULT_MAX_DBS))
+    if len(tables) + 1 > limit:  # + the meta table
+        raise UsageError(
+            f"{spec.uri} already holds {len(tables) - 1} document runs whose ids interleave with "
+            f"others (one LMDB table each per shard; at most max_dbs={limit} per shard): open the "
+            f"dataset with ?max_dbs={limit * 4} (readers too), load documents whose ids are above the "
+            "stored ones (they share a table), or reload everything into a new dataset")
+
+
 def _uri(src) -> str:
     return src[0].uri if isinstance(src, tuple) else src.uri
 
@@ -327,6 +344,7 @@ def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, skip
             else:  # sorted by id
                 span = (int(entries[0][0]), int(entries[-1][0])) if len(entries) else None
             run["table"], run["clear_from"] = kind.choose_table(run["id"], m.batches, span)
+            _check_table_limit(spec, m, run["table"])
         table, clear_from = run["table"], run.get("clear_from", -1)
     if entries is not None:  # the plan of a directory load: its files in id order
         from dataclasses import replace as dc_replace

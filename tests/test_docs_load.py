@@ -416,3 +416,14 @@ def test_a_killed_run_in_a_shared_table_is_cleared_by_the_next_one(tmp_path):
         assert ds.verify().ok and ds.records == 800
         with pytest.raises(NotFoundError):
             ds.get(1100)
+
+
+def test_the_lmdb_table_limit_is_a_clear_error(tmp_path):
+    uri = f"lmdb://{tmp_path}/ds?max_dbs=3"
+    loader.load(gen_uri(50, start=1000), uri, **KW)  # tables: meta, docs-1
+    loader.load(gen_uri(50, start=0), uri, **KW)  # below: docs-2
+    with pytest.raises(loader.errors.UsageError, match=r"max_dbs=3 per shard\): open the dataset with \?max_dbs=12"):
+        loader.load(gen_uri(50, start=100), uri, **KW)  # among the stored ids: a table of its own, one too many
+    loader.load(gen_uri(50, start=2000), uri, **KW)  # above them all: shares a table
+    with loader.open(uri) as ds:
+        assert ds.records == 150 and ds.verify().ok
