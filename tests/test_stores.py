@@ -415,3 +415,35 @@ def test_lmdb_readahead_option(lmdb_spec):
     with store:
         assert store.get(k(1)) == b"x"
         assert store.env.flags()["readahead"] is False
+
+
+def test_lmdb_seek_prefetches_overflow_values_in_one_request(lmdb_spec):
+    """A random reader (readahead off) asks for a big value's overflow pages at once; the
+    file range it advises is exactly where LMDB keeps the value."""
+    import os
+
+    import numpy as np
+
+    vals = [np.random.default_rng(i).bytes(3 * 4096 + 100 * i) for i in range(5)]
+    with writer(lmdb_spec) as w:
+        w.put_sorted([(k(i), vals[i]) for i in range(5)] + [(k(9), b"small")])
+    opts = {"readahead": "0"}
+    with lmdb_spec.backend.open(lmdb_spec.shard_path(0), write=False, options=opts) as st:
+        spans = []
+        real = st._prefetch_overflow
+        st._prefetch_overflow = lambda buf: spans.append(real(buf))
+        for i in range(5):
+            assert st.seek(k(i)) == (k(i), vals[i])
+        assert st.seek(k(5)) == (k(9), b"small")  # in its leaf page: no overflow, no advice
+        data = os.path.join(lmdb_spec.shard_path(0), "data.mdb")
+        with open(data, "rb") as f:
+            for i, (off, n) in enumerate(spans[:5]):
+                f.seek(off + 16)  # the overflow page header, then the value
+                assert n == len(vals[i]) + 16 and f.read(len(vals[i])) == vals[i]
+        assert spans[5] is None
+    with lmdb_spec.backend.open(lmdb_spec.shard_path(0), write=False) as st:  # readahead on: no advice
+        db = st._db("batches", create=False)
+        with st.env.begin(buffers=True) as txn:
+            cur = txn.cursor(db)
+            cur.set_key(k(0))
+            assert st._prefetch_overflow(cur.key()) is None
