@@ -165,13 +165,9 @@ def _generate_numpy(seed: int, start: int, n: int) -> tuple[np.ndarray, np.ndarr
 
 
 def _generate_c(seed: int, start: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    try:
-        from . import _gen
-    except ImportError as e:  # pragma: no cover - only on a broken install
-        raise UsageError(
-            f"the C generator is not built ({e}); reinstall bulkload with `pip install .` "
-            "(or `pip install -e .`), or use impl='numpy'"
-        ) from None
+    from .generate import c_generators
+
+    _gen = c_generators("impl='numpy'")
     created = np.empty(n, np.int64)
     offsets = np.empty(n + 1, np.int64)
     total = _gen.docs_meta(seed, start, created, offsets)

@@ -61,15 +61,21 @@ class Generator:
 # --- scidb96: C -----------------------------------------------------------------------------
 
 
-def _c_fill_scidb96(arr: np.ndarray, start: int) -> None:
+def c_generators(fallback: str):
+    """The C generators (``loader._gen``), or a UsageError saying how to get them or what
+    to use instead (``fallback``)."""
     try:
         from . import _gen
     except ImportError as e:  # pragma: no cover - only on a broken install
         raise UsageError(
             f"the C generator is not built ({e}); reinstall bulkload with `pip install .` "
-            "(or `pip install -e .`), or use --impl python"
+            f"(or `pip install -e .`), or use {fallback}"
         ) from None
-    _gen.fill_scidb96(arr, start)
+    return _gen
+
+
+def _c_fill_scidb96(arr: np.ndarray, start: int) -> None:
+    c_generators("--impl python").fill_scidb96(arr, start)
 
 
 # --- scidb96: numpy -------------------------------------------------------------------------

@@ -30,6 +30,22 @@ def run_cli(*args, input=None, check=False, timeout=120, env=None):
                           text=not isinstance(input, bytes))
 
 
+def stored_docs(uri):
+    """Of a docs dataset (verified first): (batch rows without table names, every stored
+    key + value of its batches in order, all documents) - what must match between a
+    resumed run and an uninterrupted one."""
+    import loader
+    from loader.docs import key_of
+
+    with loader.open(uri) as ds:
+        assert ds.verify().ok
+        rows = [b.row()[:9] + [b.row()[10]] for b in ds.manifest.batches]
+        items = []
+        for b in ds.manifest.batches:
+            items.extend(ds.shard(b.shard).range(key_of(b.lo), key_of(b.hi + 1), table=b.table))
+        return rows, items, ds.scan()
+
+
 @pytest.fixture(params=["lmdb", "rocksdb", "mem"])
 def store_uri(request, tmp_path):
     """A fresh dataset URI for each backend; mem:// datasets are removed afterwards."""

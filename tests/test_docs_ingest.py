@@ -12,14 +12,13 @@ import pytest
 
 import loader
 import loader.docs_ingest as docs_ingest
-from loader.docs import key_of
 from loader.docs_gen import generate_docs
 from loader.docs_json import write_json_dir
 from loader.errors import BadFileError, UsageError
 from loader.ingest import ingest
 from loader.stores.base import parse_dataset_uri
 
-from conftest import run_cli, tool
+from conftest import run_cli, stored_docs, tool
 
 SEED, N, B = 11, 300, 50
 KW = dict(shards=2, workers=2, batch_records=B, progress="none")
@@ -32,17 +31,6 @@ def docs(start, n, seed=SEED):
 
 def put(d, start, n, seed=SEED):
     write_json_dir(docs(start, n, seed), d)
-
-
-def stored(uri):
-    """(batch rows without table names, every stored key + value in id order, all documents)."""
-    with loader.open(uri) as ds:
-        assert ds.verify().ok
-        rows = [b.row()[:9] + [b.row()[10]] for b in ds.manifest.batches]
-        items = []
-        for b in ds.manifest.batches:
-            items.extend(ds.shard(b.shard).range(key_of(b.lo), key_of(b.hi + 1), table=b.table))
-        return rows, items, ds.scan()
 
 
 def scan(uri):
@@ -266,7 +254,7 @@ def test_kill_then_rerun_is_byte_identical(tmp_path, point):
     rep = json.loads(p.stdout)
     assert (rep["status"], rep["files"], rep["already"]) == ("done", 500, 100)
     assert (rep["resumed_records"] > 0) == mid
-    got, want = stored(uri), stored(ref)
+    got, want = stored_docs(uri), stored_docs(ref)
     assert got[0] == want[0] and got[1] == want[1] and got[2].equals(want[2])
     assert got[2].equals(docs(0, 600))
     assert ingest(uri, str(src), **KW).status == "nothing-to-do"

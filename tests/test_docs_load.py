@@ -19,7 +19,7 @@ from loader.errors import BadFileError, DuplicateIdError, NotFoundError
 from loader.record_kinds import doc_tables
 from loader.stores.base import parse_dataset_uri
 
-from conftest import run_cli, tool
+from conftest import run_cli, stored_docs, tool
 
 N, SEED, B = 2400, 5, 300
 KW = dict(shards=2, workers=2, batch_records=B, progress="none")
@@ -267,17 +267,6 @@ def test_verify_catches_a_flipped_byte(tmp_path):
     assert r.returncode == 1 and "checksum mismatch" in r.stderr
 
 
-def _stored(uri):
-    """(batch rows without table names, every stored key+value in id order, the docs)."""
-    with loader.open(uri) as ds:
-        assert ds.verify().ok
-        rows = [b.row()[:9] + [b.row()[10]] for b in ds.manifest.batches]
-        items = []
-        for b in ds.manifest.batches:
-            items.extend(ds.shard(b.shard).range(key_of(b.lo), key_of(b.hi + 1), table=b.table))
-        return rows, items, ds.scan()
-
-
 def test_resume_after_kill_is_byte_identical(tmp_path):
     src = tmp_path / "in"
     write_json_dir(generate_docs(9, 0, 1200), src)
@@ -297,8 +286,8 @@ def test_resume_after_kill_is_byte_identical(tmp_path):
     assert p.returncode == 0, p.stderr
     rep = json.loads(p.stdout)
     assert rep["status"] == "resumed" and rep["resumed_records"] > 0
-    assert _stored(uri) [0] == _stored(ref)[0]
-    got, want = _stored(uri), _stored(ref)
+    got, want = stored_docs(uri), stored_docs(ref)
+    assert got[0] == want[0]
     assert got[1] == want[1]
     assert got[2].equals(want[2])
 
