@@ -249,7 +249,9 @@ def stored_duplicates(spec, m: mf.Manifest, src, entries, skipped: list, on_bad_
     if entries is not None:
         if not entries:
             return entries, skipped
-        ids = np.fromiter((i for i, _ in entries), np.uint64, len(entries))
+        ids = getattr(entries, "ids", None)  # a DirListing holds them as an array already
+        if ids is None:
+            ids = np.fromiter((i for i, _ in entries), np.uint64, len(entries))
         a, z = int(ids[0]), int(ids[-1])
     else:
         span = src.id_span()
