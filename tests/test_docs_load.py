@@ -90,6 +90,13 @@ def test_docs_options_and_uncompressed_capnp(tmp_path):
     with loader.open(uri) as ds:
         assert ds.scan().equals(generate_docs(SEED, 0, 500))
         assert ds.verify().ok
+    uri = f"rocksdb://{tmp_path}/b"
+    rep = loader.load(gen_uri(500), uri, compression="none", **KW)  # blocks of plain text
+    assert (rep.format, rep.compression) == ("block", "none")
+    with loader.open(uri) as ds:
+        assert ds.scan().equals(generate_docs(SEED, 0, 500))
+        assert ds.get(321).text.encode() == generate_docs(SEED, 321, 1).text_of(0)
+        assert ds.verify().ok
     with pytest.raises(loader.errors.UsageError, match="not one for documents"):
         loader.load(gen_uri(10), f"lmdb://{tmp_path}/x", format="arrow", **KW)
     with pytest.raises(loader.errors.UsageError, match="directory of <id>.json"):
