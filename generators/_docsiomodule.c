@@ -27,6 +27,11 @@
  *       relatime); a file we do not own refuses it (EPERM), then the rest of the batch is
  *       opened without it.
  *
+ *   stat_batch(dir, ids, names=None) -> (sizes, mtimes, errnos)
+ *       fstatat(2) of the files of a batch named as in read_batch: bytes of native int64
+ *       sizes, int64 modification times in ns and int32 errnos (0, or the error of a
+ *       failed stat, whose size and mtime are 0).
+ *
  *   block_columns(ids, created_at, offsets, i, j, flags) -> bytes
  *       The header and fixed-width columns of a block of documents i..j-1 of an
  *       id-sorted batch (the value layout is in loader/docs_blocks.py).
@@ -314,21 +319,119 @@ static int read_all(int fd, Bytes *buf)
     }
 }
 
-static PyObject *read_batch(PyObject *self, PyObject *args, PyObject *kwargs)
+/* The arguments shared by read_batch and stat_batch: (dir, ids, names=None). */
+typedef struct {
+    Py_buffer idview;
+    const uint64_t *ids;
+    Py_ssize_t n;
+    const char **names; /* NULL, or per file: its name, or NULL for "<id>.json" */
+    PyObject *held;     /* keeps the encoded names alive */
+    PyObject *dirobj;   /* the dir argument (borrowed: alive for the call) */
+    PyObject *dirpath;  /* the directory as bytes, to open; NULL: dfd is given */
+    int dfd;
+} BatchArgs;
+
+static void batch_args_release(BatchArgs *a)
+{
+    free(a->names);
+    Py_XDECREF(a->held);
+    Py_XDECREF(a->dirpath);
+    if (a->idview.obj)
+        PyBuffer_Release(&a->idview);
+}
+
+static int batch_args(PyObject *args, PyObject *kwargs, const char *fmt, const char *fn, BatchArgs *a)
 {
     static char *kwlist[] = {"dir", "ids", "names", NULL};
     PyObject *dirobj, *idsobj, *namesobj = Py_None;
-    PyObject *dirpath = NULL, *held = NULL, *result = NULL;
+    Py_ssize_t i;
+
+    memset(a, 0, sizeof *a);
+    a->dfd = AT_FDCWD;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, fmt, kwlist, &dirobj, &idsobj, &namesobj))
+        return -1;
+    a->dirobj = dirobj;
+    if (PyObject_GetBuffer(idsobj, &a->idview, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    if (a->idview.itemsize != 8
+        || (a->idview.format && (!a->idview.format[0]
+                                 || !strchr("QL", a->idview.format[strlen(a->idview.format) - 1])))) {
+        PyErr_Format(PyExc_TypeError, "%s: ids must be a contiguous buffer of uint64", fn);
+        return -1;
+    }
+    a->ids = (const uint64_t *)a->idview.buf;
+    a->n = a->idview.len / 8;
+    if (dirobj != Py_None) {
+        if (PyLong_Check(dirobj)) {
+            a->dfd = (int)PyLong_AsLong(dirobj);
+            if (a->dfd == -1 && PyErr_Occurred())
+                return -1;
+        } else if (!PyUnicode_FSConverter(dirobj, &a->dirpath)) {
+            return -1;
+        }
+    }
+    if (namesobj != Py_None) {
+        PyObject *seq = PySequence_Fast(namesobj, "names must be a sequence or None");
+        if (!seq)
+            return -1;
+        if (PySequence_Fast_GET_SIZE(seq) != a->n) {
+            Py_DECREF(seq);
+            PyErr_Format(PyExc_ValueError, "%s: names and ids differ in length", fn);
+            return -1;
+        }
+        a->held = PyList_New(0);
+        a->names = calloc((size_t)a->n + 1, sizeof *a->names);
+        if (!a->held || !a->names) {
+            Py_DECREF(seq);
+            if (a->held)
+                PyErr_NoMemory();
+            return -1;
+        }
+        for (i = 0; i < a->n; i++) {
+            PyObject *item = PySequence_Fast_GET_ITEM(seq, i), *b = NULL;
+            if (item == Py_None)
+                continue;
+            if (!PyUnicode_FSConverter(item, &b) || PyList_Append(a->held, b) < 0) {
+                Py_XDECREF(b);
+                Py_DECREF(seq);
+                return -1;
+            }
+            Py_DECREF(b);
+            a->names[i] = PyBytes_AS_STRING(b); /* kept alive by held */
+        }
+        Py_DECREF(seq);
+    }
+    return 0;
+}
+
+/* The directory fd of a batch (opened when given as a path; GIL released); *err = errno
+ * when it cannot be opened. */
+static int batch_dir(BatchArgs *a, int *err)
+{
+    int fd;
+
+    *err = 0;
+    if (!a->dirpath)
+        return a->dfd;
+    fd = open(PyBytes_AS_STRING(a->dirpath), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        *err = errno;
+    return fd;
+}
+
+static PyObject *read_batch(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    PyObject *result = NULL;
     PyObject *spans = NULL, *errnos = NULL, *flags = NULL;
     BufferObject *out = NULL;
-    Py_buffer idview = {0};
-    const char **names = NULL;
+    BatchArgs a;
+    const char **names;
     const uint64_t *ids;
     int64_t *sp;
     int32_t *en;
     uint8_t *fl;
     Py_ssize_t n, i;
-    int dfd = AT_FDCWD, own_dfd = 0, dir_err = 0, oom = 0;
+    int dfd = AT_FDCWD, dir_err = 0, oom = 0;
 #ifdef O_NOATIME
     int open_flags = O_RDONLY | O_CLOEXEC | O_NOATIME;
 #else
@@ -336,60 +439,13 @@ static PyObject *read_batch(PyObject *self, PyObject *args, PyObject *kwargs)
 #endif
     Bytes buf = {0};
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|O:read_batch", kwlist, &dirobj, &idsobj, &namesobj))
+    if (batch_args(args, kwargs, "OO|O:read_batch", "read_batch", &a) < 0) {
+        batch_args_release(&a);
         return NULL;
-    if (PyObject_GetBuffer(idsobj, &idview, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
-        return NULL;
-    if (idview.itemsize != 8
-        || (idview.format && (!idview.format[0] || !strchr("QL", idview.format[strlen(idview.format) - 1])))) {
-        PyErr_SetString(PyExc_TypeError, "read_batch: ids must be a contiguous buffer of uint64");
-        goto done;
     }
-    ids = (const uint64_t *)idview.buf;
-    n = idview.len / 8;
-
-    if (dirobj != Py_None) {
-        if (PyLong_Check(dirobj)) {
-            dfd = (int)PyLong_AsLong(dirobj);
-            if (dfd == -1 && PyErr_Occurred())
-                goto done;
-        } else {
-            if (!PyUnicode_FSConverter(dirobj, &dirpath))
-                goto done;
-            own_dfd = 1;
-        }
-    }
-    if (namesobj != Py_None) {
-        PyObject *seq = PySequence_Fast(namesobj, "read_batch: names must be a sequence or None");
-        if (!seq)
-            goto done;
-        if (PySequence_Fast_GET_SIZE(seq) != n) {
-            Py_DECREF(seq);
-            PyErr_SetString(PyExc_ValueError, "read_batch: names and ids differ in length");
-            goto done;
-        }
-        held = PyList_New(0);
-        names = calloc((size_t)n + 1, sizeof *names);
-        if (!held || !names) {
-            Py_DECREF(seq);
-            if (held)
-                PyErr_NoMemory();
-            goto done;
-        }
-        for (i = 0; i < n; i++) {
-            PyObject *item = PySequence_Fast_GET_ITEM(seq, i), *b = NULL;
-            if (item == Py_None)
-                continue;
-            if (!PyUnicode_FSConverter(item, &b) || PyList_Append(held, b) < 0) {
-                Py_XDECREF(b);
-                Py_DECREF(seq);
-                goto done;
-            }
-            Py_DECREF(b);
-            names[i] = PyBytes_AS_STRING(b); /* kept alive by held */
-        }
-        Py_DECREF(seq);
-    }
+    ids = a.ids;
+    n = a.n;
+    names = a.names;
     spans = PyBytes_FromStringAndSize(NULL, n * 16);
     errnos = PyBytes_FromStringAndSize(NULL, n * 4);
     flags = PyBytes_FromStringAndSize(NULL, n);
@@ -411,11 +467,7 @@ static PyObject *read_batch(PyObject *self, PyObject *args, PyObject *kwargs)
     }
 
     Py_BEGIN_ALLOW_THREADS
-    if (own_dfd) {
-        dfd = open(PyBytes_AS_STRING(dirpath), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd < 0)
-            dir_err = errno;
-    }
+    dfd = batch_dir(&a, &dir_err);
     if (!dir_err && bytes_append(&buf, "[", 1) < 0)
         oom = 1;
     for (i = 0; i < n && !dir_err && !oom; i++) {
@@ -459,7 +511,7 @@ static PyObject *read_batch(PyObject *self, PyObject *args, PyObject *kwargs)
     }
     if (!dir_err && !oom && bytes_append(&buf, "]", 1) < 0)
         oom = 1;
-    if (own_dfd && dfd >= 0)
+    if (a.dirpath && dfd >= 0)
         close(dfd);
     Py_END_ALLOW_THREADS
 
@@ -469,7 +521,7 @@ static PyObject *read_batch(PyObject *self, PyObject *args, PyObject *kwargs)
     }
     if (dir_err) {
         errno = dir_err;
-        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, dirobj);
+        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, a.dirobj);
         goto done;
     }
     out->data = buf.data;
@@ -479,14 +531,65 @@ static PyObject *read_batch(PyObject *self, PyObject *args, PyObject *kwargs)
     result = PyTuple_Pack(4, (PyObject *)out, spans, errnos, flags);
 done:
     free(buf.data);
-    free(names);
-    Py_XDECREF(held);
-    Py_XDECREF(dirpath);
+    batch_args_release(&a);
     Py_XDECREF(spans);
     Py_XDECREF(errnos);
     Py_XDECREF(flags);
     Py_XDECREF(out);
-    PyBuffer_Release(&idview);
+    return result;
+}
+
+static PyObject *stat_batch(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    PyObject *result = NULL, *sizes = NULL, *mtimes = NULL, *errnos = NULL;
+    BatchArgs a;
+    int64_t *sz, *mt;
+    int32_t *en;
+    Py_ssize_t i;
+    int dfd, dir_err = 0;
+
+    if (batch_args(args, kwargs, "OO|O:stat_batch", "stat_batch", &a) < 0)
+        goto done;
+    sizes = PyBytes_FromStringAndSize(NULL, a.n * 8);
+    mtimes = PyBytes_FromStringAndSize(NULL, a.n * 8);
+    errnos = PyBytes_FromStringAndSize(NULL, a.n * 4);
+    if (!sizes || !mtimes || !errnos)
+        goto done;
+    sz = (int64_t *)PyBytes_AS_STRING(sizes);
+    mt = (int64_t *)PyBytes_AS_STRING(mtimes);
+    en = (int32_t *)PyBytes_AS_STRING(errnos);
+    Py_BEGIN_ALLOW_THREADS
+    dfd = batch_dir(&a, &dir_err);
+    for (i = 0; i < a.n && !dir_err; i++) {
+        char own[32];
+        const char *name = a.names && a.names[i] ? a.names[i] : own;
+        struct stat st;
+
+        if (name == own)
+            format_name(a.ids[i], own);
+        if (fstatat(dfd, name, &st, 0) < 0) { /* follows symlinks, as os.stat */
+            en[i] = errno;
+            sz[i] = mt[i] = 0;
+        } else {
+            en[i] = 0;
+            sz[i] = (int64_t)st.st_size;
+            mt[i] = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+        }
+    }
+    if (a.dirpath && dfd >= 0)
+        close(dfd);
+    Py_END_ALLOW_THREADS
+    if (dir_err) {
+        errno = dir_err;
+        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, a.dirobj);
+        goto done;
+    }
+    result = PyTuple_Pack(3, sizes, mtimes, errnos);
+done:
+    batch_args_release(&a);
+    Py_XDECREF(sizes);
+    Py_XDECREF(mtimes);
+    Py_XDECREF(errnos);
     return result;
 }
 
@@ -597,6 +700,9 @@ static PyMethodDef methods[] = {
      "scan_dir(path) -> (ids: bytes of native uint64, odd: list of str); see the module doc."},
     {"read_batch", (PyCFunction)(void (*)(void))read_batch, METH_VARARGS | METH_KEYWORDS,
      "read_batch(dir, ids, names=None) -> (buffer, spans, errnos, braced); see the module doc."},
+    {"stat_batch", (PyCFunction)(void (*)(void))stat_batch, METH_VARARGS | METH_KEYWORDS,
+     "stat_batch(dir, ids, names=None) -> (sizes, mtimes_ns, errnos): bytes of native int64, int64,\n"
+     "int32 per file (named as in read_batch); stat(2) follows symlinks; a failed stat: errno, 0, 0."},
     {"block_columns", block_columns, METH_VARARGS,
      "block_columns(ids, created_at, offsets, i, j, flags) -> bytes: the header and columns of the\n"
      "document block i..j-1 (loader/docs_blocks.py has the layout); native uint64/int64 buffers."},

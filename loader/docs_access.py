@@ -289,7 +289,8 @@ def stored_duplicates(spec, m: mf.Manifest, src, entries, skipped: list, on_bad_
         dups.update(s[np.isin(s, ids)].tolist())
     if not dups:
         return entries, skipped
-    found = [(i, p) for i, p in entries if i in dups]
+    is_dup = np.isin(ids, np.fromiter(dups, np.uint64, len(dups)))
+    found = [entries[j] for j in np.flatnonzero(is_dup).tolist()]
     if compare is None:
         errors = [FileError(p, f"duplicate id {i}: a document with this id is already stored in the dataset")
                   for i, p in found]
@@ -297,7 +298,8 @@ def stored_duplicates(spec, m: mf.Manifest, src, entries, skipped: list, on_bad_
         errors = compare(found)
     if errors and on_bad_file == "fail":
         raise _fail(errors)
-    entries = [(i, p) for i, p in entries if i not in dups]
+    keep = np.flatnonzero(~is_dup)
+    entries = entries.take(keep) if hasattr(entries, "take") else [entries[j] for j in keep.tolist()]
     return entries, sorted(skipped + [e.to_dict() for e in errors], key=lambda f: f["path"])
 
 

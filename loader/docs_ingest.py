@@ -208,13 +208,13 @@ def ingest_docs(spec, directory: str, *, layout_obj, fmt: str, comp: str, k: int
         # --- what is new -------------------------------------------------------------
         entries, sizes, mtimes = _stat_all(listing)
         ledger = load_ledger(spec.root, m)
-        ids = np.fromiter((i for i, _ in entries), np.uint64, len(entries))
+        ids = _ids_of(entries)
         known = ledger.unchanged(ids, sizes, mtimes)
         report.already = int(known.sum())
         rest = np.flatnonzero(~known)
-        stat_of = {entries[j][0]: (int(sizes[j]), int(mtimes[j])) for j in rest.tolist()}
+        stat_of = _StatOf(ids, sizes, mtimes)
         verified: list[int] = []  # stored ids whose file equals the stored document
-        new = [entries[j] for j in rest.tolist()]
+        new = entries.take(rest) if hasattr(entries, "take") else [entries[j] for j in rest.tolist()]
         if m is not None and m.batches and new:
             from .docs_access import stored_duplicates
 
@@ -234,12 +234,12 @@ def ingest_docs(spec, directory: str, *, layout_obj, fmt: str, comp: str, k: int
 
         # --- load the new files: the load machinery, in mode ingest ------------------------
         fp = listing_fingerprint(new)
-        plan_ids = np.fromiter((i for i, _ in new), np.uint64, len(new))
+        plan_ids = _ids_of(new)
         led_name, plan_sizes, plan_mtimes = _plan_ledger(spec.root, m, fp, plan_ids, stat_of)
         v_ids = np.array(sorted(verified), np.uint64)
-        mine = Ledger(np.concatenate([plan_ids, v_ids]),
-                      np.concatenate([plan_sizes, np.array([stat_of[i][0] for i in v_ids.tolist()], np.int64)]),
-                      np.concatenate([plan_mtimes, np.array([stat_of[i][1] for i in v_ids.tolist()], np.int64)]))
+        v_sizes, v_mtimes = stat_of(v_ids)
+        mine = Ledger(np.concatenate([plan_ids, v_ids]), np.concatenate([plan_sizes, v_sizes]),
+                      np.concatenate([plan_mtimes, v_mtimes]))
         write_ledger(os.path.join(spec.root, LEDGER_DIR, led_name), mine.ids, mine.sizes, mine.mtimes,
                      len(plan_ids))
 
@@ -274,6 +274,8 @@ def _still_bad(m: mf.Manifest | None, directory: str, new: list, skipped: list, 
             last = r
             break
     was_bad = {f["path"] for f in (last or {}).get("skipped") or []}
+    if not was_bad:
+        return new, skipped
     retry = [e for e in new if e[1] in was_bad]
     if not retry:
         return new, skipped
@@ -289,6 +291,8 @@ def _still_bad(m: mf.Manifest | None, directory: str, new: list, skipped: list, 
 
 def _stat_all(listing) -> tuple[list, np.ndarray, np.ndarray]:
     """The listed (id, path) entries still there, with their sizes and mtimes (ns)."""
+    if hasattr(listing, "stat"):  # a DirListing: in C
+        return listing.stat()
     entries, sizes, mtimes = [], [], []
     stat = os.stat
     for i, p in listing:
@@ -302,8 +306,24 @@ def _stat_all(listing) -> tuple[list, np.ndarray, np.ndarray]:
     return entries, np.array(sizes, np.int64), np.array(mtimes, np.int64)
 
 
+def _ids_of(entries) -> np.ndarray:
+    ids = getattr(entries, "ids", None)  # a DirListing
+    return ids if ids is not None else np.fromiter((i for i, _ in entries), np.uint64, len(entries))
+
+
+class _StatOf:
+    """Sizes and mtimes of the listed files (ids ascending), looked up by id arrays."""
+
+    def __init__(self, ids: np.ndarray, sizes: np.ndarray, mtimes: np.ndarray):
+        self.ids, self.sizes, self.mtimes = ids, sizes, mtimes
+
+    def __call__(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        pos = np.searchsorted(self.ids, np.asarray(ids, np.uint64))
+        return self.sizes[pos], self.mtimes[pos]
+
+
 def _plan_ledger(root: str, m: mf.Manifest | None, fp: str, plan_ids: np.ndarray,
-                 stat_of: dict) -> tuple[str, np.ndarray, np.ndarray]:
+                 stat_of: _StatOf) -> tuple[str, np.ndarray, np.ndarray]:
     """The ledger file name of this plan and its files' stats: those of an earlier attempt
     at the same plan if its file is still there (older stats are safe; a resumed run keeps
     documents read then), else now's. Deletes the files no manifest entry names."""
@@ -326,9 +346,7 @@ def _plan_ledger(root: str, m: mf.Manifest | None, fp: str, plan_ids: np.ndarray
     got = read_ledger(os.path.join(d, name))
     if got is not None and got[1] == len(plan_ids) and np.array_equal(got[0].ids[:got[1]], plan_ids):
         return name, got[0].sizes[:got[1]].copy(), got[0].mtimes[:got[1]].copy()
-    ids = plan_ids.tolist()
-    return (name, np.array([stat_of[i][0] for i in ids], np.int64),
-            np.array([stat_of[i][1] for i in ids], np.int64))
+    return (name, *stat_of(plan_ids))
 
 
 def _commit_ledger(root: str, m: mf.Manifest, unit, run: dict, name: str, mine: tuple["Ledger", int],

@@ -216,6 +216,25 @@ def test_listing_slices_pickle_and_compare(tmp_path):
         got[len(got)]
 
 
+def test_listing_take_and_stat(tmp_path):
+    _odd_dir(tmp_path)
+    got, _ = scan_json_dir(tmp_path, on_bad_file="skip")
+    ref = list(got)
+    pos = [0, 2, len(ref) - 1]
+    assert list(got.take(pos)) == [ref[p] for p in pos]
+    assert list(got.take([])) == []
+    there, sizes, mtimes = got.stat()  # in C, following symlinks as os.stat does
+    assert list(there) == ref
+    want = [os.stat(p) for _i, p in ref]
+    assert sizes.tolist() == [st.st_size for st in want]
+    assert mtimes.tolist() == [st.st_mtime_ns for st in want]
+    os.remove(ref[1][1])  # gone since the listing: left out
+    there, sizes, _ = got.stat()
+    assert list(there) == ref[:1] + ref[2:] and len(sizes) == len(ref) - 1
+    with pytest.raises(FileNotFoundError):
+        _docsio.stat_batch(str(tmp_path / "nope"), np.zeros(1, np.uint64))
+
+
 # --- the batched reader -------------------------------------------------------------------------
 
 def test_read_batch_layout(tmp_path):
