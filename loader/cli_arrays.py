@@ -61,18 +61,36 @@ def compact_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
 ):
-    """Merge small batches into large ones and compact every shard store."""
+    """Merge small batches into large ones and compact every shard store.
+
+    Documents (layout docs): fold each shard's document tables into one (id-sorted)."""
     from .compact import compact
 
     rep = compact(dataset, target_batch_records=target_batch_records, progress=progress_mode(quiet),
                   workers=workers, force=force)
     if json_out:
         emit_json(rep)
+    elif not quiet and rep.get("layout") == "docs":
+        _print_docs_compact(rep)
     elif not quiet:
         n = sum(1 for s in rep["shards"] if s["compacted"])
         print(f"compacted {rep['dataset']}: {rep['batches_before']:,} -> {rep['batches_after']:,} batches, "
               f"{rep['bytes_before'] / 1e6:,.1f} MB -> {rep['bytes_after'] / 1e6:,.1f} MB on disk "
               f"({n} of {len(rep['shards'])} shards rewritten) in {rep['seconds']:.2f} s")
+
+
+def _print_docs_compact(rep: dict) -> None:
+    if rep["status"] == "nothing-to-do":
+        print(f"nothing to do: {rep['dataset']} holds one document table per shard "
+              f"({rep['records']:,} documents in {rep['batches_before']:,} batches; --force rewrites anyway)")
+        return
+    folded = sum(1 for s in rep["shards"] if s["status"] == "folded")
+    print(f"compacted {rep['dataset']}: folded {rep['documents_rewritten']:,} documents "
+          f"({rep['text_bytes_rewritten'] / 1e6:,.1f} MB of text, {rep['mb_per_s']:,.0f} MB/s) of {folded} of "
+          f"{len(rep['shards'])} shards into one table each: tables per shard {rep['tables_before']} -> "
+          f"{rep['tables_after']}, {rep['batches_before']:,} -> {rep['batches_after']:,} batches, "
+          f"{rep['bytes_before'] / 1e6:,.1f} MB -> {rep['bytes_after'] / 1e6:,.1f} MB on disk "
+          f"in {rep['seconds']:.2f} s")
 
 
 def query_cmd(

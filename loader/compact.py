@@ -17,7 +17,8 @@
    anyway). Garbage is collected first: batch keys the manifest does not list and array
    tables no array refers to.
 
-Reports bytes on disk before and after.
+Reports bytes on disk before and after. A documents dataset (layout docs) is compacted by
+loader/docs_compact.py instead: each shard's document tables are folded into one.
 """
 
 from __future__ import annotations
@@ -51,13 +52,10 @@ def plan_merge(batches: list, target: int) -> list[list]:
     return groups
 
 
-def refuse_documents(m: mf.Manifest, uri: str) -> None:
-    """Compaction is for fixed-size layouts: refuse a documents dataset (nothing written)."""
-    if m.layout.get("variable_length"):
-        how = "in blocks" if m.format == "block" else "one value per document"
-        raise UsageError(
-            f"compact merges the batches of fixed-size layouts; {uri} is a docs dataset, already stored "
-            f"compactly (documents in id order, {how}): nothing to do (`bulkload verify` checks it)")
+def is_documents(m: mf.Manifest) -> bool:
+    """A documents dataset (layout docs) is compacted by loader/docs_compact.py instead:
+    each shard's document tables are folded into one."""
+    return bool(m.layout.get("variable_length"))
 
 
 def compact(dataset_uri: str, target_batch_records: int | None = None, progress: str = "none",
@@ -68,7 +66,6 @@ def compact(dataset_uri: str, target_batch_records: int | None = None, progress:
 
     spec = parse_dataset_uri(dataset_uri)
     m = mf.load_manifest(spec.root, dataset_uri)
-    refuse_documents(m, spec.uri)
     if target_batch_records is not None and int(target_batch_records) < 1:
         raise UsageError("--target-batch-records must be at least 1")
     if workers is not None and int(workers) < 1:
@@ -87,7 +84,11 @@ def compact_locked(spec, m: mf.Manifest, *, target_batch_records: int | None = N
     from .loading import default_workers
     from .serializers import get_serializer
 
-    refuse_documents(m, spec.uri)
+    if is_documents(m):
+        from .docs_compact import compact_docs
+
+        return compact_docs(spec, m, target_batch_records=target_batch_records, progress=progress,
+                            workers=workers, force=force)
     t0 = time.perf_counter()
     layout = m.layout_obj
     target = int(target_batch_records or m.batch_records)
@@ -137,7 +138,8 @@ def compact_locked(spec, m: mf.Manifest, *, target_batch_records: int | None = N
     }
 
 
-def _shard_bytes(spec, k: int) -> list[int]:
+def per_shard(spec, k: int, fn) -> list:
+    """fn(store) of every shard opened for reading (0 for a shard that does not exist)."""
     out = []
     for s in range(k):
         if not os.path.exists(spec.shard_path(s)):
@@ -145,10 +147,14 @@ def _shard_bytes(spec, k: int) -> list[int]:
             continue
         st = spec.open_shard(s, write=False)
         try:
-            out.append(st.nbytes())
+            out.append(fn(st))
         finally:
             st.close()
     return out
+
+
+def _shard_bytes(spec, k: int) -> list[int]:
+    return per_shard(spec, k, lambda st: st.nbytes())
 
 
 def _merge(spec, m: mf.Manifest, groups: list[list], progress: str, workers: int) -> None:

@@ -260,8 +260,9 @@ def _check_table_limit(spec: StoreSpec, m: mf.Manifest, table: str) -> None:
         raise UsageError(
             f"{spec.uri} already holds {len(tables) - 1} document runs whose ids interleave with "
             f"others (one LMDB table each per shard; at most max_dbs={limit} per shard): open the "
-            f"dataset with ?max_dbs={limit * 4} (readers too), load documents whose ids are above the "
-            "stored ones (they share a table), or reload everything into a new dataset")
+            f"dataset with ?max_dbs={limit * 4} (readers too), or run `bulkload compact DATASET` to fold "
+            "them into one table per shard, then load again (or load documents whose ids are above the "
+            "stored ones: they share a table)")
 
 
 def _uri(src) -> str:
