@@ -27,6 +27,10 @@ not the job's). Points (see `hit` calls):
                shard's compacted copy is complete, not swapped in), ``compact-swapped``
                (swapped in, the old copy not yet removed); workers: ``merge`` (a group of
                merged batches was put, not yet synced)
+  compact of documents (loader/docs_compact.py): coordinator ``docs-folded`` (new tables
+               synced, manifest not switched), ``docs-switched`` (switched, old tables not
+               dropped), ``docs-dropping`` (old tables dropped from some shards only);
+               workers ``fold`` (a window was put, not yet synced)
 
 Unset (the normal case), `hit` is one dict lookup.
 """
