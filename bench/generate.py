@@ -134,30 +134,28 @@ def main(argv=None) -> int:
         print(json.dumps(report, indent=2))
     else:
         print(f"scidb96 generator: {n:,} records ({nbytes / 1e6:,.0f} MB), {repeats} runs each")
-        print(f"{'path':<16}{'MB/s median':>13}{'min - max':>22}{'target':>10}")
-        for name, r in report["paths"].items():
-            target = r["target_mb_s"]
-            mark = "" if target is None else (" ok" if r["mb_s_median"] >= target else " MISSED")
-            print(
-                f"{name:<16}{r['mb_s_median']:>13,.0f}"
-                f"{r['mb_s_min']:>11,.0f} - {r['mb_s_max']:<8,.0f}"
-                f"{'' if target is None else f'{target:,}':>10}{mark}"
-            )
+        print_paths(report["paths"])
         if args.docs:
             d = report["docs"]
             print(f"\ndocs generator: {d['docs']:,} documents ({d['text_bytes'] / 1e6:,.0f} MB of text), "
                   f"{repeats} runs each")
-            print(f"{'path':<16}{'MB/s median':>13}{'min - max':>22}{'us/doc':>10}{'target':>10}")
-            for name, r in d["paths"].items():
-                target = r["target_mb_s"]
-                mark = "" if target is None else (" ok" if r["mb_s_median"] >= target else " MISSED")
-                print(
-                    f"{name:<16}{r['mb_s_median']:>13,.0f}"
-                    f"{r['mb_s_min']:>11,.0f} - {r['mb_s_max']:<8,.0f}"
-                    f"{r['us_per_doc_median']:>10.2f}"
-                    f"{'' if target is None else f'{target:,}':>10}{mark}"
-                )
+            print_paths(d["paths"], per_doc=True)
     return 0
+
+
+def print_paths(paths: dict, per_doc: bool = False) -> None:
+    """The table of measured paths: MB/s median, min - max, [us/doc,] target and verdict."""
+    w = 10 if per_doc else 0  # the us/doc column
+    print(f"{'path':<16}{'MB/s median':>13}{'min - max':>22}{'us/doc' if per_doc else '':>{w}}{'target':>10}")
+    for name, r in paths.items():
+        target = r["target_mb_s"]
+        mark = "" if target is None else (" ok" if r["mb_s_median"] >= target else " MISSED")
+        print(
+            f"{name:<16}{r['mb_s_median']:>13,.0f}"
+            f"{r['mb_s_min']:>11,.0f} - {r['mb_s_max']:<8,.0f}"
+            f"{format(r['us_per_doc_median'], '.2f') if per_doc else '':>{w}}"
+            f"{'' if target is None else f'{target:,}':>10}{mark}"
+        )
 
 
 if __name__ == "__main__":

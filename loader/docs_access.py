@@ -234,7 +234,8 @@ def _check_id(doc_id) -> int:
 def stored_duplicates(spec, m: mf.Manifest, src, entries, skipped: list, on_bad_file: str, compare=None):
     """Refuse ids already stored in the dataset: per-file errors for a directory (fail:
     BadFileError; skip: the files are left out and listed), DuplicateIdError for a
-    generator. Returns (entries, skipped).
+    generator. ``entries``: the DirListing of a directory source, or None (a generator).
+    Returns (entries, skipped).
 
     ``compare`` (ingest, loader/docs_ingest.py): instead of refusing them, the files of
     stored ids are handed to ``compare([(id, path)]) -> [FileError]``; the files it
@@ -249,9 +250,7 @@ def stored_duplicates(spec, m: mf.Manifest, src, entries, skipped: list, on_bad_
     if entries is not None:
         if not entries:
             return entries, skipped
-        ids = getattr(entries, "ids", None)  # a DirListing holds them as an array already
-        if ids is None:
-            ids = np.fromiter((i for i, _ in entries), np.uint64, len(entries))
+        ids = entries.ids
         a, z = int(ids[0]), int(ids[-1])
     else:
         span = src.id_span()
@@ -298,8 +297,7 @@ def stored_duplicates(spec, m: mf.Manifest, src, entries, skipped: list, on_bad_
         errors = compare(found)
     if errors and on_bad_file == "fail":
         raise _fail(errors)
-    keep = np.flatnonzero(~is_dup)
-    entries = entries.take(keep) if hasattr(entries, "take") else [entries[j] for j in keep.tolist()]
+    entries = entries.take(np.flatnonzero(~is_dup))
     return entries, sorted(skipped + [e.to_dict() for e in errors], key=lambda f: f["path"])
 
 

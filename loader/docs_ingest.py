@@ -206,15 +206,15 @@ def ingest_docs(spec, directory: str, *, layout_obj, fmt: str, comp: str, k: int
             check_compatible(m, spec, layout_obj, fmt, comp, k)
 
         # --- what is new -------------------------------------------------------------
-        entries, sizes, mtimes = _stat_all(listing)
+        entries, sizes, mtimes = listing.stat()  # the files still there
         ledger = load_ledger(spec.root, m)
-        ids = _ids_of(entries)
+        ids = entries.ids
         known = ledger.unchanged(ids, sizes, mtimes)
         report.already = int(known.sum())
         rest = np.flatnonzero(~known)
         stat_of = _StatOf(ids, sizes, mtimes)
         verified: list[int] = []  # stored ids whose file equals the stored document
-        new = entries.take(rest) if hasattr(entries, "take") else [entries[j] for j in rest.tolist()]
+        new = entries.take(rest)
         if m is not None and m.batches and new:
             from .docs_access import stored_duplicates
 
@@ -234,7 +234,7 @@ def ingest_docs(spec, directory: str, *, layout_obj, fmt: str, comp: str, k: int
 
         # --- load the new files: the load machinery, in mode ingest ------------------------
         fp = listing_fingerprint(new)
-        plan_ids = _ids_of(new)
+        plan_ids = new.ids
         led_name, plan_sizes, plan_mtimes = _plan_ledger(spec.root, m, fp, plan_ids, stat_of)
         v_ids = np.array(sorted(verified), np.uint64)
         v_sizes, v_mtimes = stat_of(v_ids)
@@ -264,7 +264,7 @@ def _named(f: dict) -> dict:
     return {"name": os.path.basename(f["path"]), "path": f["path"], "reason": f["reason"]}
 
 
-def _still_bad(m: mf.Manifest | None, directory: str, new: list, skipped: list, on_bad_file: str):
+def _still_bad(m: mf.Manifest | None, directory: str, new, skipped: list, on_bad_file: str):
     """The new files the last ingest run of this directory skipped as bad are parsed here
     first: still bad -> skipped (or, fail, BadFileError) before anything is written, so
     that a bad file left in the directory does not make every run commit an empty run."""
@@ -285,30 +285,8 @@ def _still_bad(m: mf.Manifest | None, directory: str, new: list, skipped: list, 
     if not bad:
         return new, skipped
     gone = {f.path for f in bad}
-    return ([e for e in new if e[1] not in gone],
+    return (new.take([j for j, (_i, p) in enumerate(new) if p not in gone]),
             sorted(skipped + [f.to_dict() for f in bad], key=lambda f: f["path"]))
-
-
-def _stat_all(listing) -> tuple[list, np.ndarray, np.ndarray]:
-    """The listed (id, path) entries still there, with their sizes and mtimes (ns)."""
-    if hasattr(listing, "stat"):  # a DirListing: in C
-        return listing.stat()
-    entries, sizes, mtimes = [], [], []
-    stat = os.stat
-    for i, p in listing:
-        try:
-            st = stat(p)
-        except OSError:  # gone since the listing: not there
-            continue
-        entries.append((i, p))
-        sizes.append(st.st_size)
-        mtimes.append(st.st_mtime_ns)
-    return entries, np.array(sizes, np.int64), np.array(mtimes, np.int64)
-
-
-def _ids_of(entries) -> np.ndarray:
-    ids = getattr(entries, "ids", None)  # a DirListing
-    return ids if ids is not None else np.fromiter((i for i, _ in entries), np.uint64, len(entries))
 
 
 class _StatOf:

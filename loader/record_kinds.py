@@ -261,9 +261,8 @@ class KeyedWriter:
         # in this run's table, everything from the resume point on is a leftover; a fresh
         # run appending to a shared table also clears what a failed run left above the
         # stored ids (LoadTask.clear_from)
-        first = self._first_id_from(s)
-        if self.task.clear_from >= 0 and not self.task.resume:
-            first = self.task.clear_from
+        fresh_shared = self.task.clear_from >= 0 and not self.task.resume
+        first = self.task.clear_from if fresh_shared else self._first_id_from(s)
         if first is not None:
             store.delete_range(key_of(first), None, table=self.table)
         if self.zdict:

@@ -46,6 +46,24 @@ def stored_docs(uri):
         return rows, items, ds.scan()
 
 
+def each_shard(uri, fn) -> list:
+    """fn(store) of every shard of a dataset (its manifest gives the shard count)."""
+    import loader
+    from loader.compact import per_shard
+    from loader.stores.base import parse_dataset_uri
+
+    with loader.open(uri) as ds:
+        k = ds.manifest.shards
+    return per_shard(parse_dataset_uri(uri).with_shards(k), k, fn)
+
+
+def shard_tables(uri) -> list[list[str]]:
+    """The document tables of every shard of a docs dataset."""
+    from loader.record_kinds import doc_tables
+
+    return each_shard(uri, doc_tables)
+
+
 @pytest.fixture(params=["lmdb", "rocksdb", "mem"])
 def store_uri(request, tmp_path):
     """A fresh dataset URI for each backend; mem:// datasets are removed afterwards."""

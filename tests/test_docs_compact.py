@@ -18,10 +18,9 @@ from loader.docs_gen import generate_docs
 from loader.docs_json import write_json_dir
 from loader.errors import UsageError
 from loader.manifest import BatchEntry
-from loader.record_kinds import doc_tables
 from loader.stores.base import parse_dataset_uri
 
-from conftest import run_cli, tool
+from conftest import run_cli, shard_tables, tool
 
 SEED, B = 7, 40
 KW = dict(shards=2, workers=2, batch_records=B, progress="none")
@@ -35,20 +34,6 @@ def interleaved(tmp_path, uri, runs=3, n=360, fmt=None, seed=SEED):
         write_json_dir(docs.take(np.arange(r, n, runs)), d)
         loader.load(str(d), uri, layout="docs", **KW, **({"format": fmt} if fmt else {}))
     return docs
-
-
-def shard_tables(uri) -> list[list[str]]:
-    spec = parse_dataset_uri(uri)
-    with loader.open(uri) as ds:
-        k = ds.manifest.shards
-    out = []
-    for s in range(k):
-        st = spec.open_shard(s, write=False)
-        try:
-            out.append(doc_tables(st))
-        finally:
-            st.close()
-    return out
 
 
 def check(uri, want):

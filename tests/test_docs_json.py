@@ -356,7 +356,7 @@ def test_plan_round_trip_and_fingerprint(tmp_path):
     want, _ = parse_json_files(entries)
     assert DocBatch.concat([source.read_docs(0, 2)[0], source.read_docs(2, 2)[0]]).equals(want)
     assert source.read_docs(1, 2)[0].equals(want.slice(1, 3)) and source.id_at(3) == 12
-    # a plain list (as stored_duplicates returns) plans and fingerprints the same
+    # a plain list of (id, path) plans and fingerprints the same
     save_plan(plan + "2", list(entries))
     assert [a.tolist() if hasattr(a, "tolist") else a for a in _load_plan(plan + "2")] == \
         [ids.tolist(), pos.tolist(), names]

@@ -19,7 +19,7 @@ from loader.errors import BadFileError, DuplicateIdError, NotFoundError
 from loader.record_kinds import doc_tables
 from loader.stores.base import parse_dataset_uri
 
-from conftest import run_cli, stored_docs, tool
+from conftest import each_shard, run_cli, shard_tables, stored_docs, tool
 
 N, SEED, B = 2400, 5, 300
 KW = dict(shards=2, workers=2, batch_records=B, progress="none")
@@ -327,30 +327,10 @@ def test_mem_replace_and_export(tmp_path):
         shutil.rmtree(f"/dev/shm/bulkload/{name}", ignore_errors=True)
 
 
-def _shards(uri):
-    with loader.open(uri) as ds:
-        k = ds.manifest.shards
-    return parse_dataset_uri(uri).with_shards(k), k
-
-
-def _tables(uri):
-    spec, k = _shards(uri)
-    out = []
-    for s in range(k):
-        with spec.open_shard(s, write=False) as st:
-            out.append(doc_tables(st))
-    return out
-
-
 def _all_items(uri):
     """Every key+value of every docs table of every shard (leftovers included)."""
-    spec, k = _shards(uri)
-    out = []
-    for s in range(k):
-        with spec.open_shard(s, write=False) as st:
-            for t in doc_tables(st):
-                out.extend((s, bytes(k), bytes(v)) for k, v in st.range(table=t))  # run ids differ
-    return out
+    items = each_shard(uri, lambda st: [(bytes(k), bytes(v)) for t in doc_tables(st) for k, v in st.range(table=t)])
+    return [(s, k, v) for s, kv in enumerate(items) for k, v in kv]  # without table names: run ids differ
 
 
 @pytest.mark.parametrize("scheme", ["lmdb", "rocksdb"])
@@ -361,9 +341,9 @@ def test_runs_above_the_stored_ids_share_a_table(tmp_path, scheme):
     src = tmp_path / "in"
     write_json_dir(generate_docs(SEED, 2000, 150), src)
     loader.load(str(src), uri, layout="docs", **KW)  # a directory above them: same table
-    assert all(len(t) == 1 for t in _tables(uri))
+    assert all(len(t) == 1 for t in shard_tables(uri))
     loader.load(gen_uri(100, start=700), uri, **KW)  # between stored ids: a table of its own
-    assert len(set().union(*_tables(uri))) == 2
+    assert len(set().union(*shard_tables(uri))) == 2
     want = DocBatch.concat([generate_docs(SEED, 0, 600), generate_docs(SEED, 700, 100),
                             generate_docs(SEED, 1000, 300), generate_docs(SEED, 2000, 150)])
     with loader.open(uri) as ds:
