@@ -311,16 +311,20 @@ class LmdbStore(ShardStore):
         if not self._write:
             raise UsageError(f"{what} on shard {self.path}: it was opened read-only")
 
-    def _begin_read(self, buffers: bool = False) -> lmdb.Transaction:
+    def _adopting_growth(self, fn):
+        """fn() (which begins a read transaction), again after adopting the map size when
+        the writer (another process) grew the map meanwhile."""
         env = self.env
-        for _ in range(3):
+        for _ in range(8):
             try:
-                return env.begin(write=False, buffers=buffers)
+                return fn()
             except lmdb.MapResizedError:
-                # the writer (another process) grew the map: adopt the new size
                 with _ENVS_LOCK:
                     env.set_mapsize(0)
-        return env.begin(write=False, buffers=buffers)
+        return fn()
+
+    def _begin_read(self, buffers: bool = False) -> lmdb.Transaction:
+        return self._adopting_growth(lambda: self.env.begin(write=False, buffers=buffers))
 
     def _db(self, table: str, *, create: bool):
         """The named database handle, or None when it does not exist (and not create)."""
@@ -334,11 +338,10 @@ class LmdbStore(ShardStore):
             db = self._with_growth(lambda: env.open_db(name, create=True))
         else:
             try:
-                txn = self._begin_read()  # adopts a map grown by the writer, if need be
-                txn.abort()
                 # no txn given: py-lmdb opens the handle in a temporary transaction whose
-                # end keeps it (a handle opened in our own read txn dies with its abort)
-                db = env.open_db(name, create=False)
+                # end keeps it (a handle opened in our own read txn dies with its abort);
+                # that transaction too may find the map grown by the writer
+                db = self._adopting_growth(lambda: env.open_db(name, create=False))
             except lmdb.NotFoundError:
                 return None
             except lmdb.ReadonlyError:
