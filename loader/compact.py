@@ -7,15 +7,17 @@
    append order and record order = sequence order): a single-batch group is copied
    verbatim, a multi-batch group is decoded, concatenated and encoded once. Shard
    owners write in parallel (one writer per shard). The manifest then switches to the
-   new batch list atomically; only after that are the old keys deleted. A crash before
-   the switch leaves the old state (the new keys sit above ``next_seq`` and are removed
-   by the next writer); a crash after it leaves unreferenced old keys, which the next
-   compaction deletes.
+   new batch list atomically, listing the old keys (all below the first new seq) as
+   garbage in the same write; they are deleted at once unless a reader still pins an
+   older snapshot, else by a later writer (loader/garbage.py). A crash before the switch
+   leaves the old state (the new keys sit above ``next_seq`` and are removed by the next
+   writer); a crash after it leaves the listed garbage, which the next writer collects.
 2. **Store compaction.** Per shard, ``ShardStore.compact()``: LMDB writes a compacted copy
    in key order and swaps it in atomically; RocksDB runs ``compact_range``. A shard whose
    on-disk size is already close to its live bytes is skipped (``force=True`` to compact
-   anyway). Garbage is collected first: batch keys the manifest does not list and array
-   tables no array refers to.
+   anyway). Uncommitted leftovers are removed first: batch keys at or above ``next_seq``
+   and array tables that neither an array nor the garbage list names (and, when no merge
+   garbage is pending, stray keys below the first batch).
 
 Reports bytes on disk before and after. A documents dataset (layout docs) is compacted by
 loader/docs_compact.py instead: each shard's document tables are folded into one.
@@ -29,6 +31,7 @@ import time
 from . import faults
 from . import manifest as mf
 from .errors import BulkloadError, UsageError
+from .garbage import collect_garbage, held_tables, holds_batches, retire_batches, start_writing
 from .workers import batch_key
 
 #: a shard is compacted when its size on disk exceeds live bytes by this factor (+ slack)
@@ -74,6 +77,7 @@ def compact(dataset_uri: str, target_batch_records: int | None = None, progress:
     with DatasetLock(spec.root) as lock:
         lock.set_job("compact")
         m = mf.load_manifest(spec.root, dataset_uri)
+        start_writing(spec, m)
         return compact_locked(spec.with_shards(m.shards), m, target_batch_records=target_batch_records,
                               progress=progress, workers=workers, force=force)
 
@@ -180,23 +184,12 @@ def _merge(spec, m: mf.Manifest, groups: list[list], progress: str, workers: int
         from .errors import StoreError
 
         raise StoreError(f"compaction wrote {len(rows)} of {len(plan)} batches; nothing was committed")
-    old_first_seq = first_seq
     faults.hit("merged")
     m.batches = [mf.BatchEntry(*r) for r in rows]
+    retire_batches(m, first_seq)  # the old batches: everything below the first new key
     m.save(spec.root)  # the switch
     faults.hit("merge-switched")
-    # the old batches are now garbage: everything below the first new key
-    for s in range(k):
-        if s:
-            faults.hit("deleting")
-        try:
-            st = spec.open_shard(s, write=True)
-        except (BulkloadError, OSError):
-            continue  # collected by the next compaction
-        try:
-            st.delete_range(None, batch_key(old_first_seq))
-        finally:
-            st.close()
+    collect_garbage(spec, m)
 
 
 def _compact_stores(spec, m: mf.Manifest, *, force: bool) -> list[dict]:
@@ -206,7 +199,7 @@ def _compact_stores(spec, m: mf.Manifest, *, force: bool) -> list[dict]:
     live = [0] * k
     for b in m.batches:
         live[b.shard] += b.nbytes
-    arrays = {a["table"]: a for a in m.arrays.values()}
+    arrays = {a["table"] for a in m.arrays.values()} | held_tables(m)
     from .redimension import collect_index_garbage
 
     collect_index_garbage(spec.root, m)
@@ -227,9 +220,9 @@ def _compact_stores(spec, m: mf.Manifest, *, force: bool) -> list[dict]:
             continue
         st = spec.open_shard(s, write=True)
         try:
-            # garbage: unlisted batch keys and unreferenced array tables
+            # uncommitted leftovers: batch keys above the committed ones, unreferenced array tables
             garbage = st.delete_range(batch_key(m.next_seq), None)
-            if lo > 0:
+            if lo > 0 and not holds_batches(m):
                 garbage += st.delete_range(None, batch_key(lo))
             for t in st.tables():
                 if t.startswith(TABLE_PREFIX) and t not in arrays:

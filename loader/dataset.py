@@ -2,7 +2,14 @@
 
 A Dataset is a snapshot: it reads the manifest once, so it sees exactly the batches
 committed when it was opened, whatever a writer does meanwhile. Shards are opened
-read-only and lazily (readers never block a writer).
+read-only and lazily (readers never block a writer). The reader pins the manifest's
+generation until `close` (loader/snapshots.py): data that compact / finalize replace
+stays on disk while a reader may need it (loader/garbage.py). When something the
+snapshot names is gone anyway, the error says why: DatasetReplacedError (``load
+--replace`` swapped in a new dataset), SnapshotExpiredError (an unpinned reader's data
+was collected) - both mean "open it again" - or VerifyError (the store lost data: real
+corruption). `verify` re-checks a dataset that moved on while it ran instead of
+reporting its vanished data as corrupt.
 
 Documents (layout ``docs``): `Dataset.get(id)` -> `Doc` (id, created_at, text str),
 `get_many(ids)` -> (DocBatch of the found ones, in the order asked; missing ids),
@@ -38,11 +45,18 @@ class VerifyReport:
         return asdict(self)
 
 
+#: times `verify` starts over on a dataset that moved on while it was verified
+VERIFY_ATTEMPTS = 4
+
+
 class Dataset:
-    def __init__(self, uri: str):
+    def __init__(self, uri: str, pin: bool = True):
+        from .snapshots import read_snapshot
+
         self.spec = parse_dataset_uri(uri)
         self.uri = self.spec.uri
-        self.manifest = mf.load_manifest(self.spec.root, uri)
+        self._opened_as = (uri, pin)
+        self.manifest, self._ident, self._pin = read_snapshot(self.spec.root, uri, pin)
         self.layout = self.manifest.layout_obj
         self.serializer = (None if self.layout.variable_length  # documents: see docs_access.py
                            else get_serializer(self.manifest.format, self.layout, self.manifest.compression))
@@ -51,28 +65,71 @@ class Dataset:
         self._docs = None
 
     # --- handles -----------------------------------------------------------------
-    def shard(self, i: int) -> ShardStore:
+    def shard(self, i: int, random_reads: bool = False) -> ShardStore:
+        """Shard i, opened read-only on first use; ``random_reads`` (chunk and document
+        reads) turns OS readahead off when this call opens it."""
         st = self._shards.get(i)
         if st is None:
             opts = dict(self.spec.options)
-            if self.layout.variable_length and self.spec.scheme != "rocksdb":
-                opts.setdefault("readahead", "0")  # documents are read by id: random reads
+            if (random_reads or self.layout.variable_length) and self.spec.scheme != "rocksdb":
+                opts.setdefault("readahead", "0")
             st = self.spec.backend.open(self.spec.shard_path(i), write=False, options=opts)
             # after opening: if the manifest still names our dataset, the shard is ours
             # (`load --replace` swaps in a whole new directory; see replace.py)
-            if mf.read_dataset_id(self.spec.root) != self.manifest.dataset_id:
+            replaced = self._replaced()
+            if replaced is not None:
                 st.close()
-                from .errors import DatasetReplacedError
-
-                raise DatasetReplacedError(f"dataset {self.uri} was replaced (load --replace) after it was "
-                                           "opened; open it again to read the new content")
+                raise replaced
             self._shards[i] = st
         return st
+
+    def _replaced(self):
+        """DatasetReplacedError when ``load --replace`` swapped in another dataset, else None."""
+        if mf.read_dataset_id(self.spec.root) == self.manifest.dataset_id:
+            return None
+        from .errors import DatasetReplacedError
+
+        return DatasetReplacedError(f"dataset {self.uri} was replaced (load --replace) after it was "
+                                    "opened; open it again to read the new content")
+
+    @property
+    def pinned(self) -> bool:
+        """Whether this reader holds a pin on its snapshot (loader/snapshots.py)."""
+        return self._pin is not None
+
+    def moved_on(self):
+        """Why data of this snapshot may be gone from the stores, as the error to raise
+        (DatasetReplacedError, or SnapshotExpiredError for an unpinned reader after a
+        manifest write), or None while the snapshot is whole."""
+        from .snapshots import manifest_ident
+
+        now = manifest_ident(self.spec.root)
+        if now == self._ident:
+            return None
+        replaced = self._replaced()
+        if replaced is not None:
+            return replaced
+        if self.pinned:  # the same dataset, our data pinned: remember this manifest as checked
+            self._ident = now
+            return None
+        from .errors import SnapshotExpiredError
+
+        return SnapshotExpiredError(f"dataset {self.uri} changed since this reader opened it (compact/finalize "
+                                    "removed data of its snapshot); open it again")
+
+    def missing(self, problem: str):
+        """The error for data of this snapshot that a store does not have: the dataset
+        moved on (see `moved_on`), or else a VerifyError saying ``problem``."""
+        from .errors import VerifyError
+
+        return self.moved_on() or VerifyError(problem)
 
     def close(self) -> None:
         for st in self._shards.values():
             st.close()
         self._shards.clear()
+        if self._pin is not None:
+            self._pin.release()
 
     def __enter__(self):
         return self
@@ -95,7 +152,7 @@ class Dataset:
                 "records": m.records, "batches": len(m.batches), "batch_records": m.batch_records,
                 "record_bytes": text, "text_bytes": text, "stored_bytes": m.stored_bytes,
                 "disk_bytes": sum(self.shard(i).nbytes() for i in range(m.shards)) if m.batches else 0,
-                "runs": m.runs, "arrays": m.arrays,
+                "runs": self._runs(), "arrays": m.arrays, "generation": m.generation, "garbage": m.garbage,
             }
         return {
             "dataset": self.uri,
@@ -112,9 +169,17 @@ class Dataset:
             "record_bytes": m.records * self.layout.record_size,
             "stored_bytes": m.stored_bytes,
             "disk_bytes": sum(self.shard(i).nbytes() for i in range(m.shards)) if m.batches else 0,
-            "runs": m.runs,
+            "runs": self._runs(),
             "arrays": m.arrays,
+            "generation": m.generation,
+            "garbage": m.garbage,
         }
+
+    def _runs(self) -> list[dict]:
+        from .lock import is_held
+        from .runs import as_seen
+
+        return as_seen(self.manifest, job_running=is_held(self.spec.root))
 
     # --- documents (layout docs) ----------------------------------------------------
     @property
@@ -151,10 +216,8 @@ class Dataset:
     def _value(self, b: mf.BatchEntry):
         v = self.shard(b.shard).get(batch_key(b.seq))
         if v is None:
-            from .errors import VerifyError
-
-            raise VerifyError(f"batch {b.seq} is missing from shard {b.shard} of {self.uri}; "
-                              "run `bulkload verify` and reload the dataset")
+            raise self.missing(f"batch {b.seq} is missing from shard {b.shard} of {self.uri}; "
+                               "run `bulkload verify` and reload the dataset")
         return v
 
     def _decode(self, b: mf.BatchEntry) -> np.ndarray:
@@ -212,7 +275,33 @@ class Dataset:
 
     # --- verification --------------------------------------------------------------
     def verify(self) -> VerifyReport:
-        """Recompute every batch's checksum and count; list what does not match."""
+        """Recompute every batch's checksum and count; list what does not match.
+
+        Problems are reported only when this snapshot is still whole: when the dataset
+        moved on while it was checked (replaced, or an unpinned reader's data collected),
+        the dataset as it is now is verified again (a few times, then the "open it
+        again" error is raised) - a healthy dataset is never reported corrupt."""
+        from .errors import DatasetReplacedError
+
+        ds = self
+        try:
+            for _ in range(VERIFY_ATTEMPTS):
+                try:
+                    report = ds._verify_snapshot()
+                    moved = None if report.ok else ds.moved_on()
+                except DatasetReplacedError as e:
+                    moved = e
+                if moved is None:
+                    return report
+                if ds is not self:
+                    ds.close()
+                ds = Dataset(*self._opened_as)
+            raise moved
+        finally:
+            if ds is not self:
+                ds.close()
+
+    def _verify_snapshot(self) -> VerifyReport:
         problems = []
         for b in self.manifest.batches:
             where = {"shard": b.shard, "batch": b.seq, "first_record": b.first}
@@ -257,5 +346,8 @@ def records_to_arrow(recs: np.ndarray, schema):
     return pa.Table.from_arrays([pa.array(recs[name]) for name in schema.names], schema=schema)
 
 
-def open(uri: str) -> Dataset:  # noqa: A001 - the public API is loader.open
-    return Dataset(uri)
+def open(uri: str, pin: bool = True) -> Dataset:  # noqa: A001 - the public API is loader.open
+    """A snapshot reader of the dataset at ``uri`` (close it, or use ``with``). ``pin=False``
+    reads without pinning the snapshot: a compaction may then remove its data (reads
+    raise SnapshotExpiredError), but the reader never holds garbage back."""
+    return Dataset(uri, pin)

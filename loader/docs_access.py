@@ -75,6 +75,18 @@ class DocReader:
         self.blocks = BlockReader() if kind.blocks else None
         self.index = DocIndex(m.batches)
         self._dec: dict[tuple[int, str], object] = {}
+        self._present: set[tuple[int, str]] = set()  # (shard, table) found in its store
+
+    def _store(self, b: mf.BatchEntry):
+        """The shard holding batch b, once its table is known to be there (a table of
+        this snapshot that is gone: the dataset moved on, or a VerifyError)."""
+        st = self.ds.shard(b.shard)
+        if (b.shard, b.table) not in self._present:
+            if not st.has_table(b.table):
+                raise self.ds.missing(f"table {b.table} of batch {b.seq} is missing from shard {b.shard} of "
+                                      f"{self.ds.uri}; run `bulkload verify` and reload the dataset")
+            self._present.add((b.shard, b.table))
+        return st
 
     def _decompressor(self, shard: int, table: str):
         key = (shard, table)
@@ -95,22 +107,27 @@ class DocReader:
         return decode_value(value, self.format, doc_id)
 
     def _lookup(self, doc_id: int):
-        for b in self.index.candidates(doc_id):
+        candidates = self.index.candidates(doc_id)
+        for b in candidates:
             if self.blocks is not None:
-                item = self.ds.shard(b.shard).seek(key_of(doc_id), table=b.table)
+                item = self._store(b).seek(key_of(doc_id), table=b.table)
                 if item is not None and id_of_key(item[0]) <= b.hi:
                     got = self.blocks.find(item[1], doc_id)
                     if got is not None:
                         return (doc_id,) + got
                 continue
-            v = self.ds.shard(b.shard).get(key_of(doc_id), table=b.table)
+            v = self._store(b).get(key_of(doc_id), table=b.table)
             if v is not None:
                 return self.decode(b, doc_id, v)
+        if candidates:  # not found where it could be: is the table still ours?
+            moved = self.ds.moved_on()
+            if moved is not None:
+                raise moved
         return None
 
     def _batch_docs(self, b: mf.BatchEntry, lo: int, hi: int) -> DocBatch:
         """The documents of batch b with ids lo..hi (b.lo <= lo <= hi <= b.hi)."""
-        shard = self.ds.shard(b.shard)
+        shard = self._store(b)
         if self.blocks is not None:
             parts = []
             for _k, v in blocks_from(shard, b.table, lo, b.hi):

@@ -22,18 +22,20 @@ whole shards (shard mod W), as in a load.
 ``compact`` run in the manifest (unfinished loads / ingests are superseded: their pending
 batches are void, as when a new run starts). Workers first drop the doc tables no
 committed batch of their shard names (leftovers of failed runs or of a killed
-compaction), then write and sync the new tables. One manifest write then replaces the
-folded shards' batch entries with the new ones (fresh seqs above all others, seq mod K =
-shard) and marks the run done. Before it, the new tables are unreferenced leftovers (the
-next writer or compaction drops them) and the old state is intact; after it, the old
-tables are the leftovers: dropped at the end, or by the next writer if the process died.
-Finally each shard store is compacted when its size on disk exceeds its live bytes
-(LMDB keeps freed pages in its file), as compact.py does for fixed-size datasets.
+compaction; tables the garbage list holds stay), then write and sync the new tables. One
+manifest write then replaces the folded shards' batch entries with the new ones (fresh
+seqs above all others, seq mod K = shard), lists the old tables as garbage and marks the
+run done. Before it, the new tables are unreferenced leftovers (the next writer or
+compaction drops them) and the old state is intact; after it, the old tables are
+garbage: dropped at once unless a reader still pins an older snapshot, else by a later
+writer (loader/garbage.py). Finally each shard store is compacted when its size on disk
+exceeds its live bytes (LMDB keeps freed pages in its file), as compact.py does for
+fixed-size datasets.
 
 Fault points (loader/faults.py): coordinator ``docs-folded`` (new tables synced,
 manifest not switched), ``docs-switched`` (switched, old tables not dropped),
-``docs-dropping`` (old tables dropped from some shards only); workers ``fold`` (a window
-was put, not yet synced).
+``docs-dropping`` (old tables dropped from some shards only, in the garbage collector);
+workers ``fold`` (a window was put, not yet synced).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ import numpy as np
 from . import faults
 from . import manifest as mf
 from .errors import BulkloadError, UsageError, VerifyError
+from .garbage import collect_garbage, held_tables, retire_doc_tables
 from .stores.base import StoreSpec
 
 #: a window holding more than this many times the target is split
@@ -143,9 +146,10 @@ def open_writer(spec: StoreSpec, s: int, store_options: tuple, want_tables: int 
     return st
 
 
-def clear_leftovers(st, batches: list) -> int:
-    """Drop the doc tables no batch of ``batches`` (this shard's committed ones) names, and
-    the keys above each named table's highest committed id; returns tables dropped."""
+def clear_leftovers(st, batches: list, keep=()) -> int:
+    """Drop the doc tables no batch of ``batches`` (this shard's committed ones) names,
+    except ``keep`` (tables the garbage list holds for readers), and the keys above each
+    named table's highest committed id; returns tables dropped."""
     from .docs import key_of
     from .record_kinds import doc_tables, drop_doc_table
 
@@ -155,11 +159,12 @@ def clear_leftovers(st, batches: list) -> int:
             top[b.table] = max(top.get(b.table, -1), b.hi)
     n = 0
     for t in doc_tables(st):
-        if t not in top:
+        if t in top:
+            if top[t] < 2**64 - 1:
+                st.delete_range(key_of(top[t] + 1), None, table=t)
+        elif t not in keep:
             drop_doc_table(st, t)
             n += 1
-        elif top[t] < 2**64 - 1:
-            st.delete_range(key_of(top[t] + 1), None, table=t)
     return n
 
 
@@ -174,6 +179,7 @@ class FoldTask:
     rows: tuple  # committed batch rows of those shards
     table: str  # the new table
     target: int
+    keep_tables: tuple = ()  # tables the garbage list holds (not leftovers)
     store_options: tuple = ()
     main_pid: int = 0
     fault: str = ""
@@ -189,6 +195,12 @@ class _View:
 
     def shard(self, i: int):
         return self._st
+
+    def moved_on(self):
+        return None  # the dataset lock is held: nothing moves
+
+    def missing(self, problem: str):
+        return VerifyError(problem)
 
 
 def fold_worker(task: FoldTask, progress_q) -> dict:
@@ -217,7 +229,7 @@ def fold_shard(task: FoldTask, s: int, report=lambda n: None) -> dict:
     kind = kind_for(DOCS, m.format, m.compression)
     st = open_writer(task.store, s, task.store_options, len({b.table for b in batches}))
     try:
-        dropped = clear_leftovers(st, batches)  # includes a killed compaction's table
+        dropped = clear_leftovers(st, batches, task.keep_tables)  # includes a killed compaction's table
         reader = DocReader(_View(m, st, task.store.uri))
         writer = kind.writer(SimpleNamespace(table=task.table, store=task.store))
         live = [b for b in batches if b.keyed and b.docs]
@@ -324,7 +336,8 @@ def compact_docs(spec: StoreSpec, m: mf.Manifest, *, target_batch_records: int |
             mine = tuple(folded[w::nw])
             tasks.append(FoldTask(store=spec, worker=w, shards=mine, manifest=head,
                                   rows=tuple(tuple(b.row()) for b in m.batches if b.shard in mine),
-                                  table=table, target=target, store_options=sopts, main_pid=os.getpid(),
+                                  table=table, target=target, keep_tables=tuple(sorted(held_tables(m))),
+                                  store_options=sopts, main_pid=os.getpid(),
                                   fault=os.environ.get(faults.ENV, "")))
         total = sum(b.records for b in m.batches if b.shard in plan)
         with Progress("compact: fold documents", total, kind.record_bytes(), mode=progress) as prog:
@@ -350,6 +363,8 @@ def compact_docs(spec: StoreSpec, m: mf.Manifest, *, target_batch_records: int |
 
             raise StoreError(f"compaction read {sum(b.docs for b in new)} of the {docs_before} documents of "
                              f"shards {folded}; nothing was committed - run `bulkload verify`")
+        for s in folded:
+            retire_doc_tables(m, s, {b.table for b in m.batches if b.shard == s and b.keyed and b.docs})
         m.batches = [b for b in m.batches if b.shard not in plan] + new
         ndocs = sum(got[s]["documents"] for s in folded)
         text = sum(got[s]["text_bytes"] for s in folded)
@@ -364,15 +379,15 @@ def compact_docs(spec: StoreSpec, m: mf.Manifest, *, target_batch_records: int |
                        error=str(e) if isinstance(e, BulkloadError) else f"{type(e).__name__}: {e}")
             m.save(spec.root)
         raise
-    # the old tables are leftovers now: drop them (and any other), then compact the stores
+    # the old tables are garbage now: dropped unless a reader pins them; then compact the stores
+    collect_garbage(spec, m)
+    keep = held_tables(m)
     live = [0] * k
     for b in m.batches:
         live[b.shard] += b.nbytes
     from .compact import WASTE_FACTOR, WASTE_SLACK
 
     for s in range(k):
-        if s:
-            faults.hit("docs-dropping")
         if not os.path.exists(spec.shard_path(s)):
             continue
         try:
@@ -380,7 +395,7 @@ def compact_docs(spec: StoreSpec, m: mf.Manifest, *, target_batch_records: int |
         except (BulkloadError, OSError):
             continue  # dropped by the next writer
         try:
-            clear_leftovers(st, [b for b in m.batches if b.shard == s])
+            clear_leftovers(st, [b for b in m.batches if b.shard == s], keep)
             st.sync()
             r = shard_rep[s]
             r["tables_after"] = len(doc_tables(st))

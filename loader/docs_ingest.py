@@ -183,6 +183,7 @@ def ingest_docs(spec, directory: str, *, layout_obj, fmt: str, comp: str, k: int
                 t_start: float) -> DocsIngestReport:
     """The documents part of `loader.ingest.ingest` (options already resolved)."""
     from . import replace as replace_mod
+    from .garbage import start_writing
     from .loading import _load_locked, check_compatible, prepare_root
     from .lock import DatasetLock
     from .sources import JsonDirSource, listing_fingerprint
@@ -196,8 +197,7 @@ def ingest_docs(spec, directory: str, *, layout_obj, fmt: str, comp: str, k: int
     with DatasetLock(spec.root) as lock:
         lock.set_job(f"ingest {directory}")
         m = mf.load_manifest(spec.root) if mf.exists(spec.root) else None
-        if m is not None and runs.mark_interrupted(m):
-            m.save(spec.root)
+        start_writing(spec, m)
         sib = replace_mod.sibling_spec(spec)
         if os.path.isdir(sib.root):
             log(progress, f"discarding an unfinished --replace of {spec.uri} ({sib.root})")

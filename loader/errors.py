@@ -118,9 +118,15 @@ class DuplicateIdError(InputError):
 
 
 class DatasetReplacedError(BulkloadError):
-    """The dataset was replaced (--replace) after this reader opened it."""
+    """The dataset was replaced (--replace) after this reader opened it: open it again."""
 
     exit_code = EXIT_FAILED
+
+
+class SnapshotExpiredError(DatasetReplacedError):
+    """Data of this reader's snapshot was removed by a later compact / finalize (only
+    possible for a reader that could not pin its snapshot): open the dataset again.
+    A DatasetReplacedError, so that one ``except`` handles every "open it again"."""
 
 
 class VerifyError(BulkloadError):

@@ -17,20 +17,24 @@ not the job's). Points (see `hit` calls):
   finalize     coordinator: ``scanned`` (chunk histogram done), ``spilled`` (spill runs
                written), ``built`` (every chunk written and synced), ``indexed`` (index
                file written, manifest not switched), ``switched`` (manifest switched, the
-               replaced build not yet dropped), ``dropping`` (the replaced build dropped
-               from some shards only); workers: ``spill`` (a spill run was written),
-               ``chunks`` (a group of chunks was put, not yet synced), ``synced`` (a
-               shard's chunks synced, not yet reported)
+               replaced build listed as garbage, not yet dropped), ``dropping`` (the
+               replaced build dropped from some shards only); workers: ``spill`` (a spill
+               run was written), ``chunks`` (a group of chunks was put, not yet synced),
+               ``synced`` (a shard's chunks synced, not yet reported)
   compact      coordinator: ``merged`` (merged batches written, manifest not switched),
-               ``merge-switched`` (switched, old batches not yet deleted), ``deleting``
-               (old batches deleted from some shards only), ``compact-copied`` (an LMDB
-               shard's compacted copy is complete, not swapped in), ``compact-swapped``
-               (swapped in, the old copy not yet removed); workers: ``merge`` (a group of
-               merged batches was put, not yet synced)
+               ``merge-switched`` (switched, old batches listed as garbage, not yet
+               deleted), ``deleting`` (old batches deleted from some shards only),
+               ``compact-copied`` (an LMDB shard's compacted copy is complete, not swapped
+               in), ``compact-swapped`` (swapped in, the old copy not yet removed);
+               workers: ``merge`` (a group of merged batches was put, not yet synced)
   compact of documents (loader/docs_compact.py): coordinator ``docs-folded`` (new tables
-               synced, manifest not switched), ``docs-switched`` (switched, old tables not
-               dropped), ``docs-dropping`` (old tables dropped from some shards only);
-               workers ``fold`` (a window was put, not yet synced)
+               synced, manifest not switched), ``docs-switched`` (switched, old tables
+               listed as garbage, not dropped), ``docs-dropping`` (old tables dropped from
+               some shards only); workers ``fold`` (a window was put, not yet synced)
+  garbage      (loader/garbage.py, in every writer): ``collect`` (entries no reader needs
+               are due, nothing deleted yet), ``collected`` (their data deleted, the
+               manifest still lists them); ``deleting`` / ``dropping`` /
+               ``docs-dropping`` above are its points between shards
 
 Unset (the normal case), `hit` is one dict lookup.
 """

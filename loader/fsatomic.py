@@ -1,4 +1,5 @@
-"""Atomic filesystem steps shared by replace (whole datasets) and LMDB compaction (shards)."""
+"""Atomic filesystem steps shared by replace (whole datasets) and LMDB compaction (shards),
+and `path_ident`, which tells whether a path was swapped or replaced since it was read."""
 
 from __future__ import annotations
 
@@ -38,3 +39,13 @@ def fsync_dir(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def path_ident(path: str) -> tuple[int, int] | None:
+    """(device, inode) of what ``path`` names now, or None when nothing: an atomic rename
+    or exchange onto the path changes it."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino

@@ -43,6 +43,7 @@ from . import replace as replace_mod
 from .commit import Committer, Unit, checkpoint_settings, execute, log, resume_points
 from .errors import (ChangedInputError, InputError, MissingPathError, PartialRecordError,
                      SourceVanishedError, UnreadableInputError, UsageError, WorkerError)
+from .garbage import start_writing
 from .layouts import get_layout
 from .lock import DatasetLock
 from .sources import FileSource, hash_file
@@ -151,8 +152,7 @@ def ingest(dataset: str, from_dir: str, *, pattern: str = "*", on_bad_file: str 
     with DatasetLock(spec.root) as lock:
         lock.set_job(f"ingest {directory}/{pattern}")
         m = mf.load_manifest(spec.root) if mf.exists(spec.root) else None
-        if m is not None and runs.mark_interrupted(m):
-            m.save(spec.root)
+        start_writing(spec, m)
         sib = replace_mod.sibling_root(spec)
         if os.path.isdir(sib):
             log(progress, f"discarding an unfinished --replace of {spec.uri} ({sib})")

@@ -21,6 +21,7 @@ from . import faults, runs
 from . import manifest as mf
 from . import replace as replace_mod
 from .commit import Committer, Unit, checkpoint_settings, execute, log, resume_points
+from .garbage import held_tables, start_writing
 from .errors import (BulkloadError, DatasetMismatchError, MissingPathError, NotWritableError,
                      UsageError, WorkerError)
 from .layouts import Layout, get_layout
@@ -208,8 +209,7 @@ def load(source: str, dataset: str, *, layout: str | None = None, format: str | 
     with DatasetLock(spec.root) as lock:
         lock.set_job(f"load {source}" + (" --replace" if replace else ""))
         m = mf.load_manifest(spec.root) if mf.exists(spec.root) else None
-        if m is not None and runs.mark_interrupted(m):
-            m.save(spec.root)
+        start_writing(spec, m)
         sib = replace_mod.sibling_spec(spec)
         if not replace:
             if os.path.isdir(sib.root):
@@ -379,7 +379,7 @@ def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, skip
         receipts = execute(spec, m, run, committer, layout=layout_obj, segments=segments, resume=res, k=k,
                            b=b, nworkers=nworkers, label=mode, progress=progress, stdin_feed=feed,
                            checkpoint=ckpt, fault=fault, kind=kind, table=table, clear_from=clear_from,
-                           keep_tables=sorted({e.table for e in m.batches if e.table}),
+                           keep_tables=sorted({e.table for e in m.batches if e.table} | held_tables(m)),
                            store_options=kind.store_options(spec.scheme))
         if stdin_run:
             receipts, total = receipts

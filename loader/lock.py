@@ -3,6 +3,9 @@
 The lock file records who holds it (pid, host, time) so that a second job can say
 "dataset locked by pid P on host H since T" and exit with code 3. The kernel drops a
 flock when its process dies, so a lock left by a killed job is taken over at once.
+
+`is_held` tells a reader whether some job holds the lock without touching it (a probe
+with flock, even shared, would make a writer starting at that moment fail with "busy").
 """
 
 from __future__ import annotations
@@ -67,3 +70,37 @@ def _read_holder(fd: int) -> dict:
         return json.loads(os.pread(fd, 4096, 0) or b"{}")
     except ValueError:
         return {}
+
+
+def is_held(root: str) -> bool:
+    """Whether a job holds the dataset lock now: a FLOCK on the lock file's inode in
+    /proc/locks (or, where that cannot be read, a live holder pid on this host)."""
+    path = Path(root) / LOCK
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    try:
+        with open("/proc/locks") as f:
+            table = f.read()
+    except OSError:
+        return _holder_alive(path)
+    inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5678 0 EOF" (waiters are marked "->")
+    return any(p[1:2] == ["FLOCK"] and inode in p for p in (line.split() for line in table.splitlines()))
+
+
+def _holder_alive(path: Path) -> bool:
+    try:
+        holder = json.loads(path.read_bytes() or b"{}")
+    except (OSError, ValueError):
+        return False
+    if not holder.get("pid") or holder.get("host") != socket.gethostname():
+        return bool(holder)  # another host's job: trust the record
+    try:
+        os.kill(int(holder["pid"]), 0)
+    except ProcessLookupError:
+        return False
+    except (OSError, ValueError):
+        pass
+    return True

@@ -4,6 +4,12 @@
 the directory). A batch exists for readers only once the manifest lists it, so a crash
 at any point leaves the last committed state. Store keys of batches at or above
 ``next_seq`` are uncommitted leftovers and are removed by the next writer.
+
+Every write increments ``generation`` (absent in old manifests: 0). A writer that makes
+committed data unreachable for new readers (compact, finalize, a documents compaction)
+lists it in ``garbage`` in the same write (each entry stamped with that write's
+generation); loader/garbage.py deletes it once no reader pins an older generation
+(loader/snapshots.py).
 """
 
 from __future__ import annotations
@@ -73,6 +79,8 @@ class Manifest:
     dataset_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     created: float = field(default_factory=time.time)
     version: int = VERSION
+    generation: int = 0  # incremented by every save: what readers pin (snapshots.py)
+    garbage: list[dict] = field(default_factory=list)  # unreferenced data kept for older readers (garbage.py)
     extra: dict = field(default_factory=dict)  # keys written by newer code: kept as they are
 
     # --- derived -------------------------------------------------------------
@@ -116,6 +124,9 @@ class Manifest:
         from . import faults
 
         faults.hit("save")
+        self.generation += 1
+        for entry in self.garbage:  # new entries: unreferenced from this write on
+            entry.setdefault("generation", self.generation)
         write_json_atomic(Path(root) / MANIFEST, self.to_json())
         faults.hit("saved")
 
@@ -140,15 +151,19 @@ def write_json_atomic(path: Path, obj) -> None:
                          "the previous manifest is intact - free space or fix permissions and retry") from e
 
 
-def load_manifest(root: str | os.PathLike, uri: str | None = None) -> Manifest:
-    path = Path(root) / MANIFEST
+def open_manifest(root: str | os.PathLike, uri: str | None = None):
+    """The manifest file, open for reading; DatasetNotFoundError when there is none."""
     try:
-        with open(path) as f:
-            return Manifest.from_json(json.load(f))
+        return open(Path(root) / MANIFEST)
     except FileNotFoundError:
         raise DatasetNotFoundError(
             f"no dataset at {uri or root} (no {MANIFEST}); load one first with `bulkload load`"
         ) from None
+
+
+def load_manifest(root: str | os.PathLike, uri: str | None = None) -> Manifest:
+    with open_manifest(root, uri) as f:
+        return Manifest.from_json(json.load(f))
 
 
 def read_dataset_id(root: str | os.PathLike) -> str | None:

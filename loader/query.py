@@ -21,7 +21,7 @@ from bisect import bisect_left
 import numpy as np
 import pyarrow as pa
 
-from .errors import NotFoundError, UsageError
+from .errors import NotFoundError, UsageError, VerifyError
 from .layouts import TYPES, Layout
 from .redimension import chunk_keys, index_path, read_index
 
@@ -72,7 +72,10 @@ class ArrayIndex:
         self.keep = summary["policy"] == "keep"
         self.format = summary["format"]
         self.ser = get_serializer(summary["format"], self.cell, summary["compression"])
-        idx = read_index(index_path(ds.spec.root, summary))
+        try:
+            idx = read_index(index_path(ds.spec.root, summary))
+        except VerifyError as e:  # gone with a replaced dataset or a collected build?
+            raise ds.missing(str(e)) from None
         d0, d1 = self.dims
         self.rmin = idx[f"min_{d0}"].astype(np.int64)
         self.rmax = idx[f"max_{d0}"].astype(np.int64)
@@ -135,17 +138,6 @@ def array_index(ds, name: str) -> ArrayIndex:
             raise NotFoundError(f"dataset {ds.uri} has no array {name!r}; arrays: {known}")
         ai = c[name] = ArrayIndex(ds, name, arrays[name])
     return ai
-
-
-def _chunk_shard(ds, i: int):
-    """The dataset's handle on shard i, opened with OS readahead off (random chunk reads)."""
-    st = ds._shards.get(i)
-    if st is None:
-        opts = dict(ds.spec.options)
-        if ds.spec.scheme in ("lmdb", "mem"):
-            opts.setdefault("readahead", "0")
-        st = ds._shards[i] = ds.spec.backend.open(ds.spec.shard_path(i), write=False, options=opts)
-    return st
 
 
 # --- listing ------------------------------------------------------------------------------------
@@ -238,10 +230,8 @@ def read_box(ds, array: str = "grid", attrs=None, ranges: dict | None = None) ->
             for i in items:
                 v = rd.get(ai.keys[i])
                 if v is None:
-                    from .errors import VerifyError
-
-                    raise VerifyError(f"array {array!r}: chunk piece {i} is missing from shard {s}; "
-                                      "run `bulkload verify` and re-run `bulkload finalize`")
+                    raise ds.missing(f"array {array!r}: chunk piece {i} is missing from shard {s}; "
+                                     "run `bulkload verify` and re-run `bulkload finalize`")
                 got[i] = (v, s)
         for i in hit.tolist():  # key (= row-major chunk) order
             cells = _columns(ai, got[i][0])
@@ -271,7 +261,7 @@ def read_box(ds, array: str = "grid", attrs=None, ranges: dict | None = None) ->
 def _reader(ds, s: int, table: str):
     from .redimension import ValueReader
 
-    rd = ValueReader(_chunk_shard(ds, s), table)
+    rd = ValueReader(ds.shard(s, random_reads=True), table)  # OS readahead off: random chunk reads
     rd.__enter__()
     return rd
 

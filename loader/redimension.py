@@ -25,8 +25,9 @@ Storage
   ``arrays[NAME]`` holds the summary (dims, chunk lengths, policy, bounds, cells, chunks,
   format, ``built_from_records``, table and index file).
 - Rebuilding an array is atomic: the new build goes to a new table and index file, the
-  manifest switches, then the old table and file are dropped (or garbage-collected by the
-  next finalize/compact when a reader of this process still holds the shard).
+  manifest switches and lists the old table and file as garbage in the same write; they
+  are deleted at once unless a reader still pins an older snapshot, else by a later
+  writer (loader/garbage.py).
 
 Algorithm (out of core, see finalize_workers.py)
 ------------------------------------------------
@@ -62,7 +63,7 @@ flat store read zero-copy are dropped from the reader's resident set after each 
 (``ValueReader.release``), so a pass over a store larger than RAM stays flat in RSS.
 
 Crash safety: nothing the manifest refers to is modified before the switch; the new
-table, spill runs and index file of a crashed run are garbage that the next finalize
+table, spill runs and index file of a crashed run are leftovers that the next finalize
 (or compact) removes (``collect_index_garbage``, the build workers' table sweep), and the
 re-run rebuilds the array from scratch. Kill points for the tests: see faults.py.
 
@@ -85,6 +86,7 @@ import numpy as np
 from . import faults
 from . import manifest as mf
 from .errors import BulkloadError, DuplicateCellError, UsageError, WorkerError
+from .garbage import collect_garbage, held_files, held_tables, retire_array, start_writing
 from .layouts import Field, Layout
 
 POLICIES = ("error", "first", "last", "keep")
@@ -321,7 +323,12 @@ class ValueReader:
 
     def get(self, key: bytes):
         if self.txn is not None:
-            return self.txn.get(key, db=self.db)
+            import lmdb
+
+            try:
+                return self.txn.get(key, db=self.db)
+            except lmdb.BadDbiError:  # the table was dropped after this process opened it
+                return None
         if self.db is None and getattr(self.store, "scheme", "") in ("lmdb", "mem"):
             return None
         return self.store.get(key, table=self.table)
@@ -482,6 +489,7 @@ def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRA
         if m.layout != aspec.layout:
             raise UsageError(f"dataset {spec.uri} changed layout while finalize started; retry")
         spec = spec.with_shards(m.shards)
+        start_writing(spec, m)
         compact_report = None
         if compact:
             compact_report = compact_locked(spec, m, progress=progress, workers=workers)
@@ -502,7 +510,7 @@ def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRA
         k = m.shards
         total = m.records
         rs = layout.record_size
-        keep_tables = tuple(sorted({a["table"] for a in m.arrays.values()} | {table}))
+        keep_tables = tuple(sorted({a["table"] for a in m.arrays.values()} | held_tables(m) | {table}))
         nbuild = max(1, min(w_req, k))
         t_phase = {}
         try:
@@ -631,17 +639,14 @@ def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRA
         }
         old = m.arrays.get(array)
         m.arrays[array] = summary
+        if old is not None:
+            retire_array(m, old)
         spill_runs = len(runs)
         run.update(status="done", ended=time.time(), records=total, cells=cells, chunks=nchunks,
                    seconds=round(seconds, 3), spill_runs=spill_runs)
         m.save(spec.root)  # the switch
         faults.hit("switched")
-        if old is not None and old.get("table") != table:
-            _drop_tables(spec, k, old["table"])
-            try:
-                os.unlink(os.path.join(spec.root, old["index"]))
-            except OSError:
-                pass
+        collect_garbage(spec, m)
 
     seconds = time.perf_counter() - t_start
     nbytes = total * rs
@@ -792,13 +797,13 @@ def _split_batches(batches: list, nparts: int) -> list[list]:
 
 
 def collect_index_garbage(root: str, m) -> None:
-    """Remove index files (and their temporaries) that no array of the manifest refers to:
-    left by a finalize that crashed before its manifest switch, or after it but before it
-    removed the replaced build's file. Call with the dataset lock held."""
+    """Remove index files (and their temporaries) that neither an array of the manifest
+    nor its garbage list (replaced builds readers may still use) refers to: left by a
+    finalize that crashed before its manifest switch. Call with the dataset lock held."""
     d = os.path.join(root, INDEX_DIR)
     if not os.path.isdir(d):
         return
-    live = {os.path.basename(a["index"]) for a in m.arrays.values()}
+    live = {os.path.basename(a["index"]) for a in m.arrays.values()} | held_files(m)
     for name in os.listdir(d):
         if name.startswith(TABLE_PREFIX) and name not in live:
             try:
@@ -808,10 +813,9 @@ def collect_index_garbage(root: str, m) -> None:
 
 
 def _drop_tables(spec, nshards: int, table: str) -> None:
-    """Best effort: drop `table` in every shard (what fails is collected by the next finalize)."""
+    """Best effort: drop the uncommitted `table` in every shard (what fails is swept by
+    the next finalize)."""
     for s in range(nshards):
-        if s:
-            faults.hit("dropping")
         if not os.path.exists(spec.shard_path(s)):
             continue
         try:

@@ -6,8 +6,9 @@ and ingest runs also keep their *plan* (first seq, first record, batch size, the
 source's fingerprint, the files) and, while unfinished, their *pending* rows (batches
 durable in the stores but not yet committed, see commit.py).
 
-Statuses: ``running`` (in progress - or its job died: the next writer, which holds the
-lock, turns that into ``interrupted``), ``done``, ``failed`` (an error stopped it),
+Statuses: ``running`` (in progress - or its job died: the next writer of any kind, which
+holds the lock, turns that into ``interrupted``; `info` shows it so as soon as no job
+holds the lock), ``done``, ``failed`` (an error stopped it),
 ``interrupted``, ``superseded`` (another run started before it was resumed: its pending
 batches were discarded and nothing of it is committed).
 
@@ -32,8 +33,23 @@ def current(m) -> list[dict]:
 
 def mark_interrupted(m) -> bool:
     """Runs still ``running`` while we hold the lock belong to a job that died."""
+    return _interrupt(m.runs)
+
+
+def as_seen(m, job_running: bool) -> list[dict]:
+    """The runs as a reader reports them: while no job holds the dataset lock
+    (``job_running`` False), a run still ``running`` is one whose job died: shown
+    ``interrupted`` (the next writer records it so)."""
+    if job_running:
+        return m.runs
+    shown = [dict(r) for r in m.runs]
+    _interrupt(shown)
+    return shown
+
+
+def _interrupt(runs: list[dict]) -> bool:
     changed = False
-    for r in m.runs:
+    for r in runs:
         if r.get("status") == "running":
             r["status"] = "interrupted"
             r["error"] = r.get("error") or "the job stopped without finishing (killed or crashed)"

@@ -78,6 +78,10 @@ class ShardStore(ABC):
     def tables(self) -> list[str]:
         """Names of the tables in this shard."""
 
+    def has_table(self, table: str) -> bool:
+        """Whether ``table`` exists in this shard (as this handle sees it)."""
+        return table in self.tables()
+
     @abstractmethod
     def sync(self) -> None:
         """Make everything written so far durable (fsync)."""

@@ -18,7 +18,10 @@ Rules this module keeps (DESIGN §5):
 - Readers open ``readonly`` with the lock table, so they never block on a writer and see
   the last committed transaction; they pick up a map grown by the writer
   (``MapResizedError`` -> ``set_mapsize(0)``). ``readahead`` ("0"/"false") turns OS
-  readahead off for random chunk reads.
+  readahead off for random chunk reads. A reader whose open overlapped a compaction's
+  directory swap (its lock file and data file could come from different directories)
+  opens again. A table dropped by a writer after a reader opened its handle reads as
+  absent (LMDB's ``MDB_BAD_DBI``), like a table that never existed.
 
 Durability: the writer commits with ``sync=False, metasync=False``; :meth:`sync` is the
 durability point (``env.sync(True)``). Until it returns, an OS crash may lose (and, as
@@ -63,7 +66,7 @@ from ..errors import (
     UsageError,
 )
 from .. import faults
-from ..fsatomic import exchange, fsync_dir
+from ..fsatomic import exchange, fsync_dir, path_ident
 from .base import MEM_ROOT, ShardStore, ascending, make_shard_dir
 
 DEFAULT_MAP_SIZE = 64 << 20
@@ -132,6 +135,13 @@ def _opt_size(options: dict, name: str, default: int) -> int:
 
 def _round_up(n: int, unit: int) -> int:
     return -(-n // unit) * unit
+
+
+def _file_size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 # --- one Environment per path per process --------------------------------------------
@@ -285,19 +295,27 @@ class LmdbStore(ShardStore):
                 f"shard {path} has no data.mdb: it is not an LMDB shard (or was never written)"
             )
         for attempt in range(8):
+            where = path_ident(path)
             try:
                 # the size stored in the file (or its current extent) is adopted by LMDB
-                return lmdb.open(
+                env = lmdb.open(
                     path, map_size=_round_up(existing, MIB), subdir=True, readonly=True,
                     create=False, readahead=readahead, max_dbs=max_dbs, lock=True,
                 )
             except lmdb.MapResizedError:
                 # a writer grew the map between our stat and the open's first transaction
-                existing = max(existing, os.path.getsize(data)) * 2
+                existing = max(existing, _file_size(data)) * 2
+                continue
             except lmdb.Error as e:
+                if path_ident(path) != where:
+                    continue  # a compaction swapped the directory during the open
                 raise StoreError(errno.EIO, f"cannot open LMDB shard {path} for reading: {e}") from e
+            if path_ident(path) == where:
+                return env
+            env.close()  # swapped mid-open: its lock and data files may not belong together
+            existing = max(existing, _file_size(data))
         raise StoreError(errno.EAGAIN, f"cannot open LMDB shard {path} for reading: its writer keeps "
-                                       "growing the map; try again")
+                                       "growing or compacting it; try again")
 
     # --- helpers -------------------------------------------------------------------
 
@@ -459,6 +477,14 @@ class LmdbStore(ShardStore):
                 self._grow(sum(len(k) + len(v) for k, v in seen))
         raise StoreError(errno.ENOSPC, f"shard {self.path}: LMDB map still full after growing")
 
+    def _dropped(self, table: str) -> None:
+        """A writer dropped ``table`` after this process opened its handle (MDB_BAD_DBI):
+        forget the handle; reads see the table as absent."""
+        self._entry.dbs.pop(table, None)
+
+    def has_table(self, table: str) -> bool:
+        return self._db(table, create=False) is not None
+
     def get(self, key: bytes, table: str = "batches") -> bytes | None:
         db = self._db(table, create=False)
         if db is None:
@@ -466,6 +492,9 @@ class LmdbStore(ShardStore):
         txn = self._begin_read()
         try:
             return txn.get(key, db=db)
+        except lmdb.BadDbiError:
+            self._dropped(table)
+            return None
         finally:
             txn.abort()
 

@@ -15,7 +15,10 @@ Rules this module keeps (DESIGN §5):
 - A second read-write open fails on the database's LOCK file: that becomes
   DatasetBusyError. Readers open read-only (no LOCK), never block, and see the state
   committed when they opened (a read-only RocksDB instance does not follow later writes:
-  reopen to see newer data).
+  reopen to see newer data). A read-only instance keeps every SST file it uses open
+  (``max_open_files`` -1, RocksDB's default), so a compaction that deletes files does not
+  take them from it. A read-only open that races a writer (a file compacted away, a column
+  family dropped between listing and opening) is tried again a few times.
 - A rocksdict column-family handle keeps the whole database open: ``close`` drops every
   handle this object holds so that the LOCK is released.
 
@@ -31,6 +34,7 @@ from __future__ import annotations
 import errno
 import itertools
 import os
+import time
 from typing import Iterable, Iterator
 
 from rocksdict import (
@@ -55,6 +59,8 @@ _COMPRESSION = {
 }
 _counter = itertools.count()
 ZSTD_DICT_BYTES = 16 * 1024
+#: read-only opens tried before giving up (a writer may delete files while one opens)
+READ_OPEN_ATTEMPTS = 5
 
 
 def _int_opt(options: dict, name: str, default: int) -> int:
@@ -139,27 +145,34 @@ class RocksdbStore(ShardStore):
                     f"check the dataset path (was it loaded?)"
                 )
             access = AccessType.read_only(False)
-        cfs = None
-        if exists:
+        for attempt in range(1 if write else READ_OPEN_ATTEMPTS):
             try:
-                names = Rdict.list_cf(path, Options(raw_mode=True))
+                cfs = cls._families(path, options, write) if exists else None
+                db = Rdict(path, opts, column_families=cfs, access_type=access)
+                break
             except Exception as e:
-                raise StoreError(errno.EIO, f"cannot list the tables of shard {path}: {e}") from e
-            cfs = {n: _options(options, write=write) for n in names if n != "default"}
-        try:
-            db = Rdict(path, opts, column_families=cfs, access_type=access)
-        except Exception as e:
-            if write and _is_lock_error(e):
-                raise DatasetBusyError(
-                    f"dataset shard {path} is being written by another job (its LOCK is "
-                    f"held); wait for that job to finish or stop it, then retry"
-                ) from None
+                if write and _is_lock_error(e):
+                    raise DatasetBusyError(
+                        f"dataset shard {path} is being written by another job (its LOCK is "
+                        f"held); wait for that job to finish or stop it, then retry"
+                    ) from None
+                err = e
+                time.sleep(0.02 * attempt)  # a reader racing a writer's compaction: again
+        else:
             raise StoreError(
-                errno.EIO, f"cannot open RocksDB shard {path} ({'write' if write else 'read'}): {e}"
-            ) from e
+                errno.EIO, f"cannot open RocksDB shard {path} ({'write' if write else 'read'}): {err}"
+            ) from err
         store = cls(path, db, opts, write=write)
         store._known = set(cfs or ())
         return store
+
+    @staticmethod
+    def _families(path: str, options: dict, write: bool) -> dict:
+        try:
+            names = Rdict.list_cf(path, Options(raw_mode=True))
+        except Exception as e:
+            raise StoreError(errno.EIO, f"cannot list the tables of shard {path}: {e}") from e
+        return {n: _options(options, write=write) for n in names if n != "default"}
 
     # --- helpers -------------------------------------------------------------------
 
@@ -283,6 +296,9 @@ class RocksdbStore(ShardStore):
         self._cfs.pop(table, None)
         self.db.drop_column_family(table)
         self._known.discard(table)
+
+    def has_table(self, table: str) -> bool:
+        return table in self._known
 
     def tables(self) -> list[str]:
         if self._write:
