@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 from typing import Optional
 
 import typer
+from typer.exceptions import TyperException
 
 from . import logs
 from .errors import BulkloadError, EXIT_FAILED, EXIT_USAGE
@@ -23,11 +25,15 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 
 
 def fail(message: str, code: int) -> None:
-    print(f"bulkload: error: {message}", file=sys.stderr, flush=True)
+    line = "; ".join(part.strip() for part in str(message).splitlines() if part.strip())
+    print(f"bulkload: error: {line}", file=sys.stderr, flush=True)
     raise typer.Exit(code)
 
 
 def handle_errors(fn):
+    """A command's errors become one line on stderr and an exit code: BulkloadError its
+    own; anything else (an OSError, a library's error) exit 1, as the last resort, with
+    the traceback only when BULKLOAD_DEBUG=1."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
@@ -38,7 +44,32 @@ def handle_errors(fn):
             fail("interrupted; nothing from this run was committed", 130)
         except BrokenPipeError:
             raise typer.Exit(0)
+        except (typer.Exit, typer.Abort, TyperException):
+            raise
+        except Exception as e:  # noqa: BLE001 - the last resort: never a traceback
+            unexpected(e)
     return wrapper
+
+
+def unexpected(e: Exception) -> None:
+    """Exit 1 with one line for an error no part of bulkload anticipated."""
+    from .env import flag
+
+    if _debug(flag):
+        raise e
+    if isinstance(e, OSError) and e.strerror:
+        names = [os.fsdecode(f) for f in (e.filename, e.filename2) if f is not None]
+        text = f"{' -> '.join(map(str, names))}: {e.strerror}" if names else e.strerror
+    else:
+        text = f"{type(e).__name__}: {str(e).strip() or 'no details'}"
+    fail(f"{text} (unexpected error; BULKLOAD_DEBUG=1 shows the traceback)", EXIT_FAILED)
+
+
+def _debug(flag) -> bool:
+    try:
+        return flag("BULKLOAD_DEBUG")
+    except BulkloadError:
+        return False
 
 
 def emit_json(obj) -> None:
@@ -56,6 +87,13 @@ def main_options(
     if log_format not in ("text", "json"):
         fail(f"--log-format must be text or json, not {log_format!r}", EXIT_USAGE)
     logs.set_format(log_format)
+    handle_errors(check_environment)()
+
+
+def check_environment() -> None:
+    from . import env
+
+    env.check()
 
 
 @app.command(context_settings={"ignore_unknown_options": True})
@@ -217,7 +255,13 @@ def export(dataset: str = typer.Argument(...),
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    except Exception as e:  # noqa: BLE001 - outside any command (typer's own machinery)
+        try:
+            unexpected(e)
+        except typer.Exit as done:
+            sys.exit(done.exit_code)
 
 
 from . import cli_jobs  # noqa: E402  (ingest, run)

@@ -43,10 +43,15 @@ CHECKPOINT_BYTES = 1 << 30
 
 def checkpoint_settings(seconds: float | None = None, nbytes: int | None = None) -> tuple[float, int]:
     """Explicit values > BULKLOAD_CHECKPOINT_SECONDS / _BYTES > defaults (10 s, 1 GiB)."""
+    from . import env
+    from .errors import UsageError
+
     if seconds is None:
-        seconds = float(os.environ.get("BULKLOAD_CHECKPOINT_SECONDS", CHECKPOINT_SECONDS))
+        seconds = env.number("BULKLOAD_CHECKPOINT_SECONDS", CHECKPOINT_SECONDS)
     if nbytes is None:
-        nbytes = int(float(os.environ.get("BULKLOAD_CHECKPOINT_BYTES", CHECKPOINT_BYTES)))
+        nbytes = env.number("BULKLOAD_CHECKPOINT_BYTES", CHECKPOINT_BYTES, integer=True)
+    if not (0 <= seconds < float("inf")) or nbytes < 0:
+        raise UsageError(f"checkpoint interval {seconds!r} s / {nbytes!r} bytes: both must be >= 0")
     return float(seconds), int(nbytes)
 
 
