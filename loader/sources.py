@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from urllib.parse import parse_qsl
 
 import numpy as np
 
 from .errors import (MissingPathError, PartialRecordError, SourceVanishedError,
                      UnreadableInputError, UsageError)
 from .layouts import Layout, get_layout
+from .stores.base import query_options
 
 MAX_RECORDS = 2**63 - 1
 
@@ -332,7 +332,7 @@ def parse_source(ref: str, layout: Layout | None = None, on_bad_file: str = "fai
         get_layout(name)  # unknown layout -> clear error
         if layout is not None and layout.name != name:
             raise UsageError(f"source {ref!r} generates layout {name!r} but --layout is {layout.name!r}")
-        q = dict(parse_qsl(query, keep_blank_values=True))
+        q = query_options(query, f"source {ref!r}", "parameter")
         docs = name == "docs"
         takes, example = (("n, seed and start", "gen://docs?n=1000000&seed=1") if docs
                           else ("n, start and impl", f"gen://{name}?n=1000000"))
