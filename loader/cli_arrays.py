@@ -181,7 +181,7 @@ def _size(v: str | None, opt: str) -> int | None:
         s = s[:-1]
     try:
         n = int(float(s) * mult)
-    except ValueError:
+    except (ValueError, OverflowError):
         fail(f"{opt} {v!r} is not a size (e.g. 512m, 2g)", EXIT_USAGE)
     return n
 

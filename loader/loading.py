@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import operator
 import os
 import resource
 import time
@@ -30,7 +31,7 @@ from .progress import Progress
 from .record_kinds import kind_for
 from .serializers import COMPRESSIONS, FORMATS
 from .sources import GenDocsSource, GenSource, JsonDirSource, StdinSource, parse_source
-from .stores.base import MEM_ROOT, StoreSpec, parse_dataset_uri
+from .stores.base import MAX_SHARDS, MEM_ROOT, StoreSpec, parse_dataset_uri
 from .workers import LoadTask, Segment, load_worker
 
 DEFAULT_BATCH_RECORDS = 10_000
@@ -67,8 +68,40 @@ class LoadReport:
         return asdict(self)
 
 
+MAX_WORKERS = 1024
+#: most bytes of records in one batch (whatever the format): a batch is produced, framed
+#: and written whole, QUEUE_DEPTH at a time per worker, so this bounds a worker's memory
+MAX_BATCH_BYTES = 256 << 20
+
+
 def default_workers() -> int:
     return max(1, os.cpu_count() or 1)
+
+
+def check_count(option: str, value, lo: int, hi: int) -> int | None:
+    """``value`` (None: not given) if it is a whole number in lo..hi, else UsageError
+    naming the option: 0, negative, huge and non-integer values never fall back to a default."""
+    if value is None:
+        return None
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        n = operator.index(value)
+    except TypeError:
+        n = None
+    if n is None or not lo <= n <= hi:
+        raise UsageError(f"{option} must be a whole number from {lo:,} to {hi:,}, not {value!r}")
+    return n
+
+
+def max_batch_records(kind) -> int:
+    """Most records per batch of a record kind: the format's own limit and MAX_BATCH_BYTES."""
+    from .serializers import get_serializer
+
+    limit = MAX_BATCH_BYTES // max(1, kind.record_bytes())
+    if not kind.keyed:
+        limit = min(limit, get_serializer(kind.format, kind.layout, kind.compression).max_records or limit)
+    return limit
 
 
 def prepare_root(spec: StoreSpec) -> None:
@@ -134,17 +167,15 @@ def resolve_options(spec: StoreSpec, existing: mf.Manifest | None, *, layout_obj
     if comp not in COMPRESSIONS:
         raise UsageError(f"unknown compression {comp!r}; use one of {', '.join(kind.compressions)}")
     kind.check(layout_obj, fmt, comp)  # rejects unsupported combinations
+    shards = check_count("--shards", shards, 1, MAX_SHARDS)
+    workers = check_count("--workers", workers, 1, MAX_WORKERS)
+    batch_records = check_count("--batch-records", batch_records, 1,
+                                max_batch_records(kind_for(layout_obj, fmt, comp)))
     if shards is not None and spec.shards is not None and shards != spec.shards:
         raise UsageError(f"--shards {shards} contradicts ?shards={spec.shards} in {spec.uri}")
-    k = shards or spec.shards or (existing.shards if has else None) or default_workers()
-    if not 1 <= k <= 1024:
-        raise UsageError("--shards must be between 1 and 1024")
+    k = shards or spec.shards or (existing.shards if has else None) or min(default_workers(), MAX_SHARDS)
     w_req = default_workers() if workers is None else workers
-    if w_req < 1:
-        raise UsageError("--workers must be at least 1")
     b = batch_records if batch_records is not None else (existing.batch_records if has else DEFAULT_BATCH_RECORDS)
-    if b < 1:
-        raise UsageError("--batch-records must be at least 1")
     return layout_obj, fmt, comp, k, w_req, b, spec.with_shards(k)
 
 
