@@ -23,11 +23,13 @@ Keyed sources have ``read_docs(offset, count) -> (DocBatch, [FileError])`` inste
 from __future__ import annotations
 
 import os
+import stat
+import sys
 from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import (MissingPathError, PartialRecordError, SourceVanishedError,
+from .errors import (MissingPathError, PartialRecordError, SourceTypeError, SourceVanishedError,
                      UnreadableInputError, UsageError)
 from .layouts import Layout, get_layout
 from .stores.base import query_options
@@ -357,6 +359,7 @@ def parse_source(ref: str, layout: Layout | None = None, on_bad_file: str = "fai
     path = os.path.abspath(ref)
     if not os.path.exists(path):
         raise MissingPathError(f"source file {ref} does not exist")
+    refuse_pseudo_file(ref)
     if os.path.isdir(path):
         if layout is not None and getattr(layout, "variable_length", False):
             return JsonDirSource(path, on_bad_file)
@@ -367,6 +370,39 @@ def parse_source(ref: str, layout: Layout | None = None, on_bad_file: str = "fai
         raise UsageError(f"source {ref} is a file; layout docs loads gen://docs?n=N or a directory of "
                          "<id>.json files")
     return FileSource(path)
+
+
+#: statfs f_type of the kernel's pseudo filesystems: their files report sizes (often 0 or
+#: 4096) that have nothing to do with what reading them yields
+PSEUDO_FILESYSTEMS = {0x9FA0: "procfs", 0x62656572: "sysfs", 0x64626720: "debugfs", 0x74726163: "tracefs",
+                      0x73636673: "securityfs", 0x63677270: "cgroup2", 0x27E0EB: "cgroup",
+                      0x62656570: "configfs", 0xCAFE4A11: "bpf", 0xDE5E81E4: "efivarfs"}
+_NOT_RECORDS = {stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
+
+
+def refuse_pseudo_file(ref: str) -> None:
+    """Raise SourceTypeError unless ``ref`` can hold records: a device, a socket, or a
+    file of procfs/sysfs (whose sizes lie) is refused. Regular files, directories and
+    FIFOs pass (what each of those may hold is checked by its own reader)."""
+    st = os.stat(ref)
+    kind = _NOT_RECORDS.get(stat.S_IFMT(st.st_mode))
+    if kind is None:
+        fs = PSEUDO_FILESYSTEMS.get(_fs_type(ref))
+        kind = f"on {fs} (its sizes are not the bytes it yields)" if fs else None
+    if kind is not None:
+        raise SourceTypeError(f"source {ref} is {kind}, not a file of records; load a regular file, a FIFO "
+                              "or - (stdin), e.g. head -c BYTES DEVICE | bulkload load - DATASET")
+
+
+def _fs_type(path: str) -> int | None:
+    """statfs(2) f_type of the filesystem holding ``path`` (None if unknown)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    buf = ctypes.create_string_buffer(256)  # struct statfs is 120 bytes on 64-bit Linux
+    if libc.statfs(os.fsencode(path), buf) != 0:
+        return None
+    return int.from_bytes(buf.raw[:ctypes.sizeof(ctypes.c_long)], sys.byteorder) & 0xFFFFFFFF
 
 
 def parse_count(text: str, what: str, maximum: int = MAX_RECORDS) -> int:
