@@ -122,12 +122,10 @@ def generate(
             fail("refusing to write binary records to a terminal; pipe them or use --out FILE", EXIT_USAGE)
         write_records(lay, first, count, sys.stdout.buffer, impl=impl)
         return
-    try:
-        f = open(out, "wb")
-    except OSError as e:
-        fail(f"cannot write {out}: {e.strerror}", EXIT_USAGE)
-    with f:
-        write_records(lay, first, count, f, impl=impl)
+    from .outputs import open_output
+
+    with open_output(out) as o:
+        write_records(lay, first, count, o.file, impl=impl)
 
 
 @app.command()

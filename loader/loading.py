@@ -90,7 +90,7 @@ def check_count(option: str, value, lo: int, hi: int) -> int | None:
     except TypeError:
         n = None
     if n is None or not lo <= n <= hi:
-        raise UsageError(f"{option} must be a whole number from {lo:,} to {hi:,}, not {value!r}")
+        raise UsageError(f"{option} must be at least {lo:,} and at most {hi:,} (a whole number), not {value!r}")
     return n
 
 
