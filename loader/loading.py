@@ -25,7 +25,7 @@ from .commit import Committer, Unit, checkpoint_settings, execute, log, resume_p
 from .errors import (BulkloadError, DatasetMismatchError, MissingPathError, NotWritableError,
                      UsageError, WorkerError)
 from .layouts import Layout, get_layout
-from .lock import DatasetLock
+from .lock import DatasetLock, refuse_nested
 from .pool import Pool, in_thread
 from .progress import Progress
 from .record_kinds import kind_for
@@ -105,7 +105,9 @@ def max_batch_records(kind) -> int:
 
 
 def prepare_root(spec: StoreSpec) -> None:
-    """Create the dataset directory; its parent must exist and be writable."""
+    """Create the dataset directory; its parent must exist and be writable, and must not
+    lie inside another dataset."""
+    refuse_nested(spec.root)
     if spec.scheme == "mem":
         os.makedirs(MEM_ROOT, exist_ok=True)
     parent = os.path.dirname(spec.root.rstrip("/")) or "/"
