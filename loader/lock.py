@@ -73,8 +73,8 @@ def refuse_nested(root: str) -> None:
     outer = enclosing_dataset(root)
     if outer is not None:
         raise NestedDatasetError(
-            f"dataset path {root} lies inside {outer} (a dataset or a --replace build), whose compaction or --replace would "
-            f"delete it; choose a path outside {outer}")
+            f"dataset path {root} lies inside {outer} (a dataset or a --replace build), whose compaction "
+            f"or --replace would delete it; choose a path outside {outer}")
 
 
 def _open_lock_file(path: Path) -> int:
