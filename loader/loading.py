@@ -233,6 +233,8 @@ def load(source: str, dataset: str, *, layout: str | None = None, format: str | 
         total = src.count(layout_obj)  # a partial trailing record fails here, before any write
         fp = src.fingerprint(layout_obj)
     ckpt = checkpoint_settings(checkpoint_seconds, checkpoint_bytes)
+    _check_space(spec, existing, src, fp, total or 0, kind_for(layout_obj, fmt, comp), new_run=new_run,
+                 replace=replace)
     job = dict(src=src, fp=fp, total=total, skipped=skipped, layout_obj=layout_obj, fmt=fmt, comp=comp, k=k,
                w_req=w_req, b=b, b_given=batch_records is not None, new_run=new_run,
                progress=progress, stdin=stdin, ckpt=ckpt, fault=fault, t_start=t_start)
@@ -300,6 +302,28 @@ def _check_table_limit(spec: StoreSpec, m: mf.Manifest, table: str) -> None:
 
 def _uri(src) -> str:
     return src[0].uri if isinstance(src, tuple) else src.uri
+
+
+def _check_space(spec: StoreSpec, existing: mf.Manifest | None, src, fp, total: int, kind, *,
+                 new_run: bool, replace: bool) -> None:
+    """Refuse up front (space.py) a load whose records still to write cannot fit: the
+    source's records, less those of its interrupted run that are durable (read without the
+    lock: a figure, not a decision about the run), none if it was already loaded."""
+    from .space import check_space, needed_bytes
+
+    m = existing
+    if replace:
+        sib = replace_mod.sibling_root(spec)
+        try:
+            m = mf.load_manifest(sib) if mf.exists(sib) else None
+        except BulkloadError:
+            m = None
+    prev = runs.last_matching(m, "load", _uri(src), fp) if m is not None and not new_run else None
+    todo = total
+    if prev is not None:
+        todo = 0 if prev.get("status") == "done" else total - sum(r[3] for r in prev.get("pending") or [])
+    source = src[0] if isinstance(src, tuple) else src
+    check_space(spec.root, needed_bytes(kind, source, todo), f"loading {todo:,} records of {_uri(src)} into {spec.uri}")
 
 
 def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, skipped, layout_obj, fmt, comp,
