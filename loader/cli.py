@@ -14,13 +14,38 @@ import sys
 from typing import Optional
 
 import typer
+from typer.core import TyperGroup
 from typer.exceptions import TyperException
 
 from . import logs
 from .errors import BulkloadError, EXIT_FAILED, EXIT_USAGE
 
+class OneLineErrors(TyperGroup):
+    """Command-line parsing errors (an unknown option, a value that is not an integer) are
+    one line ``bulkload: error: ...; see 'bulkload CMD --help'`` and exit 2 like every other
+    usage error, instead of click's usage block."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except TyperException as e:
+            if type(e).__name__ == "NoArgsIsHelpError":  # bare `bulkload`: the help text
+                e.show()
+                sys.exit(e.exit_code)
+            ctx = getattr(e, "ctx", None)
+            hint = f"; see '{ctx.command_path} --help'" if ctx is not None else ""
+            print(f"bulkload: error: {e.format_message().rstrip('.')}{hint}", file=sys.stderr, flush=True)
+            sys.exit(e.exit_code)
+        except typer.Abort:
+            print("bulkload: error: aborted", file=sys.stderr, flush=True)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  rich_markup_mode=None,
+                  rich_markup_mode=None, cls=OneLineErrors,
                   help="Parallel bulk loader for binary records (LMDB / RocksDB, Cap'n Proto / Arrow).")
 
 
