@@ -22,7 +22,7 @@ from . import faults, runs
 from . import manifest as mf
 from . import replace as replace_mod
 from .commit import Committer, Unit, checkpoint_settings, execute, log, resume_points
-from .errors import (BulkloadError, DatasetMismatchError, MissingPathError, NotWritableError,
+from .errors import (BulkloadError, DatasetMismatchError, MissingPathError, NoSpaceError, NotWritableError,
                      UsageError, WorkerError)
 from .layouts import Layout, get_layout
 from .lock import DatasetLock, refuse_nested
@@ -104,9 +104,9 @@ def max_batch_records(kind) -> int:
     return limit
 
 
-def prepare_root(spec: StoreSpec) -> None:
-    """Create the dataset directory; its parent must exist and be writable, and must not
-    lie inside another dataset."""
+def prepare_root(spec: StoreSpec) -> bool:
+    """Create the dataset directory (True if this call made it); its parent must exist and
+    be writable, and must not lie inside another dataset."""
     refuse_nested(spec.root)
     if spec.scheme == "mem":
         os.makedirs(MEM_ROOT, exist_ok=True)
@@ -116,7 +116,8 @@ def prepare_root(spec: StoreSpec) -> None:
     if not os.path.isdir(parent):
         raise MissingPathError(f"directory {parent} does not exist (needed for dataset {spec.uri}); "
                                f"create it first: mkdir -p {parent}")
-    if not os.path.isdir(spec.root):
+    created = not os.path.isdir(spec.root)
+    if created:
         try:
             os.mkdir(spec.root)
         except PermissionError:
@@ -130,6 +131,7 @@ def prepare_root(spec: StoreSpec) -> None:
     if not os.access(spec.root, os.W_OK):
         raise NotWritableError(f"dataset directory {spec.root} is not writable; fix its permissions "
                                "or choose another location")
+    return created
 
 
 def check_compatible(m: mf.Manifest, spec: StoreSpec, layout: Layout, fmt: str, compression: str,
@@ -233,13 +235,18 @@ def load(source: str, dataset: str, *, layout: str | None = None, format: str | 
         total = src.count(layout_obj)  # a partial trailing record fails here, before any write
         fp = src.fingerprint(layout_obj)
     ckpt = checkpoint_settings(checkpoint_seconds, checkpoint_bytes)
-    _check_space(spec, existing, src, fp, total or 0, kind_for(layout_obj, fmt, comp), new_run=new_run,
-                 replace=replace)
+    created = prepare_root(spec)
+    try:
+        _check_space(spec, existing, src, fp, total or 0, kind_for(layout_obj, fmt, comp), new_run=new_run,
+                     replace=replace)
+    except NoSpaceError:
+        if created:
+            os.rmdir(spec.root)  # nothing is left of a refused load
+        raise
     job = dict(src=src, fp=fp, total=total, skipped=skipped, layout_obj=layout_obj, fmt=fmt, comp=comp, k=k,
                w_req=w_req, b=b, b_given=batch_records is not None, new_run=new_run,
                progress=progress, stdin=stdin, ckpt=ckpt, fault=fault, t_start=t_start)
 
-    prepare_root(spec)
     with DatasetLock(spec.root) as lock:
         lock.set_job(f"load {source}" + (" --replace" if replace else ""))
         m = mf.load_manifest(spec.root) if mf.exists(spec.root) else None
