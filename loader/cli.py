@@ -2,7 +2,10 @@
 
 It parses options, calls the API, prints a table (or ``--json``), and turns
 BulkloadError into a one-line message and the error's exit code:
-0 done, 1 failed, 2 usage, 3 dataset busy, 130 interrupted.
+0 done, 1 failed, 2 usage, 3 dataset busy, 130 interrupted. Command-line parsing errors
+(OneLineErrors) are one line, exit 2; any other exception is the last resort of
+`handle_errors`: one line, exit 1 (the traceback only with BULKLOAD_DEBUG=1). The
+BULKLOAD_* variables are checked before any command runs (env.py).
 """
 
 from __future__ import annotations

@@ -19,6 +19,10 @@ committed list - one atomic manifest write. So:
 Per shard, a worker writes its batches in seq order, so the durable batches of one
 shard are always a prefix of the shard's planned batches; a resumed worker therefore
 needs only a per-shard resume point (it deletes every key at or above it first).
+
+Planning never lists the batches: `Plan` computes a batch's row, a shard's seqs and the
+records still to write from the segments, so a plan of 10**15 records costs what a plan
+of ten does (memory stays flat in N, as the workers' bounded queues keep it while loading).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """`load`: one run that appends a source's records to a dataset, all or nothing.
 
-1. parse and check everything (source, dataset, layout, format) before touching data;
+1. parse and check everything (source, dataset, layout, format, counts) before touching
+   data, and refuse a load whose records cannot fit on the filesystem (space.py);
 2. lock the dataset (one writing job at a time) and read its manifest;
 3. find the source's previous run: finished -> nothing to do; interrupted -> resume it
    (same plan, keep its durable batches); otherwise plan a new run;

@@ -3,6 +3,10 @@
 The lock file records who holds it (pid, host, time) so that a second job can say
 "dataset locked by pid P on host H since T" and exit with code 3. The kernel drops a
 flock when its process dies, so a lock left by a killed job is taken over at once.
+
+Before locking, a writer checks that its dataset does not lie inside another dataset
+(`refuse_nested`): the outer one's compaction or --replace would delete it. The lock
+file is never opened through a symlink and must be a regular file (it is truncated).
 """
 
 from __future__ import annotations

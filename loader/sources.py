@@ -6,7 +6,9 @@ record bytes never travel through pipes. Only stdin, which cannot be split, is r
 the coordinator into shared memory.
 
 - ``gen://LAYOUT?n=N&start=S``: records S..S+N-1 of the layout's generator.
-- ``PATH``: a file of raw records (its size must be a whole number of records).
+- ``PATH``: a file of raw records (its size must be a whole number of records). A
+  character or block device, a socket, or a file on procfs/sysfs is refused
+  (`refuse_pseudo_file`): their sizes say nothing about what reading them yields.
 - ``-``: standard input.
 
 Documents (layout ``docs``, variable-length keyed records; see loader/docs.py, docs_gen.py, docs_json.py):

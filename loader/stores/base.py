@@ -9,6 +9,10 @@ and one table per 2-D array for its chunks.
 
 Only a `StoreSpec` (a small frozen, picklable description) ever crosses a process
 boundary; each process opens its own handles from it.
+
+URIs are strict: each backend declares the options it takes (`ShardStore.OPTIONS`, values
+checked by `check_options`); an unknown or repeated option is a UsageError listing the
+known ones, and a mem:// NAME is one plain path component (`MEM_NAME`).
 """
 
 from __future__ import annotations
