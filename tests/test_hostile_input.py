@@ -401,6 +401,14 @@ def test_uris_are_strict(scheme, source, query, only, text, tmp_path):
     assert not (tmp_path / "ds").exists() and not os.path.exists(os.path.join(MEM_ROOT, name))
 
 
+@pytest.mark.parametrize("scheme", ["lmdb", "rocksdb"])
+def test_dataset_paths_must_be_printable_utf8(scheme, tmp_path):
+    """A path of non-UTF-8 bytes failed inside the workers after the dataset was created."""
+    for name in (os.fsdecode(b"bad-\xff"), "tab\there", "new\nline"):
+        error_line(run_cli("load", "gen://scidb96?n=10", f"{scheme}://{tmp_path}/{name}"), 2, "printable UTF-8")
+    assert os.listdir(tmp_path) == []
+
+
 COUNT_OPTIONS = {"load": ["--shards", "--workers", "--batch-records"], "ingest": ["--shards", "--workers",
                                                                                 "--batch-records"],
                  "finalize": ["--workers"], "compact": ["--workers", "--target-batch-records"]}

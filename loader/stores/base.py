@@ -207,8 +207,8 @@ def parse_dataset_uri(uri: str) -> StoreSpec:
     path, _, query = rest.partition("?")
     if not path:
         raise UsageError(f"dataset {uri!r} has no path after {scheme}://")
-    if "\0" in path:
-        raise UsageError(f"dataset {uri!r}: the path contains a NUL character")
+    if "\0" in path or not path.isprintable() or not _utf8(path):
+        raise UsageError(f"dataset {uri!r}: the path must be printable UTF-8 (the stores take UTF-8 paths)")
     opts = query_options(query, f"dataset {uri!r}")
     backend = backend_for(scheme)
     unknown = sorted(set(opts) - {"shards"} - set(backend.OPTIONS))
@@ -236,6 +236,14 @@ def parse_dataset_uri(uri: str) -> StoreSpec:
     else:
         root = os.path.abspath(os.path.expanduser(path))
     return StoreSpec(scheme, root, shards, tuple(sorted(opts.items())))
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # surrogate-escaped bytes of a non-UTF-8 argument
+        return False
+    return True
 
 
 def query_options(query: str, what: str, noun: str = "option") -> dict[str, str]:
