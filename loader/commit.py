@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 
-from . import faults, logs
+from . import env, faults, logs
 from . import manifest as mf
 from .layouts import Layout
 from .pool import Pool
@@ -42,19 +42,16 @@ from .progress import Progress
 from .stores.base import StoreSpec
 from .workers import LoadTask, Segment, load_worker, shard_seqs
 
-CHECKPOINT_SECONDS = 10.0
-CHECKPOINT_BYTES = 1 << 30
+CHECKPOINT_SECONDS, CHECKPOINT_BYTES = env.CHECKPOINT_SECONDS, env.CHECKPOINT_BYTES
 
 
 def checkpoint_settings(seconds: float | None = None, nbytes: int | None = None) -> tuple[float, int]:
     """Explicit values > BULKLOAD_CHECKPOINT_SECONDS / _BYTES > defaults (10 s, 1 GiB)."""
-    from . import env
     from .errors import UsageError
 
-    if seconds is None:
-        seconds = env.number("BULKLOAD_CHECKPOINT_SECONDS", CHECKPOINT_SECONDS)
-    if nbytes is None:
-        nbytes = env.number("BULKLOAD_CHECKPOINT_BYTES", CHECKPOINT_BYTES, integer=True)
+    env_seconds, env_bytes = env.checkpoint()
+    seconds = env_seconds if seconds is None else seconds
+    nbytes = env_bytes if nbytes is None else nbytes
     if not (0 <= seconds < float("inf")) or nbytes < 0:
         raise UsageError(f"checkpoint interval {seconds!r} s / {nbytes!r} bytes: both must be >= 0")
     return float(seconds), int(nbytes)

@@ -24,6 +24,8 @@ import os
 from .errors import EnvironmentVariableError
 
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+CHECKPOINT_SECONDS = 10.0
+CHECKPOINT_BYTES = 1 << 30
 
 
 def number(name: str, default: float, *, integer: bool = False) -> float | int:
@@ -38,7 +40,8 @@ def number(name: str, default: float, *, integer: bool = False) -> float | int:
         value = math.nan
     if not math.isfinite(value) or value < 0 or (integer and value != int(value)):
         raise EnvironmentVariableError(
-            f"environment variable {name}={text!r} is not {what} >= 0 (e.g. {name}={default:g}); "
+            f"environment variable {name}={text!r} is not {what} >= 0 (e.g. {name}="
+            f"{int(default) if integer else format(default, 'g')}); "
             f"fix or unset it")
     return int(value) if integer else value
 
@@ -54,10 +57,16 @@ def flag(name: str) -> bool:
                                    "fix or unset it")
 
 
-def check() -> None:
-    """Check every variable this module lists (the CLI's first step)."""
-    from . import commit, faults
+def checkpoint() -> tuple[float, int]:
+    """(seconds, bytes) between worker checkpoints: the variables, else 10 s and 1 GiB."""
+    return (number("BULKLOAD_CHECKPOINT_SECONDS", CHECKPOINT_SECONDS),
+            number("BULKLOAD_CHECKPOINT_BYTES", CHECKPOINT_BYTES, integer=True))
 
-    commit.checkpoint_settings()
+
+def check() -> None:
+    """Check every variable this module lists (the CLI's first step; imports nothing heavy)."""
+    from . import faults
+
+    checkpoint()
     faults.parse(os.environ.get(faults.ENV))
     flag("BULKLOAD_DEBUG")
