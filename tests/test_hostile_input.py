@@ -2,7 +2,8 @@
 line and the right exit code, writes nothing it should not, and never a traceback.
 
 - mem:// names are one plain path component (nothing lands in /dev/shm or /dev/shm/bulkload);
-- outputs (export, query, generate) into devices, FIFOs, symlinks, directories, /dev/full;
+- outputs (export, query, generate) into devices, FIFOs, symlinks, directories, a full
+  device (c 1 7 made in the test's directory: the system's /dev/full is never written);
 - no dataset inside another one (load, ingest, finalize, compact);
 - a directory as the lock file, a file as the dataset, garbage in BULKLOAD_* variables;
 - strict URIs and options (gen:// parameters, store options per backend, counts);
@@ -60,6 +61,15 @@ def error_line(result, code: int, *texts: str) -> str:
     for t in texts:
         assert t in lines[0], lines[0]
     return lines[0]
+
+
+def full_device(directory) -> str:
+    """A private /dev/full (c 1 7): every write fails with ENOSPC. Tests never touch the
+    system's /dev/full, so that a broken one (replaced by a file) cannot hide a failure."""
+    path = os.path.join(directory, "full-dev")
+    if not os.path.exists(path):
+        os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 7))
+    return path
 
 
 def tree(path) -> dict:
@@ -228,10 +238,10 @@ def test_outputs_never_replace_what_is_not_a_regular_file(command, grid_ds, tmp_
     error_line(cli(*args, tmp_path / "missing" / "x"), 2, "does not exist")
     assert not (tmp_path / "missing").exists()
 
-    # /dev/full: one line, exit 1, /dev/full still the device
-    full = os.stat("/dev/full")
-    error_line(cli(*args, "/dev/full"), 1, "cannot write /dev/full: No space left on device")
-    assert os.stat("/dev/full").st_rdev == full.st_rdev and stat.S_ISCHR(os.stat("/dev/full").st_mode)
+    # a full device (c 1 7, as /dev/full): one line, exit 1, still the device
+    full = full_device(tmp_path)
+    error_line(cli(*args, full), 1, f"cannot write {full}: No space left on device")
+    assert stat.S_ISCHR(os.lstat(full).st_mode) and os.lstat(full).st_rdev == os.makedev(1, 7)
 
     # no temporary file left behind anywhere
     assert not [p for p in os.listdir(tmp_path) if ".tmp-" in p]
@@ -239,10 +249,12 @@ def test_outputs_never_replace_what_is_not_a_regular_file(command, grid_ds, tmp_
 
 def test_output_errors_through_the_real_binary(grid_ds, tmp_path):
     """The same one-line errors from the installed command (its real stderr)."""
-    error_line(run_cli("export", grid_ds, "--out", "/dev/full", "--format", "npy"), 1, "No space left on device")
+    full = full_device(tmp_path)
+    error_line(run_cli("export", grid_ds, "--out", full, "--format", "npy"), 1, "No space left on device")
     error_line(run_cli("generate", "10", "--out", tmp_path), 2, "is a directory")
-    error_line(run_cli("query", grid_ds, "--box", "i0=0:5", "--format", "csv", "--out", "/dev/full"), 1,
+    error_line(run_cli("query", grid_ds, "--box", "i0=0:5", "--format", "csv", "--out", full), 1,
                "No space left on device")
+    assert stat.S_ISCHR(os.lstat(full).st_mode)
 
 
 # --- no dataset inside another -------------------------------------------------------------------
@@ -623,7 +635,7 @@ SAFE_TEXT = st.text(st.characters(blacklist_characters="/~\0", blacklist_categor
 
 def bad_invocations(ds: str, tmp: str) -> dict[str, list[list[str]]]:
     """Per command: invocations each holding at least one element that must fail."""
-    out_dir, fifo_free = tmp, f"{tmp}/no-dir/x"
+    out_dir, fifo_free, full = tmp, f"{tmp}/no-dir/x", full_device(tmp)
     new = f"lmdb://{tmp}/new-ds"
     return {
         "load": [["load", "gen://scidb96?n=abc", new], ["load", "gen://scidb96?n=1&n=2", new],
@@ -637,12 +649,12 @@ def bad_invocations(ds: str, tmp: str) -> dict[str, list[list[str]]]:
                    ["ingest", new, "--from", tmp, "--workers", "-2"], ["ingest", "mem://.", "--from", tmp]],
         "info": [["info", "lmdb://"], ["info", "mem://"], ["info", f"lmdb://{tmp}/nope"], ["info", "zarr://x"]],
         "verify": [["verify", "mem://no-such"], ["verify", "rocksdb://?shards=1"]],
-        "export": [["export", ds, "--out", out_dir], ["export", ds, "--out", "/dev/full"],
+        "export": [["export", ds, "--out", out_dir], ["export", ds, "--out", full],
                    ["export", ds, "--out", fifo_free], ["export", ds, "--out", f"{tmp}/x", "--format", "xml"],
                    ["export", "mem://a/b", "--out", f"{tmp}/x"]],
         "query": [["query", ds, "--box", "i0=5"], ["query", ds, "--box", "i0=0:1", "--format", "xml"],
                   ["query", ds, "--box", "i0=0:1", "--array", "nope"], ["query", ds, "--box", "zz=0:1"],
-                  ["query", ds, "--box", "i0=0:1", "--out", "/dev/full", "--format", "csv"],
+                  ["query", ds, "--box", "i0=0:1", "--out", full, "--format", "csv"],
                   ["query", ds, "--box", "i0=0:1", "--attrs", "nope"]],
         "finalize": [["finalize", ds, "--dims", "i0:0,i1:1"], ["finalize", ds, "--dims", "d0:5,i1:1"],
                      ["finalize", ds, "--duplicates", "some"], ["finalize", ds, "--memory-budget", "inf"],
@@ -650,7 +662,7 @@ def bad_invocations(ds: str, tmp: str) -> dict[str, list[list[str]]]:
         "compact": [["compact", ds, "--workers", "0"], ["compact", ds, "--target-batch-records", "-1"],
                     ["compact", "lmdb://x?shards=zero"]],
         "generate": [["generate", "-1"], ["generate", "1e30"], ["generate", "5", "--impl", "java"],
-                     ["generate", "5", "--out", "/dev/full"], ["generate", "5", "--out", out_dir],
+                     ["generate", "5", "--out", full], ["generate", "5", "--out", out_dir],
                      ["generate", "5", "--layout", "nope"]],
         "get": [["get", ds, "1"], ["get", "mem://nope", "x"]],
         "run": [["run", f"{tmp}/none.toml"], ["run", "/dev/null"], ["run", "/etc/hostname", "--set", "x"]],
