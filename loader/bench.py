@@ -47,6 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from .outputs import open_output, output_dir, write_output
+
 SCHEMA = "bulkload-bench"
 SCHEMA_VERSION = 1
 RECORD_SIZE = 96
@@ -415,10 +417,8 @@ class Bench:
         self.sections = tuple(sections or p["sections"])
         self.only = only
         self.cores = os.cpu_count() or 1
-        self.out = Path(out)
-        self.out.mkdir(parents=True, exist_ok=True)
-        self.work_parent = Path(work) if work else self.out
-        self.work_parent.mkdir(parents=True, exist_ok=True)
+        self.out = Path(output_dir(str(out)))
+        self.work_parent = Path(output_dir(str(work), "--work")) if work else self.out
         self.log = log or (lambda s: None)
         self.figures: dict[str, Figure] = {}
         self.gen = find_bulkload_gen()
@@ -1322,7 +1322,7 @@ def plots(result: dict, out: Path, prefix: str = "") -> list[str]:
                  f"{result['machine']['cores']} cores", fontsize=9)
     fig.tight_layout()
     p = out / f"{prefix}throughput.png"
-    fig.savefig(p, dpi=110, bbox_inches="tight")
+    _save_figure(fig, p)
     plt.close(fig)
     made.append(str(p))
     # --- scaling curve ------------------------------------------------------------------------------
@@ -1355,7 +1355,7 @@ def plots(result: dict, out: Path, prefix: str = "") -> list[str]:
     ax.set_title("scaling over workers (median, min–max)", fontsize=9)
     fig.tight_layout()
     p = out / f"{prefix}scaling.png"
-    fig.savefig(p, dpi=110, bbox_inches="tight")
+    _save_figure(fig, p)
     plt.close(fig)
     made.append(str(p))
     # --- peak RSS ---------------------------------------------------------------------------------
@@ -1375,16 +1375,20 @@ def plots(result: dict, out: Path, prefix: str = "") -> list[str]:
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     p = out / f"{prefix}rss.png"
-    fig.savefig(p, dpi=110, bbox_inches="tight")
+    _save_figure(fig, p)
     plt.close(fig)
     made.append(str(p))
     return made
 
 
+def _save_figure(fig, path: Path) -> None:
+    with open_output(str(path)) as o:
+        fig.savefig(o.file, format="png", dpi=110, bbox_inches="tight")
+
+
 def write_outputs(result: dict, out: str | Path, name: str = "bench") -> dict:
     """Write NAME.json, NAME.md and the plots into ``out``; returns their paths."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = Path(output_dir(str(out)))
     try:
         made = plots(result, out, "" if name == "bench" else f"{name}-")
     except ImportError as e:
@@ -1392,15 +1396,11 @@ def write_outputs(result: dict, out: str | Path, name: str = "bench") -> dict:
         result.setdefault("warnings", []).append(f"no plots: matplotlib not installed ({e})")
     result["plots"] = [Path(p).name for p in made]
     jp, mp = out / f"{name}.json", out / f"{name}.md"
-    _atomic_write(jp, json.dumps(result, indent=1, default=str) + "\n")
-    _atomic_write(mp, markdown(result, made))
+    write_output(str(jp), json.dumps(result, indent=1, default=str) + "\n")
+    write_output(str(mp), markdown(result, made))
     return {"json": str(jp), "markdown": str(mp), "plots": made}
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def run(suite: str = "quick", *, n: int | None = None, repeats: int | None = None,

@@ -2,32 +2,66 @@
 
 It parses options, calls the API, prints a table (or ``--json``), and turns
 BulkloadError into a one-line message and the error's exit code:
-0 done, 1 failed, 2 usage, 3 dataset busy, 130 interrupted.
+0 done, 1 failed, 2 usage, 3 dataset busy, 130 interrupted. Command-line parsing errors
+(OneLineErrors) are one line, exit 2; any other exception is the last resort of
+`handle_errors`: one line, exit 1 (the traceback only with BULKLOAD_DEBUG=1). The
+BULKLOAD_* variables are checked before any command runs (env.py).
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 from typing import Optional
 
 import typer
+from typer.core import TyperGroup
+from typer.exceptions import TyperException
 
 from . import logs
 from .errors import BulkloadError, EXIT_FAILED, EXIT_USAGE
 
+class OneLineErrors(TyperGroup):
+    """Command-line parsing errors (an unknown option, a value that is not an integer) are
+    one line ``bulkload: error: ...; see 'bulkload CMD --help'`` and exit 2 like every other
+    usage error, instead of click's usage block."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except TyperException as e:
+            if type(e).__name__ == "NoArgsIsHelpError":  # bare `bulkload`: the help text
+                e.show()
+                sys.exit(e.exit_code)
+            ctx = getattr(e, "ctx", None)
+            hint = f"; see '{ctx.command_path} --help'" if ctx is not None else ""
+            print(f"bulkload: error: {e.format_message().rstrip('.')}{hint}", file=sys.stderr, flush=True)
+            sys.exit(e.exit_code)
+        except typer.Abort:
+            print("bulkload: error: aborted", file=sys.stderr, flush=True)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  rich_markup_mode=None,
+                  rich_markup_mode=None, cls=OneLineErrors,
                   help="Parallel bulk loader for binary records (LMDB / RocksDB, Cap'n Proto / Arrow).")
 
 
 def fail(message: str, code: int) -> None:
-    print(f"bulkload: error: {message}", file=sys.stderr, flush=True)
+    line = "; ".join(part.strip() for part in str(message).splitlines() if part.strip())
+    print(f"bulkload: error: {line}", file=sys.stderr, flush=True)
     raise typer.Exit(code)
 
 
 def handle_errors(fn):
+    """A command's errors become one line on stderr and an exit code: BulkloadError its
+    own; anything else (an OSError, a library's error) exit 1, as the last resort, with
+    the traceback only when BULKLOAD_DEBUG=1."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
@@ -38,7 +72,32 @@ def handle_errors(fn):
             fail("interrupted; nothing from this run was committed", 130)
         except BrokenPipeError:
             raise typer.Exit(0)
+        except (typer.Exit, typer.Abort, TyperException):
+            raise
+        except Exception as e:  # noqa: BLE001 - the last resort: never a traceback
+            unexpected(e)
     return wrapper
+
+
+def unexpected(e: Exception) -> None:
+    """Exit 1 with one line for an error no part of bulkload anticipated."""
+    from .env import flag
+
+    if _debug(flag):
+        raise e
+    if isinstance(e, OSError) and e.strerror:
+        names = [os.fsdecode(f) for f in (e.filename, e.filename2) if f is not None]
+        text = f"{' -> '.join(map(str, names))}: {e.strerror}" if names else e.strerror
+    else:
+        text = f"{type(e).__name__}: {str(e).strip() or 'no details'}"
+    fail(f"{text} (unexpected error; BULKLOAD_DEBUG=1 shows the traceback)", EXIT_FAILED)
+
+
+def _debug(flag) -> bool:
+    try:
+        return flag("BULKLOAD_DEBUG")
+    except BulkloadError:
+        return False
 
 
 def emit_json(obj) -> None:
@@ -56,6 +115,13 @@ def main_options(
     if log_format not in ("text", "json"):
         fail(f"--log-format must be text or json, not {log_format!r}", EXIT_USAGE)
     logs.set_format(log_format)
+    handle_errors(check_environment)()
+
+
+def check_environment() -> None:
+    from . import env
+
+    env.check()
 
 
 @app.command(context_settings={"ignore_unknown_options": True})
@@ -84,12 +150,10 @@ def generate(
             fail("refusing to write binary records to a terminal; pipe them or use --out FILE", EXIT_USAGE)
         write_records(lay, first, count, sys.stdout.buffer, impl=impl)
         return
-    try:
-        f = open(out, "wb")
-    except OSError as e:
-        fail(f"cannot write {out}: {e.strerror}", EXIT_USAGE)
-    with f:
-        write_records(lay, first, count, f, impl=impl)
+    from .outputs import open_output
+
+    with open_output(out) as o:
+        write_records(lay, first, count, o.file, impl=impl)
 
 
 @app.command()
@@ -217,7 +281,13 @@ def export(dataset: str = typer.Argument(...),
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    except Exception as e:  # noqa: BLE001 - outside any command (typer's own machinery)
+        try:
+            unexpected(e)
+        except typer.Exit as done:
+            sys.exit(done.exit_code)
 
 
 from . import cli_jobs  # noqa: E402  (ingest, run)

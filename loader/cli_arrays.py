@@ -6,6 +6,7 @@ print a line or ``--json``; errors become one-line messages and exit codes.
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from typing import Optional
@@ -118,43 +119,49 @@ def query_cmd(
 def write_table(table, fmt: str, out: str | None) -> None:
     import pyarrow as pa
 
+    from .outputs import open_output
+
     binary = fmt in ("arrow", "parquet", "npy")
     if out is None and binary and sys.stdout.isatty():
         fail(f"refusing to write {fmt} to a terminal; use --out FILE or pipe it", EXIT_USAGE)
-    try:
-        sink = open(out, "wb" if binary else "w") if out else (sys.stdout.buffer if binary else sys.stdout)
-    except OSError as e:
-        fail(f"cannot write {out}: {e.strerror}", EXIT_USAGE)
-    try:
-        if fmt == "table":
-            _print_table(table, sink)
-        elif fmt == "csv":
-            import pyarrow.csv as pcsv
+    if out is None:
+        _write_table(table, fmt, sys.stdout.buffer if binary else sys.stdout)
+        return
+    with open_output(out, text=not binary) as o:
+        _write_table(table, fmt, o.file)
 
-            buf = pa.BufferOutputStream()
-            pcsv.write_csv(table, buf)
-            sink.write(buf.getvalue().to_pybytes().decode())
-        elif fmt == "json":
-            json.dump(table.to_pylist(), sink)
-            sink.write("\n")
-        elif fmt == "arrow":
-            with pa.ipc.new_file(sink, table.schema) as w:
-                w.write_table(table)
-        elif fmt == "parquet":
-            import pyarrow.parquet as pq
 
-            pq.write_table(table, sink)
-        elif fmt == "npy":
-            import numpy as np
+def _write_table(table, fmt: str, sink) -> None:
+    import pyarrow as pa
 
-            arr = np.empty(table.num_rows, [(f.name, f.type.to_pandas_dtype()) for f in table.schema])
-            for name in table.column_names:
-                arr[name] = table.column(name).to_numpy()
-            np.save(sink, arr)
-        sink.flush()
-    finally:
-        if out:
-            sink.close()
+    if fmt == "table":
+        _print_table(table, sink)
+    elif fmt == "csv":
+        import pyarrow.csv as pcsv
+
+        buf = pa.BufferOutputStream()
+        pcsv.write_csv(table, buf)
+        sink.write(buf.getvalue().to_pybytes().decode())
+    elif fmt == "json":
+        json.dump(table.to_pylist(), sink)
+        sink.write("\n")
+    elif fmt == "arrow":
+        with pa.ipc.new_file(sink, table.schema) as w:
+            w.write_table(table)
+    elif fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        pq.write_table(table, sink)
+    elif fmt == "npy":
+        import numpy as np
+
+        arr = np.empty(table.num_rows, [(f.name, f.type.to_pandas_dtype()) for f in table.schema])
+        for name in table.column_names:
+            arr[name] = table.column(name).to_numpy()
+        npy = io.BytesIO()  # np.save wants a seekable file for a file object it recognises
+        np.save(npy, arr)
+        sink.write(npy.getbuffer())
+    sink.flush()
 
 
 def _print_table(table, sink) -> None:
@@ -181,7 +188,7 @@ def _size(v: str | None, opt: str) -> int | None:
         s = s[:-1]
     try:
         n = int(float(s) * mult)
-    except ValueError:
+    except (ValueError, OverflowError):
         fail(f"{opt} {v!r} is not a size (e.g. 512m, 2g)", EXIT_USAGE)
     return n
 

@@ -10,7 +10,10 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
+    from .cli import handle_errors
+
     @app.command()
+    @handle_errors
     def bench(
         suite: str = typer.Option("quick", "--suite", help="quick (<= 2 min) or full (<= 15 min on 2 cores)."),
         n: Optional[int] = typer.Option(None, "--n", help="Records of the main figures (default: the suite's; "

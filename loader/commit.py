@@ -19,34 +19,41 @@ committed list - one atomic manifest write. So:
 Per shard, a worker writes its batches in seq order, so the durable batches of one
 shard are always a prefix of the shard's planned batches; a resumed worker therefore
 needs only a per-shard resume point (it deletes every key at or above it first).
+
+Planning never lists the batches: `Plan` computes a batch's row, a shard's seqs and the
+records still to write from the segments, so a plan of 10**15 records costs what a plan
+of ten does (memory stays flat in N, as the workers' bounded queues keep it while loading).
 """
 
 from __future__ import annotations
 
+import bisect
 import os
 import time
 from dataclasses import dataclass
 from typing import Callable
 
 
-from . import faults, logs
+from . import env, faults, logs
 from . import manifest as mf
 from .layouts import Layout
 from .pool import Pool
 from .progress import Progress
 from .stores.base import StoreSpec
-from .workers import LoadTask, Segment, load_worker
+from .workers import LoadTask, Segment, load_worker, shard_seqs
 
-CHECKPOINT_SECONDS = 10.0
-CHECKPOINT_BYTES = 1 << 30
+CHECKPOINT_SECONDS, CHECKPOINT_BYTES = env.CHECKPOINT_SECONDS, env.CHECKPOINT_BYTES
 
 
 def checkpoint_settings(seconds: float | None = None, nbytes: int | None = None) -> tuple[float, int]:
     """Explicit values > BULKLOAD_CHECKPOINT_SECONDS / _BYTES > defaults (10 s, 1 GiB)."""
-    if seconds is None:
-        seconds = float(os.environ.get("BULKLOAD_CHECKPOINT_SECONDS", CHECKPOINT_SECONDS))
-    if nbytes is None:
-        nbytes = int(float(os.environ.get("BULKLOAD_CHECKPOINT_BYTES", CHECKPOINT_BYTES)))
+    from .errors import UsageError
+
+    env_seconds, env_bytes = env.checkpoint()
+    seconds = env_seconds if seconds is None else seconds
+    nbytes = env_bytes if nbytes is None else nbytes
+    if not (0 <= seconds < float("inf")) or nbytes < 0:
+        raise UsageError(f"checkpoint interval {seconds!r} s / {nbytes!r} bytes: both must be >= 0")
     return float(seconds), int(nbytes)
 
 
@@ -68,14 +75,51 @@ def plan_units(segments: list[Segment], b: int, names: list[str]) -> list[Unit]:
             for s, name in zip(segments, names)]
 
 
-def planned_rows(segments: list[Segment], b: int, k: int) -> dict[int, tuple[int, int, int]]:
-    """seq -> (shard, first record, count) for every batch of the plan."""
-    out = {}
-    for seg in segments:
-        for i in range(seg.nbatches(b)):
-            seq = seg.first_seq + i
-            out[seq] = (seq % k, seg.first_record + i * b, min(b, seg.count - i * b))
-    return out
+class Plan:
+    """The batches of a plan's segments, computed arithmetically: memory and time grow with
+    the number of segments (one for a load, one per file for an ingest) and shards, never
+    with the number of batches (a generated source of 10**15 records is one segment)."""
+
+    def __init__(self, segments: list[Segment], b: int, k: int):
+        self.segments = sorted((s for s in segments if s.count), key=lambda s: s.first_seq)
+        self.b, self.k = b, k
+        self._firsts = [s.first_seq for s in self.segments]
+
+    @property
+    def end(self) -> int | None:
+        """One past the last seq (None: no batches)."""
+        return max((s.first_seq + s.nbatches(self.b) for s in self.segments), default=None)
+
+    def row(self, seq: int) -> tuple[int, int, int] | None:
+        """(shard, first record, count) of batch ``seq``, or None if the plan has no such batch."""
+        i = bisect.bisect_right(self._firsts, seq) - 1
+        if i < 0:
+            return None
+        seg, b = self.segments[i], self.b
+        j = seq - seg.first_seq
+        if j >= seg.nbatches(b):
+            return None
+        return seq % self.k, seg.first_record + j * b, min(b, seg.count - j * b)
+
+    def shard_seqs(self, shard: int):
+        """The seqs of the batches on ``shard``, ascending."""
+        for seg in self.segments:
+            yield from shard_seqs(seg.first_seq, seg.first_seq + seg.nbatches(self.b), shard, self.k)
+
+    def records_from(self, resume: tuple) -> int:
+        """Records of the batches at or above each shard's resume seq (``()``: all)."""
+        total = sum(s.count for s in self.segments)
+        if not resume:
+            return total
+        b = self.b
+        for seg in self.segments:
+            nb = seg.nbatches(b)
+            last = seg.first_seq + nb - 1
+            for shard in range(self.k):
+                done = shard_seqs(seg.first_seq, min(seg.first_seq + nb, resume[shard]), shard, self.k)
+                if done:
+                    total -= len(done) * b - (b * nb - seg.count if done[-1] == last else 0)
+        return total
 
 
 def resume_points(spec: StoreSpec, segments: list[Segment], b: int, k: int, first_seq: int,
@@ -89,24 +133,16 @@ def resume_points(spec: StoreSpec, segments: list[Segment], b: int, k: int, firs
     from .record_kinds import FixedKind
 
     check = (kind or FixedKind(None, "", "")).stored_problem
-    plan = planned_rows(segments, b, k)
-    end = max(plan) + 1 if plan else first_seq
-    cand = {}
-    for row in pending:
-        seq = row[0]
-        want = plan.get(seq)
-        if want is not None and (row[1], row[2], row[3]) == want:
-            cand[seq] = list(row)
-    by_shard: dict[int, list[int]] = {s: [] for s in range(k)}
-    for seq in sorted(plan):
-        by_shard[seq % k].append(seq)
+    plan = Plan(segments, b, k)
+    end = plan.end or first_seq
+    cand = {row[0]: list(row) for row in pending if plan.row(row[0]) == (row[1], row[2], row[3])}
     resume, keep = [], []
     for s in range(k):
         point = end
         good = []
         store = None
         try:
-            for seq in by_shard[s]:
+            for seq in plan.shard_seqs(s):  # stops at the first batch not kept
                 row = cand.get(seq)
                 if row is None:
                     point = seq
@@ -118,7 +154,7 @@ def resume_points(spec: StoreSpec, segments: list[Segment], b: int, k: int, firs
                     break
                 good.append(row)
         except Exception:  # an unreadable shard: rewrite all of it
-            good, point = [], (by_shard[s][0] if by_shard[s] else end)
+            good, point = [], next(plan.shard_seqs(s), end)
         finally:
             if store is not None:
                 store.close()
@@ -217,10 +253,8 @@ def execute(spec: StoreSpec, m: mf.Manifest, run: dict, committer: Committer, *,
 
     kind = kind or kind_for(layout, m.format, m.compression)
     rs = kind.record_bytes()
-    plan = planned_rows(segments, b, k)
-    todo = [seq for seq in plan if seq >= resume[seq % k]] if resume else list(plan)
-    todo_records = sum(plan[s][2] for s in todo)
-    if stdin_feed is None and not todo:
+    todo_records = Plan(segments, b, k).records_from(resume)
+    if stdin_feed is None and not todo_records:
         return []
     secs, nbytes = checkpoint or checkpoint_settings()
     shard_hint = todo_records * rs // k

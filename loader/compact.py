@@ -69,10 +69,12 @@ def compact(dataset_uri: str, target_batch_records: int | None = None, progress:
 
     spec = parse_dataset_uri(dataset_uri)
     m = mf.load_manifest(spec.root, dataset_uri)
-    if target_batch_records is not None and int(target_batch_records) < 1:
-        raise UsageError("--target-batch-records must be at least 1")
-    if workers is not None and int(workers) < 1:
-        raise UsageError("--workers must be at least 1")
+    from .loading import MAX_WORKERS, check_count, max_batch_records
+    from .record_kinds import kind_for
+
+    check_count("--target-batch-records", target_batch_records, 1,
+                max_batch_records(kind_for(m.layout_obj, m.format, m.compression)))
+    check_count("--workers", workers, 1, MAX_WORKERS)
     faults.from_env()
     with DatasetLock(spec.root) as lock:
         lock.set_job("compact")

@@ -64,6 +64,18 @@ class DatasetNotFoundError(MissingPathError):
     pass
 
 
+class NestedDatasetError(UsageError):
+    """A dataset path inside another dataset (whose compaction or --replace would delete it)."""
+
+
+class SourceTypeError(UsageError):
+    """SOURCE is a device, a socket or a procfs/sysfs file: not a file of records."""
+
+
+class EnvironmentVariableError(UsageError):
+    """A BULKLOAD_* environment variable holds a value that cannot be used."""
+
+
 # --- failures (exit 1) ---------------------------------------------------------
 
 
@@ -143,6 +155,18 @@ class WorkerError(BulkloadError, RuntimeError):
 
 class StoreError(BulkloadError, OSError):
     """A storage backend failed (disk full, file size limit, corrupt store)."""
+
+    exit_code = EXIT_FAILED
+
+
+class OutputError(BulkloadError, OSError):
+    """An output file (--out) could not be written: disk full, I/O error."""
+
+    exit_code = EXIT_FAILED
+
+
+class NoSpaceError(BulkloadError, OSError):
+    """A load cannot fit on the dataset's filesystem (checked before anything is written)."""
 
     exit_code = EXIT_FAILED
 

@@ -6,17 +6,17 @@
 - ``capnp``: a Cap'n Proto message stream of ``Batch`` messages (schemas/LAYOUT.capnp),
   readable by any Cap'n Proto reader (e.g. pycapnp's ``Batch.read_multiple``)
 
-The file is written to a temporary name and renamed when complete.
+The file is written through outputs.open_output: a regular file to a temporary name,
+renamed when complete; a FIFO or a device as a stream.
 """
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from .dataset import Dataset, records_to_arrow
-from .errors import NotWritableError, UsageError
+from .errors import UsageError
+from .outputs import open_output
 from .serializers import get_serializer
 
 EXPORT_FORMATS = ("arrow", "parquet", "npy", "capnp")
@@ -27,21 +27,9 @@ def export(ds: Dataset, out: str, fmt: str) -> dict:
         raise UsageError(f"unknown export format {fmt!r}; use one of {', '.join(EXPORT_FORMATS)}")
     if ds.layout.variable_length and fmt not in ("arrow", "parquet"):
         raise UsageError(f"dataset {ds.uri} holds documents: export them as arrow or parquet (not {fmt})")
-    tmp = f"{out}.tmp-{os.getpid()}"
-    try:
-        f = open(tmp, "wb")
-    except OSError as e:
-        raise NotWritableError(f"cannot write {out}: {e.strerror}") from None
-    try:
-        with f:
-            _WRITERS[fmt](ds, f)
-        os.replace(tmp, out)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return {"dataset": ds.uri, "out": out, "format": fmt, "records": ds.records,
-            "bytes": os.path.getsize(out)}
+    with open_output(out) as o:
+        _WRITERS[fmt](ds, o.file)
+    return {"dataset": ds.uri, "out": out, "format": fmt, "records": ds.records, "bytes": o.nbytes}
 
 
 def _tables(ds: Dataset):

@@ -58,6 +58,11 @@ def parse(spec: str | None) -> dict[str, int]:
         if not part:
             continue
         name, _, n = part.partition(":")
+        if not name.strip() or not (n or "1").strip().isdecimal() or int(n or 1) < 1:
+            from .errors import EnvironmentVariableError
+
+            raise EnvironmentVariableError(f"environment variable {ENV}={spec!r}: {part!r} is not POINT:N "
+                                           "(N >= 1; e.g. flush:3,w1.sync:2); fix or unset it")
         out[name.strip()] = int(n or 1)
     return out
 

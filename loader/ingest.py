@@ -46,7 +46,7 @@ from .errors import (ChangedInputError, InputError, MissingPathError, PartialRec
 from .garbage import start_writing
 from .layouts import get_layout
 from .lock import DatasetLock
-from .sources import FileSource, hash_file
+from .sources import FileSource, hash_file, refuse_pseudo_file
 from .stores.base import parse_dataset_uri
 from .workers import Segment
 
@@ -129,6 +129,7 @@ def ingest(dataset: str, from_dir: str, *, pattern: str = "*", on_bad_file: str 
     directory = os.path.abspath(from_dir)
     if not os.path.isdir(directory):
         raise MissingPathError(f"directory {from_dir} does not exist (--from); create it or fix the path")
+    refuse_pseudo_file(from_dir)
     spec = parse_dataset_uri(dataset)
     existing = mf.load_manifest(spec.root) if mf.exists(spec.root) else None
     layout_obj, fmt, comp, k, w_req, b, spec = resolve_options(

@@ -1,6 +1,7 @@
 """`load`: one run that appends a source's records to a dataset, all or nothing.
 
-1. parse and check everything (source, dataset, layout, format) before touching data;
+1. parse and check everything (source, dataset, layout, format, counts) before touching
+   data, and refuse a load whose records cannot fit on the filesystem (space.py);
 2. lock the dataset (one writing job at a time) and read its manifest;
 3. find the source's previous run: finished -> nothing to do; interrupted -> resume it
    (same plan, keep its durable batches); otherwise plan a new run;
@@ -12,6 +13,7 @@
 
 from __future__ import annotations
 
+import operator
 import os
 import resource
 import time
@@ -22,16 +24,16 @@ from . import manifest as mf
 from . import replace as replace_mod
 from .commit import Committer, Unit, checkpoint_settings, execute, log, resume_points
 from .garbage import held_tables, start_writing
-from .errors import (BulkloadError, DatasetMismatchError, MissingPathError, NotWritableError,
+from .errors import (BulkloadError, DatasetMismatchError, MissingPathError, NoSpaceError, NotWritableError,
                      UsageError, WorkerError)
 from .layouts import Layout, get_layout
-from .lock import DatasetLock
+from .lock import DatasetLock, refuse_nested
 from .pool import Pool, in_thread
 from .progress import Progress
 from .record_kinds import kind_for
 from .serializers import COMPRESSIONS, FORMATS
 from .sources import GenDocsSource, GenSource, JsonDirSource, StdinSource, parse_source
-from .stores.base import MEM_ROOT, StoreSpec, parse_dataset_uri
+from .stores.base import MAX_SHARDS, MEM_ROOT, StoreSpec, parse_dataset_uri
 from .workers import LoadTask, Segment, load_worker
 
 DEFAULT_BATCH_RECORDS = 10_000
@@ -68,12 +70,46 @@ class LoadReport:
         return asdict(self)
 
 
+MAX_WORKERS = 1024
+#: most bytes of records in one batch (whatever the format): a batch is produced, framed
+#: and written whole, QUEUE_DEPTH at a time per worker, so this bounds a worker's memory
+MAX_BATCH_BYTES = 256 << 20
+
+
 def default_workers() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def prepare_root(spec: StoreSpec) -> None:
-    """Create the dataset directory; its parent must exist and be writable."""
+def check_count(option: str, value, lo: int, hi: int) -> int | None:
+    """``value`` (None: not given) if it is a whole number in lo..hi, else UsageError
+    naming the option: 0, negative, huge and non-integer values never fall back to a default."""
+    if value is None:
+        return None
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        n = operator.index(value)
+    except TypeError:
+        n = None
+    if n is None or not lo <= n <= hi:
+        raise UsageError(f"{option} must be at least {lo:,} and at most {hi:,} (a whole number), not {value!r}")
+    return n
+
+
+def max_batch_records(kind) -> int:
+    """Most records per batch of a record kind: the format's own limit and MAX_BATCH_BYTES."""
+    from .serializers import get_serializer
+
+    limit = MAX_BATCH_BYTES // max(1, kind.record_bytes())
+    if not kind.keyed:
+        limit = min(limit, get_serializer(kind.format, kind.layout, kind.compression).max_records or limit)
+    return limit
+
+
+def prepare_root(spec: StoreSpec) -> bool:
+    """Create the dataset directory (True if this call made it); its parent must exist and
+    be writable, and must not lie inside another dataset."""
+    refuse_nested(spec.root)
     if spec.scheme == "mem":
         os.makedirs(MEM_ROOT, exist_ok=True)
     parent = os.path.dirname(spec.root.rstrip("/")) or "/"
@@ -82,7 +118,8 @@ def prepare_root(spec: StoreSpec) -> None:
     if not os.path.isdir(parent):
         raise MissingPathError(f"directory {parent} does not exist (needed for dataset {spec.uri}); "
                                f"create it first: mkdir -p {parent}")
-    if not os.path.isdir(spec.root):
+    created = not os.path.isdir(spec.root)
+    if created:
         try:
             os.mkdir(spec.root)
         except PermissionError:
@@ -96,6 +133,7 @@ def prepare_root(spec: StoreSpec) -> None:
     if not os.access(spec.root, os.W_OK):
         raise NotWritableError(f"dataset directory {spec.root} is not writable; fix its permissions "
                                "or choose another location")
+    return created
 
 
 def check_compatible(m: mf.Manifest, spec: StoreSpec, layout: Layout, fmt: str, compression: str,
@@ -135,17 +173,15 @@ def resolve_options(spec: StoreSpec, existing: mf.Manifest | None, *, layout_obj
     if comp not in COMPRESSIONS:
         raise UsageError(f"unknown compression {comp!r}; use one of {', '.join(kind.compressions)}")
     kind.check(layout_obj, fmt, comp)  # rejects unsupported combinations
+    shards = check_count("--shards", shards, 1, MAX_SHARDS)
+    workers = check_count("--workers", workers, 1, MAX_WORKERS)
+    batch_records = check_count("--batch-records", batch_records, 1,
+                                max_batch_records(kind_for(layout_obj, fmt, comp)))
     if shards is not None and spec.shards is not None and shards != spec.shards:
         raise UsageError(f"--shards {shards} contradicts ?shards={spec.shards} in {spec.uri}")
-    k = shards or spec.shards or (existing.shards if has else None) or default_workers()
-    if not 1 <= k <= 1024:
-        raise UsageError("--shards must be between 1 and 1024")
+    k = shards or spec.shards or (existing.shards if has else None) or min(default_workers(), MAX_SHARDS)
     w_req = default_workers() if workers is None else workers
-    if w_req < 1:
-        raise UsageError("--workers must be at least 1")
     b = batch_records if batch_records is not None else (existing.batch_records if has else DEFAULT_BATCH_RECORDS)
-    if b < 1:
-        raise UsageError("--batch-records must be at least 1")
     return layout_obj, fmt, comp, k, w_req, b, spec.with_shards(k)
 
 
@@ -201,11 +237,18 @@ def load(source: str, dataset: str, *, layout: str | None = None, format: str | 
         total = src.count(layout_obj)  # a partial trailing record fails here, before any write
         fp = src.fingerprint(layout_obj)
     ckpt = checkpoint_settings(checkpoint_seconds, checkpoint_bytes)
+    created = prepare_root(spec)
+    try:
+        _check_space(spec, existing, src, fp, total or 0, kind_for(layout_obj, fmt, comp), new_run=new_run,
+                     replace=replace)
+    except NoSpaceError:
+        if created:
+            os.rmdir(spec.root)  # nothing is left of a refused load
+        raise
     job = dict(src=src, fp=fp, total=total, skipped=skipped, layout_obj=layout_obj, fmt=fmt, comp=comp, k=k,
                w_req=w_req, b=b, b_given=batch_records is not None, new_run=new_run,
                progress=progress, stdin=stdin, ckpt=ckpt, fault=fault, t_start=t_start)
 
-    prepare_root(spec)
     with DatasetLock(spec.root) as lock:
         lock.set_job(f"load {source}" + (" --replace" if replace else ""))
         m = mf.load_manifest(spec.root) if mf.exists(spec.root) else None
@@ -267,6 +310,28 @@ def _check_table_limit(spec: StoreSpec, m: mf.Manifest, table: str) -> None:
 
 def _uri(src) -> str:
     return src[0].uri if isinstance(src, tuple) else src.uri
+
+
+def _check_space(spec: StoreSpec, existing: mf.Manifest | None, src, fp, total: int, kind, *,
+                 new_run: bool, replace: bool) -> None:
+    """Refuse up front (space.py) a load whose records still to write cannot fit: the
+    source's records, less those of its interrupted run that are durable (read without the
+    lock: a figure, not a decision about the run), none if it was already loaded."""
+    from .space import check_space, needed_bytes
+
+    m = existing
+    if replace:
+        sib = replace_mod.sibling_root(spec)
+        try:
+            m = mf.load_manifest(sib) if mf.exists(sib) else None
+        except BulkloadError:
+            m = None
+    prev = runs.last_matching(m, "load", _uri(src), fp) if m is not None and not new_run else None
+    todo = total
+    if prev is not None:
+        todo = 0 if prev.get("status") == "done" else total - sum(r[3] for r in prev.get("pending") or [])
+    source = src[0] if isinstance(src, tuple) else src
+    check_space(spec.root, needed_bytes(kind, source, todo), f"loading {todo:,} records of {_uri(src)} into {spec.uri}")
 
 
 def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, skipped, layout_obj, fmt, comp,

@@ -6,29 +6,37 @@ flock when its process dies, so a lock left by a killed job is taken over at onc
 
 `is_held` tells a reader whether some job holds the lock without touching it (a probe
 with flock, even shared, would make a writer starting at that moment fail with "busy").
+
+Before locking, a writer checks that its dataset does not lie inside another dataset
+(`refuse_nested`): the outer one's compaction or --replace would delete it. The lock
+file is never opened through a symlink and must be a regular file (it is truncated).
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
+import stat
 import socket
 import time
 from pathlib import Path
 
-from .errors import DatasetBusyError
+from .errors import DatasetBusyError, NestedDatasetError, NotWritableError
 
 LOCK = ".lock"
 
 
 class DatasetLock:
     def __init__(self, root: str):
+        self.root = root
         self.path = Path(root) / LOCK
         self.fd: int | None = None
 
     def acquire(self) -> "DatasetLock":
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        refuse_nested(self.root)
+        fd = _open_lock_file(self.path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -63,6 +71,34 @@ class DatasetLock:
 
     def __exit__(self, *exc):
         self.release()
+
+
+def refuse_nested(root: str) -> None:
+    """Every writer's first check: no dataset inside another one (manifest.enclosing_dataset)."""
+    from .manifest import enclosing_dataset
+
+    outer = enclosing_dataset(root)
+    if outer is not None:
+        raise NestedDatasetError(
+            f"dataset path {root} lies inside {outer} (a dataset or a --replace build), whose compaction "
+            f"or --replace would delete it; choose a path outside {outer}")
+
+
+def _open_lock_file(path: Path) -> int:
+    """The lock file, opened read-write (created if missing); never through a symlink,
+    and only a regular file (it is truncated and rewritten)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        what = {errno.EISDIR: "is a directory", errno.ELOOP: "is a symlink"}.get(e.errno)
+        if what:
+            raise NotWritableError(f"lock file {path} {what}, not bulkload's lock; remove it and retry") from None
+        raise NotWritableError(f"cannot open the lock file {path}: {e.strerror or e}; "
+                               "fix the dataset directory's permissions") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise NotWritableError(f"lock file {path} is not a regular file; remove it and retry")
+    return fd
 
 
 def _read_holder(fd: int) -> dict:

@@ -159,6 +159,9 @@ def open_manifest(root: str | os.PathLike, uri: str | None = None):
         raise DatasetNotFoundError(
             f"no dataset at {uri or root} (no {MANIFEST}); load one first with `bulkload load`"
         ) from None
+    except NotADirectoryError:
+        raise DatasetNotFoundError(f"no dataset at {uri or root}: {root} is a file, not a dataset "
+                                   "directory; check the path") from None
 
 
 def load_manifest(root: str | os.PathLike, uri: str | None = None) -> Manifest:
@@ -177,6 +180,21 @@ def read_dataset_id(root: str | os.PathLike) -> str | None:
 
 def exists(root: str | os.PathLike) -> bool:
     return (Path(root) / MANIFEST).is_file()
+
+
+def enclosing_dataset(root: str | os.PathLike) -> str | None:
+    """The directory of a dataset that ``root`` would lie inside, or None: an ancestor
+    holding a manifest, or a ``.NAME.replacing`` build (replace.py). Its compaction
+    (shards rebuilt and swapped) or a --replace would silently delete a dataset inside it."""
+    d = os.path.dirname(os.path.realpath(root))
+    while True:
+        name = os.path.basename(d)
+        if exists(d) or (name.startswith(".") and name.endswith(".replacing") and len(name) > 11):
+            return d
+        parent = os.path.dirname(d)
+        if parent == d:
+            return None
+        d = parent
 
 
 def new_run(kind: str, **details) -> dict:

@@ -451,7 +451,7 @@ def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRA
     """
     from .compact import compact_locked
     from .lock import DatasetLock
-    from .loading import default_workers
+    from .loading import MAX_WORKERS, check_count, default_workers
     from .pool import Pool
     from .progress import Progress
     from .stores.base import parse_dataset_uri
@@ -463,8 +463,7 @@ def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRA
     m = mf.load_manifest(spec.root, dataset_uri)
     layout = m.layout_obj
     aspec = make_spec(layout, dims, array, duplicates)
-    if workers is not None and int(workers) < 1:
-        raise UsageError("--workers must be at least 1")
+    check_count("--workers", workers, 1, MAX_WORKERS)
     if strategy not in STRATEGIES:
         raise UsageError(f"strategy {strategy!r} is unknown; use one of {', '.join(STRATEGIES)}")
     fault = faults.from_env()

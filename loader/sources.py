@@ -6,7 +6,9 @@ record bytes never travel through pipes. Only stdin, which cannot be split, is r
 the coordinator into shared memory.
 
 - ``gen://LAYOUT?n=N&start=S``: records S..S+N-1 of the layout's generator.
-- ``PATH``: a file of raw records (its size must be a whole number of records).
+- ``PATH``: a file of raw records (its size must be a whole number of records). A
+  character or block device, a socket, or a file on procfs/sysfs is refused
+  (`refuse_pseudo_file`): their sizes say nothing about what reading them yields.
 - ``-``: standard input.
 
 Documents (layout ``docs``, variable-length keyed records; see loader/docs.py, docs_gen.py, docs_json.py):
@@ -23,14 +25,16 @@ Keyed sources have ``read_docs(offset, count) -> (DocBatch, [FileError])`` inste
 from __future__ import annotations
 
 import os
+import stat
+import sys
 from dataclasses import dataclass
-from urllib.parse import parse_qsl
 
 import numpy as np
 
-from .errors import (MissingPathError, PartialRecordError, SourceVanishedError,
+from .errors import (MissingPathError, PartialRecordError, SourceTypeError, SourceVanishedError,
                      UnreadableInputError, UsageError)
 from .layouts import Layout, get_layout
+from .stores.base import query_options
 
 MAX_RECORDS = 2**63 - 1
 
@@ -332,7 +336,7 @@ def parse_source(ref: str, layout: Layout | None = None, on_bad_file: str = "fai
         get_layout(name)  # unknown layout -> clear error
         if layout is not None and layout.name != name:
             raise UsageError(f"source {ref!r} generates layout {name!r} but --layout is {layout.name!r}")
-        q = dict(parse_qsl(query, keep_blank_values=True))
+        q = query_options(query, f"source {ref!r}", "parameter")
         docs = name == "docs"
         takes, example = (("n, seed and start", "gen://docs?n=1000000&seed=1") if docs
                           else ("n, start and impl", f"gen://{name}?n=1000000"))
@@ -357,6 +361,7 @@ def parse_source(ref: str, layout: Layout | None = None, on_bad_file: str = "fai
     path = os.path.abspath(ref)
     if not os.path.exists(path):
         raise MissingPathError(f"source file {ref} does not exist")
+    refuse_pseudo_file(ref)
     if os.path.isdir(path):
         if layout is not None and getattr(layout, "variable_length", False):
             return JsonDirSource(path, on_bad_file)
@@ -367,6 +372,39 @@ def parse_source(ref: str, layout: Layout | None = None, on_bad_file: str = "fai
         raise UsageError(f"source {ref} is a file; layout docs loads gen://docs?n=N or a directory of "
                          "<id>.json files")
     return FileSource(path)
+
+
+#: statfs f_type of the kernel's pseudo filesystems: their files report sizes (often 0 or
+#: 4096) that have nothing to do with what reading them yields
+PSEUDO_FILESYSTEMS = {0x9FA0: "procfs", 0x62656572: "sysfs", 0x64626720: "debugfs", 0x74726163: "tracefs",
+                      0x73636673: "securityfs", 0x63677270: "cgroup2", 0x27E0EB: "cgroup",
+                      0x62656570: "configfs", 0xCAFE4A11: "bpf", 0xDE5E81E4: "efivarfs"}
+_NOT_RECORDS = {stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
+
+
+def refuse_pseudo_file(ref: str) -> None:
+    """Raise SourceTypeError unless ``ref`` can hold records: a device, a socket, or a
+    file of procfs/sysfs (whose sizes lie) is refused. Regular files, directories and
+    FIFOs pass (what each of those may hold is checked by its own reader)."""
+    st = os.stat(ref)
+    kind = _NOT_RECORDS.get(stat.S_IFMT(st.st_mode))
+    if kind is None:
+        fs = PSEUDO_FILESYSTEMS.get(_fs_type(ref))
+        kind = f"on {fs} (its sizes are not the bytes it yields)" if fs else None
+    if kind is not None:
+        raise SourceTypeError(f"source {ref} is {kind}, not a file of records; load a regular file, a FIFO "
+                              "or - (stdin), e.g. head -c BYTES DEVICE | bulkload load - DATASET")
+
+
+def _fs_type(path: str) -> int | None:
+    """statfs(2) f_type of the filesystem holding ``path`` (None if unknown)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    buf = ctypes.create_string_buffer(256)  # struct statfs is 120 bytes on 64-bit Linux
+    if libc.statfs(os.fsencode(path), buf) != 0:
+        return None
+    return int.from_bytes(buf.raw[:ctypes.sizeof(ctypes.c_long)], sys.byteorder) & 0xFFFFFFFF
 
 
 def parse_count(text: str, what: str, maximum: int = MAX_RECORDS) -> int:

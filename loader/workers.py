@@ -22,6 +22,7 @@ run for `load`, the file for `ingest`) is synced; until then they do not exist.
 
 from __future__ import annotations
 
+import heapq
 import os
 import queue
 import resource
@@ -87,15 +88,19 @@ class LoadTask:
 
     def planned_batches(self):
         """(seq, first_record, count, source, source_offset) of this worker's batches still
-        to write, in seq order."""
-        b, owned = self.batch_records, set(self.owned_shards())
+        to write, in seq order: computed per owned shard (no walk over other workers' batches)."""
+        b = self.batch_records
         for seg in self.segments:
-            for i in range(seg.nbatches(b)):
-                seq = seg.first_seq + i
-                s = seq % self.nshards
-                if s in owned and seq >= self.resume_seq(s):
-                    yield (seq, seg.first_record + i * b, min(b, seg.count - i * b), seg.source,
-                           seg.offset + i * b)
+            lo, hi = seg.first_seq, seg.first_seq + seg.nbatches(b)
+            runs = [shard_seqs(max(lo, self.resume_seq(s)), hi, s, self.nshards) for s in self.owned_shards()]
+            for seq in heapq.merge(*runs):
+                i = seq - lo
+                yield (seq, seg.first_record + i * b, min(b, seg.count - i * b), seg.source, seg.offset + i * b)
+
+
+def shard_seqs(lo: int, hi: int, shard: int, nshards: int) -> range:
+    """The seqs in [lo, hi) of batches stored on ``shard`` (seq mod K), ascending."""
+    return range(lo + (shard - lo) % nshards, max(lo, hi), nshards)
 
 
 def owned_shards(nshards: int, workers: int, worker: int) -> list[int]:

@@ -9,11 +9,16 @@ and one table per 2-D array for its chunks.
 
 Only a `StoreSpec` (a small frozen, picklable description) ever crosses a process
 boundary; each process opens its own handles from it.
+
+URIs are strict: each backend declares the options it takes (`ShardStore.OPTIONS`, values
+checked by `check_options`); an unknown or repeated option is a UsageError listing the
+known ones, and a mem:// NAME is one plain path component (`MEM_NAME`).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +39,13 @@ class ShardStore(ABC):
 
     #: "lmdb" | "rocksdb" | "mem"
     scheme: str
+    #: the options a dataset URI may give this backend (name -> what it takes); others are refused
+    OPTIONS: dict[str, str] = {}
+
+    @classmethod
+    def check_options(cls, options: dict) -> None:
+        """Raise UsageError for an option value this backend cannot use (names are checked
+        by parse_dataset_uri against OPTIONS)."""
 
     @classmethod
     @abstractmethod
@@ -174,12 +186,18 @@ def make_shard_dir(path: str) -> None:
 
 
 SCHEMES = ("lmdb", "rocksdb", "mem")
+MAX_SHARDS = 1024
+#: a mem:// name: one plain path component under MEM_ROOT (a leading dot is refused: it
+#: would hide the dataset and could collide with a --replace build, ``.NAME.replacing``)
+MEM_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
 
 
 def parse_dataset_uri(uri: str) -> StoreSpec:
     """``lmdb://PATH``, ``rocksdb://PATH`` or ``mem://NAME``, each with ``?shards=K&opt=v``.
 
-    Relative paths are relative to the working directory.
+    Relative paths are relative to the working directory. An option the backend does not
+    take (`ShardStore.OPTIONS`), an option given twice, or a value it cannot use is a
+    UsageError, as is a mem:// NAME that is not one plain name (`MEM_NAME`).
     """
     if "://" not in uri:
         raise UnknownSchemeError(
@@ -193,22 +211,54 @@ def parse_dataset_uri(uri: str) -> StoreSpec:
     path, _, query = rest.partition("?")
     if not path:
         raise UsageError(f"dataset {uri!r} has no path after {scheme}://")
-    opts = dict(parse_qsl(query, keep_blank_values=True))
+    if "\0" in path or not path.isprintable() or not _utf8(path):
+        raise UsageError(f"dataset {uri!r}: the path must be printable UTF-8 (the stores take UTF-8 paths)")
+    opts = query_options(query, f"dataset {uri!r}")
+    backend = backend_for(scheme)
+    unknown = sorted(set(opts) - {"shards"} - set(backend.OPTIONS))
+    if unknown:
+        known = "; ".join(f"{k} ({v})" for k, v in {"shards": f"1..{MAX_SHARDS}", **backend.OPTIONS}.items())
+        raise UsageError(f"dataset {uri!r}: unknown option(s) {', '.join(unknown)}; {scheme}:// takes {known}")
     shards = None
     if "shards" in opts:
         try:
             shards = int(opts.pop("shards"))
         except ValueError:
             raise UsageError(f"dataset {uri!r}: shards must be an integer") from None
-        if not 1 <= shards <= 1024:
-            raise UsageError(f"dataset {uri!r}: shards must be between 1 and 1024")
+        if not 1 <= shards <= MAX_SHARDS:
+            raise UsageError(f"dataset {uri!r}: shards must be between 1 and {MAX_SHARDS}")
+    try:
+        backend.check_options(opts)
+    except UsageError as e:
+        raise UsageError(f"dataset {uri!r}: {e}") from None
     if scheme == "mem":
-        if "/" in path.strip("/"):
-            raise UsageError(f"mem://NAME takes a plain name, not a path: {uri!r}")
-        root = os.path.join(MEM_ROOT, path.strip("/"))
+        if not MEM_NAME.fullmatch(path):
+            raise UsageError(
+                f"dataset {uri!r}: mem://NAME takes one plain name of 1 to 128 letters, digits, '.', '_' "
+                f"or '-', not starting with '.' (it becomes {MEM_ROOT}/NAME), e.g. mem://scratch-1")
+        root = os.path.join(MEM_ROOT, path)
     else:
         root = os.path.abspath(os.path.expanduser(path))
     return StoreSpec(scheme, root, shards, tuple(sorted(opts.items())))
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # surrogate-escaped bytes of a non-UTF-8 argument
+        return False
+    return True
+
+
+def query_options(query: str, what: str, noun: str = "option") -> dict[str, str]:
+    """The ``k=v&...`` of a URI as a dict; a key given twice is a UsageError."""
+    pairs = parse_qsl(query, keep_blank_values=True)
+    seen: set[str] = set()
+    for k, _ in pairs:
+        if k in seen:
+            raise UsageError(f"{what}: {noun} {k} is given more than once; give each {noun} once")
+        seen.add(k)
+    return dict(pairs)
 
 
 def backend_for(scheme: str) -> type[ShardStore]:

@@ -126,10 +126,21 @@ def _opt_size(options: dict, name: str, default: int) -> int:
             s = s[:-1]
         try:
             n = int(float(s) * mult)
-        except ValueError:
+        except (ValueError, OverflowError):
             raise UsageError(f"store option {name}={v!r} is not a size (e.g. 64m, 2g)") from None
     if n <= 0:
         raise UsageError(f"store option {name}={v!r} must be positive")
+    return n
+
+
+def _opt_count(options: dict, name: str, default: int) -> int:
+    v = options.get(name, default)
+    try:
+        n = int(str(v).strip())
+    except ValueError:
+        raise UsageError(f"store option {name}={v!r} is not a whole number") from None
+    if n < 1:
+        raise UsageError(f"store option {name}={v!r} must be at least 1")
     return n
 
 
@@ -202,6 +213,19 @@ def _recover_compaction(path: str) -> None:
 
 class LmdbStore(ShardStore):
     scheme = "lmdb"
+    OPTIONS = {
+        "map_size": "initial map size, e.g. 64m",
+        "writemap": "1 maps the file writable, 0 (default) writes with pwrite",
+        "readahead": "0 turns OS readahead off",
+        "max_dbs": f"most tables per shard, default {DEFAULT_MAX_DBS}",
+    }
+
+    @classmethod
+    def check_options(cls, options: dict) -> None:
+        _opt_size(options, "map_size", DEFAULT_MAP_SIZE)
+        _opt_bool(options, "writemap", False)
+        _opt_bool(options, "readahead", True)
+        _opt_count(options, "max_dbs", DEFAULT_MAX_DBS)
 
     def __init__(self, path: str, entry: _EnvEntry, *, write: bool, options: dict,
                  lock_fd: int | None):
@@ -277,7 +301,7 @@ class LmdbStore(ShardStore):
         data = os.path.join(path, "data.mdb")
         existing = os.path.getsize(data) if os.path.exists(data) else 0
         readahead = _opt_bool(options, "readahead", True)
-        max_dbs = int(options.get("max_dbs", DEFAULT_MAX_DBS))
+        max_dbs = _opt_count(options, "max_dbs", DEFAULT_MAX_DBS)
         if write:
             hint = _opt_size(options, "map_size", DEFAULT_MAP_SIZE)
             writemap = _opt_bool(options, "writemap", False)

@@ -63,11 +63,14 @@ ZSTD_DICT_BYTES = 16 * 1024
 READ_OPEN_ATTEMPTS = 5
 
 
-def _int_opt(options: dict, name: str, default: int) -> int:
+def _int_opt(options: dict, name: str, default: int, minimum: int = -(1 << 31)) -> int:
     try:
-        return int(options.get(name, default))
+        n = int(options.get(name, default))
     except (TypeError, ValueError):
         raise UsageError(f"rocksdb option {name}={options.get(name)!r} is not an integer") from None
+    if not minimum <= n < 1 << 31:
+        raise UsageError(f"rocksdb option {name}={n} is out of range ({minimum} .. {(1 << 31) - 1})")
+    return n
 
 
 def _options(options: dict, *, write: bool) -> Options:
@@ -93,7 +96,7 @@ def _options(options: dict, *, write: bool) -> Options:
         from rocksdict import BlockBasedOptions
 
         bb = BlockBasedOptions()
-        bb.set_block_size(_int_opt(options, "block_size", 4096))
+        bb.set_block_size(_int_opt(options, "block_size", 4096, minimum=1))
         opts.set_block_based_table_factory(bb)
     if write:
         opts.create_if_missing(True)
@@ -119,6 +122,16 @@ def _dir_bytes(path: str) -> int:
 
 class RocksdbStore(ShardStore):
     scheme = "rocksdb"
+    OPTIONS = {
+        "compression": "none (default), lz4, zstd or zstd-dict",
+        "zstd_level": "zstd level with compression=zstd-dict, default 3",
+        "block_size": "bytes per table block, default 4096",
+    }
+
+    @classmethod
+    def check_options(cls, options: dict) -> None:
+        _options(options, write=False)
+        _int_opt(options, "zstd_level", 3)
 
     def __init__(self, path: str, db: Rdict, opts: Options, *, write: bool):
         self.path = path
