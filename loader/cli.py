@@ -2,7 +2,8 @@
 
 It parses options, calls the API, prints a table (or ``--json``), and turns
 BulkloadError into a one-line message and the error's exit code:
-0 done, 1 failed, 2 usage, 3 dataset busy, 130 interrupted.
+0 done, 1 failed, 2 usage, 3 dataset busy, 128 + N stopped by signal N (130 SIGINT,
+143 SIGTERM, 129 SIGHUP: the run is recorded as interrupted; see interrupts.py).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import Optional
 import typer
 
 from . import logs
-from .errors import BulkloadError, EXIT_FAILED, EXIT_USAGE
+from .errors import BulkloadError, EXIT_FAILED, EXIT_USAGE, Interrupted
+from .interrupts import stop_on_signals
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   rich_markup_mode=None,
@@ -28,14 +30,18 @@ def fail(message: str, code: int) -> None:
 
 
 def handle_errors(fn):
+    """Run a command: SIGINT, SIGTERM and SIGHUP stop it cleanly (interrupts.py); an error
+    or a stop signal becomes one line on stderr and its exit code (128 + signal number)."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            return fn(*args, **kwargs)
+            with stop_on_signals():
+                return fn(*args, **kwargs)
         except BulkloadError as e:
             fail(str(e), e.exit_code)
-        except KeyboardInterrupt:
-            fail("interrupted; nothing from this run was committed", 130)
+        except KeyboardInterrupt as e:
+            stop = Interrupted.of(e)
+            fail(str(stop), stop.exit_code)
         except BrokenPipeError:
             raise typer.Exit(0)
     return wrapper

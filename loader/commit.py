@@ -189,6 +189,16 @@ class Committer:
             self.run["pending"] = sorted(self.durable.values())
         self.m.save(self.root)
 
+    def save_quietly(self) -> None:
+        """save(), on the way out of a run that stopped: a failure to write is not reported
+        (the error that stopped the run matters more; the manifest on disk is the last good one)."""
+        from .errors import BulkloadError
+
+        try:
+            self.save()
+        except BulkloadError:
+            pass
+
     def on_message(self, msg: tuple) -> None:
         if msg and msg[0] == "checkpoint":
             faults.hit("checkpoint")

@@ -360,10 +360,11 @@ def compact_docs(spec: StoreSpec, m: mf.Manifest, *, target_batch_records: int |
         faults.hit("docs-switched")
     except BaseException as e:
         if run["status"] != "done":
-            run.update(status="failed", ended=time.time(),
-                       error=str(e) if isinstance(e, BulkloadError) else f"{type(e).__name__}: {e}")
+            from .compact import UNCHANGED
+
+            e = runs.stop(run, e, UNCHANGED)
             m.save(spec.root)
-        raise
+        raise e from None
     # the old tables are leftovers now: drop them (and any other), then compact the stores
     live = [0] * k
     for b in m.batches:
