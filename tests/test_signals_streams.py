@@ -153,7 +153,7 @@ def test_stdin_paths_are_streams_and_every_load_is_a_new_run(tmp_path, path):
         assert p.returncode == 0, p.stderr
         rep = json.loads(p.stdout)
         assert rep["source"] == path and rep["status"] == "loaded" and rep["records"] == 2345
-        assert "Traceback" not in p.stderr and "KeyError" not in p.stderr, p.stderr
+        assert b"Traceback" not in p.stderr and b"KeyError" not in p.stderr, p.stderr
     runs = runs_of(uri)
     assert [r["status"] for r in runs] == ["done", "done"] and runs[0]["id"] != runs[1]["id"]
     assert snapshot(uri)[1] == data + data
