@@ -101,8 +101,9 @@ def generate(
 @app.command()
 @handle_errors
 def load(
-    source: str = typer.Argument(..., help="gen://LAYOUT?n=N&start=S, a file of raw records, - for stdin, "
-                                 "or (--layout docs) a directory of <id>.json documents."),
+    source: str = typer.Argument(..., help="gen://LAYOUT?n=N&start=S, a file of raw records, - for stdin "
+                                 "(or a FIFO, /dev/stdin, /dev/fd/N), or (--layout docs) a directory of "
+                                 "<id>.json documents."),
     dataset: str = typer.Argument(..., help="lmdb://PATH, rocksdb://PATH or mem://NAME (with ?shards=K)."),
     layout: Optional[str] = typer.Option(None, "--layout", help="Layout of the records (default: the source's or scidb96)."),
     format: Optional[str] = typer.Option(None, "--format", help="capnp (default) or arrow; documents: block (default), raw or capnp."),

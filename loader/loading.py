@@ -379,7 +379,7 @@ def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, skip
     try:
         committer.save()
         receipts = execute(spec, m, run, committer, layout=layout_obj, segments=segments, resume=res, k=k,
-                           b=b, nworkers=nworkers, label=mode, progress=progress, stdin_feed=feed,
+                           b=b, nworkers=nworkers, label=mode, progress=progress, stream_feed=feed,
                            checkpoint=ckpt, fault=fault, kind=kind, table=table, clear_from=clear_from,
                            keep_tables=sorted({e.table for e in m.batches if e.table}),
                            store_options=kind.store_options(spec.scheme))

@@ -104,10 +104,10 @@ class Pool:
         self.procs: list = []
         self.conns: list = []  # the coordinator's (reading) end of each worker's pipe
         self.results: dict[int, Result] = {}
-        self.failure: BaseException | None = None  # set by a coordinator thread (stdin feeder)
+        self.failure: BaseException | None = None  # set by a coordinator thread (a stream feeder)
 
     def fail(self, exc: BaseException) -> None:
-        """Called from another thread of the coordinator (e.g. the stdin feeder)."""
+        """Called from another thread of the coordinator (e.g. a stream feeder)."""
         self.failure = exc
 
     def run(self) -> list:

@@ -8,8 +8,9 @@ durable in the stores but not yet committed, see commit.py).
 
 Statuses: ``running`` (in progress - or its job died: the next writer, which holds the
 lock, turns that into ``interrupted``), ``done``, ``failed`` (an error stopped it),
-``interrupted`` (a signal stopped it: SIGINT, SIGTERM, SIGHUP; or its job died), ``superseded`` (another run started before it was resumed: its pending
-batches were discarded and nothing of it is committed).
+``interrupted`` (a signal stopped it: SIGINT, SIGTERM, SIGHUP; or its job died),
+``superseded`` (another run started before it was resumed: its pending batches were
+discarded and nothing of it is committed).
 
 Only runs since the last ``--replace`` (inclusive) describe the current content.
 """

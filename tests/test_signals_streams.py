@@ -500,8 +500,8 @@ def test_worker_killed_during_ingest_names_the_committed_files(tmp_path):
         (d / f"f{i}.bin").write_bytes(gen_bytes(i * 5000, 5000))
     uri = f"lmdb://{tmp_path}/ds"
     env = dict(os.environ, BULKLOAD_FAULT="w1.sync:30", BULKLOAD_CHECKPOINT_SECONDS="0")
-    p = subprocess.run(bl(*map(str, ("ingest", uri, "--from", d, "--shards", 2, "--workers", 2, "--batch-records", 500, "--quiet"))),
-                       capture_output=True, text=True, env=env, timeout=120)
+    args = ("ingest", uri, "--from", d, "--shards", 2, "--workers", 2, "--batch-records", 500, "--quiet")
+    p = subprocess.run(bl(*map(str, args)), capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode == 1
     msg = one_error_line(p.stderr)
     m = re.fullmatch(r"worker 1 \(pid \d+\) was killed by signal 9 before it finished; (\d+) of 10 file\(s\) "
