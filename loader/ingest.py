@@ -284,7 +284,8 @@ def ingest(dataset: str, from_dir: str, *, pattern: str = "*", on_bad_file: str 
                 continue
             break
 
-        finished = lambda: f"run {run['id']} had finished: {_committed(report, committer)}"
+        finished = lambda: (f"run {run['id']} had finished: {len(report.files)} file(s) ({report.records:,} "
+                            "records) were committed")
         with interrupts.held(finished):  # the commit is written whole; a stop signal waits for it
             faults.hit("commit")
             committer.finish(receipts)

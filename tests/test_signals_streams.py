@@ -528,3 +528,45 @@ def test_worker_killed_during_load_says_nothing_was_committed(tmp_path):
     assert re.fullmatch(r"worker 0 \(pid \d+\) was killed by signal 9 before it finished; nothing from this "
                         r"run was committed; re-run the same command to resume it", msg), msg
     assert loader.open(uri).records == 0 and runs_of(uri)[-1]["error"] == msg
+
+
+@pytest.fixture
+def own_handlers():
+    """stop_on_signals() leaves the stop signals ignored once one came (the CLI then exits):
+    give pytest its handlers back."""
+    saved = {s: signal.getsignal(s) for s in SIGNALS.values()}
+    yield
+    for s, h in saved.items():
+        signal.signal(s, h)
+
+
+@pytest.mark.parametrize("sig", SIGNALS)
+def test_a_signal_during_a_commit_is_raised_after_it(own_handlers, sig):
+    from loader.errors import Interrupted
+    from loader.interrupts import held, stop_on_signals
+
+    done = []
+    with pytest.raises(Interrupted) as exc:
+        with stop_on_signals():
+            with held(lambda: "run R had finished"):
+                os.kill(os.getpid(), SIGNALS[sig])
+                time.sleep(0.05)  # the handler runs in here: the signal is held, not raised
+                done.append("manifest written")
+    assert done == ["manifest written"]
+    assert exc.value.signo == SIGNALS[sig] and str(exc.value) == f"interrupted by SIG{sig}; run R had finished"
+    assert exc.value.exit_code == 128 + SIGNALS[sig]
+    os.kill(os.getpid(), signal.SIGTERM)  # later signals are ignored while the command reports
+
+
+def test_a_held_signal_wins_over_the_error_it_caused(own_handlers):
+    """E.g. a group-wide SIGTERM kills the forkserver while a worker is being started."""
+    from loader.errors import Interrupted
+    from loader.interrupts import held, stop_on_signals
+
+    with pytest.raises(Interrupted) as exc:
+        with stop_on_signals():
+            with held(lambda: "unused"):
+                os.kill(os.getpid(), signal.SIGHUP)
+                time.sleep(0.05)
+                raise EOFError("unexpected EOF")
+    assert str(exc.value) == "interrupted by SIGHUP" and isinstance(exc.value.__cause__, EOFError)
