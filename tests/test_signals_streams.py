@@ -441,16 +441,17 @@ def test_sigterm_to_the_whole_process_group_is_an_interruption(tmp_path, kind):
     g = None
     if kind == "stdin":
         g = subprocess.Popen([tool("bulkload-gen"), "100000000"], stdout=subprocess.PIPE)
-        p = subprocess.Popen(bl("load", "-", uri, "--quiet"), stdin=g.stdout, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True)
+        p = subprocess.Popen(bl("load", "-", uri, "--quiet", "--workers", "2"), stdin=g.stdout,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
         g.stdout.close()
     else:
-        p = subprocess.Popen(bl("load", "gen://scidb96?n=100000000", uri, "--quiet"), stderr=subprocess.PIPE,
-                             text=True, start_new_session=True)
+        p = subprocess.Popen(bl("load", "gen://scidb96?n=100000000", uri, "--quiet", "--workers", "2"),
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     wait_for_run(tmp_path / "ds", "load")
-    time.sleep(0.5)
-    kids = descendants(p.pid)
-    assert kids
+    deadline = time.monotonic() + 30  # the resource tracker, the forkserver and 2 workers
+    while len(kids := descendants(p.pid)) < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)
     os.killpg(p.pid, signal.SIGTERM)
     _, err = p.communicate(timeout=60)
     if g is not None:
