@@ -158,19 +158,20 @@ class Pool:
     def _drain(self, w: int) -> None:
         """Handle every message waiting on worker w's pipe; a broken pipe is its death."""
         conn = self.conns[w]
-        try:
-            while w not in self.results and conn.poll():
+        while w not in self.results and conn.poll():
+            try:
                 msg = conn.recv()
-                if isinstance(msg, Result):
-                    self.results[w] = msg
-                    if msg.error_type:
-                        raise self._error(w, msg)
-                elif isinstance(msg, tuple):
-                    self.on_message(msg)
-                else:
-                    self.on_progress(msg)
-        except (EOFError, OSError, pickle.UnpicklingError):
-            conn.close()  # died, or died mid-message: its sentinel tells how
+            except (EOFError, OSError, pickle.UnpicklingError):
+                conn.close()  # died, or died mid-message: its sentinel tells how
+                return
+            if isinstance(msg, Result):
+                self.results[w] = msg
+                if msg.error_type:
+                    raise self._error(w, msg)
+            elif isinstance(msg, tuple):
+                self.on_message(msg)  # may raise (e.g. a manifest write failed): the run stops
+            else:
+                self.on_progress(msg)
 
     def _finished(self, w: int) -> None:
         """Worker w's process ended: what it sent before is all in its pipe."""
