@@ -2,10 +2,11 @@
 
 It parses options, calls the API, prints a table (or ``--json``), and turns
 BulkloadError into a one-line message and the error's exit code:
-0 done, 1 failed, 2 usage, 3 dataset busy, 130 interrupted. Command-line parsing errors
-(OneLineErrors) are one line, exit 2; any other exception is the last resort of
-`handle_errors`: one line, exit 1 (the traceback only with BULKLOAD_DEBUG=1). The
-BULKLOAD_* variables are checked before any command runs (env.py).
+0 done, 1 failed, 2 usage, 3 dataset busy, 128 + N stopped by signal N (130 SIGINT,
+143 SIGTERM, 129 SIGHUP: the run is recorded as interrupted; see interrupts.py).
+Command-line parsing errors (OneLineErrors) are one line, exit 2; any other exception is
+the last resort of `handle_errors`: one line, exit 1 (the traceback only with
+BULKLOAD_DEBUG=1). The BULKLOAD_* variables are checked before any command runs (env.py).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from typer.core import TyperGroup
 from typer.exceptions import TyperException
 
 from . import logs
-from .errors import BulkloadError, EXIT_FAILED, EXIT_USAGE
+from .errors import BulkloadError, EXIT_FAILED, EXIT_USAGE, Interrupted
+from .interrupts import stop_on_signals
 
 class OneLineErrors(TyperGroup):
     """Command-line parsing errors (an unknown option, a value that is not an integer) are
@@ -59,17 +61,20 @@ def fail(message: str, code: int) -> None:
 
 
 def handle_errors(fn):
-    """A command's errors become one line on stderr and an exit code: BulkloadError its
-    own; anything else (an OSError, a library's error) exit 1, as the last resort, with
-    the traceback only when BULKLOAD_DEBUG=1."""
+    """Run a command: SIGINT, SIGTERM and SIGHUP stop it cleanly (interrupts.py). Its
+    errors become one line on stderr and an exit code: BulkloadError its own, a stop
+    signal 128 + its number; anything else (an OSError, a library's error) exit 1, as the
+    last resort, with the traceback only when BULKLOAD_DEBUG=1."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            return fn(*args, **kwargs)
+            with stop_on_signals():
+                return fn(*args, **kwargs)
         except BulkloadError as e:
             fail(str(e), e.exit_code)
-        except KeyboardInterrupt:
-            fail("interrupted; nothing from this run was committed", 130)
+        except KeyboardInterrupt as e:
+            stop = Interrupted.of(e)
+            fail(str(stop), stop.exit_code)
         except BrokenPipeError:
             raise typer.Exit(0)
         except (typer.Exit, typer.Abort, TyperException):
@@ -159,8 +164,9 @@ def generate(
 @app.command()
 @handle_errors
 def load(
-    source: str = typer.Argument(..., help="gen://LAYOUT?n=N&start=S, a file of raw records, - for stdin, "
-                                 "or (--layout docs) a directory of <id>.json documents."),
+    source: str = typer.Argument(..., help="gen://LAYOUT?n=N&start=S, a file of raw records, - for stdin "
+                                 "(or a FIFO, /dev/stdin, /dev/fd/N), or (--layout docs) a directory of "
+                                 "<id>.json documents."),
     dataset: str = typer.Argument(..., help="lmdb://PATH, rocksdb://PATH or mem://NAME (with ?shards=K)."),
     layout: Optional[str] = typer.Option(None, "--layout", help="Layout of the records (default: the source's or scidb96)."),
     format: Optional[str] = typer.Option(None, "--format", help="capnp (default) or arrow; documents: block (default), raw or capnp."),

@@ -225,6 +225,16 @@ class Committer:
             self.run["pending"] = sorted(self.durable.values())
         self.m.save(self.root)
 
+    def save_quietly(self) -> None:
+        """save(), on the way out of a run that stopped: a failure to write is not reported
+        (the error that stopped the run matters more; the manifest on disk is the last good one)."""
+        from .errors import BulkloadError
+
+        try:
+            self.save()
+        except BulkloadError:
+            pass
+
     def on_message(self, msg: tuple) -> None:
         if msg and msg[0] == "checkpoint":
             faults.hit("checkpoint")
@@ -241,10 +251,10 @@ class Committer:
 
 def execute(spec: StoreSpec, m: mf.Manifest, run: dict, committer: Committer, *, layout: Layout,
             segments: list[Segment], resume: tuple, k: int, b: int, nworkers: int,
-            label: str, progress: str, stdin_feed=None, checkpoint: tuple[float, int] | None = None,
+            label: str, progress: str, stream_feed=None, checkpoint: tuple[float, int] | None = None,
             fault: str = "", kind=None, table: str = "batches", keep_tables: tuple = (),
             store_options: tuple = (), clear_from: int = -1) -> list[dict]:
-    """Run the workers over the plan (or the stdin feed); returns their receipts.
+    """Run the workers over the plan (or the stream feed, streams.py); returns their receipts.
 
     Checkpoints flow into ``committer`` as they arrive; the caller calls
     ``committer.finish(receipts)`` and saves the final run status.
@@ -254,7 +264,7 @@ def execute(spec: StoreSpec, m: mf.Manifest, run: dict, committer: Committer, *,
     kind = kind or kind_for(layout, m.format, m.compression)
     rs = kind.record_bytes()
     todo_records = Plan(segments, b, k).records_from(resume)
-    if stdin_feed is None and not todo_records:
+    if stream_feed is None and not todo_records:
         return []
     secs, nbytes = checkpoint or checkpoint_settings()
     shard_hint = todo_records * rs // k
@@ -262,17 +272,17 @@ def execute(spec: StoreSpec, m: mf.Manifest, run: dict, committer: Committer, *,
     first_record = segments[0].first_record if segments else m.next_record
     tasks = [LoadTask(store=spec, worker=w, workers=nworkers, nshards=k, layout=layout.to_dict(),
                       format=m.format, compression=m.compression,
-                      segments=tuple(segments) if stdin_feed is None else (),
+                      segments=tuple(segments) if stream_feed is None else (),
                       first_seq=first_seq, first_record=first_record, batch_records=b,
                       resume=tuple(resume), shard_bytes_hint=shard_hint, main_pid=os.getpid(),
                       checkpoint_bytes=nbytes, checkpoint_seconds=secs, fault=fault, table=table,
                       keep_tables=tuple(keep_tables), store_options=tuple(store_options),
                       clear_from=clear_from)
              for w in range(nworkers)]
-    total = None if stdin_feed is not None else todo_records
+    total = None if stream_feed is not None else todo_records
     with Progress(label, total, rs, mode=progress) as prog:
-        if stdin_feed is not None:
-            return stdin_feed(tasks, prog, committer.on_message)
+        if stream_feed is not None:
+            return stream_feed(tasks, prog, committer.on_message)
 
         def on_message(msg: tuple) -> None:
             if msg[0] == "progress":  # keyed records: (documents, bytes of text)

@@ -28,12 +28,14 @@ from __future__ import annotations
 import os
 import time
 
-from . import faults
+from . import faults, interrupts, runs
 from . import manifest as mf
 from .errors import BulkloadError, UsageError
 from .garbage import collect_garbage, held_tables, holds_batches, retire_batches, start_writing
 from .workers import batch_key
 
+#: what a compaction that stopped early leaves: the records as they were
+UNCHANGED = "no record changed (compaction only rewrites them); re-run the same command to compact"
 #: a shard is compacted when its size on disk exceeds live bytes by this factor (+ slack)
 WASTE_FACTOR = 1.25
 WASTE_SLACK = 8 << 20
@@ -117,17 +119,17 @@ def compact_locked(spec, m: mf.Manifest, *, target_batch_records: int | None = N
             seconds_merge = time.perf_counter() - t
         shards = _compact_stores(spec, m, force=force or merged)
     except BaseException as e:
-        run.update(status="failed", ended=time.time(),
-                   error=str(e) if isinstance(e, BulkloadError) else f"{type(e).__name__}: {e}")
+        e = runs.stop(run, e, UNCHANGED)
         m.save(spec.root)
-        raise
+        raise e from None
     before = sum(shard_bytes_before)
     after = sum(s["bytes_after"] for s in shards)
     seconds = time.perf_counter() - t0
-    run.update(status="done", ended=time.time(), records=m.records, batches_before=before_batches,
-               batches_after=len(m.batches), bytes_before=before, bytes_after=after,
-               seconds=round(seconds, 3))
-    m.save(spec.root)
+    with interrupts.held(lambda: f"run {run['id']} had finished"):
+        run.update(status="done", ended=time.time(), records=m.records, batches_before=before_batches,
+                   batches_after=len(m.batches), bytes_before=before, bytes_after=after,
+                   seconds=round(seconds, 3))
+        m.save(spec.root)
     return {
         "dataset": spec.uri,
         "run_id": run["id"],

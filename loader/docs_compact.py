@@ -375,10 +375,11 @@ def compact_docs(spec: StoreSpec, m: mf.Manifest, *, target_batch_records: int |
         faults.hit("docs-switched")
     except BaseException as e:
         if run["status"] != "done":
-            run.update(status="failed", ended=time.time(),
-                       error=str(e) if isinstance(e, BulkloadError) else f"{type(e).__name__}: {e}")
+            from .compact import UNCHANGED
+
+            e = runs.stop(run, e, UNCHANGED)
             m.save(spec.root)
-        raise
+        raise e from None
     # the old tables are garbage now: dropped unless a reader pins them; then compact the stores
     collect_garbage(spec, m)
     keep = held_tables(m)

@@ -5,10 +5,17 @@ matching builtin so that Python callers can catch it naturally, and carries the
 exit code the CLI turns it into:
 
   0 done, 1 failed (bad data, verify mismatch, worker failure), 2 usage
-  (bad arguments, unknown layout/scheme, unwritable path), 3 dataset busy.
+  (bad arguments, unknown layout/scheme, unwritable path), 3 dataset busy,
+  128 + N stopped by signal N (130 SIGINT, 129 SIGHUP, 143 SIGTERM; `Interrupted`).
+
+Errors that stop a run carry an ``outcome``: set by the run that caught them (only it
+knows what it committed), e.g. "3 of 10 files (30,000 records) were committed"; the
+message ends with it.
 """
 
 from __future__ import annotations
+
+import signal
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -148,9 +155,17 @@ class VerifyError(BulkloadError):
 
 
 class WorkerError(BulkloadError, RuntimeError):
-    """A worker process failed; the job was stopped and nothing was committed."""
+    """A worker process failed or died; the pool stopped the others. ``died``: it was
+    killed or exited without its result (not an error it raised); ``outcome``: what the
+    run that used the pool committed (set by that run)."""
 
     exit_code = EXIT_FAILED
+    died = False
+    outcome = ""
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        return f"{text}; {self.outcome}" if self.outcome else text
 
 
 class StoreError(BulkloadError, OSError):
@@ -176,8 +191,28 @@ class NotFoundError(BulkloadError, KeyError):
         return self.args[0] if self.args else ""
 
 
-class Interrupted(BulkloadError):
-    exit_code = 130
+class Interrupted(KeyboardInterrupt):
+    """The job was stopped by signal ``signo``: SIGINT (Ctrl-C) or, under the CLI, SIGTERM
+    or SIGHUP (see interrupts.py). A KeyboardInterrupt, so that whatever cleans up on
+    Ctrl-C does so for every stop signal; exit code 128 + signo."""
+
+    def __init__(self, signo: int = signal.SIGINT, outcome: str = ""):
+        super().__init__(signo)
+        self.signo = int(signo)
+        self.outcome = outcome
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signo
+
+    @classmethod
+    def of(cls, exc: KeyboardInterrupt) -> "Interrupted":
+        """``exc`` itself, or a plain KeyboardInterrupt as the SIGINT it came from."""
+        return exc if isinstance(exc, cls) else cls(signal.SIGINT)
+
+    def __str__(self) -> str:
+        text = f"interrupted by {signal.Signals(self.signo).name}"
+        return f"{text}; {self.outcome}" if self.outcome else text
 
 
 # --- busy (exit 3) ---------------------------------------------------------------

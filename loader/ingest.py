@@ -37,12 +37,12 @@ import re
 import time
 from dataclasses import asdict, dataclass, field
 
-from . import faults, runs
+from . import faults, interrupts, runs
 from . import manifest as mf
 from . import replace as replace_mod
 from .commit import Committer, Unit, checkpoint_settings, execute, log, resume_points
-from .errors import (ChangedInputError, InputError, MissingPathError, PartialRecordError,
-                     SourceVanishedError, UnreadableInputError, UsageError, WorkerError)
+from .errors import (ChangedInputError, InputError, Interrupted, MissingPathError,
+                     PartialRecordError, SourceVanishedError, UnreadableInputError, UsageError, WorkerError)
 from .garbage import start_writing
 from .layouts import get_layout
 from .lock import DatasetLock
@@ -255,26 +255,24 @@ def ingest(dataset: str, from_dir: str, *, pattern: str = "*", on_bad_file: str 
                 run=run["id"], files=[e["name"] for e in plan], event="start")
             units = [_unit(e, b, run["id"], directory) for e in plan]
             committer = Committer(spec.root, m, run, units, keep)
-            committer.save()
+            late = None  # an error after every file was committed
             try:
+                committer.save()
                 receipts = execute(spec, m, run, committer, layout=layout_obj, segments=segments, resume=res,
                                    k=k, b=b, nworkers=nworkers, label="ingest", progress=progress,
                                    checkpoint=ckpt, fault=fault)
-                faults.hit("commit")
-                committer.finish(receipts)
-            except WorkerError as e:
+            except BaseException as e:
+                _collect(report, committer, run)
                 if committer.complete:  # every file was committed before the error
                     log(progress, f"run {run['id']}: every file was committed before this error: {e}",
                         level="warning")
+                    receipts, late = [], e
                     break
-                name, err = _bad_input(e, directory)
-                _collect(report, committer, run)
+                name, err = _bad_input(e, directory) if isinstance(e, WorkerError) else (None, None)
                 if name is None or on_bad_file == "fail" or name in excluded:
-                    runs.fail(run, err or e)
-                    committer.save()
-                    if err is not None:
-                        raise err from None
-                    raise
+                    e = runs.stop(run, err or e, _committed(report, committer))
+                    committer.save_quietly()
+                    raise e from None
                 # skip it and go on with the files after it (renumbered: nothing kept)
                 report.skipped.append({"name": name, "reason": str(err)})
                 log(progress, f"skipping bad file {name}: {err}", level="warning", file=name, event="skipped")
@@ -285,36 +283,50 @@ def ingest(dataset: str, from_dir: str, *, pattern: str = "*", on_bad_file: str 
                 prev = run
                 run["pending"] = []
                 continue
-            except BaseException as e:
-                _collect(report, committer, run)
-                runs.fail(run, e)
-                committer.save()
-                raise
             break
 
-        _collect(report, committer, run)
-        if committer.stopped:
-            for u in units[committer.next:]:
-                report.deferred.append({"name": u.name, "reason": committer.stopped if u is units[committer.next]
-                                        else "after a file that changed while being loaded; left for the next run"})
-        seconds = time.perf_counter() - t_start
-        status = "failed" if first_bad is not None else "done"
-        runs.finish(run, "done", seconds=round(seconds, 3), files=len(report.files),
-                    skipped=[s["name"] for s in report.skipped], deferred=[d["name"] for d in report.deferred])
-        if first_bad is not None:
-            runs.fail(run, first_bad[1])
-            run.pop("pending", None)
-            run["resumable"] = False
-        m.save(spec.root)
+        finished = lambda: (f"run {run['id']} had finished: {len(report.files)} file(s) ({report.records:,} "
+                            "records) were committed")
+        with interrupts.held(finished):  # the commit is written whole; a stop signal waits for it
+            faults.hit("commit")
+            committer.finish(receipts)
+            _collect(report, committer, run)
+            if committer.stopped:
+                for u in units[committer.next:]:
+                    report.deferred.append({"name": u.name, "reason": committer.stopped if u is units[committer.next]
+                                            else "after a file that changed while being loaded; left for the next run"})
+            seconds = time.perf_counter() - t_start
+            status = "failed" if first_bad is not None else "done"
+            runs.finish(run, "done", seconds=round(seconds, 3), files=len(report.files),
+                        skipped=[s["name"] for s in report.skipped], deferred=[d["name"] for d in report.deferred])
+            if first_bad is not None:
+                runs.fail(run, first_bad[1])
+                run.pop("pending", None)
+                run["resumable"] = False
+            m.save(spec.root)
         report.status = status
         report.seconds = round(seconds, 4)
         report.mb_per_s = round(report.bytes / seconds / 1e6, 2) if seconds > 0 else 0.0
         log(progress, f"ingested {len(report.files)} file(s), {report.records:,} records into {spec.uri} "
             f"(run {run['id']})", run=run["id"], stage="ingest", files=len(report.files), records=report.records,
             event="done")
+        if isinstance(late, KeyboardInterrupt):
+            late = Interrupted.of(late)
+            late.outcome = finished()
+            raise late from None
         if first_bad is not None:
             raise first_bad[1]
         return report
+
+
+def _committed(report: IngestReport, committer: Committer) -> str:
+    """What of this run is committed, for the message of an error or signal that stops it
+    (after ``_collect``): files and records, and what to do."""
+    total = len(report.files) + len(committer.units) - committer.next
+    if not report.files:
+        return f"none of its {total} file(s) was committed; re-run the same command to resume"
+    return (f"{len(report.files)} of {total} file(s) ({report.records:,} records) were committed; re-run the "
+            "same command to load the rest")
 
 
 def listing_for(plan: list[dict], directory: str, committed: set[str], excluded: set[str]) -> list[Candidate]:

@@ -19,22 +19,21 @@ import resource
 import time
 from dataclasses import asdict, dataclass, field
 
-from . import faults, runs
+from . import faults, interrupts, runs
 from . import manifest as mf
 from . import replace as replace_mod
 from .commit import Committer, Unit, checkpoint_settings, execute, log, resume_points
 from .garbage import held_tables, start_writing
-from .errors import (BulkloadError, DatasetMismatchError, MissingPathError, NoSpaceError, NotWritableError,
-                     UsageError, WorkerError)
+from .errors import (BulkloadError, DatasetMismatchError, Interrupted, MissingPathError, NoSpaceError,
+                     NotWritableError, UsageError, WorkerError)
 from .layouts import Layout, get_layout
 from .lock import DatasetLock, refuse_nested
-from .pool import Pool, in_thread
-from .progress import Progress
 from .record_kinds import kind_for
 from .serializers import COMPRESSIONS, FORMATS
-from .sources import GenDocsSource, GenSource, JsonDirSource, StdinSource, parse_source
+from .sources import GenDocsSource, GenSource, JsonDirSource, StreamSource, parse_source
 from .stores.base import MAX_SHARDS, MEM_ROOT, StoreSpec, parse_dataset_uri
-from .workers import LoadTask, Segment, load_worker
+from .streams import run_stream
+from .workers import Segment
 
 DEFAULT_BATCH_RECORDS = 10_000
 
@@ -399,7 +398,7 @@ def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, skip
     run["workers"] = nworkers
     if skipped:
         run["skipped"] = skipped
-    stdin_run = isinstance(src, StdinSource)
+    stream_run = isinstance(src, StreamSource)
     table, clear_from = kind.run_table(run["id"]), -1
     if kind.keyed:  # a run above every stored id shares the table of the highest ones
         if "table" not in run and resume is not None:  # a run from before shared tables
@@ -419,7 +418,7 @@ def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, skip
 
         src = dc_replace(src, plan_path=os.path.join(spec.root, ".plans", f"{run['id']}.plan"))
         save_plan(src.plan_path, entries)
-    segments = [] if stdin_run else [Segment(src, total, run["first_seq"], run["first_record"])]
+    segments = [] if stream_run else [Segment(src, total, run["first_seq"], run["first_record"])]
     if resume is not None:
         res, keep = resume_points(spec, segments, b, k, run["first_seq"], run.get("pending") or [], kind)
         kept = sum(r[3] for r in keep)
@@ -431,57 +430,73 @@ def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, skip
         log(progress, f"{mode} {src.uri} into {spec.uri}: run {run['id']}", run=run["id"], source=src.uri,
             event="start")
     hook = (lambda m_, u: on_commit(m_, u, run)) if on_commit is not None else None
-    units = [] if stdin_run else [Unit(src.uri, run["first_seq"], -(-total // b), run["first_record"], total,
+    units = [] if stream_run else [Unit(src.uri, run["first_seq"], -(-total // b), run["first_record"], total,
                                        on_commit=hook)]
-    committer = Committer(spec.root, m, run, units, keep, record_pending=not stdin_run)
+    committer = Committer(spec.root, m, run, units, keep, record_pending=not stream_run)
     run["records"], run["batches"] = 0, 0
-    committer.save()
 
     feed = None
-    if stdin_run:
-        feed = lambda tasks, prog, on_message: _run_stdin(tasks, prog, stdin, layout_obj, on_message)
+    if stream_run:
+        feed = lambda tasks, prog, on_message: run_stream(tasks, prog, src, layout_obj, on_message, stdin)
+    outcome = ("nothing from this run was committed; " + ("a stream cannot be replayed: re-run the whole "
+               "producer pipeline" if stream_run else "re-run the same command to resume it"))
+    late = None  # an error after every batch was committed
     try:
+        committer.save()
         receipts = execute(spec, m, run, committer, layout=layout_obj, segments=segments, resume=res, k=k,
-                           b=b, nworkers=nworkers, label=mode, progress=progress, stdin_feed=feed,
+                           b=b, nworkers=nworkers, label=mode, progress=progress, stream_feed=feed,
                            checkpoint=ckpt, fault=fault, kind=kind, table=table, clear_from=clear_from,
                            keep_tables=sorted({e.table for e in m.batches if e.table} | held_tables(m)),
                            store_options=kind.store_options(spec.scheme))
-        if stdin_run:
+        if stream_run:
             receipts, total = receipts
-            committer.units = [Unit("-", run["first_seq"], sum(len(rc["batches"]) for rc in receipts),
+            committer.units = [Unit(src.uri, run["first_seq"], sum(len(rc["batches"]) for rc in receipts),
                                     run["first_record"], total)]
             run["total"] = total
-        faults.hit("commit")
-        committer.finish(receipts)
-    except Exception as e:
-        if not committer.complete:
-            bad = _input_error(e) if kind.keyed else None
-            if bad is not None:  # bad input: nothing of this run stays in the stores
-                from .docs_access import discard_run
-
-                run["pending"], run["resumable"] = [], False
-                discard_run(spec, k, table, clear_from)
-                runs.fail(run, bad)
-                _save_quietly(committer)
-                raise bad from None
-            runs.fail(run, e)
-            _save_quietly(committer)
-            raise
-        # everything was committed before the error (e.g. a worker died after its last
-        # checkpoint): the run is done; only its figures are incomplete
-        log(progress, f"run {run['id']}: every batch was committed before this error: {e}", level="warning")
-        receipts = []
     except BaseException as e:
-        runs.fail(run, e)
+        if not committer.complete:
+            raise _stopped(e, spec, k, run, committer, kind, table, clear_from, outcome) from None
+        # everything was committed (at checkpoints) before this error, e.g. a worker died after
+        # its last one: the run is done; only its figures are incomplete
+        log(progress, f"run {run['id']}: every batch was committed before this error: {e}", level="warning")
+        receipts, late = [], e
+    finished = lambda: f"run {run['id']} had finished: its {run['records']:,} records were committed"
+    with interrupts.held(finished):  # the commit is written whole; a stop signal waits for it
         try:
-            committer.save()
-        except BulkloadError:
-            pass  # the original error matters more; the manifest on disk is the last good one
-        raise
-    if committer.next < len(committer.units):  # cannot happen: every batch has a receipt
-        raise WorkerError("the workers did not write every planned batch; nothing was committed")
+            faults.hit("commit")
+            committer.finish(receipts)
+        except BaseException as e:
+            raise _stopped(e, spec, k, run, committer, kind, table, clear_from, outcome) from None
+        if committer.next < len(committer.units):  # cannot happen: every batch has a receipt
+            raise WorkerError("the workers did not write every planned batch; nothing was committed")
+        report = _commit(spec, m, run, src, entries, receipts, keep, skipped, layout_obj, kind, k, nworkers,
+                         t_start, progress, status="resumed" if resume is not None else "loaded")
+    if isinstance(late, KeyboardInterrupt):
+        late = Interrupted.of(late)
+        late.outcome = finished()
+        raise late from None
+    return report
 
-    # --- commit ---------------------------------------------------------------------
+
+def _stopped(e: BaseException, spec: StoreSpec, k: int, run: dict, committer: Committer, kind, table: str,
+             clear_from: int, outcome: str) -> BaseException:
+    """The run stopped before its commit: record why, save; the exception to raise."""
+    bad = _input_error(e) if kind.keyed else None
+    if bad is not None:  # bad input: nothing of this run stays in the stores
+        from .docs_access import discard_run
+
+        run["pending"], run["resumable"] = [], False
+        discard_run(spec, k, table, clear_from)
+        e = bad
+    e = runs.stop(run, e, outcome)
+    committer.save_quietly()
+    return e
+
+
+def _commit(spec: StoreSpec, m: mf.Manifest, run: dict, src, entries, receipts: list, keep: list,
+            skipped: list, layout_obj: Layout, kind, k: int, nworkers: int, t_start: float, progress: str,
+            status: str) -> LoadReport:
+    """Write the commit (every batch is in the manifest's list, the run done); the report."""
     seconds = time.perf_counter() - t_start
     stages = {k2: round(max(rc[k2] for rc in receipts), 3)
               for k2 in ("produce_s", "serialize_s", "write_s", "sync_s")} if receipts else {}
@@ -503,7 +518,7 @@ def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, skip
     log(progress, f"loaded {run['records']:,} records from {src.uri} into {spec.uri} (run {run['id']})",
         run=run["id"], stage="load", records=run["records"], seconds=round(seconds, 3), event="done")
     report = _report(spec, src, run, layout_obj, m.format, m.compression, k, nworkers, receipts, keep,
-                     t_start, stages=stages, status="resumed" if resume is not None else "loaded")
+                     t_start, stages=stages, status=status)
     report.skipped = skipped
     return report
 
@@ -534,13 +549,6 @@ def _input_error(e: BaseException):
     return None
 
 
-def _save_quietly(committer: Committer) -> None:
-    try:
-        committer.save()
-    except BulkloadError:
-        pass  # the original error matters more; the manifest on disk is the last good one
-
-
 def _report(spec, src, run, layout_obj, fmt, comp, k, nworkers, receipts, keep, t_start, *,
             stages=None, status="loaded", records=None) -> LoadReport:
     seconds = time.perf_counter() - t_start
@@ -566,70 +574,3 @@ def _report(spec, src, run, layout_obj, fmt, comp, k, nworkers, receipts, keep, 
         status=status, written_records=nwritten, resumed_records=_records(keep),
         map_grows=sum(rc.get("map_grows", 0) for rc in receipts),
     )
-
-
-def _run_stdin(tasks: list[LoadTask], prog: Progress, stdin, layout: Layout, on_message=None) -> tuple[list, int]:
-    """Read stdin in the coordinator into shared-memory slots; workers take them from there."""
-    import sys
-    from multiprocessing import shared_memory
-
-    from .pool import context
-    from .errors import PartialRecordError
-
-    ctx = context()
-    t0 = tasks[0]
-    rs, b, k = layout.record_size, t0.batch_records, t0.nshards
-    nslots = 2 * len(tasks) + 2
-    slot_bytes = b * rs
-    shm = shared_memory.SharedMemory(create=True, size=max(1, nslots * slot_bytes))
-    free_slots = ctx.Queue()
-    for i in range(nslots):
-        free_slots.put(i)
-    inboxes = [ctx.Queue(maxsize=nslots) for _ in tasks]
-    pool = Pool(load_worker, tasks, extras=[(inbox, free_slots, shm.name) for inbox in inboxes],
-                on_progress=prog.advance, on_message=on_message)
-    stream = stdin if stdin is not None else sys.stdin.buffer
-    result = {"total": 0}
-
-    def feed():
-        seq, first, offset = t0.first_seq, t0.first_record, 0
-        try:
-            while True:
-                slot = free_slots.get()
-                mv = shm.buf[slot * slot_bytes:(slot + 1) * slot_bytes]
-                got = _read_full(stream, mv)
-                del mv
-                if got % rs:
-                    raise PartialRecordError("<stdin>", offset + got - got % rs, rs, got % rs)
-                if got == 0:
-                    break
-                count = got // rs
-                inboxes[(seq % k) % len(tasks)].put((seq, first, count, slot))
-                seq, first, offset = seq + 1, first + count, offset + got
-                result["total"] += count
-                if got < slot_bytes:
-                    break
-        except BaseException as e:
-            pool.fail(e)  # before the workers can finish: the run must fail
-            raise
-        finally:
-            for inbox in inboxes:
-                inbox.put(None)
-
-    try:
-        in_thread(feed, pool)
-        receipts = pool.run()
-    finally:
-        shm.close()
-        shm.unlink()
-    return receipts, result["total"]
-
-
-def _read_full(stream, mv: memoryview) -> int:
-    got = 0
-    while got < len(mv):
-        k = stream.readinto(mv[got:])
-        if not k:
-            break
-        got += k
-    return got

@@ -83,11 +83,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import faults
+from . import faults, interrupts
 from . import manifest as mf
 from .errors import BulkloadError, DuplicateCellError, UsageError, WorkerError
 from .garbage import collect_garbage, held_files, held_tables, retire_array, start_writing
 from .layouts import Field, Layout
+from .runs import stop as stop_run
 
 POLICIES = ("error", "first", "last", "keep")
 STRATEGIES = ("auto", "direct", "spill")
@@ -591,12 +592,9 @@ def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRA
             err = e
             if isinstance(e, WorkerError) and getattr(e, "worker_type", "") == "DuplicateCellError":
                 err = DuplicateCellError(re.sub(r"^worker \d+ failed: ", "", str(e)))
-            run.update(status="failed", ended=time.time(),
-                       error=str(err) if isinstance(err, BulkloadError) else f"{type(err).__name__}: {err}")
+            err = stop_run(run, err, "the arrays are unchanged; re-run the same command to finalize")
             m.save(spec.root)
-            if err is not e:
-                raise err from None
-            raise
+            raise err from None
         finally:
             shutil.rmtree(spill, ignore_errors=True)
 
@@ -637,13 +635,14 @@ def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRA
             "created": time.time(),
         }
         old = m.arrays.get(array)
-        m.arrays[array] = summary
-        if old is not None:
-            retire_array(m, old)
         spill_runs = len(runs)
-        run.update(status="done", ended=time.time(), records=total, cells=cells, chunks=nchunks,
-                   seconds=round(seconds, 3), spill_runs=spill_runs)
-        m.save(spec.root)  # the switch
+        with interrupts.held(lambda: f"run {run_id} had finished: array {array!r} was committed"):
+            m.arrays[array] = summary
+            if old is not None:
+                retire_array(m, old)
+            run.update(status="done", ended=time.time(), records=total, cells=cells, chunks=nchunks,
+                       seconds=round(seconds, 3), spill_runs=spill_runs)
+            m.save(spec.root)  # the switch
         faults.hit("switched")
         collect_garbage(spec, m)
 

@@ -8,9 +8,10 @@ durable in the stores but not yet committed, see commit.py).
 
 Statuses: ``running`` (in progress - or its job died: the next writer of any kind, which
 holds the lock, turns that into ``interrupted``; `info` shows it so as soon as no job
-holds the lock), ``done``, ``failed`` (an error stopped it),
-``interrupted``, ``superseded`` (another run started before it was resumed: its pending
-batches were discarded and nothing of it is committed).
+holds the lock), ``done``, ``failed`` (an error stopped it), ``interrupted`` (a signal
+stopped it: SIGINT, SIGTERM, SIGHUP; or its job died), ``superseded`` (another run
+started before it was resumed: its pending batches were discarded and nothing of it is
+committed).
 
 Only runs since the last ``--replace`` (inclusive) describe the current content.
 """
@@ -124,7 +125,27 @@ def finish(run: dict, status: str, **fields) -> None:
 
 
 def fail(run: dict, exc: BaseException) -> None:
-    from .errors import BulkloadError
+    """``run`` stopped before it was done: ``interrupted`` by a signal (KeyboardInterrupt,
+    Interrupted), else ``failed``; either way an unfinished run, resumed by the same command."""
+    from .errors import BulkloadError, Interrupted
 
+    if isinstance(exc, KeyboardInterrupt):
+        run.update(status="interrupted", ended=time.time(), error=str(Interrupted.of(exc)))
+        return
     err = str(exc) if isinstance(exc, BulkloadError) else f"{type(exc).__name__}: {exc}"
     run.update(status="failed", ended=time.time(), error=err)
+
+
+def stop(run: dict, exc: BaseException, outcome: str) -> BaseException:
+    """Record why ``run`` stopped (see `fail`) and return the exception to raise: a signal
+    as ``Interrupted``, or the error itself; a signal and a dead worker carry ``outcome``
+    (what of the run was committed: only the run knows, not the pool)."""
+    from .errors import Interrupted, WorkerError
+
+    if isinstance(exc, KeyboardInterrupt):
+        exc = Interrupted.of(exc)
+        exc.outcome = outcome
+    elif isinstance(exc, WorkerError) and exc.died:
+        exc.outcome = outcome
+    fail(run, exc)
+    return exc

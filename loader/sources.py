@@ -1,15 +1,16 @@
-"""Sources of records: generators, files and stdin.
+"""Sources of records: generators, files and streams (stdin, FIFOs).
 
 A source spec is small and picklable; workers open it themselves and produce the
 records of the batches they own straight into the serializer's buffer (``fill``), so
-record bytes never travel through pipes. Only stdin, which cannot be split, is read by
-the coordinator into shared memory.
+record bytes never travel through pipes. Only a stream, which cannot be split, is read
+by the coordinator into shared memory (streams.py).
 
 - ``gen://LAYOUT?n=N&start=S``: records S..S+N-1 of the layout's generator.
 - ``PATH``: a file of raw records (its size must be a whole number of records). A
   character or block device, a socket, or a file on procfs/sysfs is refused
   (`refuse_pseudo_file`): their sizes say nothing about what reading them yields.
-- ``-``: standard input.
+- ``-``, a FIFO, /dev/stdin, /dev/fd/N, /proc/self/fd/N: a stream (``StreamSource``), read
+  once by the coordinator into shared memory (streams.py); not replayable.
 
 Documents (layout ``docs``, variable-length keyed records; see loader/docs.py, docs_gen.py, docs_json.py):
 
@@ -25,6 +26,7 @@ Keyed sources have ``read_docs(offset, count) -> (DocBatch, [FileError])`` inste
 from __future__ import annotations
 
 import os
+import re
 import stat
 import sys
 from dataclasses import dataclass
@@ -307,27 +309,62 @@ def hash_file(path: str, chunk: int = 4 << 20) -> tuple[str, int]:
     return h.hexdigest(), n
 
 
+#: paths that name one of the coordinator's open file descriptors (group 1/2: its number)
+STREAM_PATH = re.compile(r"/dev/stdin|/dev/fd/(\d+)|/proc/self/fd/(\d+)")
+
+
 @dataclass(frozen=True)
-class StdinSource:
-    uri: str = "-"
+class StreamSource:
+    """A stream, read once by the coordinator (streams.py): ``-`` (stdin), a FIFO, or
+    /dev/stdin, /dev/fd/N, /proc/self/fd/N (whatever the descriptor is: pipe, socket,
+    file). Its URI is the path. It cannot be recognised or replayed: every load of it is
+    a new run, never "already loaded", never resumed."""
+
+    path: str = "-"
+
+    @property
+    def uri(self) -> str:
+        return self.path
+
+    @property
+    def name(self) -> str:
+        """How errors name it."""
+        return "<stdin>" if self.path == "-" else self.path
 
     def count(self, layout: Layout) -> None:
         return None
 
     def fingerprint(self, layout: Layout) -> None:
-        return None  # a stream cannot be recognised or replayed: every stdin load is a new run
+        return None
+
+    def open(self, stdin=None) -> tuple:
+        """(a binary stream with readinto, whether the caller closes it)."""
+        if self.path == "-" and stdin is not None:
+            return stdin, False
+        fd = stream_fd(self.path)
+        if fd is not None:  # this process's descriptor, whatever it is (open() fails on a socket)
+            try:
+                return os.fdopen(os.dup(fd), "rb", buffering=0), True
+            except OSError as e:
+                raise UnreadableInputError(f"{self.name}: cannot be read: {e.strerror or e}") from None
+        return open_input(self.path), True  # a FIFO: waits for a writer, as `cat FIFO` does
 
 
-Source = GenSource | FileSource | StdinSource | GenDocsSource | JsonDirSource
+def stream_fd(path: str) -> int | None:
+    """The file descriptor ``-`` or a /dev/stdin-like path names, else None."""
+    if path == "-":
+        return 0
+    m = STREAM_PATH.fullmatch(path)
+    return None if m is None else int(m.group(1) or m.group(2) or 0)
+
+
+Source = GenSource | FileSource | StreamSource | GenDocsSource | JsonDirSource
 
 
 def parse_source(ref: str, layout: Layout | None = None, on_bad_file: str = "fail") -> Source:
     """Parse a SOURCE argument. ``layout`` is the --layout given, if any."""
-    if ref == "-":
-        if layout is not None and getattr(layout, "variable_length", False):
-            raise UsageError("layout docs cannot be read from stdin; load gen://docs?n=N or a directory "
-                             "of <id>.json files")
-        return StdinSource()
+    if stream_fd(ref) is not None:
+        return _stream_source(ref, layout)
     if ref.startswith("gen://"):
         rest = ref[len("gen://"):]
         name, _, query = rest.partition("?")
@@ -361,6 +398,8 @@ def parse_source(ref: str, layout: Layout | None = None, on_bad_file: str = "fai
     path = os.path.abspath(ref)
     if not os.path.exists(path):
         raise MissingPathError(f"source file {ref} does not exist")
+    if stat.S_ISFIFO(os.stat(path).st_mode):
+        return _stream_source(path, layout)
     refuse_pseudo_file(ref)
     if os.path.isdir(path):
         if layout is not None and getattr(layout, "variable_length", False):
@@ -405,6 +444,20 @@ def _fs_type(path: str) -> int | None:
     if libc.statfs(os.fsencode(path), buf) != 0:
         return None
     return int.from_bytes(buf.raw[:ctypes.sizeof(ctypes.c_long)], sys.byteorder) & 0xFFFFFFFF
+
+
+def _stream_source(path: str, layout: Layout | None) -> StreamSource:
+    if layout is not None and getattr(layout, "variable_length", False):
+        what = "stdin" if path == "-" else f"a stream ({path})"
+        raise UsageError(f"layout docs cannot be read from {what}; load gen://docs?n=N or a directory "
+                         "of <id>.json files")
+    fd = stream_fd(path)
+    if fd is not None and path != "-":  # (stdin may also come from load(stdin=...))
+        try:
+            os.fstat(fd)
+        except OSError:
+            raise MissingPathError(f"source {path}: file descriptor {fd} is not open") from None
+    return StreamSource(path)
 
 
 def parse_count(text: str, what: str, maximum: int = MAX_RECORDS) -> int:

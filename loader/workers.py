@@ -5,7 +5,7 @@ three stages for the batches of those shards:
 
   produce   a thread fills each batch's records straight into the serializer's
             buffer (C generator in-process, pread from a file, or a copy out of the
-            coordinator's shared-memory slot for stdin); bounded queue -> backpressure
+            coordinator's shared-memory slot for a stream); bounded queue -> backpressure
   serialize frame (capnp: write a 40-byte header in front of the records) or Arrow IPC
   write     group batches per shard into one atomic put_sorted (LMDB append / RocksDB SST)
 
@@ -35,6 +35,7 @@ from . import faults
 from .layouts import Layout
 from .record_kinds import batch_key, kind_for  # noqa: F401 (batch_key re-exported)
 from .stores.base import StoreSpec
+from .streams import received_batches
 
 GROUP_BYTES = 16 << 20
 QUEUE_DEPTH = 4
@@ -65,7 +66,7 @@ class LoadTask:
     layout: dict
     format: str
     compression: str
-    segments: tuple  # of Segment; empty: batches arrive on `inbox` (stdin)
+    segments: tuple  # of Segment; empty: batches arrive on `inbox` (a stream)
     first_seq: int
     first_record: int
     batch_records: int
@@ -109,14 +110,23 @@ def owned_shards(nshards: int, workers: int, worker: int) -> list[int]:
 
 
 def start_worker(task) -> None:
-    """Every worker's first step: leave Ctrl-C to the coordinator, die with it, arm fault points."""
+    """Every worker's first step: leave the stop signals to the coordinator, die with it, arm
+    fault points."""
+    _leave_stop_signals_to_coordinator()
     _die_with_parent(task.main_pid)
     _watch_coordinator(task.main_pid)
     faults.configure(task.fault, prefix=f"w{task.worker}.")
 
 
+def _leave_stop_signals_to_coordinator() -> None:
+    """Ignore Ctrl-C, SIGTERM, SIGHUP (also when they hit the whole process group): the
+    coordinator alone decides; it stops the workers (SIGKILL) and records the run as
+    interrupted (see interrupts.py)."""
+    for signo in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signo, signal.SIG_IGN)
+
+
 def _die_with_parent(main_pid: int) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the coordinator handles Ctrl-C
     try:
         import ctypes
 
@@ -160,8 +170,11 @@ def _parent_alive(pid: int) -> bool:
         return True
 
 
-def load_worker(task: LoadTask, progress_q, inbox=None, free_slots=None, shm_name: str | None = None) -> dict:
-    """Produce, serialize and write this worker's batches; return the receipt."""
+def load_worker(task: LoadTask, progress_q, inbox=None, slots=None) -> dict:
+    """Produce, serialize and write this worker's batches; return the receipt.
+
+    ``progress_q``: the worker's outbox (pool.Outbox); ``inbox``, ``slots``: for a stream,
+    the pipe its batches arrive on and the shared memory they are in (streams.py)."""
     start_worker(task)
     layout = Layout.from_dict(task.layout)
     writer = kind_for(layout, task.format, task.compression).writer(task)
@@ -185,36 +198,14 @@ def load_worker(task: LoadTask, progress_q, inbox=None, free_slots=None, shm_nam
 
         def produce():
             try:
-                shm = None
-                if inbox is not None:
-                    from multiprocessing import shared_memory
-                    ser = writer.ser  # stdin: fixed-size records only
-                    rs = layout.record_size
-                    shm = shared_memory.SharedMemory(name=shm_name)
-                    _untrack(shm)
-                    slot_bytes = task.batch_records * rs
-                    while not stop.is_set():
-                        msg = inbox.get()
-                        if msg is None:
-                            break
-                        seq, first, count, slot = msg
-                        t = time.perf_counter()
-                        buf, recs = ser.new_buffer(count)
-                        mv = memoryview(recs).cast("B")
-                        mv[:] = shm.buf[slot * slot_bytes: slot * slot_bytes + count * rs]
-                        del mv
-                        free_slots.put(slot)
-                        timings["produce_s"] += time.perf_counter() - t
-                        _put(q, stop, (seq, first, count, (buf, recs)))
-                    shm.close()
+                if inbox is not None:  # a stream: batches arrive from the coordinator (streams.py)
+                    batches = received_batches(inbox, slots, layout.record_size, writer.ser, progress_q, timings)
                 else:
-                    for seq, first, count, source, off in task.planned_batches():
-                        if stop.is_set():
-                            return
-                        t = time.perf_counter()
-                        payload = writer.produce(seq, first, count, source, off)
-                        timings["produce_s"] += time.perf_counter() - t
-                        _put(q, stop, (seq, first, count, payload))
+                    batches = _planned(task, writer, timings)
+                for item in batches:
+                    if stop.is_set():
+                        return
+                    _put(q, stop, item)
                 _put(q, stop, None)
             except BaseException as e:  # hand the error to the writer thread
                 _put(q, stop, e)
@@ -318,6 +309,15 @@ def load_worker(task: LoadTask, progress_q, inbox=None, free_slots=None, shm_nam
     }
 
 
+def _planned(task: LoadTask, writer, timings: dict):
+    """(seq, first, count, payload) of this worker's planned batches, produced in turn."""
+    for seq, first, count, source, off in task.planned_batches():
+        t = time.perf_counter()
+        payload = writer.produce(seq, first, count, source, off)
+        timings["produce_s"] += time.perf_counter() - t
+        yield seq, first, count, payload
+
+
 def _open_shard(spec: StoreSpec, s: int, opts: dict, wait: float = 10.0):
     """Open shard ``s`` for writing. Workers of a job that was just killed may hold it
     for a moment while they notice and exit; give them ``wait`` seconds."""
@@ -361,12 +361,3 @@ def _put(q: queue.Queue, stop: threading.Event, item) -> None:
         except queue.Full:
             continue
 
-
-def _untrack(shm) -> None:
-    """Attached (not created) segments must not be unlinked by this process's tracker."""
-    try:
-        from multiprocessing import resource_tracker
-
-        resource_tracker.unregister(shm._name, "shared_memory")
-    except Exception:
-        pass
