@@ -35,9 +35,9 @@ DOC_FIXED_BYTES = 16  # id + created_at of every stored document
 
 def needed_bytes(kind, src, records: int) -> int:
     """A lower bound of the bytes ``records`` records of ``src`` take in stores of ``kind``."""
-    from .sources import GenDocsSource, StdinSource
+    from .sources import GenDocsSource, StreamSource
 
-    if records <= 0 or isinstance(src, StdinSource):
+    if records <= 0 or isinstance(src, StreamSource):
         return 0
     if not kind.keyed:
         raw = records * kind.layout.record_size
