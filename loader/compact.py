@@ -61,6 +61,7 @@ def is_documents(m: mf.Manifest) -> bool:
 def compact(dataset_uri: str, target_batch_records: int | None = None, progress: str = "none",
             workers: int | None = None, force: bool = False) -> dict:
     """Merge small batches and compact every shard; returns a report (dict)."""
+    from .integrity import require_shards
     from .lock import DatasetLock
     from .stores.base import parse_dataset_uri
 
@@ -74,6 +75,7 @@ def compact(dataset_uri: str, target_batch_records: int | None = None, progress:
     with DatasetLock(spec.root) as lock:
         lock.set_job("compact")
         m = mf.load_manifest(spec.root, dataset_uri)
+        require_shards(spec.with_shards(m.shards), m)
         return compact_locked(spec.with_shards(m.shards), m, target_batch_records=target_batch_records,
                               progress=progress, workers=workers, force=force)
 

@@ -183,6 +183,7 @@ def ingest_docs(spec, directory: str, *, layout_obj, fmt: str, comp: str, k: int
                 t_start: float) -> DocsIngestReport:
     """The documents part of `loader.ingest.ingest` (options already resolved)."""
     from . import replace as replace_mod
+    from .integrity import require_shards
     from .loading import _load_locked, check_compatible, prepare_root
     from .lock import DatasetLock
     from .sources import JsonDirSource, listing_fingerprint
@@ -204,6 +205,7 @@ def ingest_docs(spec, directory: str, *, layout_obj, fmt: str, comp: str, k: int
             replace_mod.discard(sib.root)
         if m is not None:
             check_compatible(m, spec, layout_obj, fmt, comp, k)
+        require_shards(spec, m)
 
         # --- what is new -------------------------------------------------------------
         entries, sizes, mtimes = listing.stat()  # the files still there

@@ -129,6 +129,17 @@ class VerifyError(BulkloadError):
     exit_code = EXIT_FAILED
 
 
+class CorruptBatchError(VerifyError):
+    """A batch read back does not have the checksum its manifest row stores."""
+
+
+class ManifestError(BulkloadError, ValueError):
+    """``manifest.json`` is not a valid bulkload manifest (bad JSON, missing keys, wrong
+    types, batch rows that cannot be); nothing is read or written on its word."""
+
+    exit_code = EXIT_FAILED
+
+
 class WorkerError(BulkloadError, RuntimeError):
     """A worker process failed; the job was stopped and nothing was committed."""
 
@@ -139,6 +150,14 @@ class StoreError(BulkloadError, OSError):
     """A storage backend failed (disk full, file size limit, corrupt store)."""
 
     exit_code = EXIT_FAILED
+
+
+class CorruptStoreError(StoreError):
+    """A shard's store files are damaged (truncated, flipped pages, bad SST blocks)."""
+
+
+class MissingShardError(StoreError):
+    """A shard the manifest lists committed batches in is gone (or is not a store)."""
 
 
 class NotFoundError(BulkloadError, KeyError):

@@ -21,8 +21,9 @@ from . import faults, runs
 from . import manifest as mf
 from . import replace as replace_mod
 from .commit import Committer, Unit, checkpoint_settings, execute, log, resume_points
-from .errors import (BulkloadError, DatasetMismatchError, MissingPathError, NotWritableError,
-                     UsageError, WorkerError)
+from .errors import (BulkloadError, DatasetMismatchError, ManifestError, MissingPathError,
+                     NotWritableError, UsageError, WorkerError)
+from .integrity import require_shards
 from .layouts import Layout, get_layout
 from .lock import DatasetLock
 from .pool import Pool, in_thread
@@ -174,7 +175,7 @@ def load(source: str, dataset: str, *, layout: str | None = None, format: str | 
     t_start = time.perf_counter()
     fault = faults.from_env()
     spec = parse_dataset_uri(dataset)
-    existing = mf.load_manifest(spec.root) if mf.exists(spec.root) else None
+    existing = _existing_manifest(spec.root, replace)
 
     layout_obj = get_layout(layout) if layout else None
     if layout_obj is None and existing is not None and existing.layout.get("variable_length") \
@@ -207,7 +208,7 @@ def load(source: str, dataset: str, *, layout: str | None = None, format: str | 
     prepare_root(spec)
     with DatasetLock(spec.root) as lock:
         lock.set_job(f"load {source}" + (" --replace" if replace else ""))
-        m = mf.load_manifest(spec.root) if mf.exists(spec.root) else None
+        m = _existing_manifest(spec.root, replace)
         if m is not None and runs.mark_interrupted(m):
             m.save(spec.root)
         sib = replace_mod.sibling_spec(spec)
@@ -221,9 +222,8 @@ def load(source: str, dataset: str, *, layout: str | None = None, format: str | 
 
         # --- --replace: build beside, then swap ------------------------------------------
         old_id = m.dataset_id if m is not None else None
-        sm = None
-        if mf.exists(sib.root):
-            sm = mf.load_manifest(sib.root)
+        sm = _existing_manifest(sib.root, replace=True)  # a damaged one is built again
+        if sm is not None:
             r = sm.runs[-1] if sm.runs else None
             if not (r and r.get("replace") and r.get("replaces") == old_id
                     and r.get("source") == _uri(src) and r.get("fingerprint") == fp and fp is not None
@@ -245,6 +245,19 @@ def load(source: str, dataset: str, *, layout: str | None = None, format: str | 
         log(progress, f"replaced {spec.uri}: it now holds {report.records:,} records", dataset=spec.uri,
             run=report.run_id, event="replaced")
         return report
+
+
+def _existing_manifest(root: str, replace: bool) -> mf.Manifest | None:
+    """The manifest at ``root``, or None; an invalid one raises ManifestError, except for
+    ``--replace``, which starts the dataset over without reading it."""
+    if not mf.exists(root):
+        return None
+    try:
+        return mf.load_manifest(root)
+    except ManifestError:
+        if replace:
+            return None
+        raise
 
 
 def _check_table_limit(spec: StoreSpec, m: mf.Manifest, table: str) -> None:
@@ -281,6 +294,7 @@ def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, skip
     loaded" (the caller decided what is new). ``on_commit(m, unit, run)`` is called when
     the run is committed, just before the manifest write that commits it."""
     kind = kind_for(layout_obj, fmt, comp)
+    require_shards(spec, m)  # a missing or damaged shard stops every writer before it writes
     entries = None
     if isinstance(src, tuple):  # a directory of documents and its listing
         src, entries = src

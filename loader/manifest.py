@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .fsatomic import fsync_dir
-from .errors import DatasetNotFoundError, StoreError
+from .errors import DatasetNotFoundError, ManifestError, StoreError
 from .layouts import Layout
 
 MANIFEST = "manifest.json"
@@ -141,14 +141,35 @@ def write_json_atomic(path: Path, obj) -> None:
 
 
 def load_manifest(root: str | os.PathLike, uri: str | None = None) -> Manifest:
+    """The manifest of the dataset at ``root``, checked (manifest_check.py): a file that is
+    not a valid manifest raises ManifestError naming it and the problem."""
+    from .manifest_check import problem
+
     path = Path(root) / MANIFEST
     try:
-        with open(path) as f:
-            return Manifest.from_json(json.load(f))
+        with open(path, "rb") as f:
+            data = f.read()
     except FileNotFoundError:
         raise DatasetNotFoundError(
             f"no dataset at {uri or root} (no {MANIFEST}); load one first with `bulkload load`"
         ) from None
+    except OSError as e:
+        raise _invalid(path, f"it cannot be read ({e.strerror or e})", "$") from None
+    try:
+        obj = json.loads(data)
+    except UnicodeDecodeError as e:
+        raise _invalid(path, "it is not UTF-8 text", f"byte {e.start}") from None
+    except json.JSONDecodeError as e:
+        raise _invalid(path, f"invalid JSON: {e.msg}", f"line {e.lineno} column {e.colno}") from None
+    found = problem(obj)
+    if found is not None:
+        raise _invalid(path, *found)
+    return Manifest.from_json(obj)
+
+
+def _invalid(path: Path, what: str, where: str) -> ManifestError:
+    return ManifestError(f"{path} is not a valid bulkload manifest: {what} (at {where}); nothing was "
+                         "written - restore the file from a backup (or re-create the dataset with --replace)")
 
 
 def read_dataset_id(root: str | os.PathLike) -> str | None:

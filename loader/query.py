@@ -141,6 +141,7 @@ def _chunk_shard(ds, i: int):
     """The dataset's handle on shard i, opened with OS readahead off (random chunk reads)."""
     st = ds._shards.get(i)
     if st is None:
+        ds.require_shard(i)
         opts = dict(ds.spec.options)
         if ds.spec.scheme in ("lmdb", "mem"):
             opts.setdefault("readahead", "0")

@@ -50,6 +50,7 @@ import shutil
 import struct
 import sys
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Iterable, Iterator
@@ -64,7 +65,7 @@ from ..errors import (
 )
 from .. import faults
 from ..fsatomic import exchange, fsync_dir
-from .base import MEM_ROOT, ShardStore, ascending, make_shard_dir
+from .base import MEM_ROOT, ShardStore, ascending, corrupt_store, make_shard_dir
 
 DEFAULT_MAP_SIZE = 64 << 20
 DEFAULT_MAX_DBS = 1024
@@ -134,6 +135,69 @@ def _round_up(n: int, unit: int) -> int:
     return -(-n // unit) * unit
 
 
+# --- the data file, checked before it is mapped ------------------------------------------
+
+# LMDB 0.9's meta pages (pages 0 and 1 of data.mdb; 64-bit): a 16-byte page header (pgno
+# u64, pad u16, flags u16 with P_META = 0x08, lower, upper) then MDB_meta: magic u32,
+# version u32, address, mapsize, two MDB_db of 48 bytes (the first one's leading u32 is
+# the page size), last_pg u64 (the last page in use), txnid u64. LMDB uses the meta with
+# the larger txnid; every page up to its last_pg must be in the file.
+_META = struct.Struct("<QHH4xII16xI44x48xQQ")
+_MAGIC, _VERSION, _P_META = 0xBEEFC0DE, 1, 0x08
+
+
+def data_file_problem(data: str) -> str | None:
+    """Why an LMDB ``data.mdb`` cannot be mapped safely, or None: both meta pages must be
+    LMDB meta pages, and the file must reach the last page in use - a truncated file is
+    refused here rather than met as a SIGBUS when a read touches the missing pages."""
+    for attempt in range(2):  # a meta page being rewritten right now: look again once
+        found = _meta_problem(data)
+        if found is None:
+            return None
+    return found
+
+
+def _meta_problem(data: str) -> str | None:
+    try:
+        with open(data, "rb", buffering=0) as f:
+            size = os.fstat(f.fileno()).st_size
+            head = os.pread(f.fileno(), _META.size, 0)
+            if size == 0:
+                return "data.mdb is empty (0 bytes)"
+            if len(head) < _META.size or _META.unpack(head)[3] != _MAGIC:
+                return "data.mdb does not start with an LMDB meta page"
+            psize = _META.unpack(head)[5]
+            if psize < 512 or psize & (psize - 1):
+                return f"data.mdb's first meta page gives an impossible page size {psize}"
+            metas = [_META.unpack(head), _META.unpack(os.pread(f.fileno(), _META.size, psize).ljust(_META.size,
+                                                                                                  b"\0"))]
+    except OSError as e:
+        return f"data.mdb cannot be read ({e.strerror or e})"
+    for i, (pgno, _pad, flags, magic, version, _psize, last_pg, _txnid) in enumerate(metas):
+        if size < (i + 1) * psize:
+            return f"data.mdb is truncated ({size} bytes: not even its two meta pages of {psize} bytes)"
+        if pgno != i or not flags & _P_META or magic != _MAGIC or version != _VERSION:
+            return f"meta page {i} of data.mdb is not a valid LMDB meta page"
+    last_pg = max(metas, key=lambda m: m[7])[6]
+    need = (last_pg + 1) * psize
+    if size < need:
+        return (f"data.mdb is truncated: {size} bytes, but its pages in use reach byte {need} "
+                f"(page {last_pg} of {psize} bytes)")
+    return None
+
+
+@contextmanager
+def _reading(path: str):
+    """Turn LMDB's errors on reading (MDB_CORRUPTED, MDB_PAGE_NOTFOUND, MDB_BAD_TXN, ...: a
+    damaged B-tree) into one CorruptStoreError naming the shard."""
+    try:
+        yield
+    except (lmdb.MapResizedError, lmdb.MapFullError):
+        raise  # growth of a healthy map: handled by the callers
+    except lmdb.Error as e:
+        raise corrupt_store(path, f"LMDB cannot read it ({type(e).__name__}: {e})") from None
+
+
 # --- one Environment per path per process --------------------------------------------
 
 
@@ -144,6 +208,25 @@ class _EnvEntry:
     pid: int
     refs: int = 0
     dbs: dict = field(default_factory=dict)  # table name -> _Database handle
+    map_at: tuple[int, int] | None = None  # (map size, address) of data.mdb's map here (_map_base)
+
+
+def _map_base(data: str) -> int | None:
+    """The address at which this process maps ``data`` (from /proc/self/maps), or None."""
+    try:
+        st = os.stat(data)
+        with open("/proc/self/maps", "rb") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    want = os.fsencode(os.path.realpath(data))
+    for line in lines:
+        parts = line.split(None, 5)
+        if len(parts) == 6 and parts[5] == want and int(parts[2], 16) == 0:
+            dev_major, dev_minor = (int(x, 16) for x in parts[3].split(b":"))
+            if int(parts[4]) == st.st_ino and os.makedev(dev_major, dev_minor) == st.st_dev:
+                return int(parts[0].split(b"-")[0], 16)
+    return None
 
 
 _ENVS: dict[str, _EnvEntry] = {}
@@ -262,10 +345,24 @@ class LmdbStore(ShardStore):
             _ENVS[real] = entry
             return entry
 
+    @classmethod
+    def check(cls, path: str) -> str | None:
+        if not os.path.isdir(path):
+            return "missing"
+        data = os.path.join(path, "data.mdb")
+        if not os.path.exists(data):
+            return "no data.mdb in it: not an LMDB store"
+        return data_file_problem(data)
+
     @staticmethod
     def _open_env(path: str, *, write: bool, options: dict) -> lmdb.Environment:
         data = os.path.join(path, "data.mdb")
-        existing = os.path.getsize(data) if os.path.exists(data) else 0
+        found = os.path.exists(data)
+        existing = os.path.getsize(data) if found else 0
+        if found and (existing or not write):  # an empty file is one a writer is about to initialise
+            damage = data_file_problem(data)
+            if damage is not None:
+                raise corrupt_store(path, damage)
         readahead = _opt_bool(options, "readahead", True)
         max_dbs = int(options.get("max_dbs", DEFAULT_MAX_DBS))
         if write:
@@ -342,10 +439,13 @@ class LmdbStore(ShardStore):
                 # end keeps it (a handle opened in our own read txn dies with its abort);
                 # that transaction too may find the map grown by the writer
                 db = self._adopting_growth(lambda: env.open_db(name, create=False))
-            except lmdb.NotFoundError:
+            except (lmdb.NotFoundError, lmdb.ReadonlyError):
                 return None
-            except lmdb.ReadonlyError:
-                return None
+            except (lmdb.MapResizedError, lmdb.MapFullError):
+                raise
+            except lmdb.Error as e:  # e.g. MDB_INCOMPATIBLE: the main B-tree is damaged
+                raise corrupt_store(self.path, f"LMDB cannot open table {table!r} ({type(e).__name__}: {e})") \
+                    from None
         dbs[table] = db
         return db
 
@@ -463,9 +563,13 @@ class LmdbStore(ShardStore):
         db = self._db(table, create=False)
         if db is None:
             return None
-        txn = self._begin_read()
+        txn = self._begin_read(buffers=True)
         try:
-            return txn.get(key, db=db)
+            with _reading(self.path):
+                cur = txn.cursor(db)
+                if not cur.set_key(bytes(key)):
+                    return None
+                return bytes(self._value(cur, self._bounds()))
         finally:
             txn.abort()
 
@@ -475,14 +579,56 @@ class LmdbStore(ShardStore):
             return None
         txn = self._begin_read(buffers=True)
         try:
-            cur = txn.cursor(db)
-            if not cur.set_range(bytes(key)):
-                return None
-            k = cur.key()  # in the leaf page; the value is not touched yet
-            self._prefetch_overflow(k)
-            return bytes(k), bytes(cur.value())
+            with _reading(self.path):
+                cur = txn.cursor(db)
+                if not cur.set_range(bytes(key)):
+                    return None
+                k = cur.key()  # in the leaf page; the value is not touched yet
+                self._prefetch_overflow(k)
+                return bytes(k), bytes(self._value(cur, self._bounds()))
         finally:
             txn.abort()
+
+    def _bounds(self) -> tuple[int, int, int] | None:
+        """(address of data.mdb's map in this process, bytes of its pages in use, page
+        size) for `_value`, or None when the map cannot be found (no /proc): nothing is
+        checked then."""
+        if _BIG_ENDIAN:
+            return None
+        info, entry = self.env.info(), self._entry
+        if entry.map_at is None or entry.map_at[0] != info["map_size"]:  # opened, or grown since
+            base = _map_base(os.path.join(self.path, "data.mdb"))
+            entry.map_at = None if base is None else (info["map_size"], base)
+        if entry.map_at is None:
+            return None
+        psize = self.env.stat()["psize"]
+        return entry.map_at[1], (info["last_pgno"] + 1) * psize, psize
+
+    def _value(self, cur, bounds: tuple[int, int] | None):
+        """The cursor's value (zero-copy), once its leaf node says it lies inside the pages
+        in use: py-lmdb touches every page of a value as it hands it out, and a damaged
+        node (a flipped size or overflow page number) would point it past the end of the
+        file - a SIGBUS. LMDB 0.9's node: lo, hi, flags, key size (u16 each), the key,
+        then the value, or (flag F_BIGDATA) the u64 number of its first overflow page,
+        whose data starts after a 16-byte page header."""
+        if bounds is not None:
+            import ctypes
+
+            import numpy as np
+
+            base, in_use, psize = bounds
+            key = cur.key()
+            addr = np.frombuffer(key, np.uint8).ctypes.data
+            if not 8 <= addr - base <= in_use - len(key) - 8:
+                raise corrupt_store(self.path, "a key lies outside the pages in use of data.mdb")
+            lo, hi, flags, ksize = struct.unpack("<HHHH", ctypes.string_at(addr - 8, 8))
+            size = lo | hi << 16
+            start = (int.from_bytes(ctypes.string_at(addr + ksize, 8), "little") * psize + 16 if flags & 1
+                     else addr - base + ksize)
+            if ksize != len(key) or start + size > in_use:
+                raise corrupt_store(self.path, f"the value of key {bytes(key).hex()} ({size} bytes) lies "
+                                    "outside the pages in use of data.mdb")
+        return cur.value()
 
     def _prefetch_overflow(self, key_buf) -> tuple[int, int] | None:
         """Start reading, in one request, the overflow pages of the value whose key buffer
@@ -530,39 +676,42 @@ class LmdbStore(ShardStore):
         hi_b = None if hi is None else bytes(hi)
         after: bytes | None = None  # last key yielded
         while True:
-            out: list[tuple[bytes, bytes]] = []
-            nbytes = 0
-            txn = self._begin_read()
+            txn = self._begin_read(buffers=True)
             try:
-                cur = txn.cursor(db)
-                if after is not None:
-                    ok = cur.set_range(after)
-                    if ok and cur.key() == after:
-                        ok = cur.next()
-                elif lo is not None:
-                    ok = cur.set_range(bytes(lo))
-                else:
-                    ok = cur.first()
-                done = not ok
-                while ok:
-                    k = cur.key()
-                    if hi_b is not None and k >= hi_b:
-                        done = True
-                        break
-                    v = cur.value()
-                    out.append((k, v))
-                    nbytes += len(v)
-                    if nbytes >= RANGE_SLICE_BYTES or len(out) >= RANGE_SLICE_ITEMS:
-                        break
-                    ok = cur.next()
-                else:
-                    done = True
+                out, done = self._slice(txn, db, lo, hi_b, after, self._bounds())
             finally:
                 txn.abort()
             yield from out
             if done or not out:
                 return
             after = out[-1][0]
+
+    def _slice(self, txn, db, lo: bytes | None, hi_b: bytes | None, after: bytes | None,
+               bounds) -> tuple[list[tuple[bytes, bytes]], bool]:
+        """(items copied out, whether the range ended) of one range() slice."""
+        out: list[tuple[bytes, bytes]] = []
+        nbytes = 0
+        with _reading(self.path):
+            cur = txn.cursor(db)
+            if after is not None:
+                ok = cur.set_range(after)
+                if ok and bytes(cur.key()) == after:
+                    ok = cur.next()
+            elif lo is not None:
+                ok = cur.set_range(bytes(lo))
+            else:
+                ok = cur.first()
+            while ok:
+                k = bytes(cur.key())
+                if hi_b is not None and k >= hi_b:
+                    return out, True
+                v = bytes(self._value(cur, bounds))
+                out.append((k, v))
+                nbytes += len(v)
+                if nbytes >= RANGE_SLICE_BYTES or len(out) >= RANGE_SLICE_ITEMS:
+                    return out, False
+                ok = cur.next()
+        return out, True
 
     def delete_range(self, lo: bytes | None = None, hi: bytes | None = None,
                      table: str = "batches") -> int:
@@ -608,7 +757,8 @@ class LmdbStore(ShardStore):
     def tables(self) -> list[str]:
         txn = self._begin_read()
         try:
-            names = [bytes(k).decode(errors="replace") for k in txn.cursor().iternext(values=False)]
+            with _reading(self.path):
+                names = [bytes(k).decode(errors="replace") for k in txn.cursor().iternext(values=False)]
         finally:
             txn.abort()
         return sorted(names)
