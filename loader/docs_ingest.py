@@ -267,12 +267,13 @@ def _named(f: dict) -> dict:
 
 
 def _still_bad(m: mf.Manifest | None, directory: str, new, skipped: list, on_bad_file: str):
-    """The new files the last ingest run of this directory skipped as bad are parsed here
-    first: still bad -> skipped (or, fail, BadFileError) before anything is written, so
-    that a bad file left in the directory does not make every run commit an empty run."""
+    """The new files the last ingest run (or `load DIR`) of this directory skipped as bad
+    are parsed here first: still bad -> skipped (or, fail, BadFileError) before anything is
+    written, so that a bad file left in the directory does not make every run commit an
+    empty run."""
     last = None
     for r in reversed(runs.current(m)) if m is not None else ():
-        if r.get("kind") == "ingest" and r.get("source") == directory and r.get("status") == "done":
+        if r.get("kind") in ("ingest", "load") and r.get("source") == directory and r.get("status") == "done":
             last = r
             break
     was_bad = {f["path"] for f in (last or {}).get("skipped") or []}

@@ -233,10 +233,11 @@ def load_worker(task: LoadTask, progress_q, inbox=None, free_slots=None, shm_nam
         ckpt = {"bytes": 0, "t": time.monotonic()}
 
         def flush(s: int) -> None:
-            if not groups[s]:
+            if not group_rows[s]:  # (a batch whose files were all skipped has a row, no items)
                 return
             t = time.perf_counter()
-            _guard(task.store, s, lambda: stores[s].put_sorted(groups[s], table=writer.table))
+            if groups[s]:
+                _guard(task.store, s, lambda: stores[s].put_sorted(groups[s], table=writer.table))
             timings["write_s"] += time.perf_counter() - t
             faults.hit("flush")
             # rows: manifest.BatchEntry fields; keyed: r[8] documents stored, r[10] bytes of text

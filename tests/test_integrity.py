@@ -468,3 +468,65 @@ def test_a_changed_document_fails_scan_and_export_naming_shard_and_batch(tmp_pat
             ds.scan(100, 200)
         assert len(ds.scan(0, 100)) == 100 and len(ds.scan(200)) == 100
     one_line_error(run_cli("export", uri, "--out", tmp_path / "x.parquet", "--format", "parquet"), 1, where)
+
+
+# --- documents: a bad file skipped, then ingest (issue item 19) ------------------------------------
+
+
+def _docs_dir(d: Path, ids, bad=()) -> Path:
+    d.mkdir(exist_ok=True)
+    for i in ids:
+        (d / f"{i}.json").write_text(json.dumps({"text": f"text of {i}", "created_at": i}))
+    for i in bad:
+        (d / f"{i}.json").write_text('{"text": "cut sho')
+    return d
+
+
+def _ingest_skip(uri: str, d: Path) -> dict:
+    p = run_cli("ingest", uri, "--from", d, "--on-bad-file", "skip", "--json", "-q")
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+@pytest.mark.parametrize("scheme", ["lmdb", "rocksdb"])
+@pytest.mark.parametrize("first", ["load", "ingest"])
+def test_a_skipped_bad_document_is_reported_and_nothing_new_is_written(tmp_path, scheme, first):
+    uri = f"{scheme}://{tmp_path}/docs"
+    d = _docs_dir(tmp_path / "in", range(1, 6), bad=[6])
+    if first == "load":
+        p = run_cli("load", d, uri, "--layout", "docs", "--on-bad-file", "skip", "-q", "--shards", "2")
+        assert p.returncode == 0, p.stderr
+    else:
+        rep = run_cli("ingest", uri, "--from", d, "--layout", "docs", "--on-bad-file", "skip", "--shards", "2",
+                      "--json", "-q")
+        assert rep.returncode == 0 and json.loads(rep.stdout)["records"] == 5, rep.stderr
+    manifest = (tmp_path / "docs" / "manifest.json").read_text()
+    for _ in range(2):  # every later run: nothing new, the bad file reported, nothing written
+        rep = _ingest_skip(uri, d)
+        assert rep["status"] == "nothing-to-do" and rep["records"] == 0 and rep["already"] == 5
+        assert [s["name"] for s in rep["skipped"]] == ["6.json"] and "invalid JSON" in rep["skipped"][0]["reason"]
+        assert (tmp_path / "docs" / "manifest.json").read_text() == manifest
+    p = run_cli("ingest", uri, "--from", d, "--on-bad-file", "skip", "-q")
+    assert p.returncode == 0 and "Traceback" not in p.stderr
+    _docs_dir(d, [6])  # fixed: ingested by the next run, then nothing new
+    rep = _ingest_skip(uri, d)
+    assert rep["status"] == "done" and rep["records"] == 1 and rep["skipped"] == []
+    rep = _ingest_skip(uri, d)
+    assert rep["status"] == "nothing-to-do" and rep["already"] == 6
+    with loader.open(uri) as ds:
+        assert ds.verify().ok and ds.scan().ids.tolist() == [1, 2, 3, 4, 5, 6]
+        assert ds.get(6).text == "text of 6"
+
+
+@pytest.mark.parametrize("scheme", ["lmdb", "rocksdb"])
+def test_a_batch_whose_files_are_all_bad_still_commits_with_the_run(tmp_path, scheme):
+    """A batch of skipped files only (the last of its shard) stores no item, but its row
+    is part of the run: the run commits (it failed with "the workers did not write every
+    planned batch")."""
+    uri = f"{scheme}://{tmp_path}/docs"
+    d = _docs_dir(tmp_path / "in", range(1, 5), bad=[5, 6])
+    rep = loader.load(str(d), uri, layout="docs", on_bad_file="skip", shards=2, batch_records=4)
+    assert rep.records == 4 and sorted(f["path"] for f in rep.skipped) == [str(d / "5.json"), str(d / "6.json")]
+    with loader.open(uri) as ds:
+        assert ds.verify().ok and ds.scan().ids.tolist() == [1, 2, 3, 4]
+        assert [b.docs for b in ds.manifest.batches] == [4, 0]
