@@ -130,7 +130,8 @@ def load(
                   f"(use --new-run to load it again)")
             return
         how = (f"resumed run {r.run_id}: kept {r.resumed_records:,} records, wrote {r.written_records:,}; "
-               if r.status == "resumed" else "")
+               if r.status == "resumed" else f"appended: {r.records:,} new records of {r.source}; "
+               if r.status == "appended" else "")
         what = "documents" if r.layout == "docs" else "records"
         print(f"{how}loaded {r.records:,} {what} ({r.bytes / 1e6:,.1f} MB) into {r.dataset} in {r.seconds:.2f} s: "
               f"{r.mb_per_s:,.0f} MB/s, {r.records_per_s / 1e6:.2f} M {what}/s "

@@ -21,8 +21,9 @@ from . import faults, runs
 from . import manifest as mf
 from . import replace as replace_mod
 from .commit import Committer, Unit, checkpoint_settings, execute, log, resume_points
-from .errors import (BulkloadError, DatasetMismatchError, ManifestError, MissingPathError,
+from .errors import (BulkloadError, ChangedInputError, DatasetMismatchError, ManifestError, MissingPathError,
                      NotWritableError, UsageError, WorkerError)
+from .file_runs import changed_while_loading, plan_file_run
 from .integrity import require_shards
 from .layouts import Layout, get_layout
 from .lock import DatasetLock
@@ -30,7 +31,7 @@ from .pool import Pool, in_thread
 from .progress import Progress
 from .record_kinds import kind_for
 from .serializers import COMPRESSIONS, FORMATS
-from .sources import GenDocsSource, GenSource, JsonDirSource, StdinSource, parse_source
+from .sources import FileSource, GenDocsSource, GenSource, JsonDirSource, StdinSource, parse_source
 from .stores.base import MEM_ROOT, StoreSpec, parse_dataset_uri
 from .workers import LoadTask, Segment, load_worker
 
@@ -56,7 +57,9 @@ class LoadReport:
     layout: str
     stages: dict = field(default_factory=dict)
     peak_rss_bytes: int = 0
-    status: str = "loaded"  # loaded | resumed (an interrupted run finished) | already-loaded
+    # loaded | resumed (an interrupted run finished) | already-loaded | appended (a file grew
+    # since it was loaded: only its new records were, see file_runs.py)
+    status: str = "loaded"
     written_records: int = 0  # written by this job (resumed: without the kept batches)
     resumed_records: int = 0  # kept from the interrupted run's durable batches
     map_grows: int = 0  # LMDB map growths during the run
@@ -299,11 +302,22 @@ def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, skip
     if isinstance(src, tuple):  # a directory of documents and its listing
         src, entries = src
     opts = dict(format=fmt, compression=comp, layout=layout_obj.name, shards=k)
-    prev = runs.last_matching(m, mode, src.uri, fp) if m is not None else None
-    if replace and prev is not None and not (prev.get("replace") and prev.get("replaces") == replaces):
-        prev = None  # history of the dataset being replaced
-    if mode == "ingest" and prev is not None and prev.get("status") == "done":
-        prev = None  # only an unfinished ingest run is taken up again
+    fplan = None  # a file: the extent this run loads (file_runs.py)
+    if isinstance(src, FileSource) and mode == "load":
+        fplan = plan_file_run(m, src, layout_obj, new_run=new_run,
+                              considered=lambda r: not replace or _replaces(r, replaces),
+                              resumable=lambda r: runs.load_resumable(m, r, **opts))
+        total, fp = fplan.count, fplan.fingerprint
+        prev = fplan.prev if fplan.status in ("resume", "already-loaded") else None
+        if fplan.status == "appended":
+            log(progress, f"{src.uri} grew since run {fplan.prev['id']} loaded its first {fplan.offset:,} records: "
+                f"loading the {fplan.count:,} new ones", run=fplan.prev["id"], source=src.uri, event="appended")
+    else:
+        prev = runs.last_matching(m, mode, src.uri, fp) if m is not None else None
+        if replace and prev is not None and not _replaces(prev, replaces):
+            prev = None  # history of the dataset being replaced
+        if mode == "ingest" and prev is not None and prev.get("status") == "done":
+            prev = None  # only an unfinished ingest run is taken up again
     if prev is not None and prev.get("status") == "done" and not new_run:
         if replace:  # built completely before a crash, never swapped in: just swap
             return _report(spec, src, prev, layout_obj, fmt, comp, k, 0, [], [], t_start,
@@ -336,6 +350,8 @@ def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, skip
         run = mf.new_run(mode, source=src.uri, fingerprint=fp, workers=None)
         run.update(first_seq=m.next_seq, first_record=m.next_record, total=total, batch_records=b,
                    resumable=fp is not None, **opts)
+        if fplan is not None:
+            run["source_offset"] = fplan.offset
         if replace:
             run.update(replace=True, replaces=replaces)
         m.runs.append(run)
@@ -368,7 +384,8 @@ def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, skip
 
         src = dc_replace(src, plan_path=os.path.join(spec.root, ".plans", f"{run['id']}.plan"))
         save_plan(src.plan_path, entries)
-    segments = [] if stdin_run else [Segment(src, total, run["first_seq"], run["first_record"])]
+    segments = [] if stdin_run else [Segment(src, total, run["first_seq"], run["first_record"],
+                                             offset=run.get("source_offset", 0))]
     if resume is not None:
         res, keep = resume_points(spec, segments, b, k, run["first_seq"], run.get("pending") or [], kind)
         kept = sum(r[3] for r in keep)
@@ -380,8 +397,12 @@ def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, skip
         log(progress, f"{mode} {src.uri} into {spec.uri}: run {run['id']}", run=run["id"], source=src.uri,
             event="start")
     hook = (lambda m_, u: on_commit(m_, u, run)) if on_commit is not None else None
+    check = None
+    if fplan is not None:  # the bytes loaded must be the ones fingerprinted when the run began
+        end = run.get("source_offset", 0) + total
+        check = lambda u: changed_while_loading(src, layout_obj, run["fingerprint"], end)  # noqa: E731
     units = [] if stdin_run else [Unit(src.uri, run["first_seq"], -(-total // b), run["first_record"], total,
-                                       on_commit=hook)]
+                                       on_commit=hook, check=check)]
     committer = Committer(spec.root, m, run, units, keep, record_pending=not stdin_run)
     run["records"], run["batches"] = 0, 0
     committer.save()
@@ -427,6 +448,12 @@ def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, skip
         except BulkloadError:
             pass  # the original error matters more; the manifest on disk is the last good one
         raise
+    if committer.stopped:  # the file changed while it was loaded: its batches are not kept
+        err = ChangedInputError(committer.stopped)
+        run["pending"], run["resumable"] = [], False
+        runs.fail(run, err)
+        committer.save()
+        raise err
     if committer.next < len(committer.units):  # cannot happen: every batch has a receipt
         raise WorkerError("the workers did not write every planned batch; nothing was committed")
 
@@ -451,10 +478,17 @@ def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, skip
     m.save(spec.root)
     log(progress, f"loaded {run['records']:,} records from {src.uri} into {spec.uri} (run {run['id']})",
         run=run["id"], stage="load", records=run["records"], seconds=round(seconds, 3), event="done")
+    status = ("resumed" if resume is not None else "appended" if fplan is not None and fplan.status == "appended"
+              else "loaded")
     report = _report(spec, src, run, layout_obj, m.format, m.compression, k, nworkers, receipts, keep,
-                     t_start, stages=stages, status="resumed" if resume is not None else "loaded")
+                     t_start, stages=stages, status=status)
     report.skipped = skipped
     return report
+
+
+def _replaces(run: dict, replaces: str | None) -> bool:
+    """Is this run part of the `--replace` build that replaces dataset ``replaces``?"""
+    return bool(run.get("replace")) and run.get("replaces") == replaces
 
 
 def _records(rows) -> int:

@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -530,3 +531,186 @@ def test_a_batch_whose_files_are_all_bad_still_commits_with_the_run(tmp_path, sc
     with loader.open(uri) as ds:
         assert ds.verify().ok and ds.scan().ids.tolist() == [1, 2, 3, 4]
         assert [b.docs for b in ds.manifest.batches] == [4, 0]
+
+
+# --- changed sources (issue item 3) ---------------------------------------------------------------
+
+SLOW = {"BULKLOAD_CHECKPOINT_SECONDS": "0"}  # a checkpoint (sync + manifest write) per batch
+
+
+def _file_dataset(tmp_path: Path, scheme: str, n: int) -> tuple[Path, str]:
+    f = tmp_path / "g.bin"
+    write_records(f, 0, n)
+    return f, f"{scheme}://{tmp_path}/ds"
+
+
+def _load(f: Path, uri: str, *extra, env=None) -> subprocess.CompletedProcess:
+    return run_cli("load", f, uri, "--shards", "2", "--batch-records", "100", "--json", "-q", *extra, env=env)
+
+
+def _append(f: Path, start: int, n: int) -> None:
+    fd = os.open(f, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, generate(LAY, start, n, impl="c").tobytes())  # whole records, one write
+    finally:
+        os.close(fd)
+
+
+def assert_holds(uri: str, want: bytes) -> None:
+    """The dataset holds exactly these records (no duplicate, none missing) and verifies."""
+    with loader.open(uri) as ds:
+        assert ds.verify().ok
+        assert ds.records == len(want) // RS
+        assert ds.read_records().tobytes() == want
+
+
+@pytest.mark.parametrize("scheme", ["lmdb", "rocksdb"])
+def test_records_appended_after_a_load_are_loaded_once_by_the_next_run(tmp_path, scheme):
+    f, uri = _file_dataset(tmp_path, scheme, 1000)
+    assert json.loads(_load(f, uri).stdout)["status"] == "loaded"
+    for start, n in ((1000, 500), (1500, 1)):
+        _append(f, start, n)
+        p = _load(f, uri)
+        rep = json.loads(p.stdout)
+        assert (rep["status"], rep["records"]) == ("appended", n), p.stderr
+        assert_holds(uri, f.read_bytes())
+        rep = json.loads(_load(f, uri).stdout)
+        assert rep["status"] == "already-loaded" and rep["records"] == 0
+    p = run_cli("load", f, uri, "-q")
+    assert p.returncode == 0 and "Traceback" not in p.stderr
+    assert_holds(uri, f.read_bytes())
+
+
+@pytest.mark.parametrize("scheme", ["lmdb", "rocksdb"])
+def test_records_appended_during_a_load_are_left_for_the_next_run(tmp_path, scheme):
+    f, uri = _file_dataset(tmp_path, scheme, 20_000)
+    from conftest import tool
+
+    p = subprocess.Popen([tool("bulkload"), "load", str(f), uri, "--shards", "2", "--batch-records", "100", "-q"],
+                         env=dict(os.environ, **SLOW), stderr=subprocess.PIPE, text=True)
+    size = 20_000
+    while p.poll() is None and size < 60_000:  # a producer appends whole records while the load runs
+        _append(f, size, 500)
+        size += 500
+        time.sleep(0.01)
+    assert p.wait(timeout=120) == 0, p.stderr.read()
+    planned = json.loads((tmp_path / "ds" / "manifest.json").read_text())["runs"][-1]["total"]
+    assert 20_000 <= planned < size  # appends went on after the run planned its extent
+    assert_holds(uri, f.read_bytes()[:planned * RS])  # exactly the records it planned
+    rep = json.loads(_load(f, uri).stdout)
+    assert (rep["status"], rep["records"]) == ("appended", size - planned)
+    assert_holds(uri, f.read_bytes())
+    assert json.loads(_load(f, uri).stdout)["status"] == "already-loaded"
+
+
+def _truncate(f: Path) -> None:
+    os.truncate(f, f.stat().st_size - 10 * RS)
+
+
+def _rewrite_same_size(f: Path) -> None:
+    write_records(f, 7, f.stat().st_size // RS)
+
+
+def _rewrite_middle(f: Path) -> None:
+    n = f.stat().st_size // RS
+    with open(f, "r+b") as fh:
+        fh.seek(n // 3 * RS)
+        fh.write(generate(LAY, 10**6, n // 3, impl="c").tobytes())
+
+
+def _rewrite_and_append(f: Path) -> None:
+    _rewrite_middle(f)
+    _append(f, 10**7, 50)
+
+
+@pytest.mark.parametrize("scheme", ["lmdb", "rocksdb"])
+@pytest.mark.parametrize("change", [_truncate, _rewrite_same_size, _rewrite_middle, _rewrite_and_append])
+def test_a_file_changed_since_it_was_loaded_is_refused_until_new_run_or_replace(tmp_path, scheme, change):
+    f, uri = _file_dataset(tmp_path, scheme, 3000)
+    assert _load(f, uri).returncode == 0
+    loaded = f.read_bytes()
+    change(f)
+    root = tmp_path / "ds"
+    before = tree_digest(root)
+    p = _load(f, uri)
+    one_line_error(p, 1, f"{f} changed since run ", "nothing was loaded - use --new-run to load all of it again "
+                   "as new records, or --replace to start the dataset over with it")
+    assert tree_digest(root) == before
+    assert_holds(uri, loaded)
+    assert json.loads(_load(f, uri, "--new-run").stdout)["status"] == "loaded"
+    assert_holds(uri, loaded + f.read_bytes())
+    assert json.loads(_load(f, uri).stdout)["status"] == "already-loaded"
+    change(f)
+    assert json.loads(_load(f, uri, "--replace").stdout)["status"] == "loaded"
+    assert_holds(uri, f.read_bytes())
+
+
+@pytest.mark.parametrize("scheme", ["lmdb", "rocksdb"])
+@pytest.mark.parametrize("change", [_rewrite_middle, _truncate])
+def test_a_file_changed_while_it_is_loaded_is_not_committed(tmp_path, scheme, change):
+    f, uri = _file_dataset(tmp_path, scheme, 20_000)
+    loader.load("gen://scidb96?n=500", uri, shards=2, batch_records=100)
+    root = tmp_path / "ds"
+    before = json.loads((root / "manifest.json").read_text())["batches"]
+    from conftest import tool
+
+    p = subprocess.Popen([tool("bulkload"), "load", str(f), uri, "-q", "--batch-records", "100"],
+                         env=dict(os.environ, **SLOW), stderr=subprocess.PIPE, text=True)
+    while True:  # the first checkpoint of the run: it is loading
+        m = json.loads((root / "manifest.json").read_text())
+        if m["runs"][-1].get("source") == str(f) and m["runs"][-1].get("pending"):
+            break
+        assert p.poll() is None
+    change(f)
+    assert json.loads((root / "manifest.json").read_text())["runs"][-1]["status"] == "running"
+    err = p.communicate(timeout=120)[1]
+    assert p.returncode == 1, err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert f"{f} changed while it was being loaded" in lines[0] or "the file shrank while being read" in lines[0]
+    m = json.loads((root / "manifest.json").read_text())
+    assert m["batches"] == before and m["runs"][-1]["status"] == "failed"
+    with loader.open(uri) as ds:
+        assert ds.records == 500 and ds.verify().ok
+        first = ds.read_records().tobytes()
+    assert json.loads(_load(f, uri).stdout)["status"] == "loaded"  # the file as it is now
+    assert_holds(uri, first + f.read_bytes())
+
+
+@pytest.mark.parametrize("scheme", ["lmdb", "rocksdb"])
+def test_an_interrupted_run_of_a_grown_file_resumes_its_extent_then_the_rest_is_appended(tmp_path, scheme):
+    f, uri = _file_dataset(tmp_path, scheme, 3000)
+    p = _load(f, uri, env={"BULKLOAD_FAULT": "checkpoint:10", **SLOW})  # killed half way
+    assert p.returncode == -9
+    _append(f, 3000, 1234)
+    rep = json.loads(_load(f, uri).stdout)
+    assert (rep["status"], rep["records"]) == ("resumed", 3000) and 0 < rep["resumed_records"] < 3000
+    assert_holds(uri, f.read_bytes()[:3000 * RS])
+    rep = json.loads(_load(f, uri).stdout)
+    assert (rep["status"], rep["records"]) == ("appended", 1234)
+    assert_holds(uri, f.read_bytes())
+
+
+def test_an_interrupted_run_of_a_rewritten_file_starts_over(tmp_path):
+    f, uri = _file_dataset(tmp_path, "lmdb", 3000)
+    assert _load(f, uri, env={"BULKLOAD_FAULT": "commit:1"}).returncode == -9
+    _rewrite_middle(f)
+    rep = json.loads(_load(f, uri).stdout)
+    assert (rep["status"], rep["records"], rep["resumed_records"]) == ("loaded", 3000, 0)
+    assert_holds(uri, f.read_bytes())
+
+
+def test_runs_recorded_before_extents_keep_working(tmp_path):
+    """A run written by the previous version (no source_offset; its fingerprint is of the
+    whole file as it was) is the extent [0, its total)."""
+    f, uri = _file_dataset(tmp_path, "lmdb", 1000)
+    assert _load(f, uri).returncode == 0
+    path = tmp_path / "ds" / "manifest.json"
+    m = json.loads(path.read_text())
+    assert m["runs"][-1].pop("source_offset") == 0
+    assert m["runs"][-1]["fingerprint"].startswith(f"size={1000 * RS};sample=")
+    path.write_text(json.dumps(m))
+    assert json.loads(_load(f, uri).stdout)["status"] == "already-loaded"
+    _append(f, 1000, 10)
+    assert json.loads(_load(f, uri).stdout)["records"] == 10
+    assert_holds(uri, f.read_bytes())
