@@ -169,7 +169,7 @@ def _merge(spec, m: mf.Manifest, groups: list[list], progress: str, workers: int
     plan = []
     for i, g in enumerate(groups):
         plan.append((first_seq + i, g[0].first, sum(b.count for b in g),
-                     tuple((b.seq, b.shard, b.count) for b in g)))
+                     tuple(tuple(b.row()) for b in g)))
     nw = max(1, min(workers, k))
     tasks = [MergeTask(store=spec, worker=w, workers=nw, nshards=k, layout=m.layout, format=m.format,
                        compression=m.compression, plan=tuple(plan), main_pid=os.getpid(),

@@ -24,6 +24,7 @@ from typing import Annotated
 
 import msgspec
 
+
 class _Run(msgspec.Struct):
     id: str
     kind: str
@@ -54,6 +55,9 @@ class _Shape(msgspec.Struct):
 
 FIXED_ROW = ("seq", "shard", "first", "count", "checksum", "nbytes")
 KEYED_ROW = FIXED_ROW + ("lo", "hi", "docs", "table", "text_bytes")
+_N = Annotated[int, msgspec.Meta(ge=0)]
+_FixedRow = tuple[_N, _N, _N, _N, int, _N]
+_KeyedRow = tuple[_N, _N, _N, _N, int, _N, _N | None, _N | None, _N, str, _N]
 
 
 def problem(obj) -> tuple[str, str] | None:
@@ -61,12 +65,17 @@ def problem(obj) -> tuple[str, str] | None:
     try:
         shape = msgspec.convert(obj, _Shape)
     except msgspec.ValidationError as e:
-        text, _, where = str(e).partition(" - at ")
-        return text, where.strip("`") or "$"
+        return _split(e)
     found = _layout_problem(obj["layout"])
     if found is not None:
         return found
     return _rows_problem(shape.batches, shape.shards, shape.layout.variable_length)
+
+
+def _split(e: msgspec.ValidationError, root: str = "$") -> tuple[str, str]:
+    """(problem, path) of a msgspec error; its path (``$...``) made relative to ``root``."""
+    text, _, where = str(e).partition(" - at ")
+    return text, root + where.strip("`")[1:]
 
 
 def _layout_problem(layout: dict) -> tuple[str, str] | None:
@@ -81,38 +90,41 @@ def _layout_problem(layout: dict) -> tuple[str, str] | None:
 
 
 def _rows_problem(rows: list[list], shards: int, keyed: bool) -> tuple[str, str] | None:
+    """Types and ranges of every batch row (msgspec, in C), then the relations between
+    rows (numpy): 10,000 rows take a few milliseconds."""
+    import numpy as np
+
     names = KEYED_ROW if keyed else FIXED_ROW
-    prev = None
-    for i, row in enumerate(rows):
-        where = f"$.batches[{i}]"
-        if len(row) != len(names):
-            what = "documents" if keyed else "fixed-size records"
-            return (f"a batch row of {what} has {len(names)} fields ({', '.join(names)}), "
-                    f"this one has {len(row)}"), where
-        for j, (name, value) in enumerate(zip(names, row)):
-            found = _field_problem(name, value, shards)
-            if found is not None:
-                return found, f"{where}[{j}]"
-        if prev is not None and row[0] <= prev[0]:
-            return f"batch seq {row[0]} does not follow seq {prev[0]} (seqs must ascend)", f"{where}[0]"
-        if not keyed and row[2] != (prev[2] + prev[3] if prev is not None else row[2]):
-            return (f"batch seq {row[0]} starts at record {row[2]}, but the batch before it ends at record "
-                    f"{prev[2] + prev[3]}"), f"{where}[2]"
-        prev = row
-    return None
-
-
-def _field_problem(name: str, value, shards: int) -> str | None:
-    if name == "table":
-        return None if isinstance(value, str) else f"`table` must be a string, not {value!r}"
-    if name in ("lo", "hi") and value is None:
+    wrong = next((i for i, r in enumerate(rows) if len(r) != len(names)), None)
+    if wrong is not None:
+        what = "documents" if keyed else "fixed-size records"
+        return (f"a batch row of {what} has {len(names)} fields ({', '.join(names)}), this one has "
+                f"{len(rows[wrong])}"), f"$.batches[{wrong}]"
+    try:
+        typed = msgspec.convert(rows, list[_KeyedRow if keyed else _FixedRow])
+    except msgspec.ValidationError as e:
+        return _split(e, root="$.batches")
+    if not typed:
         return None
-    if not isinstance(value, int):
-        return f"`{name}` must be an integer, not {value!r}"
-    if value < 0:
-        return f"`{name}` must not be negative ({value})"
-    if name == "shard" and value >= shards:
-        return f"shard {value} does not exist (the dataset has {shards} shards: 0..{shards - 1})"
-    if name == "checksum" and value >= 2**64:
-        return f"checksum {value} is not a 64-bit value"
+    try:
+        a = np.array([t[:6] for t in typed] if keyed else typed, dtype=np.uint64)
+    except OverflowError:  # a checksum that is not a 64-bit value
+        i = next(i for i, t in enumerate(typed) if not 0 <= t[4] < 2**64)
+        return f"checksum {typed[i][4]} is not a 64-bit value", f"$.batches[{i}][4]"
+    seq, shard, first, count = a[:, 0], a[:, 1], a[:, 2], a[:, 3]
+    bad = np.flatnonzero(shard >= shards)
+    if len(bad):
+        i = int(bad[0])
+        return (f"shard {int(shard[i])} does not exist (the dataset has {shards} shards: 0..{shards - 1})",
+                f"$.batches[{i}][1]")
+    bad = np.flatnonzero(seq[1:] <= seq[:-1])
+    if len(bad):
+        i = int(bad[0]) + 1
+        return (f"batch seq {int(seq[i])} does not follow seq {int(seq[i - 1])} (seqs must ascend)",
+                f"$.batches[{i}][0]")
+    bad = np.flatnonzero(first[1:] != first[:-1] + count[:-1]) if not keyed else []
+    if len(bad):
+        i = int(bad[0]) + 1
+        return (f"batch seq {int(seq[i])} starts at record {int(first[i])}, but the batch before it ends at "
+                f"record {int(first[i - 1] + count[i - 1])}"), f"$.batches[{i}][2]"
     return None

@@ -304,7 +304,7 @@ class ValueReader:
         self.txn = None
         self.db = None
         self.cursor = None
-        self.bounds = None
+        self.pages = None
 
     def __enter__(self):
         st = self.store
@@ -317,10 +317,11 @@ class ValueReader:
                 try:
                     self.txn = env.begin(write=False, buffers=True)
                 except lmdb.MapResizedError:
+                    st._entry.pages = None  # the map moves: its old view must not be read
                     env.set_mapsize(0)
                     self.txn = env.begin(write=False, buffers=True)
                 self.cursor = self.txn.cursor(self.db)
-                self.bounds = st._bounds()
+                self.pages = st._pages()
         return self
 
     def get(self, key: bytes):
@@ -330,7 +331,7 @@ class ValueReader:
             with _reading(self.store.path):  # a damaged store: one error naming the shard
                 if not self.cursor.set_key(key):
                     return None
-                return self.store._value(self.cursor, self.bounds)
+                return self.store._value(self.cursor, self.pages)
         if self.db is None and getattr(self.store, "scheme", "") in ("lmdb", "mem"):
             return None
         return self.store.get(key, table=self.table)
@@ -522,7 +523,8 @@ def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRA
             t = time.perf_counter()
             nscan = max(1, min(w_req, len(m.batches) or 1))
             groups = _split_batches(m.batches, nscan)
-            flat = [(b.seq, b.shard, b.first, b.count) for b in sorted(m.batches, key=lambda b: b.first)]
+            # (seq, shard, first, count, checksum, nbytes): workers check what they read
+            flat = [tuple(b.row()) for b in sorted(m.batches, key=lambda b: b.first)]
             pos_of = {b[0]: i for i, b in enumerate(flat)}
             plan = None
             why = "strategy spill"
@@ -530,7 +532,7 @@ def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRA
             if strategy != "spill" and flat:
                 tasks0 = [ScanTask(store=spec, worker=w, layout=m.layout, format=m.format,
                                    compression=m.compression,
-                                   batches=tuple((pos_of[b.seq], b.seq, b.shard, b.first, b.count) for b in g),
+                                   batches=tuple((pos_of[b.seq], *b.row()) for b in g),
                                    dims=aspec.dims, chunks=aspec.chunks, out_dir=spill,
                                    max_entries=MAX_SCAN_ENTRIES // len(groups), main_pid=os.getpid(),
                                    fault=fault)
@@ -553,7 +555,7 @@ def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRA
                 t = time.perf_counter()
                 tasks1 = [PartitionTask(store=spec, worker=w, layout=m.layout, format=m.format,
                                         compression=m.compression,
-                                        batches=tuple((b.seq, b.shard, b.first, b.count) for b in g),
+                                        batches=tuple(tuple(b.row()) for b in g),
                                         dims=aspec.dims, chunks=aspec.chunks, nshards=k,
                                         spill_dir=spill, budget=budget, main_pid=os.getpid(), fault=fault)
                           for w, g in enumerate(groups)]

@@ -450,6 +450,26 @@ def test_a_changed_value_fails_every_whole_batch_read_naming_shard_and_batch(tmp
     assert p.returncode == 1 and where in p.stderr
 
 
+@pytest.mark.parametrize("args", [["compact", "--target-batch-records", "500"],
+                                  ["finalize", "--dims", "i0:5,i1:500", "--strategy", "direct", "--no-compact"],
+                                  ["finalize", "--dims", "i0:5,i1:500", "--strategy", "spill"]])
+def test_a_changed_value_is_not_rebuilt_into_merged_batches_or_arrays(tmp_path, args):
+    """compact's merge (decode + encode, or a batch copied as it is) and finalize (both
+    strategies) read whole batches too: a changed one stops them before it gets a new,
+    matching checksum; nothing is committed. (`compact --force` without merging copies
+    store pages as they are: the manifest keeps the old checksum, verify still finds it.)"""
+    root = tmp_path / "ds"
+    uri = make_dataset(root, n=2000)
+    _flip_value_byte(root, 0, generate(LAY, 1234, 1, impl="c").tobytes())  # batch 12, shard 0
+    before = json.loads((root / "manifest.json").read_text())
+    p = run_cli(args[0], uri, *args[1:], "-q")
+    line = one_line_error(p, 1, f"shard 0 batch 12 (first record 1200) of {uri}: stored bytes changed")
+    assert "Traceback" not in p.stderr, line
+    after = json.loads((root / "manifest.json").read_text())
+    assert after["batches"] == before["batches"] and after["arrays"] == before["arrays"] == {}
+    assert after["runs"][-1]["status"] == "failed"
+
+
 @pytest.mark.parametrize("fmt", ["block", "raw"])
 def test_a_changed_document_fails_scan_and_export_naming_shard_and_batch(tmp_path, fmt):
     root = tmp_path / "docs"
