@@ -96,17 +96,30 @@ class DocReader:
 
     def _lookup(self, doc_id: int):
         for b in self.index.candidates(doc_id):
-            if self.blocks is not None:
-                item = self.ds.shard(b.shard).seek(key_of(doc_id), table=b.table)
-                if item is not None and id_of_key(item[0]) <= b.hi:
-                    got = self.blocks.find(item[1], doc_id)
-                    if got is not None:
-                        return (doc_id,) + got
-                continue
-            v = self.ds.shard(b.shard).get(key_of(doc_id), table=b.table)
-            if v is not None:
-                return self.decode(b, doc_id, v)
+            try:
+                got = self._lookup_in(b, doc_id)
+            except VerifyError as e:  # a damaged value (e.g. its zstd frame checksum): which batch
+                from .errors import CorruptBatchError
+                from .integrity import batch_message
+
+                raise CorruptBatchError(batch_message(self.ds.uri, b, f"document {doc_id}: {e}")) from None
+            if got is not None:
+                return got
         return None
+
+    def _lookup_in(self, b: mf.BatchEntry, doc_id: int):
+        """(id, created_at, text) of doc_id in batch b, or None. (A get does not check the
+        batch's range checksum - that reads the whole batch; the block format's zstd frame
+        has a checksum of the texts.)"""
+        if self.blocks is not None:
+            item = self.ds.shard(b.shard).seek(key_of(doc_id), table=b.table)
+            if item is not None and id_of_key(item[0]) <= b.hi:
+                got = self.blocks.find(item[1], doc_id)
+                if got is not None:
+                    return (doc_id,) + got
+            return None
+        v = self.ds.shard(b.shard).get(key_of(doc_id), table=b.table)
+        return None if v is None else self.decode(b, doc_id, v)
 
     def _batch_docs(self, b: mf.BatchEntry, lo: int, hi: int) -> DocBatch:
         """The documents of batch b with ids lo..hi (b.lo <= lo <= hi <= b.hi). When that

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -66,9 +67,30 @@ def write_records(path: Path, start: int, n: int) -> bytes:
     return data
 
 
+def uri_of(root: Path, scheme: str) -> str:
+    return f"mem://{root.name}" if scheme == "mem" else f"{scheme}://{root}"
+
+
+@pytest.fixture
+def ds_root(tmp_path):
+    """root_for(scheme): the directory of a fresh dataset (mem://: under /dev/shm/bulkload,
+    removed afterwards)."""
+    made = []
+
+    def root_for(scheme: str) -> Path:
+        if scheme != "mem":
+            return tmp_path / "ds"
+        made.append(Path("/dev/shm/bulkload") / f"test-{uuid.uuid4().hex[:10]}")
+        return made[-1]
+
+    yield root_for
+    for p in made:
+        shutil.rmtree(p, ignore_errors=True)
+
+
 def make_dataset(root: Path, scheme: str = "lmdb", n: int = 2000, shards: int = 2, batch: int = 100,
                  **opts) -> str:
-    uri = f"{scheme}://{root}"
+    uri = uri_of(root, scheme)
     loader.load(f"gen://scidb96?n={n}", uri, shards=shards, workers=2, batch_records=batch, **opts)
     return uri
 
@@ -240,13 +262,13 @@ def _remove(root: Path, scheme: str, how: str) -> None:
     if how == "rmtree":
         shutil.rmtree(shard)
     else:  # the store's main file: the directory stays
-        (shard / ("data.mdb" if scheme == "lmdb" else "CURRENT")).unlink()
+        (shard / ("CURRENT" if scheme == "rocksdb" else "data.mdb")).unlink()
 
 
-@pytest.mark.parametrize("scheme", ["lmdb", "rocksdb"])
+@pytest.mark.parametrize("scheme", ["lmdb", "rocksdb", "mem"])
 @pytest.mark.parametrize("how", ["rmtree", "main-file"])
-def test_a_missing_shard_stops_every_writer_and_is_named_by_info(tmp_path, scheme, how):
-    root = tmp_path / "ds"
+def test_a_missing_shard_stops_every_writer_and_is_named_by_info(tmp_path, ds_root, scheme, how):
+    root = ds_root(scheme)
     uri = make_dataset(root, scheme, n=1000)
     finalize(uri, dims="i0:5,i1:500")
     _remove(root, scheme, how)
@@ -558,10 +580,10 @@ def test_a_batch_whose_files_are_all_bad_still_commits_with_the_run(tmp_path, sc
 SLOW = {"BULKLOAD_CHECKPOINT_SECONDS": "0"}  # a checkpoint (sync + manifest write) per batch
 
 
-def _file_dataset(tmp_path: Path, scheme: str, n: int) -> tuple[Path, str]:
+def _file_dataset(tmp_path: Path, scheme: str, n: int, root: Path | None = None) -> tuple[Path, str]:
     f = tmp_path / "g.bin"
     write_records(f, 0, n)
-    return f, f"{scheme}://{tmp_path}/ds"
+    return f, uri_of(root or tmp_path / "ds", scheme)
 
 
 def _load(f: Path, uri: str, *extra, env=None) -> subprocess.CompletedProcess:
@@ -584,9 +606,9 @@ def assert_holds(uri: str, want: bytes) -> None:
         assert ds.read_records().tobytes() == want
 
 
-@pytest.mark.parametrize("scheme", ["lmdb", "rocksdb"])
-def test_records_appended_after_a_load_are_loaded_once_by_the_next_run(tmp_path, scheme):
-    f, uri = _file_dataset(tmp_path, scheme, 1000)
+@pytest.mark.parametrize("scheme", ["lmdb", "rocksdb", "mem"])
+def test_records_appended_after_a_load_are_loaded_once_by_the_next_run(tmp_path, ds_root, scheme):
+    f, uri = _file_dataset(tmp_path, scheme, 1000, ds_root(scheme))
     assert json.loads(_load(f, uri).stdout)["status"] == "loaded"
     for start, n in ((1000, 500), (1500, 1)):
         _append(f, start, n)
@@ -734,3 +756,22 @@ def test_runs_recorded_before_extents_keep_working(tmp_path):
     _append(f, 1000, 10)
     assert json.loads(_load(f, uri).stdout)["records"] == 10
     assert_holds(uri, f.read_bytes())
+
+
+def test_a_get_from_a_damaged_document_block_names_shard_and_batch(tmp_path):
+    """A get does not read the whole batch (its range checksum would cost ~100x the get,
+    bench/integrity.py), but the block's zstd frame has a checksum of its texts."""
+    from loader.docs import key_of
+
+    uri = f"lmdb://{tmp_path}/docs"
+    loader.load("gen://docs?n=300&seed=1", uri, shards=1, batch_records=100)
+    with loader.open(uri) as ds:
+        b = ds.manifest.batches[1]
+        _k, v = ds.shard(0).seek(key_of(150), table=b.table)
+    _flip_value_byte(tmp_path / "docs", 0, bytes(v)[-200:-140])  # inside the compressed texts
+    where = "shard 0 batch 1 (documents 100..199)"
+    with loader.open(uri) as ds:
+        with pytest.raises(CorruptBatchError, match=re.escape(where) + ".*Restored data doesn't match checksum"):
+            ds.get(150)
+        assert ds.get(50).id == 50
+    one_line_error(run_cli("get", uri, "150"), 1, where, "document 150")
