@@ -177,10 +177,12 @@ def commands(uri: str, tmp: Path) -> list[list]:
     src.mkdir(exist_ok=True)
     if not (src / "a.bin").exists():
         write_records(src / "a.bin", 0, 10)
+    job = tmp / "job.toml"
+    job.write_text(f'[job]\ndataset = "{uri}"\n\n[load]\nsource = "gen://scidb96?n=10"\n')
     return [["info", uri], ["info", uri, "--json"], ["verify", uri], ["export", uri, "--out", tmp / "x.arrow"],
             ["load", "gen://scidb96?n=10", uri, "-q"], ["load", src / "a.bin", uri, "-q"],
             ["ingest", uri, "--from", src, "-q"], ["finalize", uri, "--dims", "i0:5,i1:500", "-q"],
-            ["compact", uri, "-q"], ["query", uri, "--box", "i0=0:2"]]
+            ["compact", uri, "-q"], ["query", uri, "--box", "i0=0:2"], ["get", uri, "1"], ["run", job, "-q"]]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
