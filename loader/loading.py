@@ -3,9 +3,13 @@
 1. parse and check everything (source, dataset, layout, format) before touching data;
 2. lock the dataset (one writing job at a time) and read its manifest;
 3. find the source's previous run: finished -> nothing to do; interrupted -> resume it
-   (same plan, keep its durable batches); otherwise plan a new run;
+   (same plan, keep its durable batches); otherwise plan a new run. A file is planned by
+   extent (file_runs.py): a grown file loads only its new records, a changed one is
+   refused; a missing or damaged shard stops the run before anything is written
+   (integrity.py);
 4. run the workers (they checkpoint durable batches as they go, see commit.py);
-5. commit: list the run's batches in the manifest, atomically.
+5. commit: list the run's batches in the manifest, atomically (a file is fingerprinted
+   again first: if the bytes loaded changed meanwhile, nothing is committed).
 
 ``--replace`` does the same into a sibling directory and swaps it in (replace.py).
 """

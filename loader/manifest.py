@@ -4,6 +4,10 @@
 the directory). A batch exists for readers only once the manifest lists it, so a crash
 at any point leaves the last committed state. Store keys of batches at or above
 ``next_seq`` are uncommitted leftovers and are removed by the next writer.
+
+Reading checks the file first (manifest_check.py): a manifest.json that is not valid JSON
+or not a valid manifest raises ManifestError naming it and the problem, so no command
+acts on it (a deleted ``batches`` must not read as "empty" and be written over).
 """
 
 from __future__ import annotations

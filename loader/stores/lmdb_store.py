@@ -20,6 +20,16 @@ Rules this module keeps (DESIGN §5):
   (``MapResizedError`` -> ``set_mapsize(0)``). ``readahead`` ("0"/"false") turns OS
   readahead off for random chunk reads.
 
+Damage (a truncated file, flipped bytes) is an error naming the shard, never a signal:
+
+- before an environment is opened, ``data_file_problem`` reads data.mdb's two meta pages
+  (magic, version) and checks that the file reaches the last page in use: a truncated
+  file is refused before it is mapped (touching a missing page would be a SIGBUS);
+- LMDB's read errors (MDB_CORRUPTED, MDB_PAGE_NOTFOUND, ...) become CorruptStoreError;
+- py-lmdb touches every page of a value as it hands it out, so before a value is taken
+  from a cursor its leaf node is read (``_Pages.node_problem``) and a value said to lie
+  past the pages in use is refused.
+
 Durability: the writer commits with ``sync=False, metasync=False``; :meth:`sync` is the
 durability point (``env.sync(True)``). Until it returns, an OS crash may lose (and, as
 LMDB documents for MDB_NOSYNC, may damage) the transactions since the last sync; the

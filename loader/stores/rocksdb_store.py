@@ -19,6 +19,10 @@ Rules this module keeps (DESIGN §5):
 - A rocksdict column-family handle keeps the whole database open: ``close`` drops every
   handle this object holds so that the LOCK is released.
 
+Read errors (``Corruption: block checksum mismatch``, a missing SST file; also an
+iterator stopped by one, seen through its ``status()``) become CorruptStoreError naming
+the shard. ``check(path)``: CURRENT present and naming an existing MANIFEST.
+
 Options: ``compression`` = none (default; values are already compact binary) | lz4 | zstd
 | zstd-dict (zstd with a dictionary trained per SST file: ``max_dict_bytes`` 16 KiB,
 trained on 100x that; set on the normal *and* bottommost options, since SstFileWriter and
