@@ -200,7 +200,8 @@ def load(
                   f"(use --new-run to load it again)")
             return
         how = (f"resumed run {r.run_id}: kept {r.resumed_records:,} records, wrote {r.written_records:,}; "
-               if r.status == "resumed" else "")
+               if r.status == "resumed" else f"appended: {r.records:,} new records of {r.source}; "
+               if r.status == "appended" else "")
         what = "documents" if r.layout == "docs" else "records"
         print(f"{how}loaded {r.records:,} {what} ({r.bytes / 1e6:,.1f} MB) into {r.dataset} in {r.seconds:.2f} s: "
               f"{r.mb_per_s:,.0f} MB/s, {r.records_per_s / 1e6:.2f} M {what}/s "
@@ -218,9 +219,10 @@ def info(dataset: str = typer.Argument(...),
 
     with open_ds(dataset) as ds:
         d = ds.info()
-        arrays = ds.arrays() if d.get("arrays") else []
+        arrays = ds.arrays() if d.get("arrays") and not d["problems"] else []
     if json_out:
         emit_json(d)
+        _exit_if_damaged(d)
         return
     from rich.console import Console
     from rich.table import Table
@@ -245,6 +247,17 @@ def info(dataset: str = typer.Argument(...),
             t.add_row(r["id"], r["kind"], r["status"], f"{r.get('records', 0) or 0:,}",
                       str(r.get("seconds", "")), r.get("error") or r.get("source", ""))
         c.print(t)
+    _exit_if_damaged(d)
+
+
+def _exit_if_damaged(d: dict) -> None:
+    """`info` of a dataset with missing or damaged shards: one line each, exit 1."""
+    from .integrity import ShardProblem
+
+    for p in d["problems"]:
+        print(f"bulkload: error: {ShardProblem(**p).line()}", file=sys.stderr)
+    if d["problems"]:
+        raise typer.Exit(EXIT_FAILED)
 
 
 @app.command()
@@ -260,8 +273,11 @@ def verify(dataset: str = typer.Argument(...),
         emit_json(rep.to_dict())
     else:
         for p in rep.problems:
-            print(f"shard {p['shard']} batch {p['batch']} (first record {p['first_record']}): {p['problem']}",
-                  file=sys.stderr)
+            if p["batch"] is None:  # a whole shard (missing, damaged) or the arrays
+                print(p["problem"], file=sys.stderr)
+            else:
+                print(f"shard {p['shard']} batch {p['batch']} (first record {p['first_record']}): "
+                      f"{p['problem']}", file=sys.stderr)
         status = "ok" if rep.ok else f"FAILED ({len(rep.problems)} bad batches)"
         print(f"verify {rep.dataset}: {rep.batches:,} batches, {rep.records:,} records: {status}")
     if not rep.ok:

@@ -36,6 +36,7 @@ from typing import Callable
 
 from . import env, faults, logs
 from . import manifest as mf
+from .integrity import existing_shards
 from .layouts import Layout
 from .pool import Pool
 from .progress import Progress
@@ -277,7 +278,7 @@ def execute(spec: StoreSpec, m: mf.Manifest, run: dict, committer: Committer, *,
                       resume=tuple(resume), shard_bytes_hint=shard_hint, main_pid=os.getpid(),
                       checkpoint_bytes=nbytes, checkpoint_seconds=secs, fault=fault, table=table,
                       keep_tables=tuple(keep_tables), store_options=tuple(store_options),
-                      clear_from=clear_from)
+                      clear_from=clear_from, must_exist=existing_shards(m))
              for w in range(nworkers)]
     total = None if stream_feed is not None else todo_records
     with Progress(label, total, rs, mode=progress) as prog:

@@ -66,6 +66,7 @@ def is_documents(m: mf.Manifest) -> bool:
 def compact(dataset_uri: str, target_batch_records: int | None = None, progress: str = "none",
             workers: int | None = None, force: bool = False) -> dict:
     """Merge small batches and compact every shard; returns a report (dict)."""
+    from .integrity import require_shards
     from .lock import DatasetLock
     from .stores.base import parse_dataset_uri
 
@@ -81,6 +82,7 @@ def compact(dataset_uri: str, target_batch_records: int | None = None, progress:
     with DatasetLock(spec.root) as lock:
         lock.set_job("compact")
         m = mf.load_manifest(spec.root, dataset_uri)
+        require_shards(spec.with_shards(m.shards), m)
         start_writing(spec, m)
         return compact_locked(spec.with_shards(m.shards), m, target_batch_records=target_batch_records,
                               progress=progress, workers=workers, force=force)
@@ -175,7 +177,7 @@ def _merge(spec, m: mf.Manifest, groups: list[list], progress: str, workers: int
     plan = []
     for i, g in enumerate(groups):
         plan.append((first_seq + i, g[0].first, sum(b.count for b in g),
-                     tuple((b.seq, b.shard, b.count) for b in g)))
+                     tuple(tuple(b.row()) for b in g)))
     nw = max(1, min(workers, k))
     tasks = [MergeTask(store=spec, worker=w, workers=nw, nshards=k, layout=m.layout, format=m.format,
                        compression=m.compression, plan=tuple(plan), main_pid=os.getpid(),

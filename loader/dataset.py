@@ -20,6 +20,7 @@ Documents (layout ``docs``): `Dataset.get(id)` -> `Doc` (id, created_at, text st
 from __future__ import annotations
 
 import bisect
+import os
 from dataclasses import asdict, dataclass, field
 from typing import Iterator
 
@@ -27,7 +28,8 @@ import numpy as np
 import xxhash
 
 from . import manifest as mf
-from .errors import UsageError
+from .errors import CorruptBatchError, DatasetReplacedError, StoreError, UsageError
+from .integrity import batch_message, check_shard, check_value, committed_shards, shard_problems
 from .serializers import get_serializer
 from .stores.base import ShardStore, parse_dataset_uri
 from .workers import batch_key
@@ -65,11 +67,19 @@ class Dataset:
         self._docs = None
 
     # --- handles -----------------------------------------------------------------
+    def require_shard(self, i: int) -> None:
+        """Raise MissingShardError / CorruptStoreError if shard i, which holds committed
+        batches, is missing or damaged (a shard with no batches may be absent)."""
+        damage = check_shard(self.spec, i, committed_shards(self.manifest).get(i))
+        if damage is not None and damage.batches:
+            raise damage.error()
+
     def shard(self, i: int, random_reads: bool = False) -> ShardStore:
         """Shard i, opened read-only on first use; ``random_reads`` (chunk and document
         reads) turns OS readahead off when this call opens it."""
         st = self._shards.get(i)
         if st is None:
+            self.require_shard(i)
             opts = dict(self.spec.options)
             if (random_reads or self.layout.variable_length) and self.spec.scheme != "rocksdb":
                 opts.setdefault("readahead", "0")
@@ -142,8 +152,24 @@ class Dataset:
     def records(self) -> int:
         return self.manifest.records
 
-    def info(self) -> dict:
+    def problems(self) -> list[dict]:
+        """The shards the manifest lists committed batches in that are missing or damaged
+        (integrity.py): shard, path, batches, problem."""
+        return [p.to_dict() for p in shard_problems(self.spec, self.manifest)]
+
+    def _disk_bytes(self, damaged: set[int]) -> int:
         m = self.manifest
+        if not m.batches:
+            return 0
+        return sum(self.shard(i).nbytes() for i in range(m.shards)
+                   if i not in damaged and os.path.isdir(self.spec.shard_path(i)))
+
+    def info(self) -> dict:
+        """What the dataset holds (layout, format, counts, bytes, runs, arrays) and its
+        ``problems``: missing or damaged shards, see `problems`."""
+        m = self.manifest
+        problems = self.problems()
+        disk = self._disk_bytes({p["shard"] for p in problems})
         if self.layout.variable_length:
             text = sum(b.text_bytes or 0 for b in m.batches)
             return {
@@ -151,8 +177,8 @@ class Dataset:
                 "format": m.format, "compression": m.compression, "store": m.scheme, "shards": m.shards,
                 "records": m.records, "batches": len(m.batches), "batch_records": m.batch_records,
                 "record_bytes": text, "text_bytes": text, "stored_bytes": m.stored_bytes,
-                "disk_bytes": sum(self.shard(i).nbytes() for i in range(m.shards)) if m.batches else 0,
-                "runs": self._runs(), "arrays": m.arrays, "generation": m.generation, "garbage": m.garbage,
+                "disk_bytes": disk, "runs": self._runs(), "arrays": m.arrays, "generation": m.generation,
+                "garbage": m.garbage, "problems": problems,
             }
         return {
             "dataset": self.uri,
@@ -168,11 +194,12 @@ class Dataset:
             "batch_records": m.batch_records,
             "record_bytes": m.records * self.layout.record_size,
             "stored_bytes": m.stored_bytes,
-            "disk_bytes": sum(self.shard(i).nbytes() for i in range(m.shards)) if m.batches else 0,
+            "disk_bytes": disk,
             "runs": self._runs(),
             "arrays": m.arrays,
             "generation": m.generation,
             "garbage": m.garbage,
+            "problems": problems,
         }
 
     def _runs(self) -> list[dict]:
@@ -216,12 +243,18 @@ class Dataset:
     def _value(self, b: mf.BatchEntry):
         v = self.shard(b.shard).get(batch_key(b.seq))
         if v is None:
-            raise self.missing(f"batch {b.seq} is missing from shard {b.shard} of {self.uri}; "
-                               "run `bulkload verify` and reload the dataset")
+            raise self.moved_on() or CorruptBatchError(batch_message(self.uri, b, "missing from the store"))
+        return v
+
+    def _checked_value(self, b: mf.BatchEntry):
+        """The batch's stored value, after checking its size and xxh3 against the manifest
+        row (CorruptBatchError naming shard and batch): memory speed, before any decode."""
+        v = self._value(b)
+        check_value(self.uri, b, v)
         return v
 
     def _decode(self, b: mf.BatchEntry) -> np.ndarray:
-        _, recs = self.serializer.decode(self._value(b))
+        _, recs = self.serializer.decode(self._checked_value(b))
         return recs
 
     def iter_batches(self) -> Iterator[tuple[int, np.ndarray]]:
@@ -302,42 +335,55 @@ class Dataset:
                 ds.close()
 
     def _verify_snapshot(self) -> VerifyReport:
+        """One pass of `verify` over this snapshot. A shard that is missing or damaged is
+        one problem (its batches are not read); the other shards are still verified."""
         problems = []
+        broken: set[int] = set()
         for b in self.manifest.batches:
+            if b.shard in broken:
+                continue
             where = {"shard": b.shard, "batch": b.seq, "first_record": b.first}
-            if b.keyed:
-                try:
-                    problem = self.docs.verify_batch(b)
-                except Exception as e:  # noqa: BLE001 - e.g. a shard that cannot be opened
-                    problem = f"unreadable: {e}"
-                if problem is not None:
-                    problems.append({**where, "ids": [b.lo, b.hi], "problem": problem})
-                continue
-            v = self.shard(b.shard).get(batch_key(b.seq))
-            if v is None:
-                problems.append({**where, "problem": "missing from the store"})
-                continue
-            v = bytes(v)
-            if len(v) != b.nbytes:
-                problems.append({**where, "problem": f"size {len(v)} != {b.nbytes} in the manifest"})
-                continue
-            if xxhash.xxh3_64_intdigest(v) != b.checksum:
-                problems.append({**where, "problem": "checksum mismatch (stored bytes changed)"})
-                continue
             try:
-                start, recs = self.serializer.decode(v)
-            except Exception as e:
-                problems.append({**where, "problem": f"undecodable: {e}"})
+                problem = self.docs.verify_batch(b) if b.keyed else self._batch_problem(b)
+            except StoreError as e:  # the shard is missing or damaged: one problem for it
+                broken.add(b.shard)
+                problems.append({"shard": b.shard, "batch": None, "first_record": None,
+                                 "batches": committed_shards(self.manifest)[b.shard], "problem": str(e)})
                 continue
-            if len(recs) != b.count or start != b.first:
-                problems.append({**where, "problem": f"holds {len(recs)} records from {start}, "
-                                                     f"manifest says {b.count} from {b.first}"})
+            except DatasetReplacedError:
+                raise  # the dataset moved on: `verify` checks it again as it is now
+            except Exception as e:  # noqa: BLE001 - every failure is a finding
+                problem = f"unreadable: {e}"
+            if problem is not None:
+                problems.append({**where, **({"ids": [b.lo, b.hi]} if b.keyed else {}), "problem": problem})
         if self.manifest.arrays:
             from .redimension import verify_arrays
 
-            problems.extend(verify_arrays(self))
+            try:
+                problems.extend(verify_arrays(self))
+            except StoreError as e:
+                problems.append({"shard": None, "batch": None, "first_record": None,
+                                 "problem": f"arrays: {e}"})
         return VerifyReport(self.uri, not problems, len(self.manifest.batches), self.manifest.records,
                             problems)
+
+    def _batch_problem(self, b: mf.BatchEntry) -> str | None:
+        """Why a fixed-size batch is not intact in its shard, or None."""
+        v = self.shard(b.shard).get(batch_key(b.seq))
+        if v is None:
+            return "missing from the store"
+        v = bytes(v)
+        if len(v) != b.nbytes:
+            return f"size {len(v)} != {b.nbytes} in the manifest"
+        if xxhash.xxh3_64_intdigest(v) != b.checksum:
+            return "checksum mismatch (stored bytes changed)"
+        try:
+            start, recs = self.serializer.decode(v)
+        except Exception as e:  # noqa: BLE001 - every failure is a finding
+            return f"undecodable: {e}"
+        if len(recs) != b.count or start != b.first:
+            return f"holds {len(recs)} records from {start}, manifest says {b.count} from {b.first}"
+        return None
 
 
 def records_to_arrow(recs: np.ndarray, schema):

@@ -109,40 +109,76 @@ class DocReader:
     def _lookup(self, doc_id: int):
         candidates = self.index.candidates(doc_id)
         for b in candidates:
-            if self.blocks is not None:
-                item = self._store(b).seek(key_of(doc_id), table=b.table)
-                if item is not None and id_of_key(item[0]) <= b.hi:
-                    got = self.blocks.find(item[1], doc_id)
-                    if got is not None:
-                        return (doc_id,) + got
-                continue
-            v = self._store(b).get(key_of(doc_id), table=b.table)
-            if v is not None:
-                return self.decode(b, doc_id, v)
+            try:
+                got = self._lookup_in(b, doc_id)
+            except VerifyError as e:  # a damaged value (e.g. its zstd frame checksum): which batch
+                from .errors import CorruptBatchError
+                from .integrity import batch_message
+
+                raise CorruptBatchError(batch_message(self.ds.uri, b, f"document {doc_id}: {e}")) from None
+            if got is not None:
+                return got
         if candidates:  # not found where it could be: is the table still ours?
             moved = self.ds.moved_on()
             if moved is not None:
                 raise moved
         return None
 
-    def _batch_docs(self, b: mf.BatchEntry, lo: int, hi: int) -> DocBatch:
-        """The documents of batch b with ids lo..hi (b.lo <= lo <= hi <= b.hi)."""
-        shard = self._store(b)
+    def _lookup_in(self, b: mf.BatchEntry, doc_id: int):
+        """(id, created_at, text) of doc_id in batch b, or None. (A get does not check the
+        batch's range checksum - that reads the whole batch; the block format's zstd frame
+        has a checksum of the texts.)"""
         if self.blocks is not None:
+            item = self._store(b).seek(key_of(doc_id), table=b.table)
+            if item is not None and id_of_key(item[0]) <= b.hi:
+                got = self.blocks.find(item[1], doc_id)
+                if got is not None:
+                    return (doc_id,) + got
+            return None
+        v = self._store(b).get(key_of(doc_id), table=b.table)
+        return None if v is None else self.decode(b, doc_id, v)
+
+    def _batch_docs(self, b: mf.BatchEntry, lo: int, hi: int) -> DocBatch:
+        """The documents of batch b with ids lo..hi (b.lo <= lo <= hi <= b.hi). When that
+        is the whole batch, its items are checked against the manifest's range checksum
+        first (CorruptBatchError naming shard and batch)."""
+        shard = self._store(b)
+        whole = (lo, hi) == (b.lo, b.hi)
+        if self.blocks is not None:
+            items = list(blocks_from(shard, b.table, lo, hi))
+            if whole:
+                self._check_range(b, items)
             parts = []
-            for _k, v in blocks_from(shard, b.table, lo, b.hi):
+            for _k, v in items:
                 d = self.blocks.decode(v)
                 a, z = np.searchsorted(d.ids, np.uint64(lo)), np.searchsorted(d.ids, np.uint64(hi), side="right")
                 parts.append(d.slice(int(a), int(z)))
-                if int(d.ids[-1]) >= hi:
-                    break
             return DocBatch.concat(parts).compact()
+        items = list(shard.range(key_of(lo), None if hi >= MAX_ID else key_of(hi + 1), table=b.table))
+        if whole:
+            self._check_range(b, items)
         recs = []
-        for k, v in shard.range(key_of(lo), None if hi >= MAX_ID else key_of(hi + 1), table=b.table):
+        for k, v in items:
             i = id_of_key(k)
             _, c, t = self.decode(b, i, v)
             recs.append((i, c, t))
         return DocBatch.from_records(recs)
+
+    def _check_range(self, b: mf.BatchEntry, items: list) -> None:
+        """Raise CorruptBatchError unless the (key, value) items of a whole batch have the
+        size and range checksum of its manifest row (record_kinds.range_checksum)."""
+        import xxhash
+
+        from .errors import CorruptBatchError
+        from .integrity import batch_message
+
+        h = xxhash.xxh3_64()
+        for k, v in items:
+            h.update(k)
+            h.update(v)
+        nbytes = sum(len(v) for _k, v in items)
+        if nbytes != b.nbytes or h.intdigest() != b.checksum:
+            raise CorruptBatchError(batch_message(self.ds.uri, b, "stored bytes changed (checksum mismatch)"))
 
     # --- the API ----------------------------------------------------------------------
     def get(self, doc_id) -> Doc:

@@ -184,6 +184,7 @@ def ingest_docs(spec, directory: str, *, layout_obj, fmt: str, comp: str, k: int
     """The documents part of `loader.ingest.ingest` (options already resolved)."""
     from . import replace as replace_mod
     from .garbage import start_writing
+    from .integrity import require_shards
     from .loading import _load_locked, check_compatible, prepare_root
     from .lock import DatasetLock
     from .sources import JsonDirSource, listing_fingerprint
@@ -204,6 +205,7 @@ def ingest_docs(spec, directory: str, *, layout_obj, fmt: str, comp: str, k: int
             replace_mod.discard(sib.root)
         if m is not None:
             check_compatible(m, spec, layout_obj, fmt, comp, k)
+        require_shards(spec, m)
 
         # --- what is new -------------------------------------------------------------
         entries, sizes, mtimes = listing.stat()  # the files still there
@@ -265,12 +267,13 @@ def _named(f: dict) -> dict:
 
 
 def _still_bad(m: mf.Manifest | None, directory: str, new, skipped: list, on_bad_file: str):
-    """The new files the last ingest run of this directory skipped as bad are parsed here
-    first: still bad -> skipped (or, fail, BadFileError) before anything is written, so
-    that a bad file left in the directory does not make every run commit an empty run."""
+    """The new files the last ingest run (or `load DIR`) of this directory skipped as bad
+    are parsed here first: still bad -> skipped (or, fail, BadFileError) before anything is
+    written, so that a bad file left in the directory does not make every run commit an
+    empty run."""
     last = None
     for r in reversed(runs.current(m)) if m is not None else ():
-        if r.get("kind") == "ingest" and r.get("source") == directory and r.get("status") == "done":
+        if r.get("kind") in ("ingest", "load") and r.get("source") == directory and r.get("status") == "done":
             last = r
             break
     was_bad = {f["path"] for f in (last or {}).get("skipped") or []}

@@ -154,6 +154,17 @@ class VerifyError(BulkloadError):
     exit_code = EXIT_FAILED
 
 
+class CorruptBatchError(VerifyError):
+    """A batch read back does not have the checksum its manifest row stores."""
+
+
+class ManifestError(BulkloadError, ValueError):
+    """``manifest.json`` is not a valid bulkload manifest (bad JSON, missing keys, wrong
+    types, batch rows that cannot be); nothing is read or written on its word."""
+
+    exit_code = EXIT_FAILED
+
+
 class WorkerError(BulkloadError, RuntimeError):
     """A worker process failed or died; the pool stopped the others. ``died``: it was
     killed or exited without its result (not an error it raised); ``outcome``: what the
@@ -172,6 +183,14 @@ class StoreError(BulkloadError, OSError):
     """A storage backend failed (disk full, file size limit, corrupt store)."""
 
     exit_code = EXIT_FAILED
+
+
+class CorruptStoreError(StoreError):
+    """A shard's store files are damaged (truncated, flipped pages, bad SST blocks)."""
+
+
+class MissingShardError(StoreError):
+    """A shard the manifest lists committed batches in is gone (or is not a store)."""
 
 
 class OutputError(BulkloadError, OSError):

@@ -79,7 +79,7 @@ def _npy(ds: Dataset, f) -> None:
 def _capnp(ds: Dataset, f) -> None:
     if ds.manifest.format == "capnp":
         for b in ds.manifest.batches:  # stored values are already standard messages
-            f.write(ds._value(b))
+            f.write(ds._checked_value(b))
         return
     ser = get_serializer("capnp", ds.layout)
     for first, recs in ds.iter_batches():

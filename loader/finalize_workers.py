@@ -94,7 +94,7 @@ class PartitionTask:
     layout: dict
     format: str
     compression: str
-    batches: tuple  # ((seq, shard, first, count), ...) in record order
+    batches: tuple  # manifest rows (seq, shard, first, count, checksum, nbytes), in record order
     dims: tuple
     chunks: tuple
     nshards: int
@@ -191,13 +191,14 @@ def partition_worker(task: PartitionTask, progress_q) -> dict:
     stores = {}
     fill = 0
     try:
-        for seq, shard, first, count in task.batches:
+        for row in task.batches:
+            seq, shard, first, count = row[:4]
             t = time.perf_counter()
             st = stores.get(shard)
             if st is None:
                 st = stores[shard] = task.store.open_shard(shard, write=False)
             with ValueReader(st, "batches") as rd:
-                v = _get_batch(rd, seq, shard)
+                v = _get_batch(rd, task.store, row)
                 _, recs = ser.decode(v)
                 pos = 0
                 while pos < count:
@@ -237,7 +238,7 @@ class ScanTask:
     layout: dict
     format: str
     compression: str
-    batches: tuple  # ((i, seq, shard, first, count), ...): i = position in the plan's batch list
+    batches: tuple  # ((i, seq, shard, first, count, checksum, nbytes), ...): i = position in the plan
     dims: tuple
     chunks: tuple
     out_dir: str
@@ -279,12 +280,13 @@ def scan_worker(task: ScanTask, progress_q) -> dict:
     scattered = False
     stores = {}
     try:
-        for i, seq, shard, first, count in task.batches:
+        for i, *row in task.batches:
+            seq, shard, first, count = row[:4]
             st = stores.get(shard)
             if st is None:
                 st = stores[shard] = task.store.open_shard(shard, write=False)
             with ValueReader(st, "batches") as rd:
-                v = _get_batch(rd, seq, shard)
+                v = _get_batch(rd, task.store, row)
                 _, recs = ser.decode(v)
                 cr, cc, cn = batch_chunks(recs, task.dims, task.chunks)
                 rd.release(v)
@@ -307,12 +309,19 @@ def scan_worker(task: ScanTask, progress_q) -> dict:
             "seconds": round(time.perf_counter() - t0, 4), "max_rss": _rss()}
 
 
-def _get_batch(rd, seq: int, shard: int):
-    v = rd.get(batch_key(seq))
-    if v is None:
-        from .errors import VerifyError
+def _get_batch(rd, store, row):
+    """The value of batch ``row`` (a manifest row), checked against its size and xxh3 (a
+    changed batch must not be rebuilt into arrays or merged batches with a new checksum)."""
+    from .integrity import batch_message, check_value
+    from .manifest import BatchEntry
 
-        raise VerifyError(f"batch {seq} is missing from shard {shard}; run `bulkload verify`")
+    b = BatchEntry(*row)
+    v = rd.get(batch_key(b.seq))
+    if v is None:
+        from .errors import CorruptBatchError
+
+        raise CorruptBatchError(batch_message(store.uri, b, "missing from the store"))
+    check_value(store.uri, b, v)
     return v
 
 
@@ -341,8 +350,8 @@ class BuildTask:
     max_piece: int
     main_pid: int = 0
     fault: str = ""
-    # direct mode (no spill runs): the flat batches ((seq, shard, first, count), ...) in
-    # record order, and per owned shard its windows (see redimension.plan_direct)
+    # direct mode (no spill runs): the flat batches (manifest rows: seq, shard, first, count,
+    # checksum, nbytes) in record order, and per owned shard its windows (redimension.plan_direct)
     batches: tuple = ()
     windows: dict | None = None
 
@@ -698,9 +707,9 @@ class _DirectSource:
             nr = len(lut) // nc
             pos = 0
             for bi, whole in zip(win["batches"].tolist(), win["whole"].tolist()):
-                seq, shard, first, count = task.batches[bi]
+                seq, shard, first, count = task.batches[bi][:4]
                 with self.ValueReader(self._store(shard), "batches") as rd:
-                    v = _get_batch(rd, seq, shard)
+                    v = _get_batch(rd, task.store, task.batches[bi])
                     _, recs = self.ser.decode(v)
                     if whole:
                         m = count
@@ -856,7 +865,8 @@ class MergeTask:
     layout: dict
     format: str
     compression: str
-    # ((new_seq, first, count, ((old_seq, old_shard, old_count), ...)), ...) in new_seq order
+    # ((new_seq, first, count, (old manifest rows: seq, shard, first, count, checksum, nbytes)), ...)
+    # in new_seq order
     plan: tuple
     main_pid: int = 0
     fault: str = ""
@@ -905,17 +915,16 @@ def merge_worker(task: MergeTask, progress_q) -> dict:
             if s not in writers:
                 continue
             if len(olds) == 1:
-                oseq, oshard, _ = olds[0]
-                v = shard(oshard).get(batch_key(oseq))
-                value = bytes(v)
+                with ValueReader(shard(olds[0][1]), "batches") as rd:
+                    value = bytes(_get_batch(rd, task.store, olds[0]))
             else:
                 buf, recs = ser.new_buffer(count)
                 pos = 0
-                for oseq, oshard, ocount in olds:
-                    with ValueReader(shard(oshard), "batches") as rd:
-                        _, part = ser.decode(rd.get(batch_key(oseq)))
-                        recs[pos:pos + ocount] = part
-                    pos += ocount
+                for old in olds:  # manifest rows: (seq, shard, first, count, checksum, nbytes)
+                    with ValueReader(shard(old[1]), "batches") as rd:
+                        _, part = ser.decode(_get_batch(rd, task.store, old))
+                        recs[pos:pos + old[3]] = part
+                    pos += old[3]
                 value = ser.encode_buffer(buf, recs, first)
                 value = value if isinstance(value, bytes) else bytes(memoryview(value).cast("B"))
             rows.append([new_seq, s, first, count, xxhash.xxh3_64_intdigest(value), len(value)])

@@ -44,6 +44,7 @@ from .commit import Committer, Unit, checkpoint_settings, execute, log, resume_p
 from .errors import (ChangedInputError, InputError, Interrupted, MissingPathError,
                      PartialRecordError, SourceVanishedError, UnreadableInputError, UsageError, WorkerError)
 from .garbage import start_writing
+from .integrity import require_shards
 from .layouts import get_layout
 from .lock import DatasetLock
 from .sources import FileSource, hash_file, refuse_pseudo_file
@@ -160,6 +161,7 @@ def ingest(dataset: str, from_dir: str, *, pattern: str = "*", on_bad_file: str 
             replace_mod.discard(sib)
         if m is not None:
             check_compatible(m, spec, layout_obj, fmt, comp, k)
+        require_shards(spec, m)
         opts = dict(format=fmt, compression=comp, layout=layout_obj.name, shards=k)
 
         # --- the interrupted run's plan, as far as its files are unchanged ------------------

@@ -4,9 +4,13 @@
    data, and refuse a load whose records cannot fit on the filesystem (space.py);
 2. lock the dataset (one writing job at a time) and read its manifest;
 3. find the source's previous run: finished -> nothing to do; interrupted -> resume it
-   (same plan, keep its durable batches); otherwise plan a new run;
+   (same plan, keep its durable batches); otherwise plan a new run. A file is planned by
+   extent (file_runs.py): a grown file loads only its new records, a changed one is
+   refused; a missing or damaged shard stops the run before anything is written
+   (integrity.py);
 4. run the workers (they checkpoint durable batches as they go, see commit.py);
-5. commit: list the run's batches in the manifest, atomically.
+5. commit: list the run's batches in the manifest, atomically (a file is fingerprinted
+   again first: if the bytes loaded changed meanwhile, nothing is committed).
 
 ``--replace`` does the same into a sibling directory and swaps it in (replace.py).
 """
@@ -24,13 +28,15 @@ from . import manifest as mf
 from . import replace as replace_mod
 from .commit import Committer, Unit, checkpoint_settings, execute, log, resume_points
 from .garbage import held_tables, start_writing
-from .errors import (BulkloadError, DatasetMismatchError, Interrupted, MissingPathError, NoSpaceError,
-                     NotWritableError, UsageError, WorkerError)
+from .errors import (BulkloadError, ChangedInputError, DatasetMismatchError, Interrupted, ManifestError,
+                     MissingPathError, NoSpaceError, NotWritableError, UsageError, WorkerError)
+from .file_runs import changed_while_loading, plan_file_run
+from .integrity import require_shards
 from .layouts import Layout, get_layout
 from .lock import DatasetLock, refuse_nested
 from .record_kinds import kind_for
 from .serializers import COMPRESSIONS, FORMATS
-from .sources import GenDocsSource, GenSource, JsonDirSource, StreamSource, parse_source
+from .sources import FileSource, GenDocsSource, GenSource, JsonDirSource, StreamSource, parse_source
 from .stores.base import MAX_SHARDS, MEM_ROOT, StoreSpec, parse_dataset_uri
 from .streams import run_stream
 from .workers import Segment
@@ -57,7 +63,9 @@ class LoadReport:
     layout: str
     stages: dict = field(default_factory=dict)
     peak_rss_bytes: int = 0
-    status: str = "loaded"  # loaded | resumed (an interrupted run finished) | already-loaded
+    # loaded | resumed (an interrupted run finished) | already-loaded | appended (a file grew
+    # since it was loaded: only its new records were, see file_runs.py)
+    status: str = "loaded"
     written_records: int = 0  # written by this job (resumed: without the kept batches)
     resumed_records: int = 0  # kept from the interrupted run's durable batches
     map_grows: int = 0  # LMDB map growths during the run
@@ -210,7 +218,7 @@ def load(source: str, dataset: str, *, layout: str | None = None, format: str | 
     t_start = time.perf_counter()
     fault = faults.from_env()
     spec = parse_dataset_uri(dataset)
-    existing = mf.load_manifest(spec.root) if mf.exists(spec.root) else None
+    existing = _existing_manifest(spec.root, replace)
 
     layout_obj = get_layout(layout) if layout else None
     if layout_obj is None and existing is not None and existing.layout.get("variable_length") \
@@ -250,7 +258,7 @@ def load(source: str, dataset: str, *, layout: str | None = None, format: str | 
 
     with DatasetLock(spec.root) as lock:
         lock.set_job(f"load {source}" + (" --replace" if replace else ""))
-        m = mf.load_manifest(spec.root) if mf.exists(spec.root) else None
+        m = _existing_manifest(spec.root, replace)
         start_writing(spec, m)
         sib = replace_mod.sibling_spec(spec)
         if not replace:
@@ -263,9 +271,8 @@ def load(source: str, dataset: str, *, layout: str | None = None, format: str | 
 
         # --- --replace: build beside, then swap ------------------------------------------
         old_id = m.dataset_id if m is not None else None
-        sm = None
-        if mf.exists(sib.root):
-            sm = mf.load_manifest(sib.root)
+        sm = _existing_manifest(sib.root, replace=True)  # a damaged one is built again
+        if sm is not None:
             r = sm.runs[-1] if sm.runs else None
             if not (r and r.get("replace") and r.get("replaces") == old_id
                     and r.get("source") == _uri(src) and r.get("fingerprint") == fp and fp is not None
@@ -287,6 +294,19 @@ def load(source: str, dataset: str, *, layout: str | None = None, format: str | 
         log(progress, f"replaced {spec.uri}: it now holds {report.records:,} records", dataset=spec.uri,
             run=report.run_id, event="replaced")
         return report
+
+
+def _existing_manifest(root: str, replace: bool) -> mf.Manifest | None:
+    """The manifest at ``root``, or None; an invalid one raises ManifestError, except for
+    ``--replace``, which starts the dataset over without reading it."""
+    if not mf.exists(root):
+        return None
+    try:
+        return mf.load_manifest(root)
+    except ManifestError:
+        if replace:
+            return None
+        raise
 
 
 def _check_table_limit(spec: StoreSpec, m: mf.Manifest, table: str) -> None:
@@ -327,8 +347,15 @@ def _check_space(spec: StoreSpec, existing: mf.Manifest | None, src, fp, total: 
             m = None
     prev = runs.last_matching(m, "load", _uri(src), fp) if m is not None and not new_run else None
     todo = total
+    if isinstance(src, FileSource) and m is not None:
+        try:
+            fplan = plan_file_run(m, src, kind.layout, new_run=new_run, considered=lambda r: True,
+                                  resumable=lambda r: True)
+            todo, prev = fplan.count, fplan.prev if fplan.status == "resume" else None
+        except BulkloadError:
+            pass  # refused under the lock, with its own message
     if prev is not None:
-        todo = 0 if prev.get("status") == "done" else total - sum(r[3] for r in prev.get("pending") or [])
+        todo = 0 if prev.get("status") == "done" else todo - sum(r[3] for r in prev.get("pending") or [])
     source = src[0] if isinstance(src, tuple) else src
     check_space(spec.root, needed_bytes(kind, source, todo), f"loading {todo:,} records of {_uri(src)} into {spec.uri}")
 
@@ -345,15 +372,27 @@ def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, skip
     loaded" (the caller decided what is new). ``on_commit(m, unit, run)`` is called when
     the run is committed, just before the manifest write that commits it."""
     kind = kind_for(layout_obj, fmt, comp)
+    require_shards(spec, m)  # a missing or damaged shard stops every writer before it writes
     entries = None
     if isinstance(src, tuple):  # a directory of documents and its listing
         src, entries = src
     opts = dict(format=fmt, compression=comp, layout=layout_obj.name, shards=k)
-    prev = runs.last_matching(m, mode, src.uri, fp) if m is not None else None
-    if replace and prev is not None and not (prev.get("replace") and prev.get("replaces") == replaces):
-        prev = None  # history of the dataset being replaced
-    if mode == "ingest" and prev is not None and prev.get("status") == "done":
-        prev = None  # only an unfinished ingest run is taken up again
+    fplan = None  # a file: the extent this run loads (file_runs.py)
+    if isinstance(src, FileSource) and mode == "load":
+        fplan = plan_file_run(m, src, layout_obj, new_run=new_run,
+                              considered=lambda r: not replace or _replaces(r, replaces),
+                              resumable=lambda r: runs.load_resumable(m, r, **opts))
+        total, fp = fplan.count, fplan.fingerprint
+        prev = fplan.prev if fplan.status in ("resume", "already-loaded") else None
+        if fplan.status == "appended":
+            log(progress, f"{src.uri} grew since run {fplan.prev['id']} loaded its first {fplan.offset:,} records: "
+                f"loading the {fplan.count:,} new ones", run=fplan.prev["id"], source=src.uri, event="appended")
+    else:
+        prev = runs.last_matching(m, mode, src.uri, fp) if m is not None else None
+        if replace and prev is not None and not _replaces(prev, replaces):
+            prev = None  # history of the dataset being replaced
+        if mode == "ingest" and prev is not None and prev.get("status") == "done":
+            prev = None  # only an unfinished ingest run is taken up again
     if prev is not None and prev.get("status") == "done" and not new_run:
         if replace:  # built completely before a crash, never swapped in: just swap
             return _report(spec, src, prev, layout_obj, fmt, comp, k, 0, [], [], t_start,
@@ -386,6 +425,8 @@ def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, skip
         run = mf.new_run(mode, source=src.uri, fingerprint=fp, workers=None)
         run.update(first_seq=m.next_seq, first_record=m.next_record, total=total, batch_records=b,
                    resumable=fp is not None, **opts)
+        if fplan is not None:
+            run["source_offset"] = fplan.offset
         if replace:
             run.update(replace=True, replaces=replaces)
         m.runs.append(run)
@@ -418,7 +459,8 @@ def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, skip
 
         src = dc_replace(src, plan_path=os.path.join(spec.root, ".plans", f"{run['id']}.plan"))
         save_plan(src.plan_path, entries)
-    segments = [] if stream_run else [Segment(src, total, run["first_seq"], run["first_record"])]
+    segments = [] if stream_run else [Segment(src, total, run["first_seq"], run["first_record"],
+                                              offset=run.get("source_offset", 0))]
     if resume is not None:
         res, keep = resume_points(spec, segments, b, k, run["first_seq"], run.get("pending") or [], kind)
         kept = sum(r[3] for r in keep)
@@ -430,8 +472,12 @@ def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, skip
         log(progress, f"{mode} {src.uri} into {spec.uri}: run {run['id']}", run=run["id"], source=src.uri,
             event="start")
     hook = (lambda m_, u: on_commit(m_, u, run)) if on_commit is not None else None
+    check = None
+    if fplan is not None:  # the bytes loaded must be the ones fingerprinted when the run began
+        end = run.get("source_offset", 0) + total
+        check = lambda u: changed_while_loading(src, layout_obj, run["fingerprint"], end)  # noqa: E731
     units = [] if stream_run else [Unit(src.uri, run["first_seq"], -(-total // b), run["first_record"], total,
-                                       on_commit=hook)]
+                                       on_commit=hook, check=check)]
     committer = Committer(spec.root, m, run, units, keep, record_pending=not stream_run)
     run["records"], run["batches"] = 0, 0
 
@@ -467,10 +513,15 @@ def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, skip
             committer.finish(receipts)
         except BaseException as e:
             raise _stopped(e, spec, k, run, committer, kind, table, clear_from, outcome) from None
+        if committer.stopped:  # the file changed while it was loaded: its batches are not kept
+            run["pending"], run["resumable"] = [], False
+            raise _stopped(ChangedInputError(committer.stopped), spec, k, run, committer, kind, table,
+                           clear_from, "nothing from this run was committed") from None
         if committer.next < len(committer.units):  # cannot happen: every batch has a receipt
             raise WorkerError("the workers did not write every planned batch; nothing was committed")
         report = _commit(spec, m, run, src, entries, receipts, keep, skipped, layout_obj, kind, k, nworkers,
-                         t_start, progress, status="resumed" if resume is not None else "loaded")
+                         t_start, progress, status=("resumed" if resume is not None else "appended"
+                                                    if fplan is not None and fplan.status == "appended" else "loaded"))
     if isinstance(late, KeyboardInterrupt):
         late = Interrupted.of(late)
         late.outcome = finished()
@@ -521,6 +572,11 @@ def _commit(spec: StoreSpec, m: mf.Manifest, run: dict, src, entries, receipts: 
                      t_start, stages=stages, status=status)
     report.skipped = skipped
     return report
+
+
+def _replaces(run: dict, replaces: str | None) -> bool:
+    """Is this run part of the `--replace` build that replaces dataset ``replaces``?"""
+    return bool(run.get("replace")) and run.get("replaces") == replaces
 
 
 def _records(rows) -> int:

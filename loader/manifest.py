@@ -10,6 +10,10 @@ committed data unreachable for new readers (compact, finalize, a documents compa
 lists it in ``garbage`` in the same write (each entry stamped with that write's
 generation); loader/garbage.py deletes it once no reader pins an older generation
 (loader/snapshots.py).
+
+Reading checks the file first (manifest_check.py): a manifest.json that is not valid JSON
+or not a valid manifest raises ManifestError naming it and the problem, so no command
+acts on it (a deleted ``batches`` must not read as "empty" and be written over).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .fsatomic import fsync_dir
-from .errors import DatasetNotFoundError, StoreError
+from .errors import DatasetNotFoundError, ManifestError, StoreError
 from .layouts import Layout
 
 MANIFEST = "manifest.json"
@@ -152,9 +156,9 @@ def write_json_atomic(path: Path, obj) -> None:
 
 
 def open_manifest(root: str | os.PathLike, uri: str | None = None):
-    """The manifest file, open for reading; DatasetNotFoundError when there is none."""
+    """The manifest file, open for reading (binary); DatasetNotFoundError when there is none."""
     try:
-        return open(Path(root) / MANIFEST)
+        return open(Path(root) / MANIFEST, "rb")
     except FileNotFoundError:
         raise DatasetNotFoundError(
             f"no dataset at {uri or root} (no {MANIFEST}); load one first with `bulkload load`"
@@ -162,11 +166,41 @@ def open_manifest(root: str | os.PathLike, uri: str | None = None):
     except NotADirectoryError:
         raise DatasetNotFoundError(f"no dataset at {uri or root}: {root} is a file, not a dataset "
                                    "directory; check the path") from None
+    except OSError as e:
+        raise _invalid(Path(root) / MANIFEST, f"it cannot be read ({e.strerror or e})", "$") from None
 
 
 def load_manifest(root: str | os.PathLike, uri: str | None = None) -> Manifest:
+    """The manifest of the dataset at ``root``, checked (manifest_check.py): a file that is
+    not a valid manifest raises ManifestError naming it and the problem."""
     with open_manifest(root, uri) as f:
-        return Manifest.from_json(json.load(f))
+        return read_manifest(f)
+
+
+def read_manifest(f) -> Manifest:
+    """The manifest in the open (binary) file ``f``, checked (see `load_manifest`)."""
+    from .manifest_check import problem
+
+    path = Path(f.name)
+    try:
+        data = f.read()
+    except OSError as e:
+        raise _invalid(path, f"it cannot be read ({e.strerror or e})", "$") from None
+    try:
+        obj = json.loads(data)
+    except UnicodeDecodeError as e:
+        raise _invalid(path, "it is not UTF-8 text", f"byte {e.start}") from None
+    except json.JSONDecodeError as e:
+        raise _invalid(path, f"invalid JSON: {e.msg}", f"line {e.lineno} column {e.colno}") from None
+    found = problem(obj)
+    if found is not None:
+        raise _invalid(path, *found)
+    return Manifest.from_json(obj)
+
+
+def _invalid(path: Path, what: str, where: str) -> ManifestError:
+    return ManifestError(f"{path} is not a valid bulkload manifest: {what} (at {where}); nothing was "
+                         "written - restore the file from a backup (or re-create the dataset with --replace)")
 
 
 def read_dataset_id(root: str | os.PathLike) -> str | None:

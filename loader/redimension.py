@@ -306,6 +306,8 @@ class ValueReader:
         self.table = table
         self.txn = None
         self.db = None
+        self.cursor = None
+        self.pages = None
 
     def __enter__(self):
         st = self.store
@@ -318,16 +320,30 @@ class ValueReader:
                 try:
                     self.txn = env.begin(write=False, buffers=True)
                 except lmdb.MapResizedError:
+                    st._entry.pages = None  # the map moves: its old view must not be read
                     env.set_mapsize(0)
                     self.txn = env.begin(write=False, buffers=True)
+                try:
+                    self.cursor = self.txn.cursor(self.db)
+                except lmdb.BadDbiError:  # another process dropped the table: it reads as absent
+                    st._dropped(self.table)
+                    self.txn.abort()
+                    self.txn = self.db = None
+                    return self
+                self.pages = st._pages()
         return self
 
     def get(self, key: bytes):
         if self.txn is not None:
             import lmdb
 
+            from .stores.lmdb_store import _reading
+
             try:
-                return self.txn.get(key, db=self.db)
+                with _reading(self.store.path):  # a damaged store: one error naming the shard
+                    if not self.cursor.set_key(key):
+                        return None
+                    return self.store._value(self.cursor, self.pages)
             except lmdb.BadDbiError:  # the table was dropped after this process opened it
                 return None
         if self.db is None and getattr(self.store, "scheme", "") in ("lmdb", "mem"):
@@ -344,6 +360,7 @@ class ValueReader:
 
     def __exit__(self, *exc):
         if self.txn is not None:
+            self.cursor = None
             self.txn.abort()
             self.txn = None
 
@@ -451,6 +468,7 @@ def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRA
     DuplicateCellError under ``duplicates="error"`` (nothing committed).
     """
     from .compact import compact_locked
+    from .integrity import require_shards
     from .lock import DatasetLock
     from .loading import MAX_WORKERS, check_count, default_workers
     from .pool import Pool
@@ -486,6 +504,7 @@ def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRA
     with DatasetLock(spec.root) as lock:
         lock.set_job(f"finalize {array}")
         m = mf.load_manifest(spec.root, dataset_uri)
+        require_shards(spec.with_shards(m.shards), m)
         if m.layout != aspec.layout:
             raise UsageError(f"dataset {spec.uri} changed layout while finalize started; retry")
         spec = spec.with_shards(m.shards)
@@ -518,7 +537,8 @@ def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRA
             t = time.perf_counter()
             nscan = max(1, min(w_req, len(m.batches) or 1))
             groups = _split_batches(m.batches, nscan)
-            flat = [(b.seq, b.shard, b.first, b.count) for b in sorted(m.batches, key=lambda b: b.first)]
+            # (seq, shard, first, count, checksum, nbytes): workers check what they read
+            flat = [tuple(b.row()) for b in sorted(m.batches, key=lambda b: b.first)]
             pos_of = {b[0]: i for i, b in enumerate(flat)}
             plan = None
             why = "strategy spill"
@@ -526,7 +546,7 @@ def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRA
             if strategy != "spill" and flat:
                 tasks0 = [ScanTask(store=spec, worker=w, layout=m.layout, format=m.format,
                                    compression=m.compression,
-                                   batches=tuple((pos_of[b.seq], b.seq, b.shard, b.first, b.count) for b in g),
+                                   batches=tuple((pos_of[b.seq], *b.row()) for b in g),
                                    dims=aspec.dims, chunks=aspec.chunks, out_dir=spill,
                                    max_entries=MAX_SCAN_ENTRIES // len(groups), main_pid=os.getpid(),
                                    fault=fault)
@@ -549,7 +569,7 @@ def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRA
                 t = time.perf_counter()
                 tasks1 = [PartitionTask(store=spec, worker=w, layout=m.layout, format=m.format,
                                         compression=m.compression,
-                                        batches=tuple((b.seq, b.shard, b.first, b.count) for b in g),
+                                        batches=tuple(tuple(b.row()) for b in g),
                                         dims=aspec.dims, chunks=aspec.chunks, nshards=k,
                                         spill_dir=spill, budget=budget, main_pid=os.getpid(), fault=fault)
                           for w, g in enumerate(groups)]

@@ -29,7 +29,6 @@ when it closes).
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 
 from . import manifest as mf
@@ -112,7 +111,7 @@ def read_snapshot(root: str, uri: str | None = None, pin: bool = True):
     path = os.path.join(root, mf.MANIFEST)
     for _ in range(PIN_ATTEMPTS):
         with mf.open_manifest(root, uri) as f:
-            m = mf.Manifest.from_json(json.load(f))
+            m = mf.read_manifest(f)
             ident = os.fstat(f.fileno())
             held = Pin.take(root, m.generation) if pin else None
             if held is None or _names(path, ident):

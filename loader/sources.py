@@ -236,21 +236,28 @@ class FileSource:
             raise PartialRecordError(self.path, n * rs, rs, size - n * rs)
         return size // rs
 
-    def fingerprint(self, layout: Layout) -> str:
-        """Size plus an xxh3 of 16 sampled 64 KiB blocks (head, tail and evenly between).
+    def fingerprint(self, layout: Layout, records: int | None = None) -> str:
+        """Of the file's first ``records`` records (default: all): their size in bytes plus
+        an xxh3 of 16 sampled 64 KiB blocks of them (head, tail and evenly between).
 
-        Cheap for any file size; a file appended to, truncated or rewritten is another
-        source. (Directory ingestion hashes whole files instead.)
+        Cheap for any file size. Bytes after the prefix do not count, so a file that was
+        only appended to keeps the fingerprint of what was loaded of it (file_runs.py); a
+        file truncated or rewritten has another one - when the rewrite touches a sampled
+        block (rewriting only bytes between the samples goes unnoticed). The prefix of a
+        whole file is the file: fingerprints of earlier versions stay valid. (Directory
+        ingestion hashes whole files instead.)
         """
         import xxhash
 
-        size = self.count(layout) * layout.record_size
+        if records is None:
+            records = self.count(layout)
+        size = records * layout.record_size
         h = xxhash.xxh3_64()
         block = 64 << 10
         with open_input(self.path) as f:
             offs = sorted({min(max(0, size - block), i * max(0, size - block) // 15) for i in range(16)})
             for off in offs:
-                h.update(os.pread(f.fileno(), block, off))
+                h.update(os.pread(f.fileno(), min(block, size - off), off))
         return f"size={size};sample={h.hexdigest()}"
 
     def fill(self, records: np.ndarray, offset: int) -> None:

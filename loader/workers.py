@@ -80,6 +80,7 @@ class LoadTask:
     table: str = "batches"  # keyed records: the run's table (docs-RUNID)
     keep_tables: tuple = ()  # keyed records: tables of committed batches (others are leftovers)
     clear_from: int = -1  # keyed records, shared table: a fresh run first deletes keys >= this id
+    must_exist: tuple = ()  # shards holding committed batches: never created afresh (integrity.py)
 
     def owned_shards(self) -> list[int]:
         return owned_shards(self.nshards, self.workers, self.worker)
@@ -189,6 +190,12 @@ def load_worker(task: LoadTask, progress_q, inbox=None, slots=None) -> dict:
     try:
         for s in task.owned_shards():
             opts = dict(task.store.options) | extra
+            if s in task.must_exist:  # gone since the coordinator looked: do not re-create it empty
+                from .integrity import check_shard
+
+                damage = check_shard(task.store, s)
+                if damage is not None:
+                    raise damage.error(writing=True)
             stores[s] = st = _open_shard(task.store, s, opts)
             # leftovers of failed runs go first (what is below the resume point is kept)
             _guard(task.store, s, lambda: writer.prepare(s, st))
@@ -222,10 +229,11 @@ def load_worker(task: LoadTask, progress_q, inbox=None, slots=None) -> dict:
         ckpt = {"bytes": 0, "t": time.monotonic()}
 
         def flush(s: int) -> None:
-            if not groups[s]:
+            if not group_rows[s]:  # (a batch whose files were all skipped has a row, no items)
                 return
             t = time.perf_counter()
-            _guard(task.store, s, lambda: stores[s].put_sorted(groups[s], table=writer.table))
+            if groups[s]:
+                _guard(task.store, s, lambda: stores[s].put_sorted(groups[s], table=writer.table))
             timings["write_s"] += time.perf_counter() - t
             faults.hit("flush")
             # rows: manifest.BatchEntry fields; keyed: r[8] documents stored, r[10] bytes of text

@@ -105,12 +105,11 @@ def test_partial_trailing_record_on_stdin(lmdb_uri):
 def test_worker_failure_stops_the_job_and_commits_nothing(tmp_path):
     uri = f"lmdb://{tmp_path}/ds"
     loader.load("gen://scidb96?n=1000", uri, shards=2, workers=2, batch_records=100)
-    # sabotage shard 1: replace its directory by a file, so its worker cannot open it
+    # sabotage shard 1: its writer lock is a directory, so its worker cannot open it (the
+    # shard itself is sound: a missing one stops the job before any worker starts)
     root = tmp_path / "ds"
-    import shutil
-
-    shutil.rmtree(root / "shard-001")
-    (root / "shard-001").write_text("not a store")
+    (root / "shard-001" / "writer.lock").unlink()
+    (root / "shard-001" / "writer.lock").mkdir()
     t = time.monotonic()
     with pytest.raises(WorkerError, match="worker 1 failed"):
         loader.load("gen://scidb96?n=2000000", uri, batch_records=1000)

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import loader
-from loader.errors import DatasetBusyError, DatasetReplacedError
+from loader.errors import ChangedInputError, DatasetBusyError, DatasetReplacedError
 from loader.generate import generate
 from loader.layouts import get_layout
 from loader.lock import DatasetLock
@@ -63,14 +63,18 @@ def test_rerun_of_a_finished_load_loads_nothing_and_new_run_loads_again(tmp_path
         assert [r["status"] for r in ds.info()["runs"]] == ["done", "done"]
 
 
-def test_a_changed_file_is_another_source(tmp_path):
+def test_a_changed_file_is_refused_until_new_run(tmp_path):
+    """(Was: a changed file is silently another source - loaded again, duplicating what it
+    still shares with the loaded one. Now refused; see tests/test_integrity.py.)"""
     uri = f"lmdb://{tmp_path}/ds"
     f = tmp_path / "x.bin"
     f.write_bytes(gen_bytes(0, 1000))
     assert loader.load(str(f), uri).records == 1000
     assert loader.load(str(f), uri).status == "already-loaded"
     f.write_bytes(gen_bytes(0, 999) + gen_bytes(5, 1))  # same size, other content
-    rep = loader.load(str(f), uri)
+    with pytest.raises(ChangedInputError, match="changed since run .* loaded it"):
+        loader.load(str(f), uri)
+    rep = loader.load(str(f), uri, new_run=True)
     assert rep.status == "loaded" and rep.records == 1000
     with loader.open(uri) as ds:
         assert ds.records == 2000

@@ -56,6 +56,13 @@ class ShardStore(ABC):
         block and see the last committed state.
         """
 
+    @classmethod
+    @abstractmethod
+    def check(cls, path: str) -> str | None:
+        """Why ``path`` is not a usable shard of this backend ("missing", "no data.mdb",
+        "data.mdb is truncated ...") or None; cheap (a stat and a few small reads), run
+        before a shard the manifest relies on is opened or written."""
+
     @abstractmethod
     def put_sorted(self, items: Iterable[tuple[bytes, bytes]], table: str = "batches") -> int:
         """Write items (keys strictly ascending) atomically: all of them or none.
@@ -144,6 +151,23 @@ class StoreSpec:
 
     def open_shard(self, i: int, *, write: bool) -> ShardStore:
         return self.backend.open(self.shard_path(i), write=write, options=dict(self.options))
+
+
+def shard_label(path: str) -> str:
+    """``shard 3 (/data/x/shard-003)`` for a shard directory, else the path."""
+    name = os.path.basename(os.path.normpath(path))
+    if name.startswith("shard-") and name[6:].isdigit():
+        return f"shard {int(name[6:])} ({path})"
+    return f"shard {path}"
+
+
+def corrupt_store(path: str, what: str):
+    """The CorruptStoreError of a damaged shard: which, what is wrong, what to do."""
+    from ..errors import CorruptStoreError
+
+    return CorruptStoreError(f"{shard_label(path)} is damaged: {what}; its data cannot be trusted - restore "
+                             "the dataset from a backup, or rebuild it with `bulkload load SOURCE DATASET "
+                             "--replace`")
 
 
 def ascending(pairs, path: str, table: str, prev: bytes | None = None):

@@ -22,6 +22,10 @@ Rules this module keeps (DESIGN §5):
 - A rocksdict column-family handle keeps the whole database open: ``close`` drops every
   handle this object holds so that the LOCK is released.
 
+Read errors (``Corruption: block checksum mismatch``, a missing SST file; also an
+iterator stopped by one, seen through its ``status()``) become CorruptStoreError naming
+the shard. ``check(path)``: CURRENT present and naming an existing MANIFEST.
+
 Options: ``compression`` = none (default; values are already compact binary) | lz4 | zstd
 | zstd-dict (zstd with a dictionary trained per SST file: ``max_dict_bytes`` 16 KiB,
 trained on 100x that; set on the normal *and* bottommost options, since SstFileWriter and
@@ -35,6 +39,7 @@ import errno
 import itertools
 import os
 import time
+from contextlib import contextmanager
 from typing import Iterable, Iterator
 
 from rocksdict import (
@@ -48,8 +53,8 @@ from rocksdict import (
     SstFileWriter,
 )
 
-from ..errors import DatasetBusyError, MissingPathError, StoreError, UsageError
-from .base import ShardStore, ascending, make_shard_dir
+from ..errors import BulkloadError, DatasetBusyError, MissingPathError, StoreError, UsageError
+from .base import ShardStore, ascending, corrupt_store, make_shard_dir
 from ..errors import KeyOrderError
 
 _COMPRESSION = {
@@ -187,6 +192,23 @@ class RocksdbStore(ShardStore):
             raise StoreError(errno.EIO, f"cannot list the tables of shard {path}: {e}") from e
         return {n: _options(options, write=write) for n in names if n != "default"}
 
+    @classmethod
+    def check(cls, path: str) -> str | None:
+        if not os.path.isdir(path):
+            return "missing"
+        try:
+            with open(os.path.join(path, "CURRENT"), "rb") as f:
+                current = f.read(256).decode(errors="replace").strip()
+        except FileNotFoundError:
+            return "no CURRENT file in it: not a RocksDB database"
+        except OSError as e:
+            return f"its CURRENT file cannot be read ({e.strerror or e})"
+        if not current.startswith("MANIFEST-") or "/" in current:
+            return f"its CURRENT file does not name a MANIFEST ({current[:40]!r})"
+        if not os.path.isfile(os.path.join(path, current)):
+            return f"its CURRENT file names {current}, which is missing"
+        return None
+
     # --- helpers -------------------------------------------------------------------
 
     @property
@@ -256,7 +278,8 @@ class RocksdbStore(ShardStore):
         cf = self._cf(table, create=False)
         if cf is None:
             return None
-        return cf.get(bytes(key))
+        with self._reading():
+            return cf.get(bytes(key))
 
     def range(self, lo: bytes | None = None, hi: bytes | None = None,
               table: str = "batches") -> Iterator[tuple[bytes, bytes]]:
@@ -264,25 +287,48 @@ class RocksdbStore(ShardStore):
         if cf is None:
             return
         hi_b = None if hi is None else bytes(hi)
-        it = cf.iter()
-        if lo is None:
-            it.seek_to_first()
-        else:
-            it.seek(bytes(lo))
-        while it.valid():
-            k = it.key()
-            if hi_b is not None and k >= hi_b:
-                break
-            yield k, it.value()
-            it.next()
+        with self._reading():
+            it = cf.iter()
+            if lo is None:
+                it.seek_to_first()
+            else:
+                it.seek(bytes(lo))
+        while True:
+            with self._reading():
+                if not it.valid():
+                    it.status()  # an iterator stopped by an error (a damaged block) raises here
+                    return
+                k = it.key()
+                if hi_b is not None and k >= hi_b:
+                    return
+                v = it.value()
+            yield k, v
+            with self._reading():
+                it.next()
 
     def seek(self, key: bytes, table: str = "batches") -> tuple[bytes, bytes] | None:
         cf = self._cf(table, create=False)
         if cf is None:
             return None
-        it = cf.iter()
-        it.seek(bytes(key))
-        return (it.key(), it.value()) if it.valid() else None
+        with self._reading():
+            it = cf.iter()
+            it.seek(bytes(key))
+            if not it.valid():
+                it.status()
+                return None
+            return it.key(), it.value()
+
+    @contextmanager
+    def _reading(self):
+        """RocksDB's errors on reading (Corruption: block checksum mismatch, a missing SST
+        file, ...) become one CorruptStoreError naming the shard."""
+        try:
+            yield
+        except BulkloadError:
+            raise
+        except Exception as e:  # noqa: BLE001 - rocksdict raises plain exceptions
+            raise corrupt_store(self.path, f"RocksDB cannot read it ({str(e).strip() or type(e).__name__})") \
+                from None
 
     def delete_range(self, lo: bytes | None = None, hi: bytes | None = None,
                      table: str = "batches") -> int:
