@@ -15,12 +15,13 @@ line and the right exit code, writes nothing it should not, and never a tracebac
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import socket
 import stat
 import subprocess
-import tempfile
+import sys
 import threading
 import time
 import uuid
@@ -486,27 +487,24 @@ def test_sources_that_are_not_files_of_records(tmp_path):
 # --- absurd counts ---------------------------------------------------------------------------------
 
 
+#: run by a fresh interpreter: its child's peak RSS. (Measured from pytest itself, the
+#: figure would start at pytest's own size: Linux carries a process's peak RSS across
+#: fork and exec, and pytest grows to ~1 GB over the suite.)
+_MEASURE = """
+import json, resource, subprocess, sys
+p = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+print(json.dumps([p.returncode, p.stdout, p.stderr, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss]))
+"""
+
+
 def run_measured(args, timeout=60):
-    """(CompletedProcess, peak RSS bytes) of the real command, its own rusage from wait4."""
+    """(CompletedProcess, peak RSS bytes) of the real command, started by a small process."""
     from conftest import tool
 
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        p = subprocess.Popen([tool("bulkload"), *map(str, args)], stdout=out, stderr=err)
-        deadline = time.monotonic() + timeout
-        while True:
-            pid, status, usage = os.wait4(p.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() > deadline:
-                p.kill()
-                os.wait4(p.pid, 0)
-                raise AssertionError(f"{args} still running after {timeout} s")
-            time.sleep(0.05)
-        p.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        done = subprocess.CompletedProcess(args, p.returncode, out.read().decode(), err.read().decode())
-    return done, usage.ru_maxrss * 1024
+    out = subprocess.run([sys.executable, "-c", _MEASURE, tool("bulkload"), *map(str, args)],
+                         capture_output=True, text=True, timeout=timeout, check=True)
+    code, stdout, stderr, maxrss = json.loads(out.stdout)
+    return subprocess.CompletedProcess(args, code, stdout, stderr), maxrss * 1024
 
 
 @pytest.mark.parametrize("source,extra", [

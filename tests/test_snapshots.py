@@ -25,7 +25,7 @@ import loader
 from loader.compact import compact
 from loader.docs_gen import generate_docs
 from loader.docs_json import write_json_dir
-from loader.errors import DatasetReplacedError, SnapshotExpiredError, VerifyError
+from loader.errors import CorruptBatchError, DatasetReplacedError, SnapshotExpiredError
 from loader.generate import generate
 from loader.layouts import get_layout
 from loader.record_kinds import doc_tables
@@ -293,7 +293,7 @@ def test_a_missing_batch_of_an_unchanged_dataset_is_still_corruption(tmp_path):
     st.delete_range(None, None)  # lose shard 1's batches behind the manifest's back
     st.close()
     with loader.open(uri, pin=False) as ds:
-        with pytest.raises(VerifyError, match="batch 1 is missing from shard 1"):
+        with pytest.raises(CorruptBatchError, match=r"shard 1 batch 1 \(first record 100\).*: missing from the store"):
             ds.read_records()
         rep = ds.verify()
         assert not rep.ok and [p["batch"] for p in rep.problems] == [1, 3]
