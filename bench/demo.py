@@ -97,7 +97,7 @@ def warm_query_ms(uri: str, box: str, attrs: str | None) -> tuple[float, int]:
     import statistics
 
     import loader
-    from loader.query import parse_box
+    from loader.arrays.query import parse_box
 
     ranges = parse_box(box)
     with loader.open(uri) as ds:

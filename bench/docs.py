@@ -53,10 +53,10 @@ import zstandard
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loader import docs as D  # noqa: E402
-from loader import docs_gen as G  # noqa: E402
-from loader import docs_json as J  # noqa: E402
-from loader import zdict  # noqa: E402
+from loader.docs import layout as D  # noqa: E402
+from loader.docs import gen as G  # noqa: E402
+from loader.docs import json_dir as J  # noqa: E402
+from loader.docs import zdict  # noqa: E402
 
 SEED = 1
 GEN_CHUNK = 65536

@@ -32,10 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
-from loader.bench import find_bulkload_gen, run_gen, timed  # shared with `bulkload bench`
-from loader.docs_gen import generate_docs
-from loader.generate import generate
-from loader.layouts import get_layout
+from loader.bench.suite import find_bulkload_gen, run_gen, timed  # shared with `bulkload bench`
+from loader.docs.gen import generate_docs
+from loader.sources.generators import generate
+from loader.model.layouts import get_layout
 
 TARGETS = {"c-fill": 5000, "gen-devnull": 10000, "python": 700, "docs-c": 1000}
 DOCS_SEED = 1

@@ -40,7 +40,7 @@ def median_s(fn, repeats: int) -> float:
 
 def batch_reads(root: str, n: int, repeats: int) -> dict:
     import loader
-    from loader.integrity import check_value
+    from loader.stores.health import check_value
 
     uri = f"lmdb://{root}/flat"
     loader.load(f"gen://scidb96?n={n}", uri, shards=2, workers=2, progress="none")
@@ -69,8 +69,8 @@ def box_query(uri: str, repeats: int) -> dict:
     import xxhash
 
     import loader
-    from loader.query import _reader, array_index
-    from loader.redimension import finalize
+    from loader.arrays.query import _reader, array_index
+    from loader.arrays.finalize import finalize
 
     finalize(uri, dims="i0:10,i1:100000")
     ds = loader.open(uri)
@@ -102,7 +102,7 @@ def box_query(uri: str, repeats: int) -> dict:
 
 def docs_get(root: str, ndocs: int, repeats: int) -> dict:
     import loader
-    from loader.record_kinds import range_checksum
+    from loader.kinds.base import range_checksum
 
     uri = f"lmdb://{root}/docs"
     loader.load(f"gen://docs?n={ndocs}&seed=1", uri, shards=2, workers=2, progress="none")
@@ -157,8 +157,8 @@ def lmdb_value_check(root: str, ndocs: int, repeats: int) -> dict:
 
 
 def manifest_read(root: str, repeats: int) -> dict:
-    import loader.manifest as mf
-    from loader.manifest_check import problem
+    import loader.model.manifest as mf
+    from loader.model.manifest_check import problem
 
     out = {}
     with open(os.path.join(root, "flat", "manifest.json")) as f:

@@ -26,7 +26,7 @@ import json
 import sys
 from pathlib import Path
 
-from loader import bench as B
+from loader.bench import suite as B
 
 FIGURES = ["gen-file-fsync", "gen-shm", "gen-pipe", "load-lmdb-capnp-w1", "load-lmdb-capnp-w2",
            "load-lmdb-arrow-none", "load-rocksdb-capnp", "load-mem-capnp"]

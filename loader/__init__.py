@@ -15,11 +15,11 @@ __all__ = ["load", "open", "__version__"]
 
 def __getattr__(name):  # lazy: keep `import loader` (and worker start-up) light
     if name == "load":
-        from .loading import load
+        from .loading.run import load
 
         return load
     if name == "open":
-        from .dataset import open
+        from .read.dataset import open
 
         return open
     raise AttributeError(name)

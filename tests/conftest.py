@@ -35,7 +35,7 @@ def stored_docs(uri):
     key + value of its batches in order, all documents) - what must match between a
     resumed run and an uninterrupted one."""
     import loader
-    from loader.docs import key_of
+    from loader.docs.layout import key_of
 
     with loader.open(uri) as ds:
         assert ds.verify().ok
@@ -49,7 +49,7 @@ def stored_docs(uri):
 def each_shard(uri, fn) -> list:
     """fn(store) of every shard of a dataset (its manifest gives the shard count)."""
     import loader
-    from loader.compact import per_shard
+    from loader.maintain.compact import per_shard
     from loader.stores.base import parse_dataset_uri
 
     with loader.open(uri) as ds:
@@ -59,7 +59,7 @@ def each_shard(uri, fn) -> list:
 
 def shard_tables(uri) -> list[list[str]]:
     """The document tables of every shard of a docs dataset."""
-    from loader.record_kinds import doc_tables
+    from loader.kinds.base import doc_tables
 
     return each_shard(uri, doc_tables)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from loader import bench as B
+from loader.bench import suite as B
 
 BULKLOAD = str(Path(sys.executable).parent / "bulkload")
 

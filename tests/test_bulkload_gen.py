@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from loader.generate import generate
+from loader.sources.generators import generate
 
 USAGE = "usage: bulkload-gen N [START]"
 EXIT_CLOSED = 3  # documented in the usage text: output closed early

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from conftest import run_cli
-from loader.generate import generate
-from loader.layouts import get_layout
+from loader.sources.generators import generate
+from loader.model.layouts import get_layout
 
 LAY = get_layout("scidb96")
 

@@ -5,11 +5,11 @@ import json
 import pytest
 
 import loader
-from loader.compact import compact, plan_merge
-from loader.generate import generate
-from loader.layouts import get_layout
-from loader.manifest import BatchEntry
-from loader.redimension import finalize
+from loader.maintain.compact import compact, plan_merge
+from loader.sources.generators import generate
+from loader.model.layouts import get_layout
+from loader.model.manifest import BatchEntry
+from loader.arrays.finalize import finalize
 
 from conftest import run_cli
 

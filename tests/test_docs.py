@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loader import zdict
-from loader.docs import (
+from loader.docs import zdict
+from loader.docs.layout import (
     DOCS,
     DocBatch,
     capnp_module,
@@ -27,7 +27,7 @@ from loader.docs import (
     keys_of,
     sort_by_id,
 )
-from loader.docs_gen import generate_docs
+from loader.docs.gen import generate_docs
 from loader.errors import UsageError, VerifyError
 
 SETTINGS = settings(max_examples=25, deadline=None,

@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 
 import loader
-from loader.compact import compact
-from loader.docs_compact import components, windows
-from loader.docs_gen import generate_docs
-from loader.docs_json import write_json_dir
+from loader.maintain.compact import compact
+from loader.docs.compact import components, windows
+from loader.docs.layout import DocBatch, sort_by_id
+from loader.docs.gen import generate_docs
+from loader.docs.json_dir import write_json_dir
 from loader.errors import UsageError
-from loader.manifest import BatchEntry
+from loader.model.manifest import BatchEntry
 from loader.stores.base import parse_dataset_uri
 
 from conftest import run_cli, shard_tables, tool
@@ -97,7 +98,7 @@ def test_fold_interleaved_runs(tmp_path, scheme, fmt):
     gaps = generate_docs(SEED, 360, 40)
     write_json_dir(gaps, d)
     loader.load(str(d), uri, layout="docs", **KW)
-    check(uri, loader.docs.DocBatch.concat([want, gaps, more]))
+    check(uri, DocBatch.concat([want, gaps, more]))
 
 
 def test_split_windows_and_several_components(tmp_path):
@@ -108,7 +109,7 @@ def test_split_windows_and_several_components(tmp_path):
     lone = generate_docs(SEED, 2000, 1)
     parts = [docs, lone]
     d0 = tmp_path / "a"
-    write_json_dir(loader.docs.DocBatch.concat([docs.slice(0, 150), lone]), d0)
+    write_json_dir(DocBatch.concat([docs.slice(0, 150), lone]), d0)
     loader.load(str(d0), uri, layout="docs", shards=1, workers=1, batch_records=400, progress="none")
     d1 = tmp_path / "b"
     write_json_dir(docs.slice(150, 160), d1)
@@ -119,7 +120,7 @@ def test_split_windows_and_several_components(tmp_path):
     rep = compact(uri, target_batch_records=10)
     s = rep["shards"][0]
     assert s["status"] == "folded" and s["components"] == 4 and s["splits"] >= 1 and s["windows"] >= 7
-    want = loader.docs.sort_by_id(loader.docs.DocBatch.concat(parts + [far]))
+    want = sort_by_id(DocBatch.concat(parts + [far]))
     check(uri, want)
     with loader.open(uri) as ds:  # batches of about the target (a window of up to 4x is cut in pieces)
         assert max(b.docs for b in ds.manifest.batches) <= 15 and len(ds.manifest.batches) >= 12
@@ -174,12 +175,12 @@ def test_killed_compaction_then_rerun_or_load(tmp_path, fault):
         assert all(len(t) == 4 for t in tables)
         loader.load(f"gen://docs?n=30&seed={SEED}&start=1000", uri, **KW)
         assert all(len(t) == 3 for t in shard_tables(uri))  # the load above all ids shares the top table
-        want = loader.docs.DocBatch.concat([want, generate_docs(SEED, 1000, 30)])
+        want = DocBatch.concat([want, generate_docs(SEED, 1000, 30)])
         check(uri, want)
     if switched:
         loader.load(f"gen://docs?n=30&seed={SEED}&start=1000", uri, **KW)  # drops the old tables
         assert shard_tables(uri) == [[t for t in ts if t in {b[9] for b in m["batches"]}] for ts in tables]
-        want = loader.docs.DocBatch.concat([want, generate_docs(SEED, 1000, 30)])
+        want = DocBatch.concat([want, generate_docs(SEED, 1000, 30)])
         check(uri, want)
     rep = compact(uri, target_batch_records=30)
     assert rep["status"] == ("nothing-to-do" if switched else "done")
@@ -211,7 +212,7 @@ def test_table_limit_then_compact_then_load(tmp_path):
     rep = compact(uri)
     assert (rep["tables_before"], rep["tables_after"]) == (2, 1)
     loader.load(f"gen://docs?n=50&seed={SEED}&start=100", uri, **KW)  # now it fits
-    want = loader.docs.sort_by_id(loader.docs.DocBatch.concat(
+    want = sort_by_id(DocBatch.concat(
         [generate_docs(SEED, 1000, 50), generate_docs(SEED, 0, 50), generate_docs(SEED, 100, 50)]))
     check(uri, want)
 
@@ -233,4 +234,4 @@ def test_a_killed_load_before_compaction_is_loaded_again_after_it(tmp_path):
     check(uri, want)
     rep = loader.load(str(d), uri, **KW)
     assert rep.records == 100 and not rep.resumed_records
-    check(uri, loader.docs.DocBatch.concat([want, late]))
+    check(uri, DocBatch.concat([want, late]))

@@ -8,9 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loader import _gen
-from loader import docs_gen
-from loader.docs import DocBatch
-from loader.docs_gen import CREATED_MAX, CREATED_MIN, TEXT_MAX, generate_docs
+from loader.docs import gen as docs_gen
+from loader.docs.layout import DocBatch
+from loader.docs.gen import CREATED_MAX, CREATED_MIN, TEXT_MAX, generate_docs
 from loader.errors import UsageError
 
 SETTINGS = settings(max_examples=25, deadline=None,

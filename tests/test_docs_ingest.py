@@ -11,11 +11,11 @@ import subprocess
 import pytest
 
 import loader
-import loader.docs_ingest as docs_ingest
-from loader.docs_gen import generate_docs
-from loader.docs_json import write_json_dir
+import loader.docs.ingest as docs_ingest
+from loader.docs.gen import generate_docs
+from loader.docs.json_dir import write_json_dir
 from loader.errors import BadFileError
-from loader.ingest import ingest
+from loader.loading.ingest import ingest
 from loader.stores.base import parse_dataset_uri
 
 from conftest import run_cli, stored_docs, tool
@@ -220,7 +220,7 @@ def test_compact_of_one_ingest_table_has_nothing_to_do(tmp_path):
     put(src, 0, 60)
     ingest(uri, str(src), layout="docs", **KW)
     before = manifest_state(uri)
-    from loader.compact import compact
+    from loader.maintain.compact import compact
 
     rep = compact(uri)
     assert rep["status"] == "nothing-to-do" and rep["documents_rewritten"] == 0

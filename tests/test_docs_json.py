@@ -19,13 +19,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loader import _docsio
-from loader import docs_json as J
-from loader.docs import DocBatch, sort_by_id
-from loader.docs_gen import generate_docs
-from loader.docs_json import (DirListing, FileError, id_from_name, parse_doc_json, parse_json_files,
+from loader.docs import json_dir as J
+from loader.docs.layout import DocBatch, sort_by_id
+from loader.docs.gen import generate_docs
+from loader.docs.json_dir import (DirListing, FileError, id_from_name, parse_doc_json, parse_json_files,
                               scan_json_dir, write_json_dir)
 from loader.errors import BadFileError, InputError, UsageError
-from loader.sources import JsonDirSource, _load_plan, listing_fingerprint, save_plan
+from loader.sources.base import JsonDirSource, _load_plan, listing_fingerprint, save_plan
 
 SETTINGS = settings(max_examples=150, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -272,7 +272,7 @@ def test_read_without_noatime_permission(tmp_path):
     write_json_dir(docs, tmp_path)
     for p in tmp_path.iterdir():
         os.chown(p, 65534, 65534)
-    code = ("import sys; from loader.docs_json import parse_json_files, scan_json_dir; "
+    code = ("import sys; from loader.docs.json_dir import parse_json_files, scan_json_dir; "
             "b, e = parse_json_files(scan_json_dir(sys.argv[1])[0]); print(b.ids.tolist(), e)")
     p = subprocess.run(["setpriv", "--inh-caps=-fowner", "--bounding-set=-fowner", sys.executable, "-c", code,
                         str(tmp_path)], capture_output=True, text=True, timeout=60)

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 import loader
-from loader.docs import DocBatch, key_of
-from loader.docs_gen import generate_docs
-from loader.docs_json import write_json_dir
+from loader.docs.layout import DocBatch, key_of
+from loader.docs.gen import generate_docs
+from loader.docs.json_dir import write_json_dir
 from loader.errors import BadFileError, DuplicateIdError, NotFoundError
-from loader.record_kinds import doc_tables
+from loader.kinds.base import doc_tables
 from loader.stores.base import parse_dataset_uri
 
 from conftest import each_shard, run_cli, shard_tables, stored_docs, tool

@@ -24,8 +24,8 @@ import psutil
 import pytest
 
 import loader
-from loader.generate import generate
-from loader.layouts import get_layout
+from loader.sources.generators import generate
+from loader.model.layouts import get_layout
 
 from conftest import run_cli, tool
 
@@ -258,7 +258,7 @@ def fc_state(uri):
 
 @pytest.fixture(scope="module")
 def fc_base(tmp_path_factory):
-    from loader.redimension import finalize
+    from loader.arrays.finalize import finalize
 
     base = tmp_path_factory.mktemp("fcbase")
     uri = f"lmdb://{base}/ds"

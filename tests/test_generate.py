@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from loader import _gen
 from loader.errors import UsageError
-from loader.generate import GENERATORS, fill, generate, write_records
-from loader.layouts import get_layout
+from loader.sources.generators import GENERATORS, fill, generate, write_records
+from loader.model.layouts import get_layout
 
 LAYOUT = get_layout("scidb96")
 MAX_N = 5000

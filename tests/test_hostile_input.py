@@ -33,11 +33,11 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import loader
-from loader.cli import app
-from loader.commit import Plan, resume_points
+from loader.cli.main import app
+from loader.loading.commit import Plan, resume_points
 from loader.errors import UsageError
 from loader.stores.base import MEM_NAME, MEM_ROOT, parse_dataset_uri
-from loader.workers import LoadTask, Segment
+from loader.loading.worker import LoadTask, Segment
 
 from conftest import run_cli
 
@@ -87,7 +87,7 @@ def tree(path) -> dict:
 @pytest.fixture(scope="module")
 def grid_ds(tmp_path_factory):
     """A small lmdb dataset with a 2-D array: what export and query read."""
-    from loader.redimension import finalize
+    from loader.arrays.finalize import finalize
 
     uri = f"lmdb://{tmp_path_factory.mktemp('grid')}/ds"
     loader.load("gen://scidb96?n=1000", uri, shards=2, workers=1)
@@ -263,7 +263,7 @@ def test_output_errors_through_the_real_binary(grid_ds, tmp_path):
 
 @pytest.mark.parametrize("scheme", ["lmdb", "rocksdb"])
 def test_no_dataset_inside_another(scheme, tmp_path):
-    from loader.redimension import finalize
+    from loader.arrays.finalize import finalize
 
     outer = tmp_path / "outer"
     uri = f"{scheme}://{outer}"
@@ -369,7 +369,7 @@ def test_environment_garbage_is_exit_2_naming_the_variable(var, value, tmp_path)
 def test_unexpected_errors_are_one_line_or_a_traceback_on_request(tmp_path, monkeypatch):
     """The last resort: an error no part of bulkload anticipated (here a ValueError deep in
     the query) is one line, exit 1; BULKLOAD_DEBUG=1 shows its traceback instead."""
-    import loader.query as q
+    import loader.arrays.query as q
 
     def boom(*a, **k):
         raise ValueError("deep inside\nsecond line")
@@ -553,7 +553,7 @@ def test_a_load_that_cannot_fit_is_refused_before_writing(source, extra, tmpfs):
 def test_resume_needs_only_the_space_of_what_is_left(tmp_path, monkeypatch):
     """The estimate subtracts the interrupted run's durable batches and is 0 for a
     finished source: re-running a finished load is never refused for space."""
-    from loader import space
+    from loader.infra import space
 
     uri = f"lmdb://{tmp_path}/ds"
     loader.load("gen://scidb96?n=5000", uri, shards=1, workers=1)

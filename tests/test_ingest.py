@@ -6,12 +6,12 @@ import os
 import pytest
 
 import loader
-import loader.ingest as ingest_mod
-import loader.sources as sources_mod
+import loader.loading.ingest as ingest_mod
+import loader.sources.base as sources_mod
 from loader.errors import ChangedInputError, SourceVanishedError, UnreadableInputError
-from loader.generate import generate
-from loader.ingest import ingest
-from loader.layouts import get_layout
+from loader.sources.generators import generate
+from loader.loading.ingest import ingest
+from loader.model.layouts import get_layout
 
 from conftest import run_cli
 

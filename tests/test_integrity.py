@@ -28,11 +28,11 @@ from typer.testing import CliRunner
 
 import loader
 from conftest import run_cli
-from loader.cli import app
+from loader.cli.main import app
 from loader.errors import CorruptBatchError, CorruptStoreError, ManifestError, MissingShardError
-from loader.generate import generate
-from loader.layouts import get_layout
-from loader.redimension import finalize
+from loader.sources.generators import generate
+from loader.model.layouts import get_layout
+from loader.arrays.finalize import finalize
 
 LAY = get_layout("scidb96")
 RS = LAY.record_size
@@ -359,7 +359,7 @@ def flip(path: Path, offset: int, bit: int = 0) -> None:
 CHILD = """
 import json, sys
 from typer.testing import CliRunner
-from loader.cli import app
+from loader.cli.main import app
 out = []
 for args in json.loads(sys.argv[1]):
     r = CliRunner().invoke(app, args)
@@ -763,7 +763,7 @@ def test_runs_recorded_before_extents_keep_working(tmp_path):
 def test_a_get_from_a_damaged_document_block_names_shard_and_batch(tmp_path):
     """A get does not read the whole batch (its range checksum would cost ~100x the get,
     bench/integrity.py), but the block's zstd frame has a checksum of its texts."""
-    from loader.docs import key_of
+    from loader.docs.layout import key_of
 
     uri = f"lmdb://{tmp_path}/docs"
     loader.load("gen://docs?n=300&seed=1", uri, shards=1, batch_records=100)

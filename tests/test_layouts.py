@@ -5,7 +5,7 @@ import pyarrow as pa
 import pytest
 
 from loader.errors import LayoutError, UnknownLayoutError
-from loader.layouts import Field, Layout, builtin_schema_dir, get_layout, parse_layout_toml
+from loader.model.layouts import Field, Layout, builtin_schema_dir, get_layout, parse_layout_toml
 
 
 def scidb96_values():

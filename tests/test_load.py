@@ -11,9 +11,9 @@ import pytest
 import loader
 from loader.errors import (DatasetBusyError, DatasetMismatchError, PartialRecordError,
                            WorkerError)
-from loader.generate import generate
-from loader.layouts import get_layout
-from loader.lock import DatasetLock
+from loader.sources.generators import generate
+from loader.model.layouts import get_layout
+from loader.infra.lock import DatasetLock
 from loader.stores.base import parse_dataset_uri
 
 from conftest import run_cli, tool

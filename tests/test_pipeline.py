@@ -7,9 +7,9 @@ import pytest
 
 import loader
 from loader.errors import PipelineError
-from loader.generate import generate
-from loader.layouts import get_layout
-from loader.pipeline import parse
+from loader.sources.generators import generate
+from loader.model.layouts import get_layout
+from loader.api.pipeline import parse
 
 from conftest import run_cli
 
@@ -22,7 +22,7 @@ def gen_bytes(start, n):
 
 
 def test_shipped_scidb_pipeline_runs_small(tmp_path):
-    pytest.importorskip("loader.redimension")
+    pytest.importorskip("loader.arrays.finalize")
     out = tmp_path / "box.csv"
     p = run_cli("run", REPO / "pipelines" / "scidb.toml", "--set", "load.source=gen://scidb96?n=30000",
                 "--set", f"job.dataset=lmdb://{tmp_path}/ds", "--set", "finalize.dims=i0:10,i1:1000",

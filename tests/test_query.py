@@ -9,8 +9,8 @@ import pytest
 
 import loader
 from loader.errors import NotFoundError, UsageError
-from loader.query import parse_box
-from loader.redimension import finalize
+from loader.arrays.query import parse_box
+from loader.arrays.finalize import finalize
 
 from conftest import run_cli
 

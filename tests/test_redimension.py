@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
 import loader
 from loader.errors import DuplicateCellError, UsageError
-from loader.layouts import get_layout
-from loader.redimension import chunk_key, decode_key, finalize, parse_dims
+from loader.model.layouts import get_layout
+from loader.arrays.finalize import chunk_key, decode_key, finalize, parse_dims
 from loader.stores.base import parse_dataset_uri
 
 from conftest import run_cli

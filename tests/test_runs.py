@@ -11,9 +11,9 @@ import pytest
 
 import loader
 from loader.errors import ChangedInputError, DatasetBusyError, DatasetReplacedError
-from loader.generate import generate
-from loader.layouts import get_layout
-from loader.lock import DatasetLock
+from loader.sources.generators import generate
+from loader.model.layouts import get_layout
+from loader.infra.lock import DatasetLock
 
 from conftest import run_cli, tool
 
@@ -146,7 +146,7 @@ def test_replace_of_a_missing_dataset_creates_it(tmp_path):
 
 
 def test_append_marks_finalized_arrays_stale(tmp_path):
-    redim = pytest.importorskip("loader.redimension")
+    redim = pytest.importorskip("loader.arrays.finalize")
     uri = f"lmdb://{tmp_path}/ds"
     loader.load("gen://scidb96?n=2000", uri, batch_records=500, shards=1, workers=1)
     redim.finalize(uri, dims="i0:10,i1:1000", workers=1)
@@ -171,7 +171,7 @@ def test_unknown_manifest_keys_survive_a_write(tmp_path):
 
 HOLDER = r"""
 import sys, time
-from loader.lock import DatasetLock
+from loader.infra.lock import DatasetLock
 with DatasetLock(sys.argv[1]) as lock:
     lock.set_job("test holder")
     print("locked", flush=True)

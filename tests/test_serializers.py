@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loader.errors import UsageError, VerifyError
-from loader.layouts import TYPES, Field, Layout, get_layout
+from loader.model.layouts import TYPES, Field, Layout, get_layout
 from loader.serializers import FORMATS, get_serializer
 from loader.serializers.capnp_framing import (
     HEADER_BYTES,

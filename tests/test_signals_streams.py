@@ -30,8 +30,8 @@ import psutil
 import pytest
 
 import loader
-from loader.generate import generate
-from loader.layouts import get_layout
+from loader.sources.generators import generate
+from loader.model.layouts import get_layout
 
 from conftest import run_cli, tool
 
@@ -550,7 +550,7 @@ def own_handlers():
 @pytest.mark.parametrize("sig", SIGNALS)
 def test_a_signal_during_a_commit_is_raised_after_it(own_handlers, sig):
     from loader.errors import Interrupted
-    from loader.interrupts import held, stop_on_signals
+    from loader.infra.interrupts import held, stop_on_signals
 
     done = []
     with pytest.raises(Interrupted) as exc:
@@ -568,7 +568,7 @@ def test_a_signal_during_a_commit_is_raised_after_it(own_handlers, sig):
 def test_a_held_signal_wins_over_the_error_it_caused(own_handlers):
     """E.g. a group-wide SIGTERM kills the forkserver while a worker is being started."""
     from loader.errors import Interrupted
-    from loader.interrupts import held, stop_on_signals
+    from loader.infra.interrupts import held, stop_on_signals
 
     with pytest.raises(Interrupted) as exc:
         with stop_on_signals():

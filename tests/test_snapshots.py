@@ -22,14 +22,14 @@ import numpy as np
 import pytest
 
 import loader
-from loader.compact import compact
-from loader.docs_gen import generate_docs
-from loader.docs_json import write_json_dir
+from loader.maintain.compact import compact
+from loader.docs.gen import generate_docs
+from loader.docs.json_dir import write_json_dir
 from loader.errors import CorruptBatchError, DatasetReplacedError, SnapshotExpiredError
-from loader.generate import generate
-from loader.layouts import get_layout
-from loader.record_kinds import doc_tables
-from loader.redimension import finalize
+from loader.sources.generators import generate
+from loader.model.layouts import get_layout
+from loader.kinds.base import doc_tables
+from loader.arrays.finalize import finalize
 from loader.stores.base import parse_dataset_uri
 
 from conftest import each_shard, run_cli, tool
@@ -395,7 +395,7 @@ def test_a_table_dropped_by_another_process(tmp_path, scheme):
 
 HOLD_LOCK = r"""
 import sys, time
-from loader.lock import DatasetLock
+from loader.infra.lock import DatasetLock
 with DatasetLock(sys.argv[1]):
     print("locked", flush=True)
     time.sleep(600)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 
 from ..errors import UsageError
-from ..layouts import Layout, get_layout
+from ..model.layouts import Layout, get_layout
 from .base import COMPRESSIONS, Serializer, normalize_compression
 
 # format name -> (module, class); imported lazily (pyarrow is slow to import)

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import VerifyError
-from ..layouts import Layout
+from ..model.layouts import Layout
 from .base import Serializer
 
 _START = b"bulkload.start"

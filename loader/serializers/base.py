@@ -25,7 +25,7 @@ from abc import ABC, abstractmethod
 import numpy as np
 
 from ..errors import UsageError
-from ..layouts import Layout
+from ..model.layouts import Layout
 
 #: Every compression name any serializer knows; each serializer accepts a subset.
 COMPRESSIONS = ("none", "lz4", "zstd")

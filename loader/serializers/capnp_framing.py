@@ -49,7 +49,7 @@ import struct
 import numpy as np
 
 from ..errors import UsageError, VerifyError
-from ..layouts import Layout
+from ..model.layouts import Layout
 from .base import Serializer
 
 #: Largest message we write: pycapnp's default traversal limit, 8 Mi words.

@@ -77,8 +77,8 @@ from ..errors import (
     StoreError,
     UsageError,
 )
-from .. import faults
-from ..fsatomic import exchange, fsync_dir, path_ident
+from ..infra import faults
+from ..infra.fsatomic import exchange, fsync_dir, path_ident
 from .base import MEM_ROOT, ShardStore, ascending, corrupt_store, make_shard_dir
 
 DEFAULT_MAP_SIZE = 64 << 20

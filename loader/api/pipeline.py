@@ -1,0 +1,307 @@
+"""`bulkload run pipelines/NAME.toml [--set section.key=value ...]`: declarative jobs.
+
+A pipeline file names a dataset and the steps to run on it, in this order:
+
+    [job]       dataset (required), layout, format, compression, shards, workers,
+                batch_records, checkpoint_seconds, quiet
+    [load]      source (required), new_run, replace            } exactly one
+    [ingest]    from (required), pattern, on_bad_file          } of these two
+    [compact]   target_batch_records, force, enabled           optional
+    [finalize]  dims, array, duplicates, compact, workers, memory_budget, enabled
+    [query]     box (required), array, attrs, format, out, enabled
+
+A step runs when its section is present (and ``enabled`` is not false). Keys before
+the first section belong to [job]. Values come from, highest first: ``--set
+section.key=value`` (a bare ``key`` means ``job.key``; --set may add a section), the
+environment (``BULKLOAD_SECTION_KEY``, and ``BULKLOAD_KEY`` for [job] keys, e.g.
+``BULKLOAD_DATASET``, ``BULKLOAD_INGEST_FROM``; only for sections the file has), the
+file, the defaults. Relative paths are relative to the working directory, as on the
+command line. A malformed file, an unknown section or key, or a value of the wrong type
+is an error naming the key and its line.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+import tomllib
+from dataclasses import dataclass
+
+from ..infra import logs
+from ..errors import BulkloadError, PipelineError
+
+# section -> key -> (type, default); default None: optional; REQUIRED: must be given
+REQUIRED = object()
+SCHEMA: dict[str, dict[str, tuple[type, object]]] = {
+    "job": {"dataset": (str, REQUIRED), "layout": (str, None), "format": (str, None),
+            "compression": (str, None), "shards": (int, None), "workers": (int, None),
+            "batch_records": (int, None), "checkpoint_seconds": (float, None), "quiet": (bool, False),
+            "name": (str, None)},
+    "load": {"source": (str, REQUIRED), "new_run": (bool, False), "replace": (bool, False),
+             "enabled": (bool, True)},
+    "ingest": {"from": (str, REQUIRED), "pattern": (str, "*"), "on_bad_file": (str, "fail"),
+               "enabled": (bool, True)},
+    "compact": {"target_batch_records": (int, None), "force": (bool, False), "enabled": (bool, True)},
+    "finalize": {"dims": (str, "i0:10,i1:100000"), "array": (str, "grid"), "duplicates": (str, "error"),
+                 "compact": (bool, True), "workers": (int, None), "memory_budget": (str, None),
+                 "enabled": (bool, True)},
+    "query": {"box": (str, REQUIRED), "array": (str, "grid"), "attrs": (str, None),
+              "format": (str, "csv"), "out": (str, None), "enabled": (bool, True)},
+}
+STEPS = ("load", "ingest", "compact", "finalize", "query")
+TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
+
+
+@dataclass
+class Pipeline:
+    path: str
+    config: dict[str, dict]  # section -> key -> value (defaults filled in)
+    origin: dict[str, str]  # "section.key" -> where the value came from
+
+    def get(self, section: str, key: str):
+        return self.config.get(section, {}).get(key)
+
+    @property
+    def steps(self) -> list[str]:
+        return [s for s in STEPS if s in self.config and self.config[s].get("enabled", True)]
+
+
+def key_lines(text: str) -> dict[str, int]:
+    """'section.key' (and '[section]') -> line number, by scanning the text (tomllib has no
+    positions). Keys before any section are in 'job'."""
+    out: dict[str, int] = {}
+    section = "job"
+    for no, line in enumerate(text.splitlines(), 1):
+        s = line.strip()
+        if not s or s.startswith("#"):
+            continue
+        m = re.match(r"^\[\s*([^\]]+?)\s*\]", s)
+        if m and not s.startswith("[["):
+            section = m.group(1).strip().strip("\"'")
+            out.setdefault(f"[{section}]", no)
+            continue
+        m = re.match(r"""^("[^"]*"|'[^']*'|[A-Za-z0-9_\-\.]+)\s*=""", s)
+        if m:
+            key = m.group(1).strip("\"'")
+            out.setdefault(f"{section}.{key}", no)
+    return out
+
+
+def _where(path: str, lines: dict[str, int], name: str) -> str:
+    n = lines.get(name)
+    return f"{path}, line {n}" if n else path
+
+
+def _convert(value, typ: type, name: str, where: str, from_text: bool):
+    if from_text and not isinstance(value, typ):
+        text = str(value).strip()
+        try:
+            if typ is bool:
+                low = text.lower()
+                if low in ("1", "true", "yes", "on"):
+                    return True
+                if low in ("0", "false", "no", "off"):
+                    return False
+                raise ValueError
+            if typ is int:
+                return int(text.replace("_", ""), 0)
+            if typ is float:
+                return float(text)
+            return text
+        except ValueError:
+            raise PipelineError(f"{where}: key '{name}' must be {TYPE_NAMES[typ]}, not {text!r}") from None
+    if typ is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if typ is int and isinstance(value, bool) or not isinstance(value, typ):
+        raise PipelineError(f"{where}: key '{name}' must be {TYPE_NAMES[typ]}, not {value!r}")
+    return value
+
+
+def parse(path: str, sets: list[str] | None = None, env: dict | None = None) -> Pipeline:
+    env = os.environ if env is None else env
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        from ..errors import MissingPathError
+
+        raise MissingPathError(f"pipeline file {path} does not exist") from None
+    except OSError as e:
+        raise PipelineError(f"cannot read pipeline file {path}: {e.strerror or e}") from None
+    text = raw.decode("utf-8", errors="replace")
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise PipelineError(f"{path}: not valid TOML: {e}") from None
+    lines = key_lines(text)
+
+    # --- the file -------------------------------------------------------------------
+    config: dict[str, dict] = {}
+    origin: dict[str, str] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            if key not in SCHEMA:
+                raise PipelineError(f"{_where(path, lines, f'[{key}]')}: unknown section [{key}]; "
+                                    f"known sections: {', '.join(SCHEMA)}")
+            section, items = key, value
+        else:
+            section, items = "job", {key: value}
+        known = SCHEMA[section]
+        for k, v in items.items():
+            name = f"{section}.{k}"
+            where = _where(path, lines, name)
+            if k not in known:
+                raise PipelineError(f"{where}: unknown key '{k}' in [{section}]; known keys: "
+                                    f"{', '.join(known)}")
+            if isinstance(v, dict):
+                raise PipelineError(f"{where}: key '{k}' in [{section}] must be a value, not a table")
+            config.setdefault(section, {})[k] = _convert(v, known[k][0], k, where, from_text=False)
+            origin[name] = where
+        config.setdefault(section, {})
+
+    # --- the environment (sections the file has) ------------------------------------------
+    for section in list(config):
+        for k, (typ, _) in SCHEMA[section].items():
+            names = [f"BULKLOAD_{section.upper()}_{k.upper()}"]
+            if section == "job":
+                names.append(f"BULKLOAD_{k.upper()}")
+            for var in names:
+                if var in env:
+                    config[section][k] = _convert(env[var], typ, k, f"environment variable {var}", True)
+                    origin[f"{section}.{k}"] = f"environment variable {var}"
+                    break
+
+    # --- --set -----------------------------------------------------------------------
+    for item in sets or []:
+        if "=" not in item:
+            raise PipelineError(f"--set {item!r}: use --set section.key=value (e.g. --set load.source=FILE)")
+        name, value = item.split("=", 1)
+        name = name.strip()
+        section, _, k = name.rpartition(".")
+        section = section or "job"
+        if section not in SCHEMA:
+            raise PipelineError(f"--set {item!r}: unknown section [{section}]; known sections: {', '.join(SCHEMA)}")
+        if k not in SCHEMA[section]:
+            raise PipelineError(f"--set {item!r}: unknown key '{k}' in [{section}]; known keys: "
+                                f"{', '.join(SCHEMA[section])}")
+        config.setdefault(section, {})[k] = _convert(value, SCHEMA[section][k][0], k, f"--set {name}", True)
+        origin[f"{section}.{k}"] = f"--set {name}"
+
+    # --- defaults, required keys, step rules ----------------------------------------------
+    config.setdefault("job", {})
+    for section, values in config.items():
+        for k, (typ, default) in SCHEMA[section].items():
+            if k in values:
+                continue
+            if default is REQUIRED:
+                if section in ("load", "ingest", "query") and values.get("enabled") is False:
+                    continue
+                raise PipelineError(f"{_where(path, lines, f'[{section}]')}: [{section}] needs the key '{k}'")
+            values[k] = default
+    src = [s for s in ("load", "ingest") if s in config and config[s]["enabled"]]
+    if len(src) != 1:
+        what = "both [load] and [ingest]" if src else "neither [load] nor [ingest]"
+        raise PipelineError(f"{path}: a pipeline needs exactly one of [load] (source = ...) or [ingest] "
+                            f"(from = ...); it has {what}")
+    return Pipeline(path, config, origin)
+
+
+def run(path: str, sets: list[str] | None = None, *, progress: str = "auto", env: dict | None = None) -> dict:
+    """Parse and run a pipeline; returns a report with one entry per step."""
+    p = parse(path, sets, env)
+    job = p.config["job"]
+    if job.get("quiet"):
+        progress = "none"
+    common = dict(layout=job["layout"], format=job["format"], compression=job["compression"],
+                  shards=job["shards"], workers=job["workers"], batch_records=job["batch_records"],
+                  checkpoint_seconds=job["checkpoint_seconds"])
+    dataset = job["dataset"]
+    name = job.get("name") or os.path.splitext(os.path.basename(path))[0]
+    report = {"pipeline": name, "path": path, "dataset": dataset, "steps": []}
+    t0 = time.perf_counter()
+    _event(progress, f"pipeline {name}: {' -> '.join(p.steps)} on {dataset}", pipeline=name, steps=p.steps)
+    for step in p.steps:
+        cfg = p.config[step]
+        t = time.perf_counter()
+        _event(progress, f"pipeline {name}: step {step}", pipeline=name, step=step, event="step-start")
+        try:
+            out = _STEP[step](dataset, cfg, common, job, progress)
+        except BulkloadError as e:
+            _event(progress, f"pipeline {name}: step {step} failed: {e}", level="error", pipeline=name,
+                   step=step, event="step-failed")
+            if len(e.args) == 1 and isinstance(e.args[0], str):
+                e.args = (f"pipeline {name}, step {step}: {e.args[0]}",)
+            raise
+        report["steps"].append({"step": step, "seconds": round(time.perf_counter() - t, 4), "report": out})
+    report["seconds"] = round(time.perf_counter() - t0, 4)
+    _event(progress, f"pipeline {name}: done in {report['seconds']:.2f} s", pipeline=name, event="done")
+    return report
+
+
+def _event(progress: str, message: str, **fields) -> None:
+    if progress != "none":
+        logs.event(message, **fields)
+
+
+def _step_load(dataset, cfg, common, job, progress):
+    from ..loading.run import load
+
+    rep = load(cfg["source"], dataset, progress=progress, new_run=cfg["new_run"], replace=cfg["replace"],
+               **common)
+    return rep.to_dict()
+
+
+def _step_ingest(dataset, cfg, common, job, progress):
+    from ..loading.ingest import ingest
+
+    rep = ingest(dataset, cfg["from"], pattern=cfg["pattern"], on_bad_file=cfg["on_bad_file"],
+                 progress=progress, **common)
+    return rep.to_dict()
+
+
+def _step_compact(dataset, cfg, common, job, progress):
+    compact = _import("loader.maintain.compact", "compact")
+    return compact(dataset, target_batch_records=cfg["target_batch_records"], progress=progress,
+                   workers=job["workers"], force=cfg["force"])
+
+
+def _step_finalize(dataset, cfg, common, job, progress):
+    finalize = _import("loader.arrays.finalize", "finalize")
+    budget = None
+    if cfg["memory_budget"]:
+        from ..stores.lmdb_store import _opt_size
+
+        budget = _opt_size({"b": cfg["memory_budget"]}, "b", 0)
+    workers = job["workers"] if cfg["workers"] is None else cfg["workers"]  # 0 is refused, not a default
+    return finalize(dataset, dims=cfg["dims"], array=cfg["array"], duplicates=cfg["duplicates"],
+                    workers=workers, compact=cfg["compact"], progress=progress, memory_budget=budget)
+
+
+def _step_query(dataset, cfg, common, job, progress):
+    from ..read.dataset import open as open_ds
+
+    parse_box = _import("loader.arrays.query", "parse_box")
+    ranges = parse_box(cfg["box"])
+    with open_ds(dataset) as ds:
+        table = ds.read_box(array=cfg["array"], attrs=cfg["attrs"], **ranges)
+    out = {"box": cfg["box"], "array": cfg["array"], "rows": table.num_rows}
+    if cfg["out"]:
+        write_table = _import("loader.cli.arrays", "write_table")
+        write_table(table, cfg["format"], cfg["out"])
+        out.update(out_file=cfg["out"], format=cfg["format"])
+    return out
+
+
+def _import(module: str, name: str):
+    import importlib
+
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        raise PipelineError(f"this step needs {module}.{name}, which this installation of bulkload does "
+                            "not have; remove the step from the pipeline or update bulkload") from None
+
+
+_STEP = {"load": _step_load, "ingest": _step_ingest, "compact": _step_compact, "finalize": _step_finalize,
+         "query": _step_query}

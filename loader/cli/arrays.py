@@ -1,0 +1,212 @@
+"""CLI commands for 2-D arrays: ``finalize``, ``compact``, ``query``.
+
+``register(app)`` adds them to the typer app of cli.py. Thin: parse, call the API,
+print a line or ``--json``; errors become one-line messages and exit codes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from typing import Optional
+
+import typer
+
+from .main import emit_json, fail, handle_errors, progress_mode
+from ..errors import EXIT_USAGE
+
+QUERY_FORMATS = ("table", "csv", "json", "arrow", "parquet", "npy")
+
+
+def finalize_cmd(
+    dataset: str = typer.Argument(..., help="lmdb://PATH, rocksdb://PATH or mem://NAME."),
+    dims: str = typer.Option("i0:10,i1:100000", "--dims",
+                             help="Two integer fields with chunk lengths, row-major: FIELD:CHUNK,FIELD:CHUNK."),
+    array: str = typer.Option("grid", "--array", help="Array name (several arrays may coexist)."),
+    duplicates: str = typer.Option("error", "--duplicates", help="error, first, last or keep."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes (default: cores)."),
+    no_compact: bool = typer.Option(False, "--no-compact", help="Skip compaction before redimensioning."),
+    memory_budget: Optional[str] = typer.Option(None, "--memory-budget",
+                                                help="Buffer bytes per worker (e.g. 512m, 2g)."),
+    strategy: str = typer.Option("auto", "--strategy",
+                                 help="auto, direct (read windows of chunks straight from the batches) "
+                                      "or spill (partition into spill runs first)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
+):
+    """Compact, then redimension the records into a 2-D chunked array."""
+    from ..arrays.finalize import finalize
+
+    rep = finalize(dataset, dims=dims, array=array, duplicates=duplicates, workers=workers,
+                   compact=not no_compact, progress=progress_mode(quiet),
+                   memory_budget=_size(memory_budget, "--memory-budget"), strategy=strategy)
+    if json_out:
+        emit_json(rep)
+    elif not quiet:
+        b = rep["bounds"] or {}
+        bounds = ", ".join(f"{k} {v[0]}..{v[1]}" for k, v in b.items()) or "empty"
+        dims_s = ", ".join(f"{d['name']} chunk {d['chunk']}" for d in rep["dims"])
+        extra = f", {rep['dropped']:,} duplicates dropped" if rep["dropped"] else ""
+        print(f"finalized {rep['records']:,} records into array {rep['array']!r} of {rep['dataset']} "
+              f"in {rep['seconds']:.2f} s ({rep['mb_per_s']:,.0f} MB/s): {rep['cells']:,} cells in "
+              f"{rep['chunks']:,} chunks [{dims_s}; {bounds}], policy {rep['policy']}{extra}")
+
+
+def compact_cmd(
+    dataset: str = typer.Argument(...),
+    target_batch_records: Optional[int] = typer.Option(None, "--target-batch-records",
+                                                       help="Records per merged batch (default: the dataset's batch size)."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes (default: cores)."),
+    force: bool = typer.Option(False, "--force", help="Compact every shard even if it looks compact."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
+):
+    """Merge small batches into large ones and compact every shard store.
+
+    Documents (layout docs): fold each shard's document tables into one (id-sorted)."""
+    from ..maintain.compact import compact
+
+    rep = compact(dataset, target_batch_records=target_batch_records, progress=progress_mode(quiet),
+                  workers=workers, force=force)
+    if json_out:
+        emit_json(rep)
+    elif not quiet and rep.get("layout") == "docs":
+        _print_docs_compact(rep)
+    elif not quiet:
+        n = sum(1 for s in rep["shards"] if s["compacted"])
+        print(f"compacted {rep['dataset']}: {rep['batches_before']:,} -> {rep['batches_after']:,} batches, "
+              f"{rep['bytes_before'] / 1e6:,.1f} MB -> {rep['bytes_after'] / 1e6:,.1f} MB on disk "
+              f"({n} of {len(rep['shards'])} shards rewritten) in {rep['seconds']:.2f} s")
+
+
+def _print_docs_compact(rep: dict) -> None:
+    if rep["status"] == "nothing-to-do":
+        print(f"nothing to do: {rep['dataset']} holds one document table per shard "
+              f"({rep['records']:,} documents in {rep['batches_before']:,} batches; --force rewrites anyway)")
+        return
+    folded = sum(1 for s in rep["shards"] if s["status"] == "folded")
+    print(f"compacted {rep['dataset']}: folded {rep['documents_rewritten']:,} documents "
+          f"({rep['text_bytes_rewritten'] / 1e6:,.1f} MB of text, {rep['mb_per_s']:,.0f} MB/s) of {folded} of "
+          f"{len(rep['shards'])} shards into one table each: tables per shard {rep['tables_before']} -> "
+          f"{rep['tables_after']}, {rep['batches_before']:,} -> {rep['batches_after']:,} batches, "
+          f"{rep['bytes_before'] / 1e6:,.1f} MB -> {rep['bytes_after'] / 1e6:,.1f} MB on disk "
+          f"in {rep['seconds']:.2f} s")
+
+
+def query_cmd(
+    dataset: str = typer.Argument(...),
+    box: str = typer.Option(..., "--box", help="Half-open box, e.g. 'i0=2:5,i1=1000000:1001000'."),
+    array: str = typer.Option("grid", "--array", help="Array name."),
+    attrs: Optional[str] = typer.Option(None, "--attrs", help="Attributes to return, e.g. d0,d3 (default: all)."),
+    format: str = typer.Option("table", "--format", help="table, csv, json, arrow, parquet or npy."),
+    out: Optional[str] = typer.Option(None, "--out", help="Write to this file (default: stdout)."),
+    json_out: bool = typer.Option(False, "--json", help="Same as --format json."),
+):
+    """Read the cells of a box of a 2-D array."""
+    from ..read.dataset import open as open_ds
+    from ..arrays.query import parse_box
+
+    fmt = "json" if json_out else format
+    if fmt not in QUERY_FORMATS:
+        fail(f"--format {format!r} is unknown; use one of {', '.join(QUERY_FORMATS)}", EXIT_USAGE)
+    ranges = parse_box(box)
+    with open_ds(dataset) as ds:
+        table = ds.read_box(array=array, attrs=attrs, **ranges)
+    write_table(table, fmt, out)
+
+
+def write_table(table, fmt: str, out: str | None) -> None:
+    import pyarrow as pa
+
+    from ..infra.outputs import open_output
+
+    binary = fmt in ("arrow", "parquet", "npy")
+    if out is None and binary and sys.stdout.isatty():
+        fail(f"refusing to write {fmt} to a terminal; use --out FILE or pipe it", EXIT_USAGE)
+    if out is None:
+        _write_table(table, fmt, sys.stdout.buffer if binary else sys.stdout)
+        return
+    with open_output(out, text=not binary) as o:
+        _write_table(table, fmt, o.file)
+
+
+def _write_table(table, fmt: str, sink) -> None:
+    import pyarrow as pa
+
+    if fmt == "table":
+        _print_table(table, sink)
+    elif fmt == "csv":
+        import pyarrow.csv as pcsv
+
+        buf = pa.BufferOutputStream()
+        pcsv.write_csv(table, buf)
+        sink.write(buf.getvalue().to_pybytes().decode())
+    elif fmt == "json":
+        json.dump(table.to_pylist(), sink)
+        sink.write("\n")
+    elif fmt == "arrow":
+        with pa.ipc.new_file(sink, table.schema) as w:
+            w.write_table(table)
+    elif fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        pq.write_table(table, sink)
+    elif fmt == "npy":
+        import numpy as np
+
+        arr = np.empty(table.num_rows, [(f.name, f.type.to_pandas_dtype()) for f in table.schema])
+        for name in table.column_names:
+            arr[name] = table.column(name).to_numpy()
+        npy = io.BytesIO()  # np.save wants a seekable file for a file object it recognises
+        np.save(npy, arr)
+        sink.write(npy.getbuffer())
+    sink.flush()
+
+
+def _print_table(table, sink) -> None:
+    cols = table.column_names
+    data = [table.column(c).to_pylist() for c in cols]
+    cells = [[_fmt(v) for v in col] for col in data]
+    widths = [max([len(c)] + [len(v) for v in col]) for c, col in zip(cols, cells)]
+    sink.write("  ".join(c.rjust(w) for c, w in zip(cols, widths)) + "\n")
+    for i in range(table.num_rows):
+        sink.write("  ".join(col[i].rjust(w) for col, w in zip(cells, widths)) + "\n")
+    sink.write(f"({table.num_rows:,} cells)\n")
+
+
+def _fmt(v) -> str:
+    return repr(v) if isinstance(v, float) else str(v)
+
+
+def _size(v: str | None, opt: str) -> int | None:
+    if v is None:
+        return None
+    s = v.strip().lower().removesuffix("b").removesuffix("i")
+    mult = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}.get(s[-1:], 1)
+    if mult != 1:
+        s = s[:-1]
+    try:
+        n = int(float(s) * mult)
+    except (ValueError, OverflowError):
+        fail(f"{opt} {v!r} is not a size (e.g. 512m, 2g)", EXIT_USAGE)
+    return n
+
+
+def print_arrays(arrays: list[dict], console=None) -> None:
+    """Lines for `bulkload info`: one per array (for the lead to call from cli.info)."""
+    # no rich markup: "[i0/10 x i1/100000]" is text, not a style tag
+    out = (lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True)) if console is not None else print
+    for a in arrays:
+        dims = " x ".join(f"{d['name']}/{d['chunk']}" for d in a["dims"])
+        b = a["bounds"] or {}
+        bounds = ", ".join(f"{k} {v[0]}..{v[1]}" for k, v in b.items()) or "empty"
+        stale = "  STALE (records appended since; re-run finalize)" if a["stale"] else ""
+        out(f"array    {a['name']}: [{dims}] {a['cells']:,} cells in {a['chunks']:,} chunks, "
+            f"{bounds}, duplicates {a['policy']}{stale}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("finalize")(handle_errors(finalize_cmd))
+    app.command("compact")(handle_errors(compact_cmd))
+    app.command("query")(handle_errors(query_cmd))

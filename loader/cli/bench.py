@@ -1,0 +1,73 @@
+"""`bulkload bench`: the benchmark suite as a command (the work is in loader/bench.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    from .main import handle_errors
+
+    @app.command()
+    @handle_errors
+    def bench(
+        suite: str = typer.Option("quick", "--suite", help="quick (<= 2 min) or full (<= 15 min on 2 cores)."),
+        n: Optional[int] = typer.Option(None, "--n", help="Records of the main figures (default: the suite's; "
+                                                         "quick 1,000,000, full 20,000,000)."),
+        repeats: Optional[int] = typer.Option(None, "--repeats", help="Runs per figure (default 3)."),
+        out: str = typer.Option("bench-results", "--out", help="Directory for bench.json, bench.md and the plots."),
+        work: Optional[str] = typer.Option(None, "--work", help="Directory for the datasets and files written "
+                                                                "(default: inside --out; its filesystem is the one measured)."),
+        only: Optional[str] = typer.Option(None, "--only", help="Comma-separated sections (limits, load, scaling, "
+                                                                "finalize, peers, rss) or figure ids."),
+        json_out: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines on stderr."),
+    ):
+        """Measure throughput against the hardware's limits; write JSON, Markdown and PNG plots."""
+        from ..bench import suite as B
+
+        if suite not in B.SUITES:
+            print(f"bulkload: error: unknown suite {suite!r}; use quick or full", file=sys.stderr)
+            raise typer.Exit(2)
+        if (n is not None and n < 1000) or (repeats is not None and repeats < 1):
+            print("bulkload: error: --n must be >= 1000 and --repeats >= 1", file=sys.stderr)
+            raise typer.Exit(2)
+        sections = None
+        ids = None
+        if only:
+            wanted = {x.strip() for x in only.split(",") if x.strip()}
+            sections = tuple(s for s in B.SECTIONS if s in wanted) or None
+            ids = wanted - set(B.SECTIONS)
+            if ids:
+                sections = None  # figure ids: run every section, measure only those figures
+                ids = wanted
+            else:
+                ids = None
+        if repeats is not None and repeats < 3 and not quiet:
+            print("bulkload bench: note: fewer than 3 repeats; min-max ranges mean little", file=sys.stderr)
+
+        def log(msg: str) -> None:
+            if not quiet:
+                print(msg, file=sys.stderr, flush=True)
+
+        try:
+            result = B.run(suite, n=n, repeats=repeats, out=out, work=work, sections=sections,
+                           only=ids, log=log)
+        except (ValueError, RuntimeError) as e:
+            print(f"bulkload: error: {e}", file=sys.stderr)
+            raise typer.Exit(2)
+        if json_out:
+            print(json.dumps(result, indent=1, default=str))
+        else:
+            for t in result["targets"]:
+                if t.get("ratio") is None:
+                    print(f"  {t['status']:<13} {t['what']}")
+                else:
+                    print(f"  {t['status']:<13} {t['ratio']:6.2f} (needs {'<=' if t['id'] == 'rss-flat' else '>='} "
+                          f"{t['target']})  {t['what']}")
+            o = result["outputs"]
+            print(f"wrote {o['json']}, {o['markdown']}" + (f", {len(o['plots'])} plots" if o["plots"] else ""))

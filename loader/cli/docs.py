@@ -1,0 +1,44 @@
+"""CLI commands for documents (layout ``docs``): ``get``. ``register(app)`` adds them to
+the typer app of cli.py."""
+
+from __future__ import annotations
+
+import sys
+from typing import List
+
+import typer
+
+from .main import emit_json, handle_errors
+from ..errors import EXIT_FAILED
+
+
+def get_cmd(
+    dataset: str = typer.Argument(..., help="A dataset of layout docs: lmdb://PATH, rocksdb://PATH or mem://NAME."),
+    ids: List[str] = typer.Argument(..., help="Document ids."),
+    json_out: bool = typer.Option(False, "--json", help="Print the documents as JSON (a list of objects)."),
+):
+    """Print documents by id; exit 1 if any id is not found ("id N not found")."""
+    from ..read.dataset import open as open_ds
+    from ..docs.access import _check_id
+
+    wanted = [_check_id(i) for i in ids]
+    with open_ds(dataset) as ds:
+        found, missing = ds.get_many(wanted)
+    by_id = {i: (c, t) for i, c, t in found.records()}
+    if json_out:
+        out = [{"id": i, "created_at": by_id[i][0], "text": by_id[i][1].decode("utf-8")}
+               for i in wanted if i in by_id]
+        emit_json(out if len(wanted) > 1 or not out else out[0])
+    else:
+        for i in wanted:
+            if i in by_id:
+                c, t = by_id[i]
+                sys.stdout.write(f"{i}\t{c}\t{t.decode('utf-8')}\n")
+    for i in missing:
+        print(f"bulkload: error: id {i} not found", file=sys.stderr)
+    if missing:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("get")(handle_errors(get_cmd))

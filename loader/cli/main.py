@@ -1,0 +1,328 @@
+"""The `bulkload` command: a thin typer layer over the Python API.
+
+It parses options, calls the API, prints a table (or ``--json``), and turns
+BulkloadError into a one-line message and the error's exit code:
+0 done, 1 failed, 2 usage, 3 dataset busy, 128 + N stopped by signal N (130 SIGINT,
+143 SIGTERM, 129 SIGHUP: the run is recorded as interrupted; see interrupts.py).
+Command-line parsing errors (OneLineErrors) are one line, exit 2; any other exception is
+the last resort of `handle_errors`: one line, exit 1 (the traceback only with
+BULKLOAD_DEBUG=1). The BULKLOAD_* variables are checked before any command runs (env.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from typing import Optional
+
+import typer
+from typer.core import TyperGroup
+from typer.exceptions import TyperException
+
+from ..infra import logs
+from ..errors import BulkloadError, EXIT_FAILED, EXIT_USAGE, Interrupted
+from ..infra.interrupts import stop_on_signals
+
+class OneLineErrors(TyperGroup):
+    """Command-line parsing errors (an unknown option, a value that is not an integer) are
+    one line ``bulkload: error: ...; see 'bulkload CMD --help'`` and exit 2 like every other
+    usage error, instead of click's usage block."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except TyperException as e:
+            if type(e).__name__ == "NoArgsIsHelpError":  # bare `bulkload`: the help text
+                e.show()
+                sys.exit(e.exit_code)
+            ctx = getattr(e, "ctx", None)
+            hint = f"; see '{ctx.command_path} --help'" if ctx is not None else ""
+            print(f"bulkload: error: {e.format_message().rstrip('.')}{hint}", file=sys.stderr, flush=True)
+            sys.exit(e.exit_code)
+        except typer.Abort:
+            print("bulkload: error: aborted", file=sys.stderr, flush=True)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  rich_markup_mode=None, cls=OneLineErrors,
+                  help="Parallel bulk loader for binary records (LMDB / RocksDB, Cap'n Proto / Arrow).")
+
+
+def fail(message: str, code: int) -> None:
+    line = "; ".join(part.strip() for part in str(message).splitlines() if part.strip())
+    print(f"bulkload: error: {line}", file=sys.stderr, flush=True)
+    raise typer.Exit(code)
+
+
+def handle_errors(fn):
+    """Run a command: SIGINT, SIGTERM and SIGHUP stop it cleanly (interrupts.py). Its
+    errors become one line on stderr and an exit code: BulkloadError its own, a stop
+    signal 128 + its number; anything else (an OSError, a library's error) exit 1, as the
+    last resort, with the traceback only when BULKLOAD_DEBUG=1."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            with stop_on_signals():
+                return fn(*args, **kwargs)
+        except BulkloadError as e:
+            fail(str(e), e.exit_code)
+        except KeyboardInterrupt as e:
+            stop = Interrupted.of(e)
+            fail(str(stop), stop.exit_code)
+        except BrokenPipeError:
+            raise typer.Exit(0)
+        except (typer.Exit, typer.Abort, TyperException):
+            raise
+        except Exception as e:  # noqa: BLE001 - the last resort: never a traceback
+            unexpected(e)
+    return wrapper
+
+
+def unexpected(e: Exception) -> None:
+    """Exit 1 with one line for an error no part of bulkload anticipated."""
+    from ..infra.env import flag
+
+    if _debug(flag):
+        raise e
+    if isinstance(e, OSError) and e.strerror:
+        names = [os.fsdecode(f) for f in (e.filename, e.filename2) if f is not None]
+        text = f"{' -> '.join(map(str, names))}: {e.strerror}" if names else e.strerror
+    else:
+        text = f"{type(e).__name__}: {str(e).strip() or 'no details'}"
+    fail(f"{text} (unexpected error; BULKLOAD_DEBUG=1 shows the traceback)", EXIT_FAILED)
+
+
+def _debug(flag) -> bool:
+    try:
+        return flag("BULKLOAD_DEBUG")
+    except BulkloadError:
+        return False
+
+
+def emit_json(obj) -> None:
+    print(json.dumps(obj, indent=2, default=str))
+
+
+def progress_mode(quiet: bool) -> str:
+    return "none" if quiet else "auto"
+
+
+@app.callback()
+def main_options(
+    log_format: str = typer.Option("text", "--log-format", help="Log lines on stderr: text or json."),
+):
+    if log_format not in ("text", "json"):
+        fail(f"--log-format must be text or json, not {log_format!r}", EXIT_USAGE)
+    logs.set_format(log_format)
+    handle_errors(check_environment)()
+
+
+def check_environment() -> None:
+    from ..infra import env
+
+    env.check()
+
+
+@app.command(context_settings={"ignore_unknown_options": True})
+@handle_errors
+def generate(
+    n: str = typer.Argument(..., help="Number of records."),
+    start: str = typer.Option("0", "--start", help="Index of the first record."),
+    impl: str = typer.Option("c", "--impl", help="c (in-process C library) or python (numpy)."),
+    layout: str = typer.Option("scidb96", "--layout", help="Layout name or .toml path."),
+    out: Optional[str] = typer.Option(None, "--out", help="Output file (default: stdout)."),
+):
+    """Write generated raw records START..START+N-1 to stdout or a file."""
+    from ..sources.generators import write_records
+    from ..model.layouts import get_layout
+    from ..sources.base import parse_count
+
+    count = parse_count(n, "N")
+    first = parse_count(start, "--start", maximum=2**64 - 1)
+    if first + count > 2**64:
+        fail("--start + N exceeds 2**64 records", EXIT_USAGE)
+    if impl not in ("c", "python"):
+        fail(f"--impl must be c or python, not {impl!r}", EXIT_USAGE)
+    lay = get_layout(layout)
+    if out is None:
+        if sys.stdout.isatty():
+            fail("refusing to write binary records to a terminal; pipe them or use --out FILE", EXIT_USAGE)
+        write_records(lay, first, count, sys.stdout.buffer, impl=impl)
+        return
+    from ..infra.outputs import open_output
+
+    with open_output(out) as o:
+        write_records(lay, first, count, o.file, impl=impl)
+
+
+@app.command()
+@handle_errors
+def load(
+    source: str = typer.Argument(..., help="gen://LAYOUT?n=N&start=S, a file of raw records, - for stdin "
+                                 "(or a FIFO, /dev/stdin, /dev/fd/N), or (--layout docs) a directory of "
+                                 "<id>.json documents."),
+    dataset: str = typer.Argument(..., help="lmdb://PATH, rocksdb://PATH or mem://NAME (with ?shards=K)."),
+    layout: Optional[str] = typer.Option(None, "--layout", help="Layout of the records (default: the source's or scidb96)."),
+    format: Optional[str] = typer.Option(None, "--format", help="capnp (default) or arrow; documents: block (default), raw or capnp."),
+    compression: Optional[str] = typer.Option(None, "--compression", help="none, lz4 or zstd (arrow); documents: zstd (default) or none."),
+    shards: Optional[int] = typer.Option(None, "--shards", help="Shard count (default: cores)."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes (default: cores)."),
+    batch_records: Optional[int] = typer.Option(None, "--batch-records", help="Records per batch (default 10000)."),
+    new_run: bool = typer.Option(False, "--new-run", help="Load the source again even if it was loaded before."),
+    replace: bool = typer.Option(False, "--replace", help="Start the dataset over with this source (atomic swap)."),
+    on_bad_file: str = typer.Option("fail", "--on-bad-file",
+                                    help="Documents: fail (exit 1 naming the file, nothing loaded) or skip "
+                                         "(load the rest, list it in the report)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the run report as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
+):
+    """Load records into a dataset (appending to it if it exists).
+
+    Re-running the same command resumes an interrupted run, or loads nothing if it
+    finished; --new-run loads the source again; --replace starts the dataset over."""
+    from ..loading.run import load as do_load
+
+    report = do_load(source, dataset, layout=layout, format=format, compression=compression,
+                     shards=shards, workers=workers, batch_records=batch_records,
+                     progress=progress_mode(quiet), new_run=new_run, replace=replace, on_bad_file=on_bad_file)
+    if json_out:
+        emit_json(report.to_dict())
+    elif not quiet:
+        r = report
+        if r.status == "already-loaded":
+            print(f"0 new records: {r.source} was already loaded into {r.dataset} by run {r.run_id} "
+                  f"(use --new-run to load it again)")
+            return
+        how = (f"resumed run {r.run_id}: kept {r.resumed_records:,} records, wrote {r.written_records:,}; "
+               if r.status == "resumed" else f"appended: {r.records:,} new records of {r.source}; "
+               if r.status == "appended" else "")
+        what = "documents" if r.layout == "docs" else "records"
+        print(f"{how}loaded {r.records:,} {what} ({r.bytes / 1e6:,.1f} MB) into {r.dataset} in {r.seconds:.2f} s: "
+              f"{r.mb_per_s:,.0f} MB/s, {r.records_per_s / 1e6:.2f} M {what}/s "
+              f"({r.batches} batches, {r.shards} shards, {r.workers} workers, {r.format})")
+        for f in r.skipped:
+            print(f"  skipped {f['path']}: {f['reason']}")
+
+
+@app.command()
+@handle_errors
+def info(dataset: str = typer.Argument(...),
+         json_out: bool = typer.Option(False, "--json", help="Print as JSON.")):
+    """Describe a dataset: layout, format, shards, records, bytes, runs."""
+    from ..read.dataset import open as open_ds
+
+    with open_ds(dataset) as ds:
+        d = ds.info()
+        arrays = ds.arrays() if d.get("arrays") and not d["problems"] else []
+    if json_out:
+        emit_json(d)
+        _exit_if_damaged(d)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    c = Console()
+    fields = ", ".join(f"{n}:{t}" for n, t in d["layout"]["fields"])
+    c.print(f"[bold]{d['dataset']}[/bold]  ({d['path']})")
+    c.print(f"layout   {d['layout']['name']} ({d['record_size']} bytes: {fields})")
+    c.print(f"format   {d['format']} (compression {d['compression']}), store {d['store']}, {d['shards']} shards")
+    c.print(f"records  {d['records']:,} in {d['batches']:,} batches; "
+            f"{d['record_bytes'] / 1e6:,.1f} MB of records, {d['stored_bytes'] / 1e6:,.1f} MB stored, "
+            f"{d['disk_bytes'] / 1e6:,.1f} MB on disk")
+    if arrays:
+        from .arrays import print_arrays
+
+        print_arrays(arrays, c)
+    if d["runs"]:
+        t = Table(title="runs")
+        for col in ("id", "kind", "status", "records", "seconds", "source / error"):
+            t.add_column(col)
+        for r in d["runs"][-20:]:
+            t.add_row(r["id"], r["kind"], r["status"], f"{r.get('records', 0) or 0:,}",
+                      str(r.get("seconds", "")), r.get("error") or r.get("source", ""))
+        c.print(t)
+    _exit_if_damaged(d)
+
+
+def _exit_if_damaged(d: dict) -> None:
+    """`info` of a dataset with missing or damaged shards: one line each, exit 1."""
+    from ..stores.health import ShardProblem
+
+    for p in d["problems"]:
+        print(f"bulkload: error: {ShardProblem(**p).line()}", file=sys.stderr)
+    if d["problems"]:
+        raise typer.Exit(EXIT_FAILED)
+
+
+@app.command()
+@handle_errors
+def verify(dataset: str = typer.Argument(...),
+           json_out: bool = typer.Option(False, "--json", help="Print the report as JSON.")):
+    """Recompute every stored batch's checksum and count; exit 1 on any mismatch."""
+    from ..read.dataset import open as open_ds
+
+    with open_ds(dataset) as ds:
+        rep = ds.verify()
+    if json_out:
+        emit_json(rep.to_dict())
+    else:
+        for p in rep.problems:
+            if p["batch"] is None:  # a whole shard (missing, damaged) or the arrays
+                print(p["problem"], file=sys.stderr)
+            else:
+                print(f"shard {p['shard']} batch {p['batch']} (first record {p['first_record']}): "
+                      f"{p['problem']}", file=sys.stderr)
+        status = "ok" if rep.ok else f"FAILED ({len(rep.problems)} bad batches)"
+        print(f"verify {rep.dataset}: {rep.batches:,} batches, {rep.records:,} records: {status}")
+    if not rep.ok:
+        raise typer.Exit(EXIT_FAILED)
+
+
+@app.command()
+@handle_errors
+def export(dataset: str = typer.Argument(...),
+           out: str = typer.Option(..., "--out", help="Output file."),
+           format: str = typer.Option("arrow", "--format", help="arrow, parquet, npy or capnp."),
+           json_out: bool = typer.Option(False, "--json", help="Print the report as JSON.")):
+    """Write the flat records, in order, to a file."""
+    from ..read.dataset import open as open_ds
+    from ..read.export import export as do_export
+
+    with open_ds(dataset) as ds:
+        rep = do_export(ds, out, format)
+    if json_out:
+        emit_json(rep)
+    else:
+        print(f"exported {rep['records']:,} records to {rep['out']} ({rep['format']}, {rep['bytes']:,} bytes)")
+
+
+def main() -> None:
+    try:
+        app()
+    except Exception as e:  # noqa: BLE001 - outside any command (typer's own machinery)
+        try:
+            unexpected(e)
+        except typer.Exit as done:
+            sys.exit(done.exit_code)
+
+
+from . import jobs as cli_jobs  # noqa: E402  (ingest, run)
+
+cli_jobs.register(app)
+
+
+from .bench import register as _rb  # noqa: E402  (bench owns its command)
+_rb(app)
+
+
+from .arrays import register as _register_arrays  # noqa: E402  (finalize, compact, query)
+_register_arrays(app)
+
+from .docs import register as _register_docs  # noqa: E402  (get)
+_register_docs(app)

@@ -1,0 +1,72 @@
+"""The BULKLOAD_* environment variables of the loader: one place that reads and checks them.
+
+Each variable is read through `number` or `flag`, which turn a value that cannot be used
+(``abc``, ``-1``, ``nan``) into EnvironmentVariableError (exit 2) naming the variable and
+saying what it takes - never a ValueError from deep inside a run. The CLI calls `check`
+once at start-up, so a bad value stops every command before it touches anything.
+
+  BULKLOAD_CHECKPOINT_SECONDS  seconds between worker checkpoints (a number >= 0)
+  BULKLOAD_CHECKPOINT_BYTES    bytes written between worker checkpoints (a number >= 0)
+  BULKLOAD_FAULT               scripted crash points for the fault tests (faults.py)
+  BULKLOAD_DEBUG               1: print the traceback of an unexpected error (cli.py)
+  BULKLOAD_SCHEMAS             colon-separated directories of layout files (layouts.py;
+                               a search path: directories that do not exist are skipped)
+
+Pipeline keys (``BULKLOAD_DATASET``, ``BULKLOAD_INGEST_FROM``, ...) are read and checked by
+pipeline.py against the pipeline's schema. Reading has no side effect.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+from ..errors import EnvironmentVariableError
+
+TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+CHECKPOINT_SECONDS = 10.0
+CHECKPOINT_BYTES = 1 << 30
+
+
+def number(name: str, default: float, *, integer: bool = False) -> float | int:
+    """The non-negative finite number in ``$name`` (``1e9`` and ``1_000`` style), else ``default``."""
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    what = "a whole number" if integer else "a number"
+    try:
+        value = float(text.strip().replace("_", ""))
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0 or (integer and value != int(value)):
+        raise EnvironmentVariableError(
+            f"environment variable {name}={text!r} is not {what} >= 0 (e.g. {name}="
+            f"{int(default) if integer else format(default, 'g')}); "
+            f"fix or unset it")
+    return int(value) if integer else value
+
+
+def flag(name: str) -> bool:
+    """``$name`` as a boolean: 1/true/yes/on or 0/false/no/off (unset: false)."""
+    text = os.environ.get(name, "").strip().lower()
+    if text in TRUE:
+        return True
+    if text in FALSE:
+        return False
+    raise EnvironmentVariableError(f"environment variable {name}={os.environ[name]!r} is not 1 or 0; "
+                                   "fix or unset it")
+
+
+def checkpoint() -> tuple[float, int]:
+    """(seconds, bytes) between worker checkpoints: the variables, else 10 s and 1 GiB."""
+    return (number("BULKLOAD_CHECKPOINT_SECONDS", CHECKPOINT_SECONDS),
+            number("BULKLOAD_CHECKPOINT_BYTES", CHECKPOINT_BYTES, integer=True))
+
+
+def check() -> None:
+    """Check every variable this module lists (the CLI's first step; imports nothing heavy)."""
+    from . import faults
+
+    checkpoint()
+    faults.parse(os.environ.get(faults.ENV))
+    flag("BULKLOAD_DEBUG")

@@ -1,0 +1,90 @@
+"""Stop signals of the `bulkload` command: SIGINT, SIGTERM and SIGHUP all stop a job alike.
+
+What cron, systemd, ``kill`` and a closed terminal send must not kill the coordinator by
+signal (its run would stay ``running``): while ``stop_on_signals()`` is active (the CLI
+wraps every command in it), the first of these signals raises ``Interrupted(signo)`` in
+the main thread, exactly where Ctrl-C raises KeyboardInterrupt. The run that is stopped
+stops its workers, records itself as ``interrupted`` and saves the manifest; the CLI prints
+one line and exits 128 + signo (130, 143, 129).
+
+Invariants:
+- a signal that arrives inside ``held()`` (a commit: its manifest write happens whole, or
+  not at all) is raised when the block ends, saying that the run had finished;
+- after the first signal, the three are ignored until the process exits, so a second
+  Ctrl-C or a systemd re-send cannot abort that cleanup half-way (it is bounded: workers
+  are SIGKILLed and reaped within seconds, one manifest write) nor the report;
+- only the CLI installs handlers, and restores the previous ones when a command ends
+  without a signal:
+  ``import loader`` changes nothing, a Python caller keeps its own signal handling (Ctrl-C
+  is a KeyboardInterrupt there, handled by the same cleanup code);
+- workers ignore all three (workers.start_worker): only the coordinator decides, so a
+  signal to the whole process group (systemd) is reported as an interruption, not as a
+  worker killed by a signal.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from contextlib import contextmanager
+from typing import Callable
+
+from ..errors import Interrupted
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_held = {"depth": 0, "signo": None}  # inside held(): the signal that arrived meanwhile
+
+
+def _raise_once(signo: int, _frame) -> None:
+    for s in STOP_SIGNALS:  # the cleanup that follows must run to its end
+        signal.signal(s, signal.SIG_IGN)
+    if _held["depth"]:
+        _held["signo"] = signo
+        return
+    raise Interrupted(signo)
+
+
+@contextmanager
+def held(outcome: Callable[[], str]):
+    """Hold a stop signal that arrives inside the block until it ends, then raise it as
+    ``Interrupted(signo, outcome())``; if the block raised (e.g. the forkserver died of the
+    same signal), raise ``Interrupted(signo)`` from that error. (No effect without the CLI's
+    handlers.)"""
+    _held["depth"] += 1
+    try:
+        yield
+    except BaseException as exc:
+        signo = _release()
+        if signo is None:
+            raise
+        raise Interrupted(signo) from exc
+    signo = _release()
+    if signo is not None:
+        raise Interrupted(signo, outcome())
+
+
+def _release() -> int | None:
+    """Leave a held() block: the signal held by the outermost one, if any."""
+    _held["depth"] -= 1
+    if _held["depth"]:
+        return None
+    signo, _held["signo"] = _held["signo"], None
+    return signo
+
+
+@contextmanager
+def stop_on_signals():
+    """While active (main thread only), SIGINT / SIGTERM / SIGHUP raise ``Interrupted``."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    _held.update(depth=0, signo=None)
+    for s in STOP_SIGNALS:
+        signal.signal(s, _raise_once)
+    try:
+        yield
+    finally:
+        if signal.getsignal(signal.SIGTERM) is _raise_once:  # else a signal came: keep ignoring them
+            for s, handler in previous.items():  # while the command reports it and exits
+                signal.signal(s, handler if handler is not None else signal.SIG_DFL)

@@ -1,0 +1,212 @@
+"""The worker pool: start workers, relay their messages, collect receipts, fail fast.
+
+No business logic lives here. Workers are started with ``forkserver`` (never ``fork``:
+LMDB and RocksDB handles break across it) and receive only picklable tasks.
+
+Plumbing: each worker sends to the coordinator over its own one-way pipe
+(``multiprocessing.Pipe(duplex=False)``, guarded by a lock in the worker: ``Outbox``);
+the coordinator waits on every pipe and every worker's sentinel at once
+(``multiprocessing.connection.wait``). No ``multiprocessing.Queue`` or ``Lock``: under
+forkserver each creates a named POSIX semaphore (``/dev/shm/sem.mp-*``) that a SIGKILLed
+process leaks. A worker sends progress (an int) and messages (tuples, for ``on_message``),
+then exactly one ``Result``.
+
+Failure: a worker that raises sends the error (``WorkerError("worker N failed: ...")``);
+one that exits without its result, or whose pipe breaks mid-message (EOFError,
+UnpicklingError), died (``WorkerError("worker N (pid P) was killed by signal S ...")``,
+``died=True``). The pool claims nothing about commits: only its caller knows what it
+committed (it sets the error's ``outcome``).
+
+Stopping: on any error, and on KeyboardInterrupt / ``Interrupted`` (Ctrl-C, or SIGTERM /
+SIGHUP under the CLI), every worker is SIGKILLed and reaped before the exception
+propagates (workers ignore the stop signals, see workers.start_worker; a kill leaves the
+stores as a crash does, and runs resume from their checkpoints). A pool never returns or
+raises with a worker of its own still running.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import pickle
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from typing import Callable
+
+from . import interrupts
+from ..errors import Interrupted, WorkerError
+
+_CTX = None
+#: a worker killed at the same moment as the coordinator was probably killed by the same
+#: group-wide signal: give the coordinator's own signal this long to arrive first
+DEATH_GRACE_S = 0.1
+
+
+def context():
+    global _CTX
+    if _CTX is None:
+        _CTX = mp.get_context("forkserver")
+        _CTX.set_forkserver_preload(["loader.loading.worker", "loader.arrays.workers"])
+    return _CTX
+
+
+@dataclass(frozen=True)
+class Result:
+    """A worker's last message: its receipt, or the error it raised."""
+
+    receipt: dict | None = None
+    error_type: str = ""
+    error: str = ""
+    traceback: str = ""
+
+
+class Outbox:
+    """A worker's end of its pipe; ``put`` may be called from any thread of the worker."""
+
+    def __init__(self, conn):
+        self.conn = conn
+        self.lock = threading.Lock()
+
+    def put(self, msg) -> None:
+        with self.lock:
+            self.conn.send(msg)
+
+
+def _entry(fn: Callable, task, conn, extra: tuple) -> None:
+    out = Outbox(conn)
+    try:
+        result = Result(receipt=fn(task, out, *extra))
+    except BaseException as e:  # report everything, including SystemExit
+        result = Result(None, type(e).__name__, str(e) or type(e).__name__, traceback.format_exc())
+    try:
+        out.put(result)
+    except OSError:
+        pass  # the coordinator is gone: nobody to tell
+    finally:
+        conn.close()
+
+
+class Pool:
+    """Run ``fn(task, outbox, *extra)`` for each task in its own process."""
+
+    def __init__(self, fn: Callable, tasks: list, extras: list[tuple] | None = None,
+                 on_progress: Callable[[int], None] | None = None,
+                 on_message: Callable[[tuple], None] | None = None):
+        self.ctx = context()
+        self.fn = fn
+        self.tasks = tasks
+        self.extras = extras or [() for _ in tasks]
+        self.on_progress = on_progress or (lambda n: None)
+        # tuples a worker sends (e.g. load checkpoints), in order
+        self.on_message = on_message or (lambda msg: None)
+        self.procs: list = []
+        self.conns: list = []  # the coordinator's (reading) end of each worker's pipe
+        self.results: dict[int, Result] = {}
+        self.failure: BaseException | None = None  # set by a coordinator thread (a stream feeder)
+
+    def fail(self, exc: BaseException) -> None:
+        """Called from another thread of the coordinator (e.g. a stream feeder)."""
+        self.failure = exc
+
+    def run(self) -> list:
+        try:
+            self._start()
+            while len(self.results) < len(self.procs):
+                if self.failure is not None:
+                    raise self.failure
+                open_conns = [c for w, c in enumerate(self.conns) if w not in self.results and not c.closed]
+                sentinels = {p.sentinel: w for w, p in enumerate(self.procs) if w not in self.results}
+                ready = wait(open_conns + list(sentinels), timeout=0.2)
+                for obj in ready:
+                    if obj in sentinels:
+                        self._finished(sentinels[obj])
+                    else:
+                        self._drain(self.conns.index(obj))
+            if self.failure is not None:
+                raise self.failure
+            return [self.results[w].receipt for w in range(len(self.procs))]
+        except KeyboardInterrupt as e:
+            self.stop()
+            raise Interrupted.of(e) from None
+        except BaseException:
+            self.stop()
+            raise
+        finally:
+            self._reap()
+
+    def _start(self) -> None:
+        for w, (task, extra) in enumerate(zip(self.tasks, self.extras)):
+            r, s = self.ctx.Pipe(duplex=False)
+            p = self.ctx.Process(target=_entry, name=f"bulkload-worker-{w}", args=(self.fn, task, s, extra),
+                                 daemon=True)
+            try:
+                with interrupts.held(str):  # a worker started half-way would have no handle to stop it
+                    p.start()
+            except (EOFError, OSError) as e:  # e.g. the forkserver was killed
+                r.close()
+                raise WorkerError(f"worker {w} could not be started: {e or type(e).__name__}") from None
+            except BaseException:
+                r.close()
+                raise
+            finally:
+                s.close()  # the worker holds the only writing end: its death is EOF here
+            self.procs.append(p)
+            self.conns.append(r)
+
+    def _drain(self, w: int) -> None:
+        """Handle every message waiting on worker w's pipe; a broken pipe is its death."""
+        conn = self.conns[w]
+        while w not in self.results and conn.poll():
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError, pickle.UnpicklingError):
+                conn.close()  # died, or died mid-message: its sentinel tells how
+                return
+            if isinstance(msg, Result):
+                self.results[w] = msg
+                if msg.error_type:
+                    raise self._error(w, msg)
+            elif isinstance(msg, tuple):
+                self.on_message(msg)  # may raise (e.g. a manifest write failed): the run stops
+            else:
+                self.on_progress(msg)
+
+    def _finished(self, w: int) -> None:
+        """Worker w's process ended: what it sent before is all in its pipe."""
+        if not self.conns[w].closed:
+            self._drain(w)
+        if w not in self.results:
+            time.sleep(DEATH_GRACE_S)
+            p = self.procs[w]
+            p.join(timeout=1)
+            code = p.exitcode
+            how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
+            err = WorkerError(f"worker {w} (pid {p.pid}) {how} before it finished")
+            err.died = True
+            raise err
+
+    @staticmethod
+    def _error(w: int, res: Result) -> WorkerError:
+        err = WorkerError(f"worker {w} failed: {res.error}")
+        err.worker_traceback = res.traceback
+        err.worker_type = res.error_type
+        return err
+
+    def stop(self) -> None:
+        """Kill every worker still running (they ignore SIGTERM: the coordinator decides)."""
+        for p in self.procs:
+            if p.exitcode is None:
+                p.kill()
+
+    def _reap(self) -> None:
+        deadline = time.monotonic() + 5
+        for p in self.procs:
+            p.join(timeout=max(0.0, deadline - time.monotonic()))
+            if p.exitcode is None:  # still running after its result: never leave it behind
+                p.kill()
+                p.join(timeout=2)
+        for c in self.conns:
+            c.close()
+

@@ -1,0 +1,98 @@
+"""Runs of a file source: which records of the file a `load FILE` run loads.
+
+A file may keep growing (a producer appends records) or be replaced. A load run of a
+file records the *extent* it planned - ``source_offset`` (its first record in the file)
+and ``total`` (its record count) - and the fingerprint of the file's *prefix* up to that
+extent's end (`FileSource.fingerprint(layout, end)`: size plus sampled xxh3; a run of an
+earlier version, which fingerprinted the whole file, is a run whose extent ends at the
+file's end then). On a re-run of the same path (`plan_file_run`):
+
+- the path's last run is unfinished and the file's prefix up to its planned end still
+  has its fingerprint: **resume** it (same extent, durable batches kept);
+- its last finished run ended at END and the file's first END records still have that
+  run's fingerprint: the file has exactly END records -> **already loaded** (nothing to
+  do); more -> **appended**: a new run loads records [END, size) only;
+- the prefix differs (the file was rewritten or truncated): refused, ChangedInputError
+  (exit 1, nothing written) - ``--new-run`` loads all of it again as new records,
+  ``--replace`` starts the dataset over with it.
+
+A run loads exactly the records it planned (workers read [offset, offset + count) only;
+an append during the load is left for the next run), and the coordinator recomputes the
+prefix fingerprint before it commits (`changed_while_loading`): if the loaded bytes
+changed meanwhile, nothing is committed. Pure planning: nothing here writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ..model import runs
+from ..errors import ChangedInputError
+
+
+@dataclass(frozen=True)
+class FilePlan:
+    status: str  # new | resume | appended | already-loaded
+    offset: int  # first record of the file the run loads
+    count: int  # records it loads
+    fingerprint: str  # of the file's first offset + count records
+    prev: dict | None  # the run resumed, or the finished run this one continues (or repeats)
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.count
+
+
+def extent_end(run: dict) -> int:
+    """The record of the file just after the extent a run planned."""
+    return int(run.get("source_offset", 0)) + int(run.get("total") or 0)
+
+
+def plan_file_run(m, src, layout, *, new_run: bool, considered: Callable[[dict], bool],
+                  resumable: Callable[[dict], bool]) -> FilePlan:
+    """The extent of a `load FILE` run into a dataset with manifest ``m`` (None: new).
+
+    ``considered(run)``: which of the dataset's current runs describe it (a `--replace`
+    build looks at its own runs only); ``resumable(run)``: can an unfinished run of this
+    file be taken up again (runs.load_resumable). Raises ChangedInputError when the file
+    changed since the last run that loaded it."""
+    n = src.count(layout)  # whole records (a partial trailing record fails here)
+    mine = [r for r in (runs.current(m) if m is not None else []) if r.get("kind") == "load"
+            and r.get("source") == src.uri and considered(r)]
+    if new_run or not mine:
+        return FilePlan("new", 0, n, src.fingerprint(layout, n), None)
+    done = next((r for r in reversed(mine) if r.get("status") == "done"), None)
+    last = mine[-1]
+    if last is not done and last.get("status") in runs.UNFINISHED and resumable(last):
+        end = extent_end(last)
+        if end <= n and src.fingerprint(layout, end) == last.get("fingerprint"):
+            return FilePlan("resume", int(last.get("source_offset", 0)), int(last.get("total") or 0),
+                            last["fingerprint"], last)
+    if done is None:  # only runs that never committed: the file is new to the dataset
+        return FilePlan("new", 0, n, src.fingerprint(layout, n), None)
+    end = extent_end(done)
+    if end > n or src.fingerprint(layout, end) != done.get("fingerprint"):
+        raise ChangedInputError(changed_message(src.uri, done, end, n, layout.record_size))
+    if n == end:
+        return FilePlan("already-loaded", end, 0, done["fingerprint"], done)
+    return FilePlan("appended", end, n - end, src.fingerprint(layout, n), done)
+
+
+def changed_message(path: str, done: dict, end: int, n: int, rs: int) -> str:
+    what = (f"it now holds {n:,} records, fewer than the {end:,} loaded" if end > n
+            else f"its first {end:,} records ({end * rs:,} bytes) are not the ones loaded")
+    return (f"{path} changed since run {done['id']} loaded it ({what}); nothing was loaded - use --new-run to "
+            "load all of it again as new records, or --replace to start the dataset over with it")
+
+
+def changed_while_loading(src, layout, plan_fp: str, end: int) -> str | None:
+    """Why a run's file may not be committed (its loaded prefix changed), or None."""
+    try:
+        now = src.fingerprint(layout, end)
+    except Exception as e:  # noqa: BLE001 - vanished or unreadable: it changed too
+        now = f"unreadable ({e})"
+    if now == plan_fp:
+        return None
+    return (f"{src.uri} changed while it was being loaded (its first {end:,} records are not the ones the run "
+            "started with); nothing was committed - re-run the same command to load the file as it is now")

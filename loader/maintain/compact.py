@@ -1,0 +1,247 @@
+"""Compaction: merge small batches, then compact every shard store.
+
+1. **Merge.** Many small loads leave many small batches. Consecutive batches (in record
+   order) are grouped greedily into batches of at most ``target_batch_records`` (default:
+   the dataset's batch size). When any group holds more than one batch, every batch is
+   rewritten under a fresh sequence number (above all existing ones, so keys stay in
+   append order and record order = sequence order): a single-batch group is copied
+   verbatim, a multi-batch group is decoded, concatenated and encoded once. Shard
+   owners write in parallel (one writer per shard). The manifest then switches to the
+   new batch list atomically, listing the old keys (all below the first new seq) as
+   garbage in the same write; they are deleted at once unless a reader still pins an
+   older snapshot, else by a later writer (loader/garbage.py). A crash before the switch
+   leaves the old state (the new keys sit above ``next_seq`` and are removed by the next
+   writer); a crash after it leaves the listed garbage, which the next writer collects.
+2. **Store compaction.** Per shard, ``ShardStore.compact()``: LMDB writes a compacted copy
+   in key order and swaps it in atomically; RocksDB runs ``compact_range``. A shard whose
+   on-disk size is already close to its live bytes is skipped (``force=True`` to compact
+   anyway). Uncommitted leftovers are removed first: batch keys at or above ``next_seq``
+   and array tables that neither an array nor the garbage list names (and, when no merge
+   garbage is pending, stray keys below the first batch).
+
+Reports bytes on disk before and after. A documents dataset (layout docs) is compacted by
+loader/docs_compact.py instead: each shard's document tables are folded into one.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from ..infra import faults, interrupts
+from ..model import runs
+from ..model import manifest as mf
+from ..errors import BulkloadError, UsageError
+from .garbage import collect_garbage, held_tables, holds_batches, retire_batches, start_writing
+from ..loading.worker import batch_key
+
+#: what a compaction that stopped early leaves: the records as they were
+UNCHANGED = "no record changed (compaction only rewrites them); re-run the same command to compact"
+#: a shard is compacted when its size on disk exceeds live bytes by this factor (+ slack)
+WASTE_FACTOR = 1.25
+WASTE_SLACK = 8 << 20
+
+
+def plan_merge(batches: list, target: int) -> list[list]:
+    """Greedy groups of consecutive batches (record order) of at most ``target`` records."""
+    groups: list[list] = []
+    cur: list = []
+    acc = 0
+    for b in sorted(batches, key=lambda b: b.first):
+        if cur and acc + b.count > target:
+            groups.append(cur)
+            cur, acc = [], 0
+        cur.append(b)
+        acc += b.count
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+def is_documents(m: mf.Manifest) -> bool:
+    """A documents dataset (layout docs) is compacted by loader/docs_compact.py instead:
+    each shard's document tables are folded into one."""
+    return bool(m.layout.get("variable_length"))
+
+
+def compact(dataset_uri: str, target_batch_records: int | None = None, progress: str = "none",
+            workers: int | None = None, force: bool = False) -> dict:
+    """Merge small batches and compact every shard; returns a report (dict)."""
+    from ..stores.health import require_shards
+    from ..infra.lock import DatasetLock
+    from ..stores.base import parse_dataset_uri
+
+    spec = parse_dataset_uri(dataset_uri)
+    m = mf.load_manifest(spec.root, dataset_uri)
+    from ..loading.run import MAX_WORKERS, check_count, max_batch_records
+    from ..kinds.base import kind_for
+
+    check_count("--target-batch-records", target_batch_records, 1,
+                max_batch_records(kind_for(m.layout_obj, m.format, m.compression)))
+    check_count("--workers", workers, 1, MAX_WORKERS)
+    faults.from_env()
+    with DatasetLock(spec.root) as lock:
+        lock.set_job("compact")
+        m = mf.load_manifest(spec.root, dataset_uri)
+        require_shards(spec.with_shards(m.shards), m)
+        start_writing(spec, m)
+        return compact_locked(spec.with_shards(m.shards), m, target_batch_records=target_batch_records,
+                              progress=progress, workers=workers, force=force)
+
+
+def compact_locked(spec, m: mf.Manifest, *, target_batch_records: int | None = None,
+                   progress: str = "none", workers: int | None = None, force: bool = False) -> dict:
+    """compact() with the dataset lock already held (finalize calls this)."""
+    from ..loading.run import default_workers
+    from ..serializers import get_serializer
+
+    if is_documents(m):
+        from ..docs.compact import compact_docs
+
+        return compact_docs(spec, m, target_batch_records=target_batch_records, progress=progress,
+                            workers=workers, force=force)
+    t0 = time.perf_counter()
+    layout = m.layout_obj
+    target = int(target_batch_records or m.batch_records)
+    if target < 1:
+        raise UsageError("--target-batch-records must be at least 1")
+    get_serializer(m.format, layout, m.compression, batch_records=target)  # capnp size limit
+    run = mf.new_run("compact", target_batch_records=target)
+    m.runs.append(run)
+    m.save(spec.root)
+    k = m.shards
+    before_batches = len(m.batches)
+    shard_bytes_before = _shard_bytes(spec, k)
+    try:
+        groups = plan_merge(m.batches, target)
+        merged = any(len(g) > 1 for g in groups)
+        seconds_merge = 0.0
+        if merged:
+            t = time.perf_counter()
+            _merge(spec, m, groups, progress, workers or default_workers())
+            seconds_merge = time.perf_counter() - t
+        shards = _compact_stores(spec, m, force=force or merged)
+    except BaseException as e:
+        e = runs.stop(run, e, UNCHANGED)
+        m.save(spec.root)
+        raise e from None
+    before = sum(shard_bytes_before)
+    after = sum(s["bytes_after"] for s in shards)
+    seconds = time.perf_counter() - t0
+    with interrupts.held(lambda: f"run {run['id']} had finished"):
+        run.update(status="done", ended=time.time(), records=m.records, batches_before=before_batches,
+                   batches_after=len(m.batches), bytes_before=before, bytes_after=after,
+                   seconds=round(seconds, 3))
+        m.save(spec.root)
+    return {
+        "dataset": spec.uri,
+        "run_id": run["id"],
+        "target_batch_records": target,
+        "records": m.records,
+        "batches_before": before_batches,
+        "batches_after": len(m.batches),
+        "merged": merged,
+        "bytes_before": before,
+        "bytes_after": after,
+        "shards": shards,
+        "merge_s": round(seconds_merge, 4),
+        "seconds": round(seconds, 4),
+    }
+
+
+def per_shard(spec, k: int, fn) -> list:
+    """fn(store) of every shard opened for reading (0 for a shard that does not exist)."""
+    out = []
+    for s in range(k):
+        if not os.path.exists(spec.shard_path(s)):
+            out.append(0)
+            continue
+        st = spec.open_shard(s, write=False)
+        try:
+            out.append(fn(st))
+        finally:
+            st.close()
+    return out
+
+
+def _shard_bytes(spec, k: int) -> list[int]:
+    return per_shard(spec, k, lambda st: st.nbytes())
+
+
+def _merge(spec, m: mf.Manifest, groups: list[list], progress: str, workers: int) -> None:
+    from ..arrays.workers import MergeTask, merge_worker
+    from ..infra.pool import Pool
+    from ..infra.progress import Progress
+
+    k = m.shards
+    first_seq = m.next_seq
+    plan = []
+    for i, g in enumerate(groups):
+        plan.append((first_seq + i, g[0].first, sum(b.count for b in g),
+                     tuple(tuple(b.row()) for b in g)))
+    nw = max(1, min(workers, k))
+    tasks = [MergeTask(store=spec, worker=w, workers=nw, nshards=k, layout=m.layout, format=m.format,
+                       compression=m.compression, plan=tuple(plan), main_pid=os.getpid(),
+                       fault=os.environ.get(faults.ENV, ""))
+             for w in range(nw)]
+    with Progress("compact: merge batches", m.records, m.layout_obj.record_size, mode=progress) as prog:
+        receipts = Pool(merge_worker, tasks, on_progress=prog.advance).run()
+    rows = sorted(r for rc in receipts for r in rc["batches"])
+    if len(rows) != len(plan):
+        from ..errors import StoreError
+
+        raise StoreError(f"compaction wrote {len(rows)} of {len(plan)} batches; nothing was committed")
+    faults.hit("merged")
+    m.batches = [mf.BatchEntry(*r) for r in rows]
+    retire_batches(m, first_seq)  # the old batches: everything below the first new key
+    m.save(spec.root)  # the switch
+    faults.hit("merge-switched")
+    collect_garbage(spec, m)
+
+
+def _compact_stores(spec, m: mf.Manifest, *, force: bool) -> list[dict]:
+    from ..arrays.finalize import TABLE_PREFIX
+
+    k = m.shards
+    live = [0] * k
+    for b in m.batches:
+        live[b.shard] += b.nbytes
+    arrays = {a["table"] for a in m.arrays.values()} | held_tables(m)
+    from ..arrays.finalize import collect_index_garbage
+
+    collect_index_garbage(spec.root, m)
+    for a in m.arrays.values():
+        try:
+            from ..arrays.finalize import index_path, read_index
+
+            idx = read_index(index_path(spec.root, a))
+            for s, nb in zip(idx["shard"].tolist(), idx["nbytes"].tolist()):
+                live[s] += nb
+        except BulkloadError:
+            pass
+    lo = min((b.seq for b in m.batches), default=m.next_seq)
+    out = []
+    for s in range(k):
+        if not os.path.exists(spec.shard_path(s)):
+            out.append({"shard": s, "bytes_before": 0, "bytes_after": 0, "compacted": False})
+            continue
+        st = spec.open_shard(s, write=True)
+        try:
+            # uncommitted leftovers: batch keys above the committed ones, unreferenced array tables
+            garbage = st.delete_range(batch_key(m.next_seq), None)
+            if lo > 0 and not holds_batches(m):
+                garbage += st.delete_range(None, batch_key(lo))
+            for t in st.tables():
+                if t.startswith(TABLE_PREFIX) and t not in arrays:
+                    st.drop_table(t)
+                    garbage += 1
+            size = st.nbytes()
+            wasteful = size > live[s] * WASTE_FACTOR + WASTE_SLACK
+            if force or wasteful or garbage:
+                before, after = st.compact()
+                out.append({"shard": s, "bytes_before": before, "bytes_after": after, "compacted": True})
+            else:
+                out.append({"shard": s, "bytes_before": size, "bytes_after": size, "compacted": False})
+        finally:
+            st.close()
+    return out

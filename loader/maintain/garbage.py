@@ -1,0 +1,170 @@
+"""Deferred garbage: committed data that a manifest write made unreachable, deleted once
+no reader can still need it.
+
+compact (the old batch keys after a merge), finalize (a rebuilt array's old table and
+chunk index file) and the documents compaction (a folded shard's old tables) do not
+delete what they replace. They list it in ``manifest.garbage`` in the same manifest
+write as the switch (`retire_*`); that write stamps each entry with its generation G, so
+the data is referenced by generations below G only. `collect_garbage` deletes the
+entries no pinned reader can need (no pin on a generation below G, see
+loader/snapshots.py) and writes the manifest without them. What is still pinned stays
+listed and is collected by a later writer: every writing command calls `start_writing`
+once it holds the dataset lock.
+
+Entries (JSON objects in the manifest):
+
+- ``{"kind": "batches", "below": SEQ}``: every batch key below SEQ, in every shard;
+- ``{"kind": "array", "table": T, "index": PATH}``: table T in every shard, and the chunk
+  index file ROOT/PATH;
+- ``{"kind": "doc-tables", "shard": S, "tables": [T, ...]}``: document tables (with their
+  zstd dictionaries) of shard S.
+
+Sweeps that remove *uncommitted* leftovers (tables of failed or killed runs, index files
+of crashed builds, keys at or above ``next_seq``) run at once as before, but keep what
+the garbage list holds (`held_tables`, `held_files`, `holds_batches`).
+
+Crash behaviour: deletion is idempotent and an entry leaves the manifest only after its
+data is gone, so a kill anywhere leaves entries that the next writer collects again.
+Fault points: ``collect`` (before the first deletion), ``collected`` (all deleted, the
+manifest not yet written), and between shards ``deleting`` (batches), ``dropping``
+(arrays), ``docs-dropping`` (document tables).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+from ..infra import faults
+from ..model import manifest as mf
+from ..read.snapshots import oldest_pinned
+
+BATCHES, ARRAY, DOC_TABLES = "batches", "array", "doc-tables"
+_FAULT_BETWEEN_SHARDS = {BATCHES: "deleting", ARRAY: "dropping", DOC_TABLES: "docs-dropping"}
+
+
+# --- recording (in the switch's manifest write) ---------------------------------------------
+
+def retire_batches(m: mf.Manifest, below: int) -> None:
+    """Every batch key below ``below`` (the first seq of a merge) is unreferenced."""
+    m.garbage.append({"kind": BATCHES, "below": int(below)})
+
+
+def retire_array(m: mf.Manifest, summary: dict) -> None:
+    """The build an array summary names (its table and index file) is unreferenced."""
+    m.garbage.append({"kind": ARRAY, "table": summary["table"], "index": summary["index"]})
+
+
+def retire_doc_tables(m: mf.Manifest, shard: int, tables) -> None:
+    """These document tables of ``shard`` are unreferenced."""
+    m.garbage.append({"kind": DOC_TABLES, "shard": int(shard), "tables": sorted(tables)})
+
+
+# --- what sweeps of uncommitted leftovers must keep -------------------------------------------
+
+def held_tables(m: mf.Manifest | None) -> set[str]:
+    out: set[str] = set()
+    for e in m.garbage if m is not None else ():
+        if e["kind"] == ARRAY:
+            out.add(e["table"])
+        elif e["kind"] == DOC_TABLES:
+            out.update(e["tables"])
+    return out
+
+
+def held_files(m: mf.Manifest) -> set[str]:
+    """Base names of the index files the garbage list holds."""
+    return {os.path.basename(e["index"]) for e in m.garbage if e["kind"] == ARRAY}
+
+
+def holds_batches(m: mf.Manifest) -> bool:
+    return any(e["kind"] == BATCHES for e in m.garbage)
+
+
+# --- collecting -------------------------------------------------------------------------------
+
+def collect_garbage(spec, m: mf.Manifest) -> int:
+    """Delete every entry no live reader can need (dataset lock held, ``m`` the current
+    manifest); writes the manifest when entries went. Returns the entries collected."""
+    if not m.garbage:
+        return 0
+    oldest = oldest_pinned(spec.root)
+    due = [e for e in m.garbage if "generation" in e and (oldest is None or oldest >= e["generation"])]
+    if not due:
+        return 0
+    spec = spec.with_shards(m.shards)
+    faults.hit("collect")
+    steps = itertools.count()  # shards done so far, over all entries (for the fault points)
+    done = [e for e in due if _delete(spec, e, steps)]
+    if not done:
+        return 0
+    faults.hit("collected")
+    m.garbage = [e for e in m.garbage if all(e is not d for d in done)]
+    m.save(spec.root)
+    return len(done)
+
+
+def start_writing(spec, m: mf.Manifest | None) -> None:
+    """What every writing command does first, holding the dataset lock: runs still
+    ``running`` belong to a job that died (they become ``interrupted``), and garbage no
+    reader needs any more is deleted."""
+    from ..model import runs
+
+    if m is None:
+        return
+    if runs.mark_interrupted(m):
+        m.save(spec.root)
+    collect_garbage(spec, m)
+
+
+def _delete(spec, e: dict, steps) -> bool:
+    """Delete one entry's data; False when some shard could not be done (kept for later)."""
+    kind = e["kind"]
+    shards = [e["shard"]] if kind == DOC_TABLES else range(spec.shards)
+    ok = True
+    for s in shards:
+        if next(steps):
+            faults.hit(_FAULT_BETWEEN_SHARDS[kind])
+        ok &= _in_shard(spec, s, lambda st: _delete_in(st, e))
+    if kind == ARRAY:
+        try:
+            os.unlink(os.path.join(spec.root, e["index"]))
+        except FileNotFoundError:
+            pass
+        except OSError:
+            ok = False
+    return ok
+
+
+def _delete_in(st, e: dict) -> None:
+    from ..kinds.base import drop_doc_table
+    from ..loading.worker import batch_key
+
+    if e["kind"] == BATCHES:
+        st.delete_range(None, batch_key(e["below"]))
+    elif e["kind"] == ARRAY:
+        st.drop_table(e["table"])
+    else:
+        for t in e["tables"]:
+            drop_doc_table(st, t)
+    st.sync()
+
+
+def _in_shard(spec, s: int, fn) -> bool:
+    """fn(store) on shard s opened for writing; False when it failed (best effort: the
+    entry stays listed and a later writer tries again)."""
+    from ..loading.worker import _open_shard
+
+    if not os.path.exists(spec.shard_path(s)):
+        return True
+    try:
+        st = _open_shard(spec, s, dict(spec.options))
+    except Exception:  # noqa: BLE001 - collection must never fail a writer
+        return False
+    try:
+        fn(st)
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+    finally:
+        st.close()

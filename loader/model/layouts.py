@@ -1,0 +1,341 @@
+"""Record layouts: one declaration, three views (numpy dtype, Arrow schema, Cap'n Proto struct).
+
+A layout is a named, ordered list of fixed-width fields, little-endian, packed with no
+padding. It is declared once in a TOML file (see schemas/scidb96.toml)::
+
+    name = "scidb96"
+    description = "..."
+    [fields]
+    d0 = "float64"
+    i0 = "int32"
+
+and looked up by name (``--layout NAME``) in, in order: the directories of
+``$BULKLOAD_SCHEMAS`` (colon-separated), ``./schemas/`` of the working directory, and
+the schemas shipped with the package; or given as a path to a ``.toml`` file.
+
+The Cap'n Proto ``Record`` struct is generated from the same declaration. Its data
+section is laid out by Cap'n Proto's own field-allocation rules; when those put every
+field at its packed offset and the record is a whole number of 8-byte words (true for
+``scidb96``), a Cap'n Proto record list *is* the raw record bytes (``framable``).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+import tempfile
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import LayoutError, UnknownLayoutError
+
+# type name -> (numpy code, size in bytes, Cap'n Proto type, is integer)
+TYPES: dict[str, tuple[str, int, str, bool]] = {
+    "int8": ("<i1", 1, "Int8", True),
+    "int16": ("<i2", 2, "Int16", True),
+    "int32": ("<i4", 4, "Int32", True),
+    "int64": ("<i8", 8, "Int64", True),
+    "uint8": ("<u1", 1, "UInt8", True),
+    "uint16": ("<u2", 2, "UInt16", True),
+    "uint32": ("<u4", 4, "UInt32", True),
+    "uint64": ("<u8", 8, "UInt64", True),
+    "float32": ("<f4", 4, "Float32", False),
+    "float64": ("<f8", 8, "Float64", False),
+}
+
+_NAME_RE = re.compile(r"^[a-z][A-Za-z0-9]*$")
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    type: str
+
+    @property
+    def size(self) -> int:
+        return TYPES[self.type][1]
+
+    @property
+    def is_integer(self) -> bool:
+        return TYPES[self.type][3]
+
+
+def capnp_offsets(sizes: list[int]) -> tuple[list[int], int]:
+    """Byte offsets Cap'n Proto gives data fields of these sizes, and the data words.
+
+    A transcription of the schema compiler's StructLayout (holes are reused,
+    a new word is split into halves whose upper parts become holes).
+    """
+    holes = [0] * 7  # holes[lg] = offset in units of 2**lg bits, 0 = none
+    words = 0
+
+    def try_allocate(lg: int) -> int | None:
+        if lg >= 6:
+            return None
+        if holes[lg]:
+            off, holes[lg] = holes[lg], 0
+            return off
+        nxt = try_allocate(lg + 1)
+        if nxt is None:
+            return None
+        holes[lg] = nxt * 2 + 1
+        return nxt * 2
+
+    offsets = []
+    for size in sizes:
+        lg = {1: 3, 2: 4, 4: 5, 8: 6}[size]
+        off = try_allocate(lg)
+        if off is None:
+            off = words << (6 - lg)
+            words += 1
+            o, g = off + 1, lg
+            while g < 6:
+                holes[g] = o
+                g += 1
+                o = (o + 1) // 2
+        offsets.append(off * size)
+    return offsets, words
+
+
+@dataclass(frozen=True)
+class Layout:
+    name: str
+    fields: tuple[Field, ...]
+    description: str = ""
+
+    #: fixed-size records (the variable-length layout ``docs`` is `loader.docs.DocsLayout`)
+    variable_length = False
+
+    def __post_init__(self) -> None:
+        if not self.fields:
+            raise LayoutError(f"layout {self.name!r} declares no fields")
+        seen = set()
+        for f in self.fields:
+            if not _NAME_RE.match(f.name):
+                raise LayoutError(
+                    f"layout {self.name!r}: field name {f.name!r} is not allowed; use a letter "
+                    "a-z then letters/digits (Cap'n Proto names: no underscores)"
+                )
+            if f.type not in TYPES:
+                raise LayoutError(
+                    f"layout {self.name!r}: field {f.name!r} has unknown type {f.type!r}; "
+                    f"use one of {', '.join(TYPES)}"
+                )
+            if f.name in seen:
+                raise LayoutError(f"layout {self.name!r}: field {f.name!r} is declared twice")
+            seen.add(f.name)
+
+    # --- numpy --------------------------------------------------------------
+    @functools.cached_property
+    def dtype(self) -> np.dtype:
+        """Packed little-endian structured dtype of one raw record."""
+        return np.dtype([(f.name, TYPES[f.type][0]) for f in self.fields])
+
+    @property
+    def record_size(self) -> int:
+        return self.dtype.itemsize
+
+    def field(self, name: str) -> Field:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+    @property
+    def names(self) -> list[str]:
+        return [f.name for f in self.fields]
+
+    # --- Cap'n Proto ----------------------------------------------------------
+    @functools.cached_property
+    def _capnp_layout(self) -> tuple[list[int], int]:
+        return capnp_offsets([f.size for f in self.fields])
+
+    @property
+    def capnp_words(self) -> int:
+        """Words in the Cap'n Proto Record data section."""
+        return self._capnp_layout[1]
+
+    @functools.cached_property
+    def capnp_dtype(self) -> np.dtype:
+        """dtype of one element of a Cap'n Proto List(Record) (data section only)."""
+        offsets, words = self._capnp_layout
+        return np.dtype(
+            {
+                "names": self.names,
+                "formats": [TYPES[f.type][0] for f in self.fields],
+                "offsets": offsets,
+                "itemsize": words * 8,
+            }
+        )
+
+    @property
+    def framable(self) -> bool:
+        """True when a List(Record) body is exactly the raw records, byte for byte."""
+        offsets, words = self._capnp_layout
+        return list(offsets) == [self.dtype.fields[n][1] for n in self.names] and (
+            words * 8 == self.record_size
+        )
+
+    @functools.cached_property
+    def capnp_id(self) -> int:
+        # Cap'n Proto aborts the process when two different files share an id: derive it
+        # from everything that goes into the file.
+        h = hashlib.blake2b((self.name + "\n" + self.capnp_body()).encode(), digest_size=8).digest()
+        return int.from_bytes(h, "big") | (1 << 63)
+
+    def capnp_body(self) -> str:
+        lines = ["struct Record {"]
+        for i, f in enumerate(self.fields):
+            lines.append(f"  {f.name} @{i} :{TYPES[f.type][2]};")
+        lines.append("}")
+        lines.append("")
+        lines.append("struct Batch {")
+        lines.append("  start @0 :UInt64;")
+        lines.append("  records @1 :List(Record);")
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+    def capnp_text(self) -> str:
+        """The .capnp schema file for this layout (Record and Batch)."""
+        return (
+            f"# Generated by bulkload from layout {self.name!r}; do not edit by hand.\n"
+            f"@{self.capnp_id:#x};\n\n" + self.capnp_body()
+        )
+
+    def capnp_module(self):
+        """The loaded pycapnp schema module (has .Record and .Batch).
+
+        The shipped schemas/NAME.capnp is used when it matches (one file per id per
+        process: pycapnp aborts on a second file with the same id).
+        """
+        text = self.capnp_text()
+        shipped = builtin_schema_dir() / f"{self.name}.capnp"
+        if shipped.is_file() and shipped.read_text() == text:
+            return _load_capnp_path(str(shipped))
+        return _load_capnp(text)
+
+    # --- Arrow ----------------------------------------------------------------
+    @functools.cached_property
+    def arrow_schema(self):
+        import pyarrow as pa
+
+        return pa.schema(
+            [pa.field(f.name, pa.from_numpy_dtype(np.dtype(TYPES[f.type][0])), nullable=False)
+             for f in self.fields],
+            metadata={"bulkload.layout": self.name},
+        )
+
+    # --- persistence ----------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "fields": [[f.name, f.type] for f in self.fields],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Layout":
+        """The layout a manifest or task describes (``docs`` gives `loader.docs.DOCS`)."""
+        if d.get("variable_length"):
+            from ..docs.layout import DOCS
+
+            return DOCS
+        return cls(d["name"], tuple(Field(n, t) for n, t in d["fields"]), d.get("description", ""))
+
+
+@functools.lru_cache(maxsize=None)
+def _load_capnp(text: str):
+    # pycapnp loads from files; keep one file per distinct schema text for the process.
+    d = Path(tempfile.gettempdir()) / f"bulkload-capnp-{os.getuid()}"
+    d.mkdir(parents=True, exist_ok=True)
+    name = "l" + hashlib.blake2b(text.encode(), digest_size=8).hexdigest() + ".capnp"
+    path = d / name
+    if not path.exists():
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    return _load_capnp_path(str(path))
+
+
+@functools.lru_cache(maxsize=None)
+def _load_capnp_path(path: str):
+    import capnp
+
+    return capnp.load(path, imports=[])
+
+
+def parse_layout_toml(text: str, origin: str) -> Layout:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise LayoutError(f"{origin}: not valid TOML: {e}") from None
+    unknown = set(data) - {"name", "description", "fields"}
+    if unknown:
+        raise LayoutError(f"{origin}: unknown key(s) {', '.join(sorted(unknown))}; "
+                          "a layout file has name, description and [fields]")
+    if "name" not in data or not isinstance(data.get("fields"), dict):
+        raise LayoutError(f"{origin}: a layout file needs `name = \"...\"` and a [fields] table")
+    fields = []
+    for k, v in data["fields"].items():
+        if not isinstance(v, str):
+            raise LayoutError(f"{origin}: field {k!r} must map to a type name string, got {v!r}")
+        fields.append(Field(k, v))
+    return Layout(str(data["name"]), tuple(fields), str(data.get("description", "")))
+
+
+def _search_dirs() -> list[Path]:
+    dirs = [Path(p) for p in os.environ.get("BULKLOAD_SCHEMAS", "").split(":") if p]
+    dirs.append(Path.cwd() / "schemas")
+    return dirs
+
+
+def builtin_schema_dir() -> Path:
+    return Path(str(resources.files("loader.schemas")))
+
+
+def available_layouts() -> list[str]:
+    names = set()
+    for d in [*_search_dirs(), builtin_schema_dir()]:
+        if d.is_dir():
+            names.update(p.stem for p in d.glob("*.toml"))
+    names.add("docs")
+    return sorted(names)
+
+
+def get_layout(name_or_path: str | Layout) -> Layout:
+    """Find a layout by name or by path to its .toml file."""
+    if isinstance(name_or_path, Layout) or getattr(name_or_path, "variable_length", False):
+        return name_or_path
+    ref = str(name_or_path)
+    if ref == "docs":  # the built-in variable-length layout (loader/docs.py)
+        from ..docs.layout import DOCS
+
+        return DOCS
+    if ref.endswith(".toml") or os.sep in ref:
+        p = Path(ref)
+        if not p.is_file():
+            raise UnknownLayoutError(f"layout file {ref} does not exist")
+        return parse_layout_toml(p.read_text(), str(p))
+    return _get_named(ref, tuple(str(d) for d in _search_dirs()))
+
+
+@functools.lru_cache(maxsize=None)
+def _get_named(name: str, dirs: tuple[str, ...]) -> Layout:
+    for d in [*map(Path, dirs), builtin_schema_dir()]:
+        p = d / f"{name}.toml"
+        if p.is_file():
+            layout = parse_layout_toml(p.read_text(), str(p))
+            if layout.name != name:
+                raise LayoutError(f"{p}: declares name {layout.name!r}, expected {name!r}")
+            return layout
+    raise UnknownLayoutError(
+        f"unknown layout {name!r}; known layouts: {', '.join(available_layouts()) or 'none'} "
+        "(declare one in schemas/NAME.toml or pass a path to a .toml file)"
+    )
+

@@ -1,0 +1,244 @@
+"""The manifest: the one place that says what a dataset holds.
+
+``ROOT/manifest.json`` is replaced atomically (write a temp file, fsync, rename, fsync
+the directory). A batch exists for readers only once the manifest lists it, so a crash
+at any point leaves the last committed state. Store keys of batches at or above
+``next_seq`` are uncommitted leftovers and are removed by the next writer.
+
+Every write increments ``generation`` (absent in old manifests: 0). A writer that makes
+committed data unreachable for new readers (compact, finalize, a documents compaction)
+lists it in ``garbage`` in the same write (each entry stamped with that write's
+generation); loader/garbage.py deletes it once no reader pins an older generation
+(loader/snapshots.py).
+
+Reading checks the file first (manifest_check.py): a manifest.json that is not valid JSON
+or not a valid manifest raises ManifestError naming it and the problem, so no command
+acts on it (a deleted ``batches`` must not read as "empty" and be written over).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..infra.fsatomic import fsync_dir
+from ..errors import DatasetNotFoundError, ManifestError, StoreError
+from .layouts import Layout
+
+MANIFEST = "manifest.json"
+VERSION = 1
+
+
+@dataclass
+class BatchEntry:
+    seq: int
+    shard: int
+    first: int  # dataset record index of the batch's first record
+    count: int
+    checksum: int  # xxh3_64 of the stored value (keyed: of the batch's range scan, see record_kinds)
+    nbytes: int  # stored value size (keyed: of all its values)
+    # keyed records (layout docs) only: the batch's documents are one value each under
+    # their ids lo..hi (inclusive) in `table` of its shard; `first`/`count` are then the
+    # batch's place in the plan (files or generator records), `docs` the documents stored
+    # (fewer than `count` when bad files were skipped), `text_bytes` their text
+    lo: int | None = None
+    hi: int | None = None
+    docs: int | None = None
+    table: str | None = None
+    text_bytes: int | None = None
+
+    @property
+    def keyed(self) -> bool:
+        return self.table is not None
+
+    @property
+    def records(self) -> int:
+        """Records (documents) stored by this batch."""
+        return self.count if self.docs is None else self.docs
+
+    def row(self) -> list:
+        base = [self.seq, self.shard, self.first, self.count, self.checksum, self.nbytes]
+        if self.table is None:
+            return base
+        return base + [self.lo, self.hi, self.docs, self.table, self.text_bytes]
+
+
+@dataclass
+class Manifest:
+    layout: dict
+    format: str
+    compression: str
+    scheme: str
+    shards: int
+    batch_records: int
+    batches: list[BatchEntry] = field(default_factory=list)
+    runs: list[dict] = field(default_factory=list)
+    arrays: dict = field(default_factory=dict)
+    files: dict = field(default_factory=dict)  # ingested inputs: name -> {size, xxh3, run, ...}
+    dataset_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    created: float = field(default_factory=time.time)
+    version: int = VERSION
+    generation: int = 0  # incremented by every save: what readers pin (snapshots.py)
+    garbage: list[dict] = field(default_factory=list)  # unreferenced data kept for older readers (garbage.py)
+    extra: dict = field(default_factory=dict)  # keys written by newer code: kept as they are
+
+    # --- derived -------------------------------------------------------------
+    @property
+    def layout_obj(self) -> Layout:
+        return Layout.from_dict(self.layout)
+
+    @property
+    def next_seq(self) -> int:
+        return self.batches[-1].seq + 1 if self.batches else 0
+
+    @property
+    def records(self) -> int:
+        return sum(b.records for b in self.batches)
+
+    @property
+    def next_record(self) -> int:
+        last = self.batches[-1] if self.batches else None
+        return last.first + last.count if last else 0
+
+    @property
+    def stored_bytes(self) -> int:
+        return sum(b.nbytes for b in self.batches)
+
+    # --- persistence -----------------------------------------------------------
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["batches"] = [b.row() for b in self.batches]
+        extra = d.pop("extra")
+        return {**extra, **d}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Manifest":
+        d = dict(d)
+        d["batches"] = [BatchEntry(*row) for row in d.get("batches", [])]
+        known = set(cls.__dataclass_fields__)
+        extra = {k: d.pop(k) for k in list(d) if k not in known}
+        return cls(**d, extra=extra)
+
+    def save(self, root: str | os.PathLike) -> None:
+        from ..infra import faults
+
+        faults.hit("save")
+        self.generation += 1
+        for entry in self.garbage:  # new entries: unreferenced from this write on
+            entry.setdefault("generation", self.generation)
+        write_json_atomic(Path(root) / MANIFEST, self.to_json())
+        faults.hit("saved")
+
+    def mark_arrays_stale(self) -> None:
+        """Records were appended: the 2-D arrays no longer cover every record."""
+        for summary in self.arrays.values():
+            summary["stale"] = True
+
+
+def write_json_atomic(path: Path, obj) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w") as f:
+            json.dump(obj, f, separators=(",", ":"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fsync_dir(str(path.parent))
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise StoreError(f"could not write {path}: {e.strerror or e}; "
+                         "the previous manifest is intact - free space or fix permissions and retry") from e
+
+
+def open_manifest(root: str | os.PathLike, uri: str | None = None):
+    """The manifest file, open for reading (binary); DatasetNotFoundError when there is none."""
+    try:
+        return open(Path(root) / MANIFEST, "rb")
+    except FileNotFoundError:
+        raise DatasetNotFoundError(
+            f"no dataset at {uri or root} (no {MANIFEST}); load one first with `bulkload load`"
+        ) from None
+    except NotADirectoryError:
+        raise DatasetNotFoundError(f"no dataset at {uri or root}: {root} is a file, not a dataset "
+                                   "directory; check the path") from None
+    except OSError as e:
+        raise _invalid(Path(root) / MANIFEST, f"it cannot be read ({e.strerror or e})", "$") from None
+
+
+def load_manifest(root: str | os.PathLike, uri: str | None = None) -> Manifest:
+    """The manifest of the dataset at ``root``, checked (manifest_check.py): a file that is
+    not a valid manifest raises ManifestError naming it and the problem."""
+    with open_manifest(root, uri) as f:
+        return read_manifest(f)
+
+
+def read_manifest(f) -> Manifest:
+    """The manifest in the open (binary) file ``f``, checked (see `load_manifest`)."""
+    from .manifest_check import problem
+
+    path = Path(f.name)
+    try:
+        data = f.read()
+    except OSError as e:
+        raise _invalid(path, f"it cannot be read ({e.strerror or e})", "$") from None
+    try:
+        obj = json.loads(data)
+    except UnicodeDecodeError as e:
+        raise _invalid(path, "it is not UTF-8 text", f"byte {e.start}") from None
+    except json.JSONDecodeError as e:
+        raise _invalid(path, f"invalid JSON: {e.msg}", f"line {e.lineno} column {e.colno}") from None
+    found = problem(obj)
+    if found is not None:
+        raise _invalid(path, *found)
+    return Manifest.from_json(obj)
+
+
+def _invalid(path: Path, what: str, where: str) -> ManifestError:
+    return ManifestError(f"{path} is not a valid bulkload manifest: {what} (at {where}); nothing was "
+                         "written - restore the file from a backup (or re-create the dataset with --replace)")
+
+
+def read_dataset_id(root: str | os.PathLike) -> str | None:
+    """The id of the dataset now at ``root`` (changes when --replace swaps in a new one)."""
+    try:
+        with open(Path(root) / MANIFEST) as f:
+            return json.load(f).get("dataset_id")
+    except (OSError, ValueError):
+        return None
+
+
+def exists(root: str | os.PathLike) -> bool:
+    return (Path(root) / MANIFEST).is_file()
+
+
+def enclosing_dataset(root: str | os.PathLike) -> str | None:
+    """The directory of a dataset that ``root`` would lie inside, or None: an ancestor
+    holding a manifest, or a ``.NAME.replacing`` build (replace.py). Its compaction
+    (shards rebuilt and swapped) or a --replace would silently delete a dataset inside it."""
+    d = os.path.dirname(os.path.realpath(root))
+    while True:
+        name = os.path.basename(d)
+        if exists(d) or (name.startswith(".") and name.endswith(".replacing") and len(name) > 11):
+            return d
+        parent = os.path.dirname(d)
+        if parent == d:
+            return None
+        d = parent
+
+
+def new_run(kind: str, **details) -> dict:
+    return {
+        "id": uuid.uuid4().hex[:12],
+        "kind": kind,
+        "status": "running",
+        "started": time.time(),
+        "ended": None,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        **details,
+    }

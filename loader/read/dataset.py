@@ -1,0 +1,399 @@
+"""Reading a dataset: `open(uri) -> Dataset`.
+
+A Dataset is a snapshot: it reads the manifest once, so it sees exactly the batches
+committed when it was opened, whatever a writer does meanwhile. Shards are opened
+read-only and lazily (readers never block a writer). The reader pins the manifest's
+generation until `close` (loader/snapshots.py): data that compact / finalize replace
+stays on disk while a reader may need it (loader/garbage.py). When something the
+snapshot names is gone anyway, the error says why: DatasetReplacedError (``load
+--replace`` swapped in a new dataset), SnapshotExpiredError (an unpinned reader's data
+was collected) - both mean "open it again" - or VerifyError (the store lost data: real
+corruption). `verify` re-checks a dataset that moved on while it ran instead of
+reporting its vanished data as corrupt.
+
+Documents (layout ``docs``): `Dataset.get(id)` -> `Doc` (id, created_at, text str),
+`get_many(ids)` -> (DocBatch of the found ones, in the order asked; missing ids),
+`scan(start_id, stop_id)` -> DocBatch of ids in [start, stop) in id order
+(``.to_arrow()`` for a pyarrow RecordBatch); see docs_access.py.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Iterator
+
+import numpy as np
+import xxhash
+
+from ..model import manifest as mf
+from ..errors import CorruptBatchError, DatasetReplacedError, StoreError, UsageError
+from ..stores.health import batch_message, check_shard, check_value, committed_shards, shard_problems
+from ..serializers import get_serializer
+from ..stores.base import ShardStore, parse_dataset_uri
+from ..loading.worker import batch_key
+
+
+@dataclass
+class VerifyReport:
+    dataset: str
+    ok: bool
+    batches: int
+    records: int
+    problems: list[dict] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+#: times `verify` starts over on a dataset that moved on while it was verified
+VERIFY_ATTEMPTS = 4
+
+
+class Dataset:
+    def __init__(self, uri: str, pin: bool = True):
+        from .snapshots import read_snapshot
+
+        self.spec = parse_dataset_uri(uri)
+        self.uri = self.spec.uri
+        self._opened_as = (uri, pin)
+        self.manifest, self._ident, self._pin = read_snapshot(self.spec.root, uri, pin)
+        self.layout = self.manifest.layout_obj
+        self.serializer = (None if self.layout.variable_length  # documents: see docs_access.py
+                           else get_serializer(self.manifest.format, self.layout, self.manifest.compression))
+        self._shards: dict[int, ShardStore] = {}
+        self._firsts = [b.first for b in self.manifest.batches]
+        self._docs = None
+
+    # --- handles -----------------------------------------------------------------
+    def require_shard(self, i: int) -> None:
+        """Raise MissingShardError / CorruptStoreError if shard i, which holds committed
+        batches, is missing or damaged (a shard with no batches may be absent)."""
+        damage = check_shard(self.spec, i, committed_shards(self.manifest).get(i))
+        if damage is not None and damage.batches:
+            raise damage.error()
+
+    def shard(self, i: int, random_reads: bool = False) -> ShardStore:
+        """Shard i, opened read-only on first use; ``random_reads`` (chunk and document
+        reads) turns OS readahead off when this call opens it."""
+        st = self._shards.get(i)
+        if st is None:
+            self.require_shard(i)
+            opts = dict(self.spec.options)
+            if (random_reads or self.layout.variable_length) and self.spec.scheme != "rocksdb":
+                opts.setdefault("readahead", "0")
+            st = self.spec.backend.open(self.spec.shard_path(i), write=False, options=opts)
+            # after opening: if the manifest still names our dataset, the shard is ours
+            # (`load --replace` swaps in a whole new directory; see replace.py)
+            replaced = self._replaced()
+            if replaced is not None:
+                st.close()
+                raise replaced
+            self._shards[i] = st
+        return st
+
+    def _replaced(self):
+        """DatasetReplacedError when ``load --replace`` swapped in another dataset, else None."""
+        if mf.read_dataset_id(self.spec.root) == self.manifest.dataset_id:
+            return None
+        from ..errors import DatasetReplacedError
+
+        return DatasetReplacedError(f"dataset {self.uri} was replaced (load --replace) after it was "
+                                    "opened; open it again to read the new content")
+
+    @property
+    def pinned(self) -> bool:
+        """Whether this reader holds a pin on its snapshot (loader/snapshots.py)."""
+        return self._pin is not None
+
+    def moved_on(self):
+        """Why data of this snapshot may be gone from the stores, as the error to raise
+        (DatasetReplacedError, or SnapshotExpiredError for an unpinned reader after a
+        manifest write), or None while the snapshot is whole."""
+        from .snapshots import manifest_ident
+
+        now = manifest_ident(self.spec.root)
+        if now == self._ident:
+            return None
+        replaced = self._replaced()
+        if replaced is not None:
+            return replaced
+        if self.pinned:  # the same dataset, our data pinned: remember this manifest as checked
+            self._ident = now
+            return None
+        from ..errors import SnapshotExpiredError
+
+        return SnapshotExpiredError(f"dataset {self.uri} changed since this reader opened it (compact/finalize "
+                                    "removed data of its snapshot); open it again")
+
+    def missing(self, problem: str):
+        """The error for data of this snapshot that a store does not have: the dataset
+        moved on (see `moved_on`), or else a VerifyError saying ``problem``."""
+        from ..errors import VerifyError
+
+        return self.moved_on() or VerifyError(problem)
+
+    def close(self) -> None:
+        for st in self._shards.values():
+            st.close()
+        self._shards.clear()
+        if self._pin is not None:
+            self._pin.release()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # --- metadata ----------------------------------------------------------------
+    @property
+    def records(self) -> int:
+        return self.manifest.records
+
+    def problems(self) -> list[dict]:
+        """The shards the manifest lists committed batches in that are missing or damaged
+        (integrity.py): shard, path, batches, problem."""
+        return [p.to_dict() for p in shard_problems(self.spec, self.manifest)]
+
+    def _disk_bytes(self, damaged: set[int]) -> int:
+        m = self.manifest
+        if not m.batches:
+            return 0
+        return sum(self.shard(i).nbytes() for i in range(m.shards)
+                   if i not in damaged and os.path.isdir(self.spec.shard_path(i)))
+
+    def info(self) -> dict:
+        """What the dataset holds (layout, format, counts, bytes, runs, arrays) and its
+        ``problems``: missing or damaged shards, see `problems`."""
+        m = self.manifest
+        problems = self.problems()
+        disk = self._disk_bytes({p["shard"] for p in problems})
+        if self.layout.variable_length:
+            text = sum(b.text_bytes or 0 for b in m.batches)
+            return {
+                "dataset": self.uri, "path": self.spec.root, "layout": m.layout, "record_size": "variable",
+                "format": m.format, "compression": m.compression, "store": m.scheme, "shards": m.shards,
+                "records": m.records, "batches": len(m.batches), "batch_records": m.batch_records,
+                "record_bytes": text, "text_bytes": text, "stored_bytes": m.stored_bytes,
+                "disk_bytes": disk, "runs": self._runs(), "arrays": m.arrays, "generation": m.generation,
+                "garbage": m.garbage, "problems": problems,
+            }
+        return {
+            "dataset": self.uri,
+            "path": self.spec.root,
+            "layout": m.layout,
+            "record_size": self.layout.record_size,
+            "format": m.format,
+            "compression": m.compression,
+            "store": m.scheme,
+            "shards": m.shards,
+            "records": m.records,
+            "batches": len(m.batches),
+            "batch_records": m.batch_records,
+            "record_bytes": m.records * self.layout.record_size,
+            "stored_bytes": m.stored_bytes,
+            "disk_bytes": disk,
+            "runs": self._runs(),
+            "arrays": m.arrays,
+            "generation": m.generation,
+            "garbage": m.garbage,
+            "problems": problems,
+        }
+
+    def _runs(self) -> list[dict]:
+        from ..infra.lock import is_held
+        from ..model.runs import as_seen
+
+        return as_seen(self.manifest, job_running=is_held(self.spec.root))
+
+    # --- documents (layout docs) ----------------------------------------------------
+    @property
+    def docs(self):
+        """The document reader (docs_access.DocReader); UsageError for fixed-size layouts."""
+        if not self.layout.variable_length:
+            raise UsageError(f"dataset {self.uri} holds fixed-size {self.layout.name} records, not documents; "
+                             "use read_records / iter_batches")
+        if self._docs is None:
+            from ..docs.access import DocReader
+
+            self._docs = DocReader(self)
+        return self._docs
+
+    def get(self, doc_id: int):
+        """The document with this id: Doc(id, created_at, text); NotFoundError "id N not found"."""
+        return self.docs.get(doc_id)
+
+    def get_many(self, ids):
+        """(DocBatch of the documents found, in the order asked; list of the ids not found)."""
+        return self.docs.get_many(ids)
+
+    def scan(self, start_id: int = 0, stop_id: int | None = None):
+        """Documents with start_id <= id < stop_id (None: to the end), in id order, as a
+        DocBatch (``.to_arrow()`` gives a pyarrow RecordBatch: id, created_at, text)."""
+        return self.docs.scan(start_id, stop_id)
+
+    # --- reading -----------------------------------------------------------------
+    def _fixed_only(self, what: str) -> None:
+        if self.layout.variable_length:
+            raise UsageError(f"{what} reads fixed-size records; dataset {self.uri} holds documents: "
+                             "use get / get_many / scan")
+
+    def _value(self, b: mf.BatchEntry):
+        v = self.shard(b.shard).get(batch_key(b.seq))
+        if v is None:
+            raise self.moved_on() or CorruptBatchError(batch_message(self.uri, b, "missing from the store"))
+        return v
+
+    def _checked_value(self, b: mf.BatchEntry):
+        """The batch's stored value, after checking its size and xxh3 against the manifest
+        row (CorruptBatchError naming shard and batch): memory speed, before any decode."""
+        v = self._value(b)
+        check_value(self.uri, b, v)
+        return v
+
+    def _decode(self, b: mf.BatchEntry) -> np.ndarray:
+        _, recs = self.serializer.decode(self._checked_value(b))
+        return recs
+
+    def iter_batches(self) -> Iterator[tuple[int, np.ndarray]]:
+        """(first record index, records) of every committed batch, in record order."""
+        self._fixed_only("iter_batches")
+        for b in self.manifest.batches:
+            yield b.first, self._decode(b)
+
+    def read_records(self, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """Records [start, stop) as a numpy structured array of the layout's dtype."""
+        self._fixed_only("read_records")
+        n = self.manifest.records
+        stop = n if stop is None else stop
+        if not (0 <= start <= stop <= n):
+            raise UsageError(f"record range {start}:{stop} is outside 0:{n} of {self.uri}")
+        out = np.empty(stop - start, dtype=self.layout.dtype)
+        bs = self.manifest.batches
+        i = max(0, bisect.bisect_right(self._firsts, start) - 1)
+        pos = start
+        while pos < stop:
+            b = bs[i]
+            recs = self._decode(b)
+            lo, hi = pos - b.first, min(stop, b.first + b.count) - b.first
+            out[pos - start: pos - start + hi - lo] = recs[lo:hi]
+            pos += hi - lo
+            i += 1
+        return out
+
+    def to_arrow(self):
+        import pyarrow as pa
+
+        if self.layout.variable_length:
+            return pa.Table.from_batches([self.scan().to_arrow()])
+        schema = self.layout.arrow_schema
+        tables = [records_to_arrow(recs, schema) for _, recs in self.iter_batches()]
+        return pa.concat_tables(tables) if tables else schema.empty_table()
+
+    # --- 2-D arrays (see redimension.py, query.py) ---------------------------------------
+    def arrays(self) -> list[dict]:
+        """The 2-D arrays of this dataset: dims, chunking, bounds, cell counts."""
+        from ..arrays.query import list_arrays
+
+        return list_arrays(self)
+
+    def read_box(self, array: str = "grid", attrs: list[str] | None = None, **ranges):
+        """Cells of ``array`` inside the half-open box, e.g. ``read_box(i0=(2, 5), i1=(0, 100))``,
+        as a pyarrow.Table: dimension columns, then attributes, in row-major cell order."""
+        from ..arrays.query import read_box
+
+        return read_box(self, array, attrs, ranges)
+
+    # --- verification --------------------------------------------------------------
+    def verify(self) -> VerifyReport:
+        """Recompute every batch's checksum and count; list what does not match.
+
+        Problems are reported only when this snapshot is still whole: when the dataset
+        moved on while it was checked (replaced, or an unpinned reader's data collected),
+        the dataset as it is now is verified again (a few times, then the "open it
+        again" error is raised) - a healthy dataset is never reported corrupt."""
+        from ..errors import DatasetReplacedError
+
+        ds = self
+        try:
+            for _ in range(VERIFY_ATTEMPTS):
+                try:
+                    report = ds._verify_snapshot()
+                    moved = None if report.ok else ds.moved_on()
+                except DatasetReplacedError as e:
+                    moved = e
+                if moved is None:
+                    return report
+                if ds is not self:
+                    ds.close()
+                ds = Dataset(*self._opened_as)
+            raise moved
+        finally:
+            if ds is not self:
+                ds.close()
+
+    def _verify_snapshot(self) -> VerifyReport:
+        """One pass of `verify` over this snapshot. A shard that is missing or damaged is
+        one problem (its batches are not read); the other shards are still verified."""
+        problems = []
+        broken: set[int] = set()
+        for b in self.manifest.batches:
+            if b.shard in broken:
+                continue
+            where = {"shard": b.shard, "batch": b.seq, "first_record": b.first}
+            try:
+                problem = self.docs.verify_batch(b) if b.keyed else self._batch_problem(b)
+            except StoreError as e:  # the shard is missing or damaged: one problem for it
+                broken.add(b.shard)
+                problems.append({"shard": b.shard, "batch": None, "first_record": None,
+                                 "batches": committed_shards(self.manifest)[b.shard], "problem": str(e)})
+                continue
+            except DatasetReplacedError:
+                raise  # the dataset moved on: `verify` checks it again as it is now
+            except Exception as e:  # noqa: BLE001 - every failure is a finding
+                problem = f"unreadable: {e}"
+            if problem is not None:
+                problems.append({**where, **({"ids": [b.lo, b.hi]} if b.keyed else {}), "problem": problem})
+        if self.manifest.arrays:
+            from ..arrays.finalize import verify_arrays
+
+            try:
+                problems.extend(verify_arrays(self))
+            except StoreError as e:
+                problems.append({"shard": None, "batch": None, "first_record": None,
+                                 "problem": f"arrays: {e}"})
+        return VerifyReport(self.uri, not problems, len(self.manifest.batches), self.manifest.records,
+                            problems)
+
+    def _batch_problem(self, b: mf.BatchEntry) -> str | None:
+        """Why a fixed-size batch is not intact in its shard, or None."""
+        v = self.shard(b.shard).get(batch_key(b.seq))
+        if v is None:
+            return "missing from the store"
+        v = bytes(v)
+        if len(v) != b.nbytes:
+            return f"size {len(v)} != {b.nbytes} in the manifest"
+        if xxhash.xxh3_64_intdigest(v) != b.checksum:
+            return "checksum mismatch (stored bytes changed)"
+        try:
+            start, recs = self.serializer.decode(v)
+        except Exception as e:  # noqa: BLE001 - every failure is a finding
+            return f"undecodable: {e}"
+        if len(recs) != b.count or start != b.first:
+            return f"holds {len(recs)} records from {start}, manifest says {b.count} from {b.first}"
+        return None
+
+
+def records_to_arrow(recs: np.ndarray, schema):
+    import pyarrow as pa
+
+    return pa.Table.from_arrays([pa.array(recs[name]) for name in schema.names], schema=schema)
+
+
+def open(uri: str, pin: bool = True) -> Dataset:  # noqa: A001 - the public API is loader.open
+    """A snapshot reader of the dataset at ``uri`` (close it, or use ``with``). ``pin=False``
+    reads without pinning the snapshot: a compaction may then remove its data (reads
+    raise SnapshotExpiredError), but the reader never holds garbage back."""
+    return Dataset(uri, pin)

@@ -1,0 +1,109 @@
+"""Damage a dataset can have that its manifest cannot hide: missing or broken shards, and
+batches whose stored bytes no longer have the checksum the manifest lists.
+
+- `shard_problems(spec, m)`: every shard the manifest lists committed records in is
+  checked with its backend's cheap `check(path)` (the directory exists; LMDB: data.mdb
+  with two valid meta pages, long enough for its pages in use; RocksDB: CURRENT naming
+  an existing MANIFEST). `info` reports what it finds ("DAMAGED: ..."); writers call
+  `require_shards` after taking the lock and before any write, so that a load never
+  re-creates a missing shard empty (which would make the manifest's batches in it
+  silently unreadable) - workers, too, are told which shards must already exist.
+- `check_value(uri, b, value)`: a batch value read back is compared with the size and
+  xxh3 of its manifest row before it is decoded (memory speed); a mismatch raises
+  CorruptBatchError naming the shard and the batch.
+
+Pure checks: nothing here writes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass
+
+import xxhash
+
+from ..errors import CorruptBatchError, CorruptStoreError, MissingShardError
+
+REBUILD = ("restore the shard from a backup, or rebuild the dataset with "
+           "`bulkload load SOURCE DATASET --replace`")
+
+
+@dataclass
+class ShardProblem:
+    shard: int
+    path: str
+    batches: int | None  # committed batches (with records) the manifest lists in the shard
+    problem: str  # "missing", "no data.mdb in it ...", "data.mdb is truncated ..."
+
+    @property
+    def missing(self) -> bool:
+        return self.problem == "missing" or self.problem.startswith("no ")
+
+    def message(self, writing: bool = False) -> str:
+        what = "is missing" if self.problem == "missing" else f"is damaged ({self.problem})"
+        listed = "" if self.batches is None else f"{self.batches} "
+        done = ", nothing was written" if writing else ""
+        return (f"shard {self.shard} ({self.path}) {what}, but the manifest lists {listed}committed batches in "
+                f"it; the dataset is damaged{done} - {REBUILD}")
+
+    def line(self) -> str:
+        """One line for `bulkload info`."""
+        return f"DAMAGED: shard {self.shard} ({self.path}) {self.problem} ({self.batches} committed batches)"
+
+    def error(self, writing: bool = False):
+        cls = MissingShardError if self.missing else CorruptStoreError
+        return cls(self.message(writing))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def committed_shards(m) -> Counter:
+    """shard -> number of committed batches holding records in it."""
+    return Counter(b.shard for b in m.batches if b.records)
+
+
+def check_shard(spec, shard: int, batches: int | None = None) -> ShardProblem | None:
+    """What is wrong with a shard that must exist, or None."""
+    path = spec.shard_path(shard)
+    found = spec.backend.check(path)
+    return None if found is None else ShardProblem(shard, path, batches, found)
+
+
+def shard_problems(spec, m) -> list[ShardProblem]:
+    """The shards with committed batches that are missing or are not sound stores."""
+    found = (check_shard(spec, s, n) for s, n in sorted(committed_shards(m).items()))
+    return [p for p in found if p is not None]
+
+
+def require_shards(spec, m) -> None:
+    """Raise (MissingShardError / CorruptStoreError) unless every shard the manifest lists
+    committed batches in is there and sound: a writer calls this before writing."""
+    problems = shard_problems(spec, m) if m is not None else []
+    if problems:
+        err = problems[0].error(writing=True)
+        if len(problems) > 1:
+            err.args = (f"{err.args[0]} (and {len(problems) - 1} more damaged shard(s): "
+                        f"{', '.join(str(p.shard) for p in problems[1:])})",)
+        raise err
+
+
+def existing_shards(m) -> tuple[int, ...]:
+    """The shards a worker must find on disk (never create afresh)."""
+    return tuple(sorted(committed_shards(m))) if m is not None else ()
+
+
+def check_value(uri: str, b, value) -> None:
+    """Raise CorruptBatchError unless ``value`` has the size and xxh3 of manifest row ``b``."""
+    if len(value) == b.nbytes and xxhash.xxh3_64_intdigest(value) == b.checksum:
+        return
+    what = (f"{len(value)} bytes stored, {b.nbytes} in the manifest" if len(value) != b.nbytes
+            else "checksum mismatch")
+    raise CorruptBatchError(batch_message(uri, b, f"stored bytes changed ({what})"))
+
+
+def batch_message(uri: str, b, what: str) -> str:
+    where = f"documents {b.lo}..{b.hi}" if b.keyed else f"first record {b.first}"
+    return (f"shard {b.shard} batch {b.seq} ({where}) of {uri}: {what}; run `bulkload verify {uri}` to list "
+            "every damaged batch, then restore the dataset from a backup or rebuild it with "
+            "`bulkload load SOURCE DATASET --replace`")
