@@ -1,6 +1,6 @@
 """Build the C parts of bulkload (metadata lives in pyproject.toml).
 
-* ``loader._gen``: the in-process C generators (a CPython extension).
+* ``loader.sources._gen``: the in-process C generators (a CPython extension).
 * ``bulkload-gen``: the standalone generator program. It is compiled by the
   ``build_scripts`` step below and installed as a "script", i.e. into the environment's
   ``bin/`` next to ``python`` (``pip install .`` and ``pip install -e .`` alike).
@@ -71,14 +71,14 @@ class build_generator_program(build_scripts):
 setup(
     ext_modules=[
         Extension(
-            "loader._gen",
+            "loader.sources._gen",
             sources=[f"{GEN_DIR}/_genmodule.c", f"{GEN_DIR}/scidb96.c", f"{GEN_DIR}/docs_gen.c"],
             include_dirs=[GEN_DIR],
             depends=GEN_HEADERS,
             extra_compile_args=CFLAGS,
         ),
         Extension(
-            "loader._docsio",
+            "loader.docs._docsio",
             sources=[f"{GEN_DIR}/_docsiomodule.c"],
             extra_compile_args=CFLAGS,
         ),

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loader._docsio import block_columns
+from loader.docs._docsio import block_columns
 from loader.docs.layout import DocBatch
 from loader.docs.blocks import (HEADER_BYTES, LMDB_PAGE, LMDB_PAGE_HEADER, BlockReader, Packer, block_count,
                                 block_first_id, block_target)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loader import _gen
+from loader.sources import _gen
 from loader.docs import gen as docs_gen
 from loader.docs.layout import DocBatch
 from loader.docs.gen import CREATED_MAX, CREATED_MIN, TEXT_MAX, generate_docs

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loader import _docsio
+from loader.docs import _docsio
 from loader.docs import json_dir as J
 from loader.docs.layout import DocBatch, sort_by_id
 from loader.docs.gen import generate_docs

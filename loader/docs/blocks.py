@@ -41,7 +41,7 @@ from bisect import bisect_right
 import numpy as np
 import zstandard
 
-from .._docsio import block_columns
+from ._docsio import block_columns
 
 from .layout import DocBatch
 from ..errors import UsageError, VerifyError

@@ -26,7 +26,7 @@ For document i (0 <= i < 2**64) of stream seed (0 <= seed < 2**64), with
    4 base-95 digits of ``w % 95**4``, most significant first; words are taken until L
    characters are written (the surplus characters of the last word are dropped).
 
-Two implementations give the same bytes: ``impl="c"`` (``loader._gen``, generators/
+Two implementations give the same bytes: ``impl="c"`` (``loader.sources._gen``, generators/
 docs_gen.c; > 1 GB/s of text per core, the GIL released) and ``impl="numpy"``
 (vectorised, the reference the C code is tested against).
 """

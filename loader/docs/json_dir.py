@@ -6,7 +6,7 @@
 (path and reason): with ``on_bad_file="fail"`` the first one raises `BadFileError`,
 with ``"skip"`` they are returned for the run report.
 
-Both are built for a million files: the C extension `loader._docsio` lists the directory
+Both are built for a million files: the C extension `loader.docs._docsio` lists the directory
 (one readdir pass; the ids of canonical names come back as one uint64 buffer) and reads a
 batch of files into one buffer laid out as a JSON array, which msgspec decodes at once
 (`parse_batch_fast` says why that cannot accept a bad file). A batch with a bad file is
@@ -117,7 +117,7 @@ class DirListing(Sequence):
 
     def stat(self) -> tuple["DirListing", np.ndarray, np.ndarray]:
         """(the files still there, their sizes, their mtimes in ns): one stat(2) each, in C."""
-        from .._docsio import stat_batch
+        from ._docsio import stat_batch
 
         sizes, mtimes, errnos = stat_batch(self.directory, self.ids, self.names() if self.odd else None)
         there = np.frombuffer(errnos, np.int32) == 0
@@ -184,7 +184,7 @@ def scan_json_dir(directory, on_bad_file: str = "fail") -> tuple[DirListing, lis
         from ..errors import MissingPathError
 
         raise MissingPathError(f"{directory} is not a directory of <id>.json files")
-    from .. import _docsio
+    from . import _docsio
 
     raw, odd_names = _docsio.scan_dir(directory)
     ids = np.sort(np.frombuffer(raw, np.uint64))  # canonical names: one per id
@@ -287,7 +287,7 @@ class _Read:
 
     @classmethod
     def of(cls, directory, ids: np.ndarray, names=None) -> "_Read":
-        from .. import _docsio
+        from . import _docsio
 
         buf, spans, errnos, braced = _docsio.read_batch(directory, np.ascontiguousarray(ids, np.uint64), names)
         return cls(buf, np.frombuffer(spans, np.int64).reshape(-1, 2), np.frombuffer(errnos, np.int32),

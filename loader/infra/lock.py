@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from ..errors import DatasetBusyError, NestedDatasetError, NotWritableError
+from .paths import enclosing_dataset
 
 LOCK = ".lock"
 
@@ -74,9 +75,7 @@ class DatasetLock:
 
 
 def refuse_nested(root: str) -> None:
-    """Every writer's first check: no dataset inside another one (manifest.enclosing_dataset)."""
-    from ..model.manifest import enclosing_dataset
-
+    """Every writer's first check: no dataset inside another one (paths.enclosing_dataset)."""
     outer = enclosing_dataset(root)
     if outer is not None:
         raise NestedDatasetError(

@@ -18,12 +18,12 @@ import os
 import shutil
 
 from ..infra.fsatomic import exchange, fsync_dir
+from ..infra.paths import replacing_sibling
 from ..stores.base import StoreSpec
 
 
 def sibling_root(spec: StoreSpec) -> str:
-    root = spec.root.rstrip("/")
-    return os.path.join(os.path.dirname(root), f".{os.path.basename(root)}.replacing")
+    return replacing_sibling(spec.root)
 
 
 def sibling_spec(spec: StoreSpec) -> StoreSpec:

@@ -37,7 +37,7 @@ import os
 
 from ..infra import faults
 from ..model import manifest as mf
-from ..read.snapshots import oldest_pinned
+from ..infra.pins import oldest_pinned
 
 BATCHES, ARRAY, DOC_TABLES = "batches", "array", "doc-tables"
 _FAULT_BETWEEN_SHARDS = {BATCHES: "deleting", ARRAY: "dropping", DOC_TABLES: "docs-dropping"}

@@ -27,10 +27,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..infra.fsatomic import fsync_dir
+from ..infra.paths import MANIFEST, is_dataset
 from ..errors import DatasetNotFoundError, ManifestError, StoreError
 from .layouts import Layout
 
-MANIFEST = "manifest.json"
 VERSION = 1
 
 
@@ -213,22 +213,7 @@ def read_dataset_id(root: str | os.PathLike) -> str | None:
 
 
 def exists(root: str | os.PathLike) -> bool:
-    return (Path(root) / MANIFEST).is_file()
-
-
-def enclosing_dataset(root: str | os.PathLike) -> str | None:
-    """The directory of a dataset that ``root`` would lie inside, or None: an ancestor
-    holding a manifest, or a ``.NAME.replacing`` build (replace.py). Its compaction
-    (shards rebuilt and swapped) or a --replace would silently delete a dataset inside it."""
-    d = os.path.dirname(os.path.realpath(root))
-    while True:
-        name = os.path.basename(d)
-        if exists(d) or (name.startswith(".") and name.endswith(".replacing") and len(name) > 11):
-            return d
-        parent = os.path.dirname(d)
-        if parent == d:
-            return None
-        d = parent
+    return is_dataset(root)
 
 
 def new_run(kind: str, **details) -> dict:

@@ -1,4 +1,4 @@
-"""Reader pins: what keeps a reader's snapshot on disk while compact / finalize move on.
+"""Snapshots: what keeps a reader's data on disk while compact / finalize move on.
 
 A reader (`loader.open`) reads the manifest once. To keep the data that manifest names
 until the reader closes, it *pins* the manifest's generation: a shared ``flock`` on the
@@ -28,82 +28,16 @@ when it closes).
 
 from __future__ import annotations
 
-import fcntl
 import os
 
-from ..model import manifest as mf
 from ..infra.fsatomic import path_ident
-
-READERS = ".readers"
-#: pin attempts before a reader gives up and reads unpinned (each retry follows a manifest write)
-PIN_ATTEMPTS = 50
-
-
-def _ident(st: os.stat_result) -> tuple[int, int]:
-    return st.st_dev, st.st_ino
-
-
-def _names(path: str, st: os.stat_result) -> bool:
-    """Whether ``path`` still names the file of ``st``."""
-    return path_ident(path) == _ident(st)
+from ..infra.pins import PIN_ATTEMPTS, Pin, file_ident, same_file
+from ..model import manifest as mf
 
 
 def manifest_ident(root: str) -> tuple[int, int] | None:
     """(device, inode) of the manifest file now: every manifest write changes it."""
     return path_ident(os.path.join(root, mf.MANIFEST))
-
-
-def _open_pin_file(path: str) -> int | None:
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    except OSError:  # a read-only dataset directory: an existing pin file still works
-        try:
-            return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            return None
-
-
-class Pin:
-    """A reader's shared flock on ``ROOT/.readers/GEN``; `release` (or garbage
-    collection of the object, or the process's end) gives it up."""
-
-    def __init__(self, fd: int, path: str, generation: int):
-        self.fd: int | None = fd
-        self.path = path
-        self.generation = generation
-
-    @classmethod
-    def take(cls, root: str, generation: int) -> "Pin | None":
-        path = os.path.join(root, READERS, str(generation))
-        for _ in range(PIN_ATTEMPTS):
-            fd = _open_pin_file(path)
-            if fd is None:
-                return None
-            fcntl.flock(fd, fcntl.LOCK_SH)  # a collector holds LOCK_EX only to unlink
-            if _names(path, os.fstat(fd)):
-                return cls(fd, path, generation)
-            os.close(fd)  # removed as unused between open and lock: take a fresh one
-        return None
-
-    def release(self) -> None:
-        fd, self.fd = self.fd, None
-        if fd is None:
-            return
-        try:  # the last reader of this generation removes its pin file
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            if _names(self.path, os.fstat(fd)):
-                os.unlink(self.path)
-        except OSError:
-            pass  # another reader holds it (or the directory is read-only): it stays
-        finally:
-            os.close(fd)
-
-    def __del__(self):
-        try:
-            self.release()
-        except Exception:
-            pass
 
 
 def read_snapshot(root: str, uri: str | None = None, pin: bool = True):
@@ -112,39 +46,11 @@ def read_snapshot(root: str, uri: str | None = None, pin: bool = True):
     for _ in range(PIN_ATTEMPTS):
         with mf.open_manifest(root, uri) as f:
             m = mf.read_manifest(f)
-            ident = os.fstat(f.fileno())
+            st = os.fstat(f.fileno())
             held = Pin.take(root, m.generation) if pin else None
-            if held is None or _names(path, ident):
-                return m, _ident(ident), held
+            if held is None or same_file(path, st):
+                return m, file_ident(st), held
             held.release()  # a writer saved a newer manifest meanwhile: pin that one
-    return m, _ident(ident), None  # writers kept moving: read unpinned
+    return m, file_ident(st), None  # writers kept moving: read unpinned
 
 
-def oldest_pinned(root: str) -> int | None:
-    """The oldest generation a live reader pins (None: no reader); removes the pin files
-    of generations no reader holds any more. For writers holding the dataset lock."""
-    d = os.path.join(root, READERS)
-    try:
-        names = os.listdir(d)
-    except OSError:
-        return None
-    oldest = None
-    for name in names:
-        if not name.isdigit():
-            continue
-        path = os.path.join(d, name)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            if _names(path, os.fstat(fd)):
-                os.unlink(path)
-        except BlockingIOError:
-            oldest = int(name) if oldest is None else min(oldest, int(name))
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-    return oldest

@@ -10,7 +10,7 @@ example (see generators/scidb96.h)::
 Both implementations produce the same bytes for any ``start`` and ``n`` (with
 ``start + n <= 2**64``), so disjoint ranges produced anywhere concatenate to one run.
 
-- ``impl="c"``: the C library (``loader._gen``), filling the buffer in place with the GIL
+- ``impl="c"``: the C library (``loader.sources._gen``), filling the buffer in place with the GIL
   released. The default path of the loader.
 - ``impl="python"``: numpy-vectorised, no compiler needed; the reference the C code is
   tested against.
@@ -62,10 +62,10 @@ class Generator:
 
 
 def c_generators(fallback: str):
-    """The C generators (``loader._gen``), or a UsageError saying how to get them or what
+    """The C generators (``loader.sources._gen``), or a UsageError saying how to get them or what
     to use instead (``fallback``)."""
     try:
-        from .. import _gen
+        from . import _gen
     except ImportError as e:  # pragma: no cover - only on a broken install
         raise UsageError(
             f"the C generator is not built ({e}); reinstall bulkload with `pip install .` "
