@@ -53,9 +53,9 @@ import zstandard
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loader.docs import layout as D  # noqa: E402
 from loader.docs import gen as G  # noqa: E402
 from loader.docs import json_dir as J  # noqa: E402
+from loader.docs import layout as D  # noqa: E402
 from loader.docs import zdict  # noqa: E402
 
 SEED = 1

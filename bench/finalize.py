@@ -103,8 +103,8 @@ def main(argv=None) -> int:
     sampler = TreeSampler() if a.sample_rss else None
 
     import loader
-    from loader.arrays.query import parse_box
     from loader.arrays.finalize import finalize
+    from loader.arrays.query import parse_box
 
     log = (lambda s: None) if a.json else (lambda s: print(s, file=sys.stderr, flush=True))
     base = a.dir or tempfile.mkdtemp(prefix="bulkload-finalize-", dir="/tmp")

@@ -34,8 +34,8 @@ import numpy as np
 
 from loader.bench.suite import find_bulkload_gen, run_gen, timed  # shared with `bulkload bench`
 from loader.docs.gen import generate_docs
-from loader.sources.generators import generate
 from loader.model.layouts import get_layout
+from loader.sources.generators import generate
 
 TARGETS = {"c-fill": 5000, "gen-devnull": 10000, "python": 700, "docs-c": 1000}
 DOCS_SEED = 1

@@ -69,8 +69,8 @@ def box_query(uri: str, repeats: int) -> dict:
     import xxhash
 
     import loader
-    from loader.arrays.query import _reader, array_index
     from loader.arrays.finalize import finalize
+    from loader.arrays.query import _reader, array_index
 
     finalize(uri, dims="i0:10,i1:100000")
     ds = loader.open(uri)

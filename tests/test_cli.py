@@ -3,10 +3,10 @@
 import json
 
 import pytest
-
 from conftest import run_cli
-from loader.sources.generators import generate
+
 from loader.model.layouts import get_layout
+from loader.sources.generators import generate
 
 LAY = get_layout("scidb96")
 

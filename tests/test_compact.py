@@ -3,15 +3,14 @@
 import json
 
 import pytest
+from conftest import run_cli
 
 import loader
+from loader.arrays.finalize import finalize
 from loader.maintain.compact import compact, plan_merge
-from loader.sources.generators import generate
 from loader.model.layouts import get_layout
 from loader.model.manifest import BatchEntry
-from loader.arrays.finalize import finalize
-
-from conftest import run_cli
+from loader.sources.generators import generate
 
 LAY = get_layout("scidb96")
 

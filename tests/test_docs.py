@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loader.docs import zdict
+from loader.docs.gen import generate_docs
 from loader.docs.layout import (
     DOCS,
     DocBatch,
@@ -27,7 +28,6 @@ from loader.docs.layout import (
     keys_of,
     sort_by_id,
 )
-from loader.docs.gen import generate_docs
 from loader.errors import UsageError, VerifyError
 
 SETTINGS = settings(max_examples=25, deadline=None,

@@ -11,10 +11,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loader.docs._docsio import block_columns
-from loader.docs.layout import DocBatch
-from loader.docs.blocks import (HEADER_BYTES, LMDB_PAGE, LMDB_PAGE_HEADER, BlockReader, Packer, block_count,
-                                block_first_id, block_target)
+from loader.docs.blocks import (
+    HEADER_BYTES,
+    LMDB_PAGE,
+    LMDB_PAGE_HEADER,
+    BlockReader,
+    Packer,
+    block_count,
+    block_first_id,
+    block_target,
+)
 from loader.docs.gen import generate_docs
+from loader.docs.layout import DocBatch
 from loader.errors import UsageError, VerifyError
 
 I64 = st.integers(-(2**63), 2**63 - 1)

@@ -10,18 +10,17 @@ import subprocess
 
 import numpy as np
 import pytest
+from conftest import run_cli, shard_tables, tool
 
 import loader
-from loader.maintain.compact import compact
 from loader.docs.compact import components, windows
-from loader.docs.layout import DocBatch, sort_by_id
 from loader.docs.gen import generate_docs
 from loader.docs.json_dir import write_json_dir
+from loader.docs.layout import DocBatch, sort_by_id
 from loader.errors import UsageError
+from loader.maintain.compact import compact
 from loader.model.manifest import BatchEntry
 from loader.stores.base import parse_dataset_uri
-
-from conftest import run_cli, shard_tables, tool
 
 SEED, B = 7, 40
 KW = dict(shards=2, workers=2, batch_records=B, progress="none")

@@ -7,11 +7,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loader.sources import _gen
 from loader.docs import gen as docs_gen
-from loader.docs.layout import DocBatch
 from loader.docs.gen import CREATED_MAX, CREATED_MIN, TEXT_MAX, generate_docs
+from loader.docs.layout import DocBatch
 from loader.errors import UsageError
+from loader.sources import _gen
 
 SETTINGS = settings(max_examples=25, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -9,6 +9,7 @@ import os
 import subprocess
 
 import pytest
+from conftest import run_cli, stored_docs, tool
 
 import loader
 import loader.docs.ingest as docs_ingest
@@ -17,8 +18,6 @@ from loader.docs.json_dir import write_json_dir
 from loader.errors import BadFileError
 from loader.loading.ingest import ingest
 from loader.stores.base import parse_dataset_uri
-
-from conftest import run_cli, stored_docs, tool
 
 SEED, N, B = 11, 300, 50
 KW = dict(shards=2, workers=2, batch_records=B, progress="none")

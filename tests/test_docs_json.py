@@ -20,10 +20,17 @@ from hypothesis import strategies as st
 
 from loader.docs import _docsio
 from loader.docs import json_dir as J
-from loader.docs.layout import DocBatch, sort_by_id
 from loader.docs.gen import generate_docs
-from loader.docs.json_dir import (DirListing, FileError, id_from_name, parse_doc_json, parse_json_files,
-                              scan_json_dir, write_json_dir)
+from loader.docs.json_dir import (
+    DirListing,
+    FileError,
+    id_from_name,
+    parse_doc_json,
+    parse_json_files,
+    scan_json_dir,
+    write_json_dir,
+)
+from loader.docs.layout import DocBatch, sort_by_id
 from loader.errors import BadFileError, InputError, UsageError
 from loader.sources.base import JsonDirSource, _load_plan, listing_fingerprint, save_plan
 

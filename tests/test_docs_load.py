@@ -10,16 +10,15 @@ import subprocess
 
 import numpy as np
 import pytest
+from conftest import each_shard, run_cli, shard_tables, stored_docs, tool
 
 import loader
-from loader.docs.layout import DocBatch, key_of
 from loader.docs.gen import generate_docs
 from loader.docs.json_dir import write_json_dir
+from loader.docs.layout import DocBatch, key_of
 from loader.errors import BadFileError, DuplicateIdError, NotFoundError
 from loader.kinds.base import doc_tables
 from loader.stores.base import parse_dataset_uri
-
-from conftest import each_shard, run_cli, shard_tables, stored_docs, tool
 
 N, SEED, B = 2400, 5, 300
 KW = dict(shards=2, workers=2, batch_records=B, progress="none")

@@ -22,12 +22,11 @@ import time
 
 import psutil
 import pytest
+from conftest import run_cli, tool
 
 import loader
-from loader.sources.generators import generate
 from loader.model.layouts import get_layout
-
-from conftest import run_cli, tool
+from loader.sources.generators import generate
 
 LAY = get_layout("scidb96")
 SEED = 20240605

@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loader.sources import _gen
 from loader.errors import UsageError
-from loader.sources.generators import GENERATORS, fill, generate, write_records
 from loader.model.layouts import get_layout
+from loader.sources import _gen
+from loader.sources.generators import GENERATORS, fill, generate, write_records
 
 LAYOUT = get_layout("scidb96")
 MAX_N = 5000

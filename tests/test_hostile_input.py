@@ -28,18 +28,17 @@ import uuid
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import loader
 from loader.cli.main import app
-from loader.loading.commit import Plan, resume_points
 from loader.errors import UsageError
-from loader.stores.base import MEM_NAME, MEM_ROOT, parse_dataset_uri
+from loader.loading.commit import Plan, resume_points
 from loader.loading.worker import LoadTask, Segment
-
-from conftest import run_cli
+from loader.stores.base import MEM_NAME, MEM_ROOT, parse_dataset_uri
 
 RUNNER = CliRunner()
 

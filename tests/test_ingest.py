@@ -4,16 +4,15 @@ import json
 import os
 
 import pytest
+from conftest import run_cli
 
 import loader
 import loader.loading.ingest as ingest_mod
 import loader.sources.base as sources_mod
 from loader.errors import ChangedInputError, SourceVanishedError, UnreadableInputError
-from loader.sources.generators import generate
 from loader.loading.ingest import ingest
 from loader.model.layouts import get_layout
-
-from conftest import run_cli
+from loader.sources.generators import generate
 
 LAY = get_layout("scidb96")
 RS = LAY.record_size

@@ -20,19 +20,18 @@ import time
 import uuid
 from pathlib import Path
 
-import numpy as np
 import pytest
+from conftest import run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import loader
-from conftest import run_cli
-from loader.cli.main import app
-from loader.errors import CorruptBatchError, CorruptStoreError, ManifestError, MissingShardError
-from loader.sources.generators import generate
-from loader.model.layouts import get_layout
 from loader.arrays.finalize import finalize
+from loader.cli.main import app
+from loader.errors import CorruptBatchError, ManifestError
+from loader.model.layouts import get_layout
+from loader.sources.generators import generate
 
 LAY = get_layout("scidb96")
 RS = LAY.record_size

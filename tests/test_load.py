@@ -7,16 +7,14 @@ import time
 import numpy as np
 import psutil
 import pytest
+from conftest import run_cli, tool
 
 import loader
-from loader.errors import (DatasetBusyError, DatasetMismatchError, PartialRecordError,
-                           WorkerError)
-from loader.sources.generators import generate
-from loader.model.layouts import get_layout
+from loader.errors import DatasetBusyError, DatasetMismatchError, PartialRecordError, WorkerError
 from loader.infra.lock import DatasetLock
+from loader.model.layouts import get_layout
+from loader.sources.generators import generate
 from loader.stores.base import parse_dataset_uri
-
-from conftest import run_cli, tool
 
 LAY = get_layout("scidb96")
 

@@ -4,14 +4,13 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
 import loader
-from loader.errors import PipelineError
-from loader.sources.generators import generate
-from loader.model.layouts import get_layout
 from loader.api.pipeline import parse
-
-from conftest import run_cli
+from loader.errors import PipelineError
+from loader.model.layouts import get_layout
+from loader.sources.generators import generate
 
 LAY = get_layout("scidb96")
 REPO = Path(__file__).resolve().parent.parent

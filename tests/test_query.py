@@ -6,13 +6,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import run_cli
 
 import loader
-from loader.errors import NotFoundError, UsageError
-from loader.arrays.query import parse_box
 from loader.arrays.finalize import finalize
-
-from conftest import run_cli
+from loader.arrays.query import parse_box
+from loader.errors import NotFoundError, UsageError
 
 N = 6000
 

@@ -8,15 +8,15 @@ import uuid
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings, strategies as st
+from conftest import run_cli
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 
 import loader
+from loader.arrays.finalize import chunk_key, decode_key, finalize, parse_dims
 from loader.errors import DuplicateCellError, UsageError
 from loader.model.layouts import get_layout
-from loader.arrays.finalize import chunk_key, decode_key, finalize, parse_dims
 from loader.stores.base import parse_dataset_uri
-
-from conftest import run_cli
 
 # two test layouts: framable for capnp (16 bytes), and not (19 bytes, mixed widths)
 LAYOUTS = {

@@ -8,14 +8,13 @@ import subprocess
 import sys
 
 import pytest
+from conftest import run_cli, tool
 
 import loader
 from loader.errors import ChangedInputError, DatasetBusyError, DatasetReplacedError
-from loader.sources.generators import generate
-from loader.model.layouts import get_layout
 from loader.infra.lock import DatasetLock
-
-from conftest import run_cli, tool
+from loader.model.layouts import get_layout
+from loader.sources.generators import generate
 
 LAY = get_layout("scidb96")
 

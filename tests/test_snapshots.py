@@ -20,19 +20,18 @@ import uuid
 
 import numpy as np
 import pytest
+from conftest import each_shard, run_cli, tool
 
 import loader
-from loader.maintain.compact import compact
+from loader.arrays.finalize import finalize
 from loader.docs.gen import generate_docs
 from loader.docs.json_dir import write_json_dir
 from loader.errors import CorruptBatchError, DatasetReplacedError, SnapshotExpiredError
-from loader.sources.generators import generate
-from loader.model.layouts import get_layout
 from loader.kinds.base import doc_tables
-from loader.arrays.finalize import finalize
+from loader.maintain.compact import compact
+from loader.model.layouts import get_layout
+from loader.sources.generators import generate
 from loader.stores.base import parse_dataset_uri
-
-from conftest import each_shard, run_cli, tool
 
 LAY = get_layout("scidb96")
 DIMS_A, DIMS_B = "i0:10,i1:100", "i0:5,i1:300"

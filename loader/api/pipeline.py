@@ -28,8 +28,8 @@ import time
 import tomllib
 from dataclasses import dataclass
 
-from ..infra import logs
 from ..errors import BulkloadError, PipelineError
+from ..infra import logs
 
 # section -> key -> (type, default); default None: optional; REQUIRED: must be given
 REQUIRED = object()

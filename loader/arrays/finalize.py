@@ -83,10 +83,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..infra import faults, interrupts
-from ..model import manifest as mf
 from ..errors import BulkloadError, DuplicateCellError, UsageError, WorkerError
+from ..infra import faults, interrupts
 from ..maintain.garbage import collect_garbage, held_files, held_tables, retire_array, start_writing
+from ..model import manifest as mf
 from ..model.layouts import Field, Layout
 from ..model.runs import stop as stop_run
 
@@ -467,15 +467,14 @@ def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRA
     Returns a report (dict). Raises UsageError for bad dims/options (nothing touched),
     DuplicateCellError under ``duplicates="error"`` (nothing committed).
     """
-    from ..maintain.compact import compact_locked
-    from ..stores.health import require_shards
     from ..infra.lock import DatasetLock
-    from ..loading.run import MAX_WORKERS, check_count, default_workers
     from ..infra.pool import Pool
     from ..infra.progress import Progress
+    from ..loading.run import MAX_WORKERS, check_count, default_workers
+    from ..maintain.compact import compact_locked
     from ..stores.base import parse_dataset_uri
-    from .workers import (BuildTask, PartitionTask, ScanTask, build_worker, partition_worker,
-                                   scan_worker)
+    from ..stores.health import require_shards
+    from .workers import BuildTask, PartitionTask, ScanTask, build_worker, partition_worker, scan_worker
 
     t_start = time.perf_counter()
     spec = parse_dataset_uri(dataset_uri)

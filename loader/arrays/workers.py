@@ -28,10 +28,10 @@ import numpy as np
 import xxhash
 
 from ..infra import faults
+from ..loading.worker import _parent_alive, batch_key, owned_shards, start_worker
 from ..model.layouts import Layout
 from ..serializers import get_serializer
 from ..stores.base import StoreSpec
-from ..loading.worker import _parent_alive, batch_key, owned_shards, start_worker
 
 GROUP_BYTES = 64 << 20
 #: bytes per buffered record beyond the record itself (index, sort keys, temporaries)
@@ -312,8 +312,8 @@ def scan_worker(task: ScanTask, progress_q) -> dict:
 def _get_batch(rd, store, row):
     """The value of batch ``row`` (a manifest row), checked against its size and xxh3 (a
     changed batch must not be rebuilt into arrays or merged batches with a new checksum)."""
-    from ..stores.health import batch_message, check_value
     from ..model.manifest import BatchEntry
+    from ..stores.health import batch_message, check_value
 
     b = BatchEntry(*row)
     v = rd.get(batch_key(b.seq))

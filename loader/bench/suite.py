@@ -929,8 +929,8 @@ def _installed(module: str) -> bool:
 def _records(n: int):
     import numpy as np
 
-    from ..sources.generators import generate
     from ..model.layouts import get_layout
+    from ..sources.generators import generate
 
     arr = np.empty(n, dtype=get_layout(LAYOUT).dtype)
     generate(LAYOUT, 0, n, impl="c", out=arr)
@@ -940,8 +940,8 @@ def _records(n: int):
 def child_cfill(n: int) -> dict:
     import numpy as np
 
-    from ..sources.generators import generate
     from ..model.layouts import get_layout
+    from ..sources.generators import generate
 
     arr = np.empty(n, dtype=get_layout(LAYOUT).dtype)
     arr.fill(0)  # fault the pages in: measure generation, not page faults

@@ -13,8 +13,8 @@ from typing import Optional
 
 import typer
 
-from .main import emit_json, fail, handle_errors, progress_mode
 from ..errors import EXIT_USAGE
+from .main import emit_json, fail, handle_errors, progress_mode
 
 QUERY_FORMATS = ("table", "csv", "json", "arrow", "parquet", "npy")
 
@@ -104,8 +104,8 @@ def query_cmd(
     json_out: bool = typer.Option(False, "--json", help="Same as --format json."),
 ):
     """Read the cells of a box of a 2-D array."""
-    from ..read.dataset import open as open_ds
     from ..arrays.query import parse_box
+    from ..read.dataset import open as open_ds
 
     fmt = "json" if json_out else format
     if fmt not in QUERY_FORMATS:
@@ -117,7 +117,6 @@ def query_cmd(
 
 
 def write_table(table, fmt: str, out: str | None) -> None:
-    import pyarrow as pa
 
     from ..infra.outputs import open_output
 

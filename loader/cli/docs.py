@@ -8,8 +8,8 @@ from typing import List
 
 import typer
 
-from .main import emit_json, handle_errors
 from ..errors import EXIT_FAILED
+from .main import emit_json, handle_errors
 
 
 def get_cmd(
@@ -18,8 +18,8 @@ def get_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print the documents as JSON (a list of objects)."),
 ):
     """Print documents by id; exit 1 if any id is not found ("id N not found")."""
-    from ..read.dataset import open as open_ds
     from ..docs.access import _check_id
+    from ..read.dataset import open as open_ds
 
     wanted = [_check_id(i) for i in ids]
     with open_ds(dataset) as ds:

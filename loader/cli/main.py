@@ -21,9 +21,10 @@ import typer
 from typer.core import TyperGroup
 from typer.exceptions import TyperException
 
+from ..errors import EXIT_FAILED, EXIT_USAGE, BulkloadError, Interrupted
 from ..infra import logs
-from ..errors import BulkloadError, EXIT_FAILED, EXIT_USAGE, Interrupted
 from ..infra.interrupts import stop_on_signals
+
 
 class OneLineErrors(TyperGroup):
     """Command-line parsing errors (an unknown option, a value that is not an integer) are
@@ -139,9 +140,9 @@ def generate(
     out: Optional[str] = typer.Option(None, "--out", help="Output file (default: stdout)."),
 ):
     """Write generated raw records START..START+N-1 to stdout or a file."""
-    from ..sources.generators import write_records
     from ..model.layouts import get_layout
     from ..sources.base import parse_count
+    from ..sources.generators import write_records
 
     count = parse_count(n, "N")
     first = parse_count(start, "--start", maximum=2**64 - 1)
@@ -318,11 +319,14 @@ cli_jobs.register(app)
 
 
 from .bench import register as _rb  # noqa: E402  (bench owns its command)
+
 _rb(app)
 
 
 from .arrays import register as _register_arrays  # noqa: E402  (finalize, compact, query)
+
 _register_arrays(app)
 
 from .docs import register as _register_docs  # noqa: E402  (get)
+
 _register_docs(app)

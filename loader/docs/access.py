@@ -20,11 +20,11 @@ from typing import Iterable, NamedTuple
 
 import numpy as np
 
-from ..model import manifest as mf
-from .layout import DOCS, DocBatch, decode_value, id_of_key, key_of
-from .blocks import BlockReader, block_first_id
 from ..errors import DuplicateIdError, NotFoundError, UsageError, VerifyError
 from ..kinds.base import META_TABLE, drop_doc_table, kind_for
+from ..model import manifest as mf
+from .blocks import BlockReader, block_first_id
+from .layout import DOCS, DocBatch, decode_value, id_of_key, key_of
 
 MAX_ID = 2**64 - 1
 

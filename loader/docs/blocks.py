@@ -41,10 +41,9 @@ from bisect import bisect_right
 import numpy as np
 import zstandard
 
-from ._docsio import block_columns
-
-from .layout import DocBatch
 from ..errors import UsageError, VerifyError
+from ._docsio import block_columns
+from .layout import DocBatch
 
 HEADER = struct.Struct("<IBBBBQq")
 HEADER_BYTES = HEADER.size  # 24

@@ -47,10 +47,10 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ..infra import faults
-from ..model import manifest as mf
 from ..errors import BulkloadError, UsageError, VerifyError
+from ..infra import faults
 from ..maintain.garbage import collect_garbage, held_tables, retire_doc_tables
+from ..model import manifest as mf
 from ..stores.base import StoreSpec
 
 #: a window holding more than this many times the target is split
@@ -150,8 +150,8 @@ def clear_leftovers(st, batches: list, keep=()) -> int:
     """Drop the doc tables no batch of ``batches`` (this shard's committed ones) names,
     except ``keep`` (tables the garbage list holds for readers), and the keys above each
     named table's highest committed id; returns tables dropped."""
-    from .layout import key_of
     from ..kinds.base import doc_tables, drop_doc_table
+    from .layout import key_of
 
     top: dict[str, int] = {}
     for b in batches:
@@ -219,9 +219,9 @@ def fold_worker(task: FoldTask, progress_q) -> dict:
 def fold_shard(task: FoldTask, s: int, report=lambda n: None) -> dict:
     """Rewrite shard s's committed documents into task.table; returns its new batch rows
     (seq and first left to the coordinator) and figures."""
-    from .layout import DOCS, DocBatch, duplicate_ids, sort_by_id
-    from .access import DocReader
     from ..kinds.base import kind_for
+    from .access import DocReader
+    from .layout import DOCS, DocBatch, duplicate_ids, sort_by_id
 
     t0 = time.perf_counter()
     batches = [mf.BatchEntry(*r) for r in task.rows if r[1] == s]
@@ -288,12 +288,12 @@ def fold_shard(task: FoldTask, s: int, report=lambda n: None) -> dict:
 def compact_docs(spec: StoreSpec, m: mf.Manifest, *, target_batch_records: int | None = None,
                  progress: str = "none", workers: int | None = None, force: bool = False) -> dict:
     """Fold the document tables of each shard into one (the dataset lock is held)."""
-    from .layout import DOCS
-    from ..loading.run import default_workers
     from ..infra.pool import Pool
     from ..infra.progress import Progress
     from ..kinds.base import doc_tables, kind_for
+    from ..loading.run import default_workers
     from ..model import runs
+    from .layout import DOCS
 
     t0 = time.perf_counter()
     target = int(target_batch_records or m.batch_records)
@@ -436,7 +436,7 @@ def _sizes(spec: StoreSpec, k: int) -> list[int]:
 
 
 def _table_counts(spec: StoreSpec, k: int) -> list[int]:
-    from ..maintain.compact import per_shard
     from ..kinds.base import doc_tables
+    from ..maintain.compact import per_shard
 
     return per_shard(spec, k, lambda st: len(doc_tables(st)))

@@ -35,9 +35,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .layout import DocBatch
 from ..errors import UsageError
-
+from .layout import DocBatch
 
 # --- the generator ------------------------------------------------------------------
 

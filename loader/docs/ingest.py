@@ -47,9 +47,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from ..loading.commit import log
 from ..model import manifest as mf
 from ..model import runs
-from ..loading.commit import log
 
 LEDGER_DIR = ".ingest"
 LEDGER_KEY = "ingest_ledgers"  # in the manifest: [{file, run, files, plan, exclude}]
@@ -182,12 +182,12 @@ def ingest_docs(spec, directory: str, *, layout_obj, fmt: str, comp: str, k: int
                 b_given: bool, on_bad_file: str, progress: str, ckpt, fault: str,
                 t_start: float) -> DocsIngestReport:
     """The documents part of `loader.ingest.ingest` (options already resolved)."""
-    from ..loading import replace as replace_mod
-    from ..maintain.garbage import start_writing
-    from ..stores.health import require_shards
-    from ..loading.run import _load_locked, check_compatible, prepare_root
     from ..infra.lock import DatasetLock
+    from ..loading import replace as replace_mod
+    from ..loading.run import _load_locked, check_compatible, prepare_root
+    from ..maintain.garbage import start_writing
     from ..sources.base import JsonDirSource, listing_fingerprint
+    from ..stores.health import require_shards
 
     src = JsonDirSource(directory, on_bad_file)
     listing, errors = src.listing()  # badly named files: fail raises here, before any write

@@ -26,9 +26,8 @@ from typing import Iterable
 
 import numpy as np
 
-from .layout import DocBatch
 from ..errors import BadFileError, UsageError
-
+from .layout import DocBatch
 
 # --- the JSON directory source ------------------------------------------------------------
 

@@ -18,8 +18,8 @@ import errno
 import fcntl
 import json
 import os
-import stat
 import socket
+import stat
 import time
 from pathlib import Path
 

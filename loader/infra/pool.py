@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Callable
 
-from . import interrupts
 from ..errors import Interrupted, WorkerError
+from . import interrupts
 
 _CTX = None
 #: a worker killed at the same moment as the coordinator was probably killed by the same

@@ -32,8 +32,8 @@ class Progress:
     def __enter__(self):
         if self.mode == "bar":
             from rich.console import Console
-            from rich.progress import (BarColumn, Progress as RichProgress, TextColumn,
-                                       TimeElapsedColumn, TimeRemainingColumn)
+            from rich.progress import BarColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+            from rich.progress import Progress as RichProgress
 
             self._bar = RichProgress(
                 TextColumn("[bold]{task.description}"),

@@ -192,8 +192,8 @@ class KeyedKind:
 
 def range_checksum(store, table: str, lo: int, hi: int, blocks: bool) -> tuple[int, int, int]:
     """(xxh3_64 of key+value pairs, document count, value bytes) of keys lo..hi in a table."""
-    from ..docs.layout import key_of
     from ..docs.blocks import block_count
+    from ..docs.layout import key_of
 
     h = xxhash.xxh3_64()
     n = nbytes = 0

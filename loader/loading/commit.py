@@ -33,14 +33,13 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-
 from ..infra import env, faults, logs
-from ..model import manifest as mf
-from ..stores.health import existing_shards
-from ..model.layouts import Layout
 from ..infra.pool import Pool
 from ..infra.progress import Progress
+from ..model import manifest as mf
+from ..model.layouts import Layout
 from ..stores.base import StoreSpec
+from ..stores.health import existing_shards
 from .worker import LoadTask, Segment, load_worker, shard_seqs
 
 CHECKPOINT_SECONDS, CHECKPOINT_BYTES = env.CHECKPOINT_SECONDS, env.CHECKPOINT_BYTES

@@ -27,8 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ..model import runs
 from ..errors import ChangedInputError
+from ..model import runs
 
 
 @dataclass(frozen=True)

@@ -37,19 +37,28 @@ import re
 import time
 from dataclasses import asdict, dataclass, field
 
+from ..errors import (
+    ChangedInputError,
+    InputError,
+    Interrupted,
+    MissingPathError,
+    PartialRecordError,
+    SourceVanishedError,
+    UnreadableInputError,
+    UsageError,
+    WorkerError,
+)
 from ..infra import faults, interrupts
-from ..model import runs
-from ..model import manifest as mf
-from . import replace as replace_mod
-from .commit import Committer, Unit, checkpoint_settings, execute, log, resume_points
-from ..errors import (ChangedInputError, InputError, Interrupted, MissingPathError,
-                     PartialRecordError, SourceVanishedError, UnreadableInputError, UsageError, WorkerError)
-from ..maintain.garbage import start_writing
-from ..stores.health import require_shards
-from ..model.layouts import get_layout
 from ..infra.lock import DatasetLock
+from ..maintain.garbage import start_writing
+from ..model import manifest as mf
+from ..model import runs
+from ..model.layouts import get_layout
 from ..sources.base import FileSource, hash_file, refuse_pseudo_file
 from ..stores.base import parse_dataset_uri
+from ..stores.health import require_shards
+from . import replace as replace_mod
+from .commit import Committer, Unit, checkpoint_settings, execute, log, resume_points
 from .worker import Segment
 
 BAD_FILE_POLICIES = ("fail", "skip")

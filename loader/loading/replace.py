@@ -13,7 +13,6 @@ other writing command discards it.
 
 from __future__ import annotations
 
-
 import os
 import shutil
 

@@ -23,22 +23,32 @@ import resource
 import time
 from dataclasses import asdict, dataclass, field
 
+from ..errors import (
+    BulkloadError,
+    ChangedInputError,
+    DatasetMismatchError,
+    Interrupted,
+    ManifestError,
+    MissingPathError,
+    NoSpaceError,
+    NotWritableError,
+    UsageError,
+    WorkerError,
+)
 from ..infra import faults, interrupts
-from ..model import runs
-from ..model import manifest as mf
-from . import replace as replace_mod
-from .commit import Committer, Unit, checkpoint_settings, execute, log, resume_points
-from ..maintain.garbage import held_tables, start_writing
-from ..errors import (BulkloadError, ChangedInputError, DatasetMismatchError, Interrupted, ManifestError,
-                     MissingPathError, NoSpaceError, NotWritableError, UsageError, WorkerError)
-from .file_runs import changed_while_loading, plan_file_run
-from ..stores.health import require_shards
-from ..model.layouts import Layout, get_layout
 from ..infra.lock import DatasetLock, refuse_nested
 from ..kinds.base import kind_for
+from ..maintain.garbage import held_tables, start_writing
+from ..model import manifest as mf
+from ..model import runs
+from ..model.layouts import Layout, get_layout
 from ..serializers import COMPRESSIONS, FORMATS
 from ..sources.base import FileSource, GenDocsSource, GenSource, JsonDirSource, StreamSource, parse_source
 from ..stores.base import MAX_SHARDS, MEM_ROOT, StoreSpec, parse_dataset_uri
+from ..stores.health import require_shards
+from . import replace as replace_mod
+from .commit import Committer, Unit, checkpoint_settings, execute, log, resume_points
+from .file_runs import changed_while_loading, plan_file_run
 from .stream import run_stream
 from .worker import Segment
 

@@ -32,8 +32,8 @@ import time
 from dataclasses import dataclass, field
 
 from ..infra import faults
-from ..model.layouts import Layout
 from ..kinds.base import batch_key, kind_for  # noqa: F401 (batch_key re-exported)
+from ..model.layouts import Layout
 from ..stores.base import StoreSpec
 from .stream import received_batches
 

@@ -28,12 +28,12 @@ from __future__ import annotations
 import os
 import time
 
-from ..infra import faults, interrupts
-from ..model import runs
-from ..model import manifest as mf
 from ..errors import BulkloadError, UsageError
-from .garbage import collect_garbage, held_tables, holds_batches, retire_batches, start_writing
+from ..infra import faults, interrupts
 from ..loading.worker import batch_key
+from ..model import manifest as mf
+from ..model import runs
+from .garbage import collect_garbage, held_tables, holds_batches, retire_batches, start_writing
 
 #: what a compaction that stopped early leaves: the records as they were
 UNCHANGED = "no record changed (compaction only rewrites them); re-run the same command to compact"
@@ -67,14 +67,14 @@ def is_documents(m: mf.Manifest) -> bool:
 def compact(dataset_uri: str, target_batch_records: int | None = None, progress: str = "none",
             workers: int | None = None, force: bool = False) -> dict:
     """Merge small batches and compact every shard; returns a report (dict)."""
-    from ..stores.health import require_shards
     from ..infra.lock import DatasetLock
     from ..stores.base import parse_dataset_uri
+    from ..stores.health import require_shards
 
     spec = parse_dataset_uri(dataset_uri)
     m = mf.load_manifest(spec.root, dataset_uri)
-    from ..loading.run import MAX_WORKERS, check_count, max_batch_records
     from ..kinds.base import kind_for
+    from ..loading.run import MAX_WORKERS, check_count, max_batch_records
 
     check_count("--target-batch-records", target_batch_records, 1,
                 max_batch_records(kind_for(m.layout_obj, m.format, m.compression)))

@@ -36,8 +36,8 @@ import itertools
 import os
 
 from ..infra import faults
-from ..model import manifest as mf
 from ..infra.pins import oldest_pinned
+from ..model import manifest as mf
 
 BATCHES, ARRAY, DOC_TABLES = "batches", "array", "doc-tables"
 _FAULT_BETWEEN_SHARDS = {BATCHES: "deleting", ARRAY: "dropping", DOC_TABLES: "docs-dropping"}

@@ -26,9 +26,9 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..errors import DatasetNotFoundError, ManifestError, StoreError
 from ..infra.fsatomic import fsync_dir
 from ..infra.paths import MANIFEST, is_dataset
-from ..errors import DatasetNotFoundError, ManifestError, StoreError
 from .layouts import Layout
 
 VERSION = 1

@@ -27,12 +27,12 @@ from typing import Iterator
 import numpy as np
 import xxhash
 
-from ..model import manifest as mf
 from ..errors import CorruptBatchError, DatasetReplacedError, StoreError, UsageError
-from ..stores.health import batch_message, check_shard, check_value, committed_shards, shard_problems
+from ..loading.worker import batch_key
+from ..model import manifest as mf
 from ..serializers import get_serializer
 from ..stores.base import ShardStore, parse_dataset_uri
-from ..loading.worker import batch_key
+from ..stores.health import batch_message, check_shard, check_value, committed_shards, shard_problems
 
 
 @dataclass

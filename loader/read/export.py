@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .dataset import Dataset, records_to_arrow
 from ..errors import UsageError
 from ..infra.outputs import open_output
 from ..serializers import get_serializer
+from .dataset import Dataset, records_to_arrow
 
 EXPORT_FORMATS = ("arrow", "parquet", "npy", "capnp")
 

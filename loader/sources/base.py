@@ -33,8 +33,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import (MissingPathError, PartialRecordError, SourceTypeError, SourceVanishedError,
-                     UnreadableInputError, UsageError)
+from ..errors import (
+    MissingPathError,
+    PartialRecordError,
+    SourceTypeError,
+    SourceVanishedError,
+    UnreadableInputError,
+    UsageError,
+)
 from ..model.layouts import Layout, get_layout
 from ..stores.base import query_options
 

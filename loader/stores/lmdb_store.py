@@ -55,7 +55,6 @@ Options (strings, from the dataset URI, or Python values):
 
 from __future__ import annotations
 
-
 import ctypes
 import errno
 import fcntl

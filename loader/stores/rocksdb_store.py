@@ -53,9 +53,8 @@ from rocksdict import (
     SstFileWriter,
 )
 
-from ..errors import BulkloadError, DatasetBusyError, MissingPathError, StoreError, UsageError
+from ..errors import BulkloadError, DatasetBusyError, KeyOrderError, MissingPathError, StoreError, UsageError
 from .base import ShardStore, ascending, corrupt_store, make_shard_dir
-from ..errors import KeyOrderError
 
 _COMPRESSION = {
     "none": DBCompressionType.none,
