@@ -102,7 +102,7 @@ def box_query(uri: str, repeats: int) -> dict:
 
 def docs_get(root: str, ndocs: int, repeats: int) -> dict:
     import loader
-    from loader.kinds.base import range_checksum
+    from loader.docs.tables import range_checksum
 
     uri = f"lmdb://{root}/docs"
     loader.load(f"gen://docs?n={ndocs}&seed=1", uri, shards=2, workers=2, progress="none")

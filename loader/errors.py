@@ -24,9 +24,23 @@ EXIT_BUSY = 3
 
 
 class BulkloadError(Exception):
-    """Base class. `exit_code` is what the CLI exits with."""
+    """Base class. `exit_code` is what the CLI exits with.
+
+    Picklable whatever a subclass's ``__init__`` takes (a worker process sends the error
+    object itself to the coordinator): rebuilt from its args and attributes, not by
+    calling ``__init__`` again."""
 
     exit_code = EXIT_FAILED
+
+    def __reduce__(self):
+        return _rebuild, (type(self), self.args, self.__dict__)
+
+
+def _rebuild(cls, args: tuple, state: dict) -> BulkloadError:
+    err = cls.__new__(cls)
+    err.args = args
+    err.__dict__.update(state)
+    return err
 
 
 # --- usage errors (exit 2) ---------------------------------------------------
@@ -167,12 +181,20 @@ class ManifestError(BulkloadError, ValueError):
 
 class WorkerError(BulkloadError, RuntimeError):
     """A worker process failed or died; the pool stopped the others. ``died``: it was
-    killed or exited without its result (not an error it raised); ``outcome``: what the
-    run that used the pool committed (set by that run)."""
+    killed or exited without its result (not an error it raised); ``error``: the
+    exception the worker raised (the object itself, sent through its pipe; None when it
+    died or its error could not be pickled), with ``worker_traceback`` its text;
+    ``outcome``: what the run that used the pool committed (set by that run)."""
 
     exit_code = EXIT_FAILED
     died = False
+    error: BaseException | None = None
+    worker_traceback = ""
     outcome = ""
+
+    def raised(self, *types: type) -> BaseException | None:
+        """The worker's own error if it is one of ``types``, else None."""
+        return self.error if isinstance(self.error, types) else None
 
     def __str__(self) -> str:
         text = super().__str__()

@@ -59,7 +59,7 @@ def each_shard(uri, fn) -> list:
 
 def shard_tables(uri) -> list[list[str]]:
     """The document tables of every shard of a docs dataset."""
-    from loader.kinds.base import doc_tables
+    from loader.docs.tables import doc_tables
 
     return each_shard(uri, doc_tables)
 

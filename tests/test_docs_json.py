@@ -31,8 +31,8 @@ from loader.docs.json_dir import (
     write_json_dir,
 )
 from loader.docs.layout import DocBatch, sort_by_id
+from loader.docs.sources import JsonDirSource, _load_plan, listing_fingerprint, save_plan
 from loader.errors import BadFileError, InputError, UsageError
-from loader.sources.base import JsonDirSource, _load_plan, listing_fingerprint, save_plan
 
 SETTINGS = settings(max_examples=150, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -16,8 +16,8 @@ import loader
 from loader.docs.gen import generate_docs
 from loader.docs.json_dir import write_json_dir
 from loader.docs.layout import DocBatch, key_of
+from loader.docs.tables import doc_tables
 from loader.errors import BadFileError, DuplicateIdError, NotFoundError
-from loader.kinds.base import doc_tables
 from loader.stores.base import parse_dataset_uri
 
 N, SEED, B = 2400, 5, 300

@@ -8,7 +8,7 @@ from conftest import run_cli
 
 import loader
 import loader.loading.ingest as ingest_mod
-import loader.sources.base as sources_mod
+import loader.sources.files as sources_mod
 from loader.errors import ChangedInputError, SourceVanishedError, UnreadableInputError
 from loader.loading.ingest import ingest
 from loader.model.layouts import get_layout

@@ -26,8 +26,8 @@ import loader
 from loader.arrays.finalize import finalize
 from loader.docs.gen import generate_docs
 from loader.docs.json_dir import write_json_dir
+from loader.docs.tables import doc_tables
 from loader.errors import CorruptBatchError, DatasetReplacedError, SnapshotExpiredError
-from loader.kinds.base import doc_tables
 from loader.maintain.compact import compact
 from loader.model.layouts import get_layout
 from loader.sources.generators import generate

@@ -141,7 +141,7 @@ def generate(
 ):
     """Write generated raw records START..START+N-1 to stdout or a file."""
     from ..model.layouts import get_layout
-    from ..sources.base import parse_count
+    from ..sources import parse_count
     from ..sources.generators import write_records
 
     count = parse_count(n, "N")

@@ -129,20 +129,20 @@ def plan_shards(m: mf.Manifest, target: int, force: bool) -> dict[int, str]:
 def open_writer(spec: StoreSpec, s: int, store_options: tuple, want_tables: int = 0):
     """Open shard s for writing with the run's store options and, on LMDB, room for every
     table it holds plus the new one (a dataset at its max_dbs limit must still fold)."""
-    from ..kinds.base import doc_tables
-    from ..loading.worker import _open_shard
+    from ..stores.writer import open_writer
+    from .tables import doc_tables
 
     opts = dict(spec.options) | dict(store_options)
     if spec.scheme == "rocksdb":
-        return _open_shard(spec, s, opts)
+        return open_writer(spec, s, opts)
     from ..stores.lmdb_store import DEFAULT_MAX_DBS
 
     limit = max(int(opts.get("max_dbs", DEFAULT_MAX_DBS)), want_tables + 64)
-    st = _open_shard(spec, s, opts | {"max_dbs": str(limit)})
+    st = open_writer(spec, s, opts | {"max_dbs": str(limit)})
     n = len(doc_tables(st)) + 4
     if n > limit:
         st.close()
-        st = _open_shard(spec, s, opts | {"max_dbs": str(n)})
+        st = open_writer(spec, s, opts | {"max_dbs": str(n)})
     return st
 
 
@@ -150,8 +150,8 @@ def clear_leftovers(st, batches: list, keep=()) -> int:
     """Drop the doc tables no batch of ``batches`` (this shard's committed ones) names,
     except ``keep`` (tables the garbage list holds for readers), and the keys above each
     named table's highest committed id; returns tables dropped."""
-    from ..kinds.base import doc_tables, drop_doc_table
     from .layout import key_of
+    from .tables import doc_tables, drop_doc_table
 
     top: dict[str, int] = {}
     for b in batches:
@@ -219,7 +219,7 @@ def fold_worker(task: FoldTask, progress_q) -> dict:
 def fold_shard(task: FoldTask, s: int, report=lambda n: None) -> dict:
     """Rewrite shard s's committed documents into task.table; returns its new batch rows
     (seq and first left to the coordinator) and figures."""
-    from ..kinds.base import kind_for
+    from ..kinds import kind_for
     from .access import DocReader
     from .layout import DOCS, DocBatch, duplicate_ids, sort_by_id
 
@@ -290,10 +290,11 @@ def compact_docs(spec: StoreSpec, m: mf.Manifest, *, target_batch_records: int |
     """Fold the document tables of each shard into one (the dataset lock is held)."""
     from ..infra.pool import Pool
     from ..infra.progress import Progress
-    from ..kinds.base import doc_tables, kind_for
+    from ..kinds import kind_for
     from ..loading.run import default_workers
     from ..model import runs
     from .layout import DOCS
+    from .tables import doc_tables
 
     t0 = time.perf_counter()
     target = int(target_batch_records or m.batch_records)
@@ -436,7 +437,7 @@ def _sizes(spec: StoreSpec, k: int) -> list[int]:
 
 
 def _table_counts(spec: StoreSpec, k: int) -> list[int]:
-    from ..kinds.base import doc_tables
     from ..maintain.compact import per_shard
+    from .tables import doc_tables
 
     return per_shard(spec, k, lambda st: len(doc_tables(st)))

@@ -16,7 +16,7 @@ ones stay. One run, with the dataset locked:
    different -> a bad file ("already ingested, but its content changed": documents are
    immutable once stored, give the new version a new id), handled per --on-bad-file
    like a bad file of ``load``: ``fail`` loads nothing, ``skip`` reports it;
-4. the rest (ids not stored) are loaded by the load machinery (loading._load_locked in
+4. the rest (ids not stored) are loaded by the load machinery (loading.run.load_locked in
    mode ``ingest``: the keyed record kind, plan file, workers, resume, one commit); a
    bad new file is handled there as by ``load`` (fail: nothing is loaded; skip: left out
    and reported). A file the last run skipped is parsed first: still bad, it is
@@ -184,10 +184,11 @@ def ingest_docs(spec, directory: str, *, layout_obj, fmt: str, comp: str, k: int
     """The documents part of `loader.ingest.ingest` (options already resolved)."""
     from ..infra.lock import DatasetLock
     from ..loading import replace as replace_mod
-    from ..loading.run import _load_locked, check_compatible, prepare_root
+    from ..loading.run import check_compatible, load_locked, prepare_root
     from ..maintain.garbage import start_writing
-    from ..sources.base import JsonDirSource, listing_fingerprint
+    from ..sources import SourcePlan
     from ..stores.health import require_shards
+    from .sources import JsonDirSource, listing_fingerprint
 
     src = JsonDirSource(directory, on_bad_file)
     listing, errors = src.listing()  # badly named files: fail raises here, before any write
@@ -248,10 +249,10 @@ def ingest_docs(spec, directory: str, *, layout_obj, fmt: str, comp: str, k: int
         def on_commit(m2: mf.Manifest, unit, run: dict) -> None:
             _commit_ledger(spec.root, m2, unit, run, led_name, (mine, len(plan_ids)), ledger)
 
-        rep = _load_locked(spec, m, src=(src, new), fp=fp, total=len(new), skipped=skipped,
-                           layout_obj=layout_obj, fmt=fmt, comp=comp, k=k, w_req=w_req, b=b, b_given=b_given,
-                           new_run=False, progress=progress, stdin=None, ckpt=ckpt, fault=fault,
-                           t_start=t_start, replace=False, replaces=None, mode="ingest", on_commit=on_commit)
+        rep = load_locked(spec, m, planned=SourcePlan(src, len(new), fp, new, tuple(skipped)),
+                          layout_obj=layout_obj, fmt=fmt, comp=comp, k=k, w_req=w_req, b=b, b_given=b_given,
+                          new_run=False, progress=progress, stdin=None, ckpt=ckpt, fault=fault,
+                          t_start=t_start, replace=False, replaces=None, mode="ingest", on_commit=on_commit)
     report.run_id = rep.run_id
     report.status = "done"
     report.files = report.records = rep.records

@@ -68,6 +68,8 @@ class DocsLayout:
 
     #: there is no fixed record size: documents are stored one value per key
     variable_length = True
+    #: stored by the documents' record kind (loader/docs/kind.py)
+    kind = "docs"
 
     @property
     def names(self) -> list[str]:

@@ -54,11 +54,13 @@ def context():
 
 @dataclass(frozen=True)
 class Result:
-    """A worker's last message: its receipt, or the error it raised."""
+    """A worker's last message: its receipt, or the error it raised (the exception object
+    when it pickles - every BulkloadError does -, and its message and traceback text)."""
 
-    receipt: dict | None = None
-    error_type: str = ""
-    error: str = ""
+    receipt: object = None
+    failed: bool = False
+    error: BaseException | None = None
+    message: str = ""
     traceback: str = ""
 
 
@@ -74,12 +76,21 @@ class Outbox:
             self.conn.send(msg)
 
 
+def _picklable(e: BaseException) -> BaseException | None:
+    """``e`` if it survives a trip through a pipe (a library's error may not), else None."""
+    try:
+        pickle.loads(pickle.dumps(e))
+        return e
+    except Exception:  # noqa: BLE001 - any failure means: send the text only
+        return None
+
+
 def _entry(fn: Callable, task, conn, extra: tuple) -> None:
     out = Outbox(conn)
     try:
         result = Result(receipt=fn(task, out, *extra))
     except BaseException as e:  # report everything, including SystemExit
-        result = Result(None, type(e).__name__, str(e) or type(e).__name__, traceback.format_exc())
+        result = Result(None, True, _picklable(e), str(e) or type(e).__name__, traceback.format_exc())
     try:
         out.put(result)
     except OSError:
@@ -166,7 +177,7 @@ class Pool:
                 return
             if isinstance(msg, Result):
                 self.results[w] = msg
-                if msg.error_type:
+                if msg.failed:
                     raise self._error(w, msg)
             elif isinstance(msg, tuple):
                 self.on_message(msg)  # may raise (e.g. a manifest write failed): the run stops
@@ -189,9 +200,9 @@ class Pool:
 
     @staticmethod
     def _error(w: int, res: Result) -> WorkerError:
-        err = WorkerError(f"worker {w} failed: {res.error}")
-        err.worker_traceback = res.traceback
-        err.worker_type = res.error_type
+        err = WorkerError(f"worker {w} failed: {res.message}")
+        err.error, err.worker_traceback = res.error, res.traceback
+        err.worker_type = type(res.error).__name__ if res.error is not None else ""  # until arrays/ uses .error
         return err
 
     def stop(self) -> None:

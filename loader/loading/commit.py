@@ -36,6 +36,7 @@ from typing import Callable
 from ..infra import env, faults, logs
 from ..infra.pool import Pool
 from ..infra.progress import Progress
+from ..kinds import FixedKind, kind_for
 from ..model import manifest as mf
 from ..model.layouts import Layout
 from ..stores.base import StoreSpec
@@ -130,8 +131,6 @@ def resume_points(spec: StoreSpec, segments: list[Segment], b: int, k: int, firs
     (size and xxh3 recomputed by the record kind: one value, or a range scan); per shard, only the prefix up to the first batch that is
     missing or damaged is kept, since the worker rewrites that shard from there.
     """
-    from ..kinds.base import FixedKind
-
     check = (kind or FixedKind(None, "", "")).stored_problem
     plan = Plan(segments, b, k)
     end = plan.end or first_seq
@@ -259,8 +258,6 @@ def execute(spec: StoreSpec, m: mf.Manifest, run: dict, committer: Committer, *,
     Checkpoints flow into ``committer`` as they arrive; the caller calls
     ``committer.finish(receipts)`` and saves the final run status.
     """
-    from ..kinds.base import kind_for
-
     kind = kind or kind_for(layout, m.format, m.compression)
     rs = kind.record_bytes()
     todo_records = Plan(segments, b, k).records_from(resume)

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import re
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -50,11 +49,12 @@ from ..errors import (
 )
 from ..infra import faults, interrupts
 from ..infra.lock import DatasetLock
+from ..kinds import kind_for
 from ..maintain.garbage import start_writing
 from ..model import manifest as mf
 from ..model import runs
 from ..model.layouts import get_layout
-from ..sources.base import FileSource, hash_file, refuse_pseudo_file
+from ..sources import FileSource, hash_file, refuse_pseudo_file
 from ..stores.base import parse_dataset_uri
 from ..stores.health import require_shards
 from . import replace as replace_mod
@@ -62,7 +62,6 @@ from .commit import Committer, Unit, checkpoint_settings, execute, log, resume_p
 from .worker import Segment
 
 BAD_FILE_POLICIES = ("fail", "skip")
-BAD_INPUT_TYPES = ("PartialRecordError", "SourceVanishedError", "UnreadableInputError")
 
 
 @dataclass
@@ -147,15 +146,12 @@ def ingest(dataset: str, from_dir: str, *, pattern: str = "*", on_bad_file: str 
         spec, existing, layout_obj=get_layout(layout) if layout else None, format=format,
         compression=compression, shards=shards, workers=workers, batch_records=batch_records)
     ckpt = checkpoint_settings(checkpoint_seconds, checkpoint_bytes)
-    if layout_obj.variable_length:  # documents: <id>.json files (docs_ingest.py)
-        if pattern != "*":
-            raise UsageError(f"--pattern does not apply to documents: ingest reads every <id>.json file of "
-                             f"{from_dir} (write a file under a dotted name and rename it when complete)")
-        from ..docs.ingest import ingest_docs
-
-        return ingest_docs(spec, directory, layout_obj=layout_obj, fmt=fmt, comp=comp, k=k, w_req=w_req, b=b,
-                           b_given=batch_records is not None, on_bad_file=on_bad_file, progress=progress,
-                           ckpt=ckpt, fault=fault, t_start=t_start)
+    kind = kind_for(layout_obj, fmt, comp)
+    if kind.own_ingest:  # e.g. documents: <id>.json files (loader/docs/ingest.py)
+        return kind.ingest_directory(spec, directory, pattern=pattern, layout_obj=layout_obj, fmt=fmt, comp=comp,
+                                     k=k, w_req=w_req, b=b, b_given=batch_records is not None,
+                                     on_bad_file=on_bad_file, progress=progress, ckpt=ckpt, fault=fault,
+                                     t_start=t_start)
     rs = layout_obj.record_size
     report = IngestReport(spec.uri, directory, pattern, None, "nothing-to-do")
     listing = list_dir(directory, pattern)
@@ -453,12 +449,10 @@ def _resumable(m: mf.Manifest, directory: str, pattern: str, opts: dict) -> tupl
 
 
 def _bad_input(e: WorkerError, directory: str) -> tuple[str | None, InputError | None]:
-    """A worker failed on a source file: (its name, the error as the input error it was)."""
-    if getattr(e, "worker_type", "") not in BAD_INPUT_TYPES:
+    """A worker failed on a source file: (its name, the input error it raised)."""
+    err = e.raised(PartialRecordError, SourceVanishedError, UnreadableInputError)
+    if err is None:
         return None, None
-    text = re.sub(r"^worker \d+ failed: ", "", str(e))
-    path = text.split(":", 1)[0]
+    path = str(err).split(":", 1)[0]  # these errors name their file first
     name = os.path.relpath(path, directory) if path.startswith(directory + os.sep) else None
-    cls = {"PartialRecordError": InputError, "SourceVanishedError": SourceVanishedError,
-           "UnreadableInputError": UnreadableInputError}[e.worker_type]
-    return name, cls(text)
+    return name, err

@@ -37,13 +37,14 @@ from ..errors import (
 )
 from ..infra import faults, interrupts
 from ..infra.lock import DatasetLock, refuse_nested
-from ..kinds.base import kind_for
+from ..infra.space import check_space
+from ..kinds import kind_for
 from ..maintain.garbage import held_tables, start_writing
 from ..model import manifest as mf
 from ..model import runs
 from ..model.layouts import Layout, get_layout
 from ..serializers import COMPRESSIONS, FORMATS
-from ..sources.base import FileSource, GenDocsSource, GenSource, JsonDirSource, StreamSource, parse_source
+from ..sources import SourcePlan, parse_source
 from ..stores.base import MAX_SHARDS, MEM_ROOT, StoreSpec, parse_dataset_uri
 from ..stores.health import require_shards
 from . import replace as replace_mod
@@ -238,32 +239,22 @@ def load(source: str, dataset: str, *, layout: str | None = None, format: str | 
     if on_bad_file not in ("fail", "skip"):
         raise UsageError(f"--on-bad-file must be fail or skip, not {on_bad_file!r}")
     src = parse_source(source, layout_obj, on_bad_file)
-    if layout_obj is None and isinstance(src, (GenSource, GenDocsSource)):
-        layout_obj = get_layout(src.layout)
+    if layout_obj is None and src.layout_name is not None:
+        layout_obj = get_layout(src.layout_name)
     layout_obj, fmt, comp, k, w_req, b, spec = resolve_options(
         spec, existing, layout_obj=layout_obj, format=format, compression=compression, shards=shards,
         workers=workers, batch_records=batch_records)
-    skipped: list = []
-    if isinstance(src, JsonDirSource):  # list it (a badly named file fails here, before any write)
-        from ..sources.base import listing_fingerprint
-
-        entries, errors = src.listing()
-        skipped = [e.to_dict() for e in errors]
-        total, fp = len(entries), listing_fingerprint(entries)
-        src = (src, entries)
-    else:
-        total = src.count(layout_obj)  # a partial trailing record fails here, before any write
-        fp = src.fingerprint(layout_obj)
+    # count (a partial trailing record fails here, before any write), fingerprint, list a directory
+    planned = src.plan(layout_obj)
     ckpt = checkpoint_settings(checkpoint_seconds, checkpoint_bytes)
     created = prepare_root(spec)
     try:
-        _check_space(spec, existing, src, fp, total or 0, kind_for(layout_obj, fmt, comp), new_run=new_run,
-                     replace=replace)
+        _check_space(spec, existing, planned, kind_for(layout_obj, fmt, comp), new_run=new_run, replace=replace)
     except NoSpaceError:
         if created:
             os.rmdir(spec.root)  # nothing is left of a refused load
         raise
-    job = dict(src=src, fp=fp, total=total, skipped=skipped, layout_obj=layout_obj, fmt=fmt, comp=comp, k=k,
+    job = dict(planned=planned, layout_obj=layout_obj, fmt=fmt, comp=comp, k=k,
                w_req=w_req, b=b, b_given=batch_records is not None, new_run=new_run,
                progress=progress, stdin=stdin, ckpt=ckpt, fault=fault, t_start=t_start)
 
@@ -278,7 +269,7 @@ def load(source: str, dataset: str, *, layout: str | None = None, format: str | 
                 replace_mod.discard(sib.root)
             if m is not None:
                 check_compatible(m, spec, layout_obj, fmt, comp, k)
-            return _load_locked(spec, m, replace=False, replaces=None, **job)
+            return load_locked(spec, m, replace=False, replaces=None, **job)
 
         # --- --replace: build beside, then swap ------------------------------------------
         old_id = m.dataset_id if m is not None else None
@@ -286,8 +277,8 @@ def load(source: str, dataset: str, *, layout: str | None = None, format: str | 
         if sm is not None:
             r = sm.runs[-1] if sm.runs else None
             if not (r and r.get("replace") and r.get("replaces") == old_id
-                    and r.get("source") == _uri(src) and r.get("fingerprint") == fp and fp is not None
-                    and not new_run):
+                    and r.get("source") == planned.uri and r.get("fingerprint") == planned.fingerprint
+                    and planned.fingerprint is not None and not new_run):
                 sm = None
         if sm is None:
             replace_mod.discard(sib.root)
@@ -298,7 +289,7 @@ def load(source: str, dataset: str, *, layout: str | None = None, format: str | 
                 sm.runs = [dict(r) for r in (m.runs if m else [])]
             else:
                 runs.mark_interrupted(sm)
-            report = _load_locked(sib, sm, replace=True, replaces=old_id, **job)
+            report = load_locked(sib, sm, replace=True, replaces=old_id, **job)
             replace_mod.swap_in(sib.root, spec.root)
             replace_mod.discard(sib.root)  # the old dataset
         report.dataset = spec.uri
@@ -320,35 +311,11 @@ def _existing_manifest(root: str, replace: bool) -> mf.Manifest | None:
         raise
 
 
-def _check_table_limit(spec: StoreSpec, m: mf.Manifest, table: str) -> None:
-    """Refuse, before anything is written, a document run that would need one LMDB table
-    more than the shards can open (each run with ids among the stored ones has its own)."""
-    if spec.scheme not in ("lmdb", "mem"):
-        return
-    from ..stores.lmdb_store import DEFAULT_MAX_DBS
-
-    tables = {b.table for b in m.batches if b.table} | {table}
-    limit = int(dict(spec.options).get("max_dbs", DEFAULT_MAX_DBS))
-    if len(tables) + 1 > limit:  # + the meta table
-        raise UsageError(
-            f"{spec.uri} already holds {len(tables) - 1} document runs whose ids interleave with "
-            f"others (one LMDB table each per shard; at most max_dbs={limit} per shard): open the "
-            f"dataset with ?max_dbs={limit * 4} (readers too), or run `bulkload compact DATASET` to fold "
-            "them into one table per shard, then load again (or load documents whose ids are above the "
-            "stored ones: they share a table)")
-
-
-def _uri(src) -> str:
-    return src[0].uri if isinstance(src, tuple) else src.uri
-
-
-def _check_space(spec: StoreSpec, existing: mf.Manifest | None, src, fp, total: int, kind, *,
+def _check_space(spec: StoreSpec, existing: mf.Manifest | None, planned: SourcePlan, kind, *,
                  new_run: bool, replace: bool) -> None:
     """Refuse up front (space.py) a load whose records still to write cannot fit: the
     source's records, less those of its interrupted run that are durable (read without the
     lock: a figure, not a decision about the run), none if it was already loaded."""
-    from ..infra.space import check_space, needed_bytes
-
     m = existing
     if replace:
         sib = replace_mod.sibling_root(spec)
@@ -356,9 +323,12 @@ def _check_space(spec: StoreSpec, existing: mf.Manifest | None, src, fp, total: 
             m = mf.load_manifest(sib) if mf.exists(sib) else None
         except BulkloadError:
             m = None
-    prev = runs.last_matching(m, "load", _uri(src), fp) if m is not None and not new_run else None
-    todo = total
-    if isinstance(src, FileSource) and m is not None:
+    src = planned.source
+    if not src.replayable:
+        return  # a stream: its size is not known
+    prev = runs.last_matching(m, "load", src.uri, planned.fingerprint) if m is not None and not new_run else None
+    todo = planned.total or 0
+    if src.by_extent and m is not None:
         try:
             fplan = plan_file_run(m, src, kind.layout, new_run=new_run, considered=lambda r: True,
                                   resumable=lambda r: True)
@@ -367,29 +337,26 @@ def _check_space(spec: StoreSpec, existing: mf.Manifest | None, src, fp, total: 
             pass  # refused under the lock, with its own message
     if prev is not None:
         todo = 0 if prev.get("status") == "done" else todo - sum(r[3] for r in prev.get("pending") or [])
-    source = src[0] if isinstance(src, tuple) else src
-    check_space(spec.root, needed_bytes(kind, source, todo), f"loading {todo:,} records of {_uri(src)} into {spec.uri}")
+    check_space(spec.root, kind.min_stored_bytes(src, todo), f"loading {todo:,} records of {src.uri} into {spec.uri}")
 
 
-def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, skipped, layout_obj, fmt, comp,
+def load_locked(spec: StoreSpec, m: mf.Manifest | None, *, planned: SourcePlan, layout_obj, fmt, comp,
                  k, w_req, b, b_given, new_run, progress, stdin, ckpt, fault, t_start,
                  replace: bool, replaces: str | None, mode: str = "load", on_commit=None) -> LoadReport:
     """The load proper, with the dataset locked. With ``replace``, ``spec``/``m`` are the
     sibling being built and ``replaces`` the id of the dataset it will replace.
 
-    ``mode="ingest"`` (documents, loader/docs_ingest.py): the run is an ``ingest`` run;
+    ``mode="ingest"`` (documents, loader/docs/ingest.py): the run is an ``ingest`` run;
     the caller has already left out the ids stored in the dataset (same lock) and passes
     only new ones; a finished run with the same fingerprint does not mean "already
     loaded" (the caller decided what is new). ``on_commit(m, unit, run)`` is called when
     the run is committed, just before the manifest write that commits it."""
     kind = kind_for(layout_obj, fmt, comp)
     require_shards(spec, m)  # a missing or damaged shard stops every writer before it writes
-    entries = None
-    if isinstance(src, tuple):  # a directory of documents and its listing
-        src, entries = src
+    src, total, fp, skipped = planned.source, planned.total, planned.fingerprint, list(planned.skipped)
     opts = dict(format=fmt, compression=comp, layout=layout_obj.name, shards=k)
     fplan = None  # a file: the extent this run loads (file_runs.py)
-    if isinstance(src, FileSource) and mode == "load":
+    if src.by_extent and mode == "load":
         fplan = plan_file_run(m, src, layout_obj, new_run=new_run,
                               considered=lambda r: not replace or _replaces(r, replaces),
                               resumable=lambda r: runs.load_resumable(m, r, **opts))
@@ -422,12 +389,9 @@ def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, skip
         resume = prev
     if m is None or not m.batches:
         m = fresh_manifest(m, spec, layout_obj, fmt, comp, k, b)
-    if kind.keyed and mode == "load":  # ids already stored: per-file errors (directory) or a clear error
-        from ..docs.access import stored_duplicates
-
-        entries, skipped = stored_duplicates(spec, m, src, entries, skipped, src.on_bad_file
-                                             if entries is not None else "fail")
-        total = len(entries) if entries is not None else total
+    if mode == "load":  # what the dataset may not take twice (documents: ids already stored)
+        planned = kind.vet_new(spec, m, planned)
+        total, skipped = (planned.total, list(planned.skipped)) if planned.entries is not None else (total, skipped)
 
     if resume is not None:
         run = resume
@@ -450,26 +414,16 @@ def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, skip
     run["workers"] = nworkers
     if skipped:
         run["skipped"] = skipped
-    stream_run = isinstance(src, StreamSource)
+    stream_run = not src.replayable
     table, clear_from = kind.run_table(run["id"]), -1
     if kind.keyed:  # a run above every stored id shares the table of the highest ones
         if "table" not in run and resume is not None:  # a run from before shared tables
             run["table"], run["clear_from"] = table, -1
         elif "table" not in run:
-            if entries is None:
-                span = src.id_span()
-            else:  # sorted by id
-                span = (int(entries[0][0]), int(entries[-1][0])) if len(entries) else None
-            run["table"], run["clear_from"] = kind.choose_table(run["id"], m.batches, span)
-            _check_table_limit(spec, m, run["table"])
+            run["table"], run["clear_from"] = kind.choose_table(run["id"], m.batches, planned.id_span())
+            kind.check_table_limit(spec, m, run["table"])
         table, clear_from = run["table"], run.get("clear_from", -1)
-    if entries is not None:  # the plan of a directory load: its files in id order
-        from dataclasses import replace as dc_replace
-
-        from ..sources.base import save_plan
-
-        src = dc_replace(src, plan_path=os.path.join(spec.root, ".plans", f"{run['id']}.plan"))
-        save_plan(src.plan_path, entries)
+    src = planned.for_run(spec.root, run["id"])  # a directory: its listing saved as the run's plan file
     segments = [] if stream_run else [Segment(src, total, run["first_seq"], run["first_record"],
                                               offset=run.get("source_offset", 0))]
     if resume is not None:
@@ -530,7 +484,7 @@ def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, skip
                            clear_from, "nothing from this run was committed") from None
         if committer.next < len(committer.units):  # cannot happen: every batch has a receipt
             raise WorkerError("the workers did not write every planned batch; nothing was committed")
-        report = _commit(spec, m, run, src, entries, receipts, keep, skipped, layout_obj, kind, k, nworkers,
+        report = _commit(spec, m, run, src, receipts, keep, skipped, layout_obj, kind, k, nworkers,
                          t_start, progress, status=("resumed" if resume is not None else "appended"
                                                     if fplan is not None and fplan.status == "appended" else "loaded"))
     if isinstance(late, KeyboardInterrupt):
@@ -543,19 +497,17 @@ def _load_locked(spec: StoreSpec, m: mf.Manifest | None, *, src, fp, total, skip
 def _stopped(e: BaseException, spec: StoreSpec, k: int, run: dict, committer: Committer, kind, table: str,
              clear_from: int, outcome: str) -> BaseException:
     """The run stopped before its commit: record why, save; the exception to raise."""
-    bad = _input_error(e) if kind.keyed else None
+    bad = kind.input_error(e.error if isinstance(e, WorkerError) and e.error is not None else e)
     if bad is not None:  # bad input: nothing of this run stays in the stores
-        from ..docs.access import discard_run
-
         run["pending"], run["resumable"] = [], False
-        discard_run(spec, k, table, clear_from)
+        kind.discard_run(spec, k, table, clear_from)
         e = bad
     e = runs.stop(run, e, outcome)
     committer.save_quietly()
     return e
 
 
-def _commit(spec: StoreSpec, m: mf.Manifest, run: dict, src, entries, receipts: list, keep: list,
+def _commit(spec: StoreSpec, m: mf.Manifest, run: dict, src, receipts: list, keep: list,
             skipped: list, layout_obj: Layout, kind, k: int, nworkers: int, t_start: float, progress: str,
             status: str) -> LoadReport:
     """Write the commit (every batch is in the manifest's list, the run done); the report."""
@@ -574,8 +526,7 @@ def _commit(spec: StoreSpec, m: mf.Manifest, run: dict, src, entries, receipts: 
         run["text_bytes"] = sum(mf.BatchEntry(*r).text_bytes or 0 for r in written + list(keep))
     runs.finish(run, "done", seconds=round(seconds, 3), written_records=_records(written),
                 kept_records=_records(keep), map_grows=grows)
-    if entries is not None:
-        _remove_plan(src.plan_path)
+    src.committed()  # e.g. a directory's plan file is removed
     m.save(spec.root)
     log(progress, f"loaded {run['records']:,} records from {src.uri} into {spec.uri} (run {run['id']})",
         run=run["id"], stage="load", records=run["records"], seconds=round(seconds, 3), event="done")
@@ -592,28 +543,6 @@ def _replaces(run: dict, replaces: str | None) -> bool:
 
 def _records(rows) -> int:
     return sum(mf.BatchEntry(*r).records for r in rows)
-
-
-def _remove_plan(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-
-
-def _input_error(e: BaseException):
-    """The bad-input error a failed keyed run stopped on (a worker's, rebuilt), or None."""
-    from ..errors import BadFileError, DuplicateIdError, InputError
-
-    if isinstance(e, InputError):
-        return e
-    etype = getattr(e, "worker_type", "")
-    if isinstance(e, WorkerError) and etype in ("BadFileError", "DuplicateIdError"):
-        import re
-
-        text = re.sub(r"^worker \d+ failed: ", "", str(e))
-        return BadFileError(text) if etype == "BadFileError" else DuplicateIdError(text)
-    return None
 
 
 def _report(spec, src, run, layout_obj, fmt, comp, k, nworkers, receipts, keep, t_start, *,

@@ -32,9 +32,11 @@ import time
 from dataclasses import dataclass, field
 
 from ..infra import faults
-from ..kinds.base import batch_key, kind_for  # noqa: F401 (batch_key re-exported)
+from ..kinds import kind_for
 from ..model.layouts import Layout
+from ..model.placement import batch_key, owned_shards  # noqa: F401 - batch_key: arrays/ imports it from here until it uses model.placement
 from ..stores.base import StoreSpec
+from ..stores.writer import open_writer
 from .stream import received_batches
 
 GROUP_BYTES = 16 << 20
@@ -103,11 +105,6 @@ class LoadTask:
 def shard_seqs(lo: int, hi: int, shard: int, nshards: int) -> range:
     """The seqs in [lo, hi) of batches stored on ``shard`` (seq mod K), ascending."""
     return range(lo + (shard - lo) % nshards, max(lo, hi), nshards)
-
-
-def owned_shards(nshards: int, workers: int, worker: int) -> list[int]:
-    """The shards a worker writes (shard mod W == worker): one writer per shard, for every pool."""
-    return [s for s in range(nshards) if s % workers == worker]
 
 
 def start_worker(task) -> None:
@@ -196,7 +193,7 @@ def load_worker(task: LoadTask, progress_q, inbox=None, slots=None) -> dict:
                 damage = check_shard(task.store, s)
                 if damage is not None:
                     raise damage.error(writing=True)
-            stores[s] = st = _open_shard(task.store, s, opts)
+            stores[s] = st = open_writer(task.store, s, opts)
             # leftovers of failed runs go first (what is below the resume point is kept)
             _guard(task.store, s, lambda: writer.prepare(s, st))
 
@@ -324,21 +321,6 @@ def _planned(task: LoadTask, writer, timings: dict):
         payload = writer.produce(seq, first, count, source, off)
         timings["produce_s"] += time.perf_counter() - t
         yield seq, first, count, payload
-
-
-def _open_shard(spec: StoreSpec, s: int, opts: dict, wait: float = 10.0):
-    """Open shard ``s`` for writing. Workers of a job that was just killed may hold it
-    for a moment while they notice and exit; give them ``wait`` seconds."""
-    from ..errors import DatasetBusyError
-
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            return spec.backend.open(spec.shard_path(s), write=True, options=opts)
-        except DatasetBusyError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
 
 
 def _guard(spec: StoreSpec, s: int, fn):

@@ -30,9 +30,10 @@ import time
 
 from ..errors import BulkloadError, UsageError
 from ..infra import faults, interrupts
-from ..loading.worker import batch_key
+from ..kinds import kind_for
 from ..model import manifest as mf
 from ..model import runs
+from ..model.placement import batch_key
 from .garbage import collect_garbage, held_tables, holds_batches, retire_batches, start_writing
 
 #: what a compaction that stopped early leaves: the records as they were
@@ -58,12 +59,6 @@ def plan_merge(batches: list, target: int) -> list[list]:
     return groups
 
 
-def is_documents(m: mf.Manifest) -> bool:
-    """A documents dataset (layout docs) is compacted by loader/docs_compact.py instead:
-    each shard's document tables are folded into one."""
-    return bool(m.layout.get("variable_length"))
-
-
 def compact(dataset_uri: str, target_batch_records: int | None = None, progress: str = "none",
             workers: int | None = None, force: bool = False) -> dict:
     """Merge small batches and compact every shard; returns a report (dict)."""
@@ -73,7 +68,6 @@ def compact(dataset_uri: str, target_batch_records: int | None = None, progress:
 
     spec = parse_dataset_uri(dataset_uri)
     m = mf.load_manifest(spec.root, dataset_uri)
-    from ..kinds.base import kind_for
     from ..loading.run import MAX_WORKERS, check_count, max_batch_records
 
     check_count("--target-batch-records", target_batch_records, 1,
@@ -95,11 +89,10 @@ def compact_locked(spec, m: mf.Manifest, *, target_batch_records: int | None = N
     from ..loading.run import default_workers
     from ..serializers import get_serializer
 
-    if is_documents(m):
-        from ..docs.compact import compact_docs
-
-        return compact_docs(spec, m, target_batch_records=target_batch_records, progress=progress,
-                            workers=workers, force=force)
+    kind = kind_for(m.layout_obj, m.format, m.compression)
+    if kind.own_compaction:  # e.g. documents: fold each shard's run tables (loader/docs/compact.py)
+        return kind.compact_dataset(spec, m, target_batch_records=target_batch_records, progress=progress,
+                                    workers=workers, force=force)
     t0 = time.perf_counter()
     layout = m.layout_obj
     target = int(target_batch_records or m.batch_records)

@@ -37,7 +37,11 @@ import os
 
 from ..infra import faults
 from ..infra.pins import oldest_pinned
+from ..kinds import kind_for
 from ..model import manifest as mf
+from ..model import runs
+from ..model.placement import batch_key
+from ..stores.writer import open_writer
 
 BATCHES, ARRAY, DOC_TABLES = "batches", "array", "doc-tables"
 _FAULT_BETWEEN_SHARDS = {BATCHES: "deleting", ARRAY: "dropping", DOC_TABLES: "docs-dropping"}
@@ -93,9 +97,10 @@ def collect_garbage(spec, m: mf.Manifest) -> int:
     if not due:
         return 0
     spec = spec.with_shards(m.shards)
+    record_kind = kind_for(m.layout_obj, m.format, m.compression)
     faults.hit("collect")
     steps = itertools.count()  # shards done so far, over all entries (for the fault points)
-    done = [e for e in due if _delete(spec, e, steps)]
+    done = [e for e in due if _delete(spec, record_kind, e, steps)]
     if not done:
         return 0
     faults.hit("collected")
@@ -108,8 +113,6 @@ def start_writing(spec, m: mf.Manifest | None) -> None:
     """What every writing command does first, holding the dataset lock: runs still
     ``running`` belong to a job that died (they become ``interrupted``), and garbage no
     reader needs any more is deleted."""
-    from ..model import runs
-
     if m is None:
         return
     if runs.mark_interrupted(m):
@@ -117,7 +120,7 @@ def start_writing(spec, m: mf.Manifest | None) -> None:
     collect_garbage(spec, m)
 
 
-def _delete(spec, e: dict, steps) -> bool:
+def _delete(spec, record_kind, e: dict, steps) -> bool:
     """Delete one entry's data; False when some shard could not be done (kept for later)."""
     kind = e["kind"]
     shards = [e["shard"]] if kind == DOC_TABLES else range(spec.shards)
@@ -125,7 +128,7 @@ def _delete(spec, e: dict, steps) -> bool:
     for s in shards:
         if next(steps):
             faults.hit(_FAULT_BETWEEN_SHARDS[kind])
-        ok &= _in_shard(spec, s, lambda st: _delete_in(st, e))
+        ok &= _in_shard(spec, s, lambda st: _delete_in(st, record_kind, e))
     if kind == ARRAY:
         try:
             os.unlink(os.path.join(spec.root, e["index"]))
@@ -136,29 +139,24 @@ def _delete(spec, e: dict, steps) -> bool:
     return ok
 
 
-def _delete_in(st, e: dict) -> None:
-    from ..kinds.base import drop_doc_table
-    from ..loading.worker import batch_key
-
+def _delete_in(st, record_kind, e: dict) -> None:
     if e["kind"] == BATCHES:
         st.delete_range(None, batch_key(e["below"]))
     elif e["kind"] == ARRAY:
         st.drop_table(e["table"])
-    else:
+    else:  # tables of the record kind (documents: with their zstd dictionaries)
         for t in e["tables"]:
-            drop_doc_table(st, t)
+            record_kind.drop_table(st, t)
     st.sync()
 
 
 def _in_shard(spec, s: int, fn) -> bool:
     """fn(store) on shard s opened for writing; False when it failed (best effort: the
     entry stays listed and a later writer tries again)."""
-    from ..loading.worker import _open_shard
-
     if not os.path.exists(spec.shard_path(s)):
         return True
     try:
-        st = _open_shard(spec, s, dict(spec.options))
+        st = open_writer(spec, s, dict(spec.options))
     except Exception:  # noqa: BLE001 - collection must never fail a writer
         return False
     try:

@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import LayoutError, UnknownLayoutError
+from .plugins import load_plugins
 
 # type name -> (numpy code, size in bytes, Cap'n Proto type, is integer)
 TYPES: dict[str, tuple[str, int, str, bool]] = {
@@ -109,8 +110,10 @@ class Layout:
     fields: tuple[Field, ...]
     description: str = ""
 
-    #: fixed-size records (the variable-length layout ``docs`` is `loader.docs.DocsLayout`)
+    #: fixed-size records (plug-ins register other layouts, e.g. the documents' ``docs``)
     variable_length = False
+    #: the record kind that stores them (loader/kinds: how a batch is made and checked)
+    kind = "fixed"
 
     def __post_init__(self) -> None:
         if not self.fields:
@@ -241,12 +244,34 @@ class Layout:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Layout":
-        """The layout a manifest or task describes (``docs`` gives `loader.docs.DOCS`)."""
+        """The layout a manifest or task describes (a registered one, e.g. ``docs``, by name)."""
         if d.get("variable_length"):
-            from ..docs.layout import DOCS
-
-            return DOCS
+            return registered_layout(d["name"])
         return cls(d["name"], tuple(Field(n, t) for n, t in d["fields"]), d.get("description", ""))
+
+
+# --- layouts registered by plug-ins (e.g. the documents' ``docs``) ---------------------------
+
+_REGISTERED: dict[str, object] = {}
+
+
+def register_layout(layout) -> None:
+    """Make a plug-in's layout object findable by name (``--layout NAME``, manifests)."""
+    _REGISTERED[layout.name] = layout
+
+
+def registered_layout(name: str):
+    """The registered layout ``name`` (plug-ins loaded on a miss); UnknownLayoutError if none."""
+    found = _find_registered(name)
+    if found is None:
+        raise UnknownLayoutError(f"unknown layout {name!r}: no installed plug-in provides it")
+    return found
+
+
+def _find_registered(name: str):
+    while name not in _REGISTERED and load_plugins():
+        pass
+    return _REGISTERED.get(name)
 
 
 @functools.lru_cache(maxsize=None)
@@ -304,7 +329,8 @@ def available_layouts() -> list[str]:
     for d in [*_search_dirs(), builtin_schema_dir()]:
         if d.is_dir():
             names.update(p.stem for p in d.glob("*.toml"))
-    names.add("docs")
+    load_plugins()
+    names.update(_REGISTERED)
     return sorted(names)
 
 
@@ -313,10 +339,8 @@ def get_layout(name_or_path: str | Layout) -> Layout:
     if isinstance(name_or_path, Layout) or getattr(name_or_path, "variable_length", False):
         return name_or_path
     ref = str(name_or_path)
-    if ref == "docs":  # the built-in variable-length layout (loader/docs.py)
-        from ..docs.layout import DOCS
-
-        return DOCS
+    if ref in _REGISTERED:  # a plug-in's layout, e.g. the documents' docs
+        return _REGISTERED[ref]
     if ref.endswith(".toml") or os.sep in ref:
         p = Path(ref)
         if not p.is_file():
@@ -334,6 +358,9 @@ def _get_named(name: str, dirs: tuple[str, ...]) -> Layout:
             if layout.name != name:
                 raise LayoutError(f"{p}: declares name {layout.name!r}, expected {name!r}")
             return layout
+    found = _find_registered(name)
+    if found is not None:
+        return found
     raise UnknownLayoutError(
         f"unknown layout {name!r}; known layouts: {', '.join(available_layouts()) or 'none'} "
         "(declare one in schemas/NAME.toml or pass a path to a .toml file)"

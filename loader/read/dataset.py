@@ -14,7 +14,7 @@ reporting its vanished data as corrupt.
 Documents (layout ``docs``): `Dataset.get(id)` -> `Doc` (id, created_at, text str),
 `get_many(ids)` -> (DocBatch of the found ones, in the order asked; missing ids),
 `scan(start_id, stop_id)` -> DocBatch of ids in [start, stop) in id order
-(``.to_arrow()`` for a pyarrow RecordBatch); see docs_access.py.
+(``.to_arrow()`` for a pyarrow RecordBatch); see loader/docs/access.py.
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ import numpy as np
 import xxhash
 
 from ..errors import CorruptBatchError, DatasetReplacedError, StoreError, UsageError
-from ..loading.worker import batch_key
+from ..kinds import kind_class
 from ..model import manifest as mf
+from ..model.placement import batch_key
 from ..serializers import get_serializer
 from ..stores.base import ShardStore, parse_dataset_uri
 from ..stores.health import batch_message, check_shard, check_value, committed_shards, shard_problems
@@ -60,7 +61,7 @@ class Dataset:
         self._opened_as = (uri, pin)
         self.manifest, self._ident, self._pin = read_snapshot(self.spec.root, uri, pin)
         self.layout = self.manifest.layout_obj
-        self.serializer = (None if self.layout.variable_length  # documents: see docs_access.py
+        self.serializer = (None if self.layout.variable_length  # documents: see loader/docs/access.py
                            else get_serializer(self.manifest.format, self.layout, self.manifest.compression))
         self._shards: dict[int, ShardStore] = {}
         self._firsts = [b.first for b in self.manifest.batches]
@@ -211,14 +212,10 @@ class Dataset:
     # --- documents (layout docs) ----------------------------------------------------
     @property
     def docs(self):
-        """The document reader (docs_access.DocReader); UsageError for fixed-size layouts."""
-        if not self.layout.variable_length:
-            raise UsageError(f"dataset {self.uri} holds fixed-size {self.layout.name} records, not documents; "
-                             "use read_records / iter_batches")
+        """The keyed reader of the layout's record kind (documents: loader/docs/access.py's
+        DocReader); UsageError for fixed-size layouts."""
         if self._docs is None:
-            from ..docs.access import DocReader
-
-            self._docs = DocReader(self)
+            self._docs = kind_class(self.layout).reader(self)
         return self._docs
 
     def get(self, doc_id: int):

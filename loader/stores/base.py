@@ -23,9 +23,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
-from urllib.parse import parse_qsl
 
 from ..errors import KeyOrderError, NotWritableError, UnknownSchemeError, UsageError
+from ..infra.uri import query_options
 
 MEM_ROOT = "/dev/shm/bulkload"
 
@@ -272,17 +272,6 @@ def _utf8(text: str) -> bool:
     except UnicodeEncodeError:  # surrogate-escaped bytes of a non-UTF-8 argument
         return False
     return True
-
-
-def query_options(query: str, what: str, noun: str = "option") -> dict[str, str]:
-    """The ``k=v&...`` of a URI as a dict; a key given twice is a UsageError."""
-    pairs = parse_qsl(query, keep_blank_values=True)
-    seen: set[str] = set()
-    for k, _ in pairs:
-        if k in seen:
-            raise UsageError(f"{what}: {noun} {k} is given more than once; give each {noun} once")
-        seen.add(k)
-    return dict(pairs)
 
 
 def backend_for(scheme: str) -> type[ShardStore]:

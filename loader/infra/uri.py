@@ -1,0 +1,18 @@
+"""The query part of a URI (``?k=v&...``) of datasets and sources: each key at most once."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qsl
+
+from ..errors import UsageError
+
+
+def query_options(query: str, what: str, noun: str = "option") -> dict[str, str]:
+    """The ``k=v&...`` of a URI as a dict; a key given twice is a UsageError."""
+    pairs = parse_qsl(query, keep_blank_values=True)
+    seen: set[str] = set()
+    for k, _ in pairs:
+        if k in seen:
+            raise UsageError(f"{what}: {noun} {k} is given more than once; give each {noun} once")
+        seen.add(k)
+    return dict(pairs)

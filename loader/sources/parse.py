@@ -1,0 +1,67 @@
+"""Parsing a SOURCE argument into a source spec (see base.py for what sources are).
+
+- ``-``, /dev/stdin, /dev/fd/N, /proc/self/fd/N, a FIFO: a stream (streams.py);
+- ``gen://LAYOUT?...``: the layout's generator (generated.py), or a plug-in's own;
+- a directory: the source of a plug-in's kind (e.g. ``<id>.json`` documents), else refused;
+- a regular file of raw records (files.py); devices, sockets, procfs/sysfs files refused.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from ..errors import MissingPathError, UsageError
+from ..model.layouts import Layout, get_layout
+from .base import Source, directory_source, generator_parser
+from .files import FileSource, refuse_pseudo_file
+from .generated import parse_generated
+from .streams import StreamSource, stream_fd
+
+
+def parse_source(ref: str, layout: Layout | None = None, on_bad_file: str = "fail") -> Source:
+    """Parse a SOURCE argument. ``layout`` is the --layout given, if any."""
+    if stream_fd(ref) is not None:
+        return _stream_source(ref, layout)
+    if ref.startswith("gen://"):
+        name, _, query = ref[len("gen://"):].partition("?")
+        if not name:
+            raise UsageError(f"source {ref!r} names no layout; use gen://scidb96?n=N")
+        get_layout(name)  # unknown layout -> clear error (and a plug-in's layout registers its generator)
+        if layout is not None and layout.name != name:
+            raise UsageError(f"source {ref!r} generates layout {name!r} but --layout is {layout.name!r}")
+        parser = generator_parser(name) or parse_generated
+        return parser(ref, query, layout)
+    if "://" in ref:
+        raise UsageError(f"unknown source scheme in {ref!r}; use gen://LAYOUT?n=N, a file path, or - for stdin")
+    path = os.path.abspath(ref)
+    if not os.path.exists(path):
+        raise MissingPathError(f"source file {ref} does not exist")
+    if stat.S_ISFIFO(os.stat(path).st_mode):
+        return _stream_source(path, layout)
+    refuse_pseudo_file(ref)
+    directory = directory_source(layout)
+    if os.path.isdir(path):
+        if directory is not None:
+            return directory.factory(path, on_bad_file)
+        raise UsageError(f"source {ref} is a directory; use `bulkload load {ref} DATASET --layout docs` for a "
+                         f"directory of <id>.json documents, or `bulkload ingest DATASET --from {ref}` for "
+                         "files of raw records")
+    if directory is not None:
+        raise UsageError(directory.file_refusal(ref))
+    return FileSource(path)
+
+
+def _stream_source(path: str, layout: Layout | None):
+    directory = directory_source(layout)
+    if directory is not None:
+        raise UsageError(directory.stream_refusal("stdin" if path == "-" else f"a stream ({path})"))
+    fd = stream_fd(path)
+    if fd is not None and path != "-":  # (stdin may also come from load(stdin=...))
+        try:
+            os.fstat(fd)
+        except OSError:
+            raise MissingPathError(f"source {path}: file descriptor {fd} is not open") from None
+    return StreamSource(path)
+
+
