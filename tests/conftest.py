@@ -35,7 +35,7 @@ def stored_docs(uri):
     key + value of its batches in order, all documents) - what must match between a
     resumed run and an uninterrupted one."""
     import loader
-    from loader.docs.layout import key_of
+    from loader.docs.batch import key_of
 
     with loader.open(uri) as ds:
         assert ds.verify().ok

@@ -10,23 +10,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loader.docs import zdict
+from loader.docs.batch import DocBatch, duplicate_ids, id_of_key, key_of, keys_of, sort_by_id
 from loader.docs.gen import generate_docs
-from loader.docs.layout import (
-    DOCS,
-    DocBatch,
-    capnp_module,
+from loader.docs.layout import DOCS, capnp_module
+from loader.docs.values import (
     decode_doc_capnp,
     decode_doc_raw,
     decode_values,
-    duplicate_ids,
     encode_batch,
     encode_batch_buffer,
     encode_doc_capnp,
     encode_doc_raw,
-    id_of_key,
-    key_of,
-    keys_of,
-    sort_by_id,
 )
 from loader.errors import UsageError, VerifyError
 

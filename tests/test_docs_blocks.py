@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loader.docs._docsio import block_columns
+from loader.docs.batch import DocBatch
 from loader.docs.blocks import (
     HEADER_BYTES,
     LMDB_PAGE,
@@ -22,7 +23,6 @@ from loader.docs.blocks import (
     block_target,
 )
 from loader.docs.gen import generate_docs
-from loader.docs.layout import DocBatch
 from loader.errors import UsageError, VerifyError
 
 I64 = st.integers(-(2**63), 2**63 - 1)

@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loader.docs import gen as docs_gen
+from loader.docs.batch import DocBatch
 from loader.docs.gen import CREATED_MAX, CREATED_MIN, TEXT_MAX, generate_docs
-from loader.docs.layout import DocBatch
 from loader.errors import UsageError
 from loader.sources import _gen
 

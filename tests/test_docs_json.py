@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from loader.docs import _docsio
 from loader.docs import json_dir as J
+from loader.docs.batch import DocBatch, sort_by_id
 from loader.docs.gen import generate_docs
 from loader.docs.json_dir import (
     DirListing,
@@ -30,7 +31,6 @@ from loader.docs.json_dir import (
     scan_json_dir,
     write_json_dir,
 )
-from loader.docs.layout import DocBatch, sort_by_id
 from loader.docs.sources import JsonDirSource, _load_plan, listing_fingerprint, save_plan
 from loader.errors import BadFileError, InputError, UsageError
 

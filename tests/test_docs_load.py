@@ -13,9 +13,9 @@ import pytest
 from conftest import each_shard, run_cli, shard_tables, stored_docs, tool
 
 import loader
+from loader.docs.batch import DocBatch, key_of
 from loader.docs.gen import generate_docs
 from loader.docs.json_dir import write_json_dir
-from loader.docs.layout import DocBatch, key_of
 from loader.docs.tables import doc_tables
 from loader.errors import BadFileError, DuplicateIdError, NotFoundError
 from loader.stores.base import parse_dataset_uri

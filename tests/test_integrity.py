@@ -762,7 +762,7 @@ def test_runs_recorded_before_extents_keep_working(tmp_path):
 def test_a_get_from_a_damaged_document_block_names_shard_and_batch(tmp_path):
     """A get does not read the whole batch (its range checksum would cost ~100x the get,
     bench/integrity.py), but the block's zstd frame has a checksum of its texts."""
-    from loader.docs.layout import key_of
+    from loader.docs.batch import key_of
 
     uri = f"lmdb://{tmp_path}/docs"
     loader.load("gen://docs?n=300&seed=1", uri, shards=1, batch_records=100)

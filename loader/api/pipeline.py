@@ -28,7 +28,7 @@ import time
 import tomllib
 from dataclasses import dataclass
 
-from ..errors import BulkloadError, PipelineError
+from ..errors import BulkloadError, MissingPathError, PipelineError
 from ..infra import logs
 
 # section -> key -> (type, default); default None: optional; REQUIRED: must be given
@@ -119,13 +119,22 @@ def _convert(value, typ: type, name: str, where: str, from_text: bool):
 
 
 def parse(path: str, sets: list[str] | None = None, env: dict | None = None) -> Pipeline:
-    env = os.environ if env is None else env
+    """Read a pipeline file and apply, over its values, the environment and ``--set``;
+    then defaults and the rules (required keys, exactly one of [load] / [ingest])."""
+    data, lines = _read(path)
+    config, origin = _from_file(path, data, lines)
+    _from_env(config, origin, os.environ if env is None else env)
+    _from_sets(config, origin, sets or [])
+    _finish(path, lines, config)
+    return Pipeline(path, config, origin)
+
+
+def _read(path: str) -> tuple[dict, dict[str, int]]:
+    """(the TOML data, key_lines of its text)."""
     try:
         with open(path, "rb") as f:
             raw = f.read()
     except FileNotFoundError:
-        from ..errors import MissingPathError
-
         raise MissingPathError(f"pipeline file {path} does not exist") from None
     except OSError as e:
         raise PipelineError(f"cannot read pipeline file {path}: {e.strerror or e}") from None
@@ -134,9 +143,11 @@ def parse(path: str, sets: list[str] | None = None, env: dict | None = None) -> 
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise PipelineError(f"{path}: not valid TOML: {e}") from None
-    lines = key_lines(text)
+    return data, key_lines(text)
 
-    # --- the file -------------------------------------------------------------------
+
+def _from_file(path: str, data: dict, lines: dict[str, int]) -> tuple[dict[str, dict], dict[str, str]]:
+    """The file's sections and keys, checked against SCHEMA; (config, origin)."""
     config: dict[str, dict] = {}
     origin: dict[str, str] = {}
     for key, value in data.items():
@@ -159,8 +170,11 @@ def parse(path: str, sets: list[str] | None = None, env: dict | None = None) -> 
             config.setdefault(section, {})[k] = _convert(v, known[k][0], k, where, from_text=False)
             origin[name] = where
         config.setdefault(section, {})
+    return config, origin
 
-    # --- the environment (sections the file has) ------------------------------------------
+
+def _from_env(config: dict[str, dict], origin: dict[str, str], env) -> None:
+    """BULKLOAD_SECTION_KEY (and BULKLOAD_KEY for [job]) of the sections the file has."""
     for section in list(config):
         for k, (typ, _) in SCHEMA[section].items():
             names = [f"BULKLOAD_{section.upper()}_{k.upper()}"]
@@ -172,8 +186,10 @@ def parse(path: str, sets: list[str] | None = None, env: dict | None = None) -> 
                     origin[f"{section}.{k}"] = f"environment variable {var}"
                     break
 
-    # --- --set -----------------------------------------------------------------------
-    for item in sets or []:
+
+def _from_sets(config: dict[str, dict], origin: dict[str, str], sets: list[str]) -> None:
+    """``--set section.key=value`` (a bare key means job.key; a section may be added)."""
+    for item in sets:
         if "=" not in item:
             raise PipelineError(f"--set {item!r}: use --set section.key=value (e.g. --set load.source=FILE)")
         name, value = item.split("=", 1)
@@ -188,7 +204,9 @@ def parse(path: str, sets: list[str] | None = None, env: dict | None = None) -> 
         config.setdefault(section, {})[k] = _convert(value, SCHEMA[section][k][0], k, f"--set {name}", True)
         origin[f"{section}.{k}"] = f"--set {name}"
 
-    # --- defaults, required keys, step rules ----------------------------------------------
+
+def _finish(path: str, lines: dict[str, int], config: dict[str, dict]) -> None:
+    """Defaults, required keys, and exactly one of [load] / [ingest]."""
     config.setdefault("job", {})
     for section, values in config.items():
         for k, (typ, default) in SCHEMA[section].items():
@@ -204,7 +222,6 @@ def parse(path: str, sets: list[str] | None = None, env: dict | None = None) -> 
         what = "both [load] and [ingest]" if src else "neither [load] nor [ingest]"
         raise PipelineError(f"{path}: a pipeline needs exactly one of [load] (source = ...) or [ingest] "
                             f"(from = ...); it has {what}")
-    return Pipeline(path, config, origin)
 
 
 def run(path: str, sets: list[str] | None = None, *, progress: str = "auto", env: dict | None = None) -> dict:

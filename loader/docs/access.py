@@ -23,9 +23,11 @@ import numpy as np
 from ..errors import DuplicateIdError, NotFoundError, UsageError, VerifyError
 from ..kinds import kind_for
 from ..model import manifest as mf
+from .batch import DocBatch, id_of_key, key_of
 from .blocks import BlockReader, block_first_id
-from .layout import DOCS, DocBatch, decode_value, id_of_key, key_of
+from .layout import DOCS
 from .tables import META_TABLE, drop_doc_table
+from .values import decode_value
 
 MAX_ID = 2**64 - 1
 
@@ -211,7 +213,7 @@ class DocReader:
         parts = [self._batch_docs(b, max(a, b.lo), min(z, b.hi)) for b in self.index.overlapping(a, z)]
         out = DocBatch.concat(parts)
         if len(parts) > 1:  # interleaved loads: restore id order
-            from .layout import sort_by_id
+            from .batch import sort_by_id
 
             out = sort_by_id(out)
         return out

@@ -43,7 +43,7 @@ import zstandard
 
 from ..errors import UsageError, VerifyError
 from ._docsio import block_columns
-from .layout import DocBatch
+from .batch import DocBatch
 
 HEADER = struct.Struct("<IBBBBQq")
 HEADER_BYTES = HEADER.size  # 24

@@ -150,7 +150,7 @@ def clear_leftovers(st, batches: list, keep=()) -> int:
     """Drop the doc tables no batch of ``batches`` (this shard's committed ones) names,
     except ``keep`` (tables the garbage list holds for readers), and the keys above each
     named table's highest committed id; returns tables dropped."""
-    from .layout import key_of
+    from .batch import key_of
     from .tables import doc_tables, drop_doc_table
 
     top: dict[str, int] = {}
@@ -221,7 +221,8 @@ def fold_shard(task: FoldTask, s: int, report=lambda n: None) -> dict:
     (seq and first left to the coordinator) and figures."""
     from ..kinds import kind_for
     from .access import DocReader
-    from .layout import DOCS, DocBatch, duplicate_ids, sort_by_id
+    from .batch import DocBatch, duplicate_ids, sort_by_id
+    from .layout import DOCS
 
     t0 = time.perf_counter()
     batches = [mf.BatchEntry(*r) for r in task.rows if r[1] == s]

@@ -36,7 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UsageError
-from .layout import DocBatch
+from .batch import DocBatch
 
 # --- the generator ------------------------------------------------------------------
 

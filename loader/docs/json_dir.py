@@ -27,7 +27,7 @@ from typing import Iterable
 import numpy as np
 
 from ..errors import BadFileError, UsageError
-from .layout import DocBatch
+from .batch import DocBatch
 
 # --- the JSON directory source ------------------------------------------------------------
 

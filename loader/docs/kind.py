@@ -29,11 +29,12 @@ from ..model.manifest import BatchEntry
 from ..stores.lmdb_store import DEFAULT_MAX_DBS
 from . import zdict
 from .access import DocReader, discard_run, stored_duplicates
+from .batch import duplicate_ids, key_of, keys_of, sort_by_id
 from .blocks import Packer
 from .gen import TEXT_MAX
-from .layout import duplicate_ids, encode_batch, key_of, keys_of, sort_by_id
 from .sources import GenDocsSource
 from .tables import DOC_TABLE_PREFIX, META_TABLE, doc_tables, drop_doc_table, load_dictionary, range_problem
+from .values import encode_batch
 
 #: bits of entropy of a character of generated document text (uniform over 95 printable ones)
 DOC_TEXT_BITS = math.log2(95)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import xxhash
 
+from .batch import key_of
 from .blocks import block_count
-from .layout import key_of
 
 DOC_TABLE_PREFIX = "docs-"
 META_TABLE = "meta"

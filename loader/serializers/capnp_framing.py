@@ -95,7 +95,7 @@ def _corrupt(msg: str) -> VerifyError:
     return VerifyError(f"corrupt Cap'n Proto batch value: {msg}")
 
 
-class _Message:
+class CapnpMessage:
     """The segments of one unpacked Cap'n Proto message in a buffer (no copy)."""
 
     __slots__ = ("mv", "segs")
@@ -174,13 +174,13 @@ def _signed30(v: int) -> int:
     return off - (1 << 30) if off & (1 << 29) else off
 
 
-def parse(value) -> tuple[int, _Message, int, int, int, int, int]:
+def parse(value) -> tuple[int, CapnpMessage, int, int, int, int, int]:
     """Follow a Batch message's pointers.
 
     Returns (start, message, n, seg, word index of the first element, element data
     words, element pointer words).
     """
-    msg = _Message(value)
+    msg = CapnpMessage(value)
     root = msg.follow(0, 0, "root pointer")
     if root is None:
         return 0, msg, 0, 0, 0, 0, 0
