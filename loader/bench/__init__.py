@@ -17,11 +17,11 @@ __all__ = ["run", "validate", "write_outputs"]
 
 def __getattr__(name):  # lazy: keep the child benchmark processes' import (and RSS) small
     if name == "run":
-        from .suite import run
+        from .suite import run  # lazy: see above
 
         return run
     if name in ("validate", "write_outputs"):
-        from . import report
+        from . import report  # lazy: see above
 
         return getattr(report, name)
     raise AttributeError(name)
