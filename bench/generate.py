@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from loader.bench.suite import find_bulkload_gen, run_gen, timed  # shared with `bulkload bench`
+from loader.bench.processes import find_bulkload_gen, run_gen, timed  # shared with `bulkload bench`
 from loader.docs.gen import generate_docs
 from loader.model.layouts import get_layout
 from loader.sources.generators import generate

@@ -1,4 +1,4 @@
-"""Load benchmark (issue 3's figures), measured with the suite in loader/bench.py.
+"""Load benchmark (issue 3's figures), measured with the suite in loader/bench/.
 
     .venv/bin/python bench/load.py [--n N] [--repeats R] [--out DIR] [--rss] [--json]
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -40,7 +41,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rss", action="store_true", help="also the peak RSS of n=50M vs n=2M loads")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     a = ap.parse_args(argv)
-    cores = B.os.cpu_count() or 1
+    cores = os.cpu_count() or 1
     only = set(FIGURES) | {f"load-lmdb-capnp-w{w}" for w in range(1, cores + 1)}
     sections = ("limits", "load", "scaling") + (("rss",) if a.rss else ())
     if a.rss:

@@ -1,4 +1,4 @@
-"""`bulkload bench`: the benchmark suite as a command (the work is in loader/bench.py)."""
+"""`bulkload bench`: the benchmark suite as a command (the work is in the loader/bench package)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
-    from .main import handle_errors
+    from .main import handle_errors  # cycle: main imports this module to register the command
 
     @app.command()
     @handle_errors
@@ -28,9 +28,11 @@ def register(app: typer.Typer) -> None:
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines on stderr."),
     ):
         """Measure throughput against the hardware's limits; write JSON, Markdown and PNG plots."""
-        from ..bench import suite as B
+        # lazy: only `bulkload bench` needs the suite; every other command starts without it
+        from ..bench.plan import SECTIONS, SUITES
+        from ..bench.suite import run
 
-        if suite not in B.SUITES:
+        if suite not in SUITES:
             print(f"bulkload: error: unknown suite {suite!r}; use quick or full", file=sys.stderr)
             raise typer.Exit(2)
         if (n is not None and n < 1000) or (repeats is not None and repeats < 1):
@@ -40,8 +42,8 @@ def register(app: typer.Typer) -> None:
         ids = None
         if only:
             wanted = {x.strip() for x in only.split(",") if x.strip()}
-            sections = tuple(s for s in B.SECTIONS if s in wanted) or None
-            ids = wanted - set(B.SECTIONS)
+            sections = tuple(s for s in SECTIONS if s in wanted) or None
+            ids = wanted - set(SECTIONS)
             if ids:
                 sections = None  # figure ids: run every section, measure only those figures
                 ids = wanted
@@ -55,8 +57,8 @@ def register(app: typer.Typer) -> None:
                 print(msg, file=sys.stderr, flush=True)
 
         try:
-            result = B.run(suite, n=n, repeats=repeats, out=out, work=work, sections=sections,
-                           only=ids, log=log)
+            result = run(suite, n=n, repeats=repeats, out=out, work=work, sections=sections,
+                        only=ids, log=log)
         except (ValueError, RuntimeError) as e:
             print(f"bulkload: error: {e}", file=sys.stderr)
             raise typer.Exit(2)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from loader.bench import suite as B
+from loader.bench import report as R
 
 BULKLOAD = str(Path(sys.executable).parent / "bulkload")
 
@@ -32,8 +32,8 @@ def quick(tmp_path_factory):
 
 def test_json_schema(quick):
     out, res = quick
-    assert res["schema"] == B.SCHEMA and res["schema_version"] == B.SCHEMA_VERSION
-    assert B.validate(res) == []
+    assert res["schema"] == R.SCHEMA and res["schema_version"] == R.SCHEMA_VERSION
+    assert R.validate(res) == []
     on_disk = json.loads((out / "bench.json").read_text())
     assert on_disk["figures"].keys() == res["figures"].keys()
     m = res["machine"]

@@ -1,0 +1,128 @@
+"""bulkload's own load figures: the ``load`` section (1 worker vs all, capnp vs Arrow
+none/lz4/zstd, lmdb vs rocksdb vs mem://, a stdin pipe), the ``scaling`` section (load over
+workers 1..cores) and the ``rss`` section (peak RSS of the whole job for a large N vs a
+small N). Every load is `bulkload load ... --json` in a fresh, sampled process tree.
+
+Invariants: a load's time is its report's own ``seconds`` (from entering load() to the
+fsynced shards and the committed manifest), its wall time is kept beside it; a load that
+does not report exactly ``n`` records fails its figure; shards = cores; the dataset of a
+figure is deleted (and the page cache flushed) before each repeat and after the figure.
+
+Crash behaviour: datasets live in the run's work directory (or /dev/shm/bulkload for
+mem://) and are removed by the runner; a killed run may leave them.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+
+from .processes import rm, run_sampled, sync, tail
+from .records import LAYOUT
+from .runner import Bench
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    """One load figure of the ``load`` section."""
+
+    id: str
+    title: str
+    scheme: str
+    workers: int
+    limit: str
+    note: str = ""
+    format: str | None = None
+    compression: str | None = None
+    stdin: bool | None = None
+
+    def params(self, shards: int) -> dict:
+        """The figure's params: the options that are set, and the shard count."""
+        return {k: v for k, v in (("scheme", self.scheme), ("format", self.format),
+                                  ("compression", self.compression), ("stdin", self.stdin))
+                if v is not None} | {"shards": shards}
+
+
+def load_configs(cores: int) -> list[LoadConfig]:
+    c = cores
+    return [
+        LoadConfig("load-lmdb-capnp-w1", "load lmdb capnp, 1 worker", "lmdb", 1, "gen-file-fsync",
+                   note="SciDB single-process flat load: 37 MB/s"),
+        LoadConfig(f"load-lmdb-capnp-w{c}", f"load lmdb capnp, {c} workers (headline)", "lmdb", c,
+                   "gen-file-fsync", note="SciDB 32-core parallel flat load: 491 MB/s"),
+        LoadConfig("load-lmdb-arrow-none", "load lmdb arrow (no compression)", "lmdb", c, "gen-file-fsync",
+                   format="arrow", compression="none"),
+        LoadConfig("load-lmdb-arrow-lz4", "load lmdb arrow lz4", "lmdb", c, "gen-file-fsync",
+                   format="arrow", compression="lz4"),
+        LoadConfig("load-lmdb-arrow-zstd", "load lmdb arrow zstd", "lmdb", c, "gen-file-fsync",
+                   format="arrow", compression="zstd"),
+        LoadConfig("load-rocksdb-capnp", "load rocksdb capnp", "rocksdb", c, "gen-file-fsync"),
+        LoadConfig("load-mem-capnp", "load mem:// capnp (LMDB on /dev/shm)", "mem", c, "gen-shm"),
+        LoadConfig("load-stdin-capnp", "bulkload-gen | load - (stdin pipe), lmdb capnp", "lmdb", c,
+                   "gen-file-fsync", stdin=True,
+                   note="durable, so bounded by the disk limit; the pipe's own limit is gen-pipe"),
+    ]
+
+
+def load_once(b: Bench, n: int, uri: str, *, workers: int, format: str = "capnp", compression: str = "none",
+              stdin: bool = False) -> dict:
+    """One `bulkload load` run in a fresh process tree; returns a sample."""
+    rm(b.ds_root(uri))
+    sync()
+    args = [uri, "--json", "--quiet", "--workers", str(workers), "--shards", str(b.cores),
+            "--format", format, "--compression", compression]
+    if stdin:
+        cmd = ["sh", "-c", f"{shlex.quote(b.gen)} {n} | " + " ".join(
+            shlex.quote(a) for a in [b.bulkload, "load", "-", *args])]
+    else:
+        cmd = [b.bulkload, "load", f"gen://{LAYOUT}?n={n}", *args]
+    p = run_sampled(cmd)
+    if p.rc != 0:
+        raise RuntimeError(tail(p.err) or f"bulkload load exited with {p.rc}")
+    rep = json.loads(p.out)
+    if rep["records"] != n:
+        raise RuntimeError(f"loaded {rep['records']} records, expected {n}")
+    return {"seconds": rep["seconds"], "wall_s": p.wall_s,
+            "peak_tree_rss_bytes": p.peak_tree_rss_bytes, "peak_tree_anon_bytes": p.peak_tree_anon_bytes,
+            "report_peak_rss_bytes": rep.get("peak_rss_bytes"), "stages": rep.get("stages"),
+            "stored_bytes": rep.get("stored_bytes"), "workers": rep.get("workers")}
+
+
+def section_load(b: Bench) -> None:
+    n = b.p.n
+    for cfg in load_configs(b.cores):
+        f = b.fig(cfg.id, "load", cfg.title, n, limit=cfg.limit, note=cfg.note, workers=cfg.workers,
+                  params=cfg.params(b.cores))
+        uri = b.dataset(cfg.scheme, cfg.id)
+        b.repeat(f, lambda i, cfg=cfg, uri=uri: load_once(
+            b, n, uri, workers=cfg.workers, format=cfg.format or "capnp",
+            compression=cfg.compression or "none", stdin=bool(cfg.stdin)),
+            teardown=lambda uri=uri: rm(b.ds_root(uri)))
+
+
+def section_scaling(b: Bench) -> None:
+    """load lmdb capnp over workers 1..cores (those the load section measured are kept)."""
+    n = b.p.n
+    for w in range(1, b.cores + 1):
+        fid = f"load-lmdb-capnp-w{w}"
+        if fid in b.figures and b.figures[fid].reason != "not selected":
+            continue  # measured (or tried) by the load section
+        f = b.fig(fid, "load", f"load lmdb capnp, {w} workers", n, limit="gen-file-fsync",
+                  workers=w, params={"scheme": "lmdb", "shards": b.cores})
+        uri = b.dataset("lmdb", fid)
+        b.repeat(f, lambda i, w=w, uri=uri: load_once(b, n, uri, workers=w),
+                 teardown=lambda uri=uri: rm(b.ds_root(uri)))
+
+
+def section_rss(b: Bench) -> None:
+    """Peak RSS of the whole load job for each N of ``rss_n`` (memory flat in N)."""
+    if not b.p.rss_n:
+        return
+    for n in b.p.rss_n:
+        f = b.fig(f"rss-load-n{n}", "rss", f"load lmdb capnp, {b.cores} workers, n={n:,}", n,
+                  kind="throughput", limit="gen-file-fsync", workers=b.cores,
+                  note="peak RSS of the whole job (all processes)")
+        uri = b.dataset("lmdb", f"rss{n}")
+        b.repeat(f, lambda i, n=n, uri=uri: load_once(b, n, uri, workers=b.cores),
+                 teardown=lambda uri=uri: rm(b.ds_root(uri)))

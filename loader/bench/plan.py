@@ -1,0 +1,98 @@
+"""The suites (quick, full), their sections, and the plan of one run: the sizes of every
+figure after ``--n`` / ``--repeats`` and the caller's overrides, the sections and figure ids
+selected, and the directories written.
+
+Invariants: ``n`` is the record count of the main figures; the secondary sizes (naive
+peers, the pycapnp builder, TileDB) scale down with a smaller ``n`` (never below 1,000,
+never up past the suite's own), and the memory-flat-in-N pair (``rss_n``) is dropped then;
+``n >= 1000`` and ``repeats >= 1`` or the plan is a ValueError; ``n_arctic`` defaults to
+``n``. Sections always run in the order of `SECTIONS`.
+
+Crash behaviour: `make_plan` creates the output and work directories (through
+`infra.outputs.output_dir`, which reports an unusable path as a usage error) and nothing
+else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from ..infra.outputs import output_dir
+
+SECTIONS = ("limits", "load", "scaling", "finalize", "peers", "rss")
+
+
+@dataclass(frozen=True)
+class SuiteParams:
+    """The sizes of one run; every field but ``sections`` goes into the JSON's parameters."""
+
+    n: int
+    repeats: int
+    n_naive: int
+    n_builder: int
+    n_tiledb: int
+    n_arctic: int | None
+    query_reps: int
+    rss_n: tuple[int, int] | None
+    sections: tuple[str, ...]
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if k != "sections"}
+
+
+#: parameters of each suite; ``n`` is the record count of the main figures
+SUITES: dict[str, SuiteParams] = {
+    "quick": SuiteParams(n=1_000_000, repeats=3, n_naive=200_000, n_builder=20_000, n_tiledb=200_000,
+                         n_arctic=None, query_reps=50, rss_n=None,
+                         sections=("limits", "load", "scaling", "finalize", "peers")),
+    "full": SuiteParams(n=20_000_000, repeats=3, n_naive=2_000_000, n_builder=200_000, n_tiledb=2_000_000,
+                        n_arctic=None, query_reps=200, rss_n=(2_000_000, 50_000_000),
+                        sections=("limits", "load", "scaling", "finalize", "peers", "rss")),
+}
+
+
+def suite_params(suite: str, n: int | None = None, repeats: int | None = None, **overrides) -> SuiteParams:
+    """The suite's parameters with the overrides (None: keep), ``n`` and ``repeats`` applied."""
+    if suite not in SUITES:
+        raise ValueError(f"unknown suite {suite!r}; use one of {', '.join(SUITES)}")
+    p = replace(SUITES[suite], **{k: v for k, v in overrides.items() if v is not None})
+    if n is not None:
+        p = _scaled(p, n)
+    if repeats is not None:
+        p = replace(p, repeats=repeats)
+    if p.repeats < 1 or p.n < 1000:
+        raise ValueError("--repeats must be >= 1 and --n >= 1000")
+    return replace(p, n_arctic=p.n_arctic or p.n)
+
+
+def _scaled(p: SuiteParams, n: int) -> SuiteParams:
+    """Scale the secondary sizes down with n (never up past the suite's own)."""
+    scale = n / p.n
+    if scale >= 1:
+        return replace(p, n=n)
+    smaller = {k: max(1000, min(getattr(p, k), int(getattr(p, k) * scale)))
+               for k in ("n_naive", "n_builder", "n_tiledb")}
+    return replace(p, n=n, rss_n=None if p.rss_n else p.rss_n, **smaller)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One run: the suite, its parameters, what is selected, where it writes."""
+
+    suite: str
+    params: SuiteParams
+    sections: tuple[str, ...]
+    only: frozenset[str] | None  # figure ids or groups to measure; None: all of the sections
+    out: Path
+    work_parent: Path  # the run's work directory is created (and removed) inside
+
+
+def make_plan(suite: str = "quick", *, n: int | None = None, repeats: int | None = None,
+              out: str | Path = "bench-results", work: str | Path | None = None,
+              sections: tuple[str, ...] | None = None, only: set[str] | None = None, **overrides) -> Plan:
+    params = suite_params(suite, n, repeats, **overrides)
+    out_dir = Path(output_dir(str(out)))
+    work_parent = Path(output_dir(str(work), "--work")) if work else out_dir
+    return Plan(suite, params, tuple(sections or params.sections), None if only is None else frozenset(only),
+                out_dir, work_parent)

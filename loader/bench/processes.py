@@ -1,0 +1,180 @@
+"""Running what the benchmarks measure: the installed programs (bulkload, bulkload-gen), a
+process tree sampled for its peak RSS (`run_sampled`), the child benchmark processes
+(``python -m loader.bench.child KIND ARGS-JSON``), and the file-system chores between runs.
+
+Invariants: every sampled run is a fresh process tree; its peak RSS is the largest sum over
+the root and all its descendants seen every ``interval`` seconds (VmRSS, and VmRSS minus
+shared pages); a child prints its result as one JSON line, the last line of its stdout.
+
+Crash behaviour: a run over its timeout is killed and reported as a RuntimeError; a child
+that exits non-zero is a RuntimeError carrying the tail of its stderr. `rm` and `sync` only
+remove and flush what a benchmark wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+
+def tool(name: str) -> str:
+    """A program installed next to this interpreter (bulkload, bulkload-gen), else on PATH."""
+    p = Path(sys.executable).parent / name
+    if p.exists():
+        return str(p)
+    found = shutil.which(name)
+    if not found:
+        raise RuntimeError(f"{name} is not installed; run `pip install -e .` first")
+    return found
+
+
+def find_bulkload_gen() -> str:
+    return tool("bulkload-gen")
+
+
+def timed(fn: Callable[[], object], repeats: int, setup: Callable[[], object] | None = None) -> list[float]:
+    """Seconds of ``fn()`` over ``repeats`` runs (``setup()`` untimed before each)."""
+    times = []
+    for _ in range(repeats):
+        if setup:
+            setup()
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def run_gen(gen: str, n: int, out, fsync: bool = False, start: int = 0) -> None:
+    """``bulkload-gen N START > out`` (then fsync out): the SciDB example's reference test."""
+    r = subprocess.run([gen, str(n), str(start)], stdout=out, stderr=subprocess.PIPE)
+    if r.returncode != 0:
+        raise RuntimeError(f"bulkload-gen failed ({r.returncode}): {r.stderr.decode().strip()}")
+    if fsync:
+        os.fsync(out.fileno())
+
+
+class TreeSampler:
+    """Samples the summed RSS of a process and all its descendants every ``interval`` s.
+
+    ``peak_rss``: the largest sum of VmRSS seen (file-backed and shared pages included, so
+    memory-mapped store pages count); ``peak_anon``: the largest sum of RSS minus shared
+    pages (RssAnon: the private memory the job really holds).
+    """
+
+    def __init__(self, pid: int, interval: float = 0.02):
+        # lazy: child benchmark processes import this module, psutil would add ~2 MB to their RSS
+        import psutil
+
+        self._psutil = psutil
+        self.root = psutil.Process(pid)
+        self.interval = interval
+        self.peak_rss = 0
+        self.peak_anon = 0
+        self.peak_procs = 0
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> None:
+        ps = self._psutil
+        try:
+            procs = [self.root] + self.root.children(recursive=True)
+        except ps.Error:
+            return
+        rss = anon = 0
+        for p in procs:
+            try:
+                m = p.memory_info()
+            except ps.Error:
+                continue
+            rss += m.rss
+            anon += max(0, m.rss - getattr(m, "shared", 0))
+        self.peak_rss = max(self.peak_rss, rss)
+        self.peak_anon = max(self.peak_anon, anon)
+        self.peak_procs = max(self.peak_procs, len(procs))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(self.interval)
+
+    def __enter__(self):
+        self._sample()
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join()
+
+
+@dataclass
+class Proc:
+    """What one sampled run gave: exit code, decoded stdout / stderr, wall time, peak RSS."""
+
+    rc: int
+    out: str
+    err: str
+    wall_s: float
+    peak_tree_rss_bytes: int
+    peak_tree_anon_bytes: int
+
+
+def run_sampled(cmd: list[str], *, stdout=subprocess.PIPE, stdin=None, cwd=None, env=None,
+                timeout: float = 1800, after: Callable[[], None] | None = None) -> Proc:
+    """Run ``cmd``, sampling its process tree's RSS; ``after()`` runs inside the timing."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.PIPE, stdin=stdin, cwd=cwd, env=env)
+    with TreeSampler(p.pid) as s:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+            raise RuntimeError(f"timed out after {timeout:.0f} s: {' '.join(cmd)}") from None
+        if after is not None and p.returncode == 0:
+            after()
+    wall = time.perf_counter() - t0
+    return Proc(p.returncode, _decoded(out), _decoded(err), wall, s.peak_rss, s.peak_anon)
+
+
+def _decoded(data: bytes | str | None) -> str:
+    return data.decode(errors="replace") if isinstance(data, bytes) else (data or "")
+
+
+def child_cmd(kind: str, **args) -> list[str]:
+    """A child benchmark process: ``python -m loader.bench.child KIND ARGS-JSON``."""
+    return [sys.executable, "-m", "loader.bench.child", kind, json.dumps(args)]
+
+
+def run_child(kind: str, **args) -> tuple[dict, Proc]:
+    """Run one child benchmark in a fresh, sampled process; its JSON result and the run."""
+    p = run_sampled(child_cmd(kind, **args))
+    if p.rc != 0:
+        raise RuntimeError(tail(p.err) or f"child {kind} exited with {p.rc}")
+    return json.loads(p.out.strip().splitlines()[-1]), p
+
+
+def tail(text: str, lines: int = 3) -> str:
+    """The last ``lines`` lines of a program's stderr, on one line."""
+    return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:])
+
+
+def rm(path: str | Path) -> None:
+    p = Path(path)
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        p.unlink(missing_ok=True)
+
+
+def sync() -> None:
+    """No dirty pages of a previous run may be flushed during the next one."""
+    os.sync()

@@ -1,0 +1,188 @@
+"""A benchmark result as files: the JSON (schema ``bulkload-bench`` version
+:data:`SCHEMA_VERSION`), the Markdown tables, the plots (`plots`), and `validate`, the
+check of a result's shape.
+
+Everything here reads the result as the JSON dict (not the dataclasses that built it), so
+that the Markdown and the plots can be re-rendered from a ``bench.json`` on disk without
+measuring again: ``write_outputs(json.load(open("bench.json")), DIR)``.
+
+Invariants: `markdown` and `write_outputs` render whatever figures and targets the result
+holds, in its order; a figure that is not ``ok`` is a row with its status and reason, never a
+number. Without matplotlib there are no plots and a warning in the result, never an error.
+
+Crash behaviour: every file is written through `infra.outputs` (a temporary file renamed
+over the name when complete), so a crash leaves the old file or none, never a torn one.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..infra.outputs import output_dir, write_output
+from .plots import plots
+
+SCHEMA = "bulkload-bench"
+SCHEMA_VERSION = 1
+
+GROUP_TITLES = {"limits": "Reference limits", "load": "bulkload load", "finalize": "bulkload finalize",
+                "query": "Box queries (latency)", "peers": "Peers on the same records",
+                "rss": "Memory flat in N"}
+
+
+def _fmt_mb(st: dict | None) -> tuple[str, str]:
+    if not st:
+        return "", ""
+    return f"{st['median']:,.0f}", f"{st['min']:,.0f} – {st['max']:,.0f}"
+
+
+def _cell(text) -> str:
+    return str(text).replace("|", "\\|")
+
+
+def _fmt_bytes(b: float | None) -> str:
+    return "" if not b else f"{b / 2**20:,.0f} MiB"
+
+
+def _header(result: dict) -> list[str]:
+    m, p = result["machine"], result["parameters"]
+    fs = m["filesystem"]
+    return [
+        f"# bulkload bench — suite `{result['suite']}`",
+        "",
+        f"- started {result['started']}, took {result['duration_s']:.0f} s; "
+        f"git {(result['git'].get('commit') or '?')[:12]}{' (dirty)' if result['git'].get('dirty') else ''}; "
+        f"bulkload {result['versions'].get('bulkload')}",
+        f"- machine: {m['cpu_model']}, {m['cores']} cores, {m['memory_bytes'] / 2**30:.0f} GiB RAM, "
+        f"Linux {m['kernel']}; datasets on {fs.get('type')} ({fs.get('device')}); "
+        f"load average at start {', '.join(f'{x:.2f}' for x in m['loadavg_at_start'])}"
+        + (f", at end {', '.join(f'{x:.2f}' for x in m['loadavg_at_end'])}" if m.get("loadavg_at_end") else ""),
+        f"- n = {p['n']:,} `{p['layout']}` records ({p['n'] * p['record_size'] / 1e9:.2f} GB) unless noted; "
+        f"{p['repeats']} repeats; MB = 10^6 bytes of records; median and min – max of the repeats; "
+        "ratio = median MB/s / median MB/s of the matching limit measured in this run",
+    ]
+
+
+def _target_row(t: dict) -> str:
+    if t.get("ratio") is None:
+        return f"| {_cell(t['what'])} | | | | ≥ {t['target']} | {t['status']} |"
+    needed = f"≤ {t['target']}" if t["id"] == "rss-flat" else f"≥ {t['target']}"
+    val, ref = t.get("value"), t.get("reference")
+    if t["id"].startswith("rss"):
+        val, ref = _fmt_bytes(val), _fmt_bytes(ref)
+    elif t["id"] == "query-2ms":
+        val, ref = f"{val:.3f} ms", f"{ref} ms"
+    else:
+        val, ref = f"{val:,.0f} MB/s", f"{ref:,.0f} MB/s"
+    mark = "✅ pass" if t["pass"] else "❌ short"
+    return f"| {_cell(t['what'])} | {val} | {ref} | {t['ratio']:.2f} | {needed} | {mark} |"
+
+
+def _targets_table(targets: list[dict]) -> list[str]:
+    return ["", "## Targets", "",
+            "| target | value | reference | ratio | needed | status |",
+            "|---|---:|---:|---:|---:|---|",
+            *(_target_row(t) for t in targets)]
+
+
+def _query_rows(rows: list[dict]) -> list[str]:
+    lines = ["| figure | records | latency ms (median) | min – max | cells | peak RSS (tree) | note |",
+             "|---|---:|---:|---:|---:|---:|---|"]
+    for f in rows:
+        if f["status"] != "ok":
+            lines.append(f"| {_cell(f['title'])} | {f['records']:,} | | | | | {f['status']}: {_cell(f['reason'])} |")
+            continue
+        st = f["latency_ms"]
+        cells = (f["samples"][0].get("cells") or f["samples"][0].get("box_cells", "")) if f["samples"] else ""
+        rss = f["peak_tree_rss_bytes"]
+        lines.append(f"| {_cell(f['title'])} | {f['records']:,} | {st['median']:.3f} | {st['min']:.3f} – "
+                     f"{st['max']:.3f} | {cells} | {_fmt_bytes(rss and rss['max'])} | {_cell(f['note'])} |")
+    return lines
+
+
+def _throughput_row(f: dict) -> str:
+    if f["status"] != "ok":
+        return f"| {_cell(f['title'])} | {f['records']:,} | | | | | | | {f['status']}: {_cell(f['reason'])} |"
+    med, rng = _fmt_mb(f.get("mb_s"))
+    rs = f.get("records_s")
+    r = f.get("ratio_to_limit")
+    rss, anon = f.get("peak_tree_rss_bytes"), f.get("peak_tree_anon_bytes")
+    mem = ""
+    if rss:
+        mem = _fmt_bytes(rss["max"]) + (f" ({_fmt_bytes(anon['max'])})" if anon else "")
+    return (f"| {_cell(f['title'])} | {f['records']:,} | {med} | {rng} | "
+            f"{rs['median'] / 1e6:,.2f} | {f['limit'] or ''} | {'' if not r else format(r['median'], '.2f')} | "
+            f"{mem} | {_cell(f['note'])} |")
+
+
+def _throughput_rows(rows: list[dict]) -> list[str]:
+    return ["| figure | records | MB/s (median) | min – max | M records/s | limit | ratio | "
+            "peak RSS tree (private) | note |",
+            "|---|---:|---:|---:|---:|---|---:|---:|---|",
+            *(_throughput_row(f) for f in rows)]
+
+
+def _figure_tables(figs: dict) -> list[str]:
+    lines = []
+    for group, title in GROUP_TITLES.items():
+        rows = [f for f in figs.values() if f["group"] == group]
+        if rows:
+            lines += ["", f"## {title}", ""]
+            lines += _query_rows(rows) if group == "query" else _throughput_rows(rows)
+    return lines
+
+
+def markdown(result: dict, plots: list[str] | None = None) -> str:
+    lines = _header(result) + _targets_table(result["targets"]) + _figure_tables(result["figures"])
+    skipped = [s for s in result["skipped"] if s["reason"] != "not selected"]
+    if skipped:
+        lines += ["", "## Skipped or failed", ""]
+        lines += [f"- `{s['id']}`: {s['status']} — {s['reason']}" for s in skipped]
+    if plots:
+        lines += ["", "## Plots", ""] + [f"![{Path(x).stem}]({Path(x).name})" for x in plots]
+    lines += ["", "Versions: " + ", ".join(f"{k} {v}" for k, v in result["versions"].items() if v), ""]
+    return "\n".join(lines)
+
+
+def write_outputs(result: dict, out: str | Path, name: str = "bench") -> dict:
+    """Write NAME.json, NAME.md and the plots into ``out``; returns their paths."""
+    out = Path(output_dir(str(out)))
+    try:
+        made = plots(result, out, "" if name == "bench" else f"{name}-")
+    except ImportError as e:
+        made = []
+        result.setdefault("warnings", []).append(f"no plots: matplotlib not installed ({e})")
+    result["plots"] = [Path(p).name for p in made]
+    jp, mp = out / f"{name}.json", out / f"{name}.md"
+    write_output(str(jp), json.dumps(result, indent=1, default=str) + "\n")
+    write_output(str(mp), markdown(result, made))
+    return {"json": str(jp), "markdown": str(mp), "plots": made}
+
+
+REQUIRED = ("schema", "schema_version", "suite", "machine", "versions", "git", "parameters", "figures",
+            "targets", "skipped")
+REQUIRED_MACHINE = ("cpu_model", "cores", "memory_bytes", "kernel", "filesystem")
+REQUIRED_FIGURE = ("id", "group", "title", "status", "records", "samples", "seconds", "limit", "ratio_to_limit")
+
+
+def validate(result: dict) -> list[str]:
+    """Problems with a result's shape (the schema test uses this)."""
+    bad = [f"missing {k}" for k in REQUIRED if k not in result]
+    if result.get("schema") != SCHEMA or result.get("schema_version") != SCHEMA_VERSION:
+        bad.append("wrong schema")
+    bad += [f"machine.{k} missing" for k in REQUIRED_MACHINE if k not in result.get("machine", {})]
+    for fid, f in result.get("figures", {}).items():
+        bad += _figure_problems(fid, f)
+    return bad
+
+
+def _figure_problems(fid: str, f: dict) -> list[str]:
+    bad = [f"figure {fid}: {k} missing" for k in REQUIRED_FIGURE if k not in f]
+    if f.get("status") == "ok":
+        if f["kind"] == "throughput" and not f.get("mb_s"):
+            bad.append(f"figure {fid}: no mb_s")
+        if not f["samples"]:
+            bad.append(f"figure {fid}: no samples")
+    elif not f.get("reason"):
+        bad.append(f"figure {fid}: {f.get('status')} without a reason")
+    return bad

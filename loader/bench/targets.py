@@ -1,0 +1,114 @@
+"""The targets the suite checks: each a ratio computed from figures measured in the same run
+(a load over the disk limit, over a peer, over itself with fewer workers; finalize over
+400 MB/s; a box query under 2 ms; peak RSS under 1 GiB and flat in N).
+
+Invariants: a target is only ever computed from measured figures; when one is missing,
+skipped or failed the target is "not measured", naming the figures that were not ``ok``,
+never estimated. `Target.to_dict` gives the JSON row of ``targets``.
+
+Crash behaviour: pure computation; nothing is written.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from .figures import Figure, mb_s_median
+
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class Target:
+    id: str
+    what: str
+    target: float
+    status: str  # pass | short | not measured[ (figure ids)]
+    value: float | None = None
+    reference: float | None = None
+    ratio: float | None = None  # None: not measured
+    passed: bool | None = None
+    note: str | None = None
+
+    @classmethod
+    def measured(cls, id: str, what: str, value: float, reference: float, ratio: float, target: float,
+                 passed: bool, note: str | None = None) -> Target:
+        return cls(id, what, target, "pass" if passed else "short", value, reference, ratio, passed, note)
+
+    def to_dict(self) -> dict:
+        if self.ratio is None:
+            return {"id": self.id, "what": self.what, "target": self.target, "ratio": None, "pass": None,
+                    "status": self.status}
+        d = {"id": self.id, "what": self.what, "value": self.value, "reference": self.reference,
+             "ratio": self.ratio, "target": self.target, "pass": self.passed, "status": self.status}
+        if self.note is not None:
+            d["note"] = self.note
+        return d
+
+
+def ratio_target(tid: str, what: str, num: Figure | None, den: Figure | None, target: float,
+                 den_value: float | None = None) -> Target:
+    """MB/s of ``num`` over MB/s of ``den`` (or over ``den_value``), passing at >= ``target``."""
+    a = mb_s_median(num)
+    b = den_value if den_value is not None else mb_s_median(den)
+    if a is None or b is None or b == 0:
+        missing = [x.id for x in (num, den) if x is not None and x.status != "ok"]
+        return Target(tid, what, target, "not measured" + (f" ({', '.join(missing)})" if missing else ""))
+    r = a / b
+    return Target.measured(tid, what, round(a, 3), round(b, 3), round(r, 3), target, r >= target)
+
+
+def throughput_targets(figs: dict[str, Figure], cores: int) -> list[Target]:
+    head = figs.get(f"load-lmdb-capnp-w{cores}")
+    fin = figs.get(f"finalize-w{cores}")
+    disk = figs.get("gen-file-fsync")
+    return [
+        ratio_target("load-vs-disk", "load (lmdb capnp, all workers, durable) / disk limit (gen -> file + fsync)",
+                     head, disk, 0.5),
+        ratio_target("load-vs-arcticdb", "load / ArcticDB write of the same records", head,
+                     figs.get("peer-arcticdb-write"), 1.0),
+        ratio_target("load-vs-naive-lmdb", "Python in-process load / naive py-lmdb per-record loop (MB/s)", head,
+                     figs.get("peer-lmdb-per-record"), 10.0),
+        ratio_target("load-2w-vs-1w", f"load speed-up, {cores} workers vs 1", head,
+                     figs.get("load-lmdb-capnp-w1"), 1.6),
+        ratio_target("arrow-vs-disk", "load arrow (none) / disk limit", figs.get("load-lmdb-arrow-none"), disk, 0.35),
+        ratio_target("rocksdb-vs-disk", "load rocksdb capnp / disk limit", figs.get("load-rocksdb-capnp"), disk, 0.35),
+        ratio_target("mem-vs-lmdb", "load mem:// / load lmdb://", figs.get("load-mem-capnp"), head, 1.0),
+        ratio_target("finalize-400", f"finalize ({cores} workers) / 400 MB/s", fin, None, 1.0, den_value=400.0),
+        ratio_target("finalize-2w-vs-1w", f"finalize speed-up, {cores} workers vs 1", fin, figs.get("finalize-w1"),
+                     1.6),
+    ]
+
+
+def query_target(q: Figure | None) -> Target:
+    """The warm ~1,000-cell box query against 2 ms."""
+    if q is None or q.status != "ok" or not q.secs():
+        return Target("query-2ms", "box query ~1,000 cells <= 2 ms", 1.0, "not measured")
+    ms = statistics.median(q.secs()) * 1e3
+    return Target.measured("query-2ms", "box query ~1,000 cells, warm: 2 ms / median latency", round(ms, 4), 2.0,
+                           round(2.0 / ms, 3), 1.0, ms <= 2.0)
+
+
+def rss_targets(small: Figure, big: Figure) -> list[Target]:
+    """Peak private RSS of the big-N load under 1 GiB, and at most 1.25 x the small-N one."""
+    small_anon, big_anon = (max(s["peak_tree_anon_bytes"] for s in x.samples) for x in (small, big))
+    big_rss = max(s["peak_tree_rss_bytes"] for s in big.samples)
+    return [
+        Target.measured("rss-1gib", f"peak RSS (private, all processes) of the n={big.records:,} load / 1 GiB",
+                        big_anon, GIB, round(GIB / big_anon, 3), 1.0, big_anon <= GIB,
+                        note=f"VmRSS incl. file-backed pages: {big_rss / 2**20:,.0f} MiB"),
+        Target.measured("rss-flat", f"peak private RSS n={big.records:,} / n={small.records:,} "
+                        "(memory flat in N: <= 1.25)", big_anon, small_anon, round(big_anon / small_anon, 3), 1.25,
+                        big_anon / small_anon <= 1.25),
+    ]
+
+
+def targets(figs: dict[str, Figure], cores: int, rss_n: tuple[int, ...] | None) -> list[Target]:
+    """Every target of a run, in the order of the report."""
+    out = throughput_targets(figs, cores)
+    out.append(query_target(figs.get("query-box-1000")))
+    rss = [figs.get(f"rss-load-n{n}") for n in (rss_n or ())]
+    if len(rss) == 2 and all(x is not None and x.status == "ok" for x in rss):
+        out += rss_targets(*rss)
+    return out
