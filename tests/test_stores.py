@@ -18,7 +18,8 @@ from loader.errors import (
     UnknownSchemeError,
     UsageError,
 )
-from loader.stores.base import MEM_ROOT, StoreSpec, backend_for, parse_dataset_uri
+from loader.stores.registry import backend_for
+from loader.stores.spec import MEM_ROOT, StoreSpec, parse_dataset_uri
 
 URI_SCHEMES = ["lmdb", "rocksdb", "mem"]
 SCHEMES = URI_SCHEMES + ["lmdb-writemap"]
@@ -399,13 +400,13 @@ def test_lmdb_reader_follows_grown_map(lmdb_spec):
 
 
 def test_lmdb_one_environment_per_path(lmdb_spec):
-    from loader.stores import lmdb_store
+    from loader.stores import lmdb_env
 
     with writer(lmdb_spec) as w, reader(lmdb_spec) as r:
         assert w.env is r.env
         w.put_sorted([(k(1), b"x")])
         assert r.get(k(1)) == b"x"
-    assert not any(p.startswith(lmdb_spec.root) for p in lmdb_store._ENVS)
+    assert not any(p.startswith(lmdb_spec.root) for p in lmdb_env.ENVS)
 
 
 def test_lmdb_readahead_option(lmdb_spec):

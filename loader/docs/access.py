@@ -23,6 +23,7 @@ import numpy as np
 from ..errors import DuplicateIdError, NotFoundError, UsageError, VerifyError
 from ..kinds.base import META_TABLE, drop_doc_table, kind_for
 from ..model import manifest as mf
+from ..stores.registry import open_writer
 from .blocks import BlockReader, block_first_id
 from .layout import DOCS, DocBatch, decode_value, id_of_key, key_of
 
@@ -357,13 +358,11 @@ def stored_duplicates(spec, m: mf.Manifest, src, entries, skipped: list, on_bad_
 def discard_run(spec, k: int, table: str, clear_from: int = -1) -> None:
     """Drop a failed run's documents (its table and dictionary; in a table it shares with
     committed runs, its keys from clear_from on) from every shard."""
-    from ..loading.worker import _open_shard
-
     for s in range(k):
         if not os.path.isdir(spec.shard_path(s)):
             continue
         try:
-            st = _open_shard(spec, s, dict(spec.options))
+            st = open_writer(spec, s, dict(spec.options))
         except Exception:  # noqa: BLE001 - the next writer drops it anyway
             continue
         try:

@@ -44,8 +44,8 @@ from ..model import runs
 from ..model.layouts import Layout, get_layout
 from ..serializers import COMPRESSIONS, FORMATS
 from ..sources.base import FileSource, GenDocsSource, GenSource, JsonDirSource, StreamSource, parse_source
-from ..stores.base import MAX_SHARDS, MEM_ROOT, StoreSpec, parse_dataset_uri
 from ..stores.health import require_shards
+from ..stores.spec import MAX_SHARDS, MEM_ROOT, StoreSpec, parse_dataset_uri
 from . import replace as replace_mod
 from .commit import Committer, Unit, checkpoint_settings, execute, log, resume_points
 from .file_runs import changed_while_loading, plan_file_run
@@ -325,7 +325,7 @@ def _check_table_limit(spec: StoreSpec, m: mf.Manifest, table: str) -> None:
     more than the shards can open (each run with ids among the stored ones has its own)."""
     if spec.scheme not in ("lmdb", "mem"):
         return
-    from ..stores.lmdb_store import DEFAULT_MAX_DBS
+    from ..stores.options import DEFAULT_MAX_DBS
 
     tables = {b.table for b in m.batches if b.table} | {table}
     limit = int(dict(spec.options).get("max_dbs", DEFAULT_MAX_DBS))

@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from ..infra import faults
 from ..kinds.base import batch_key, kind_for  # noqa: F401 (batch_key re-exported)
 from ..model.layouts import Layout
-from ..stores.base import StoreSpec
+from ..stores.registry import open_writer
+from ..stores.spec import StoreSpec
 from .stream import received_batches
 
 GROUP_BYTES = 16 << 20
@@ -196,7 +197,7 @@ def load_worker(task: LoadTask, progress_q, inbox=None, slots=None) -> dict:
                 damage = check_shard(task.store, s)
                 if damage is not None:
                     raise damage.error(writing=True)
-            stores[s] = st = _open_shard(task.store, s, opts)
+            stores[s] = st = open_writer(task.store, s, opts)
             # leftovers of failed runs go first (what is below the resume point is kept)
             _guard(task.store, s, lambda: writer.prepare(s, st))
 
@@ -324,21 +325,6 @@ def _planned(task: LoadTask, writer, timings: dict):
         payload = writer.produce(seq, first, count, source, off)
         timings["produce_s"] += time.perf_counter() - t
         yield seq, first, count, payload
-
-
-def _open_shard(spec: StoreSpec, s: int, opts: dict, wait: float = 10.0):
-    """Open shard ``s`` for writing. Workers of a job that was just killed may hold it
-    for a moment while they notice and exit; give them ``wait`` seconds."""
-    from ..errors import DatasetBusyError
-
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            return spec.backend.open(spec.shard_path(s), write=True, options=opts)
-        except DatasetBusyError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
 
 
 def _guard(spec: StoreSpec, s: int, fn):

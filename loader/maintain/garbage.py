@@ -38,6 +38,7 @@ import os
 from ..infra import faults
 from ..infra.pins import oldest_pinned
 from ..model import manifest as mf
+from ..stores.registry import open_writer
 
 BATCHES, ARRAY, DOC_TABLES = "batches", "array", "doc-tables"
 _FAULT_BETWEEN_SHARDS = {BATCHES: "deleting", ARRAY: "dropping", DOC_TABLES: "docs-dropping"}
@@ -153,12 +154,10 @@ def _delete_in(st, e: dict) -> None:
 def _in_shard(spec, s: int, fn) -> bool:
     """fn(store) on shard s opened for writing; False when it failed (best effort: the
     entry stays listed and a later writer tries again)."""
-    from ..loading.worker import _open_shard
-
     if not os.path.exists(spec.shard_path(s)):
         return True
     try:
-        st = _open_shard(spec, s, dict(spec.options))
+        st = open_writer(spec, s, dict(spec.options))
     except Exception:  # noqa: BLE001 - collection must never fail a writer
         return False
     try:

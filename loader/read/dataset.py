@@ -31,8 +31,9 @@ from ..errors import CorruptBatchError, DatasetReplacedError, StoreError, UsageE
 from ..loading.worker import batch_key
 from ..model import manifest as mf
 from ..serializers import get_serializer
-from ..stores.base import ShardStore, parse_dataset_uri
+from ..stores.base import ShardStore
 from ..stores.health import batch_message, check_shard, check_value, committed_shards, shard_problems
+from ..stores.spec import parse_dataset_uri
 
 
 @dataclass

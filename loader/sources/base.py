@@ -41,8 +41,8 @@ from ..errors import (
     UnreadableInputError,
     UsageError,
 )
+from ..infra.uri import query_options
 from ..model.layouts import Layout, get_layout
-from ..stores.base import query_options
 
 MAX_RECORDS = 2**63 - 1
 
