@@ -115,8 +115,8 @@ class LmdbStore(LmdbReads, ShardStore):
         opts = LmdbOptions.parse(options)
         path = os.path.abspath(path)
         if write:
+            recover_compaction(path)  # before the directory is (re)created: it may be the copy's
             make_shard_dir(path)
-            recover_compaction(path)
         elif not os.path.isdir(path):
             raise MissingPathError(
                 f"shard {path} does not exist; check the dataset path (was it loaded?)"

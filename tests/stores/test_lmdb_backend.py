@@ -269,6 +269,22 @@ def test_a_reader_open_in_the_same_process_keeps_the_writer_out(lmdb_spec):
 # --- compaction, interrupted --------------------------------------------------------------
 
 
+def test_a_compaction_interrupted_between_its_two_renames_is_completed_by_the_next_writer(lmdb_spec):
+    """The fallback swap (no renameat2) renames the shard away, then the copy in: a crash
+    between the two leaves no shard, its copy (.compacting) and the old one (.replaced)."""
+    shard = lmdb_spec.shard_path(0)
+    with writer(lmdb_spec) as w:
+        w.put_sorted([(k(i), os.urandom(2000)) for i in range(100)])
+        w.delete_range(k(0), k(90))
+        os.makedirs(shard + ".compacting")
+        w.env.copy(shard + ".compacting", compact=True)  # the complete copy
+        want = dict(w.range())
+    os.rename(shard, shard + ".replaced")
+    with writer(lmdb_spec) as w:
+        assert dict(w.range()) == want
+    assert not os.path.exists(shard + ".compacting") and not os.path.exists(shard + ".replaced")
+
+
 @pytest.mark.parametrize("left", [".compacting", ".replaced"])
 def test_a_compaction_leftover_beside_a_sound_shard_is_removed_by_the_next_writer(lmdb_spec, left):
     shard = lmdb_spec.shard_path(0)
