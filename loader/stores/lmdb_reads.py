@@ -49,41 +49,35 @@ class LmdbReads:
     def has_table(self, table: str) -> bool:
         return self._db(table, create=False) is not None
 
-    def _in_read(self, table: str, fn):
-        """fn(cursor on ``table``) in a short read transaction, or None when the table is
-        absent (or was dropped by another process)."""
+    def get(self, key: bytes, table: str = "batches") -> bytes | None:
+        return self._lookup(bytes(key), table, exact=True)
+
+    def seek(self, key: bytes, table: str = "batches") -> tuple[bytes, bytes] | None:
+        return self._lookup(bytes(key), table, exact=False)
+
+    def _lookup(self, key: bytes, table: str, *, exact: bool):
+        """The value of ``key`` (exact) or the first item at or after it, copied out, in a
+        short read transaction; None when there is none or the table is absent (or was
+        dropped by another process)."""
         db = self._db(table, create=False)
         if db is None:
             return None
         txn = self._begin_read(buffers=True)
         try:
             with reading(self.path):
-                return fn(txn.cursor(db))
+                cur = txn.cursor(db)
+                if not (cur.set_key(key) if exact else cur.set_range(key)):
+                    return None
+                if exact:
+                    return bytes(self._value(cur, self._pages()))
+                k = cur.key()  # in the leaf page; the value is not touched yet
+                self._prefetch_overflow(k)
+                return bytes(k), bytes(self._value(cur, self._pages()))
         except lmdb.BadDbiError:
             self._dropped(table)
             return None
         finally:
             txn.abort()
-
-    def get(self, key: bytes, table: str = "batches") -> bytes | None:
-        key = bytes(key)
-
-        def value(cur):
-            return bytes(self._value(cur, self._pages())) if cur.set_key(key) else None
-
-        return self._in_read(table, value)
-
-    def seek(self, key: bytes, table: str = "batches") -> tuple[bytes, bytes] | None:
-        key = bytes(key)
-
-        def item(cur):
-            if not cur.set_range(key):
-                return None
-            k = cur.key()  # in the leaf page; the value is not touched yet
-            self._prefetch_overflow(k)
-            return bytes(k), bytes(self._value(cur, self._pages()))
-
-        return self._in_read(table, item)
 
     def value_view(self, table: str) -> "LmdbValueView | None":
         """A zero-copy view of ``table`` under one read transaction (values valid until it
@@ -103,6 +97,9 @@ class LmdbReads:
     def _pages(self, refresh: bool = False) -> Pages | None:
         """The pages in use of data.mdb as mapped in this process (for `_value`), or None:
         nothing is checked then."""
+        pages = self._entry.pages
+        if pages is not None and not refresh:
+            return pages
         return mapped_pages(self._entry, self.path, refresh)
 
     def _value(self, cur, pages: Pages | None):
