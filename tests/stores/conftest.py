@@ -5,7 +5,8 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from store_helpers import BACKENDS, make_spec
+
+from .store_helpers import BACKENDS, make_spec
 
 
 @pytest.fixture(params=list(BACKENDS))

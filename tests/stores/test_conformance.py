@@ -10,11 +10,12 @@ import pickle
 import shutil
 
 import pytest
-from store_helpers import BACKENDS, in_child, k, make_spec, read_all, reader, try_open_writer, v, writer
 
 from loader.errors import DatasetBusyError, InputError, MissingPathError, NotWritableError, UsageError
 from loader.stores.registry import backend_for
 from loader.stores.spec import MEM_ROOT, StoreSpec, parse_dataset_uri
+
+from .store_helpers import BACKENDS, in_child, k, make_spec, read_all, reader, try_open_writer, v, writer
 
 
 class StoreTests:

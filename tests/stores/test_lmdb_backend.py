@@ -9,9 +9,10 @@ import os
 
 import numpy as np
 import pytest
-from store_helpers import in_child, k, read_all, reader, writer
 
 from loader.stores import lmdb_env
+
+from .store_helpers import in_child, k, read_all, reader, writer
 
 # --- the map, the environment cache, readahead -----------------------------------------
 

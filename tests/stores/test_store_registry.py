@@ -9,11 +9,12 @@ import sys
 import time
 
 import pytest
-from store_helpers import k, make_spec, reader, writer
 
 from loader.errors import DatasetBusyError, UnknownSchemeError
 from loader.stores.options import LmdbOptions, RocksdbOptions
 from loader.stores.registry import SCHEMES, backend_for, open_writer, options_for
+
+from .store_helpers import k, make_spec, reader, writer
 
 
 def test_each_scheme_has_its_backend_and_its_options():

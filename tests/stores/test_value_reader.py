@@ -10,9 +10,10 @@ import subprocess
 import sys
 
 import numpy as np
-from store_helpers import k, reader, writer
 
 from loader.stores.values import ValueReader
+
+from .store_helpers import k, reader, writer
 
 SIZES = [0, 1, 100, 4000, 4097, 70_000]  # empty, in-page and overflow values
 
