@@ -50,7 +50,7 @@ def each_shard(uri, fn) -> list:
     """fn(store) of every shard of a dataset (its manifest gives the shard count)."""
     import loader
     from loader.maintain.compact import per_shard
-    from loader.stores.base import parse_dataset_uri
+    from loader.stores.spec import parse_dataset_uri
 
     with loader.open(uri) as ds:
         k = ds.manifest.shards

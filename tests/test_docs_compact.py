@@ -20,7 +20,7 @@ from loader.docs.json_dir import write_json_dir
 from loader.errors import UsageError
 from loader.maintain.compact import compact
 from loader.model.manifest import BatchEntry
-from loader.stores.base import parse_dataset_uri
+from loader.stores.spec import parse_dataset_uri
 
 SEED, B = 7, 40
 KW = dict(shards=2, workers=2, batch_records=B, progress="none")

@@ -17,7 +17,7 @@ from loader.docs.gen import generate_docs
 from loader.docs.json_dir import write_json_dir
 from loader.errors import BadFileError
 from loader.loading.ingest import ingest
-from loader.stores.base import parse_dataset_uri
+from loader.stores.spec import parse_dataset_uri
 
 SEED, N, B = 11, 300, 50
 KW = dict(shards=2, workers=2, batch_records=B, progress="none")

@@ -18,7 +18,7 @@ from loader.docs.gen import generate_docs
 from loader.docs.json_dir import write_json_dir
 from loader.docs.tables import doc_tables
 from loader.errors import BadFileError, DuplicateIdError, NotFoundError
-from loader.stores.base import parse_dataset_uri
+from loader.stores.spec import parse_dataset_uri
 
 N, SEED, B = 2400, 5, 300
 KW = dict(shards=2, workers=2, batch_records=B, progress="none")

@@ -38,7 +38,7 @@ from loader.cli.main import app
 from loader.errors import UsageError
 from loader.loading.commit import Plan, resume_points
 from loader.loading.worker import LoadTask, Segment
-from loader.stores.base import MEM_NAME, MEM_ROOT, parse_dataset_uri
+from loader.stores.spec import MEM_NAME, MEM_ROOT, parse_dataset_uri
 
 RUNNER = CliRunner()
 

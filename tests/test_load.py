@@ -14,7 +14,7 @@ from loader.errors import DatasetBusyError, DatasetMismatchError, PartialRecordE
 from loader.infra.lock import DatasetLock
 from loader.model.layouts import get_layout
 from loader.sources.generators import generate
-from loader.stores.base import parse_dataset_uri
+from loader.stores.spec import parse_dataset_uri
 
 LAY = get_layout("scidb96")
 

@@ -16,7 +16,7 @@ import loader
 from loader.arrays.finalize import chunk_key, decode_key, finalize, parse_dims
 from loader.errors import DuplicateCellError, UsageError
 from loader.model.layouts import get_layout
-from loader.stores.base import parse_dataset_uri
+from loader.stores.spec import parse_dataset_uri
 
 # two test layouts: framable for capnp (16 bytes), and not (19 bytes, mixed widths)
 LAYOUTS = {
@@ -270,7 +270,7 @@ def test_failed_finalize_commits_nothing(tmp_path):
         assert ds.manifest.runs[-1]["kind"] == "finalize" and ds.manifest.runs[-1]["status"] == "failed"
         assert "records" in ds.manifest.runs[-1]["error"]
     root = parse_dataset_uri(uri).root
-    from loader.stores.base import backend_for
+    from loader.stores.registry import backend_for
 
     for s in range(2):
         with backend_for("rocksdb").open(os.path.join(root, f"shard-{s:03d}"), write=False) as stt:

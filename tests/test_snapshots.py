@@ -31,7 +31,7 @@ from loader.errors import CorruptBatchError, DatasetReplacedError, SnapshotExpir
 from loader.maintain.compact import compact
 from loader.model.layouts import get_layout
 from loader.sources.generators import generate
-from loader.stores.base import parse_dataset_uri
+from loader.stores.spec import parse_dataset_uri
 
 LAY = get_layout("scidb96")
 DIMS_A, DIMS_B = "i0:10,i1:100", "i0:5,i1:300"
@@ -361,7 +361,7 @@ def test_verify_and_readers_in_a_loop_never_fail_while_compact_and_finalize_run(
 
 DROP_TABLE = r"""
 import sys
-from loader.stores.base import backend_for
+from loader.stores.registry import backend_for
 st = backend_for(sys.argv[1]).open(sys.argv[2], write=True)
 st.drop_table("t")
 st.close()
@@ -370,7 +370,7 @@ st.close()
 
 @pytest.mark.parametrize("scheme", ["lmdb", "rocksdb"])
 def test_a_table_dropped_by_another_process(tmp_path, scheme):
-    from loader.stores.base import backend_for
+    from loader.stores.registry import backend_for
 
     path = str(tmp_path / "shard")
     with backend_for(scheme).open(path, write=True) as st:

@@ -287,9 +287,9 @@ def _step_finalize(dataset, cfg, common, job, progress):
     finalize = _import("loader.arrays.finalize", "finalize")
     budget = None
     if cfg["memory_budget"]:
-        from ..stores.lmdb_store import _opt_size
+        from ..stores.options import parse_size
 
-        budget = _opt_size({"b": cfg["memory_budget"]}, "b", 0)
+        budget = parse_size("b", cfg["memory_budget"])
     workers = job["workers"] if cfg["workers"] is None else cfg["workers"]  # 0 is refused, not a default
     return finalize(dataset, dims=cfg["dims"], array=cfg["array"], duplicates=cfg["duplicates"],
                     workers=workers, compact=cfg["compact"], progress=progress, memory_budget=budget)

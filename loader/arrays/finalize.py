@@ -89,6 +89,7 @@ from ..maintain.garbage import collect_garbage, held_files, held_tables, retire_
 from ..model import manifest as mf
 from ..model.layouts import Field, Layout
 from ..model.runs import stop as stop_run
+from ..stores.values import ValueReader
 
 POLICIES = ("error", "first", "last", "keep")
 STRATEGIES = ("auto", "direct", "spill")
@@ -291,101 +292,6 @@ def hash_sum(raw: np.ndarray) -> int:
     return int(record_hashes(raw).sum(dtype=np.uint64))
 
 
-# --- zero-copy reads ---------------------------------------------------------------------
-
-
-class ValueReader:
-    """Reads values of one table of one shard; zero-copy under LMDB while open.
-
-    ``with ValueReader(store, table) as rd: v = rd.get(key)``: ``v`` is valid until the
-    block ends (an LMDB read transaction with ``buffers=True``); other backends copy.
-    """
-
-    def __init__(self, store, table: str):
-        self.store = store
-        self.table = table
-        self.txn = None
-        self.db = None
-        self.cursor = None
-        self.pages = None
-
-    def __enter__(self):
-        st = self.store
-        if getattr(st, "scheme", "") in ("lmdb", "mem") and hasattr(st, "_db"):
-            self.db = st._db(self.table, create=False)
-            if self.db is not None:
-                import lmdb
-
-                env = st.env
-                try:
-                    self.txn = env.begin(write=False, buffers=True)
-                except lmdb.MapResizedError:
-                    st._entry.pages = None  # the map moves: its old view must not be read
-                    env.set_mapsize(0)
-                    self.txn = env.begin(write=False, buffers=True)
-                try:
-                    self.cursor = self.txn.cursor(self.db)
-                except lmdb.BadDbiError:  # another process dropped the table: it reads as absent
-                    st._dropped(self.table)
-                    self.txn.abort()
-                    self.txn = self.db = None
-                    return self
-                self.pages = st._pages()
-        return self
-
-    def get(self, key: bytes):
-        if self.txn is not None:
-            import lmdb
-
-            from ..stores.lmdb_store import _reading
-
-            try:
-                with _reading(self.store.path):  # a damaged store: one error naming the shard
-                    if not self.cursor.set_key(key):
-                        return None
-                    return self.store._value(self.cursor, self.pages)
-            except lmdb.BadDbiError:  # the table was dropped after this process opened it
-                return None
-        if self.db is None and getattr(self.store, "scheme", "") in ("lmdb", "mem"):
-            return None
-        return self.store.get(key, table=self.table)
-
-    def release(self, value) -> None:
-        """Done with a zero-copy value: drop its pages from this process's resident set
-        (``madvise(MADV_DONTNEED)`` on the read-only file mapping; the data stays in the
-        page cache). Keeps the RSS of a pass over a large store flat. No-op for copies."""
-        if self.txn is None or value is None:
-            return
-        _madvise_dontneed(value)
-
-    def __exit__(self, *exc):
-        if self.txn is not None:
-            self.cursor = None
-            self.txn.abort()
-            self.txn = None
-
-
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-_libc = None
-
-
-def _madvise_dontneed(value) -> None:
-    global _libc
-    try:
-        if _libc is None:
-            import ctypes
-
-            _libc = ctypes.CDLL("libc.so.6", use_errno=True)
-            _libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-        a = np.frombuffer(value, np.uint8)
-        lo = -(-a.ctypes.data // _PAGE) * _PAGE
-        hi = (a.ctypes.data + len(a)) // _PAGE * _PAGE
-        if hi - lo >= _PAGE:
-            _libc.madvise(lo, hi - lo, 4)  # MADV_DONTNEED
-    except (OSError, AttributeError, ValueError, TypeError):
-        _libc = False if _libc is None else _libc
-
-
 # --- the chunk index file --------------------------------------------------------------------
 
 
@@ -472,8 +378,8 @@ def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRA
     from ..infra.progress import Progress
     from ..loading.run import MAX_WORKERS, check_count, default_workers
     from ..maintain.compact import compact_locked
-    from ..stores.base import parse_dataset_uri
     from ..stores.health import require_shards
+    from ..stores.spec import parse_dataset_uri
     from .workers import BuildTask, PartitionTask, ScanTask, build_worker, partition_worker, scan_worker
 
     t_start = time.perf_counter()

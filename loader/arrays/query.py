@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from ..errors import NotFoundError, UsageError, VerifyError
 from ..model.layouts import TYPES, Layout
+from ..stores.values import ValueReader
 from .finalize import chunk_keys, index_path, read_index
 
 _CACHE_ATTR = "_bulkload_array_cache"
@@ -259,8 +260,6 @@ def read_box(ds, array: str = "grid", attrs=None, ranges: dict | None = None) ->
 
 
 def _reader(ds, s: int, table: str):
-    from .finalize import ValueReader
-
     rd = ValueReader(ds.shard(s, random_reads=True), table)  # OS readahead off: random chunk reads
     rd.__enter__()
     return rd

@@ -31,7 +31,8 @@ from ..infra import faults
 from ..loading.worker import _parent_alive, batch_key, owned_shards, start_worker
 from ..model.layouts import Layout
 from ..serializers import get_serializer
-from ..stores.base import StoreSpec
+from ..stores.spec import StoreSpec
+from ..stores.values import ValueReader
 
 GROUP_BYTES = 64 << 20
 #: bytes per buffered record beyond the record itself (index, sort keys, temporaries)
@@ -105,7 +106,7 @@ class PartitionTask:
 
 
 def partition_worker(task: PartitionTask, progress_q) -> dict:
-    from .finalize import ValueReader, chunk_shard
+    from .finalize import chunk_shard
 
     t0 = time.perf_counter()
     start_worker(task)
@@ -269,8 +270,6 @@ def batch_chunks(recs: np.ndarray, dims: tuple, chunks: tuple) -> tuple[np.ndarr
 
 def scan_worker(task: ScanTask, progress_q) -> dict:
     """Count the records of every chunk in every batch of this worker's range."""
-    from .finalize import ValueReader
-
     t0 = time.perf_counter()
     start_worker(task)
     layout = Layout.from_dict(task.layout)
@@ -665,8 +664,6 @@ class _DirectSource:
     through a mask of the records whose chunk is in the window."""
 
     def __init__(self, task: BuildTask, em: _Emitter, timings: dict):
-        from .finalize import ValueReader
-
         self.task, self.em, self.timings = task, em, timings
         self.layout = em.layout
         self.ser = get_serializer(task.format, self.layout, task.compression)
@@ -876,8 +873,6 @@ class MergeTask:
 
 
 def merge_worker(task: MergeTask, progress_q) -> dict:
-    from .finalize import ValueReader
-
     t0 = time.perf_counter()
     start_worker(task)
     layout = Layout.from_dict(task.layout)

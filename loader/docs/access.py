@@ -23,6 +23,7 @@ import numpy as np
 from ..errors import DuplicateIdError, NotFoundError, UsageError, VerifyError
 from ..kinds import kind_for
 from ..model import manifest as mf
+from ..stores.registry import open_writer
 from .batch import DocBatch, id_of_key, key_of
 from .blocks import BlockReader, block_first_id
 from .layout import DOCS
@@ -360,8 +361,6 @@ def stored_duplicates(spec, m: mf.Manifest, src, entries, skipped: list, on_bad_
 def discard_run(spec, k: int, table: str, clear_from: int = -1) -> None:
     """Drop a failed run's documents (its table and dictionary; in a table it shares with
     committed runs, its keys from clear_from on) from every shard."""
-    from ..stores.writer import open_writer
-
     for s in range(k):
         if not os.path.isdir(spec.shard_path(s)):
             continue

@@ -51,7 +51,8 @@ from ..errors import BulkloadError, UsageError, VerifyError
 from ..infra import faults
 from ..maintain.garbage import collect_garbage, held_tables, retire_doc_tables
 from ..model import manifest as mf
-from ..stores.base import StoreSpec
+from ..stores import registry
+from ..stores.spec import StoreSpec
 
 #: a window holding more than this many times the target is split
 SPLIT = 4
@@ -129,20 +130,19 @@ def plan_shards(m: mf.Manifest, target: int, force: bool) -> dict[int, str]:
 def open_writer(spec: StoreSpec, s: int, store_options: tuple, want_tables: int = 0):
     """Open shard s for writing with the run's store options and, on LMDB, room for every
     table it holds plus the new one (a dataset at its max_dbs limit must still fold)."""
-    from ..stores.writer import open_writer
     from .tables import doc_tables
 
     opts = dict(spec.options) | dict(store_options)
     if spec.scheme == "rocksdb":
-        return open_writer(spec, s, opts)
-    from ..stores.lmdb_store import DEFAULT_MAX_DBS
+        return registry.open_writer(spec, s, opts)
+    from ..stores.options import DEFAULT_MAX_DBS
 
     limit = max(int(opts.get("max_dbs", DEFAULT_MAX_DBS)), want_tables + 64)
-    st = open_writer(spec, s, opts | {"max_dbs": str(limit)})
+    st = registry.open_writer(spec, s, opts | {"max_dbs": str(limit)})
     n = len(doc_tables(st)) + 4
     if n > limit:
         st.close()
-        st = open_writer(spec, s, opts | {"max_dbs": str(n)})
+        st = registry.open_writer(spec, s, opts | {"max_dbs": str(n)})
     return st
 
 

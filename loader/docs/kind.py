@@ -26,7 +26,7 @@ import xxhash
 from ..errors import BadFileError, DuplicateIdError, InputError, UsageError
 from ..kinds import Kind, register_kind
 from ..model.manifest import BatchEntry
-from ..stores.lmdb_store import DEFAULT_MAX_DBS
+from ..stores.options import DEFAULT_MAX_DBS
 from . import zdict
 from .access import DocReader, discard_run, stored_duplicates
 from .batch import duplicate_ids, key_of, keys_of, sort_by_id

@@ -1,4 +1,8 @@
-"""The query part of a URI (``?k=v&...``) of datasets and sources: each key at most once."""
+"""The ``?k=v&...`` part of the URIs bulkload takes (dataset URIs, source URIs).
+
+Strict: a key given twice is a UsageError (``shards=2&shards=3`` has no honest meaning).
+Pure parsing: nothing here touches the filesystem.
+"""
 
 from __future__ import annotations
 

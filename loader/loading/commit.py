@@ -39,8 +39,8 @@ from ..infra.progress import Progress
 from ..kinds import FixedKind, kind_for
 from ..model import manifest as mf
 from ..model.layouts import Layout
-from ..stores.base import StoreSpec
 from ..stores.health import existing_shards
+from ..stores.spec import StoreSpec
 from .worker import LoadTask, Segment, load_worker, shard_seqs
 
 CHECKPOINT_SECONDS, CHECKPOINT_BYTES = env.CHECKPOINT_SECONDS, env.CHECKPOINT_BYTES

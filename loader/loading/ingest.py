@@ -55,8 +55,8 @@ from ..model import manifest as mf
 from ..model import runs
 from ..model.layouts import get_layout
 from ..sources import FileSource, hash_file, refuse_pseudo_file
-from ..stores.base import parse_dataset_uri
 from ..stores.health import require_shards
+from ..stores.spec import parse_dataset_uri
 from . import replace as replace_mod
 from .commit import Committer, Unit, checkpoint_settings, execute, log, resume_points
 from .worker import Segment

@@ -18,7 +18,7 @@ import shutil
 
 from ..infra.fsatomic import exchange, fsync_dir
 from ..infra.paths import replacing_sibling
-from ..stores.base import StoreSpec
+from ..stores.spec import StoreSpec
 
 
 def sibling_root(spec: StoreSpec) -> str:

@@ -45,8 +45,8 @@ from ..model import runs
 from ..model.layouts import Layout, get_layout
 from ..serializers import COMPRESSIONS, FORMATS
 from ..sources import SourcePlan, parse_source
-from ..stores.base import MAX_SHARDS, MEM_ROOT, StoreSpec, parse_dataset_uri
 from ..stores.health import require_shards
+from ..stores.spec import MAX_SHARDS, MEM_ROOT, StoreSpec, parse_dataset_uri
 from . import replace as replace_mod
 from .commit import Committer, Unit, checkpoint_settings, execute, log, resume_points
 from .file_runs import changed_while_loading, plan_file_run

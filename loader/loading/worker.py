@@ -35,8 +35,8 @@ from ..infra import faults
 from ..kinds import kind_for
 from ..model.layouts import Layout
 from ..model.placement import batch_key, owned_shards  # noqa: F401 - batch_key: arrays/ imports it from here until it uses model.placement
-from ..stores.base import StoreSpec
-from ..stores.writer import open_writer
+from ..stores.registry import open_writer
+from ..stores.spec import StoreSpec
 from .stream import received_batches
 
 GROUP_BYTES = 16 << 20

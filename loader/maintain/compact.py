@@ -63,8 +63,8 @@ def compact(dataset_uri: str, target_batch_records: int | None = None, progress:
             workers: int | None = None, force: bool = False) -> dict:
     """Merge small batches and compact every shard; returns a report (dict)."""
     from ..infra.lock import DatasetLock
-    from ..stores.base import parse_dataset_uri
     from ..stores.health import require_shards
+    from ..stores.spec import parse_dataset_uri
 
     spec = parse_dataset_uri(dataset_uri)
     m = mf.load_manifest(spec.root, dataset_uri)

@@ -41,7 +41,7 @@ from ..kinds import kind_for
 from ..model import manifest as mf
 from ..model import runs
 from ..model.placement import batch_key
-from ..stores.writer import open_writer
+from ..stores.registry import open_writer
 
 BATCHES, ARRAY, DOC_TABLES = "batches", "array", "doc-tables"
 _FAULT_BETWEEN_SHARDS = {BATCHES: "deleting", ARRAY: "dropping", DOC_TABLES: "docs-dropping"}

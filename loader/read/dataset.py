@@ -32,8 +32,9 @@ from ..kinds import kind_class
 from ..model import manifest as mf
 from ..model.placement import batch_key
 from ..serializers import get_serializer
-from ..stores.base import ShardStore, parse_dataset_uri
+from ..stores.base import ShardStore
 from ..stores.health import batch_message, check_shard, check_value, committed_shards, shard_problems
+from ..stores.spec import parse_dataset_uri
 
 
 @dataclass

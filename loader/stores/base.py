@@ -1,33 +1,26 @@
-"""The one store interface, the dataset URI parser and the backend registry.
+"""The one store interface every backend implements, and the helpers they share.
 
-A dataset lives in one directory (``lmdb://PATH``, ``rocksdb://PATH``; ``mem://NAME`` is
-``/dev/shm/bulkload/NAME``) that holds ``manifest.json`` and K shard stores
-``shard-000`` .. ``shard-{K-1}``. A shard is one LMDB environment or one RocksDB database,
-with exactly one writer at a time. Inside a shard, named *tables* (LMDB named databases,
-RocksDB column families) keep separate key spaces: ``batches`` for flat record batches,
-and one table per 2-D array for its chunks.
+A dataset lives in one directory that holds ``manifest.json`` and K shard stores
+``shard-000`` .. ``shard-{K-1}`` (see spec.py for the URIs that name it). A shard is one
+LMDB environment or one RocksDB database, with exactly one writer at a time. Inside a
+shard, named *tables* (LMDB named databases, RocksDB column families) keep separate key
+spaces: ``batches`` for flat record batches, and one table per 2-D array for its chunks.
 
-Only a `StoreSpec` (a small frozen, picklable description) ever crosses a process
-boundary; each process opens its own handles from it.
-
-URIs are strict: each backend declares the options it takes (`ShardStore.OPTIONS`, values
-checked by `check_options`); an unknown or repeated option is a UsageError listing the
-known ones, and a mem:// NAME is one plain path component (`MEM_NAME`).
+Invariants every backend keeps (tests/stores/test_conformance.py runs them all):
+``put_sorted`` is atomic per call and refuses keys that do not strictly ascend
+(`ascending`) with nothing written; a second writer on a shard is DatasetBusyError, never
+a wait; readers never block and see the last committed state; damage read from a shard
+is one CorruptStoreError naming the shard (`corrupt_store`), never a signal or a raw
+library error. Nothing here writes except `make_shard_dir`.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Iterable, Iterator
 
-from ..errors import KeyOrderError, NotWritableError, UnknownSchemeError, UsageError
-from ..infra.uri import query_options
-
-MEM_ROOT = "/dev/shm/bulkload"
+from ..errors import CorruptStoreError, KeyOrderError, NotWritableError, UsageError
 
 
 class ShardStore(ABC):
@@ -39,13 +32,10 @@ class ShardStore(ABC):
 
     #: "lmdb" | "rocksdb" | "mem"
     scheme: str
-    #: the options a dataset URI may give this backend (name -> what it takes); others are refused
-    OPTIONS: dict[str, str] = {}
-
-    @classmethod
-    def check_options(cls, options: dict) -> None:
-        """Raise UsageError for an option value this backend cannot use (names are checked
-        by parse_dataset_uri against OPTIONS)."""
+    #: the shard directory (absolute)
+    path: str
+    #: opened for writing (the one writer) or read-only
+    _write: bool
 
     @classmethod
     @abstractmethod
@@ -101,6 +91,12 @@ class ShardStore(ABC):
         """Whether ``table`` exists in this shard (as this handle sees it)."""
         return table in self.tables()
 
+    def value_view(self, table: str):
+        """A zero-copy view of ``table`` (``get(key)``, ``release(value)``, ``close()``)
+        whose values stay valid until it is closed, or None when this backend copies
+        values out (then `get` is the way to read); see values.py."""
+        return None
+
     @abstractmethod
     def sync(self) -> None:
         """Make everything written so far durable (fsync)."""
@@ -117,40 +113,15 @@ class ShardStore(ABC):
     def close(self) -> None:
         """Release handles; the object is unusable afterwards."""
 
+    def _require_write(self, what: str) -> None:
+        if not self._write:
+            raise UsageError(f"{what} on shard {self.path}: it was opened read-only")
+
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.close()
-
-
-@dataclass(frozen=True)
-class StoreSpec:
-    """Picklable description of a dataset's storage: what workers receive."""
-
-    scheme: str
-    root: str
-    shards: int | None = None  # None: not given in the URI
-    options: tuple[tuple[str, str], ...] = field(default=())
-
-    @property
-    def uri(self) -> str:
-        if self.scheme == "mem":
-            return f"mem://{Path(self.root).name}"
-        return f"{self.scheme}://{self.root}"
-
-    def shard_path(self, i: int) -> str:
-        return os.path.join(self.root, f"shard-{i:03d}")
-
-    def with_shards(self, k: int) -> "StoreSpec":
-        return StoreSpec(self.scheme, self.root, k, self.options)
-
-    @property
-    def backend(self) -> type[ShardStore]:
-        return backend_for(self.scheme)
-
-    def open_shard(self, i: int, *, write: bool) -> ShardStore:
-        return self.backend.open(self.shard_path(i), write=write, options=dict(self.options))
 
 
 def shard_label(path: str) -> str:
@@ -163,8 +134,6 @@ def shard_label(path: str) -> str:
 
 def corrupt_store(path: str, what: str):
     """The CorruptStoreError of a damaged shard: which, what is wrong, what to do."""
-    from ..errors import CorruptStoreError
-
     return CorruptStoreError(f"{shard_label(path)} is damaged: {what}; its data cannot be trusted - restore "
                              "the dataset from a backup, or rebuild it with `bulkload load SOURCE DATASET "
                              "--replace`")
@@ -207,80 +176,3 @@ def make_shard_dir(path: str) -> None:
             f"shard directory {path} is not writable; fix its permissions or "
             f"choose another dataset path"
         )
-
-
-SCHEMES = ("lmdb", "rocksdb", "mem")
-MAX_SHARDS = 1024
-#: a mem:// name: one plain path component under MEM_ROOT (a leading dot is refused: it
-#: would hide the dataset and could collide with a --replace build, ``.NAME.replacing``)
-MEM_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
-
-
-def parse_dataset_uri(uri: str) -> StoreSpec:
-    """``lmdb://PATH``, ``rocksdb://PATH`` or ``mem://NAME``, each with ``?shards=K&opt=v``.
-
-    Relative paths are relative to the working directory. An option the backend does not
-    take (`ShardStore.OPTIONS`), an option given twice, or a value it cannot use is a
-    UsageError, as is a mem:// NAME that is not one plain name (`MEM_NAME`).
-    """
-    if "://" not in uri:
-        raise UnknownSchemeError(
-            f"dataset {uri!r} has no scheme; use lmdb://PATH, rocksdb://PATH or mem://NAME"
-        )
-    scheme, rest = uri.split("://", 1)
-    if scheme not in SCHEMES:
-        raise UnknownSchemeError(
-            f"unknown dataset scheme {scheme!r} in {uri!r}; use lmdb://, rocksdb:// or mem://"
-        )
-    path, _, query = rest.partition("?")
-    if not path:
-        raise UsageError(f"dataset {uri!r} has no path after {scheme}://")
-    if "\0" in path or not path.isprintable() or not _utf8(path):
-        raise UsageError(f"dataset {uri!r}: the path must be printable UTF-8 (the stores take UTF-8 paths)")
-    opts = query_options(query, f"dataset {uri!r}")
-    backend = backend_for(scheme)
-    unknown = sorted(set(opts) - {"shards"} - set(backend.OPTIONS))
-    if unknown:
-        known = "; ".join(f"{k} ({v})" for k, v in {"shards": f"1..{MAX_SHARDS}", **backend.OPTIONS}.items())
-        raise UsageError(f"dataset {uri!r}: unknown option(s) {', '.join(unknown)}; {scheme}:// takes {known}")
-    shards = None
-    if "shards" in opts:
-        try:
-            shards = int(opts.pop("shards"))
-        except ValueError:
-            raise UsageError(f"dataset {uri!r}: shards must be an integer") from None
-        if not 1 <= shards <= MAX_SHARDS:
-            raise UsageError(f"dataset {uri!r}: shards must be between 1 and {MAX_SHARDS}")
-    try:
-        backend.check_options(opts)
-    except UsageError as e:
-        raise UsageError(f"dataset {uri!r}: {e}") from None
-    if scheme == "mem":
-        if not MEM_NAME.fullmatch(path):
-            raise UsageError(
-                f"dataset {uri!r}: mem://NAME takes one plain name of 1 to 128 letters, digits, '.', '_' "
-                f"or '-', not starting with '.' (it becomes {MEM_ROOT}/NAME), e.g. mem://scratch-1")
-        root = os.path.join(MEM_ROOT, path)
-    else:
-        root = os.path.abspath(os.path.expanduser(path))
-    return StoreSpec(scheme, root, shards, tuple(sorted(opts.items())))
-
-
-def _utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # surrogate-escaped bytes of a non-UTF-8 argument
-        return False
-    return True
-
-
-def backend_for(scheme: str) -> type[ShardStore]:
-    if scheme in ("lmdb", "mem"):
-        from .lmdb_store import LmdbStore
-
-        return LmdbStore
-    if scheme == "rocksdb":
-        from .rocksdb_store import RocksdbStore
-
-        return RocksdbStore
-    raise UnknownSchemeError(f"unknown store scheme {scheme!r}")

@@ -12,24 +12,55 @@ batches whose stored bytes no longer have the checksum the manifest lists.
   xxh3 of its manifest row before it is decoded (memory speed); a mismatch raises
   CorruptBatchError naming the shard and the batch.
 
-Pure checks: nothing here writes.
+The manifest and its batch rows are read through the small protocols below (what these
+checks need of model.manifest's Manifest and BatchEntry), so that the stores stage does
+not import the model of a dataset. Pure checks: nothing here writes.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import asdict, dataclass
+from typing import Protocol, Sequence
 
 import xxhash
 
 from ..errors import CorruptBatchError, CorruptStoreError, MissingShardError
+from .spec import StoreSpec
+
+
+class BatchRow(Protocol):
+    """What the checks read of a committed batch (model.manifest.BatchEntry)."""
+
+    seq: int
+    shard: int
+    first: int
+    checksum: int
+    nbytes: int
+    lo: int | None
+    hi: int | None
+
+    @property
+    def keyed(self) -> bool: ...
+
+    @property
+    def records(self) -> int: ...
+
+
+class BatchList(Protocol):
+    """What the checks read of a manifest (model.manifest.Manifest)."""
+
+    @property
+    def batches(self) -> Sequence[BatchRow]: ...
 
 REBUILD = ("restore the shard from a backup, or rebuild the dataset with "
            "`bulkload load SOURCE DATASET --replace`")
 
 
-@dataclass
+@dataclass(frozen=True)
 class ShardProblem:
+    """A shard the manifest relies on that is missing or is not a sound store."""
+
     shard: int
     path: str
     batches: int | None  # committed batches (with records) the manifest lists in the shard
@@ -50,7 +81,7 @@ class ShardProblem:
         """One line for `bulkload info`."""
         return f"DAMAGED: shard {self.shard} ({self.path}) {self.problem} ({self.batches} committed batches)"
 
-    def error(self, writing: bool = False):
+    def error(self, writing: bool = False) -> MissingShardError | CorruptStoreError:
         cls = MissingShardError if self.missing else CorruptStoreError
         return cls(self.message(writing))
 
@@ -58,25 +89,25 @@ class ShardProblem:
         return asdict(self)
 
 
-def committed_shards(m) -> Counter:
+def committed_shards(m: BatchList) -> Counter:
     """shard -> number of committed batches holding records in it."""
     return Counter(b.shard for b in m.batches if b.records)
 
 
-def check_shard(spec, shard: int, batches: int | None = None) -> ShardProblem | None:
+def check_shard(spec: StoreSpec, shard: int, batches: int | None = None) -> ShardProblem | None:
     """What is wrong with a shard that must exist, or None."""
     path = spec.shard_path(shard)
     found = spec.backend.check(path)
     return None if found is None else ShardProblem(shard, path, batches, found)
 
 
-def shard_problems(spec, m) -> list[ShardProblem]:
+def shard_problems(spec: StoreSpec, m: BatchList) -> list[ShardProblem]:
     """The shards with committed batches that are missing or are not sound stores."""
     found = (check_shard(spec, s, n) for s, n in sorted(committed_shards(m).items()))
     return [p for p in found if p is not None]
 
 
-def require_shards(spec, m) -> None:
+def require_shards(spec: StoreSpec, m: BatchList | None) -> None:
     """Raise (MissingShardError / CorruptStoreError) unless every shard the manifest lists
     committed batches in is there and sound: a writer calls this before writing."""
     problems = shard_problems(spec, m) if m is not None else []
@@ -88,12 +119,12 @@ def require_shards(spec, m) -> None:
         raise err
 
 
-def existing_shards(m) -> tuple[int, ...]:
+def existing_shards(m: BatchList | None) -> tuple[int, ...]:
     """The shards a worker must find on disk (never create afresh)."""
     return tuple(sorted(committed_shards(m))) if m is not None else ()
 
 
-def check_value(uri: str, b, value) -> None:
+def check_value(uri: str, b: BatchRow, value) -> None:
     """Raise CorruptBatchError unless ``value`` has the size and xxh3 of manifest row ``b``."""
     if len(value) == b.nbytes and xxhash.xxh3_64_intdigest(value) == b.checksum:
         return
@@ -102,7 +133,8 @@ def check_value(uri: str, b, value) -> None:
     raise CorruptBatchError(batch_message(uri, b, f"stored bytes changed ({what})"))
 
 
-def batch_message(uri: str, b, what: str) -> str:
+def batch_message(uri: str, b: BatchRow, what: str) -> str:
+    """The one-line message of a damaged batch: where it is, what is wrong, what to do."""
     where = f"documents {b.lo}..{b.hi}" if b.keyed else f"first record {b.first}"
     return (f"shard {b.shard} batch {b.seq} ({where}) of {uri}: {what}; run `bulkload verify {uri}` to list "
             "every damaged batch, then restore the dataset from a backup or rebuild it with "

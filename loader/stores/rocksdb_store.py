@@ -3,7 +3,7 @@
 A shard is one RocksDB database directory; a table is a column family (created on first
 write; the ``default`` family is never used for bulkload tables).
 
-Rules this module keeps (DESIGN §5):
+Rules this module keeps:
 
 - ``Options(raw_mode=True)`` everywhere: keys and values are raw bytes and the comparator
   is RocksDB's bytewise one (the default mode pickles values and installs its own).
@@ -26,7 +26,11 @@ Read errors (``Corruption: block checksum mismatch``, a missing SST file; also a
 iterator stopped by one, seen through its ``status()``) become CorruptStoreError naming
 the shard. ``check(path)``: CURRENT present and naming an existing MANIFEST.
 
-Options: ``compression`` = none (default; values are already compact binary) | lz4 | zstd
+A crash during ``put_sorted`` leaves the database as it was (ingestion is atomic); its
+temporary ``ingest-PID-N.sst`` may stay in the shard directory (never part of the
+database; nothing removes it today).
+
+Options (options.RocksdbOptions): ``compression`` = none (default; values are already compact binary) | lz4 | zstd
 | zstd-dict (zstd with a dictionary trained per SST file: ``max_dict_bytes`` 16 KiB,
 trained on 100x that; set on the normal *and* bottommost options, since SstFileWriter and
 ingested files use the bottommost ones); ``zstd_level`` (default 3); ``block_size`` in
@@ -44,6 +48,7 @@ from typing import Iterable, Iterator
 
 from rocksdict import (
     AccessType,
+    BlockBasedOptions,
     BottommostLevelCompaction,
     CompactOptions,
     DBCompressionType,
@@ -55,6 +60,7 @@ from rocksdict import (
 
 from ..errors import BulkloadError, DatasetBusyError, KeyOrderError, MissingPathError, StoreError, UsageError
 from .base import ShardStore, ascending, corrupt_store, make_shard_dir
+from .options import RocksdbOptions
 
 _COMPRESSION = {
     "none": DBCompressionType.none,
@@ -67,25 +73,11 @@ ZSTD_DICT_BYTES = 16 * 1024
 READ_OPEN_ATTEMPTS = 5
 
 
-def _int_opt(options: dict, name: str, default: int, minimum: int = -(1 << 31)) -> int:
-    try:
-        n = int(options.get(name, default))
-    except (TypeError, ValueError):
-        raise UsageError(f"rocksdb option {name}={options.get(name)!r} is not an integer") from None
-    if not minimum <= n < 1 << 31:
-        raise UsageError(f"rocksdb option {name}={n} is out of range ({minimum} .. {(1 << 31) - 1})")
-    return n
-
-
-def _options(options: dict, *, write: bool) -> Options:
+def _options(options: RocksdbOptions, *, write: bool) -> Options:
+    """RocksDB's Options for a shard opened with ``options``."""
     opts = Options(raw_mode=True)
-    name = str(options.get("compression", "none")).lower()
-    if name not in _COMPRESSION and name != "zstd-dict":
-        raise UsageError(
-            f"rocksdb option compression={name!r} is unknown; use none, lz4, zstd or zstd-dict"
-        )
-    if name == "zstd-dict":
-        level = _int_opt(options, "zstd_level", 3)
+    if options.compression == "zstd-dict":
+        level = options.zstd_level
         z = DBCompressionType.zstd
         opts.set_compression_type(z())
         opts.set_bottommost_compression_type(z())
@@ -95,12 +87,10 @@ def _options(options: dict, *, write: bool) -> Options:
         opts.set_zstd_max_train_bytes(ZSTD_DICT_BYTES * 100)
         opts.set_bottommost_zstd_max_train_bytes(ZSTD_DICT_BYTES * 100, True)
     else:
-        opts.set_compression_type(_COMPRESSION[name]())
-    if "block_size" in options:
-        from rocksdict import BlockBasedOptions
-
+        opts.set_compression_type(_COMPRESSION[options.compression]())
+    if options.block_size is not None:
         bb = BlockBasedOptions()
-        bb.set_block_size(_int_opt(options, "block_size", 4096, minimum=1))
+        bb.set_block_size(options.block_size)
         opts.set_block_based_table_factory(bb)
     if write:
         opts.create_if_missing(True)
@@ -126,16 +116,6 @@ def _dir_bytes(path: str) -> int:
 
 class RocksdbStore(ShardStore):
     scheme = "rocksdb"
-    OPTIONS = {
-        "compression": "none (default), lz4, zstd or zstd-dict",
-        "zstd_level": "zstd level with compression=zstd-dict, default 3",
-        "block_size": "bytes per table block, default 4096",
-    }
-
-    @classmethod
-    def check_options(cls, options: dict) -> None:
-        _options(options, write=False)
-        _int_opt(options, "zstd_level", 3)
 
     def __init__(self, path: str, db: Rdict, opts: Options, *, write: bool):
         self.path = path
@@ -148,7 +128,7 @@ class RocksdbStore(ShardStore):
 
     @classmethod
     def open(cls, path: str, *, write: bool, options: dict | None = None) -> "RocksdbStore":
-        options = dict(options or {})
+        options = RocksdbOptions.parse(options or {})
         path = os.path.abspath(path)
         opts = _options(options, write=write)
         exists = os.path.exists(os.path.join(path, "CURRENT"))
@@ -184,7 +164,7 @@ class RocksdbStore(ShardStore):
         return store
 
     @staticmethod
-    def _families(path: str, options: dict, write: bool) -> dict:
+    def _families(path: str, options: RocksdbOptions, write: bool) -> dict:
         try:
             names = Rdict.list_cf(path, Options(raw_mode=True))
         except Exception as e:
@@ -215,10 +195,6 @@ class RocksdbStore(ShardStore):
         if self._db is None:
             raise StoreError(errno.EBADF, f"shard {self.path} is closed")
         return self._db
-
-    def _require_write(self, what: str) -> None:
-        if not self._write:
-            raise UsageError(f"{what} on shard {self.path}: it was opened read-only")
 
     def _cf(self, table: str, *, create: bool) -> Rdict | None:
         cf = self._cfs.get(table)

@@ -1,0 +1,227 @@
+"""The read side of an LMDB shard (mixed into LmdbStore), and zero-copy views.
+
+- `get`, `seek` and `range` copy values out; `range` copies slice by slice (up to 64 MiB
+  or 4096 items), each slice under its own short read transaction, so a long iteration
+  spans several committed states if a writer commits meanwhile (never a torn item) and
+  never pins old pages or a stale map.
+- `value_view` is the zero-copy path (values.ValueReader): one read transaction, values
+  are buffers into the map, valid until the view is closed.
+- Every value's leaf node is checked (lmdb_files.Pages) before py-lmdb touches the
+  value's pages: a damaged node would point past the end of the file (a SIGBUS); it is a
+  CorruptStoreError naming the shard instead, as are LMDB's own read errors.
+- A table dropped by a writer after this process opened its handle (MDB_BAD_DBI) reads
+  as absent, like a table that never existed.
+- With readahead off (random reads), `seek` advises the kernel of a big value's
+  overflow pages in one request.
+
+Reads only: nothing here writes, and a crash leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterator
+
+import lmdb
+
+from .base import corrupt_store
+from .lmdb_env import EnvEntry, mapped_pages, reading
+from .lmdb_files import Pages, overflow_span, release_pages
+from .options import LmdbOptions
+
+# range() copies items out in slices of this many bytes (or items), each slice under its
+# own short read transaction: no long-lived reader pins old pages or a stale map.
+RANGE_SLICE_BYTES = 64 << 20
+RANGE_SLICE_ITEMS = 4096
+
+
+class LmdbReads:
+    """The reading methods of LmdbStore, which provides the attributes declared here and
+    ``_db(table, create=)`` (a table's handle or None), ``_dropped(table)`` (forget a
+    dropped table's handle) and ``_begin_read(buffers=)`` (a read transaction that adopts
+    a map grown by the writer)."""
+
+    path: str
+    _entry: EnvEntry
+    _opts: LmdbOptions
+    _data_fd: int | None
+
+    def has_table(self, table: str) -> bool:
+        return self._db(table, create=False) is not None
+
+    def get(self, key: bytes, table: str = "batches") -> bytes | None:
+        return self._lookup(bytes(key), table, exact=True)
+
+    def seek(self, key: bytes, table: str = "batches") -> tuple[bytes, bytes] | None:
+        return self._lookup(bytes(key), table, exact=False)
+
+    def _lookup(self, key: bytes, table: str, *, exact: bool):
+        """The value of ``key`` (exact) or the first item at or after it, copied out, in a
+        short read transaction; None when there is none or the table is absent (or was
+        dropped by another process)."""
+        db = self._db(table, create=False)
+        if db is None:
+            return None
+        txn = self._begin_read(buffers=True)
+        try:
+            with reading(self.path):
+                cur = txn.cursor(db)
+                if not (cur.set_key(key) if exact else cur.set_range(key)):
+                    return None
+                if exact:
+                    return bytes(self._value(cur, self._pages()))
+                k = cur.key()  # in the leaf page; the value is not touched yet
+                self._prefetch_overflow(k)
+                return bytes(k), bytes(self._value(cur, self._pages()))
+        except lmdb.BadDbiError:
+            self._dropped(table)
+            return None
+        finally:
+            txn.abort()
+
+    def value_view(self, table: str) -> "LmdbValueView | None":
+        """A zero-copy view of ``table`` under one read transaction (values valid until it
+        is closed), or None when the table does not exist."""
+        db = self._db(table, create=False)
+        if db is None:
+            return None
+        txn = self._begin_read(buffers=True)
+        try:
+            cursor = txn.cursor(db)
+        except lmdb.BadDbiError:  # another process dropped the table: it reads as absent
+            self._dropped(table)
+            txn.abort()
+            return None
+        return LmdbValueView(self, txn, cursor, self._pages())
+
+    def _pages(self, refresh: bool = False) -> Pages | None:
+        """The pages in use of data.mdb as mapped in this process (for `_value`), or None:
+        nothing is checked then."""
+        pages = self._entry.pages
+        if pages is not None and not refresh:
+            return pages
+        return mapped_pages(self._entry, self.path, refresh)
+
+    def _value(self, cur, pages: Pages | None):
+        """The cursor's value (zero-copy), once its leaf node says it lies inside the pages
+        in use: py-lmdb touches every page of a value as it hands it out, and a damaged
+        node (a flipped size or overflow page number) would point it past the end of the
+        file - a SIGBUS. About 0.5 us per value."""
+        if pages is not None:
+            problem = pages.node_problem(cur.key())
+            if problem is not None:  # the file may have grown, or the map moved, since: look again
+                pages = self._pages(refresh=True)
+                problem = pages.node_problem(cur.key()) if pages is not None else None
+                if problem is not None:
+                    raise corrupt_store(self.path, problem)
+        return cur.value()
+
+    def _prefetch_overflow(self, key_buf) -> tuple[int, int] | None:
+        """With readahead off (documents' random reads), start reading in one request the
+        overflow pages of the value whose key buffer (inside its leaf node) is given:
+        py-lmdb touches a value's pages one after the other, which then costs one disk
+        read per page. Returns the (file offset, length) advised, or None."""
+        if self._opts.readahead:
+            return None
+        span = overflow_span(key_buf)
+        if span is None:
+            return None
+        if self._data_fd is None:
+            self._data_fd = os.open(os.path.join(self.path, "data.mdb"), os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.posix_fadvise(self._data_fd, *span, os.POSIX_FADV_WILLNEED)
+        except OSError:
+            return None
+        return span
+
+    def range(self, lo: bytes | None = None, hi: bytes | None = None,
+              table: str = "batches") -> Iterator[tuple[bytes, bytes]]:
+        """Items lo <= key < hi, copied out slice by slice.
+
+        Each slice (up to 64 MiB or 4096 items) is read under its own read transaction,
+        so an iteration that lasts spans several committed states if a writer commits
+        meanwhile (never a torn item), and never pins the map.
+        """
+        db = self._db(table, create=False)
+        if db is None:
+            return
+        hi_b = None if hi is None else bytes(hi)
+        after: bytes | None = None  # last key yielded
+        while True:
+            txn = self._begin_read(buffers=True)
+            try:
+                out, done = self._slice(txn, db, lo, hi_b, after, self._pages())
+            except lmdb.BadDbiError:  # another process dropped the table: it reads as absent
+                self._dropped(table)
+                return
+            finally:
+                txn.abort()
+            yield from out
+            if done or not out:
+                return
+            after = out[-1][0]
+
+    def _slice(self, txn, db, lo: bytes | None, hi_b: bytes | None, after: bytes | None,
+               pages) -> tuple[list[tuple[bytes, bytes]], bool]:
+        """(items copied out, whether the range ended) of one range() slice."""
+        out: list[tuple[bytes, bytes]] = []
+        nbytes = 0
+        with reading(self.path):
+            cur = txn.cursor(db)
+            if after is not None:
+                ok = cur.set_range(after)
+                if ok and bytes(cur.key()) == after:
+                    ok = cur.next()
+            elif lo is not None:
+                ok = cur.set_range(bytes(lo))
+            else:
+                ok = cur.first()
+            while ok:
+                k = bytes(cur.key())
+                if hi_b is not None and k >= hi_b:
+                    return out, True
+                v = bytes(self._value(cur, pages))
+                out.append((k, v))
+                nbytes += len(v)
+                if nbytes >= RANGE_SLICE_BYTES or len(out) >= RANGE_SLICE_ITEMS:
+                    return out, False
+                ok = cur.next()
+        return out, True
+
+    def tables(self) -> list[str]:
+        txn = self._begin_read()
+        try:
+            with reading(self.path):
+                names = [bytes(k).decode(errors="replace") for k in txn.cursor().iternext(values=False)]
+        finally:
+            txn.abort()
+        return sorted(names)
+
+
+class LmdbValueView:
+    """Zero-copy reads of one table under one read transaction (see values.ValueReader):
+    a value stays valid until `close`; each one's leaf node is checked first."""
+
+    __slots__ = ("store", "txn", "cursor", "pages")
+
+    def __init__(self, store: LmdbReads, txn: lmdb.Transaction, cursor: lmdb.Cursor, pages: Pages | None):
+        self.store, self.txn, self.cursor, self.pages = store, txn, cursor, pages
+
+    def get(self, key: bytes):
+        """The value of ``key`` (a buffer into the map) or None."""
+        try:
+            with reading(self.store.path):  # a damaged store: one error naming the shard
+                if not self.cursor.set_key(key):
+                    return None
+                return self.store._value(self.cursor, self.pages)
+        except lmdb.BadDbiError:  # the table was dropped after this process opened it
+            return None
+
+    def release(self, value) -> None:
+        """Done with a value: drop its pages from this process's resident set."""
+        if value is not None:
+            release_pages(value)
+
+    def close(self) -> None:
+        self.cursor = None
+        self.txn.abort()

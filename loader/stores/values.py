@@ -1,0 +1,49 @@
+"""Reading many values of one table of one shard, zero-copy where the backend can.
+
+``with ValueReader(store, table) as rd: v = rd.get(key)``: under LMDB (and mem://) ``v``
+is a buffer into the shard's map, valid until the block ends (one read transaction,
+``buffers=True``; the store's `value_view`); other backends copy (`ShardStore.get`). A
+missing table reads as absent (None), as does one another process drops meanwhile.
+``rd.release(v)`` says a zero-copy value is done with: its pages leave this process's
+resident set (the data stays in the page cache), so a pass over a store larger than RAM
+stays flat in RSS; for copies it does nothing.
+
+Every value read is checked as the store's own reads are (a damaged shard is one
+CorruptStoreError naming it). Reads only; the transaction ends with the block (or
+`__exit__`), whatever happens in it.
+"""
+
+from __future__ import annotations
+
+from .base import ShardStore
+
+
+class ValueReader:
+    """Values of ``table`` in ``store``, zero-copy while the block is open (see module)."""
+
+    __slots__ = ("store", "table", "view")
+
+    def __init__(self, store: ShardStore, table: str):
+        self.store = store
+        self.table = table
+        self.view = None  # the backend's zero-copy view while open, or None: values are copied
+
+    def __enter__(self) -> "ValueReader":
+        self.view = self.store.value_view(self.table)
+        return self
+
+    def get(self, key: bytes):
+        """The value of ``key`` (zero-copy under LMDB) or None."""
+        if self.view is not None:
+            return self.view.get(key)
+        return self.store.get(key, table=self.table)
+
+    def release(self, value) -> None:
+        """Done with a zero-copy value: drop its pages from this process's resident set."""
+        if self.view is not None:
+            self.view.release(value)
+
+    def __exit__(self, *exc) -> None:
+        if self.view is not None:
+            self.view.close()
+            self.view = None

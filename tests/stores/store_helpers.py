@@ -1,0 +1,65 @@
+"""Helpers shared by the store tests: keys, values, opening shard 0, child processes.
+
+Child processes are started with ``spawn`` (no handle ever crosses a fork); the functions
+they run live here so that the child can import them by name.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import uuid
+
+from loader.stores.registry import backend_for
+from loader.stores.spec import StoreSpec, parse_dataset_uri
+
+#: (scheme, URI query) of every backend configuration the suites run: LMDB's non-default
+#: write path (a writable map) counts as one
+BACKENDS = {"lmdb": ("lmdb", ""), "lmdb-writemap": ("lmdb", "?writemap=1"), "rocksdb": ("rocksdb", ""),
+            "mem": ("mem", "")}
+
+
+def make_spec(backend: str, tmp_path) -> StoreSpec:
+    scheme, query = BACKENDS[backend]
+    if scheme == "mem":
+        return parse_dataset_uri(f"mem://test-{uuid.uuid4().hex[:12]}{query}")
+    return parse_dataset_uri(f"{scheme}://{tmp_path / 'ds'}{query}")
+
+
+def k(i: int) -> bytes:
+    return i.to_bytes(8, "big")
+
+
+def v(i: int, tag: bytes = b"v") -> bytes:
+    return tag + str(i).encode()
+
+
+def writer(spec: StoreSpec, **options):
+    return spec.backend.open(spec.shard_path(0), write=True,
+                             options={**dict(spec.options), **options})
+
+
+def reader(spec: StoreSpec, **options):
+    return spec.backend.open(spec.shard_path(0), write=False, options={**dict(spec.options), **options})
+
+
+def try_open_writer(scheme: str, path: str):
+    try:
+        store = backend_for(scheme).open(path, write=True)
+    except Exception as e:  # report, never raise across the boundary
+        return type(e).__name__, str(e)
+    store.close()
+    return "opened", ""
+
+
+def read_all(scheme: str, path: str):
+    store = backend_for(scheme).open(path, write=False)
+    try:
+        return [(bytes(a), bytes(b)) for a, b in store.range()]
+    finally:
+        store.close()
+
+
+def in_child(fn, *args, timeout=60):
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(1) as pool:
+        return pool.apply_async(fn, args).get(timeout=timeout)
