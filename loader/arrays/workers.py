@@ -20,7 +20,6 @@ This module is preloaded by the forkserver: keep its imports light.
 from __future__ import annotations
 
 import os
-import resource
 import time
 from dataclasses import dataclass
 
@@ -28,8 +27,9 @@ import numpy as np
 import xxhash
 
 from ..infra import faults
-from ..loading.worker import _parent_alive, batch_key, owned_shards, start_worker
+from ..infra.proc import cpu_seconds, minor_faults, parent_alive, peak_rss, start_worker
 from ..model.layouts import Layout
+from ..model.placement import batch_key, owned_shards
 from ..serializers import get_serializer
 from ..stores.base import StoreSpec
 
@@ -40,15 +40,6 @@ BUILD_OVERHEAD = 8 + 8 * 6
 _DIR_DTYPE = np.dtype([("shard", "<i8"), ("crow", "<i8"), ("ccol", "<i8"), ("start", "<i8"),
                        ("count", "<i8")])
 _TAKE_SLICE = 1 << 18
-
-
-def _rss() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def _cpu() -> float:
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    return round(ru.ru_utime + ru.ru_stime, 3)
 
 
 def _tune_malloc() -> None:
@@ -222,7 +213,7 @@ def partition_worker(task: PartitionTask, progress_q) -> dict:
             st.close()
     return {"worker": task.worker, "pid": os.getpid(), "runs": runs, "records": total,
             "seconds": round(time.perf_counter() - t0, 4),
-            **{k2: round(v, 4) for k2, v in timings.items()}, "max_rss": _rss()}
+            **{k2: round(v, 4) for k2, v in timings.items()}, "max_rss": peak_rss()}
 
 
 # --- step 0: scan (chunk histogram per batch) -------------------------------------------------
@@ -306,7 +297,7 @@ def scan_worker(task: ScanTask, progress_q) -> dict:
         path = os.path.join(task.out_dir, f"scan-{task.worker:03d}.npy")
         np.save(path, np.concatenate(parts) if parts else np.empty(0, _ENTRY_DTYPE))
     return {"worker": task.worker, "entries": path, "scattered": scattered,
-            "seconds": round(time.perf_counter() - t0, 4), "max_rss": _rss()}
+            "seconds": round(time.perf_counter() - t0, 4), "max_rss": peak_rss()}
 
 
 def _get_batch(rd, store, row):
@@ -635,7 +626,7 @@ def build_worker(task: BuildTask, progress_q) -> dict:
                 em.start_shard(st, s)
                 for n in src.windows(s, st):
                     progress_q.put(n)
-                    if not _parent_alive(task.main_pid):
+                    if not parent_alive(task.main_pid):
                         raise SystemExit("coordinator died")
                 em.flush_group()
                 src.close_readers()
@@ -655,8 +646,8 @@ def build_worker(task: BuildTask, progress_q) -> dict:
         np.save(path, np.array(em.index_rows, dtype=em.idt))
     return {"worker": task.worker, "pid": os.getpid(), "index": path, **stats,
             "seconds": round(time.perf_counter() - t0, 4),
-            **{k2: round(v, 4) for k2, v in timings.items()}, "max_rss": _rss(),
-            "minflt": resource.getrusage(resource.RUSAGE_SELF).ru_minflt, "cpu_s": _cpu()}
+            **{k2: round(v, 4) for k2, v in timings.items()}, "max_rss": peak_rss(),
+            "minflt": minor_faults(), "cpu_s": cpu_seconds()}
 
 
 class _DirectSource:
@@ -940,4 +931,4 @@ def merge_worker(task: MergeTask, progress_q) -> dict:
         for st in list(readers.values()) + list(writers.values()):
             st.close()
     return {"worker": task.worker, "batches": rows, "seconds": round(time.perf_counter() - t0, 4),
-            "max_rss": _rss()}
+            "max_rss": peak_rss()}

@@ -14,6 +14,7 @@ from typing import Optional
 import typer
 
 from ..errors import EXIT_USAGE
+from ..model.options import parse_size
 from .main import emit_json, fail, handle_errors, progress_mode
 
 QUERY_FORMATS = ("table", "csv", "json", "arrow", "parquet", "npy")
@@ -181,15 +182,10 @@ def _fmt(v) -> str:
 def _size(v: str | None, opt: str) -> int | None:
     if v is None:
         return None
-    s = v.strip().lower().removesuffix("b").removesuffix("i")
-    mult = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}.get(s[-1:], 1)
-    if mult != 1:
-        s = s[:-1]
     try:
-        n = int(float(s) * mult)
-    except (ValueError, OverflowError):
+        return parse_size(v)
+    except ValueError:
         fail(f"{opt} {v!r} is not a size (e.g. 512m, 2g)", EXIT_USAGE)
-    return n
 
 
 def print_arrays(arrays: list[dict], console=None) -> None:

@@ -17,7 +17,6 @@
 
 from __future__ import annotations
 
-import operator
 import os
 import resource
 import time
@@ -42,9 +41,10 @@ from ..maintain.garbage import held_tables, start_writing
 from ..model import manifest as mf
 from ..model import runs
 from ..model.layouts import Layout, get_layout
+from ..model.options import MAX_SHARDS, MAX_WORKERS, check_count, default_workers
 from ..serializers import COMPRESSIONS, FORMATS
 from ..sources.base import FileSource, GenDocsSource, GenSource, JsonDirSource, StreamSource, parse_source
-from ..stores.base import MAX_SHARDS, MEM_ROOT, StoreSpec, parse_dataset_uri
+from ..stores.base import MEM_ROOT, StoreSpec, parse_dataset_uri
 from ..stores.health import require_shards
 from . import replace as replace_mod
 from .commit import Committer, Unit, checkpoint_settings, execute, log, resume_points
@@ -88,30 +88,9 @@ class LoadReport:
         return asdict(self)
 
 
-MAX_WORKERS = 1024
 #: most bytes of records in one batch (whatever the format): a batch is produced, framed
 #: and written whole, QUEUE_DEPTH at a time per worker, so this bounds a worker's memory
 MAX_BATCH_BYTES = 256 << 20
-
-
-def default_workers() -> int:
-    return max(1, os.cpu_count() or 1)
-
-
-def check_count(option: str, value, lo: int, hi: int) -> int | None:
-    """``value`` (None: not given) if it is a whole number in lo..hi, else UsageError
-    naming the option: 0, negative, huge and non-integer values never fall back to a default."""
-    if value is None:
-        return None
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        n = operator.index(value)
-    except TypeError:
-        n = None
-    if n is None or not lo <= n <= hi:
-        raise UsageError(f"{option} must be at least {lo:,} and at most {hi:,} (a whole number), not {value!r}")
-    return n
 
 
 def max_batch_records(kind) -> int:

@@ -30,9 +30,9 @@ import time
 
 from ..errors import BulkloadError, UsageError
 from ..infra import faults, interrupts
-from ..loading.worker import batch_key
 from ..model import manifest as mf
 from ..model import runs
+from ..model.placement import batch_key
 from .garbage import collect_garbage, held_tables, holds_batches, retire_batches, start_writing
 
 #: what a compaction that stopped early leaves: the records as they were
@@ -74,7 +74,8 @@ def compact(dataset_uri: str, target_batch_records: int | None = None, progress:
     spec = parse_dataset_uri(dataset_uri)
     m = mf.load_manifest(spec.root, dataset_uri)
     from ..kinds.base import kind_for
-    from ..loading.run import MAX_WORKERS, check_count, max_batch_records
+    from ..loading.run import max_batch_records
+    from ..model.options import MAX_WORKERS, check_count
 
     check_count("--target-batch-records", target_batch_records, 1,
                 max_batch_records(kind_for(m.layout_obj, m.format, m.compression)))
@@ -92,7 +93,7 @@ def compact(dataset_uri: str, target_batch_records: int | None = None, progress:
 def compact_locked(spec, m: mf.Manifest, *, target_batch_records: int | None = None,
                    progress: str = "none", workers: int | None = None, force: bool = False) -> dict:
     """compact() with the dataset lock already held (finalize calls this)."""
-    from ..loading.run import default_workers
+    from ..model.options import default_workers
     from ..serializers import get_serializer
 
     if is_documents(m):

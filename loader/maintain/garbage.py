@@ -138,7 +138,7 @@ def _delete(spec, e: dict, steps) -> bool:
 
 def _delete_in(st, e: dict) -> None:
     from ..kinds.base import drop_doc_table
-    from ..loading.worker import batch_key
+    from ..model.placement import batch_key
 
     if e["kind"] == BATCHES:
         st.delete_range(None, batch_key(e["below"]))

@@ -28,8 +28,8 @@ import numpy as np
 import xxhash
 
 from ..errors import CorruptBatchError, DatasetReplacedError, StoreError, UsageError
-from ..loading.worker import batch_key
 from ..model import manifest as mf
+from ..model.placement import batch_key
 from ..serializers import get_serializer
 from ..stores.base import ShardStore, parse_dataset_uri
 from ..stores.health import batch_message, check_shard, check_value, committed_shards, shard_problems

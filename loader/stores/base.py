@@ -26,6 +26,7 @@ from typing import Iterable, Iterator
 from urllib.parse import parse_qsl
 
 from ..errors import KeyOrderError, NotWritableError, UnknownSchemeError, UsageError
+from ..model.options import MAX_SHARDS
 
 MEM_ROOT = "/dev/shm/bulkload"
 
@@ -210,7 +211,6 @@ def make_shard_dir(path: str) -> None:
 
 
 SCHEMES = ("lmdb", "rocksdb", "mem")
-MAX_SHARDS = 1024
 #: a mem:// name: one plain path component under MEM_ROOT (a leading dot is refused: it
 #: would hide the dataset and could collide with a --replace build, ``.NAME.replacing``)
 MEM_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
