@@ -85,8 +85,17 @@ import numpy as np
 
 from ..errors import BulkloadError, DuplicateCellError, UsageError, WorkerError
 from ..infra import faults, interrupts
-from ..maintain.garbage import collect_garbage, held_files, held_tables, retire_array, start_writing
+from ..maintain.garbage import collect_garbage, collect_index_garbage, held_tables, retire_array, start_writing
 from ..model import manifest as mf
+from ..model.chunk_index import (
+    INDEX_DIR,
+    TABLE_PREFIX,
+    index_columns,
+    index_path,
+    read_index,
+    warm_up_writer,
+    write_index,
+)
 from ..model.layouts import Field, Layout
 from ..model.runs import stop as stop_run
 
@@ -104,8 +113,6 @@ DEFAULT_MEMORY_BUDGET = 512 << 20
 MIN_MEMORY_BUDGET = 4096
 #: most cells per stored piece for formats without a size limit (Arrow)
 MAX_PIECE_CELLS = 1 << 22
-TABLE_PREFIX = "array-"
-INDEX_DIR = "arrays"
 SPILL_PREFIX = ".finalize-"
 SHARD_MAP = "(chunk_row + chunk_col) mod shards"
 KEY_FORMAT = "u64be(chunk_row + 2**63) u64be(chunk_col + 2**63) u32be(piece)"
@@ -386,71 +393,6 @@ def _madvise_dontneed(value) -> None:
         _libc = False if _libc is None else _libc
 
 
-# --- the chunk index file --------------------------------------------------------------------
-
-
-def index_columns(cell: Layout) -> list[tuple[str, str]]:
-    """(name, numpy dtype) of the index rows for a cell layout."""
-    cols = [("crow", "<i8"), ("ccol", "<i8"), ("piece", "<i4"), ("shard", "<i4"),
-            ("cells", "<i8"), ("nbytes", "<i8"), ("checksum", "<u8")]
-    from ..model.layouts import TYPES
-
-    for f in cell.fields:
-        cols.append((f"min_{f.name}", TYPES[f.type][0]))
-        cols.append((f"max_{f.name}", TYPES[f.type][0]))
-    return cols
-
-
-def write_index(path: str, rows: np.ndarray) -> None:
-    """Write the index rows (structured array) as an Arrow IPC file, atomically."""
-    import pyarrow as pa
-
-    table = pa.Table.from_arrays([pa.array(np.ascontiguousarray(rows[n])) for n in rows.dtype.names],
-                                 names=list(rows.dtype.names))
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with pa.OSFile(tmp, "wb") as sink:
-            with pa.ipc.new_file(sink, table.schema) as w:
-                w.write_table(table)
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        dfd = os.open(os.path.dirname(path), os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        from ..errors import StoreError
-
-        raise StoreError(f"could not write the chunk index {path}: {e.strerror or e}; "
-                         "nothing was committed - free space and retry") from e
-
-
-def read_index(path: str) -> dict[str, np.ndarray]:
-    import pyarrow as pa
-
-    try:
-        with pa.memory_map(path, "r") as src:
-            table = pa.ipc.open_file(src).read_all()
-    except (OSError, pa.ArrowException) as e:
-        from ..errors import VerifyError
-
-        raise VerifyError(f"cannot read the chunk index {path}: {e}; re-run `bulkload finalize`") from None
-    return {name: table.column(name).to_numpy() for name in table.column_names}
-
-
-def index_path(root: str, summary: dict) -> str:
-    return os.path.join(root, summary["index"])
-
-
 # --- finalize -------------------------------------------------------------------------------
 
 
@@ -499,7 +441,7 @@ def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRA
     import threading
 
     # the index file needs pyarrow: import it while the workers run, not after them
-    threading.Thread(target=_import_pyarrow, name="import-pyarrow", daemon=True).start()
+    threading.Thread(target=warm_up_writer, name="import-pyarrow", daemon=True).start()
     with DatasetLock(spec.root) as lock:
         lock.set_job(f"finalize {array}")
         m = mf.load_manifest(spec.root, dataset_uri)
@@ -783,18 +725,6 @@ def plan_direct(entries: np.ndarray, flat: list, nshards: int, workers: int, cap
     return plan, f"{len(wins)} windows, {ratio:.2f} records read per record owned"
 
 
-def _import_pyarrow() -> None:
-    """Import pyarrow and run its first IPC file write once (~0.2 s of one-time set-up)."""
-    try:
-        import pyarrow as pa
-
-        t = pa.Table.from_arrays([pa.array(np.zeros(1, np.int64))], names=["x"])
-        with pa.ipc.new_file(pa.BufferOutputStream(), t.schema) as w:
-            w.write_table(t)
-    except Exception:  # only a warm-up
-        pass
-
-
 def _split_batches(batches: list, nparts: int) -> list[list]:
     """Contiguous groups of batches (in record order) with about equal record counts."""
     bs = sorted(batches, key=lambda b: b.first)
@@ -811,22 +741,6 @@ def _split_batches(batches: list, nparts: int) -> list[list]:
     if cur or not out:
         out.append(cur)
     return [g for g in out if g] or [[]]
-
-
-def collect_index_garbage(root: str, m) -> None:
-    """Remove index files (and their temporaries) that neither an array of the manifest
-    nor its garbage list (replaced builds readers may still use) refers to: left by a
-    finalize that crashed before its manifest switch. Call with the dataset lock held."""
-    d = os.path.join(root, INDEX_DIR)
-    if not os.path.isdir(d):
-        return
-    live = {os.path.basename(a["index"]) for a in m.arrays.values()} | held_files(m)
-    for name in os.listdir(d):
-        if name.startswith(TABLE_PREFIX) and name not in live:
-            try:
-                os.unlink(os.path.join(d, name))
-            except OSError:
-                pass
 
 
 def _drop_tables(spec, nshards: int, table: str) -> None:

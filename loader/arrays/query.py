@@ -22,8 +22,9 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import NotFoundError, UsageError, VerifyError
+from ..model.chunk_index import index_path, read_index
 from ..model.layouts import TYPES, Layout
-from .finalize import chunk_keys, index_path, read_index
+from .finalize import chunk_keys
 
 _CACHE_ATTR = "_bulkload_array_cache"
 _BOX_PART = re.compile(r"^\s*([A-Za-z][A-Za-z0-9]*)\s*=\s*(-?\d*)\s*:\s*(-?\d*)\s*$")

@@ -28,6 +28,7 @@ import xxhash
 
 from ..infra import faults
 from ..infra.proc import cpu_seconds, minor_faults, parent_alive, peak_rss, start_worker
+from ..model.chunk_index import TABLE_PREFIX, index_columns
 from ..model.layouts import Layout
 from ..model.placement import batch_key, owned_shards
 from ..serializers import get_serializer
@@ -355,8 +356,6 @@ class _Emitter:
     piece once and appends it (in key order) to the shard's new table."""
 
     def __init__(self, task: BuildTask, timings: dict, stats: dict):
-        from .finalize import index_columns
-
         self.task = task
         self.layout = Layout.from_dict(task.layout)
         self.cell = Layout.from_dict(task.cell_layout)
@@ -595,8 +594,6 @@ def _box_fits(crmin: int, crmax: int, ccmin: int, ccmax: int, chunks: tuple) -> 
 
 
 def build_worker(task: BuildTask, progress_q) -> dict:
-    from .finalize import TABLE_PREFIX
-
     t0 = time.perf_counter()
     start_worker(task)
     _tune_malloc()

@@ -32,8 +32,16 @@ from ..errors import BulkloadError, UsageError
 from ..infra import faults, interrupts
 from ..model import manifest as mf
 from ..model import runs
+from ..model.chunk_index import TABLE_PREFIX, index_path, read_index
 from ..model.placement import batch_key
-from .garbage import collect_garbage, held_tables, holds_batches, retire_batches, start_writing
+from .garbage import (
+    collect_garbage,
+    collect_index_garbage,
+    held_tables,
+    holds_batches,
+    retire_batches,
+    start_writing,
+)
 
 #: what a compaction that stopped early leaves: the records as they were
 UNCHANGED = "no record changed (compaction only rewrites them); re-run the same command to compact"
@@ -201,20 +209,14 @@ def _merge(spec, m: mf.Manifest, groups: list[list], progress: str, workers: int
 
 
 def _compact_stores(spec, m: mf.Manifest, *, force: bool) -> list[dict]:
-    from ..arrays.finalize import TABLE_PREFIX
-
     k = m.shards
     live = [0] * k
     for b in m.batches:
         live[b.shard] += b.nbytes
     arrays = {a["table"] for a in m.arrays.values()} | held_tables(m)
-    from ..arrays.finalize import collect_index_garbage
-
     collect_index_garbage(spec.root, m)
     for a in m.arrays.values():
         try:
-            from ..arrays.finalize import index_path, read_index
-
             idx = read_index(index_path(spec.root, a))
             for s, nb in zip(idx["shard"].tolist(), idx["nbytes"].tolist()):
                 live[s] += nb
