@@ -43,15 +43,15 @@ def finalize_cmd(
                    compact=not no_compact, progress=progress_mode(quiet),
                    memory_budget=_size(memory_budget, "--memory-budget"), strategy=strategy)
     if json_out:
-        emit_json(rep)
+        emit_json(rep.to_dict())
     elif not quiet:
-        b = rep["bounds"] or {}
+        b = rep.bounds or {}
         bounds = ", ".join(f"{k} {v[0]}..{v[1]}" for k, v in b.items()) or "empty"
-        dims_s = ", ".join(f"{d['name']} chunk {d['chunk']}" for d in rep["dims"])
-        extra = f", {rep['dropped']:,} duplicates dropped" if rep["dropped"] else ""
-        print(f"finalized {rep['records']:,} records into array {rep['array']!r} of {rep['dataset']} "
-              f"in {rep['seconds']:.2f} s ({rep['mb_per_s']:,.0f} MB/s): {rep['cells']:,} cells in "
-              f"{rep['chunks']:,} chunks [{dims_s}; {bounds}], policy {rep['policy']}{extra}")
+        dims_s = ", ".join(f"{d['name']} chunk {d['chunk']}" for d in rep.dims)
+        extra = f", {rep.dropped:,} duplicates dropped" if rep.dropped else ""
+        print(f"finalized {rep.records:,} records into array {rep.array!r} of {rep.dataset} "
+              f"in {rep.seconds:.2f} s ({rep.mb_per_s:,.0f} MB/s): {rep.cells:,} cells in "
+              f"{rep.chunks:,} chunks [{dims_s}; {bounds}], policy {rep.policy}{extra}")
 
 
 def compact_cmd(

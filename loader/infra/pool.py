@@ -48,7 +48,8 @@ def context():
     global _CTX
     if _CTX is None:
         _CTX = mp.get_context("forkserver")
-        _CTX.set_forkserver_preload(["loader.loading.worker", "loader.arrays.workers"])
+        _CTX.set_forkserver_preload(["loader.loading.worker", "loader.arrays.build", "loader.arrays.partition",
+                                     "loader.arrays.scan", "loader.maintain.merge"])
     return _CTX
 
 

@@ -42,6 +42,7 @@ from .garbage import (
     retire_batches,
     start_writing,
 )
+from .merge import MergeGroup, MergeTask, merge_worker
 
 #: what a compaction that stopped early leaves: the records as they were
 UNCHANGED = "no record changed (compaction only rewrites them); re-run the same command to compact"
@@ -178,16 +179,12 @@ def _shard_bytes(spec, k: int) -> list[int]:
 
 
 def _merge(spec, m: mf.Manifest, groups: list[list], progress: str, workers: int) -> None:
-    from ..arrays.workers import MergeTask, merge_worker
     from ..infra.pool import Pool
     from ..infra.progress import Progress
 
     k = m.shards
     first_seq = m.next_seq
-    plan = []
-    for i, g in enumerate(groups):
-        plan.append((first_seq + i, g[0].first, sum(b.count for b in g),
-                     tuple(tuple(b.row()) for b in g)))
+    plan = [MergeGroup(first_seq + i, g[0].first, sum(b.count for b in g), tuple(g)) for i, g in enumerate(groups)]
     nw = max(1, min(workers, k))
     tasks = [MergeTask(store=spec, worker=w, workers=nw, nshards=k, layout=m.layout, format=m.format,
                        compression=m.compression, plan=tuple(plan), main_pid=os.getpid(),
@@ -195,13 +192,13 @@ def _merge(spec, m: mf.Manifest, groups: list[list], progress: str, workers: int
              for w in range(nw)]
     with Progress("compact: merge batches", m.records, m.layout_obj.record_size, mode=progress) as prog:
         receipts = Pool(merge_worker, tasks, on_progress=prog.advance).run()
-    rows = sorted(r for rc in receipts for r in rc["batches"])
-    if len(rows) != len(plan):
+    written = sorted((b for rc in receipts for b in rc.batches), key=lambda b: b.seq)
+    if len(written) != len(plan):
         from ..errors import StoreError
 
-        raise StoreError(f"compaction wrote {len(rows)} of {len(plan)} batches; nothing was committed")
+        raise StoreError(f"compaction wrote {len(written)} of {len(plan)} batches; nothing was committed")
     faults.hit("merged")
-    m.batches = [mf.BatchEntry(*r) for r in rows]
+    m.batches = written
     retire_batches(m, first_seq)  # the old batches: everything below the first new key
     m.save(spec.root)  # the switch
     faults.hit("merge-switched")
