@@ -26,7 +26,7 @@ from ..model.layouts import Field, Layout
 
 POLICIES = ("error", "first", "last", "keep")
 DEFAULT_ARRAY = "grid"
-_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
+_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 _DIMS_EXAMPLE = "e.g. --dims i0:10,i1:100000"
 
 
@@ -132,7 +132,7 @@ def _show(dims) -> str:
 
 
 def check_array_name(name: str) -> str:
-    if not isinstance(name, str) or not _NAME_RE.match(name):
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         raise UsageError(f"array name {name!r} is not allowed; use a letter then letters, digits "
                          "or _ (at most 64 characters), e.g. grid")
     return name
