@@ -133,7 +133,7 @@ def main(argv=None) -> int:
                 if sampler:
                     sampler.phase("finalize")
                 t = time.perf_counter()
-                r = finalize(uri, dims=a.dims, workers=w, memory_budget=a.memory_budget, strategy=a.strategy)
+                r = finalize(uri, dims=a.dims, workers=w, memory_budget=a.memory_budget, strategy=a.strategy).to_dict()
                 sec = time.perf_counter() - t
                 if sampler:
                     sampler.phase(None)

@@ -66,11 +66,11 @@ def test_finalize_compacts_first_unless_told_not_to(tmp_path):
     uri = f"lmdb://{tmp_path}/ds"
     small_loads(uri, loads=4, each=250)
     rep = finalize(uri, dims="i0:10,i1:100", workers=2, compact=False)
-    assert rep["compact"] is None
+    assert rep.compact is None
     with loader.open(uri) as ds:
         assert len(ds.manifest.batches) == 4
     rep = finalize(uri, dims="i0:10,i1:100", workers=2)
-    assert rep["compact"]["batches_before"] == 4 and rep["compact"]["batches_after"] == 1
+    assert rep.compact["batches_before"] == 4 and rep.compact["batches_after"] == 1
     with loader.open(uri) as ds:
         assert ds.read_box(i1=(0, 1000)).num_rows == 1000
         assert ds.verify().ok

@@ -292,7 +292,7 @@ def _step_finalize(dataset, cfg, common, job, progress):
         budget = parse_size("b", cfg["memory_budget"])
     workers = job["workers"] if cfg["workers"] is None else cfg["workers"]  # 0 is refused, not a default
     return finalize(dataset, dims=cfg["dims"], array=cfg["array"], duplicates=cfg["duplicates"],
-                    workers=workers, compact=cfg["compact"], progress=progress, memory_budget=budget)
+                    workers=workers, compact=cfg["compact"], progress=progress, memory_budget=budget).to_dict()
 
 
 def _step_query(dataset, cfg, common, job, progress):

@@ -11,20 +11,27 @@ The result is a ``pyarrow.Table``: the two dimension columns, then the attribute
 or those asked for), then ``syn`` for arrays built with ``--duplicates keep``; rows in
 row-major cell order (then ``syn``). A box that matches nothing gives an empty table
 with the same schema.
+
+Reads only, within the Dataset's snapshot: an index file or chunk piece that is gone
+(the dataset was replaced, or an unpinned reader's build was collected) raises the
+Dataset's ``missing`` error, which says why; nothing is ever written.
 """
 
 from __future__ import annotations
 
 import re
 from bisect import bisect_left
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
 
 from ..errors import NotFoundError, UsageError, VerifyError
+from ..model.chunk_index import index_path, read_index
 from ..model.layouts import TYPES, Layout
+from ..serializers import get_serializer
 from ..stores.values import ValueReader
-from .finalize import chunk_keys, index_path, read_index
+from .chunks import chunk_keys
 
 _CACHE_ATTR = "_bulkload_array_cache"
 _BOX_PART = re.compile(r"^\s*([A-Za-z][A-Za-z0-9]*)\s*=\s*(-?\d*)\s*:\s*(-?\d*)\s*$")
@@ -62,8 +69,6 @@ class ArrayIndex:
     """One array of one Dataset snapshot: its summary, index arrays and cell serializer."""
 
     def __init__(self, ds, name: str, summary: dict):
-        from ..serializers import get_serializer
-
         self.name = name
         self.summary = summary
         self.table = summary["table"]
@@ -171,6 +176,24 @@ def list_arrays(ds) -> list[dict]:
 # --- box reads ----------------------------------------------------------------------------------
 
 
+class _Box(NamedTuple):
+    """The box asked for: half-open ranges of both dims."""
+
+    lo0: int
+    hi0: int
+    lo1: int
+    hi1: int
+
+
+class _PieceBounds(NamedTuple):
+    """A piece's cells lie in rows rmin..rmax and columns cmin..cmax (inclusive, indexed)."""
+
+    rmin: int
+    rmax: int
+    cmin: int
+    cmax: int
+
+
 def _norm_range(dim: str, v) -> tuple[int, int]:
     lo_inf, hi_inf = -(2**63), 2**63
     if v is None:
@@ -211,6 +234,7 @@ def read_box(ds, array: str = "grid", attrs=None, ranges: dict | None = None) ->
     lo1, hi1 = _norm_range(d1, ranges.get(d1))
     cols = ai.columns(attrs)
     schema = ai.schema(cols)
+    box = _Box(lo0, hi0, lo1, hi1)
     if lo0 >= hi0 or lo1 >= hi1 or not len(ai.rmin):
         return schema.empty_table()
     hit = np.flatnonzero((ai.rmax >= lo0) & (ai.rmin < hi0) & (ai.cmax >= lo1) & (ai.cmin < hi1))
@@ -236,8 +260,8 @@ def read_box(ds, array: str = "grid", attrs=None, ranges: dict | None = None) ->
                 got[i] = (v, s)
         for i in hit.tolist():  # key (= row-major chunk) order
             cells = _columns(ai, got[i][0])
-            sel = _select(cells[d0], cells[d1], int(ai.rmin[i]), int(ai.rmax[i]), int(ai.cmin[i]),
-                          int(ai.cmax[i]), lo0, hi0, lo1, hi1)
+            piece = _PieceBounds(int(ai.rmin[i]), int(ai.rmax[i]), int(ai.cmin[i]), int(ai.cmax[i]))
+            sel = _select(cells[d0], cells[d1], piece, box)
             if sel is None:
                 continue
             contributing.append(i)
@@ -259,7 +283,7 @@ def read_box(ds, array: str = "grid", attrs=None, ranges: dict | None = None) ->
     return pa.Table.from_arrays([pa.array(out[c]) for c in cols], schema=schema)
 
 
-def _reader(ds, s: int, table: str):
+def _reader(ds, s: int, table: str) -> ValueReader:
     rd = ValueReader(ds.shard(s, random_reads=True), table)  # OS readahead off: random chunk reads
     rd.__enter__()
     return rd
@@ -278,8 +302,10 @@ def _columns(ai: ArrayIndex, value):
     return cells
 
 
-def _select(rv, cv, rmin, rmax, cmin, cmax, lo0, hi0, lo1, hi1):
+def _select(rv, cv, piece: _PieceBounds, box: _Box):
     """The cells of one piece (sorted row-major) inside the box: a slice, an index array or None."""
+    rmin, rmax, cmin, cmax = piece
+    lo0, hi0, lo1, hi1 = box
     n = len(rv)
     p = 0 if lo0 <= rmin else bisect_left(rv, lo0)
     q = n if hi0 > rmax else bisect_left(rv, hi0, p)

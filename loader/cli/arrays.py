@@ -14,6 +14,7 @@ from typing import Optional
 import typer
 
 from ..errors import EXIT_USAGE
+from ..model.options import parse_size
 from .main import emit_json, fail, handle_errors, progress_mode
 
 QUERY_FORMATS = ("table", "csv", "json", "arrow", "parquet", "npy")
@@ -42,15 +43,15 @@ def finalize_cmd(
                    compact=not no_compact, progress=progress_mode(quiet),
                    memory_budget=_size(memory_budget, "--memory-budget"), strategy=strategy)
     if json_out:
-        emit_json(rep)
+        emit_json(rep.to_dict())
     elif not quiet:
-        b = rep["bounds"] or {}
+        b = rep.bounds or {}
         bounds = ", ".join(f"{k} {v[0]}..{v[1]}" for k, v in b.items()) or "empty"
-        dims_s = ", ".join(f"{d['name']} chunk {d['chunk']}" for d in rep["dims"])
-        extra = f", {rep['dropped']:,} duplicates dropped" if rep["dropped"] else ""
-        print(f"finalized {rep['records']:,} records into array {rep['array']!r} of {rep['dataset']} "
-              f"in {rep['seconds']:.2f} s ({rep['mb_per_s']:,.0f} MB/s): {rep['cells']:,} cells in "
-              f"{rep['chunks']:,} chunks [{dims_s}; {bounds}], policy {rep['policy']}{extra}")
+        dims_s = ", ".join(f"{d['name']} chunk {d['chunk']}" for d in rep.dims)
+        extra = f", {rep.dropped:,} duplicates dropped" if rep.dropped else ""
+        print(f"finalized {rep.records:,} records into array {rep.array!r} of {rep.dataset} "
+              f"in {rep.seconds:.2f} s ({rep.mb_per_s:,.0f} MB/s): {rep.cells:,} cells in "
+              f"{rep.chunks:,} chunks [{dims_s}; {bounds}], policy {rep.policy}{extra}")
 
 
 def compact_cmd(
@@ -181,15 +182,10 @@ def _fmt(v) -> str:
 def _size(v: str | None, opt: str) -> int | None:
     if v is None:
         return None
-    s = v.strip().lower().removesuffix("b").removesuffix("i")
-    mult = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}.get(s[-1:], 1)
-    if mult != 1:
-        s = s[:-1]
     try:
-        n = int(float(s) * mult)
-    except (ValueError, OverflowError):
+        return parse_size(v)
+    except ValueError:
         fail(f"{opt} {v!r} is not a size (e.g. 512m, 2g)", EXIT_USAGE)
-    return n
 
 
 def print_arrays(arrays: list[dict], console=None) -> None:

@@ -205,14 +205,13 @@ class _View:
 
 def fold_worker(task: FoldTask, progress_q) -> dict:
     """One worker process: fold each of its shards in turn (one writer per shard)."""
-    from ..arrays.workers import _rss
-    from ..loading.worker import start_worker
+    from ..infra.proc import peak_rss, start_worker
 
     start_worker(task)
     out = {}
     for s in task.shards:
         out[s] = fold_shard(task, s, progress_q.put)
-        out[s]["max_rss"] = _rss()
+        out[s]["max_rss"] = peak_rss()
     return {"worker": task.worker, "shards": out}
 
 
@@ -292,8 +291,8 @@ def compact_docs(spec: StoreSpec, m: mf.Manifest, *, target_batch_records: int |
     from ..infra.pool import Pool
     from ..infra.progress import Progress
     from ..kinds import kind_for
-    from ..loading.run import default_workers
     from ..model import runs
+    from ..model.options import default_workers
     from .layout import DOCS
     from .tables import doc_tables
 

@@ -17,7 +17,7 @@ Invariants:
   without a signal:
   ``import loader`` changes nothing, a Python caller keeps its own signal handling (Ctrl-C
   is a KeyboardInterrupt there, handled by the same cleanup code);
-- workers ignore all three (workers.start_worker): only the coordinator decides, so a
+- workers ignore all three (proc.start_worker): only the coordinator decides, so a
   signal to the whole process group (systemd) is reported as an interruption, not as a
   worker killed by a signal.
 """

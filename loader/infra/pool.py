@@ -19,7 +19,7 @@ committed (it sets the error's ``outcome``).
 
 Stopping: on any error, and on KeyboardInterrupt / ``Interrupted`` (Ctrl-C, or SIGTERM /
 SIGHUP under the CLI), every worker is SIGKILLed and reaped before the exception
-propagates (workers ignore the stop signals, see workers.start_worker; a kill leaves the
+propagates (workers ignore the stop signals, see proc.start_worker; a kill leaves the
 stores as a crash does, and runs resume from their checkpoints). A pool never returns or
 raises with a worker of its own still running.
 """
@@ -48,7 +48,8 @@ def context():
     global _CTX
     if _CTX is None:
         _CTX = mp.get_context("forkserver")
-        _CTX.set_forkserver_preload(["loader.loading.worker", "loader.arrays.workers"])
+        _CTX.set_forkserver_preload(["loader.loading.worker", "loader.arrays.build", "loader.arrays.partition",
+                                     "loader.arrays.scan", "loader.maintain.merge"])
     return _CTX
 
 

@@ -21,6 +21,9 @@ from __future__ import annotations
 from ..errors import UsageError
 from ..model.plugins import load_plugins
 
+#: the most record bytes in one batch (a worker holds QUEUE_DEPTH of them in memory)
+MAX_BATCH_BYTES = 256 << 20
+
 _KINDS: dict[str, type["Kind"]] = {}
 
 
@@ -72,6 +75,10 @@ class Kind:
     def record_bytes(self) -> int:
         """Bytes of one record (progress, size hints)."""
         raise NotImplementedError
+
+    def max_batch_records(self) -> int:
+        """Most records per batch: a worker holds a few batches in memory (MAX_BATCH_BYTES)."""
+        return MAX_BATCH_BYTES // max(1, self.record_bytes())
 
     def store_options(self, scheme: str) -> tuple:
         """Store options this kind's values want (e.g. RocksDB's own compression)."""

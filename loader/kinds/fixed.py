@@ -32,6 +32,11 @@ class FixedKind(Kind):
     def record_bytes(self) -> int:
         return self.layout.record_size
 
+    def max_batch_records(self) -> int:
+        """MAX_BATCH_BYTES of records, and at most what one value of the format may hold."""
+        limit = super().max_batch_records()
+        return min(limit, get_serializer(self.format, self.layout, self.compression).max_records or limit)
+
     def stored_problem(self, store, row) -> str | None:
         seq, nbytes, checksum = row[0], row[5], row[4]
         v = store.get(batch_key(seq))

@@ -17,7 +17,6 @@
 
 from __future__ import annotations
 
-import operator
 import os
 import resource
 import time
@@ -43,10 +42,11 @@ from ..maintain.garbage import held_tables, start_writing
 from ..model import manifest as mf
 from ..model import runs
 from ..model.layouts import Layout, get_layout
+from ..model.options import MAX_SHARDS, MAX_WORKERS, check_count, default_workers
 from ..serializers import COMPRESSIONS, FORMATS
 from ..sources import SourcePlan, parse_source
 from ..stores.health import require_shards
-from ..stores.spec import MAX_SHARDS, MEM_ROOT, StoreSpec, parse_dataset_uri
+from ..stores.spec import MEM_ROOT, StoreSpec, parse_dataset_uri
 from . import replace as replace_mod
 from .commit import Committer, Unit, checkpoint_settings, execute, log, resume_points
 from .file_runs import changed_while_loading, plan_file_run
@@ -89,42 +89,8 @@ class LoadReport:
         return asdict(self)
 
 
-MAX_WORKERS = 1024
 #: most bytes of records in one batch (whatever the format): a batch is produced, framed
 #: and written whole, QUEUE_DEPTH at a time per worker, so this bounds a worker's memory
-MAX_BATCH_BYTES = 256 << 20
-
-
-def default_workers() -> int:
-    return max(1, os.cpu_count() or 1)
-
-
-def check_count(option: str, value, lo: int, hi: int) -> int | None:
-    """``value`` (None: not given) if it is a whole number in lo..hi, else UsageError
-    naming the option: 0, negative, huge and non-integer values never fall back to a default."""
-    if value is None:
-        return None
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        n = operator.index(value)
-    except TypeError:
-        n = None
-    if n is None or not lo <= n <= hi:
-        raise UsageError(f"{option} must be at least {lo:,} and at most {hi:,} (a whole number), not {value!r}")
-    return n
-
-
-def max_batch_records(kind) -> int:
-    """Most records per batch of a record kind: the format's own limit and MAX_BATCH_BYTES."""
-    from ..serializers import get_serializer
-
-    limit = MAX_BATCH_BYTES // max(1, kind.record_bytes())
-    if not kind.keyed:
-        limit = min(limit, get_serializer(kind.format, kind.layout, kind.compression).max_records or limit)
-    return limit
-
-
 def prepare_root(spec: StoreSpec) -> bool:
     """Create the dataset directory (True if this call made it); its parent must exist and
     be writable, and must not lie inside another dataset."""
@@ -195,7 +161,7 @@ def resolve_options(spec: StoreSpec, existing: mf.Manifest | None, *, layout_obj
     shards = check_count("--shards", shards, 1, MAX_SHARDS)
     workers = check_count("--workers", workers, 1, MAX_WORKERS)
     batch_records = check_count("--batch-records", batch_records, 1,
-                                max_batch_records(kind_for(layout_obj, fmt, comp)))
+                                kind_for(layout_obj, fmt, comp).max_batch_records())
     if shards is not None and spec.shards is not None and shards != spec.shards:
         raise UsageError(f"--shards {shards} contradicts ?shards={spec.shards} in {spec.uri}")
     k = shards or spec.shards or (existing.shards if has else None) or min(default_workers(), MAX_SHARDS)

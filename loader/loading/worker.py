@@ -25,16 +25,15 @@ from __future__ import annotations
 import heapq
 import os
 import queue
-import resource
-import signal
 import threading
 import time
 from dataclasses import dataclass, field
 
 from ..infra import faults
+from ..infra.proc import parent_alive, peak_rss, start_worker
 from ..kinds import kind_for
 from ..model.layouts import Layout
-from ..model.placement import batch_key, owned_shards  # noqa: F401 - batch_key: arrays/ imports it from here until it uses model.placement
+from ..model.placement import owned_shards
 from ..stores.registry import open_writer
 from ..stores.spec import StoreSpec
 from .stream import received_batches
@@ -105,67 +104,6 @@ class LoadTask:
 def shard_seqs(lo: int, hi: int, shard: int, nshards: int) -> range:
     """The seqs in [lo, hi) of batches stored on ``shard`` (seq mod K), ascending."""
     return range(lo + (shard - lo) % nshards, max(lo, hi), nshards)
-
-
-def start_worker(task) -> None:
-    """Every worker's first step: leave the stop signals to the coordinator, die with it, arm
-    fault points."""
-    _leave_stop_signals_to_coordinator()
-    _die_with_parent(task.main_pid)
-    _watch_coordinator(task.main_pid)
-    faults.configure(task.fault, prefix=f"w{task.worker}.")
-
-
-def _leave_stop_signals_to_coordinator() -> None:
-    """Ignore Ctrl-C, SIGTERM, SIGHUP (also when they hit the whole process group): the
-    coordinator alone decides; it stops the workers (SIGKILL) and records the run as
-    interrupted (see interrupts.py)."""
-    for signo in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signo, signal.SIG_IGN)
-
-
-def _die_with_parent(main_pid: int) -> None:
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
-def _watch_coordinator(main_pid: int, interval: float = 0.2) -> None:
-    """Exit at once if the coordinator dies (e.g. SIGKILL). PDEATHSIG does not cover it:
-    a worker's parent is the forkserver, which itself lives as long as its workers."""
-    if not main_pid:
-        return
-
-    def watch():
-        while True:
-            time.sleep(interval)
-            if not _parent_alive(main_pid):
-                os._exit(70)  # like a kill: nothing more is written, the stores stay consistent
-
-    threading.Thread(target=watch, name="watch-coordinator", daemon=True).start()
-
-
-def _parent_alive(pid: int) -> bool:
-    if not pid:
-        return True
-    try:  # a killed coordinator stays a zombie until its parent reaps it: that is dead too
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
-    except FileNotFoundError:
-        return False
-    except (OSError, IndexError):
-        pass
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
 
 
 def load_worker(task: LoadTask, progress_q, inbox=None, slots=None) -> dict:
@@ -281,12 +219,12 @@ def load_worker(task: LoadTask, progress_q, inbox=None, slots=None) -> dict:
                 group_bytes[s] += row[5]
                 if group_bytes[s] >= GROUP_BYTES:
                     flush(s)
-                    if not _parent_alive(task.main_pid):
+                    if not parent_alive(task.main_pid):
                         raise SystemExit("coordinator died")
                 if (ckpt["bytes"] + sum(group_bytes.values()) >= task.checkpoint_bytes
                         or time.monotonic() - ckpt["t"] >= task.checkpoint_seconds):
                     checkpoint()
-                    if not _parent_alive(task.main_pid):
+                    if not parent_alive(task.main_pid):
                         raise SystemExit("coordinator died")
             for s in stores:
                 flush(s)
@@ -310,7 +248,7 @@ def load_worker(task: LoadTask, progress_q, inbox=None, slots=None) -> dict:
         "skipped": skipped,
         "map_grows": sum(getattr(st, "grows", 0) for st in stores.values()),
         **{k: round(v, 4) for k, v in timings.items()},
-        "max_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "max_rss": peak_rss(),
     }
 
 

@@ -33,8 +33,17 @@ from ..infra import faults, interrupts
 from ..kinds import kind_for
 from ..model import manifest as mf
 from ..model import runs
+from ..model.chunk_index import TABLE_PREFIX, index_path, read_index
 from ..model.placement import batch_key
-from .garbage import collect_garbage, held_tables, holds_batches, retire_batches, start_writing
+from .garbage import (
+    collect_garbage,
+    collect_index_garbage,
+    held_tables,
+    holds_batches,
+    retire_batches,
+    start_writing,
+)
+from .merge import MergeGroup, MergeTask, merge_worker
 
 #: what a compaction that stopped early leaves: the records as they were
 UNCHANGED = "no record changed (compaction only rewrites them); re-run the same command to compact"
@@ -68,10 +77,10 @@ def compact(dataset_uri: str, target_batch_records: int | None = None, progress:
 
     spec = parse_dataset_uri(dataset_uri)
     m = mf.load_manifest(spec.root, dataset_uri)
-    from ..loading.run import MAX_WORKERS, check_count, max_batch_records
+    from ..model.options import MAX_WORKERS, check_count
 
     check_count("--target-batch-records", target_batch_records, 1,
-                max_batch_records(kind_for(m.layout_obj, m.format, m.compression)))
+                kind_for(m.layout_obj, m.format, m.compression).max_batch_records())
     check_count("--workers", workers, 1, MAX_WORKERS)
     faults.from_env()
     with DatasetLock(spec.root) as lock:
@@ -86,7 +95,7 @@ def compact(dataset_uri: str, target_batch_records: int | None = None, progress:
 def compact_locked(spec, m: mf.Manifest, *, target_batch_records: int | None = None,
                    progress: str = "none", workers: int | None = None, force: bool = False) -> dict:
     """compact() with the dataset lock already held (finalize calls this)."""
-    from ..loading.run import default_workers
+    from ..model.options import default_workers
     from ..serializers import get_serializer
 
     kind = kind_for(m.layout_obj, m.format, m.compression)
@@ -162,16 +171,12 @@ def _shard_bytes(spec, k: int) -> list[int]:
 
 
 def _merge(spec, m: mf.Manifest, groups: list[list], progress: str, workers: int) -> None:
-    from ..arrays.workers import MergeTask, merge_worker
     from ..infra.pool import Pool
     from ..infra.progress import Progress
 
     k = m.shards
     first_seq = m.next_seq
-    plan = []
-    for i, g in enumerate(groups):
-        plan.append((first_seq + i, g[0].first, sum(b.count for b in g),
-                     tuple(tuple(b.row()) for b in g)))
+    plan = [MergeGroup(first_seq + i, g[0].first, sum(b.count for b in g), tuple(g)) for i, g in enumerate(groups)]
     nw = max(1, min(workers, k))
     tasks = [MergeTask(store=spec, worker=w, workers=nw, nshards=k, layout=m.layout, format=m.format,
                        compression=m.compression, plan=tuple(plan), main_pid=os.getpid(),
@@ -179,13 +184,13 @@ def _merge(spec, m: mf.Manifest, groups: list[list], progress: str, workers: int
              for w in range(nw)]
     with Progress("compact: merge batches", m.records, m.layout_obj.record_size, mode=progress) as prog:
         receipts = Pool(merge_worker, tasks, on_progress=prog.advance).run()
-    rows = sorted(r for rc in receipts for r in rc["batches"])
-    if len(rows) != len(plan):
+    written = sorted((b for rc in receipts for b in rc.batches), key=lambda b: b.seq)
+    if len(written) != len(plan):
         from ..errors import StoreError
 
-        raise StoreError(f"compaction wrote {len(rows)} of {len(plan)} batches; nothing was committed")
+        raise StoreError(f"compaction wrote {len(written)} of {len(plan)} batches; nothing was committed")
     faults.hit("merged")
-    m.batches = [mf.BatchEntry(*r) for r in rows]
+    m.batches = written
     retire_batches(m, first_seq)  # the old batches: everything below the first new key
     m.save(spec.root)  # the switch
     faults.hit("merge-switched")
@@ -193,20 +198,14 @@ def _merge(spec, m: mf.Manifest, groups: list[list], progress: str, workers: int
 
 
 def _compact_stores(spec, m: mf.Manifest, *, force: bool) -> list[dict]:
-    from ..arrays.finalize import TABLE_PREFIX
-
     k = m.shards
     live = [0] * k
     for b in m.batches:
         live[b.shard] += b.nbytes
     arrays = {a["table"] for a in m.arrays.values()} | held_tables(m)
-    from ..arrays.finalize import collect_index_garbage
-
     collect_index_garbage(spec.root, m)
     for a in m.arrays.values():
         try:
-            from ..arrays.finalize import index_path, read_index
-
             idx = read_index(index_path(spec.root, a))
             for s, nb in zip(idx["shard"].tolist(), idx["nbytes"].tolist()):
                 live[s] += nb

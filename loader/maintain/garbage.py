@@ -20,8 +20,9 @@ Entries (JSON objects in the manifest):
   zstd dictionaries) of shard S.
 
 Sweeps that remove *uncommitted* leftovers (tables of failed or killed runs, index files
-of crashed builds, keys at or above ``next_seq``) run at once as before, but keep what
-the garbage list holds (`held_tables`, `held_files`, `holds_batches`).
+of crashed builds - `collect_index_garbage` -, keys at or above ``next_seq``) run at once
+as before, but keep what the garbage list holds (`held_tables`, `held_files`,
+`holds_batches`).
 
 Crash behaviour: deletion is idempotent and an entry leaves the manifest only after its
 data is gone, so a kill anywhere leaves entries that the next writer collects again.
@@ -40,6 +41,7 @@ from ..infra.pins import oldest_pinned
 from ..kinds import kind_for
 from ..model import manifest as mf
 from ..model import runs
+from ..model.chunk_index import INDEX_DIR, TABLE_PREFIX
 from ..model.placement import batch_key
 from ..stores.registry import open_writer
 
@@ -83,6 +85,22 @@ def held_files(m: mf.Manifest) -> set[str]:
 
 def holds_batches(m: mf.Manifest) -> bool:
     return any(e["kind"] == BATCHES for e in m.garbage)
+
+
+def collect_index_garbage(root: str, m: mf.Manifest) -> None:
+    """Remove index files (and their temporaries) that neither an array of the manifest
+    nor its garbage list (replaced builds readers may still use) refers to: left by a
+    finalize that crashed before its manifest switch. Call with the dataset lock held."""
+    d = os.path.join(root, INDEX_DIR)
+    if not os.path.isdir(d):
+        return
+    live = {os.path.basename(a["index"]) for a in m.arrays.values()} | held_files(m)
+    for name in os.listdir(d):
+        if name.startswith(TABLE_PREFIX) and name not in live:
+            try:
+                os.unlink(os.path.join(d, name))
+            except OSError:
+                pass
 
 
 # --- collecting -------------------------------------------------------------------------------

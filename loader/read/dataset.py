@@ -355,7 +355,7 @@ class Dataset:
             if problem is not None:
                 problems.append({**where, **({"ids": [b.lo, b.hi]} if b.keyed else {}), "problem": problem})
         if self.manifest.arrays:
-            from ..arrays.finalize import verify_arrays
+            from ..arrays.verify import verify_arrays
 
             try:
                 problems.extend(verify_arrays(self))

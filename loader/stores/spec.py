@@ -20,11 +20,12 @@ from pathlib import Path
 
 from ..errors import UnknownSchemeError, UsageError
 from ..infra.uri import query_options
+from ..model.options import MAX_SHARDS
 from .base import ShardStore
 from .registry import SCHEMES, backend_for, options_for
 
 MEM_ROOT = "/dev/shm/bulkload"
-MAX_SHARDS = 1024
+
 #: a mem:// name: one plain path component under MEM_ROOT (a leading dot is refused: it
 #: would hide the dataset and could collide with a --replace build, ``.NAME.replacing``)
 MEM_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")

@@ -6,7 +6,8 @@ is a buffer into the shard's map, valid until the block ends (one read transacti
 missing table reads as absent (None), as does one another process drops meanwhile.
 ``rd.release(v)`` says a zero-copy value is done with: its pages leave this process's
 resident set (the data stays in the page cache), so a pass over a store larger than RAM
-stays flat in RSS; for copies it does nothing.
+stays flat in RSS; for copies it does nothing. `read_batch` reads a flat batch and checks
+it against its manifest row.
 
 Every value read is checked as the store's own reads are (a damaged shard is one
 CorruptStoreError naming it). Reads only; the transaction ends with the block (or
@@ -15,7 +16,10 @@ CorruptStoreError naming it). Reads only; the transaction ends with the block (o
 
 from __future__ import annotations
 
+from ..errors import CorruptBatchError
+from ..model.placement import batch_key
 from .base import ShardStore
+from .health import batch_message, check_value
 
 
 class ValueReader:
@@ -47,3 +51,14 @@ class ValueReader:
         if self.view is not None:
             self.view.close()
             self.view = None
+
+
+def read_batch(rd: ValueReader, store, b):
+    """The value of flat batch ``b`` (a `BatchEntry`; through ``rd``, a reader of its
+    shard's ``batches``), checked against its size and xxh3: a changed batch must not be
+    rebuilt into arrays or merged batches with a new checksum (CorruptBatchError)."""
+    v = rd.get(batch_key(b.seq))
+    if v is None:
+        raise CorruptBatchError(batch_message(store.uri, b, "missing from the store"))
+    check_value(store.uri, b, v)
+    return v

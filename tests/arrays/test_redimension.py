@@ -13,7 +13,9 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import loader
-from loader.arrays.finalize import chunk_key, decode_key, finalize, parse_dims
+from loader.arrays.chunks import chunk_key, decode_key
+from loader.arrays.finalize import finalize
+from loader.arrays.spec import parse_dims
 from loader.errors import DuplicateCellError, UsageError
 from loader.model.layouts import get_layout
 from loader.stores.spec import parse_dataset_uri
@@ -156,9 +158,9 @@ def test_redimension_matches_numpy_model(tmp_path_factory, seed, lname, store, f
             continue
         rep = finalize(uri, dims=dims, array=name, duplicates=policy, workers=2, memory_budget=budget,
                        compact=(policy == "first"), strategy=strategy)
-        assert strategy == "auto" or rep["strategy"] == strategy or rep["strategy_reason"].startswith("chunk")
-        assert rep["cells"] == len(cells)
-        assert rep["dropped"] == n - len(cells)
+        assert strategy == "auto" or rep.strategy == strategy or rep.strategy_reason.startswith("chunk")
+        assert rep.cells == len(cells)
+        assert rep.dropped == n - len(cells)
         with loader.open(uri) as ds:
             keep = policy == "keep"
             whole = ds.read_box(array=name)
@@ -199,7 +201,7 @@ def test_scidb96_keep_on_colliding_dims(tmp_path):
     with pytest.raises(DuplicateCellError, match=r"cell \(i2=\d+, i3=\d+\) of array 'g' is set by records \d+ and \d+"):
         finalize(uri, dims="i2:7,i3:13", array="g", workers=2)
     rep = finalize(uri, dims="i2:7,i3:13", array="g", duplicates="keep", workers=2)
-    assert rep["cells"] == 30000 and rep["dropped"] == 0
+    assert rep.cells == 30000 and rep.dropped == 0
     with loader.open(uri) as ds:
         recs = ds.read_records()
         cells, syn, _ = model(recs, "i2", "i3", "keep")
@@ -209,7 +211,7 @@ def test_scidb96_keep_on_colliding_dims(tmp_path):
         assert ds.arrays()[0]["synthetic"] == ["syn"]
         assert ds.verify().ok
     rep = finalize(uri, dims="i2:7,i3:13", array="g2", duplicates="last", workers=1)
-    assert rep["cells"] == 100  # (17j mod 100, 113j mod 100) depends on j mod 100 only
+    assert rep.cells == 100  # (17j mod 100, 113j mod 100) depends on j mod 100 only
     with loader.open(uri) as ds:
         cells, _, _ = model(recs, "i2", "i3", "last")
         check_table(ds.read_box("g2"), cells, None, "i2", "i3", ds.layout.names, False)
@@ -220,18 +222,18 @@ def test_memory_budget_forces_spill_runs_and_results_match(tmp_path):
     uri = f"lmdb://{tmp_path}/ds"
     loader.load("gen://scidb96?n=20000", uri, shards=2, batch_records=1500)
     big = finalize(uri, dims="i0:3,i1:700", array="big", workers=2)
-    assert big["strategy"] == "direct" and big["spill_runs"] == 0 and big["windows"] == 2  # it all fits
+    assert big.strategy == "direct" and big.spill_runs == 0 and big.windows == 2  # it all fits
     small = finalize(uri, dims="i0:3,i1:700", array="small", workers=2, memory_budget=32 * 1024)
     # 32 KiB holds ~200 records: a window of about one chunk reads 1-2 batches of 1500
     # records for ~170 it owns, so auto spills: ~100 runs, and the build reads windows of
     # a few chunks
-    assert small["strategy"] == "spill" and small["spill_runs"] > 50
+    assert small.strategy == "spill" and small.spill_runs > 50
     # forced direct within the same budget: many small windows, no spill run
     sd = finalize(uri, dims="i0:3,i1:700", array="sdirect", workers=2, memory_budget=32 * 1024,
                   strategy="direct")
-    assert sd["strategy"] == "direct" and sd["spill_runs"] == 0 and sd["windows"] > 50
+    assert sd.strategy == "direct" and sd.spill_runs == 0 and sd.windows > 50
     for r in (big, small, sd):
-        assert r["worker_peak_rss_bytes"] > 0
+        assert r.worker_peak_rss_bytes > 0
     with loader.open(uri) as ds:
         a, b = ds.read_box("big"), ds.read_box("small")
         assert a.equals(b) and a.num_rows == 20000
@@ -251,7 +253,7 @@ def test_rebuild_is_atomic_and_drops_the_old_build(tmp_path):
     m2 = json.load(open(os.path.join(root, "manifest.json")))["arrays"]["grid"]
     assert m1["table"] != m2["table"]
     assert not os.path.exists(os.path.join(root, m1["index"])) and os.path.exists(os.path.join(root, m2["index"]))
-    assert [d["chunk"] for d in m2["dims"]] == [2, 1000] and rep["chunks"] == 5 * 5
+    assert [d["chunk"] for d in m2["dims"]] == [2, 1000] and rep.chunks == 5 * 5
     with loader.open(uri) as ds:
         for s in range(2):
             assert ds.shard(s).tables() == sorted(["batches", m2["table"]])

@@ -1,0 +1,159 @@
+"""Finalize step 2, the build worker: write every chunk of the shards it owns, once, in key order.
+
+Build worker w of W owns the output shards s with s mod W == w (one writer per shard).
+For each owned shard that receives records it opens the shard for writing (an LMDB map
+sized once for what is coming: no growth steps), drops array tables that neither a
+committed array nor the garbage list names (leftovers of crashed or replaced builds) and
+any earlier attempt at its own table, then fills windows of whole chunks from its source
+(build_sources.py: direct from the flat batches, or merged from spill runs) and hands
+each to the ChunkEmitter (build_emit.py), which sorts, applies the duplicates policy,
+encodes and appends. One sync per shard at the end. Its index rows go to
+``SPILL_DIR/index-WWW.npy``; the receipt (`BuildReceipt`) carries counts and timings.
+
+Runs in a pool worker (``build_worker(task, progress_q)``, progress in records); it stops
+when the coordinator is gone. Crash behaviour: it writes only the build's own table
+(``array-NAME-RUNID``) and files in the spill directory, neither of which a manifest names
+before the switch; the next finalize (or compact) drops and removes them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+from dataclasses import asdict, dataclass
+from functools import cached_property
+
+import numpy as np
+
+from ..infra import faults
+from ..infra.proc import cpu_seconds, minor_faults, parent_alive, peak_rss, start_worker
+from ..model.chunk_index import TABLE_PREFIX
+from ..model.layouts import Layout
+from ..model.placement import owned_shards
+from .build_emit import BuildStats, ChunkEmitter
+from .build_sources import DirectSource, SpillSource
+from .job import WorkerTask
+
+#: LMDB map of a shard written by a build: existing bytes + 1.3 x the cells + this slack
+MAP_SLACK = 64 << 20
+
+
+@dataclass(frozen=True)
+class BuildTask(WorkerTask):
+    workers: int
+    nshards: int
+    cell_layout: dict
+    policy: str
+    array: str
+    table: str
+    keep_tables: tuple
+    runs: tuple  # spill mode: SpillRun, in record-index order
+    spill_dir: str
+    budget: int
+    max_piece: int
+    # direct mode (no spill runs): the flat batches (manifest BatchEntry) in record order,
+    # and per owned shard its windows (direct.Window, direct.plan_direct)
+    batches: tuple = ()
+    windows: dict | None = None
+
+    @cached_property
+    def cell_layout_obj(self) -> Layout:
+        return Layout.from_dict(self.cell_layout)
+
+    def owned_shards(self) -> list[int]:
+        return owned_shards(self.nshards, self.workers, self.worker)
+
+
+@dataclass(frozen=True)
+class BuildReceipt:
+    worker: int
+    pid: int
+    index: str | None  # the .npy file of this worker's index rows (None: it wrote no piece)
+    cells: int
+    dropped: int
+    dropped_hash: int
+    pieces: int
+    chunks: int
+    seconds: float
+    read_s: float
+    sort_s: float
+    encode_s: float
+    write_s: float
+    sync_s: float
+    max_rss: int
+    minflt: int
+    cpu_s: float
+
+
+def build_worker(task: BuildTask, progress_q) -> BuildReceipt:
+    t0 = time.perf_counter()
+    start_worker(task)
+    _tune_malloc()
+    timings = {"read_s": 0.0, "sort_s": 0.0, "encode_s": 0.0, "write_s": 0.0, "sync_s": 0.0}
+    stats = BuildStats()
+    em = ChunkEmitter(task, timings, stats)
+    src = (DirectSource if task.windows is not None else SpillSource)(task, em, timings)
+    try:
+        for s in task.owned_shards():
+            incoming = src.incoming(s)
+            if incoming:
+                _build_shard(task, s, _open_shard(task, s, incoming * em.crs), em, src, progress_q)
+    finally:
+        src.close()
+    path = None
+    if em.index_rows:
+        path = os.path.join(task.spill_dir, f"index-{task.worker:03d}.npy")
+        np.save(path, np.array(em.index_rows, dtype=em.idt))
+    return BuildReceipt(task.worker, os.getpid(), path, **asdict(stats),
+                        seconds=round(time.perf_counter() - t0, 4),
+                        **{k: round(v, 4) for k, v in timings.items()}, max_rss=peak_rss(),
+                        minflt=minor_faults(), cpu_s=cpu_seconds())
+
+
+def _open_shard(task: BuildTask, s: int, incoming_bytes: int):
+    """Shard ``s`` opened for writing; an LMDB map sized once for what is coming."""
+    store = task.job.store
+    path = store.shard_path(s)
+    data = os.path.join(path, "data.mdb")
+    existing = os.path.getsize(data) if os.path.exists(data) else 0
+    opts = dict(store.options)
+    if store.scheme in ("lmdb", "mem"):  # size the map once: no growth steps
+        opts["map_size"] = str(existing + int(incoming_bytes * 1.3) + MAP_SLACK)
+    return store.backend.open(path, write=True, options=opts)
+
+
+def _build_shard(task: BuildTask, s: int, st, em: ChunkEmitter, src, progress_q) -> None:
+    """Write every chunk of shard ``s`` (open as ``st``, closed here) and sync it."""
+    try:
+        for t_name in st.tables():  # leftovers of crashed or replaced builds
+            if t_name.startswith(TABLE_PREFIX) and t_name not in task.keep_tables:
+                st.drop_table(t_name)
+        st.drop_table(task.table)
+        em.start_shard(st, s)
+        for n in src.windows(s, st):
+            progress_q.put(n)
+            if not parent_alive(task.main_pid):
+                raise SystemExit("coordinator died")
+        em.flush_group()
+        src.close_readers()
+        t = time.perf_counter()
+        st.sync()
+        em.timings["sync_s"] += time.perf_counter() - t
+        faults.hit("synced")
+    finally:
+        em.end_shard()
+        src.close_readers()
+        st.close()
+
+
+def _tune_malloc() -> None:
+    """glibc: serve blocks up to 32 MiB (chunk values, LMDB's overflow pages) from the heap
+    and keep freed memory there, instead of a fresh mmap per block whose every page
+    faults on first touch: halves the cost of LMDB puts of multi-MB values."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD
+        libc.mallopt(-1, 128 << 20)  # M_TRIM_THRESHOLD
+    except (OSError, AttributeError):
+        pass

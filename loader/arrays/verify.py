@@ -1,0 +1,149 @@
+"""`bulkload verify` for 2-D arrays: every stored piece against the chunk index, and every
+array against the flat records it was built from.
+
+Per piece: present, size and xxh3 checksum as indexed, decodable, cell count as indexed,
+cells inside their chunk and in strict row-major order (``syn`` = 0..k-1 for keep).
+Per array (only when its pieces are sound): the multiset of cells (without ``syn``) plus
+the records dropped by first/last equals the flat records it was built from
+(order-independent checksum, hashes.py, and counts).
+
+`verify_arrays(ds)` returns the problems as rows for the dataset's VerifyReport (array,
+chunk, shard, problem); an empty list when all is well. Reads only, through one snapshot.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import xxhash
+
+from ..errors import BulkloadError
+from ..model.chunk_index import index_path, read_index
+from ..model.layouts import Layout
+from ..serializers import get_serializer
+from ..stores.values import ValueReader
+from .chunks import chunk_key
+from .hashes import hash_sum
+
+
+def verify_arrays(ds) -> list[dict]:
+    """Check every array of the dataset; a list of problems (empty when all is well)."""
+    problems: list[dict] = []
+    for name, summary in sorted(ds.manifest.arrays.items()):
+        _ArrayCheck(ds, name, summary, problems).run()
+    return problems
+
+
+class _ArrayCheck:
+    """The checks of one array; problems are appended to ``problems``."""
+
+    def __init__(self, ds, name: str, summary: dict, problems: list[dict]):
+        self.ds, self.name, self.a, self.problems = ds, name, summary, problems
+        self.cell = self.ser = None  # once the index is read
+        (self.d0, self.l0), (self.d1, self.l1) = [(d["name"], d["chunk"]) for d in summary["dims"]]
+        self.keep = summary["policy"] == "keep"
+        self.cells = 0
+        self.hsum = 0
+
+    def bad(self, problem: str, chunk="-", shard="-") -> None:
+        self.problems.append({"array": self.name, "chunk": chunk, "shard": shard, "batch": "-",
+                              "first_record": "-", "problem": f"array {self.name!r}: {problem}"})
+
+    def run(self) -> None:
+        n_before = len(self.problems)
+        try:
+            idx = read_index(index_path(self.ds.spec.root, self.a))
+        except BulkloadError as e:
+            self.bad(str(e))
+            return
+        self.cell = Layout.from_dict(self.a["cell_layout"])
+        self.ser = get_serializer(self.a["format"], self.cell, self.a["compression"])
+        by_shard: dict[int, list[int]] = {}
+        for i in range(len(idx["crow"])):
+            by_shard.setdefault(int(idx["shard"][i]), []).append(i)
+        for s, rows in sorted(by_shard.items()):
+            try:
+                st = self.ds.shard(s)
+            except BulkloadError as e:
+                self.bad(f"shard {s}: {e}", shard=s)
+                continue
+            for i in rows:
+                self._check_piece(st, s, idx, i)
+        if len(self.problems) == n_before:  # else the multiset check would only repeat them
+            self._check_multiset()
+
+    def _check_piece(self, st, s: int, idx: dict, i: int) -> None:
+        crow, ccol, piece = int(idx["crow"][i]), int(idx["ccol"][i]), int(idx["piece"][i])
+        where = f"({crow},{ccol},{piece})"
+        with ValueReader(st, self.a["table"]) as rd:
+            v = rd.get(chunk_key(crow, ccol, piece))
+            problem = self._value_problem(v, where, s, idx, i)
+            if problem is not None:
+                self.bad(problem, where, s)
+                return
+            try:
+                _, cells = self.ser.decode(v)
+                cells = np.array(cells)
+            except Exception as e:
+                self.bad(f"chunk {where}: undecodable: {e}", where, s)
+                return
+        problem = self._cells_problem(cells, where, (crow, ccol, piece), int(idx["cells"][i]))
+        if problem is not None:
+            self.bad(problem, where, s)
+            return
+        self.cells += len(cells)
+        raw = cells.view(np.uint8).reshape(len(cells), self.cell.record_size)[:, :self.ds.layout.record_size]
+        self.hsum = (self.hsum + hash_sum(np.ascontiguousarray(raw))) % 2**64
+
+    @staticmethod
+    def _value_problem(v, where: str, s: int, idx: dict, i: int) -> str | None:
+        if v is None:
+            return f"chunk {where} is missing from shard {s}"
+        if len(v) != int(idx["nbytes"][i]):
+            return f"chunk {where}: size {len(v)} != {int(idx['nbytes'][i])} in the index"
+        if xxhash.xxh3_64_intdigest(v) != int(idx["checksum"][i]):
+            return f"chunk {where}: checksum mismatch (stored bytes changed)"
+        return None
+
+    def _cells_problem(self, cells: np.ndarray, where: str, key: tuple, indexed: int) -> str | None:
+        crow, ccol, piece = key
+        if len(cells) != indexed:
+            return f"chunk {where}: holds {len(cells)} cells, the index says {indexed}"
+        r = cells[self.d0].astype(np.int64)
+        c = cells[self.d1].astype(np.int64)
+        if len(cells) and (np.any(np.floor_divide(r, self.l0) != crow)
+                           or np.any(np.floor_divide(c, self.l1) != ccol)):
+            return f"chunk {where}: holds cells outside the chunk"
+        if len(cells) > 1 and not self._row_major(cells, r, c):
+            return f"chunk {where}: cells are not in strict row-major order"
+        if self.keep and piece == 0 and len(cells) and cells["syn"][0] != 0:
+            return f"chunk {where}: syn does not start at 0"
+        return None
+
+    def _row_major(self, cells: np.ndarray, r: np.ndarray, c: np.ndarray) -> bool:
+        dr, dc = np.diff(r), np.diff(c)
+        newcell = (dr > 0) | ((dr == 0) & (dc > 0))
+        if not self.keep:
+            return bool(np.all(newcell))
+        syn = cells["syn"].astype(np.int64)
+        same = (dr == 0) & (dc == 0)
+        return bool(np.all(np.where(same, np.diff(syn) == 1, newcell & (syn[1:] == 0))))
+
+    def _check_multiset(self) -> None:
+        """Cells + dropped duplicates == the flat records the array was built from."""
+        ds, a = self.ds, self.a
+        built = int(a["built_from_records"])
+        if built > ds.manifest.records:
+            self.bad(f"built from {built} records but the dataset holds {ds.manifest.records}")
+            return
+        flat = 0
+        for first, recs in ds.iter_batches():
+            if first >= built:
+                break
+            part = recs[: max(0, min(len(recs), built - first))]
+            flat = (flat + hash_sum(np.ascontiguousarray(part))) % 2**64
+        dropped = int(a.get("dropped", 0))
+        if self.cells + dropped != built:
+            self.bad(f"holds {self.cells} cells (+{dropped} dropped duplicates), built from {built} records")
+        elif (self.hsum + int(a.get("dropped_hash", 0))) % 2**64 != flat:
+            self.bad("the multiset of cells does not match the flat records it was built from "
+                     "(order-independent checksum differs)")

@@ -1,0 +1,101 @@
+"""The chunk index of a 2-D array: one Arrow IPC file of rows, one row per stored piece.
+
+A finalize build ``array-NAME-RUNID`` stores its chunk pieces in the table of that name
+(`TABLE_PREFIX`) in every shard, and its index in ``ROOT/arrays/TABLE.arrow``
+(`INDEX_DIR`, `index_file`). The manifest's array summary names both (``table``,
+``index``). A row holds crow, ccol, piece, shard, cells, nbytes, the xxh3 checksum of the
+stored value and the min/max of every cell field (`index_columns`).
+
+Readers (query, verify, compact's live-bytes count) load it with `read_index`; a file that
+is missing or unreadable is a VerifyError naming it. `write_index` writes a temporary
+file, fsyncs it, renames it into place and fsyncs the directory: a crash leaves either
+no file or the whole file, never a part; a file no manifest names is garbage that the next
+writer removes (maintain/garbage.py `collect_index_garbage`).
+
+pyarrow is imported inside the functions that need it: it is heavy (~0.2 s), and the
+commands that only load or compact capnp datasets never touch an index.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..errors import StoreError, VerifyError
+from ..infra.fsatomic import fsync_dir
+from .layouts import TYPES, Layout
+
+TABLE_PREFIX = "array-"
+INDEX_DIR = "arrays"
+
+
+def index_columns(cell: Layout) -> list[tuple[str, str]]:
+    """(name, numpy dtype) of the index rows for a cell layout."""
+    cols = [("crow", "<i8"), ("ccol", "<i8"), ("piece", "<i4"), ("shard", "<i4"),
+            ("cells", "<i8"), ("nbytes", "<i8"), ("checksum", "<u8")]
+    for f in cell.fields:
+        cols.append((f"min_{f.name}", TYPES[f.type][0]))
+        cols.append((f"max_{f.name}", TYPES[f.type][0]))
+    return cols
+
+
+def index_file(table: str) -> str:
+    """The index file of the build stored in ``table``, relative to the dataset root."""
+    return os.path.join(INDEX_DIR, f"{table}.arrow")
+
+
+def index_path(root: str, summary: dict) -> str:
+    return os.path.join(root, summary["index"])
+
+
+def write_index(path: str, rows: np.ndarray) -> None:
+    """Write the index rows (structured array) as an Arrow IPC file, atomically."""
+    import pyarrow as pa  # heavy: only finalize writes an index
+
+    table = pa.Table.from_arrays([pa.array(np.ascontiguousarray(rows[n])) for n in rows.dtype.names],
+                                 names=list(rows.dtype.names))
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with pa.OSFile(tmp, "wb") as sink:
+            with pa.ipc.new_file(sink, table.schema) as w:
+                w.write_table(table)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        fsync_dir(os.path.dirname(path))
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise StoreError(f"could not write the chunk index {path}: {e.strerror or e}; "
+                         "nothing was committed - free space and retry") from e
+
+
+def read_index(path: str) -> dict[str, np.ndarray]:
+    """The index file's columns as numpy arrays; VerifyError when it cannot be read."""
+    import pyarrow as pa  # heavy: only array reads and compaction of finalized datasets need it
+
+    try:
+        with pa.memory_map(path, "r") as src:
+            table = pa.ipc.open_file(src).read_all()
+    except (OSError, pa.ArrowException) as e:
+        raise VerifyError(f"cannot read the chunk index {path}: {e}; re-run `bulkload finalize`") from None
+    return {name: table.column(name).to_numpy() for name in table.column_names}
+
+
+def warm_up_writer() -> None:
+    """Import pyarrow and run its first IPC file write once (~0.2 s of one-time set-up):
+    finalize calls this in a thread while its workers run, not after them."""
+    try:
+        import pyarrow as pa  # heavy: this is the warm-up
+
+        t = pa.Table.from_arrays([pa.array(np.zeros(1, np.int64))], names=["x"])
+        with pa.ipc.new_file(pa.BufferOutputStream(), t.schema) as w:
+            w.write_table(t)
+    except Exception:  # only a warm-up
+        pass
