@@ -80,8 +80,8 @@ from ..model.layouts import Layout
 from ..model.options import MAX_WORKERS, check_count, default_workers
 from ..model.runs import stop as stop_run
 from ..serializers import get_serializer
-from ..stores.base import StoreSpec, parse_dataset_uri
 from ..stores.health import require_shards
+from ..stores.spec import StoreSpec, parse_dataset_uri
 from .build import BuildTask, build_worker
 from .chunks import KEY_FORMAT, SHARD_MAP
 from .direct import direct_window_records, plan_direct

@@ -22,7 +22,7 @@ from functools import cached_property
 from ..model.layouts import Layout
 from ..model.manifest import BatchEntry
 from ..serializers import get_serializer
-from ..stores.base import StoreSpec
+from ..stores.spec import StoreSpec
 from ..stores.values import ValueReader, read_batch
 
 

@@ -29,7 +29,7 @@ from ..model.layouts import Layout
 from ..model.manifest import BatchEntry
 from ..model.placement import batch_key, owned_shards
 from ..serializers import get_serializer
-from ..stores.base import StoreSpec
+from ..stores.spec import StoreSpec
 from ..stores.values import ValueReader, read_batch
 
 GROUP_BYTES = 64 << 20

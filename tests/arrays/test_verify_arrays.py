@@ -14,7 +14,7 @@ from loader.arrays.finalize import finalize
 from loader.model.chunk_index import index_path, read_index, write_index
 from loader.model.layouts import Layout
 from loader.serializers import get_serializer
-from loader.stores.base import parse_dataset_uri
+from loader.stores.spec import parse_dataset_uri
 
 
 @pytest.fixture(params=["lmdb", "rocksdb"])
