@@ -35,9 +35,8 @@ from ..errors import (
     UsageError,
     WorkerError,
 )
-from ..infra import faults, interrupts
+from ..infra import faults, interrupts, space
 from ..infra.lock import DatasetLock, refuse_nested
-from ..infra.space import check_space
 from ..kinds import kind_for
 from ..maintain.garbage import held_tables, start_writing
 from ..model import manifest as mf
@@ -337,7 +336,8 @@ def _check_space(spec: StoreSpec, existing: mf.Manifest | None, planned: SourceP
             pass  # refused under the lock, with its own message
     if prev is not None:
         todo = 0 if prev.get("status") == "done" else todo - sum(r[3] for r in prev.get("pending") or [])
-    check_space(spec.root, kind.min_stored_bytes(src, todo), f"loading {todo:,} records of {src.uri} into {spec.uri}")
+    space.check_space(spec.root, kind.min_stored_bytes(src, todo),
+                      f"loading {todo:,} records of {src.uri} into {spec.uri}")
 
 
 def load_locked(spec: StoreSpec, m: mf.Manifest | None, *, planned: SourcePlan, layout_obj, fmt, comp,
