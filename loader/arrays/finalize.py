@@ -470,7 +470,7 @@ def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRA
     from ..infra.lock import DatasetLock
     from ..infra.pool import Pool
     from ..infra.progress import Progress
-    from ..loading.run import MAX_WORKERS, check_count, default_workers
+    from ..loading.options import MAX_WORKERS, check_count, default_workers
     from ..maintain.compact import compact_locked
     from ..stores.base import parse_dataset_uri
     from ..stores.health import require_shards

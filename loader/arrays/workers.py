@@ -28,8 +28,9 @@ import numpy as np
 import xxhash
 
 from ..infra import faults
-from ..loading.worker import _parent_alive, batch_key, owned_shards, start_worker
+from ..loading.worker import _parent_alive, start_worker
 from ..model.layouts import Layout
+from ..model.placement import batch_key, owned_shards
 from ..serializers import get_serializer
 from ..stores.base import StoreSpec
 

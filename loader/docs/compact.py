@@ -291,7 +291,7 @@ def compact_docs(spec: StoreSpec, m: mf.Manifest, *, target_batch_records: int |
     from ..infra.pool import Pool
     from ..infra.progress import Progress
     from ..kinds import kind_for
-    from ..loading.run import default_workers
+    from ..loading.options import default_workers
     from ..model import runs
     from .layout import DOCS
     from .tables import doc_tables

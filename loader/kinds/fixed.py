@@ -32,8 +32,8 @@ class FixedKind(Kind):
     def record_bytes(self) -> int:
         return self.layout.record_size
 
-    def stored_problem(self, store, row) -> str | None:
-        seq, nbytes, checksum = row[0], row[5], row[4]
+    def stored_problem(self, store, entry) -> str | None:
+        seq, nbytes, checksum = entry.seq, entry.nbytes, entry.checksum
         v = store.get(batch_key(seq))
         if v is None:
             return "missing from the store"

@@ -68,7 +68,7 @@ def compact(dataset_uri: str, target_batch_records: int | None = None, progress:
 
     spec = parse_dataset_uri(dataset_uri)
     m = mf.load_manifest(spec.root, dataset_uri)
-    from ..loading.run import MAX_WORKERS, check_count, max_batch_records
+    from ..loading.options import MAX_WORKERS, check_count, max_batch_records
 
     check_count("--target-batch-records", target_batch_records, 1,
                 max_batch_records(kind_for(m.layout_obj, m.format, m.compression)))
@@ -86,7 +86,7 @@ def compact(dataset_uri: str, target_batch_records: int | None = None, progress:
 def compact_locked(spec, m: mf.Manifest, *, target_batch_records: int | None = None,
                    progress: str = "none", workers: int | None = None, force: bool = False) -> dict:
     """compact() with the dataset lock already held (finalize calls this)."""
-    from ..loading.run import default_workers
+    from ..loading.options import default_workers
     from ..serializers import get_serializer
 
     kind = kind_for(m.layout_obj, m.format, m.compression)
