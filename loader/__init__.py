@@ -15,7 +15,7 @@ __all__ = ["load", "open", "__version__"]
 
 def __getattr__(name):  # lazy: keep `import loader` (and worker start-up) light
     if name == "load":
-        from .loading.run import load
+        from .loading.load import load
 
         return load
     if name == "open":

@@ -8,7 +8,8 @@ line and the right exit code, writes nothing it should not, and never a tracebac
 - a directory as the lock file, a file as the dataset, garbage in BULKLOAD_* variables;
 - strict URIs and options (gen:// parameters, store options per backend, counts);
 - sources that are devices, sockets or procfs/sysfs files;
-- absurd counts: refused up front (no space) in bounded memory; planning O(1) in N;
+- absurd counts: refused up front (no space) in bounded memory (planning O(1) in N:
+  tests/loading/test_plan.py);
 - a fuzz of bad invocations of every command: exit 1 or 2, one line, no traceback.
 """
 
@@ -36,8 +37,6 @@ from typer.testing import CliRunner
 import loader
 from loader.cli.main import app
 from loader.errors import UsageError
-from loader.loading.commit import Plan, resume_points
-from loader.loading.worker import LoadTask, Segment
 from loader.stores.spec import MEM_NAME, MEM_ROOT, parse_dataset_uri
 
 RUNNER = CliRunner()
@@ -564,64 +563,6 @@ def test_resume_needs_only_the_space_of_what_is_left(tmp_path, monkeypatch):
     assert rep.status == "already-loaded" and seen == [0]
     loader.load("gen://scidb96?n=5000&start=5000", uri, shards=1, workers=1)
     assert seen[-1] == 5000 * 96
-
-
-# --- planning is O(1) in N -----------------------------------------------------------------------
-
-
-def brute_rows(segments, b, k):
-    """The old enumeration: seq -> (shard, first record, count) of every batch."""
-    out = {}
-    for seg in segments:
-        for i in range(seg.nbatches(b)):
-            seq = seg.first_seq + i
-            out[seq] = (seq % k, seg.first_record + i * b, min(b, seg.count - i * b))
-    return out
-
-
-@settings(max_examples=300, deadline=None)
-@given(b=st.integers(1, 7), k=st.integers(1, 6), first=st.integers(0, 5),
-       counts=st.lists(st.integers(0, 30), max_size=4), data=st.data())
-def test_plan_matches_the_enumeration(b, k, first, counts, data):
-    segments, seq, rec = [], first, 3 * first
-    for c in counts:
-        segments.append(Segment(None, c, seq, rec, offset=7))
-        seq, rec = seq + -(-c // b), rec + c
-    plan, want = Plan(segments, b, k), brute_rows(segments, b, k)
-    assert plan.end == (max(want) + 1 if want else None)
-    assert all(plan.row(q) == want.get(q) for q in range(seq + 3))
-    assert all(list(plan.shard_seqs(s)) == sorted(q for q in want if q % k == s) for s in range(k))
-    resume = tuple(data.draw(st.lists(st.integers(0, seq + 2), min_size=k, max_size=k)))
-    for res in ((), resume):
-        assert plan.records_from(res) == sum(r[2] for q, r in want.items() if not res or q >= res[q % k])
-    w = data.draw(st.integers(1, k))
-    for worker in range(w):
-        task = LoadTask(store=None, worker=worker, workers=w, nshards=k, layout={}, format="", compression="",
-                        segments=tuple(segments), first_seq=first, first_record=0, batch_records=b, resume=resume)
-        got = [(q, f, c, off) for q, f, c, _src, off in task.planned_batches()]
-        assert got == [(q, *want[q][1:], 7 + (q - s.first_seq) * b)
-                       for s in segments for q in range(s.first_seq, s.first_seq + s.nbatches(b))
-                       if q % k % w == worker and q >= resume[q % k]]
-
-
-def test_planning_a_huge_plan_is_instant(tmp_path):
-    n, b, k = 10**12, 10_000, 16
-    spec = parse_dataset_uri(f"lmdb://{tmp_path}/ds").with_shards(k)
-    t0 = time.perf_counter()
-    segments = [Segment(None, n, 0, 0)]
-    plan = Plan(segments, b, k)
-    assert plan.end == n // b
-    assert plan.row(n // b - 1) == ((n // b - 1) % k, n - b, b)
-    assert plan.records_from(tuple(range(k))) == n
-    assert plan.records_from(tuple([2 * k] * k)) == n - 2 * k * b
-    pending = [[s, s % k, s * b, b, 0, 0] for s in range(3)]  # not stored: resume from the start
-    res, keep = resume_points(spec, segments, b, k, 0, pending)
-    assert res == tuple(range(k)) and keep == []
-    task = LoadTask(store=spec, worker=1, workers=4, nshards=k, layout={}, format="", compression="",
-                    segments=tuple(segments), first_seq=0, first_record=0, batch_records=b)
-    it = task.planned_batches()
-    assert [next(it)[0] for _ in range(3)] == [1, 5, 9]
-    assert time.perf_counter() - t0 < 0.5
 
 
 # --- a fuzz of bad invocations ---------------------------------------------------------------------

@@ -262,7 +262,7 @@ def _event(progress: str, message: str, **fields) -> None:
 
 
 def _step_load(dataset, cfg, common, job, progress):
-    from ..loading.run import load
+    from ..loading.load import load
 
     rep = load(cfg["source"], dataset, progress=progress, new_run=cfg["new_run"], replace=cfg["replace"],
                **common)

@@ -187,7 +187,7 @@ def load(
 
     Re-running the same command resumes an interrupted run, or loads nothing if it
     finished; --new-run loads the source again; --replace starts the dataset over."""
-    from ..loading.run import load as do_load
+    from ..loading.load import load as do_load
 
     report = do_load(source, dataset, layout=layout, format=format, compression=compression,
                      shards=shards, workers=workers, batch_records=batch_records,

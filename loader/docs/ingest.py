@@ -47,7 +47,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ..loading.commit import log
+from ..loading.report import log
 from ..model import manifest as mf
 from ..model import runs
 
@@ -178,18 +178,19 @@ def load_ledger(root: str, m: mf.Manifest | None) -> Ledger:
 
 # --- the run -----------------------------------------------------------------------------------
 
-def ingest_docs(spec, directory: str, *, layout_obj, fmt: str, comp: str, k: int, w_req: int, b: int,
-                b_given: bool, on_bad_file: str, progress: str, ckpt, fault: str,
-                t_start: float) -> DocsIngestReport:
+def ingest_docs(spec, directory: str, *, settings, on_bad_file: str) -> DocsIngestReport:
     """The documents part of `loader.ingest.ingest` (options already resolved)."""
     from ..infra.lock import DatasetLock
     from ..loading import replace as replace_mod
-    from ..loading.run import check_compatible, load_locked, prepare_root
+    from ..loading.job import LoadJob
+    from ..loading.options import check_compatible, prepare_root
+    from ..loading.run import load_locked
     from ..maintain.garbage import start_writing
     from ..sources import SourcePlan
     from ..stores.health import require_shards
     from .sources import JsonDirSource, listing_fingerprint
 
+    progress, t_start = settings.progress, settings.t_start
     src = JsonDirSource(directory, on_bad_file)
     listing, errors = src.listing()  # badly named files: fail raises here, before any write
     report = DocsIngestReport(spec.uri, directory, None, "nothing-to-do")
@@ -205,7 +206,7 @@ def ingest_docs(spec, directory: str, *, layout_obj, fmt: str, comp: str, k: int
             log(progress, f"discarding an unfinished --replace of {spec.uri} ({sib.root})")
             replace_mod.discard(sib.root)
         if m is not None:
-            check_compatible(m, spec, layout_obj, fmt, comp, k)
+            check_compatible(m, spec, settings)
         require_shards(spec, m)
 
         # --- what is new -------------------------------------------------------------
@@ -249,10 +250,8 @@ def ingest_docs(spec, directory: str, *, layout_obj, fmt: str, comp: str, k: int
         def on_commit(m2: mf.Manifest, unit, run: dict) -> None:
             _commit_ledger(spec.root, m2, unit, run, led_name, (mine, len(plan_ids)), ledger)
 
-        rep = load_locked(spec, m, planned=SourcePlan(src, len(new), fp, new, tuple(skipped)),
-                          layout_obj=layout_obj, fmt=fmt, comp=comp, k=k, w_req=w_req, b=b, b_given=b_given,
-                          new_run=False, progress=progress, stdin=None, ckpt=ckpt, fault=fault,
-                          t_start=t_start, replace=False, replaces=None, mode="ingest", on_commit=on_commit)
+        planned = SourcePlan(src, len(new), fp, new, tuple(skipped))
+        rep = load_locked(spec, m, LoadJob(settings, planned, mode="ingest", on_commit=on_commit))
     report.run_id = rep.run_id
     report.status = "done"
     report.files = report.records = rep.records

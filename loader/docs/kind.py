@@ -25,7 +25,6 @@ import xxhash
 
 from ..errors import BadFileError, DuplicateIdError, InputError, UsageError
 from ..kinds import Kind, register_kind
-from ..model.manifest import BatchEntry
 from ..stores.options import DEFAULT_MAX_DBS
 from . import zdict
 from .access import DocReader, discard_run, stored_duplicates
@@ -115,8 +114,8 @@ class DocsKind(Kind):
                 "them into one table per shard, then load again (or load documents whose ids are above the "
                 "stored ones: they share a table)")
 
-    def stored_problem(self, store, row) -> str | None:
-        return range_problem(store, BatchEntry(*row), self.blocks)
+    def stored_problem(self, store, entry) -> str | None:
+        return range_problem(store, entry, self.blocks)
 
     def min_stored_bytes(self, source, records: int) -> int:
         """Generated documents: n x the mean text size (1000 bytes, 90 % of it as a margin

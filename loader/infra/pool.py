@@ -8,8 +8,8 @@ Plumbing: each worker sends to the coordinator over its own one-way pipe
 the coordinator waits on every pipe and every worker's sentinel at once
 (``multiprocessing.connection.wait``). No ``multiprocessing.Queue`` or ``Lock``: under
 forkserver each creates a named POSIX semaphore (``/dev/shm/sem.mp-*``) that a SIGKILLed
-process leaks. A worker sends progress (an int) and messages (tuples, for ``on_message``),
-then exactly one ``Result``.
+process leaks. A worker sends progress (a `Progress`, or a plain int: records) and
+messages (any other object, for ``on_message``), then exactly one ``Result``.
 
 Failure: a worker that raises sends the error (``WorkerError("worker N failed: ...")``);
 one that exits without its result, or whose pipe breaks mid-message (EOFError,
@@ -27,6 +27,7 @@ raises with a worker of its own still running.
 from __future__ import annotations
 
 import multiprocessing as mp
+import numbers
 import pickle
 import threading
 import time
@@ -51,6 +52,15 @@ def context():
         _CTX.set_forkserver_preload(["loader.loading.worker", "loader.arrays.build", "loader.arrays.partition",
                                      "loader.arrays.scan", "loader.maintain.merge"])
     return _CTX
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """Progress a worker reports: ``records`` more done, ``nbytes`` their size when records
+    vary (documents: bytes of text; None: records x record size)."""
+
+    records: int
+    nbytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -104,14 +114,15 @@ class Pool:
     """Run ``fn(task, outbox, *extra)`` for each task in its own process."""
 
     def __init__(self, fn: Callable, tasks: list, extras: list[tuple] | None = None,
-                 on_progress: Callable[[int], None] | None = None,
-                 on_message: Callable[[tuple], None] | None = None):
+                 on_progress: Callable[..., None] | None = None,
+                 on_message: Callable[[object], None] | None = None):
         self.ctx = context()
         self.fn = fn
         self.tasks = tasks
         self.extras = extras or [() for _ in tasks]
-        self.on_progress = on_progress or (lambda n: None)
-        # tuples a worker sends (e.g. load checkpoints), in order
+        # (records, nbytes=None): e.g. infra.progress.Progress.advance
+        self.on_progress = on_progress or (lambda records, nbytes=None: None)
+        # the other messages a worker sends (e.g. load checkpoints), in order
         self.on_message = on_message or (lambda msg: None)
         self.procs: list = []
         self.conns: list = []  # the coordinator's (reading) end of each worker's pipe
@@ -180,10 +191,12 @@ class Pool:
                 self.results[w] = msg
                 if msg.failed:
                     raise self._error(w, msg)
-            elif isinstance(msg, tuple):
-                self.on_message(msg)  # may raise (e.g. a manifest write failed): the run stops
-            else:
+            elif isinstance(msg, Progress):
+                self.on_progress(msg.records, msg.nbytes)
+            elif isinstance(msg, numbers.Integral):  # arrays/ and docs/compact.py workers send records as an int
                 self.on_progress(msg)
+            else:
+                self.on_message(msg)  # may raise (e.g. a manifest write failed): the run stops
 
     def _finished(self, w: int) -> None:
         """Worker w's process ended: what it sent before is all in its pipe."""

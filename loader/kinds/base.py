@@ -96,8 +96,8 @@ class Kind:
         """Refuse, before anything is written, a run whose table a store could not open
         (the default: one table, ``batches``, always fits)."""
 
-    def stored_problem(self, store, row) -> str | None:
-        """Why the stored batch of a manifest row is not intact, or None."""
+    def stored_problem(self, store, entry) -> str | None:
+        """Why the stored batch of a manifest entry (BatchEntry) is not intact, or None."""
         raise NotImplementedError
 
     def min_stored_bytes(self, source, records: int) -> int:

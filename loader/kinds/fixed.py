@@ -37,8 +37,8 @@ class FixedKind(Kind):
         limit = super().max_batch_records()
         return min(limit, get_serializer(self.format, self.layout, self.compression).max_records or limit)
 
-    def stored_problem(self, store, row) -> str | None:
-        seq, nbytes, checksum = row[0], row[5], row[4]
+    def stored_problem(self, store, entry) -> str | None:
+        seq, nbytes, checksum = entry.seq, entry.nbytes, entry.checksum
         v = store.get(batch_key(seq))
         if v is None:
             return "missing from the store"

@@ -2,23 +2,34 @@
 
 The new content is loaded into a sibling directory ``PARENT/.NAME.replacing`` (a
 complete dataset: its own manifest and shards), while the old dataset stays readable and
-untouched. When the new one is committed, one ``renameat2(RENAME_EXCHANGE)`` swaps the
-two directories; the old one (now at the sibling path) is deleted. Readers that opened
-the old dataset keep their open shards (the files live on until closed); a reader that
-opens a shard after the swap notices the new ``dataset_id`` and raises
-DatasetReplacedError instead of mixing two datasets. A crash before the swap leaves the
-old dataset as it was; the same `--replace` command resumes building the sibling, any
-other writing command discards it.
+untouched (`load_replacing`). When the new one is committed, one
+``renameat2(RENAME_EXCHANGE)`` swaps the two directories; the old one (now at the
+sibling path) is deleted. Readers that opened the old dataset keep their open shards
+(the files live on until closed); a reader that opens a shard after the swap notices the
+new ``dataset_id`` and raises DatasetReplacedError instead of mixing two datasets.
+
+Crash behaviour: a crash before the swap leaves the old dataset as it was; the same
+`--replace` command resumes building the sibling (same source, same fingerprint), any
+other writing command discards it (`discard_unfinished`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 
+from ..infra import faults
 from ..infra.fsatomic import exchange, fsync_dir
+from ..infra.lock import DatasetLock
 from ..infra.paths import replacing_sibling
+from ..model import manifest as mf
+from ..model import runs
 from ..stores.spec import StoreSpec
+from .job import LoadJob
+from .options import existing_manifest, fresh_manifest, prepare_root
+from .report import LoadReport, log
+from .run import load_locked, part_of_build
 
 
 def sibling_root(spec: StoreSpec) -> str:
@@ -29,10 +40,52 @@ def sibling_spec(spec: StoreSpec) -> StoreSpec:
     return StoreSpec(spec.scheme, sibling_root(spec), spec.shards, spec.options)
 
 
+def load_replacing(spec: StoreSpec, m: mf.Manifest | None, job: LoadJob) -> LoadReport:
+    """Load ``job`` into a new dataset beside ``spec`` (whose manifest is ``m``: its lock is
+    held) and swap it in; the report names ``spec``."""
+    old_id = m.dataset_id if m is not None else None
+    sib = sibling_spec(spec)
+    sm = existing_manifest(sib.root, replace=True)  # a damaged one is built again
+    if sm is not None and not _resumable_build(sm, job, old_id):
+        sm = None
+    if sm is None:
+        discard(sib.root)
+    prepare_root(sib)
+    with DatasetLock(sib.root):
+        if sm is None:
+            sm = fresh_manifest(None, sib, job.settings, job.settings.batch_records)
+            sm.runs = [dict(r) for r in (m.runs if m else [])]
+        else:
+            runs.mark_interrupted(sm)
+        report = load_locked(sib, sm, dataclasses.replace(job, replace=True, replaces=old_id))
+        swap_in(sib.root, spec.root)
+        discard(sib.root)  # the old dataset
+    report.dataset = spec.uri
+    log(job.settings.progress, f"replaced {spec.uri}: it now holds {report.records:,} records", dataset=spec.uri,
+        run=report.run_id, event="replaced")
+    return report
+
+
+def _resumable_build(sm: mf.Manifest, job: LoadJob, old_id: str | None) -> bool:
+    """Is the sibling ``sm`` an unfinished build of this very job (same source and content,
+    replacing the same dataset)? Else it is built again."""
+    r = sm.runs[-1] if sm.runs else None
+    planned = job.planned
+    return bool(r and part_of_build(r, old_id) and r.get("source") == planned.uri
+                and r.get("fingerprint") == planned.fingerprint and planned.fingerprint is not None
+                and not job.new_run)
+
+
+def discard_unfinished(spec: StoreSpec, progress: str) -> None:
+    """Any writing command but `--replace` discards an unfinished --replace build of its dataset."""
+    sib = sibling_root(spec)
+    if os.path.isdir(sib):
+        log(progress, f"discarding an unfinished --replace of {spec.uri} ({sib})")
+        discard(sib)
+
+
 def swap_in(new_root: str, root: str) -> None:
     """Make ``new_root`` the dataset at ``root``; the old dataset ends at ``new_root``."""
-    from ..infra import faults
-
     faults.hit("swap")
     if os.path.isdir(root):
         if not exchange(new_root, root):
@@ -50,5 +103,3 @@ def swap_in(new_root: str, root: str) -> None:
 
 def discard(path: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
-
-

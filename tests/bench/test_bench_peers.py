@@ -11,7 +11,7 @@ import sys
 
 import lmdb
 import pytest
-from bench_fixtures import opened_bench
+from .bench_fixtures import opened_bench
 from rocksdict import Options, Rdict
 
 from loader.bench.peers import (

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
-from bench_fixtures import opened_bench
+from .bench_fixtures import opened_bench
 
 import loader
 from loader.bench.finalize import section_finalize

@@ -8,6 +8,7 @@ from conftest import run_cli
 
 import loader
 import loader.loading.ingest as ingest_mod
+import loader.loading.ingest_scan as scan_mod
 import loader.sources.files as sources_mod
 from loader.errors import ChangedInputError, SourceVanishedError, UnreadableInputError
 from loader.loading.ingest import ingest
@@ -133,21 +134,21 @@ def test_file_vanishing_mid_read(tmp_path, incoming, monkeypatch):
     put(incoming, "a.bin", 0, 10)
     put(incoming, "b.bin", 10, 2000)
     put(incoming, "c.bin", 2010, 10)
-    real_hash = ingest_mod.hash_file
+    real_hash = scan_mod.hash_file
 
     def vanish(path, *a):
         if path.endswith("b.bin") and os.path.exists(path):
             os.unlink(path)
         return real_hash(path, *a)
 
-    monkeypatch.setattr(ingest_mod, "hash_file", vanish)
+    monkeypatch.setattr(scan_mod, "hash_file", vanish)
     with pytest.raises(SourceVanishedError, match="b.bin: the file vanished while being read"):
         ingest(uri, str(incoming))
     assert records(uri) == gen_bytes(0, 10)
     # vanishing while the workers read it (after it was fingerprinted)
-    monkeypatch.setattr(ingest_mod, "hash_file", real_hash)
+    monkeypatch.setattr(scan_mod, "hash_file", real_hash)
     put(incoming, "b.bin", 10, 2000)
-    real_plan = ingest_mod._plan
+    real_plan = ingest_mod.number_files
 
     def plan_then_delete(*a):
         out = real_plan(*a)
@@ -155,7 +156,7 @@ def test_file_vanishing_mid_read(tmp_path, incoming, monkeypatch):
             os.unlink(incoming / "b.bin")
         return out
 
-    monkeypatch.setattr(ingest_mod, "_plan", plan_then_delete)
+    monkeypatch.setattr(ingest_mod, "number_files", plan_then_delete)
     p_err = None
     try:
         ingest(uri, str(incoming), batch_records=500)
@@ -174,7 +175,7 @@ def test_file_still_being_written_is_left_for_the_next_run(tmp_path, incoming, m
     put(incoming, "a.bin", 0, 10)
     put(incoming, "b.bin", 10, 10)
     put(incoming, "c.bin", 20, 10)
-    real_hash = ingest_mod.hash_file
+    real_hash = scan_mod.hash_file
 
     def grow(path, *a):
         out = real_hash(path, *a)
@@ -183,11 +184,11 @@ def test_file_still_being_written_is_left_for_the_next_run(tmp_path, incoming, m
                 f.write(gen_bytes(20, 10))
         return out
 
-    monkeypatch.setattr(ingest_mod, "hash_file", grow)
+    monkeypatch.setattr(scan_mod, "hash_file", grow)
     rep = ingest(uri, str(incoming))
     assert [f["name"] for f in rep.files] == ["a.bin", "c.bin"]
     assert rep.deferred[0]["name"] == "b.bin" and "still being written" in rep.deferred[0]["reason"]
-    monkeypatch.setattr(ingest_mod, "hash_file", real_hash)
+    monkeypatch.setattr(scan_mod, "hash_file", real_hash)
     rep = ingest(uri, str(incoming))
     assert [f["name"] for f in rep.files] == ["b.bin"] and rep.records == 20
 

@@ -1,0 +1,80 @@
+"""Running a run's workers: one load task per worker, the pool, progress, checkpoints.
+
+`execute` runs the workers over a plan (plan.py) and `execute_stream` over a stream
+(feeder.py); both return the workers' receipts (messages.LoadReceipt). Checkpoints flow
+into the run's `commit.Committer` as they arrive; the caller then calls
+``committer.finish(receipts)`` and saves the run's final status.
+
+The tasks carry paths and settings only (task.py): every worker opens its own shards.
+Crash behaviour: see infra/pool.py - any failure, or a stop signal, kills every worker
+before the error propagates; what was committed is the committer's business.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from ..infra.pool import Pool
+from ..infra.progress import Progress
+from ..kinds import kind_for
+from ..model import manifest as mf
+from ..stores.health import existing_shards
+from ..stores.spec import StoreSpec
+from .commit import Committer
+from .feeder import run_stream
+from .job import RunSettings
+from .messages import LoadReceipt
+from .options import checkpoint_settings
+from .plan import Plan
+from .task import LoadTask, RunTable, WriteSettings
+from .worker import load_worker
+
+
+@dataclass(frozen=True)
+class Work:
+    """What `execute` runs: the plan from the per-shard resume seqs on, by ``nworkers``
+    workers, shown as ``label`` in progress lines."""
+
+    settings: RunSettings
+    plan: Plan
+    nworkers: int
+    label: str  # load | ingest
+    resume: tuple = ()  # per shard: the first seq to write; () = all of the plan
+    table: RunTable = RunTable()
+    store_options: tuple = ()
+
+
+def execute(spec: StoreSpec, m: mf.Manifest, committer: Committer, work: Work) -> list[LoadReceipt]:
+    """Run the workers over the plan; their receipts ([] when nothing is left to write)."""
+    todo = work.plan.records_from(work.resume)
+    if not todo:
+        return []
+    rs = _record_bytes(m, work)
+    tasks = _tasks(spec, m, work, shard_bytes_hint=todo * rs // work.plan.nshards)
+    with Progress(work.label, todo, rs, mode=work.settings.progress) as prog:
+        pool = Pool(load_worker, tasks, on_progress=prog.advance, on_message=committer.on_message)
+        return pool.run()
+
+
+def execute_stream(spec: StoreSpec, m: mf.Manifest, committer: Committer, work: Work, source,
+                   stdin=None) -> tuple[list[LoadReceipt], int]:
+    """Run the workers over the records of a stream ``source``; (receipts, records read)."""
+    tasks = _tasks(spec, m, work, shard_bytes_hint=0)
+    with Progress(work.label, None, _record_bytes(m, work), mode=work.settings.progress) as prog:
+        return run_stream(tasks, prog, source, work.settings.layout, committer.on_message, stdin)
+
+
+def _record_bytes(m: mf.Manifest, work: Work) -> int:
+    return kind_for(work.settings.layout, m.format, m.compression).record_bytes()
+
+
+def _tasks(spec: StoreSpec, m: mf.Manifest, work: Work, shard_bytes_hint: int) -> list[LoadTask]:
+    settings = work.settings
+    write = WriteSettings(store=spec, layout=settings.layout.to_dict(), format=m.format, compression=m.compression,
+                          checkpoints=settings.checkpoints or checkpoint_settings(), table=work.table,
+                          store_options=tuple(work.store_options), shard_bytes_hint=shard_bytes_hint,
+                          must_exist=existing_shards(m))
+    return [LoadTask(worker=w, workers=work.nworkers, plan=work.plan, write=write, resume=tuple(work.resume),
+                     main_pid=os.getpid(), fault=settings.fault)
+            for w in range(work.nworkers)]

@@ -1,0 +1,83 @@
+"""What a load worker and its coordinator tell each other, as small typed objects.
+
+Worker -> coordinator, over the worker's outbox (infra/pool.py):
+
+- ``infra.pool.Progress(records, nbytes)``: records written (the pool's progress);
+- `Checkpoint`: the batches this worker has just synced (commit.py records them as the
+  run's pending batches and commits what is complete);
+- `FreeSlot`: a stream's shared-memory slot the worker has copied out (stream.py);
+- `LoadReceipt`: the last word, the worker's result: every batch it wrote and its figures.
+
+Coordinator -> worker, over a stream worker's inbox: `StreamBatch` (a batch to copy out
+of a slot), then ``None`` at the end of the stream.
+
+Batches travel as ``model.manifest.BatchEntry`` objects (the manifest's rows); a worker
+builds them from the record kind's rows (kinds/). Plain picklable data: nothing here
+does I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..model.manifest import BatchEntry
+
+STAGES = ("produce_s", "serialize_s", "write_s", "sync_s")
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """Batches ``entries`` of ``worker`` are durable (synced) in their shards."""
+
+    worker: int
+    entries: tuple[BatchEntry, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FreeSlot:
+    """A stream worker copied its batch out of shared-memory slot ``slot``: it is free."""
+
+    slot: int
+
+
+@dataclass(frozen=True, slots=True)
+class StreamBatch:
+    """Batch ``seq`` (dataset records ``first``.., ``count`` of them) waits in ``slot``."""
+
+    seq: int
+    first: int
+    count: int
+    slot: int
+
+
+@dataclass
+class StageTimes:
+    """Seconds a worker spent in each stage (the produce thread adds to ``produce_s``)."""
+
+    produce_s: float = 0.0
+    serialize_s: float = 0.0
+    write_s: float = 0.0
+    sync_s: float = 0.0
+
+    def rounded(self, digits: int) -> "StageTimes":
+        return StageTimes(*(round(getattr(self, s), digits) for s in STAGES))
+
+
+@dataclass(frozen=True)
+class LoadReceipt:
+    """A load worker's result: the batches it wrote (in seq order) and its figures."""
+
+    worker: int
+    pid: int
+    batches: tuple[BatchEntry, ...]
+    skipped: tuple[dict, ...]  # documents: bad files left out by --on-bad-file skip, {"path", "reason"}
+    map_grows: int  # LMDB map growths
+    times: StageTimes
+    max_rss: int  # the worker's peak resident set, bytes
+
+
+def stage_figures(receipts) -> dict:
+    """The slowest worker's seconds per stage ({} without receipts): what a report shows."""
+    if not receipts:
+        return {}
+    return {s: round(max(getattr(rc.times, s) for rc in receipts), 3) for s in STAGES}
