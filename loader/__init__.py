@@ -1,25 +1,24 @@
 """bulkload: a parallel bulk loader for fixed-size binary records.
 
-Python API::
+Python API (see loader/api/__init__.py for every function and its report)::
 
     import loader
     report = loader.load("gen://scidb96?n=1000000", "lmdb://data/x")
-    ds = loader.open("lmdb://data/x")
-    ds.read_records(0, 10)
+    loader.finalize("lmdb://data/x", dims="i0:10,i1:100000")
+    with loader.open("lmdb://data/x") as ds:
+        ds.read_records(0, 10)
 """
 
 __version__ = "0.1.0"
 
-__all__ = ["load", "open", "__version__"]
+__all__ = ["compact", "export", "finalize", "info", "ingest", "load", "open", "query", "run", "verify",
+           "__version__"]
 
 
 def __getattr__(name):  # lazy: keep `import loader` (and worker start-up) light
-    if name == "load":
-        from .loading.load import load
+    import importlib
 
-        return load
-    if name == "open":
-        from .read.dataset import open
-
-        return open
-    raise AttributeError(name)
+    api = importlib.import_module("loader.api")
+    if name in api.PUBLIC:
+        return getattr(api, name)
+    raise AttributeError(f"module 'loader' has no attribute {name!r}")

@@ -36,9 +36,9 @@ def test_compact_merges_small_batches(tmp_path, store, fmt):
         before = ds.read_records().tobytes()
         assert len(ds.manifest.batches) == 7
     rep = compact(uri, workers=2)
-    assert (rep["batches_before"], rep["batches_after"], rep["merged"]) == (7, 3, True)
-    assert rep["bytes_before"] > 0 and rep["bytes_after"] > 0
-    assert all(s["compacted"] for s in rep["shards"])
+    assert (rep.batches_before, rep.batches_after, rep.merged) == (7, 3, True)
+    assert rep.bytes_before > 0 and rep.bytes_after > 0
+    assert all(s["compacted"] for s in rep.shards)
     with loader.open(uri) as ds:
         assert ds.read_records().tobytes() == before == generate(LAY, 0, 2100, impl="c").tobytes()
         assert [(b.first, b.count) for b in ds.manifest.batches] == [(0, 900), (900, 900), (1800, 300)]
@@ -54,10 +54,10 @@ def test_compact_merges_small_batches(tmp_path, store, fmt):
         assert ds.read_records().tobytes() == generate(LAY, 0, 2600, impl="c").tobytes()
         assert ds.verify().ok
     rep = compact(uri, target_batch_records=900)  # 900, 900, 300 + 500
-    assert rep["merged"] and rep["batches_after"] == 3
+    assert rep.merged and rep.batches_after == 3
     # nothing left to merge: a second compaction keeps the batches
     rep = compact(uri, target_batch_records=900)
-    assert not rep["merged"] and rep["batches_after"] == rep["batches_before"] == 3
+    assert not rep.merged and rep.batches_after == rep.batches_before == 3
     with loader.open(uri) as ds:
         assert ds.read_records().tobytes() == generate(LAY, 0, 2600, impl="c").tobytes()
 
@@ -84,7 +84,7 @@ def test_compact_keeps_arrays_and_reports_bytes(tmp_path):
     finalize(uri, dims="i0:10,i1:1000", workers=2)
     finalize(uri, dims="i0:10,i1:5000", workers=2)  # the first build's pages are now free
     rep = compact(uri, force=True)
-    assert rep["bytes_after"] < rep["bytes_before"]
+    assert rep.bytes_after < rep.bytes_before
     with loader.open(uri) as ds:
         assert ds.read_box(i1=(100, 200)).num_rows == 100
         assert ds.verify().ok

@@ -75,7 +75,7 @@ def test_fold_interleaved_runs(tmp_path, scheme, fmt):
     uri = f"{scheme}://{tmp_path}/ds"
     want = interleaved(tmp_path, uri, fmt=fmt)
     assert all(len(t) == 3 for t in shard_tables(uri))
-    rep = compact(uri, target_batch_records=50)  # windows much smaller than a shard
+    rep = compact(uri, target_batch_records=50).to_dict()  # windows much smaller than a shard
     assert rep["status"] == "done" and rep["documents_rewritten"] == len(want)
     assert (rep["tables_before"], rep["tables_after"]) == (3, 1)
     assert rep["text_bytes_rewritten"] == want.text_nbytes
@@ -116,7 +116,7 @@ def test_split_windows_and_several_components(tmp_path):
     far = generate_docs(SEED, 10_000, 30)
     loader.load(f"gen://docs?n=30&seed={SEED}&start=10000", uri, shards=1, workers=1, batch_records=10,
                 progress="none")
-    rep = compact(uri, target_batch_records=10)
+    rep = compact(uri, target_batch_records=10).to_dict()
     s = rep["shards"][0]
     assert s["status"] == "folded" and s["components"] == 4 and s["splits"] >= 1 and s["windows"] >= 7
     want = sort_by_id(DocBatch.concat(parts + [far]))
@@ -131,7 +131,7 @@ def test_nothing_to_do_and_force(tmp_path):
     loader.load(f"gen://docs?n=200&seed={SEED}", uri, **KW)
     loader.load(f"gen://docs?n=100&seed={SEED}&start=200", uri, **KW)  # above: shares the table
     before = manifest_state(uri)
-    rep = compact(uri)
+    rep = compact(uri).to_dict()
     assert rep["status"] == "nothing-to-do" and rep["run_id"] is None and rep["documents_rewritten"] == 0
     assert [s["status"] for s in rep["shards"]] == ["nothing to do"] * 2
     assert manifest_state(uri) == before
@@ -181,7 +181,7 @@ def test_killed_compaction_then_rerun_or_load(tmp_path, fault):
         assert shard_tables(uri) == [[t for t in ts if t in {b[9] for b in m["batches"]}] for ts in tables]
         want = DocBatch.concat([want, generate_docs(SEED, 1000, 30)])
         check(uri, want)
-    rep = compact(uri, target_batch_records=30)
+    rep = compact(uri, target_batch_records=30).to_dict()
     assert rep["status"] == ("nothing-to-do" if switched else "done")
     assert all(len(t) == 1 for t in shard_tables(uri))
     check(uri, want)
@@ -194,7 +194,7 @@ def test_killed_before_switch_then_compact_again(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == -9, p.stderr
     assert all(len(t) == 3 for t in shard_tables(uri))
-    rep = compact(uri)
+    rep = compact(uri).to_dict()
     assert all(s["leftovers_dropped"] == 1 for s in rep["shards"])  # the killed run's table
     assert shard_tables(uri) == [[f"docs-{rep['run_id']}"]] * 2
     check(uri, want)
@@ -208,7 +208,7 @@ def test_table_limit_then_compact_then_load(tmp_path):
     loader.load(f"gen://docs?n=50&seed={SEED}&start=0", uri, **KW)  # below: docs-2
     with pytest.raises(UsageError, match=r"or run `bulkload compact DATASET` to fold them into one table per shard, then load again"):
         loader.load(f"gen://docs?n=50&seed={SEED}&start=100", uri, **KW)
-    rep = compact(uri)
+    rep = compact(uri).to_dict()
     assert (rep["tables_before"], rep["tables_after"]) == (2, 1)
     loader.load(f"gen://docs?n=50&seed={SEED}&start=100", uri, **KW)  # now it fits
     want = sort_by_id(DocBatch.concat(
@@ -228,7 +228,7 @@ def test_a_killed_load_before_compaction_is_loaded_again_after_it(tmp_path):
     p = subprocess.run([tool("bulkload"), "load", str(d), uri, "--shards", "2", "--workers", "2", "--batch-records",
                         "20", "-q"], env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == -9, p.stderr
-    rep = compact(uri)
+    rep = compact(uri).to_dict()
     assert rep["status"] == "done" and all(len(t) == 1 for t in shard_tables(uri))
     check(uri, want)
     rep = loader.load(str(d), uri, **KW)

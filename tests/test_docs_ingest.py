@@ -221,7 +221,7 @@ def test_compact_of_one_ingest_table_has_nothing_to_do(tmp_path):
     before = manifest_state(uri)
     from loader.maintain.compact import compact
 
-    rep = compact(uri)
+    rep = compact(uri).to_dict()
     assert rep["status"] == "nothing-to-do" and rep["documents_rewritten"] == 0
     p = run_cli("compact", uri)
     assert p.returncode == 0 and p.stdout.startswith("nothing to do: "), p.stderr

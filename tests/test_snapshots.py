@@ -138,15 +138,15 @@ def test_collected_at_once_without_readers_and_disk_goes_back(tmp_path):
     with loader.open(uri):
         pass  # a reader that came and went holds nothing back
     rep = compact(uri, target_batch_records=5000)
-    assert rep["batches_after"] == 2 and manifest(uri)["garbage"] == []
+    assert rep.batches_after == 2 and manifest(uri)["garbage"] == []
     assert batch_keys(uri) == sorted(b[0] for b in manifest(uri)["batches"])
     held = small_batches(f"lmdb://{tmp_path}/held", loads=10, each=1000)
     reader = loader.open(f"lmdb://{tmp_path}/held")
     rep_held = compact(f"lmdb://{tmp_path}/held", target_batch_records=5000)
-    assert held == n and rep_held["bytes_after"] > 1.5 * rep["bytes_after"]  # the old batches are kept
+    assert held == n and rep_held.bytes_after > 1.5 * rep.bytes_after  # the old batches are kept
     reader.close()
     rep_after = compact(f"lmdb://{tmp_path}/held", force=True)  # collects, then compacts the store
-    assert rep_after["bytes_after"] <= rep["bytes_after"] * 1.1
+    assert rep_after.bytes_after <= rep.bytes_after * 1.1
 
 
 @pytest.mark.parametrize("scheme", ["lmdb", "rocksdb", "mem"])

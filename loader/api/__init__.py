@@ -1,0 +1,51 @@
+"""The public Python API: one function per command, each returning a typed report.
+
+    loader.load(source, dataset, ...)        -> LoadReport       (bulkload load)
+    loader.ingest(dataset, from_dir, ...)    -> IngestReport     (bulkload ingest)
+    loader.finalize(dataset, dims=..., ...)  -> FinalizeReport   (bulkload finalize)
+    loader.compact(dataset, ...)             -> CompactReport    (bulkload compact)
+    loader.verify(dataset)                   -> VerifyReport     (bulkload verify)
+    loader.export(dataset, out, format)      -> ExportReport     (bulkload export)
+    loader.query(dataset, box, ...)          -> pyarrow.Table    (bulkload query)
+    loader.info(dataset)                     -> dict             (bulkload info --json)
+    loader.run(pipeline_file, sets)          -> PipelineReport   (bulkload run)
+    loader.open(dataset)                     -> Dataset          (a reader's snapshot)
+
+Keyword options are named as the CLI's (``--batch-records`` -> ``batch_records``); every
+report has ``to_dict()``, which is what ``--json`` prints. The CLI (loader/cli/) is a thin
+layer over exactly these functions.
+
+The api layer sits above every stage (it may import any of them; only cli and bench sit
+above it). Names resolve lazily, so ``import loader`` stays light: a worker process or
+``bulkload --help`` never imports the stages it does not use.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+#: public name -> (module, attribute)
+PUBLIC = {
+    "load": ("loader.loading.load", "load"),
+    "ingest": ("loader.loading.ingest", "ingest"),
+    "finalize": ("loader.arrays.finalize", "finalize"),
+    "compact": ("loader.maintain.compact", "compact"),
+    "verify": ("loader.api.commands", "verify"),
+    "export": ("loader.api.commands", "export"),
+    "query": ("loader.api.commands", "query"),
+    "info": ("loader.api.commands", "info"),
+    "run": ("loader.api.pipeline", "run"),
+    "open": ("loader.read.dataset", "open"),
+}
+
+__all__ = sorted(PUBLIC)
+
+
+def __getattr__(name: str):
+    try:
+        module, attr = PUBLIC[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value
+    return value

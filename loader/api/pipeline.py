@@ -26,10 +26,16 @@ import os
 import re
 import time
 import tomllib
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 
+from ..arrays.finalize import finalize
 from ..errors import BulkloadError, MissingPathError, PipelineError
 from ..infra import logs
+from ..loading.ingest import ingest
+from ..loading.load import load
+from ..maintain.compact import compact
+from ..model.options import parse_size
+from .commands import query
 
 # section -> key -> (type, default); default None: optional; REQUIRED: must be given
 REQUIRED = object()
@@ -224,7 +230,22 @@ def _finish(path: str, lines: dict[str, int], config: dict[str, dict]) -> None:
                             f"(from = ...); it has {what}")
 
 
-def run(path: str, sets: list[str] | None = None, *, progress: str = "auto", env: dict | None = None) -> dict:
+@dataclass
+class PipelineReport:
+    """The report of `bulkload run`: one entry per step, each with the step's own report."""
+
+    pipeline: str
+    path: str
+    dataset: str
+    steps: list[dict] = field(default_factory=list)  # {"step", "seconds", "report": the step's to_dict()}
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def run(path: str, sets: list[str] | None = None, *, progress: str = "auto", env: dict | None = None
+        ) -> PipelineReport:
     """Parse and run a pipeline; returns a report with one entry per step."""
     p = parse(path, sets, env)
     job = p.config["job"]
@@ -235,24 +256,23 @@ def run(path: str, sets: list[str] | None = None, *, progress: str = "auto", env
                   checkpoint_seconds=job["checkpoint_seconds"])
     dataset = job["dataset"]
     name = job.get("name") or os.path.splitext(os.path.basename(path))[0]
-    report = {"pipeline": name, "path": path, "dataset": dataset, "steps": []}
+    report = PipelineReport(pipeline=name, path=path, dataset=dataset)
     t0 = time.perf_counter()
     _event(progress, f"pipeline {name}: {' -> '.join(p.steps)} on {dataset}", pipeline=name, steps=p.steps)
     for step in p.steps:
-        cfg = p.config[step]
         t = time.perf_counter()
         _event(progress, f"pipeline {name}: step {step}", pipeline=name, step=step, event="step-start")
         try:
-            out = _STEP[step](dataset, cfg, common, job, progress)
+            out = _STEP[step](dataset, p.config[step], common, job, progress)
         except BulkloadError as e:
             _event(progress, f"pipeline {name}: step {step} failed: {e}", level="error", pipeline=name,
                    step=step, event="step-failed")
             if len(e.args) == 1 and isinstance(e.args[0], str):
                 e.args = (f"pipeline {name}, step {step}: {e.args[0]}",)
             raise
-        report["steps"].append({"step": step, "seconds": round(time.perf_counter() - t, 4), "report": out})
-    report["seconds"] = round(time.perf_counter() - t0, 4)
-    _event(progress, f"pipeline {name}: done in {report['seconds']:.2f} s", pipeline=name, event="done")
+        report.steps.append({"step": step, "seconds": round(time.perf_counter() - t, 4), "report": out})
+    report.seconds = round(time.perf_counter() - t0, 4)
+    _event(progress, f"pipeline {name}: done in {report.seconds:.2f} s", pipeline=name, event="done")
     return report
 
 
@@ -261,63 +281,45 @@ def _event(progress: str, message: str, **fields) -> None:
         logs.event(message, **fields)
 
 
-def _step_load(dataset, cfg, common, job, progress):
-    from ..loading.load import load
-
-    rep = load(cfg["source"], dataset, progress=progress, new_run=cfg["new_run"], replace=cfg["replace"],
-               **common)
-    return rep.to_dict()
+def _step_load(dataset, cfg, common, job, progress) -> dict:
+    return load(cfg["source"], dataset, progress=progress, new_run=cfg["new_run"], replace=cfg["replace"],
+                **common).to_dict()
 
 
-def _step_ingest(dataset, cfg, common, job, progress):
-    from ..loading.ingest import ingest
-
-    rep = ingest(dataset, cfg["from"], pattern=cfg["pattern"], on_bad_file=cfg["on_bad_file"],
-                 progress=progress, **common)
-    return rep.to_dict()
+def _step_ingest(dataset, cfg, common, job, progress) -> dict:
+    return ingest(dataset, cfg["from"], pattern=cfg["pattern"], on_bad_file=cfg["on_bad_file"],
+                  progress=progress, **common).to_dict()
 
 
-def _step_compact(dataset, cfg, common, job, progress):
-    compact = _import("loader.maintain.compact", "compact")
-    return compact(dataset, target_batch_records=cfg["target_batch_records"], progress=progress,
-                   workers=job["workers"], force=cfg["force"])
+def _step_compact(dataset, cfg, common, job, progress) -> dict:
+    rep = compact(dataset, target_batch_records=cfg["target_batch_records"], progress=progress,
+                  workers=job["workers"], force=cfg["force"])
+    return rep.to_dict() if hasattr(rep, "to_dict") else rep
 
 
-def _step_finalize(dataset, cfg, common, job, progress):
-    finalize = _import("loader.arrays.finalize", "finalize")
-    budget = None
-    if cfg["memory_budget"]:
-        from ..stores.options import parse_size
-
-        budget = parse_size("b", cfg["memory_budget"])
+def _step_finalize(dataset, cfg, common, job, progress) -> dict:
+    budget = _size(cfg["memory_budget"], "finalize.memory_budget")
     workers = job["workers"] if cfg["workers"] is None else cfg["workers"]  # 0 is refused, not a default
     return finalize(dataset, dims=cfg["dims"], array=cfg["array"], duplicates=cfg["duplicates"],
                     workers=workers, compact=cfg["compact"], progress=progress, memory_budget=budget).to_dict()
 
 
-def _step_query(dataset, cfg, common, job, progress):
-    from ..read.dataset import open as open_ds
+def _size(value: str | None, key: str) -> int | None:
+    if not value:
+        return None
+    try:
+        return parse_size(value)
+    except ValueError:
+        raise PipelineError(f"{key} {value!r} is not a size (e.g. 512m, 2g)") from None
 
-    parse_box = _import("loader.arrays.query", "parse_box")
-    ranges = parse_box(cfg["box"])
-    with open_ds(dataset) as ds:
-        table = ds.read_box(array=cfg["array"], attrs=cfg["attrs"], **ranges)
+
+def _step_query(dataset, cfg, common, job, progress) -> dict:
+    fmt = cfg["format"] if cfg["out"] else None
+    table = query(dataset, cfg["box"], array=cfg["array"], attrs=cfg["attrs"], format=fmt, out=cfg["out"])
     out = {"box": cfg["box"], "array": cfg["array"], "rows": table.num_rows}
     if cfg["out"]:
-        write_table = _import("loader.cli.arrays", "write_table")
-        write_table(table, cfg["format"], cfg["out"])
         out.update(out_file=cfg["out"], format=cfg["format"])
     return out
-
-
-def _import(module: str, name: str):
-    import importlib
-
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError):
-        raise PipelineError(f"this step needs {module}.{name}, which this installation of bulkload does "
-                            "not have; remove the step from the pipeline or update bulkload") from None
 
 
 _STEP = {"load": _step_load, "ingest": _step_ingest, "compact": _step_compact, "finalize": _step_finalize,

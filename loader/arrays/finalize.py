@@ -139,7 +139,7 @@ class _Build:
     run: dict  # the manifest's run entry
     table: str
     spill: str  # the run's spill directory
-    compact_report: dict | None
+    compact_report: dict | None  # the compaction's report (to_dict())
     flat: list = field(default_factory=list)  # committed batches in record order
     groups: list = field(default_factory=list)  # contiguous batch ranges of the scan/partition workers
     phase_seconds: dict = field(default_factory=dict)
@@ -221,7 +221,8 @@ def _begin(spec: StoreSpec, dataset_uri: str, plan: FinalizePlan) -> _Build:
     start_writing(spec, m)
     compact_report = None
     if plan.options.compact:
-        compact_report = compact_locked(spec, m, progress=plan.options.progress, workers=plan.options.workers)
+        compact_report = compact_locked(spec, m, progress=plan.options.progress,
+                                        workers=plan.options.workers).to_dict()
         m = mf.load_manifest(spec.root, dataset_uri)
     a = plan.array
     run = mf.new_run("finalize", array=a.name, dims=a.dims_text, duplicates=a.policy, workers=None)

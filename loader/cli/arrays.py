@@ -6,18 +6,15 @@ print a line or ``--json``; errors become one-line messages and exit codes.
 
 from __future__ import annotations
 
-import io
-import json
-import sys
 from typing import Optional
 
 import typer
 
+from .. import api
 from ..errors import EXIT_USAGE
 from ..model.options import parse_size
+from ..read.tables import check_format
 from .main import emit_json, fail, handle_errors, progress_mode
-
-QUERY_FORMATS = ("table", "csv", "json", "arrow", "parquet", "npy")
 
 
 def finalize_cmd(
@@ -37,9 +34,7 @@ def finalize_cmd(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
 ):
     """Compact, then redimension the records into a 2-D chunked array."""
-    from ..arrays.finalize import finalize
-
-    rep = finalize(dataset, dims=dims, array=array, duplicates=duplicates, workers=workers,
+    rep = api.finalize(dataset, dims=dims, array=array, duplicates=duplicates, workers=workers,
                    compact=not no_compact, progress=progress_mode(quiet),
                    memory_budget=_size(memory_budget, "--memory-budget"), strategy=strategy)
     if json_out:
@@ -66,19 +61,16 @@ def compact_cmd(
     """Merge small batches into large ones and compact every shard store.
 
     Documents (layout docs): fold each shard's document tables into one (id-sorted)."""
-    from ..maintain.compact import compact
-
-    rep = compact(dataset, target_batch_records=target_batch_records, progress=progress_mode(quiet),
+    rep = api.compact(dataset, target_batch_records=target_batch_records, progress=progress_mode(quiet),
                   workers=workers, force=force)
     if json_out:
-        emit_json(rep)
-    elif not quiet and rep.get("layout") == "docs":
-        _print_docs_compact(rep)
+        emit_json(rep.to_dict())
+    elif not quiet and rep.layout == "docs":
+        _print_docs_compact(rep.to_dict())
     elif not quiet:
-        n = sum(1 for s in rep["shards"] if s["compacted"])
-        print(f"compacted {rep['dataset']}: {rep['batches_before']:,} -> {rep['batches_after']:,} batches, "
-              f"{rep['bytes_before'] / 1e6:,.1f} MB -> {rep['bytes_after'] / 1e6:,.1f} MB on disk "
-              f"({n} of {len(rep['shards'])} shards rewritten) in {rep['seconds']:.2f} s")
+        print(f"compacted {rep.dataset}: {rep.batches_before:,} -> {rep.batches_after:,} batches, "
+              f"{rep.bytes_before / 1e6:,.1f} MB -> {rep.bytes_after / 1e6:,.1f} MB on disk "
+              f"({rep.shards_compacted} of {len(rep.shards)} shards rewritten) in {rep.seconds:.2f} s")
 
 
 def _print_docs_compact(rep: dict) -> None:
@@ -105,78 +97,9 @@ def query_cmd(
     json_out: bool = typer.Option(False, "--json", help="Same as --format json."),
 ):
     """Read the cells of a box of a 2-D array."""
-    from ..arrays.query import parse_box
-    from ..read.dataset import open as open_ds
-
     fmt = "json" if json_out else format
-    if fmt not in QUERY_FORMATS:
-        fail(f"--format {format!r} is unknown; use one of {', '.join(QUERY_FORMATS)}", EXIT_USAGE)
-    ranges = parse_box(box)
-    with open_ds(dataset) as ds:
-        table = ds.read_box(array=array, attrs=attrs, **ranges)
-    write_table(table, fmt, out)
-
-
-def write_table(table, fmt: str, out: str | None) -> None:
-
-    from ..infra.outputs import open_output
-
-    binary = fmt in ("arrow", "parquet", "npy")
-    if out is None and binary and sys.stdout.isatty():
-        fail(f"refusing to write {fmt} to a terminal; use --out FILE or pipe it", EXIT_USAGE)
-    if out is None:
-        _write_table(table, fmt, sys.stdout.buffer if binary else sys.stdout)
-        return
-    with open_output(out, text=not binary) as o:
-        _write_table(table, fmt, o.file)
-
-
-def _write_table(table, fmt: str, sink) -> None:
-    import pyarrow as pa
-
-    if fmt == "table":
-        _print_table(table, sink)
-    elif fmt == "csv":
-        import pyarrow.csv as pcsv
-
-        buf = pa.BufferOutputStream()
-        pcsv.write_csv(table, buf)
-        sink.write(buf.getvalue().to_pybytes().decode())
-    elif fmt == "json":
-        json.dump(table.to_pylist(), sink)
-        sink.write("\n")
-    elif fmt == "arrow":
-        with pa.ipc.new_file(sink, table.schema) as w:
-            w.write_table(table)
-    elif fmt == "parquet":
-        import pyarrow.parquet as pq
-
-        pq.write_table(table, sink)
-    elif fmt == "npy":
-        import numpy as np
-
-        arr = np.empty(table.num_rows, [(f.name, f.type.to_pandas_dtype()) for f in table.schema])
-        for name in table.column_names:
-            arr[name] = table.column(name).to_numpy()
-        npy = io.BytesIO()  # np.save wants a seekable file for a file object it recognises
-        np.save(npy, arr)
-        sink.write(npy.getbuffer())
-    sink.flush()
-
-
-def _print_table(table, sink) -> None:
-    cols = table.column_names
-    data = [table.column(c).to_pylist() for c in cols]
-    cells = [[_fmt(v) for v in col] for col in data]
-    widths = [max([len(c)] + [len(v) for v in col]) for c, col in zip(cols, cells)]
-    sink.write("  ".join(c.rjust(w) for c, w in zip(cols, widths)) + "\n")
-    for i in range(table.num_rows):
-        sink.write("  ".join(col[i].rjust(w) for col, w in zip(cells, widths)) + "\n")
-    sink.write(f"({table.num_rows:,} cells)\n")
-
-
-def _fmt(v) -> str:
-    return repr(v) if isinstance(v, float) else str(v)
+    check_format(fmt, format)
+    api.query(dataset, box, array=array, attrs=attrs, format=fmt, out=out)
 
 
 def _size(v: str | None, opt: str) -> int | None:

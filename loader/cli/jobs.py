@@ -7,6 +7,7 @@ from typing import List, Optional
 
 import typer
 
+from .. import api
 from .main import emit_json, handle_errors, progress_mode
 
 
@@ -35,9 +36,7 @@ def ingest_cmd(
     whose id is stored is already ingested if its content is the stored document, else a
     bad file (documents are immutable).
     """
-    from ..loading.ingest import ingest
-
-    rep = ingest(dataset, from_dir, pattern=pattern, on_bad_file=on_bad_file, layout=layout, format=format,
+    rep = api.ingest(dataset, from_dir, pattern=pattern, on_bad_file=on_bad_file, layout=layout, format=format,
                  compression=compression, shards=shards, workers=workers, batch_records=batch_records,
                  progress=progress_mode(quiet))
     if json_out:
@@ -78,14 +77,12 @@ def run_cmd(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
 ):
     """Run a declarative job: load or ingest, then compact / finalize / query."""
-    from ..api.pipeline import run
-
-    rep = run(pipeline, set_ or [], progress=progress_mode(quiet))
+    rep = api.run(pipeline, set_ or [], progress=progress_mode(quiet))
     if json_out:
-        emit_json(rep)
+        emit_json(rep.to_dict())
     elif not quiet:
-        steps = ", ".join(f"{s['step']} {s['seconds']:.2f} s" for s in rep["steps"])
-        print(f"pipeline {rep['pipeline']} done on {rep['dataset']} in {rep['seconds']:.2f} s ({steps})")
+        steps = ", ".join(f"{s['step']} {s['seconds']:.2f} s" for s in rep.steps)
+        print(f"pipeline {rep.pipeline} done on {rep.dataset} in {rep.seconds:.2f} s ({steps})")
 
 
 def register(app: typer.Typer) -> None:

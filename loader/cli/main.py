@@ -21,6 +21,7 @@ import typer
 from typer.core import TyperGroup
 from typer.exceptions import TyperException
 
+from .. import api
 from ..errors import EXIT_FAILED, EXIT_USAGE, BulkloadError, Interrupted
 from ..infra import logs
 from ..infra.interrupts import stop_on_signals
@@ -187,9 +188,7 @@ def load(
 
     Re-running the same command resumes an interrupted run, or loads nothing if it
     finished; --new-run loads the source again; --replace starts the dataset over."""
-    from ..loading.load import load as do_load
-
-    report = do_load(source, dataset, layout=layout, format=format, compression=compression,
+    report = api.load(source, dataset, layout=layout, format=format, compression=compression,
                      shards=shards, workers=workers, batch_records=batch_records,
                      progress=progress_mode(quiet), new_run=new_run, replace=replace, on_bad_file=on_bad_file)
     if json_out:
@@ -216,9 +215,7 @@ def load(
 def info(dataset: str = typer.Argument(...),
          json_out: bool = typer.Option(False, "--json", help="Print as JSON.")):
     """Describe a dataset: layout, format, shards, records, bytes, runs."""
-    from ..read.dataset import open as open_ds
-
-    with open_ds(dataset) as ds:
+    with api.open(dataset) as ds:
         d = ds.info()
         arrays = ds.arrays() if d.get("arrays") and not d["problems"] else []
     if json_out:
@@ -266,10 +263,7 @@ def _exit_if_damaged(d: dict) -> None:
 def verify(dataset: str = typer.Argument(...),
            json_out: bool = typer.Option(False, "--json", help="Print the report as JSON.")):
     """Recompute every stored batch's checksum and count; exit 1 on any mismatch."""
-    from ..read.dataset import open as open_ds
-
-    with open_ds(dataset) as ds:
-        rep = ds.verify()
+    rep = api.verify(dataset)
     if json_out:
         emit_json(rep.to_dict())
     else:
@@ -292,15 +286,11 @@ def export(dataset: str = typer.Argument(...),
            format: str = typer.Option("arrow", "--format", help="arrow, parquet, npy or capnp."),
            json_out: bool = typer.Option(False, "--json", help="Print the report as JSON.")):
     """Write the flat records, in order, to a file."""
-    from ..read.dataset import open as open_ds
-    from ..read.export import export as do_export
-
-    with open_ds(dataset) as ds:
-        rep = do_export(ds, out, format)
+    rep = api.export(dataset, out, format)
     if json_out:
-        emit_json(rep)
+        emit_json(rep.to_dict())
     else:
-        print(f"exported {rep['records']:,} records to {rep['out']} ({rep['format']}, {rep['bytes']:,} bytes)")
+        print(f"exported {rep.records:,} records to {rep.out} ({rep.format}, {rep.bytes:,} bytes)")
 
 
 def main() -> None:

@@ -28,13 +28,20 @@ from __future__ import annotations
 import os
 import time
 
-from ..errors import BulkloadError, UsageError
+from ..errors import BulkloadError, StoreError, UsageError
 from ..infra import faults, interrupts
+from ..infra.lock import DatasetLock
+from ..infra.pool import Pool
+from ..infra.progress import Progress
 from ..kinds import kind_for
 from ..model import manifest as mf
 from ..model import runs
 from ..model.chunk_index import TABLE_PREFIX, index_path, read_index
+from ..model.options import MAX_WORKERS, check_count, default_workers
 from ..model.placement import batch_key
+from ..serializers import get_serializer
+from ..stores.health import require_shards
+from ..stores.spec import parse_dataset_uri
 from .garbage import (
     collect_garbage,
     collect_index_garbage,
@@ -44,6 +51,7 @@ from .garbage import (
     start_writing,
 )
 from .merge import MergeGroup, MergeTask, merge_worker
+from .report import CompactReport
 
 #: what a compaction that stopped early leaves: the records as they were
 UNCHANGED = "no record changed (compaction only rewrites them); re-run the same command to compact"
@@ -69,16 +77,10 @@ def plan_merge(batches: list, target: int) -> list[list]:
 
 
 def compact(dataset_uri: str, target_batch_records: int | None = None, progress: str = "none",
-            workers: int | None = None, force: bool = False) -> dict:
-    """Merge small batches and compact every shard; returns a report (dict)."""
-    from ..infra.lock import DatasetLock
-    from ..stores.health import require_shards
-    from ..stores.spec import parse_dataset_uri
-
+            workers: int | None = None, force: bool = False) -> CompactReport:
+    """Merge small batches and compact every shard; returns the run's report."""
     spec = parse_dataset_uri(dataset_uri)
     m = mf.load_manifest(spec.root, dataset_uri)
-    from ..model.options import MAX_WORKERS, check_count
-
     check_count("--target-batch-records", target_batch_records, 1,
                 kind_for(m.layout_obj, m.format, m.compression).max_batch_records())
     check_count("--workers", workers, 1, MAX_WORKERS)
@@ -93,15 +95,12 @@ def compact(dataset_uri: str, target_batch_records: int | None = None, progress:
 
 
 def compact_locked(spec, m: mf.Manifest, *, target_batch_records: int | None = None,
-                   progress: str = "none", workers: int | None = None, force: bool = False) -> dict:
+                   progress: str = "none", workers: int | None = None, force: bool = False) -> CompactReport:
     """compact() with the dataset lock already held (finalize calls this)."""
-    from ..model.options import default_workers
-    from ..serializers import get_serializer
-
     kind = kind_for(m.layout_obj, m.format, m.compression)
     if kind.own_compaction:  # e.g. documents: fold each shard's run tables (loader/docs/compact.py)
-        return kind.compact_dataset(spec, m, target_batch_records=target_batch_records, progress=progress,
-                                    workers=workers, force=force)
+        return CompactReport.from_kind(kind.compact_dataset(spec, m, target_batch_records=target_batch_records,
+                                                            progress=progress, workers=workers, force=force))
     t0 = time.perf_counter()
     layout = m.layout_obj
     target = int(target_batch_records or m.batch_records)
@@ -135,20 +134,10 @@ def compact_locked(spec, m: mf.Manifest, *, target_batch_records: int | None = N
                    batches_after=len(m.batches), bytes_before=before, bytes_after=after,
                    seconds=round(seconds, 3))
         m.save(spec.root)
-    return {
-        "dataset": spec.uri,
-        "run_id": run["id"],
-        "target_batch_records": target,
-        "records": m.records,
-        "batches_before": before_batches,
-        "batches_after": len(m.batches),
-        "merged": merged,
-        "bytes_before": before,
-        "bytes_after": after,
-        "shards": shards,
-        "merge_s": round(seconds_merge, 4),
-        "seconds": round(seconds, 4),
-    }
+    return CompactReport(dataset=spec.uri, run_id=run["id"], target_batch_records=target, records=m.records,
+                         batches_before=before_batches, batches_after=len(m.batches), merged=merged,
+                         bytes_before=before, bytes_after=after, shards=shards, merge_s=round(seconds_merge, 4),
+                         seconds=round(seconds, 4))
 
 
 def per_shard(spec, k: int, fn) -> list:
@@ -171,9 +160,6 @@ def _shard_bytes(spec, k: int) -> list[int]:
 
 
 def _merge(spec, m: mf.Manifest, groups: list[list], progress: str, workers: int) -> None:
-    from ..infra.pool import Pool
-    from ..infra.progress import Progress
-
     k = m.shards
     first_seq = m.next_seq
     plan = [MergeGroup(first_seq + i, g[0].first, sum(b.count for b in g), tuple(g)) for i, g in enumerate(groups)]
@@ -186,8 +172,6 @@ def _merge(spec, m: mf.Manifest, groups: list[list], progress: str, workers: int
         receipts = Pool(merge_worker, tasks, on_progress=prog.advance).run()
     written = sorted((b for rc in receipts for b in rc.batches), key=lambda b: b.seq)
     if len(written) != len(plan):
-        from ..errors import StoreError
-
         raise StoreError(f"compaction wrote {len(written)} of {len(plan)} batches; nothing was committed")
     faults.hit("merged")
     m.batches = written

@@ -12,6 +12,8 @@ renamed when complete; a FIFO or a device as a stream.
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
+
 import numpy as np
 
 from ..errors import UsageError
@@ -22,14 +24,26 @@ from .dataset import Dataset, records_to_arrow
 EXPORT_FORMATS = ("arrow", "parquet", "npy", "capnp")
 
 
-def export(ds: Dataset, out: str, fmt: str) -> dict:
+@dataclass(frozen=True)
+class ExportReport:
+    dataset: str
+    out: str
+    format: str
+    records: int
+    bytes: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def export(ds: Dataset, out: str, fmt: str) -> ExportReport:
     if fmt not in EXPORT_FORMATS:
         raise UsageError(f"unknown export format {fmt!r}; use one of {', '.join(EXPORT_FORMATS)}")
     if ds.layout.variable_length and fmt not in ("arrow", "parquet"):
         raise UsageError(f"dataset {ds.uri} holds documents: export them as arrow or parquet (not {fmt})")
     with open_output(out) as o:
         _WRITERS[fmt](ds, o.file)
-    return {"dataset": ds.uri, "out": out, "format": fmt, "records": ds.records, "bytes": o.nbytes}
+    return ExportReport(dataset=ds.uri, out=out, format=fmt, records=ds.records, bytes=o.nbytes)
 
 
 def _tables(ds: Dataset):

@@ -11,7 +11,6 @@ import sys
 
 import lmdb
 import pytest
-from .bench_fixtures import opened_bench
 from rocksdict import Options, Rdict
 
 from loader.bench.peers import (
@@ -24,6 +23,8 @@ from loader.bench.peers import (
 )
 from loader.bench.records import generate_records
 from loader.bench.targets import targets
+
+from .bench_fixtures import opened_bench
 
 OPTIONAL = ["peer-arcticdb-write", "peer-arcticdb-read", "peer-tiledb-write", "peer-tiledb-box"]
 NAIVE = ["peer-lmdb-per-record", "peer-lmdb-blob", "peer-rocksdict-writebatch", "peer-pycapnp-builder"]

@@ -10,7 +10,6 @@ import os
 from pathlib import Path
 
 import pytest
-from .bench_fixtures import opened_bench
 
 import loader
 from loader.bench.finalize import section_finalize
@@ -18,6 +17,8 @@ from loader.bench.limits import parallel_gen, section_limits
 from loader.bench.loads import load_configs, load_once, section_load
 from loader.bench.processes import tool
 from loader.bench.runner import MEM_ROOT
+
+from .bench_fixtures import opened_bench
 
 LIMITS = ["gen-devnull", "gen-parallel-devnull", "gen-pipe", "gen-file", "gen-file-fsync", "gen-shm",
           "gen-parallel-shm", "c-fill", "npsave-fsync", "npload", "cold-read"]

@@ -1,0 +1,50 @@
+"""The commands that read a dataset, as Python functions: verify, export, query, info.
+
+Each opens the dataset (a snapshot: see read/dataset.py), does one job and returns a typed
+report (or, for `query`, the cells as a pyarrow Table). The CLI's ``verify``, ``export``,
+``query`` and ``info`` print exactly these.
+"""
+
+from __future__ import annotations
+
+from ..arrays.query import parse_box
+from ..read.dataset import VerifyReport
+from ..read.dataset import open as open_dataset
+from ..read.export import ExportReport
+from ..read.export import export as export_records
+from ..read.tables import check_format, write_table
+
+
+def verify(dataset: str) -> VerifyReport:
+    """Recompute every stored batch's checksum and count (and the arrays' chunk indexes);
+    ``report.ok`` is False and ``report.problems`` lists each damage."""
+    with open_dataset(dataset) as ds:
+        return ds.verify()
+
+
+def export(dataset: str, out: str, format: str = "arrow") -> ExportReport:
+    """Write the records, in order, to ``out`` as arrow, parquet, npy or capnp."""
+    with open_dataset(dataset) as ds:
+        return export_records(ds, out, format)
+
+
+def query(dataset: str, box: str | dict, *, array: str = "grid", attrs: str | None = None,
+          format: str | None = None, out: str | None = None):
+    """The cells of a half-open box of a 2-D array (``"i0=2:5,i1=0:1000"`` or
+    ``{"i0": (2, 5), ...}``) as a pyarrow Table; with ``format``, also written to ``out``
+    (standard output when ``out`` is None) as `bulkload query` writes it."""
+    if format is not None:
+        check_format(format)
+    ranges = parse_box(box) if isinstance(box, str) else dict(box)
+    with open_dataset(dataset) as ds:
+        table = ds.read_box(array=array, attrs=attrs, **ranges)
+    if format is not None:
+        write_table(table, format, out)
+    return table
+
+
+def info(dataset: str) -> dict:
+    """What `bulkload info --json` prints: layout, format, shards, records, bytes, runs,
+    arrays, problems (missing or damaged shards)."""
+    with open_dataset(dataset) as ds:
+        return ds.info()

@@ -1,0 +1,51 @@
+"""The report of a `compact` run (`bulkload compact --json` prints its `to_dict()`).
+
+The fields every record kind reports are typed; a kind that compacts its own way (the
+documents plug-in folds tables) adds its own figures in ``details``, which `to_dict()`
+places after the common ones. ``run_id`` is None when there was nothing to do and no run
+was recorded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+#: the keys of a kind's report dict that are CompactReport fields (the rest are details)
+_COMMON = ("dataset", "run_id", "target_batch_records", "records", "batches_before", "batches_after", "merged",
+           "bytes_before", "bytes_after", "shards", "merge_s", "seconds")
+
+
+@dataclass
+class CompactReport:
+    dataset: str
+    run_id: str | None
+    target_batch_records: int
+    records: int
+    batches_before: int
+    batches_after: int
+    merged: bool
+    bytes_before: int
+    bytes_after: int
+    shards: list[dict]
+    merge_s: float = 0.0
+    seconds: float = 0.0
+    details: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_kind(cls, rep: dict) -> CompactReport:
+        """The report of a kind's own compaction (Kind.compact_dataset's dict)."""
+        return cls(**{k: rep[k] for k in _COMMON if k in rep},
+                   details={k: v for k, v in rep.items() if k not in _COMMON})
+
+    @property
+    def layout(self) -> str | None:
+        return self.details.get("layout")
+
+    @property
+    def shards_compacted(self) -> int:
+        return sum(1 for s in self.shards if s.get("compacted"))
+
+    def to_dict(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "details"}
+        out.update(self.details)
+        return out
