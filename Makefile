@@ -1,12 +1,13 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   generate -> load -> verify (-> finalize -> query) with a throughput table
-#   make test   create .venv, install bulkload with its test extras, run the whole suite
+#   make test   create .venv, install bulkload with its test extras, check the code (ruff: pyflakes
+#               and import order; lint-imports: the layers of loader/), run the whole suite
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 N      ?= 20000000
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test lint bench clean
 
 $(STAMP): pyproject.toml setup.py $(wildcard generators/*.c generators/*.h)
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -20,7 +21,11 @@ demo: install
 	mkdir -p data
 	$(PY) bench/demo.py --n $(N) --data data
 
-test: install
+lint: install
+	$(VENV)/bin/ruff check loader tests bench
+	cd $(CURDIR) && $(VENV)/bin/lint-imports
+
+test: lint
 	$(PY) -m pytest -q -p no:cacheprovider
 
 bench: install
