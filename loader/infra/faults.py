@@ -1,4 +1,4 @@
-"""Scripted crash points for the fault-injection tests (tests/test_faults.py).
+"""Scripted crash points for the fault-injection tests (tests/system/test_faults.py).
 
 ``BULKLOAD_FAULT="POINT:N[,POINT:N...]"`` makes the process that reaches POINT for the
 N-th time kill itself with SIGKILL - no cleanup, no flush, exactly like a power cut of

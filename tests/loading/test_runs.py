@@ -64,7 +64,7 @@ def test_rerun_of_a_finished_load_loads_nothing_and_new_run_loads_again(tmp_path
 
 def test_a_changed_file_is_refused_until_new_run(tmp_path):
     """(Was: a changed file is silently another source - loaded again, duplicating what it
-    still shares with the loaded one. Now refused; see tests/test_integrity.py.)"""
+    still shares with the loaded one. Now refused; see tests/system/test_integrity.py.)"""
     uri = f"lmdb://{tmp_path}/ds"
     f = tmp_path / "x.bin"
     f.write_bytes(gen_bytes(0, 1000))

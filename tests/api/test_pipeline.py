@@ -13,7 +13,7 @@ from loader.model.layouts import get_layout
 from loader.sources.generators import generate
 
 LAY = get_layout("scidb96")
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def gen_bytes(start, n):

@@ -7,7 +7,7 @@ the same command ends byte-identical to an uninterrupted run (batch rows and rec
 
 Kill points are armed with BULKLOAD_FAULT (see loader/faults.py); checkpoints are made
 after every batch (BULKLOAD_CHECKPOINT_SECONDS=0) so that kills land between many
-durable states. Long randomized runs: `pytest -m soak tests/test_faults.py`.
+durable states. Long randomized runs: `pytest -m soak tests/system/test_faults.py`.
 """
 
 import json
