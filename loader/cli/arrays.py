@@ -13,7 +13,6 @@ import typer
 from .. import api
 from ..errors import EXIT_USAGE
 from ..model.options import parse_size
-from ..read.tables import check_format
 from .main import emit_json, fail, handle_errors, progress_mode
 
 
@@ -97,6 +96,8 @@ def query_cmd(
     json_out: bool = typer.Option(False, "--json", help="Same as --format json."),
 ):
     """Read the cells of a box of a 2-D array."""
+    from ..read.tables import check_format  # start-up: pyarrow loads only for `query`
+
     fmt = "json" if json_out else format
     check_format(fmt, format)
     api.query(dataset, box, array=array, attrs=attrs, format=fmt, out=out)

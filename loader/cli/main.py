@@ -23,8 +23,10 @@ from typer.exceptions import TyperException
 
 from .. import api
 from ..errors import EXIT_FAILED, EXIT_USAGE, BulkloadError, Interrupted
-from ..infra import logs
+from ..infra import env, logs
+from ..infra.env import flag
 from ..infra.interrupts import stop_on_signals
+from ..infra.outputs import open_output
 
 
 class OneLineErrors(TyperGroup):
@@ -88,8 +90,6 @@ def handle_errors(fn):
 
 def unexpected(e: Exception) -> None:
     """Exit 1 with one line for an error no part of bulkload anticipated."""
-    from ..infra.env import flag
-
     if _debug(flag):
         raise e
     if isinstance(e, OSError) and e.strerror:
@@ -126,8 +126,6 @@ def main_options(
 
 
 def check_environment() -> None:
-    from ..infra import env
-
     env.check()
 
 
@@ -141,6 +139,7 @@ def generate(
     out: Optional[str] = typer.Option(None, "--out", help="Output file (default: stdout)."),
 ):
     """Write generated raw records START..START+N-1 to stdout or a file."""
+    # start-up: the generator's modules (numpy, the C library) load only for `generate`
     from ..model.layouts import get_layout
     from ..sources import parse_count
     from ..sources.generators import write_records
@@ -157,8 +156,6 @@ def generate(
             fail("refusing to write binary records to a terminal; pipe them or use --out FILE", EXIT_USAGE)
         write_records(lay, first, count, sys.stdout.buffer, impl=impl)
         return
-    from ..infra.outputs import open_output
-
     with open_output(out) as o:
         write_records(lay, first, count, o.file, impl=impl)
 
@@ -222,6 +219,7 @@ def info(dataset: str = typer.Argument(...),
         emit_json(d)
         _exit_if_damaged(d)
         return
+    # start-up: rich's console and tables only for the text form of `info`
     from rich.console import Console
     from rich.table import Table
 
@@ -234,7 +232,7 @@ def info(dataset: str = typer.Argument(...),
             f"{d['record_bytes'] / 1e6:,.1f} MB of records, {d['stored_bytes'] / 1e6:,.1f} MB stored, "
             f"{d['disk_bytes'] / 1e6:,.1f} MB on disk")
     if arrays:
-        from .arrays import print_arrays
+        from .arrays import print_arrays  # cycle: cli.arrays imports this module's helpers
 
         print_arrays(arrays, c)
     if d["runs"]:
@@ -250,7 +248,7 @@ def info(dataset: str = typer.Argument(...),
 
 def _exit_if_damaged(d: dict) -> None:
     """`info` of a dataset with missing or damaged shards: one line each, exit 1."""
-    from ..stores.health import ShardProblem
+    from ..stores.health import ShardProblem  # start-up: only a damaged dataset needs it
 
     for p in d["problems"]:
         print(f"bulkload: error: {ShardProblem(**p).line()}", file=sys.stderr)

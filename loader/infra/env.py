@@ -22,6 +22,7 @@ import math
 import os
 
 from ..errors import EnvironmentVariableError
+from . import faults
 
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 CHECKPOINT_SECONDS = 10.0
@@ -65,8 +66,6 @@ def checkpoint() -> tuple[float, int]:
 
 def check() -> None:
     """Check every variable this module lists (the CLI's first step; imports nothing heavy)."""
-    from . import faults
-
     checkpoint()
     faults.parse(os.environ.get(faults.ENV))
     flag("BULKLOAD_DEBUG")

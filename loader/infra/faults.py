@@ -44,6 +44,8 @@ from __future__ import annotations
 import os
 import signal
 
+from ..errors import EnvironmentVariableError
+
 ENV = "BULKLOAD_FAULT"
 
 _points: dict[str, int] = {}
@@ -59,8 +61,6 @@ def parse(spec: str | None) -> dict[str, int]:
             continue
         name, _, n = part.partition(":")
         if not name.strip() or not (n or "1").strip().isdecimal() or int(n or 1) < 1:
-            from ..errors import EnvironmentVariableError
-
             raise EnvironmentVariableError(f"environment variable {ENV}={spec!r}: {part!r} is not POINT:N "
                                            "(N >= 1; e.g. flush:3,w1.sync:2); fix or unset it")
         out[name.strip()] = int(n or 1)

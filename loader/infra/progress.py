@@ -31,6 +31,7 @@ class Progress:
 
     def __enter__(self):
         if self.mode == "bar":
+            # start-up: rich only when a progress bar is drawn (a terminal, not --quiet)
             from rich.console import Console
             from rich.progress import BarColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
             from rich.progress import Progress as RichProgress

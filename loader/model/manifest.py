@@ -27,9 +27,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import DatasetNotFoundError, ManifestError, StoreError
+from ..infra import faults
 from ..infra.fsatomic import fsync_dir
 from ..infra.paths import MANIFEST, is_dataset
 from .layouts import Layout
+from .manifest_check import problem
 
 VERSION = 1
 
@@ -125,8 +127,6 @@ class Manifest:
         return cls(**d, extra=extra)
 
     def save(self, root: str | os.PathLike) -> None:
-        from ..infra import faults
-
         faults.hit("save")
         self.generation += 1
         for entry in self.garbage:  # new entries: unreferenced from this write on
@@ -179,8 +179,6 @@ def load_manifest(root: str | os.PathLike, uri: str | None = None) -> Manifest:
 
 def read_manifest(f) -> Manifest:
     """The manifest in the open (binary) file ``f``, checked (see `load_manifest`)."""
-    from .manifest_check import problem
-
     path = Path(f.name)
     try:
         data = f.read()

@@ -24,6 +24,9 @@ from typing import Annotated
 
 import msgspec
 
+from ..errors import BulkloadError
+from .layouts import Layout
+
 
 class _Run(msgspec.Struct):
     id: str
@@ -79,9 +82,6 @@ def _split(e: msgspec.ValidationError, root: str = "$") -> tuple[str, str]:
 
 
 def _layout_problem(layout: dict) -> tuple[str, str] | None:
-    from ..errors import BulkloadError
-    from .layouts import Layout
-
     try:
         Layout.from_dict(layout)
     except (BulkloadError, KeyError, TypeError, ValueError) as e:
@@ -92,7 +92,7 @@ def _layout_problem(layout: dict) -> tuple[str, str] | None:
 def _rows_problem(rows: list[list], shards: int, keyed: bool) -> tuple[str, str] | None:
     """Types and ranges of every batch row (msgspec, in C), then the relations between
     rows (numpy): 10,000 rows take a few milliseconds."""
-    import numpy as np
+    import numpy as np  # start-up: only a manifest with batches needs it (info of an empty dataset does not)
 
     names = KEYED_ROW if keyed else FIXED_ROW
     wrong = next((i for i, r in enumerate(rows) if len(r) != len(names)), None)

@@ -27,14 +27,17 @@ from typing import Iterator
 import numpy as np
 import xxhash
 
-from ..errors import CorruptBatchError, DatasetReplacedError, StoreError, UsageError
+from ..errors import CorruptBatchError, DatasetReplacedError, SnapshotExpiredError, StoreError, UsageError, VerifyError
+from ..infra.lock import is_held
 from ..kinds import kind_class
 from ..model import manifest as mf
 from ..model.placement import batch_key
+from ..model.runs import as_seen
 from ..serializers import get_serializer
 from ..stores.base import ShardStore
 from ..stores.health import batch_message, check_shard, check_value, committed_shards, shard_problems
 from ..stores.spec import parse_dataset_uri
+from .snapshots import manifest_ident, read_snapshot
 
 
 @dataclass
@@ -55,8 +58,6 @@ VERIFY_ATTEMPTS = 4
 
 class Dataset:
     def __init__(self, uri: str, pin: bool = True):
-        from .snapshots import read_snapshot
-
         self.spec = parse_dataset_uri(uri)
         self.uri = self.spec.uri
         self._opened_as = (uri, pin)
@@ -99,8 +100,6 @@ class Dataset:
         """DatasetReplacedError when ``load --replace`` swapped in another dataset, else None."""
         if mf.read_dataset_id(self.spec.root) == self.manifest.dataset_id:
             return None
-        from ..errors import DatasetReplacedError
-
         return DatasetReplacedError(f"dataset {self.uri} was replaced (load --replace) after it was "
                                     "opened; open it again to read the new content")
 
@@ -113,8 +112,6 @@ class Dataset:
         """Why data of this snapshot may be gone from the stores, as the error to raise
         (DatasetReplacedError, or SnapshotExpiredError for an unpinned reader after a
         manifest write), or None while the snapshot is whole."""
-        from .snapshots import manifest_ident
-
         now = manifest_ident(self.spec.root)
         if now == self._ident:
             return None
@@ -124,16 +121,12 @@ class Dataset:
         if self.pinned:  # the same dataset, our data pinned: remember this manifest as checked
             self._ident = now
             return None
-        from ..errors import SnapshotExpiredError
-
         return SnapshotExpiredError(f"dataset {self.uri} changed since this reader opened it (compact/finalize "
                                     "removed data of its snapshot); open it again")
 
     def missing(self, problem: str):
         """The error for data of this snapshot that a store does not have: the dataset
         moved on (see `moved_on`), or else a VerifyError saying ``problem``."""
-        from ..errors import VerifyError
-
         return self.moved_on() or VerifyError(problem)
 
     def close(self) -> None:
@@ -205,9 +198,6 @@ class Dataset:
         }
 
     def _runs(self) -> list[dict]:
-        from ..infra.lock import is_held
-        from ..model.runs import as_seen
-
         return as_seen(self.manifest, job_running=is_held(self.spec.root))
 
     # --- documents (layout docs) ----------------------------------------------------
@@ -282,7 +272,7 @@ class Dataset:
         return out
 
     def to_arrow(self):
-        import pyarrow as pa
+        import pyarrow as pa  # heavy: only Arrow output needs it
 
         if self.layout.variable_length:
             return pa.Table.from_batches([self.scan().to_arrow()])
@@ -293,14 +283,14 @@ class Dataset:
     # --- 2-D arrays (see redimension.py, query.py) ---------------------------------------
     def arrays(self) -> list[dict]:
         """The 2-D arrays of this dataset: dims, chunking, bounds, cell counts."""
-        from ..arrays.query import list_arrays
+        from ..arrays.query import list_arrays  # heavy (pyarrow): only readers of arrays need it
 
         return list_arrays(self)
 
     def read_box(self, array: str = "grid", attrs: list[str] | None = None, **ranges):
         """Cells of ``array`` inside the half-open box, e.g. ``read_box(i0=(2, 5), i1=(0, 100))``,
         as a pyarrow.Table: dimension columns, then attributes, in row-major cell order."""
-        from ..arrays.query import read_box
+        from ..arrays.query import read_box  # heavy (pyarrow): only readers of arrays need it
 
         return read_box(self, array, attrs, ranges)
 
@@ -312,8 +302,6 @@ class Dataset:
         moved on while it was checked (replaced, or an unpinned reader's data collected),
         the dataset as it is now is verified again (a few times, then the "open it
         again" error is raised) - a healthy dataset is never reported corrupt."""
-        from ..errors import DatasetReplacedError
-
         ds = self
         try:
             for _ in range(VERIFY_ATTEMPTS):
@@ -355,7 +343,7 @@ class Dataset:
             if problem is not None:
                 problems.append({**where, **({"ids": [b.lo, b.hi]} if b.keyed else {}), "problem": problem})
         if self.manifest.arrays:
-            from ..arrays.verify import verify_arrays
+            from ..arrays.verify import verify_arrays  # heavy (pyarrow): only datasets with arrays
 
             try:
                 problems.extend(verify_arrays(self))
@@ -385,7 +373,7 @@ class Dataset:
 
 
 def records_to_arrow(recs: np.ndarray, schema):
-    import pyarrow as pa
+    import pyarrow as pa  # heavy: only Arrow output needs it
 
     return pa.Table.from_arrays([pa.array(recs[name]) for name in schema.names], schema=schema)
 

@@ -48,7 +48,7 @@ def export(ds: Dataset, out: str, fmt: str) -> ExportReport:
 
 def _tables(ds: Dataset):
     """pyarrow Tables of the records in order (documents: in id order, batch by batch)."""
-    import pyarrow as pa
+    import pyarrow as pa  # heavy: npy and capnp exports do without it
 
     schema = ds.layout.arrow_schema
     if not ds.layout.variable_length:
@@ -65,7 +65,7 @@ def _tables(ds: Dataset):
 
 
 def _arrow(ds: Dataset, f) -> None:
-    import pyarrow as pa
+    import pyarrow as pa  # heavy: npy and capnp exports do without it
 
     schema = ds.layout.arrow_schema
     with pa.ipc.new_file(f, schema) as w:
@@ -74,7 +74,7 @@ def _arrow(ds: Dataset, f) -> None:
 
 
 def _parquet(ds: Dataset, f) -> None:
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # heavy: only the parquet export
 
     schema = ds.layout.arrow_schema
     with pq.ParquetWriter(f, schema) as w:

@@ -65,7 +65,7 @@ def c_generators(fallback: str):
     """The C generators (``loader.sources._gen``), or a UsageError saying how to get them or what
     to use instead (``fallback``)."""
     try:
-        from . import _gen
+        from . import _gen  # the C extension: optional on a broken install (the message says what to do)
     except ImportError as e:  # pragma: no cover - only on a broken install
         raise UsageError(
             f"the C generator is not built ({e}); reinstall bulkload with `pip install .` "
