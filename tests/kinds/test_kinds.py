@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+
 import pytest
 import xxhash
 
