@@ -7,7 +7,7 @@ report (or, for `query`, the cells as a pyarrow Table). The CLI's ``verify``, ``
 
 from __future__ import annotations
 
-from ..arrays.query import parse_box
+from ..arrays import query as array_query
 from ..read.dataset import VerifyReport
 from ..read.dataset import open as open_dataset
 from ..read.export import ExportReport
@@ -35,7 +35,7 @@ def query(dataset: str, box: str | dict, *, array: str = "grid", attrs: str | No
     (standard output when ``out`` is None) as `bulkload query` writes it."""
     if format is not None:
         check_format(format)
-    ranges = parse_box(box) if isinstance(box, str) else dict(box)
+    ranges = array_query.parse_box(box) if isinstance(box, str) else dict(box)
     with open_dataset(dataset) as ds:
         table = ds.read_box(array=array, attrs=attrs, **ranges)
     if format is not None:
