@@ -139,7 +139,7 @@ class ChangedInputError(InputError):
 
 class BadFileError(InputError):
     """An input file of a directory source is unusable; ``errors`` lists the bad files
-    (`loader.docs_json.FileError`: path and reason)."""
+    (`loader.docs.json_dir.FileError`: path and reason)."""
 
     def __init__(self, message: str, errors=()):
         super().__init__(message)

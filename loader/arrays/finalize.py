@@ -59,7 +59,6 @@ record index; ``keep`` keeps them all with ``syn`` = 0..k-1 in record-index orde
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import threading
 import time
@@ -257,8 +256,8 @@ def _build_array(b: _Build) -> np.ndarray:
     except BaseException as e:
         _drop_tables(b.spec, b.m.shards, b.table)
         err = e
-        if isinstance(e, WorkerError) and getattr(e, "worker_type", "") == "DuplicateCellError":
-            err = DuplicateCellError(re.sub(r"^worker \d+ failed: ", "", str(e)))
+        if isinstance(e, WorkerError) and e.raised(DuplicateCellError):
+            err = e.raised(DuplicateCellError)  # the worker's own error: it names the cell
         err = stop_run(b.run, err, UNCHANGED)
         b.m.save(b.spec.root)
         raise err from None

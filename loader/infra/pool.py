@@ -216,7 +216,6 @@ class Pool:
     def _error(w: int, res: Result) -> WorkerError:
         err = WorkerError(f"worker {w} failed: {res.message}")
         err.error, err.worker_traceback = res.error, res.traceback
-        err.worker_type = type(res.error).__name__ if res.error is not None else ""  # until arrays/ uses .error
         return err
 
     def stop(self) -> None:
