@@ -331,7 +331,7 @@ def parse_batch_fast(read: _Read, ids: np.ndarray) -> DocBatch | None:
     file's last '}' ends an element. So every file ends at least one element, and count
     equality means exactly one per file: each file is whitespace, one object, whitespace,
     i.e. a valid JSON document on its own, which msgspec accepted as a Doc. What msgspec
-    accepts as a Doc orjson accepts with the same values (checked by tests/test_docs_json.py:
+    accepts as a Doc orjson accepts with the same values (checked by tests/docs/test_docs_json.py:
     duplicate keys keep the last value in both; msgspec rejects invalid UTF-8, lone
     surrogate escapes, floats such as 1.0, booleans, null; it also type-checks an earlier
     duplicate that orjson would overwrite, which only sends a good file to the slow path);
