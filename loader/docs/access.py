@@ -142,7 +142,7 @@ class DocReader:
         v = self._store(b).get(key_of(doc_id), table=b.table)
         return None if v is None else self.decode(b, doc_id, v)
 
-    def _batch_docs(self, b: mf.BatchEntry, lo: int, hi: int) -> DocBatch:
+    def batch_docs(self, b: mf.BatchEntry, lo: int, hi: int) -> DocBatch:
         """The documents of batch b with ids lo..hi (b.lo <= lo <= hi <= b.hi). When that
         is the whole batch, its items are checked against the manifest's range checksum
         first (CorruptBatchError naming shard and batch)."""
@@ -211,7 +211,7 @@ class DocReader:
         if stop == a:
             return DocBatch.empty()
         z = stop - 1
-        parts = [self._batch_docs(b, max(a, b.lo), min(z, b.hi)) for b in self.index.overlapping(a, z)]
+        parts = [self.batch_docs(b, max(a, b.lo), min(z, b.hi)) for b in self.index.overlapping(a, z)]
         out = DocBatch.concat(parts)
         if len(parts) > 1:  # interleaved loads: restore id order
             from .batch import sort_by_id
