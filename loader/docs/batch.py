@@ -53,10 +53,11 @@ class DocBatch:
             ids.append(i)
             cas.append(c)
             texts.append(bytes(t))
-        return cls._from_lists(ids, cas, texts)
+        return cls.from_lists(ids, cas, texts)
 
     @classmethod
-    def _from_lists(cls, ids: list, cas: list, texts: list[bytes]) -> "DocBatch":
+    def from_lists(cls, ids: list, cas: list, texts: list[bytes]) -> "DocBatch":
+        """From parallel lists of ids, created_at and text bytes."""
         lengths = np.fromiter(map(len, texts), np.int64, len(texts))
         offsets = np.zeros(len(texts) + 1, np.int64)
         np.cumsum(lengths, out=offsets[1:])

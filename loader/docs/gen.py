@@ -36,6 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UsageError
+from ..sources.generators import c_generators
 from .batch import DocBatch
 
 # --- the generator ------------------------------------------------------------------
@@ -164,8 +165,6 @@ def _generate_numpy(seed: int, start: int, n: int) -> tuple[np.ndarray, np.ndarr
 
 
 def _generate_c(seed: int, start: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    from ..sources.generators import c_generators
-
     _gen = c_generators("impl='numpy'")
     created = np.empty(n, np.int64)
     offsets = np.empty(n + 1, np.int64)

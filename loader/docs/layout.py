@@ -44,7 +44,7 @@ class DocsLayout:
 
     @functools.cached_property
     def arrow_schema(self):
-        import pyarrow as pa
+        import pyarrow as pa  # heavy: only Arrow output needs it
 
         return pa.schema(
             [

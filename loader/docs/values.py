@@ -220,4 +220,4 @@ def decode_values(ids: Sequence[int], values: Sequence, fmt: str) -> DocBatch:
         _, c, t = decode_value(v, fmt, int(i))
         cas.append(c)
         texts.append(t)
-    return DocBatch._from_lists(list(ids), cas, texts)
+    return DocBatch.from_lists(list(ids), cas, texts)
