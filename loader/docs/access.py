@@ -10,6 +10,10 @@ looked up in the block, blocks.py). One-per-document values are
 decompressed with the (shard, table)'s zstd dictionary from the shard's ``meta`` table
 when the dataset stores zdict-compressed values (LMDB, mem), and decoded
 (`values.decode_value`).
+
+Reads only, but for `discard_run` (a failed run's documents dropped from every shard;
+a shard it cannot open, or a crash meanwhile, is left to the next writer, which drops
+the leftovers again).
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ buffer ``text`` with int64 ``offsets`` (n + 1 of them; document i is
 ``text[offsets[i]:offsets[i+1]]``). Nothing in the hot paths makes a Python object per
 document except where a store API needs one value per key. A document's key is its id as
 8 bytes big-endian (byte order = id order).
+
+Pure: in memory only, nothing here writes a store or a file.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The document generator of ``gen://docs`` (layout ``docs``, loader/docs.py).
+"""The document generator of ``gen://docs`` (layout ``docs``, layout.py).
 
 `generate_docs(seed, start, n)` returns documents ``start .. start+n-1``: id = the record
 index, text of uniformly random length 0..2000 (inclusive) whose characters are uniform
@@ -29,6 +29,8 @@ For document i (0 <= i < 2**64) of stream seed (0 <= seed < 2**64), with
 Two implementations give the same bytes: ``impl="c"`` (``loader.sources._gen``, generators/
 docs_gen.c; > 1 GB/s of text per core, the GIL released) and ``impl="numpy"``
 (vectorised, the reference the C code is tested against).
+
+Pure: nothing here writes a store or a file.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ Both are built for a million files: the C extension `loader.docs._docsio` lists 
 batch of files into one buffer laid out as a JSON array, which msgspec decodes at once
 (`parse_batch_fast` says why that cannot accept a bad file). A batch with a bad file is
 parsed again file by file (`parse_doc_json`, orjson, from the same bytes), which words
-the reasons.
+the reasons. Reads only, but for `write_json_dir` (tests, benchmarks).
 """
 
 from __future__ import annotations

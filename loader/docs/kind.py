@@ -14,6 +14,11 @@ range scan (tables.py).
 A keyed batch is a contiguous slice of the run's id-sorted plan, so every shard receives
 ascending id ranges. The kind also brings the documents' own ingest (ingest.py) and
 compaction (compact.py), and the reader behind `Dataset.get` / `scan` (access.py).
+
+Crash behaviour: a run's documents live in its table until its commit names them; a
+worker first drops what failed or killed runs left (`DocsWriter.prepare`: other runs'
+uncommitted tables, and in its own table the keys from its resume point on), so a
+resumed or new run writes over no leftover.
 """
 
 from __future__ import annotations
