@@ -18,10 +18,10 @@ def get_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print the documents as JSON (a list of objects)."),
 ):
     """Print documents by id; exit 1 if any id is not found ("id N not found")."""
-    from ..docs.access import _check_id
+    from ..docs.access import check_id
     from ..read.dataset import open as open_ds
 
-    wanted = [_check_id(i) for i in ids]
+    wanted = [check_id(i) for i in ids]
     with open_ds(dataset) as ds:
         found, missing = ds.get_many(wanted)
     by_id = {i: (c, t) for i, c, t in found.records()}

@@ -44,7 +44,7 @@ def ingest_cmd(
         return
     if quiet:
         return
-    if getattr(rep, "layout", None) == "docs":
+    if rep.layout == "docs":
         _print_docs(rep)
         return
     if rep.status == "nothing-to-do" and not rep.skipped and not rep.deferred:
@@ -64,7 +64,7 @@ def _print_docs(rep) -> None:
         print(f"nothing new in {rep.directory} ({rep.already} already ingested into {rep.dataset})"
               + (f"; {len(rep.skipped)} bad file(s) skipped" if rep.skipped else ""))
     else:
-        print(f"ingested {rep.files:,} document(s) ({rep.bytes / 1e6:,.1f} MB of text) into {rep.dataset} "
+        print(f"ingested {len(rep.files):,} document(s) ({rep.bytes / 1e6:,.1f} MB of text) into {rep.dataset} "
               f"(run {rep.run_id}); {rep.already:,} already ingested, {len(rep.skipped)} skipped")
     for s in rep.skipped:
         print(f"  skipped {s['name']}: {s['reason']}")

@@ -1,12 +1,15 @@
-"""Documents: variable-length keyed records (the ``docs`` layout), a plug-in of the core.
+"""Documents: variable-length, id-keyed records (the ``docs`` layout), a plug-in of the core.
 
 Importing this package registers what it brings with the core's registries: the layout
 ``docs`` (layout.py), its record kind (kind.py: how a batch of documents is produced,
-stored in run tables and checked; its own ingest and compaction), and its sources
-(sources.py: ``gen://docs`` and directories of ``<id>.json`` files). The core never
-imports it: its registries load it on a miss (loader/model/plugins.py). It may import
-every stage below the public API: read, arrays, loading, maintain, kinds, sources,
-serializers, stores, model, infra, errors.
+stored in run tables ``docs-RUNID`` and checked), and its sources (sources.py:
+``gen://docs`` and directories of ``<id>.json`` files, json_dir.py); the kind also brings
+the documents' reader behind `Dataset.get` / `scan` (access.py), their own `ingest`
+(ingest.py, ledger.py) and `compact` (compact.py, fold.py). The core never imports it
+(import-linter's contract "the core does not import the documents plug-in"): its
+registries load it on a miss (loader/model/plugins.py). In the layers it sits above read
+and below api: it may import read, arrays, loading, maintain, kinds, sources,
+serializers, stores, model, infra and errors - never api, bench or cli.
 """
 
 from ..model.layouts import register_layout

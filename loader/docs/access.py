@@ -6,10 +6,14 @@ table (``docs-RUNID``) and its id range ``lo..hi``. `DocIndex` finds the batches
 range holds an id (one, unless loads interleave ids; then a few), and the shard answers
 with one ``get`` (formats ``raw``, ``capnp``: one value per document) or one ``seek``
 (format ``block``: the first block whose key, its last id, is >= the id; then the id is
-looked up in the block, loader/docs_blocks.py). One-per-document values are
+looked up in the block, blocks.py). One-per-document values are
 decompressed with the (shard, table)'s zstd dictionary from the shard's ``meta`` table
 when the dataset stores zdict-compressed values (LMDB, mem), and decoded
-(`loader.docs.decode_value`).
+(`values.decode_value`).
+
+Reads only, but for `discard_run` (a failed run's documents dropped from every shard;
+a shard it cannot open, or a crash meanwhile, is left to the next writer, which drops
+the leftovers again).
 """
 
 from __future__ import annotations
@@ -19,13 +23,17 @@ import os
 from typing import Iterable, NamedTuple
 
 import numpy as np
+import xxhash
 
-from ..errors import DuplicateIdError, NotFoundError, UsageError, VerifyError
+from ..errors import CorruptBatchError, DuplicateIdError, NotFoundError, UsageError, VerifyError
 from ..kinds import kind_for
 from ..model import manifest as mf
+from ..stores.health import batch_message
 from ..stores.registry import open_writer
-from .batch import DocBatch, id_of_key, key_of
+from . import zdict
+from .batch import DocBatch, id_of_key, key_of, sort_by_id
 from .blocks import BlockReader, block_first_id
+from .json_dir import FileError, bad_file_error
 from .layout import DOCS
 from .tables import META_TABLE, drop_doc_table
 from .values import decode_value
@@ -68,7 +76,7 @@ class DocIndex:
 
 
 class DocReader:
-    """The read side of a documents dataset (used by `loader.dataset.Dataset`)."""
+    """The read side of a documents dataset (used by `loader.read.dataset.Dataset`)."""
 
     def __init__(self, ds):
         self.ds = ds
@@ -96,8 +104,6 @@ class DocReader:
         key = (shard, table)
         d = self._dec.get(key)
         if d is None:
-            from . import zdict
-
             v = self.ds.shard(shard).get(table.encode(), table=META_TABLE)
             if v is None:
                 raise VerifyError(f"shard {shard} of {self.ds.uri} has no zstd dictionary for {table}; "
@@ -116,9 +122,6 @@ class DocReader:
             try:
                 got = self._lookup_in(b, doc_id)
             except VerifyError as e:  # a damaged value (e.g. its zstd frame checksum): which batch
-                from ..errors import CorruptBatchError
-                from ..stores.health import batch_message
-
                 raise CorruptBatchError(batch_message(self.ds.uri, b, f"document {doc_id}: {e}")) from None
             if got is not None:
                 return got
@@ -142,7 +145,7 @@ class DocReader:
         v = self._store(b).get(key_of(doc_id), table=b.table)
         return None if v is None else self.decode(b, doc_id, v)
 
-    def _batch_docs(self, b: mf.BatchEntry, lo: int, hi: int) -> DocBatch:
+    def batch_docs(self, b: mf.BatchEntry, lo: int, hi: int) -> DocBatch:
         """The documents of batch b with ids lo..hi (b.lo <= lo <= hi <= b.hi). When that
         is the whole batch, its items are checked against the manifest's range checksum
         first (CorruptBatchError naming shard and batch)."""
@@ -170,12 +173,7 @@ class DocReader:
 
     def _check_range(self, b: mf.BatchEntry, items: list) -> None:
         """Raise CorruptBatchError unless the (key, value) items of a whole batch have the
-        size and range checksum of its manifest row (record_kinds.range_checksum)."""
-        import xxhash
-
-        from ..errors import CorruptBatchError
-        from ..stores.health import batch_message
-
+        size and range checksum of its manifest row (tables.range_checksum)."""
         h = xxhash.xxh3_64()
         for k, v in items:
             h.update(k)
@@ -186,7 +184,7 @@ class DocReader:
 
     # --- the API ----------------------------------------------------------------------
     def get(self, doc_id) -> Doc:
-        doc_id = _check_id(doc_id)
+        doc_id = check_id(doc_id)
         got = self._lookup(doc_id)
         if got is None:
             raise NotFoundError(f"id {doc_id} not found")
@@ -195,7 +193,7 @@ class DocReader:
     def get_many(self, ids) -> tuple[DocBatch, list[int]]:
         found, missing = [], []
         for i in ids:
-            i = _check_id(i)
+            i = check_id(i)
             got = self._lookup(i)
             if got is None:
                 missing.append(i)
@@ -204,25 +202,21 @@ class DocReader:
         return DocBatch.from_records(found), missing
 
     def scan(self, start_id: int = 0, stop_id: int | None = None) -> DocBatch:
-        a = _check_id(start_id)
+        a = check_id(start_id)
         stop = MAX_ID + 1 if stop_id is None else int(stop_id)
         if stop < a:
             raise UsageError(f"scan: stop id {stop} is below start id {a}")
         if stop == a:
             return DocBatch.empty()
         z = stop - 1
-        parts = [self._batch_docs(b, max(a, b.lo), min(z, b.hi)) for b in self.index.overlapping(a, z)]
+        parts = [self.batch_docs(b, max(a, b.lo), min(z, b.hi)) for b in self.index.overlapping(a, z)]
         out = DocBatch.concat(parts)
         if len(parts) > 1:  # interleaved loads: restore id order
-            from .batch import sort_by_id
-
             out = sort_by_id(out)
         return out
 
     def verify_batch(self, b: mf.BatchEntry) -> str | None:
         """Why keyed batch b is not intact (count, size, checksum, decodable), or None."""
-        import xxhash
-
         if not b.docs:
             return None
         h = xxhash.xxh3_64()
@@ -276,7 +270,8 @@ def blocks_from(store, table: str, lo: int, hi: int):
         at = last + 1
 
 
-def _check_id(doc_id) -> int:
+def check_id(doc_id) -> int:
+    """A document id as an int, or a UsageError saying why it is not one (0..2**64-1)."""
     try:
         i = int(doc_id)
     except (TypeError, ValueError):
@@ -294,13 +289,11 @@ def stored_duplicates(spec, m: mf.Manifest, src, entries, skipped: list, on_bad_
     generator. ``entries``: the DirListing of a directory source, or None (a generator).
     Returns (entries, skipped).
 
-    ``compare`` (ingest, loader/docs_ingest.py): instead of refusing them, the files of
+    ``compare`` (ingest, ingest.py): instead of refusing them, the files of
     stored ids are handed to ``compare([(id, path)]) -> [FileError]``; the files it
     returns are bad files (fail / skip as above), the others are left out: already
     stored. Only the parts of the stored batches that hold ids of ``entries`` are read.
     """
-    from .json_dir import FileError, _fail
-
     index = DocIndex(m.batches)
     if not index.batches:
         return entries, skipped
@@ -353,7 +346,7 @@ def stored_duplicates(spec, m: mf.Manifest, src, entries, skipped: list, on_bad_
     else:
         errors = compare(found)
     if errors and on_bad_file == "fail":
-        raise _fail(errors)
+        raise bad_file_error(errors)
     entries = entries.take(np.flatnonzero(~is_dup))
     return entries, sorted(skipped + [e.to_dict() for e in errors], key=lambda f: f["path"])
 

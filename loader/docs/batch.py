@@ -5,6 +5,8 @@ buffer ``text`` with int64 ``offsets`` (n + 1 of them; document i is
 ``text[offsets[i]:offsets[i+1]]``). Nothing in the hot paths makes a Python object per
 document except where a store API needs one value per key. A document's key is its id as
 8 bytes big-endian (byte order = id order).
+
+Pure: in memory only, nothing here writes a store or a file.
 """
 
 from __future__ import annotations
@@ -53,10 +55,11 @@ class DocBatch:
             ids.append(i)
             cas.append(c)
             texts.append(bytes(t))
-        return cls._from_lists(ids, cas, texts)
+        return cls.from_lists(ids, cas, texts)
 
     @classmethod
-    def _from_lists(cls, ids: list, cas: list, texts: list[bytes]) -> "DocBatch":
+    def from_lists(cls, ids: list, cas: list, texts: list[bytes]) -> "DocBatch":
+        """From parallel lists of ids, created_at and text bytes."""
         lengths = np.fromiter(map(len, texts), np.int64, len(texts))
         offsets = np.zeros(len(texts) + 1, np.int64)
         np.cumsum(lengths, out=offsets[1:])

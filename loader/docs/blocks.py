@@ -31,6 +31,8 @@ Only the texts are compressed: mixed into one frame with the binary columns they
 ~2.6 % more (measured), while these fixed-width columns cost ~6 bytes per document
 (0.7 % of a 1 KB document). The whole value is also checksummed by the manifest (xxh3
 of key + value), which `verify` and a resume check.
+
+Pure: encodes and decodes values; nothing here writes a store or a file.
 """
 
 from __future__ import annotations

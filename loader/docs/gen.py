@@ -1,4 +1,4 @@
-"""The document generator of ``gen://docs`` (layout ``docs``, loader/docs.py).
+"""The document generator of ``gen://docs`` (layout ``docs``, layout.py).
 
 `generate_docs(seed, start, n)` returns documents ``start .. start+n-1``: id = the record
 index, text of uniformly random length 0..2000 (inclusive) whose characters are uniform
@@ -29,6 +29,8 @@ For document i (0 <= i < 2**64) of stream seed (0 <= seed < 2**64), with
 Two implementations give the same bytes: ``impl="c"`` (``loader.sources._gen``, generators/
 docs_gen.c; > 1 GB/s of text per core, the GIL released) and ``impl="numpy"``
 (vectorised, the reference the C code is tested against).
+
+Pure: nothing here writes a store or a file.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UsageError
+from ..sources.generators import c_generators
 from .batch import DocBatch
 
 # --- the generator ------------------------------------------------------------------
@@ -164,8 +167,6 @@ def _generate_numpy(seed: int, start: int, n: int) -> tuple[np.ndarray, np.ndarr
 
 
 def _generate_c(seed: int, start: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    from ..sources.generators import c_generators
-
     _gen = c_generators("impl='numpy'")
     created = np.empty(n, np.int64)
     offsets = np.empty(n + 1, np.int64)

@@ -25,241 +25,142 @@ ones stay. One run, with the dataset locked:
 A run with nothing new writes nothing. A killed run is resumed by the next one (same new
 files: same fingerprint), keeping its durable batches: the dataset ends byte-identical.
 
-**The ledger** records what ingest stored, so that a repeated run costs one listing and one
-stat per file. Per committing run, ``ROOT/.ingest/<hash>.ledger`` (`write_ledger`): the
-ids, sizes and mtimes (ns) of the run's planned files (stat'ed before they were read),
-then of the files found equal to their stored documents (their new stat). It is written
-and fsynced before the run starts; the manifest commit that stores the run's documents
-also adds the file to ``ingest_ledgers`` in the manifest, with the plan positions of
-batches that stored fewer documents than planned (files skipped as bad): those are not
-ingested. A file no manifest entry names (a failed or superseded run's) is ignored and
-deleted by the next committing run; a resumed run reuses its stats (older stats are safe:
-a file whose stat differs is only compared again). After ``LEDGER_MERGE`` runs, the
-committing run writes one merged ledger instead. The ledger only saves reading: a file
-not in it is compared with the store.
+**The ledger** (ledger.py) records what ingest stored, so that a repeated run costs one
+listing and one stat per file; it only saves reading: a file not in it is compared with
+the store.
+
+Crash behaviour: the documents are written by the load run (loading/run.py): they and the
+run's ledger (written and fsynced before the run) are named in the manifest by one write,
+the run's commit; before it, a killed run leaves nothing visible and is resumed by the
+next one. Sorting the files out reads only.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from ..loading.report import log
+from ..infra.lock import DatasetLock
+from ..loading.ingest import IngestReport
+from ..loading.job import LoadJob, RunSettings
+from ..loading.options import check_compatible, prepare_root
+from ..loading.replace import discard_unfinished
+from ..loading.report import LoadReport, log
+from ..loading.run import load_locked
+from ..maintain.garbage import start_writing
 from ..model import manifest as mf
 from ..model import runs
+from ..read.dataset import Dataset
+from ..sources import SourcePlan
+from ..stores.health import require_shards
+from ..stores.spec import StoreSpec
+from .access import stored_duplicates
+from .json_dir import DirListing, FileError, parse_json_files
+from .ledger import Ledger, StatOf, commit_ledger, load_ledger, write_run_ledger
+from .sources import JsonDirSource, listing_fingerprint
 
-LEDGER_DIR = ".ingest"
-LEDGER_KEY = "ingest_ledgers"  # in the manifest: [{file, run, files, plan, exclude}]
-LEDGER_MERGE = 16  # merge the ledgers when a commit would make more than this many
-_MAGIC = b"BLDOCLG1"
 _COMPARE_CHUNK = 4096  # files read and compared at once
 
 CHANGED_HINT = ("documents are immutable once stored - give the new version a new id (a new <id>.json "
                 "file), or restore the stored content")
 
 
-@dataclass
-class DocsIngestReport:
-    dataset: str
-    directory: str
-    run_id: str | None
-    status: str  # done | nothing-to-do (bad files raise, as for load)
-    layout: str = "docs"
-    files: int = 0  # files ingested by this run (one document each)
-    records: int = 0  # documents stored by this run (with those kept from an interrupted attempt)
-    batches: int = 0
-    bytes: int = 0  # bytes of text
-    already: int = 0  # files present that were ingested (or loaded) before
-    skipped: list[dict] = field(default_factory=list)  # bad files: name, path, reason
-    deferred: list[dict] = field(default_factory=list)  # kept for the report's shape: always empty
-    resumed_records: int = 0
-    seconds: float = 0.0
-    mb_per_s: float = 0.0
-    error: str | None = None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-# --- the ledger ------------------------------------------------------------------------------
-
-@dataclass
-class Ledger:
-    """Files ingested before, by id (sorted, unique): size and mtime (ns) when ingested."""
-
-    ids: np.ndarray
-    sizes: np.ndarray
-    mtimes: np.ndarray
-
-    @classmethod
-    def empty(cls) -> "Ledger":
-        return cls(np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros(0, np.int64))
-
-    @classmethod
-    def latest(cls, parts: list["Ledger"]) -> "Ledger":
-        """One ledger of ``parts`` (oldest first); for an id in several, the newest entry."""
-        if not parts:
-            return cls.empty()
-        ids = np.concatenate([p.ids for p in parts])[::-1]
-        _, first = np.unique(ids, return_index=True)  # sorted ids; first = newest
-        idx = len(ids) - 1 - first
-        return cls(np.concatenate([p.ids for p in parts])[idx], np.concatenate([p.sizes for p in parts])[idx],
-                   np.concatenate([p.mtimes for p in parts])[idx])
-
-    def unchanged(self, ids: np.ndarray, sizes: np.ndarray, mtimes: np.ndarray) -> np.ndarray:
-        """Per file: is its id in the ledger with this size and mtime."""
-        if not len(self.ids) or not len(ids):
-            return np.zeros(len(ids), bool)
-        at = np.minimum(np.searchsorted(self.ids, ids), len(self.ids) - 1)
-        return (self.ids[at] == ids) & (self.sizes[at] == sizes) & (self.mtimes[at] == mtimes)
-
-
-def write_ledger(path: str, ids, sizes, mtimes, n_plan: int) -> None:
-    """Write a ledger file atomically and durably: magic, n, n_plan (u64), ids (u64), sizes,
-    mtimes (i64; little-endian, n each), then an xxh3-64 of all that."""
-    import xxhash
-
-    from ..infra.fsatomic import fsync_dir
-
-    n = len(ids)
-    body = b"".join([_MAGIC, n.to_bytes(8, "little"), int(n_plan).to_bytes(8, "little"),
-                     np.asarray(ids, "<u8").tobytes(), np.asarray(sizes, "<i8").tobytes(),
-                     np.asarray(mtimes, "<i8").tobytes()])
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(body + xxhash.xxh3_64_intdigest(body).to_bytes(8, "little"))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(os.path.dirname(path))
-
-
-def read_ledger(path: str) -> tuple[Ledger, int] | None:
-    """(the ledger in file order, n_plan), or None if the file is missing or damaged."""
-    import xxhash
-
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    if len(data) < 32 or data[:8] != _MAGIC:
-        return None
-    n, n_plan = int.from_bytes(data[8:16], "little"), int.from_bytes(data[16:24], "little")
-    if len(data) != 24 + 24 * n + 8 or n_plan > n:
-        return None
-    if xxhash.xxh3_64_intdigest(data[:-8]) != int.from_bytes(data[-8:], "little"):
-        return None
-    arrays = [np.frombuffer(data, dt, n, 24 + 8 * n * k) for k, dt in enumerate(("<u8", "<i8", "<i8"))]
-    return Ledger(arrays[0].astype(np.uint64), arrays[1].astype(np.int64), arrays[2].astype(np.int64)), n_plan
-
-
-def _effective(ref: dict, got: tuple[Ledger, int]) -> Ledger:
-    """A ledger file's entries minus the plan positions its manifest entry excludes."""
-    led, _ = got
-    keep = np.ones(len(led.ids), bool)
-    for a, z in ref.get("exclude") or []:
-        keep[a:z] = False
-    return Ledger(led.ids[keep], led.sizes[keep], led.mtimes[keep])
-
-
-def load_ledger(root: str, m: mf.Manifest | None) -> Ledger:
-    """What the manifest's ledgers say was ingested (a damaged file counts as empty)."""
-    parts = []
-    for ref in (m.extra.get(LEDGER_KEY) or []) if m is not None else []:
-        got = read_ledger(os.path.join(root, LEDGER_DIR, ref["file"]))
-        if got is not None:
-            parts.append(_effective(ref, got))
-    return Ledger.latest(parts)
-
-
 # --- the run -----------------------------------------------------------------------------------
 
-def ingest_docs(spec, directory: str, *, settings, on_bad_file: str) -> DocsIngestReport:
-    """The documents part of `loader.ingest.ingest` (options already resolved)."""
-    from ..infra.lock import DatasetLock
-    from ..loading import replace as replace_mod
-    from ..loading.job import LoadJob
-    from ..loading.options import check_compatible, prepare_root
-    from ..loading.run import load_locked
-    from ..maintain.garbage import start_writing
-    from ..sources import SourcePlan
-    from ..stores.health import require_shards
-    from .sources import JsonDirSource, listing_fingerprint
-
-    progress, t_start = settings.progress, settings.t_start
+def ingest_docs(spec: StoreSpec, directory: str, *, settings: RunSettings, on_bad_file: str) -> IngestReport:
+    """The documents part of `loader.loading.ingest.ingest` (options already resolved)."""
     src = JsonDirSource(directory, on_bad_file)
     listing, errors = src.listing()  # badly named files: fail raises here, before any write
-    report = DocsIngestReport(spec.uri, directory, None, "nothing-to-do")
-    skipped = [e.to_dict() for e in errors]
-
+    report = IngestReport(spec.uri, directory, None, None, "nothing-to-do", layout="docs")
     prepare_root(spec)
     with DatasetLock(spec.root) as lock:
         lock.set_job(f"ingest {directory}")
         m = mf.load_manifest(spec.root) if mf.exists(spec.root) else None
         start_writing(spec, m)
-        sib = replace_mod.sibling_spec(spec)
-        if os.path.isdir(sib.root):
-            log(progress, f"discarding an unfinished --replace of {spec.uri} ({sib.root})")
-            replace_mod.discard(sib.root)
+        discard_unfinished(spec, settings.progress)
         if m is not None:
             check_compatible(m, spec, settings)
         require_shards(spec, m)
-
-        # --- what is new -------------------------------------------------------------
-        entries, sizes, mtimes = listing.stat()  # the files still there
-        ledger = load_ledger(spec.root, m)
-        ids = entries.ids
-        known = ledger.unchanged(ids, sizes, mtimes)
-        report.already = int(known.sum())
-        rest = np.flatnonzero(~known)
-        stat_of = _StatOf(ids, sizes, mtimes)
-        verified: list[int] = []  # stored ids whose file equals the stored document
-        new = entries.take(rest)
-        if m is not None and m.batches and new:
-            from .access import stored_duplicates
-
-            compare = _Comparer(spec.uri, verified)
-            try:
-                new, skipped = stored_duplicates(spec, m, src, new, skipped, on_bad_file, compare=compare)
-            finally:
-                compare.close()
-        report.already += len(verified)
-        new, skipped = _still_bad(m, directory, new, skipped, on_bad_file)
-        report.skipped = [_named(f) for f in skipped]
-        if not new:
-            report.seconds = round(time.perf_counter() - t_start, 4)
-            log(progress, f"ingest {directory}: nothing new ({report.already} already ingested)",
+        found = _new_files(spec, m, src, listing, [e.to_dict() for e in errors])
+        report.already, report.skipped = found.already, [_named(f) for f in found.skipped]
+        if not found.new:
+            report.seconds = round(time.perf_counter() - settings.t_start, 4)
+            log(settings.progress, f"ingest {directory}: nothing new ({report.already} already ingested)",
                 event="nothing-to-do", already=report.already, skipped=len(report.skipped))
             return report
+        rep = _load_new(spec, m, src, found, settings)
+    return _done(report, rep, found.new, settings.t_start)
 
-        # --- load the new files: the load machinery, in mode ingest ------------------------
-        fp = listing_fingerprint(new)
-        plan_ids = new.ids
-        led_name, plan_sizes, plan_mtimes = _plan_ledger(spec.root, m, fp, plan_ids, stat_of)
-        v_ids = np.array(sorted(verified), np.uint64)
-        v_sizes, v_mtimes = stat_of(v_ids)
-        mine = Ledger(np.concatenate([plan_ids, v_ids]), np.concatenate([plan_sizes, v_sizes]),
-                      np.concatenate([plan_mtimes, v_mtimes]))
-        write_ledger(os.path.join(spec.root, LEDGER_DIR, led_name), mine.ids, mine.sizes, mine.mtimes,
-                     len(plan_ids))
 
-        def on_commit(m2: mf.Manifest, unit, run: dict) -> None:
-            _commit_ledger(spec.root, m2, unit, run, led_name, (mine, len(plan_ids)), ledger)
+@dataclass(frozen=True)
+class NewFiles:
+    """The files of the directory sorted out (`_new_files`)."""
 
-        planned = SourcePlan(src, len(new), fp, new, tuple(skipped))
-        rep = load_locked(spec, m, LoadJob(settings, planned, mode="ingest", on_commit=on_commit))
+    new: DirListing  # to load: ids not stored
+    skipped: list  # bad files ({"path", "reason"}), sorted by path
+    already: int  # files ingested (or loaded) before: in the ledger, or equal to the stored document
+    verified: list  # ids of the files found equal to their stored documents (not in the ledger)
+    stat_of: StatOf  # the listed files' stats
+    ledger: Ledger  # what the ledgers said before this run
+
+
+def _new_files(spec: StoreSpec, m: mf.Manifest | None, src: JsonDirSource, listing: DirListing,
+               skipped: list) -> NewFiles:
+    """Sort the listed files: in the ledger unchanged -> already; stored -> compared (equal:
+    already; changed: bad); bad last time and still bad -> skipped (or BadFileError); the
+    rest is new."""
+    entries, sizes, mtimes = listing.stat()  # the files still there
+    ledger = load_ledger(spec.root, m)
+    known = ledger.unchanged(entries.ids, sizes, mtimes)
+    verified: list[int] = []  # stored ids whose file equals the stored document
+    new = entries.take(np.flatnonzero(~known))
+    if m is not None and m.batches and new:
+        compare = _Comparer(spec.uri, verified)
+        try:
+            new, skipped = stored_duplicates(spec, m, src, new, skipped, src.on_bad_file, compare=compare)
+        finally:
+            compare.close()
+    new, skipped = _still_bad(m, src.path, new, skipped, src.on_bad_file)
+    return NewFiles(new, skipped, int(known.sum()) + len(verified), verified, StatOf(entries.ids, sizes, mtimes),
+                    ledger)
+
+
+def _load_new(spec: StoreSpec, m: mf.Manifest | None, src: JsonDirSource, found: NewFiles,
+              settings: RunSettings) -> LoadReport:
+    """Write this run's ledger, then load the new files: the load machinery in mode
+    ``ingest``, the ledger named in the manifest by the commit."""
+    fp = listing_fingerprint(found.new)
+    plan_ids = found.new.ids
+    name, mine = write_run_ledger(spec.root, m, fp, plan_ids, found.verified, found.stat_of)
+
+    def on_commit(m2: mf.Manifest, unit, run: dict) -> None:
+        commit_ledger(spec.root, m2, unit, run, name, (mine, len(plan_ids)), found.ledger)
+
+    planned = SourcePlan(src, len(found.new), fp, found.new, tuple(found.skipped))
+    return load_locked(spec, m, LoadJob(settings, planned, mode="ingest", on_commit=on_commit))
+
+
+def _done(report: IngestReport, rep: LoadReport, new: DirListing, t_start: float) -> IngestReport:
+    """The report of a run that loaded ``new`` (``rep``: the load run's report)."""
     report.run_id = rep.run_id
     report.status = "done"
-    report.files = report.records = rep.records
+    report.files = _ingested(new, rep.skipped)
+    report.records = rep.records
     report.batches, report.bytes, report.resumed_records = rep.batches, rep.bytes, rep.resumed_records
     report.skipped = [_named(f) for f in rep.skipped]
     report.seconds = round(time.perf_counter() - t_start, 4)
     report.mb_per_s = round(report.bytes / report.seconds / 1e6, 2) if report.seconds > 0 else 0.0
     return report
+
+
+def _ingested(new: DirListing, skipped: list[dict]) -> list[dict]:
+    """The files of the plan that were stored (one document each): all but the skipped ones."""
+    bad = {f["path"] for f in skipped}
+    prefix = os.path.join(new.directory, "")
+    return [{"name": path[len(prefix):], "records": 1} for _id, path in new if path not in bad]
 
 
 def _named(f: dict) -> dict:
@@ -282,75 +183,12 @@ def _still_bad(m: mf.Manifest | None, directory: str, new, skipped: list, on_bad
     retry = [e for e in new if e[1] in was_bad]
     if not retry:
         return new, skipped
-    from .json_dir import parse_json_files
-
     _, bad = parse_json_files(retry, on_bad_file)  # fail: raises BadFileError at the first
     if not bad:
         return new, skipped
     gone = {f.path for f in bad}
     return (new.take([j for j, (_i, p) in enumerate(new) if p not in gone]),
             sorted(skipped + [f.to_dict() for f in bad], key=lambda f: f["path"]))
-
-
-class _StatOf:
-    """Sizes and mtimes of the listed files (ids ascending), looked up by id arrays."""
-
-    def __init__(self, ids: np.ndarray, sizes: np.ndarray, mtimes: np.ndarray):
-        self.ids, self.sizes, self.mtimes = ids, sizes, mtimes
-
-    def __call__(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        pos = np.searchsorted(self.ids, np.asarray(ids, np.uint64))
-        return self.sizes[pos], self.mtimes[pos]
-
-
-def _plan_ledger(root: str, m: mf.Manifest | None, fp: str, plan_ids: np.ndarray,
-                 stat_of: _StatOf) -> tuple[str, np.ndarray, np.ndarray]:
-    """The ledger file name of this plan and its files' stats: those of an earlier attempt
-    at the same plan if its file is still there (older stats are safe; a resumed run keeps
-    documents read then), else now's. Deletes the files no manifest entry names."""
-    import xxhash
-
-    name = f"{xxhash.xxh3_64_hexdigest(fp.encode())}.ledger"
-    d = os.path.join(root, LEDGER_DIR)
-    os.makedirs(d, exist_ok=True)
-    named = {r["file"] for r in (m.extra.get(LEDGER_KEY) or [])} if m is not None else set()
-    for other in os.listdir(d):
-        if other not in named and other != name:
-            try:
-                os.unlink(os.path.join(d, other))
-            except OSError:
-                pass
-    if name in named:  # cannot be (a committed plan's ids are stored, not new): never overwrite it
-        import uuid
-
-        name = f"{name[:-7]}-{uuid.uuid4().hex[:8]}.ledger"
-    got = read_ledger(os.path.join(d, name))
-    if got is not None and got[1] == len(plan_ids) and np.array_equal(got[0].ids[:got[1]], plan_ids):
-        return name, got[0].sizes[:got[1]].copy(), got[0].mtimes[:got[1]].copy()
-    return (name, *stat_of(plan_ids))
-
-
-def _commit_ledger(root: str, m: mf.Manifest, unit, run: dict, name: str, mine: tuple["Ledger", int],
-                   before: Ledger) -> None:
-    """Name this run's ledger file (``mine``: written and fsynced before the run) in the
-    manifest being committed; plan positions of batches that stored fewer documents than
-    planned (bad files skipped) are excluded. Past LEDGER_MERGE files, write one merged
-    ledger instead (if that fails, just add ours)."""
-    rows = [e for e in m.batches if unit.first_seq <= e.seq < unit.first_seq + unit.nbatches]
-    exclude = [[e.first - unit.first_record, e.first - unit.first_record + e.count]
-               for e in rows if e.records < e.count]
-    refs = list(m.extra.get(LEDGER_KEY) or [])
-    ref = {"file": name, "run": run["id"], "files": len(mine[0].ids), "plan": mine[1], "exclude": exclude}
-    if len(refs) + 1 > LEDGER_MERGE:
-        merged = Ledger.latest([before, _effective(ref, mine)])
-        mname = f"merged-{run['id']}.ledger"
-        try:
-            write_ledger(os.path.join(root, LEDGER_DIR, mname), merged.ids, merged.sizes, merged.mtimes, 0)
-        except OSError:
-            pass
-        else:
-            refs, ref = [], {"file": mname, "run": run["id"], "files": len(merged.ids), "plan": 0, "exclude": []}
-    m.extra[LEDGER_KEY] = refs + [ref]
 
 
 class _Comparer:
@@ -361,9 +199,6 @@ class _Comparer:
         self.uri, self.equal, self.ds = uri, equal, None
 
     def __call__(self, found: list[tuple[int, str]]) -> list:
-        from ..read.dataset import Dataset
-        from .json_dir import FileError, parse_json_files
-
         if self.ds is None:
             self.ds = Dataset(self.uri)
         errors = []

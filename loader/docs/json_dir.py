@@ -11,7 +11,7 @@ Both are built for a million files: the C extension `loader.docs._docsio` lists 
 batch of files into one buffer laid out as a JSON array, which msgspec decodes at once
 (`parse_batch_fast` says why that cannot accept a bad file). A batch with a bad file is
 parsed again file by file (`parse_doc_json`, orjson, from the same bytes), which words
-the reasons.
+the reasons. Reads only, but for `write_json_dir` (tests, benchmarks).
 """
 
 from __future__ import annotations
@@ -24,9 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+import msgspec
 import numpy as np
+import orjson
 
-from ..errors import BadFileError, UsageError
+from ..errors import BadFileError, MissingPathError, UsageError
+from . import _docsio
 from .batch import DocBatch
 
 # --- the JSON directory source ------------------------------------------------------------
@@ -55,7 +58,8 @@ def _check_on_bad_file(on_bad_file: str) -> None:
         raise UsageError(f"--on-bad-file {on_bad_file!r} is unknown; use fail or skip")
 
 
-def _fail(errors: list[FileError]) -> BadFileError:
+def bad_file_error(errors: list[FileError]) -> BadFileError:
+    """The error that stops a load at the first bad file of ``errors`` (--on-bad-file fail)."""
     more = f" (and {len(errors) - 1} more bad file(s))" if len(errors) > 1 else ""
     return BadFileError(
         f"{errors[0]}{more}; nothing was loaded - fix or remove the file, "
@@ -116,9 +120,7 @@ class DirListing(Sequence):
 
     def stat(self) -> tuple["DirListing", np.ndarray, np.ndarray]:
         """(the files still there, their sizes, their mtimes in ns): one stat(2) each, in C."""
-        from ._docsio import stat_batch
-
-        sizes, mtimes, errnos = stat_batch(self.directory, self.ids, self.names() if self.odd else None)
+        sizes, mtimes, errnos = _docsio.stat_batch(self.directory, self.ids, self.names() if self.odd else None)
         there = np.frombuffer(errnos, np.int32) == 0
         sizes, mtimes = np.frombuffer(sizes, np.int64), np.frombuffer(mtimes, np.int64)
         if there.all():
@@ -180,11 +182,7 @@ def scan_json_dir(directory, on_bad_file: str = "fail") -> tuple[DirListing, lis
     _check_on_bad_file(on_bad_file)
     directory = os.fsdecode(os.fspath(directory))
     if not os.path.isdir(directory):
-        from ..errors import MissingPathError
-
         raise MissingPathError(f"{directory} is not a directory of <id>.json files")
-    from . import _docsio
-
     raw, odd_names = _docsio.scan_dir(directory)
     ids = np.sort(np.frombuffer(raw, np.uint64))  # canonical names: one per id
     errors: list[FileError] = []
@@ -209,7 +207,7 @@ def scan_json_dir(directory, on_bad_file: str = "fail") -> tuple[DirListing, lis
                 odd[int(np.searchsorted(ids, np.uint64(doc_id)))] = names[0]
     errors.sort(key=lambda f: f.path)
     if errors and on_bad_file == "fail":
-        raise _fail(errors)
+        raise bad_file_error(errors)
     return DirListing(directory, ids, odd), errors
 
 
@@ -229,8 +227,6 @@ def _utf8_reason(data: bytes) -> str | None:
 
 def parse_doc_json(data: bytes) -> tuple[int, bytes] | str:
     """(created_at, text UTF-8 bytes) of one document file's content, or the reason it is bad."""
-    import orjson
-
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as e:
@@ -286,8 +282,6 @@ class _Read:
 
     @classmethod
     def of(cls, directory, ids: np.ndarray, names=None) -> "_Read":
-        from . import _docsio
-
         buf, spans, errnos, braced = _docsio.read_batch(directory, np.ascontiguousarray(ids, np.uint64), names)
         return cls(buf, np.frombuffer(spans, np.int64).reshape(-1, 2), np.frombuffer(errnos, np.int32),
                    np.frombuffer(braced, np.uint8))
@@ -297,16 +291,17 @@ class _Read:
         return bytes(memoryview(self.buffer)[a:z])
 
 
+class JsonDoc(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """A document file as msgspec decodes it: exactly ``text`` and ``created_at``."""
+
+    text: str
+    created_at: int
+
+
 @functools.lru_cache(maxsize=None)
 def _decoder():
     """The msgspec decoder of a JSON array of documents (built on first use)."""
-    import msgspec
-
-    class Doc(msgspec.Struct, forbid_unknown_fields=True, gc=False):
-        text: str
-        created_at: int
-
-    return msgspec.json.Decoder(list[Doc])
+    return msgspec.json.Decoder(list[JsonDoc])
 
 
 #: How many chunks (CHUNK_FILES files) `parse_json_files` took on the fast path / file by file.
@@ -318,20 +313,20 @@ def parse_batch_fast(read: _Read, ids: np.ndarray) -> DocBatch | None:
     be bad (then `parse_json_files` parses file by file, which says why).
 
     The batch is accepted only if no file failed to read, every file is braced ('{' ...
-    '}'), msgspec decodes the whole buffer as a list of ``Doc`` (a Struct of exactly
+    '}'), msgspec decodes the whole buffer as a list of `JsonDoc` (a Struct of exactly
     ``text: str`` and ``created_at: int``, unknown fields forbidden), the list has one
     element per file, the texts encode to UTF-8 and every created_at fits int64.
 
     Why that cannot accept a bad file (the per-file path's rules, one file at a time):
     files are joined by ``,\\n`` and a raw newline is illegal inside a JSON string, so
     the last '}' of every file is structural (a string holding it would have to close
-    after it, but only whitespace, ',' and the newline follow). A decoded Doc holds only a
+    after it, but only whitespace, ',' and the newline follow). A decoded JsonDoc holds only a
     string and an integer, so its only structural '}' is its end: no element spans two
     files (its first structural '}' comes at the latest at its file's last '}'), and each
     file's last '}' ends an element. So every file ends at least one element, and count
     equality means exactly one per file: each file is whitespace, one object, whitespace,
-    i.e. a valid JSON document on its own, which msgspec accepted as a Doc. What msgspec
-    accepts as a Doc orjson accepts with the same values (checked by tests/test_docs_json.py:
+    i.e. a valid JSON document on its own, which msgspec accepted as a JsonDoc. What msgspec
+    accepts as a JsonDoc orjson accepts with the same values (checked by tests/docs/test_docs_json.py:
     duplicate keys keep the last value in both; msgspec rejects invalid UTF-8, lone
     surrogate escapes, floats such as 1.0, booleans, null; it also type-checks an earlier
     duplicate that orjson would overwrite, which only sends a good file to the slow path);
@@ -471,19 +466,17 @@ def _parse_each(items: Iterable, chunks: _Chunks, on_bad_file: str, errors: list
         if isinstance(reason, str):
             errors.append(FileError(path, reason))
             if on_bad_file == "fail":
-                raise _fail(errors)
+                raise bad_file_error(errors)
             continue
         seen[doc_id] = path
         ids.append(doc_id)
         cas.append(reason[0])
         texts.append(reason[1])
-    return DocBatch._from_lists(ids, cas, texts), errors
+    return DocBatch.from_lists(ids, cas, texts), errors
 
 
 def doc_json(created_at: int, text: bytes) -> bytes:
     """The JSON file content of one document."""
-    import orjson
-
     return orjson.dumps({"text": text.decode("utf-8"), "created_at": int(created_at)})
 
 

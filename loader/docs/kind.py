@@ -14,6 +14,11 @@ range scan (tables.py).
 A keyed batch is a contiguous slice of the run's id-sorted plan, so every shard receives
 ascending id ranges. The kind also brings the documents' own ingest (ingest.py) and
 compaction (compact.py), and the reader behind `Dataset.get` / `scan` (access.py).
+
+Crash behaviour: a run's documents live in its table until its commit names them; a
+worker first drops what failed or killed runs left (`DocsWriter.prepare`: other runs'
+uncommitted tables, and in its own table the keys from its resume point on), so a
+resumed or new run writes over no leftover.
 """
 
 from __future__ import annotations
@@ -163,7 +168,7 @@ class DocsKind(Kind):
     # --- the kind's own ingest and compaction ---------------------------------------------
     def ingest_directory(self, spec, directory: str, *, pattern: str, **options):
         """`bulkload ingest` of a documents dataset (loader/docs/ingest.py)."""
-        from .ingest import ingest_docs  # cycle: ingest drives the load run, which uses this kind
+        from .ingest import ingest_docs  # heavy (the load machinery): readers load this plug-in too
 
         if pattern != "*":
             raise UsageError(f"--pattern does not apply to documents: ingest reads every <id>.json file of "
@@ -172,7 +177,7 @@ class DocsKind(Kind):
 
     def compact_dataset(self, spec, m, **options):
         """`bulkload compact` of a documents dataset: fold run tables (loader/docs/compact.py)."""
-        from .compact import compact_docs  # cycle: compaction's fold workers use this kind
+        from .compact import compact_docs  # heavy (worker pool, maintain): readers load this plug-in too
 
         return compact_docs(spec, m, **options)
 

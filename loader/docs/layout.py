@@ -5,6 +5,8 @@ an int64 epoch second, ``text`` UTF-8 of any length. A batch of documents is hel
 column-wise in a `DocBatch` (batch.py); one-per-document values are encoded by values.py;
 the generator (``gen://docs``) is gen.py, the JSON directory source json_dir.py and
 sources.py; the record kind that stores them is kind.py, the reader access.py.
+
+Pure description: nothing here writes a store or a file.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ class DocsLayout:
 
     @functools.cached_property
     def arrow_schema(self):
-        import pyarrow as pa
+        import pyarrow as pa  # heavy: only Arrow output needs it
 
         return pa.schema(
             [

@@ -9,6 +9,10 @@
 
 Both yield ``read_docs(offset, count) -> (DocBatch, [FileError])``. Registered with the
 core's source registry by loader/docs/__init__.py.
+
+Crash behaviour: a plan file is written atomically (a temporary file, fsynced, renamed,
+the directory fsynced): a resumed run finds the whole plan or none; it is removed once
+the run is committed (`committed`).
 """
 
 from __future__ import annotations

@@ -4,6 +4,10 @@ dictionaries, and the checksum of a batch's range scan.
 A keyed batch's manifest row carries the xxh3_64 of key1 value1 key2 value2 ... of its
 id range [lo, hi] in its table, in key order: what a range scan returns (a block's key
 is an id of the batch), so verify and resume recompute it with one range scan.
+
+Writes go through the caller's open shard store, one store operation each: a crash
+between dropping a run's table and its dictionary leaves an unused ``meta`` entry,
+which nothing reads.
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ schemas/docs.capnp, written by framing. With L = len(text)::
 messages built by pycapnp (any segment count, far pointers).
 
 ``raw``: 8 bytes created_at (i64 little-endian), then the text. The id is the key.
+
+Pure: nothing here writes a store or a file.
 """
 
 from __future__ import annotations
@@ -220,4 +222,4 @@ def decode_values(ids: Sequence[int], values: Sequence, fmt: str) -> DocBatch:
         _, c, t = decode_value(v, fmt, int(i))
         cas.append(c)
         texts.append(t)
-    return DocBatch._from_lists(list(ids), cas, texts)
+    return DocBatch.from_lists(list(ids), cas, texts)

@@ -70,12 +70,16 @@ from .report import log
 
 @dataclass
 class IngestReport:
+    """The report of `ingest`, of fixed-size records and of documents alike."""
+
     dataset: str
     directory: str
-    pattern: str
+    pattern: str | None  # None for documents (every <id>.json is read)
     run_id: str | None
     status: str  # done | nothing-to-do | failed
-    files: list[dict] = field(default_factory=list)  # ingested by this run: name, records, bytes
+    layout: str | None = None  # "docs" for documents, else None (the dataset's layout)
+    # ingested by this run: name, records (fixed-size records: batches, first_record too)
+    files: list[dict] = field(default_factory=list)
     skipped: list[dict] = field(default_factory=list)  # bad files: name, reason
     deferred: list[dict] = field(default_factory=list)  # still being written: name, reason
     already: int = 0  # files present that were ingested before
@@ -88,15 +92,21 @@ class IngestReport:
     error: str | None = None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """What ``--json`` prints: ``pattern`` only for fixed-size records, ``layout`` only
+        for documents."""
+        out = asdict(self)
+        for key in ("pattern", "layout"):
+            if out[key] is None:
+                del out[key]
+        return out
 
 
 def ingest(dataset: str, from_dir: str, *, pattern: str = "*", on_bad_file: str = "fail",
            layout: str | None = None, format: str | None = None, compression: str | None = None,
            shards: int | None = None, workers: int | None = None, batch_records: int | None = None,
            progress: str = "none", checkpoint_seconds: float | None = None,
-           checkpoint_bytes: int | None = None):
-    """Ingest the new files of ``from_dir``; an IngestReport (documents: DocsIngestReport)."""
+           checkpoint_bytes: int | None = None) -> IngestReport:
+    """Ingest the new files of ``from_dir``; an IngestReport."""
     t_start = time.perf_counter()
     request = Request(format=format, compression=compression, shards=shards, workers=workers,
                       batch_records=batch_records, progress=progress, fault=faults.from_env(), t_start=t_start)

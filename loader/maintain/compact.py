@@ -112,7 +112,7 @@ def compact_locked(spec, m: mf.Manifest, *, target_batch_records: int | None = N
     m.save(spec.root)
     k = m.shards
     before_batches = len(m.batches)
-    shard_bytes_before = _shard_bytes(spec, k)
+    shard_bytes_before = shard_bytes(spec, k)
     try:
         groups = plan_merge(m.batches, target)
         merged = any(len(g) > 1 for g in groups)
@@ -155,7 +155,8 @@ def per_shard(spec, k: int, fn) -> list:
     return out
 
 
-def _shard_bytes(spec, k: int) -> list[int]:
+def shard_bytes(spec, k: int) -> list[int]:
+    """Bytes on disk of every shard (0 for a shard that does not exist)."""
     return per_shard(spec, k, lambda st: st.nbytes())
 
 

@@ -12,7 +12,7 @@ import pytest
 from conftest import run_cli, stored_docs, tool
 
 import loader
-import loader.docs.ingest as docs_ingest
+import loader.docs.ledger as docs_ledger
 from loader.docs.gen import generate_docs
 from loader.docs.json_dir import write_json_dir
 from loader.errors import BadFileError
@@ -30,6 +30,12 @@ def docs(start, n, seed=SEED):
 
 def put(d, start, n, seed=SEED):
     write_json_dir(docs(start, n, seed), d)
+
+
+def files(start, n, but=()):
+    """What a report lists for the files <start>.json .. <start + n - 1>.json ingested
+    (one document each), but the ids ``but``."""
+    return [{"name": f"{i}.json", "records": 1} for i in range(start, start + n) if i not in but]
 
 
 def scan(uri):
@@ -64,18 +70,18 @@ def test_new_files_once_then_nothing_then_only_new(tmp_path, scheme):
     src, uri = tmp_path / "in", f"{scheme}://{tmp_path}/ds"
     put(src, 0, N)
     rep = ingest(uri, str(src), layout="docs", **KW)
-    assert (rep.status, rep.files, rep.records, rep.already, rep.skipped) == ("done", N, N, 0, [])
+    assert (rep.status, rep.files, rep.records, rep.already, rep.skipped) == ("done", files(0, N), N, 0, [])
     assert rep.bytes == docs(0, N).text_nbytes and rep.run_id
     assert scan(uri).equals(docs(0, N))
     # again: nothing new, nothing written (the layout comes from the manifest)
     before = manifest_state(uri)
     rep = ingest(uri, str(src), **KW)
-    assert (rep.status, rep.already, rep.files, rep.run_id) == ("nothing-to-do", N, 0, None)
+    assert (rep.status, rep.already, rep.files, rep.run_id) == ("nothing-to-do", N, [], None)
     assert manifest_state(uri) == before
     # new files arrive (the old ones stay): only they are loaded
     put(src, N, 120)
     rep = ingest(uri, str(src), **KW)
-    assert (rep.status, rep.files, rep.already) == ("done", 120, N)
+    assert (rep.status, rep.files, rep.already) == ("done", files(N, 120), N)
     assert scan(uri).equals(docs(0, N + 120))
     with loader.open(uri) as ds:
         kinds = [(r["kind"], r["status"], r["records"]) for r in ds.manifest.runs]
@@ -96,7 +102,7 @@ def test_changed_file_is_a_bad_file(tmp_path):
         ingest(uri, str(src), **KW)
     assert manifest_state(uri) == before  # fail: nothing of the run, not even a run record
     rep = ingest(uri, str(src), on_bad_file="skip", **KW)
-    assert (rep.files, rep.already) == (30, N - 1)
+    assert (rep.files, rep.already) == (files(N, 30), N - 1)
     assert [(s["name"], s["reason"][:43]) for s in rep.skipped] == [
         ("5.json", "already ingested, but its content changed (")]
     assert scan(uri).equals(docs(0, N + 30))  # the stored version stays
@@ -127,7 +133,7 @@ def test_touched_files_are_recorded_by_the_next_committing_run(tmp_path):
     assert ingest(uri, str(src), **KW).already == N
     put(src, N, 10)  # ... until a run commits: it records their new stat in its ledger
     rep = ingest(uri, str(src), **KW)
-    assert (rep.files, rep.already) == (10, N)
+    assert (rep.files, rep.already) == (files(N, 10), N)
     assert [(r["files"], r["plan"]) for r in ledgers(uri)] == [(N, N), (12, 10)]
     assert ingest(uri, str(src), **KW).already == N + 10
 
@@ -139,7 +145,7 @@ def test_ids_stored_by_load_are_compared(tmp_path):
     put(src, 200, 40)
     rewrite(src / "10.json", b'{"text": "other", "created_at": 1}')
     rep = ingest(uri, str(src), on_bad_file="skip", **KW)
-    assert (rep.files, rep.already, [s["name"] for s in rep.skipped]) == (40, 199, ["10.json"])
+    assert (rep.files, rep.already, [s["name"] for s in rep.skipped]) == (files(200, 40), 199, ["10.json"])
     assert scan(uri).equals(docs(0, 240))
     # the 199 files found equal are in this run's ledger: the next run reads none of them
     assert [(r["files"], r["plan"]) for r in ledgers(uri)] == [(239, 40)]
@@ -168,7 +174,7 @@ def test_bad_json(tmp_path):
     with loader.open(uri) as ds:
         assert ds.records == N and ds.manifest.runs[-1]["status"] == "failed"
     rep = ingest(uri, str(src), on_bad_file="skip", **KW)
-    assert (rep.files, rep.already) == (99, N)
+    assert (rep.files, rep.already) == (files(N, 100, but={N + 60}), N)
     assert [(s["name"], s["reason"][:12]) for s in rep.skipped] == [(f"{N + 60}.json", "invalid JSON")]
     # the skipped file's batch is not in the ledger: the bad file is reported again, not "already"
     assert ledgers(uri)[-1]["exclude"] == [[50, 100]]
@@ -177,7 +183,7 @@ def test_bad_json(tmp_path):
                                                                              [f"{N + 60}.json"])
     put(src, N + 60, 1)  # fixed: loaded by the next run
     rep = ingest(uri, str(src), **KW)
-    assert (rep.files, rep.already, rep.skipped) == (1, N + 99, [])
+    assert (rep.files, rep.already, rep.skipped) == (files(N + 60, 1), N + 99, [])
     assert scan(uri).equals(docs(0, N + 100))
 
 
@@ -188,7 +194,7 @@ def test_cli(tmp_path):
     assert p.returncode == 0, p.stderr
     rep = json.loads(p.stdout)
     assert {k: rep[k] for k in ("status", "layout", "files", "records", "already", "skipped", "deferred")} == {
-        "status": "done", "layout": "docs", "files": N, "records": N, "already": 0, "skipped": [], "deferred": []}
+        "status": "done", "layout": "docs", "files": files(0, N), "records": N, "already": 0, "skipped": [], "deferred": []}
     assert rep["run_id"] and rep["seconds"] > 0
     p = run_cli("ingest", uri, "--from", src)
     assert p.returncode == 0, p.stderr
@@ -250,7 +256,7 @@ def test_kill_then_rerun_is_byte_identical(tmp_path, point):
     p = run_cli("ingest", uri, "--from", src, *CLI_KW, "--json", "-q")
     assert p.returncode == 0, p.stderr
     rep = json.loads(p.stdout)
-    assert (rep["status"], rep["files"], rep["already"]) == ("done", 500, 100)
+    assert (rep["status"], rep["files"], rep["already"]) == ("done", files(100, 500), 100)
     assert (rep["resumed_records"] > 0) == mid
     got, want = stored_docs(uri), stored_docs(ref)
     assert got[0] == want[0] and got[1] == want[1] and got[2].equals(want[2])
@@ -262,13 +268,13 @@ def test_kill_then_rerun_is_byte_identical(tmp_path, point):
 
 
 def test_ledger_merge_and_damage(tmp_path, monkeypatch):
-    monkeypatch.setattr(docs_ingest, "LEDGER_MERGE", 3)
+    monkeypatch.setattr(docs_ledger, "LEDGER_MERGE", 3)
     src, uri = tmp_path / "in", f"lmdb://{tmp_path}/ds"
     root = parse_dataset_uri(uri).root
     for k in range(5):
         put(src, 40 * k, 40)
         rep = ingest(uri, str(src), layout="docs", **KW)
-        assert (rep.files, rep.already) == (40, 40 * k)
+        assert (rep.files, rep.already) == (files(40 * k, 40), 40 * k)
     refs = ledgers(uri)
     assert [r["files"] for r in refs] == [160, 40]  # run 4 merged the ledgers of runs 1-4
     assert refs[0]["file"].startswith("merged-")

@@ -14,7 +14,7 @@ from conftest import run_cli, shard_tables, tool
 
 import loader
 from loader.docs.batch import DocBatch, sort_by_id
-from loader.docs.compact import components, windows
+from loader.docs.fold import components, windows
 from loader.docs.gen import generate_docs
 from loader.docs.json_dir import write_json_dir
 from loader.errors import UsageError
