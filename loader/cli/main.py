@@ -24,6 +24,7 @@ from typer.exceptions import TyperException
 from ..errors import EXIT_FAILED, EXIT_USAGE, BulkloadError, Interrupted
 from ..infra import logs
 from ..infra.interrupts import stop_on_signals
+from ..model.runs import Run
 
 
 class OneLineErrors(TyperGroup):
@@ -244,9 +245,9 @@ def info(dataset: str = typer.Argument(...),
         t = Table(title="runs")
         for col in ("id", "kind", "status", "records", "seconds", "source / error"):
             t.add_column(col)
-        for r in d["runs"][-20:]:
-            t.add_row(r["id"], r["kind"], r["status"], f"{r.get('records', 0) or 0:,}",
-                      str(r.get("seconds", "")), r.get("error") or r.get("source", ""))
+        for r in map(Run.from_dict, d["runs"][-20:]):
+            t.add_row(r.id, r.kind, r.status, f"{r.records or 0:,}", "" if r.seconds is None else str(r.seconds),
+                      r.error or r.source or "")
         c.print(t)
     _exit_if_damaged(d)
 

@@ -320,10 +320,10 @@ def compact_docs(spec: StoreSpec, m: mf.Manifest, *, target_batch_records: int |
                        "documents_rewritten": 0, "text_bytes_rewritten": 0, "shards": shard_rep,
                        "fold_s": 0.0, "mb_per_s": 0.0, "seconds": round(time.perf_counter() - t0, 4)}
 
-    run = mf.new_run("compact", target_batch_records=target, layout="docs", shards_folded=sorted(plan))
-    table = kind.run_table(run["id"])
-    run["table"] = table
-    runs.supersede(m, None, by=run["id"])  # their pending batches may sit in tables dropped below
+    run = runs.new_run("compact", target_batch_records=target, layout="docs", shards_folded=sorted(plan))
+    table = kind.run_table(run.id)
+    run.table = table
+    runs.supersede(m, None, by=run.id)  # their pending batches may sit in tables dropped below
     m.runs.append(run)
     m.save(spec.root)
     try:
@@ -375,7 +375,7 @@ def compact_docs(spec: StoreSpec, m: mf.Manifest, *, target_batch_records: int |
         m.save(spec.root)  # the switch
         faults.hit("docs-switched")
     except BaseException as e:
-        if run["status"] != "done":
+        if run.status != "done":
             from ..maintain.compact import UNCHANGED
 
             e = runs.stop(run, e, UNCHANGED)
@@ -423,7 +423,7 @@ def compact_docs(spec: StoreSpec, m: mf.Manifest, *, target_batch_records: int |
     after = sum(r["bytes_after"] for r in shard_rep)
     run.update(bytes_before=base["bytes_before"], bytes_after=after, seconds=round(seconds, 3))
     m.save(spec.root)
-    return base | {"run_id": run["id"], "status": "done", "merged": True, "batches_after": len(m.batches),
+    return base | {"run_id": run.id, "status": "done", "merged": True, "batches_after": len(m.batches),
                    "tables_after": max(r["tables_after"] for r in shard_rep), "bytes_after": after,
                    "documents_rewritten": ndocs, "text_bytes_rewritten": text, "shards": shard_rep,
                    "fold_s": round(fold_s, 4), "mb_per_s": round(text / max(fold_s, 1e-9) / 1e6, 1),

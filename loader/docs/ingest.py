@@ -247,7 +247,7 @@ def ingest_docs(spec, directory: str, *, settings, on_bad_file: str) -> DocsInge
         write_ledger(os.path.join(spec.root, LEDGER_DIR, led_name), mine.ids, mine.sizes, mine.mtimes,
                      len(plan_ids))
 
-        def on_commit(m2: mf.Manifest, unit, run: dict) -> None:
+        def on_commit(m2: mf.Manifest, unit, run) -> None:
             _commit_ledger(spec.root, m2, unit, run, led_name, (mine, len(plan_ids)), ledger)
 
         planned = SourcePlan(src, len(new), fp, new, tuple(skipped))
@@ -273,10 +273,10 @@ def _still_bad(m: mf.Manifest | None, directory: str, new, skipped: list, on_bad
     empty run."""
     last = None
     for r in reversed(runs.current(m)) if m is not None else ():
-        if r.get("kind") in ("ingest", "load") and r.get("source") == directory and r.get("status") == "done":
+        if r.kind in ("ingest", "load") and r.source == directory and r.status == "done":
             last = r
             break
-    was_bad = {f["path"] for f in (last or {}).get("skipped") or []}
+    was_bad = {f["path"] for f in (last.skipped if last is not None else None) or []}
     if not was_bad:
         return new, skipped
     retry = [e for e in new if e[1] in was_bad]
@@ -330,7 +330,7 @@ def _plan_ledger(root: str, m: mf.Manifest | None, fp: str, plan_ids: np.ndarray
     return (name, *stat_of(plan_ids))
 
 
-def _commit_ledger(root: str, m: mf.Manifest, unit, run: dict, name: str, mine: tuple["Ledger", int],
+def _commit_ledger(root: str, m: mf.Manifest, unit, run, name: str, mine: tuple["Ledger", int],
                    before: Ledger) -> None:
     """Name this run's ledger file (``mine``: written and fsynced before the run) in the
     manifest being committed; plan positions of batches that stored fewer documents than
@@ -340,16 +340,16 @@ def _commit_ledger(root: str, m: mf.Manifest, unit, run: dict, name: str, mine: 
     exclude = [[e.first - unit.first_record, e.first - unit.first_record + e.count]
                for e in rows if e.records < e.count]
     refs = list(m.extra.get(LEDGER_KEY) or [])
-    ref = {"file": name, "run": run["id"], "files": len(mine[0].ids), "plan": mine[1], "exclude": exclude}
+    ref = {"file": name, "run": run.id, "files": len(mine[0].ids), "plan": mine[1], "exclude": exclude}
     if len(refs) + 1 > LEDGER_MERGE:
         merged = Ledger.latest([before, _effective(ref, mine)])
-        mname = f"merged-{run['id']}.ledger"
+        mname = f"merged-{run.id}.ledger"
         try:
             write_ledger(os.path.join(root, LEDGER_DIR, mname), merged.ids, merged.sizes, merged.mtimes, 0)
         except OSError:
             pass
         else:
-            refs, ref = [], {"file": mname, "run": run["id"], "files": len(merged.ids), "plan": 0, "exclude": []}
+            refs, ref = [], {"file": mname, "run": run.id, "files": len(merged.ids), "plan": 0, "exclude": []}
     m.extra[LEDGER_KEY] = refs + [ref]
 
 
