@@ -43,7 +43,7 @@ def test_report_fields_and_manifest_agree(tmp_path, strategy, stages):
         assert d["spill_runs"] == 0
     else:
         assert d["workers"] == {"scan": 0, "partition": 2, "build": 2} and d["windows"] is None
-        assert d["spill_runs"] == run["spill_runs"] == 2 and d["strategy_reason"] == "strategy spill"
+        assert d["spill_runs"] == run.spill_runs == 2 and d["strategy_reason"] == "strategy spill"
 
 
 def test_cli_json_is_the_report(tmp_path):
