@@ -77,6 +77,7 @@ from ..model import manifest as mf
 from ..model.chunk_index import INDEX_DIR, TABLE_PREFIX, index_columns, index_file, warm_up_writer, write_index
 from ..model.layouts import Layout
 from ..model.options import MAX_WORKERS, check_count, default_workers
+from ..model.runs import Run, new_run
 from ..model.runs import stop as stop_run
 from ..serializers import get_serializer
 from ..stores.health import require_shards
@@ -135,7 +136,7 @@ class _Build:
     spec: StoreSpec
     m: mf.Manifest
     plan: FinalizePlan
-    run: dict  # the manifest's run entry
+    run: Run  # the manifest's run entry
     table: str
     spill: str  # the run's spill directory
     compact_report: dict | None  # the compaction's report (to_dict())
@@ -224,17 +225,17 @@ def _begin(spec: StoreSpec, dataset_uri: str, plan: FinalizePlan) -> _Build:
                                         workers=plan.options.workers).to_dict()
         m = mf.load_manifest(spec.root, dataset_uri)
     a = plan.array
-    run = mf.new_run("finalize", array=a.name, dims=a.dims_text, duplicates=a.policy, workers=None)
+    run = new_run("finalize", array=a.name, dims=a.dims_text, duplicates=a.policy, workers=None)
     m.runs.append(run)
     m.save(spec.root)
     for leftover in os.listdir(spec.root):  # spill dirs of crashed runs (we hold the lock)
         if leftover.startswith(SPILL_PREFIX):
             shutil.rmtree(os.path.join(spec.root, leftover), ignore_errors=True)
     collect_index_garbage(spec.root, m)
-    spill = os.path.join(spec.root, f"{SPILL_PREFIX}{run['id']}")
+    spill = os.path.join(spec.root, f"{SPILL_PREFIX}{run.id}")
     os.makedirs(spill)
     os.makedirs(os.path.join(spec.root, INDEX_DIR), exist_ok=True)
-    return _Build(spec, m, plan, run, f"{TABLE_PREFIX}{a.name}-{run['id']}", spill, compact_report)
+    return _Build(spec, m, plan, run, f"{TABLE_PREFIX}{a.name}-{run.id}", spill, compact_report)
 
 
 def _build_array(b: _Build) -> np.ndarray:
@@ -249,8 +250,8 @@ def _build_array(b: _Build) -> np.ndarray:
         faults.hit("scanned")
         if b.windows is None:
             _partition(b)
-        b.run["workers"] = max(len(b.groups), b.nbuild)
-        b.run["strategy"] = "direct" if b.windows is not None else "spill"
+        b.run.workers = max(len(b.groups), b.nbuild)
+        b.run.strategy = "direct" if b.windows is not None else "spill"
         _build(b)
         return _write_index(b)
     except BaseException as e:
@@ -335,7 +336,7 @@ def _commit(b: _Build, totals: IndexTotals, t_start: float) -> dict:
     m, run = b.m, b.run
     old = m.arrays.get(summary["name"])
     seconds = time.perf_counter() - t_start
-    with interrupts.held(lambda: f"run {run['id']} had finished: array {summary['name']!r} was committed"):
+    with interrupts.held(lambda: f"run {run.id} had finished: array {summary['name']!r} was committed"):
         m.arrays[summary["name"]] = summary
         if old is not None:
             retire_array(m, old)
@@ -373,7 +374,7 @@ def _summary(b: _Build, totals: IndexTotals) -> dict:
         "built_from_batches": len(m.batches),
         "dropped": int(sum(rc.dropped for rc in b.build)),
         "dropped_hash": int(sum(rc.dropped_hash for rc in b.build) % 2**64),
-        "run_id": b.run["id"],
+        "run_id": b.run.id,
         "created": time.time(),
     }
 
@@ -383,10 +384,10 @@ def _report(b: _Build, summary: dict, totals: IndexTotals, t_start: float) -> Fi
     total = summary["built_from_records"]
     nbytes = total * b.m.layout_obj.record_size
     return FinalizeReport(
-        dataset=b.spec.uri, array=summary["name"], run_id=b.run["id"], dims=summary["dims"],
+        dataset=b.spec.uri, array=summary["name"], run_id=b.run.id, dims=summary["dims"],
         policy=summary["policy"], records=total, bytes=nbytes, cells=totals.cells, chunks=totals.chunks,
         pieces=totals.pieces, dropped=summary["dropped"], bounds=totals.bounds, stored_bytes=totals.bytes,
-        strategy=b.run["strategy"], strategy_reason=b.why,
+        strategy=b.run.strategy, strategy_reason=b.why,
         windows=sum(len(v) for v in b.windows.values()) if b.windows is not None else None,
         spill_runs=len(b.runs),
         workers={"scan": len(b.scan), "partition": len(b.partition), "build": b.nbuild},

@@ -27,6 +27,7 @@ from ..infra import env, logs
 from ..infra.env import flag
 from ..infra.interrupts import stop_on_signals
 from ..infra.outputs import open_output
+from ..model.runs import Run
 
 
 class OneLineErrors(TyperGroup):
@@ -239,9 +240,9 @@ def info(dataset: str = typer.Argument(...),
         t = Table(title="runs")
         for col in ("id", "kind", "status", "records", "seconds", "source / error"):
             t.add_column(col)
-        for r in d["runs"][-20:]:
-            t.add_row(r["id"], r["kind"], r["status"], f"{r.get('records', 0) or 0:,}",
-                      str(r.get("seconds", "")), r.get("error") or r.get("source", ""))
+        for r in map(Run.from_dict, d["runs"][-20:]):
+            t.add_row(r.id, r.kind, r.status, f"{r.records or 0:,}", "" if r.seconds is None else str(r.seconds),
+                      r.error or r.source or "")
         c.print(t)
     _exit_if_damaged(d)
 

@@ -47,6 +47,7 @@ from ..maintain.garbage import collect_garbage, held_tables, retire_doc_tables
 from ..model import manifest as mf
 from ..model import runs
 from ..model.options import default_workers
+from ..model.runs import Run
 from ..stores.spec import StoreSpec
 from .fold import FoldTask, ShardFold, clear_leftovers, fold_worker, open_writer
 from .layout import DOCS
@@ -141,10 +142,10 @@ def compact_docs(spec: StoreSpec, m: mf.Manifest, *, target_batch_records: int |
         return _report(base, rows, m, None, None, time.perf_counter() - t0)
     run = _start_run(spec, m, plan)
     try:
-        folds = _fold(spec, m, plan, run["table"], progress, workers)
+        folds = _fold(spec, m, plan, run.table, progress, workers)
         _switch(spec, m, plan, run, folds)
     except BaseException as e:
-        if run["status"] != "done":
+        if run.status != "done":
             e = runs.stop(run, e, UNCHANGED)
             m.save(spec.root)
         raise e from None
@@ -156,16 +157,16 @@ def compact_docs(spec: StoreSpec, m: mf.Manifest, *, target_batch_records: int |
     run.update(bytes_before=base["bytes_before"], bytes_after=sum(r["bytes_after"] for r in rows),
                seconds=round(seconds, 3))
     m.save(spec.root)
-    return _report(base, rows, m, run["id"], folds, seconds)
+    return _report(base, rows, m, run.id, folds, seconds)
 
 
 def _start_run(spec: StoreSpec, m: mf.Manifest, plan: CompactPlan) -> dict:
     """Record the compaction's run (and its new table) in the manifest; unfinished loads
     and ingests are superseded."""
-    run = mf.new_run("compact", target_batch_records=plan.target, layout="docs", shards_folded=plan.folded)
-    table = plan.kind.run_table(run["id"])
-    run["table"] = table
-    runs.supersede(m, None, by=run["id"])  # their pending batches may sit in tables dropped below
+    run = runs.new_run("compact", target_batch_records=plan.target, layout="docs", shards_folded=plan.folded)
+    table = plan.kind.run_table(run.id)
+    run.table = table
+    runs.supersede(m, None, by=run.id)  # their pending batches may sit in tables dropped below
     m.runs.append(run)
     m.save(spec.root)
     return run
@@ -214,7 +215,7 @@ def _new_entries(m: mf.Manifest, plan: CompactPlan, folds: Folds) -> list[mf.Bat
     return new
 
 
-def _switch(spec: StoreSpec, m: mf.Manifest, plan: CompactPlan, run: dict, folds: Folds) -> None:
+def _switch(spec: StoreSpec, m: mf.Manifest, plan: CompactPlan, run: Run, folds: Folds) -> None:
     """One manifest write: the folded shards' batches replaced by the new ones, their old
     tables listed as garbage, the run done."""
     new = _new_entries(m, plan, folds)

@@ -53,6 +53,7 @@ from ..loading.run import load_locked
 from ..maintain.garbage import start_writing
 from ..model import manifest as mf
 from ..model import runs
+from ..model.runs import Run
 from ..read.dataset import Dataset
 from ..sources import SourcePlan
 from ..stores.health import require_shards
@@ -136,7 +137,7 @@ def _load_new(spec: StoreSpec, m: mf.Manifest | None, src: JsonDirSource, found:
     plan_ids = found.new.ids
     name, mine = write_run_ledger(spec.root, m, fp, plan_ids, found.verified, found.stat_of)
 
-    def on_commit(m2: mf.Manifest, unit, run: dict) -> None:
+    def on_commit(m2: mf.Manifest, unit, run: Run) -> None:
         commit_ledger(spec.root, m2, unit, run, name, (mine, len(plan_ids)), found.ledger)
 
     planned = SourcePlan(src, len(found.new), fp, found.new, tuple(found.skipped))
@@ -174,10 +175,10 @@ def _still_bad(m: mf.Manifest | None, directory: str, new, skipped: list, on_bad
     empty run."""
     last = None
     for r in reversed(runs.current(m)) if m is not None else ():
-        if r.get("kind") in ("ingest", "load") and r.get("source") == directory and r.get("status") == "done":
+        if r.kind in ("ingest", "load") and r.source == directory and r.status == "done":
             last = r
             break
-    was_bad = {f["path"] for f in (last or {}).get("skipped") or []}
+    was_bad = {f["path"] for f in last.skipped or []} if last is not None else set()
     if not was_bad:
         return new, skipped
     retry = [e for e in new if e[1] in was_bad]

@@ -29,6 +29,7 @@ import xxhash
 
 from ..infra.fsatomic import fsync_dir
 from ..model import manifest as mf
+from ..model.runs import Run
 
 LEDGER_DIR = ".ingest"
 LEDGER_KEY = "ingest_ledgers"  # in the manifest: [{file, run, files, plan, exclude}]
@@ -172,7 +173,7 @@ def write_run_ledger(root: str, m: mf.Manifest | None, fp: str, plan_ids: np.nda
     return name, mine
 
 
-def commit_ledger(root: str, m: mf.Manifest, unit, run: dict, name: str, mine: tuple[Ledger, int],
+def commit_ledger(root: str, m: mf.Manifest, unit, run: Run, name: str, mine: tuple[Ledger, int],
                   before: Ledger) -> None:
     """Name this run's ledger file (``mine``: written and fsynced before the run) in the
     manifest being committed; plan positions of batches that stored fewer documents than
@@ -182,14 +183,14 @@ def commit_ledger(root: str, m: mf.Manifest, unit, run: dict, name: str, mine: t
     exclude = [[e.first - unit.first_record, e.first - unit.first_record + e.count]
                for e in rows if e.records < e.count]
     refs = list(m.extra.get(LEDGER_KEY) or [])
-    ref = {"file": name, "run": run["id"], "files": len(mine[0].ids), "plan": mine[1], "exclude": exclude}
+    ref = {"file": name, "run": run.id, "files": len(mine[0].ids), "plan": mine[1], "exclude": exclude}
     if len(refs) + 1 > LEDGER_MERGE:
         merged = Ledger.latest([before, _effective(ref, mine)])
-        mname = f"merged-{run['id']}.ledger"
+        mname = f"merged-{run.id}.ledger"
         try:
             write_ledger(os.path.join(root, LEDGER_DIR, mname), merged.ids, merged.sizes, merged.mtimes, 0)
         except OSError:
             pass
         else:
-            refs, ref = [], {"file": mname, "run": run["id"], "files": len(merged.ids), "plan": 0, "exclude": []}
+            refs, ref = [], {"file": mname, "run": run.id, "files": len(merged.ids), "plan": 0, "exclude": []}
     m.extra[LEDGER_KEY] = refs + [ref]

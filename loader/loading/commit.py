@@ -37,6 +37,7 @@ from ..infra import faults
 from ..kinds import FixedKind
 from ..model import manifest as mf
 from ..model.manifest import BatchEntry
+from ..model.runs import Run
 from ..stores.spec import StoreSpec
 from .messages import Checkpoint
 from .plan import Plan
@@ -113,7 +114,7 @@ def _intact_prefix(spec: StoreSpec, plan: Plan, s: int, cand: dict, check, end: 
 class Committer:
     """Tracks durable batches of a run and commits its units in order."""
 
-    def __init__(self, root: str, m: mf.Manifest, run: dict, units: list[Unit], keep: list[BatchEntry],
+    def __init__(self, root: str, m: mf.Manifest, run: Run, units: list[Unit], keep: list[BatchEntry],
                  record_pending: bool = True):
         self.root, self.m, self.run, self.units = root, m, run, units
         self.durable: dict[int, BatchEntry] = {e.seq: e for e in keep}
@@ -121,8 +122,10 @@ class Committer:
         self.stopped: str | None = None  # a unit refused to commit (e.g. its file changed)
         self.record_pending = record_pending
         self.committed_units: list[Unit] = []
-        run.setdefault("records", 0)
-        run.setdefault("batches", 0)
+        if not run.has("records"):
+            run.records = 0
+        if not run.has("batches"):
+            run.batches = 0
 
     @property
     def complete(self) -> bool:
@@ -163,8 +166,8 @@ class Committer:
         self.m.batches.extend(entries)
         if entries:
             self.m.mark_arrays_stale()
-        self.run["records"] += sum(e.records for e in entries)
-        self.run["batches"] += len(entries)
+        self.run.records += sum(e.records for e in entries)
+        self.run.batches += len(entries)
         if u.on_commit is not None:
             u.on_commit(self.m, u)
         self.committed_units.append(u)
@@ -172,7 +175,7 @@ class Committer:
 
     def save(self) -> None:
         if self.record_pending:
-            self.run["pending"] = pending_rows(self.durable.values())
+            self.run.pending = pending_rows(self.durable.values())
         self.m.save(self.root)
 
     def save_quietly(self) -> None:

@@ -29,6 +29,7 @@ from typing import Callable
 
 from ..errors import ChangedInputError
 from ..model import runs
+from ..model.runs import Run
 
 
 @dataclass(frozen=True)
@@ -37,20 +38,20 @@ class FilePlan:
     offset: int  # first record of the file the run loads
     count: int  # records it loads
     fingerprint: str  # of the file's first offset + count records
-    prev: dict | None  # the run resumed, or the finished run this one continues (or repeats)
+    prev: Run | None  # the run resumed, or the finished run this one continues (or repeats)
 
     @property
     def end(self) -> int:
         return self.offset + self.count
 
 
-def extent_end(run: dict) -> int:
+def extent_end(run: Run) -> int:
     """The record of the file just after the extent a run planned."""
-    return int(run.get("source_offset", 0)) + int(run.get("total") or 0)
+    return int(run.source_offset or 0) + int(run.total or 0)
 
 
-def plan_file_run(m, src, layout, *, new_run: bool, considered: Callable[[dict], bool],
-                  resumable: Callable[[dict], bool]) -> FilePlan:
+def plan_file_run(m, src, layout, *, new_run: bool, considered: Callable[[Run], bool],
+                  resumable: Callable[[Run], bool]) -> FilePlan:
     """The extent of a `load FILE` run into a dataset with manifest ``m`` (None: new).
 
     ``considered(run)``: which of the dataset's current runs describe it (a `--replace`
@@ -58,31 +59,30 @@ def plan_file_run(m, src, layout, *, new_run: bool, considered: Callable[[dict],
     file be taken up again (runs.load_resumable). Raises ChangedInputError when the file
     changed since the last run that loaded it."""
     n = src.count(layout)  # whole records (a partial trailing record fails here)
-    mine = [r for r in (runs.current(m) if m is not None else []) if r.get("kind") == "load"
-            and r.get("source") == src.uri and considered(r)]
+    mine = [r for r in (runs.current(m) if m is not None else []) if r.kind == "load"
+            and r.source == src.uri and considered(r)]
     if new_run or not mine:
         return FilePlan("new", 0, n, src.fingerprint(layout, n), None)
-    done = next((r for r in reversed(mine) if r.get("status") == "done"), None)
+    done = next((r for r in reversed(mine) if r.status == "done"), None)
     last = mine[-1]
-    if last is not done and last.get("status") in runs.UNFINISHED and resumable(last):
+    if last is not done and last.status in runs.UNFINISHED and resumable(last):
         end = extent_end(last)
-        if end <= n and src.fingerprint(layout, end) == last.get("fingerprint"):
-            return FilePlan("resume", int(last.get("source_offset", 0)), int(last.get("total") or 0),
-                            last["fingerprint"], last)
+        if end <= n and src.fingerprint(layout, end) == last.fingerprint:
+            return FilePlan("resume", int(last.source_offset or 0), int(last.total or 0), last.fingerprint, last)
     if done is None:  # only runs that never committed: the file is new to the dataset
         return FilePlan("new", 0, n, src.fingerprint(layout, n), None)
     end = extent_end(done)
-    if end > n or src.fingerprint(layout, end) != done.get("fingerprint"):
+    if end > n or src.fingerprint(layout, end) != done.fingerprint:
         raise ChangedInputError(changed_message(src.uri, done, end, n, layout.record_size))
     if n == end:
-        return FilePlan("already-loaded", end, 0, done["fingerprint"], done)
+        return FilePlan("already-loaded", end, 0, done.fingerprint, done)
     return FilePlan("appended", end, n - end, src.fingerprint(layout, n), done)
 
 
-def changed_message(path: str, done: dict, end: int, n: int, rs: int) -> str:
+def changed_message(path: str, done: Run, end: int, n: int, rs: int) -> str:
     what = (f"it now holds {n:,} records, fewer than the {end:,} loaded" if end > n
             else f"its first {end:,} records ({end * rs:,} bytes) are not the ones loaded")
-    return (f"{path} changed since run {done['id']} loaded it ({what}); nothing was loaded - use --new-run to "
+    return (f"{path} changed since run {done.id} loaded it ({what}); nothing was loaded - use --new-run to "
             "load all of it again as new records, or --replace to start the dataset over with it")
 
 

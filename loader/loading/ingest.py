@@ -47,6 +47,7 @@ from ..maintain.garbage import start_writing
 from ..model import manifest as mf
 from ..model import runs
 from ..model.layouts import get_layout
+from ..model.runs import PlanFile, Run
 from ..sources import refuse_pseudo_file
 from ..stores.health import require_shards
 from ..stores.spec import StoreSpec, parse_dataset_uri
@@ -143,7 +144,7 @@ def _ingest(spec: StoreSpec, settings: RunSettings, directory: str, pattern: str
         require_shards(spec, m)
         # the interrupted run's plan, as far as its files are unchanged
         prev, kept_plan = resumable_plan(m, directory, pattern, settings.run_options()) if m is not None else (None, [])
-        scan = classify(listing, m, {e["name"] for e in kept_plan}, settings.layout.record_size)
+        scan = classify(listing, m, {e.name for e in kept_plan}, settings.layout.record_size)
         report.already, report.deferred = scan.already, scan.deferred
         first_bad = _set_bad_aside(report, scan, on_bad_file, progress)
         if not kept_plan and not scan.new:
@@ -153,7 +154,7 @@ def _ingest(spec: StoreSpec, settings: RunSettings, directory: str, pattern: str
             log(progress, f"ingest {directory}: nothing new ({report.already} files already ingested)",
                 event="nothing-to-do", already=report.already)
             return report
-        b = prev["batch_records"] if prev is not None else settings.batch_records
+        b = prev.batch_records if prev is not None else settings.batch_records
         if m is None or not m.batches:
             m = fresh_manifest(m, spec, settings, b)
         ingest_run = _IngestRun(spec, settings, m, report, directory, pattern, on_bad_file, b)
@@ -196,13 +197,13 @@ class _IngestRun:
         self.directory, self.pattern, self.on_bad_file, self.b = directory, pattern, on_bad_file, b
         self.excluded: set[str] = set()  # bad files the workers found (skip)
         # the current attempt's (`start`)
-        self.run_record: dict = {}
+        self.run_record: Run | None = None
         self.plan: Plan | None = None
         self.resume: tuple = ()
         self.units: list = []
         self.committer: Committer | None = None
 
-    def run(self, prev: dict | None, kept_plan: list[dict], new: list[Candidate],
+    def run(self, prev: Run | None, kept_plan: list[PlanFile], new: list[Candidate],
             first_bad: InputError | None) -> IngestReport:
         while True:
             plan = number_files(kept_plan, [c for c in new if c.name not in self.excluded], self.m, self.b,
@@ -212,38 +213,38 @@ class _IngestRun:
             if got.retry is None:
                 return self.commit(got, first_bad)
             new, kept_plan, prev = got.retry, [], self.run_record  # the rest is renumbered: nothing kept
-            self.run_record["pending"] = []
+            self.run_record.pending = []
 
-    def start(self, prev: dict | None, plan: list[dict], nkept: int) -> None:
+    def start(self, prev: Run | None, plan: list[PlanFile], nkept: int) -> None:
         """The run record (the interrupted one, restarted, or a new one) and its committer."""
         m, settings, progress = self.m, self.settings, self.settings.progress
         if prev is not None:
             run = prev
             runs.restart(run)
         else:
-            run = mf.new_run("ingest", source=f"{self.directory}/{self.pattern}", directory=self.directory,
+            run = runs.new_run("ingest", source=f"{self.directory}/{self.pattern}", directory=self.directory,
                              pattern=self.pattern, workers=settings.nworkers)
             run.update(batch_records=self.b, resumable=True, **settings.run_options())
             m.runs.append(run)
         run.update(plan=plan, first_seq=m.next_seq, first_record=m.next_record, workers=settings.nworkers)
-        self.run_record, self.report.run_id = run, run["id"]
-        gone = runs.supersede(m, run, by=run["id"])
+        self.run_record, self.report.run_id = run, run.id
+        gone = runs.supersede(m, run, by=run.id)
         if gone:
             log(progress, f"discarding the unfinished run(s) {', '.join(gone)}", superseded=gone)
         self.plan = Plan(tuple(segments_of(plan, self.directory)), self.b, settings.shards, m.next_seq, m.next_record)
         if prev is not None:
-            self.resume, keep = resume_points(self.spec, self.plan, run.get("pending") or [])
+            self.resume, keep = resume_points(self.spec, self.plan, run.pending or [])
             self.report.resumed_records = sum(e.count for e in keep)
-            log(progress, f"resuming ingest run {run['id']}: {nkept} file(s) of its plan unchanged, "
-                f"{len(keep)} durable batches kept", run=run["id"], event="resume")
+            log(progress, f"resuming ingest run {run.id}: {nkept} file(s) of its plan unchanged, "
+                f"{len(keep)} durable batches kept", run=run.id, event="resume")
         else:
             self.resume, keep = (), []
-        log(progress, f"ingest {len(plan)} file(s) from {self.directory} into {self.spec.uri}: run {run['id']}",
-            run=run["id"], files=[e["name"] for e in plan], event="start")
-        self.units = [file_unit(e, self.b, run["id"], self.directory) for e in plan]
+        log(progress, f"ingest {len(plan)} file(s) from {self.directory} into {self.spec.uri}: run {run.id}",
+            run=run.id, files=[e.name for e in plan], event="start")
+        self.units = [file_unit(e, self.b, run.id, self.directory) for e in plan]
         self.committer = Committer(self.spec.root, m, run, self.units, keep)
 
-    def attempt(self, plan: list[dict]) -> _Attempt:
+    def attempt(self, plan: list[PlanFile]) -> _Attempt:
         """Run the workers. A bad file under ``skip`` is set aside (retry the files after
         it); an error that is not bad input stops the run (raised, the run recorded)."""
         committer, run, settings = self.committer, self.run_record, self.settings
@@ -254,7 +255,7 @@ class _IngestRun:
         except BaseException as e:
             _collect(self.report, committer)
             if committer.complete:  # every file was committed before the error
-                log(settings.progress, f"run {run['id']}: every file was committed before this error: {e}",
+                log(settings.progress, f"run {run.id}: every file was committed before this error: {e}",
                     level="warning")
                 return _Attempt(late=e)
             name, err = _bad_input(e, self.directory) if isinstance(e, WorkerError) else (None, None)
@@ -271,7 +272,7 @@ class _IngestRun:
 
     def finished(self) -> str:
         report = self.report
-        return (f"run {self.run_record['id']} had finished: {len(report.files)} file(s) ({report.records:,} "
+        return (f"run {self.run_record.id} had finished: {len(report.files)} file(s) ({report.records:,} "
                 "records) were committed")
 
     def commit(self, got: _Attempt, first_bad: InputError | None) -> IngestReport:
@@ -290,14 +291,14 @@ class _IngestRun:
                         skipped=[s["name"] for s in report.skipped], deferred=[d["name"] for d in report.deferred])
             if first_bad is not None:
                 runs.fail(run, first_bad)
-                run.pop("pending", None)
-                run["resumable"] = False
+                run.drop("pending")
+                run.resumable = False
             self.m.save(self.spec.root)
         report.status = "failed" if first_bad is not None else "done"
         report.seconds = round(seconds, 4)
         report.mb_per_s = round(report.bytes / seconds / 1e6, 2) if seconds > 0 else 0.0
         log(self.settings.progress, f"ingested {len(report.files)} file(s), {report.records:,} records into "
-            f"{self.spec.uri} (run {run['id']})", run=run["id"], stage="ingest", files=len(report.files),
+            f"{self.spec.uri} (run {run.id})", run=run.id, stage="ingest", files=len(report.files),
             records=report.records, event="done")
         if isinstance(got.late, KeyboardInterrupt):
             late = Interrupted.of(got.late)

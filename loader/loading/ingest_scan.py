@@ -30,6 +30,7 @@ from ..errors import (
 )
 from ..infra import faults
 from ..model import manifest as mf
+from ..model.runs import PlanFile
 from ..sources import hash_file
 
 
@@ -141,7 +142,7 @@ def changed(c: Candidate, done: dict) -> ChangedInputError | None:
         "must not change - write new data to a new file name, or move this one away")
 
 
-def listing_for(plan: list[dict], directory: str, committed: set[str], excluded: set[str]) -> list[Candidate]:
+def listing_for(plan: list[PlanFile], directory: str, committed: set[str], excluded: set[str]) -> list[Candidate]:
     """The plan's files not yet committed, as candidates for a new plan (same identity)."""
-    return [Candidate(e["name"], os.path.join(directory, e["name"]), e["size"], e["mtime_ns"], e["xxh3"])
-            for e in plan if e["name"] not in committed and e["name"] not in excluded]
+    return [Candidate(e.name, os.path.join(directory, e.name), e.size, e.mtime_ns, e.xxh3)
+            for e in plan if e.name not in committed and e.name not in excluded]

@@ -127,6 +127,6 @@ def _check_space(spec: StoreSpec, existing: mf.Manifest | None, job: LoadJob) ->
         except BulkloadError:
             pass  # refused under the lock, with its own message
     if prev is not None:
-        todo = 0 if prev.get("status") == "done" else todo - sum(e.count for e in pending_entries(prev.get("pending")))
+        todo = 0 if prev.status == "done" else todo - sum(e.count for e in pending_entries(prev.pending))
     space.check_space(spec.root, kind.min_stored_bytes(src, todo),
                       f"loading {todo:,} records of {src.uri} into {spec.uri}")

@@ -54,7 +54,7 @@ def load_replacing(spec: StoreSpec, m: mf.Manifest | None, job: LoadJob) -> Load
     with DatasetLock(sib.root):
         if sm is None:
             sm = fresh_manifest(None, sib, job.settings, job.settings.batch_records)
-            sm.runs = [dict(r) for r in (m.runs if m else [])]
+            sm.runs = [r.copy() for r in (m.runs if m else [])]
         else:
             runs.mark_interrupted(sm)
         report = load_locked(sib, sm, dataclasses.replace(job, replace=True, replaces=old_id))
@@ -71,8 +71,8 @@ def _resumable_build(sm: mf.Manifest, job: LoadJob, old_id: str | None) -> bool:
     replacing the same dataset)? Else it is built again."""
     r = sm.runs[-1] if sm.runs else None
     planned = job.planned
-    return bool(r and part_of_build(r, old_id) and r.get("source") == planned.uri
-                and r.get("fingerprint") == planned.fingerprint and planned.fingerprint is not None
+    return bool(r and part_of_build(r, old_id) and r.source == planned.uri
+                and r.fingerprint == planned.fingerprint and planned.fingerprint is not None
                 and not job.new_run)
 
 

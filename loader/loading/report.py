@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 from ..infra import logs
 from ..model.manifest import BatchEntry
+from ..model.runs import Run
 from ..stores.spec import StoreSpec
 from .job import RunSettings
 from .messages import LoadReceipt, stage_figures
@@ -88,7 +89,7 @@ def text_bytes_of(entries) -> int:
     return sum(e.text_bytes or 0 for e in entries)
 
 
-def make_report(spec: StoreSpec, settings: RunSettings, run: dict, output: RunOutput, *, source: str,
+def make_report(spec: StoreSpec, settings: RunSettings, run: Run, output: RunOutput, *, source: str,
                 status: str = "loaded", records: int | None = None) -> LoadReport:
     """The report of ``run``; ``records``: the run's own figure (a run that had nothing to
     do reports what its earlier attempt committed), else counted from ``output``."""
@@ -100,12 +101,12 @@ def make_report(spec: StoreSpec, settings: RunSettings, run: dict, output: RunOu
         wbytes = text_bytes_of(written)
         nbytes = wbytes + text_bytes_of(keep)
         if records is not None:
-            nbytes = run.get("text_bytes", nbytes)
+            nbytes = run.text_bytes if run.has("text_bytes") else nbytes
     else:
         rs = settings.layout.record_size
         wbytes, nbytes = nwritten * rs, nrec * rs
     return LoadReport(
-        dataset=spec.uri, source=source, run_id=run["id"], records=nrec, bytes=nbytes,
+        dataset=spec.uri, source=source, run_id=run.id, records=nrec, bytes=nbytes,
         stored_bytes=sum(e.nbytes for e in written) + sum(e.nbytes for e in keep),
         batches=len(written) + len(keep) if status != "already-loaded" else 0, shards=settings.shards,
         workers=output.nworkers, seconds=round(seconds, 4),

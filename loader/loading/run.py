@@ -26,6 +26,7 @@ from ..infra import faults, interrupts
 from ..maintain.garbage import held_tables
 from ..model import manifest as mf
 from ..model import runs
+from ..model.runs import Run
 from ..stores.health import require_shards
 from ..stores.spec import StoreSpec
 from .commit import Committer, Unit, resume_points
@@ -42,15 +43,15 @@ from .task import RunTable
 class Match:
     """What the dataset's runs say about a job's source."""
 
-    prev: dict | None  # the run to resume, or the finished run that already loaded the source
+    prev: Run | None  # the run to resume, or the finished run that already loaded the source
     total: int | None  # records the run loads
     fingerprint: str | None
     file_plan: FilePlan | None = None  # a file: the extent the run loads (file_runs.py)
 
 
-def part_of_build(run: dict, replaces: str | None) -> bool:
+def part_of_build(run: Run, replaces: str | None) -> bool:
     """Is this run part of the `--replace` build that replaces dataset ``replaces``?"""
-    return bool(run.get("replace")) and run.get("replaces") == replaces
+    return bool(run.replace) and run.replaces == replaces
 
 
 def load_locked(spec: StoreSpec, m: mf.Manifest | None, job: LoadJob) -> LoadReport:
@@ -59,13 +60,13 @@ def load_locked(spec: StoreSpec, m: mf.Manifest | None, job: LoadJob) -> LoadRep
     require_shards(spec, m)  # a missing or damaged shard stops every writer before it writes
     match = match_previous(m, job)
     prev, settings = match.prev, job.settings
-    if prev is not None and prev.get("status") == "done" and not job.new_run:
+    if prev is not None and prev.status == "done" and not job.new_run:
         src = job.planned.source
         if job.replace:  # built completely before a crash, never swapped in: just swap
-            return make_report(spec, settings, prev, RunOutput(), source=src.uri, records=prev.get("records", 0))
-        log(settings.progress, f"nothing to do: {src.uri} was already loaded into {spec.uri} by run {prev['id']} "
-            f"({prev.get('records', 0):,} records); use --new-run to load it again",
-            run=prev["id"], source=src.uri, event="already-loaded")
+            return make_report(spec, settings, prev, RunOutput(), source=src.uri, records=prev.records or 0)
+        log(settings.progress, f"nothing to do: {src.uri} was already loaded into {spec.uri} by run {prev.id} "
+            f"({prev.records or 0:,} records); use --new-run to load it again",
+            run=prev.id, source=src.uri, event="already-loaded")
         return make_report(spec, settings, prev, RunOutput(), source=src.uri, status="already-loaded")
     return _LoadRun(spec, m, job, match).run()
 
@@ -79,15 +80,15 @@ def match_previous(m: mf.Manifest | None, job: LoadJob) -> Match:
                               considered=lambda r: not job.replace or part_of_build(r, job.replaces),
                               resumable=lambda r: runs.load_resumable(m, r, **settings.run_options()))
         if fplan.status == "appended":
-            log(settings.progress, f"{src.uri} grew since run {fplan.prev['id']} loaded its first {fplan.offset:,} "
-                f"records: loading the {fplan.count:,} new ones", run=fplan.prev["id"], source=src.uri,
+            log(settings.progress, f"{src.uri} grew since run {fplan.prev.id} loaded its first {fplan.offset:,} "
+                f"records: loading the {fplan.count:,} new ones", run=fplan.prev.id, source=src.uri,
                 event="appended")
         prev = fplan.prev if fplan.status in ("resume", "already-loaded") else None
         return Match(prev, fplan.count, fplan.fingerprint, fplan)
     prev = runs.last_matching(m, job.mode, src.uri, planned.fingerprint) if m is not None else None
     if job.replace and prev is not None and not part_of_build(prev, job.replaces):
         prev = None  # history of the dataset being replaced
-    if job.mode == "ingest" and prev is not None and prev.get("status") == "done":
+    if job.mode == "ingest" and prev is not None and prev.status == "done":
         prev = None  # only an unfinished ingest run is taken up again
     return Match(prev, planned.total, planned.fingerprint)
 
@@ -99,7 +100,7 @@ class _LoadRun:
         self.spec, self.job, self.match, self.settings = spec, job, match, job.settings
         self.kind = job.settings.kind()
         self.resume = self._resumable(m, match.prev)
-        self.b = self.resume["batch_records"] if self.resume is not None else self.settings.batch_records
+        self.b = self.resume.batch_records if self.resume is not None else self.settings.batch_records
         self.m = m if m is not None and m.batches else fresh_manifest(m, spec, self.settings, self.b)
         self.planned, self.total, self.skipped = job.planned, match.total, list(job.planned.skipped)
         if job.mode == "load":  # what the dataset may not take twice (documents: ids already stored)
@@ -109,19 +110,19 @@ class _LoadRun:
         self.stream = not self.planned.source.replayable
         self.run_record = self._start_record()
         self.table = self._table()
-        self.src = self.planned.for_run(spec.root, self.run_record["id"])  # a directory: its plan file
+        self.src = self.planned.for_run(spec.root, self.run_record.id)  # a directory: its plan file
 
-    def _resumable(self, m: mf.Manifest | None, prev: dict | None) -> dict | None:
+    def _resumable(self, m: mf.Manifest | None, prev: Run | None) -> Run | None:
         """``prev`` if this job resumes it (logging a batch size it keeps), else None."""
         settings = self.settings
         if prev is None or self.job.new_run or m is None or not runs.load_resumable(m, prev, **settings.run_options()):
             return None
-        if settings.batch_records_given and prev.get("batch_records") != settings.batch_records:
-            log(settings.progress, f"resuming run {prev['id']} with its batch size {prev['batch_records']} "
+        if settings.batch_records_given and prev.batch_records != settings.batch_records:
+            log(settings.progress, f"resuming run {prev.id} with its batch size {prev.batch_records} "
                 f"(not --batch-records {settings.batch_records}); use --new-run to start over with another size")
         return prev
 
-    def _start_record(self) -> dict:
+    def _start_record(self) -> Run:
         """The run's record in the manifest: the resumed one, restarted, or a new one."""
         m, job = self.m, self.job
         if self.resume is not None:
@@ -129,35 +130,35 @@ class _LoadRun:
             runs.restart(run)
         else:
             src, fplan = self.planned.source, self.match.file_plan
-            run = mf.new_run(job.mode, source=src.uri, fingerprint=self.match.fingerprint, workers=None)
+            run = runs.new_run(job.mode, source=src.uri, fingerprint=self.match.fingerprint, workers=None)
             run.update(first_seq=m.next_seq, first_record=m.next_record, total=self.total, batch_records=self.b,
                        resumable=self.match.fingerprint is not None, **self.settings.run_options())
             if fplan is not None:
-                run["source_offset"] = fplan.offset
+                run.source_offset = fplan.offset
             if job.replace:
                 run.update(replace=True, replaces=job.replaces)
             m.runs.append(run)
-        gone = runs.supersede(m, run, by=run["id"])
+        gone = runs.supersede(m, run, by=run.id)
         if gone:
             log(self.settings.progress, f"discarding the unfinished run(s) {', '.join(gone)}: their pending batches "
                 "are overwritten by this run", superseded=gone)
-        run["workers"] = self.settings.nworkers
+        run.workers = self.settings.nworkers
         if self.skipped:
-            run["skipped"] = self.skipped
+            run.skipped = self.skipped
         return run
 
     def _table(self) -> RunTable:
         """The table the run writes (keyed records: a run above every stored id shares the
         table of the highest ones) and the tables that are not leftovers."""
         kind, run, m = self.kind, self.run_record, self.m
-        table, clear_from = kind.run_table(run["id"]), -1
+        table, clear_from = kind.run_table(run.id), -1
         if kind.keyed:
-            if "table" not in run and self.resume is not None:  # a run from before shared tables
-                run["table"], run["clear_from"] = table, -1
-            elif "table" not in run:
-                run["table"], run["clear_from"] = kind.choose_table(run["id"], m.batches, self.planned.id_span())
-                kind.check_table_limit(self.spec, m, run["table"])
-            table, clear_from = run["table"], run.get("clear_from", -1)
+            if not run.has("table") and self.resume is not None:  # a run from before shared tables
+                run.table, run.clear_from = table, -1
+            elif not run.has("table"):
+                run.table, run.clear_from = kind.choose_table(run.id, m.batches, self.planned.id_span())
+                kind.check_table_limit(self.spec, m, run.table)
+            table, clear_from = run.table, -1 if run.clear_from is None else run.clear_from
         keep = tuple(sorted({e.table for e in m.batches if e.table} | held_tables(m)))
         return RunTable(table, keep, clear_from)
 
@@ -167,7 +168,7 @@ class _LoadRun:
         plan = self._plan()
         resume, keep = self._resume_points(plan)
         committer = Committer(self.spec.root, self.m, run, self._units(), keep, record_pending=not self.stream)
-        run["records"], run["batches"] = 0, 0
+        run.records, run.batches = 0, 0
         work = Work(settings, plan, settings.nworkers, self.job.mode, resume, self.table,
                     self.kind.store_options(self.spec.scheme))
         late = None  # an error after every batch was committed
@@ -179,7 +180,7 @@ class _LoadRun:
                 raise self._stopped(e, committer, self._outcome()) from None
             # everything was committed (at checkpoints) before this error, e.g. a worker died after
             # its last one: the run is done; only its figures are incomplete
-            log(settings.progress, f"run {run['id']}: every batch was committed before this error: {e}",
+            log(settings.progress, f"run {run.id}: every batch was committed before this error: {e}",
                 level="warning")
             receipts, late = [], e
         with interrupts.held(self._finished):  # the commit is written whole; a stop signal waits for it
@@ -192,20 +193,20 @@ class _LoadRun:
 
     def _plan(self) -> Plan:
         run = self.run_record
-        segments = () if self.stream else (Segment(self.src, self.total, run["first_seq"], run["first_record"],
-                                                   offset=run.get("source_offset", 0)),)
-        return Plan(segments, self.b, self.settings.shards, run["first_seq"], run["first_record"])
+        segments = () if self.stream else (Segment(self.src, self.total, run.first_seq, run.first_record,
+                                                   offset=run.source_offset or 0),)
+        return Plan(segments, self.b, self.settings.shards, run.first_seq, run.first_record)
 
     def _resume_points(self, plan: Plan) -> tuple[tuple, list]:
         run, progress = self.run_record, self.settings.progress
         if self.resume is None:
-            log(progress, f"{self.job.mode} {self.src.uri} into {self.spec.uri}: run {run['id']}", run=run["id"],
+            log(progress, f"{self.job.mode} {self.src.uri} into {self.spec.uri}: run {run.id}", run=run.id,
                 source=self.src.uri, event="start")
             return (), []
-        resume, keep = resume_points(self.spec, plan, run.get("pending") or [], self.kind)
+        resume, keep = resume_points(self.spec, plan, run.pending or [], self.kind)
         kept = sum(e.count for e in keep)
-        log(progress, f"resuming run {run['id']} of {self.src.uri}: {len(keep):,} batches ({kept:,} records) "
-            f"already durable are kept, {self.total - kept:,} records to load", run=run["id"],
+        log(progress, f"resuming run {run.id} of {self.src.uri}: {len(keep):,} batches ({kept:,} records) "
+            f"already durable are kept, {self.total - kept:,} records to load", run=run.id,
             kept_batches=len(keep), kept_records=kept, event="resume")
         return resume, keep
 
@@ -216,24 +217,24 @@ class _LoadRun:
         run, job = self.run_record, self.job
         hook = (lambda m_, u: job.on_commit(m_, u, run)) if job.on_commit is not None else None
         check = self._file_unchanged if self.match.file_plan is not None else None
-        return [Unit(self.src.uri, run["first_seq"], -(-self.total // self.b), run["first_record"], self.total,
+        return [Unit(self.src.uri, run.first_seq, -(-self.total // self.b), run.first_record, self.total,
                      on_commit=hook, check=check)]
 
     def _file_unchanged(self, unit: Unit) -> str | None:
         """Why the run's file may not be committed: the bytes loaded must be the ones
         fingerprinted when the run began (file_runs.py)."""
         run = self.run_record
-        end = run.get("source_offset", 0) + self.total
-        return changed_while_loading(self.src, self.settings.layout, run["fingerprint"], end)
+        end = (run.source_offset or 0) + self.total
+        return changed_while_loading(self.src, self.settings.layout, run.fingerprint, end)
 
     def _execute(self, committer: Committer, work: Work) -> list:
         if not self.stream:
             return execute(self.spec, self.m, committer, work)
         receipts, self.total = execute_stream(self.spec, self.m, committer, work, self.src, self.job.stdin)
         run = self.run_record
-        committer.units = [Unit(self.src.uri, run["first_seq"], sum(len(rc.batches) for rc in receipts),
-                                run["first_record"], self.total)]
-        run["total"] = self.total
+        committer.units = [Unit(self.src.uri, run.first_seq, sum(len(rc.batches) for rc in receipts),
+                                run.first_record, self.total)]
+        run.total = self.total
         return receipts
 
     def _outcome(self) -> str:
@@ -242,14 +243,14 @@ class _LoadRun:
 
     def _finished(self) -> str:
         run = self.run_record
-        return f"run {run['id']} had finished: its {run['records']:,} records were committed"
+        return f"run {run.id} had finished: its {run.records:,} records were committed"
 
     def _stopped(self, e: BaseException, committer: Committer, outcome: str) -> BaseException:
         """The run stopped before its commit: record why, save; the exception to raise."""
         run, kind = self.run_record, self.kind
         bad = kind.input_error(e.error if isinstance(e, WorkerError) and e.error is not None else e)
         if bad is not None:  # bad input: nothing of this run stays in the stores
-            run["pending"], run["resumable"] = [], False
+            run.pending, run.resumable = [], False
             kind.discard_run(self.spec, self.settings.shards, self.table.name, self.table.clear_from)
             e = bad
         e = runs.stop(run, e, outcome)
@@ -266,7 +267,7 @@ class _LoadRun:
         except BaseException as e:
             raise self._stopped(e, committer, self._outcome()) from None
         if committer.stopped:  # the file changed while it was loaded: its batches are not kept
-            run["pending"], run["resumable"] = [], False
+            run.pending, run.resumable = [], False
             raise self._stopped(ChangedInputError(committer.stopped), committer,
                                 "nothing from this run was committed") from None
         if committer.next < len(committer.units):  # cannot happen: every batch has a receipt
@@ -279,18 +280,18 @@ class _LoadRun:
         seconds = time.perf_counter() - settings.t_start
         skipped = sorted(self.skipped + output.skipped, key=lambda f: f["path"])
         if skipped:
-            run["skipped"] = skipped
+            run.skipped = skipped
             for f in skipped:
                 log(settings.progress, f"skipped bad file {f['path']}: {f['reason']}", level="warning",
                     file=f["path"], event="skipped")
         if self.kind.keyed:
-            run["text_bytes"] = text_bytes_of(output.written + list(output.keep))
+            run.text_bytes = text_bytes_of(output.written + list(output.keep))
         runs.finish(run, "done", seconds=round(seconds, 3), written_records=records_of(output.written),
                     kept_records=records_of(output.keep), map_grows=output.map_grows)
         src.committed()  # e.g. a directory's plan file is removed
         self.m.save(self.spec.root)
-        log(settings.progress, f"loaded {run['records']:,} records from {src.uri} into {self.spec.uri} "
-            f"(run {run['id']})", run=run["id"], stage="load", records=run["records"], seconds=round(seconds, 3),
+        log(settings.progress, f"loaded {run.records:,} records from {src.uri} into {self.spec.uri} "
+            f"(run {run.id})", run=run.id, stage="load", records=run.records, seconds=round(seconds, 3),
             event="done")
         report = make_report(self.spec, settings, run, output, source=src.uri, status=self._status())
         report.skipped = skipped

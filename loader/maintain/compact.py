@@ -107,7 +107,7 @@ def compact_locked(spec, m: mf.Manifest, *, target_batch_records: int | None = N
     if target < 1:
         raise UsageError("--target-batch-records must be at least 1")
     get_serializer(m.format, layout, m.compression, batch_records=target)  # capnp size limit
-    run = mf.new_run("compact", target_batch_records=target)
+    run = runs.new_run("compact", target_batch_records=target)
     m.runs.append(run)
     m.save(spec.root)
     k = m.shards
@@ -129,12 +129,12 @@ def compact_locked(spec, m: mf.Manifest, *, target_batch_records: int | None = N
     before = sum(shard_bytes_before)
     after = sum(s["bytes_after"] for s in shards)
     seconds = time.perf_counter() - t0
-    with interrupts.held(lambda: f"run {run['id']} had finished"):
+    with interrupts.held(lambda: f"run {run.id} had finished"):
         run.update(status="done", ended=time.time(), records=m.records, batches_before=before_batches,
                    batches_after=len(m.batches), bytes_before=before, bytes_after=after,
                    seconds=round(seconds, 3))
         m.save(spec.root)
-    return CompactReport(dataset=spec.uri, run_id=run["id"], target_batch_records=target, records=m.records,
+    return CompactReport(dataset=spec.uri, run_id=run.id, target_batch_records=target, records=m.records,
                          batches_before=before_batches, batches_after=len(m.batches), merged=merged,
                          bytes_before=before, bytes_after=after, shards=shards, merge_s=round(seconds_merge, 4),
                          seconds=round(seconds, 4))

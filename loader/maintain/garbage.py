@@ -11,13 +11,16 @@ loader/snapshots.py) and writes the manifest without them. What is still pinned 
 listed and is collected by a later writer: every writing command calls `start_writing`
 once it holds the dataset lock.
 
-Entries (JSON objects in the manifest):
+Entries (model/garbage_entry.py's `GarbageEntry`, JSON objects in the manifest):
 
 - ``{"kind": "batches", "below": SEQ}``: every batch key below SEQ, in every shard;
 - ``{"kind": "array", "table": T, "index": PATH}``: table T in every shard, and the chunk
   index file ROOT/PATH;
 - ``{"kind": "doc-tables", "shard": S, "tables": [T, ...]}``: document tables (with their
   zstd dictionaries) of shard S.
+
+An entry of a kind this version does not know (a newer one wrote it) stays listed and is
+never collected: its data stays until a version that knows it deletes it.
 
 Sweeps that remove *uncommitted* leftovers (tables of failed or killed runs, index files
 of crashed builds - `collect_index_garbage` -, keys at or above ``next_seq``) run at once
@@ -42,10 +45,10 @@ from ..kinds import kind_for
 from ..model import manifest as mf
 from ..model import runs
 from ..model.chunk_index import INDEX_DIR, TABLE_PREFIX
+from ..model.garbage_entry import ARRAY, BATCHES, DOC_TABLES, KINDS, GarbageEntry
 from ..model.placement import batch_key
 from ..stores.registry import open_writer
 
-BATCHES, ARRAY, DOC_TABLES = "batches", "array", "doc-tables"
 _FAULT_BETWEEN_SHARDS = {BATCHES: "deleting", ARRAY: "dropping", DOC_TABLES: "docs-dropping"}
 
 
@@ -53,17 +56,17 @@ _FAULT_BETWEEN_SHARDS = {BATCHES: "deleting", ARRAY: "dropping", DOC_TABLES: "do
 
 def retire_batches(m: mf.Manifest, below: int) -> None:
     """Every batch key below ``below`` (the first seq of a merge) is unreferenced."""
-    m.garbage.append({"kind": BATCHES, "below": int(below)})
+    m.garbage.append(GarbageEntry.batches(below))
 
 
 def retire_array(m: mf.Manifest, summary: dict) -> None:
     """The build an array summary names (its table and index file) is unreferenced."""
-    m.garbage.append({"kind": ARRAY, "table": summary["table"], "index": summary["index"]})
+    m.garbage.append(GarbageEntry.array(summary["table"], summary["index"]))
 
 
 def retire_doc_tables(m: mf.Manifest, shard: int, tables) -> None:
     """These document tables of ``shard`` are unreferenced."""
-    m.garbage.append({"kind": DOC_TABLES, "shard": int(shard), "tables": sorted(tables)})
+    m.garbage.append(GarbageEntry.doc_tables(shard, tables))
 
 
 # --- what sweeps of uncommitted leftovers must keep -------------------------------------------
@@ -71,20 +74,20 @@ def retire_doc_tables(m: mf.Manifest, shard: int, tables) -> None:
 def held_tables(m: mf.Manifest | None) -> set[str]:
     out: set[str] = set()
     for e in m.garbage if m is not None else ():
-        if e["kind"] == ARRAY:
-            out.add(e["table"])
-        elif e["kind"] == DOC_TABLES:
-            out.update(e["tables"])
+        if e.kind == ARRAY:
+            out.add(e.table)
+        elif e.kind == DOC_TABLES:
+            out.update(e.tables)
     return out
 
 
 def held_files(m: mf.Manifest) -> set[str]:
     """Base names of the index files the garbage list holds."""
-    return {os.path.basename(e["index"]) for e in m.garbage if e["kind"] == ARRAY}
+    return {os.path.basename(e.index) for e in m.garbage if e.kind == ARRAY}
 
 
 def holds_batches(m: mf.Manifest) -> bool:
-    return any(e["kind"] == BATCHES for e in m.garbage)
+    return any(e.kind == BATCHES for e in m.garbage)
 
 
 def collect_index_garbage(root: str, m: mf.Manifest) -> None:
@@ -111,7 +114,8 @@ def collect_garbage(spec, m: mf.Manifest) -> int:
     if not m.garbage:
         return 0
     oldest = oldest_pinned(spec.root)
-    due = [e for e in m.garbage if "generation" in e and (oldest is None or oldest >= e["generation"])]
+    due = [e for e in m.garbage if e.kind in KINDS and e.generation is not None
+           and (oldest is None or oldest >= e.generation)]
     if not due:
         return 0
     spec = spec.with_shards(m.shards)
@@ -138,10 +142,10 @@ def start_writing(spec, m: mf.Manifest | None) -> None:
     collect_garbage(spec, m)
 
 
-def _delete(spec, record_kind, e: dict, steps) -> bool:
+def _delete(spec, record_kind, e: GarbageEntry, steps) -> bool:
     """Delete one entry's data; False when some shard could not be done (kept for later)."""
-    kind = e["kind"]
-    shards = [e["shard"]] if kind == DOC_TABLES else range(spec.shards)
+    kind = e.kind
+    shards = [e.shard] if kind == DOC_TABLES else range(spec.shards)
     ok = True
     for s in shards:
         if next(steps):
@@ -149,7 +153,7 @@ def _delete(spec, record_kind, e: dict, steps) -> bool:
         ok &= _in_shard(spec, s, lambda st: _delete_in(st, record_kind, e))
     if kind == ARRAY:
         try:
-            os.unlink(os.path.join(spec.root, e["index"]))
+            os.unlink(os.path.join(spec.root, e.index))
         except FileNotFoundError:
             pass
         except OSError:
@@ -157,13 +161,13 @@ def _delete(spec, record_kind, e: dict, steps) -> bool:
     return ok
 
 
-def _delete_in(st, record_kind, e: dict) -> None:
-    if e["kind"] == BATCHES:
-        st.delete_range(None, batch_key(e["below"]))
-    elif e["kind"] == ARRAY:
-        st.drop_table(e["table"])
+def _delete_in(st, record_kind, e: GarbageEntry) -> None:
+    if e.kind == BATCHES:
+        st.delete_range(None, batch_key(e.below))
+    elif e.kind == ARRAY:
+        st.drop_table(e.table)
     else:  # tables of the record kind (documents: with their zstd dictionaries)
-        for t in e["tables"]:
+        for t in e.tables:
             record_kind.drop_table(st, t)
     st.sync()
 

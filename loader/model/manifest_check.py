@@ -6,32 +6,33 @@ load). `problem(obj)` returns what is wrong with a decoded manifest and where, a
 (problem, JSON path) pair such as ``("Expected `int`, got `str`", "$.batches[3][1]")``,
 or None when it is a valid bulkload manifest:
 
-- the shape (msgspec): the required keys with their types; ``runs`` a list of objects
-  with ``id``, ``kind`` and ``status``; ``arrays`` and ``files`` objects of objects;
+- the shape (msgspec): the required keys with their types; ``runs`` a list of runs
+  (model/runs.py: ``id``, ``kind`` and ``status``, every other field of the type it must
+  have when present) and ``garbage`` a list of entries (model/garbage_entry.py) - a
+  problem in one names the run (its id) or entry and the field; ``arrays`` and ``files``
+  objects of objects;
 - the layout describes records (`Layout.from_dict` accepts it);
 - every batch row is 6 integers (fixed-size records) or 11 fields (documents: ``lo``,
   ``hi`` integers or null, ``docs``, ``table``, ``text_bytes``), with a shard number
   below ``shards``, non-negative counts and sizes, a 64-bit checksum, sequence numbers
   strictly ascending and - fixed-size records - record numbers following each other.
 
-Keys it does not know are accepted (written by newer code: kept as they are). The format
+Keys it does not know are accepted (written by newer code: kept as they are), in the
+manifest, its runs and its garbage entries. The format
 on disk is unchanged: this module only reads. Pure functions, no I/O.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 import msgspec
 
 from ..errors import BulkloadError
+from .garbage_entry import GarbageEntry
 from .layouts import Layout
-
-
-class _Run(msgspec.Struct):
-    id: str
-    kind: str
-    status: str
+from .runs import Run
 
 
 class _Layout(msgspec.Struct):
@@ -48,12 +49,13 @@ class _Shape(msgspec.Struct):
     shards: Annotated[int, msgspec.Meta(ge=1, le=1024)]
     batch_records: Annotated[int, msgspec.Meta(ge=1)]
     batches: list[list[int | str | None]]
-    runs: list[_Run]
+    runs: list[Run.shape()]
     arrays: dict[str, dict]
     dataset_id: str
     created: float
     version: int
     files: dict[str, dict] = {}
+    garbage: list[GarbageEntry.shape()] = []
 
 
 FIXED_ROW = ("seq", "shard", "first", "count", "checksum", "nbytes")
@@ -68,7 +70,7 @@ def problem(obj) -> tuple[str, str] | None:
     try:
         shape = msgspec.convert(obj, _Shape)
     except msgspec.ValidationError as e:
-        return _split(e)
+        return _named(obj, *_split(e))
     found = _layout_problem(obj["layout"])
     if found is not None:
         return found
@@ -79,6 +81,28 @@ def _split(e: msgspec.ValidationError, root: str = "$") -> tuple[str, str]:
     """(problem, path) of a msgspec error; its path (``$...``) made relative to ``root``."""
     text, _, where = str(e).partition(" - at ")
     return text, root + where.strip("`")[1:]
+
+
+_IN_LIST = re.compile(r"^\$\.(runs|garbage)\[(\d+)\]\.?(.*)$")
+
+
+def _named(obj: dict, what: str, where: str) -> tuple[str, str]:
+    """A problem inside a run or a garbage entry says which one (a run by its id) and
+    which of its fields."""
+    found = _IN_LIST.match(where)
+    if found is None:
+        return what, where
+    key, i, field = found.group(1), int(found.group(2)), found.group(3)
+    item = obj[key][i]
+    item = item if isinstance(item, dict) else {}
+    ident, kind = item.get("id"), item.get("kind")
+    if key == "runs":
+        label = f"run {ident}" if isinstance(ident, str) and ident else f"run #{i}"
+    else:
+        label = f"garbage entry #{i}"
+    if isinstance(kind, str) and kind:
+        label += f" ({kind})"
+    return (f"{label}, field `{field}`: {what}" if field else f"{label}: {what}"), where
 
 
 def _layout_problem(layout: dict) -> tuple[str, str] | None:

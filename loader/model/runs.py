@@ -1,10 +1,11 @@
-"""Run records in the manifest: finding the run to resume, or the one that already did it.
+"""Run records in the manifest (`Run`): finding the run to resume, or the one that already did it.
 
 Every `load`, `ingest` (and, written by the finalizer, `finalize` / `compact`) appends a
 run to ``manifest.runs``: id, kind, status, start/end, counts, and what it loaded. Load
 and ingest runs also keep their *plan* (first seq, first record, batch size, the
-source's fingerprint, the files) and, while unfinished, their *pending* rows (batches
-durable in the stores but not yet committed, see commit.py).
+source's fingerprint; an ingest of raw files: its files, `PlanFile`) and, while
+unfinished, their *pending* rows (batches durable in the stores but not yet committed,
+see loading/commit.py).
 
 Statuses: ``running`` (in progress - or its job died: the next writer of any kind, which
 holds the lock, turns that into ``interrupted``; `info` shows it so as soon as no job
@@ -14,20 +15,122 @@ started before it was resumed: its pending batches were discarded and nothing of
 committed).
 
 Only runs since the last ``--replace`` (inclusive) describe the current content.
+
+A run is a typed JSON object (model/json_object.py): its keys stay in the order they were
+first written, absent ones read as None, and its JSON is exactly what the code wrote
+before runs were typed (tests/model/test_runs_typed.py proves it on manifests made by
+that code). Pure functions on the manifest in memory; the caller saves it.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 import time
+import uuid
+
+from ..errors import BulkloadError, Interrupted, WorkerError
+from .json_object import JsonObject
+
+
+class PlanFile(JsonObject):
+    """One file of an ingest run's plan (loading/ingest_plan.py): its identity and its
+    place in the dataset."""
+
+    name: str
+    size: int
+    mtime_ns: int
+    xxh3: str
+    records: int
+    first_seq: int
+    first_record: int
+
+
+class Run(JsonObject):
+    """One run in ``manifest.runs``. Which fields a run has depends on its kind and on
+    what happened to it; absent ones read as None."""
+
+    # every run
+    id: str
+    kind: str  # load | ingest | finalize | compact
+    status: str  # running | done | failed | interrupted | superseded
+    started: float = None
+    ended: float | None = None
+    host: str = None
+    pid: int = None
+    workers: int | None = None
+    error: str | None = None
+    records: int = None  # committed by the run (documents: documents)
+    seconds: float = None
+    # load and ingest runs: the source, the options a resume must share (runs.options_match)
+    source: str = None
+    fingerprint: str | None = None
+    format: str = None
+    compression: str = None
+    layout: str = None  # also of a documents compaction ("docs")
+    shards: int = None
+    batch_records: int = None
+    resumable: bool = None
+    # ... their plan: batches first_seq.. from record first_record, `total` records
+    first_seq: int = None
+    first_record: int = None
+    total: int | None = None
+    source_offset: int = None  # a file: its first record the run loads (loading/file_runs.py)
+    replace: bool = None  # built by --replace (loading/replace.py) ...
+    replaces: str | None = None  # ... of the dataset with this id
+    table: str = None  # documents: the table the run writes
+    clear_from: int = None
+    # ... while unfinished: batch rows durable but not committed (loading/commit.py)
+    pending: list[list[int | str | None]] = None
+    batches: int = None
+    skipped: list[dict | str] = None  # bad files: {path, reason} (documents), names (ingest)
+    text_bytes: int = None
+    written_records: int = None
+    kept_records: int = None
+    map_grows: int = None
+    attempts: int = None  # resumed runs
+    resumed: list[float] = None
+    superseded_by: str = None
+    # ingest runs of raw files (loading/ingest.py)
+    directory: str = None
+    pattern: str = None
+    plan: list[PlanFile] = None
+    files: int = None
+    deferred: list[str] = None
+    # finalize runs (arrays/finalize.py)
+    array: str = None
+    dims: str = None
+    duplicates: str = None
+    strategy: str = None
+    cells: int = None
+    chunks: int = None
+    spill_runs: int = None
+    # compact runs (maintain/compact.py; documents: docs/compact.py)
+    target_batch_records: int = None
+    batches_before: int = None
+    batches_after: int = None
+    bytes_before: int = None
+    bytes_after: int = None
+    shards_folded: list[int] = None
+    documents_rewritten: int = None
+    text_bytes_rewritten: int = None
+    fold_seconds: float = None
+
+
+def new_run(kind: str, **details) -> Run:
+    """A run that starts now, in this process."""
+    return Run(id=uuid.uuid4().hex[:12], kind=kind, status="running", started=time.time(), ended=None,
+               host=socket.gethostname(), pid=os.getpid(), **details)
+
 
 UNFINISHED = ("running", "failed", "interrupted")
 
 
-def current(m) -> list[dict]:
+def current(m) -> list[Run]:
     """The runs that describe the dataset's current content (since the last --replace)."""
     runs = m.runs
     for i in range(len(runs) - 1, -1, -1):
-        if runs[i].get("replace"):
+        if runs[i].replace:
             return runs[i:]
     return runs
 
@@ -37,98 +140,93 @@ def mark_interrupted(m) -> bool:
     return _interrupt(m.runs)
 
 
-def as_seen(m, job_running: bool) -> list[dict]:
+def as_seen(m, job_running: bool) -> list[Run]:
     """The runs as a reader reports them: while no job holds the dataset lock
     (``job_running`` False), a run still ``running`` is one whose job died: shown
     ``interrupted`` (the next writer records it so)."""
     if job_running:
         return m.runs
-    shown = [dict(r) for r in m.runs]
+    shown = [r.copy() for r in m.runs]
     _interrupt(shown)
     return shown
 
 
-def _interrupt(runs: list[dict]) -> bool:
+def _interrupt(runs: list[Run]) -> bool:
     changed = False
     for r in runs:
-        if r.get("status") == "running":
-            r["status"] = "interrupted"
-            r["error"] = r.get("error") or "the job stopped without finishing (killed or crashed)"
+        if r.status == "running":
+            r.status = "interrupted"
+            r.error = r.error or "the job stopped without finishing (killed or crashed)"
             changed = True
     return changed
 
 
-def last_matching(m, kind: str, source: str, fingerprint: str | None) -> dict | None:
+def last_matching(m, kind: str, source: str, fingerprint: str | None) -> Run | None:
     if fingerprint is None:
         return None
     for r in reversed(current(m)):
-        if r.get("kind") == kind and r.get("source") == source and r.get("fingerprint") == fingerprint:
+        if r.kind == kind and r.source == source and r.fingerprint == fingerprint:
             return r
     return None
 
 
-def options_match(run: dict, **opts) -> bool:
-    return all(run.get(k) == v for k, v in opts.items())
+def options_match(run: Run, **opts) -> bool:
+    return all(getattr(run, k) == v for k, v in opts.items())
 
 
-def compacted_since(m, run: dict) -> bool:
+def compacted_since(m, run: Run) -> bool:
     """A compaction after ``run`` may have rewritten the stores: its pending rows are void."""
     after = False
     for r in m.runs:
         if r is run:
             after = True
-        elif after and r.get("kind") == "compact" and r.get("status") == "done":
+        elif after and r.kind == "compact" and r.status == "done":
             return True
     return False
 
 
-def load_resumable(m, run: dict, **opts) -> bool:
+def load_resumable(m, run: Run, **opts) -> bool:
     """Can this unfinished load run be resumed on the dataset as it is now?"""
-    return (run.get("status") in UNFINISHED and run.get("resumable", False)
-            and run.get("first_seq") == m.next_seq and run.get("first_record") == m.next_record
+    return (run.status in UNFINISHED and bool(run.resumable)
+            and run.first_seq == m.next_seq and run.first_record == m.next_record
             and options_match(run, **opts) and not compacted_since(m, run))
 
 
-def supersede(m, keep: dict | None, by: str) -> list[str]:
+def supersede(m, keep: Run | None, by: str) -> list[str]:
     """Unfinished runs other than ``keep`` lose their pending batches (the new run's
     workers delete them); returns their ids."""
     ids = []
     for r in m.runs:
-        if r is keep or r.get("status") not in UNFINISHED or r.get("kind") not in ("load", "ingest"):
+        if r is keep or r.status not in UNFINISHED or r.kind not in ("load", "ingest"):
             continue
-        if r.get("pending") or r.get("resumable"):
-            if r.get("pending"):
-                r["status"] = "superseded"
-                r["superseded_by"] = by
-            r["pending"] = []
-            r["resumable"] = False
-            ids.append(r["id"])
+        if r.pending or r.resumable:
+            if r.pending:
+                r.status = "superseded"
+                r.superseded_by = by
+            r.pending = []
+            r.resumable = False
+            ids.append(r.id)
     return ids
 
 
-def restart(run: dict) -> None:
+def restart(run: Run) -> None:
     """An unfinished run is being resumed by this job."""
-    import os
-    import socket
-
     run.update(status="running", ended=None, error=None, pid=os.getpid(), host=socket.gethostname())
-    run["attempts"] = run.get("attempts", 1) + 1
-    run.setdefault("resumed", []).append(time.time())
+    run.attempts = (run.attempts or 1) + 1
+    run.resumed = [*(run.resumed or []), time.time()]
 
 
-def finish(run: dict, status: str, **fields) -> None:
+def finish(run: Run, status: str, **fields) -> None:
     run.update(status=status, ended=time.time(), **fields)
     if status == "done":
-        run.pop("pending", None)
-        run["resumable"] = False
-        run["error"] = None
+        run.drop("pending")
+        run.resumable = False
+        run.error = None
 
 
-def fail(run: dict, exc: BaseException) -> None:
+def fail(run: Run, exc: BaseException) -> None:
     """``run`` stopped before it was done: ``interrupted`` by a signal (KeyboardInterrupt,
     Interrupted), else ``failed``; either way an unfinished run, resumed by the same command."""
-    from ..errors import BulkloadError, Interrupted
-
     if isinstance(exc, KeyboardInterrupt):
         run.update(status="interrupted", ended=time.time(), error=str(Interrupted.of(exc)))
         return
@@ -136,12 +234,10 @@ def fail(run: dict, exc: BaseException) -> None:
     run.update(status="failed", ended=time.time(), error=err)
 
 
-def stop(run: dict, exc: BaseException, outcome: str) -> BaseException:
+def stop(run: Run, exc: BaseException, outcome: str) -> BaseException:
     """Record why ``run`` stopped (see `fail`) and return the exception to raise: a signal
     as ``Interrupted``, or the error itself; a signal and a dead worker carry ``outcome``
     (what of the run was committed: only the run knows, not the pool)."""
-    from ..errors import Interrupted, WorkerError
-
     if isinstance(exc, KeyboardInterrupt):
         exc = Interrupted.of(exc)
         exc.outcome = outcome

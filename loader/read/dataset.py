@@ -32,7 +32,7 @@ from ..infra.lock import is_held
 from ..kinds import kind_class
 from ..model import manifest as mf
 from ..model.placement import batch_key
-from ..model.runs import as_seen
+from ..model.runs import Run, as_seen
 from ..serializers import get_serializer
 from ..stores.base import ShardStore
 from ..stores.health import batch_message, check_shard, check_value, committed_shards, shard_problems
@@ -173,7 +173,7 @@ class Dataset:
                 "records": m.records, "batches": len(m.batches), "batch_records": m.batch_records,
                 "record_bytes": text, "text_bytes": text, "stored_bytes": m.stored_bytes,
                 "disk_bytes": disk, "runs": self._runs(), "arrays": m.arrays, "generation": m.generation,
-                "garbage": m.garbage, "problems": problems,
+                "garbage": [g.to_dict() for g in m.garbage], "problems": problems,
             }
         return {
             "dataset": self.uri,
@@ -193,11 +193,16 @@ class Dataset:
             "runs": self._runs(),
             "arrays": m.arrays,
             "generation": m.generation,
-            "garbage": m.garbage,
+            "garbage": [g.to_dict() for g in m.garbage],
             "problems": problems,
         }
 
     def _runs(self) -> list[dict]:
+        return [r.to_dict() for r in self.runs_seen()]
+
+    def runs_seen(self) -> list[Run]:
+        """The dataset's runs as a reader reports them: while no job holds the lock, a run
+        still ``running`` is shown ``interrupted`` (model/runs.py's `as_seen`)."""
         return as_seen(self.manifest, job_running=is_held(self.spec.root))
 
     # --- documents (layout docs) ----------------------------------------------------

@@ -36,14 +36,14 @@ def test_report_fields_and_manifest_agree(tmp_path, strategy, stages):
     assert (d["cells"], d["chunks"], d["pieces"], d["stored_bytes"], d["bounds"], d["dims"]) == \
         (a["cells"], a["chunks"], a["pieces"], a["bytes"], a["bounds"], a["dims"])
     assert d["records"] == a["built_from_records"] == 3000 and d["bytes"] == 3000 * 96 and d["dropped"] == 0
-    assert d["run_id"] == a["run_id"] == run["id"] and run["status"] == "done" and run["strategy"] == strategy
+    assert d["run_id"] == a["run_id"] == run.id and run.status == "done" and run.strategy == strategy
     assert d["strategy"] == strategy and d["compact"] is None and d["memory_budget"] == 512 << 20
     if strategy == "direct":
         assert d["workers"] == {"scan": 2, "partition": 0, "build": 2} and d["windows"] >= 3
         assert d["spill_runs"] == 0
     else:
         assert d["workers"] == {"scan": 0, "partition": 2, "build": 2} and d["windows"] is None
-        assert d["spill_runs"] == run["spill_runs"] == 2 and d["strategy_reason"] == "strategy spill"
+        assert d["spill_runs"] == run.spill_runs == 2 and d["strategy_reason"] == "strategy spill"
 
 
 def test_cli_json_is_the_report(tmp_path):

@@ -269,8 +269,8 @@ def test_failed_finalize_commits_nothing(tmp_path):
         finalize(uri, dims="i2:10,i3:10", workers=2)
     with loader.open(uri) as ds:
         assert ds.manifest.arrays == {}
-        assert ds.manifest.runs[-1]["kind"] == "finalize" and ds.manifest.runs[-1]["status"] == "failed"
-        assert "records" in ds.manifest.runs[-1]["error"]
+        assert ds.manifest.runs[-1].kind == "finalize" and ds.manifest.runs[-1].status == "failed"
+        assert "records" in ds.manifest.runs[-1].error
     root = parse_dataset_uri(uri).root
     from loader.stores.registry import backend_for
 

@@ -86,7 +86,7 @@ def test_fold_interleaved_runs(tmp_path, scheme, fmt):
     check(uri, want)
     with loader.open(uri) as ds:
         m = ds.manifest
-        assert m.runs[-1]["kind"] == "compact" and m.runs[-1]["status"] == "done"
+        assert m.runs[-1].kind == "compact" and m.runs[-1].status == "done"
         assert all(b.table == tables[0][0] and b.seq % 2 == b.shard for b in m.batches)
         assert max(b.docs for b in m.batches) <= 75
     # loads after the fold: above all ids share the folded table; among them get one of their own

@@ -84,7 +84,7 @@ def test_new_files_once_then_nothing_then_only_new(tmp_path, scheme):
     assert (rep.status, rep.files, rep.already) == ("done", files(N, 120), N)
     assert scan(uri).equals(docs(0, N + 120))
     with loader.open(uri) as ds:
-        kinds = [(r["kind"], r["status"], r["records"]) for r in ds.manifest.runs]
+        kinds = [(r.kind, r.status, r.records) for r in ds.manifest.runs]
         assert kinds == [("ingest", "done", N), ("ingest", "done", 120)]
     assert [(r["files"], r["plan"], r["exclude"]) for r in ledgers(uri)] == [(N, N, []), (120, 120, [])]
 
@@ -172,7 +172,7 @@ def test_bad_json(tmp_path):
     with pytest.raises(BadFileError, match=rf"/{N + 60}\.json: invalid JSON.*nothing was loaded"):
         ingest(uri, str(src), **KW)
     with loader.open(uri) as ds:
-        assert ds.records == N and ds.manifest.runs[-1]["status"] == "failed"
+        assert ds.records == N and ds.manifest.runs[-1].status == "failed"
     rep = ingest(uri, str(src), on_bad_file="skip", **KW)
     assert (rep.files, rep.already) == (files(N, 100, but={N + 60}), N)
     assert [(s["name"], s["reason"][:12]) for s in rep.skipped] == [(f"{N + 60}.json", "invalid JSON")]
@@ -251,7 +251,7 @@ def test_kill_then_rerun_is_byte_identical(tmp_path, point):
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == -9, p.stderr
     with loader.open(uri) as ds:  # killed: nothing of the run visible, its ledger not named
-        assert ds.records == 100 and bool(ds.manifest.runs[-1]["pending"]) == mid
+        assert ds.records == 100 and bool(ds.manifest.runs[-1].pending) == mid
         assert len(ds.manifest.extra["ingest_ledgers"]) == 1
     p = run_cli("ingest", uri, "--from", src, *CLI_KW, "--json", "-q")
     assert p.returncode == 0, p.stderr
@@ -263,7 +263,7 @@ def test_kill_then_rerun_is_byte_identical(tmp_path, point):
     assert got[2].equals(docs(0, 600))
     assert ingest(uri, str(src), **KW).status == "nothing-to-do"
     with loader.open(uri) as ds:
-        assert [r["status"] for r in ds.manifest.runs] == ["done", "done"]
+        assert [r.status for r in ds.manifest.runs] == ["done", "done"]
         assert len(ds.manifest.extra["ingest_ledgers"]) == 2
 
 

@@ -188,7 +188,7 @@ def test_bad_file_fail(tmp_path, name, content, reason):
     if os.path.exists(os.path.join(spec.root, "manifest.json")):
         with loader.open(uri) as ds:
             assert ds.records == 0
-            assert ds.manifest.runs[-1]["status"] == "failed"
+            assert ds.manifest.runs[-1].status == "failed"
         for s in range(2):
             if os.path.isdir(spec.shard_path(s)):
                 with spec.open_shard(s, write=False) as st:
@@ -218,7 +218,7 @@ def test_bad_files_skip(tmp_path):
         keep = np.arange(200) != 7
         assert got.take(np.flatnonzero(keep)).equals(good.take(np.flatnonzero(keep)))
         assert ds.verify().ok
-        assert len(ds.manifest.runs[-1]["skipped"]) == len(BAD)
+        assert len(ds.manifest.runs[-1].skipped) == len(BAD)
     p = run_cli("load", src, uri, "--layout", "docs", "--on-bad-file", "skip", "--shards", "2", "--batch-records", "50")
     assert p.returncode == 0 and "already loaded" in p.stdout
 
@@ -286,7 +286,7 @@ def test_resume_after_kill_is_byte_identical(tmp_path):
     assert p.returncode == -9, p.stderr
     with loader.open(uri) as ds:  # killed: nothing visible, the run is resumable
         assert ds.records == 0
-        assert ds.manifest.runs[-1]["pending"]
+        assert ds.manifest.runs[-1].pending
     p = run_cli(args[0], args[1], uri, *args[2:], "--json")
     assert p.returncode == 0, p.stderr
     rep = json.loads(p.stdout)

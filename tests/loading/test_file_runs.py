@@ -17,6 +17,7 @@ from loader.errors import ChangedInputError
 from loader.loading.file_runs import changed_while_loading, plan_file_run
 from loader.model import manifest as mf
 from loader.model.layouts import get_layout
+from loader.model.runs import Run, new_run
 from loader.sources import FileSource
 
 LAYOUT = get_layout("scidb96")
@@ -37,7 +38,7 @@ class Model:
 
     path: str
     data: bytearray = field(default_factory=bytearray)
-    runs: list[tuple[dict, bytes]] = field(default_factory=list)
+    runs: list[tuple[Run, bytes]] = field(default_factory=list)
     counter: int = 0
 
     @property
@@ -56,21 +57,21 @@ class Model:
         """(status, offset, count) of the next run, None: refused (the file changed)."""
         if not self.runs:
             return "new", 0, self.n
-        done = next(((r, b) for r, b in reversed(self.runs) if r["status"] == "done"), None)
+        done = next(((r, b) for r, b in reversed(self.runs) if r.status == "done"), None)
         last, planned = self.runs[-1]
-        end = last["source_offset"] + last["total"]
-        if last["status"] == "interrupted" and end <= self.n and bytes(self.data[:end * RS]) == planned:
-            return "resume", last["source_offset"], last["total"]
+        end = last.source_offset + last.total
+        if last.status == "interrupted" and end <= self.n and bytes(self.data[:end * RS]) == planned:
+            return "resume", last.source_offset, last.total
         if done is None:
             return "new", 0, self.n
         run, planned = done
-        end = run["source_offset"] + run["total"]
+        end = run.source_offset + run.total
         if end > self.n or bytes(self.data[:end * RS]) != planned:
             return None
         return ("already-loaded", end, 0) if end == self.n else ("appended", end, self.n - end)
 
     def record(self, status: str, offset: int, count: int, fingerprint: str) -> None:
-        run = mf.new_run("load", source=self.path, fingerprint=fingerprint)
+        run = new_run("load", source=self.path, fingerprint=fingerprint)
         run.update(status=status, source_offset=offset, total=count, resumable=True)
         self.runs.append((run, bytes(self.data[:(offset + count) * RS])))
 

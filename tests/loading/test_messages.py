@@ -15,6 +15,7 @@ from loader.loading.options import fresh_manifest, prepare_root
 from loader.loading.plan import Plan, Segment
 from loader.model import manifest as mf
 from loader.model.layouts import get_layout
+from loader.model.runs import new_run
 from loader.sources import GenSource
 from loader.stores.spec import parse_dataset_uri
 
@@ -59,7 +60,7 @@ def test_workers_checkpoint_and_return_typed_receipts(store_uri):
                            checkpoints=Checkpoints(0.0, 0))  # a checkpoint per batch
     prepare_root(spec)
     m = fresh_manifest(None, spec, settings, b)
-    run = mf.new_run("load", source="gen")
+    run = new_run("load", source="gen")
     m.runs.append(run)
     plan = Plan((Segment(GenSource("scidb96", n), n, 0, 0),), b, k)
     committer = Committer(spec.root, m, run, [Unit("gen", 0, plan.end, 0, n)], [])

@@ -20,6 +20,7 @@ from loader.loading.options import (
 from loader.model import manifest as mf
 from loader.model.layouts import get_layout
 from loader.model.options import MAX_SHARDS, MAX_WORKERS, default_workers
+from loader.model.runs import new_run
 from loader.stores.spec import parse_dataset_uri
 
 SCIDB = get_layout("scidb96")
@@ -156,7 +157,7 @@ def test_checkpoint_settings(monkeypatch):
 
 def test_a_fresh_manifest_keeps_the_datasets_identity_and_history():
     old = manifest(batches=False)
-    old.runs.append(mf.new_run("load", source="x"))
+    old.runs.append(new_run("load", source="x"))
     old.extra["future"] = 1
     spec = parse_dataset_uri("rocksdb:///x/ds?shards=2")
     m = fresh_manifest(old, spec, settings_of(format="capnp", compression="none", shards=2), 99)

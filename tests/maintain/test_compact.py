@@ -47,7 +47,7 @@ def test_compact_merges_small_batches(tmp_path, store, fmt):
         # only the listed batches remain in the stores
         keys = sorted(int.from_bytes(k, "big") for s in range(2) for k, _ in ds.shard(s).range())
         assert keys == sorted(b.seq for b in ds.manifest.batches)
-        assert ds.manifest.runs[-1]["kind"] == "compact" and ds.manifest.runs[-1]["status"] == "done"
+        assert ds.manifest.runs[-1].kind == "compact" and ds.manifest.runs[-1].status == "done"
     # appending after a compaction continues the numbering
     loader.load("gen://scidb96?n=500&start=2100", uri)
     with loader.open(uri) as ds:
@@ -74,7 +74,7 @@ def test_finalize_compacts_first_unless_told_not_to(tmp_path):
     with loader.open(uri) as ds:
         assert ds.read_box(i1=(0, 1000)).num_rows == 1000
         assert ds.verify().ok
-        kinds = [r["kind"] for r in ds.manifest.runs]
+        kinds = [r.kind for r in ds.manifest.runs]
         assert kinds[-3:] == ["finalize", "compact", "finalize"]
 
 

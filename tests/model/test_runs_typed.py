@@ -1,0 +1,230 @@
+"""Typed runs and garbage entries (model/runs.py, model/garbage_entry.py) against the format
+main's code wrote before they were typed.
+
+The golden files in fixtures/runs/ were made by main's code (commit 1c2a27c) running the
+scenarios of run_scenarios.py (see make_run_fixtures.py): 22 manifests holding every kind
+of run (load: file, appended, killed, resumed, stdin, bad input, dead worker, superseded,
+--replace; ingest: done, skip, fail, killed, resumed; finalize: done, failed, rebuilt;
+compact; documents: load, bad files, ingest, killed, resumed, fold) and the three kinds
+of garbage entries, with what `bulkload info --json` printed of them. These tests prove:
+
+- decoding a manifest gives typed runs and entries, and encoding it gives the very bytes
+  main's code wrote (and a save changes nothing but the generation);
+- today's commands write runs and entries with the same keys, in the same order, with the
+  same JSON types as main's code did, on the same paths;
+- `bulkload info --json` prints the same runs and garbage as main's code;
+- keys and garbage kinds of a newer version are kept as they are (never collected);
+- a value of the wrong type in any field of a run, a plan file or an entry is a one-line
+  manifest error naming the run (its id) or entry and the field: exit 1, nothing written.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+
+import loader
+from loader.errors import ManifestError
+from loader.model import manifest as mf
+from loader.model.garbage_entry import GarbageEntry
+from loader.model.runs import PlanFile, Run, new_run
+
+from .run_scenarios import run_all
+
+FIXTURES = Path(__file__).parent / "fixtures" / "runs"
+NAMES = sorted(p.name.removesuffix(".manifest.json") for p in FIXTURES.glob("*.manifest.json"))
+
+
+def golden(name: str) -> bytes:
+    return (FIXTURES / f"{name}.manifest.json").read_bytes()
+
+
+def encoded(m: mf.Manifest) -> bytes:
+    return json.dumps(m.to_json(), separators=(",", ":")).encode()  # as write_json_atomic writes it
+
+
+def read(path: Path) -> mf.Manifest:
+    with open(path, "rb") as f:
+        return mf.read_manifest(f)
+
+
+def place(tmp_path: Path, data: bytes) -> tuple[Path, str]:
+    """A dataset directory holding this manifest (no shards); its URI."""
+    root = tmp_path / "ds"
+    root.mkdir()
+    (root / "manifest.json").write_bytes(data)
+    return root, f"{json.loads(data)['scheme']}://{root}"
+
+
+def shape(value):
+    """What must not change of a JSON value: keys in order and JSON types (the first item
+    of a list of objects; other lists only as lists - their length depends on timing)."""
+    if isinstance(value, dict):
+        return [(k, shape(v)) for k, v in value.items()]
+    if isinstance(value, list):
+        return ["list", shape(value[0])] if value and isinstance(value[0], dict) else "list"
+    return type(value).__name__
+
+
+def run_shape(run: dict):
+    return [run["kind"], run["status"], shape(run)]
+
+
+def test_the_fixtures_hold_every_kind_of_run_and_entry():
+    runs = [r for n in NAMES for r in json.loads(golden(n))["runs"]]
+    seen = {(r["kind"], r["status"]) for r in runs}
+    assert seen >= {("load", s) for s in ("done", "failed", "running", "superseded")}
+    assert seen >= {("ingest", s) for s in ("done", "failed", "running")} | {("finalize", "failed")}
+    assert {"attempts", "replace", "plan", "skipped", "table", "source_offset", "superseded_by", "shards_folded",
+            "strategy", "deferred"} <= {k for r in runs for k in r}
+    kinds = {g["kind"] for n in NAMES for g in json.loads(golden(n))["garbage"]}
+    assert kinds == {"batches", "array", "doc-tables"}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_main_manifests_decode_typed_and_encode_to_the_same_bytes(name, tmp_path):
+    data = golden(name)
+    root, _ = place(tmp_path, data)
+    m = read(root / "manifest.json")
+    assert all(type(r) is Run for r in m.runs) and all(type(g) is GarbageEntry for g in m.garbage)
+    assert all(type(e) is PlanFile for r in m.runs for e in r.plan or [])
+    raw = json.loads(data)
+    assert [(r.id, r.kind, r.status, r.error, r.records) for r in m.runs] == \
+        [(r["id"], r["kind"], r["status"], r.get("error"), r.get("records")) for r in raw["runs"]]
+    assert encoded(m) == data
+    m.save(root)  # the real writer: the same bytes but for the generation
+    raw["generation"] += 1
+    assert (root / "manifest.json").read_bytes() == json.dumps(raw, separators=(",", ":")).encode()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_info_json_prints_the_runs_and_garbage_main_printed(name, tmp_path):
+    _, uri = place(tmp_path, golden(name))
+    p = run_cli("info", uri, "--json")  # exit 1: the shards are not there (not what is compared)
+    got = json.loads(p.stdout)
+    want = json.loads((FIXTURES / f"{name}.info.json").read_text())
+    assert {"runs": got["runs"], "garbage": got["garbage"]} == want
+    assert [list(r) for r in got["runs"]] == [list(r) for r in want["runs"]]  # key order too
+
+
+@pytest.fixture(scope="module")
+def written_now(tmp_path_factory) -> dict[str, bytes]:
+    """The manifests today's code leaves at the moments the golden files were taken."""
+    out = {}
+
+    def snap(name: str, uri: str) -> None:
+        out[name] = (Path(uri.split("://", 1)[1]) / "manifest.json").read_bytes()
+
+    run_all(tmp_path_factory.mktemp("now"), snap)
+    return out
+
+
+def test_commands_write_runs_and_entries_as_main_did(written_now):
+    assert sorted(written_now) == NAMES
+    for name in NAMES:
+        now, then = json.loads(written_now[name]), json.loads(golden(name))
+        assert [run_shape(r) for r in now["runs"]] == [run_shape(r) for r in then["runs"]], name
+        assert [shape(g) for g in now["garbage"]] == [shape(g) for g in then["garbage"]], name
+        assert list(now) == list(then), name
+
+
+# --- what a newer version wrote ---------------------------------------------------------------
+
+def test_keys_and_garbage_kinds_of_a_newer_version_stay_where_they_are(tmp_path):
+    """A run's unknown keys are written back in place; an entry of an unknown kind stays
+    listed and is not collected (main's collector crashed on one: KeyError)."""
+    uri = f"lmdb://{tmp_path}/ds"
+    loader.load("gen://scidb96?n=300", uri, shards=2, workers=2, batch_records=100)
+    path = tmp_path / "ds" / "manifest.json"
+    m = json.loads(path.read_bytes())
+    run = m["runs"][0]
+    m["runs"][0] = {**dict(list(run.items())[:5]), "future": {"x": [1]}, **dict(list(run.items())[5:])}
+    future_entry = {"kind": "future-thing", "where": [1, 2], "generation": 1}
+    m["garbage"] = [future_entry, {"kind": "batches", "below": 0, "note": "n", "generation": 1}]
+    path.write_text(json.dumps(m))
+    p = run_cli("load", "gen://scidb96?n=100&start=300", uri, "-q")
+    assert p.returncode == 0, p.stderr
+    after = json.loads(path.read_bytes())
+    assert list(after["runs"][0].items()) == list(m["runs"][0].items())
+    assert after["garbage"] == [future_entry]  # the known entry was collected, the other kept
+    assert read(path).runs[0].future == {"x": [1]}
+    with loader.open(uri) as ds:
+        assert ds.records == 400 and ds.verify().ok
+
+
+def test_fields_are_typed_and_keep_the_order_they_were_set():
+    run = new_run("load", source="x")
+    assert list(run.to_dict())[:8] == ["id", "kind", "status", "started", "ended", "host", "pid", "source"]
+    run.records = 3
+    run.error = None
+    run.status = "done"  # set again: stays in its place
+    assert list(run.to_dict())[-2:] == ["records", "error"] and run.to_dict()["status"] == "done"
+    assert run.pending is None and not run.has("pending")  # absent reads as None
+    run.pending = [[0, 0, 0, 1, 2, 3]]
+    run.drop("pending")
+    assert "pending" not in run.to_dict()
+    with pytest.raises(AttributeError, match="no field 'stauts'"):
+        run.stauts = "done"  # a typo never becomes a key on disk
+    copy = run.copy()
+    copy.status = "interrupted"
+    assert run.status == "done" and Run.from_dict(run.to_dict()) == run
+
+
+# --- wrong types ------------------------------------------------------------------------------
+
+WRONG = {"bad": 1}  # an object: the wrong type for every field
+
+
+def corrupt(data: bytes, where: str, field: str) -> tuple[bytes, str]:
+    """The manifest with ``field`` of a run (``where`` = runs), of a run's first plan file
+    (plan) or of a garbage entry (garbage) set to WRONG; the label the error must give."""
+    m = json.loads(data)
+    if where == "garbage":
+        m["garbage"][0][field] = WRONG
+        return json.dumps(m).encode(), "garbage entry #0"
+    i = max(j for j, r in enumerate(m["runs"]) if r["kind"] == "ingest") if where == "plan" else len(m["runs"]) // 2
+    run = m["runs"][i]
+    (run["plan"][0] if where == "plan" else run)[field] = WRONG
+    return json.dumps(m).encode(), f"run {run['id'] if field != 'id' else f'#{i}'}"
+
+
+CASES = ([("runs", f) for f in Run._fields] + [("plan", f) for f in PlanFile._fields]
+         + [("garbage", f) for f in GarbageEntry._fields])
+
+
+@pytest.mark.parametrize("where,field", CASES)
+def test_a_wrong_type_in_any_field_names_the_run_and_the_field(where, field, tmp_path):
+    base = golden("finalize-compact-garbage" if where == "garbage" else "ingest-resumed")
+    data, label = corrupt(base, where, field)
+    root, _ = place(tmp_path, data)
+    with pytest.raises(ManifestError) as e:
+        read(root / "manifest.json")
+    msg = str(e.value)
+    name = f"plan[0].{field}" if where == "plan" else field
+    assert label in msg and f"field `{name}`: Expected" in msg and "\n" not in msg, msg
+    assert "got `object`" in msg and "is not a valid bulkload manifest" in msg
+
+
+@pytest.mark.parametrize("command", [["info", "{uri}", "--json"], ["verify", "{uri}"],
+                                     ["load", "gen://scidb96?n=10", "{uri}", "-q"], ["compact", "{uri}"]])
+@pytest.mark.parametrize("field,value,expected", [
+    ("records", "12", "field `records`: Expected `int`, got `str`"),
+    ("ended", "late", "field `ended`: Expected `float | null`, got `str`"),
+    ("pending", [{}], "field `pending[0]`: Expected `array`, got `object`"),
+    ("status", None, "field `status`: Expected `str`, got `null`"),
+])
+def test_the_cli_exits_1_with_one_line_and_writes_nothing(tmp_path, command, field, value, expected):
+    data = golden("load-resumed")
+    m = json.loads(data)
+    m["runs"][1][field] = value
+    root, uri = place(tmp_path, json.dumps(m).encode())
+    shutil.copytree(root, tmp_path / "before")
+    p = run_cli(*[a.format(uri=uri) for a in command])
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 1 and len(lines) == 1 and lines[0].startswith("bulkload: error: "), p.stderr
+    assert f"run {m['runs'][1]['id']} (load), {expected}" in lines[0], lines[0]
+    assert (root / "manifest.json").read_bytes() == (tmp_path / "before" / "manifest.json").read_bytes()
