@@ -9,6 +9,8 @@ Python API (see loader/api/__init__.py for every function and its report)::
         ds.read_records(0, 10)
 """
 
+import importlib
+
 __version__ = "0.1.0"
 
 __all__ = ["compact", "export", "finalize", "info", "ingest", "load", "open", "query", "run", "verify",
@@ -16,8 +18,6 @@ __all__ = ["compact", "export", "finalize", "info", "ingest", "load", "open", "q
 
 
 def __getattr__(name):  # lazy: keep `import loader` (and worker start-up) light
-    import importlib
-
     api = importlib.import_module("loader.api")
     if name in api.PUBLIC:
         return getattr(api, name)

@@ -28,7 +28,7 @@ def empty_records(n: int):
     # heavy: numpy and the layouts are imported only by the child processes that need records
     import numpy as np
 
-    from ..model.layouts import get_layout
+    from ..model.layouts import get_layout  # (same reason)
 
     return np.empty(n, dtype=get_layout(LAYOUT).dtype)
 

@@ -18,7 +18,7 @@ def get_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print the documents as JSON (a list of objects)."),
 ):
     """Print documents by id; exit 1 if any id is not found ("id N not found")."""
-    from ..docs.access import check_id
+    from ..docs.access import check_id  # start-up: the documents plug-in loads only for `get`
     from ..read.dataset import open as open_ds
 
     wanted = [check_id(i) for i in ids]

@@ -226,7 +226,7 @@ class Layout:
     # --- Arrow ----------------------------------------------------------------
     @functools.cached_property
     def arrow_schema(self):
-        import pyarrow as pa
+        import pyarrow as pa  # heavy: only Arrow paths need the schema (capnp loads do without)
 
         return pa.schema(
             [pa.field(f.name, pa.from_numpy_dtype(np.dtype(TYPES[f.type][0])), nullable=False)
@@ -290,7 +290,7 @@ def _load_capnp(text: str):
 
 @functools.lru_cache(maxsize=None)
 def _load_capnp_path(path: str):
-    import capnp
+    import capnp  # heavy: only Cap'n Proto readers of a layout's schema need pycapnp
 
     return capnp.load(path, imports=[])
 
