@@ -197,7 +197,7 @@ def test_ingest_skips_a_fifo_in_the_directory(tmp_path, layout):
     p = run_cli("ingest", f"lmdb://{tmp_path}/ds", "--from", d, "--layout", layout, "--json", timeout=60)
     assert p.returncode == 0, p.stderr
     files = json.loads(p.stdout)["files"]
-    assert files == 2 if layout == "docs" else [f["name"] for f in files] == ["a.bin", "c.bin"]
+    assert [f["name"] for f in files] == (["1.json", "2.json"] if layout == "docs" else ["a.bin", "c.bin"])
 
 
 # --- /dev/shm ------------------------------------------------------------------------------------
