@@ -162,7 +162,7 @@ def test_discard_run_drops_a_runs_documents_from_every_shard(store_uri, tmp_path
         m, killed = ds.manifest, ds.manifest.runs[-1]
     spec = parse_dataset_uri(store_uri).with_shards(m.shards)
     committed = m.batches[0].table
-    assert (killed["table"] != committed) == interleaved
+    assert (killed.table != committed) == interleaved
 
     def stored_ids():
         out = set()
@@ -175,12 +175,12 @@ def test_discard_run_drops_a_runs_documents_from_every_shard(store_uri, tmp_path
         return out
 
     assert stored_ids() - set(range(0, 2 * N, 2))  # the killed run's durable batches
-    discard_run(spec, m.shards, killed["table"], killed.get("clear_from", -1))
+    discard_run(spec, m.shards, killed.table, -1 if killed.clear_from is None else killed.clear_from)
     assert stored_ids() == set(range(0, 2 * N, 2))
     for s in range(m.shards):
         st = spec.open_shard(s, write=False)
         try:
-            assert doc_tables(st) == [committed] and load_dictionary(st, killed["table"]) is None or not interleaved
+            assert doc_tables(st) == [committed] and load_dictionary(st, killed.table) is None or not interleaved
             assert (load_dictionary(st, committed) is not None) == (spec.scheme != "rocksdb")
         finally:
             st.close()
