@@ -28,8 +28,9 @@ from .files import FileSource, hash_file, open_input, refuse_pseudo_file
 from .generated import GenSource
 from .parse import parse_source
 from .streams import StreamSource, stream_fd
+from .user_gen import generator
 
 __all__ = ["MAX_RECORDS", "DirectorySource", "FileSource", "GenSource", "ObjectAdapter", "Source", "SourcePlan",
-           "StreamSource", "hash_file", "object_source", "open_input", "parse_count", "parse_source",
+           "StreamSource", "generator", "hash_file", "object_source", "open_input", "parse_count", "parse_source",
            "refuse_pseudo_file", "register_directory_source", "register_generator", "register_object_source",
            "stream_fd"]
