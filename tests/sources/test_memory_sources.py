@@ -6,9 +6,13 @@ bad data a one-line error naming the field / column / byte offset, with nothing 
 
 from __future__ import annotations
 
+import json
 import resource
 import shutil
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -19,6 +23,7 @@ from hypothesis import strategies as st
 from numpy.lib import recfunctions
 
 import loader
+from loader.bench.peers import installed
 from loader.errors import ConversionError, GeneratorError, LayoutError, PartialRecordError, UsageError
 from loader.model.layouts import TYPES, Field, Layout, dtype_mismatch, get_layout, layout_from_dtype
 from loader.sources import shared
@@ -132,6 +137,13 @@ def test_in_memory_sources_are_a_new_run_each_time(tmp_path):
     assert first.status == second.status == "loaded" and first.run_id != second.run_id
     assert stored(ds) == RECORDS[:100].tobytes() * 2
     assert all(r["fingerprint"] is None and not r["resumable"] for r in runs_of(ds))
+
+
+def test_replace_a_dataset_with_an_array(tmp_path, sharing):
+    ds = f"lmdb://{tmp_path}/ds"
+    loader.load("gen://scidb96?n=5000", ds)
+    rep = loader.load(RECORDS[100:300], ds, replace=True)
+    assert rep.records == 200 and stored(ds) == RECORDS[100:300].tobytes()
 
 
 def test_an_empty_array_loads_nothing(tmp_path):
@@ -381,3 +393,23 @@ def test_a_bad_block_is_named(tmp_path, bad, error, says):
 def test_something_that_is_no_source(tmp_path):
     with pytest.raises(UsageError, match="cannot load an object of type int"):
         loader.load(42, f"lmdb://{tmp_path}/ds")
+
+
+# --- the benchmark -------------------------------------------------------------------------------
+
+def test_memory_benchmark_at_tiny_n(tmp_path):
+    """bench/memory.py runs its rows interleaved and writes its figures and ratios (only at a
+    tiny N here: the lead runs it big)."""
+    bench = Path(__file__).resolve().parents[2] / "bench" / "memory.py"
+    out = tmp_path / "memory.json"
+    r = subprocess.run([sys.executable, str(bench), "--n", "20000", "--repeat", "1", "--workers", "2", "--shards",
+                        "2", "--dir", str(tmp_path / "work"), "--out", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    result = json.loads(out.read_text())
+    figures = result["figures"]
+    assert set(figures) == {"memory", "gen", "arcticdb"} and result["records"] == 20000
+    assert figures["memory"]["mb_s_median"] > 0 and figures["gen"]["mb_s_median"] > 0
+    assert ("skipped" in figures["arcticdb"]) == (not (installed("arcticdb") and installed("pandas")))
+    assert result["ratios"]["memory/gen"] > 0 and "memory/gen" in r.stdout
+    assert not (tmp_path / "work").exists() or not any((tmp_path / "work").iterdir())
