@@ -24,7 +24,7 @@ from numpy.lib import recfunctions
 
 import loader
 from loader.bench.peers import installed
-from loader.errors import ConversionError, GeneratorError, LayoutError, PartialRecordError, UsageError
+from loader.errors import ConversionError, GeneratorError, LayoutError, PartialRecordError, UsageError, WorkerError
 from loader.model.layouts import TYPES, Field, Layout, dtype_mismatch, get_layout, layout_from_dtype
 from loader.sources import shared
 from loader.sources.generators import generate
@@ -83,6 +83,13 @@ def test_array_loads_what_gen_scidb96_loads(dataset, sharing, workers, shards, b
     assert stored(dataset) == generate("scidb96", 0, n).tobytes()
 
 
+@pytest.mark.parametrize("fmt, compression", [("arrow", "none"), ("arrow", "zstd"), ("capnp", "none")])
+def test_array_in_every_format(tmp_path, fmt, compression):
+    ds = f"rocksdb://{tmp_path}/ds"
+    loader.load(RECORDS, ds, format=fmt, compression=compression, batch_records=3000)
+    assert stored(ds) == RECORDS.tobytes()
+
+
 def test_array_and_gen_scidb96_append_to_one_dataset(tmp_path, sharing):
     ds = f"rocksdb://{tmp_path}/ds"
     loader.load("gen://scidb96?n=1000", ds)
@@ -128,6 +135,32 @@ def test_whole_arrays_are_not_pickled_to_workers(tmp_path, sharing):
     from_memory = worker_rss(arr, "m")
     assert from_memory < from_gen + arr.nbytes // 2, (from_memory, from_gen)
     assert stored(f"lmdb://{tmp_path}/m") == stored(f"lmdb://{tmp_path}/g")
+
+
+def test_a_shared_copy_that_fails_stops_the_run_with_nothing_committed(tmp_path, monkeypatch):
+    """Where the workers read a memfd copy, a copy that runs out of memory half-way fails the
+    workers waiting for the rest (the header says so), and the run commits nothing."""
+    import errno
+    import os
+    import types
+
+    writes = []
+
+    def pwrite(fd, data, offset):
+        writes.append(offset)
+        if len(writes) > 2:
+            raise OSError(errno.ENOMEM, os.strerror(errno.ENOMEM))
+        return os.pwrite(fd, data, offset)
+
+    monkeypatch.setattr(shared.procmem, "workers_can_read", lambda: False)
+    monkeypatch.setattr(shared, "CHUNK", 96 * 1000)
+    monkeypatch.setattr(shared, "os", types.SimpleNamespace(**{**vars(os), "pwrite": pwrite}))
+    ds = f"lmdb://{tmp_path}/ds"
+    loader.load(RECORDS[:100], ds)
+    with pytest.raises(WorkerError) as e:
+        loader.load(RECORDS, ds, batch_records=1000, workers=2, shards=2)
+    assert "copying the records into shared memory failed" in str(e.value)
+    assert stored(ds) == RECORDS[:100].tobytes() and runs_of(ds)[-1]["status"] == "failed"
 
 
 def test_in_memory_sources_are_a_new_run_each_time(tmp_path):

@@ -6,6 +6,7 @@ naming the generator and the record range - with nothing committed - when one mi
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import uuid
@@ -65,9 +66,10 @@ def failing_lib(tmp_path_factory) -> Path:
     return compile_c(src, d / "libfailing.so")
 
 
-def bulkload_in(cwd, *args):
+def bulkload_in(cwd, *args, env=None):
     """`bulkload ARGS` run in directory ``cwd`` (where a user's module or library is)."""
-    return subprocess.run([tool("bulkload"), *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=120)
+    return subprocess.run([tool("bulkload"), *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=120,
+                          env=None if env is None else dict(os.environ, **env))
 
 
 @pytest.fixture(params=["lmdb", "rocksdb", "mem"])
@@ -136,6 +138,8 @@ def test_c_generator_error_code_names_the_range_and_commits_nothing(failing_lib,
     ("gen://usergen_mod:no_such_function?n=10", "has no 'no_such_function'"),
     ("gen://usergen_mod:DTYPE?n=10", "not a function"),
     ("gen://usergen_mod:records?n=-1", "n must be a non-negative integer"),
+    ("gen://usergen_mod:records?n=1e30", "n is too large"),
+    ("gen://usergen_mod:records?n=10&start=18446744073709551615", "start is too large"),
 ])
 def test_a_generator_that_cannot_be_found_is_a_usage_error(example_lib, tmp_path, source, message):
     (tmp_path / "usergen_mod.py").write_text("import numpy as np\nDTYPE = np.dtype([('x', '<i8')])\n")
@@ -178,6 +182,22 @@ def test_python_generator_rerun_is_already_loaded_and_changed_code_is_a_new_run(
     assert status() == "loaded"  # another generator: its records are loaded as a new run
     with loader.open(ds) as d:
         assert d.manifest.records == 4000
+
+
+def test_a_killed_load_of_a_python_generator_resumes(tmp_path):
+    """Like gen://: the same generator is recognised, its interrupted run resumed, and the
+    dataset is the one an uninterrupted load writes."""
+    (tmp_path / "resgen.py").write_text(Path(ex.__file__).read_text())
+    ds = f"rocksdb://{tmp_path}/ds"
+    args = ("load", "gen://resgen:records?n=20000&start=3", ds, "--shards", 2, "--workers", 2,
+            "--batch-records", 500, "--json")
+    killed = bulkload_in(tmp_path, *args, env={"BULKLOAD_FAULT": "w0.flush:5", "BULKLOAD_CHECKPOINT_SECONDS": "0"})
+    assert killed.returncode == 1 and "killed by signal 9" in killed.stderr
+    again = bulkload_in(tmp_path, *args)
+    assert again.returncode == 0, again.stderr
+    report = json.loads(again.stdout)
+    assert report["status"] == "resumed" and report["resumed_records"] > 0
+    assert records_of(ds) == ex.records(3, 20000).tobytes()
 
 
 def test_generator_function_from_python_with_a_declared_layout(store_uri):
