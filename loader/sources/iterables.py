@@ -57,9 +57,8 @@ class IterSource(Source):
 
     def inferred_layout(self) -> Layout | None:
         """The first block's layout (the first block is kept for the load)."""
-        schema = getattr(self.obj, "schema", None)
         if type_name(self.obj) == "pyarrow.RecordBatchReader":
-            return schema_layout(schema, self.uri)
+            return schema_layout(self.obj.schema, self.uri)
         it = self._iterator()
         first = _next_block(it, self.uri, 0, 0)
         if first is None:

@@ -82,11 +82,12 @@ def schema_layout(schema, what: str) -> Layout:
 
 
 def inferred_layout(dtype: np.dtype, what: str) -> Layout:
-    """A declared layout with exactly ``dtype``'s fields, else one named INFERRED_NAME."""
+    """A declared layout with exactly ``dtype``'s fields, else one named INFERRED_NAME (a
+    LayoutError says why there is none, after ``what`` when given)."""
     try:
         return declared_layout_with(dtype) or layout_from_dtype(dtype, INFERRED_NAME)
     except LayoutError as e:
-        raise LayoutError(f"{what}: {e}") from None
+        raise LayoutError(f"{what}: {e}" if what else str(e)) from None
 
 
 # --- checking and converting ----------------------------------------------------------------

@@ -41,7 +41,7 @@ from ..errors import InputError
 from ..infra import procmem
 from ..model.layouts import Layout
 from .base import ObjectAdapter, Source, SourcePlan, register_object_source
-from .memory import check_array, check_columns, convert_into, is_array, is_block, layout_of, record_count, type_name
+from .memory import check_array, convert_into, is_array, is_block, layout_of, record_count, type_name
 
 HEADER = 4096  # the header page of a shared copy: [0] bytes of records written, [1] state
 COPYING, DONE, FAILED = 0, 1, 2
@@ -186,7 +186,6 @@ class MemorySource(Source):
         if is_array(obj):
             check_array(obj, layout, what)
             return np.ascontiguousarray(obj.reshape(-1))
-        check_columns(obj, layout, what)
         out = np.empty(self.n, dtype=layout.dtype)
         convert_into(out, obj, layout, what)
         return out

@@ -76,7 +76,7 @@ class PyGenSource(Source):
         """The layout of the records of a probe call (one record)."""
         k = min(self.n, 1)
         try:
-            return layout_of(self._call(self.start, k, None), "its records")
+            return layout_of(self._call(self.start, k, None), "")
         except LayoutError as e:
             raise GeneratorError(f"generator {self.uri} for records [{self.start}, {self.start + k}) returned "
                                  f"records that are no layout's: {e}; {NOTHING}") from None

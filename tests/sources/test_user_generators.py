@@ -255,7 +255,7 @@ def test_records_that_are_no_layout_are_a_generator_error(tmp_path):
     with pytest.raises(GeneratorError) as e:
         loader.load(loader.generator(ex.strings, n=10, start=3), f"lmdb://{tmp_path}/ds")
     assert str(e.value).startswith("generator gen://sources.usergen_example:strings?n=10&start=3 for records [3, 4) "
-                                   "returned records that are no layout's: its records: field 'name' has type <U3")
+                                   "returned records that are no layout's: field 'name' has type <U3")
 
 
 def test_layout_given_is_checked_against_the_records(tmp_path):
