@@ -111,14 +111,26 @@ class KeyOrderError(InputError):
 
 
 class PartialRecordError(InputError):
-    def __init__(self, source: str, offset: int, record_size: int, tail: int):
+    def __init__(self, source: str, offset: int, record_size: int, tail: int,
+                 fix: str = "truncate or complete the file and retry"):
         super().__init__(
             f"{source}: partial record at byte offset {offset} "
             f"({tail} trailing bytes, records are {record_size} bytes); "
-            f"nothing from this source was committed - truncate or complete the file and retry"
+            f"nothing from this source was committed - {fix}"
         )
         self.source = source
         self.offset = offset
+
+
+class ConversionError(InputError):
+    """A column of an in-memory table (DataFrame, Arrow) cannot become a layout field as it
+    is: it holds nulls, or converting it would change a value."""
+
+
+class GeneratorError(InputError):
+    """A user generator (gen://MODULE:FUNCTION, gen://c:LIB:SYMBOL, an iterable given to
+    load) raised, returned an error code, or returned records that are not the ones asked
+    for (wrong count or dtype); the message names the generator and the record range."""
 
 
 class DuplicateCellError(InputError):

@@ -1,6 +1,7 @@
 """The public Python API: one function per command, each returning a typed report.
 
     loader.load(source, dataset, ...)        -> LoadReport       (bulkload load)
+    loader.generator(fn, n, start, layout)   -> a source for load (gen://MODULE:FUNCTION)
     loader.ingest(dataset, from_dir, ...)    -> IngestReport     (bulkload ingest)
     loader.finalize(dataset, dims=..., ...)  -> FinalizeReport   (bulkload finalize)
     loader.compact(dataset, ...)             -> CompactReport    (bulkload compact)
@@ -27,6 +28,7 @@ import importlib
 #: public name -> (module, attribute)
 PUBLIC = {
     "load": ("loader.loading.load", "load"),
+    "generator": ("loader.sources.user_gen", "generator"),
     "ingest": ("loader.loading.ingest", "ingest"),
     "finalize": ("loader.arrays.finalize", "finalize"),
     "compact": ("loader.maintain.compact", "compact"),

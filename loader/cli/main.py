@@ -166,7 +166,12 @@ def generate(
 def load(
     source: str = typer.Argument(..., help="gen://LAYOUT?n=N&start=S, a file of raw records, - for stdin "
                                  "(or a FIFO, /dev/stdin, /dev/fd/N), or (--layout docs) a directory of "
-                                 "<id>.json documents."),
+                                 "<id>.json documents. A generator of yours: "
+                                 "gen://PKG.MODULE:FUNCTION?n=N&start=S[&layout=NAME] (FUNCTION(start, n) returns "
+                                 "a numpy structured array; the module is imported from the working directory or "
+                                 "PYTHONPATH) or gen://c:PATH:SYMBOL?n=N&start=S&layout=NAME (a shared library's "
+                                 "int SYMBOL(void *buf, uint64_t start, uint64_t n) writes the records into buf and "
+                                 "returns 0); each worker generates its own ranges."),
     dataset: str = typer.Argument(..., help="lmdb://PATH, rocksdb://PATH or mem://NAME (with ?shards=K)."),
     layout: Optional[str] = typer.Option(None, "--layout", help="Layout of the records (default: the source's or scidb96)."),
     format: Optional[str] = typer.Option(None, "--format", help="capnp (default) or arrow; documents: block (default), raw or capnp."),

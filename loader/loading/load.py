@@ -24,7 +24,7 @@ from ..maintain.garbage import start_writing
 from ..model import manifest as mf
 from ..model import runs
 from ..model.layouts import get_layout
-from ..sources import SourcePlan, parse_source
+from ..sources import Source, SourcePlan, object_source, parse_source
 from ..stores.spec import StoreSpec, parse_dataset_uri
 from .commit import pending_entries
 from .file_runs import plan_file_run
@@ -42,12 +42,18 @@ from .report import LoadReport
 from .run import load_locked
 
 
-def load(source: str, dataset: str, *, layout: str | None = None, format: str | None = None,
+def load(source, dataset: str, *, layout: str | None = None, format: str | None = None,
          compression: str | None = None, shards: int | None = None, workers: int | None = None,
          batch_records: int | None = None, progress: str = "none", stdin=None,
          new_run: bool = False, replace: bool = False, checkpoint_seconds: float | None = None,
          checkpoint_bytes: int | None = None, on_bad_file: str = "fail") -> LoadReport:
     """Load the records of ``source`` into ``dataset``; returns the run's report.
+
+    ``source``: a SOURCE string as the CLI's (gen://..., a file, ``-``), a source of
+    `loader.generator`, or a Python object: a numpy structured array, a pandas DataFrame, a
+    pyarrow Table / RecordBatch / RecordBatchReader, or an iterable of those or of bytes
+    (sources/shared.py, sources/iterables.py; the layout: ``layout``, else the dataset's,
+    else the object's own).
 
     Appends to an existing dataset. Re-running the same source (same URI and content
     fingerprint) resumes its interrupted run, or loads nothing if it already finished,
@@ -63,7 +69,16 @@ def load(source: str, dataset: str, *, layout: str | None = None, format: str | 
                       checkpoint_bytes=checkpoint_bytes, fault=faults.from_env(), t_start=t_start)
     spec = parse_dataset_uri(dataset)
     existing = existing_manifest(spec.root, replace)
-    settings, spec, planned = _plan(source, spec, existing, request, layout, on_bad_file)
+    src = _source(source, layout, existing, on_bad_file)
+    try:
+        return _load(src, spec, existing, request, layout, new_run=new_run, stdin=stdin, replace=replace)
+    finally:
+        src.close()  # e.g. an in-memory array's shared copy
+
+
+def _load(src: Source, spec: StoreSpec, existing: mf.Manifest | None, request: Request, layout: str | None, *,
+          new_run: bool, stdin, replace: bool) -> LoadReport:
+    settings, spec, planned = _plan(src, spec, existing, request, layout)
     job = LoadJob(settings, planned, new_run=new_run, stdin=stdin, replace=replace)
     created = prepare_root(spec)
     try:
@@ -73,29 +88,40 @@ def load(source: str, dataset: str, *, layout: str | None = None, format: str | 
             os.rmdir(spec.root)  # nothing is left of a refused load
         raise
     with DatasetLock(spec.root) as lock:
-        lock.set_job(f"load {source}" + (" --replace" if replace else ""))
+        lock.set_job(f"load {src.uri}" + (" --replace" if replace else ""))
         m = existing_manifest(spec.root, replace)
         start_writing(spec, m)
         if replace:
             return load_replacing(spec, m, job)
-        discard_unfinished(spec, progress)
+        discard_unfinished(spec, request.progress)
         if m is not None:
             check_compatible(m, spec, settings)
         return load_locked(spec, m, job)
 
 
-def _plan(source: str, spec: StoreSpec, existing: mf.Manifest | None, request: Request, layout: str | None,
-          on_bad_file: str) -> tuple[RunSettings, StoreSpec, SourcePlan]:
-    """Parse the source, resolve the options, plan the source: count it (a partial trailing
-    record fails here, before any write), fingerprint it, list a directory."""
+def _source(source, layout: str | None, existing: mf.Manifest | None, on_bad_file: str) -> Source:
+    """The source spec of a SOURCE string or a Python object (``layout``: the one given)."""
+    if not isinstance(source, str):
+        return object_source(source)
     layout_obj = get_layout(layout) if layout else None
     if layout_obj is None and existing is not None and existing.layout.get("variable_length") \
             and not source.startswith("gen://"):
         layout_obj = existing.layout_obj  # a directory into a docs dataset
     check_bad_file_policy(on_bad_file)
-    src = parse_source(source, layout_obj, on_bad_file)
+    return parse_source(source, layout_obj, on_bad_file)
+
+
+def _plan(src: Source, spec: StoreSpec, existing: mf.Manifest | None, request: Request,
+          layout: str | None) -> tuple[RunSettings, StoreSpec, SourcePlan]:
+    """Resolve the layout and the options, plan the source: count it (a partial trailing
+    record fails here, before any write), fingerprint it, list a directory. The layout:
+    the one given, the source's (gen://LAYOUT), the dataset's, else the source's own
+    (an array's dtype)."""
+    layout_obj = get_layout(layout) if layout else None
     if layout_obj is None and src.layout_name is not None:
         layout_obj = get_layout(src.layout_name)
+    if layout_obj is None and (existing is None or not existing.batches):
+        layout_obj = src.inferred_layout()
     settings, spec = resolve_options(spec, existing, layout_obj, request)
     planned = src.plan(settings.layout)
     checkpoints = checkpoint_settings(request.checkpoint_seconds, request.checkpoint_bytes)

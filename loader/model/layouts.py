@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import LayoutError, UnknownLayoutError
+from ..errors import LayoutError, UnknownLayoutError, UsageError
 from .plugins import load_plugins
 
 # type name -> (numpy code, size in bytes, Cap'n Proto type, is integer)
@@ -248,6 +248,103 @@ class Layout:
         if d.get("variable_length"):
             return registered_layout(d["name"])
         return cls(d["name"], tuple(Field(n, t) for n, t in d["fields"]), d.get("description", ""))
+
+
+# --- layouts from numpy dtypes (in-memory records, user generators, .npy files) ---------------
+
+#: (numpy kind, itemsize) -> layout type name
+_TYPE_OF_KIND = {(np.dtype(code).kind, size): name for name, (code, size, _, _) in TYPES.items()}
+_LITTLE = np.little_endian
+_REPACK = "repack it: numpy.lib.recfunctions.repack_fields(arr)"
+
+
+def layout_from_dtype(dtype, name: str) -> Layout:
+    """The layout named ``name`` whose records are exactly the bytes of ``dtype``.
+
+    A layout is packed and little-endian, so the dtype must be too: every field a number
+    type of TYPES at the offset right after the previous one, no trailing padding (an
+    ``align=True`` dtype with holes, a big-endian, nested, sub-array or non-numeric field
+    is a LayoutError naming the field and the fix); field names as a layout's."""
+    dtype = np.dtype(dtype)
+    if dtype.names is None:
+        raise LayoutError(f"dtype {dtype} has no named fields; records need a structured dtype, "
+                          "e.g. np.dtype([('x', '<i8'), ('y', '<f8')])")
+    fields, offset = [], 0
+    for fname in dtype.names:
+        ftype, at = dtype.fields[fname][:2]
+        fields.append(Field(fname, _type_of(fname, ftype)))
+        if at != offset:
+            raise LayoutError(f"field {fname!r} is at byte offset {at}, but layouts are packed (it would be at "
+                              f"{offset}): the dtype is aligned or padded; {_REPACK}")
+        offset += ftype.itemsize
+    if dtype.itemsize != offset:
+        raise LayoutError(f"records of dtype {dtype} are {dtype.itemsize} bytes but its fields take {offset} "
+                          f"(trailing padding); {_REPACK}")
+    return Layout(name, tuple(fields))
+
+
+def _type_of(fname: str, ftype: np.dtype) -> str:
+    """The layout type of one dtype field, or a LayoutError naming the field."""
+    if ftype.names is not None or ftype.subdtype is not None:
+        raise LayoutError(f"field {fname!r} is {'a nested record' if ftype.names else 'a sub-array'} ({ftype}); "
+                          "layout fields are single numbers: flatten it into one field per value")
+    if ftype.byteorder == ">" or (ftype.byteorder == "=" and not _LITTLE):
+        raise LayoutError(f"field {fname!r} is big-endian ({ftype.str}); layouts are little-endian: "
+                          "arr.astype(arr.dtype.newbyteorder('<'))")
+    found = _TYPE_OF_KIND.get((ftype.kind, ftype.itemsize))
+    if found is None:
+        raise LayoutError(f"field {fname!r} has type {describe_dtype(ftype)}, which no layout field has; "
+                          f"use one of {', '.join(TYPES)}")
+    return found
+
+
+def describe_dtype(dtype: np.dtype) -> str:
+    """``float64 (<f8)``: a dtype's name and its byte-order code (once when they are equal)."""
+    return str(dtype) if str(dtype) == dtype.str else f"{dtype} ({dtype.str})"
+
+
+def dtype_mismatch(dtype, layout: "Layout | np.dtype") -> str | None:
+    """Why records of ``dtype`` are not records of ``layout`` (or of that dtype) byte for
+    byte: the first field whose name, type or offset differs, a missing or extra field,
+    padding; None when they are."""
+    dtype = np.dtype(dtype)
+    want = layout.dtype if isinstance(layout, Layout) else np.dtype(layout)
+    if dtype.names is None:
+        return f"dtype {dtype} has no named fields (the layout's first is {want.names[0]!r})"
+    for i, wname in enumerate(want.names):
+        (wtype, wat) = want.fields[wname][:2]
+        if i >= len(dtype.names):
+            return f"field {wname!r} ({describe_dtype(wtype)}) is missing"
+        name = dtype.names[i]
+        (ftype, at) = dtype.fields[name][:2]
+        if name != wname:
+            return f"field {i} is {name!r}, the layout's is {wname!r}"
+        if ftype != wtype:
+            return f"field {name!r} is {describe_dtype(ftype)}, the layout's is {describe_dtype(wtype)}"
+        if at != wat:
+            return f"field {name!r} is at byte offset {at}, the layout's at {wat} (aligned or padded); {_REPACK}"
+    if len(dtype.names) > len(want.names):
+        return f"field {dtype.names[len(want.names)]!r} is not in the layout"
+    if dtype.itemsize != want.itemsize:
+        return f"records are {dtype.itemsize} bytes, the layout's {want.itemsize} (trailing padding); {_REPACK}"
+    return None
+
+
+def declared_layout_with(dtype) -> Layout | None:
+    """The first declared layout (``$BULKLOAD_SCHEMAS``, ./schemas, the shipped ones, by
+    name) whose records are exactly ``dtype``'s bytes, or None."""
+    names = set()
+    for d in [*_search_dirs(), builtin_schema_dir()]:
+        if d.is_dir():
+            names.update(p.stem for p in d.glob("*.toml"))
+    for name in sorted(names):
+        try:
+            layout = get_layout(name)
+        except UsageError:
+            continue  # a broken declaration is reported when it is asked for by name
+        if layout.dtype == dtype and dtype_mismatch(dtype, layout) is None:
+            return layout
+    return None
 
 
 # --- layouts registered by plug-ins (e.g. the documents' ``docs``) ---------------------------

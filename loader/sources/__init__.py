@@ -1,24 +1,36 @@
-"""Sources: where records come from (generators, files, streams) and how a load plans them.
+"""Sources: where records come from (generators, files, streams, Python objects) and how a
+load plans them.
 
-One protocol (`Source`, `SourcePlan` in base.py), one module per kind of source, and a
-registry that plug-ins extend (their own ``gen://NAME`` generators and directory
-sources). May import: model, infra, errors (and the C generators, ``_gen``).
+One protocol (`Source`, `SourcePlan` in base.py), one module per kind of source, and
+registries that plug-ins extend (their own ``gen://NAME`` generators and directory
+sources; adapters of Python objects, `object_source`: shared.py for whole arrays, frames
+and tables, then iterables.py for any iterable of blocks - imported in that order here).
+May import: model, infra, errors (and the C generators, ``_gen``).
 """
 
+from . import (
+    iterables,  # noqa: F401 - registers any other iterable (a catch-all)
+    shared,  # noqa: F401 - registers whole arrays, frames and tables (before iterables)
+)
 from .base import (
     MAX_RECORDS,
     DirectorySource,
+    ObjectAdapter,
     Source,
     SourcePlan,
+    object_source,
     parse_count,
     register_directory_source,
     register_generator,
+    register_object_source,
 )
 from .files import FileSource, hash_file, open_input, refuse_pseudo_file
 from .generated import GenSource
 from .parse import parse_source
 from .streams import StreamSource, stream_fd
+from .user_gen import generator
 
-__all__ = ["MAX_RECORDS", "DirectorySource", "FileSource", "GenSource", "Source", "SourcePlan", "StreamSource",
-           "hash_file", "open_input", "parse_count", "parse_source", "refuse_pseudo_file",
-           "register_directory_source", "register_generator", "stream_fd"]
+__all__ = ["MAX_RECORDS", "DirectorySource", "FileSource", "GenSource", "ObjectAdapter", "Source", "SourcePlan",
+           "StreamSource", "generator", "hash_file", "object_source", "open_input", "parse_count", "parse_source",
+           "refuse_pseudo_file", "register_directory_source", "register_generator", "register_object_source",
+           "stream_fd"]

@@ -6,10 +6,14 @@ record bytes never travel through pipes. Only a stream, which cannot be split, i
 the coordinator into shared memory (loading/stream.py).
 
 Built in (one module each): ``gen://LAYOUT?n=N&start=S`` (generated.py), a file of raw
-records (files.py), a stream: ``-``, a FIFO, /dev/stdin, /dev/fd/N (streams.py).
-Plug-ins register more with `register_generator` (``gen://NAME`` of their own layouts)
-and `register_directory_source` (a directory as the source of a layout of their kind),
-e.g. the documents' ``gen://docs`` and ``<id>.json`` directories (loader/docs/sources.py).
+records (files.py), a stream: ``-``, a FIFO, /dev/stdin, /dev/fd/N (streams.py), a user's
+generator ``gen://MODULE:FUNCTION`` / ``gen://c:LIB:SYMBOL`` (user_gen.py), and Python
+objects given to ``loader.load``: whole arrays, DataFrames, Arrow tables (shared.py) and
+iterables of blocks (iterables.py), found through `object_source`.
+Plug-ins register more with `register_generator` (``gen://NAME`` of their own layouts),
+`register_directory_source` (a directory as the source of a layout of their kind), e.g.
+the documents' ``gen://docs`` and ``<id>.json`` directories (loader/docs/sources.py), and
+`register_object_source` (a kind of Python object).
 Keyed sources have ``read_docs(offset, count) -> (batch, [file errors])`` instead of
 ``fill``.
 
@@ -59,6 +63,14 @@ class Source:
 
     def committed(self) -> None:
         """The run that read this source is committed (e.g. its plan file can go)."""
+
+    def inferred_layout(self) -> Layout | None:
+        """The layout the source's own records declare (an array's dtype, a frame's
+        columns), used when neither ``layout=`` nor the dataset gives one; None: none."""
+        return None
+
+    def close(self) -> None:
+        """The load is over, whatever its outcome: free what the source holds (shared memory)."""
 
 
 @dataclass(frozen=True)
@@ -127,6 +139,39 @@ def register_directory_source(kind_name: str, source: DirectorySource) -> None:
 def directory_source(layout: Layout | None) -> DirectorySource | None:
     """How the plug-in of ``layout``'s kind reads a directory (None: files of records)."""
     return None if layout is None else _DIRECTORIES.get(getattr(layout, "kind", "fixed"))
+
+
+@dataclass(frozen=True)
+class ObjectAdapter:
+    """How ``loader.load`` reads one kind of Python object: ``takes(obj)`` says whether it
+    is one, ``factory(obj)`` makes its source (which checks the object against the run's
+    layout when planned)."""
+
+    takes: Callable[[object], bool]
+    factory: Callable[[object], Source]
+    last: bool = False  # a catch-all (e.g. any iterable): asked after every other
+
+
+_OBJECTS: list[ObjectAdapter] = []
+
+
+def register_object_source(adapter: ObjectAdapter) -> None:
+    """``loader.load(obj, ...)`` reads the objects ``adapter`` takes; adapters are asked in
+    the order registered, catch-alls (``last``) after the others."""
+    _OBJECTS.append(adapter)
+    _OBJECTS.sort(key=lambda a: a.last)  # stable: registration order within each group
+
+
+def object_source(obj: object) -> Source:
+    """The source of a Python object given to ``loader.load`` (a Source is itself)."""
+    if isinstance(obj, Source):
+        return obj
+    for adapter in _OBJECTS:
+        if adapter.takes(obj):
+            return adapter.factory(obj)
+    raise UsageError(f"cannot load an object of type {type(obj).__qualname__}: the source is a string "
+                     "(gen://..., a file path, - for stdin), a numpy structured array, a pandas DataFrame, a "
+                     "pyarrow Table / RecordBatch / RecordBatchReader, or an iterable of those or of bytes")
 
 
 def generator_parser(layout_name: str) -> GeneratorParser | None:

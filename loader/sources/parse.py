@@ -2,6 +2,7 @@
 
 - ``-``, /dev/stdin, /dev/fd/N, /proc/self/fd/N, a FIFO: a stream (streams.py);
 - ``gen://LAYOUT?...``: the layout's generator (generated.py), or a plug-in's own;
+- ``gen://PKG.MODULE:FUNCTION?...``, ``gen://c:PATH:SYMBOL?...``: a user's generator (user_gen.py);
 - a directory: the source of a plug-in's kind (e.g. ``<id>.json`` documents), else refused;
 - a regular file of raw records (files.py); devices, sockets, procfs/sysfs files refused.
 """
@@ -17,6 +18,7 @@ from .base import Source, directory_source, generator_parser
 from .files import FileSource, refuse_pseudo_file
 from .generated import parse_generated
 from .streams import StreamSource, stream_fd
+from .user_gen import parse_user_generator
 
 
 def parse_source(ref: str, layout: Layout | None = None, on_bad_file: str = "fail") -> Source:
@@ -27,6 +29,8 @@ def parse_source(ref: str, layout: Layout | None = None, on_bad_file: str = "fai
         name, _, query = ref[len("gen://"):].partition("?")
         if not name:
             raise UsageError(f"source {ref!r} names no layout; use gen://scidb96?n=N")
+        if ":" in name:  # a module:function or c:library:symbol
+            return parse_user_generator(ref, layout)
         get_layout(name)  # unknown layout -> clear error (and a plug-in's layout registers its generator)
         if layout is not None and layout.name != name:
             raise UsageError(f"source {ref!r} generates layout {name!r} but --layout is {layout.name!r}")
