@@ -44,7 +44,7 @@ def stored(uri) -> bytes:
 
 def runs_of(uri) -> list[dict]:
     with loader.open(uri) as ds:
-        return [r for r in ds.manifest.runs if r.get("kind") == "load"]
+        return [r.to_dict() for r in ds.manifest.runs if r.kind == "load"]
 
 
 @pytest.fixture(params=["lmdb", "rocksdb", "mem"])
