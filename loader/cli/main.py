@@ -163,10 +163,17 @@ def generate(
 @app.command()
 @handle_errors
 def load(
-    source: str = typer.Argument(..., help="gen://LAYOUT?n=N&start=S, a file of raw records, - for stdin "
-                                 "(or a FIFO, /dev/stdin, /dev/fd/N), or (--layout docs) a directory of "
-                                 "<id>.json documents."),
-    dataset: str = typer.Argument(..., help="lmdb://PATH, rocksdb://PATH or mem://NAME (with ?shards=K)."),
+    sources: Optional[list[str]] = typer.Argument(
+        None, show_default=False,
+        help="One or more of: gen://LAYOUT?n=N&start=S; a file of raw records, an .npy file, an Arrow IPC "
+             "file (.arrow, .feather) or a Parquet file (.parquet); a quoted glob ('parts/*.bin', in name "
+             "order); - for stdin, a FIFO, /dev/stdin, /dev/fd/N; or (--layout docs) a directory of <id>.json "
+             "documents. Several inputs are loaded by one run in the order given, each committed whole and "
+             "recognised on a re-run (loaded before: left out). Streams (stdin, FIFOs) are not replayable: "
+             "every load of them is a new run, never resumed, and nothing of a failed one is committed (re-run "
+             "the producers); several FIFOs are read in parallel, their batches numbered as they arrive."),
+    dataset: str = typer.Argument(...,
+                                  help="lmdb://PATH, rocksdb://PATH or mem://NAME (with ?shards=K)."),
     layout: Optional[str] = typer.Option(None, "--layout", help="Layout of the records (default: the source's or scidb96)."),
     format: Optional[str] = typer.Option(None, "--format", help="capnp (default) or arrow; documents: block (default), raw or capnp."),
     compression: Optional[str] = typer.Option(None, "--compression", help="none, lz4 or zstd (arrow); documents: zstd (default) or none."),
@@ -184,8 +191,12 @@ def load(
     """Load records into a dataset (appending to it if it exists).
 
     Re-running the same command resumes an interrupted run, or loads nothing if it
-    finished; --new-run loads the source again; --replace starts the dataset over."""
-    report = api.load(source, dataset, layout=layout, format=format, compression=compression,
+    finished; --new-run loads the source again; --replace starts the dataset over.
+    A stream (stdin, a FIFO) cannot be replayed: each load of it is a new run."""
+    if not sources:  # `load X`: X is taken for the dataset (click fills the last argument first)
+        fail("Missing argument 'dataset'; see 'bulkload load --help'", EXIT_USAGE)
+    report = api.load(sources if len(sources) > 1 else sources[0], dataset, layout=layout, format=format,
+                     compression=compression,
                      shards=shards, workers=workers, batch_records=batch_records,
                      progress=progress_mode(quiet), new_run=new_run, replace=replace, on_bad_file=on_bad_file)
     if json_out:

@@ -1,7 +1,8 @@
 """`load`: one run that appends a source's records to a dataset, all or nothing.
 
-1. parse and check everything (source, dataset, layout, format, counts) before touching
-   data, and refuse a load whose records cannot fit on the filesystem (infra/space.py);
+1. parse and check everything (source - or several, sources/many.py -, dataset, layout,
+   format, counts) before touching data, and refuse a load whose records cannot fit on
+   the filesystem (infra/space.py);
 2. lock the dataset (one writing job at a time) and read its manifest;
 3. run: `run.load_locked` (match the source's previous runs -> already loaded / resume /
    new; the workers; the commit), or for ``--replace`` the same into a sibling directory
@@ -22,12 +23,12 @@ from ..infra import faults, space
 from ..infra.lock import DatasetLock
 from ..maintain.garbage import start_writing
 from ..model import manifest as mf
-from ..model import runs
 from ..model.layouts import get_layout
-from ..sources import SourcePlan, parse_source
+from ..sources import SourcePlan, parse_sources
 from ..stores.spec import StoreSpec, parse_dataset_uri
 from .commit import pending_entries
-from .file_runs import plan_file_run
+from .file_runs import last_loaded, plan_file_run
+from .inputs import match_inputs
 from .job import LoadJob, Request, RunSettings
 from .options import (
     check_bad_file_policy,
@@ -42,7 +43,7 @@ from .report import LoadReport
 from .run import load_locked
 
 
-def load(source: str, dataset: str, *, layout: str | None = None, format: str | None = None,
+def load(source: str | list[str], dataset: str, *, layout: str | None = None, format: str | None = None,
          compression: str | None = None, shards: int | None = None, workers: int | None = None,
          batch_records: int | None = None, progress: str = "none", stdin=None,
          new_run: bool = False, replace: bool = False, checkpoint_seconds: float | None = None,
@@ -52,6 +53,10 @@ def load(source: str, dataset: str, *, layout: str | None = None, format: str | 
     Appends to an existing dataset. Re-running the same source (same URI and content
     fingerprint) resumes its interrupted run, or loads nothing if it already finished,
     unless ``new_run``. ``replace`` starts the dataset over, atomically.
+
+    ``source`` may name several inputs (a list, or a glob such as ``"parts/*.bin"``):
+    one run loads them in that order, each committed whole, each recognised on a re-run
+    as one source would be (loaded before: left out); several FIFOs are read in parallel.
 
     Documents (``layout="docs"``, or ``gen://docs?...``): ``source`` may be a directory
     of ``<id>.json`` files; ``on_bad_file`` ``fail`` (nothing is loaded, BadFileError
@@ -73,7 +78,7 @@ def load(source: str, dataset: str, *, layout: str | None = None, format: str | 
             os.rmdir(spec.root)  # nothing is left of a refused load
         raise
     with DatasetLock(spec.root) as lock:
-        lock.set_job(f"load {source}" + (" --replace" if replace else ""))
+        lock.set_job(f"load {planned.uri}" + (" --replace" if replace else ""))
         m = existing_manifest(spec.root, replace)
         start_writing(spec, m)
         if replace:
@@ -84,18 +89,19 @@ def load(source: str, dataset: str, *, layout: str | None = None, format: str | 
         return load_locked(spec, m, job)
 
 
-def _plan(source: str, spec: StoreSpec, existing: mf.Manifest | None, request: Request, layout: str | None,
+def _plan(source, spec: StoreSpec, existing: mf.Manifest | None, request: Request, layout: str | None,
           on_bad_file: str) -> tuple[RunSettings, StoreSpec, SourcePlan]:
-    """Parse the source, resolve the options, plan the source: count it (a partial trailing
-    record fails here, before any write), fingerprint it, list a directory."""
-    layout_obj = get_layout(layout) if layout else None
-    if layout_obj is None and existing is not None and existing.layout.get("variable_length") \
-            and not source.startswith("gen://"):
-        layout_obj = existing.layout_obj  # a directory into a docs dataset
+    """Parse the source(s), resolve the options, plan the source: count it (a partial
+    trailing record fails here, before any write), fingerprint it, list a directory."""
+    given = get_layout(layout) if layout else None
+    refs = [source] if isinstance(source, str) else [os.fspath(r) for r in source]
+    if given is None and existing is not None and existing.layout.get("variable_length") \
+            and not any(r.startswith("gen://") for r in refs):
+        given = existing.layout_obj  # a directory into a docs dataset
     check_bad_file_policy(on_bad_file)
-    src = parse_source(source, layout_obj, on_bad_file)
-    if layout_obj is None and src.layout_name is not None:
-        layout_obj = get_layout(src.layout_name)
+    src = parse_sources(refs, given, on_bad_file)
+    dataset_layout = existing.layout_obj if existing is not None and existing.batches else None
+    layout_obj = src.records_layout(given, dataset_layout)  # a generator's, a typed file's (checked)
     settings, spec = resolve_options(spec, existing, layout_obj, request)
     planned = src.plan(settings.layout)
     checkpoints = checkpoint_settings(request.checkpoint_seconds, request.checkpoint_bytes)
@@ -117,9 +123,16 @@ def _check_space(spec: StoreSpec, existing: mf.Manifest | None, job: LoadJob) ->
     src = planned.source
     if not src.replayable:
         return  # a stream: its size is not known
-    prev = runs.last_matching(m, "load", src.uri, planned.fingerprint) if m is not None and not job.new_run else None
+    prev = last_loaded(m, src.uri, planned.fingerprint) if m is not None and not job.new_run else None
     todo = planned.total or 0
-    if src.by_extent and m is not None:
+    if planned.parts:
+        try:
+            found = match_inputs(m, planned, kind.layout, new_run=job.new_run, considered=lambda r: True,
+                                 resumable=lambda r: True)
+            todo, prev = found.total, found.resume
+        except BulkloadError:
+            pass  # refused under the lock, with its own message
+    elif src.by_extent and m is not None:
         try:
             fplan = plan_file_run(m, src, kind.layout, new_run=job.new_run, considered=lambda r: True,
                                   resumable=lambda r: True)

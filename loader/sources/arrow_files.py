@@ -1,0 +1,211 @@
+"""Arrow IPC files and streams (``.arrow``, ``.feather``, ``.arrows``) and Parquet (``.parquet``).
+
+Both are read by pyarrow, imported only here and only when such a file is loaded. Their
+columns make the layout (typed.py): integers and floats of the layout's types; any other
+column type (strings, booleans, dates, decimals, dictionaries, nested) is a LayoutError
+naming the column, and so is a null in any loaded column (NullValuesError, exit 1).
+
+- **Arrow IPC** (file format: ``ARROW1`` magic and a footer; stream format: messages
+  only). Planning reads every record batch's header from a memory map (zero copy: no
+  data is decoded unless the file is compressed) to count its rows and nulls and note
+  its byte offset; a worker reads exactly the record batches its batches overlap, from
+  its own memory map of the file (splits across workers by record batch).
+- **Parquet**: planning reads the footer only (row counts per row group; null counts
+  from the column statistics, else checked as each row group is decoded). A worker
+  decodes the row groups its batches overlap, one at a time, and keeps the last one
+  (memory stays at one row group per worker: bounded, whatever the file's size); every
+  worker whose batches fall in a row group decodes it (splits across workers by row
+  group only when a row group holds no more than a batch).
+
+A file that pyarrow cannot read as its suffix says is a FileFormatError naming it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import FileFormatError, LayoutError, NullValuesError
+from ..model.layouts import layout_from_dtype
+from .base import FileType, register_file_type
+from .typed import TypedFile, copy_fields
+
+
+def schema_fields(schema, path: str) -> tuple[tuple[str, str], ...]:
+    """(name, layout type) of each column of an Arrow schema (LayoutError naming the
+    first column that is not a number of a layout type)."""
+    import pyarrow as pa  # why: heavy; only a load of an Arrow or Parquet file gets here
+
+    dtypes = []
+    for f in schema:
+        if not (pa.types.is_integer(f.type) or pa.types.is_floating(f.type)):
+            raise LayoutError(f"{path}: column {f.name!r} has type {f.type}, which no layout type holds; load "
+                              "only columns of integers and floats (select or cast the others away first)")
+        dtypes.append((f.name, np.dtype(f.type.to_pandas_dtype())))
+    try:
+        layout = layout_from_dtype(np.dtype(dtypes), "file")
+    except (LayoutError, ValueError, TypeError) as e:  # numpy: a column name given twice
+        raise LayoutError(f"{path}: {e}") from None
+    return tuple((f.name, f.type) for f in layout.fields)
+
+
+def refuse_nulls(array, path: str, column: str, where: str) -> None:
+    if array.null_count:
+        raise NullValuesError(f"{path}: column {column!r} holds {array.null_count:,} null(s) in {where}; a record "
+                              "has a value in every field - fill or drop them first (pyarrow.compute.fill_null, "
+                              "drop_null)")
+
+
+class _RowRanges:
+    """Sources cut into pieces of consecutive rows (record batches, row groups):
+    ``row_starts[i]`` is the first row of piece i, ``row_starts[-1]`` the row count."""
+
+    row_starts: tuple[int, ...]
+
+    def fill(self, records: np.ndarray, offset: int) -> None:
+        """Copy rows offset.. of the pieces they fall in into ``records``."""
+        starts, end = self.row_starts, offset + len(records)
+        i = bisect.bisect_right(starts, offset) - 1
+        pos = offset
+        while pos < end:
+            lo, hi = starts[i], starts[i + 1]
+            if hi > lo:
+                upto = min(hi, end)
+                copy_fields(records[pos - offset:upto - offset], self.columns(i), pos - lo, upto - lo)
+                pos = upto
+            i += 1
+
+    def columns(self, i: int) -> dict:
+        """Piece ``i``'s columns as numpy arrays, by name."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class ArrowIpcSource(_RowRanges, TypedFile):
+    """An Arrow IPC file or stream: record batch i starts at byte ``offsets[i]``."""
+
+    row_starts: tuple[int, ...]
+    offsets: tuple[int, ...]
+
+    @classmethod
+    def open(cls, path: str) -> "ArrowIpcSource":
+        import pyarrow as pa  # why: heavy; only a load of an Arrow file gets here
+
+        try:
+            with pa.memory_map(path) as mm:
+                return cls._plan(path, mm)
+        except (pa.ArrowException, OSError) as e:
+            with open(path, "rb") as f:
+                feather_v1 = f.read(4) == b"FEA1"
+            hint = ("it is a Feather version 1 file: write it again with pyarrow.feather.write_feather (version 2)"
+                    if feather_v1 else "write it with pyarrow.ipc or pyarrow.feather")
+            raise FileFormatError(f"{path} is not a valid Arrow IPC file ({str(e).strip()}); {hint}") from None
+
+    @classmethod
+    def _plan(cls, path: str, mm) -> "ArrowIpcSource":
+        import pyarrow as pa  # why: heavy; only a load of an Arrow file gets here
+
+        schema, start = _open_reader(mm)
+        fields = schema_fields(schema, path)
+        starts, offsets = [0], []
+        mm.seek(start)
+        messages = pa.ipc.MessageReader.open_stream(mm)
+        while True:
+            at = mm.tell()
+            try:
+                msg = messages.read_next_message()
+            except StopIteration:
+                break
+            if msg.type != "record batch":
+                continue
+            batch = pa.ipc.read_record_batch(msg, schema)
+            for name, _ in fields:
+                refuse_nulls(batch.column(name), path, name, f"record batch {len(offsets)}")
+            offsets.append(at)
+            starts.append(starts[-1] + batch.num_rows)
+        return cls(path, fields, starts[-1], tuple(starts), tuple(offsets))
+
+    def columns(self, i: int) -> dict:
+        import pyarrow as pa  # why: heavy; only a worker reading an Arrow file gets here
+
+        mm, schema = _mapped_ipc(self)
+        mm.seek(self.offsets[i])
+        batch = pa.ipc.read_record_batch(pa.ipc.read_message(mm), schema)
+        return {name: batch.column(name).to_numpy() for name, _ in self.fields}
+
+
+def _open_reader(mm) -> tuple[object, int]:
+    """(schema, byte offset of its first message) of an Arrow IPC file or stream."""
+    import pyarrow as pa  # why: heavy; only a load of an Arrow file gets here
+
+    is_file = mm.read(6) == b"ARROW1"
+    mm.seek(0)
+    if is_file:
+        return pa.ipc.open_file(mm).schema, 8  # (opening checks the footer)
+    return pa.ipc.open_stream(mm).schema, 0
+
+
+@functools.lru_cache(maxsize=4)
+def _mapped_ipc(source: ArrowIpcSource):
+    """(memory map, schema) of an Arrow IPC source's file, opened once per worker process."""
+    import pyarrow as pa  # why: heavy; only a worker reading an Arrow file gets here
+
+    mm = pa.memory_map(source.path)
+    return mm, _open_reader(mm)[0]
+
+
+@dataclass(frozen=True)
+class ParquetSource(_RowRanges, TypedFile):
+    """A Parquet file: row group i holds rows ``row_starts[i]``..; ``unchecked``: the
+    columns whose statistics do not count nulls (checked when decoded)."""
+
+    row_starts: tuple[int, ...]
+    unchecked: tuple[str, ...]
+
+    @classmethod
+    def open(cls, path: str) -> "ParquetSource":
+        import pyarrow as pa  # why: heavy; only a load of a Parquet file gets here
+        import pyarrow.parquet as pq
+
+        try:
+            md = pq.ParquetFile(path).metadata
+            fields = schema_fields(md.schema.to_arrow_schema(), path)
+        except (pa.ArrowException, OSError) as e:
+            raise FileFormatError(f"{path} is not a valid Parquet file ({str(e).strip()}); write it with "
+                                  "pyarrow.parquet.write_table") from None
+        names = [f[0] for f in fields]
+        starts, unchecked = [0], set()
+        for g in range(md.num_row_groups):
+            rg = md.row_group(g)
+            for j in range(rg.num_columns):
+                stats = rg.column(j).statistics
+                name = rg.column(j).path_in_schema
+                if stats is None or not stats.has_null_count:
+                    unchecked.add(name)
+                elif stats.null_count:
+                    raise NullValuesError(f"{path}: column {name!r} holds {stats.null_count:,} null(s) in row "
+                                          f"group {g}; a record has a value in every field - fill or drop them "
+                                          "first (pyarrow.compute.fill_null, drop_null)")
+            starts.append(starts[-1] + rg.num_rows)
+        return cls(path, fields, starts[-1], tuple(starts), tuple(n for n in names if n in unchecked))
+
+    def columns(self, i: int) -> dict:
+        return _row_group(self, i)
+
+
+@functools.lru_cache(maxsize=1)  # one decoded row group per worker: memory stays bounded
+def _row_group(source: ParquetSource, i: int) -> dict:
+    import pyarrow.parquet as pq  # why: heavy; only a worker reading a Parquet file gets here
+
+    names = [name for name, _ in source.fields]
+    table = pq.ParquetFile(source.path, memory_map=True).read_row_group(i, columns=names, use_threads=False)
+    for name in source.unchecked:
+        refuse_nulls(table.column(name), source.path, name, f"row group {i}")
+    return {name: table.column(name).to_numpy() for name in names}
+
+
+register_file_type((".arrow", ".feather", ".arrows", ".ipc"), FileType("Arrow IPC", b"ARROW1", ArrowIpcSource.open))
+register_file_type((".parquet", ".pq"), FileType("Parquet", b"PAR1", ParquetSource.open))

@@ -1,0 +1,144 @@
+"""Files with a schema: what .npy, Arrow IPC and Parquet sources share (npy.py, arrow_files.py).
+
+- The layout of their records comes from the file (`model.layouts.layout_from_dtype`):
+  into a new dataset without --layout, the file's own fields in its order, named as a
+  known layout with exactly those fields (e.g. ``scidb96``), else after the file; into a
+  dataset, or with --layout, the layout wanted, whose every field the file must hold
+  under its name with a type that converts without loss (`check_fields`: LayoutError
+  naming the field). Columns the layout does not name are not loaded.
+- A source is planned once, from the file's header or footer (records, per-batch or
+  per-row-group row counts); workers convert the file's columns field by field into each
+  batch's records (`copy_fields`).
+- Identity, for resume and "already loaded": the record count, the size and a sampled
+  xxh3 of the whole file, as for a raw file (files.py); such a file does not grow by
+  appending, so any change is a changed file (refused; --new-run loads it again).
+- What is not records is refused before anything is read (`refuse_unsupported`):
+  by suffix (.csv, .json, .npz, .gz, ...) or by content (a compressed file, an archive
+  or HDF5 under another name): SourceTypeError, exit 2, with what to do.
+
+Reads files, never writes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import BulkloadError, LayoutError, SourceTypeError
+from ..model.layouts import TYPES, Field, Layout, available_layouts, get_layout
+from .base import Source
+from .files import sample_digest
+
+#: what each suffix holds, and how to load it instead
+_TEXT = "convert it to Parquet or Arrow first (e.g. pyarrow.csv.read_csv, then pyarrow.parquet.write_table)"
+UNSUPPORTED_SUFFIXES = {
+    ".csv": ("CSV text", _TEXT), ".tsv": ("tab-separated text", _TEXT), ".txt": ("text", _TEXT),
+    ".json": ("JSON", _TEXT), ".jsonl": ("JSON lines", _TEXT), ".ndjson": ("JSON lines", _TEXT),
+    ".xml": ("XML", _TEXT), ".xlsx": ("an Excel workbook", _TEXT),
+    ".npz": ("a NumPy .npz archive", "save each array as its own .npy file (numpy.save)"),
+    ".h5": ("HDF5", "export its table to .npy, Arrow or Parquet"),
+    ".hdf5": ("HDF5", "export its table to .npy, Arrow or Parquet"),
+    ".orc": ("ORC", "convert it to Parquet or Arrow first (pyarrow.orc.read_table)"),
+    ".avro": ("Avro", "convert it to Parquet or Arrow first"),
+    ".pkl": ("a Python pickle", "save the array with numpy.save"),
+    ".pickle": ("a Python pickle", "save the array with numpy.save"),
+    ".gz": ("gzip-compressed", "decompress it into a pipe: zcat FILE | bulkload load - DATASET"),
+    ".bz2": ("bzip2-compressed", "decompress it into a pipe: bzcat FILE | bulkload load - DATASET"),
+    ".xz": ("xz-compressed", "decompress it into a pipe: xzcat FILE | bulkload load - DATASET"),
+    ".zst": ("zstd-compressed", "decompress it into a pipe: zstdcat FILE | bulkload load - DATASET"),
+    ".lz4": ("lz4-compressed", "decompress it into a pipe: lz4cat FILE | bulkload load - DATASET"),
+    ".zip": ("a zip archive", "extract it into a pipe: unzip -p FILE | bulkload load - DATASET"),
+    ".tar": ("a tar archive", "extract it into a pipe: tar -xOf FILE | bulkload load - DATASET"),
+    ".tgz": ("a compressed tar archive", "extract it into a pipe: tar -xzOf FILE | bulkload load - DATASET"),
+}
+#: content that is not records whatever the file's name (magics of 4 bytes or more)
+UNSUPPORTED_MAGICS = ((b"\x28\xb5\x2f\xfd", ".zst"), (b"\xfd7zXZ\x00", ".xz"), (b"PK\x03\x04", ".zip"),
+                      (b"\x89HDF\r\n\x1a\n", ".h5"))
+SUPPORTED = ("a file of raw records, .npy, Arrow IPC (.arrow, .feather) or Parquet (.parquet)")
+
+
+def refuse_unsupported(ref: str, suffix: str, head: bytes) -> None:
+    """SourceTypeError if a file named ``*suffix`` starting with ``head`` holds something
+    other than records."""
+    by_content = next((s for magic, s in UNSUPPORTED_MAGICS if head.startswith(magic)), None)
+    found = UNSUPPORTED_SUFFIXES.get(suffix.lower()) or UNSUPPORTED_SUFFIXES.get(by_content)
+    if found is not None:
+        what, todo = found
+        how = "" if suffix.lower() in UNSUPPORTED_SUFFIXES else " (by its content)"
+        raise SourceTypeError(f"source {ref} is {what}{how}, not records: bulkload loads {SUPPORTED}; {todo}")
+
+
+@dataclass(frozen=True)
+class TypedFile(Source):
+    """A file with a schema: its path, its fields ((name, layout type) in the file's
+    order) and its record count, read when it was planned."""
+
+    path: str
+    fields: tuple[tuple[str, str], ...]
+    records: int
+
+    by_extent = True  # matched by path and extent (loading/file_runs.py): a changed file is refused
+
+    @property
+    def uri(self) -> str:
+        return self.path
+
+    def file_layout(self) -> Layout:
+        """The layout of the file's own fields, named after the file."""
+        name = os.path.splitext(os.path.basename(self.path))[0] or "records"
+        return Layout(name, tuple(Field(n, t) for n, t in self.fields))
+
+    def records_layout(self, given: Layout | None, dataset: Layout | None) -> Layout:
+        wanted = given or dataset
+        have = self.file_layout()
+        if wanted is None:
+            return known_layout(have)
+        check_fields(have, wanted, self.path)
+        return wanted
+
+    def count(self, layout: Layout) -> int:
+        return self.records
+
+    def fingerprint(self, layout: Layout, records: int | None = None) -> str:
+        """The record count, size and sampled xxh3 of the whole file (``records``: the
+        extent a run loads, files.py; a file with a schema only ever has one)."""
+        size = os.stat(self.path).st_size
+        records = self.records if records is None else records
+        return f"records={records};size={size};sample={sample_digest(self.path, 0, size)}"
+
+
+def known_layout(have: Layout) -> Layout:
+    """A known layout with exactly the fields of ``have`` (so that the file's records can
+    join a dataset of it, e.g. ``scidb96``), else ``have``."""
+    for name in available_layouts():
+        try:
+            known = get_layout(name)
+        except BulkloadError:
+            continue  # a broken declaration in ./schemas is not this file's problem
+        if not known.variable_length and known.fields == have.fields:
+            return known
+    return have
+
+
+def check_fields(have: Layout, wanted: Layout, what: str) -> None:
+    """LayoutError unless every field of ``wanted`` is a field of ``have`` (the file
+    ``what``) whose type converts to the wanted one without loss."""
+    for f in wanted.fields:
+        try:
+            own = have.field(f.name)
+        except KeyError:
+            raise LayoutError(f"{what} has no field {f.name!r} of layout {wanted.name!r} (its fields: "
+                              f"{', '.join(have.names)}); load it into a dataset of its own layout, or give "
+                              "--layout of its fields") from None
+        if not np.can_cast(TYPES[own.type][0], TYPES[f.type][0], "safe"):
+            raise LayoutError(f"{what}: field {f.name!r} is {own.type}, but layout {wanted.name!r} stores it as "
+                              f"{f.type}, which would lose data; load it into a dataset of its own layout")
+
+
+def copy_fields(dst: np.ndarray, columns, lo: int, hi: int) -> None:
+    """``dst[name] = columns[name][lo:hi]`` for every field of ``dst`` (converting each
+    column's type to the field's)."""
+    for name in dst.dtype.names:
+        dst[name] = columns[name][lo:hi]
