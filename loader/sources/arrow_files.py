@@ -28,35 +28,35 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import FileFormatError, LayoutError, NullValuesError
-from ..model.layouts import layout_from_dtype
+from ..errors import FileFormatError, NullValuesError
 from .base import FileType, register_file_type
-from .typed import TypedFile, copy_fields
+from .typed import TypedFile, copy_fields, split_fields
 
 
-def schema_fields(schema, path: str) -> tuple[tuple[str, str], ...]:
-    """(name, layout type) of each column of an Arrow schema (LayoutError naming the
-    first column that is not a number of a layout type)."""
+def schema_fields(schema, path: str) -> tuple[tuple, tuple]:
+    """(fields, others) of an Arrow schema's columns (typed.split_fields): integers and
+    floats of a layout type are fields; any other type is named in ``others``."""
     import pyarrow as pa  # why: heavy; only a load of an Arrow or Parquet file gets here
 
-    dtypes = []
+    columns = []
     for f in schema:
-        if not (pa.types.is_integer(f.type) or pa.types.is_floating(f.type)):
-            raise LayoutError(f"{path}: column {f.name!r} has type {f.type}, which no layout type holds; load "
-                              "only columns of integers and floats (select or cast the others away first)")
-        dtypes.append((f.name, np.dtype(f.type.to_pandas_dtype())))
-    try:
-        layout = layout_from_dtype(np.dtype(dtypes), "file")
-    except (LayoutError, ValueError, TypeError) as e:  # numpy: a column name given twice
-        raise LayoutError(f"{path}: {e}") from None
-    return tuple((f.name, f.type) for f in layout.fields)
+        if pa.types.is_integer(f.type) or pa.types.is_floating(f.type):
+            columns.append((f.name, np.dtype(f.type.to_pandas_dtype())))
+        else:
+            columns.append((f.name, f"column {f.name!r} has type {f.type}, which no layout type holds; a field is "
+                                    "an integer or a float (cast or drop the column first)"))
+    return split_fields(columns, path)
 
 
-def refuse_nulls(array, path: str, column: str, where: str) -> None:
-    if array.null_count:
-        raise NullValuesError(f"{path}: column {column!r} holds {array.null_count:,} null(s) in {where}; a record "
-                              "has a value in every field - fill or drop them first (pyarrow.compute.fill_null, "
-                              "drop_null)")
+def nulls_message(path: str, column: str, count: int, where: str) -> str:
+    return (f"{path}: column {column!r} holds {count:,} null(s) in {where}; a record has a value in every field - "
+            "fill or drop them first (pyarrow.compute.fill_null, drop_null)")
+
+
+def first_nulls(found: dict, path: str, column: str, count: int, where: str) -> None:
+    """Note the first nulls of ``column`` in ``found`` (name -> message)."""
+    if count and column not in found:
+        found[column] = nulls_message(path, column, count, where)
 
 
 class _RowRanges:
@@ -67,19 +67,19 @@ class _RowRanges:
 
     def fill(self, records: np.ndarray, offset: int) -> None:
         """Copy rows offset.. of the pieces they fall in into ``records``."""
-        starts, end = self.row_starts, offset + len(records)
+        starts, end, names = self.row_starts, offset + len(records), records.dtype.names
         i = bisect.bisect_right(starts, offset) - 1
         pos = offset
         while pos < end:
             lo, hi = starts[i], starts[i + 1]
             if hi > lo:
                 upto = min(hi, end)
-                copy_fields(records[pos - offset:upto - offset], self.columns(i), pos - lo, upto - lo)
+                copy_fields(records[pos - offset:upto - offset], self.columns(i, names), pos - lo, upto - lo)
                 pos = upto
             i += 1
 
-    def columns(self, i: int) -> dict:
-        """Piece ``i``'s columns as numpy arrays, by name."""
+    def columns(self, i: int, names: tuple[str, ...]) -> dict:
+        """Piece ``i``'s columns ``names`` as numpy arrays, by name."""
         raise NotImplementedError
 
 
@@ -109,8 +109,8 @@ class ArrowIpcSource(_RowRanges, TypedFile):
         import pyarrow as pa  # why: heavy; only a load of an Arrow file gets here
 
         schema, start = _open_reader(mm)
-        fields = schema_fields(schema, path)
-        starts, offsets = [0], []
+        fields, others = schema_fields(schema, path)
+        starts, offsets, nulls = [0], [], {}
         mm.seek(start)
         messages = pa.ipc.MessageReader.open_stream(mm)
         while True:
@@ -123,18 +123,18 @@ class ArrowIpcSource(_RowRanges, TypedFile):
                 continue
             batch = pa.ipc.read_record_batch(msg, schema)
             for name, _ in fields:
-                refuse_nulls(batch.column(name), path, name, f"record batch {len(offsets)}")
+                first_nulls(nulls, path, name, batch.column(name).null_count, f"record batch {len(offsets)}")
             offsets.append(at)
             starts.append(starts[-1] + batch.num_rows)
-        return cls(path, fields, starts[-1], tuple(starts), tuple(offsets))
+        return cls(path, fields, others, tuple(nulls.items()), starts[-1], tuple(starts), tuple(offsets))
 
-    def columns(self, i: int) -> dict:
+    def columns(self, i: int, names: tuple[str, ...]) -> dict:
         import pyarrow as pa  # why: heavy; only a worker reading an Arrow file gets here
 
         mm, schema = _mapped_ipc(self)
         mm.seek(self.offsets[i])
         batch = pa.ipc.read_record_batch(pa.ipc.read_message(mm), schema)
-        return {name: batch.column(name).to_numpy() for name, _ in self.fields}
+        return {name: batch.column(name).to_numpy(zero_copy_only=False) for name in names}
 
 
 def _open_reader(mm) -> tuple[object, int]:
@@ -172,38 +172,38 @@ class ParquetSource(_RowRanges, TypedFile):
 
         try:
             md = pq.ParquetFile(path).metadata
-            fields = schema_fields(md.schema.to_arrow_schema(), path)
+            fields, others = schema_fields(md.schema.to_arrow_schema(), path)
         except (pa.ArrowException, OSError) as e:
             raise FileFormatError(f"{path} is not a valid Parquet file ({str(e).strip()}); write it with "
                                   "pyarrow.parquet.write_table") from None
-        names = [f[0] for f in fields]
-        starts, unchecked = [0], set()
+        starts, unchecked, nulls = [0], set(), {}
         for g in range(md.num_row_groups):
             rg = md.row_group(g)
             for j in range(rg.num_columns):
-                stats = rg.column(j).statistics
-                name = rg.column(j).path_in_schema
+                stats, name = rg.column(j).statistics, rg.column(j).path_in_schema
                 if stats is None or not stats.has_null_count:
                     unchecked.add(name)
-                elif stats.null_count:
-                    raise NullValuesError(f"{path}: column {name!r} holds {stats.null_count:,} null(s) in row "
-                                          f"group {g}; a record has a value in every field - fill or drop them "
-                                          "first (pyarrow.compute.fill_null, drop_null)")
+                else:
+                    first_nulls(nulls, path, name, stats.null_count, f"row group {g}")
             starts.append(starts[-1] + rg.num_rows)
-        return cls(path, fields, starts[-1], tuple(starts), tuple(n for n in names if n in unchecked))
+        return cls(path, fields, others, tuple(nulls.items()), starts[-1], tuple(starts),
+                   tuple(n for n, _ in fields if n in unchecked))
 
-    def columns(self, i: int) -> dict:
-        return _row_group(self, i)
+    def columns(self, i: int, names: tuple[str, ...]) -> dict:
+        return _row_group(self, i, names)
 
 
 @functools.lru_cache(maxsize=1)  # one decoded row group per worker: memory stays bounded
-def _row_group(source: ParquetSource, i: int) -> dict:
+def _row_group(source: ParquetSource, i: int, names: tuple[str, ...]) -> dict:
+    """The columns ``names`` of row group ``i``, decoded (nulls the footer did not count
+    are looked for now: NullValuesError)."""
     import pyarrow.parquet as pq  # why: heavy; only a worker reading a Parquet file gets here
 
-    names = [name for name, _ in source.fields]
-    table = pq.ParquetFile(source.path, memory_map=True).read_row_group(i, columns=names, use_threads=False)
-    for name in source.unchecked:
-        refuse_nulls(table.column(name), source.path, name, f"row group {i}")
+    table = pq.ParquetFile(source.path, memory_map=True).read_row_group(i, columns=list(names), use_threads=False)
+    for name in set(source.unchecked) & set(names):
+        count = table.column(name).null_count
+        if count:
+            raise NullValuesError(nulls_message(source.path, name, count, f"row group {i}"))
     return {name: table.column(name).to_numpy() for name in names}
 
 

@@ -28,7 +28,7 @@ from ..errors import FileFormatError, LayoutError
 from ..model.layouts import Layout, layout_from_dtype
 from .base import FileType, register_file_type
 from .files import open_input, read_exactly, sample_digest
-from .typed import TypedFile, copy_fields
+from .typed import TypedFile, copy_fields, split_fields, stem
 
 MAGIC = b"\x93NUMPY"
 
@@ -48,11 +48,13 @@ class NpySource(TypedFile):
         if len(shape) != 1:
             raise LayoutError(f"{path} holds an array of shape {shape}; records are a one-dimensional array "
                               "(numpy.save a 1-D structured array)")
-        try:
-            layout = layout_from_dtype(dtype, "npy")
-        except LayoutError as e:
-            raise LayoutError(f"{path}: {e}") from None
-        source = cls(path, tuple((f.name, f.type) for f in layout.fields), shape[0], dtype, data_offset)
+        if dtype.names is None:
+            try:
+                layout_from_dtype(dtype, stem(path))  # says why
+            except LayoutError as e:
+                raise LayoutError(f"{path}: {e}") from None
+        fields, others = split_fields([(name, dtype.fields[name][0]) for name in dtype.names], path)
+        source = cls(path, fields, others, (), shape[0], dtype, data_offset)
         source.check_size()
         return source
 

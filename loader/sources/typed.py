@@ -5,7 +5,8 @@
   known layout with exactly those fields (e.g. ``scidb96``), else after the file; into a
   dataset, or with --layout, the layout wanted, whose every field the file must hold
   under its name with a type that converts without loss (`check_fields`: LayoutError
-  naming the field). Columns the layout does not name are not loaded.
+  naming the field). Columns the layout does not name are not loaded (nor checked: a
+  column of strings may sit beside the records' columns).
 - A source is planned once, from the file's header or footer (records, per-batch or
   per-row-group row counts); workers convert the file's columns field by field into each
   batch's records (`copy_fields`).
@@ -26,8 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import BulkloadError, LayoutError, SourceTypeError
-from ..model.layouts import TYPES, Field, Layout, available_layouts, get_layout
+from ..errors import BulkloadError, LayoutError, NullValuesError, SourceTypeError
+from ..model.layouts import TYPES, Field, Layout, available_layouts, get_layout, layout_from_dtype
 from .base import Source
 from .files import sample_digest
 
@@ -72,11 +73,15 @@ def refuse_unsupported(ref: str, suffix: str, head: bytes) -> None:
 
 @dataclass(frozen=True)
 class TypedFile(Source):
-    """A file with a schema: its path, its fields ((name, layout type) in the file's
-    order) and its record count, read when it was planned."""
+    """A file with a schema, as read when it was planned: its path, its fields that are
+    of a layout type ((name, type) in the file's order), why each other one is not
+    (``others``: (name, message)), the first nulls found in a column (``nulls``: (name,
+    message); a column is checked only if it is loaded) and its record count."""
 
     path: str
     fields: tuple[tuple[str, str], ...]
+    others: tuple[tuple[str, str], ...]
+    nulls: tuple[tuple[str, str], ...]
     records: int
 
     by_extent = True  # matched by path and extent (loading/file_runs.py): a changed file is refused
@@ -86,17 +91,28 @@ class TypedFile(Source):
         return self.path
 
     def file_layout(self) -> Layout:
-        """The layout of the file's own fields, named after the file."""
-        name = os.path.splitext(os.path.basename(self.path))[0] or "records"
-        return Layout(name, tuple(Field(n, t) for n, t in self.fields))
+        """The layout of the file's own fields, named after the file (LayoutError naming
+        the first field of no layout type)."""
+        if self.others:
+            raise LayoutError(f"{self.path}: {self.others[0][1]}")
+        if not self.fields:
+            raise LayoutError(f"{self.path} has no fields: records need named fields (columns)")
+        return Layout(stem(self.path), tuple(Field(n, t) for n, t in self.fields))
 
     def records_layout(self, given: Layout | None, dataset: Layout | None) -> Layout:
         wanted = given or dataset
-        have = self.file_layout()
         if wanted is None:
-            return known_layout(have)
-        check_fields(have, wanted, self.path)
-        return wanted
+            layout = known_layout(self.file_layout())
+        else:
+            for name, message in self.others:
+                if name in wanted.names:
+                    raise LayoutError(f"{self.path}: {message}")
+            check_fields(dict(self.fields), wanted, self.path)
+            layout = wanted
+        for name, message in self.nulls:
+            if name in layout.names:
+                raise NullValuesError(message)
+        return layout
 
     def count(self, layout: Layout) -> int:
         return self.records
@@ -107,6 +123,33 @@ class TypedFile(Source):
         size = os.stat(self.path).st_size
         records = self.records if records is None else records
         return f"records={records};size={size};sample={sample_digest(self.path, 0, size)}"
+
+
+def stem(path: str) -> str:
+    """A file's name without its suffix: the name of the layout of its own fields."""
+    return os.path.splitext(os.path.basename(path))[0] or "records"
+
+
+def split_fields(columns, path: str) -> tuple[tuple, tuple]:
+    """(fields, others) of a file's ``columns`` ((name, numpy dtype, or the message saying
+    why it has none)): each column of a layout type as (name, type), the others as
+    (name, message) - `layout_from_dtype` decides, one column at a time."""
+    fields, others = [], []
+    for name, dtype in columns:
+        if isinstance(dtype, str):
+            others.append((name, dtype))
+            continue
+        try:
+            field = layout_from_dtype(np.dtype([(name, dtype)]), stem(path)).fields[0]
+        except (LayoutError, ValueError, TypeError) as e:
+            others.append((name, str(e)))
+            continue
+        fields.append((field.name, field.type))
+    names = [n for n, _ in columns]
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice is not None:
+        raise LayoutError(f"{path}: column {twice!r} appears more than once; a layout names each field once")
+    return tuple(fields), tuple(others)
 
 
 def known_layout(have: Layout) -> Layout:
@@ -122,18 +165,17 @@ def known_layout(have: Layout) -> Layout:
     return have
 
 
-def check_fields(have: Layout, wanted: Layout, what: str) -> None:
-    """LayoutError unless every field of ``wanted`` is a field of ``have`` (the file
-    ``what``) whose type converts to the wanted one without loss."""
+def check_fields(have: dict[str, str], wanted: Layout, what: str) -> None:
+    """LayoutError unless every field of ``wanted`` is one of the fields ``have`` (name ->
+    type) of the file ``what`` whose type converts to the wanted one without loss."""
     for f in wanted.fields:
-        try:
-            own = have.field(f.name)
-        except KeyError:
+        own = have.get(f.name)
+        if own is None:
             raise LayoutError(f"{what} has no field {f.name!r} of layout {wanted.name!r} (its fields: "
-                              f"{', '.join(have.names)}); load it into a dataset of its own layout, or give "
-                              "--layout of its fields") from None
-        if not np.can_cast(TYPES[own.type][0], TYPES[f.type][0], "safe"):
-            raise LayoutError(f"{what}: field {f.name!r} is {own.type}, but layout {wanted.name!r} stores it as "
+                              f"{', '.join(have) or 'none'}); load it into a dataset of its own layout, or give "
+                              "--layout of its fields")
+        if not np.can_cast(TYPES[own][0], TYPES[f.type][0], "safe"):
+            raise LayoutError(f"{what}: field {f.name!r} is {own}, but layout {wanted.name!r} stores it as "
                               f"{f.type}, which would lose data; load it into a dataset of its own layout")
 
 
