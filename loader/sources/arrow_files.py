@@ -74,13 +74,19 @@ class _RowRanges:
             lo, hi = starts[i], starts[i + 1]
             if hi > lo:
                 upto = min(hi, end)
-                copy_fields(records[pos - offset:upto - offset], self.columns(i, names), pos - lo, upto - lo)
+                copy_fields(records[pos - offset:upto - offset], _piece(self, i, names), pos - lo, upto - lo)
                 pos = upto
             i += 1
 
     def columns(self, i: int, names: tuple[str, ...]) -> dict:
         """Piece ``i``'s columns ``names`` as numpy arrays, by name."""
         raise NotImplementedError
+
+
+@functools.lru_cache(maxsize=1)  # one decoded piece per worker: memory stays bounded
+def _piece(source: _RowRanges, i: int, names: tuple[str, ...]) -> dict:
+    """Piece ``i``'s columns, decoded once for the consecutive batches that read it."""
+    return source.columns(i, names)
 
 
 @dataclass(frozen=True)
@@ -190,21 +196,15 @@ class ParquetSource(_RowRanges, TypedFile):
                    tuple(n for n, _ in fields if n in unchecked))
 
     def columns(self, i: int, names: tuple[str, ...]) -> dict:
-        return _row_group(self, i, names)
+        """Row group ``i``, decoded (nulls the footer did not count are looked for now)."""
+        import pyarrow.parquet as pq  # why: heavy; only a worker reading a Parquet file gets here
 
-
-@functools.lru_cache(maxsize=1)  # one decoded row group per worker: memory stays bounded
-def _row_group(source: ParquetSource, i: int, names: tuple[str, ...]) -> dict:
-    """The columns ``names`` of row group ``i``, decoded (nulls the footer did not count
-    are looked for now: NullValuesError)."""
-    import pyarrow.parquet as pq  # why: heavy; only a worker reading a Parquet file gets here
-
-    table = pq.ParquetFile(source.path, memory_map=True).read_row_group(i, columns=list(names), use_threads=False)
-    for name in set(source.unchecked) & set(names):
-        count = table.column(name).null_count
-        if count:
-            raise NullValuesError(nulls_message(source.path, name, count, f"row group {i}"))
-    return {name: table.column(name).to_numpy() for name in names}
+        table = pq.ParquetFile(self.path, memory_map=True).read_row_group(i, columns=list(names), use_threads=False)
+        for name in set(self.unchecked) & set(names):
+            count = table.column(name).null_count
+            if count:
+                raise NullValuesError(nulls_message(self.path, name, count, f"row group {i}"))
+        return {name: table.column(name).to_numpy() for name in names}
 
 
 register_file_type((".arrow", ".feather", ".arrows", ".ipc"), FileType("Arrow IPC", b"ARROW1", ArrowIpcSource.open))

@@ -180,7 +180,23 @@ def check_fields(have: dict[str, str], wanted: Layout, what: str) -> None:
 
 
 def copy_fields(dst: np.ndarray, columns, lo: int, hi: int) -> None:
-    """``dst[name] = columns[name][lo:hi]`` for every field of ``dst`` (converting each
-    column's type to the field's)."""
+    """``dst[name] = columns[name][lo:hi]`` for every field of ``dst``: the C library
+    writes the records whole from the columns of the field's own type (about twice as
+    fast as numpy's field-by-field copy); numpy converts the others (another type or
+    byte order, a strided column)."""
+    same, fields = {}, dst.dtype.fields
     for name in dst.dtype.names:
-        dst[name] = columns[name][lo:hi]
+        column = columns[name][lo:hi]
+        if column.dtype == fields[name][0] and column.flags.c_contiguous and dst.flags.c_contiguous:
+            same[name] = column
+        else:
+            dst[name] = column
+    try:
+        from . import _gen  # the C extension: optional on a broken install (numpy does the same)
+    except ImportError:
+        _gen = None
+    if _gen is None or not same:
+        for name, column in same.items():
+            dst[name] = column
+        return
+    _gen.scatter_fields(dst, dst.dtype.itemsize, [(c, fields[n][1], c.dtype.itemsize) for n, c in same.items()])

@@ -355,3 +355,18 @@ def test_a_layout_from_a_file_is_a_valid_layout(tmp_path):
     layout = source.records_layout(None, None)
     assert layout == Layout("pts", (Field("x", "uint64"), Field("yy", "int8")))
     assert layout.dtype.itemsize == 9
+
+
+def test_the_files_benchmark_runs_at_a_tiny_n(tmp_path):
+    """bench/files.py end to end at N = 20,000 (the lead runs it at 20M): every path, its ratios."""
+    out = tmp_path / "files.json"
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    p = subprocess.run([sys.executable, os.path.join(root, "bench", "files.py"), "--n", "20000", "--repeats", "1",
+                        "--dir", str(tmp_path), "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    result = json.loads(out.read_text())
+    assert set(result["paths"]) == {"raw", "npy", "arrow", "fifo-1", "fifo-2"}
+    assert set(result["ratios"]) == {"npy/raw", "arrow/raw", "fifo-2/fifo-1"}
+    assert all(r["mb_s_median"] > 0 for r in result["paths"].values())
+    assert "npy / raw file" in p.stdout and "2 FIFOs / 1 FIFO" in p.stdout
+    assert [d for d in os.listdir(tmp_path) if d.startswith("bench-files-")] == []  # nothing left behind
