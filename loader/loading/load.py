@@ -43,7 +43,7 @@ from .report import LoadReport
 from .run import load_locked
 
 
-def load(source: str | list[str], dataset: str, *, layout: str | None = None, format: str | None = None,
+def load(source: str | os.PathLike | list, dataset: str, *, layout: str | None = None, format: str | None = None,
          compression: str | None = None, shards: int | None = None, workers: int | None = None,
          batch_records: int | None = None, progress: str = "none", stdin=None,
          new_run: bool = False, replace: bool = False, checkpoint_seconds: float | None = None,
@@ -94,7 +94,7 @@ def _plan(source, spec: StoreSpec, existing: mf.Manifest | None, request: Reques
     """Parse the source(s), resolve the options, plan the source: count it (a partial
     trailing record fails here, before any write), fingerprint it, list a directory."""
     given = get_layout(layout) if layout else None
-    refs = [source] if isinstance(source, str) else [os.fspath(r) for r in source]
+    refs = [os.fspath(source)] if isinstance(source, (str, os.PathLike)) else [os.fspath(r) for r in source]
     if given is None and existing is not None and existing.layout.get("variable_length") \
             and not any(r.startswith("gen://") for r in refs):
         given = existing.layout_obj  # a directory into a docs dataset

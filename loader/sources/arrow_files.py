@@ -1,21 +1,29 @@
 """Arrow IPC files and streams (``.arrow``, ``.feather``, ``.arrows``) and Parquet (``.parquet``).
 
 Both are read by pyarrow, imported only here and only when such a file is loaded. Their
-columns make the layout (typed.py): integers and floats of the layout's types; any other
-column type (strings, booleans, dates, decimals, dictionaries, nested) is a LayoutError
-naming the column, and so is a null in any loaded column (NullValuesError, exit 1).
+columns make the layout (typed.py): integers and floats of the layout's types; a column
+of any other type (strings, booleans, dates, decimals, dictionaries, nested) that the
+run would load is a LayoutError naming it (exit 2), and so are nulls in a loaded column
+(NullValuesError naming the column and the record batch / row group, exit 1).
 
 - **Arrow IPC** (file format: ``ARROW1`` magic and a footer; stream format: messages
   only). Planning reads every record batch's header from a memory map (zero copy: no
   data is decoded unless the file is compressed) to count its rows and nulls and note
-  its byte offset; a worker reads exactly the record batches its batches overlap, from
-  its own memory map of the file (splits across workers by record batch).
+  where its columns' values lie in the file; a worker reads exactly the record batches
+  its batches overlap, from its own memory map of the file, as numpy views at those
+  offsets - without pyarrow, which costs a worker a fifth of a second to import (a
+  compressed file: the worker decodes the record batch with pyarrow). Splits across
+  workers by record batch.
 - **Parquet**: planning reads the footer only (row counts per row group; null counts
   from the column statistics, else checked as each row group is decoded). A worker
-  decodes the row groups its batches overlap, one at a time, and keeps the last one
-  (memory stays at one row group per worker: bounded, whatever the file's size); every
-  worker whose batches fall in a row group decodes it (splits across workers by row
-  group only when a row group holds no more than a batch).
+  decodes the row groups its batches overlap (the loaded columns only), one at a time,
+  and keeps the last one (memory stays at one row group per worker: bounded, whatever
+  the file's size). Batch -> worker is seq mod K (model/placement.py), so every worker
+  whose batches fall in a row group decodes it: with row groups larger than a batch and
+  W workers, each row group is decoded up to W times (splits across workers by row
+  group exactly when a row group holds no more than a batch).
+- A decoded record batch or row group is kept for the worker's next batches (`_piece`),
+  which read on from it.
 
 A file that pyarrow cannot read as its suffix says is a FileFormatError naming it.
 """
@@ -24,11 +32,14 @@ from __future__ import annotations
 
 import bisect
 import functools
+import mmap
+import os
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import FileFormatError, NullValuesError
+from ..model.layouts import TYPES
 from .base import FileType, register_file_type
 from .typed import TypedFile, copy_fields, split_fields
 
@@ -91,10 +102,13 @@ def _piece(source: _RowRanges, i: int, names: tuple[str, ...]) -> dict:
 
 @dataclass(frozen=True)
 class ArrowIpcSource(_RowRanges, TypedFile):
-    """An Arrow IPC file or stream: record batch i starts at byte ``offsets[i]``."""
+    """An Arrow IPC file or stream: record batch i starts at byte ``offsets[i]``; the
+    values of its column ``fields[j]`` at byte ``values_at[i][j]`` (None: a compressed
+    file, whose record batches are decoded)."""
 
     row_starts: tuple[int, ...]
     offsets: tuple[int, ...]
+    values_at: tuple[tuple[int, ...], ...] | None
 
     @classmethod
     def open(cls, path: str) -> "ArrowIpcSource":
@@ -116,11 +130,14 @@ class ArrowIpcSource(_RowRanges, TypedFile):
 
         schema, start = _open_reader(mm)
         fields, others = schema_fields(schema, path)
-        starts, offsets, nulls = [0], [], {}
-        mm.seek(start)
-        messages = pa.ipc.MessageReader.open_stream(mm)
+        mm.seek(0)
+        whole = mm.read_buffer()  # the file, zero copy: its address locates the columns' values
+        reader = pa.BufferReader(whole)
+        reader.seek(start)
+        messages = pa.ipc.MessageReader.open_stream(reader)
+        starts, offsets, values_at, nulls = [0], [], [], {}
         while True:
-            at = mm.tell()
+            at = reader.tell()
             try:
                 msg = messages.read_next_message()
             except StopIteration:
@@ -132,15 +149,35 @@ class ArrowIpcSource(_RowRanges, TypedFile):
                 first_nulls(nulls, path, name, batch.column(name).null_count, f"record batch {len(offsets)}")
             offsets.append(at)
             starts.append(starts[-1] + batch.num_rows)
-        return cls(path, fields, others, tuple(nulls.items()), starts[-1], tuple(starts), tuple(offsets))
+            values_at.append(tuple(_values_at(batch.column(name), whole) for name, _ in fields))
+        in_file = all(at is not None for batch in values_at for at in batch)
+        return cls(path, fields, others, tuple(nulls.items()), starts[-1], tuple(starts), tuple(offsets),
+                   tuple(values_at) if in_file else None)
 
     def columns(self, i: int, names: tuple[str, ...]) -> dict:
-        import pyarrow as pa  # why: heavy; only a worker reading an Arrow file gets here
+        rows = self.row_starts[i + 1] - self.row_starts[i]
+        if self.values_at is not None:  # views of the file's bytes
+            st = os.stat(self.path)
+            mm = _file_map(self.path, st.st_size, st.st_mtime_ns)
+            where = dict(zip((n for n, _ in self.fields), self.values_at[i]))
+            types = dict(self.fields)
+            return {name: np.frombuffer(mm, TYPES[types[name]][0], rows, where[name]) for name in names}
+        import pyarrow as pa  # why: heavy; only a worker decoding a compressed Arrow file gets here
 
         mm, schema = _mapped_ipc(self)
         mm.seek(self.offsets[i])
         batch = pa.ipc.read_record_batch(pa.ipc.read_message(mm), schema)
         return {name: batch.column(name).to_numpy(zero_copy_only=False) for name in names}
+
+
+def _values_at(array, whole) -> int | None:
+    """Byte offset in the file (``whole``) of the values of a column read from it, None if
+    they are not there as they are (decompressed, or sliced)."""
+    if len(array) == 0:
+        return 0
+    values = array.buffers()[1]
+    at = values.address - whole.address
+    return at if array.offset == 0 and 0 <= at and at + values.size <= whole.size else None
 
 
 def _open_reader(mm) -> tuple[object, int]:
@@ -152,6 +189,13 @@ def _open_reader(mm) -> tuple[object, int]:
     if is_file:
         return pa.ipc.open_file(mm).schema, 8  # (opening checks the footer)
     return pa.ipc.open_stream(mm).schema, 0
+
+
+@functools.lru_cache(maxsize=4)
+def _file_map(path: str, size: int, mtime_ns: int) -> mmap.mmap:
+    """A read-only memory map of a file (as it is: size, mtime), opened once per process."""
+    with open(path, "rb") as f:
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
 
 
 @functools.lru_cache(maxsize=4)
