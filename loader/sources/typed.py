@@ -6,10 +6,12 @@
   dataset, or with --layout, the layout wanted, whose every field the file must hold
   under its name with a type that converts without loss (`check_fields`: LayoutError
   naming the field). Columns the layout does not name are not loaded (nor checked: a
-  column of strings may sit beside the records' columns).
+  column of strings may sit beside the records' columns); a loaded column with nulls is
+  a NullValuesError naming it and where (exit 1).
 - A source is planned once, from the file's header or footer (records, per-batch or
-  per-row-group row counts); workers convert the file's columns field by field into each
-  batch's records (`copy_fields`).
+  per-row-group row counts, nulls); workers write each batch's records from the file's
+  columns (`copy_fields`: the C library for columns of the field's own type, numpy
+  converting the others).
 - Identity, for resume and "already loaded": the record count, the size and a sampled
   xxh3 of the whole file, as for a raw file (files.py); such a file does not grow by
   appending, so any change is a changed file (refused; --new-run loads it again).

@@ -183,6 +183,20 @@ def test_a_crashed_run_keeps_its_committed_inputs_and_resumes_with_one_more(tmp_
     assert snapshot(uri) == snapshot(ref)
 
 
+
+def test_a_worker_killed_during_a_run_of_several_inputs_says_what_was_committed(tmp_path):
+    files = raw_parts(tmp_path, [(0, 1000), (1000, 1000), (2000, 1000)])
+    uri = f"lmdb://{tmp_path}/ds"
+    env = {"BULKLOAD_FAULT": "w0.flush:8", "BULKLOAD_CHECKPOINT_SECONDS": "0"}
+    p = run_cli("load", *files, uri, "--batch-records", 100, "--shards", 2, "--workers", 2, "-q", env=env)
+    line = error_line(p, 1, "worker 0", "was killed by signal", "of its 3 inputs", "re-run the same command")
+    committed = [e for e in runs_of(uri)[-1]["inputs"] if e["committed"]]
+    assert (f"{len(committed)} of its 3 inputs were committed" if committed
+            else "none of its 3 inputs was committed") in line
+    p = run_cli("load", *files, uri, "--json")
+    assert p.returncode == 0 and json.loads(p.stdout)["status"] == "resumed", p.stderr
+    assert snapshot(uri)[1] == snapshot_of_concat(tmp_path, [(0, 1000), (1000, 1000), (2000, 1000)])
+
 # --- FIFOs, each read in parallel ------------------------------------------------------------------
 
 
