@@ -163,7 +163,7 @@ def generate(
 @app.command()
 @handle_errors
 def load(
-    sources: Optional[list[str]] = typer.Argument(
+    source: Optional[list[str]] = typer.Argument(
         None, show_default=False,
         help="One or more of: gen://LAYOUT?n=N&start=S; a file of raw records, an .npy file, an Arrow IPC "
              "file (.arrow, .feather) or a Parquet file (.parquet); a quoted glob ('parts/*.bin', in name "
@@ -193,9 +193,9 @@ def load(
     Re-running the same command resumes an interrupted run, or loads nothing if it
     finished; --new-run loads the source again; --replace starts the dataset over.
     A stream (stdin, a FIFO) cannot be replayed: each load of it is a new run."""
-    if not sources:  # `load X`: X is taken for the dataset (click fills the last argument first)
+    if not source:  # `load X`: X is taken for the dataset (click fills the last argument first)
         fail("Missing argument 'dataset'; see 'bulkload load --help'", EXIT_USAGE)
-    report = api.load(sources if len(sources) > 1 else sources[0], dataset, layout=layout, format=format,
+    report = api.load(source if len(source) > 1 else source[0], dataset, layout=layout, format=format,
                      compression=compression,
                      shards=shards, workers=workers, batch_records=batch_records,
                      progress=progress_mode(quiet), new_run=new_run, replace=replace, on_bad_file=on_bad_file)
