@@ -145,6 +145,14 @@ class UnreadableInputError(InputError):
     """A source file cannot be read (permissions, I/O error)."""
 
 
+class FileFormatError(InputError):
+    """A source file of a typed format (.npy, Arrow IPC, Parquet) is malformed or truncated."""
+
+
+class NullValuesError(InputError):
+    """A column of a source file holds nulls: a record has a value in every field."""
+
+
 class ChangedInputError(InputError):
     """A file that was already ingested has changed (same name, other size or content)."""
 

@@ -164,15 +164,21 @@ def generate(
 @app.command()
 @handle_errors
 def load(
-    source: str = typer.Argument(..., help="gen://LAYOUT?n=N&start=S, a file of raw records, - for stdin "
-                                 "(or a FIFO, /dev/stdin, /dev/fd/N), or (--layout docs) a directory of "
-                                 "<id>.json documents. A generator of yours: "
-                                 "gen://PKG.MODULE:FUNCTION?n=N&start=S[&layout=NAME] (FUNCTION(start, n) returns "
-                                 "a numpy structured array; the module is imported from the working directory or "
-                                 "PYTHONPATH) or gen://c:PATH:SYMBOL?n=N&start=S&layout=NAME (a shared library's "
-                                 "int SYMBOL(void *buf, uint64_t start, uint64_t n) writes the records into buf and "
-                                 "returns 0); each worker generates its own ranges."),
-    dataset: str = typer.Argument(..., help="lmdb://PATH, rocksdb://PATH or mem://NAME (with ?shards=K)."),
+    source: Optional[list[str]] = typer.Argument(
+        None, show_default=False,
+        help="One or more of: gen://LAYOUT?n=N&start=S; a file of raw records, an .npy file, an Arrow IPC "
+             "file (.arrow, .feather) or a Parquet file (.parquet); a quoted glob ('parts/*.bin', in name "
+             "order); - for stdin, a FIFO, /dev/stdin, /dev/fd/N; or (--layout docs) a directory of <id>.json "
+             "documents. Several inputs are loaded by one run in the order given, each committed whole and "
+             "recognised on a re-run (loaded before: left out). Streams (stdin, FIFOs) are not replayable: "
+             "every load of them is a new run, never resumed, and nothing of a failed one is committed (re-run "
+             "the producers); several FIFOs are read in parallel, their batches numbered as they arrive. A generator of "
+             "yours: gen://PKG.MODULE:FUNCTION?n=N&start=S[&layout=NAME] (FUNCTION(start, n) returns a numpy "
+             "structured array; the module is imported from the working directory or PYTHONPATH) or "
+             "gen://c:PATH:SYMBOL?n=N&start=S&layout=NAME (a shared library's int SYMBOL(void *buf, uint64_t "
+             "start, uint64_t n) writes the records into buf and returns 0); each worker generates its own ranges."),
+    dataset: str = typer.Argument(...,
+                                  help="lmdb://PATH, rocksdb://PATH or mem://NAME (with ?shards=K)."),
     layout: Optional[str] = typer.Option(None, "--layout", help="Layout of the records (default: the source's or scidb96)."),
     format: Optional[str] = typer.Option(None, "--format", help="capnp (default) or arrow; documents: block (default), raw or capnp."),
     compression: Optional[str] = typer.Option(None, "--compression", help="none, lz4 or zstd (arrow); documents: zstd (default) or none."),
@@ -190,8 +196,12 @@ def load(
     """Load records into a dataset (appending to it if it exists).
 
     Re-running the same command resumes an interrupted run, or loads nothing if it
-    finished; --new-run loads the source again; --replace starts the dataset over."""
-    report = api.load(source, dataset, layout=layout, format=format, compression=compression,
+    finished; --new-run loads the source again; --replace starts the dataset over.
+    A stream (stdin, a FIFO) cannot be replayed: each load of it is a new run."""
+    if not source:  # `load X`: X is taken for the dataset (click fills the last argument first)
+        fail("Missing argument 'dataset'; see 'bulkload load --help'", EXIT_USAGE)
+    report = api.load(source if len(source) > 1 else source[0], dataset, layout=layout, format=format,
+                     compression=compression,
                      shards=shards, workers=workers, batch_records=batch_records,
                      progress=progress_mode(quiet), new_run=new_run, replace=replace, on_bad_file=on_bad_file)
     if json_out:

@@ -1,14 +1,17 @@
-"""The coordinator's side of a stream load: read the stream once, hand batches to workers.
+"""The coordinator's side of a stream load: read the streams once, hand batches to workers.
 
-A thread of the coordinator (`Feeder`) reads the stream (stdin, a FIFO, /dev/fd/N) batch
-by batch into the free slots of a `stream.SharedSlots` area and sends each batch's
-`messages.StreamBatch` to the worker that owns it (seq mod K = shard, shard mod W =
-worker); workers hand slots back with `messages.FreeSlot`, which the pool's message
-relay returns to the feeder. At the end of the stream every worker gets ``None``.
+A thread of the coordinator per stream (stdin, a FIFO, /dev/fd/N; several FIFOs: one
+thread each, reading in parallel, sources/many.py) reads it batch by batch into the free
+slots of one `stream.SharedSlots` area; each full batch then takes the next seq and
+record number (under the `Feeder`'s lock: batches are numbered in the order they are
+read, a stream's own records stay in its order) and its `messages.StreamBatch` goes to
+the worker that owns it (seq mod K = shard, shard mod W = worker), in seq order. Workers
+hand slots back with `messages.FreeSlot`, which the pool's message relay returns to the
+feeder. When every stream has ended, every worker gets ``None``.
 
-Crash behaviour: a partial trailing record, or a read error, fails the pool before the
-workers can finish (so nothing of the run is committed; the error names the byte
-offset); when the pool stops first (a worker failed, a signal), the feeder stops too,
+Crash behaviour: a partial trailing record, or a read error, of any stream fails the
+pool before the workers can finish (so nothing of the run is committed; the error names
+the stream and the byte offset); when the pool stops first (a worker failed, a signal), the feeder stops too,
 and a feeder blocked in ``read()`` is left to the process's exit.
 """
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 
 from ..errors import PartialRecordError, UnreadableInputError
 from ..infra.pool import Pool, context
@@ -28,10 +32,10 @@ def run_stream(tasks: list, progress, source, layout, on_message=None, stdin=Non
     """Run the load workers over the records of ``source`` (a sources.StreamSource);
     returns (receipts, records read)."""
     ctx = context()
-    first = tasks[0]
-    slots = SharedSlots(2 * len(tasks) + 2, first.plan.batch_records * layout.record_size)
+    plan, streams = tasks[0].plan, source.streams()
+    slots = SharedSlots(2 * len(tasks) + 2 + len(streams), plan.batch_records * layout.record_size)
     pipes = [ctx.Pipe(duplex=False) for _ in tasks]
-    feeder = Feeder(slots, [send for _, send in pipes], first.plan.nshards, layout.record_size)
+    feeder = Feeder(slots, [send for _, send in pipes], plan, layout.record_size, len(streams))
 
     def relay(msg) -> None:
         if isinstance(msg, FreeSlot):
@@ -41,51 +45,61 @@ def run_stream(tasks: list, progress, source, layout, on_message=None, stdin=Non
 
     pool = Pool(load_worker, tasks, extras=[(recv, slots) for recv, _ in pipes], on_progress=progress.advance,
                 on_message=relay)
-    thread = threading.Thread(target=feeder.run, args=(pool, source, stdin, first.plan), name="stream-feeder",
-                              daemon=True)
+    threads = [threading.Thread(target=feeder.run, args=(pool, stream, stdin), name=f"stream-feeder-{i}",
+                                daemon=True) for i, stream in enumerate(streams)]
     try:
-        thread.start()
+        for thread in threads:
+            thread.start()
         receipts = pool.run()
     finally:
         feeder.done.set()
         for recv, send in pipes:
             send.close()
             recv.close()
-        thread.join(0.5)
-        if not thread.is_alive():  # else it is blocked in read(): its view goes when the process exits
+        deadline = time.monotonic() + 0.5
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        if not any(t.is_alive() for t in threads):  # else one is blocked in read(): its view goes at exit
             slots.close()
     return receipts, feeder.records
 
 
 class Feeder:
-    """Reads a stream into free slots and sends each batch to its worker's inbox."""
+    """Reads streams into free slots and sends each batch to its worker's inbox."""
 
-    def __init__(self, slots: SharedSlots, inboxes: list, nshards: int, record_size: int):
-        self.slots, self.inboxes, self.nshards, self.rs = slots, inboxes, nshards, record_size
+    def __init__(self, slots: SharedSlots, inboxes: list, plan, record_size: int, nstreams: int = 1):
+        self.slots, self.inboxes, self.nshards, self.rs = slots, inboxes, plan.nshards, record_size
         self.free: queue.Queue = queue.Queue()
         for i in range(slots.nslots):
             self.free.put(i)
         self.done = threading.Event()  # the pool has stopped: stop feeding
+        self.lock = threading.Lock()  # numbers and sends batches in seq order
+        self.seq, self.first = plan.first_seq, plan.first_record  # of the next batch
         self.records = 0  # read so far
+        self.streams = nstreams  # not ended yet
 
-    def run(self, pool: Pool, source, stdin, plan) -> None:
-        """The feeder thread: any error is handed to the pool (the run must fail)."""
+    def run(self, pool: Pool, source, stdin) -> None:
+        """A feeder thread: any error is handed to the pool (the run must fail); the last
+        one to end tells every worker that the records have ended."""
         stream, owned = None, False
         try:
             stream, owned = source.open(stdin)  # a FIFO: waits here for its writer
-            self.feed(stream, source.name, plan.first_seq, plan.first_record)
+            self.feed(stream, source.name)
         except BaseException as e:
             pool.fail(e)  # before the workers can finish: the run must fail
         finally:
             if owned:
                 stream.close()
-            for inbox in self.inboxes:
+            with self.lock:
+                self.streams -= 1
+                last = not self.streams
+            for inbox in self.inboxes if last else ():
                 try:
                     inbox.send(None)
                 except OSError:
                     pass  # the pool already stopped
 
-    def feed(self, stream, name: str, seq: int, first: int) -> None:
+    def feed(self, stream, name: str) -> None:
         """Read ``stream`` batch by batch into free slots and send each to its worker."""
         offset, slots, rs = 0, self.slots, self.rs
         while not self.done.is_set():
@@ -101,12 +115,19 @@ class Feeder:
             if got % rs:
                 raise PartialRecordError(name, offset + got - got % rs, rs, got % rs)
             if got == 0:
+                self.free.put(slot)
                 break
-            count = got // rs
-            self.inboxes[(seq % self.nshards) % len(self.inboxes)].send(StreamBatch(seq, first, count, slot))
-            seq, first, offset, self.records = seq + 1, first + count, offset + got, self.records + count
+            self.send(slot, got // rs)
+            offset += got
             if got < slots.slot_bytes:
                 break
+
+    def send(self, slot: int, count: int) -> None:
+        """Number the batch in ``slot`` and send it to its worker (seq order per worker)."""
+        with self.lock:
+            seq, first = self.seq, self.first
+            self.seq, self.first, self.records = seq + 1, first + count, self.records + count
+            self.inboxes[(seq % self.nshards) % len(self.inboxes)].send(StreamBatch(seq, first, count, slot))
 
 
 def _read_full(stream, mv: memoryview, name: str, offset: int) -> int:

@@ -59,8 +59,7 @@ def plan_file_run(m, src, layout, *, new_run: bool, considered: Callable[[Run], 
     file be taken up again (runs.load_resumable). Raises ChangedInputError when the file
     changed since the last run that loaded it."""
     n = src.count(layout)  # whole records (a partial trailing record fails here)
-    mine = [r for r in (runs.current(m) if m is not None else []) if r.kind == "load"
-            and r.source == src.uri and considered(r)]
+    mine = source_runs(m, src.uri, considered) if m is not None else []
     if new_run or not mine:
         return FilePlan("new", 0, n, src.fingerprint(layout, n), None)
     done = next((r for r in reversed(mine) if r.status == "done"), None)
@@ -77,6 +76,33 @@ def plan_file_run(m, src, layout, *, new_run: bool, considered: Callable[[Run], 
     if n == end:
         return FilePlan("already-loaded", end, 0, done.fingerprint, done)
     return FilePlan("appended", end, n - end, src.fingerprint(layout, n), done)
+
+
+def source_runs(m, uri: str, considered: Callable[[Run], bool] = lambda r: True) -> list[Run]:
+    """The load runs of the dataset's current content that loaded source ``uri``, oldest
+    first (and ``considered``): a run of that source alone as it is; each committed input
+    of a run of several inputs (``run.inputs``, loading/inputs.py) as a finished run
+    of its own (a copy: its id, source, fingerprint and extent)."""
+    found = []
+    for r in runs.current(m):
+        if r.kind != "load" or not considered(r):
+            continue
+        if r.inputs is None:
+            if r.source == uri:
+                found.append(r)
+            continue
+        found.extend(Run(id=r.id, kind="load", status="done", source=uri, fingerprint=e["fingerprint"],
+                         source_offset=e["source_offset"], total=e["total"], records=e["total"])
+                     for e in r.inputs if e["source"] == uri and e.get("committed"))
+    return found
+
+
+def last_loaded(m, uri: str, fingerprint: str | None, considered: Callable[[Run], bool] = lambda r: True):
+    """The last run of the dataset's current content that loaded source ``uri`` with this
+    fingerprint, alone or as one of several inputs (None: none, or no fingerprint)."""
+    if fingerprint is None:
+        return None
+    return next((r for r in reversed(source_runs(m, uri, considered)) if r.fingerprint == fingerprint), None)
 
 
 def changed_message(path: str, done: Run, end: int, n: int, rs: int) -> str:

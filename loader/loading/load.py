@@ -1,7 +1,8 @@
 """`load`: one run that appends a source's records to a dataset, all or nothing.
 
-1. parse and check everything (source, dataset, layout, format, counts) before touching
-   data, and refuse a load whose records cannot fit on the filesystem (infra/space.py);
+1. parse and check everything (source - or several, sources/many.py -, dataset, layout,
+   format, counts) before touching data, and refuse a load whose records cannot fit on
+   the filesystem (infra/space.py);
 2. lock the dataset (one writing job at a time) and read its manifest;
 3. run: `run.load_locked` (match the source's previous runs -> already loaded / resume /
    new; the workers; the commit), or for ``--replace`` the same into a sibling directory
@@ -22,12 +23,12 @@ from ..infra import faults, space
 from ..infra.lock import DatasetLock
 from ..maintain.garbage import start_writing
 from ..model import manifest as mf
-from ..model import runs
-from ..model.layouts import get_layout
-from ..sources import Source, SourcePlan, object_source, parse_source
+from ..model.layouts import Layout, get_layout
+from ..sources import Source, SourcePlan, object_source, parse_sources
 from ..stores.spec import StoreSpec, parse_dataset_uri
 from .commit import pending_entries
-from .file_runs import plan_file_run
+from .file_runs import last_loaded, plan_file_run
+from .inputs import match_inputs
 from .job import LoadJob, Request, RunSettings
 from .options import (
     check_bad_file_policy,
@@ -59,6 +60,10 @@ def load(source, dataset: str, *, layout: str | None = None, format: str | None 
     fingerprint) resumes its interrupted run, or loads nothing if it already finished,
     unless ``new_run``. ``replace`` starts the dataset over, atomically.
 
+    ``source`` may name several inputs (a list, or a glob such as ``"parts/*.bin"``):
+    one run loads them in that order, each committed whole, each recognised on a re-run
+    as one source would be (loaded before: left out); several FIFOs are read in parallel.
+
     Documents (``layout="docs"``, or ``gen://docs?...``): ``source`` may be a directory
     of ``<id>.json`` files; ``on_bad_file`` ``fail`` (nothing is loaded, BadFileError
     names the file and reason) or ``skip`` (the report lists skipped files).
@@ -69,16 +74,17 @@ def load(source, dataset: str, *, layout: str | None = None, format: str | None 
                       checkpoint_bytes=checkpoint_bytes, fault=faults.from_env(), t_start=t_start)
     spec = parse_dataset_uri(dataset)
     existing = existing_manifest(spec.root, replace)
-    src = _source(source, layout, existing, on_bad_file)
+    given = _given_layout(source, layout, existing)
+    src = _source(source, given, on_bad_file)
     try:
-        return _load(src, spec, existing, request, layout, new_run=new_run, stdin=stdin, replace=replace)
+        return _load(src, spec, existing, request, given, new_run=new_run, stdin=stdin, replace=replace)
     finally:
         src.close()  # e.g. an in-memory array's shared copy
 
 
-def _load(src: Source, spec: StoreSpec, existing: mf.Manifest | None, request: Request, layout: str | None, *,
+def _load(src: Source, spec: StoreSpec, existing: mf.Manifest | None, request: Request, given: Layout | None, *,
           new_run: bool, stdin, replace: bool) -> LoadReport:
-    settings, spec, planned = _plan(src, spec, existing, request, layout)
+    settings, spec, planned = _plan(src, spec, existing, request, given)
     job = LoadJob(settings, planned, new_run=new_run, stdin=stdin, replace=replace)
     created = prepare_root(spec)
     try:
@@ -88,7 +94,7 @@ def _load(src: Source, spec: StoreSpec, existing: mf.Manifest | None, request: R
             os.rmdir(spec.root)  # nothing is left of a refused load
         raise
     with DatasetLock(spec.root) as lock:
-        lock.set_job(f"load {src.uri}" + (" --replace" if replace else ""))
+        lock.set_job(f"load {planned.uri}" + (" --replace" if replace else ""))
         m = existing_manifest(spec.root, replace)
         start_writing(spec, m)
         if replace:
@@ -99,28 +105,43 @@ def _load(src: Source, spec: StoreSpec, existing: mf.Manifest | None, request: R
         return load_locked(spec, m, job)
 
 
-def _source(source, layout: str | None, existing: mf.Manifest | None, on_bad_file: str) -> Source:
-    """The source spec of a SOURCE string or a Python object (``layout``: the one given)."""
-    if not isinstance(source, str):
+def _given_layout(source, layout: str | None, existing: mf.Manifest | None) -> Layout | None:
+    """The layout asked for: ``layout``, or a documents dataset's for a directory loaded
+    into it (no layout is given then)."""
+    given = get_layout(layout) if layout else None
+    if given is None and existing is not None and existing.layout.get("variable_length") \
+            and not any(r.startswith("gen://") for r in _refs(source) or ["gen://"]):
+        given = existing.layout_obj  # a directory into a docs dataset
+    return given
+
+
+def _refs(source) -> list[str] | None:
+    """The SOURCE strings of ``source`` (one, several, a glob); None: a Python object."""
+    if isinstance(source, (str, os.PathLike)):
+        return [os.fspath(source)]
+    if isinstance(source, (list, tuple)) and all(isinstance(r, (str, os.PathLike)) for r in source):
+        return [os.fspath(r) for r in source]
+    return None
+
+
+def _source(source, given: Layout | None, on_bad_file: str) -> Source:
+    """The source spec of SOURCE strings or of a Python object."""
+    refs = _refs(source)
+    if refs is None:
         return object_source(source)
-    layout_obj = get_layout(layout) if layout else None
-    if layout_obj is None and existing is not None and existing.layout.get("variable_length") \
-            and not source.startswith("gen://"):
-        layout_obj = existing.layout_obj  # a directory into a docs dataset
     check_bad_file_policy(on_bad_file)
-    return parse_source(source, layout_obj, on_bad_file)
+    return parse_sources(refs, given, on_bad_file)
 
 
 def _plan(src: Source, spec: StoreSpec, existing: mf.Manifest | None, request: Request,
-          layout: str | None) -> tuple[RunSettings, StoreSpec, SourcePlan]:
+          given: Layout | None) -> tuple[RunSettings, StoreSpec, SourcePlan]:
     """Resolve the layout and the options, plan the source: count it (a partial trailing
     record fails here, before any write), fingerprint it, list a directory. The layout:
-    the one given, the source's (gen://LAYOUT), the dataset's, else the source's own
-    (an array's dtype)."""
-    layout_obj = get_layout(layout) if layout else None
-    if layout_obj is None and src.layout_name is not None:
-        layout_obj = get_layout(src.layout_name)
-    if layout_obj is None and (existing is None or not existing.batches):
+    the one given, the source's (gen://LAYOUT, a typed file's schema, checked), the
+    dataset's, else the source's own (an array's dtype)."""
+    dataset_layout = existing.layout_obj if existing is not None and existing.batches else None
+    layout_obj = src.records_layout(given, dataset_layout)
+    if layout_obj is None and dataset_layout is None:
         layout_obj = src.inferred_layout()
     settings, spec = resolve_options(spec, existing, layout_obj, request)
     planned = src.plan(settings.layout)
@@ -143,9 +164,16 @@ def _check_space(spec: StoreSpec, existing: mf.Manifest | None, job: LoadJob) ->
     src = planned.source
     if not src.replayable:
         return  # a stream: its size is not known
-    prev = runs.last_matching(m, "load", src.uri, planned.fingerprint) if m is not None and not job.new_run else None
+    prev = last_loaded(m, src.uri, planned.fingerprint) if m is not None and not job.new_run else None
     todo = planned.total or 0
-    if src.by_extent and m is not None:
+    if planned.parts:
+        try:
+            found = match_inputs(m, planned, kind.layout, new_run=job.new_run, considered=lambda r: True,
+                                 resumable=lambda r: True)
+            todo, prev = found.total, found.resume
+        except BulkloadError:
+            pass  # refused under the lock, with its own message
+    elif src.by_extent and m is not None:
         try:
             fplan = plan_file_run(m, src, kind.layout, new_run=job.new_run, considered=lambda r: True,
                                   resumable=lambda r: True)

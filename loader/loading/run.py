@@ -3,7 +3,9 @@
 1. match the source against the dataset's runs (`match_previous`): finished -> nothing
    to do ("already loaded"); interrupted -> resume it (same plan, keep its durable
    batches); otherwise a new run. A file is matched by extent (file_runs.py): a grown
-   file loads only its new records, a changed one is refused;
+   file loads only its new records, a changed one is refused. Several inputs are
+   matched one by one (inputs.py): the run loads those not loaded yet, one segment and
+   one commit unit each;
 2. start the run: its record in the manifest, its table (documents), its plan;
 3. run the workers (execute.py; they checkpoint durable batches as they go, commit.py);
 4. commit: list the run's batches in the manifest, atomically (a file is fingerprinted
@@ -29,9 +31,10 @@ from ..model import runs
 from ..model.runs import Run
 from ..stores.health import require_shards
 from ..stores.spec import StoreSpec
+from . import inputs
 from .commit import Committer, Unit, resume_points
 from .execute import Work, execute, execute_stream
-from .file_runs import FilePlan, changed_while_loading, plan_file_run
+from .file_runs import FilePlan, changed_while_loading, last_loaded, plan_file_run
 from .job import LoadJob
 from .options import fresh_manifest
 from .plan import Plan, Segment
@@ -47,6 +50,7 @@ class Match:
     total: int | None  # records the run loads
     fingerprint: str | None
     file_plan: FilePlan | None = None  # a file: the extent the run loads (file_runs.py)
+    inputs: inputs.InputsMatch | None = None  # several inputs: those the run loads (inputs.py)
 
 
 def part_of_build(run: Run, replaces: str | None) -> bool:
@@ -75,9 +79,11 @@ def match_previous(m: mf.Manifest | None, job: LoadJob) -> Match:
     """The run of the dataset this job's source continues (to resume, or already done)."""
     planned, settings = job.planned, job.settings
     src = planned.source
+    considered = lambda r: not job.replace or part_of_build(r, job.replaces)  # noqa: E731
+    if planned.parts and planned.source.replayable:
+        return _match_inputs(m, job, considered)
     if src.by_extent and job.mode == "load":
-        fplan = plan_file_run(m, src, settings.layout, new_run=job.new_run,
-                              considered=lambda r: not job.replace or part_of_build(r, job.replaces),
+        fplan = plan_file_run(m, src, settings.layout, new_run=job.new_run, considered=considered,
                               resumable=lambda r: runs.load_resumable(m, r, **settings.run_options()))
         if fplan.status == "appended":
             log(settings.progress, f"{src.uri} grew since run {fplan.prev.id} loaded its first {fplan.offset:,} "
@@ -85,12 +91,40 @@ def match_previous(m: mf.Manifest | None, job: LoadJob) -> Match:
                 event="appended")
         prev = fplan.prev if fplan.status in ("resume", "already-loaded") else None
         return Match(prev, fplan.count, fplan.fingerprint, fplan)
-    prev = runs.last_matching(m, job.mode, src.uri, planned.fingerprint) if m is not None else None
+    if m is None:
+        prev = None
+    elif job.mode == "load":  # also as one of several inputs of a run
+        prev = last_loaded(m, src.uri, planned.fingerprint)
+    else:
+        prev = runs.last_matching(m, job.mode, src.uri, planned.fingerprint)
     if job.replace and prev is not None and not part_of_build(prev, job.replaces):
         prev = None  # history of the dataset being replaced
     if job.mode == "ingest" and prev is not None and prev.status == "done":
         prev = None  # only an unfinished ingest run is taken up again
     return Match(prev, planned.total, planned.fingerprint)
+
+
+def _match_inputs(m: mf.Manifest | None, job: LoadJob, considered) -> Match:
+    """Several inputs: those the run loads (inputs.py); all of them loaded before: the
+    match of an "already loaded" run."""
+    settings = job.settings
+    found = inputs.match_inputs(m, job.planned, settings.layout, new_run=job.new_run, considered=considered,
+                                resumable=lambda r: resumable_inputs(m, r, settings))
+    if found.loaded_by and found.todo:
+        log(settings.progress, f"{len(found.loaded_by)} of the {len(job.planned.parts)} inputs were already loaded "
+            f"(by run {', '.join(sorted(set(found.loaded_by)))}): loading the other {len(found.todo)}",
+            event="already-loaded-inputs", runs=sorted(set(found.loaded_by)))
+    prev = found.resume
+    if not found.todo:  # every input was loaded before
+        prev = Run(id=found.loaded_by[-1], kind="load", status="done", records=found.loaded_records)
+    return Match(prev, found.total, job.planned.fingerprint, inputs=found)
+
+
+def resumable_inputs(m: mf.Manifest, run: Run, settings) -> bool:
+    """Can this unfinished run of several inputs be taken up again (where its committed
+    inputs end: inputs.py checks that)?"""
+    return (run.status in runs.UNFINISHED and bool(run.resumable)
+            and runs.options_match(run, **settings.run_options()) and not runs.compacted_since(m, run))
 
 
 class _LoadRun:
@@ -115,7 +149,9 @@ class _LoadRun:
     def _resumable(self, m: mf.Manifest | None, prev: Run | None) -> Run | None:
         """``prev`` if this job resumes it (logging a batch size it keeps), else None."""
         settings = self.settings
-        if prev is None or self.job.new_run or m is None or not runs.load_resumable(m, prev, **settings.run_options()):
+        checked = self.match.inputs is not None  # several inputs: inputs.match_inputs checked it
+        if prev is None or self.job.new_run or m is None or not (
+                checked or runs.load_resumable(m, prev, **settings.run_options())):
             return None
         if settings.batch_records_given and prev.batch_records != settings.batch_records:
             log(settings.progress, f"resuming run {prev.id} with its batch size {prev.batch_records} "
@@ -138,6 +174,8 @@ class _LoadRun:
             if job.replace:
                 run.update(replace=True, replaces=job.replaces)
             m.runs.append(run)
+        if self.match.inputs is not None:
+            inputs.start(run, self.match.inputs, self.b)
         gone = runs.supersede(m, run, by=run.id)
         if gone:
             log(self.settings.progress, f"discarding the unfinished run(s) {', '.join(gone)}: their pending batches "
@@ -177,7 +215,7 @@ class _LoadRun:
             receipts = self._execute(committer, work)
         except BaseException as e:
             if not committer.complete:
-                raise self._stopped(e, committer, self._outcome()) from None
+                raise self._stopped(e, committer, self._outcome(committer)) from None
             # everything was committed (at checkpoints) before this error, e.g. a worker died after
             # its last one: the run is done; only its figures are incomplete
             log(settings.progress, f"run {run.id}: every batch was committed before this error: {e}",
@@ -191,11 +229,32 @@ class _LoadRun:
             raise late from None
         return report
 
-    def _plan(self) -> Plan:
+    def _entries(self) -> list[dict]:
+        """What the run loads, one entry per input (``run.inputs``'s shape, inputs.py):
+        of several inputs those not committed yet; of one source, the run's extent of it."""
         run = self.run_record
-        segments = () if self.stream else (Segment(self.src, self.total, run.first_seq, run.first_record,
-                                                   offset=run.source_offset or 0),)
-        return Plan(segments, self.b, self.settings.shards, run.first_seq, run.first_record)
+        if self.match.inputs is not None:
+            return inputs.unloaded(run)
+        return [{"source": self.src.uri, "fingerprint": run.fingerprint, "total": self.total,
+                 "source_offset": run.source_offset or 0, "first_seq": run.first_seq,
+                 "first_record": run.first_record}]
+
+    def _part(self, entry: dict):
+        """The source an entry of `_entries` reads."""
+        if self.match.inputs is None:
+            return self.src
+        return next(p.source for p in self.planned.parts if p.source.uri == entry["source"])
+
+    def _plan(self) -> Plan:
+        """One segment per entry; the plan starts where the first one does (a resumed run of
+        several inputs: after those it committed)."""
+        entries = [] if self.stream else self._entries()
+        segments = tuple(Segment(self._part(e), e["total"], e["first_seq"], e["first_record"],
+                                 offset=e["source_offset"]) for e in entries)
+        run = self.run_record
+        first_seq, first_record = ((entries[0]["first_seq"], entries[0]["first_record"]) if entries
+                                   else (run.first_seq, run.first_record))
+        return Plan(segments, self.b, self.settings.shards, first_seq, first_record)
 
     def _resume_points(self, plan: Plan) -> tuple[tuple, list]:
         run, progress = self.run_record, self.settings.progress
@@ -211,21 +270,27 @@ class _LoadRun:
         return resume, keep
 
     def _units(self) -> list[Unit]:
-        """What becomes visible at once: the whole run (a stream's: known once it is read)."""
-        if self.stream:
-            return []
-        run, job = self.run_record, self.job
-        hook = (lambda m_, u: job.on_commit(m_, u, run)) if job.on_commit is not None else None
-        check = self._file_unchanged if self.match.file_plan is not None else None
-        return [Unit(self.src.uri, run.first_seq, -(-self.total // self.b), run.first_record, self.total,
-                     on_commit=hook, check=check)]
+        """What becomes visible at once: each entry - the whole run of one source, each
+        input of several (a stream's: known once it is read)."""
+        return [] if self.stream else [self._unit(e) for e in self._entries()]
 
-    def _file_unchanged(self, unit: Unit) -> str | None:
-        """Why the run's file may not be committed: the bytes loaded must be the ones
-        fingerprinted when the run began (file_runs.py)."""
-        run = self.run_record
-        end = (run.source_offset or 0) + self.total
-        return changed_while_loading(self.src, self.settings.layout, run.fingerprint, end)
+    def _unit(self, entry: dict) -> Unit:
+        """An entry's commit unit: a file is committed only if the bytes loaded are the ones
+        fingerprinted when the run began (file_runs.py); an input of several is then marked
+        committed in the run record, in the same manifest write."""
+        run, job, part, layout = self.run_record, self.job, self._part(entry), self.settings.layout
+        end = entry["source_offset"] + entry["total"]
+
+        def on_commit(m: mf.Manifest, unit: Unit) -> None:
+            entry["committed"] = True
+            if job.on_commit is not None:
+                job.on_commit(m, unit, run)
+
+        def check(unit: Unit) -> str | None:
+            return changed_while_loading(part, layout, entry["fingerprint"], end)
+
+        return Unit(entry["source"], entry["first_seq"], -(-entry["total"] // self.b), entry["first_record"],
+                    entry["total"], on_commit=on_commit, check=check if part.by_extent and job.mode == "load" else None)
 
     def _execute(self, committer: Committer, work: Work) -> list:
         if not self.stream:
@@ -237,7 +302,10 @@ class _LoadRun:
         run.total = self.total
         return receipts
 
-    def _outcome(self) -> str:
+    def _outcome(self, committer: Committer) -> str:
+        """What of the run was committed when it stopped, and what to do."""
+        if self.match.inputs is not None:
+            return inputs.outcome(committer.next, len(committer.units))
         return ("nothing from this run was committed; " + ("a stream cannot be replayed: re-run the whole "
                 "producer pipeline" if self.stream else "re-run the same command to resume it"))
 
@@ -265,7 +333,7 @@ class _LoadRun:
             faults.hit("commit")
             committer.finish(output.receipts)
         except BaseException as e:
-            raise self._stopped(e, committer, self._outcome()) from None
+            raise self._stopped(e, committer, self._outcome(committer)) from None
         if committer.stopped:  # the file changed while it was loaded: its batches are not kept
             run.pending, run.resumable = [], False
             raise self._stopped(ChangedInputError(committer.stopped), committer,

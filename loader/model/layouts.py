@@ -347,6 +347,32 @@ def declared_layout_with(dtype) -> Layout | None:
     return None
 
 
+# --- a layout of a dtype's fields, converted by field (.npy files, Arrow / Parquet schemas) -------
+
+
+
+def layout_of_fields(dtype: np.dtype, name: str) -> Layout:
+    """The layout named ``name`` whose fields are those of the structured ``dtype``, in
+    its order (unlike `layout_from_dtype`, whose records must be the dtype's bytes as they are), each with the layout type of the same kind and size (any byte order,
+    offsets or padding: the layout is packed little-endian; readers convert by field).
+
+    LayoutError naming the first field that has no layout type (bool, float16, strings,
+    dates, objects, sub-arrays), or when ``dtype`` has no fields at all."""
+    dtype = np.dtype(dtype)
+    if dtype.names is None:
+        raise LayoutError(f"{dtype} is not a record type: a layout needs named fields (a structured dtype "
+                          "such as [('x', '<f8'), ('i', '<i4')], or a table's columns)")
+    fields = []
+    for field_name in dtype.names:
+        ftype = dtype.fields[field_name][0]
+        type_name = _TYPE_OF_KIND.get((ftype.kind, ftype.itemsize)) if ftype.subdtype is None else None
+        if type_name is None:
+            raise LayoutError(f"field {field_name!r} has type {ftype}, which no layout type holds; a field is one "
+                              f"of {', '.join(TYPES)}")
+        fields.append(Field(field_name, type_name))
+    return Layout(name, tuple(fields))
+
+
 # --- layouts registered by plug-ins (e.g. the documents' ``docs``) ---------------------------
 
 _REGISTERED: dict[str, object] = {}

@@ -76,6 +76,7 @@ class Run(JsonObject):
     first_record: int = None
     total: int | None = None
     source_offset: int = None  # a file: its first record the run loads (loading/file_runs.py)
+    inputs: list[dict] = None  # several inputs: one entry each (loading/inputs.py)
     replace: bool = None  # built by --replace (loading/replace.py) ...
     replaces: str | None = None  # ... of the dataset with this id
     table: str = None  # documents: the table the run writes

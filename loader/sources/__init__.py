@@ -1,11 +1,13 @@
 """Sources: where records come from (generators, files, streams, Python objects) and how a
 load plans them.
 
-One protocol (`Source`, `SourcePlan` in base.py), one module per kind of source, and
-registries that plug-ins extend (their own ``gen://NAME`` generators and directory
-sources; adapters of Python objects, `object_source`: shared.py for whole arrays, frames
-and tables, then iterables.py for any iterable of blocks - imported in that order here).
-May import: model, infra, errors (and the C generators, ``_gen``).
+One protocol (`Source`, `SourcePlan` in base.py), one module per kind of source (files of
+raw records, .npy, Arrow IPC and Parquet files, streams, generators, user generators;
+several inputs in one run: many.py; Python objects: shared.py for whole arrays, frames and
+tables, then iterables.py for any iterable of blocks - imported in that order here), and
+registries that plug-ins extend (their own ``gen://NAME`` generators, directory sources,
+file types and object adapters). May import: model, infra, errors (and the C generators,
+``_gen``; pyarrow only where an Arrow or Parquet file or object is read).
 """
 
 from . import (
@@ -26,11 +28,12 @@ from .base import (
 )
 from .files import FileSource, hash_file, open_input, refuse_pseudo_file
 from .generated import GenSource
+from .many import ManyInputs, parse_sources
 from .parse import parse_source
 from .streams import StreamSource, stream_fd
 from .user_gen import generator
 
-__all__ = ["MAX_RECORDS", "DirectorySource", "FileSource", "GenSource", "ObjectAdapter", "Source", "SourcePlan",
-           "StreamSource", "generator", "hash_file", "object_source", "open_input", "parse_count", "parse_source",
-           "refuse_pseudo_file", "register_directory_source", "register_generator", "register_object_source",
-           "stream_fd"]
+__all__ = ["MAX_RECORDS", "DirectorySource", "FileSource", "GenSource", "ManyInputs", "ObjectAdapter", "Source",
+           "SourcePlan", "StreamSource", "generator", "hash_file", "object_source", "open_input", "parse_count",
+           "parse_source", "parse_sources", "refuse_pseudo_file", "register_directory_source", "register_generator",
+           "register_object_source", "stream_fd"]

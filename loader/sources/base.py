@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from ..errors import UsageError
-from ..model.layouts import Layout
+from ..model.layouts import Layout, get_layout
 
 MAX_RECORDS = 2**63 - 1
 
@@ -61,6 +61,14 @@ class Source:
         """(lowest, highest) id a keyed source yields, None when empty or not keyed."""
         return None
 
+    def records_layout(self, given: Layout | None, dataset: Layout | None) -> Layout | None:
+        """The layout of the records this source yields, given the layout asked for
+        (``given``: --layout) and the one of the dataset's records (None: a new or empty
+        dataset). A generator's own; a file with a schema (.npy, Arrow, Parquet) its own
+        or the one wanted, checked against its fields (LayoutError); None: raw bytes,
+        which take whatever layout the run resolves."""
+        return get_layout(self.layout_name) if self.layout_name is not None else given
+
     def committed(self) -> None:
         """The run that read this source is committed (e.g. its plan file can go)."""
 
@@ -71,6 +79,11 @@ class Source:
 
     def close(self) -> None:
         """The load is over, whatever its outcome: free what the source holds (shared memory)."""
+
+    def streams(self) -> tuple["Source", ...]:
+        """The streams a run of this source reads, each by its own feeder (one; several
+        inputs: each of them, many.py)."""
+        return (self,)
 
 
 @dataclass(frozen=True)
@@ -84,6 +97,7 @@ class SourcePlan:
     fingerprint: str | None  # None: cannot be recognised again (a stream)
     entries: object = None  # a directory's listing, in id order (loader/docs/sources.py)
     skipped: tuple = field(default=())  # {"path", "reason"} of files left out while planning
+    parts: tuple["SourcePlan", ...] = ()  # several inputs (many.py): the plan of each, in order
 
     @property
     def uri(self) -> str:
@@ -123,6 +137,33 @@ class DirectorySource:
 
 _GENERATORS: dict[str, GeneratorParser] = {}
 _DIRECTORIES: dict[str, DirectorySource] = {}
+_FILE_TYPES: dict[str, "FileType"] = {}
+
+
+@dataclass(frozen=True)
+class FileType:
+    """A kind of file that is not raw records (.npy, Arrow IPC, Parquet): its name, how
+    its content starts (``magic``, None: by suffix only), and its source."""
+
+    name: str
+    magic: bytes | None
+    factory: Callable[[str], Source]  # (absolute path) -> source; FileFormatError if it is not one
+
+
+def register_file_type(suffixes: tuple[str, ...], file_type: FileType) -> None:
+    """Files named ``*SUFFIX`` (or whose content starts with its magic) are read by
+    ``file_type.factory``."""
+    for suffix in suffixes:
+        _FILE_TYPES[suffix.lower()] = file_type
+
+
+def file_type(suffix: str, head: bytes) -> FileType | None:
+    """The registered type of a file with this suffix, or else whose content starts with
+    ``head`` (None: raw records)."""
+    found = _FILE_TYPES.get(suffix.lower())
+    if found is None:
+        found = next((t for t in _FILE_TYPES.values() if t.magic and head.startswith(t.magic)), None)
+    return found
 
 
 def register_generator(layout_name: str, parser: GeneratorParser) -> None:

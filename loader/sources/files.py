@@ -70,31 +70,40 @@ class FileSource(Source):
         if records is None:
             records = self.count(layout)
         size = records * layout.record_size
-        h = xxhash.xxh3_64()
-        block = 64 << 10
-        with open_input(self.path) as f:
-            offs = sorted({min(max(0, size - block), i * max(0, size - block) // 15) for i in range(16)})
-            for off in offs:
-                h.update(os.pread(f.fileno(), min(block, size - off), off))
-        return f"size={size};sample={h.hexdigest()}"
+        return f"size={size};sample={sample_digest(self.path, 0, size)}"
 
     def fill(self, records: np.ndarray, offset: int) -> None:
-        rs = records.dtype.itemsize
-        view = memoryview(records).cast("B")
-        with open_input(self.path) as f:
-            pos, want = offset * rs, view.nbytes
-            got = 0
-            while got < want:
-                try:
-                    k = os.preadv(f.fileno(), [view[got:]], pos + got)
-                except OSError as e:
-                    raise UnreadableInputError(f"{self.path}: read failed at byte offset {pos + got}: "
-                                               f"{e.strerror or e}") from None
-                if k == 0:
-                    raise SourceVanishedError(
-                        f"{self.path}: the file shrank while being read (ended at byte offset "
-                        f"{pos + got}, {pos + want} expected); nothing from it was committed")
-                got += k
+        read_exactly(self.path, memoryview(records).cast("B"), offset * records.dtype.itemsize)
+
+
+def read_exactly(path: str, view: memoryview, pos: int) -> None:
+    """Read ``len(view)`` bytes of ``path`` from byte ``pos`` into ``view`` (a file that
+    ends sooner shrank: SourceVanishedError naming the byte offset)."""
+    with open_input(path) as f:
+        want, got = view.nbytes, 0
+        while got < want:
+            try:
+                k = os.preadv(f.fileno(), [view[got:]], pos + got)
+            except OSError as e:
+                raise UnreadableInputError(f"{path}: read failed at byte offset {pos + got}: "
+                                           f"{e.strerror or e}") from None
+            if k == 0:
+                raise SourceVanishedError(
+                    f"{path}: the file shrank while being read (ended at byte offset "
+                    f"{pos + got}, {pos + want} expected); nothing from it was committed")
+            got += k
+
+
+def sample_digest(path: str, start: int, size: int) -> str:
+    """xxh3 (hex) of 16 sampled 64 KiB blocks (head, tail and evenly between) of the
+    ``size`` bytes of ``path`` from byte ``start``: cheap for any size."""
+    h = xxhash.xxh3_64()
+    block = 64 << 10
+    with open_input(path) as f:
+        offs = sorted({min(max(0, size - block), i * max(0, size - block) // 15) for i in range(16)})
+        for off in offs:
+            h.update(os.pread(f.fileno(), min(block, size - off), start + off))
+    return h.hexdigest()
 
 
 def open_input(path: str):

@@ -4,7 +4,12 @@
 - ``gen://LAYOUT?...``: the layout's generator (generated.py), or a plug-in's own;
 - ``gen://PKG.MODULE:FUNCTION?...``, ``gen://c:PATH:SYMBOL?...``: a user's generator (user_gen.py);
 - a directory: the source of a plug-in's kind (e.g. ``<id>.json`` documents), else refused;
-- a regular file of raw records (files.py); devices, sockets, procfs/sysfs files refused.
+- a regular file: by its suffix, else by its content, an .npy (npy.py), Arrow IPC or
+  Parquet file (arrow_files.py); a file of another known kind (.csv, .npz, .gz, ...)
+  refused (typed.py); any other, raw records (files.py); devices, sockets, procfs/sysfs
+  files refused.
+
+Several SOURCE arguments, or a glob: many.py.
 """
 
 from __future__ import annotations
@@ -14,10 +19,12 @@ import stat
 
 from ..errors import MissingPathError, UsageError
 from ..model.layouts import Layout, get_layout
-from .base import Source, directory_source, generator_parser
+from . import arrow_files, npy  # noqa: F401 (they register their file types)
+from .base import Source, directory_source, file_type, generator_parser
 from .files import FileSource, refuse_pseudo_file
 from .generated import parse_generated
 from .streams import StreamSource, stream_fd
+from .typed import refuse_unsupported
 from .user_gen import parse_user_generator
 
 
@@ -53,7 +60,20 @@ def parse_source(ref: str, layout: Layout | None = None, on_bad_file: str = "fai
                          "files of raw records")
     if directory is not None:
         raise UsageError(directory.file_refusal(ref))
-    return FileSource(path)
+    return _file_source(path, ref)
+
+
+def _file_source(path: str, ref: str) -> Source:
+    """The source of a regular file: of its type (by suffix, else by content), else raw records."""
+    suffix = os.path.splitext(path)[1]
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError:
+        head = b""  # unreadable: the file's reader says so, with what to do
+    refuse_unsupported(ref, suffix, head)
+    found = file_type(suffix, head)
+    return FileSource(path) if found is None else found.factory(path)
 
 
 def _stream_source(path: str, layout: Layout | None):
