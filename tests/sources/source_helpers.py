@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import numpy as np
+from typer.testing import CliRunner
 
 import loader
 from loader.model.layouts import get_layout
@@ -22,6 +25,15 @@ def snapshot(uri):
     with loader.open(uri) as ds:
         assert ds.verify().ok
         return [b.row() for b in ds.manifest.batches], ds.read_records().tobytes()
+
+
+def cli(*args) -> subprocess.CompletedProcess:
+    """`bulkload ARGS` in this process (fast: for errors found before any worker starts)."""
+    from loader.cli.main import app
+
+    r = CliRunner().invoke(app, [str(a) for a in args])
+    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
+    return subprocess.CompletedProcess(args, r.exit_code, r.stdout, r.stderr)
 
 
 def error_line(p, code: int, *texts: str) -> str:
