@@ -12,10 +12,11 @@ before the error propagates; what was committed is the committer's business.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
-from ..infra.pool import Pool
+from ..infra import executors
 from ..infra.progress import Progress
 from ..kinds import kind_for
 from ..model import manifest as mf
@@ -53,16 +54,27 @@ def execute(spec: StoreSpec, m: mf.Manifest, committer: Committer, work: Work) -
     rs = _record_bytes(m, work)
     tasks = _tasks(spec, m, work, shard_bytes_hint=todo * rs // work.plan.nshards)
     with Progress(work.label, todo, rs, mode=work.settings.progress) as prog:
-        pool = Pool(load_worker, tasks, on_progress=prog.advance, on_message=committer.on_message)
-        return pool.run()
+        return executors.run(load_worker, tasks, on_progress=prog.advance, on_message=committer.on_message,
+                             on_retry=resumed_task)
 
 
 def execute_stream(spec: StoreSpec, m: mf.Manifest, committer: Committer, work: Work, source,
                    stdin=None) -> tuple[list[LoadReceipt], int]:
     """Run the workers over the records of a stream ``source``; (receipts, records read)."""
+    executors.require_local("a stream source (stdin or a FIFO)")
     tasks = _tasks(spec, m, work, shard_bytes_hint=0)
     with Progress(work.label, None, _record_bytes(m, work), mode=work.settings.progress) as prog:
         return run_stream(tasks, prog, source, work.settings.layout, committer.on_message, stdin)
+
+
+def resumed_task(task: LoadTask, messages: list) -> LoadTask:
+    """A retried attempt of ``task`` (infra/executors.py): it resumes each shard after the
+    batches its earlier attempts reported durable (the committer holds them already)."""
+    resume = list(task.resume or [task.plan.first_seq] * task.nshards)
+    for msg in messages:
+        for e in getattr(msg, "entries", ()):  # Checkpoint: a prefix of each shard's batches
+            resume[e.shard] = max(resume[e.shard], e.seq + task.nshards)
+    return dataclasses.replace(task, resume=tuple(resume))
 
 
 def _record_bytes(m: mf.Manifest, work: Work) -> int:
