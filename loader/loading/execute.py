@@ -61,7 +61,6 @@ def execute(spec: StoreSpec, m: mf.Manifest, committer: Committer, work: Work) -
 def execute_stream(spec: StoreSpec, m: mf.Manifest, committer: Committer, work: Work, source,
                    stdin=None) -> tuple[list[LoadReceipt], int]:
     """Run the workers over the records of a stream ``source``; (receipts, records read)."""
-    executors.require_local("a stream source (stdin or a FIFO)")
     tasks = _tasks(spec, m, work, shard_bytes_hint=0)
     with Progress(work.label, None, _record_bytes(m, work), mode=work.settings.progress) as prog:
         return run_stream(tasks, prog, source, work.settings.layout, committer.on_message, stdin)

@@ -18,7 +18,7 @@ import os
 import time
 
 from ..errors import BulkloadError, NoSpaceError
-from ..infra import faults, space
+from ..infra import executors, faults, space
 from ..infra.lock import DatasetLock
 from ..maintain.garbage import start_writing
 from ..model import manifest as mf
@@ -64,6 +64,8 @@ def load(source: str, dataset: str, *, layout: str | None = None, format: str | 
     spec = parse_dataset_uri(dataset)
     existing = existing_manifest(spec.root, replace)
     settings, spec, planned = _plan(source, spec, existing, request, layout, on_bad_file)
+    if not planned.source.replayable:
+        executors.require_local("a stream source (stdin or a FIFO)")  # before anything is written
     job = LoadJob(settings, planned, new_run=new_run, stdin=stdin, replace=replace)
     created = prepare_root(spec)
     try:
