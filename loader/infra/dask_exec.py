@@ -65,13 +65,13 @@ class Started:
 
 
 @dataclass(frozen=True)
-class _Job:
+class Job:
     run_id: str
     lease_dir: str
     queue: str
 
 
-def _lease_base(job: _Job, index: int) -> str:
+def lease_base(job: Job, index: int) -> str:
     return os.path.join(job.lease_dir, f"{job.run_id}-{index}")
 
 
@@ -83,25 +83,25 @@ def _read(path: str) -> str:
         return ""
 
 
-def _write(path: str, text: str) -> None:
+def write_text(path: str, text: str) -> None:
     tmp = f"{path}.{uuid.uuid4().hex}"
     with open(tmp, "w") as f:
         f.write(text)
     os.replace(tmp, path)
 
 
-class _Lease:
+class Lease:
     """An attempt's claim on its task: the token in ``.want`` and the flock on ``.lock``."""
 
-    def __init__(self, job: _Job, index: int):
-        base = _lease_base(job, index)
+    def __init__(self, job: Job, index: int):
+        base = lease_base(job, index)
         self.want, self.lock = base + ".want", base + ".lock"
         self.token = uuid.uuid4().hex
         self.fd = -1
 
     def acquire(self) -> int:
         """Take the lease (the earlier attempt stops at its next message); the attempt number."""
-        _write(self.want, self.token)
+        write_text(self.want, self.token)
         self.fd = os.open(self.lock, os.O_RDWR | os.O_CREAT, 0o644)
         deadline = time.monotonic() + LEASE_WAIT_S
         while True:
@@ -132,7 +132,7 @@ class _Lease:
 class _Outbox:
     """A hosted task's outbox: each message is fenced by the lease, then queued."""
 
-    def __init__(self, queue: Queue, index: int, attempt: int, lease: _Lease):
+    def __init__(self, queue: Queue, index: int, attempt: int, lease: Lease):
         self.queue, self.index, self.attempt, self.lease = queue, index, attempt, lease
         self.lock = threading.Lock()
 
@@ -142,9 +142,9 @@ class _Outbox:
             self.queue.put(pickle.dumps((self.index, self.attempt, msg)))
 
 
-def _hosted(fn: Callable, task, index: int, job: _Job) -> Result:
+def _hosted(fn: Callable, task, index: int, job: Job) -> Result:
     """A task's attempt on a Dask worker: lease, announce, wait for the go, run ``fn``."""
-    lease = _Lease(job, index)
+    lease = Lease(job, index)
     try:
         attempt = lease.acquire()
         queue = Queue(job.queue)
@@ -195,7 +195,7 @@ class _Run:
         self.on_progress = on_progress or (lambda records, nbytes=None: None)
         self.on_message = on_message or (lambda msg: None)
         run_id = uuid.uuid4().hex[:12]
-        self.job = _Job(run_id, ex.lease_dir, f"bulkload-{run_id}")
+        self.job = Job(run_id, ex.lease_dir, f"bulkload-{run_id}")
         self.attempt = [0] * len(tasks)
         self.delivered: list[list] = [[] for _ in tasks]
         self.results: dict[int, object] = {}
@@ -277,8 +277,8 @@ class _Run:
     def _stop(self) -> None:
         """Stop every attempt (cancel, revoke the leases) and wait until none writes."""
         for i in range(len(self.tasks)):
-            if os.path.exists(_lease_base(self.job, i) + ".want"):
-                _write(_lease_base(self.job, i) + ".want", STOP)
+            if os.path.exists(lease_base(self.job, i) + ".want"):
+                write_text(lease_base(self.job, i) + ".want", STOP)
             for a in range(1, self.attempt[i] + 2):  # an attempt waiting for its go
                 Variable(f"{self.job.queue}-{i}-{a}", client=self.ex.client).set(pickle.dumps(STOP))
         try:
@@ -287,13 +287,13 @@ class _Run:
             pass
         deadline = time.monotonic() + STOP_WAIT_S
         for i in range(len(self.tasks)):
-            _wait_free(_lease_base(self.job, i) + ".lock", deadline)
+            _wait_free(lease_base(self.job, i) + ".lock", deadline)
 
     def _clean(self) -> None:
         for i in range(len(self.tasks)):
             for suffix in (".want", ".lock"):
                 try:
-                    os.unlink(_lease_base(self.job, i) + suffix)
+                    os.unlink(lease_base(self.job, i) + suffix)
                 except FileNotFoundError:
                     pass
         try:

@@ -1,8 +1,7 @@
 """A Dask worker process SIGKILLed in the middle of a run (its pid, not its nanny's): Dask
 reruns its task, the retry resumes after the batches the dead attempt reported durable,
 the run completes byte-identical to an undisturbed local run, verify passes, and the
-engine counts the retry. A zombie attempt (one still running after its retry started)
-is fenced: it stops at its next message and nothing it sends is used."""
+engine counts the retry. (Zombie attempts: test_fencing.py.)"""
 
 import contextvars
 import json
@@ -81,3 +80,4 @@ def test_worker_killed_mid_load_is_retried_and_the_result_is_identical(tmp_path,
     assert ex.retried >= 1
     same_state(dataset_state(ref), dataset_state(uri))
     client.wait_for_workers(2, timeout=30)
+
