@@ -22,7 +22,6 @@ from typer.core import TyperGroup
 from typer.exceptions import TyperException
 
 from .. import api
-from ..api.engine import engine_for, engine_info
 from ..errors import EXIT_FAILED, EXIT_USAGE, BulkloadError, Interrupted
 from ..infra import env, logs
 from ..infra.env import flag
@@ -116,6 +115,8 @@ def emit_json(obj) -> None:
 def on_engine(dataset: str, call) -> tuple:
     """(call()'s report, what ``--json`` says of the engine) - run on the engine chosen by
     --engine / --scheduler (or the variables): api/engine.py."""
+    from ..api.engine import engine_for, engine_info  # here: only the runs need it (start-up of the others)
+
     with engine_for(dataset) as ex:
         return call(), engine_info(ex)
 
