@@ -30,6 +30,7 @@ Dask cancels the tasks of a client that is gone (they stop at their next message
 from __future__ import annotations
 
 import fcntl
+import numbers
 import os
 import pickle
 import threading
@@ -238,7 +239,7 @@ class _Run:
                 continue  # a zombie's word: a newer attempt runs
             elif isinstance(msg, Progress):
                 self.on_progress(msg.records, msg.nbytes)
-            elif isinstance(msg, int):
+            elif isinstance(msg, numbers.Integral):  # arrays/ and docs/compact.py workers send records
                 self.on_progress(msg)
             else:
                 self.delivered[index].append(msg)
