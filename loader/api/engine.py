@@ -53,7 +53,10 @@ def engine_for(dataset: str, client=None, engine: str | None = None, scheduler: 
 
 
 def engine_info(ex) -> dict:
-    """What a ``--json`` report says of the engine: name, scheduler, workers used, tasks retried."""
+    """What a ``--json`` report adds for a run off the local pool: engine, scheduler, workers
+    used, tasks retried ({} for the local pool: its reports stay the report's ``to_dict()``)."""
+    if ex.local:
+        return {}
     return {"engine": ex.engine, "scheduler": ex.scheduler, "engine_workers": sorted(ex.workers),
             "tasks_retried": ex.retried}
 
