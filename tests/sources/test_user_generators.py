@@ -280,3 +280,13 @@ def test_load_help_shows_the_generator_forms():
     out = run_cli("load", "--help").stdout
     assert "gen://PKG.MODULE:FUNCTION" in out and "gen://c:PATH:SYMBOL" in out
 
+
+
+def test_several_inputs_take_a_python_generators_own_layout(tmp_path):
+    """Without --layout, a run of several inputs takes the layout the first input's records
+    declare, as a lone source does (the source's records_layout decides for both)."""
+    uri = f"lmdb://{tmp_path}/ds"
+    rep = loader.load(["gen://sources.usergen_example:records?n=300", "gen://sources.usergen_example:records?n=200&start=300"],
+                      uri, workers=2, shards=2, batch_records=64)
+    assert rep.layout == "records" and rep.records == 500
+    assert records_of(uri) == ex.records(0, 500).tobytes()
