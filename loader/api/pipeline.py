@@ -34,7 +34,7 @@ from ..infra import logs
 from ..loading.ingest import ingest
 from ..loading.load import load
 from ..maintain.compact import compact
-from ..model.options import parse_size
+from ..model.options import size_option
 from .commands import query
 
 # section -> key -> (type, default); default None: optional; REQUIRED: must be given
@@ -292,25 +292,15 @@ def _step_ingest(dataset, cfg, common, job, progress) -> dict:
 
 
 def _step_compact(dataset, cfg, common, job, progress) -> dict:
-    rep = compact(dataset, target_batch_records=cfg["target_batch_records"], progress=progress,
-                  workers=job["workers"], force=cfg["force"])
-    return rep.to_dict() if hasattr(rep, "to_dict") else rep
+    return compact(dataset, target_batch_records=cfg["target_batch_records"], progress=progress,
+                   workers=job["workers"], force=cfg["force"]).to_dict()
 
 
 def _step_finalize(dataset, cfg, common, job, progress) -> dict:
-    budget = _size(cfg["memory_budget"], "finalize.memory_budget")
+    budget = size_option(cfg["memory_budget"] or None, "finalize.memory_budget", PipelineError)
     workers = job["workers"] if cfg["workers"] is None else cfg["workers"]  # 0 is refused, not a default
     return finalize(dataset, dims=cfg["dims"], array=cfg["array"], duplicates=cfg["duplicates"],
                     workers=workers, compact=cfg["compact"], progress=progress, memory_budget=budget).to_dict()
-
-
-def _size(value: str | None, key: str) -> int | None:
-    if not value:
-        return None
-    try:
-        return parse_size(value)
-    except ValueError:
-        raise PipelineError(f"{key} {value!r} is not a size (e.g. 512m, 2g)") from None
 
 
 def _step_query(dataset, cfg, common, job, progress) -> dict:

@@ -11,9 +11,8 @@ from typing import Optional
 import typer
 
 from .. import api
-from ..errors import EXIT_USAGE
-from ..model.options import parse_size
-from .main import emit_json, fail, handle_errors, on_engine, progress_mode
+from ..model.options import size_option
+from .main import emit_json, handle_errors, on_engine, progress_mode
 
 
 def finalize_cmd(
@@ -33,7 +32,7 @@ def finalize_cmd(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
 ):
     """Compact, then redimension the records into a 2-D chunked array."""
-    budget = _size(memory_budget, "--memory-budget")
+    budget = size_option(memory_budget, "--memory-budget")
     rep, used = on_engine(dataset, lambda: api.finalize(
         dataset, dims=dims, array=array, duplicates=duplicates, workers=workers, compact=not no_compact,
         progress=progress_mode(quiet), memory_budget=budget, strategy=strategy))
@@ -103,15 +102,6 @@ def query_cmd(
     fmt = "json" if json_out else format
     check_format(fmt, format)
     api.query(dataset, box, array=array, attrs=attrs, format=fmt, out=out)
-
-
-def _size(v: str | None, opt: str) -> int | None:
-    if v is None:
-        return None
-    try:
-        return parse_size(v)
-    except ValueError:
-        fail(f"{opt} {v!r} is not a size (e.g. 512m, 2g)", EXIT_USAGE)
 
 
 def print_arrays(arrays: list[dict], console=None) -> None:

@@ -74,8 +74,9 @@ def load(source, dataset: str, *, layout: str | None = None, format: str | None 
                       checkpoint_bytes=checkpoint_bytes, fault=faults.from_env(), t_start=t_start)
     spec = parse_dataset_uri(dataset)
     existing = existing_manifest(spec.root, replace)
-    given = _given_layout(source, layout, existing)
-    src = _source(source, given, on_bad_file)
+    refs = _refs(source)
+    given = _given_layout(refs, layout, existing)
+    src = _source(source, refs, given, on_bad_file)
     try:
         return _load(src, spec, existing, request, given, new_run=new_run, stdin=stdin, replace=replace)
     finally:
@@ -107,16 +108,6 @@ def _load(src: Source, spec: StoreSpec, existing: mf.Manifest | None, request: R
         return load_locked(spec, m, job)
 
 
-def _given_layout(source, layout: str | None, existing: mf.Manifest | None) -> Layout | None:
-    """The layout asked for: ``layout``, or a documents dataset's for a directory loaded
-    into it (no layout is given then)."""
-    given = get_layout(layout) if layout else None
-    if given is None and existing is not None and existing.layout.get("variable_length") \
-            and not any(r.startswith("gen://") for r in _refs(source) or ["gen://"]):
-        given = existing.layout_obj  # a directory into a docs dataset
-    return given
-
-
 def _refs(source) -> list[str] | None:
     """The SOURCE strings of ``source`` (one, several, a glob); None: a Python object."""
     if isinstance(source, (str, os.PathLike)):
@@ -126,9 +117,19 @@ def _refs(source) -> list[str] | None:
     return None
 
 
-def _source(source, given: Layout | None, on_bad_file: str) -> Source:
+def _given_layout(refs: list[str] | None, layout: str | None, existing: mf.Manifest | None) -> Layout | None:
+    """The layout asked for: ``layout``, or a documents dataset's for a directory loaded
+    into it (no layout is given then)."""
+    if layout:
+        return get_layout(layout)
+    if refs is not None and existing is not None and existing.layout.get("variable_length") \
+            and not any(r.startswith("gen://") for r in refs):
+        return existing.layout_obj  # a directory into a docs dataset
+    return None
+
+
+def _source(source, refs: list[str] | None, given: Layout | None, on_bad_file: str) -> Source:
     """The source spec of SOURCE strings or of a Python object."""
-    refs = _refs(source)
     if refs is None:
         return object_source(source)
     check_bad_file_policy(on_bad_file)
@@ -143,8 +144,6 @@ def _plan(src: Source, spec: StoreSpec, existing: mf.Manifest | None, request: R
     dataset's, else the source's own (an array's dtype)."""
     dataset_layout = existing.layout_obj if existing is not None and existing.batches else None
     layout_obj = src.records_layout(given, dataset_layout)
-    if layout_obj is None and dataset_layout is None:
-        layout_obj = src.inferred_layout()
     settings, spec = resolve_options(spec, existing, layout_obj, request)
     planned = src.plan(settings.layout)
     checkpoints = checkpoint_settings(request.checkpoint_seconds, request.checkpoint_bytes)

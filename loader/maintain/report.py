@@ -10,10 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-#: the keys of a kind's report dict that are CompactReport fields (the rest are details)
-_COMMON = ("dataset", "run_id", "target_batch_records", "records", "batches_before", "batches_after", "merged",
-           "bytes_before", "bytes_after", "shards", "merge_s", "seconds")
-
 
 @dataclass
 class CompactReport:
@@ -33,9 +29,11 @@ class CompactReport:
 
     @classmethod
     def from_kind(cls, rep: dict) -> CompactReport:
-        """The report of a kind's own compaction (Kind.compact_dataset's dict)."""
-        return cls(**{k: rep[k] for k in _COMMON if k in rep},
-                   details={k: v for k, v in rep.items() if k not in _COMMON})
+        """The report of a kind's own compaction (Kind.compact_dataset's dict): the keys that
+        are fields, the rest its details."""
+        common = {f.name for f in fields(cls)} - {"details"}
+        return cls(**{k: v for k, v in rep.items() if k in common},
+                   details={k: v for k, v in rep.items() if k not in common})
 
     @property
     def layout(self) -> str | None:

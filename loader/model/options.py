@@ -42,6 +42,17 @@ def check_count(option: str, value, lo: int, hi: int) -> int | None:
     return n
 
 
+def size_option(value, option: str, error: type[UsageError] = UsageError) -> int | None:
+    """``value`` (None: not given) in bytes, or ``error`` naming the option: "OPTION 'x' is
+    not a size (e.g. 512m, 2g)"."""
+    if value is None:
+        return None
+    try:
+        return parse_size(value)
+    except ValueError:
+        raise error(f"{option} {value!r} is not a size (e.g. 512m, 2g)") from None
+
+
 def parse_size(text) -> int:
     """Bytes of a size: a number with an optional unit k, m, g, t (binary; ``b``, ``ib``
     suffixes allowed, any case). Raises ValueError when ``text`` is not one."""

@@ -68,9 +68,12 @@ class Source:
         """The layout of the records this source yields, given the layout asked for
         (``given``: --layout) and the one of the dataset's records (None: a new or empty
         dataset). A generator's own; a file with a schema (.npy, Arrow, Parquet) its own
-        or the one wanted, checked against its fields (LayoutError); None: raw bytes,
-        which take whatever layout the run resolves."""
-        return get_layout(self.layout_name) if self.layout_name is not None else given
+        or the one wanted, checked against its fields (LayoutError); with neither a layout
+        given nor records in the dataset, the source's own (`inferred_layout`); None: raw
+        bytes, which take whatever layout the run resolves."""
+        if self.layout_name is not None:
+            return get_layout(self.layout_name)
+        return given if given is not None or dataset is not None else self.inferred_layout()
 
     def committed(self) -> None:
         """The run that read this source is committed (e.g. its plan file can go)."""

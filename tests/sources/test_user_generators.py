@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 import loader
 from loader.errors import GeneratorError, UsageError, WorkerError
+from loader.sources.base import MAX_RECORDS
 from loader.sources.generators import generate
 
 from . import usergen_example as ex
@@ -208,7 +209,7 @@ def test_generator_function_from_python_with_a_declared_layout(store_uri):
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(workers=st.integers(1, 3), shards=st.integers(1, 5), batch=st.integers(1, 4000),
-       n=st.integers(0, 9000), start=st.integers(0, 2**63))
+       n=st.integers(0, 9000), start=st.integers(0, MAX_RECORDS))
 def test_python_generator_is_split_invariant(tmp_path_factory, workers, shards, batch, n, start):
     """Whatever the workers, shards and batch size, the records are fn(start, n)'s, in order."""
     d = tmp_path_factory.mktemp("split")
@@ -280,3 +281,13 @@ def test_load_help_shows_the_generator_forms():
     out = run_cli("load", "--help").stdout
     assert "gen://PKG.MODULE:FUNCTION" in out and "gen://c:PATH:SYMBOL" in out
 
+
+
+def test_several_inputs_take_a_python_generators_own_layout(tmp_path):
+    """Without --layout, a run of several inputs takes the layout the first input's records
+    declare, as a lone source does (the source's records_layout decides for both)."""
+    uri = f"lmdb://{tmp_path}/ds"
+    rep = loader.load(["gen://sources.usergen_example:records?n=300", "gen://sources.usergen_example:records?n=200&start=300"],
+                      uri, workers=2, shards=2, batch_records=64)
+    assert rep.layout == "records" and rep.records == 500
+    assert records_of(uri) == ex.records(0, 500).tobytes()
