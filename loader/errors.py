@@ -221,6 +221,12 @@ class WorkerError(BulkloadError, RuntimeError):
         return f"{text}; {self.outcome}" if self.outcome else text
 
 
+class EngineError(BulkloadError, ConnectionError):
+    """The execution engine cannot be used (e.g. the Dask scheduler is unreachable)."""
+
+    exit_code = EXIT_FAILED
+
+
 class StoreError(BulkloadError, OSError):
     """A storage backend failed (disk full, file size limit, corrupt store)."""
 

@@ -40,6 +40,10 @@ PUBLIC = {
     "open": ("loader.read.dataset", "open"),
 }
 
+#: the runs that take ``client=`` / ``engine=`` / ``scheduler=`` (api/engine.py): name -> the
+#: position of their dataset argument
+ENGINE_RUNS = {"load": 1, "ingest": 0, "finalize": 0, "compact": 0}
+
 __all__ = sorted(PUBLIC)
 
 
@@ -49,5 +53,8 @@ def __getattr__(name: str):
     except KeyError:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
     value = getattr(importlib.import_module(module), attr)
+    if name in ENGINE_RUNS:  # imported here, like the stages: only for a run
+        from .engine import with_engine
+        value = with_engine(value, ENGINE_RUNS[name])
     globals()[name] = value
     return value

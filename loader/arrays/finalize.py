@@ -67,9 +67,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import BulkloadError, DuplicateCellError, UsageError, WorkerError
-from ..infra import faults, interrupts
+from ..infra import executors, faults, interrupts
 from ..infra.lock import DatasetLock
-from ..infra.pool import Pool
 from ..infra.progress import Progress
 from ..maintain.compact import compact_locked
 from ..maintain.garbage import collect_garbage, collect_index_garbage, held_tables, retire_array, start_writing
@@ -275,7 +274,7 @@ def _scan(b: _Build) -> None:
                       MAX_SCAN_ENTRIES // len(b.groups))
              for w, g in enumerate(b.groups)]
     with b.progress("scan") as prog:
-        b.scan = Pool(scan_worker, tasks, on_progress=prog.advance).run()
+        b.scan = executors.run(scan_worker, tasks, on_progress=prog.advance)
     if any(rc.scattered for rc in b.scan):
         b.why = "records too scattered over chunks"
     else:
@@ -292,7 +291,7 @@ def _partition(b: _Build) -> None:
     job = b.job()
     tasks = [PartitionTask(job, w, tuple(g), b.m.shards, b.spill, b.plan.budget) for w, g in enumerate(b.groups)]
     with b.progress("partition") as prog:
-        b.partition = Pool(partition_worker, tasks, on_progress=prog.advance).run()
+        b.partition = executors.run(partition_worker, tasks, on_progress=prog.advance)
     b.runs = tuple(run for rc in b.partition for run in rc.runs)
     b.phase_seconds["partition_s"] = round(time.perf_counter() - t, 3)
     faults.hit("spilled")
@@ -312,7 +311,7 @@ def _build(b: _Build) -> None:
                        if direct else None)
              for w in range(nbuild)]
     with b.progress("write chunks") as prog:
-        b.build = Pool(build_worker, tasks, on_progress=prog.advance).run()
+        b.build = executors.run(build_worker, tasks, on_progress=prog.advance)
     b.phase_seconds["build_s"] = round(time.perf_counter() - t, 3)
     faults.hit("built")
 

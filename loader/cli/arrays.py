@@ -12,7 +12,7 @@ import typer
 
 from .. import api
 from ..model.options import size_option
-from .main import emit_json, handle_errors, progress_mode
+from .main import emit_json, handle_errors, on_engine, progress_mode
 
 
 def finalize_cmd(
@@ -32,11 +32,12 @@ def finalize_cmd(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
 ):
     """Compact, then redimension the records into a 2-D chunked array."""
-    rep = api.finalize(dataset, dims=dims, array=array, duplicates=duplicates, workers=workers,
-                   compact=not no_compact, progress=progress_mode(quiet),
-                   memory_budget=size_option(memory_budget, "--memory-budget"), strategy=strategy)
+    budget = size_option(memory_budget, "--memory-budget")
+    rep, used = on_engine(dataset, lambda: api.finalize(
+        dataset, dims=dims, array=array, duplicates=duplicates, workers=workers, compact=not no_compact,
+        progress=progress_mode(quiet), memory_budget=budget, strategy=strategy))
     if json_out:
-        emit_json(rep.to_dict())
+        emit_json(rep.to_dict() | used)
     elif not quiet:
         b = rep.bounds or {}
         bounds = ", ".join(f"{k} {v[0]}..{v[1]}" for k, v in b.items()) or "empty"
@@ -59,10 +60,11 @@ def compact_cmd(
     """Merge small batches into large ones and compact every shard store.
 
     Documents (layout docs): fold each shard's document tables into one (id-sorted)."""
-    rep = api.compact(dataset, target_batch_records=target_batch_records, progress=progress_mode(quiet),
-                  workers=workers, force=force)
+    rep, used = on_engine(dataset, lambda: api.compact(
+        dataset, target_batch_records=target_batch_records, progress=progress_mode(quiet), workers=workers,
+        force=force))
     if json_out:
-        emit_json(rep.to_dict())
+        emit_json(rep.to_dict() | used)
     elif not quiet and rep.layout == "docs":
         _print_docs_compact(rep.to_dict())
     elif not quiet:

@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 
 from .. import api
-from .main import emit_json, handle_errors, progress_mode
+from .main import emit_json, handle_errors, on_engine, progress_mode
 
 
 def ingest_cmd(
@@ -36,11 +36,12 @@ def ingest_cmd(
     whose id is stored is already ingested if its content is the stored document, else a
     bad file (documents are immutable).
     """
-    rep = api.ingest(dataset, from_dir, pattern=pattern, on_bad_file=on_bad_file, layout=layout, format=format,
-                 compression=compression, shards=shards, workers=workers, batch_records=batch_records,
-                 progress=progress_mode(quiet))
+    rep, used = on_engine(dataset, lambda: api.ingest(
+        dataset, from_dir, pattern=pattern, on_bad_file=on_bad_file, layout=layout, format=format,
+        compression=compression, shards=shards, workers=workers, batch_records=batch_records,
+        progress=progress_mode(quiet)))
     if json_out:
-        emit_json(rep.to_dict())
+        emit_json(rep.to_dict() | used)
         return
     if quiet:
         return

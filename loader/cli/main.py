@@ -112,6 +112,15 @@ def emit_json(obj) -> None:
     print(json.dumps(obj, indent=2, default=str))
 
 
+def on_engine(dataset: str, call) -> tuple:
+    """(call()'s report, what ``--json`` says of the engine) - run on the engine chosen by
+    --engine / --scheduler (or the variables): api/engine.py."""
+    from ..api.engine import engine_for, engine_info  # here: only the runs need it (start-up of the others)
+
+    with engine_for(dataset) as ex:
+        return call(), engine_info(ex)
+
+
 def progress_mode(quiet: bool) -> str:
     return "none" if quiet else "auto"
 
@@ -119,9 +128,22 @@ def progress_mode(quiet: bool) -> str:
 @app.callback()
 def main_options(
     log_format: str = typer.Option("text", "--log-format", help="Log lines on stderr: text or json."),
+    engine: Optional[str] = typer.Option(None, "--engine", help="Where load, ingest, finalize and compact run: "
+                                         "local (the process pool, default) or dask (also BULKLOAD_ENGINE)."),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Dask scheduler: tcp://HOST:PORT, or "
+                                            "local:N for a LocalCluster of N worker processes (also "
+                                            "BULKLOAD_SCHEDULER)."),
 ):
     if log_format not in ("text", "json"):
         fail(f"--log-format must be text or json, not {log_format!r}", EXIT_USAGE)
+    if engine is not None and engine not in env.ENGINES:
+        fail(f"--engine must be local or dask, not {engine!r}", EXIT_USAGE)
+    if scheduler is not None and not env.scheduler_ok(scheduler):
+        fail(f"--scheduler must be a Dask scheduler address (tcp://HOST:PORT) or local:N, not {scheduler!r}",
+             EXIT_USAGE)
+    for name, value in (("BULKLOAD_ENGINE", engine), ("BULKLOAD_SCHEDULER", scheduler)):
+        if value is not None:  # the runs read them (api/engine.py), as if set in the environment
+            os.environ[name] = value
     logs.set_format(log_format)
     handle_errors(check_environment)()
 
@@ -200,12 +222,12 @@ def load(
     A stream (stdin, a FIFO) cannot be replayed: each load of it is a new run."""
     if not source:  # `load X`: X is taken for the dataset (click fills the last argument first)
         fail("Missing argument 'dataset'; see 'bulkload load --help'", EXIT_USAGE)
-    report = api.load(source if len(source) > 1 else source[0], dataset, layout=layout, format=format,
-                     compression=compression,
-                     shards=shards, workers=workers, batch_records=batch_records,
-                     progress=progress_mode(quiet), new_run=new_run, replace=replace, on_bad_file=on_bad_file)
+    report, used = on_engine(dataset, lambda: api.load(
+        source if len(source) > 1 else source[0], dataset, layout=layout, format=format, compression=compression,
+        shards=shards, workers=workers, batch_records=batch_records, progress=progress_mode(quiet), new_run=new_run,
+        replace=replace, on_bad_file=on_bad_file))
     if json_out:
-        emit_json(report.to_dict())
+        emit_json(report.to_dict() | used)
     elif not quiet:
         r = report
         if r.status == "already-loaded":

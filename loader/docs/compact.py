@@ -38,8 +38,7 @@ import time
 from dataclasses import dataclass
 
 from ..errors import BulkloadError, StoreError, UsageError
-from ..infra import faults
-from ..infra.pool import Pool
+from ..infra import executors, faults
 from ..infra.progress import Progress
 from ..kinds import Kind, kind_for
 from ..maintain.compact import UNCHANGED, WASTE_FACTOR, WASTE_SLACK, per_shard, shard_bytes
@@ -191,7 +190,7 @@ def _fold(spec: StoreSpec, m: mf.Manifest, plan: CompactPlan, table: str, progre
                               fault=os.environ.get(faults.ENV, "")))
     total = sum(b.records for b in m.batches if b.shard in plan.why)
     with Progress("compact: fold documents", total, plan.kind.record_bytes(), mode=progress) as prog:
-        receipts = Pool(fold_worker, tasks, on_progress=prog.advance).run()
+        receipts = executors.run(fold_worker, tasks, on_progress=prog.advance)
     folds = Folds({s: f for rc in receipts for s, f in rc.shards.items()}, time.perf_counter() - t)
     faults.hit("docs-folded")
     return folds

@@ -11,6 +11,9 @@ once at start-up, so a bad value stops every command before it touches anything.
   BULKLOAD_DEBUG               1: print the traceback of an unexpected error (cli.py)
   BULKLOAD_SCHEMAS             colon-separated directories of layout files (layouts.py;
                                a search path: directories that do not exist are skipped)
+  BULKLOAD_ENGINE              where runs execute: local (the process pool) or dask
+  BULKLOAD_SCHEDULER           the Dask scheduler: tcp://HOST:PORT, or local:N (a
+                               LocalCluster of N worker processes for the job)
 
 Pipeline keys (``BULKLOAD_DATASET``, ``BULKLOAD_INGEST_FROM``, ...) are read and checked by
 pipeline.py against the pipeline's schema. Reading has no side effect.
@@ -64,8 +67,40 @@ def checkpoint() -> tuple[float, int]:
             number("BULKLOAD_CHECKPOINT_BYTES", CHECKPOINT_BYTES, integer=True))
 
 
+ENGINES = ("local", "dask")
+
+
+def engine() -> str:
+    """``$BULKLOAD_ENGINE``: local (unset) or dask."""
+    text = os.environ.get("BULKLOAD_ENGINE", "").strip().lower() or "local"
+    if text not in ENGINES:
+        raise EnvironmentVariableError(f"environment variable BULKLOAD_ENGINE={os.environ['BULKLOAD_ENGINE']!r} "
+                                       "is not local or dask; fix or unset it")
+    return text
+
+
+def scheduler() -> str:
+    """``$BULKLOAD_SCHEDULER`` ("" unset), checked: tcp://HOST:PORT (any Dask address) or local:N."""
+    text = os.environ.get("BULKLOAD_SCHEDULER", "").strip()
+    if text and not scheduler_ok(text):
+        raise EnvironmentVariableError(f"environment variable BULKLOAD_SCHEDULER={text!r} is not a Dask scheduler "
+                                       "address (tcp://HOST:PORT) or local:N (N >= 1); fix or unset it")
+    return text
+
+
+def scheduler_ok(text: str) -> bool:
+    """Whether ``text`` is ``local:N`` (N >= 1) or ``PROTOCOL://HOST[:PORT]``."""
+    if text.startswith("local:"):
+        n = text[len("local:"):]
+        return n.isdigit() and int(n) >= 1
+    proto, sep, rest = text.partition("://")
+    return bool(sep and proto.isalnum() and rest)
+
+
 def check() -> None:
     """Check every variable this module lists (the CLI's first step; imports nothing heavy)."""
     checkpoint()
     faults.parse(os.environ.get(faults.ENV))
     flag("BULKLOAD_DEBUG")
+    engine()
+    scheduler()

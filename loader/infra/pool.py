@@ -87,7 +87,7 @@ class Outbox:
             self.conn.send(msg)
 
 
-def _picklable(e: BaseException) -> BaseException | None:
+def picklable(e: BaseException) -> BaseException | None:
     """``e`` if it survives a trip through a pipe (a library's error may not), else None."""
     try:
         pickle.loads(pickle.dumps(e))
@@ -101,13 +101,20 @@ def _entry(fn: Callable, task, conn, extra: tuple) -> None:
     try:
         result = Result(receipt=fn(task, out, *extra))
     except BaseException as e:  # report everything, including SystemExit
-        result = Result(None, True, _picklable(e), str(e) or type(e).__name__, traceback.format_exc())
+        result = Result(None, True, picklable(e), str(e) or type(e).__name__, traceback.format_exc())
     try:
         out.put(result)
     except OSError:
         pass  # the coordinator is gone: nobody to tell
     finally:
         conn.close()
+
+
+def failure(w: int, res: Result) -> WorkerError:
+    """The error that worker ``w``'s failed ``res`` raises in the coordinator."""
+    err = WorkerError(f"worker {w} failed: {res.message}")
+    err.error, err.worker_traceback = res.error, res.traceback
+    return err
 
 
 class Pool:
@@ -214,9 +221,7 @@ class Pool:
 
     @staticmethod
     def _error(w: int, res: Result) -> WorkerError:
-        err = WorkerError(f"worker {w} failed: {res.message}")
-        err.error, err.worker_traceback = res.error, res.traceback
-        return err
+        return failure(w, res)
 
     def stop(self) -> None:
         """Kill every worker still running (they ignore SIGTERM: the coordinator decides)."""

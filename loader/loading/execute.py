@@ -12,10 +12,11 @@ before the error propagates; what was committed is the committer's business.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
-from ..infra.pool import Pool
+from ..infra import executors
 from ..infra.progress import Progress
 from ..kinds import kind_for
 from ..model import manifest as mf
@@ -53,8 +54,10 @@ def execute(spec: StoreSpec, m: mf.Manifest, committer: Committer, work: Work) -
     rs = _record_bytes(m, work)
     tasks = _tasks(spec, m, work, shard_bytes_hint=todo * rs // work.plan.nshards)
     with Progress(work.label, todo, rs, mode=work.settings.progress) as prog:
-        pool = Pool(load_worker, tasks, on_progress=prog.advance, on_message=committer.on_message)
-        return pool.run()
+        carried: dict[int, dict] = {}  # worker -> {seq: batch} its dead attempts made durable (Dask)
+        receipts = executors.run(load_worker, tasks, on_progress=prog.advance, on_message=committer.on_message,
+                                 on_retry=lambda task, messages: resumed_task(task, messages, carried))
+    return [with_carried(rc, carried.get(rc.worker, {})) for rc in receipts]
 
 
 def execute_stream(spec: StoreSpec, m: mf.Manifest, committer: Committer, work: Work, source,
@@ -63,6 +66,27 @@ def execute_stream(spec: StoreSpec, m: mf.Manifest, committer: Committer, work: 
     tasks = _tasks(spec, m, work, shard_bytes_hint=0)
     with Progress(work.label, None, _record_bytes(m, work), mode=work.settings.progress) as prog:
         return run_stream(tasks, prog, source, work.settings.layout, committer.on_message, stdin)
+
+
+def resumed_task(task: LoadTask, messages: list, carried: dict) -> LoadTask:
+    """A retried attempt of ``task`` (infra/executors.py): it resumes each shard after the
+    batches its earlier attempts reported durable (the committer holds them already; they
+    go into ``carried[task.worker]`` for the receipt)."""
+    resume = list(task.resume or [task.plan.first_seq] * task.nshards)
+    done = carried.setdefault(task.worker, {})
+    for msg in messages:
+        for e in getattr(msg, "entries", ()):  # Checkpoint: a prefix of each shard's batches
+            resume[e.shard] = max(resume[e.shard], e.seq + task.nshards)
+            done[e.seq] = e
+    return dataclasses.replace(task, resume=tuple(resume))
+
+
+def with_carried(rc: LoadReceipt, carried: dict) -> LoadReceipt:
+    """A receipt with the batches its task's dead attempts made durable (written by this job too)."""
+    if not carried:
+        return rc
+    batches = {e.seq: e for e in rc.batches} | carried
+    return dataclasses.replace(rc, batches=tuple(batches[s] for s in sorted(batches)))
 
 
 def _record_bytes(m: mf.Manifest, work: Work) -> int:

@@ -19,7 +19,7 @@ import os
 import time
 
 from ..errors import BulkloadError, NoSpaceError
-from ..infra import faults, space
+from ..infra import executors, faults, space
 from ..infra.lock import DatasetLock
 from ..maintain.garbage import start_writing
 from ..model import manifest as mf
@@ -86,6 +86,8 @@ def load(source, dataset: str, *, layout: str | None = None, format: str | None 
 def _load(src: Source, spec: StoreSpec, existing: mf.Manifest | None, request: Request, given: Layout | None, *,
           new_run: bool, stdin, replace: bool) -> LoadReport:
     settings, spec, planned = _plan(src, spec, existing, request, given)
+    if not planned.source.replayable or planned.source.local_only:  # before anything is written
+        executors.require_local("a stream (stdin, a FIFO, an iterable) or an in-memory object")
     job = LoadJob(settings, planned, new_run=new_run, stdin=stdin, replace=replace)
     created = prepare_root(spec)
     try:

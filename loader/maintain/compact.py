@@ -29,9 +29,8 @@ import os
 import time
 
 from ..errors import BulkloadError, StoreError, UsageError
-from ..infra import faults, interrupts
+from ..infra import executors, faults, interrupts
 from ..infra.lock import DatasetLock
-from ..infra.pool import Pool
 from ..infra.progress import Progress
 from ..kinds import kind_for
 from ..model import manifest as mf
@@ -170,7 +169,7 @@ def _merge(spec, m: mf.Manifest, groups: list[list], progress: str, workers: int
                        fault=os.environ.get(faults.ENV, ""))
              for w in range(nw)]
     with Progress("compact: merge batches", m.records, m.layout_obj.record_size, mode=progress) as prog:
-        receipts = Pool(merge_worker, tasks, on_progress=prog.advance).run()
+        receipts = executors.run(merge_worker, tasks, on_progress=prog.advance)
     written = sorted((b for rc in receipts for b in rc.batches), key=lambda b: b.seq)
     if len(written) != len(plan):
         raise StoreError(f"compaction wrote {len(written)} of {len(plan)} batches; nothing was committed")

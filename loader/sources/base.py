@@ -38,6 +38,9 @@ class Source:
 
     #: a stream is read once and cannot be replayed: every load of it is a new run
     replayable = True
+    #: its records live in the coordinator's memory (an in-memory object): only workers of
+    #: the local pool can read them, never those of a distributed engine
+    local_only = False
     #: a re-run is matched by the extent it loaded (a file that grew loads its new records)
     by_extent = False
     #: the layout a generated source yields (None: the dataset's or --layout)

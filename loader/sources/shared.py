@@ -136,6 +136,7 @@ class SharedSource(Source):
     records: object
     label: str  # the URI of the object it came from
     n: int
+    local_only = True  # read from the coordinator's memory (or a memfd of this host)
 
     @property
     def uri(self) -> str:
@@ -154,6 +155,8 @@ class SharedSource(Source):
 class MemorySource(Source):
     """A whole numpy array, DataFrame or Arrow Table / RecordBatch given to load (the
     coordinator's side: see the module docstring)."""
+
+    local_only = True
 
     def __init__(self, obj):
         self.obj, self.n = obj, record_count(obj)

@@ -1,0 +1,112 @@
+"""Where a run executes: the local process pool or Dask, chosen per call.
+
+`engine_for(dataset, client=, engine=, scheduler=)` is the context in which a run's tasks
+go to the chosen executor (infra/executors.py): ``client`` (a ``distributed.Client``) or
+``engine="dask"`` with ``scheduler`` (``tcp://HOST:PORT``, or ``local:N``: a LocalCluster
+of N worker processes started for the call and closed after it); unset, the
+``BULKLOAD_ENGINE`` / ``BULKLOAD_SCHEDULER`` variables (infra/env.py), else the local pool.
+An executor already in effect (the CLI opens one per command) is reused.
+
+`with_engine` gives a run (``loader.load``, ``ingest``, ``finalize``, ``compact``: see
+api/__init__.py) those three extra keywords. dask is imported only here and only when the engine is dask. Leases of Dask
+attempts live in ``<dataset>/.leases`` (a directory every worker sees: the dataset's).
+
+Crash behaviour: a LocalCluster started here is closed on the way out, whatever happened;
+a remote client is closed only if opened here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+
+from ..errors import EngineError, UsageError
+from ..infra import env, executors
+from ..stores.spec import parse_dataset_uri
+
+LEASES = ".leases"
+CONNECT_TIMEOUT_S = 10
+
+
+@contextlib.contextmanager
+def engine_for(dataset: str, client=None, engine: str | None = None, scheduler: str | None = None):
+    """The executor the runs inside the block use (see the module docstring)."""
+    name = (engine or ("dask" if client is not None else "")).strip().lower()
+    if not name and not scheduler and executors.current_or_none() is not None:
+        yield executors.current()
+        return
+    name = name or env.engine()
+    if name not in env.ENGINES:
+        raise UsageError(f"engine {name!r} is not local or dask")
+    if name == "local":
+        if client is not None or scheduler:
+            raise UsageError("a Dask client or scheduler needs the dask engine (--engine dask)")
+        with executors.using(executors.LocalExecutor()) as ex:
+            yield ex
+        return
+    leases = _lease_dir(dataset)
+    with _dask_client(client, scheduler or env.scheduler()) as (dask_client, where):
+        from ..infra.dask_exec import DaskExecutor  # dask is imported only when the engine is dask
+        with executors.using(DaskExecutor(dask_client, leases, where)) as ex:
+            yield ex
+
+
+def engine_info(ex) -> dict:
+    """What a ``--json`` report adds for a run off the local pool: engine, scheduler, workers
+    used, tasks retried ({} for the local pool: its reports stay the report's ``to_dict()``)."""
+    if ex.local:
+        return {}
+    return {"engine": ex.engine, "scheduler": ex.scheduler, "engine_workers": sorted(ex.workers),
+            "tasks_retried": ex.retried}
+
+
+def _lease_dir(dataset: str) -> str:
+    spec = parse_dataset_uri(dataset)
+    if spec.scheme == "mem":
+        raise UsageError(f"{dataset}: a mem:// dataset lives in one process and cannot be written by Dask "
+                         "workers; use lmdb:// or rocksdb:// on a filesystem every worker sees")
+    return os.path.join(spec.root, LEASES)
+
+
+@contextlib.contextmanager
+def _dask_client(client, scheduler: str):
+    """(client, scheduler address) for the block: ``client``, or one opened on ``scheduler``."""
+    if client is not None:
+        yield client, str(client.scheduler.address)
+        return
+    if not scheduler:
+        raise UsageError("the dask engine needs a scheduler: --scheduler tcp://HOST:PORT or local:N "
+                         "(or BULKLOAD_SCHEDULER)")
+    if not env.scheduler_ok(scheduler):
+        raise UsageError(f"scheduler {scheduler!r} is not a Dask scheduler address (tcp://HOST:PORT) or local:N")
+    try:  # imported here: dask is needed only when the engine is dask
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise UsageError("the dask engine needs dask[distributed]: pip install 'bulkload[dask]'") from None
+    with contextlib.ExitStack() as stack:
+        if scheduler.startswith("local:"):
+            cluster = stack.enter_context(LocalCluster(n_workers=int(scheduler[6:]), threads_per_worker=1,
+                                                       processes=True, dashboard_address=None))
+            target = cluster
+        else:
+            target = scheduler
+        try:
+            dask_client = stack.enter_context(Client(target, timeout=CONNECT_TIMEOUT_S))
+        except (OSError, TimeoutError) as e:
+            raise EngineError(f"cannot reach the Dask scheduler at {scheduler}: {e}; start it "
+                              "(dask scheduler) or fix --scheduler / BULKLOAD_SCHEDULER") from None
+        yield dask_client, scheduler
+
+
+def with_engine(run, dataset_arg: int = 0):
+    """``run`` with the keywords ``client``, ``engine``, ``scheduler`` (its dataset is its
+    positional argument ``dataset_arg``, or the keyword ``dataset`` / ``dataset_uri``)."""
+
+    @functools.wraps(run)
+    def call(*args, client=None, engine: str | None = None, scheduler: str | None = None, **kw):
+        dataset = args[dataset_arg] if len(args) > dataset_arg else kw.get("dataset", kw.get("dataset_uri"))
+        with engine_for(dataset, client, engine, scheduler):
+            return run(*args, **kw)
+
+    return call

@@ -1,0 +1,320 @@
+"""The Dask executor: a run's tasks as Dask tasks on a ``distributed.Client``'s workers.
+
+Imported only when the engine is dask (executors.py stays light). Each task runs
+``fn(task, outbox)`` in a thread of a Dask worker process (`_hosted`); what the local
+pool's pipes carry travels here through one ``distributed.Queue`` per run: every message
+is ``(task index, attempt, object)``, pickled, and ``Queue.put`` returns only once the
+scheduler holds it, so a task's messages are all queued before its result is.
+
+Attempts and fencing (at most one writer per task - hence per shard set - at any time):
+Dask reruns a task whose worker died, and a worker presumed dead may still run (a
+zombie). Before calling ``fn`` an attempt writes its token to ``<lease>.want`` and takes
+``flock`` on ``<lease>.lock`` (files under the run's lease directory, on the dataset's
+filesystem); the lock is held until ``fn`` returns and is released by the kernel when the
+process dies. Every message an attempt sends first checks that ``.want`` still holds its
+token: a newer attempt, or the coordinator stopping the run, replaces it, and the older
+attempt stops (`Superseded`) at its next message, writing nothing more that anyone sees.
+The lock file counts attempts. Holding the lock, an attempt announces itself
+(`Started`) and waits for the coordinator's go, which carries the task to run: for a
+retry, the caller's ``on_retry(task, messages)`` (e.g. resume after the batches the
+earlier attempts reported durable); every message of an earlier attempt precedes the
+announcement in the queue, and later ones are dropped.
+
+Fail fast: the first error (a task that raised, a task Dask gave up on after its workers
+kept dying: ``KilledWorker``) cancels every task, marks every lease stopped and waits for
+the locks to be free (no attempt still writing) before it propagates. Crash behaviour:
+nothing here commits; a coordinator that dies leaves the dataset at its last commit and
+Dask cancels the tasks of a client that is gone (they stop at their next message).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import numbers
+import os
+import pickle
+import threading
+import time
+import traceback
+import uuid
+from dataclasses import dataclass, fields, replace
+from typing import Callable
+
+from distributed import Queue, Variable, get_worker
+from distributed.client import FutureCancelledError
+
+from ..errors import Interrupted, WorkerError
+from .pool import Progress, Result, failure, picklable
+
+#: seconds an attempt waits for the lock of an earlier attempt, and for the coordinator's go
+LEASE_WAIT_S = 120.0
+#: seconds the coordinator waits, when stopping, for every attempt to let go of its lock
+STOP_WAIT_S = 30.0
+STOP = "stop"
+
+
+class Superseded(Exception):
+    """A newer attempt of this task started, or the coordinator stopped the run."""
+
+
+@dataclass(frozen=True)
+class Started:
+    """Attempt ``attempt`` of a task holds its lease on the worker at ``address``."""
+
+    address: str
+    pid: int
+
+
+@dataclass(frozen=True)
+class Job:
+    run_id: str
+    lease_dir: str
+    queue: str
+
+
+def lease_base(job: Job, index: int) -> str:
+    return os.path.join(job.lease_dir, f"{job.run_id}-{index}")
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
+def write_text(path: str, text: str) -> None:
+    tmp = f"{path}.{uuid.uuid4().hex}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+class Lease:
+    """An attempt's claim on its task: the token in ``.want`` and the flock on ``.lock``."""
+
+    def __init__(self, job: Job, index: int):
+        base = lease_base(job, index)
+        self.want, self.lock = base + ".want", base + ".lock"
+        self.token = uuid.uuid4().hex
+        self.fd = -1
+
+    def acquire(self) -> int:
+        """Take the lease (the earlier attempt stops at its next message); the attempt number."""
+        write_text(self.want, self.token)
+        self.fd = os.open(self.lock, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + LEASE_WAIT_S
+        while True:
+            self.check()
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise WorkerError(f"an earlier attempt still holds {self.lock} after {LEASE_WAIT_S:.0f} s")
+                time.sleep(0.05)
+        attempt = int(os.pread(self.fd, 32, 0) or b"0") + 1
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, str(attempt).encode(), 0)
+        os.fsync(self.fd)
+        return attempt
+
+    def check(self) -> None:
+        if _read(self.want) != self.token:
+            raise Superseded("superseded by a newer attempt, or the run was stopped")
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)  # releases the flock
+            self.fd = -1
+
+
+class _Outbox:
+    """A hosted task's outbox: each message is fenced by the lease, then queued."""
+
+    def __init__(self, queue: Queue, index: int, attempt: int, lease: Lease):
+        self.queue, self.index, self.attempt, self.lease = queue, index, attempt, lease
+        self.lock = threading.Lock()
+
+    def put(self, msg) -> None:
+        with self.lock:
+            self.lease.check()
+            self.queue.put(pickle.dumps((self.index, self.attempt, msg)))
+
+
+def _hosted(fn: Callable, task, index: int, job: Job) -> Result:
+    """A task's attempt on a Dask worker: lease, announce, wait for the go, run ``fn``."""
+    lease = Lease(job, index)
+    try:
+        attempt = lease.acquire()
+        queue = Queue(job.queue)
+        out = _Outbox(queue, index, attempt, lease)
+        out.put(Started(get_worker().address, os.getpid()))
+        go = pickle.loads(Variable(f"{job.queue}-{index}-{attempt}").get(timeout=LEASE_WAIT_S))
+        if go == STOP:
+            raise Superseded("the run was stopped")
+        return Result(receipt=fn(go, out))
+    except BaseException as e:  # report everything, including SystemExit
+        return Result(None, True, picklable(e), str(e) or type(e).__name__, traceback.format_exc())
+    finally:
+        lease.release()
+
+
+def hosted_task(task):
+    """``task`` as it runs inside a Dask worker: no coordinator pid to watch (the client
+    may be on another host; Dask cancels the tasks of a client that is gone)."""
+    if any(f.name == "main_pid" for f in fields(task)):
+        return replace(task, main_pid=0)
+    return task
+
+
+class DaskExecutor:
+    """Runs tasks on the workers of ``client``; leases live under ``lease_dir``."""
+
+    engine = "dask"
+    local = False
+
+    def __init__(self, client, lease_dir: str, scheduler: str = ""):
+        self.client, self.lease_dir = client, lease_dir
+        self.scheduler = scheduler or str(client.scheduler.address)
+        self.retried = 0  # attempts after the first, over every run of this executor
+        self.workers: set[str] = set()  # addresses of the workers that ran an attempt
+
+    def run(self, fn: Callable, tasks: list, extras: list[tuple] | None = None,
+            on_progress: Callable[..., None] | None = None, on_message: Callable[[object], None] | None = None,
+            on_retry: Callable | None = None) -> list:
+        return _Run(self, fn, tasks, on_progress, on_message, on_retry).run()
+
+
+class _Run:
+    """One run of tasks on Dask (see the module docstring)."""
+
+    def __init__(self, ex: DaskExecutor, fn, tasks, on_progress, on_message, on_retry):
+        self.ex, self.fn, self.on_retry = ex, fn, on_retry
+        self.tasks = [hosted_task(t) for t in tasks]
+        self.on_progress = on_progress or (lambda records, nbytes=None: None)
+        self.on_message = on_message or (lambda msg: None)
+        run_id = uuid.uuid4().hex[:12]
+        self.job = Job(run_id, ex.lease_dir, f"bulkload-{run_id}")
+        self.attempt = [0] * len(tasks)
+        self.delivered: list[list] = [[] for _ in tasks]
+        self.results: dict[int, object] = {}
+        self.futures: list = []
+
+    def run(self) -> list:
+        os.makedirs(self.job.lease_dir, exist_ok=True)
+        self.queue = Queue(self.job.queue, client=self.ex.client)
+        name = getattr(self.fn, "__name__", "task")
+        try:
+            self.futures = [self.ex.client.submit(_hosted, self.fn, t, i, self.job, pure=False,
+                                                  key=f"bulkload-{name}-{i}-{self.job.run_id}")
+                            for i, t in enumerate(self.tasks)]
+            while len(self.results) < len(self.tasks):
+                idle = not self._drain()
+                for i, f in enumerate(self.futures):
+                    if i not in self.results and f.done():
+                        self._drain()  # its messages were queued before its result
+                        self._finished(i, f)
+                        idle = False
+                if idle:
+                    time.sleep(0.02)
+            return [self.results[i] for i in range(len(self.tasks))]
+        except KeyboardInterrupt as e:
+            self._stop()
+            raise Interrupted.of(e) from None
+        except BaseException:
+            self._stop()
+            raise
+        finally:
+            self._clean()
+
+    def _drain(self) -> bool:
+        items = self.queue.get(batch=True)
+        for item in items:
+            index, attempt, msg = pickle.loads(item)
+            if isinstance(msg, Started):
+                self._started(index, attempt, msg)
+            elif attempt < self.attempt[index]:
+                continue  # a zombie's word: a newer attempt runs
+            elif isinstance(msg, Progress):
+                self.on_progress(msg.records, msg.nbytes)
+            elif isinstance(msg, numbers.Integral):  # arrays/ and docs/compact.py workers send records
+                self.on_progress(msg)
+            else:
+                self.delivered[index].append(msg)
+                self.on_message(msg)  # may raise: the run stops
+        return bool(items)
+
+    def _started(self, index: int, attempt: int, msg: Started) -> None:
+        self.attempt[index] = attempt
+        self.ex.workers.add(msg.address)
+        task = self.tasks[index]
+        if attempt > 1:
+            self.ex.retried += 1
+            if self.on_retry is not None:
+                task = self.on_retry(task, list(self.delivered[index]))
+            elif self.delivered[index]:
+                raise WorkerError(f"worker {index} died after it reported progress and this run cannot resume "
+                                  "a task; re-run the same command to resume")
+        Variable(f"{self.job.queue}-{index}-{attempt}", client=self.ex.client).set(pickle.dumps(task))
+
+    def _finished(self, i: int, f) -> None:
+        if f.status == "error":
+            exc = f.exception()
+            died = type(exc).__name__ == "KilledWorker"
+            err = WorkerError(f"worker {i} " + ("was lost with every Dask worker that ran it" if died
+                                                else f"failed: {exc}"))
+            err.died, err.error = died, exc
+            raise err
+        try:
+            res = f.result()
+        except FutureCancelledError:
+            raise WorkerError(f"worker {i} was cancelled by the Dask scheduler") from None
+        if res.failed:
+            raise failure(i, res)
+        self.results[i] = res.receipt
+
+    def _stop(self) -> None:
+        """Stop every attempt (cancel, revoke the leases) and wait until none writes."""
+        for i in range(len(self.tasks)):
+            if os.path.exists(lease_base(self.job, i) + ".want"):
+                write_text(lease_base(self.job, i) + ".want", STOP)
+            for a in range(1, self.attempt[i] + 2):  # an attempt waiting for its go
+                Variable(f"{self.job.queue}-{i}-{a}", client=self.ex.client).set(pickle.dumps(STOP))
+        try:
+            self.ex.client.cancel(self.futures)
+        except Exception:  # noqa: BLE001 - a scheduler gone: nothing left to cancel
+            pass
+        deadline = time.monotonic() + STOP_WAIT_S
+        for i in range(len(self.tasks)):
+            _wait_free(lease_base(self.job, i) + ".lock", deadline)
+
+    def _clean(self) -> None:
+        for i in range(len(self.tasks)):
+            for suffix in (".want", ".lock"):
+                try:
+                    os.unlink(lease_base(self.job, i) + suffix)
+                except FileNotFoundError:
+                    pass
+        try:
+            os.rmdir(self.job.lease_dir)
+        except OSError:
+            pass  # another run's leases, or not empty
+
+
+def _wait_free(lock: str, deadline: float) -> None:
+    """Wait until nobody holds ``lock`` (or the deadline passes)."""
+    try:
+        fd = os.open(lock, os.O_RDWR)
+    except FileNotFoundError:
+        return
+    try:
+        while time.monotonic() < deadline:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                time.sleep(0.05)
+    finally:
+        os.close(fd)
