@@ -37,9 +37,12 @@ any reader with default settings can read it. `get_serializer(..., batch_records
 and `encode_buffer` raise `UsageError` for a batch that would exceed it. To read a
 bigger message with pycapnp, pass ``traversal_limit_in_words`` (see `pycapnp_reader`).
 
-Compression. Only ``"none"``: a capnp value stays a standard message that any Cap'n
-Proto reader (and our zero-copy decoder) reads directly. For lz4/zstd use the Arrow
-format (``--format arrow --compression zstd``).
+Compression. ``"none"`` (default): the value is the standard message above, which any
+Cap'n Proto reader (and our zero-copy decoder) reads directly. ``"lz4"`` / ``"zstd"``: the
+value is the same 40-byte header followed by one blosc2 chunk of the records region
+(shuffled by record, shuffled.py); decompressing the chunk after the header gives back the
+standard message. `count` reads the header alone; `decode` decompresses into a new buffer
+(no zero-copy view).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ import numpy as np
 
 from ..errors import UsageError, VerifyError
 from ..model.layouts import Layout
+from . import shuffled
 from .base import Serializer
 
 #: Largest message we write: pycapnp's default traversal limit, 8 Mi words.
@@ -216,9 +220,21 @@ def parse(value) -> tuple[int, CapnpMessage, int, int, int, int, int]:
     return start, msg, n, seg, idx + 1, edw, epc
 
 
+def header_fields(value, stride: int) -> tuple[int, int]:
+    """(start, n) of a compressed value's 40-byte header, checked to be our own framing."""
+    mv = memoryview(value).cast("B") if not isinstance(value, (bytes, bytearray)) else value
+    if len(mv) < HEADER_BYTES:
+        raise _corrupt(f"{len(mv)} bytes is shorter than a compressed batch's header ({HEADER_BYTES} bytes)")
+    nseg, words, root, start, lst, tag = _HEADER.unpack_from(mv, 0)
+    n, w = (tag >> 2) & 0x3FFFFFFF, tag >> 32
+    if nseg != 0 or root != _ROOT_PTR or w * 8 != stride or words != 4 + n * w or lst >> 35 != n * w:
+        raise _corrupt("the header of a compressed batch is not this layout's 40-byte framing")
+    return start, n
+
+
 class CapnpSerializer(Serializer):
     name = "capnp"
-    compressions = ("none",)
+    compressions = ("none", "lz4", "zstd")
 
     def __init__(self, layout: Layout, compression: str = "none"):
         super().__init__(layout, compression)
@@ -226,12 +242,6 @@ class CapnpSerializer(Serializer):
         self._stride = self._words * 8
         self._framable = layout.framable
         self._cdtype = layout.capnp_dtype
-
-    def _bad_compression_message(self) -> str:
-        return (
-            f"capnp batches are uncompressed (a standard Cap'n Proto message, read zero-copy); "
-            f"compression {self.compression!r} needs --format arrow (--compression lz4|zstd)"
-        )
 
     @property
     def max_records(self) -> int:
@@ -291,13 +301,28 @@ class CapnpSerializer(Serializer):
                 for name in self.layout.names:
                     body[name] = records[name]
         write_header(mv, n, self._words, start)
+        if self.compression != "none":
+            return bytes(mv[:HEADER_BYTES]) + shuffled.compress(mv[HEADER_BYTES:size], self.compression, self._stride)
         return mv[:size] if len(mv) != size else mv
 
     # --- decoding -----------------------------------------------------------
     def count(self, value) -> int:
+        if self.compression != "none":
+            return header_fields(value, self._stride)[1]
         return parse(value)[2]
 
+    def _decompressed(self, value) -> bytearray:
+        """The standard message of a compressed value: its header + the records, decompressed."""
+        _start, n = header_fields(value, self._stride)
+        mv = memoryview(value).cast("B") if not isinstance(value, (bytes, bytearray)) else memoryview(value)
+        msg = bytearray(HEADER_BYTES + n * self._stride)
+        msg[:HEADER_BYTES] = mv[:HEADER_BYTES]
+        shuffled.decompress_into(mv[HEADER_BYTES:], memoryview(msg)[HEADER_BYTES:], "corrupt Cap'n Proto batch value")
+        return msg
+
     def decode(self, value) -> tuple[int, np.ndarray]:
+        if self.compression != "none":
+            value = self._decompressed(value)
         start, msg, n, seg, idx, edw, epc = parse(value)
         dt = self.layout.dtype
         if n == 0:

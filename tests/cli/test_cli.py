@@ -38,7 +38,7 @@ def one_line_error(p, code: int, text: str) -> None:
     (["load", "gen://scidb96?n=10", "lmdb:///nonexistent/dir/ds"], 2, "directory /nonexistent/dir does not exist"),
     (["load", "gen://scidb96?n=10", "lmdb:///proc/ds"], 2, "cannot create dataset lmdb:///proc/ds"),
     (["load", "gen://scidb96?n=10", "lmdb:///tmp/never", "--format", "xml"], 2, "unknown format 'xml'"),
-    (["load", "gen://scidb96?n=10", "lmdb:///tmp/never", "--compression", "zstd"], 2, "needs --format arrow"),
+    (["load", "gen://scidb96?n=10", "lmdb:///tmp/never", "--compression", "gzip"], 2, "unknown compression 'gzip'"),
     (["load", "gen://scidb96?n=10", "lmdb:///tmp/never", "--workers", "0"], 2, "--workers must be at least 1"),
     (["load", "gen://scidb96?n=10", "lmdb:///tmp/never", "--layout", "nope"], 2, "unknown layout 'nope'"),
     (["info", "lmdb:///nonexistent/ds"], 2, "no dataset at lmdb:///nonexistent/ds"),

@@ -44,7 +44,7 @@ def test_a_kind_no_plugin_provides_is_a_usage_error():
         kind_class(odd)
 
 
-@pytest.mark.parametrize("fmt,comp", [("capnp", "none"), ("arrow", "none"), ("arrow", "zstd")])
+@pytest.mark.parametrize("fmt,comp", [("capnp", "none"), ("capnp", "lz4"), ("arrow", "none"), ("arrow", "zstd")])
 def test_max_batch_records_is_the_smaller_of_memory_and_format_limits(fmt, comp):
     kind = kind_for(SCIDB, fmt, comp)
     assert isinstance(kind, FixedKind) and kind.record_bytes() == 96

@@ -23,7 +23,7 @@ def gen_bytes(start, n):
     return generate(LAY, start, n, impl="c").tobytes()
 
 
-@pytest.mark.parametrize("fmt,comp", [("capnp", "none"), ("arrow", "none"), ("arrow", "zstd")])
+@pytest.mark.parametrize("fmt,comp", [("capnp", "none"), ("capnp", "lz4"), ("arrow", "none"), ("arrow", "zstd")])
 def test_gen_load_reads_back_byte_identical(store_uri, fmt, comp):
     rep = loader.load("gen://scidb96?n=25000&start=7", store_uri, format=fmt, compression=comp,
                       shards=3, workers=2, batch_records=1000)

@@ -100,11 +100,15 @@ def test_batch_records_is_bounded_by_the_format():
 @pytest.mark.parametrize("given, message", [
     (dict(format="parquet"), "unknown format 'parquet'; use one of capnp, arrow"),
     (dict(compression="brotli"), "unknown compression 'brotli'"),
-    (dict(format="capnp", compression="zstd"), "compression"),
 ])
 def test_unknown_or_unsupported_formats(given, message):
     with pytest.raises(UsageError, match=message):
         resolved("lmdb:///x/ds", **given)
+
+
+def test_a_compression_the_kind_does_not_take():
+    with pytest.raises(UsageError, match="compression"):
+        resolved("lmdb:///x/ds", layout=get_layout("docs"), compression="lz4")
 
 
 def test_shards_contradicting_the_uri():

@@ -21,6 +21,7 @@ from loader.serializers.capnp_framing import (
     max_records,
     pycapnp_reader,
 )
+from loader.sources.generators import generate
 
 SCIDB96 = get_layout("scidb96")
 SETTINGS = settings(
@@ -28,7 +29,7 @@ SETTINGS = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-CODECS = [("capnp", "none"), ("arrow", "none"), ("arrow", "lz4"), ("arrow", "zstd")]
+CODECS = [("capnp", "none"), ("capnp", "lz4"), ("capnp", "zstd"), ("arrow", "none"), ("arrow", "lz4"), ("arrow", "zstd")]
 
 ODD_LAYOUTS = [
     Layout("odd1", (Field("a", "int32"), Field("b", "float64"), Field("c", "int32"))),
@@ -362,8 +363,8 @@ def test_registry_errors():
         get_serializer("parquet", SCIDB96)
     with pytest.raises(UsageError, match="unknown compression 'gzip'"):
         get_serializer("arrow", SCIDB96, "gzip")
-    with pytest.raises(UsageError, match="capnp batches are uncompressed.*--format arrow"):
-        get_serializer("capnp", SCIDB96, "zstd")
+    with pytest.raises(UsageError, match="unknown compression 'snappy'"):
+        get_serializer("capnp", SCIDB96, "snappy")
     assert get_serializer("capnp", "scidb96", None).compression == "none"
     assert get_serializer("ARROW", SCIDB96, "LZ4").compression == "lz4"
 
@@ -408,3 +409,21 @@ def test_capnp_into_external_buffer():
     start, got = ser.decode(value)
     assert start == 8 and (got["i1"] == 4).all()
     assert isinstance(ser, CapnpSerializer)
+
+
+@pytest.mark.parametrize("comp", ["lz4", "zstd"])
+def test_damaged_compressed_capnp_values_are_verify_errors(comp):
+    ser = get_serializer("capnp", SCIDB96, comp)
+    value = bytes(ser.encode(generate("scidb96", 0, 1000), 0))
+    assert ser.count(value) == 1000 and len(value) < 1000 * 96 / 5  # shuffled by record: it compresses
+    damaged = {
+        "truncated chunk": (value[:-3], "do not decompress"),
+        "short header": (value[:20], "shorter than a compressed batch's header"),
+        "zeroed chunk": (value[:40] + b"\0" * (len(value) - 40), "hold 0 bytes, the header says 96000"),
+        "another header": (bytes(ser.encode(generate("scidb96", 0, 999), 0))[:40] + value[40:],
+                           "hold 96000 bytes, the header says 95904"),
+        "not our framing": (b"\1" + value[1:], "not this layout's 40-byte framing"),
+    }
+    for what, (bad, message) in damaged.items():
+        with pytest.raises(VerifyError, match=message):
+            ser.decode(bad)
