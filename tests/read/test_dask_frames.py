@@ -172,8 +172,8 @@ def test_a_commit_between_build_and_compute_reads_the_snapshot_it_was_built_from
         generation = ds.manifest.generation
     assert pins(uri) == [str(generation)]
     loader.load("gen://scidb96?n=700&start=9000", uri)  # appended
-    loader.compact(uri, target_batch_records=1000, force=True, workers=2)  # batches merged (new keys)
-    loader.finalize(uri, dims="i0:5,i1:1000", workers=2)  # array rebuilt (a new table)
+    loader.compact(uri, target_batch_records=1000, force=True, workers=1)  # batches merged (new keys)
+    loader.finalize(uri, dims="i0:5,i1:1000", workers=1)  # array rebuilt (a new table)
     with loader.open(uri) as now:
         assert now.records == 3700 and now.manifest.garbage  # the old batches and build are still on disk
     pd.testing.assert_frame_equal(df.compute(**THREADS), records_frame(recs), check_index_type=False)
@@ -195,8 +195,8 @@ def test_an_unpinned_collection_whose_data_was_collected_says_build_it_again(sto
     with loader.open(uri, pin=False) as ds:  # a reader that does not hold its snapshot
         df = ds.to_dask_dataframe()
         x = ds.to_dask_array("grid", attr="d1")
-    loader.compact(uri, target_batch_records=1000, force=True, workers=2)  # no pin: old batches deleted
-    loader.finalize(uri, dims="i0:5,i1:1000", workers=2)  # and the old array build
+    loader.compact(uri, target_batch_records=1000, force=True, workers=1)  # no pin: old batches deleted
+    loader.finalize(uri, dims="i0:5,i1:1000", workers=1)  # and the old array build
     for collection in (df, x):
         with pytest.raises(SnapshotExpiredError, match="changed since this Dask collection was built from it "
                            r"\(generation \d+, now \d+\).*build the collection again"):
