@@ -15,6 +15,9 @@ Documents (layout ``docs``): `Dataset.get(id)` -> `Doc` (id, created_at, text st
 `get_many(ids)` -> (DocBatch of the found ones, in the order asked; missing ids),
 `scan(start_id, stop_id)` -> DocBatch of ids in [start, stop) in id order
 (``.to_arrow()`` for a pyarrow RecordBatch); see loader/docs/access.py.
+
+On Dask: `to_dask_dataframe()` / `to_dask_array()` give this snapshot as lazy Dask
+collections whose tasks read it, and only it, in any process (read/dask_read.py).
 """
 
 from __future__ import annotations
