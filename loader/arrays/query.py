@@ -146,6 +146,12 @@ def array_index(ds, name: str) -> ArrayIndex:
     return ai
 
 
+def use_index(ds, ai: ArrayIndex) -> None:
+    """Have ``ds`` use ``ai``, the index of the same build loaded by another reader (a Dask
+    worker keeps indexes across its tasks: read/dask_read.py)."""
+    _cache(ds)[ai.name] = ai
+
+
 # --- listing ------------------------------------------------------------------------------------
 
 

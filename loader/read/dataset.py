@@ -15,6 +15,9 @@ Documents (layout ``docs``): `Dataset.get(id)` -> `Doc` (id, created_at, text st
 `get_many(ids)` -> (DocBatch of the found ones, in the order asked; missing ids),
 `scan(start_id, stop_id)` -> DocBatch of ids in [start, stop) in id order
 (``.to_arrow()`` for a pyarrow RecordBatch); see loader/docs/access.py.
+
+On Dask: `to_dask_dataframe()` / `to_dask_array()` give this snapshot as lazy Dask
+collections whose tasks read it, and only it, in any process (read/dask_read.py).
 """
 
 from __future__ import annotations
@@ -57,11 +60,14 @@ VERIFY_ATTEMPTS = 4
 
 
 class Dataset:
-    def __init__(self, uri: str, pin: bool = True):
+    def __init__(self, uri: str, pin: bool = True, snapshot: tuple | None = None):
+        """The reader of the dataset at ``uri`` as it is now; or, given ``snapshot`` =
+        (manifest, (device, inode) of its file while current or None, Pin or None), of that
+        snapshot read earlier (a Dask task reading its graph's snapshot: read/dask_read.py)."""
         self.spec = parse_dataset_uri(uri)
         self.uri = self.spec.uri
         self._opened_as = (uri, pin)
-        self.manifest, self._ident, self._pin = read_snapshot(self.spec.root, uri, pin)
+        self.manifest, self._ident, self._pin = snapshot or read_snapshot(self.spec.root, uri, pin)
         self.layout = self.manifest.layout_obj
         self.serializer = (None if self.layout.variable_length  # documents: see loader/docs/access.py
                            else get_serializer(self.manifest.format, self.layout, self.manifest.compression))
@@ -298,6 +304,24 @@ class Dataset:
         from ..arrays.query import read_box  # heavy (pyarrow): only readers of arrays need it
 
         return read_box(self, array, attrs, ranges)
+
+    # --- Dask collections (read/dask_read.py: dask is imported only there) ------------------
+    def to_dask_dataframe(self, partition_bytes: int | None = None):
+        """The records of this snapshot as a lazy dask DataFrame: the layout's columns and
+        dtypes, indexed by record number ("record", known divisions); each partition is a
+        run of whole batches of about ``partition_bytes`` of records (default 128 MiB)."""
+        from .dask_read import dask_dataframe
+
+        return dask_dataframe(self, partition_bytes)
+
+    def to_dask_array(self, array: str = "grid", attr: str | None = None, fill=None, chunks=None, box=None):
+        """One attribute of a 2-D ``array`` of this snapshot as a lazy dask Array, one
+        block per chunk of the array (``chunks``: multiples of them), empty cells ``fill``
+        (default NaN; integer attributes need one); ``box`` {dim: (start, stop)} picks the
+        cells (default: from the array's first chunk to its last cell)."""
+        from .dask_read import dask_array
+
+        return dask_array(self, array, attr, fill, chunks, box)
 
     # --- verification --------------------------------------------------------------
     def verify(self) -> VerifyReport:
