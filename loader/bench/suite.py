@@ -50,7 +50,7 @@ import os
 import shlex
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -88,7 +88,7 @@ class BenchResult:
     parameters: dict
     figures: dict[str, Figure]
     targets: list[Target]
-    comparisons: list[dict]
+    comparisons: list[dict] = field(default_factory=list)  # compare.comparisons
 
     def to_dict(self) -> dict:
         return {
