@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import sys
 
-from . import finalize, limits, peers
+from . import finalize, limits, peers, randreads
 
 CHILDREN = {
     "cfill": limits.child_cfill, "npsave": limits.child_npsave, "npload": limits.child_npload,
@@ -28,7 +28,7 @@ CHILDREN = {
     "rocksdict_wb": peers.child_rocksdict_wb, "capnp_builder": peers.child_capnp_builder,
     "arcticdb": peers.child_arcticdb, "tiledb": peers.child_tiledb,
     "probe_finalize": finalize.child_probe_finalize, "finalize": finalize.child_finalize,
-    "query": finalize.child_query,
+    "query": finalize.child_query, "randreads": randreads.child_randreads,
 }
 
 

@@ -65,6 +65,9 @@ class Figure:
             d["latency_ms"] = stats([s * 1e3 for s in secs])
         d["peak_tree_rss_bytes"] = self.sample_stats("peak_tree_rss_bytes")
         d["peak_tree_anon_bytes"] = self.sample_stats("peak_tree_anon_bytes")
+        on_disk = self.sample_stats("disk_bytes")
+        if on_disk:
+            d["disk_bytes"] = on_disk
         report_rss = self.sample_stats("report_peak_rss_bytes")
         if report_rss:
             d["report_peak_rss_bytes"] = report_rss

@@ -7,6 +7,10 @@ method); a cold read of a file evicted from the page cache.
 The ``child_*`` functions are the child benchmark processes of this section (run by
 `child`); they import numpy themselves, so that a child holds only what its figure measures.
 
+The disk's write limit (``gen-file-fsync``) is not one noisy moment: besides its repeats
+here, `disk_sample` adds samples between the interleaved rounds of the versus section and
+at the end of the run; its median is over all of them.
+
 Invariants: the files written are on the datasets' file system (the work directory) or in
 /dev/shm; a file written by ``bulkload-gen`` must have exactly ``n * 96`` bytes or the
 figure fails; every file written is removed after its figure.
@@ -23,12 +27,14 @@ import subprocess
 import time
 from pathlib import Path
 
+from .figures import Figure
 from .processes import rm, run_gen, run_sampled, sync
 from .records import RECORD_SIZE, empty_records, generate_records, record_filler
 from .runner import Bench
 
 C_FILL_MAX = 10_000_000
 LIMIT_FILE = "limit.bin"  # written by bulkload-gen in the work directory
+DISK_LIMIT = "gen-file-fsync"  # the figure every durable load is compared with
 
 
 def section_limits(b: Bench) -> None:
@@ -68,12 +74,10 @@ def _file_limits(b: Bench) -> None:
     n, gen = b.p.n, b.gen
     path = b.work / LIMIT_FILE
     shm = Path("/dev/shm") / f"bulkload-bench-{os.getpid()}.bin"
-    for fid, title, fsync in (("gen-file", "bulkload-gen -> file (page cache)", False),
-                              ("gen-file-fsync", "bulkload-gen -> file + fsync (disk limit)", True)):
-        f = b.fig(fid, "limits", title, n,
-                  note="file on the filesystem of the datasets" + (", fsync'd: the disk's "
-                                                                   "limit for this job" if fsync else ""))
-        b.repeat(f, lambda i, fsync=fsync: gen_to_file(gen, n, path, fsync))
+    f = b.fig("gen-file", "limits", "bulkload-gen -> file (page cache)", n,
+              note="file on the filesystem of the datasets")
+    b.repeat(f, lambda i: gen_to_file(gen, n, path, False))
+    b.repeat(disk_limit_figure(b), lambda i: gen_to_file(gen, n, path, True) | {"phase": "limits"})
 
     f = b.fig("gen-shm", "limits", "bulkload-gen -> /dev/shm (tmpfs)", n,
               note="single-process write to RAM (SciDB: 1.3 GB/s)")
@@ -109,6 +113,35 @@ def _numpy_limits(b: Bench) -> None:
               note="the disk's cold read limit")
     b.repeat(f, lambda i: b.child_sample("coldread", path=str(npy)))
     rm(npy)
+
+
+def disk_limit_figure(b: Bench) -> Figure | None:
+    """The disk's write limit ``gen-file-fsync`` (declared by the first section that needs
+    it): the figure to add samples to, or None when it is not selected or not ok."""
+    f = b.figures.get(DISK_LIMIT)
+    if f is None:
+        f = b.fig(DISK_LIMIT, "limits", "bulkload-gen -> file + fsync (disk limit)", b.p.n,
+                  note="file on the filesystem of the datasets, fsync'd: the disk's limit for this "
+                       "job; sampled before the loads, between the interleaved rounds and at the end "
+                       "of the run (each sample's phase), the median of them all")
+    return f if f is not None and f.status == "ok" else None
+
+
+def disk_sample(b: Bench, phase: str, path: Path | None = None, keep: bool = False) -> None:
+    """One more sample of the disk limit (phase: when it was taken), written to ``path``
+    (default: the limits' file); the file is kept when ``keep``. Written untimed when
+    the figure is not measured and the file is to be kept."""
+    f = disk_limit_figure(b)
+    path = path or b.work / LIMIT_FILE
+    if f is not None:
+        try:
+            b.add_sample(f, gen_to_file(b.gen, b.p.n, path, True) | {"phase": phase})
+        except Exception as e:  # reported as the figure's failure, the suite goes on
+            f.status, f.reason = "failed", f"{type(e).__name__}: {e}"
+    elif keep:
+        gen_to_file(b.gen, b.p.n, path, True)
+    if not keep:
+        rm(path)
 
 
 def gen_to_file(gen: str, n: int, path: Path, fsync: bool) -> dict:

@@ -3,6 +3,9 @@ none/lz4/zstd, lmdb vs rocksdb vs mem://, a stdin pipe), the ``scaling`` section
 workers 1..cores) and the ``rss`` section (peak RSS of the whole job for a large N vs a
 small N). Every load is `bulkload load ... --json` in a fresh, sampled process tree.
 
+A figure already measured by an earlier section (the versus section measures the headline
+and the compressed loads interleaved with the peers) is not measured again.
+
 Invariants: a load's time is its report's own ``seconds`` (from entering load() to the
 fsynced shards and the committed manifest), its wall time is kept beside it; a load that
 does not report exactly ``n`` records fails its figure; shards = cores; the dataset of a
@@ -65,18 +68,20 @@ def load_configs(cores: int) -> list[LoadConfig]:
     ]
 
 
-def load_once(b: Bench, n: int, uri: str, *, workers: int, format: str = "capnp", compression: str = "none",
-              stdin: bool = False) -> dict:
-    """One `bulkload load` run in a fresh process tree; returns a sample."""
+def load_once(b: Bench, n: int, uri: str, *, workers: int, format: str | None = "capnp",
+              compression: str | None = "none", stdin: bool = False, source: str | None = None) -> dict:
+    """One `bulkload load` run in a fresh process tree; returns a sample. ``format`` /
+    ``compression`` None: bulkload's defaults (the option is not given); ``source``: a file
+    of raw records instead of the generator."""
     rm(b.ds_root(uri))
     sync()
-    args = [uri, "--json", "--quiet", "--workers", str(workers), "--shards", str(b.cores),
-            "--format", format, "--compression", compression]
+    args = [uri, "--json", "--quiet", "--workers", str(workers), "--shards", str(b.cores)]
+    args += [x for opt, v in (("--format", format), ("--compression", compression)) if v for x in (opt, v)]
     if stdin:
         cmd = ["sh", "-c", f"{shlex.quote(b.gen)} {n} | " + " ".join(
             shlex.quote(a) for a in [b.bulkload, "load", "-", *args])]
     else:
-        cmd = [b.bulkload, "load", f"gen://{LAYOUT}?n={n}", *args]
+        cmd = [b.bulkload, "load", *([source, "--layout", LAYOUT] if source else [f"gen://{LAYOUT}?n={n}"]), *args]
     p = run_sampled(cmd)
     if p.rc != 0:
         raise RuntimeError(tail(p.err) or f"bulkload load exited with {p.rc}")
@@ -89,9 +94,20 @@ def load_once(b: Bench, n: int, uri: str, *, workers: int, format: str = "capnp"
             "stored_bytes": rep.get("stored_bytes"), "workers": rep.get("workers")}
 
 
+def compressed_config(spec: str, cores: int) -> LoadConfig:
+    """The load figure of a compressed configuration ``FORMAT:COMPRESSION`` (arrow:lz4)."""
+    fmt, _, comp = spec.partition(":")
+    if not fmt or not comp:
+        raise ValueError(f"compressed configuration {spec!r} is not FORMAT:COMPRESSION (e.g. arrow:lz4)")
+    return LoadConfig(f"load-lmdb-{fmt}-{comp}", f"load lmdb {fmt} {comp}", "lmdb", cores, "gen-file-fsync",
+                      format=fmt, compression=comp)
+
+
 def section_load(b: Bench) -> None:
     n = b.p.n
     for cfg in load_configs(b.cores):
+        if b.measured(cfg.id):
+            continue  # measured interleaved with the peers (the versus section)
         f = b.fig(cfg.id, "load", cfg.title, n, limit=cfg.limit, note=cfg.note, workers=cfg.workers,
                   params=cfg.params(b.cores))
         uri = b.dataset(cfg.scheme, cfg.id)
@@ -106,8 +122,8 @@ def section_scaling(b: Bench) -> None:
     n = b.p.n
     for w in range(1, b.cores + 1):
         fid = f"load-lmdb-capnp-w{w}"
-        if fid in b.figures and b.figures[fid].reason != "not selected":
-            continue  # measured (or tried) by the load section
+        if b.measured(fid):
+            continue  # measured (or tried) by the versus or load section
         f = b.fig(fid, "load", f"load lmdb capnp, {w} workers", n, limit="gen-file-fsync",
                   workers=w, params={"scheme": "lmdb", "shards": b.cores})
         uri = b.dataset("lmdb", fid)

@@ -1,17 +1,18 @@
 """The ``peers`` section: other ways of storing the same records, measured on the same
 machine in the same run - naive loops (py-lmdb one key per record, py-lmdb one key per
-10,000-record blob, rocksdict WriteBatch, the pycapnp builder field by field) and, with the
+10,000-record blob, rocksdict WriteBatch, the pycapnp builder field by field). With the
 ``bulkload[peers]`` extra, ArcticDB write / read to ``lmdb://`` and TileDB sparse 2-D write
-and box read.
+and box read are children of this module too, run interleaved with bulkload's loads by the
+versus section (`versus`).
 
-The ``child_*`` functions are this section's child benchmark processes (run by `child`).
+The ``child_*`` functions are the child benchmark processes (run by `child`).
 ArcticDB, TileDB and pandas are optional and heavy: they are imported only inside the child
 that measures them (and by `native_versions`), never by the suite's other modules.
 
 Invariants: a peer that is not installed is "skipped: not installed (pip install
-'bulkload[peers]')", never estimated; only a peer's write (or read) call is timed - record
-generation and DataFrame / array building are not (that favours the peers); one ArcticDB
-(TileDB) child feeds two figures: the write, and the read (box query) from the same samples.
+'bulkload[peers]')", never estimated; record generation is never timed for a peer (that
+favours the peers); ArcticDB's child times the DataFrame build and the write apart (both
+figures are reported), TileDB's times the write only (its arrays built beforehand).
 
 Crash behaviour: every peer writes under ``peer`` in the work directory, removed before each
 repeat and after the figure (and with the work directory by the runner).
@@ -25,9 +26,8 @@ import statistics
 import time
 from typing import Callable
 
-from .figures import Figure
-from .processes import rm, sync
-from .records import LAYOUT, RECORD_SIZE, box, generate_records
+from .processes import disk_bytes, rm, sync
+from .records import LAYOUT, RECORD_SIZE, generate_records
 from .runner import Bench
 
 #: import name of each optional peer package (pip install 'bulkload[peers]')
@@ -53,10 +53,9 @@ def native_versions() -> dict:
 
 
 def section_peers(b: Bench) -> None:
+    """The naive peers (ArcticDB and TileDB are measured interleaved with bulkload's loads:
+    the versus section)."""
     _naive_peers(b)
-    have = {m: installed(m) for m in PEER_PACKAGES}
-    _arcticdb(b, have["arcticdb"] and have["pandas"])
-    _tiledb(b, have["tiledb"])
 
 
 def _naive_peers(b: Bench) -> None:
@@ -72,59 +71,6 @@ def _naive_peers(b: Bench) -> None:
         f = b.fig(fid, "peers", title, recs, limit="gen-file-fsync", note=note, workers=1)
         b.repeat(f, lambda i, kind=kind, recs=recs: b.child_sample(kind, path=str(d), n=recs),
                  setup=lambda i: (rm(d), sync()), teardown=lambda: rm(d))
-
-
-def _arcticdb(b: Bench, have: bool) -> None:
-    na, d = b.p.n_arctic, b.work / "peer"
-    fw = b.fig("peer-arcticdb-write", "peers", "ArcticDB write(DataFrame) to lmdb://", na,
-               limit="gen-file-fsync", note="DataFrame built beforehand, not timed")
-    fr = b.fig("peer-arcticdb-read", "peers", "ArcticDB read -> DataFrame from lmdb://", na,
-               limit="npload")
-    if not have:
-        b.skip(fw, NOT_INSTALLED)
-        b.skip(fr, NOT_INSTALLED)
-    elif fw is not None:
-        samples: list[dict] = []
-        b.repeat(fw, lambda i: _pop_into(samples, b.child_sample("arcticdb", path=str(d), n=na)),
-                 setup=lambda i: (rm(d), sync()), teardown=lambda: rm(d))
-        _second_figure(b, fr, fw, samples, "read_s")
-
-
-def _tiledb(b: Bench, have: bool) -> None:
-    nt, d = b.p.n_tiledb, b.work / "peer"
-    tw = b.fig("peer-tiledb-write", "peers", "TileDB sparse 2-D write (i0, i1)", nt,
-               limit="gen-file-fsync", note="dims i0 (tile 10), i1 (tile 100000), other fields "
-                                            "as attributes; arrays built beforehand")
-    tq = b.fig("peer-tiledb-box", "query", "TileDB box read ~1,000 cells, warm", nt, kind="latency",
-               note=f"same box shape on the TileDB array of {nt:,} records",
-               params={"box": box(nt)})
-    if not have:
-        b.skip(tw, NOT_INSTALLED)
-        b.skip(tq, NOT_INSTALLED)
-    elif tw is not None:
-        samples: list[dict] = []
-        b.repeat(tw, lambda i: _pop_into(samples, b.child_sample(
-            "tiledb", path=str(d), n=nt, box=box(nt), reps=b.p.query_reps)),
-            setup=lambda i: (rm(d), sync()), teardown=lambda: rm(d))
-        _second_figure(b, tq, tw, samples, "box_s")
-
-
-def _pop_into(lst: list, sample: dict) -> dict:
-    """Child results that feed two figures: keep the sample, return the first one's."""
-    lst.append(sample)
-    s = dict(sample)
-    s["seconds"] = s.pop("write_s")
-    return s
-
-
-def _second_figure(b: Bench, second: Figure | None, first: Figure, samples: list[dict], key: str) -> None:
-    """The figure measured by the same children as ``first``: its seconds are ``key``."""
-    if second is None:
-        return
-    second.samples = [{"seconds": s[key], "peak_tree_rss_bytes": s["peak_tree_rss_bytes"]} for s in samples]
-    if first.status != "ok":
-        second.status, second.reason = first.status, first.reason
-    b.report(second)
 
 
 # ============================================================================================
@@ -203,23 +149,31 @@ def child_capnp_builder(path: str, n: int) -> dict:
 
 
 def child_arcticdb(path: str, n: int) -> dict:
+    """ArcticDB's write of the records: the DataFrame built from them (``build_s``), then
+    ``lib.write`` to ``lmdb://`` (``write_s``; ArcticDB fdatasyncs its LMDB and compresses
+    with LZ4 by default), then the read back (``read_s``); bytes on disk after the write."""
     import pandas as pd  # optional: the [peers] extra; heavy
     from arcticdb import Arctic  # optional: the [peers] extra; heavy
 
-    df = pd.DataFrame(generate_records(n))
+    records = generate_records(n)
     os.makedirs(path, exist_ok=True)
     ac = Arctic(f"lmdb://{path}?map_size={max(1024, n * RECORD_SIZE * 3 // 2**20)}MB")
     lib = ac.get_library("bench", create_if_missing=True)
     t = time.perf_counter()
+    df = pd.DataFrame(records)
+    b = time.perf_counter() - t
+    del records
+    t = time.perf_counter()
     lib.write("records", df)
     w = time.perf_counter() - t
+    on_disk = disk_bytes(path)
     del df
     t = time.perf_counter()
     back = lib.read("records").data
     r = time.perf_counter() - t
     if len(back) != n:
         raise RuntimeError(f"ArcticDB read back {len(back)} rows, expected {n}")
-    return {"write_s": w, "read_s": r}
+    return {"build_s": b, "write_s": w, "build_write_s": b + w, "read_s": r, "disk_bytes": on_disk}
 
 
 def child_tiledb(path: str, n: int, box: dict, reps: int = 50) -> dict:
@@ -241,6 +195,7 @@ def child_tiledb(path: str, n: int, box: dict, reps: int = 50) -> dict:
     with tiledb.open(path, "w") as A:
         A[i0, i1] = cols
     w = time.perf_counter() - t
+    on_disk = disk_bytes(path)
     (a0, b0), (a1, b1) = box["i0"], box["i1"]
     lat = []
     with tiledb.open(path, "r") as A:
@@ -249,5 +204,5 @@ def child_tiledb(path: str, n: int, box: dict, reps: int = 50) -> dict:
             t = time.perf_counter()
             res = A[a0:b0, a1:b1]
             lat.append(time.perf_counter() - t)
-    return {"write_s": w, "box_s": statistics.median(lat), "box_cells": int(len(res["d0"])),
+    return {"write_s": w, "box_s": statistics.median(lat), "box_cells": int(len(res["d0"])), "disk_bytes": on_disk,
             "box_latencies_s": lat}

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..infra.outputs import output_dir
 
-SECTIONS = ("limits", "load", "scaling", "finalize", "peers", "rss")
+SECTIONS = ("limits", "versus", "load", "scaling", "finalize", "peers", "random", "rss")
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,8 @@ class SuiteParams:
     query_reps: int
     rss_n: tuple[int, int] | None
     sections: tuple[str, ...]
+    compressed: tuple[str, ...] = ("arrow:lz4", "arrow:zstd")  # FORMAT:COMPRESSION loads vs ArcticDB
+    random_tasks: int = 1000  # random reads per sample (the random section)
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if k != "sections"}
@@ -45,10 +47,10 @@ class SuiteParams:
 SUITES: dict[str, SuiteParams] = {
     "quick": SuiteParams(n=1_000_000, repeats=3, n_naive=200_000, n_builder=20_000, n_tiledb=200_000,
                          n_arctic=None, query_reps=50, rss_n=None,
-                         sections=("limits", "load", "scaling", "finalize", "peers")),
+                         sections=("limits", "versus", "load", "scaling", "finalize", "peers")),
     "full": SuiteParams(n=20_000_000, repeats=3, n_naive=2_000_000, n_builder=200_000, n_tiledb=2_000_000,
                         n_arctic=None, query_reps=200, rss_n=(2_000_000, 50_000_000),
-                        sections=("limits", "load", "scaling", "finalize", "peers", "rss")),
+                        sections=("limits", "versus", "load", "scaling", "finalize", "peers", "random", "rss")),
 }
 
 

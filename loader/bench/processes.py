@@ -178,3 +178,24 @@ def rm(path: str | Path) -> None:
 def sync() -> None:
     """No dirty pages of a previous run may be flushed during the next one."""
     os.sync()
+
+
+def disk_bytes(path: str | Path) -> int:
+    """Bytes allocated on disk (st_blocks) by the files under ``path`` (or the file): what a
+    dataset really takes, whatever the apparent size of a sparse or pre-sized file."""
+    p = Path(path)
+    files = [p] if p.is_file() else [q for q in p.rglob("*") if q.is_file() and not q.is_symlink()]
+    return sum(q.stat().st_blocks * 512 for q in files)
+
+
+def evict(path: str | Path) -> None:
+    """Drop the page cache of the file(s) under ``path`` (fsync, then posix_fadvise DONTNEED):
+    the next read of them comes from the disk."""
+    p = Path(path)
+    for q in [p] if p.is_file() else [q for q in p.rglob("*") if q.is_file() and not q.is_symlink()]:
+        fd = os.open(q, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)

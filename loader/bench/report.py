@@ -27,7 +27,7 @@ SCHEMA_VERSION = 1
 
 GROUP_TITLES = {"limits": "Reference limits", "load": "bulkload load", "finalize": "bulkload finalize",
                 "query": "Box queries (latency)", "peers": "Peers on the same records",
-                "rss": "Memory flat in N"}
+                "random": "Cold random reads", "rss": "Memory flat in N"}
 
 
 def _fmt_mb(st: dict | None) -> tuple[str, str]:
@@ -68,7 +68,7 @@ def _target_row(t: dict) -> str:
         return f"| {_cell(t['what'])} | | | | ≥ {t['target']} | {t['status']} |"
     needed = f"≤ {t['target']}" if t["id"] == "rss-flat" else f"≥ {t['target']}"
     val, ref = t.get("value"), t.get("reference")
-    if t["id"].startswith("rss"):
+    if t["id"].startswith("rss") or "-bytes-" in t["id"]:
         val, ref = _fmt_bytes(val), _fmt_bytes(ref)
     elif t["id"] == "query-2ms":
         val, ref = f"{val:.3f} ms", f"{ref} ms"
@@ -132,8 +132,30 @@ def _figure_tables(figs: dict) -> list[str]:
     return lines
 
 
+def _versus_table(rows: list[dict]) -> list[str]:
+    """bulkload / peer, measured interleaved (round-robin) in this run: the suite's own table
+    of the comparison with ArcticDB and TileDB."""
+    if not rows:
+        return []
+    lines = ["", "## bulkload vs peers (interleaved, same run)", "",
+             "| bulkload | MB/s (min – max) | on disk | peer | MB/s (min – max) | on disk | ratio | "
+             "per-round ratio min – max |", "|---|---:|---:|---|---:|---:|---:|---:|"]
+    for c in rows:
+        a, p, rr = c["bulkload_mb_s"], c["peer_mb_s"], c["round_ratio"]
+        lines.append(f"| `{c['bulkload']}` | {_fmt_range(a)} | {_fmt_bytes(c['bulkload_disk_bytes'])} | "
+                     f"`{c['peer']}` | {_fmt_range(p)} | {_fmt_bytes(c['peer_disk_bytes'])} | {c['ratio']:.2f} | "
+                     + (f"{rr['min']:.2f} – {rr['max']:.2f} |" if rr else "|"))
+    return lines
+
+
+def _fmt_range(st: dict | None) -> str:
+    med, rng = _fmt_mb(st)
+    return f"{med} ({rng})" if med else ""
+
+
 def markdown(result: dict, plots: list[str] | None = None) -> str:
-    lines = _header(result) + _targets_table(result["targets"]) + _figure_tables(result["figures"])
+    lines = (_header(result) + _targets_table(result["targets"]) + _versus_table(result.get("comparisons", []))
+             + _figure_tables(result["figures"]))
     skipped = [s for s in result["skipped"] if s["reason"] != "not selected"]
     if skipped:
         lines += ["", "## Skipped or failed", ""]

@@ -1,7 +1,9 @@
 """The state of one benchmark run and its figure bookkeeping, shared by the sections
 (limits, loads, finalize, peers): declaring a figure (`Bench.fig`), measuring it
-``repeats`` times (`Bench.repeat`), skipping it with a reason, logging each result line,
-and naming the datasets a section writes.
+``repeats`` times (`Bench.repeat`) or round-robin with others (`Bench.interleave`: a sample
+of each row per round, so a ratio between rows is not one busy moment against a quiet one),
+skipping it with a reason, logging each result line, and naming the datasets a section
+writes.
 
 Invariants: every figure a section declares is in ``figures``, in the order declared, even
 when it is not selected (status "skipped", reason "not selected"); a figure whose
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -25,6 +28,24 @@ from .plan import Plan
 from .processes import find_bulkload_gen, rm, run_child, tool
 
 MEM_ROOT = Path("/dev/shm/bulkload")
+
+
+@dataclass
+class Row:
+    """One row of an interleaved measurement (`Bench.interleave`): ``one(i)`` measures round
+    i once and returns a dict of timings; each figure of ``outputs`` takes its "seconds"
+    from its key (one child feeds several figures: ArcticDB's write and read)."""
+
+    one: Callable[[int], dict]
+    outputs: list[tuple[Figure | None, str]] = field(default_factory=list)
+
+    def active(self) -> bool:
+        return any(f is not None and f.status == "ok" for f, _ in self.outputs)
+
+    def fail(self, reason: str) -> None:
+        for f, _ in self.outputs:
+            if f is not None and f.status == "ok":
+                f.status, f.reason = "failed", reason
 
 
 class Bench:
@@ -77,6 +98,14 @@ class Bench:
             return None
         return f
 
+    def selected(self, id: str, group: str) -> bool:
+        only = self.plan.only
+        return only is None or id in only or group in only
+
+    def measured(self, id: str) -> bool:
+        """Whether an earlier section declared (and so measured, or tried) figure ``id``."""
+        return id in self.figures and self.figures[id].reason != "not selected"
+
     def repeat(self, f: Figure | None, one: Callable[[int], dict], setup: Callable[[int], None] | None = None,
                teardown: Callable[[], None] | None = None) -> None:
         """Run ``one(i)`` ``repeats`` times; it returns a sample dict with "seconds"."""
@@ -86,9 +115,7 @@ class Bench:
             for i in range(self.p.repeats):
                 if setup:
                     setup(i)
-                s = one(i)
-                s["loadavg_1m"] = round(os.getloadavg()[0], 2)  # the machine is shared: show it
-                f.samples.append({k: (round(v, 6) if isinstance(v, float) else v) for k, v in s.items()})
+                self.add_sample(f, one(i))
         except Exception as e:  # a failing figure is reported, the suite goes on
             f.status, f.reason = "failed", f"{type(e).__name__}: {e}"
         finally:
@@ -98,6 +125,37 @@ class Bench:
                 except Exception:
                     pass
         self.report(f)
+
+    @staticmethod
+    def add_sample(f: Figure, s: dict) -> None:
+        s["loadavg_1m"] = round(os.getloadavg()[0], 2)  # the machine is shared: show it
+        f.samples.append({k: (round(v, 6) if isinstance(v, float) else v) for k, v in s.items()})
+
+    def interleave(self, rows: list[Row], between: Callable[[str], None] | None = None) -> None:
+        """Round-robin: in round r (1..repeats) one sample of each row in turn, so that every
+        row sees the same machine; ``between(phase)`` runs before each round ("round r")
+        and after the last ("after"). A row whose sample raises fails all its figures and
+        is left out of the later rounds; the others go on."""
+        live = [r for r in rows if r.active()]
+        for i in range(self.p.repeats):
+            if between:
+                between(f"round {i + 1}")
+            for row in list(live):
+                try:
+                    raw = row.one(i)
+                except Exception as e:  # a failing row is reported, the others go on
+                    row.fail(f"{type(e).__name__}: {e}")
+                    live.remove(row)
+                    continue
+                for f, key in row.outputs:
+                    if f is not None and f.status == "ok":
+                        self.add_sample(f, {**raw, "seconds": raw[key], "round": i + 1})
+        if between:
+            between("after")
+        for row in rows:
+            for f, _ in row.outputs:
+                if f is not None:
+                    self.report(f)
 
     def skip(self, f: Figure | None, reason: str) -> None:
         if f is not None:

@@ -12,6 +12,10 @@ Sections (a suite runs them in this order; the suites and their sizes are in `pl
              -> a file + fsync (the disk's limit), -> /dev/shm; all cores generating in
              parallel; the C generator in-process; np.save + fsync / np.load of the same bytes;
              a cold read (file evicted from the page cache with posix_fadvise DONTNEED).
+``versus``   bulkload's durable, compressed and file loads round-robin with ArcticDB's write
+             and TileDB's sparse write (`versus`), the disk limit sampled between the rounds;
+             the ratios bulkload / peer with the spread of the per-round ratios (`compare`)
+             and the bytes each takes on disk.
 ``load``     ``bulkload load`` (`loads`; the CLI, in a subprocess; the time is the report's own,
              from the start of load() to the committed, fsynced manifest): 1 worker vs all,
              capnp vs Arrow (none/lz4/zstd), lmdb vs rocksdb vs mem, stdin pipe vs in-process.
@@ -21,9 +25,11 @@ Sections (a suite runs them in this order; the suites and their sizes are in `pl
              query from Python.
 ``peers``    naive peers on the same records (`peers`): py-lmdb one key per record, py-lmdb one
              key per 10,000-record blob, rocksdict WriteBatch, the pycapnp builder field by
-             field; and, with the ``bulkload[peers]`` extra, ArcticDB write/read to lmdb:// and
-             TileDB sparse 2-D write and box read. Peers not installed are "skipped: not
-             installed".
+             field. (ArcticDB and TileDB, from the ``bulkload[peers]`` extra, are in
+             ``versus``; a peer not installed is "skipped: not installed".)
+``random``   (full suite) cold random reads (`randreads`): read_records of scattered ranges
+             and box queries, readahead off vs on vs np.memmap of the raw records, 1 and 2
+             threads.
 ``rss``      (full suite) peak RSS of the whole load job for a large N vs a small N.
 
 Output (`report.write_outputs`): ``bench.json`` (schema ``bulkload-bench`` version
@@ -44,25 +50,28 @@ import os
 import shlex
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from .compare import comparison_lines, comparisons
 from .figures import Figure
 from .finalize import section_finalize
-from .limits import section_limits
+from .limits import disk_sample, section_limits
 from .loads import section_load, section_rss, section_scaling
 from .machine import git_info, library_versions, machine_info
 from .peers import native_versions, section_peers
 from .plan import SECTIONS, Plan, make_plan
+from .randreads import section_random
 from .records import DIMS, LAYOUT, RECORD_SIZE, box
 from .report import SCHEMA, SCHEMA_VERSION, write_outputs
 from .runner import Bench
 from .targets import Target, targets
+from .versus import bulkload_ids, section_versus
 
 SECTION_RUNNERS: dict[str, Callable[[Bench], None]] = {
-    "limits": section_limits, "load": section_load, "scaling": section_scaling,
-    "finalize": section_finalize, "peers": section_peers, "rss": section_rss,
+    "limits": section_limits, "versus": section_versus, "load": section_load, "scaling": section_scaling,
+    "finalize": section_finalize, "peers": section_peers, "random": section_random, "rss": section_rss,
 }
 
 
@@ -79,6 +88,7 @@ class BenchResult:
     parameters: dict
     figures: dict[str, Figure]
     targets: list[Target]
+    comparisons: list[dict] = field(default_factory=list)  # compare.comparisons
 
     def to_dict(self) -> dict:
         return {
@@ -93,6 +103,7 @@ class BenchResult:
             "parameters": self.parameters,
             "figures": {k: f.to_dict(self.figures) for k, f in self.figures.items()},
             "targets": [t.to_dict() for t in self.targets],
+            "comparisons": self.comparisons,
             "skipped": [{"id": k, "status": f.status, "reason": f.reason}
                         for k, f in self.figures.items() if f.status != "ok"],
         }
@@ -123,12 +134,19 @@ def run_plan(plan: Plan, log: Callable[[str], None] | None = None) -> BenchResul
         for sec in SECTIONS:
             if sec in plan.sections:
                 SECTION_RUNNERS[sec](b)
+        if "gen-file-fsync" in b.figures:  # the disk limit after everything else, too
+            disk_sample(b, "end of run")
+            b.report(b.figures["gen-file-fsync"])
     finally:
         b.close_work()
     machine["loadavg_at_end"] = list(os.getloadavg())
     duration = time.perf_counter() - t0
+    versus = comparisons(b.figures, bulkload_ids(b.cores, b.p.compressed), b.cores)
+    for line in comparison_lines(versus):
+        b.log(line)
     return BenchResult(plan.suite, started, round(duration, 1), machine, library_versions() | native_versions(),
-                       git_info(), parameters(b), b.figures, targets(b.figures, b.cores, b.p.rss_n))
+                       git_info(), parameters(b), b.figures, targets(b.figures, b.cores, b.p.rss_n, plan.suite),
+                       versus)
 
 
 def run(suite: str = "quick", *, n: int | None = None, repeats: int | None = None,

@@ -11,8 +11,9 @@
   CorruptStoreError naming the shard instead, as are LMDB's own read errors.
 - A table dropped by a writer after this process opened its handle (MDB_BAD_DBI) reads
   as absent, like a table that never existed.
-- With readahead off (random reads), `seek` advises the kernel of a big value's
-  overflow pages in one request.
+- With readahead off (random reads), `get`, `seek` and a value view's `get` advise the
+  kernel of a big value's overflow pages in one request (else every page of it would be
+  one disk read: MADV_RANDOM turns the kernel's read-around off).
 
 Reads only: nothing here writes, and a crash leaves nothing behind.
 """
@@ -68,10 +69,10 @@ class LmdbReads:
                 cur = txn.cursor(db)
                 if not (cur.set_key(key) if exact else cur.set_range(key)):
                     return None
-                if exact:
-                    return bytes(self._value(cur, self._pages()))
                 k = cur.key()  # in the leaf page; the value is not touched yet
                 self._prefetch_overflow(k)
+                if exact:
+                    return bytes(self._value(cur, self._pages()))
                 return bytes(k), bytes(self._value(cur, self._pages()))
         except lmdb.BadDbiError:
             self._dropped(table)
@@ -117,10 +118,10 @@ class LmdbReads:
         return cur.value()
 
     def _prefetch_overflow(self, key_buf) -> tuple[int, int] | None:
-        """With readahead off (documents' random reads), start reading in one request the
-        overflow pages of the value whose key buffer (inside its leaf node) is given:
-        py-lmdb touches a value's pages one after the other, which then costs one disk
-        read per page. Returns the (file offset, length) advised, or None."""
+        """With readahead off (random reads of records, chunks, documents), start reading
+        in one request the overflow pages of the value whose key buffer (inside its leaf
+        node) is given: py-lmdb touches a value's pages one after the other, which then
+        costs one disk read per page. Returns the (file offset, length) advised, or None."""
         if self._opts.readahead:
             return None
         span = overflow_span(key_buf)
@@ -213,6 +214,7 @@ class LmdbValueView:
             with reading(self.store.path):  # a damaged store: one error naming the shard
                 if not self.cursor.set_key(key):
                     return None
+                self.store._prefetch_overflow(self.cursor.key())  # readahead off: one request
                 return self.store._value(self.cursor, self.pages)
         except lmdb.BadDbiError:  # the table was dropped after this process opened it
             return None

@@ -56,7 +56,11 @@ def test_figures_and_limits(quick):
         assert f["status"] == "ok", (fid, f.get("reason"))
         assert f["mb_s"]["min"] <= f["mb_s"]["median"] <= f["mb_s"]["max"]
         assert f["records_s"]["median"] > 0
-        assert len(f["samples"]) == 1 and f["samples"][0]["seconds"] > 0
+        assert f["samples"][0]["seconds"] > 0
+        if fid == "gen-file-fsync":  # the disk limit: before the loads, between the rounds, at the end
+            assert [s["phase"] for s in f["samples"]] == ["limits", "round 1", "after", "end of run"]
+        else:
+            assert len(f["samples"]) == 1
     load = figs["load-lmdb-capnp-w1"]
     assert load["limit"] == "gen-file-fsync" and load["ratio_to_limit"]["median"] > 0
     assert load["peak_tree_rss_bytes"]["max"] > 0

@@ -1,4 +1,4 @@
-"""The peers (loader/bench/peers.py): an optional peer that is not installed is "skipped:
+"""The peers (loader/bench/peers.py, ArcticDB and TileDB run by versus.py): an optional peer that is not installed is "skipped:
 not installed" and its targets "not measured", never estimated; the naive peers write the
 records they are timed on (read back from real LMDB / RocksDB); the optional heavy
 libraries stay out of every module but the one that uses them."""
@@ -23,22 +23,26 @@ from loader.bench.peers import (
 )
 from loader.bench.records import generate_records
 from loader.bench.targets import targets
+from loader.bench.versus import section_versus
 
 from .bench_fixtures import opened_bench
 
-OPTIONAL = ["peer-arcticdb-write", "peer-arcticdb-read", "peer-tiledb-write", "peer-tiledb-box"]
+OPTIONAL = ["peer-arcticdb-write-build", "peer-arcticdb-write", "peer-arcticdb-read", "peer-tiledb-write",
+            "peer-tiledb-box"]
 NAIVE = ["peer-lmdb-per-record", "peer-lmdb-blob", "peer-rocksdict-writebatch", "peer-pycapnp-builder"]
 
 
 @pytest.mark.parametrize("hidden, skipped", [
-    (("arcticdb",), OPTIONAL[:2]), (("pandas",), OPTIONAL[:2]), (("tiledb",), OPTIONAL[2:]),
+    (("arcticdb",), OPTIONAL[:3]), (("pandas",), OPTIONAL[:3]), (("tiledb",), OPTIONAL[3:]),
     (("arcticdb", "tiledb", "pandas"), OPTIONAL)])
 def test_a_peer_not_installed_is_skipped_and_its_target_not_measured(tmp_path, monkeypatch, hidden, skipped):
     for module in hidden:
         monkeypatch.setitem(sys.modules, module, None)  # find_spec() is None: as if not installed
-    with opened_bench(tmp_path, only=set(OPTIONAL)) as b:
+    with opened_bench(tmp_path, only=set(skipped)) as b:  # ArcticDB and TileDB: the versus section
         section_peers(b)
-        assert list(b.figures) == NAIVE + OPTIONAL
+        section_versus(b)
+        assert list(b.figures)[:len(NAIVE)] == NAIVE
+        assert [x for x in b.figures if x.startswith("peer-") and x not in NAIVE] == OPTIONAL
         for fid in skipped:
             f = b.figures[fid]
             assert (f.status, f.reason, f.samples) == ("skipped", NOT_INSTALLED, [])
@@ -46,7 +50,8 @@ def test_a_peer_not_installed_is_skipped_and_its_target_not_measured(tmp_path, m
         assert all(b.figures[x].reason == "not selected" for x in NAIVE)
         rows = {t.id: t.to_dict() for t in targets(b.figures, b.cores, None)}
         if "peer-arcticdb-write" in skipped:
-            assert rows["load-vs-arcticdb"]["status"] == "not measured (peer-arcticdb-write)"
+            assert rows["load-vs-arcticdb"]["status"] == \
+                f"not measured (load-lmdb-capnp-w{b.cores}, peer-arcticdb-write-build)"
             assert rows["load-vs-arcticdb"]["ratio"] is None and rows["load-vs-arcticdb"]["pass"] is None
 
 

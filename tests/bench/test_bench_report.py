@@ -50,7 +50,7 @@ def test_the_json_document(tmp_path):
     res = result_of(tmp_path)
     assert validate(res) == []
     assert list(res) == ["schema", "schema_version", "suite", "started", "duration_s", "machine", "versions", "git",
-                         "parameters", "figures", "targets", "skipped"]
+                         "parameters", "figures", "targets", "comparisons", "skipped"]
     assert (res["schema"], res["schema_version"]) == (SCHEMA, SCHEMA_VERSION) == ("bulkload-bench", 1)
     assert res["skipped"] == [
         {"id": "finalize-w1", "status": "failed", "reason": "RuntimeError: boom"},
@@ -90,7 +90,7 @@ def test_markdown_tables(tmp_path):
     # a measured target has its numbers and a mark; one not measured says so and why
     row = next(x for x in lines if x.startswith("| load speed-up, 2 workers vs 1 |"))
     assert row == "| load speed-up, 2 workers vs 1 | 32 MB/s | 36 MB/s | 0.89 | ≥ 1.6 | ❌ short |"
-    assert "| load / ArcticDB write of the same records | | | | ≥ 1.0 | not measured |" in lines
+    assert "| durable load / ArcticDB DataFrame build + write (interleaved) | | | | ≥ 1.0 | not measured |" in lines
     assert "| box query ~1,000 cells, warm: 2 ms / median latency | 0.500 ms | 2.0 ms | 4.00 | ≥ 1.0 | ✅ pass |" \
         in lines
     # one section a group that has figures, none for the others; a '|' in a title is escaped

@@ -1,0 +1,158 @@
+"""The ``random`` section: cold random reads, the way the direct-mmap write-up measured them
+(random strided reads of a big array from a cold page cache, np.memmap against reads
+without readahead), on bulkload's own read paths.
+
+The data: ``n`` scidb96 records loaded into ``lmdb://`` (shards = cores) and finalized
+(``--dims i0:10,i1:100000``), and the same records as a raw file (``bulkload-gen``). One
+sample is ``tasks`` random reads in a fresh child process, from 1 or 2 threads, after the
+files it reads were evicted from the page cache (fsync + posix_fadvise DONTNEED):
+
+``records``  a task reads ``count`` pieces of ``span`` records, ``stride`` records apart
+             from a random start (the write-up's ``mm[id:id+300000:1000]``): each piece a
+             `Dataset.read_records(r, r+span)`, or ``np.array(mm[r:r+span])``
+``box``      a task is a box query of ``width`` cells at a random i1 (`Dataset.read_box`),
+             or the same records from the memmap (i1 is the record index)
+
+and each is measured for three targets, round-robin: ``raoff`` (the dataset opened with
+``?readahead=0``), ``raon`` (``?readahead=1``) and ``memmap`` (``np.memmap`` of the raw
+file, the kernel's default readahead). A sample records the bytes the process read from
+the disk (/proc/self/io ``read_bytes``): the readahead waste, or its absence.
+
+Invariants: the tasks of a round are the same for the three targets (seeded by the
+round); MB/s counts the records asked for, not the bytes read; nothing else runs in the
+child while it is timed.
+
+Crash behaviour: the dataset and the raw file live in the run's work directory and are
+removed at the end of the section (and with the work directory by the runner).
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from .figures import Figure
+from .limits import gen_to_file
+from .loads import load_once
+from .processes import evict, rm, run_child
+from .records import DIMS, LAYOUT, RECORD_SIZE
+from .runner import Bench, Row
+
+TARGETS = {"raoff": "readahead off", "raon": "readahead on", "memmap": "np.memmap of the raw file"}
+
+
+def workload(n: int, tasks: int = 1000, count: int = 4, span: int = 1, width: int = 1000) -> dict:
+    """The random-read parameters for ``n`` records: ``count`` pieces ``n // count`` apart."""
+    return {"tasks": tasks, "count": count, "stride": max(1, n // count), "span": span, "width": min(width, n)}
+
+
+def section_random(b: Bench) -> None:
+    n, wl = b.p.n, workload(b.p.n, b.p.random_tasks)
+    rows = []
+    for mode in ("records", "box"):
+        for threads in (1, 2):
+            rows += [_row(b, mode, threads, target, wl) for target in TARGETS]
+    rows = [r for r in rows if r is not None]
+    if not rows:
+        return
+    ds, raw = b.work / "random-ds", b.work / "random.bin"
+    try:
+        prepare(b, n, f"lmdb://{ds}", raw)
+    except Exception as e:
+        for r in rows:
+            r.fail(f"could not prepare the data: {e}")
+    b.interleave(rows)
+    rm(ds)
+    rm(raw)
+
+
+def prepare(b: Bench, n: int, uri: str, raw: Path) -> None:
+    """The dataset (loaded, finalized) and the raw records file of the random reads."""
+    load_once(b, n, uri, workers=b.cores)
+    run_child("finalize", uri=uri, dims=DIMS, workers=b.cores)
+    gen_to_file(b.gen, n, raw, True)
+
+
+def _row(b: Bench, mode: str, threads: int, target: str, wl: dict) -> Row | None:
+    pieces = wl["count"] * wl["span"] if mode == "records" else wl["width"]
+    what = (f"{wl['count']} x {wl['span']} record(s) {wl['stride']:,} apart" if mode == "records"
+            else f"box of {wl['width']:,} cells")
+    f: Figure | None = b.fig(
+        f"random-{mode}-{target}-t{threads}", "random",
+        f"cold random {mode} reads, {TARGETS[target]}, {threads} thread{'s' if threads > 1 else ''}",
+        wl["tasks"] * pieces, workers=threads, params={"mode": mode, "target": target, **wl},
+        note=f"{wl['tasks']:,} tasks of {what}, page cache dropped first; MB/s of the records asked for")
+    if f is None:
+        return None
+    ds, raw = b.work / "random-ds", b.work / "random.bin"
+    return Row(lambda i: b.child_sample("randreads", mode=mode, target=target, threads=threads, uri=f"lmdb://{ds}",
+                                        raw=str(raw), n=b.p.n, seed=i, **wl), [(f, "seconds")])
+
+
+# ============================================================================================
+# child benchmark processes
+# ============================================================================================
+
+
+def child_randreads(mode: str, target: str, threads: int, uri: str, raw: str, n: int, seed: int, tasks: int,
+                    count: int, stride: int, span: int, width: int) -> dict:
+    import numpy as np  # heavy: only in this child
+
+    rng = np.random.default_rng(seed)
+    if mode == "records":
+        starts = rng.integers(0, max(1, n - (count - 1) * stride - span + 1), tasks).tolist()
+        jobs = [[(s + j * stride, s + j * stride + span) for j in range(count)] for s in starts]
+    else:
+        jobs = [[(lo, lo + width)] for lo in rng.integers(0, max(1, n - width + 1), tasks).tolist()]
+    read, close, files = _reader(mode, target, uri, raw, n)
+    try:
+        for f in files:
+            evict(f)
+        before = _read_bytes()
+        t = time.perf_counter()
+        if threads == 1:
+            got = _run(read, jobs)
+        else:
+            with ThreadPoolExecutor(threads) as ex:
+                got = sum(ex.map(lambda part: _run(read, part), [jobs[k::threads] for k in range(threads)]))
+        s = time.perf_counter() - t
+        read_bytes = _read_bytes() - before
+    finally:
+        close()
+    return {"seconds": s, "records": got, "disk_read_bytes": read_bytes,
+            "read_amplification": round(read_bytes / max(1, got * RECORD_SIZE), 3)}
+
+
+def _run(read, jobs: list) -> int:
+    return sum(read(lo, hi) for job in jobs for lo, hi in job)
+
+
+def _reader(mode: str, target: str, uri: str, raw: str, n: int):
+    """(read(lo, hi) -> records read, close(), files to evict) for one target."""
+    import numpy as np  # heavy: only in this child
+
+    if target == "memmap":
+        from ..model.layouts import get_layout  # heavy: only in this child
+
+        mm = np.memmap(raw, dtype=get_layout(LAYOUT).dtype, mode="r", shape=(n,))
+        return (lambda lo, hi: len(np.array(mm[lo:hi]))), (lambda: None), [raw]
+    from ..read.dataset import open as open_ds  # heavy: numpy, pyarrow; only in this child
+
+    ds = open_ds(f"{uri}?readahead={0 if target == 'raoff' else 1}")
+    if mode == "records":
+        ds.read_records(0, 1)  # opens the shards (evicted again before the clock starts)
+        read = (lambda lo, hi: len(ds.read_records(lo, hi)))
+    else:
+        ds.read_box(i0=(0, 10), i1=(0, 1))  # opens the shards and reads the array's index
+        read = (lambda lo, hi: ds.read_box(i0=(0, 10), i1=(lo, hi)).num_rows)
+    return read, ds.close, [ds.spec.root]
+
+
+def _read_bytes() -> int:
+    """Bytes this process caused to be read from the storage layer (/proc/self/io)."""
+    try:
+        with open("/proc/self/io") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("read_bytes:"))
+    except (OSError, StopIteration):
+        return 0
