@@ -48,8 +48,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     ap.add_argument("--rss", action="store_true", help="also the peak RSS of n=50M vs n=2M loads")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
-    ap.add_argument("--compressed", default="arrow:lz4,arrow:zstd",
-                    help="FORMAT:COMPRESSION loads measured against ArcticDB (default arrow:lz4,arrow:zstd)")
+    ap.add_argument("--compressed", default="capnp:lz4,capnp:zstd",
+                    help="FORMAT:COMPRESSION loads measured against ArcticDB (default capnp:lz4,capnp:zstd)")
     ap.add_argument("--n-tiledb", type=int, default=None, help="records of the TileDB write (default 2,000,000)")
     a = ap.parse_args(argv)
     cores = os.cpu_count() or 1

@@ -36,7 +36,7 @@ class SuiteParams:
     query_reps: int
     rss_n: tuple[int, int] | None
     sections: tuple[str, ...]
-    compressed: tuple[str, ...] = ("arrow:lz4", "arrow:zstd")  # FORMAT:COMPRESSION loads vs ArcticDB
+    compressed: tuple[str, ...] = ("capnp:lz4", "capnp:zstd")  # FORMAT:COMPRESSION loads vs ArcticDB
     random_tasks: int = 1000  # random reads per sample (the random section)
 
     def to_dict(self) -> dict:

@@ -51,13 +51,13 @@ def _versus(tmp_path, monkeypatch, hidden=(), **kw):
 
 def test_versus_rows_are_measured_interleaved_with_bytes_on_disk(tmp_path, monkeypatch):
     """The peers hidden (fast): the bulkload rows and the disk limit, two rounds each."""
-    rows = {"load-lmdb-capnp-w2", "load-lmdb-arrow-zstd", "load-file-warm", "load-file-cold"}
+    rows = {"load-lmdb-capnp-w2", "load-lmdb-capnp-zstd", "load-file-warm", "load-file-cold"}
     with _versus(tmp_path, monkeypatch, hidden=HIDDEN, only=rows | {"gen-file-fsync", "peers", "peer-tiledb-box"}) as b:
         section_versus(b)
         ids = bulkload_ids(b.cores, b.p.compressed)
-        assert ids == [f"load-lmdb-capnp-w{b.cores}", "load-lmdb-arrow-lz4", "load-lmdb-arrow-zstd",
+        assert ids == [f"load-lmdb-capnp-w{b.cores}", "load-lmdb-capnp-lz4", "load-lmdb-capnp-zstd",
                        "load-file-warm", "load-file-cold"]
-        assert b.figures["load-lmdb-arrow-lz4"].reason == "not selected"
+        assert b.figures["load-lmdb-capnp-lz4"].reason == "not selected"
         for fid in [x for x in ids if x in rows]:
             f = b.figures[fid]
             assert f.status == "ok", (fid, f.reason)
@@ -67,7 +67,7 @@ def test_versus_rows_are_measured_interleaved_with_bytes_on_disk(tmp_path, monke
         assert b.figures["load-file-cold"].limit == "cold-read"
         disk = b.figures["gen-file-fsync"]
         assert [s["phase"] for s in disk.samples] == ["round 1", "round 2", "after"]
-        zstd, plain = (b.figures[x].samples[0]["disk_bytes"] for x in ("load-lmdb-arrow-zstd", ids[0]))
+        zstd, plain = (b.figures[x].samples[0]["disk_bytes"] for x in ("load-lmdb-capnp-zstd", ids[0]))
         assert zstd < plain  # the compressed dataset is smaller: the bytes are the dataset's own
         for fid in ("peer-arcticdb-write-build", "peer-arcticdb-write", "peer-arcticdb-read", "peer-tiledb-write",
                     "peer-tiledb-box"):
@@ -79,11 +79,11 @@ def test_versus_rows_are_measured_interleaved_with_bytes_on_disk(tmp_path, monke
 def test_a_figure_measured_by_the_versus_section_is_not_measured_again(tmp_path, monkeypatch):
     from loader.bench.loads import section_load
 
-    with _versus(tmp_path, monkeypatch, hidden=HIDDEN, only={"load-lmdb-arrow-lz4", "load-lmdb-arrow-none"}) as b:
+    with _versus(tmp_path, monkeypatch, hidden=HIDDEN, only={"load-lmdb-capnp-lz4", "load-lmdb-arrow-none"}) as b:
         section_versus(b)
-        lz4 = b.figures["load-lmdb-arrow-lz4"]
+        lz4 = b.figures["load-lmdb-capnp-lz4"]
         section_load(b)
-        assert b.figures["load-lmdb-arrow-lz4"] is lz4 and len(lz4.samples) == 2
+        assert b.figures["load-lmdb-capnp-lz4"] is lz4 and len(lz4.samples) == 2
         assert [s["round"] for s in lz4.samples] == [1, 2]
         assert b.figures["load-lmdb-arrow-none"].status == "ok"  # the load section's own figure
 
