@@ -28,6 +28,7 @@ from ..infra.env import flag
 from ..infra.interrupts import stop_on_signals
 from ..infra.outputs import open_output
 from ..model.runs import Run
+from .params import plain_params
 
 
 class OneLineErrors(TyperGroup):
@@ -36,6 +37,7 @@ class OneLineErrors(TyperGroup):
     usage error, instead of click's usage block."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        plain_params(self)  # start-up: values converted without pydantic (params.py)
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
