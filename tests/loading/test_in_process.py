@@ -155,3 +155,19 @@ def test_small_load_from_python_leaves_signal_handlers_alone(tmp_path):
             "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler; print('ok')")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
+
+
+def test_a_reader_held_by_the_caller_sends_the_load_to_the_pool(store_uri):
+    """An LMDB shard has one environment per process: with the caller's reader open, a small
+    load runs in worker processes (as before); once it is closed, in-process again. RocksDB
+    readers do not clash with a writer: in-process either way."""
+    loader.load("gen://scidb96?n=300", store_uri, batch_records=100)
+    with loader.open(store_uri) as ds:
+        first = ds.read_records().tobytes()
+        rep = loader.load("gen://scidb96?n=300&start=300", store_uri)
+        assert rep.in_process is store_uri.startswith("rocksdb")
+        assert ds.read_records().tobytes() == first  # the reader's snapshot
+    rep = loader.load("gen://scidb96?n=300&start=600", store_uri)
+    assert rep.in_process is True
+    with loader.open(store_uri) as ds:
+        assert ds.verify().ok and ds.read_records().tobytes() == generate(LAY, 0, 900).tobytes()
