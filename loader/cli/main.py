@@ -332,6 +332,9 @@ def export(dataset: str = typer.Argument(...),
 
 
 def main() -> None:
+    # start-up: bulkload calls no BLAS routine; OpenBLAS starts a thread per core when numpy is
+    # imported, which costs 10-50 ms of a small load on a busy machine (a value the user set wins)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         app()
     except Exception as e:  # noqa: BLE001 - outside any command (typer's own machinery)

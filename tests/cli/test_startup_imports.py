@@ -75,3 +75,29 @@ def test_a_bad_number_is_one_usage_line(args, option, value):
     assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
     assert p.stderr.startswith(f"bulkload: error: Invalid value for '{option}': '{value}' is not a valid integer; "
                                f"see 'bulkload {args[0]} --help'"), p.stderr
+
+
+ENV_GEN = '''
+import os
+from loader.model.layouts import get_layout
+from loader.sources.generators import generate
+
+def records(start, n):
+    with open(os.environ["SEEN_FILE"], "w") as f:
+        f.write(os.environ.get("OPENBLAS_NUM_THREADS", "unset"))
+    return generate(get_layout("scidb96"), start, n)
+'''
+
+
+@pytest.mark.parametrize("given,seen", [(None, "1"), ("3", "3")])
+def test_the_command_starts_numpy_with_one_blas_thread_unless_told(tmp_path, given, seen):
+    """bulkload calls no BLAS routine: the command sets OPENBLAS_NUM_THREADS=1 (start-up),
+    unless the user set it; a user generator, run by the load, sees the value."""
+    (tmp_path / "envgen.py").write_text(ENV_GEN)
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    env.update(PYTHONPATH=str(tmp_path), SEEN_FILE=str(tmp_path / "seen"), **({"OPENBLAS_NUM_THREADS": given}
+                                                                             if given else {}))
+    p = subprocess.run([tool("bulkload"), "load", "gen://envgen:records?n=10&layout=scidb96",
+                        f"lmdb://{tmp_path}/ds", "-q"], capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "seen").read_text() == seen
