@@ -104,17 +104,15 @@ def query_cmd(
     api.query(dataset, box, array=array, attrs=attrs, format=fmt, out=out)
 
 
-def print_arrays(arrays: list[dict], console=None) -> None:
-    """Lines for `bulkload info`: one per array (for the lead to call from cli.info)."""
-    # no rich markup: "[i0/10 x i1/100000]" is text, not a style tag
-    out = (lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True)) if console is not None else print
+def print_arrays(arrays: list[dict]) -> None:
+    """Lines for `bulkload info`: one per array."""
     for a in arrays:
         dims = " x ".join(f"{d['name']}/{d['chunk']}" for d in a["dims"])
         b = a["bounds"] or {}
         bounds = ", ".join(f"{k} {v[0]}..{v[1]}" for k, v in b.items()) or "empty"
         stale = "  STALE (records appended since; re-run finalize)" if a["stale"] else ""
-        out(f"array    {a['name']}: [{dims}] {a['cells']:,} cells in {a['chunks']:,} chunks, "
-            f"{bounds}, duplicates {a['policy']}{stale}")
+        print(f"array    {a['name']}: [{dims}] {a['cells']:,} cells in {a['chunks']:,} chunks, "
+              f"{bounds}, duplicates {a['policy']}{stale}")
 
 
 def register(app: typer.Typer) -> None:

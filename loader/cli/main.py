@@ -28,6 +28,7 @@ from ..infra.env import flag
 from ..infra.interrupts import stop_on_signals
 from ..infra.outputs import open_output
 from ..model.runs import Run
+from .params import plain_params
 
 
 class OneLineErrors(TyperGroup):
@@ -36,6 +37,7 @@ class OneLineErrors(TyperGroup):
     usage error, instead of click's usage block."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        plain_params(self)  # start-up: values converted without pydantic (params.py)
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
@@ -257,31 +259,31 @@ def info(dataset: str = typer.Argument(...),
         emit_json(d)
         _exit_if_damaged(d)
         return
-    # start-up: rich's console and tables only for the text form of `info`
-    from rich.console import Console
-    from rich.table import Table
-
-    c = Console()
     fields = ", ".join(f"{n}:{t}" for n, t in d["layout"]["fields"])
-    c.print(f"[bold]{d['dataset']}[/bold]  ({d['path']})")
-    c.print(f"layout   {d['layout']['name']} ({d['record_size']} bytes: {fields})")
-    c.print(f"format   {d['format']} (compression {d['compression']}), store {d['store']}, {d['shards']} shards")
-    c.print(f"records  {d['records']:,} in {d['batches']:,} batches; "
-            f"{d['record_bytes'] / 1e6:,.1f} MB of records, {d['stored_bytes'] / 1e6:,.1f} MB stored, "
-            f"{d['disk_bytes'] / 1e6:,.1f} MB on disk")
+    print(f"{d['dataset']}  ({d['path']})")
+    print(f"layout   {d['layout']['name']} ({d['record_size']} bytes: {fields})")
+    print(f"format   {d['format']} (compression {d['compression']}), store {d['store']}, {d['shards']} shards")
+    print(f"records  {d['records']:,} in {d['batches']:,} batches; "
+          f"{d['record_bytes'] / 1e6:,.1f} MB of records, {d['stored_bytes'] / 1e6:,.1f} MB stored, "
+          f"{d['disk_bytes'] / 1e6:,.1f} MB on disk")
     if arrays:
         from .arrays import print_arrays  # cycle: cli.arrays imports this module's helpers
 
-        print_arrays(arrays, c)
+        print_arrays(arrays)
     if d["runs"]:
-        t = Table(title="runs")
-        for col in ("id", "kind", "status", "records", "seconds", "source / error"):
-            t.add_column(col)
-        for r in map(Run.from_dict, d["runs"][-20:]):
-            t.add_row(r.id, r.kind, r.status, f"{r.records or 0:,}", "" if r.seconds is None else str(r.seconds),
-                      r.error or r.source or "")
-        c.print(t)
+        print("runs (the last 20)" if len(d["runs"]) > 20 else "runs")
+        rows = [(r.id, r.kind, r.status, f"{r.records or 0:,}", "" if r.seconds is None else str(r.seconds),
+                 r.error or r.source or "") for r in map(Run.from_dict, d["runs"][-20:])]
+        print_table(("id", "kind", "status", "records", "seconds", "source / error"), rows)
     _exit_if_damaged(d)
+
+
+def print_table(header: tuple, rows: list[tuple]) -> None:
+    """Columns aligned with two spaces, the last one as long as it is (plain text: rich's
+    tables cost ~25 ms of start-up, and cut long sources at the terminal's width)."""
+    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header) - 1)]
+    for row in [header, *rows]:
+        print("  ".join([str(v).ljust(w) for v, w in zip(row, widths)] + [str(row[-1])]).rstrip())
 
 
 def _exit_if_damaged(d: dict) -> None:
@@ -330,6 +332,9 @@ def export(dataset: str = typer.Argument(...),
 
 
 def main() -> None:
+    # start-up: bulkload calls no BLAS routine; OpenBLAS starts a thread per core when numpy is
+    # imported, which costs 10-50 ms of a small load on a busy machine (a value the user set wins)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         app()
     except Exception as e:  # noqa: BLE001 - outside any command (typer's own machinery)

@@ -1,11 +1,22 @@
-"""The executor seam: where a run's tasks execute - the local pool (default) or Dask.
+"""The executor seam: where a run's tasks execute - the local pool (default), in-process, or Dask.
 
 Every run hands its tasks to `run(fn, tasks, ...)`, which gives them to the executor in
 effect (`current`): the local forkserver `pool.Pool` unless a caller chose another with
 ``with using(executor):`` (the API does, from ``client=`` / ``engine=``; api/engine.py).
 Either executor runs ``fn(task, outbox, *extra)`` once per task, relays progress and
 messages in order, returns the receipts in task order, and fails fast (the first error
-stops every other task before it propagates). Neither holds business logic.
+stops every other task before it propagates). None holds business logic.
+
+`InProcessExecutor` runs the same tasks one after another in the calling thread, with no
+process started: for a run too small to pay for the forkserver and its workers (a caller
+decides: loading/execute.py). A worker function sees ``task.main_pid == os.getpid()`` and
+leaves the signals and the process's life to its host (proc.start_worker). Its errors are
+the pool's: an exception becomes ``WorkerError("worker N failed: ...")`` (``error``: the
+exception itself), a stop signal (KeyboardInterrupt / ``Interrupted``) propagates as
+``Interrupted`` from wherever the task was, its stores closed by the task's own ``finally``
+- what a kill of a worker leaves, which every writer tolerates. A fault point in such a
+task (infra/faults.py) kills the one process: coordinator and task die together, as in a
+power cut.
 
 ``on_retry(task, messages) -> task`` is the caller's answer to a task that is started
 again after its first attempt died (only Dask does that: the local pool fails the run and
@@ -20,11 +31,13 @@ each stops its workers.
 from __future__ import annotations
 
 import contextlib
+import traceback
 from contextvars import ContextVar
 from typing import Callable
 
-from ..errors import UsageError
-from .pool import Pool
+from ..errors import Interrupted, UsageError
+from . import faults
+from .pool import Pool, Progress, Result, failure
 
 
 class LocalExecutor:
@@ -42,6 +55,53 @@ class LocalExecutor:
             on_progress: Callable[..., None] | None = None, on_message: Callable[[object], None] | None = None,
             on_retry: Callable | None = None) -> list:
         return Pool(fn, tasks, extras=extras, on_progress=on_progress, on_message=on_message).run()
+
+
+class InProcessExecutor:
+    """The tasks run one after another in the calling thread (see the module docstring)."""
+
+    engine = "local"
+    scheduler = ""
+    local = True
+
+    def __init__(self):
+        self.retried = 0
+        self.workers: set = set()
+
+    def run(self, fn: Callable, tasks: list, extras: list[tuple] | None = None,
+            on_progress: Callable[..., None] | None = None, on_message: Callable[[object], None] | None = None,
+            on_retry: Callable | None = None) -> list:
+        outbox = _Inbox(on_progress, on_message)
+        return [_run_task(w, fn, task, outbox, extra)
+                for w, (task, extra) in enumerate(zip(tasks, extras or [() for _ in tasks]))]
+
+
+class _Inbox:
+    """What a task's ``outbox.put`` reaches in-process: the caller's callbacks, at once, in
+    the order the pool delivers them (Progress / an int: progress; anything else: a message)."""
+
+    def __init__(self, on_progress, on_message):
+        self.on_progress = on_progress or (lambda records, nbytes=None: None)
+        self.on_message = on_message or (lambda msg: None)
+
+    def put(self, msg) -> None:
+        if isinstance(msg, Progress):
+            self.on_progress(msg.records, msg.nbytes)
+        elif isinstance(msg, int):
+            self.on_progress(msg)
+        else:
+            self.on_message(msg)  # may raise (e.g. a manifest write failed): the run stops
+
+
+def _run_task(w: int, fn: Callable, task, outbox: _Inbox, extra: tuple):
+    """Task ``w``'s receipt; its error as the pool reports a worker's."""
+    with faults.role_kept():  # the task takes the role wN. (proc.start_worker) for its fault points
+        try:
+            return fn(task, outbox, *extra)
+        except KeyboardInterrupt as e:  # a stop signal: Interrupted, as from the pool
+            raise Interrupted.of(e) from None
+        except Exception as e:  # noqa: BLE001 - what the pool's worker would have sent
+            raise failure(w, Result(None, True, e, str(e) or type(e).__name__, traceback.format_exc())) from None
 
 
 def require_local(what: str) -> None:

@@ -41,6 +41,7 @@ Unset (the normal case), `hit` is one dict lookup.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 
@@ -73,6 +74,23 @@ def configure(spec: str | None, prefix: str = "") -> None:
     _points = parse(spec)
     _counts.clear()
     _prefix = prefix
+
+
+def take_role(prefix: str) -> None:
+    """Aim this process's armed points at ``prefix`` too, counts kept: a worker run in its
+    coordinator's process (infra/executors.InProcessExecutor) shares its points and counts."""
+    global _prefix
+    _prefix = prefix
+
+
+@contextlib.contextmanager
+def role_kept():
+    """The role (prefix) in force before the block is in force after it."""
+    before = _prefix
+    try:
+        yield
+    finally:
+        take_role(before)
 
 
 def from_env() -> str:

@@ -9,8 +9,9 @@ documents compaction) calls `start_worker(task)` first:
 - it dies with its parent (``PR_SET_PDEATHSIG``) and, since a worker's parent is the
   forkserver, which lives as long as its workers, a thread also watches the coordinator
   (``task.main_pid``) and exits the process at once when it is gone (`watch_coordinator`);
-- (in a thread of a host process, e.g. a Dask worker, only the fault points: the host
-  owns the signals and the process);
+- (in a thread of a host process, e.g. a Dask worker, or in its own coordinator's process,
+  ``task.main_pid == os.getpid()``: infra/executors.InProcessExecutor, only the fault
+  points, counted with the coordinator's: the host owns the signals and the process);
 - it arms the job's fault points (faults.py) under the prefix ``w<worker>.``;
 - it keeps freed heap memory for reuse (`keep_freed_heap`): LMDB copies each big value
   into a freshly malloc'ed overflow page and frees it at commit; with glibc's defaults
@@ -46,8 +47,12 @@ MMAP_THRESHOLD = 32 << 20  # glibc's largest: values below it come from the (reu
 def start_worker(task) -> None:
     """Every worker's first step: leave the stop signals to the coordinator, die with it,
     arm fault points. ``task`` has ``main_pid``, ``worker`` and ``fault``. A worker run
-    in a thread of a host process (a Dask worker: infra/dask_exec.py) leaves the signals
-    and the process's life to its host."""
+    in a thread of a host process (a Dask worker: infra/dask_exec.py) or in its coordinator's
+    own process (executors.InProcessExecutor) leaves the signals and the process's life to
+    its host."""
+    if task.main_pid == os.getpid():
+        faults.take_role(f"w{task.worker}.")
+        return
     if threading.current_thread() is threading.main_thread():
         leave_stop_signals_to_coordinator()
         die_with_parent()

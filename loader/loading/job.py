@@ -59,6 +59,7 @@ class RunSettings:
     workers: int  # requested: a run uses at most one per shard (`nworkers`)
     batch_records: int
     batch_records_given: bool = False  # by the caller (a resumed run keeps its own size)
+    workers_given: bool = False  # by the caller: the run starts that many processes (execute.py)
     progress: str = "none"
     checkpoints: Checkpoints | None = None  # None: the environment's (options.checkpoint_settings)
     fault: str = ""

@@ -140,7 +140,8 @@ def resolve_options(spec: StoreSpec, existing: mf.Manifest | None, layout: Layou
     k = shards or spec.shards or (existing.shards if has else None) or min(default_workers(), MAX_SHARDS)
     b = batch_records if batch_records is not None else (existing.batch_records if has else DEFAULT_BATCH_RECORDS)
     settings = RunSettings(layout=layout, format=fmt, compression=comp, shards=k,
-                           workers=default_workers() if workers is None else workers, batch_records=b,
+                           workers=default_workers() if workers is None else workers,
+                           workers_given=workers is not None, batch_records=b,
                            batch_records_given=batch_records is not None, progress=request.progress,
                            fault=request.fault, t_start=request.t_start)
     return settings, spec.with_shards(k)

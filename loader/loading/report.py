@@ -7,6 +7,7 @@ receipts and the batches kept from an interrupted attempt); ``to_dict()`` is wha
 
 from __future__ import annotations
 
+import os
 import resource
 import time
 from dataclasses import asdict, dataclass, field
@@ -47,6 +48,7 @@ class LoadReport:
     # documents (layout docs): `records` counts documents and `bytes` their text; bad
     # files left out by --on-bad-file skip, with the reason: [{"path", "reason"}]
     skipped: list = field(default_factory=list)
+    in_process: bool = False  # its workers' tasks ran in this process, no worker started (execute.py)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -74,9 +76,15 @@ class RunOutput:
     def map_grows(self) -> int:
         return sum(rc.map_grows for rc in self.receipts)
 
+    @property
+    def in_process(self) -> bool:
+        """Did every receipt come from a task run in this process (no worker started)?"""
+        return bool(self.receipts) and all(rc.pid == os.getpid() for rc in self.receipts)
+
     def peak_rss(self) -> int:
-        """The coordinator's peak resident set plus every worker's."""
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 + sum(rc.max_rss for rc in self.receipts)
+        """The coordinator's peak resident set plus every worker process's."""
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 + sum(
+            rc.max_rss for rc in self.receipts if rc.pid != os.getpid())
 
 
 def records_of(entries) -> int:
@@ -114,7 +122,7 @@ def make_report(spec: StoreSpec, settings: RunSettings, run: Run, output: RunOut
         mb_per_s=round(wbytes / seconds / 1e6, 2) if seconds > 0 else 0.0, format=settings.format,
         compression=settings.compression, layout=settings.layout.name, stages=stage_figures(output.receipts),
         peak_rss_bytes=output.peak_rss(), status=status, written_records=nwritten,
-        resumed_records=records_of(keep), map_grows=output.map_grows,
+        resumed_records=records_of(keep), map_grows=output.map_grows, in_process=output.in_process,
     )
 
 

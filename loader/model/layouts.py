@@ -25,16 +25,19 @@ import functools
 import hashlib
 import os
 import re
+import sys
 import tempfile
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ..errors import LayoutError, UnknownLayoutError, UsageError
 from .plugins import load_plugins
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # type name -> (numpy code, size in bytes, Cap'n Proto type, is integer)
 TYPES: dict[str, tuple[str, int, str, bool]] = {
@@ -138,11 +141,12 @@ class Layout:
     @functools.cached_property
     def dtype(self) -> np.dtype:
         """Packed little-endian structured dtype of one raw record."""
+        import numpy as np  # start-up: a layout is read without numpy (info, --help); its dtype needs it
         return np.dtype([(f.name, TYPES[f.type][0]) for f in self.fields])
 
     @property
     def record_size(self) -> int:
-        return self.dtype.itemsize
+        return sum(f.size for f in self.fields)  # packed: the dtype's itemsize
 
     def field(self, name: str) -> Field:
         for f in self.fields:
@@ -167,6 +171,7 @@ class Layout:
     @functools.cached_property
     def capnp_dtype(self) -> np.dtype:
         """dtype of one element of a Cap'n Proto List(Record) (data section only)."""
+        import numpy as np  # start-up: a layout is read without numpy (info, --help); its dtype needs it
         offsets, words = self._capnp_layout
         return np.dtype(
             {
@@ -226,6 +231,7 @@ class Layout:
     # --- Arrow ----------------------------------------------------------------
     @functools.cached_property
     def arrow_schema(self):
+        import numpy as np  # start-up: a layout is read without numpy (info, --help); its dtype needs it
         import pyarrow as pa  # heavy: only Arrow paths need the schema (capnp loads do without)
 
         return pa.schema(
@@ -253,8 +259,8 @@ class Layout:
 # --- layouts from numpy dtypes (in-memory records, user generators, .npy files) ---------------
 
 #: (numpy kind, itemsize) -> layout type name
-_TYPE_OF_KIND = {(np.dtype(code).kind, size): name for name, (code, size, _, _) in TYPES.items()}
-_LITTLE = np.little_endian
+_TYPE_OF_KIND = {(code[1], size): name for name, (code, size, _, _) in TYPES.items()}  # "<f8": kind "f"
+_LITTLE = sys.byteorder == "little"
 _REPACK = "repack it: numpy.lib.recfunctions.repack_fields(arr)"
 
 
@@ -265,6 +271,7 @@ def layout_from_dtype(dtype, name: str) -> Layout:
     type of TYPES at the offset right after the previous one, no trailing padding (an
     ``align=True`` dtype with holes, a big-endian, nested, sub-array or non-numeric field
     is a LayoutError naming the field and the fix); field names as a layout's."""
+    import numpy as np  # start-up: a layout is read without numpy (info, --help); its dtype needs it
     dtype = np.dtype(dtype)
     if dtype.names is None:
         raise LayoutError(f"dtype {dtype} has no named fields; records need a structured dtype, "
@@ -307,6 +314,7 @@ def dtype_mismatch(dtype, layout: "Layout | np.dtype") -> str | None:
     """Why records of ``dtype`` are not records of ``layout`` (or of that dtype) byte for
     byte: the first field whose name, type or offset differs, a missing or extra field,
     padding; None when they are."""
+    import numpy as np  # start-up: a layout is read without numpy (info, --help); its dtype needs it
     dtype = np.dtype(dtype)
     want = layout.dtype if isinstance(layout, Layout) else np.dtype(layout)
     if dtype.names is None:
@@ -358,6 +366,7 @@ def layout_of_fields(dtype: np.dtype, name: str) -> Layout:
 
     LayoutError naming the first field that has no layout type (bool, float16, strings,
     dates, objects, sub-arrays), or when ``dtype`` has no fields at all."""
+    import numpy as np  # start-up: a layout is read without numpy (info, --help); its dtype needs it
     dtype = np.dtype(dtype)
     if dtype.names is None:
         raise LayoutError(f"{dtype} is not a record type: a layout needs named fields (a structured dtype "

@@ -23,11 +23,11 @@ collections whose tasks read it, and only it, in any process (read/dask_read.py)
 from __future__ import annotations
 
 import bisect
+import functools
 import os
 from dataclasses import asdict, dataclass, field
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
-import numpy as np
 import xxhash
 
 from ..errors import CorruptBatchError, DatasetReplacedError, SnapshotExpiredError, StoreError, UsageError, VerifyError
@@ -41,6 +41,9 @@ from ..stores.base import ShardStore
 from ..stores.health import batch_message, check_shard, check_value, committed_shards, shard_problems
 from ..stores.spec import parse_dataset_uri
 from .snapshots import manifest_ident, read_snapshot
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass
@@ -69,11 +72,17 @@ class Dataset:
         self._opened_as = (uri, pin)
         self.manifest, self._ident, self._pin = snapshot or read_snapshot(self.spec.root, uri, pin)
         self.layout = self.manifest.layout_obj
-        self.serializer = (None if self.layout.variable_length  # documents: see loader/docs/access.py
-                           else get_serializer(self.manifest.format, self.layout, self.manifest.compression))
         self._shards: dict[int, ShardStore] = {}
         self._firsts = [b.first for b in self.manifest.batches]
         self._docs = None
+
+    @functools.cached_property
+    def serializer(self):
+        """The batches' serializer (None for documents: see loader/docs/access.py); made when
+        first needed: its module imports numpy, which `info` does without (start-up)."""
+        if self.layout.variable_length:
+            return None
+        return get_serializer(self.manifest.format, self.layout, self.manifest.compression)
 
     # --- handles -----------------------------------------------------------------
     def require_shard(self, i: int) -> None:
@@ -264,6 +273,8 @@ class Dataset:
 
     def read_records(self, start: int = 0, stop: int | None = None) -> np.ndarray:
         """Records [start, stop) as a numpy structured array of the layout's dtype."""
+        import numpy as np  # start-up: opening a dataset (info) does without numpy; reading records needs it
+
         self._fixed_only("read_records")
         n = self.manifest.records
         stop = n if stop is None else stop

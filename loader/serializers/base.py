@@ -21,11 +21,13 @@ wrong.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 from ..model.layouts import Layout
+
+if TYPE_CHECKING:
+    import numpy as np
 
 #: Every compression name any serializer knows; each serializer accepts a subset.
 COMPRESSIONS = ("none", "lz4", "zstd")
@@ -114,6 +116,8 @@ class Serializer(ABC):
 
     # --- helpers ------------------------------------------------------------
     def _check_records(self, records) -> np.ndarray:
+        import numpy as np  # start-up: a serializer class is looked up without numpy (info); records need it
+
         records = np.asarray(records)
         if records.ndim != 1:
             raise UsageError(f"records must be a 1-D array, got shape {records.shape}")

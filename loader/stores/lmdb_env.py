@@ -91,6 +91,13 @@ def acquire_env(path: str, *, write: bool, options: LmdbOptions) -> EnvEntry:
         return entry
 
 
+def open_under(root: str) -> bool:
+    """Whether this process holds an environment of a shard under directory ``root``."""
+    prefix = os.path.join(os.path.realpath(root), "")
+    with ENVS_LOCK:
+        return any(real.startswith(prefix) and e.pid == os.getpid() for real, e in ENVS.items())
+
+
 def release_env(real: str, entry: EnvEntry) -> None:
     """One reference fewer; the last one closes the environment (if this process opened it)."""
     with ENVS_LOCK:

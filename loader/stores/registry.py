@@ -42,6 +42,16 @@ def backend_for(scheme: str) -> type[ShardStore]:
     raise UnknownSchemeError(f"unknown store scheme {scheme!r}")
 
 
+def open_in_this_process(spec: "StoreSpec") -> bool:
+    """Whether this process holds a shard of ``spec`` open: an LMDB shard has one
+    environment per process (lmdb_env.py), so a writer opened here next to a reader fails."""
+    if spec.scheme not in ("lmdb", "mem"):
+        return False
+    from .lmdb_env import open_under  # lazy: as backend_for
+
+    return open_under(spec.root)
+
+
 def options_for(scheme: str) -> type[LmdbOptions] | type[RocksdbOptions]:
     """The options class (``DECLARED`` names, ``parse``) of ``scheme``'s backend."""
     try:

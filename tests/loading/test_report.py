@@ -10,7 +10,7 @@ from loader.sources.generators import generate
 
 FIELDS = ["dataset", "source", "run_id", "records", "bytes", "stored_bytes", "batches", "shards", "workers",
           "seconds", "records_per_s", "mb_per_s", "format", "compression", "layout", "stages", "peak_rss_bytes",
-          "status", "written_records", "resumed_records", "map_grows", "skipped"]
+          "status", "written_records", "resumed_records", "map_grows", "skipped", "in_process"]
 STAGES = ["produce_s", "serialize_s", "write_s", "sync_s"]
 
 

@@ -1,0 +1,103 @@
+"""Start-up: the quick commands do not import the heavy libraries they do not use.
+
+Asserted on module names (``python -X importtime`` of the real `bulkload` script), never on
+times: ``--help`` (and any command's) and ``info`` (text and ``--json``, LMDB, RocksDB and
+Arrow datasets) import none of numpy, pyarrow, pycapnp, pandas, rich, pydantic (typer's value
+converters: loader/cli/params.py); only a RocksDB dataset's ``info`` imports rocksdict (its
+shards are checked). A bad number is still a one-line usage error. Issue 14, target 5.
+"""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import tool
+
+import loader
+
+HEAVY = {"numpy", "pyarrow", "capnp", "rocksdict", "pandas", "pydantic", "rich"}
+
+
+def imported(*args) -> set[str]:
+    """Top-level packages of every module the command imported (it must succeed)."""
+    p = subprocess.run([sys.executable, "-X", "importtime", tool("bulkload"), *map(str, args)],
+                       capture_output=True, text=True, timeout=120, env=dict(os.environ, BULKLOAD_DEBUG="0"))
+    assert p.returncode == 0, p.stderr[-2000:]
+    names = re.findall(r"^import time:\s+\d+ \|\s+\d+ \|\s+(\S+)", p.stderr, re.M)
+    assert "loader.cli.main" in names
+    return {n.split(".")[0] for n in names}
+
+
+@pytest.mark.parametrize("args", [["--help"], [], ["load", "--help"], ["info", "--help"], ["finalize", "--help"],
+                                  ["query", "--help"], ["bench", "--help"]])
+def test_help_imports_no_heavy_library(args):
+    found = imported(*args) if args else imported("--help")
+    assert not found & HEAVY, found & HEAVY
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory):
+    base = tmp_path_factory.mktemp("startup")
+    out = {}
+    for scheme in ("lmdb", "rocksdb"):
+        uri = f"{scheme}://{base}/{scheme}"
+        loader.load("gen://scidb96?n=3000", uri, shards=2, batch_records=1000)
+        loader.load("gen://scidb96?n=10&start=3000", uri)
+        out[scheme] = uri
+    out["arrow"] = f"lmdb://{base}/arrow"
+    loader.load("gen://scidb96?n=100", out["arrow"], format="arrow", compression="zstd")
+    return out
+
+
+@pytest.mark.parametrize("which", ["lmdb", "rocksdb", "arrow"])
+@pytest.mark.parametrize("json_out", [False, True])
+def test_info_imports_no_heavy_library(datasets, which, json_out):
+    found = imported("info", datasets[which], *(["--json"] if json_out else []))
+    allowed = {"rocksdict"} if which == "rocksdb" else set()
+    assert not found & (HEAVY - allowed), found & (HEAVY - allowed)
+
+
+def test_a_load_still_imports_what_it_uses(datasets, tmp_path):
+    """The guard above is not vacuous: a load imports numpy and lmdb, seen the same way."""
+    found = imported("load", "gen://scidb96?n=10", f"lmdb://{tmp_path}/ds", "-q")
+    assert {"numpy", "lmdb"} <= found
+
+
+@pytest.mark.parametrize("args,option,value", [
+    (["load", "gen://scidb96?n=1", "mem://x", "--shards", "abc"], "--shards", "abc"),
+    (["load", "gen://scidb96?n=1", "mem://x", "--workers", "2.5"], "--workers", "2.5"),
+    (["finalize", "lmdb:///nonexistent", "--dims", "i0:1,i1:1", "--workers", "x"], "--workers", "x"),
+])
+def test_a_bad_number_is_one_usage_line(args, option, value):
+    p = subprocess.run([tool("bulkload"), *args], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+    assert p.stderr.startswith(f"bulkload: error: Invalid value for '{option}': '{value}' is not a valid integer; "
+                               f"see 'bulkload {args[0]} --help'"), p.stderr
+
+
+ENV_GEN = '''
+import os
+from loader.model.layouts import get_layout
+from loader.sources.generators import generate
+
+def records(start, n):
+    with open(os.environ["SEEN_FILE"], "w") as f:
+        f.write(os.environ.get("OPENBLAS_NUM_THREADS", "unset"))
+    return generate(get_layout("scidb96"), start, n)
+'''
+
+
+@pytest.mark.parametrize("given,seen", [(None, "1"), ("3", "3")])
+def test_the_command_starts_numpy_with_one_blas_thread_unless_told(tmp_path, given, seen):
+    """bulkload calls no BLAS routine: the command sets OPENBLAS_NUM_THREADS=1 (start-up),
+    unless the user set it; a user generator, run by the load, sees the value."""
+    (tmp_path / "envgen.py").write_text(ENV_GEN)
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    env.update(PYTHONPATH=str(tmp_path), SEEN_FILE=str(tmp_path / "seen"), **({"OPENBLAS_NUM_THREADS": given}
+                                                                             if given else {}))
+    p = subprocess.run([tool("bulkload"), "load", "gen://envgen:records?n=10&layout=scidb96",
+                        f"lmdb://{tmp_path}/ds", "-q"], capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "seen").read_text() == seen

@@ -1,0 +1,173 @@
+"""Small loads run in-process (loading/execute.py, infra/executors.InProcessExecutor).
+
+- A load of at most SMALL_RUN_BYTES whose worker count the caller did not give starts no
+  worker process: its report says ``in_process``, every receipt comes from the
+  coordinator's pid; a bigger load, or one given ``--workers``, uses the pool.
+- Same result: the in-process load stores the same batch rows and records as the pool.
+- Same guarantees: SIGKILL at scripted points (coordinator's and workers' fault points,
+  which in-process kill the one process), then the same command, ends byte-identical to
+  an uninterrupted load; SIGTERM / SIGINT stop it with exit 128 + N, one line, the run
+  ``interrupted``, and the same command resumes it.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import run_cli, tool
+
+import loader
+from loader.loading.execute import SMALL_RUN_BYTES
+from loader.model.layouts import get_layout
+from loader.sources.generators import generate
+
+LAY = get_layout("scidb96")
+FAST = {"BULKLOAD_CHECKPOINT_SECONDS": "0"}
+
+
+def snapshot(uri):
+    """(batch rows, every record), once verify passed."""
+    with loader.open(uri) as ds:
+        assert ds.verify().ok
+        rows = [(b.seq, b.shard, b.first, b.count, b.checksum, b.nbytes) for b in ds.manifest.batches]
+        return rows, ds.read_records().tobytes()
+
+
+def load_json(*args, env=None):
+    p = run_cli("load", *args, "--json", env=env)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+@pytest.mark.parametrize("fmt", ["capnp", "arrow"])
+def test_small_load_runs_in_process_and_stores_what_the_pool_stores(store_uri, tmp_path, fmt):
+    src = "gen://scidb96?n=2345&start=17"
+    rep = loader.load(src, store_uri, shards=3, batch_records=200, format=fmt).to_dict()
+    assert rep["in_process"] is True and rep["records"] == 2345 and rep["workers"] >= 1
+    pooled = f"lmdb://{tmp_path}/pooled"
+    rep = loader.load(src, pooled, shards=3, batch_records=200, format=fmt, workers=2).to_dict()
+    assert rep["in_process"] is False
+    assert snapshot(store_uri) == snapshot(pooled)
+    with loader.open(store_uri) as ds:
+        assert ds.read_records().tobytes() == generate(LAY, 17, 2345).tobytes()
+
+
+@pytest.mark.parametrize("scheme", ["lmdb"])  # every store runs in-process: the test above
+def test_the_cli_reports_in_process_for_small_loads_only(tmp_path, scheme):
+    """Just at the threshold: in-process; one record over it, or --workers given: the pool."""
+    at = SMALL_RUN_BYTES // LAY.record_size
+    rep = load_json(f"gen://scidb96?n={at}", f"{scheme}://{tmp_path}/at", "--batch-records", 50000)
+    assert rep["in_process"] is True and rep["records"] == at
+    rep = load_json(f"gen://scidb96?n={at + 1}", f"{scheme}://{tmp_path}/over", "--batch-records", 50000)
+    assert rep["in_process"] is False and rep["records"] == at + 1
+    rep = load_json("gen://scidb96?n=100", f"{scheme}://{tmp_path}/given", "--workers", 1)
+    assert rep["in_process"] is False
+    # appending to a dataset, and a file source: the same rule
+    rep = load_json("gen://scidb96?n=100&start=5", f"{scheme}://{tmp_path}/given")
+    assert rep["in_process"] is True and rep["status"] == "loaded"
+    f = tmp_path / "r.bin"
+    f.write_bytes(generate(LAY, 0, 700).tobytes())
+    rep = load_json(str(f), f"{scheme}://{tmp_path}/file", "--shards", 2)
+    assert rep["in_process"] is True and snapshot(f"{scheme}://{tmp_path}/file")[1] == f.read_bytes()
+
+
+def run_killed(args, fault):
+    env = dict(os.environ, BULKLOAD_FAULT=fault, **FAST)
+    p = subprocess.run([tool("bulkload"), *map(str, args)], capture_output=True, text=True, env=env, timeout=120)
+    return p.returncode, p.stderr
+
+
+#: workers' points (the second worker's too: tasks run in turn) and the coordinator's
+KILLS = {"lmdb": ["batch:2", "w0.flush:2", "w1.sync:1", "checkpoint:2", "saved:4"],
+         "rocksdb": ["flush:3", "w1.batch:2", "save:3", "commit:1"]}
+
+
+@pytest.mark.parametrize("scheme", sorted(KILLS))
+def test_killed_in_process_load_resumes_byte_identical(tmp_path, scheme):
+    args = ["gen://scidb96?n=3000&start=9", None, "--shards", 3, "--batch-records", 250, "-q"]
+    ref = f"{scheme}://{tmp_path}/ref"
+    assert run_cli("load", *[ref if a is None else a for a in args]).returncode == 0
+    want = snapshot(ref)
+    for i, fault in enumerate(KILLS[scheme]):
+        uri = f"{scheme}://{tmp_path}/ds{i}"
+        cmd = ["load", *[uri if a is None else a for a in args]]
+        code, err = run_killed(cmd, fault)
+        assert code == -signal.SIGKILL, (fault, code, err)  # in-process: the point kills the one process
+        if os.path.exists(tmp_path / f"ds{i}" / "manifest.json"):
+            rows, data = snapshot(uri)
+            assert len(rows) in (0, len(want[0])) and (rows, data) == (want[0][:len(rows)], want[1][:len(data)])
+        p = run_cli(*cmd, "--json", env=FAST)
+        assert p.returncode == 0, (fault, p.stderr)
+        rep = json.loads(p.stdout[p.stdout.index("{"):])
+        assert rep["in_process"] is True or rep["status"] == "already-loaded", (fault, rep)
+        assert snapshot(uri) == want, fault
+
+
+SLOW_GEN = '''
+import time
+from loader.model.layouts import get_layout
+from loader.sources.generators import generate
+
+def records(start, n):
+    time.sleep(0.25)
+    return generate(get_layout("scidb96"), start, n)
+'''
+
+
+@pytest.mark.parametrize("signame", ["TERM", "INT"])
+def test_stop_signal_stops_an_in_process_load_and_the_same_command_resumes(tmp_path, signame):
+    (tmp_path / "slowgen.py").write_text(SLOW_GEN)
+    env = dict(os.environ, PYTHONPATH=str(tmp_path), **FAST)
+    uri = f"lmdb://{tmp_path}/ds"
+    cmd = [tool("bulkload"), "load", "gen://slowgen:records?n=3000&layout=scidb96", uri, "--shards", "2",
+           "--batch-records", "200", "-q"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(tmp_path / "ds" / "manifest.json") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)  # a few of the 15 slow batches are written, some checkpointed
+    p.send_signal(getattr(signal, f"SIG{signame}"))
+    _, err = p.communicate(timeout=60)
+    signo = getattr(signal, f"SIG{signame}")
+    assert p.returncode == 128 + signo, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"bulkload: error: interrupted by SIG{signame}"), err
+    with loader.open(uri) as ds:
+        runs = ds.info()["runs"]
+        assert runs[-1]["status"] == "interrupted" and ds.manifest.records == 0
+    done = subprocess.run(cmd[:-1] + ["--json"], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    rep = json.loads(done.stdout)
+    assert rep["status"] == "resumed" and rep["in_process"] is True and rep["records"] == 3000
+    with loader.open(uri) as ds:
+        assert ds.verify().ok and ds.read_records().tobytes() == generate(LAY, 0, 3000).tobytes()
+
+
+def test_small_load_from_python_leaves_signal_handlers_alone(tmp_path):
+    """In-process tasks do not ignore the stop signals of their host (proc.start_worker)."""
+    code = ("import signal, loader; before = signal.getsignal(signal.SIGTERM); "
+            f"r = loader.load('gen://scidb96?n=500', 'lmdb://{tmp_path}/ds'); "
+            "assert r.in_process, r; assert signal.getsignal(signal.SIGTERM) is before; "
+            "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler; print('ok')")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
+
+
+def test_a_reader_held_by_the_caller_sends_the_load_to_the_pool(store_uri):
+    """An LMDB shard has one environment per process: with the caller's reader open, a small
+    load runs in worker processes (as before); once it is closed, in-process again. RocksDB
+    readers do not clash with a writer: in-process either way."""
+    loader.load("gen://scidb96?n=300", store_uri, batch_records=100)
+    with loader.open(store_uri) as ds:
+        first = ds.read_records().tobytes()
+        rep = loader.load("gen://scidb96?n=300&start=300", store_uri)
+        assert rep.in_process is store_uri.startswith("rocksdb")
+        assert ds.read_records().tobytes() == first  # the reader's snapshot
+    rep = loader.load("gen://scidb96?n=300&start=600", store_uri)
+    assert rep.in_process is True
+    with loader.open(store_uri) as ds:
+        assert ds.verify().ok and ds.read_records().tobytes() == generate(LAY, 0, 900).tobytes()
