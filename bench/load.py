@@ -32,11 +32,12 @@ import sys
 from pathlib import Path
 
 from loader.bench import suite as B
+from loader.bench.loads import compressed_config
 
 FIGURES = ["gen-file-fsync", "gen-shm", "gen-pipe", "cold-read", "load-lmdb-capnp-w1", "load-lmdb-capnp-w2",
            "load-lmdb-arrow-none", "load-rocksdb-capnp", "load-mem-capnp",
            # the versus section: interleaved with the peers (ArcticDB, TileDB when installed)
-           "load-lmdb-arrow-lz4", "load-lmdb-arrow-zstd", "load-file-warm", "load-file-cold",
+           "load-file-warm", "load-file-cold",
            "peer-arcticdb-write-build", "peer-arcticdb-write", "peer-arcticdb-read", "peer-tiledb-write",
            "peer-tiledb-box"]
 
@@ -53,14 +54,16 @@ def main(argv=None) -> int:
     ap.add_argument("--n-tiledb", type=int, default=None, help="records of the TileDB write (default 2,000,000)")
     a = ap.parse_args(argv)
     cores = os.cpu_count() or 1
+    compressed = tuple(x.strip() for x in a.compressed.split(",") if x.strip())
     only = set(FIGURES) | {f"load-lmdb-capnp-w{w}" for w in range(1, cores + 1)}
+    only |= {compressed_config(c, cores).id for c in compressed}
     sections = ("limits", "versus", "load", "scaling") + (("rss",) if a.rss else ())
     if a.rss:
         only |= {"rss"}
     log = (lambda s: None) if a.json else (lambda s: print(s, file=sys.stderr, flush=True))
     result = B.run("full", n=a.n, repeats=a.repeats, out=a.out, log=log, name="load",
                    sections=sections, only=only, n_tiledb=a.n_tiledb,
-                   compressed=tuple(x.strip() for x in a.compressed.split(",") if x.strip()),
+                   compressed=compressed,
                    rss_n=(2_000_000, 50_000_000) if a.rss else None)
     # the full suite's rss_n is dropped when n < 20M; --rss asks for it explicitly
     if a.json:

@@ -116,7 +116,7 @@ def _arcticdb_row(b: Bench) -> Row | None:
     kw = dict(limit="gen-file-fsync", workers=1)
     outputs = [
         (b.fig("peer-arcticdb-write-build", "peers", "ArcticDB DataFrame build + write to lmdb://", na,
-               note="pd.DataFrame(records) then lib.write (LZ4, fdatasync'd); interleaved", **kw), "build_write_s"),
+               note="pd.DataFrame of the records' columns (views) then lib.write (LZ4, fdatasync'd); interleaved", **kw), "build_write_s"),
         (b.fig("peer-arcticdb-write", "peers", "ArcticDB write(DataFrame) to lmdb://", na,
                note="DataFrame built beforehand, not timed; interleaved", **kw), "write_s"),
         (b.fig("peer-arcticdb-read", "peers", "ArcticDB read -> DataFrame from lmdb://", na, limit="npload"),
