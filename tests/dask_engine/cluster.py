@@ -1,6 +1,13 @@
 """A real Dask LocalCluster for the tests of this folder (worker processes, one thread each)."""
 
 import contextlib
+import contextvars
+import glob
+import json
+import os
+import signal
+import threading
+import time
 
 import loader
 
@@ -32,3 +39,66 @@ def same_state(a, b) -> None:
     assert sorted(a[2]) == sorted(b[2])
     for name in a[2]:
         assert a[2][name].equals(b[2][name]), name
+
+
+def pending_rows(root) -> int:
+    """Checkpointed batches of the dataset's last run, not yet committed (a load under way)."""
+    try:
+        with open(os.path.join(root, "manifest.json")) as f:
+            runs = json.load(f).get("runs") or []
+    except (FileNotFoundError, json.JSONDecodeError):
+        return 0
+    return len(runs[-1].get("pending") or []) if runs else 0
+
+
+def lease_holders(root) -> dict[str, int]:
+    """Lease file -> pid of the process holding its flock (/proc/locks): the Dask worker
+    process running that attempt (not its nanny)."""
+    by_inode = {}
+    for path in glob.glob(os.path.join(root, ".leases", "*.lock")):
+        try:
+            by_inode[os.stat(path).st_ino] = path
+        except FileNotFoundError:
+            pass
+    held = {}
+    with open("/proc/locks") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) > 5 and parts[1] == "FLOCK" and "->" not in parts:
+                inode = int(parts[5].split(":")[2])
+                if inode in by_inode:
+                    held[by_inode[inode]] = int(parts[4])
+    return held
+
+
+def kill_an_attempt(root, ready, thread, timeout=60) -> int:
+    """Once ``ready()``, SIGKILL the Dask worker process that holds a task's lease (so it
+    runs that task now). Returns the pid killed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        assert thread.is_alive(), "the run ended before a worker could be killed: make it longer"
+        assert time.monotonic() < deadline, "no attempt to kill"
+        holders = lease_holders(root) if ready() else {}
+        if holders:
+            pid = sorted(holders.items())[0][1]
+            assert pid != os.getpid()
+            os.kill(pid, signal.SIGKILL)
+            return pid
+        time.sleep(0.005)
+
+
+def run_in_thread(fn):
+    """(thread, out) running ``fn`` with the caller's context (the engine in effect is a
+    context variable); out gets "value" or "error"."""
+    out = {}
+
+    def target():
+        try:
+            out["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            out["error"] = e
+
+    ctx = contextvars.copy_context()
+    t = threading.Thread(target=ctx.run, args=(target,), daemon=True)
+    t.start()
+    return t, out
