@@ -131,25 +131,42 @@ class Lease:
 
 
 class _Outbox:
-    """A hosted task's outbox: each message is fenced by the lease, then queued."""
+    """A hosted task's outbox: each message is fenced by the lease and by Dask's word
+    that the task is still wanted, then queued."""
 
-    def __init__(self, queue: Queue, index: int, attempt: int, lease: Lease):
-        self.queue, self.index, self.attempt, self.lease = queue, index, attempt, lease
+    def __init__(self, queue: Queue, index: int, attempt: int, lease: Lease, wanted: Callable[[], bool]):
+        self.queue, self.index, self.attempt, self.lease, self.wanted = queue, index, attempt, lease, wanted
         self.lock = threading.Lock()
 
     def put(self, msg) -> None:
         with self.lock:
             self.lease.check()
+            if not self.wanted():
+                raise Superseded("Dask cancelled the task: its client (the coordinator) is gone")
             self.queue.put(pickle.dumps((self.index, self.attempt, msg)))
+
+
+def _still_wanted() -> Callable[[], bool]:
+    """For the task running in this thread: whether Dask still wants its result (a task of
+    a client that is gone is released: its state on the worker becomes cancelled)."""
+    worker = get_worker()
+    key = worker.get_current_task()
+
+    def wanted() -> bool:
+        ts = worker.state.tasks.get(key)
+        return ts is not None and ts.state not in ("cancelled", "released", "forgotten")
+
+    return wanted
 
 
 def _hosted(fn: Callable, task, index: int, job: Job) -> Result:
     """A task's attempt on a Dask worker: lease, announce, wait for the go, run ``fn``."""
     lease = Lease(job, index)
     try:
+        wanted = _still_wanted()
         attempt = lease.acquire()
         queue = Queue(job.queue)
-        out = _Outbox(queue, index, attempt, lease)
+        out = _Outbox(queue, index, attempt, lease, wanted)
         out.put(Started(get_worker().address, os.getpid()))
         go = pickle.loads(Variable(f"{job.queue}-{index}-{attempt}").get(timeout=LEASE_WAIT_S))
         if go == STOP:
@@ -203,10 +220,10 @@ class _Run:
         self.futures: list = []
 
     def run(self) -> list:
-        os.makedirs(self.job.lease_dir, exist_ok=True)
-        self.queue = Queue(self.job.queue, client=self.ex.client)
+        self.coordinator = hold_run(self.job)
         name = getattr(self.fn, "__name__", "task")
         try:
+            self.queue = Queue(self.job.queue, client=self.ex.client)
             self.futures = [self.ex.client.submit(_hosted, self.fn, t, i, self.job, pure=False,
                                                   key=f"bulkload-{name}-{i}-{self.job.run_id}")
                             for i, t in enumerate(self.tasks)]
@@ -291,30 +308,82 @@ class _Run:
             _wait_free(lease_base(self.job, i) + ".lock", deadline)
 
     def _clean(self) -> None:
-        for i in range(len(self.tasks)):
-            for suffix in (".want", ".lock"):
-                try:
-                    os.unlink(lease_base(self.job, i) + suffix)
-                except FileNotFoundError:
-                    pass
+        _remove_run(self.job.lease_dir, self.job.run_id)
+        os.close(self.coordinator)
         try:
             os.rmdir(self.job.lease_dir)
         except OSError:
             pass  # another run's leases, or not empty
 
 
-def _wait_free(lock: str, deadline: float) -> None:
-    """Wait until nobody holds ``lock`` (or the deadline passes)."""
+def hold_run(job: Job) -> int:
+    """Mark ``job``'s run live - an flock on ``<run id>.run``, held by the coordinator until
+    the run ends (the kernel drops it if the coordinator dies) - then stop the orphans:
+    the attempts of runs whose coordinator is gone. Returns the held file's descriptor."""
+    os.makedirs(job.lease_dir, exist_ok=True)
+    tmp = os.path.join(job.lease_dir, f".{job.run_id}.run.tmp")
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.replace(tmp, os.path.join(job.lease_dir, f"{job.run_id}.run"))  # never seen unlocked
+    try:
+        stop_orphans(job.lease_dir, job.run_id)
+    except BaseException:
+        _remove_run(job.lease_dir, job.run_id)
+        os.close(fd)
+        raise
+    return fd
+
+
+def stop_orphans(lease_dir: str, own: str) -> None:
+    """Revoke every lease of a run whose coordinator died (its ``.run`` lock is free, or it
+    has none) and wait until none of its attempts holds a lock: an orphaned Dask task
+    stops at its next message, before this run's tasks write anything."""
+    runs = {name.split("-")[0].split(".")[0] for name in os.listdir(lease_dir) if not name.startswith(".")}
+    deadline = time.monotonic() + LEASE_WAIT_S
+    for run_id in sorted(runs - {own}):
+        if not _lock_free(os.path.join(lease_dir, f"{run_id}.run")):
+            continue  # a live run (e.g. a verify next to this one)
+        prefix = os.path.join(lease_dir, f"{run_id}-")
+        for name in os.listdir(lease_dir):
+            if name.startswith(f"{run_id}-") and name.endswith(".want"):
+                write_text(os.path.join(lease_dir, name), STOP)
+        for name in sorted(os.listdir(lease_dir)):
+            lock = os.path.join(lease_dir, name)
+            if lock.startswith(prefix) and name.endswith(".lock") and not _wait_free(lock, deadline):
+                raise WorkerError(f"an attempt of an earlier run whose coordinator is gone still holds {lock} "
+                                  f"after {LEASE_WAIT_S:.0f} s (a stopped or hung Dask worker); restart that "
+                                  "worker, then re-run the command")
+        _remove_run(lease_dir, run_id)
+
+
+def _remove_run(lease_dir: str, run_id: str) -> None:
+    for name in os.listdir(lease_dir):
+        if name == f"{run_id}.run" or name.startswith(f"{run_id}-"):
+            try:
+                os.unlink(os.path.join(lease_dir, name))
+            except FileNotFoundError:
+                pass
+
+
+def _lock_free(path: str) -> bool:
+    """Whether nobody holds the flock of ``path`` (True for a missing file)."""
+    return _wait_free(path, 0.0)
+
+
+def _wait_free(lock: str, deadline: float) -> bool:
+    """Wait until nobody holds ``lock`` (or the deadline passes); whether it is free."""
     try:
         fd = os.open(lock, os.O_RDWR)
     except FileNotFoundError:
-        return
+        return True
     try:
-        while time.monotonic() < deadline:
+        while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
+                return True
             except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    return False
                 time.sleep(0.05)
     finally:
         os.close(fd)
