@@ -6,6 +6,7 @@ import glob
 import json
 import os
 import signal
+import tempfile
 import threading
 import time
 
@@ -17,9 +18,61 @@ def local_cluster(n_workers: int = 2):
     """(client, cluster) of ``n_workers`` worker processes, closed on the way out."""
     from distributed import Client, LocalCluster
 
+    remove_leaked_semaphores()
+    before = semaphores()
     with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None) as c, \
             Client(c) as client:
+        record_semaphores(semaphores() - before)
         yield client, c
+    record_semaphores(set())
+
+
+# Dask's nannies (multiprocessing queues under the spawn context) create named semaphores,
+# /dev/shm/sem.mp-*, which multiprocessing's resource tracker removes when their process
+# dies - unless the tracker is killed too (a test run killed with its process group).
+# bulkload creates none (infra/pool.py: pipes only). Each test process records the names
+# its clusters created; a later one removes those of a dead process that nobody maps.
+SHM = "/dev/shm"
+SEM_RECORDS = os.path.join(tempfile.gettempdir(), "bulkload-dask-test-semaphores")
+
+
+def semaphores() -> set[str]:
+    try:
+        return {n for n in os.listdir(SHM) if n.startswith("sem.mp-")}
+    except FileNotFoundError:
+        return set()
+
+
+def record_semaphores(names: set[str]) -> None:
+    os.makedirs(SEM_RECORDS, exist_ok=True)
+    with open(os.path.join(SEM_RECORDS, str(os.getpid())), "w") as f:
+        f.write("\n".join(sorted(names)))
+
+
+def _mapped() -> set[str]:
+    """The semaphore files some live process has mapped (/proc/PID/maps)."""
+    out = set()
+    for maps in glob.glob("/proc/[0-9]*/maps"):
+        try:
+            with open(maps) as f:
+                out.update(line.rsplit("/", 1)[-1].strip() for line in f if "/dev/shm/sem.mp-" in line)
+        except OSError:
+            pass
+    return out
+
+
+def remove_leaked_semaphores() -> None:
+    """Remove the semaphores recorded by test processes that are gone, unless mapped."""
+    for path in glob.glob(os.path.join(SEM_RECORDS, "*")):
+        pid = int(os.path.basename(path))
+        if os.path.exists(f"/proc/{pid}"):
+            continue
+        with open(path) as f:
+            names = set(f.read().split())
+        for name in names - _mapped() if names else ():
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(SHM, name))
+        os.unlink(path)
 
 
 def dataset_state(uri: str, arrays: bool = True):
