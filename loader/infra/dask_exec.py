@@ -33,6 +33,7 @@ import fcntl
 import numbers
 import os
 import pickle
+import re
 import threading
 import time
 import traceback
@@ -43,7 +44,7 @@ from typing import Callable
 from distributed import Queue, Variable, get_worker
 from distributed.client import FutureCancelledError
 
-from ..errors import Interrupted, WorkerError
+from ..errors import EngineError, Interrupted, WorkerError
 from .pool import Progress, Result, failure, picklable
 
 #: seconds an attempt waits for the lock of an earlier attempt, and for the coordinator's go
@@ -100,13 +101,14 @@ class Lease:
         self.token = uuid.uuid4().hex
         self.fd = -1
 
-    def acquire(self) -> int:
+    def acquire(self, wanted: Callable[[], bool] = lambda: True) -> int:
         """Take the lease (the earlier attempt stops at its next message); the attempt number."""
         write_text(self.want, self.token)
         self.fd = os.open(self.lock, os.O_RDWR | os.O_CREAT, 0o644)
         deadline = time.monotonic() + LEASE_WAIT_S
         while True:
             self.check()
+            _check_wanted(wanted)
             try:
                 fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
@@ -141,9 +143,31 @@ class _Outbox:
     def put(self, msg) -> None:
         with self.lock:
             self.lease.check()
-            if not self.wanted():
-                raise Superseded("Dask cancelled the task: its client (the coordinator) is gone")
+            _check_wanted(self.wanted)
             self.queue.put(pickle.dumps((self.index, self.attempt, msg)))
+
+
+def _check_wanted(wanted: Callable[[], bool]) -> None:
+    if not wanted():
+        raise Superseded("Dask cancelled the task: its client (the coordinator) is gone")
+
+
+def _wait_for_go(go: Variable, lease: Lease, wanted: Callable[[], bool]):
+    """The task the coordinator tells this attempt to run (after its Started), checking
+    meanwhile that the attempt is still wanted (a coordinator that died never answers)."""
+    deadline = time.monotonic() + LEASE_WAIT_S
+    while True:
+        try:
+            task = pickle.loads(go.get(timeout=0.5))
+            break
+        except TimeoutError:
+            lease.check()
+            _check_wanted(wanted)
+            if time.monotonic() > deadline:
+                raise WorkerError(f"no word from the coordinator in {LEASE_WAIT_S:.0f} s") from None
+    if task == STOP:
+        raise Superseded("the run was stopped")
+    return task
 
 
 def _still_wanted() -> Callable[[], bool]:
@@ -164,14 +188,11 @@ def _hosted(fn: Callable, task, index: int, job: Job) -> Result:
     lease = Lease(job, index)
     try:
         wanted = _still_wanted()
-        attempt = lease.acquire()
+        attempt = lease.acquire(wanted)
         queue = Queue(job.queue)
         out = _Outbox(queue, index, attempt, lease, wanted)
         out.put(Started(get_worker().address, os.getpid()))
-        go = pickle.loads(Variable(f"{job.queue}-{index}-{attempt}").get(timeout=LEASE_WAIT_S))
-        if go == STOP:
-            raise Superseded("the run was stopped")
-        return Result(receipt=fn(go, out))
+        return Result(receipt=fn(_wait_for_go(Variable(f"{job.queue}-{index}-{attempt}"), lease, wanted), out))
     except BaseException as e:  # report everything, including SystemExit
         return Result(None, True, picklable(e), str(e) or type(e).__name__, traceback.format_exc())
     finally:
@@ -387,3 +408,40 @@ def _wait_free(lock: str, deadline: float) -> bool:
                 time.sleep(0.05)
     finally:
         os.close(fd)
+
+
+def nearest_existing(path: str) -> str:
+    """``path``, or its nearest ancestor that exists (a dataset not created yet)."""
+    path = os.path.abspath(path)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path
+
+
+def inode_of(path: str) -> int | None:
+    """On a Dask worker (sent by reference: a worker that cannot import bulkload fails to
+    unpickle it): the inode of ``path`` there, None if it cannot see it."""
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
+def check_workers(client, root: str) -> None:
+    """Before anything is written: every Dask worker can import bulkload and sees the
+    dataset's directory (or its nearest existing ancestor) as the same directory as the
+    coordinator (same inode: one host, or a shared filesystem). EngineError otherwise."""
+    where = nearest_existing(root)
+    mine = os.stat(where).st_ino
+    for address, got in sorted(client.run(inode_of, where, on_error="return").items()):
+        if isinstance(got, BaseException):
+            missing = re.search(r"No module named '[^']+'", str(got))
+            if missing:  # the worker's error comes back wrapped: its text names the module
+                raise EngineError(f"the Dask worker at {address} cannot import bulkload ({missing.group(0)}); "
+                                  "install it in the workers' Python environment: pip install 'bulkload[dask]'")
+            raise EngineError(f"the Dask worker at {address} cannot run bulkload's tasks: {got}")
+        if got != mine:
+            seen = "does not exist there" if got is None else "is another directory there"
+            raise EngineError(f"the Dask worker at {address} cannot see the dataset's directory {where} (it {seen}); "
+                              "put the dataset on a filesystem every worker sees at the same path")
+
