@@ -20,11 +20,21 @@ retry, the caller's ``on_retry(task, messages)`` (e.g. resume after the batches 
 earlier attempts reported durable); every message of an earlier attempt precedes the
 announcement in the queue, and later ones are dropped.
 
+Orphans: an attempt also stops at its next message (and while it waits for its go or
+for an earlier attempt's lock) once Dask no longer wants its task - the scheduler
+releases the tasks of a client that is gone, and their state on the worker becomes
+cancelled. Every run holds an flock on ``<run id>.run`` in the lease directory while it
+lasts; a new run first revokes the leases of runs whose ``.run`` lock is free (their
+coordinator died) and waits until none of their attempts holds its lock (`hold_run`).
+`check_workers` (called before a Dask executor is used) makes sure every worker can
+import bulkload and sees the dataset's directory.
+
 Fail fast: the first error (a task that raised, a task Dask gave up on after its workers
 kept dying: ``KilledWorker``) cancels every task, marks every lease stopped and waits for
 the locks to be free (no attempt still writing) before it propagates. Crash behaviour:
 nothing here commits; a coordinator that dies leaves the dataset at its last commit and
-Dask cancels the tasks of a client that is gone (they stop at their next message).
+Dask cancels the tasks of a client that is gone (they stop at their next message; the
+next run waits for any that has not).
 """
 
 from __future__ import annotations
