@@ -42,7 +42,7 @@ PUBLIC = {
 
 #: the runs that take ``client=`` / ``engine=`` / ``scheduler=`` (api/engine.py): name -> the
 #: position of their dataset argument
-ENGINE_RUNS = {"load": 1, "ingest": 0, "finalize": 0, "compact": 0}
+ENGINE_RUNS = {"load": 1, "ingest": 0, "finalize": 0, "compact": 0, "verify": 0}
 
 __all__ = sorted(PUBLIC)
 

@@ -8,6 +8,7 @@ report (or, for `query`, the cells as a pyarrow Table). The CLI's ``verify``, ``
 from __future__ import annotations
 
 from ..arrays import query as array_query
+from ..infra import executors
 from ..read.dataset import VerifyReport
 from ..read.dataset import open as open_dataset
 from ..read.export import ExportReport
@@ -17,7 +18,12 @@ from ..read.tables import check_format, write_table
 
 def verify(dataset: str) -> VerifyReport:
     """Recompute every stored batch's checksum and count (and the arrays' chunk indexes);
-    ``report.ok`` is False and ``report.problems`` lists each damage."""
+    ``report.ok`` is False and ``report.problems`` lists each damage. In this process on
+    the local engine; one task per shard on another (Dask: api/verify_tasks.py)."""
+    if not executors.current().local:
+        from .verify_tasks import verify_on_executor  # only off the local engine
+
+        return verify_on_executor(dataset)
     with open_dataset(dataset) as ds:
         return ds.verify()
 

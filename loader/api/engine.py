@@ -5,7 +5,9 @@ go to the chosen executor (infra/executors.py): ``client`` (a ``distributed.Clie
 ``engine="dask"`` with ``scheduler`` (``tcp://HOST:PORT``, or ``local:N``: a LocalCluster
 of N worker processes started for the call and closed after it); unset, the
 ``BULKLOAD_ENGINE`` / ``BULKLOAD_SCHEDULER`` variables (infra/env.py), else the local pool.
-An executor already in effect (the CLI opens one per command) is reused.
+An executor already in effect (the CLI opens one per command) is reused. Before a Dask
+executor is used, every worker is checked (infra/dask_exec.check_workers): it can import
+bulkload and sees the dataset's directory - else a one-line EngineError, nothing written.
 
 `with_engine` gives a run (``loader.load``, ``ingest``, ``finalize``, ``compact``: see
 api/__init__.py) those three extra keywords. dask is imported only here and only when the engine is dask. Leases of Dask
@@ -45,10 +47,12 @@ def engine_for(dataset: str, client=None, engine: str | None = None, scheduler: 
         with executors.using(executors.LocalExecutor()) as ex:
             yield ex
         return
-    leases = _lease_dir(dataset)
+    root = _dask_root(dataset)
     with _dask_client(client, scheduler or env.scheduler()) as (dask_client, where):
-        from ..infra.dask_exec import DaskExecutor  # dask is imported only when the engine is dask
-        with executors.using(DaskExecutor(dask_client, leases, where)) as ex:
+        from ..infra.dask_exec import DaskExecutor, check_workers  # dask: only when the engine is dask
+
+        check_workers(dask_client, root)
+        with executors.using(DaskExecutor(dask_client, os.path.join(root, LEASES), where)) as ex:
             yield ex
 
 
@@ -61,12 +65,13 @@ def engine_info(ex) -> dict:
             "tasks_retried": ex.retried}
 
 
-def _lease_dir(dataset: str) -> str:
+def _dask_root(dataset: str) -> str:
+    """The dataset's directory (UsageError for mem://, which no Dask worker can reach)."""
     spec = parse_dataset_uri(dataset)
     if spec.scheme == "mem":
         raise UsageError(f"{dataset}: a mem:// dataset lives in one process and cannot be written by Dask "
                          "workers; use lmdb:// or rocksdb:// on a filesystem every worker sees")
-    return os.path.join(spec.root, LEASES)
+    return spec.root
 
 
 @contextlib.contextmanager

@@ -3,7 +3,7 @@
 A pipeline file names a dataset and the steps to run on it, in this order:
 
     [job]       dataset (required), layout, format, compression, shards, workers,
-                batch_records, checkpoint_seconds, quiet
+                batch_records, checkpoint_seconds, quiet, engine, scheduler
     [load]      source (required), new_run, replace            } exactly one
     [ingest]    from (required), pattern, on_bad_file          } of these two
     [compact]   target_batch_records, force, enabled           optional
@@ -18,6 +18,14 @@ environment (``BULKLOAD_SECTION_KEY``, and ``BULKLOAD_KEY`` for [job] keys, e.g.
 file, the defaults. Relative paths are relative to the working directory, as on the
 command line. A malformed file, an unknown section or key, or a value of the wrong type
 is an error naming the key and its line.
+
+``engine`` (local or dask) and ``scheduler`` (tcp://HOST:PORT or local:N) choose where
+every step's tasks run (api/engine.py): one executor - one LocalCluster for local:N - for
+the whole pipeline. They follow the same order, so ``bulkload --engine dask --scheduler
+S run`` (the flags set BULKLOAD_ENGINE / BULKLOAD_SCHEDULER, which are these keys'
+variables) wins over the file, and ``--set engine=...`` over both; the Python API's
+``client=`` / ``engine=`` / ``scheduler=`` win over everything. The scheduler counts only
+on the dask engine (as on the command line).
 """
 
 from __future__ import annotations
@@ -30,12 +38,14 @@ from dataclasses import asdict, dataclass, field
 
 from ..arrays.finalize import finalize
 from ..errors import BulkloadError, MissingPathError, PipelineError
+from ..infra import env as variables
 from ..infra import logs
 from ..loading.ingest import ingest
 from ..loading.load import load
 from ..maintain.compact import compact
 from ..model.options import size_option
 from .commands import query
+from .engine import engine_for, engine_info
 
 # section -> key -> (type, default); default None: optional; REQUIRED: must be given
 REQUIRED = object()
@@ -43,7 +53,7 @@ SCHEMA: dict[str, dict[str, tuple[type, object]]] = {
     "job": {"dataset": (str, REQUIRED), "layout": (str, None), "format": (str, None),
             "compression": (str, None), "shards": (int, None), "workers": (int, None),
             "batch_records": (int, None), "checkpoint_seconds": (float, None), "quiet": (bool, False),
-            "name": (str, None)},
+            "name": (str, None), "engine": (str, None), "scheduler": (str, None)},
     "load": {"source": (str, REQUIRED), "new_run": (bool, False), "replace": (bool, False),
              "enabled": (bool, True)},
     "ingest": {"from": (str, REQUIRED), "pattern": (str, "*"), "on_bad_file": (str, "fail"),
@@ -239,15 +249,40 @@ class PipelineReport:
     dataset: str
     steps: list[dict] = field(default_factory=list)  # {"step", "seconds", "report": the step's to_dict()}
     seconds: float = 0.0
+    engine: dict = field(default_factory=dict)  # off the local pool: engine, scheduler, workers, retries
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        used = d.pop("engine")
+        return d | used
 
 
-def run(path: str, sets: list[str] | None = None, *, progress: str = "auto", env: dict | None = None
-        ) -> PipelineReport:
-    """Parse and run a pipeline; returns a report with one entry per step."""
+def run(path: str, sets: list[str] | None = None, *, progress: str = "auto", env: dict | None = None,
+        client=None, engine: str | None = None, scheduler: str | None = None) -> PipelineReport:
+    """Parse and run a pipeline; returns a report with one entry per step. ``client`` /
+    ``engine`` / ``scheduler``: where its tasks run (over the file's [job] keys)."""
     p = parse(path, sets, env)
+    name, where = _engine_choice(p, client, engine, scheduler)
+    with engine_for(p.config["job"]["dataset"], client, name, where) as ex:
+        report = _run_steps(p, progress)
+    report.engine = engine_info(ex)
+    return report
+
+
+def _engine_choice(p: Pipeline, client, engine: str | None, scheduler: str | None) -> tuple:
+    """(engine, scheduler) for engine_for: the caller's, else the [job] keys (checked)."""
+    job = p.config["job"]
+    for key, ok, what in (("engine", lambda v: v.strip().lower() in variables.ENGINES, "local or dask"),
+                          ("scheduler", variables.scheduler_ok, "tcp://HOST:PORT or local:N (N >= 1)")):
+        if job.get(key) is not None and not ok(job[key]):
+            raise PipelineError(f"{p.origin.get(f'job.{key}', p.path)}: key '{key}' must be {what}, "
+                                f"not {job[key]!r}")
+    name = engine or ("dask" if client is not None else job.get("engine"))
+    return name, (scheduler or job.get("scheduler")) if (name or "").strip().lower() == "dask" else None
+
+
+def _run_steps(p: Pipeline, progress: str) -> PipelineReport:
+    path = p.path
     job = p.config["job"]
     if job.get("quiet"):
         progress = "none"

@@ -7,8 +7,12 @@ Per array (only when its pieces are sound): the multiset of cells (without ``syn
 the records dropped by first/last equals the flat records it was built from
 (order-independent checksum, hashes.py, and counts).
 
-`verify_arrays(ds)` returns the problems as rows for the dataset's VerifyReport (array,
-chunk, shard, problem); an empty list when all is well. Reads only, through one snapshot.
+The work splits by shard: `array_parts(ds, shards)` checks the pieces stored in those
+shards and sums their cells and the flat records of the manifest's batches - the
+sums are order-independent, so parts computed apart (one task per shard on an executor,
+api/verify.py) add up to the whole; `combine_arrays(manifest, parts)` turns the parts,
+in shard order, into the problems (array, chunk, shard, problem) - exactly the rows
+`verify_arrays(ds)` (all shards in one part) gives. Reads only, through one snapshot.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import xxhash
 
-from ..errors import BulkloadError
+from ..errors import BulkloadError, VerifyError
 from ..model.chunk_index import index_path, read_index
 from ..model.layouts import Layout
 from ..serializers import get_serializer
@@ -27,40 +31,95 @@ from .hashes import hash_sum
 
 def verify_arrays(ds) -> list[dict]:
     """Check every array of the dataset; a list of problems (empty when all is well)."""
+    return combine_arrays(ds.manifest, [array_parts(ds, range(ds.manifest.shards))])
+
+
+def array_parts(ds, shards) -> dict[str, dict]:
+    """Array name -> what ``shards`` contribute to its check: ``index_error`` (the chunk
+    index is unreadable), ``problems`` (its pieces in these shards, in shard order),
+    ``cells`` / ``hsum`` (count and hash sum of their cells), ``flat`` (hash sum of the
+    flat records it was built from, of the batches ``ds.manifest`` lists) or ``flat_error`` (reading them
+    failed: raised only if the whole-array check needs the sum)."""
+    wanted = set(shards)
+    return {name: _ArrayCheck(ds, name, summary).part(wanted) for name, summary in sorted(ds.manifest.arrays.items())}
+
+
+def combine_arrays(manifest, parts: list[dict[str, dict]]) -> list[dict]:
+    """The problems of every array from its parts (given in shard order)."""
     problems: list[dict] = []
-    for name, summary in sorted(ds.manifest.arrays.items()):
-        _ArrayCheck(ds, name, summary, problems).run()
+    for name, summary in sorted(manifest.arrays.items()):
+        mine = [p[name] for p in parts]
+        index_error = next((m["index_error"] for m in mine if m["index_error"]), None)
+        if index_error is not None:
+            problems.append(_row(name, index_error))
+            continue
+        found = [row for m in mine for row in m["problems"]]
+        if found:  # else the multiset check would only repeat them
+            problems.extend(found)
+            continue
+        problem = _multiset_problem(name, summary, manifest.records, mine)
+        if problem is not None:
+            problems.append(_row(name, problem))
     return problems
 
 
-class _ArrayCheck:
-    """The checks of one array; problems are appended to ``problems``."""
+def _multiset_problem(name: str, a: dict, records: int, mine: list[dict]) -> str | None:
+    """Cells + dropped duplicates == the flat records the array was built from."""
+    built = int(a["built_from_records"])
+    if built > records:
+        return f"built from {built} records but the dataset holds {records}"
+    for m in mine:
+        if isinstance(m["flat_error"], VerifyError):  # a damaged batch: the batch rows name it
+            return "not compared with the flat records it was built from: some of them are damaged"
+        if m["flat_error"] is not None:
+            raise m["flat_error"]
+    cells = sum(m["cells"] for m in mine)
+    dropped = int(a.get("dropped", 0))
+    if cells + dropped != built:
+        return f"holds {cells} cells (+{dropped} dropped duplicates), built from {built} records"
+    hsum = sum(m["hsum"] for m in mine) % 2**64
+    flat = sum(m["flat"] for m in mine) % 2**64
+    if (hsum + int(a.get("dropped_hash", 0))) % 2**64 != flat:
+        return ("the multiset of cells does not match the flat records it was built from "
+                "(order-independent checksum differs)")
+    return None
 
-    def __init__(self, ds, name: str, summary: dict, problems: list[dict]):
-        self.ds, self.name, self.a, self.problems = ds, name, summary, problems
+
+def _row(name: str, problem: str, chunk="-", shard="-") -> dict:
+    return {"array": name, "chunk": chunk, "shard": shard, "batch": "-", "first_record": "-",
+            "problem": f"array {name!r}: {problem}"}
+
+
+class _ArrayCheck:
+    """The checks of one array over some of its shards (see `array_parts`)."""
+
+    def __init__(self, ds, name: str, summary: dict):
+        self.ds, self.name, self.a = ds, name, summary
         self.cell = self.ser = None  # once the index is read
         (self.d0, self.l0), (self.d1, self.l1) = [(d["name"], d["chunk"]) for d in summary["dims"]]
         self.keep = summary["policy"] == "keep"
+        self.problems: list[dict] = []
         self.cells = 0
         self.hsum = 0
 
     def bad(self, problem: str, chunk="-", shard="-") -> None:
-        self.problems.append({"array": self.name, "chunk": chunk, "shard": shard, "batch": "-",
-                              "first_record": "-", "problem": f"array {self.name!r}: {problem}"})
+        self.problems.append(_row(self.name, problem, chunk, shard))
 
-    def run(self) -> None:
-        n_before = len(self.problems)
+    def part(self, shards: set[int]) -> dict:
+        out = {"index_error": None, "problems": self.problems, "cells": 0, "hsum": 0, "flat": 0,
+               "flat_error": None}
         try:
             idx = read_index(index_path(self.ds.spec.root, self.a))
         except BulkloadError as e:
-            self.bad(str(e))
-            return
+            return out | {"index_error": str(e)}
         self.cell = Layout.from_dict(self.a["cell_layout"])
         self.ser = get_serializer(self.a["format"], self.cell, self.a["compression"])
         by_shard: dict[int, list[int]] = {}
         for i in range(len(idx["crow"])):
             by_shard.setdefault(int(idx["shard"][i]), []).append(i)
         for s, rows in sorted(by_shard.items()):
+            if s not in shards:
+                continue
             try:
                 st = self.ds.shard(s)
             except BulkloadError as e:
@@ -68,8 +127,25 @@ class _ArrayCheck:
                 continue
             for i in rows:
                 self._check_piece(st, s, idx, i)
-        if len(self.problems) == n_before:  # else the multiset check would only repeat them
-            self._check_multiset()
+        out.update(cells=self.cells, hsum=self.hsum)
+        if not self.problems:
+            try:
+                out["flat"] = self._flat_sum()
+            except Exception as e:  # noqa: BLE001 - raised by combine_arrays if the check needs it
+                out["flat_error"] = e
+        return out
+
+    def _flat_sum(self) -> int:
+        """Hash sum of the flat records the array was built from, of the batches ``ds``'s
+        manifest lists (a shard's task reads a manifest of its shard's batches only)."""
+        built = int(self.a["built_from_records"])
+        flat = 0
+        for first, recs in self.ds.iter_batches():
+            if first >= built:
+                break
+            part = recs[: max(0, min(len(recs), built - first))]
+            flat = (flat + hash_sum(np.ascontiguousarray(part))) % 2**64
+        return flat
 
     def _check_piece(self, st, s: int, idx: dict, i: int) -> None:
         crow, ccol, piece = int(idx["crow"][i]), int(idx["ccol"][i]), int(idx["piece"][i])
@@ -127,23 +203,3 @@ class _ArrayCheck:
         syn = cells["syn"].astype(np.int64)
         same = (dr == 0) & (dc == 0)
         return bool(np.all(np.where(same, np.diff(syn) == 1, newcell & (syn[1:] == 0))))
-
-    def _check_multiset(self) -> None:
-        """Cells + dropped duplicates == the flat records the array was built from."""
-        ds, a = self.ds, self.a
-        built = int(a["built_from_records"])
-        if built > ds.manifest.records:
-            self.bad(f"built from {built} records but the dataset holds {ds.manifest.records}")
-            return
-        flat = 0
-        for first, recs in ds.iter_batches():
-            if first >= built:
-                break
-            part = recs[: max(0, min(len(recs), built - first))]
-            flat = (flat + hash_sum(np.ascontiguousarray(part))) % 2**64
-        dropped = int(a.get("dropped", 0))
-        if self.cells + dropped != built:
-            self.bad(f"holds {self.cells} cells (+{dropped} dropped duplicates), built from {built} records")
-        elif (self.hsum + int(a.get("dropped_hash", 0))) % 2**64 != flat:
-            self.bad("the multiset of cells does not match the flat records it was built from "
-                     "(order-independent checksum differs)")

@@ -130,8 +130,8 @@ def progress_mode(quiet: bool) -> str:
 @app.callback()
 def main_options(
     log_format: str = typer.Option("text", "--log-format", help="Log lines on stderr: text or json."),
-    engine: Optional[str] = typer.Option(None, "--engine", help="Where load, ingest, finalize and compact run: "
-                                         "local (the process pool, default) or dask (also BULKLOAD_ENGINE)."),
+    engine: Optional[str] = typer.Option(None, "--engine", help="Where load, ingest, finalize, compact, "
+                                         "verify and run run their tasks: local (the process pool, default) or dask (also BULKLOAD_ENGINE)."),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Dask scheduler: tcp://HOST:PORT, or "
                                             "local:N for a LocalCluster of N worker processes (also "
                                             "BULKLOAD_SCHEDULER)."),
@@ -301,9 +301,9 @@ def _exit_if_damaged(d: dict) -> None:
 def verify(dataset: str = typer.Argument(...),
            json_out: bool = typer.Option(False, "--json", help="Print the report as JSON.")):
     """Recompute every stored batch's checksum and count; exit 1 on any mismatch."""
-    rep = api.verify(dataset)
+    rep, used = on_engine(dataset, lambda: api.verify(dataset))
     if json_out:
-        emit_json(rep.to_dict())
+        emit_json(rep.to_dict() | used)
     else:
         for p in rep.problems:
             if p["batch"] is None:  # a whole shard (missing, damaged) or the arrays

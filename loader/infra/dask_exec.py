@@ -20,11 +20,21 @@ retry, the caller's ``on_retry(task, messages)`` (e.g. resume after the batches 
 earlier attempts reported durable); every message of an earlier attempt precedes the
 announcement in the queue, and later ones are dropped.
 
+Orphans: an attempt also stops at its next message (and while it waits for its go or
+for an earlier attempt's lock) once Dask no longer wants its task - the scheduler
+releases the tasks of a client that is gone, and their state on the worker becomes
+cancelled. Every run holds an flock on ``<run id>.run`` in the lease directory while it
+lasts; a new run first revokes the leases of runs whose ``.run`` lock is free (their
+coordinator died) and waits until none of their attempts holds its lock (`hold_run`).
+`check_workers` (called before a Dask executor is used) makes sure every worker can
+import bulkload and sees the dataset's directory.
+
 Fail fast: the first error (a task that raised, a task Dask gave up on after its workers
 kept dying: ``KilledWorker``) cancels every task, marks every lease stopped and waits for
 the locks to be free (no attempt still writing) before it propagates. Crash behaviour:
 nothing here commits; a coordinator that dies leaves the dataset at its last commit and
-Dask cancels the tasks of a client that is gone (they stop at their next message).
+Dask cancels the tasks of a client that is gone (they stop at their next message; the
+next run waits for any that has not).
 """
 
 from __future__ import annotations
@@ -33,6 +43,7 @@ import fcntl
 import numbers
 import os
 import pickle
+import re
 import threading
 import time
 import traceback
@@ -43,7 +54,7 @@ from typing import Callable
 from distributed import Queue, Variable, get_worker
 from distributed.client import FutureCancelledError
 
-from ..errors import Interrupted, WorkerError
+from ..errors import EngineError, Interrupted, WorkerError
 from .pool import Progress, Result, failure, picklable
 
 #: seconds an attempt waits for the lock of an earlier attempt, and for the coordinator's go
@@ -100,13 +111,14 @@ class Lease:
         self.token = uuid.uuid4().hex
         self.fd = -1
 
-    def acquire(self) -> int:
+    def acquire(self, wanted: Callable[[], bool] = lambda: True) -> int:
         """Take the lease (the earlier attempt stops at its next message); the attempt number."""
         write_text(self.want, self.token)
         self.fd = os.open(self.lock, os.O_RDWR | os.O_CREAT, 0o644)
         deadline = time.monotonic() + LEASE_WAIT_S
         while True:
             self.check()
+            _check_wanted(wanted)
             try:
                 fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
@@ -131,30 +143,66 @@ class Lease:
 
 
 class _Outbox:
-    """A hosted task's outbox: each message is fenced by the lease, then queued."""
+    """A hosted task's outbox: each message is fenced by the lease and by Dask's word
+    that the task is still wanted, then queued."""
 
-    def __init__(self, queue: Queue, index: int, attempt: int, lease: Lease):
-        self.queue, self.index, self.attempt, self.lease = queue, index, attempt, lease
+    def __init__(self, queue: Queue, index: int, attempt: int, lease: Lease, wanted: Callable[[], bool]):
+        self.queue, self.index, self.attempt, self.lease, self.wanted = queue, index, attempt, lease, wanted
         self.lock = threading.Lock()
 
     def put(self, msg) -> None:
         with self.lock:
             self.lease.check()
+            _check_wanted(self.wanted)
             self.queue.put(pickle.dumps((self.index, self.attempt, msg)))
+
+
+def _check_wanted(wanted: Callable[[], bool]) -> None:
+    if not wanted():
+        raise Superseded("Dask cancelled the task: its client (the coordinator) is gone")
+
+
+def _wait_for_go(go: Variable, lease: Lease, wanted: Callable[[], bool]):
+    """The task the coordinator tells this attempt to run (after its Started), checking
+    meanwhile that the attempt is still wanted (a coordinator that died never answers)."""
+    deadline = time.monotonic() + LEASE_WAIT_S
+    while True:
+        try:
+            task = pickle.loads(go.get(timeout=0.5))
+            break
+        except TimeoutError:
+            lease.check()
+            _check_wanted(wanted)
+            if time.monotonic() > deadline:
+                raise WorkerError(f"no word from the coordinator in {LEASE_WAIT_S:.0f} s") from None
+    if task == STOP:
+        raise Superseded("the run was stopped")
+    return task
+
+
+def _still_wanted() -> Callable[[], bool]:
+    """For the task running in this thread: whether Dask still wants its result (a task of
+    a client that is gone is released: its state on the worker becomes cancelled)."""
+    worker = get_worker()
+    key = worker.get_current_task()
+
+    def wanted() -> bool:
+        ts = worker.state.tasks.get(key)
+        return ts is not None and ts.state not in ("cancelled", "released", "forgotten")
+
+    return wanted
 
 
 def _hosted(fn: Callable, task, index: int, job: Job) -> Result:
     """A task's attempt on a Dask worker: lease, announce, wait for the go, run ``fn``."""
     lease = Lease(job, index)
     try:
-        attempt = lease.acquire()
+        wanted = _still_wanted()
+        attempt = lease.acquire(wanted)
         queue = Queue(job.queue)
-        out = _Outbox(queue, index, attempt, lease)
+        out = _Outbox(queue, index, attempt, lease, wanted)
         out.put(Started(get_worker().address, os.getpid()))
-        go = pickle.loads(Variable(f"{job.queue}-{index}-{attempt}").get(timeout=LEASE_WAIT_S))
-        if go == STOP:
-            raise Superseded("the run was stopped")
-        return Result(receipt=fn(go, out))
+        return Result(receipt=fn(_wait_for_go(Variable(f"{job.queue}-{index}-{attempt}"), lease, wanted), out))
     except BaseException as e:  # report everything, including SystemExit
         return Result(None, True, picklable(e), str(e) or type(e).__name__, traceback.format_exc())
     finally:
@@ -203,10 +251,10 @@ class _Run:
         self.futures: list = []
 
     def run(self) -> list:
-        os.makedirs(self.job.lease_dir, exist_ok=True)
-        self.queue = Queue(self.job.queue, client=self.ex.client)
+        self.coordinator = hold_run(self.job)
         name = getattr(self.fn, "__name__", "task")
         try:
+            self.queue = Queue(self.job.queue, client=self.ex.client)
             self.futures = [self.ex.client.submit(_hosted, self.fn, t, i, self.job, pure=False,
                                                   key=f"bulkload-{name}-{i}-{self.job.run_id}")
                             for i, t in enumerate(self.tasks)]
@@ -291,30 +339,119 @@ class _Run:
             _wait_free(lease_base(self.job, i) + ".lock", deadline)
 
     def _clean(self) -> None:
-        for i in range(len(self.tasks)):
-            for suffix in (".want", ".lock"):
-                try:
-                    os.unlink(lease_base(self.job, i) + suffix)
-                except FileNotFoundError:
-                    pass
+        _remove_run(self.job.lease_dir, self.job.run_id)
+        os.close(self.coordinator)
         try:
             os.rmdir(self.job.lease_dir)
         except OSError:
             pass  # another run's leases, or not empty
 
 
-def _wait_free(lock: str, deadline: float) -> None:
-    """Wait until nobody holds ``lock`` (or the deadline passes)."""
+def hold_run(job: Job) -> int:
+    """Mark ``job``'s run live - an flock on ``<run id>.run``, held by the coordinator until
+    the run ends (the kernel drops it if the coordinator dies) - then stop the orphans:
+    the attempts of runs whose coordinator is gone. Returns the held file's descriptor."""
+    os.makedirs(job.lease_dir, exist_ok=True)
+    tmp = os.path.join(job.lease_dir, f".{job.run_id}.run.tmp")
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.replace(tmp, os.path.join(job.lease_dir, f"{job.run_id}.run"))  # never seen unlocked
+    try:
+        stop_orphans(job.lease_dir, job.run_id)
+    except BaseException:
+        _remove_run(job.lease_dir, job.run_id)
+        os.close(fd)
+        raise
+    return fd
+
+
+def stop_orphans(lease_dir: str, own: str) -> None:
+    """Revoke every lease of a run whose coordinator died (its ``.run`` lock is free, or it
+    has none) and wait until none of its attempts holds a lock: an orphaned Dask task
+    stops at its next message, before this run's tasks write anything."""
+    runs = {name.split("-")[0].split(".")[0] for name in os.listdir(lease_dir) if not name.startswith(".")}
+    deadline = time.monotonic() + LEASE_WAIT_S
+    for run_id in sorted(runs - {own}):
+        if not _lock_free(os.path.join(lease_dir, f"{run_id}.run")):
+            continue  # a live run (e.g. a verify next to this one)
+        prefix = os.path.join(lease_dir, f"{run_id}-")
+        for name in os.listdir(lease_dir):
+            if name.startswith(f"{run_id}-") and name.endswith(".want"):
+                write_text(os.path.join(lease_dir, name), STOP)
+        for name in sorted(os.listdir(lease_dir)):
+            lock = os.path.join(lease_dir, name)
+            if lock.startswith(prefix) and name.endswith(".lock") and not _wait_free(lock, deadline):
+                raise WorkerError(f"an attempt of an earlier run whose coordinator is gone still holds {lock} "
+                                  f"after {LEASE_WAIT_S:.0f} s (a stopped or hung Dask worker); restart that "
+                                  "worker, then re-run the command")
+        _remove_run(lease_dir, run_id)
+
+
+def _remove_run(lease_dir: str, run_id: str) -> None:
+    for name in os.listdir(lease_dir):
+        if name == f"{run_id}.run" or name.startswith(f"{run_id}-"):
+            try:
+                os.unlink(os.path.join(lease_dir, name))
+            except FileNotFoundError:
+                pass
+
+
+def _lock_free(path: str) -> bool:
+    """Whether nobody holds the flock of ``path`` (True for a missing file)."""
+    return _wait_free(path, 0.0)
+
+
+def _wait_free(lock: str, deadline: float) -> bool:
+    """Wait until nobody holds ``lock`` (or the deadline passes); whether it is free."""
     try:
         fd = os.open(lock, os.O_RDWR)
     except FileNotFoundError:
-        return
+        return True
     try:
-        while time.monotonic() < deadline:
+        while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
+                return True
             except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    return False
                 time.sleep(0.05)
     finally:
         os.close(fd)
+
+
+def nearest_existing(path: str) -> str:
+    """``path``, or its nearest ancestor that exists (a dataset not created yet)."""
+    path = os.path.abspath(path)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path
+
+
+def inode_of(path: str) -> int | None:
+    """On a Dask worker (sent by reference: a worker that cannot import bulkload fails to
+    unpickle it): the inode of ``path`` there, None if it cannot see it."""
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
+def check_workers(client, root: str) -> None:
+    """Before anything is written: every Dask worker can import bulkload and sees the
+    dataset's directory (or its nearest existing ancestor) as the same directory as the
+    coordinator (same inode: one host, or a shared filesystem). EngineError otherwise."""
+    where = nearest_existing(root)
+    mine = os.stat(where).st_ino
+    for address, got in sorted(client.run(inode_of, where, on_error="return").items()):
+        if isinstance(got, BaseException):
+            missing = re.search(r"No module named '[^']+'", str(got))
+            if missing:  # the worker's error comes back wrapped: its text names the module
+                raise EngineError(f"the Dask worker at {address} cannot import bulkload ({missing.group(0)}); "
+                                  "install it in the workers' Python environment: pip install 'bulkload[dask]'")
+            raise EngineError(f"the Dask worker at {address} cannot run bulkload's tasks: {got}")
+        if got != mine:
+            seen = "does not exist there" if got is None else "is another directory there"
+            raise EngineError(f"the Dask worker at {address} cannot see the dataset's directory {where} (it {seen}); "
+                              "put the dataset on a filesystem every worker sees at the same path")
+

@@ -3,11 +3,8 @@ reruns its task, the retry resumes after the batches the dead attempt reported d
 the run completes byte-identical to an undisturbed local run, verify passes, and the
 engine counts the retry. (Zombie attempts: test_fencing.py.)"""
 
-import contextvars
-import json
 import os
 import signal
-import threading
 import time
 
 import pytest
@@ -15,7 +12,7 @@ import pytest
 import loader
 from loader.api.engine import engine_for
 
-from .cluster import dataset_state, local_cluster, same_state
+from .cluster import dataset_state, local_cluster, pending_rows, run_in_thread, same_state
 
 SOURCE = "gen://scidb96?n=120000&start=3"
 OPTS = dict(shards=2, workers=2, batch_records=500)
@@ -25,15 +22,6 @@ OPTS = dict(shards=2, workers=2, batch_records=500)
 def cluster():
     with local_cluster(2) as (client, c):
         yield client, c
-
-
-def pending_rows(root) -> int:
-    try:
-        with open(os.path.join(root, "manifest.json")) as f:
-            runs = json.load(f).get("runs") or []
-    except (FileNotFoundError, json.JSONDecodeError):
-        return 0
-    return len(runs[-1].get("pending") or []) if runs else 0
 
 
 def kill_a_busy_worker(client, ex, ready, thread, timeout=60):
@@ -49,21 +37,6 @@ def kill_a_busy_worker(client, ex, ready, thread, timeout=60):
     assert pid != os.getpid()
     os.kill(pid, signal.SIGKILL)
     return pid
-
-
-def run_in_thread(fn):
-    out = {}
-
-    def target():
-        try:
-            out["value"] = fn()
-        except BaseException as e:  # noqa: BLE001 - handed to the test
-            out["error"] = e
-
-    ctx = contextvars.copy_context()  # the engine in effect (a context variable) goes along
-    t = threading.Thread(target=ctx.run, args=(target,), daemon=True)
-    t.start()
-    return t, out
 
 
 def test_worker_killed_mid_load_is_retried_and_the_result_is_identical(tmp_path, cluster):
