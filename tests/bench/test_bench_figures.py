@@ -85,7 +85,8 @@ def test_a_ratio_target_is_computed_from_the_two_figures(a, b, target):
     num, den = fig("num", seconds=a), fig("den", seconds=b)
     t = ratio_target("t", "num / den", num, den, target)
     va, vb = statistics.median(96 / s for s in a), statistics.median(96 / s for s in b)
-    assert t.value == round(va, 3) and t.reference == round(vb, 3) and t.ratio == round(va / vb, 3)
+    assert t.value == round(va, 3) and t.reference == round(vb, 3)
+    assert abs(t.ratio - va / vb) <= 5e-4 + 1e-12  # rounded to 3 places (a tie like 1.1875 may go either way)
     assert t.passed == (va / vb >= target) and t.status == ("pass" if t.passed else "short")
     assert t.to_dict() == {"id": "t", "what": "num / den", "value": t.value, "reference": t.reference,
                            "ratio": t.ratio, "target": target, "pass": t.passed, "status": t.status}
