@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import loader
+from loader.bench.processes import settle, warm_for
 
 
 def timed_load(source: str, root: Path, shards: int, workers: int, **engine) -> float:
@@ -62,8 +63,10 @@ def run(n: int, shards: int, repeat: int, data: Path) -> dict:
                 "dask_1": lambda: timed_load(source, data / "dask1", shards, 2, client=clients[1]),
                 "dask_2": lambda: timed_load(source, data / "dask2", shards, 2, client=clients[2])}
         times: dict[str, list[float]] = {k: [] for k in rows}
+        warm_for(n * 96)
         for _ in range(repeat):
             for name, fn in rows.items():
+                settle()  # no dirty pages of the previous load, settled memory (see settle)
                 times[name].append(fn())
                 shutil.rmtree(data / name.replace("_", ""), ignore_errors=True)
     out.update({name: figure(t, n) for name, t in times.items()})

@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 from loader.bench.peers import installed
-from loader.bench.processes import rm, run_child, run_sampled, sync, tail, tool
+from loader.bench.processes import rm, run_child, run_sampled, settle, tail, tool, warm_for
 
 HERE = Path(__file__).resolve().parent
 RECORD_BYTES = 96
@@ -76,6 +76,7 @@ def figure(seconds: list[float], n: int) -> dict:
 def measure(n: int, repeat: int, workers: int | None, shards: int | None, work: Path) -> dict:
     """Every row, interleaved: {row: figure or {"skipped": why}}, and the ratios."""
     work.mkdir(parents=True, exist_ok=True)
+    warm_for(n * RECORD_BYTES)  # each run starts from settled memory (processes.settle)
     ds = work / "ds"
     rows = {"memory": lambda: run_memory(n, f"lmdb://{ds}", workers, shards),
             "gen": lambda: run_gen(n, f"lmdb://{ds}", workers, shards)}
@@ -88,7 +89,7 @@ def measure(n: int, repeat: int, workers: int | None, shards: int | None, work: 
     for _ in range(repeat):
         for name, run in rows.items():
             rm(ds)
-            sync()
+            settle()
             times[name].append(run())
     rm(work)
     figures = {name: figure(t, n) for name, t in times.items()} | skipped

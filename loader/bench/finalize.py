@@ -23,7 +23,7 @@ import time
 
 from .figures import Figure
 from .loads import load_once
-from .processes import rm, run_child, sync
+from .processes import rm, run_child, settle
 from .records import DIMS, box
 from .runner import Bench
 
@@ -82,7 +82,7 @@ def _query_figures(b: Bench) -> list[tuple[Figure | None, dict]]:
 def _fresh_copy(base, copy) -> None:
     rm(copy)
     shutil.copytree(base, copy)
-    sync()
+    settle()
 
 
 def _measure_queries(b: Bench, queries: list, figs: dict, base, copy) -> None:

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from .figures import Figure
-from .processes import rm, run_gen, run_sampled, sync
+from .processes import rm, run_gen, run_sampled, settle
 from .records import RECORD_SIZE, empty_records, generate_records, record_filler
 from .runner import Bench
 
@@ -106,7 +106,7 @@ def _numpy_limits(b: Bench) -> None:
               note="ArcticDB's hardware-limit method")
     npy = b.work / "limit.npy"
     b.repeat(f, lambda i: b.child_sample("npsave", path=str(npy), n=n),
-             setup=lambda i: (rm(npy), sync()))
+             setup=lambda i: (rm(npy), settle()))
     f = b.fig("npload", "limits", "np.load (warm page cache)", n, note="ArcticDB's read limit")
     b.repeat(f, lambda i: b.child_sample("npload", path=str(npy)))
     f = b.fig("cold-read", "limits", "read of a file evicted with posix_fadvise(DONTNEED)", n,
@@ -147,7 +147,7 @@ def disk_sample(b: Bench, phase: str, path: Path | None = None, keep: bool = Fal
 def gen_to_file(gen: str, n: int, path: Path, fsync: bool) -> dict:
     """One sample: ``bulkload-gen n > path`` (+ fsync), timed from the open file."""
     rm(path)
-    sync()
+    settle()
     with open(path, "wb") as o:
         t = time.perf_counter()
         run_gen(gen, n, o, fsync=fsync)

@@ -21,7 +21,7 @@ import json
 import shlex
 from dataclasses import dataclass
 
-from .processes import rm, run_sampled, sync, tail
+from .processes import rm, run_sampled, settle, tail
 from .records import LAYOUT
 from .runner import Bench
 
@@ -78,7 +78,7 @@ def load_once(b: Bench, n: int, uri: str, *, workers: int, format: str | None = 
     ``compression`` None: bulkload's defaults (the option is not given); ``source``: a file
     of raw records instead of the generator."""
     rm(b.ds_root(uri))
-    sync()
+    settle()
     args = [uri, "--json", "--quiet", "--workers", str(workers), "--shards", str(b.cores)]
     args += [x for opt, v in (("--format", format), ("--compression", compression)) if v for x in (opt, v)]
     if stdin:

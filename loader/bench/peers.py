@@ -26,7 +26,7 @@ import statistics
 import time
 from typing import Callable
 
-from .processes import disk_bytes, rm, sync
+from .processes import disk_bytes, rm, settle
 from .records import LAYOUT, RECORD_SIZE, generate_records
 from .runner import Bench
 
@@ -70,7 +70,7 @@ def _naive_peers(b: Bench) -> None:
     ):
         f = b.fig(fid, "peers", title, recs, limit="gen-file-fsync", note=note, workers=1)
         b.repeat(f, lambda i, kind=kind, recs=recs: b.child_sample(kind, path=str(d), n=recs),
-                 setup=lambda i: (rm(d), sync()), teardown=lambda: rm(d))
+                 setup=lambda i: (rm(d), settle()), teardown=lambda: rm(d))
 
 
 # ============================================================================================

@@ -175,9 +175,41 @@ def rm(path: str | Path) -> None:
         p.unlink(missing_ok=True)
 
 
-def sync() -> None:
-    """No dirty pages of a previous run may be flushed during the next one."""
+#: bytes of memory `settle` touches before each sample (0: none); set by the entry points
+#: from the records a sample moves (`warm_for`)
+WARM = {"bytes": 0}
+
+
+def warm_for(nbytes: int) -> None:
+    """Before each sample, touch memory for a run moving ``nbytes`` of records: three times
+    that (records in memory, their new page-cache pages, the writers' buffers), at most half
+    of what is available. See `settle`."""
+    try:
+        with open("/proc/meminfo") as f:
+            avail = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        avail = 0
+    WARM["bytes"] = int(min(3 * nbytes, avail // 2))
+
+
+def settle() -> None:
+    """Start every sample from the same state: no dirty pages of a previous run left to be
+    flushed during this one (``sync``), and free memory the kernel can hand out at once.
+
+    The second matters on virtual machines that give free memory back to their host (free
+    page reporting, DAMON pageout; this benchmark machine does both): the first touch of
+    such a page is a fault in the host, and a run that needs more fresh pages than the one
+    before it (a 2 GB array held in memory while 2 GB of store pages are written) measured
+    2-3 x slower for that alone. Touching ``WARM["bytes"]`` once and freeing them before
+    each sample puts every row on an equal footing, as on a machine that keeps its memory."""
     os.sync()
+    size = WARM["bytes"]
+    if size > 0:
+        import numpy as np  # heavy: only where a benchmark warms memory
+
+        block = np.empty(size, dtype=np.uint8)
+        block[::4096] = 1  # one write per page: the page is faulted in
+        del block
 
 
 def disk_bytes(path: str | Path) -> int:

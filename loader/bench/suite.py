@@ -62,6 +62,7 @@ from .loads import section_load, section_rss, section_scaling
 from .machine import git_info, library_versions, machine_info
 from .peers import native_versions, section_peers
 from .plan import SECTIONS, Plan, make_plan
+from .processes import warm_for
 from .randreads import section_random
 from .records import DIMS, LAYOUT, RECORD_SIZE, box
 from .report import SCHEMA, SCHEMA_VERSION, write_outputs
@@ -123,6 +124,7 @@ def parameters(b: Bench) -> dict:
 def run_plan(plan: Plan, log: Callable[[str], None] | None = None) -> BenchResult:
     """Run the plan's sections in order; every figure's measurement (or reason) is in the result."""
     b = Bench(plan, log)
+    warm_for(b.p.n * RECORD_SIZE)  # every sample starts from settled memory (processes.settle)
     t0 = time.perf_counter()
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     work = b.open_work()

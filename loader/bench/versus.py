@@ -35,7 +35,7 @@ from .figures import Figure
 from .limits import disk_sample
 from .loads import LoadConfig, compressed_config, load_configs, load_once
 from .peers import NOT_INSTALLED, installed
-from .processes import disk_bytes, evict, rm, sync
+from .processes import disk_bytes, evict, rm, settle
 from .records import box
 from .runner import Bench, Row
 
@@ -148,7 +148,7 @@ def _peer_row(b: Bench, have: bool, outputs: list, measure, d: Path) -> Row | No
 
     def one(i: int) -> dict:
         rm(d)
-        sync()
+        settle()
         try:
             return measure(i)
         finally:
