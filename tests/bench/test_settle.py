@@ -1,5 +1,6 @@
 """Every benchmark sample starts from settled memory (loader/bench/processes.settle): the
-memory it touches before the sample is resident once (peak RSS of a fresh process, no time)."""
+memory it touches before the sample is resident once (VmHWM, the peak RSS of a fresh
+process - not ru_maxrss, which execve keeps from the parent - no time)."""
 
 import subprocess
 import sys
@@ -7,12 +8,12 @@ import sys
 from loader.bench import processes
 
 PROBE = """
-import resource, sys
+import sys
 import numpy  # in both runs: the difference is the touched memory alone
 from loader.bench import processes
 processes.warm_for(int(sys.argv[1]))
 processes.settle()
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+print(next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmHWM:")))
 """
 
 
