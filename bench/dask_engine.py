@@ -24,11 +24,11 @@ import loader
 from loader.bench.processes import settle, warm_for
 
 
-def timed_load(source: str, root: Path, shards: int, workers: int, **engine) -> float:
+def timed_load(source: str, root: Path, shards: int, workers: int, compression: str = "none", **engine) -> float:
     """Seconds of one load into a fresh dataset at ``root``."""
     shutil.rmtree(root, ignore_errors=True)
     t = time.perf_counter()
-    rep = loader.load(source, f"lmdb://{root}", shards=shards, workers=workers, **engine)
+    rep = loader.load(source, f"lmdb://{root}", shards=shards, workers=workers, compression=compression, **engine)
     seconds = time.perf_counter() - t
     assert rep.records > 0
     return seconds
@@ -41,7 +41,7 @@ def figure(seconds: list[float], n: int) -> dict:
             "mb_per_s_max": round(rates[-1], 1)}
 
 
-def run(n: int, shards: int, repeat: int, data: Path) -> dict:
+def run(n: int, shards: int, repeat: int, data: Path, compression: str = "none") -> dict:
     """Both clusters are started first (their start-up reported apart); then each round
     runs the local pool, Dask with 1 worker and Dask with 2 workers, one after the other
     (interleaved, so a noisy minute hits all three alike)."""
@@ -50,7 +50,7 @@ def run(n: int, shards: int, repeat: int, data: Path) -> dict:
     from distributed import Client, LocalCluster
 
     source = f"gen://scidb96?n={n}"
-    out: dict = {"n": n, "shards": shards, "repeat": repeat, "interleaved": True}
+    out: dict = {"n": n, "shards": shards, "repeat": repeat, "interleaved": True, "compression": compression}
     with ExitStack() as stack:
         clients = {}
         for nworkers in (1, 2):
@@ -59,9 +59,10 @@ def run(n: int, shards: int, repeat: int, data: Path) -> dict:
                                                  dashboard_address=None))
             clients[nworkers] = stack.enter_context(Client(c))
             out[f"cluster_{nworkers}_start_s"] = round(time.perf_counter() - t, 3)
-        rows = {"local": lambda: timed_load(source, data / "local", shards, 2),
-                "dask_1": lambda: timed_load(source, data / "dask1", shards, 2, client=clients[1]),
-                "dask_2": lambda: timed_load(source, data / "dask2", shards, 2, client=clients[2])}
+        c = compression
+        rows = {"local": lambda: timed_load(source, data / "local", shards, 2, c),
+                "dask_1": lambda: timed_load(source, data / "dask1", shards, 2, c, client=clients[1]),
+                "dask_2": lambda: timed_load(source, data / "dask2", shards, 2, c, client=clients[2])}
         times: dict[str, list[float]] = {k: [] for k in rows}
         warm_for(n * 96)
         for _ in range(repeat):
@@ -81,11 +82,12 @@ def main(argv=None) -> dict:
     ap.add_argument("--n", type=int, default=20_000_000)
     ap.add_argument("--shards", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--compression", default="none", help="none (default), lz4 or zstd: lz4 makes a load CPU-bound")
     ap.add_argument("--data", default=None, help="Directory for the datasets (default: a temporary one).")
     ap.add_argument("--out", default=None, help="Write the result as JSON here too.")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(dir=args.data) as tmp:
-        result = run(args.n, args.shards, args.repeat, Path(tmp))
+        result = run(args.n, args.shards, args.repeat, Path(tmp), args.compression)
     text = json.dumps(result, indent=1)
     print(text)
     if args.out:
