@@ -184,12 +184,9 @@ def warm_for(nbytes: int) -> None:
     """Before each sample, touch memory for a run moving ``nbytes`` of records: three times
     that (records in memory, their new page-cache pages, the writers' buffers), at most half
     of what is available. See `settle`."""
-    try:
-        with open("/proc/meminfo") as f:
-            avail = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
-    except (OSError, StopIteration, ValueError):
-        avail = 0
-    WARM["bytes"] = int(min(3 * nbytes, avail // 2))
+    import psutil  # lazy: child benchmark processes import this module (see TreeSampler)
+
+    WARM["bytes"] = int(min(3 * nbytes, psutil.virtual_memory().available // 2))
 
 
 def settle() -> None:
@@ -212,19 +209,22 @@ def settle() -> None:
         del block
 
 
+def _files(path: str | Path) -> list[Path]:
+    """``path`` if it is a file, else the regular files under it (symlinks left out)."""
+    p = Path(path)
+    return [p] if p.is_file() else [q for q in p.rglob("*") if q.is_file() and not q.is_symlink()]
+
+
 def disk_bytes(path: str | Path) -> int:
     """Bytes allocated on disk (st_blocks) by the files under ``path`` (or the file): what a
     dataset really takes, whatever the apparent size of a sparse or pre-sized file."""
-    p = Path(path)
-    files = [p] if p.is_file() else [q for q in p.rglob("*") if q.is_file() and not q.is_symlink()]
-    return sum(q.stat().st_blocks * 512 for q in files)
+    return sum(q.stat().st_blocks * 512 for q in _files(path))
 
 
 def evict(path: str | Path) -> None:
     """Drop the page cache of the file(s) under ``path`` (fsync, then posix_fadvise DONTNEED):
     the next read of them comes from the disk."""
-    p = Path(path)
-    for q in [p] if p.is_file() else [q for q in p.rglob("*") if q.is_file() and not q.is_symlink()]:
+    for q in _files(path):
         fd = os.open(q, os.O_RDONLY)
         try:
             os.fsync(fd)

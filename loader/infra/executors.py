@@ -57,16 +57,8 @@ class LocalExecutor:
         return Pool(fn, tasks, extras=extras, on_progress=on_progress, on_message=on_message).run()
 
 
-class InProcessExecutor:
+class InProcessExecutor(LocalExecutor):
     """The tasks run one after another in the calling thread (see the module docstring)."""
-
-    engine = "local"
-    scheduler = ""
-    local = True
-
-    def __init__(self):
-        self.retried = 0
-        self.workers: set = set()
 
     def run(self, fn: Callable, tasks: list, extras: list[tuple] | None = None,
             on_progress: Callable[..., None] | None = None, on_message: Callable[[object], None] | None = None,

@@ -95,6 +95,12 @@ def write_header(buf, n: int, words_per_record: int, start: int) -> int:
     return HEADER_BYTES + body * 8
 
 
+def byte_view(value) -> memoryview:
+    """A flat view of ``value``'s bytes (any buffer; no copy)."""
+    mv = memoryview(value)
+    return mv if mv.ndim == 1 and mv.itemsize == 1 else mv.cast("B")
+
+
 def _corrupt(msg: str) -> VerifyError:
     return VerifyError(f"corrupt Cap'n Proto batch value: {msg}")
 
@@ -105,9 +111,7 @@ class CapnpMessage:
     __slots__ = ("mv", "segs")
 
     def __init__(self, value):
-        mv = memoryview(value)
-        if mv.ndim != 1 or mv.itemsize != 1:
-            mv = mv.cast("B")
+        mv = byte_view(value)
         size = len(mv)
         if size < 8:
             raise _corrupt(f"{size} bytes is shorter than a segment table (8 bytes)")
@@ -220,9 +224,9 @@ def parse(value) -> tuple[int, CapnpMessage, int, int, int, int, int]:
     return start, msg, n, seg, idx + 1, edw, epc
 
 
-def header_fields(value, stride: int) -> tuple[int, int]:
-    """(start, n) of a compressed value's 40-byte header, checked to be our own framing."""
-    mv = memoryview(value).cast("B") if not isinstance(value, (bytes, bytearray)) else value
+def header_fields(mv: memoryview, stride: int) -> tuple[int, int]:
+    """(start, n) of a compressed value's 40-byte header (``mv``: its `byte_view`), checked to
+    be our own framing."""
     if len(mv) < HEADER_BYTES:
         raise _corrupt(f"{len(mv)} bytes is shorter than a compressed batch's header ({HEADER_BYTES} bytes)")
     nseg, words, root, start, lst, tag = _HEADER.unpack_from(mv, 0)
@@ -282,9 +286,7 @@ class CapnpSerializer(Serializer):
         self.check_batch_records(n)
         start = self._check_start(start)
         size = HEADER_BYTES + n * self._stride
-        mv = memoryview(buf)
-        if mv.ndim != 1 or mv.itemsize != 1:
-            mv = mv.cast("B")
+        mv = byte_view(buf)
         if len(mv) < size:
             raise UsageError(
                 f"buffer of {len(mv)} bytes is too small for {n} records ({size} bytes); "
@@ -308,13 +310,13 @@ class CapnpSerializer(Serializer):
     # --- decoding -----------------------------------------------------------
     def count(self, value) -> int:
         if self.compression != "none":
-            return header_fields(value, self._stride)[1]
+            return header_fields(byte_view(value), self._stride)[1]
         return parse(value)[2]
 
     def _decompressed(self, value) -> bytearray:
         """The standard message of a compressed value: its header + the records, decompressed."""
-        _start, n = header_fields(value, self._stride)
-        mv = memoryview(value).cast("B") if not isinstance(value, (bytes, bytearray)) else memoryview(value)
+        mv = byte_view(value)
+        _start, n = header_fields(mv, self._stride)
         msg = bytearray(HEADER_BYTES + n * self._stride)
         msg[:HEADER_BYTES] = mv[:HEADER_BYTES]
         shuffled.decompress_into(mv[HEADER_BYTES:], memoryview(msg)[HEADER_BYTES:], "corrupt Cap'n Proto batch value")
