@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from loader.bench.processes import settle, warm_for
+
 BIN = Path(sys.executable).parent
 
 
@@ -32,7 +34,9 @@ def sh(cmd: list[str], **kw) -> subprocess.CompletedProcess:
 
 
 def disk_limit(n: int, path: Path) -> float:
-    """Seconds for bulkload-gen N -> file + fsync on the dataset's filesystem."""
+    """Seconds for bulkload-gen N -> file + fsync on the dataset's filesystem (from settled
+    memory, as the load: loader/bench/processes.settle)."""
+    settle()
     t = time.perf_counter()
     with open(path, "wb") as f:
         subprocess.run([str(BIN / "bulkload-gen"), str(n)], stdout=f, check=True)
@@ -54,7 +58,7 @@ def main() -> None:
     ds = data / "demo"
     uri = f"lmdb://{ds}?shards={a.shards}"
     shutil.rmtree(ds, ignore_errors=True)
-    os.sync()  # the previous run's pages must not be written back during this one
+    warm_for(nbytes)  # each timed step starts from settled memory (loader/bench/processes.settle)
 
     rows = []
     disk = []  # the disk's limit, sampled before the load, after it and at the end: the median of them
@@ -62,6 +66,7 @@ def main() -> None:
     disk.append(disk_limit(n, data / "limit.bin"))
 
     print("== load")
+    settle()  # the previous run's pages must not be written back during this one; memory settled
     p = sh([str(BIN / "bulkload"), "load", f"gen://scidb96?n={n}", uri, "--json"],
            stdout=subprocess.PIPE, text=True)
     rep = json.loads(p.stdout)
