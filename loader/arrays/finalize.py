@@ -91,9 +91,12 @@ from .scan import MAX_SCAN_ENTRIES, ScanTask, scan_worker
 from .spec import DEFAULT_ARRAY, ArraySpec, make_spec
 
 STRATEGIES = ("auto", "direct", "spill")
-#: bytes of record buffers (plus sort temporaries) per worker
+#: bytes of memory per worker: its whole process (peak RSS), from 128 MiB up
 DEFAULT_MEMORY_BUDGET = 512 << 20
 MIN_MEMORY_BUDGET = 4096
+#: what a worker holds besides its record buffers: the interpreter, numpy, pyarrow and the
+#: stores' libraries (40-55 MiB of RSS measured, 20M scidb96 records), with room to spare
+WORKER_RESERVE = 96 << 20
 #: most cells per stored piece for formats without a size limit (Arrow)
 MAX_PIECE_CELLS = 1 << 22
 SPILL_PREFIX = ".finalize-"
@@ -123,7 +126,7 @@ class FinalizePlan:
     array: ArraySpec
     cell: Layout
     workers: int  # requested workers of each phase (--workers, else the cores)
-    budget: int  # bytes per worker
+    budget: int  # bytes per worker: its peak RSS (see buffer_budget)
     max_piece: int  # cells per stored piece
     fault: str  # BULKLOAD_FAULT of the job
 
@@ -209,6 +212,14 @@ def _plan(m: mf.Manifest, opts: FinalizeOptions) -> FinalizePlan:
     return FinalizePlan(opts, aspec, cell, w_req, budget, max_piece, fault)
 
 
+def buffer_budget(budget: int) -> int:
+    """Bytes of record buffers (windows, sort keys, chunk values) a worker may hold under
+    ``budget``: the budget less the worker's own footprint (`WORKER_RESERVE`), so the budget
+    bounds the whole process. Below ~128 MiB a quarter of the budget is kept: such budgets
+    size the buffers (e.g. to force spill runs) but cannot bound the interpreter itself."""
+    return max(budget // 4, budget - WORKER_RESERVE)
+
+
 def _begin(spec: StoreSpec, dataset_uri: str, plan: FinalizePlan) -> _Build:
     """With the lock held: re-read the manifest, compact, record the new run, sweep the
     leftovers of crashed runs and make the run's spill directory."""
@@ -279,7 +290,7 @@ def _scan(b: _Build) -> None:
         b.why = "records too scattered over chunks"
     else:
         entries = np.concatenate([np.load(rc.entries) for rc in b.scan])
-        cap = direct_window_records(b.plan.budget, b.m.layout_obj.record_size)
+        cap = direct_window_records(buffer_budget(b.plan.budget), b.m.layout_obj.record_size)
         b.windows, b.why = plan_direct(entries, b.flat, b.m.shards, b.nbuild, cap, b.plan.array.chunks,
                                        strict=b.plan.options.strategy == "direct")
     b.phase_seconds["scan_s"] = round(time.perf_counter() - t, 3)
@@ -289,7 +300,7 @@ def _partition(b: _Build) -> None:
     """Phase 1 (spill): partition the records into spill runs."""
     t = time.perf_counter()
     job = b.job()
-    tasks = [PartitionTask(job, w, tuple(g), b.m.shards, b.spill, b.plan.budget) for w, g in enumerate(b.groups)]
+    tasks = [PartitionTask(job, w, tuple(g), b.m.shards, b.spill, buffer_budget(b.plan.budget)) for w, g in enumerate(b.groups)]
     with b.progress("partition") as prog:
         b.partition = executors.run(partition_worker, tasks, on_progress=prog.advance)
     b.runs = tuple(run for rc in b.partition for run in rc.runs)
@@ -305,7 +316,7 @@ def _build(b: _Build) -> None:
     direct = b.windows is not None
     tasks = [BuildTask(b.job(), w, workers=nbuild, nshards=m.shards, cell_layout=plan.cell.to_dict(),
                        policy=plan.array.policy, array=plan.array.name, table=b.table, keep_tables=keep_tables,
-                       runs=b.runs, spill_dir=b.spill, budget=plan.budget, max_piece=plan.max_piece,
+                       runs=b.runs, spill_dir=b.spill, budget=buffer_budget(plan.budget), max_piece=plan.max_piece,
                        batches=tuple(b.flat) if direct else (),
                        windows={s: b.windows.get(s, []) for s in range(m.shards) if s % nbuild == w}
                        if direct else None)
@@ -395,6 +406,7 @@ def _report(b: _Build, summary: dict, totals: IndexTotals, t_start: float) -> Fi
         records_per_s=round(total / seconds, 1) if seconds > 0 else 0.0,
         stages=stage_figures(b.phase_seconds, b.scan, b.partition, b.build),
         worker_peak_rss_bytes=worker_peak_rss(b.scan, b.partition, b.build),
+        worker_max_rss_bytes=max(rc.max_rss for rc in (*b.scan, *b.partition, *b.build)),
         compact=b.compact_report)
 
 

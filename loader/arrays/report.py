@@ -57,6 +57,7 @@ class FinalizeReport:
     records_per_s: float
     stages: dict  # seconds of each phase, slowest worker per phase and per step
     worker_peak_rss_bytes: int  # the largest sum over one phase's workers
+    worker_max_rss_bytes: int  # the largest peak RSS of one worker (what --memory-budget bounds)
     compact: dict | None  # the compaction's report (None: --no-compact)
 
     def to_dict(self) -> dict:

@@ -124,7 +124,8 @@ def child_finalize(uri: str, dims: str, workers: int, array: str = "grid") -> di
     s = time.perf_counter() - t
     out = {"seconds": s}
     d = rep.to_dict() if hasattr(rep, "to_dict") else (rep if isinstance(rep, dict) else {})
-    for k in ("seconds", "mb_per_s", "chunks", "cells", "peak_rss_bytes", "stages", "compact"):
+    for k in ("seconds", "mb_per_s", "chunks", "cells", "peak_rss_bytes", "stages", "compact", "memory_budget",
+              "worker_max_rss_bytes"):
         if k in d:
             out[f"report_{k}"] = d[k]
     if "peak_rss_bytes" in d:

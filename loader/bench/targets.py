@@ -113,6 +113,18 @@ def throughput_targets(figs: dict[str, Figure], cores: int, suite: str = "quick"
     ]
 
 
+def budget_target(fin: Figure | None) -> Target:
+    """The largest peak RSS of one finalize worker, over all samples, within --memory-budget."""
+    what = "finalize: largest worker peak RSS <= --memory-budget"
+    rss = [s["report_worker_max_rss_bytes"] for s in fin.samples if s.get("report_worker_max_rss_bytes")] \
+        if fin is not None and fin.status == "ok" else []
+    if not rss:
+        return Target("finalize-worker-rss", what, 1.0, "not measured")
+    peak, budget = max(rss), fin.samples[0]["report_memory_budget"]
+    return Target.measured("finalize-worker-rss", f"{what}: budget / peak", peak, budget, round(budget / peak, 3),
+                           1.0, peak <= budget, note=f"{peak / 2**20:,.0f} MiB under {budget / 2**20:,.0f} MiB")
+
+
 def query_target(q: Figure | None) -> Target:
     """The warm ~1,000-cell box query against 2 ms."""
     if q is None or q.status != "ok" or not q.secs():
@@ -150,6 +162,7 @@ def random_read_targets(figs: dict[str, Figure]) -> list[Target]:
 def targets(figs: dict[str, Figure], cores: int, rss_n: tuple[int, ...] | None, suite: str = "quick") -> list[Target]:
     """Every target of a run, in the order of the report."""
     out = throughput_targets(figs, cores, suite)
+    out.append(budget_target(figs.get(f"finalize-w{cores}")))
     out.append(query_target(figs.get("query-box-1000")))
     out += random_read_targets(figs)
     rss = [figs.get(f"rss-load-n{n}") for n in (rss_n or ())]

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from loader.bench.figures import Figure, mb_s_median, stats
-from loader.bench.targets import GIB, Target, query_target, ratio_target, rss_targets, targets
+from loader.bench.targets import GIB, Target, budget_target, query_target, ratio_target, rss_targets, targets
 
 N = 1_000_000  # 96 MB of records
 
@@ -116,6 +116,16 @@ def test_query_target_against_2_ms():
     assert query_target(None).to_dict()["status"] == "not measured"
 
 
+def test_finalize_worker_rss_against_the_budget():
+    def fin(*peaks):
+        return Figure("finalize-w2", "finalize", "f", N, samples=[
+            {"seconds": 1, "report_memory_budget": 512 << 20, "report_worker_max_rss_bytes": p} for p in peaks])
+    ok, over = budget_target(fin(400 << 20, 500 << 20)), budget_target(fin(400 << 20, 600 << 20))
+    assert (ok.value, ok.reference, ok.ratio, ok.status) == (500 << 20, 512 << 20, 1.024, "pass")
+    assert (over.value, over.status, over.note) == (600 << 20, "short", "600 MiB under 512 MiB")
+    assert budget_target(None).status == budget_target(fin()).status == "not measured"
+
+
 def test_rss_targets_from_the_samples():
     def rss(n, anon, vm):
         return Figure(f"rss-load-n{n}", "rss", "r", n, samples=[
@@ -138,7 +148,7 @@ def test_targets_of_a_run_in_report_order():
     rows = [t.to_dict() for t in targets(figs, 2, None)]
     assert [r["id"] for r in rows] == ["load-vs-disk", "load-vs-arcticdb", "load-vs-naive-lmdb", "load-2w-vs-1w",
                                        "arrow-vs-disk", "rocksdb-vs-disk", "mem-vs-lmdb", "finalize-400",
-                                       "finalize-2w-vs-1w", "query-2ms"]
+                                       "finalize-2w-vs-1w", "finalize-worker-rss", "query-2ms"]
     by = {r["id"]: r for r in rows}
     assert (by["load-vs-disk"]["ratio"], by["load-vs-disk"]["status"]) == (0.5, "pass")
     assert (by["load-2w-vs-1w"]["ratio"], by["load-2w-vs-1w"]["status"]) == (2.0, "pass")
