@@ -111,7 +111,8 @@ def _numpy_limits(b: Bench) -> None:
     b.repeat(f, lambda i: b.child_sample("npload", path=str(npy)))
     f = b.fig("cold-read", "limits", "read of a file evicted with posix_fadvise(DONTNEED)", n,
               note="the disk's cold read limit")
-    b.repeat(f, lambda i: b.child_sample("coldread", path=str(npy)))
+    b.repeat(f, lambda i: b.child_sample("coldread", path=str(npy)),
+             setup=lambda i: npy.exists() or gen_to_file(b.gen, n, npy, fsync=True))  # np.save not selected
     rm(npy)
 
 
