@@ -21,7 +21,7 @@ import json
 import shlex
 from dataclasses import dataclass
 
-from .processes import rm, run_sampled, settle, tail
+from .processes import cached_fraction, rm, run_sampled, settle, tail
 from .records import LAYOUT
 from .runner import Bench
 
@@ -73,12 +73,18 @@ def load_configs(cores: int) -> list[LoadConfig]:
 
 
 def load_once(b: Bench, n: int, uri: str, *, workers: int, format: str | None = "capnp",
-              compression: str | None = "none", stdin: bool = False, source: str | None = None) -> dict:
+              compression: str | None = "none", stdin: bool = False, source: str | None = None,
+              prepare=None) -> dict:
     """One `bulkload load` run in a fresh process tree; returns a sample. ``format`` /
     ``compression`` None: bulkload's defaults (the option is not given); ``source``: a file
-    of raw records instead of the generator."""
+    of raw records instead of the generator (the sample says how much of it was in the page
+    cache as the load started); ``prepare()``: untimed, right before the load (after
+    `settle`, which may take seconds: a page cache warmed before it may be cold again)."""
     rm(b.ds_root(uri))
     settle()
+    if prepare:
+        prepare()
+    resident = cached_fraction(source) if source else None
     args = [uri, "--json", "--quiet", "--workers", str(workers), "--shards", str(b.cores)]
     args += [x for opt, v in (("--format", format), ("--compression", compression)) if v for x in (opt, v)]
     if stdin:
@@ -95,7 +101,8 @@ def load_once(b: Bench, n: int, uri: str, *, workers: int, format: str | None = 
     return {"seconds": rep["seconds"], "wall_s": p.wall_s,
             "peak_tree_rss_bytes": p.peak_tree_rss_bytes, "peak_tree_anon_bytes": p.peak_tree_anon_bytes,
             "report_peak_rss_bytes": rep.get("peak_rss_bytes"), "stages": rep.get("stages"),
-            "stored_bytes": rep.get("stored_bytes"), "workers": rep.get("workers")}
+            "stored_bytes": rep.get("stored_bytes"), "workers": rep.get("workers")} | (
+        {"source_cached": round(resident, 4)} if resident is not None else {})
 
 
 def compressed_config(spec: str, cores: int) -> LoadConfig:

@@ -64,17 +64,15 @@ def _load_figure(b: Bench, cfg: LoadConfig) -> Figure | None:
                  params=cfg.params(b.cores) | {"interleaved": True})
 
 
-def _load_row(b: Bench, cfg: LoadConfig, source: Path | None = None, before=None) -> Row | None:
+def _load_row(b: Bench, cfg: LoadConfig, source: Path | None = None, prepare=None) -> Row | None:
     f = _load_figure(b, cfg)
     if f is None:
         return None
     uri = b.dataset(cfg.scheme, cfg.id)
 
     def one(i: int) -> dict:
-        if before:
-            before()
         s = load_once(b, b.p.n, uri, workers=cfg.workers, format=cfg.format, compression=cfg.compression,
-                      source=str(source) if source else None)
+                      source=str(source) if source else None, prepare=prepare)
         s["disk_bytes"] = disk_bytes(b.ds_root(uri))
         rm(b.ds_root(uri))
         return s
@@ -96,12 +94,13 @@ def _compressed_rows(b: Bench) -> list[Row | None]:
 def _file_rows(b: Bench, records: Path) -> list[Row | None]:
     c = b.cores
     warm = LoadConfig("load-file-warm", "load FILE of raw records (page cache warm), lmdb", "lmdb", c,
-                      "gen-file-fsync", note="the records file read once before (untimed); default options")
+                      "gen-file-fsync", note="the records file read right before the load (untimed; the sample's "
+                                             "source_cached: the part of it in the page cache then); default options")
     cold = LoadConfig("load-file-cold", "load FILE of raw records (evicted: cold), lmdb", "lmdb", c, "cold-read",
                       note="the file evicted with posix_fadvise(DONTNEED) before; ratio to the disk's cold "
                            "read limit")
-    return [_load_row(b, warm, records, before=lambda: _read_through(records)),
-            _load_row(b, cold, records, before=lambda: evict(records))]
+    return [_load_row(b, warm, records, prepare=lambda: _read_through(records)),
+            _load_row(b, cold, records, prepare=lambda: evict(records))]
 
 
 def _read_through(path: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from loader.bench.child import CHILDREN
-from loader.bench.processes import child_cmd, rm, run_child, run_gen, run_sampled, tail, tool
+from loader.bench.processes import cached_fraction, child_cmd, evict, rm, run_child, run_gen, run_sampled, tail, tool
 
 MIB = 1 << 20
 
@@ -98,3 +98,17 @@ def test_rm_removes_files_and_trees_but_only_the_link_of_a_linked_directory(tmp_
 def test_tail_is_the_last_lines_on_one_line():
     assert tail("a\n b \nc\nd\n\n") == "b | c | d"
     assert tail("only") == "only" and tail("") == ""
+
+
+def test_cached_fraction_follows_the_page_cache(tmp_path):
+    f = tmp_path / "recs.bin"
+    f.write_bytes(b"r" * (64 << 20))
+    evict(f)
+    assert cached_fraction(f) == 0.0
+    with open(f, "rb") as fh:
+        fh.read(4 << 20)  # the first 16th (readahead - 8 MiB on this VM's disk - may add some more)
+    assert 1 / 16 <= cached_fraction(f) < 1.0
+    f.read_bytes()
+    assert cached_fraction(f) == 1.0
+    (tmp_path / "empty").write_bytes(b"")
+    assert cached_fraction(tmp_path / "empty") == 1.0

@@ -65,6 +65,9 @@ def test_versus_rows_are_measured_interleaved_with_bytes_on_disk(tmp_path, monke
             assert all(s["disk_bytes"] > 0 and s["seconds"] > 0 for s in f.samples)
             assert f.to_dict(b.figures)["disk_bytes"]["median"] > 0
         assert b.figures["load-file-cold"].limit == "cold-read"
+        # the warm file was in the page cache as its load started, the cold one was not
+        assert [s["source_cached"] for s in b.figures["load-file-warm"].samples] == [1.0, 1.0]
+        assert [s["source_cached"] for s in b.figures["load-file-cold"].samples] == [0.0, 0.0]
         disk = b.figures["gen-file-fsync"]
         assert [s["phase"] for s in disk.samples] == ["round 1", "round 2", "after"]
         zstd, plain = (b.figures[x].samples[0]["disk_bytes"] for x in ("load-lmdb-capnp-zstd", ids[0]))
