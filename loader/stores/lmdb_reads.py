@@ -15,8 +15,9 @@
 - A table dropped by a writer after this process opened its handle (MDB_BAD_DBI) reads
   as absent, like a table that never existed.
 - With readahead off (random reads), `get`, `seek` and a value view's `get` advise the
-  kernel of a big value's overflow pages in one request (else every page of it would be
-  one disk read: MADV_RANDOM turns the kernel's read-around off).
+  kernel of a big value's overflow pages up front, in pieces a disk request can hold
+  (else every page of it would be one disk read: MADV_RANDOM turns the kernel's
+  read-around off; and one WILLNEED reads no more than the device's largest request).
 
 Reads only: nothing here writes, and a crash leaves nothing behind.
 """
@@ -37,6 +38,8 @@ from .options import LmdbOptions
 # own short read transaction: no long-lived reader pins old pages or a stale map.
 RANGE_SLICE_BYTES = 64 << 20
 RANGE_SLICE_ITEMS = 4096
+#: readahead advice is given in pieces of this many bytes (see LmdbReads._advise)
+ADVICE_BYTES = 512 << 10
 
 
 class LmdbReads:
@@ -136,11 +139,16 @@ class LmdbReads:
 
     def _advise(self, offset: int, length: int) -> bool:
         """With readahead off, have the kernel start reading bytes [offset, offset +
-        length) of data.mdb in one request (no wait); whether it was asked."""
+        length) of data.mdb (no wait); whether it was asked. One WILLNEED reads at most
+        the device's largest request (``max_sectors_kb``, often 512 KiB - 4 MiB) and drops
+        the rest, which the map would then fault in page by page: a big value (a chunk
+        piece of several MiB) is asked for in ADVICE_BYTES pieces, all in flight at once."""
         if self._opts.readahead:
             return False
+        fd = self._data_file()
         try:
-            os.posix_fadvise(self._data_file(), offset, length, os.POSIX_FADV_WILLNEED)
+            for at in range(offset, offset + length, ADVICE_BYTES):
+                os.posix_fadvise(fd, at, min(ADVICE_BYTES, offset + length - at), os.POSIX_FADV_WILLNEED)
         except OSError:
             return False
         return True
