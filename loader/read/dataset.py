@@ -297,8 +297,6 @@ class Dataset:
                 raise self.moved_on() or CorruptBatchError(batch_message(self.uri, b, "missing from the store"))
             if len(v) != b.nbytes:
                 return False
-            for span in spans:  # readahead off: their pages in one request each, all in flight at once
-                rd.advise(v, *span)
             recs = self.serializer.decode_part([rd.read(v, *span) for span in spans], len(v), b.first, b.count)
         if recs is None:
             return False

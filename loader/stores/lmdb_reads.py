@@ -7,8 +7,8 @@
 - `value_view` is the zero-copy path (values.ValueReader): one read transaction, values
   are buffers into the map, valid until the view is closed. Its ``get(key, touch=False)``
   hands out a value found from its leaf node alone, none of its pages read: a reader of a
-  few records of a big value reads only their pages (`advise` starts fetching them in one
-  request; `read` preads them, the GIL released while the disk works).
+  few records of a big value reads only their pages (`read` preads them, in one request,
+  the GIL released while the disk works).
 - Every value's leaf node is checked (lmdb_files.Pages) before py-lmdb touches the
   value's pages: a damaged node would point past the end of the file (a SIGBUS); it is a
   CorruptStoreError naming the shard instead, as are LMDB's own read errors.
@@ -241,8 +241,8 @@ class LmdbValueView:
 
     def get(self, key: bytes, touch: bool = True):
         """The value of ``key`` (a buffer into the map) or None. ``touch=False``: none of
-        its pages is read until the caller reads its bytes (and only the pages it reads;
-        `advise` says which ones to fetch in one request)."""
+        its pages is read until the caller reads its bytes (and only the pages it reads:
+        `read`)."""
         try:
             with reading(self.store.path):  # a damaged store: one error naming the shard
                 if not self.cursor.set_key(key):
@@ -252,13 +252,6 @@ class LmdbValueView:
                 return self.store._value(self.cursor, self.pages, touch)
         except lmdb.BadDbiError:  # the table was dropped after this process opened it
             return None
-
-    def advise(self, value, offset: int, length: int) -> None:
-        """With readahead off, start reading bytes [offset, offset + length) of an untouched
-        ``value`` (``get(key, touch=False)``) from the disk in one request."""
-        at = self._file_offset(value, offset, length)
-        if at is not None:
-            self.store._advise(at, length)
 
     def read(self, value, offset: int, length: int) -> bytearray:
         """A copy of bytes [offset, offset + length) of ``value``: of an untouched value

@@ -8,8 +8,7 @@ missing table reads as absent (None), as does one another process drops meanwhil
 resident set (the data stays in the page cache), so a pass over a store larger than RAM
 stays flat in RSS; for copies it does nothing. ``rd.get(key, touch=False)`` (LMDB) reads
 none of the value's pages until its bytes are read: a reader of a small part of a big value
-reads only that part's pages from the disk (``rd.advise`` starts fetching them in one
-request, ``rd.read`` copies them out). `read_batch` reads a flat batch and checks
+reads only that part's pages from the disk (``rd.read`` copies them out). `read_batch` reads a flat batch and checks
 it against its manifest row.
 
 Every value read is checked as the store's own reads are (a damaged shard is one
@@ -45,12 +44,6 @@ class ValueReader:
         if self.view is not None:
             return self.view.get(key, touch)
         return self.store.get(key, table=self.table)
-
-    def advise(self, value, offset: int, length: int) -> None:
-        """Say that bytes [offset, offset + length) of an untouched ``value`` will be read
-        next: with readahead off, LMDB starts reading their pages in one request."""
-        if self.view is not None:
-            self.view.advise(value, offset, length)
 
     def read(self, value, offset: int, length: int) -> bytearray:
         """A copy of bytes [offset, offset + length) of ``value`` (of an untouched LMDB
