@@ -40,6 +40,7 @@ from ..serializers import get_serializer
 from ..stores.base import ShardStore
 from ..stores.health import batch_message, check_shard, check_value, committed_shards, shard_problems
 from ..stores.spec import parse_dataset_uri
+from ..stores.values import ValueReader
 from .snapshots import manifest_ident, read_snapshot
 
 if TYPE_CHECKING:
@@ -262,8 +263,45 @@ class Dataset:
         return v
 
     def _decode(self, b: mf.BatchEntry) -> np.ndarray:
-        _, recs = self.serializer.decode(self._checked_value(b))
+        """The records of batch ``b``, its whole value checked first (size, xxh3), and its
+        record count and first record checked against the manifest row."""
+        start, recs = self.serializer.decode(self._checked_value(b))
+        if len(recs) != b.count or start != b.first:
+            raise CorruptBatchError(batch_message(self.uri, b, f"the value holds {len(recs)} records from {start}, "
+                                                               f"the manifest says {b.count} from {b.first}"))
         return recs
+
+    def _records_into(self, out: np.ndarray, b: mf.BatchEntry, lo: int, hi: int) -> None:
+        """Write records [lo, hi) of batch ``b`` into ``out``: from its whole, checked value
+        (`_decode`), or - fewer records than the batch holds, in a format and a store that
+        allow it - from its header and those records' pages alone (`_part_into`)."""
+        if hi - lo >= b.count or not self._part_into(out, b, lo, hi):
+            out[...] = self._decode(b)[lo:hi]
+
+    def _part_into(self, out: np.ndarray, b: mf.BatchEntry, lo: int, hi: int) -> bool:
+        """Records [lo, hi) of batch ``b`` into ``out`` from a zero-copy value of which only
+        the header and those records' pages are read; whether it could. It cannot when the
+        format does not store records flat (compressed, Arrow), the store copies values
+        out (RocksDB: then the whole value is read anyway, and checked), or the value is not
+        the manifest row's size or the header is not exactly the framing of its
+        ``count`` records from ``first``: then the whole value is read and checked (which
+        names what is wrong). The xxh3 of the whole value is not computed here."""
+        spans = self.serializer.part_spans(lo, hi)
+        if spans is None:
+            return False
+        with ValueReader(self.shard(b.shard), "batches") as rd:
+            if rd.view is None:
+                return False
+            v = rd.get(batch_key(b.seq), touch=False)
+            if v is None:
+                raise self.moved_on() or CorruptBatchError(batch_message(self.uri, b, "missing from the store"))
+            if len(v) != b.nbytes:
+                return False
+            recs = self.serializer.decode_part([rd.read(v, *span) for span in spans], len(v), b.first, b.count)
+        if recs is None:
+            return False
+        out[...] = recs
+        return True
 
     def iter_batches(self) -> Iterator[tuple[int, np.ndarray]]:
         """(first record index, records) of every committed batch, in record order."""
@@ -271,12 +309,17 @@ class Dataset:
         for b in self.manifest.batches:
             yield b.first, self._decode(b)
 
+    @functools.cached_property
+    def _record_count(self) -> int:
+        """The snapshot's record count (the manifest sums its batch rows: once, not per read)."""
+        return self.manifest.records
+
     def read_records(self, start: int = 0, stop: int | None = None) -> np.ndarray:
         """Records [start, stop) as a numpy structured array of the layout's dtype."""
         import numpy as np  # start-up: opening a dataset (info) does without numpy; reading records needs it
 
         self._fixed_only("read_records")
-        n = self.manifest.records
+        n = self._record_count
         stop = n if stop is None else stop
         if not (0 <= start <= stop <= n):
             raise UsageError(f"record range {start}:{stop} is outside 0:{n} of {self.uri}")
@@ -286,9 +329,8 @@ class Dataset:
         pos = start
         while pos < stop:
             b = bs[i]
-            recs = self._decode(b)
             lo, hi = pos - b.first, min(stop, b.first + b.count) - b.first
-            out[pos - start: pos - start + hi - lo] = recs[lo:hi]
+            self._records_into(out[pos - start: pos - start + hi - lo], b, lo, hi)
             pos += hi - lo
             i += 1
         return out

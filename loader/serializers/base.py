@@ -13,6 +13,8 @@ message), so ``encode_buffer`` only writes a 40-byte header and returns a memory
 value has been written.
 
 ``encode(records, start)`` is the convenience path (copies into a new buffer).
+`part_spans` / `decode_part`: formats that store records flat (Cap'n Proto, uncompressed)
+read a few records of a value without the rest of it.
 ``decode(value) -> (start, records)`` and ``count(value)`` (cheap, header/metadata only)
 read a value back; a malformed value raises `loader.errors.VerifyError` naming what is
 wrong.
@@ -113,6 +115,18 @@ class Serializer(ABC):
     @abstractmethod
     def count(self, value) -> int:
         """Number of records in a stored value, reading only its header."""
+
+    # --- reading a few records of a value (formats that store records flat) ---
+    def part_spans(self, lo: int, hi: int) -> list[tuple[int, int]] | None:
+        """The (offset, length) byte ranges of a value that `decode_part` reads for records
+        [lo, hi) when this format can read them without the rest of the value, else None."""
+        return None
+
+    def decode_part(self, parts: list, size: int, start: int, count: int) -> np.ndarray | None:
+        """The records of ``parts`` - the bytes of the ranges `part_spans` named - of a value
+        of ``size`` bytes said to hold ``count`` records from ``start``; None when the value's
+        framing is not that (then read it whole)."""
+        return None
 
     # --- helpers ------------------------------------------------------------
     def _check_records(self, records) -> np.ndarray:

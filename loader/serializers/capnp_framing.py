@@ -43,6 +43,12 @@ value is the same 40-byte header followed by one blosc2 chunk of the records reg
 (shuffled by record, shuffled.py); decompressing the chunk after the header gives back the
 standard message. `count` reads the header alone; `decode` decompresses into a new buffer
 (no zero-copy view).
+
+Partial reads. `decode_part` gives records [lo, hi) of an uncompressed value from its
+header and those records' bytes alone (`part_spans` says where they lie), so that a
+reader of a few records of a batch reads only their pages; it accepts only a value whose
+size and 40 header bytes are exactly what `write_header` writes for the batch the caller
+expects (anything else: None, and the caller reads the value whole).
 """
 
 from __future__ import annotations
@@ -345,10 +351,37 @@ class CapnpSerializer(Serializer):
                              strides=(stride, 1))
             view = np.zeros(n, dtype=self._cdtype)
             view.view(np.uint8).reshape(n, self._stride)[:, : edw * 8] = raw
-        out = np.empty(n, dtype=dt)
-        for name in dt.names:
+        return start, self._as_records(view)
+
+    def _as_records(self, view: np.ndarray) -> np.ndarray:
+        """A new array of the layout's dtype holding the fields of a ``capnp_dtype`` view."""
+        out = np.empty(len(view), dtype=self.layout.dtype)
+        for name in out.dtype.names:
             out[name] = view[name]
-        return start, out
+        return out
+
+    # --- reading a few records of a value -------------------------------------
+    def part_spans(self, lo: int, hi: int) -> list[tuple[int, int]] | None:
+        if self.compression != "none":
+            return None
+        return [(0, HEADER_BYTES), (HEADER_BYTES + lo * self._stride, (hi - lo) * self._stride)]
+
+    def decode_part(self, parts: list, size: int, start: int, count: int) -> np.ndarray | None:
+        """The records of ``parts`` (the bytes of `part_spans`: the header, then the records
+        asked for) of an uncompressed value of ``size`` bytes said to hold ``count`` records
+        from ``start``; None unless the value is exactly this layout's framing of them: its
+        size and every byte of its header."""
+        head, body = parts
+        if self.compression != "none" or size != message_size(self.layout, count):
+            return None
+        expected = bytearray(HEADER_BYTES)
+        write_header(expected, count, self._words, start)
+        if head != expected:
+            return None
+        n = len(body) // self._stride
+        if self._framable:
+            return np.frombuffer(body, dtype=self.layout.dtype, count=n)
+        return self._as_records(np.frombuffer(body, dtype=self._cdtype, count=n))
 
 
 def pycapnp_reader(layout: Layout, value):

@@ -117,6 +117,13 @@ class Pages:
     def node_problem(self, key) -> str | None:
         """Why the value of the leaf node whose key buffer (zero-copy) is given would lie
         outside the pages in use, or None."""
+        found = self.value_span(key)
+        return found if isinstance(found, str) else None
+
+    def value_span(self, key) -> tuple[int, int] | str:
+        """(offset in data.mdb, size) of the value of the leaf node whose key buffer
+        (zero-copy) is given, read from the node alone (none of the value's pages is
+        touched), or why it would lie outside the pages in use."""
         n = len(key)
         at = buffer_address(key) - self.base
         if not 8 <= at <= self.in_use - n - 8:
@@ -126,7 +133,7 @@ class Pages:
         start = _PGNO.unpack_from(self.view, at + n)[0] * self.psize + 16 if flags & _F_BIGDATA else at + n
         if ksize != n or start + size > self.in_use:
             return f"the value of key {bytes(key).hex()} ({size} bytes) lies outside the pages in use of data.mdb"
-        return None
+        return start, size
 
 
 def overflow_span(key_buf) -> tuple[int, int] | None:

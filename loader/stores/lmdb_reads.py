@@ -5,15 +5,19 @@
   spans several committed states if a writer commits meanwhile (never a torn item) and
   never pins old pages or a stale map.
 - `value_view` is the zero-copy path (values.ValueReader): one read transaction, values
-  are buffers into the map, valid until the view is closed.
+  are buffers into the map, valid until the view is closed. Its ``get(key, touch=False)``
+  hands out a value found from its leaf node alone, none of its pages read: a reader of a
+  few records of a big value reads only their pages (`read` preads them, in one request,
+  the GIL released while the disk works).
 - Every value's leaf node is checked (lmdb_files.Pages) before py-lmdb touches the
   value's pages: a damaged node would point past the end of the file (a SIGBUS); it is a
   CorruptStoreError naming the shard instead, as are LMDB's own read errors.
 - A table dropped by a writer after this process opened its handle (MDB_BAD_DBI) reads
   as absent, like a table that never existed.
 - With readahead off (random reads), `get`, `seek` and a value view's `get` advise the
-  kernel of a big value's overflow pages in one request (else every page of it would be
-  one disk read: MADV_RANDOM turns the kernel's read-around off).
+  kernel of a big value's overflow pages up front, in pieces a disk request can hold
+  (else every page of it would be one disk read: MADV_RANDOM turns the kernel's
+  read-around off; and one WILLNEED reads no more than the device's largest request).
 
 Reads only: nothing here writes, and a crash leaves nothing behind.
 """
@@ -27,13 +31,15 @@ import lmdb
 
 from .base import corrupt_store
 from .lmdb_env import EnvEntry, mapped_pages, reading
-from .lmdb_files import Pages, overflow_span, release_pages
+from .lmdb_files import Pages, buffer_address, overflow_span, release_pages
 from .options import LmdbOptions
 
 # range() copies items out in slices of this many bytes (or items), each slice under its
 # own short read transaction: no long-lived reader pins old pages or a stale map.
 RANGE_SLICE_BYTES = 64 << 20
 RANGE_SLICE_ITEMS = 4096
+#: readahead advice is given in pieces of this many bytes (see LmdbReads._advise)
+ADVICE_BYTES = 512 << 10
 
 
 class LmdbReads:
@@ -103,18 +109,22 @@ class LmdbReads:
             return pages
         return mapped_pages(self._entry, self.path, refresh)
 
-    def _value(self, cur, pages: Pages | None):
+    def _value(self, cur, pages: Pages | None, touch: bool = True):
         """The cursor's value (zero-copy), once its leaf node says it lies inside the pages
         in use: py-lmdb touches every page of a value as it hands it out, and a damaged
         node (a flipped size or overflow page number) would point it past the end of the
-        file - a SIGBUS. About 0.5 us per value."""
+        file - a SIGBUS. About 0.5 us per value. ``touch=False``: the value as a slice of
+        the map found from its node, none of its pages read yet (py-lmdb's value when the
+        map cannot be located: then every page is)."""
         if pages is not None:
-            problem = pages.node_problem(cur.key())
-            if problem is not None:  # the file may have grown, or the map moved, since: look again
+            span = pages.value_span(cur.key())
+            if isinstance(span, str):  # the file may have grown, or the map moved, since: look again
                 pages = self._pages(refresh=True)
-                problem = pages.node_problem(cur.key()) if pages is not None else None
-                if problem is not None:
-                    raise corrupt_store(self.path, problem)
+                span = pages.value_span(cur.key()) if pages is not None else None
+                if isinstance(span, str):
+                    raise corrupt_store(self.path, span)
+            if not touch and span is not None:
+                return pages.view[span[0]: span[0] + span[1]]
         return cur.value()
 
     def _prefetch_overflow(self, key_buf) -> tuple[int, int] | None:
@@ -125,15 +135,36 @@ class LmdbReads:
         if self._opts.readahead:
             return None
         span = overflow_span(key_buf)
-        if span is None:
-            return None
-        if self._data_fd is None:
-            self._data_fd = os.open(os.path.join(self.path, "data.mdb"), os.O_RDONLY | os.O_CLOEXEC)
+        return span if span is not None and self._advise(*span) else None
+
+    def _advise(self, offset: int, length: int) -> bool:
+        """With readahead off, have the kernel start reading bytes [offset, offset +
+        length) of data.mdb (no wait); whether it was asked. One WILLNEED reads at most
+        the device's largest request (``max_sectors_kb``, often 512 KiB - 4 MiB) and drops
+        the rest, which the map would then fault in page by page: a big value (a chunk
+        piece of several MiB) is asked for in ADVICE_BYTES pieces, all in flight at once."""
+        if self._opts.readahead:
+            return False
+        fd = self._data_file()
         try:
-            os.posix_fadvise(self._data_fd, *span, os.POSIX_FADV_WILLNEED)
+            for at in range(offset, offset + length, ADVICE_BYTES):
+                os.posix_fadvise(fd, at, min(ADVICE_BYTES, offset + length - at), os.POSIX_FADV_WILLNEED)
         except OSError:
-            return None
-        return span
+            return False
+        return True
+
+    def _data_file(self) -> int:
+        """This store's own descriptor of data.mdb (advice and `pread`s; with readahead
+        off it reads only the pages asked for: POSIX_FADV_RANDOM)."""
+        if self._data_fd is None:
+            fd = os.open(os.path.join(self.path, "data.mdb"), os.O_RDONLY | os.O_CLOEXEC)
+            if not self._opts.readahead:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+            if self._data_fd is None:  # another thread may have opened it meanwhile
+                self._data_fd = fd
+            else:
+                os.close(fd)
+        return self._data_fd
 
     def range(self, lo: bytes | None = None, hi: bytes | None = None,
               table: str = "batches") -> Iterator[tuple[bytes, bytes]]:
@@ -208,16 +239,40 @@ class LmdbValueView:
     def __init__(self, store: LmdbReads, txn: lmdb.Transaction, cursor: lmdb.Cursor, pages: Pages | None):
         self.store, self.txn, self.cursor, self.pages = store, txn, cursor, pages
 
-    def get(self, key: bytes):
-        """The value of ``key`` (a buffer into the map) or None."""
+    def get(self, key: bytes, touch: bool = True):
+        """The value of ``key`` (a buffer into the map) or None. ``touch=False``: none of
+        its pages is read until the caller reads its bytes (and only the pages it reads:
+        `read`)."""
         try:
             with reading(self.store.path):  # a damaged store: one error naming the shard
                 if not self.cursor.set_key(key):
                     return None
-                self.store._prefetch_overflow(self.cursor.key())  # readahead off: one request
-                return self.store._value(self.cursor, self.pages)
+                if touch:
+                    self.store._prefetch_overflow(self.cursor.key())  # readahead off: one request
+                return self.store._value(self.cursor, self.pages, touch)
         except lmdb.BadDbiError:  # the table was dropped after this process opened it
             return None
+
+    def read(self, value, offset: int, length: int) -> bytearray:
+        """A copy of bytes [offset, offset + length) of ``value``: of an untouched value
+        read with ``pread`` from data.mdb - only their pages, and with the GIL released
+        while the disk works (a page fault through the map would hold it)."""
+        at = self._file_offset(value, offset, length)
+        if at is None:
+            return bytearray(memoryview(value)[offset: offset + length])
+        out = bytearray(length)
+        got = os.preadv(self.store._data_file(), [out], at)
+        if got != length:  # the file is shorter than its pages in use (damaged meanwhile)
+            raise corrupt_store(self.store.path, f"data.mdb ended at byte {at + got} inside a value")
+        return out
+
+    def _file_offset(self, value, offset: int, length: int) -> int | None:
+        """Where bytes [offset, offset + length) of a value in the map lie in data.mdb, or
+        None when the value is not in the map as `pages` know it (a copy)."""
+        if self.pages is None or length <= 0 or offset < 0 or offset + length > len(value):
+            return None
+        at = buffer_address(memoryview(value)) - self.pages.base
+        return at + offset if 0 <= at and at + len(value) <= self.pages.in_use else None
 
     def release(self, value) -> None:
         """Done with a value: drop its pages from this process's resident set."""

@@ -6,7 +6,9 @@ is a buffer into the shard's map, valid until the block ends (one read transacti
 missing table reads as absent (None), as does one another process drops meanwhile.
 ``rd.release(v)`` says a zero-copy value is done with: its pages leave this process's
 resident set (the data stays in the page cache), so a pass over a store larger than RAM
-stays flat in RSS; for copies it does nothing. `read_batch` reads a flat batch and checks
+stays flat in RSS; for copies it does nothing. ``rd.get(key, touch=False)`` (LMDB) reads
+none of the value's pages until its bytes are read: a reader of a small part of a big value
+reads only that part's pages from the disk (``rd.read`` copies them out). `read_batch` reads a flat batch and checks
 it against its manifest row.
 
 Every value read is checked as the store's own reads are (a damaged shard is one
@@ -36,11 +38,19 @@ class ValueReader:
         self.view = self.store.value_view(self.table)
         return self
 
-    def get(self, key: bytes):
-        """The value of ``key`` (zero-copy under LMDB) or None."""
+    def get(self, key: bytes, touch: bool = True):
+        """The value of ``key`` (zero-copy under LMDB) or None. ``touch=False`` (LMDB): none
+        of its pages is read from the disk until its bytes are, and then only those pages."""
         if self.view is not None:
-            return self.view.get(key)
+            return self.view.get(key, touch)
         return self.store.get(key, table=self.table)
+
+    def read(self, value, offset: int, length: int) -> bytearray:
+        """A copy of bytes [offset, offset + length) of ``value`` (of an untouched LMDB
+        value: only their pages are read from the disk)."""
+        if self.view is not None:
+            return self.view.read(value, offset, length)
+        return bytearray(memoryview(value)[offset: offset + length])
 
     def release(self, value) -> None:
         """Done with a zero-copy value: drop its pages from this process's resident set."""
