@@ -131,27 +131,40 @@ class LmdbReads:
         """With readahead off (random reads of records, chunks, documents), start reading
         in one request the overflow pages of the value whose key buffer (inside its leaf
         node) is given: py-lmdb touches a value's pages one after the other, which then
-        costs one disk read per page. Returns the (file offset, length) advised, or None."""
+        costs one disk read per page. Returns the value's (file offset, length) - advised
+        where it was not in the page cache -, or None (readahead on, a value in its leaf page,
+        or the advice failed)."""
         if self._opts.readahead:
             return None
         span = overflow_span(key_buf)
-        return span if span is not None and self._advise(*span) else None
+        return span if span is not None and self._advise(*span) is not None else None
 
-    def _advise(self, offset: int, length: int) -> bool:
+    def _advise(self, offset: int, length: int) -> int | None:
         """With readahead off, have the kernel start reading bytes [offset, offset +
-        length) of data.mdb (no wait); whether it was asked. One WILLNEED reads at most
+        length) of data.mdb (no wait); the number of pieces asked for (None: readahead
+        is on, or the advice failed). One WILLNEED reads at most
         the device's largest request (``max_sectors_kb``, often 512 KiB - 4 MiB) and drops
         the rest, which the map would then fault in page by page: a big value (a chunk
-        piece of several MiB) is asked for in ADVICE_BYTES pieces, all in flight at once."""
+        piece of several MiB) is asked for in ADVICE_BYTES pieces, all in flight at once.
+        Nothing is asked for a value whose first and last bytes are in the page cache, nor
+        for a piece whose are: the advice walks every page of its range, ~0.13 ms of a
+        warm 9.6 MB chunk piece (a warm box query took 0.31 ms with it, 0.18 without); a
+        check is a one-byte read that never waits (RWF_NOWAIT)."""
         if self._opts.readahead:
-            return False
+            return None
         fd = self._data_file()
+        asked = 0
+        if _cached(fd, offset) and _cached(fd, offset + length - 1):
+            return 0  # warm (a value whose ends are cached; its middle, if not, faults page by page)
         try:
             for at in range(offset, offset + length, ADVICE_BYTES):
-                os.posix_fadvise(fd, at, min(ADVICE_BYTES, offset + length - at), os.POSIX_FADV_WILLNEED)
+                n = min(ADVICE_BYTES, offset + length - at)
+                if not (_cached(fd, at) and _cached(fd, at + n - 1)):
+                    os.posix_fadvise(fd, at, n, os.POSIX_FADV_WILLNEED)
+                    asked += 1
         except OSError:
-            return False
-        return True
+            return None
+        return asked
 
     def _data_file(self) -> int:
         """This store's own descriptor of data.mdb (advice and `pread`s; with readahead
@@ -282,3 +295,15 @@ class LmdbValueView:
     def close(self) -> None:
         self.cursor = None
         self.txn.abort()
+
+
+_PROBE = bytearray(1)
+
+
+def _cached(fd: int, offset: int) -> bool:
+    """Whether byte ``offset`` of ``fd`` is in the page cache: a one-byte read that fails
+    rather than wait for the disk (preadv2 RWF_NOWAIT; False where that is not supported)."""
+    try:
+        return os.preadv(fd, [_PROBE], offset, os.RWF_NOWAIT) == 1
+    except (OSError, AttributeError):  # EAGAIN: not cached; EOPNOTSUPP / no RWF_NOWAIT: cannot tell
+        return False
