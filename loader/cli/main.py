@@ -12,6 +12,7 @@ BULKLOAD_DEBUG=1). The BULKLOAD_* variables are checked before any command runs 
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import os
 import sys
@@ -342,6 +343,18 @@ def main() -> None:
             unexpected(e)
         except typer.Exit as done:
             sys.exit(done.exit_code)
+    finally:
+        exiting()
+
+
+def exiting() -> None:
+    """Start-up (its other end): the process is about to exit, and the interpreter's last
+    garbage collections would walk every object its imports made (numpy, typer, the stages:
+    20-40 ms of a small load). Frozen objects are still freed as the modules are torn down,
+    but no longer walked for cycles: a cycle that is garbage by now is left to the exit
+    (Python promises no finalizer at exit anyway). Everything the command opened is closed
+    by then (`with` blocks; the dataset lock is released); atexit handlers run as before."""
+    gc.freeze()
 
 
 from . import jobs as cli_jobs  # noqa: E402  (ingest, run)

@@ -170,3 +170,27 @@ def test_the_guard_sees_what_other_loads_import(tmp_path):
         with loader.open(f"lmdb://{tmp_path}/{ds}") as d:
             assert (d.read_records() == generate(get_layout("scidb96"), 0, 50)).all()
 
+
+FREEZE_GEN = '''
+import atexit, gc, os
+from loader.model.layouts import get_layout
+from loader.sources.generators import generate
+
+def records(start, n):
+    atexit.register(lambda: open(os.environ["FROZEN_FILE"], "w").write(str(gc.get_freeze_count())))
+    return generate(get_layout("scidb96"), start, n)
+'''
+
+
+def test_the_command_leaves_its_objects_to_the_exit(tmp_path):
+    """Start-up's other end: when the command is done, its objects are frozen (gc.freeze), so
+    the interpreter's last collections do not walk them; atexit handlers still run, and the
+    load is whole."""
+    (tmp_path / "freezegen.py").write_text(FREEZE_GEN)
+    env = dict(os.environ, PYTHONPATH=str(tmp_path), FROZEN_FILE=str(tmp_path / "frozen"))
+    p = subprocess.run([tool("bulkload"), "load", "gen://freezegen:records?n=10&layout=scidb96",
+                        f"lmdb://{tmp_path}/ds", "-q"], capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert int((tmp_path / "frozen").read_text()) > 10_000
+    with loader.open(f"lmdb://{tmp_path}/ds") as d:
+        assert d.records == 10
