@@ -194,3 +194,20 @@ def test_the_command_leaves_its_objects_to_the_exit(tmp_path):
     assert int((tmp_path / "frozen").read_text()) > 10_000
     with loader.open(f"lmdb://{tmp_path}/ds") as d:
         assert d.records == 10
+
+
+@pytest.mark.parametrize("args,built", [
+    (["load", "gen://scidb96?n=1", "mem://x"], {"load"}), (["info", "--help"], {"info"}),
+    (["finalize", "lmdb:///x"], {"finalize"}), (["--help"], None), ([], None), (["lod"], None),
+    (["--log-format", "json", "info", "x"], None),
+])
+def test_the_command_builds_only_the_command_it_runs(args, built):
+    """typer builds a command's parameters from its signature before parsing: `bulkload CMD`
+    builds CMD's alone; anything else (help, a group option first, a typo) gets every command."""
+    from typer.main import get_command
+
+    from loader.cli.main import app, app_for
+
+    every = set(get_command(app).commands)
+    assert set(get_command(app_for(args)).commands) == (every if built is None else built)
+    assert len(every) > 10
