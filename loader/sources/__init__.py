@@ -7,8 +7,9 @@ several inputs in one run: many.py; Python objects: shared.py for whole arrays, 
 tables, then iterables.py for any iterable of blocks), and registries that plug-ins extend
 (their own ``gen://NAME`` generators, directory sources, file types and object adapters).
 The modules of file types and objects, and user_gen.py, are imported when first needed
-(base.py `_builtins`; start-up: a gen:// load reads no file and no object). May import: model, infra, errors (and the C generators,
-``_gen``; pyarrow only where an Arrow or Parquet file or object is read).
+(base.py `_builtins`; start-up: a gen:// load reads no file and no object). May import:
+model, infra, errors (and the C generators, ``_gen``; pyarrow only where an Arrow or
+Parquet file or object is read).
 """
 
 from .base import (

@@ -154,13 +154,15 @@ _BUILTINS_LOADED: set[str] = set()
 
 
 def _builtins(registry: str) -> None:
-    """Import ``registry``'s built-in modules once, before its first use or extension (so a
+    """Import ``registry``'s built-in modules before its first use or extension (so a
     plug-in's entries come after them, as they would if imported with the package).
-    Start-up: a gen:// load needs none of them (numpy file readers, pyarrow's, shared memory)."""
+    Start-up: a gen:// load needs none of them (numpy file readers, pyarrow's, shared memory).
+    Marked loaded only once imported: another thread meanwhile waits on the import lock; the
+    modules' own registrations (the importing thread) get them as they are."""
     if registry not in _BUILTINS_LOADED:
-        _BUILTINS_LOADED.add(registry)
         for name in _BUILTIN_MODULES[registry]:
             importlib.import_module(f"{__package__}.{name}")
+        _BUILTINS_LOADED.add(registry)
 
 
 @dataclass(frozen=True)
