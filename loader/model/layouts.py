@@ -184,16 +184,13 @@ class Layout:
     def framable(self) -> bool:
         """True when a List(Record) body is exactly the raw records, byte for byte."""
         offsets, words = self._capnp_layout
-        return list(offsets) == [self.dtype.fields[n][1] for n in self.names] and (
-            words * 8 == self.record_size
-        )
+        return list(offsets) == [self.dtype.fields[n][1] for n in self.names] and words * 8 == self.record_size
 
     @functools.cached_property
     def capnp_id(self) -> int:
         # Cap'n Proto aborts the process when two different files share an id: derive it
         # from everything that goes into the file.
         import hashlib  # start-up: only a layout's Cap'n Proto schema needs it (OpenSSL's load: ~3 ms)
-
         h = hashlib.blake2b((self.name + "\n" + self.capnp_body()).encode(), digest_size=8).digest()
         return int.from_bytes(h, "big") | (1 << 63)
 
@@ -411,7 +408,6 @@ def _load_capnp(text: str):
     # pycapnp loads from files; keep one file per distinct schema text for the process.
     import hashlib  # start-up: only a layout's Cap'n Proto schema needs them
     import tempfile
-
     d = Path(tempfile.gettempdir()) / f"bulkload-capnp-{os.getuid()}"
     d.mkdir(parents=True, exist_ok=True)
     name = "l" + hashlib.blake2b(text.encode(), digest_size=8).hexdigest() + ".capnp"
