@@ -3,8 +3,6 @@ and `path_ident`, which tells whether a path was swapped or replaced since it wa
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
 
 _AT_FDCWD, _RENAME_EXCHANGE = -100, 2
@@ -19,6 +17,9 @@ def exchange(a: str, b: str) -> bool:
     """
     global _renameat2
     if _renameat2 is None:
+        import ctypes  # start-up: only a swap needs libc (ctypes.util imports tempfile, subprocess)
+        import ctypes.util
+
         try:
             libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
             fn = libc.renameat2

@@ -26,14 +26,11 @@ raises with a worker of its own still running.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import numbers
-import pickle
 import threading
 import time
 import traceback
 from dataclasses import dataclass
-from multiprocessing.connection import wait
 from typing import Callable
 
 from ..errors import Interrupted, WorkerError
@@ -48,6 +45,8 @@ DEATH_GRACE_S = 0.1
 def context():
     global _CTX
     if _CTX is None:
+        import multiprocessing as mp  # start-up: a small load runs in-process and starts no pool
+
         _CTX = mp.get_context("forkserver")
         _CTX.set_forkserver_preload(["loader.loading.worker", "loader.arrays.build", "loader.arrays.partition",
                                      "loader.arrays.scan", "loader.maintain.merge"])
@@ -89,6 +88,8 @@ class Outbox:
 
 def picklable(e: BaseException) -> BaseException | None:
     """``e`` if it survives a trip through a pipe (a library's error may not), else None."""
+    import pickle  # start-up: only a worker's failure needs it (multiprocessing has it loaded)
+
     try:
         pickle.loads(pickle.dumps(e))
         return e
@@ -141,6 +142,8 @@ class Pool:
         self.failure = exc
 
     def run(self) -> list:
+        from multiprocessing.connection import wait  # start-up: only a pool waits (see context)
+
         try:
             self._start()
             while len(self.results) < len(self.procs):
@@ -187,6 +190,8 @@ class Pool:
 
     def _drain(self, w: int) -> None:
         """Handle every message waiting on worker w's pipe; a broken pipe is its death."""
+        import pickle  # start-up: only a pool reads pipes (multiprocessing has it loaded)
+
         conn = self.conns[w]
         while w not in self.results and conn.poll():
             try:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import mmap
 import os
 import time
-from multiprocessing import reduction
 
 from .messages import FreeSlot, StageTimes
 
@@ -61,6 +60,8 @@ class SharedSlots:
             pass
 
     def __reduce__(self):
+        from multiprocessing import reduction  # start-up: only a stream's pool pickles slots (a small load has none)
+
         return _attach, (reduction.DupFd(self.fd), self.nslots, self.slot_bytes)
 
 

@@ -22,14 +22,12 @@ field at its packed offset and the record is a whole number of 8-byte words (tru
 from __future__ import annotations
 
 import functools
-import hashlib
+import importlib
 import os
 import re
 import sys
-import tempfile
 import tomllib
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -186,14 +184,13 @@ class Layout:
     def framable(self) -> bool:
         """True when a List(Record) body is exactly the raw records, byte for byte."""
         offsets, words = self._capnp_layout
-        return list(offsets) == [self.dtype.fields[n][1] for n in self.names] and (
-            words * 8 == self.record_size
-        )
+        return list(offsets) == [self.dtype.fields[n][1] for n in self.names] and words * 8 == self.record_size
 
     @functools.cached_property
     def capnp_id(self) -> int:
         # Cap'n Proto aborts the process when two different files share an id: derive it
         # from everything that goes into the file.
+        import hashlib  # start-up: only a layout's Cap'n Proto schema needs it (OpenSSL's load: ~3 ms)
         h = hashlib.blake2b((self.name + "\n" + self.capnp_body()).encode(), digest_size=8).digest()
         return int.from_bytes(h, "big") | (1 << 63)
 
@@ -409,6 +406,8 @@ def _find_registered(name: str):
 @functools.lru_cache(maxsize=None)
 def _load_capnp(text: str):
     # pycapnp loads from files; keep one file per distinct schema text for the process.
+    import hashlib  # start-up: only a layout's Cap'n Proto schema needs them
+    import tempfile
     d = Path(tempfile.gettempdir()) / f"bulkload-capnp-{os.getuid()}"
     d.mkdir(parents=True, exist_ok=True)
     name = "l" + hashlib.blake2b(text.encode(), digest_size=8).hexdigest() + ".capnp"
@@ -453,7 +452,8 @@ def _search_dirs() -> list[Path]:
 
 
 def builtin_schema_dir() -> Path:
-    return Path(str(resources.files("loader.schemas")))
+    # what importlib.resources.files says of a package in a directory, without its ~3 ms of imports (start-up)
+    return Path(importlib.import_module("loader.schemas").__file__).parent
 
 
 def available_layouts() -> list[str]:

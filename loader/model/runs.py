@@ -25,7 +25,6 @@ that code). Pure functions on the manifest in memory; the caller saves it.
 from __future__ import annotations
 
 import os
-import socket
 import time
 import uuid
 
@@ -121,7 +120,7 @@ class Run(JsonObject):
 def new_run(kind: str, **details) -> Run:
     """A run that starts now, in this process."""
     return Run(id=uuid.uuid4().hex[:12], kind=kind, status="running", started=time.time(), ended=None,
-               host=socket.gethostname(), pid=os.getpid(), **details)
+               host=os.uname().nodename, pid=os.getpid(), **details)  # = socket.gethostname(), lighter
 
 
 UNFINISHED = ("running", "failed", "interrupted")
@@ -212,7 +211,7 @@ def supersede(m, keep: Run | None, by: str) -> list[str]:
 
 def restart(run: Run) -> None:
     """An unfinished run is being resumed by this job."""
-    run.update(status="running", ended=None, error=None, pid=os.getpid(), host=socket.gethostname())
+    run.update(status="running", ended=None, error=None, pid=os.getpid(), host=os.uname().nodename)
     run.attempts = (run.attempts or 1) + 1
     run.resumed = [*(run.resumed or []), time.time()]
 

@@ -13,7 +13,9 @@ iterables of blocks (iterables.py), found through `object_source`.
 Plug-ins register more with `register_generator` (``gen://NAME`` of their own layouts),
 `register_directory_source` (a directory as the source of a layout of their kind), e.g.
 the documents' ``gen://docs`` and ``<id>.json`` directories (loader/docs/sources.py), and
-`register_object_source` (a kind of Python object).
+`register_object_source` (a kind of Python object). The built-in file types and object
+adapters register themselves when their registry is first used or extended (`_builtins`:
+a ``gen://`` load imports none of them), so they always come before a plug-in's.
 Keyed sources have ``read_docs(offset, count) -> (batch, [file errors])`` instead of
 ``fill``.
 
@@ -24,6 +26,7 @@ identifies it on a re-run: resume, "already loaded"), and for a directory lists 
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
@@ -145,6 +148,22 @@ _GENERATORS: dict[str, GeneratorParser] = {}
 _DIRECTORIES: dict[str, DirectorySource] = {}
 _FILE_TYPES: dict[str, "FileType"] = {}
 
+#: registry -> the built-in modules that register into it when imported
+_BUILTIN_MODULES = {"file types": ("arrow_files", "npy"), "objects": ("iterables", "shared")}
+_BUILTINS_LOADED: set[str] = set()
+
+
+def _builtins(registry: str) -> None:
+    """Import ``registry``'s built-in modules before its first use or extension (so a
+    plug-in's entries come after them, as they would if imported with the package).
+    Start-up: a gen:// load needs none of them (numpy file readers, pyarrow's, shared memory).
+    Marked loaded only once imported: another thread meanwhile waits on the import lock; the
+    modules' own registrations (the importing thread) get them as they are."""
+    if registry not in _BUILTINS_LOADED:
+        for name in _BUILTIN_MODULES[registry]:
+            importlib.import_module(f"{__package__}.{name}")
+        _BUILTINS_LOADED.add(registry)
+
 
 @dataclass(frozen=True)
 class FileType:
@@ -159,6 +178,7 @@ class FileType:
 def register_file_type(suffixes: tuple[str, ...], file_type: FileType) -> None:
     """Files named ``*SUFFIX`` (or whose content starts with its magic) are read by
     ``file_type.factory``."""
+    _builtins("file types")
     for suffix in suffixes:
         _FILE_TYPES[suffix.lower()] = file_type
 
@@ -166,6 +186,7 @@ def register_file_type(suffixes: tuple[str, ...], file_type: FileType) -> None:
 def file_type(suffix: str, head: bytes) -> FileType | None:
     """The registered type of a file with this suffix, or else whose content starts with
     ``head`` (None: raw records)."""
+    _builtins("file types")
     found = _FILE_TYPES.get(suffix.lower())
     if found is None:
         found = next((t for t in _FILE_TYPES.values() if t.magic and head.startswith(t.magic)), None)
@@ -205,6 +226,7 @@ _OBJECTS: list[ObjectAdapter] = []
 def register_object_source(adapter: ObjectAdapter) -> None:
     """``loader.load(obj, ...)`` reads the objects ``adapter`` takes; adapters are asked in
     the order registered, catch-alls (``last``) after the others."""
+    _builtins("objects")
     _OBJECTS.append(adapter)
     _OBJECTS.sort(key=lambda a: a.last)  # stable: registration order within each group
 
@@ -213,6 +235,7 @@ def object_source(obj: object) -> Source:
     """The source of a Python object given to ``loader.load`` (a Source is itself)."""
     if isinstance(obj, Source):
         return obj
+    _builtins("objects")
     for adapter in _OBJECTS:
         if adapter.takes(obj):
             return adapter.factory(obj)

@@ -19,13 +19,10 @@ import stat
 
 from ..errors import MissingPathError, UsageError
 from ..model.layouts import Layout, get_layout
-from . import arrow_files, npy  # noqa: F401 (they register their file types)
 from .base import Source, directory_source, file_type, generator_parser
 from .files import FileSource, refuse_pseudo_file
 from .generated import parse_generated
 from .streams import StreamSource, stream_fd
-from .typed import refuse_unsupported
-from .user_gen import parse_user_generator
 
 
 def parse_source(ref: str, layout: Layout | None = None, on_bad_file: str = "fail") -> Source:
@@ -37,6 +34,8 @@ def parse_source(ref: str, layout: Layout | None = None, on_bad_file: str = "fai
         if not name:
             raise UsageError(f"source {ref!r} names no layout; use gen://scidb96?n=N")
         if ":" in name:  # a module:function or c:library:symbol
+            from .user_gen import parse_user_generator  # start-up: only a user's generator needs it
+
             return parse_user_generator(ref, layout)
         get_layout(name)  # unknown layout -> clear error (and a plug-in's layout registers its generator)
         if layout is not None and layout.name != name:
@@ -65,6 +64,8 @@ def parse_source(ref: str, layout: Layout | None = None, on_bad_file: str = "fai
 
 def _file_source(path: str, ref: str) -> Source:
     """The source of a regular file: of its type (by suffix, else by content), else raw records."""
+    from .typed import refuse_unsupported  # start-up: only a file needs it (numpy, the layouts' types)
+
     suffix = os.path.splitext(path)[1]
     try:
         with open(path, "rb") as f:
