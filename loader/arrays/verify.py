@@ -135,6 +135,7 @@ class _ArrayCheck:
     def __init__(self, ds, name: str, summary: dict):
         self.ds, self.name, self.a = ds, name, summary
         self.cell = self.ser = None  # once the index is read
+        self.sizes = (0, 0)  # (cell, flat record) sizes in bytes, once the index is read
         (self.d0, self.l0), (self.d1, self.l1) = [(d["name"], d["chunk"]) for d in summary["dims"]]
         self.keep = summary["policy"] == "keep"
         self.problems: list[dict] = []
@@ -152,6 +153,7 @@ class _ArrayCheck:
         except BulkloadError as e:
             return out | {"index_error": str(e)}
         self.cell = Layout.from_dict(self.a["cell_layout"])
+        self.sizes = (self.cell.record_size, self.ds.layout.record_size)  # a sum over the fields: once
         self.ser = get_serializer(self.a["format"], self.cell, self.a["compression"])
         by_shard: dict[int, list[int]] = {}
         for i in range(len(idx["crow"])):
@@ -189,7 +191,8 @@ class _ArrayCheck:
                 self.bad(problem, where, s)
                 return
             self.cells += len(cells)
-            raw = cells.view(np.uint8).reshape(len(cells), self.cell.record_size)[:, :self.ds.layout.record_size]
+            cell_size, record_size = self.sizes
+            raw = cells.view(np.uint8).reshape(len(cells), cell_size)[:, :record_size]
             self.hsum = (self.hsum + hash_sum(np.ascontiguousarray(raw))) % 2**64
 
     @staticmethod
