@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..errors import BulkloadError, WorkerError
+from ..errors import BulkloadError, StoreError, WorkerError
 from ..infra import executors
 from ..model import manifest as mf
 from ..read.dataset import Dataset, VerifyReport
@@ -41,8 +41,9 @@ def verify_on_executor(dataset: str) -> VerifyReport:
         return ds.verify(_verify_snapshot)
 
 
-def check_shard(task: ShardCheck, outbox) -> tuple[list[dict], dict]:
-    """(problems of the shard's batches, in manifest order; its parts of the arrays)."""
+def check_shard(task: ShardCheck, outbox) -> tuple[list[dict], dict | StoreError]:
+    """(problems of the shard's batches, in manifest order; its parts of the arrays, or the
+    StoreError that stopped them) - `Dataset.verify_part`."""
     _, now, _ = read_snapshot(parse_dataset_uri(task.uri).root, task.uri, pin=False)
     with Dataset(task.uri, pin=False, snapshot=(task.manifest, now, None)) as ds:  # the coordinator's snapshot
         return ds.verify_part([task.shard])
