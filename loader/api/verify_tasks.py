@@ -2,14 +2,15 @@
 
 The coordinator opens the dataset (a pinned snapshot: the data it names stays on disk
 while the tasks read it) and hands each shard's task its slice of that snapshot's
-manifest - the shard's batches, the arrays. `check_shard` (on a worker) opens the
-dataset unpinned, reads through the given manifest, not the one on disk now, and runs
-the same checks as a local verify on it: every batch of the shard (read/dataset.py) and
-the shard's part of each array (arrays/verify.py's `array_parts`: its pieces, and the
-order-independent sums of its cells and flat records). The coordinator puts the batch
-problems back in manifest order and combines the array parts in shard order, so the
-report is exactly the one a local verify gives. A dataset that moved on while it was
-checked (replaced, or data collected) is verified again as it is now, as locally.
+manifest - the shard's batches, the arrays. `check_shard` (on a worker) reads that
+snapshot unpinned (a Dataset of the given manifest, not the one on disk now) and runs
+the checks of a local verify on its shard - `Dataset.verify_part` (read/dataset.py):
+every batch of the shard, each read once, and the shard's part of each array (its
+pieces, and the order-independent sums of its cells and flat records). The coordinator
+puts the batch problems back in manifest order and makes the report from the array
+parts in shard order (`Dataset.verify_report`), so it is exactly the one a local verify
+gives. A dataset that moved on while it was checked (replaced, or data collected) is
+verified again as it is now, by `Dataset.verify`'s own retries.
 
 Reads only; a task that dies is rerun by the executor (it has nothing to resume).
 """
@@ -18,12 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..arrays.verify import array_parts, combine_arrays
-from ..errors import BulkloadError, DatasetReplacedError, StoreError, WorkerError
+from ..errors import BulkloadError, StoreError, WorkerError
 from ..infra import executors
 from ..model import manifest as mf
-from ..read.dataset import VERIFY_ATTEMPTS, VerifyReport
+from ..read.dataset import Dataset, VerifyReport
 from ..read.dataset import open as open_dataset
+from ..read.snapshots import read_snapshot
+from ..stores.spec import parse_dataset_uri
 
 
 @dataclass(frozen=True)
@@ -35,29 +37,19 @@ class ShardCheck:
 
 def verify_on_executor(dataset: str) -> VerifyReport:
     """`verify` with one task per shard on the executor in effect (see the module docstring)."""
-    moved: BaseException | None = None
-    for _ in range(VERIFY_ATTEMPTS):
-        with open_dataset(dataset) as ds:
-            try:
-                report = _verify_snapshot(ds)
-                moved = None if report.ok else ds.moved_on()
-            except DatasetReplacedError as e:
-                moved = e
-            if moved is None:
-                return report
-    raise moved
+    with open_dataset(dataset) as ds:
+        return ds.verify(_verify_snapshot)
 
 
-def check_shard(task: ShardCheck, outbox) -> tuple[list[dict], dict]:
-    """(problems of the shard's batches, in manifest order; its parts of the arrays)."""
-    with open_dataset(task.uri, pin=False) as ds:
-        ds.manifest = replace(task.manifest, arrays={})  # the coordinator's snapshot, arrays apart
-        batches = ds._verify_snapshot().problems
-        ds.manifest = task.manifest
-        return batches, array_parts(ds, [task.shard])
+def check_shard(task: ShardCheck, outbox) -> tuple[list[dict], dict | StoreError]:
+    """(problems of the shard's batches, in manifest order; its parts of the arrays, or the
+    StoreError that stopped them) - `Dataset.verify_part`."""
+    _, now, _ = read_snapshot(parse_dataset_uri(task.uri).root, task.uri, pin=False)
+    with Dataset(task.uri, pin=False, snapshot=(task.manifest, now, None)) as ds:  # the coordinator's snapshot
+        return ds.verify_part([task.shard])
 
 
-def _verify_snapshot(ds) -> VerifyReport:
+def _verify_snapshot(ds: Dataset) -> VerifyReport:
     m = ds.manifest
     slim = replace(m, runs=[], files={}, garbage=[])
     tasks = [ShardCheck(ds.uri, s, replace(slim, batches=[b for b in m.batches if b.shard == s]))
@@ -70,9 +62,4 @@ def _verify_snapshot(ds) -> VerifyReport:
     first_of_shard = {b.shard: i for i, b in reversed(list(enumerate(m.batches)))}
     problems = sorted((p for batches, _ in results for p in batches),
                       key=lambda p: first_of_shard[p["shard"]] if p["batch"] is None else position[p["batch"]])
-    if m.arrays:
-        try:
-            problems.extend(combine_arrays(m, [parts for _, parts in results]))
-        except StoreError as e:
-            problems.append({"shard": None, "batch": None, "first_record": None, "problem": f"arrays: {e}"})
-    return VerifyReport(ds.uri, not problems, len(m.batches), m.records, problems)
+    return ds.verify_report(problems, [parts for _, parts in results])

@@ -7,12 +7,18 @@ Per array (only when its pieces are sound): the multiset of cells (without ``syn
 the records dropped by first/last equals the flat records it was built from
 (order-independent checksum, hashes.py, and counts).
 
-The work splits by shard: `array_parts(ds, shards)` checks the pieces stored in those
-shards and sums their cells and the flat records of the manifest's batches - the
-sums are order-independent, so parts computed apart (one task per shard on an executor,
-api/verify.py) add up to the whole; `combine_arrays(manifest, parts)` turns the parts,
-in shard order, into the problems (array, chunk, shard, problem) - exactly the rows
-`verify_arrays(ds)` (all shards in one part) gives. Reads only, through one snapshot.
+The flat records are read once, by the pass that checks the batches (read/dataset.py
+`Dataset.verify_part`): it feeds each batch's records, or what reading them raised, to a
+`FlatSums`, which keeps the hash sum every array needs (its records below
+``built_from_records``) - however many arrays there are.
+
+The work splits by shard: `array_parts(ds, shards, flat)` checks the pieces stored in
+those shards and takes the sums of their cells and (from ``flat``) of the flat records of
+the batches the pass read - the sums are order-independent, so parts computed apart (one
+task per shard on an executor, api/verify_tasks.py) add up to the whole;
+`combine_arrays(manifest, parts)` turns the parts, in shard order, into the problems
+(array, chunk, shard, problem) - exactly the rows one part of all shards gives. Reads
+only, through one snapshot.
 """
 
 from __future__ import annotations
@@ -29,19 +35,52 @@ from .chunks import chunk_key
 from .hashes import hash_sum
 
 
-def verify_arrays(ds) -> list[dict]:
-    """Check every array of the dataset; a list of problems (empty when all is well)."""
-    return combine_arrays(ds.manifest, [array_parts(ds, range(ds.manifest.shards))])
+class FlatSums:
+    """The hash sums of the flat records each array was built from (those below its
+    ``built_from_records``), of the batches one pass reads, in record order: `add` gives a
+    batch's records, `damaged` what reading them raised instead - an array that needs that
+    batch then gets that error in place of its sum (as `_decode` would raise it)."""
+
+    def __init__(self, arrays: dict):
+        self.sums = {int(a["built_from_records"]): 0 for a in arrays.values()}
+        self.errors: dict[int, BaseException] = {}
+
+    def needs(self, first: int) -> bool:
+        """Whether some array still needs the records of the batch from record ``first``."""
+        return any(first < built and built not in self.errors for built in self.sums)
+
+    def add(self, first: int, recs: np.ndarray) -> None:
+        whole = None  # the hash sum of the whole batch, shared by the arrays that need all of it
+        for built, total in self.sums.items():
+            if first >= built or built in self.errors:
+                continue
+            if built - first >= len(recs):
+                whole = hash_sum(np.ascontiguousarray(recs)) if whole is None else whole
+                part = whole
+            else:
+                part = hash_sum(np.ascontiguousarray(recs[: built - first]))
+            self.sums[built] = (total + part) % 2**64
+
+    def damaged(self, first: int, error: BaseException) -> None:
+        for built in self.sums:
+            if first < built:
+                self.errors.setdefault(built, error)
+
+    def of(self, built: int) -> tuple[int, BaseException | None]:
+        """(hash sum, None), or (0, the first error reading the records it needs)."""
+        error = self.errors.get(built)
+        return (0, error) if error is not None else (self.sums[built], None)
 
 
-def array_parts(ds, shards) -> dict[str, dict]:
+def array_parts(ds, shards, flat: FlatSums) -> dict[str, dict]:
     """Array name -> what ``shards`` contribute to its check: ``index_error`` (the chunk
     index is unreadable), ``problems`` (its pieces in these shards, in shard order),
     ``cells`` / ``hsum`` (count and hash sum of their cells), ``flat`` (hash sum of the
-    flat records it was built from, of the batches ``ds.manifest`` lists) or ``flat_error`` (reading them
-    failed: raised only if the whole-array check needs the sum)."""
+    flat records it was built from, of the batches the pass that fed ``flat`` read) or
+    ``flat_error`` (reading them failed: raised only if the whole-array check needs the sum)."""
     wanted = set(shards)
-    return {name: _ArrayCheck(ds, name, summary).part(wanted) for name, summary in sorted(ds.manifest.arrays.items())}
+    return {name: _ArrayCheck(ds, name, summary).part(wanted, flat)
+            for name, summary in sorted(ds.manifest.arrays.items())}
 
 
 def combine_arrays(manifest, parts: list[dict[str, dict]]) -> list[dict]:
@@ -96,6 +135,7 @@ class _ArrayCheck:
     def __init__(self, ds, name: str, summary: dict):
         self.ds, self.name, self.a = ds, name, summary
         self.cell = self.ser = None  # once the index is read
+        self.sizes = (0, 0)  # (cell, flat record) sizes in bytes, once the index is read
         (self.d0, self.l0), (self.d1, self.l1) = [(d["name"], d["chunk"]) for d in summary["dims"]]
         self.keep = summary["policy"] == "keep"
         self.problems: list[dict] = []
@@ -105,7 +145,7 @@ class _ArrayCheck:
     def bad(self, problem: str, chunk="-", shard="-") -> None:
         self.problems.append(_row(self.name, problem, chunk, shard))
 
-    def part(self, shards: set[int]) -> dict:
+    def part(self, shards: set[int], flat: FlatSums) -> dict:
         out = {"index_error": None, "problems": self.problems, "cells": 0, "hsum": 0, "flat": 0,
                "flat_error": None}
         try:
@@ -113,6 +153,7 @@ class _ArrayCheck:
         except BulkloadError as e:
             return out | {"index_error": str(e)}
         self.cell = Layout.from_dict(self.a["cell_layout"])
+        self.sizes = (self.cell.record_size, self.ds.layout.record_size)  # a sum over the fields: once
         self.ser = get_serializer(self.a["format"], self.cell, self.a["compression"])
         by_shard: dict[int, list[int]] = {}
         for i in range(len(idx["crow"])):
@@ -128,47 +169,31 @@ class _ArrayCheck:
             for i in rows:
                 self._check_piece(st, s, idx, i)
         out.update(cells=self.cells, hsum=self.hsum)
-        if not self.problems:
-            try:
-                out["flat"] = self._flat_sum()
-            except Exception as e:  # noqa: BLE001 - raised by combine_arrays if the check needs it
-                out["flat_error"] = e
+        if not self.problems:  # raised by combine_arrays if the check needs it
+            out["flat"], out["flat_error"] = flat.of(int(self.a["built_from_records"]))
         return out
-
-    def _flat_sum(self) -> int:
-        """Hash sum of the flat records the array was built from, of the batches ``ds``'s
-        manifest lists (a shard's task reads a manifest of its shard's batches only)."""
-        built = int(self.a["built_from_records"])
-        flat = 0
-        for first, recs in self.ds.iter_batches():
-            if first >= built:
-                break
-            part = recs[: max(0, min(len(recs), built - first))]
-            flat = (flat + hash_sum(np.ascontiguousarray(part))) % 2**64
-        return flat
 
     def _check_piece(self, st, s: int, idx: dict, i: int) -> None:
         crow, ccol, piece = int(idx["crow"][i]), int(idx["ccol"][i]), int(idx["piece"][i])
         where = f"({crow},{ccol},{piece})"
-        with ValueReader(st, self.a["table"]) as rd:
+        with ValueReader(st, self.a["table"]) as rd:  # the cells are checked in place, while it is open
             v = rd.get(chunk_key(crow, ccol, piece))
             problem = self._value_problem(v, where, s, idx, i)
+            if problem is None:
+                try:
+                    _, cells = self.ser.decode(v)
+                    cells = np.ascontiguousarray(cells)
+                except Exception as e:  # noqa: BLE001 - every failure is a finding
+                    problem = f"chunk {where}: undecodable: {e}"
+                else:
+                    problem = self._cells_problem(cells, where, (crow, ccol, piece), int(idx["cells"][i]))
             if problem is not None:
                 self.bad(problem, where, s)
                 return
-            try:
-                _, cells = self.ser.decode(v)
-                cells = np.array(cells)
-            except Exception as e:
-                self.bad(f"chunk {where}: undecodable: {e}", where, s)
-                return
-        problem = self._cells_problem(cells, where, (crow, ccol, piece), int(idx["cells"][i]))
-        if problem is not None:
-            self.bad(problem, where, s)
-            return
-        self.cells += len(cells)
-        raw = cells.view(np.uint8).reshape(len(cells), self.cell.record_size)[:, :self.ds.layout.record_size]
-        self.hsum = (self.hsum + hash_sum(np.ascontiguousarray(raw))) % 2**64
+            self.cells += len(cells)
+            cell_size, record_size = self.sizes
+            raw = cells.view(np.uint8).reshape(len(cells), cell_size)[:, :record_size]
+            self.hsum = (self.hsum + hash_sum(np.ascontiguousarray(raw))) % 2**64
 
     @staticmethod
     def _value_problem(v, where: str, s: int, idx: dict, i: int) -> str | None:
