@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from ..arrays import query as array_query
 from ..infra import executors
-from ..read.dataset import VerifyReport
 from ..read.dataset import open as open_dataset
 from ..read.export import ExportReport
 from ..read.export import export as export_records
 from ..read.tables import check_format, write_table
+from ..read.verifying import VerifyReport
 
 
 def verify(dataset: str) -> VerifyReport:

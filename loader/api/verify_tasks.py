@@ -22,9 +22,10 @@ from dataclasses import dataclass, replace
 from ..errors import BulkloadError, StoreError, WorkerError
 from ..infra import executors
 from ..model import manifest as mf
-from ..read.dataset import Dataset, VerifyReport
+from ..read.dataset import Dataset
 from ..read.dataset import open as open_dataset
 from ..read.snapshots import read_snapshot
+from ..read.verifying import VerifyReport
 from ..stores.spec import parse_dataset_uri
 
 

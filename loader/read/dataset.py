@@ -25,12 +25,9 @@ from __future__ import annotations
 import bisect
 import functools
 import os
-from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Iterator
 
-import xxhash
-
-from ..errors import CorruptBatchError, DatasetReplacedError, SnapshotExpiredError, StoreError, UsageError, VerifyError
+from ..errors import CorruptBatchError, DatasetReplacedError, SnapshotExpiredError, UsageError, VerifyError
 from ..infra.lock import is_held
 from ..kinds import kind_class
 from ..model import manifest as mf
@@ -42,28 +39,13 @@ from ..stores.health import batch_message, check_shard, check_value, committed_s
 from ..stores.spec import parse_dataset_uri
 from ..stores.values import ValueReader
 from .snapshots import manifest_ident, read_snapshot
+from .verifying import Verifying
 
 if TYPE_CHECKING:
     import numpy as np
 
 
-@dataclass
-class VerifyReport:
-    dataset: str
-    ok: bool
-    batches: int
-    records: int
-    problems: list[dict] = field(default_factory=list)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-#: times `verify` starts over on a dataset that moved on while it was verified
-VERIFY_ATTEMPTS = 4
-
-
-class Dataset:
+class Dataset(Verifying):
     def __init__(self, uri: str, pin: bool = True, snapshot: tuple | None = None):
         """The reader of the dataset at ``uri`` as it is now; or, given ``snapshot`` =
         (manifest, (device, inode) of its file while current or None, Pin or None), of that
@@ -273,10 +255,21 @@ class Dataset:
 
     def _records_into(self, out: np.ndarray, b: mf.BatchEntry, lo: int, hi: int) -> None:
         """Write records [lo, hi) of batch ``b`` into ``out``: from its whole, checked value
-        (`_decode`), or - fewer records than the batch holds, in a format and a store that
-        allow it - from its header and those records' pages alone (`_part_into`)."""
-        if hi - lo >= b.count or not self._part_into(out, b, lo, hi):
+        (`_decode`), or - fewer records than the batch holds, opened with ``?readahead=0``,
+        in a format and a store that allow it - from its header and those records' pages
+        alone (`_part_into`)."""
+        if hi - lo >= b.count or not self._partial_reads or not self._part_into(out, b, lo, hi):
             out[...] = self._decode(b)[lo:hi]
+
+    @functools.cached_property
+    def _partial_reads(self) -> bool:
+        """Whether reads of part of a batch may skip the rest of it: only in the random-read
+        mode (``?readahead=0``). There a one-record read costs a page or two instead of the
+        whole ~1 MB value, and checks its size and framing but not the whole value's
+        checksum (which it does not read); by default every read checks the checksum."""
+        from ..stores.options import parse_bool  # cheap; only record reads ask
+
+        return not parse_bool("readahead", dict(self.spec.options).get("readahead", True))
 
     def _part_into(self, out: np.ndarray, b: mf.BatchEntry, lo: int, hi: int) -> bool:
         """Records [lo, hi) of batch ``b`` into ``out`` from a zero-copy value of which only
@@ -375,140 +368,6 @@ class Dataset:
         from .dask_read import dask_array
 
         return dask_array(self, array, attr, fill, chunks, box)
-
-    # --- verification --------------------------------------------------------------
-    def verify(self, check=None) -> VerifyReport:
-        """Recompute every batch's checksum and count; list what does not match.
-
-        ``check(ds)`` gives the report of one snapshot (default `verify_snapshot`, in this
-        process; api/verify_tasks.py passes one that runs a task per shard on an executor).
-        Problems are reported only when this snapshot is still whole: when the dataset
-        moved on while it was checked (replaced, or an unpinned reader's data collected),
-        the dataset as it is now is verified again (a few times, then the "open it
-        again" error is raised) - a healthy dataset is never reported corrupt."""
-        check = check or Dataset.verify_snapshot
-        ds = self
-        try:
-            for _ in range(VERIFY_ATTEMPTS):
-                try:
-                    report = check(ds)
-                    moved = None if report.ok else ds.moved_on()
-                except DatasetReplacedError as e:
-                    moved = e
-                if moved is None:
-                    return report
-                if ds is not self:
-                    ds.close()
-                ds = Dataset(*self._opened_as)
-            raise moved
-        finally:
-            if ds is not self:
-                ds.close()
-
-    def verify_snapshot(self) -> VerifyReport:
-        """One pass of `verify` over this snapshot, in this process."""
-        problems, arrays = self.verify_part(range(self.manifest.shards))
-        return self.verify_report(problems, [arrays])
-
-    def verify_part(self, shards) -> tuple[list[dict], dict | StoreError]:
-        """The checks of `verify` on what ``shards`` store: (the problems of their batches,
-        in manifest order; their part of every array's check, arrays/verify.py
-        `array_parts`, or the StoreError that stopped it). Each flat batch is read once:
-        its records feed the checks of all arrays. A shard that is missing or damaged is
-        one problem (its batches are not read); the other shards are still verified."""
-        wanted = set(shards)
-        flat = None
-        if self.manifest.arrays:
-            from ..arrays.verify import FlatSums, array_parts  # heavy (pyarrow): only datasets with arrays
-
-            flat = FlatSums(self.manifest.arrays)
-        problems = self._batch_problems(wanted, flat)
-        if flat is None:
-            return problems, {}
-        try:
-            return problems, array_parts(self, wanted, flat)
-        except StoreError as e:
-            return problems, e
-
-    def verify_report(self, problems: list[dict], array_parts: list) -> VerifyReport:
-        """The report of this snapshot: the problems of its batches (in manifest order),
-        then of its arrays, from the parts of their checks (`verify_part`, in shard order)."""
-        if self.manifest.arrays:
-            from ..arrays.verify import combine_arrays
-
-            stopped = next((p for p in array_parts if isinstance(p, StoreError)), None)
-            try:
-                problems = problems + (combine_arrays(self.manifest, array_parts) if stopped is None else [])
-            except StoreError as e:
-                stopped = e
-            if stopped is not None:
-                problems = problems + [{"shard": None, "batch": None, "first_record": None,
-                                        "problem": f"arrays: {stopped}"}]
-        return VerifyReport(self.uri, not problems, len(self.manifest.batches), self.manifest.records,
-                            problems)
-
-    def _batch_problems(self, shards: set[int], flat) -> list[dict]:
-        """The problems of the batches stored in ``shards`` (see `verify_part`)."""
-        problems = []
-        broken: set[int] = set()
-        for b in self.manifest.batches:
-            if b.shard in broken or b.shard not in shards:
-                continue
-            where = {"shard": b.shard, "batch": b.seq, "first_record": b.first}
-            failed = problem = None
-            try:
-                problem = self.docs.verify_batch(b) if b.keyed else self._batch_problem(b, flat)
-            except StoreError as e:  # the shard is missing or damaged: one problem for it
-                broken.add(b.shard)
-                problems.append({"shard": b.shard, "batch": None, "first_record": None,
-                                 "batches": committed_shards(self.manifest)[b.shard], "problem": str(e)})
-                failed = e
-            except DatasetReplacedError:
-                raise  # the dataset moved on: `verify` checks it again as it is now
-            except Exception as e:  # noqa: BLE001 - every failure is a finding
-                problem, failed = f"unreadable: {e}", e
-            if failed is not None and flat is not None:  # the arrays built from it cannot be compared
-                flat.damaged(b.first, failed)
-            if problem is not None:
-                problems.append({**where, **({"ids": [b.lo, b.hi]} if b.keyed else {}), "problem": problem})
-        return problems
-
-    def _batch_problem(self, b: mf.BatchEntry, flat) -> str | None:
-        """Why a fixed-size batch is not intact in its shard, or None. Its records, read
-        in place, go to ``flat`` (the arrays' sums, when there are arrays); when they cannot
-        be read, the error `iter_batches` would raise goes there instead."""
-        with ValueReader(self.shard(b.shard), "batches") as rd:
-            v = rd.get(batch_key(b.seq))
-            problem, error = self._stored_problem(b, v, flat)
-            if problem is None:
-                try:
-                    start, recs = self.serializer.decode(v)
-                except Exception as e:  # noqa: BLE001 - every failure is a finding
-                    problem, error = f"undecodable: {e}", e
-                else:
-                    if flat is not None:
-                        flat.add(b.first, recs)
-                    if len(recs) != b.count or start != b.first:
-                        problem = f"holds {len(recs)} records from {start}, manifest says {b.count} from {b.first}"
-            rd.release(v)
-        if error is not None and flat is not None:
-            flat.damaged(b.first, error)
-        return problem
-
-    def _stored_problem(self, b: mf.BatchEntry, v, flat) -> tuple[str | None, BaseException | None]:
-        """(what is wrong with batch b's stored value ``v``, the error reading it raises)."""
-        if v is None:
-            problem = "missing from the store"
-        elif len(v) != b.nbytes:
-            problem = f"size {len(v)} != {b.nbytes} in the manifest"
-        elif xxhash.xxh3_64_intdigest(v) != b.checksum:
-            problem = "checksum mismatch (stored bytes changed)"
-        else:
-            return None, None
-        if flat is None or not flat.needs(b.first):
-            return problem, None
-        moved = self.moved_on() if v is None else None  # as `_value` says it
-        return problem, moved or CorruptBatchError(batch_message(self.uri, b, problem))
 
 
 def records_to_arrow(recs: np.ndarray, schema):

@@ -18,8 +18,8 @@ from loader.arrays.report import FinalizeReport
 from loader.cli.main import app
 from loader.loading.report import LoadReport
 from loader.maintain.report import CompactReport
-from loader.read.dataset import VerifyReport
 from loader.read.export import ExportReport
+from loader.read.verifying import VerifyReport
 
 #: CLI command -> API function; CLI parameters that are presentation only
 COMMANDS = {"load": "load", "ingest": "ingest", "finalize": "finalize", "compact": "compact", "verify": "verify",

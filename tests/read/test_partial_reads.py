@@ -88,7 +88,9 @@ def test_any_range_reads_exactly_the_records_of_a_whole_read(datasets, data):
     start = data.draw(st.one_of(st.integers(0, N), edge).filter(lambda s: 0 <= s <= N), label="start")
     stop = data.draw(st.one_of(st.integers(start, min(N, start + 2 * BATCH)), st.just(min(N, start + 1))),
                      label="stop")
-    with loader.open(uri) as ds:
+    modes = [""] if uri.startswith("rocksdb") else ["", "?readahead=0"]  # partial reads: random-read mode only
+    mode = data.draw(st.sampled_from(modes), label="mode")
+    with loader.open(uri + mode) as ds:
         got = ds.read_records(start, stop)
     assert got.dtype == whole.dtype and got.tobytes() == whole[start:stop].tobytes()
 
@@ -173,26 +175,31 @@ def _where(uri: str, b) -> str:
     return rf"^shard {b.shard} batch {b.seq} \(first record {b.first}\) of {uri}: "
 
 
+MODES = ["", "?readahead=0"]  # default reads, and the random-read mode's partial reads
+
+
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("at", [0, 4, 8, 16, 24, 32, 39])
-def test_an_overwritten_header_is_an_error_naming_the_batch(lmdb_ds, at):
+def test_an_overwritten_header_is_an_error_naming_the_batch(lmdb_ds, at, mode):
     uri, b, _ = lmdb_ds
     value = _stored(uri, b)
     value[at] ^= 0x10
     _rewrite(uri, b, bytes(value))
-    with loader.open(uri) as ds:
+    with loader.open(uri + mode) as ds:
         with pytest.raises(CorruptBatchError, match=_where(uri, b) + r"stored bytes changed \(checksum mismatch\)"):
             ds.read_records(b.first + 7, b.first + 8)
         assert ds.read_records(b.first - 3, b.first).tobytes() == lmdb_ds[2][b.first - 3: b.first].tobytes()
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("cut", [1, 96, 4096, 960_000])
-def test_a_value_of_the_wrong_length_is_an_error_naming_the_batch(lmdb_ds, cut):
+def test_a_value_of_the_wrong_length_is_an_error_naming_the_batch(lmdb_ds, cut, mode):
     uri, b, _ = lmdb_ds
     value = _stored(uri, b)
     short = value[: max(0, len(value) - cut)]
     for stored in (short, value + bytes(96)):
         _rewrite(uri, b, bytes(stored))
-        with loader.open(uri) as ds:
+        with loader.open(uri + mode) as ds:
             with pytest.raises(CorruptBatchError, match=_where(uri, b) + rf"stored bytes changed \({len(stored)} "
                                rf"bytes stored, {b.nbytes} in the manifest\)"):
                 ds.read_records(b.first, b.first + 1)
@@ -211,15 +218,16 @@ def _rewrite_row(uri: str, b, value: bytes) -> None:
         json.dump(m, f)
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("what", ["start", "count"])
-def test_a_start_or_count_that_disagrees_with_the_manifest_is_an_error(lmdb_ds, what):
+def test_a_start_or_count_that_disagrees_with_the_manifest_is_an_error(lmdb_ds, what, mode):
     uri, b, whole = lmdb_ds
     ser = get_serializer("capnp", "scidb96")
     recs = whole[b.first: b.first + b.count]
     value = bytes(ser.encode(recs, b.first + 1) if what == "start" else ser.encode(recs[:-1], b.first))
     _rewrite_row(uri, b, value)
     held = (b.count, b.first + 1) if what == "start" else (b.count - 1, b.first)
-    with loader.open(uri) as ds:
+    with loader.open(uri + mode) as ds:
         for lo, hi in ((b.first + 10, b.first + 11), (b.first, b.first + b.count)):  # partial and whole reads
             with pytest.raises(CorruptBatchError, match=_where(uri, b) + rf"the value holds {held[0]} records "
                                rf"from {held[1]}, the manifest says {b.count} from {b.first};"):
@@ -227,13 +235,18 @@ def test_a_start_or_count_that_disagrees_with_the_manifest_is_an_error(lmdb_ds, 
 
 
 def test_damage_inside_records_not_read_is_left_to_whole_reads_and_verify(lmdb_ds):
-    """The documented limit: a partial read checks the value's size and framing, not the
-    xxh3 of bytes it does not read."""
+    """The documented limit of the random-read mode (``?readahead=0``): a partial read
+    checks the value's size and framing, not the xxh3 of bytes it does not read. By
+    default every read checks the whole value's checksum."""
     uri, b, whole = lmdb_ds
     value = _stored(uri, b)
     value[40 + 96 * 100 + 3] ^= 0xFF  # record 100 of the batch
     _rewrite(uri, b, bytes(value))
     with loader.open(uri) as ds:
+        for lo in (101, 100):
+            with pytest.raises(CorruptBatchError, match=_where(uri, b) + r"stored bytes changed \(checksum mismatch\)"):
+                ds.read_records(b.first + lo, b.first + lo + 1)
+    with loader.open(uri + "?readahead=0") as ds:
         assert ds.read_records(b.first + 101, b.first + 200).tobytes() == whole[b.first + 101: b.first + 200].tobytes()
         assert ds.read_records(b.first + 100, b.first + 101).tobytes() != whole[b.first + 100: b.first + 101].tobytes()
         with pytest.raises(CorruptBatchError, match=_where(uri, b) + r"stored bytes changed \(checksum mismatch\)"):
@@ -244,7 +257,8 @@ def test_damage_inside_records_not_read_is_left_to_whole_reads_and_verify(lmdb_d
     assert [(p["batch"], p["problem"]) for p in rep.problems] == [(b.seq, "checksum mismatch (stored bytes changed)")]
 
 
-def test_a_missing_batch_is_an_error_naming_it(lmdb_ds):
+@pytest.mark.parametrize("mode", MODES)
+def test_a_missing_batch_is_an_error_naming_it(lmdb_ds, mode):
     uri, b, _ = lmdb_ds
     spec = parse_dataset_uri(uri)
     st = open_writer(spec, b.shard, {})
@@ -253,7 +267,7 @@ def test_a_missing_batch_is_an_error_naming_it(lmdb_ds):
         st.sync()
     finally:
         st.close()
-    with loader.open(uri) as ds:
+    with loader.open(uri + mode) as ds:
         with pytest.raises(CorruptBatchError, match=_where(uri, b) + "missing from the store"):
             ds.read_records(b.first + 1, b.first + 2)
 
