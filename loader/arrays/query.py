@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import NotFoundError, UsageError, VerifyError
+from ..model.arrow_numpy import from_numpy, to_numpy
 from ..model.chunk_index import index_path, read_index
 from ..model.layouts import TYPES, Layout
 from ..serializers import get_serializer
@@ -286,7 +287,7 @@ def read_box(ds, array: str = "grid", attrs=None, ranges: dict | None = None) ->
         keys = (out["syn"], out[d1], out[d0]) if ai.keep else (out[d1], out[d0])
         order = np.lexsort(keys)
         out = {c: a[order] for c, a in out.items()}
-    return pa.Table.from_arrays([pa.array(out[c]) for c in cols], schema=schema)
+    return pa.Table.from_arrays([from_numpy(out[c], schema.field(c).type) for c in cols], schema=schema)
 
 
 def _reader(ds, s: int, table: str) -> ValueReader:
@@ -302,7 +303,7 @@ def _columns(ai: ArrayIndex, value):
         cols = {}
         for batch in reader:
             for j, name in enumerate(batch.schema.names):
-                cols.setdefault(name, []).append(batch.column(j).to_numpy(zero_copy_only=False))
+                cols.setdefault(name, []).append(to_numpy(batch.column(j)))
         return {k: v[0] if len(v) == 1 else np.concatenate(v) for k, v in cols.items()}
     _, cells = ai.ser.decode(value)
     return cells

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..errors import StoreError, VerifyError
 from ..infra.fsatomic import fsync_dir
+from .arrow_numpy import from_numpy, to_numpy
 from .layouts import TYPES, Layout
 
 TABLE_PREFIX = "array-"
@@ -53,7 +54,7 @@ def write_index(path: str, rows: np.ndarray) -> None:
     """Write the index rows (structured array) as an Arrow IPC file, atomically."""
     import pyarrow as pa  # heavy: only finalize writes an index
 
-    table = pa.Table.from_arrays([pa.array(np.ascontiguousarray(rows[n])) for n in rows.dtype.names],
+    table = pa.Table.from_arrays([from_numpy(rows[n]) for n in rows.dtype.names],
                                  names=list(rows.dtype.names))
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
@@ -85,21 +86,7 @@ def read_index(path: str) -> dict[str, np.ndarray]:
             table = pa.ipc.open_file(src).read_all()
     except (OSError, pa.ArrowException) as e:
         raise VerifyError(f"cannot read the chunk index {path}: {e}; re-run `bulkload finalize`") from None
-    return {name: _to_numpy(table.column(name)) for name in table.column_names}
-
-
-def _to_numpy(column) -> np.ndarray:
-    """A numeric Arrow column as a numpy array, zero-copy: pyarrow's own ``to_numpy``
-    imports pandas when it is installed (~0.3 s, each process that reads an index)."""
-    import pyarrow as pa
-
-    arr = column.combine_chunks()
-    if arr.null_count or not (pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type)):
-        return arr.to_numpy(zero_copy_only=False)  # not an index finalize wrote
-    dtype = np.dtype(arr.type.to_pandas_dtype())
-    if len(arr) == 0:
-        return np.empty(0, dtype)
-    return np.frombuffer(arr.buffers()[1], dtype, len(arr), arr.offset * dtype.itemsize)
+    return {name: to_numpy(table.column(name)) for name in table.column_names}
 
 
 def warm_up_writer() -> None:
@@ -108,7 +95,7 @@ def warm_up_writer() -> None:
     try:
         import pyarrow as pa  # heavy: this is the warm-up
 
-        t = pa.Table.from_arrays([pa.array(np.zeros(1, np.int64))], names=["x"])
+        t = pa.Table.from_arrays([from_numpy(np.zeros(1, np.int64))], names=["x"])
         with pa.ipc.new_file(pa.BufferOutputStream(), t.schema) as w:
             w.write_table(t)
     except Exception:  # only a warm-up

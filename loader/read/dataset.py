@@ -373,7 +373,10 @@ class Dataset(Verifying):
 def records_to_arrow(recs: np.ndarray, schema):
     import pyarrow as pa  # heavy: only Arrow output needs it
 
-    return pa.Table.from_arrays([pa.array(recs[name]) for name in schema.names], schema=schema)
+    from ..model.arrow_numpy import from_numpy  # with pyarrow: only Arrow output needs it
+
+    return pa.Table.from_arrays([from_numpy(recs[name], schema.field(name).type) for name in schema.names],
+                                schema=schema)
 
 
 def open(uri: str, pin: bool = True) -> Dataset:  # noqa: A001 - the public API is loader.open

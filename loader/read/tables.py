@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from ..errors import UsageError
 from ..infra.outputs import open_output
+from ..model.arrow_numpy import to_numpy
 
 QUERY_FORMATS = ("table", "csv", "json", "arrow", "parquet", "npy")
 BINARY_FORMATS = ("arrow", "parquet", "npy")
@@ -86,7 +87,7 @@ def _parquet(table, sink) -> None:
 def _npy(table, sink) -> None:
     arr = np.empty(table.num_rows, [(f.name, f.type.to_pandas_dtype()) for f in table.schema])
     for name in table.column_names:
-        arr[name] = table.column(name).to_numpy()
+        arr[name] = to_numpy(table.column(name))
     npy = io.BytesIO()  # np.save wants a seekable file for a file object it recognises
     np.save(npy, arr)
     sink.write(npy.getbuffer())

@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import VerifyError
+from ..model.arrow_numpy import from_numpy, to_numpy
 from ..model.layouts import Layout
 from .base import Serializer
 
@@ -57,7 +58,7 @@ class ArrowSerializer(Serializer):
         n = len(records)
         self.check_batch_records(n)
         start = self._check_start(start)
-        arrays = [pa.array(np.ascontiguousarray(records[name])) for name in self.layout.names]
+        arrays = [from_numpy(records[name]) for name in self.layout.names]
         meta = dict(self._base_meta)
         meta[_START] = str(start).encode()
         meta[_COUNT] = str(n).encode()
@@ -108,7 +109,7 @@ class ArrowSerializer(Serializer):
             if col.null_count:
                 raise _corrupt(f"column {name!r} has {col.null_count} nulls")
             for chunk, at in _chunks(col):
-                out[name][at : at + len(chunk)] = chunk.to_numpy(zero_copy_only=False)
+                out[name][at : at + len(chunk)] = to_numpy(chunk)
         return start, out
 
 

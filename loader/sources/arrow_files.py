@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import FileFormatError, NullValuesError
+from ..model.arrow_numpy import to_numpy
 from ..model.layouts import TYPES
 from .base import FileType, register_file_type
 from .typed import TypedFile, copy_fields, split_fields
@@ -167,7 +168,7 @@ class ArrowIpcSource(_RowRanges, TypedFile):
         mm, schema = _mapped_ipc(self)
         mm.seek(self.offsets[i])
         batch = pa.ipc.read_record_batch(pa.ipc.read_message(mm), schema)
-        return {name: batch.column(name).to_numpy(zero_copy_only=False) for name in names}
+        return {name: to_numpy(batch.column(name)) for name in names}
 
 
 def _values_at(array, whole) -> int | None:
@@ -248,7 +249,7 @@ class ParquetSource(_RowRanges, TypedFile):
             count = table.column(name).null_count
             if count:
                 raise NullValuesError(nulls_message(self.path, name, count, f"row group {i}"))
-        return {name: table.column(name).to_numpy() for name in names}
+        return {name: to_numpy(table.column(name)) for name in names}
 
 
 register_file_type((".arrow", ".feather", ".arrows", ".ipc"), FileType("Arrow IPC", b"ARROW1", ArrowIpcSource.open))

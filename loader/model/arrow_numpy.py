@@ -1,0 +1,45 @@
+"""Numeric numpy arrays to and from Arrow arrays without pyarrow's pandas hooks.
+
+pyarrow's own conversions (``pa.array(numpy)``, ``Array.to_numpy``, ``np.asarray``) import
+pandas when it is installed - ~0.3 s in every process that converts once (the workers of an
+Arrow load, a box query, an export, a verify of a finalized dataset), and pandas comes with
+``bulkload[dask]``. Plain numeric columns, which is what bulkload's records and chunk
+indexes hold, are converted here zero-copy over their buffers instead; anything else (bool,
+nulls, strings) takes pyarrow's own path.
+
+Invariants: `from_numpy(a)` keeps ``a`` (or its contiguous copy) alive through the Arrow
+buffer; `to_numpy(column)` returns a read-only view of the column's buffer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_NUMERIC = "iuf"  # integer, unsigned, floating: Arrow's fixed-width primitive layout
+
+
+def from_numpy(a: np.ndarray, type=None):
+    """``a`` (1-D) as a pyarrow Array; zero-copy for contiguous native-endian numbers (other
+    byte orders are converted: pyarrow refuses them)."""
+    import pyarrow as pa  # heavy: only Arrow output converts
+
+    if a.dtype.kind not in _NUMERIC or a.ndim != 1:
+        return pa.array(a, type=type)
+    a = np.ascontiguousarray(a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("=")))
+    t = pa.from_numpy_dtype(a.dtype)
+    arr = pa.Array.from_buffers(t, len(a), [None, pa.py_buffer(a)])
+    return arr if type is None or type == t else arr.cast(type)
+
+
+def to_numpy(column) -> np.ndarray:
+    """A numeric Arrow column (or chunked column) as a numpy array, zero-copy when it is
+    one chunk without nulls."""
+    import pyarrow as pa  # heavy: only Arrow input converts
+
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if arr.null_count or not (pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type)):
+        return arr.to_numpy(zero_copy_only=False)  # not a column bulkload wrote
+    dtype = np.dtype(arr.type.to_pandas_dtype())
+    if len(arr) == 0:
+        return np.empty(0, dtype)
+    return np.frombuffer(arr.buffers()[1], dtype, len(arr), arr.offset * dtype.itemsize)
