@@ -68,7 +68,7 @@ def _target_row(t: dict) -> str:
         return f"| {_cell(t['what'])} | | | | ≥ {t['target']} | {t['status']} |"
     needed = f"≤ {t['target']}" if t["id"] == "rss-flat" else f"≥ {t['target']}"
     val, ref = t.get("value"), t.get("reference")
-    if t["id"].startswith("rss") or "-bytes-" in t["id"]:
+    if t["id"].startswith("rss") or "-bytes-" in t["id"] or t["id"].endswith("-rss"):
         val, ref = _fmt_bytes(val), _fmt_bytes(ref)
     elif t["id"] == "query-2ms":
         val, ref = f"{val:.3f} ms", f"{ref} ms"

@@ -81,6 +81,16 @@ def test_validate_names_each_problem(tmp_path, break_it, problem):
     assert validate(res) == [problem]
 
 
+def test_a_budget_target_row_is_in_bytes():
+    from loader.bench.figures import Figure
+    from loader.bench.report import _target_row
+    from loader.bench.targets import budget_target
+
+    fin = Figure("finalize-w2", "finalize", "f", 1000, samples=[
+        {"seconds": 1, "report_memory_budget": 512 << 20, "report_worker_max_rss_bytes": 187 << 20}])
+    assert _target_row(budget_target(fin).to_dict()).split(" | ")[1:5] == ["187 MiB", "512 MiB", "2.74", "≥ 1.0"]
+
+
 def test_markdown_tables(tmp_path):
     res = result_of(tmp_path)
     md = markdown(res, [str(tmp_path / "throughput.png")])
