@@ -153,13 +153,20 @@ class LmdbReads:
         if self._opts.readahead:
             return None
         fd = self._data_file()
+        probed: dict[int, bool] = {}  # each byte probed once: probing a cold page starts reading it
+
+        def cached(at: int) -> bool:
+            if at not in probed:
+                probed[at] = _cached(fd, at)
+            return probed[at]
+
         asked = 0
-        if _cached(fd, offset) and _cached(fd, offset + length - 1):
+        if cached(offset) and cached(offset + length - 1):
             return 0  # warm (a value whose ends are cached; its middle, if not, faults page by page)
         try:
             for at in range(offset, offset + length, ADVICE_BYTES):
                 n = min(ADVICE_BYTES, offset + length - at)
-                if not (_cached(fd, at) and _cached(fd, at + n - 1)):
+                if not (cached(at) and cached(at + n - 1)):
                     os.posix_fadvise(fd, at, n, os.POSIX_FADV_WILLNEED)
                     asked += 1
         except OSError:
@@ -302,7 +309,8 @@ _PROBE = bytearray(1)
 
 def _cached(fd: int, offset: int) -> bool:
     """Whether byte ``offset`` of ``fd`` is in the page cache: a one-byte read that fails
-    rather than wait for the disk (preadv2 RWF_NOWAIT; False where that is not supported)."""
+    rather than wait for the disk (preadv2 RWF_NOWAIT; False where that is not supported).
+    A miss may start reading that page (the kernel's own readahead on EAGAIN)."""
     try:
         return os.preadv(fd, [_PROBE], offset, os.RWF_NOWAIT) == 1
     except (OSError, AttributeError):  # EAGAIN: not cached; EOPNOTSUPP / no RWF_NOWAIT: cannot tell
