@@ -53,9 +53,10 @@ import zstandard
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from loader.docs import batch as B  # noqa: E402
 from loader.docs import gen as G  # noqa: E402
 from loader.docs import json_dir as J  # noqa: E402
-from loader.docs import layout as D  # noqa: E402
+from loader.docs import values as V  # noqa: E402
 from loader.docs import zdict  # noqa: E402
 
 SEED = 1
@@ -97,8 +98,8 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-def generate(n: int) -> D.DocBatch:
-    return D.DocBatch.concat([G.generate_docs(SEED, s, min(GEN_CHUNK, n - s)) for s in range(0, n, GEN_CHUNK)])
+def generate(n: int) -> B.DocBatch:
+    return B.DocBatch.concat([G.generate_docs(SEED, s, min(GEN_CHUNK, n - s)) for s in range(0, n, GEN_CHUNK)])
 
 
 # --- LMDB ------------------------------------------------------------------------------
@@ -136,8 +137,8 @@ class LmdbReader:
         self.dec = zdict.Decompressor(bytes(self.txn.get(b"zstd-dict", db=meta)))
 
     def get(self, doc_id: int):
-        v = self.txn.get(D.key_of(doc_id), db=self.db)
-        return D.decode_value(self.dec.decompress(v), self.fmt, doc_id)
+        v = self.txn.get(B.key_of(doc_id), db=self.db)
+        return V.decode_value(self.dec.decompress(v), self.fmt, doc_id)
 
     def close(self):
         self.txn.abort()
@@ -191,14 +192,14 @@ class RocksReader:
         self.db = Rdict(str(path), opts, access_type=AccessType.read_only(False))
 
     def get(self, doc_id: int):
-        v = self.db.get(D.key_of(doc_id))
-        return D.decode_value(v, "raw", doc_id)
+        v = self.db.get(B.key_of(doc_id))
+        return V.decode_value(v, "raw", doc_id)
 
     def close(self):
         self.db.close()
 
 
-def latency(open_reader, path: Path, ids: np.ndarray, expect: D.DocBatch) -> dict:
+def latency(open_reader, path: Path, ids: np.ndarray, expect: B.DocBatch) -> dict:
     out = {}
     for mode in ("warm", "cold"):
         if mode == "warm":
@@ -314,7 +315,7 @@ def naive_gen_lmdb(n: int, path: Path) -> float:
             for s in range(0, n, GEN_CHUNK):
                 b = G.generate_docs(SEED, s, min(GEN_CHUNK, n - s))
                 for doc_id, ca, text in b.records():
-                    txn.put(doc_id.to_bytes(8, "big"), D.encode_doc_capnp(doc_id, ca, text))
+                    txn.put(doc_id.to_bytes(8, "big"), V.encode_doc_capnp(doc_id, ca, text))
         env.sync(True)
     return time.perf_counter() - t0
 
@@ -367,7 +368,7 @@ def main(argv=None) -> int:
             s=time.perf_counter() - t)
         res["text_bytes"] = text_bytes
         res["limit_bytes"] = limit
-        keys = D.keys_of(batch.ids)
+        keys = B.keys_of(batch.ids)
         rng = np.random.default_rng(7)
         ids = rng.integers(0, n, args.lookups)
         sizes = res["size"] = {}
@@ -376,7 +377,7 @@ def main(argv=None) -> int:
         for fmt in (("raw", "capnp") if "size" in parts else ()):
             name = f"lmdb-{fmt}-zdict"
             t = time.perf_counter()
-            values = D.encode_batch(batch, fmt)
+            values = V.encode_batch(batch, fmt)
             te = time.perf_counter() - t
             t = time.perf_counter()
             d = zdict.train(zdict.sample(values))
@@ -399,7 +400,7 @@ def main(argv=None) -> int:
             row(f"  get {name}", **{f"{m}_{k}": v for m, d_ in lat[name].items() for k, v in d_.items()})
             shutil.rmtree(path)
 
-        raw_values = D.encode_batch(batch, "raw") if "size" in parts else []
+        raw_values = V.encode_batch(batch, "raw") if "size" in parts else []
         for dict_bytes, block_kib in (((0, 4), (16384, 4), (16384, 16)) if "size" in parts else ()):
             name = f"rocksdb-zstd{'-dict' if dict_bytes else ''}-b{block_kib}k"
             path = root / name
