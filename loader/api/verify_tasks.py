@@ -24,7 +24,7 @@ from ..infra import executors
 from ..model import manifest as mf
 from ..read.dataset import Dataset
 from ..read.dataset import open as open_dataset
-from ..read.snapshots import read_snapshot
+from ..read.snapshots import manifest_ident
 from ..read.verifying import VerifyReport
 from ..stores.spec import parse_dataset_uri
 
@@ -45,7 +45,7 @@ def verify_on_executor(dataset: str) -> VerifyReport:
 def check_shard(task: ShardCheck, outbox) -> tuple[list[dict], dict | StoreError]:
     """(problems of the shard's batches, in manifest order; its parts of the arrays, or the
     StoreError that stopped them) - `Dataset.verify_part`."""
-    _, now, _ = read_snapshot(parse_dataset_uri(task.uri).root, task.uri, pin=False)
+    now = manifest_ident(parse_dataset_uri(task.uri).root)  # the manifest file it is now (moved_on)
     with Dataset(task.uri, pin=False, snapshot=(task.manifest, now, None)) as ds:  # the coordinator's snapshot
         return ds.verify_part([task.shard])
 
