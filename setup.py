@@ -78,6 +78,11 @@ setup(
             extra_compile_args=CFLAGS,
         ),
         Extension(
+            "loader.serializers._shuffle",
+            sources=[f"{GEN_DIR}/_shufflemodule.c"],
+            extra_compile_args=CFLAGS,
+        ),
+        Extension(
             "loader.docs._docsio",
             sources=[f"{GEN_DIR}/_docsiomodule.c"],
             extra_compile_args=CFLAGS,

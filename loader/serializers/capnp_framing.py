@@ -39,9 +39,9 @@ bigger message with pycapnp, pass ``traversal_limit_in_words`` (see `pycapnp_rea
 
 Compression. ``"none"`` (default): the value is the standard message above, which any
 Cap'n Proto reader (and our zero-copy decoder) reads directly. ``"lz4"`` / ``"zstd"``: the
-value is the same 40-byte header followed by one blosc2 chunk of the records region
-(shuffled by record, shuffled.py); decompressing the chunk after the header gives back the
-standard message. `count` reads the header alone; `decode` decompresses into a new buffer
+value is the same 40-byte header followed by the records region shuffled by record and
+compressed (shuffled.py); decompressing what follows the header gives back the standard
+message. `count` reads the header alone; `decode` decompresses into a new buffer
 (no zero-copy view).
 
 Partial reads. `decode_part` gives records [lo, hi) of an uncompressed value from its
@@ -325,7 +325,8 @@ class CapnpSerializer(Serializer):
         _start, n = header_fields(mv, self._stride)
         msg = bytearray(HEADER_BYTES + n * self._stride)
         msg[:HEADER_BYTES] = mv[:HEADER_BYTES]
-        shuffled.decompress_into(mv[HEADER_BYTES:], memoryview(msg)[HEADER_BYTES:], "corrupt Cap'n Proto batch value")
+        shuffled.decompress_into(mv[HEADER_BYTES:], memoryview(msg)[HEADER_BYTES:], self._stride,
+                                 "corrupt Cap'n Proto batch value")
         return msg
 
     def decode(self, value) -> tuple[int, np.ndarray]:

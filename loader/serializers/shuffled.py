@@ -1,53 +1,96 @@
-"""Compressed record regions: blosc2's byte shuffle by record stride, then LZ4 or zstd.
+"""Compressed record regions: a byte shuffle by record stride, then LZ4 or zstd.
 
 A Cap'n Proto batch with ``--compression lz4|zstd`` (capnp_framing.py) stores its
-40-byte header as is, followed by one blosc2 chunk of the records region. The shuffle
-groups byte k of every record together (typesize = the record stride, at most 255 bytes;
-wider records shuffle by 8-byte words), which turns fixed-size numeric records into long
-runs that LZ4 compresses at GB/s: scidb96 records to ~6 % (LZ4) / ~8 % (zstd level 1)
-of their bytes, where a columnar LZ4 store (ArcticDB) keeps ~28 %.
+40-byte header as is, followed by the records region compressed as::
 
-Each worker compresses its own batches with one blosc2 thread (the workers are the
-parallelism). blosc2 is imported on first use: datasets without compression never load it.
-A chunk that does not decompress, or decompresses to another size than the header says,
-raises `loader.errors.VerifyError`.
+    offset  bytes  what
+         0      4  magic b"BLZ1"
+         4      1  codec: 1 = LZ4 block, 2 = zstd frame
+         5      3  zero
+         8      4  stride: bytes per record (u32 little-endian)
+        12      8  bytes of the records region (u64)
+        20      -  the codec's compressed bytes of the shuffled region
+
+The shuffle (C, generators/_shufflemodule.c) puts byte k of every record together, which
+turns fixed-size numeric records into long runs: scidb96 records compress to ~2 % (LZ4)
+/ ~1 % (zstd level 1) of their bytes, where a columnar LZ4 store (ArcticDB) keeps ~28 %.
+LZ4 is python-lz4's block format (no size prefix: the size is in this header), zstd is
+one zstandard frame. Both release the GIL, as the shuffle does; each worker compresses its
+own batches (the workers are the parallelism). The codecs import in milliseconds (the
+blosc2 chunks of an earlier development version took 0.24 s to import and are not read).
+
+A region that is not this framing, names another stride or size than its batch header,
+or does not decompress to exactly its size raises `loader.errors.VerifyError`.
 """
 
 from __future__ import annotations
 
+import struct
+import threading
+
 from ..errors import VerifyError
+from . import _shuffle
 
-#: codec and level of each compression name
-_CODECS = {"lz4": ("LZ4", 5), "zstd": ("ZSTD", 1)}
-#: blosc2's largest typesize
-MAX_TYPESIZE = 255
+MAGIC = b"BLZ1"
+_HEAD = struct.Struct("<4sB3xIQ")
+HEAD_BYTES = _HEAD.size
+_CODEC_IDS = {"lz4": 1, "zstd": 2}
+_CODEC_NAMES = {v: k for k, v in _CODEC_IDS.items()}
+#: zstd's level (1: the fast end; level 3 costs ~2x the time for ~10 % fewer bytes here)
+ZSTD_LEVEL = 1
+
+_scratch = threading.local()  # a thread's shuffle buffer, reused from batch to batch
 
 
-def _blosc2():
-    import blosc2  # heavy, and needed only by compressed datasets
-
-    return blosc2
+def _buffer(size: int) -> memoryview:
+    buf = getattr(_scratch, "buf", None)
+    if buf is None or len(buf) < size:
+        buf = _scratch.buf = bytearray(max(size, 1 << 20))
+    return memoryview(buf)[:size]
 
 
 def compress(region, compression: str, stride: int) -> bytes:
-    """One blosc2 chunk of ``region`` (records of ``stride`` bytes), shuffled by record."""
-    b2 = _blosc2()
-    codec, level = _CODECS[compression]
-    return b2.compress2(region, codec=getattr(b2.Codec, codec), clevel=level,
-                        filters=[b2.Filter.SHUFFLE], typesize=stride if stride <= MAX_TYPESIZE else 8,
-                        nthreads=1)
+    """``region`` (records of ``stride`` bytes) shuffled and compressed, with its 20-byte head."""
+    size = len(region)
+    flat = _buffer(size)
+    _shuffle.shuffle(region, flat, stride)
+    head = _HEAD.pack(MAGIC, _CODEC_IDS[compression], stride, size)
+    if compression == "lz4":
+        import lz4.block  # ~1 ms; only compressed datasets need it
+
+        return head + lz4.block.compress(flat, store_size=False)
+    import zstandard
+
+    return head + zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(flat)
 
 
-def decompress_into(chunk, out, what: str) -> None:
-    """Decompress ``chunk`` into the writable buffer ``out``, which it must fill exactly."""
-    b2 = _blosc2()
+def decompress_into(chunk, out, stride: int, what: str) -> None:
+    """Decompress ``chunk`` (from `compress`) into the writable buffer ``out``, which it
+    must fill exactly with records of ``stride`` bytes."""
+    mv = memoryview(chunk).cast("B")
+    if len(mv) < HEAD_BYTES or bytes(mv[:4]) != MAGIC:
+        raise VerifyError(f"{what}: the compressed records do not start with this version's framing "
+                          f"({MAGIC!r}); the value is damaged or was written by another bulkload version")
+    _magic, codec, cstride, size = _HEAD.unpack_from(mv, 0)
+    if codec not in _CODEC_NAMES or cstride != stride or size != len(out):
+        raise VerifyError(f"{what}: compressed records say codec {codec}, {cstride}-byte records, {size} bytes; "
+                          f"the batch header says {stride}-byte records, {len(out)} bytes")
+    if not size:
+        return
     try:
-        size = b2.get_cbuffer_sizes(chunk)[0]
-        if size != len(out):
-            raise VerifyError(f"{what}: compressed records hold {size} bytes, the header says {len(out)}")
-        if size:
-            b2.decompress2(chunk, dst=out, nthreads=1)
-    except VerifyError:
-        raise
-    except Exception as e:  # blosc2 raises RuntimeError/ValueError for a damaged chunk
+        flat = _decoded(_CODEC_NAMES[codec], mv[HEAD_BYTES:], size)
+    except Exception as e:  # lz4 / zstandard raise their own errors for a damaged stream
         raise VerifyError(f"{what}: compressed records do not decompress ({e})") from None
+    if len(flat) != size:
+        raise VerifyError(f"{what}: compressed records hold {len(flat)} bytes, the header says {size}")
+    _shuffle.unshuffle(flat, out, stride)
+
+
+def _decoded(codec: str, data, size: int):
+    if codec == "lz4":
+        import lz4.block
+
+        return lz4.block.decompress(data, uncompressed_size=size)
+    import zstandard
+
+    return zstandard.ZstdDecompressor().decompress(data, max_output_size=size)

@@ -419,9 +419,12 @@ def test_damaged_compressed_capnp_values_are_verify_errors(comp):
     damaged = {
         "truncated chunk": (value[:-3], "do not decompress"),
         "short header": (value[:20], "shorter than a compressed batch's header"),
-        "zeroed chunk": (value[:40] + b"\0" * (len(value) - 40), "hold 0 bytes, the header says 96000"),
+        "zeroed chunk": (value[:40] + b"\0" * (len(value) - 40), "do not start with this version's framing"),
         "another header": (bytes(ser.encode(generate("scidb96", 0, 999), 0))[:40] + value[40:],
-                           "hold 96000 bytes, the header says 95904"),
+                           "96000 bytes; the batch header says 96-byte records, 95904 bytes"),
+        "another stride": (value[:48] + (97).to_bytes(4, "little") + value[52:], "97-byte records"),
+        "unknown codec": (value[:44] + b"\x09" + value[45:], "say codec 9"),
+        "cut inside the head": (value[:50], "do not start with this version's framing"),
         "not our framing": (b"\1" + value[1:], "not this layout's 40-byte framing"),
     }
     for what, (bad, message) in damaged.items():

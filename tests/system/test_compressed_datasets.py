@@ -54,7 +54,7 @@ def test_a_damaged_compressed_value_is_a_verify_problem(tmp_path):
     st = open_writer(spec, 0, {})
     try:
         value = bytearray(st.get(batch_key(2)))
-        value[60:80] = b"\xff" * 20  # inside the blosc2 chunk
+        value[70:90] = b"\xff" * 20  # inside the compressed stream (after the 40-byte header and the 20-byte head)
         st.put_sorted([(batch_key(2), bytes(value))])
         st.sync()
     finally:

@@ -1,0 +1,216 @@
+/* loader.serializers._shuffle: the byte shuffle of fixed-size records (see
+ * loader/serializers/shuffled.py for the value format that uses it).
+ *
+ *   shuffle(src, dst, stride)
+ *       src holds n records of ``stride`` bytes (len(src) = n * stride); dst, a writable
+ *       buffer of the same size, receives byte k of every record together:
+ *       dst[k * n + i] = src[i * stride + k]. Fixed-size numeric records turn into long
+ *       runs (the high bytes of counters and coordinates repeat) that LZ4 and zstd
+ *       compress at GB/s.
+ *   unshuffle(src, dst, stride)
+ *       The inverse: dst[i * stride + k] = src[k * n + i].
+ *
+ * Both work in tiles of TILE records, so that a tile of records (TILE * stride bytes) stays
+ * in the cache while its bytes go to (or come from) the ``stride`` streams, and transpose
+ * 16x16-byte blocks with SSE2 where the machine has it (x86-64 always does), 8x8 blocks
+ * in 64-bit words otherwise: ~5 GB/s over 96 MB, ~17 GB/s over a cached 1 MB batch.
+ * The GIL is released while they run. A size that is not a multiple of stride, a stride
+ * < 1, buffers of different sizes or a read-only dst raise ValueError / TypeError.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+#include <string.h>
+
+#define TILE 1024 /* records per tile: a multiple of 8 */
+
+/* Transpose the 8x8 byte matrix x (x[r] = row r, byte c of the little-endian word = column
+ * c) in place, in three steps of block swaps (4x4, 2x2, 1x1 blocks). */
+static inline void transpose8(uint64_t x[8])
+{
+    for (int j = 0; j < 4; j++) {
+        uint64_t a = x[j], b = x[j + 4];
+        x[j] = (a & 0x00000000FFFFFFFFULL) | (b << 32);
+        x[j + 4] = (a >> 32) | (b & 0xFFFFFFFF00000000ULL);
+    }
+    for (int j = 0; j < 8; j += (j & 1) ? 3 : 1) { /* j = 0, 1, 4, 5 */
+        uint64_t a = x[j], b = x[j + 2];
+        x[j] = (a & 0x0000FFFF0000FFFFULL) | ((b & 0x0000FFFF0000FFFFULL) << 16);
+        x[j + 2] = ((a >> 16) & 0x0000FFFF0000FFFFULL) | (b & 0xFFFF0000FFFF0000ULL);
+    }
+    for (int j = 0; j < 8; j += 2) {
+        uint64_t a = x[j], b = x[j + 1];
+        x[j] = (a & 0x00FF00FF00FF00FFULL) | ((b & 0x00FF00FF00FF00FFULL) << 8);
+        x[j + 1] = ((a >> 8) & 0x00FF00FF00FF00FFULL) | (b & 0xFF00FF00FF00FF00ULL);
+    }
+}
+
+#ifdef __SSE2__
+#include <emmintrin.h>
+
+/* Transpose the 16x16 byte matrix x (x[r] = row r) in four rounds of unpacks (bytes,
+ * 16-, 32-, 64-bit units); out[c] = column c. */
+static inline void transpose16(const __m128i x[16], __m128i out[16])
+{
+    __m128i a[16], b[16], c[16];
+    for (int j = 0; j < 8; j++) {
+        a[2 * j] = _mm_unpacklo_epi8(x[2 * j], x[2 * j + 1]);
+        a[2 * j + 1] = _mm_unpackhi_epi8(x[2 * j], x[2 * j + 1]);
+    }
+    for (int m = 0; m < 4; m++) {
+        b[4 * m] = _mm_unpacklo_epi16(a[4 * m], a[4 * m + 2]);
+        b[4 * m + 1] = _mm_unpackhi_epi16(a[4 * m], a[4 * m + 2]);
+        b[4 * m + 2] = _mm_unpacklo_epi16(a[4 * m + 1], a[4 * m + 3]);
+        b[4 * m + 3] = _mm_unpackhi_epi16(a[4 * m + 1], a[4 * m + 3]);
+    }
+    for (int p = 0; p < 2; p++)
+        for (int g = 0; g < 4; g++) {
+            c[8 * p + 2 * g] = _mm_unpacklo_epi32(b[8 * p + g], b[8 * p + 4 + g]);
+            c[8 * p + 2 * g + 1] = _mm_unpackhi_epi32(b[8 * p + g], b[8 * p + 4 + g]);
+        }
+    for (int q = 0; q < 8; q++) {
+        out[2 * q] = _mm_unpacklo_epi64(c[q], c[8 + q]);
+        out[2 * q + 1] = _mm_unpackhi_epi64(c[q], c[8 + q]);
+    }
+}
+
+/* Bytes [0, k16) of records i0..i0+m16-1 (both multiples of 16) by 16x16 blocks. */
+static void tile16(const uint8_t *src, uint8_t *dst, size_t n, size_t stride, size_t i0, size_t m16,
+                   size_t k16, int to_streams)
+{
+    __m128i x[16], out[16];
+    for (size_t k = 0; k < k16; k += 16) {
+        for (size_t i = i0; i < i0 + m16; i += 16) {
+            for (int r = 0; r < 16; r++)
+                x[r] = _mm_loadu_si128((const __m128i *)(to_streams ? src + (i + r) * stride + k
+                                                                    : src + (k + r) * n + i));
+            transpose16(x, out);
+            for (int c = 0; c < 16; c++)
+                _mm_storeu_si128((__m128i *)(to_streams ? dst + (k + c) * n + i : dst + (i + c) * stride + k),
+                                 out[c]);
+        }
+    }
+}
+#endif
+
+/* One tile: records i0..i0+m-1. ``to_streams``: records -> streams (shuffle), else back.
+ * 16x16 blocks (SSE2) where there are 16 bytes and 16 records, then 8x8 blocks, then
+ * single bytes for what is left (the last stride % 8 bytes, the last m % 8 records). */
+static void tile(const uint8_t *src, uint8_t *dst, size_t n, size_t stride, size_t i0, size_t m,
+                 int to_streams)
+{
+    size_t m8 = m & ~(size_t)7, k8 = stride & ~(size_t)7, k16 = 0;
+    uint64_t x[8];
+#ifdef __SSE2__
+    size_t m16 = m & ~(size_t)15;
+    k16 = stride & ~(size_t)15;
+    tile16(src, dst, n, stride, i0, m16, k16, to_streams);
+    /* the records the 16x16 blocks left in bytes [0, k16): at most 15 */
+    for (size_t k = 0; k < k16; k++)
+        for (size_t i = i0 + m16; i < i0 + m; i++) {
+            if (to_streams)
+                dst[k * n + i] = src[i * stride + k];
+            else
+                dst[i * stride + k] = src[k * n + i];
+        }
+#endif
+    for (size_t k = k16; k < k8; k += 8) {
+        for (size_t i = i0; i < i0 + m8; i += 8) {
+            if (to_streams) {
+                for (int r = 0; r < 8; r++)
+                    memcpy(&x[r], src + (i + r) * stride + k, 8);
+                transpose8(x);
+                for (int c = 0; c < 8; c++)
+                    memcpy(dst + (k + c) * n + i, &x[c], 8);
+            } else {
+                for (int c = 0; c < 8; c++)
+                    memcpy(&x[c], src + (k + c) * n + i, 8);
+                transpose8(x);
+                for (int r = 0; r < 8; r++)
+                    memcpy(dst + (i + r) * stride + k, &x[r], 8);
+            }
+        }
+    }
+    for (size_t k = k16; k < stride; k++) {
+        size_t from = k < k8 ? i0 + m8 : i0;
+        for (size_t i = from; i < i0 + m; i++) {
+            if (to_streams)
+                dst[k * n + i] = src[i * stride + k];
+            else
+                dst[i * stride + k] = src[k * n + i];
+        }
+    }
+}
+
+static void shuffle_tiles(const uint8_t *src, uint8_t *dst, size_t n, size_t stride)
+{
+    for (size_t i0 = 0; i0 < n; i0 += TILE)
+        tile(src, dst, n, stride, i0, n - i0 < TILE ? n - i0 : TILE, 1);
+}
+
+static void unshuffle_tiles(const uint8_t *src, uint8_t *dst, size_t n, size_t stride)
+{
+    for (size_t i0 = 0; i0 < n; i0 += TILE)
+        tile(src, dst, n, stride, i0, n - i0 < TILE ? n - i0 : TILE, 0);
+}
+
+typedef void (*transform_fn)(const uint8_t *, uint8_t *, size_t, size_t);
+
+static PyObject *transform(PyObject *args, transform_fn fn)
+{
+    Py_buffer src, dst;
+    Py_ssize_t stride;
+
+    if (!PyArg_ParseTuple(args, "y*w*n", &src, &dst, &stride))
+        return NULL;
+    PyObject *result = NULL;
+    if (stride < 1) {
+        PyErr_Format(PyExc_ValueError, "stride must be >= 1, not %zd", stride);
+    } else if (src.len != dst.len) {
+        PyErr_Format(PyExc_ValueError, "src holds %zd bytes, dst %zd: they must be the same size", src.len,
+                     dst.len);
+    } else if (src.len % stride) {
+        PyErr_Format(PyExc_ValueError, "%zd bytes is not a whole number of %zd-byte records", src.len, stride);
+    } else {
+        size_t n = (size_t)(src.len / stride);
+        Py_BEGIN_ALLOW_THREADS
+        fn((const uint8_t *)src.buf, (uint8_t *)dst.buf, n, (size_t)stride);
+        Py_END_ALLOW_THREADS
+        result = Py_None;
+        Py_INCREF(result);
+    }
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&dst);
+    return result;
+}
+
+static PyObject *py_shuffle(PyObject *self, PyObject *args)
+{
+    (void)self;
+    return transform(args, shuffle_tiles);
+}
+
+static PyObject *py_unshuffle(PyObject *self, PyObject *args)
+{
+    (void)self;
+    return transform(args, unshuffle_tiles);
+}
+
+static PyMethodDef methods[] = {
+    {"shuffle", py_shuffle, METH_VARARGS,
+     "shuffle(src, dst, stride): dst[k*n + i] = src[i*stride + k] for n records of stride bytes."},
+    {"unshuffle", py_unshuffle, METH_VARARGS,
+     "unshuffle(src, dst, stride): the inverse of shuffle, dst[i*stride + k] = src[k*n + i]."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "loader.serializers._shuffle",
+    "The byte shuffle of fixed-size records (see generators/_shufflemodule.c).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__shuffle(void)
+{
+    return PyModule_Create(&module);
+}
