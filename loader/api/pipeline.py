@@ -7,7 +7,7 @@ A pipeline file names a dataset and the steps to run on it, in this order:
     [load]      source (required), new_run, replace            } exactly one
     [ingest]    from (required), pattern, on_bad_file          } of these two
     [compact]   target_batch_records, force, enabled           optional
-    [finalize]  dims, array, duplicates, compact, workers, memory_budget, enabled
+    [finalize]  dims, array, duplicates, compact, workers, memory_budget, compression, enabled
     [query]     box (required), array, attrs, format, out, enabled
 
 A step runs when its section is present (and ``enabled`` is not false). Keys before
@@ -61,7 +61,7 @@ SCHEMA: dict[str, dict[str, tuple[type, object]]] = {
     "compact": {"target_batch_records": (int, None), "force": (bool, False), "enabled": (bool, True)},
     "finalize": {"dims": (str, "i0:10,i1:100000"), "array": (str, "grid"), "duplicates": (str, "error"),
                  "compact": (bool, True), "workers": (int, None), "memory_budget": (str, None),
-                 "enabled": (bool, True)},
+                 "compression": (str, None), "enabled": (bool, True)},
     "query": {"box": (str, REQUIRED), "array": (str, "grid"), "attrs": (str, None),
               "format": (str, "csv"), "out": (str, None), "enabled": (bool, True)},
 }
@@ -335,7 +335,8 @@ def _step_finalize(dataset, cfg, common, job, progress) -> dict:
     budget = size_option(cfg["memory_budget"] or None, "finalize.memory_budget", PipelineError)
     workers = job["workers"] if cfg["workers"] is None else cfg["workers"]  # 0 is refused, not a default
     return finalize(dataset, dims=cfg["dims"], array=cfg["array"], duplicates=cfg["duplicates"],
-                    workers=workers, compact=cfg["compact"], progress=progress, memory_budget=budget).to_dict()
+                    workers=workers, compact=cfg["compact"], progress=progress, memory_budget=budget,
+                    compression=cfg["compression"]).to_dict()
 
 
 def _step_query(dataset, cfg, common, job, progress) -> dict:

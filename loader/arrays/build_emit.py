@@ -72,7 +72,7 @@ class ChunkEmitter:
         self.dims, self.chunks = task.job.dims, task.job.chunks
         self.layout = task.job.layout_obj
         self.cell = task.cell_layout_obj
-        self.cser = task.job.serializer(self.cell)
+        self.cser = task.job.cell_serializer(self.cell)
         self.rs = self.layout.record_size
         self.crs = self.cell.record_size
         self.keep = task.policy == "keep"

@@ -1,7 +1,8 @@
 """What every finalize worker is given, and how it reads the flat batches.
 
 - `ArrayJob`: the part of a task all finalize workers share (the dataset's store
-  description, layout, format and compression, the array's dims and chunk lengths, the
+  description, layout, format and compression (of the flat batches, and of the chunk
+  pieces: ``cell_compression``), the array's dims and chunk lengths, the
   coordinator's pid and the job's fault setting). Frozen and picklable: a worker gets
   paths and config, never an open handle.
 - `WorkerTask`: the base of the scan, partition and build tasks (a job and a worker
@@ -31,19 +32,24 @@ class ArrayJob:
     store: StoreSpec
     layout: dict  # the dataset's layout (to_dict)
     format: str
-    compression: str
+    compression: str  # of the flat batches
     dims: tuple[str, str]
     chunks: tuple[int, int]
     main_pid: int = 0
     fault: str = ""
+    cell_compression: str = "none"  # of the array's chunk pieces
 
     @cached_property
     def layout_obj(self) -> Layout:
         return Layout.from_dict(self.layout)
 
-    def serializer(self, layout: Layout | None = None):
-        """The serializer of flat batches (or of ``layout``, e.g. the cells)."""
-        return get_serializer(self.format, layout or self.layout_obj, self.compression)
+    def serializer(self):
+        """The serializer of the flat batches."""
+        return get_serializer(self.format, self.layout_obj, self.compression)
+
+    def cell_serializer(self, cell: Layout):
+        """The serializer of the array's chunk pieces (cells of layout ``cell``)."""
+        return get_serializer(self.format, cell, self.cell_compression)
 
 
 @dataclass(frozen=True)

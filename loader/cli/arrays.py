@@ -28,6 +28,9 @@ def finalize_cmd(
     strategy: str = typer.Option("auto", "--strategy",
                                  help="auto, direct (read windows of chunks straight from the batches) "
                                       "or spill (partition into spill runs first)."),
+    compression: Optional[str] = typer.Option(None, "--compression",
+                                              help="The array's chunk pieces: none (default, whatever the "
+                                                   "records use: queries read them zero-copy), lz4 or zstd."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
 ):
@@ -35,7 +38,8 @@ def finalize_cmd(
     budget = size_option(memory_budget, "--memory-budget")
     rep, used = on_engine(dataset, lambda: api.finalize(
         dataset, dims=dims, array=array, duplicates=duplicates, workers=workers, compact=not no_compact,
-        progress=progress_mode(quiet), memory_budget=budget, strategy=strategy))
+        progress=progress_mode(quiet), memory_budget=budget, strategy=strategy,
+        compression=compression))
     if json_out:
         emit_json(rep.to_dict() | used)
     elif not quiet:
