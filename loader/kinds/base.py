@@ -60,12 +60,19 @@ class Kind:
     compressions: tuple[str, ...] = ()
     default_format = ""
     default_compression = "none"
+    #: a format's own default compression, where it differs from default_compression
+    default_compressions: dict[str, str] = {}
     #: ingest / compact are the kind's own (`ingest_directory`, `compact_dataset`)
     own_ingest = False
     own_compaction = False
 
     def __init__(self, layout, fmt: str, compression: str):
         self.layout, self.format, self.compression = layout, fmt, compression
+
+    @classmethod
+    def compression_for(cls, fmt: str) -> str:
+        """The compression of a new dataset in format ``fmt`` when none is asked for."""
+        return cls.default_compressions.get(fmt, cls.default_compression)
 
     @classmethod
     def check(cls, layout, fmt: str, compression: str) -> None:

@@ -7,14 +7,24 @@ into the run's `commit.Committer` as they arrive; the caller then calls
 
 The tasks carry paths and settings only (task.py): every worker opens its own shards.
 
-A small run - at most SMALL_RUN_BYTES of records to write, its worker count not given by
-the caller, on the local pool, no shard of the dataset open in this process (an LMDB reader
-of the caller's would clash with a writer here) - runs the same tasks in the coordinator's
-process instead
-(executors.InProcessExecutor): starting the forkserver and a process per worker costs
-~0.15-0.3 s on the reference 2-core machine, ~30-60 MB of writing at one worker's
-speed, so below 16 MiB one process is the faster one. Same tasks, receipts, checkpoints
-and commit; its report says ``in_process``. Streams always use the pool (their size is not
+A small run - at most `in_process_limit` bytes of records to write, its worker count not
+given by the caller, on the local pool, no shard of the dataset open in this process (an
+LMDB reader of the caller's would clash with a writer here) - runs the same tasks in the
+coordinator's process instead (executors.InProcessExecutor): starting the forkserver and
+a process per worker costs ~0.15-0.3 s on the reference 2-core machine. One process
+(its producer thread generating or reading, its own thread encoding and writing) was the
+faster one, measured there (scidb96, lmdb, 2 shards; a machine shared with other work):
+
+    records            1M        2M        5M        10M   (means of 2 interleaved runs)
+    uncompressed       ~340      ~410      -         -          MB/s in-process
+                       ~200      ~270      -         -          MB/s pool of 2
+    lz4                ~1,030    -         ~1,500    ~1,600     MB/s in-process
+                       ~220      -         ~950      ~1,030     MB/s pool of 2
+
+so the limit is 256 MiB of records for uncompressed values (disk-bound either way, the
+pool wins above ~2.5M records) and 1 GiB for compressed ones (CPU-bound: one process
+encodes at ~2 GB/s and writes ~1/50 of the bytes). Same tasks, receipts, checkpoints and
+commit; its report says ``in_process``. Streams always use the pool (their size is not
 known in advance).
 Crash behaviour: see infra/pool.py - any failure, or a stop signal, kills every worker
 before the error propagates; what was committed is the committer's business.
@@ -43,7 +53,13 @@ from .task import LoadTask, RunTable, WriteSettings
 from .worker import load_worker
 
 #: a run with at most this many bytes of records to write runs in-process (see above)
-SMALL_RUN_BYTES = 16 << 20
+IN_PROCESS_BYTES = {"none": 256 << 20}
+IN_PROCESS_COMPRESSED_BYTES = 1 << 30
+
+
+def in_process_limit(compression: str) -> int:
+    """Most bytes of records a run of this compression runs in-process (module docstring)."""
+    return IN_PROCESS_BYTES.get(compression, IN_PROCESS_COMPRESSED_BYTES)
 
 
 @dataclass(frozen=True)
@@ -67,7 +83,7 @@ def execute(spec: StoreSpec, m: mf.Manifest, committer: Committer, work: Work) -
         return []
     rs = _record_bytes(m, work)
     tasks = _tasks(spec, m, work, shard_bytes_hint=todo * rs // work.plan.nshards)
-    ex = executor_for(spec, work.settings, todo * rs)
+    ex = executor_for(spec, work.settings, todo * rs, m.compression)
     with Progress(work.label, todo, rs, mode=work.settings.progress) as prog:
         carried: dict[int, dict] = {}  # worker -> {seq: batch} its dead attempts made durable (Dask)
         receipts = ex.run(load_worker, tasks, on_progress=prog.advance, on_message=committer.on_message,
@@ -75,11 +91,11 @@ def execute(spec: StoreSpec, m: mf.Manifest, committer: Committer, work: Work) -
     return [with_carried(rc, carried.get(rc.worker, {})) for rc in receipts]
 
 
-def executor_for(spec: StoreSpec, settings: RunSettings, nbytes: int):
+def executor_for(spec: StoreSpec, settings: RunSettings, nbytes: int, compression: str = "none"):
     """The executor in effect, or an in-process one for a small run (module docstring)."""
     ex = executors.current()
-    if (type(ex) is executors.LocalExecutor and not settings.workers_given and nbytes <= SMALL_RUN_BYTES
-            and not open_in_this_process(spec)):
+    if (type(ex) is executors.LocalExecutor and not settings.workers_given
+            and nbytes <= in_process_limit(compression) and not open_in_this_process(spec)):
         return executors.InProcessExecutor()
     return ex
 

@@ -127,7 +127,7 @@ def resolve_options(spec: StoreSpec, existing: mf.Manifest | None, layout: Layou
     fmt = request.format or (existing.format if has else kind.default_format)
     if fmt not in FORMATS + kind.formats:
         raise UsageError(f"unknown format {fmt!r}; use one of {', '.join(kind.formats)}")
-    comp = request.compression or (existing.compression if has else kind.default_compression)
+    comp = request.compression or (existing.compression if has else kind.compression_for(fmt))
     if comp not in COMPRESSIONS:
         raise UsageError(f"unknown compression {comp!r}; use one of {', '.join(kind.compressions)}")
     kind.check(layout, fmt, comp)  # rejects unsupported combinations

@@ -1,7 +1,7 @@
 """Small loads run in-process (loading/execute.py, infra/executors.InProcessExecutor).
 
-- A load of at most SMALL_RUN_BYTES whose worker count the caller did not give starts no
-  worker process: its report says ``in_process``, every receipt comes from the
+- A load of at most `in_process_limit(compression)` bytes (256 MiB uncompressed, 1 GiB
+  compressed) whose worker count the caller did not give starts no worker process: its report says ``in_process``, every receipt comes from the
   coordinator's pid; a bigger load, or one given ``--workers``, uses the pool.
 - Same result: the in-process load stores the same batch rows and records as the pool.
 - Same guarantees: SIGKILL at scripted points (coordinator's and workers' fault points,
@@ -21,9 +21,12 @@ import pytest
 from conftest import run_cli, tool
 
 import loader
-from loader.loading.execute import SMALL_RUN_BYTES
+from loader.infra import executors
+from loader.loading.execute import executor_for, in_process_limit
+from loader.loading.job import RunSettings
 from loader.model.layouts import get_layout
 from loader.sources.generators import generate
+from loader.stores.spec import parse_dataset_uri
 
 LAY = get_layout("scidb96")
 FAST = {"BULKLOAD_CHECKPOINT_SECONDS": "0"}
@@ -56,14 +59,27 @@ def test_small_load_runs_in_process_and_stores_what_the_pool_stores(store_uri, t
         assert ds.read_records().tobytes() == generate(LAY, 17, 2345).tobytes()
 
 
+@pytest.mark.parametrize("compression, limit", [("none", 256 << 20), ("lz4", 1 << 30), ("zstd", 1 << 30)])
+def test_the_limit_is_bytes_of_records_by_compression(tmp_path, compression, limit):
+    """Just at the limit: in-process; one byte over it, workers given, or a caller's engine: not."""
+    assert in_process_limit(compression) == limit
+    spec = parse_dataset_uri(f"lmdb://{tmp_path}/ds")
+    settings = RunSettings(layout=LAY, format="capnp", compression=compression, shards=2, workers=2,
+                           batch_records=1000, workers_given=False)
+    assert type(executor_for(spec, settings, limit, compression)) is executors.InProcessExecutor
+    assert type(executor_for(spec, settings, limit + 1, compression)) is executors.LocalExecutor
+    given = RunSettings(layout=LAY, format="capnp", compression=compression, shards=2, workers=2,
+                        batch_records=1000, workers_given=True)
+    assert type(executor_for(spec, given, 1, compression)) is executors.LocalExecutor
+
+
 @pytest.mark.parametrize("scheme", ["lmdb"])  # every store runs in-process: the test above
 def test_the_cli_reports_in_process_for_small_loads_only(tmp_path, scheme):
-    """Just at the threshold: in-process; one record over it, or --workers given: the pool."""
-    at = SMALL_RUN_BYTES // LAY.record_size
-    rep = load_json(f"gen://scidb96?n={at}", f"{scheme}://{tmp_path}/at", "--batch-records", 50000)
-    assert rep["in_process"] is True and rep["records"] == at
-    rep = load_json(f"gen://scidb96?n={at + 1}", f"{scheme}://{tmp_path}/over", "--batch-records", 50000)
-    assert rep["in_process"] is False and rep["records"] == at + 1
+    """Records over the uncompressed limit, compressed (the default): in-process; --workers
+    given: the pool (the limits themselves: the test above)."""
+    over = (256 << 20) // LAY.record_size + 1
+    rep = load_json(f"gen://scidb96?n={over}", f"{scheme}://{tmp_path}/over", "--batch-records", 50000)
+    assert rep["in_process"] is True and rep["records"] == over and rep["compression"] == "lz4"
     rep = load_json("gen://scidb96?n=100", f"{scheme}://{tmp_path}/given", "--workers", 1)
     assert rep["in_process"] is False
     # appending to a dataset, and a file source: the same rule
