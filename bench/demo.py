@@ -70,7 +70,8 @@ def main() -> None:
     p = sh([str(BIN / "bulkload"), "load", f"gen://scidb96?n={n}", uri, "--json"],
            stdout=subprocess.PIPE, text=True)
     rep = json.loads(p.stdout)
-    rows.append((f"bulkload load ({rep['workers']} workers, {rep['shards']} shards, {rep['format']}), durable",
+    rows.append((f"bulkload load ({rep['workers']} workers, {rep['shards']} shards, {rep['format']} "
+                 f"{rep['compression']}, {rep['stored_bytes'] / 1e6:,.0f} MB stored), durable",
                  rep["seconds"], rep))
     print("== the disk's limit again, after the load")
     disk.append(disk_limit(n, data / "limit.bin"))

@@ -37,7 +37,7 @@ from loader.bench.loads import compressed_config
 FIGURES = ["gen-file-fsync", "gen-shm", "gen-pipe", "cold-read", "load-lmdb-capnp-w1", "load-lmdb-capnp-w2",
            "load-lmdb-arrow-none", "load-rocksdb-capnp", "load-mem-capnp",
            # the versus section: interleaved with the peers (ArcticDB, TileDB when installed)
-           "load-file-warm", "load-file-cold",
+           "load-lmdb-default", "load-file-warm", "load-file-cold",
            "peer-arcticdb-write-build", "peer-arcticdb-write", "peer-arcticdb-read", "peer-tiledb-write",
            "peer-tiledb-box"]
 

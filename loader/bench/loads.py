@@ -33,7 +33,7 @@ class LoadConfig:
     id: str
     title: str
     scheme: str
-    workers: int
+    workers: int | None  # None: not given (bulkload's default: the cores, in-process when small)
     limit: str
     note: str = ""
     format: str | None = None
@@ -52,7 +52,7 @@ def load_configs(cores: int) -> list[LoadConfig]:
     return [
         LoadConfig("load-lmdb-capnp-w1", "load lmdb capnp, 1 worker", "lmdb", 1, "gen-file-fsync",
                    note="SciDB single-process flat load: 37 MB/s"),
-        LoadConfig(f"load-lmdb-capnp-w{c}", f"load lmdb capnp, {c} workers (headline)", "lmdb", c,
+        LoadConfig(f"load-lmdb-capnp-w{c}", f"load lmdb capnp uncompressed, {c} workers", "lmdb", c,
                    "gen-file-fsync", note="SciDB 32-core parallel flat load: 491 MB/s"),
         LoadConfig("load-lmdb-arrow-none", "load lmdb arrow (no compression)", "lmdb", c, "gen-file-fsync",
                    format="arrow", compression="none"),
@@ -60,9 +60,9 @@ def load_configs(cores: int) -> list[LoadConfig]:
                    format="arrow", compression="lz4"),
         LoadConfig("load-lmdb-arrow-zstd", "load lmdb arrow zstd", "lmdb", c, "gen-file-fsync",
                    format="arrow", compression="zstd"),
-        LoadConfig("load-lmdb-capnp-lz4", "load lmdb capnp lz4 (blosc2 shuffle)", "lmdb", c, "gen-file-fsync",
-                   format="capnp", compression="lz4"),
-        LoadConfig("load-lmdb-capnp-zstd", "load lmdb capnp zstd (blosc2 shuffle)", "lmdb", c, "gen-file-fsync",
+        LoadConfig("load-lmdb-capnp-lz4", "load lmdb capnp lz4 (byte shuffle), --workers given", "lmdb", c,
+                   "gen-file-fsync", format="capnp", compression="lz4"),
+        LoadConfig("load-lmdb-capnp-zstd", "load lmdb capnp zstd (byte shuffle)", "lmdb", c, "gen-file-fsync",
                    format="capnp", compression="zstd"),
         LoadConfig("load-rocksdb-capnp", "load rocksdb capnp", "rocksdb", c, "gen-file-fsync"),
         LoadConfig("load-mem-capnp", "load mem:// capnp (LMDB on /dev/shm)", "mem", c, "gen-shm"),
@@ -72,11 +72,11 @@ def load_configs(cores: int) -> list[LoadConfig]:
     ]
 
 
-def load_once(b: Bench, n: int, uri: str, *, workers: int, format: str | None = "capnp",
+def load_once(b: Bench, n: int, uri: str, *, workers: int | None, format: str | None = "capnp",
               compression: str | None = "none", stdin: bool = False, source: str | None = None,
               prepare=None) -> dict:
     """One `bulkload load` run in a fresh process tree; returns a sample. ``format`` /
-    ``compression`` None: bulkload's defaults (the option is not given); ``source``: a file
+    ``compression`` / ``workers`` None: bulkload's defaults (the option is not given); ``source``: a file
     of raw records instead of the generator (the sample says how much of it was in the page
     cache as the load started); ``prepare()``: untimed, right before the load (after
     `settle`, which may take seconds: a page cache warmed before it may be cold again)."""
@@ -85,7 +85,7 @@ def load_once(b: Bench, n: int, uri: str, *, workers: int, format: str | None = 
     if prepare:
         prepare()
     resident = cached_fraction(source) if source else None
-    args = [uri, "--json", "--quiet", "--workers", str(workers), "--shards", str(b.cores)]
+    args = [uri, "--json", "--quiet", "--shards", str(b.cores)] + (["--workers", str(workers)] if workers else [])
     args += [x for opt, v in (("--format", format), ("--compression", compression)) if v for x in (opt, v)]
     if stdin:
         cmd = ["sh", "-c", f"{shlex.quote(b.gen)} {n} | " + " ".join(
@@ -101,7 +101,8 @@ def load_once(b: Bench, n: int, uri: str, *, workers: int, format: str | None = 
     return {"seconds": rep["seconds"], "wall_s": p.wall_s,
             "peak_tree_rss_bytes": p.peak_tree_rss_bytes, "peak_tree_anon_bytes": p.peak_tree_anon_bytes,
             "report_peak_rss_bytes": rep.get("peak_rss_bytes"), "stages": rep.get("stages"),
-            "stored_bytes": rep.get("stored_bytes"), "workers": rep.get("workers")} | (
+            "stored_bytes": rep.get("stored_bytes"), "workers": rep.get("workers"),
+            "in_process": rep.get("in_process"), "compression": rep.get("compression")} | (
         {"source_cached": round(resident, 4)} if resident is not None else {})
 
 

@@ -17,6 +17,9 @@ from dataclasses import dataclass
 
 from .figures import Figure, mb_s_median
 
+#: the headline figure: a load with default options (versus.py)
+DEFAULT_LOAD = "load-lmdb-default"
+
 GIB = 1 << 30
 
 
@@ -73,14 +76,17 @@ def _disk_bytes(f: Figure | None) -> list[int]:
     return [s["disk_bytes"] for s in f.samples if s.get("disk_bytes")] if f is not None and f.status == "ok" else []
 
 
-def arcticdb_targets(figs: dict[str, Figure], head: Figure | None, suite: str) -> list[Target]:
+def arcticdb_targets(figs: dict[str, Figure], suite: str) -> list[Target]:
     """Issue 14's targets against ArcticDB's write (its DataFrame build included), measured
-    interleaved: the durable load (>= 1.3 x in the full suite, >= 1.0 x at the quick suite's
-    1M records), each compressed load (bytes on disk <= ArcticDB's at >= 1.0 x its speed)
-    and a load from a warm file (>= 0.95 x the gen:// load)."""
+    interleaved: the durable load with default options (>= 1.3 x in the full suite, >= 1.0 x
+    at the quick suite's 1M records), each compressed load and the default one (bytes on disk
+    <= ArcticDB's at >= 1.0 x its speed) and a load from a warm file (>= 0.95 x the gen://
+    load, both with default options)."""
     arctic = figs.get("peer-arcticdb-write-build")
-    out = [ratio_target("load-vs-arcticdb", "durable load / ArcticDB DataFrame build + write (interleaved)",
-                        head, arctic, 1.3 if suite == "full" else 1.0)]
+    head = figs.get(DEFAULT_LOAD)
+    out = [ratio_target("load-vs-arcticdb", "durable load, default options / ArcticDB DataFrame build + write "
+                        "(interleaved)", head, arctic, 1.3 if suite == "full" else 1.0),
+           bytes_target("load-bytes-vs-arcticdb", "ArcticDB bytes on disk / load, default options", head, arctic)]
     for f in figs.values():
         if f.group == "load" and f.params.get("interleaved") and f.params.get("compression") not in (None, "none"):
             out += [bytes_target(f"{f.id}-bytes-vs-arcticdb", f"ArcticDB bytes on disk / {f.title}", f, arctic),
@@ -92,13 +98,14 @@ def arcticdb_targets(figs: dict[str, Figure], head: Figure | None, suite: str) -
 
 
 def throughput_targets(figs: dict[str, Figure], cores: int, suite: str = "quick") -> list[Target]:
-    head = figs.get(f"load-lmdb-capnp-w{cores}")
+    head = figs.get(f"load-lmdb-capnp-w{cores}")  # uncompressed, all workers
     fin = figs.get(f"finalize-w{cores}")
     disk = figs.get("gen-file-fsync")
     return [
-        ratio_target("load-vs-disk", "load (lmdb capnp, all workers, durable) / disk limit (gen -> file + fsync)",
+        ratio_target("load-vs-disk", "load (lmdb capnp uncompressed, all workers, durable) / disk limit "
+                     "(gen -> file + fsync)",
                      head, disk, 0.5),
-        *arcticdb_targets(figs, head, suite),
+        *arcticdb_targets(figs, suite),
         ratio_target("load-vs-naive-lmdb", "load into mem:// / naive py-lmdb per-record loop (MB/s; "
                      "restated against mem://: 10 x the loop is above the disk's limit)", figs.get("load-mem-capnp"),
                      figs.get("peer-lmdb-per-record"), 10.0),

@@ -5,16 +5,17 @@ Round r (1..repeats) measures one sample of each row, in this order (`Bench.inte
 
 ``disk``        ``bulkload-gen`` -> the records file + fsync: a sample of the disk limit
                 ``gen-file-fsync`` (phase "round r"); one more after the last round ("after")
-``load``        ``bulkload load gen://scidb96?n=N lmdb://`` with all workers, shards = cores,
-                default options, durable (the headline, ``load-lmdb-capnp-wC``)
+``load``        ``bulkload load gen://scidb96?n=N lmdb:// --shards C``, default options (no
+                --workers / --format / --compression: capnp + lz4, in-process up to 1 GiB of
+                records), durable: the headline, ``load-lmdb-default``
 ``arcticdb``    ArcticDB: DataFrame build from the records, ``lib.write`` to ``lmdb://``, read
                 (figures ``peer-arcticdb-write-build``, ``peer-arcticdb-write``,
                 ``peer-arcticdb-read``)
 ``tiledb``      TileDB sparse 2-D write of ``n_tiledb`` records and a warm box read
 ``compressed``  ``bulkload load`` of each ``FORMAT:COMPRESSION`` of the plan's ``compressed``
-``file``        ``bulkload load FILE`` of the records file, read once beforehand (page cache
-                warm: ``load-file-warm``), then evicted with posix_fadvise(DONTNEED)
-                (``load-file-cold``, against the disk's cold-read limit)
+``file``        ``bulkload load FILE`` of the records file with default options, read once
+                beforehand (page cache warm: ``load-file-warm``), then evicted with
+                posix_fadvise(DONTNEED) (``load-file-cold``, against the disk's cold-read limit)
 
 Each sample records the bytes its dataset takes on disk (``disk_bytes``: allocated
 blocks). `compare.comparisons` turns the figures into the ratios bulkload / peer.
@@ -33,11 +34,12 @@ from pathlib import Path
 
 from .figures import Figure
 from .limits import disk_sample
-from .loads import LoadConfig, compressed_config, load_configs, load_once
+from .loads import LoadConfig, compressed_config, load_once
 from .peers import NOT_INSTALLED, installed
 from .processes import disk_bytes, evict, rm, settle
 from .records import box
 from .runner import Bench, Row
+from .targets import DEFAULT_LOAD
 
 RECORDS_FILE = "records.bin"
 
@@ -53,8 +55,8 @@ def section_versus(b: Bench) -> None:
 
 def bulkload_ids(cores: int, compressed: tuple[str, ...]) -> list[str]:
     """The bulkload figures this section measures, in the order of its rows."""
-    return [f"load-lmdb-capnp-w{cores}", *(compressed_config(c, cores).id for c in compressed),
-            "load-file-warm", "load-file-cold"]
+    return [DEFAULT_LOAD, *(compressed_config(c, cores).id for c in compressed), "load-file-warm",
+            "load-file-cold"]
 
 
 def _load_figure(b: Bench, cfg: LoadConfig) -> Figure | None:
@@ -80,10 +82,9 @@ def _load_row(b: Bench, cfg: LoadConfig, source: Path | None = None, prepare=Non
 
 
 def _load_rows(b: Bench) -> list[Row | None]:
-    head = next(c for c in load_configs(b.cores) if c.id == f"load-lmdb-capnp-w{b.cores}")
-    default = LoadConfig(head.id, head.title, head.scheme, head.workers, head.limit,
-                         note="default options (no --format / --compression), durable; interleaved "
-                              "with the peers")
+    default = LoadConfig(DEFAULT_LOAD, "load lmdb, default options (headline)", "lmdb", None, "gen-file-fsync",
+                         note="no --workers / --format / --compression (capnp + lz4; in-process up to 1 GiB of "
+                              "records), --shards = cores, durable; interleaved with the peers")
     return [_load_row(b, default)]
 
 
@@ -92,13 +93,12 @@ def _compressed_rows(b: Bench) -> list[Row | None]:
 
 
 def _file_rows(b: Bench, records: Path) -> list[Row | None]:
-    c = b.cores
-    warm = LoadConfig("load-file-warm", "load FILE of raw records (page cache warm), lmdb", "lmdb", c,
+    warm = LoadConfig("load-file-warm", "load FILE of raw records (page cache warm), lmdb", "lmdb", None,
                       "gen-file-fsync", note="the records file read right before the load (untimed; the sample's "
                                              "source_cached: the part of it in the page cache then); default options")
-    cold = LoadConfig("load-file-cold", "load FILE of raw records (evicted: cold), lmdb", "lmdb", c, "cold-read",
+    cold = LoadConfig("load-file-cold", "load FILE of raw records (evicted: cold), lmdb", "lmdb", None, "cold-read",
                       note="the file evicted with posix_fadvise(DONTNEED) before; ratio to the disk's cold "
-                           "read limit")
+                           "read limit; default options")
     return [_load_row(b, warm, records, prepare=lambda: _read_through(records)),
             _load_row(b, cold, records, prepare=lambda: evict(records))]
 

@@ -143,16 +143,19 @@ def test_rss_targets_from_the_samples():
 
 def test_targets_of_a_run_in_report_order():
     figs = {f.id: f for f in (fig("load-lmdb-capnp-w2", seconds=(0.5,)), fig("load-lmdb-capnp-w1"),
+                              fig("load-lmdb-default", seconds=(0.1,)),
                               fig("gen-file-fsync", seconds=(0.25,), group="limits"),
                               fig("peer-arcticdb-write-build", status="skipped", reason="not installed"))}
     rows = [t.to_dict() for t in targets(figs, 2, None)]
-    assert [r["id"] for r in rows] == ["load-vs-disk", "load-vs-arcticdb", "load-vs-naive-lmdb", "load-2w-vs-1w",
+    assert [r["id"] for r in rows] == ["load-vs-disk", "load-vs-arcticdb", "load-bytes-vs-arcticdb",
+                                       "load-vs-naive-lmdb", "load-2w-vs-1w",
                                        "arrow-vs-disk", "rocksdb-vs-disk", "mem-vs-lmdb", "finalize-400",
                                        "finalize-2w-vs-1w", "finalize-worker-rss", "query-2ms"]
     by = {r["id"]: r for r in rows}
     assert (by["load-vs-disk"]["ratio"], by["load-vs-disk"]["status"]) == (0.5, "pass")
     assert (by["load-2w-vs-1w"]["ratio"], by["load-2w-vs-1w"]["status"]) == (2.0, "pass")
-    assert by["load-vs-arcticdb"]["status"] == "not measured (peer-arcticdb-write-build)"
+    assert by["load-vs-arcticdb"]["status"] == "not measured (peer-arcticdb-write-build)"  # headline: defaults
+    assert by["load-bytes-vs-arcticdb"]["status"] == "not measured (peer-arcticdb-write-build)"
     assert by["mem-vs-lmdb"]["status"] == "not measured"
     # the rss pair only when both of its loads were measured
     small, big = (Figure(f"rss-load-n{n}", "rss", "r", n, samples=[

@@ -51,7 +51,7 @@ def test_a_peer_not_installed_is_skipped_and_its_target_not_measured(tmp_path, m
         rows = {t.id: t.to_dict() for t in targets(b.figures, b.cores, None)}
         if "peer-arcticdb-write" in skipped:
             assert rows["load-vs-arcticdb"]["status"] == \
-                f"not measured (load-lmdb-capnp-w{b.cores}, peer-arcticdb-write-build)"
+                "not measured (load-lmdb-default, peer-arcticdb-write-build)"
             assert rows["load-vs-arcticdb"]["ratio"] is None and rows["load-vs-arcticdb"]["pass"] is None
 
 

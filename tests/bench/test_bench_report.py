@@ -100,7 +100,8 @@ def test_markdown_tables(tmp_path):
     # a measured target has its numbers and a mark; one not measured says so and why
     row = next(x for x in lines if x.startswith("| load speed-up, 2 workers vs 1 |"))
     assert row == "| load speed-up, 2 workers vs 1 | 32 MB/s | 36 MB/s | 0.89 | ≥ 1.6 | ❌ short |"
-    assert "| durable load / ArcticDB DataFrame build + write (interleaved) | | | | ≥ 1.0 | not measured |" in lines
+    assert ("| durable load, default options / ArcticDB DataFrame build + write (interleaved) | | | | ≥ 1.0 "
+            "| not measured |") in lines
     assert "| box query ~1,000 cells, warm: 2 ms / median latency | 0.500 ms | 2.0 ms | 4.00 | ≥ 1.0 | ✅ pass |" \
         in lines
     # one section a group that has figures, none for the others; a '|' in a title is escaped

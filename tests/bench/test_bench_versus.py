@@ -51,11 +51,11 @@ def _versus(tmp_path, monkeypatch, hidden=(), **kw):
 
 def test_versus_rows_are_measured_interleaved_with_bytes_on_disk(tmp_path, monkeypatch):
     """The peers hidden (fast): the bulkload rows and the disk limit, two rounds each."""
-    rows = {"load-lmdb-capnp-w2", "load-lmdb-capnp-zstd", "load-file-warm", "load-file-cold"}
+    rows = {"load-lmdb-default", "load-lmdb-capnp-zstd", "load-file-warm", "load-file-cold"}
     with _versus(tmp_path, monkeypatch, hidden=HIDDEN, only=rows | {"gen-file-fsync", "peers", "peer-tiledb-box"}) as b:
         section_versus(b)
         ids = bulkload_ids(b.cores, b.p.compressed)
-        assert ids == [f"load-lmdb-capnp-w{b.cores}", "load-lmdb-capnp-lz4", "load-lmdb-capnp-zstd",
+        assert ids == ["load-lmdb-default", "load-lmdb-capnp-lz4", "load-lmdb-capnp-zstd",
                        "load-file-warm", "load-file-cold"]
         assert b.figures["load-lmdb-capnp-lz4"].reason == "not selected"
         for fid in [x for x in ids if x in rows]:
@@ -70,8 +70,10 @@ def test_versus_rows_are_measured_interleaved_with_bytes_on_disk(tmp_path, monke
         assert [s["source_cached"] for s in b.figures["load-file-cold"].samples] == [0.0, 0.0]
         disk = b.figures["gen-file-fsync"]
         assert [s["phase"] for s in disk.samples] == ["round 1", "round 2", "after"]
-        zstd, plain = (b.figures[x].samples[0]["disk_bytes"] for x in ("load-lmdb-capnp-zstd", ids[0]))
-        assert zstd < plain  # the compressed dataset is smaller: the bytes are the dataset's own
+        # default options: no --workers (in-process at this size), lz4; the bytes are each dataset's own
+        head = b.figures["load-lmdb-default"]
+        assert head.workers is None and all(s["in_process"] and s["compression"] == "lz4" for s in head.samples)
+        assert all(s["compression"] == "zstd" and not s["in_process"] for s in b.figures["load-lmdb-capnp-zstd"].samples)
         for fid in ("peer-arcticdb-write-build", "peer-arcticdb-write", "peer-arcticdb-read", "peer-tiledb-write",
                     "peer-tiledb-box"):
             assert (b.figures[fid].status, b.figures[fid].reason) == ("skipped", NOT_INSTALLED)
@@ -94,11 +96,11 @@ def test_a_figure_measured_by_the_versus_section_is_not_measured_again(tmp_path,
 @pytest.mark.skipif(not (installed("arcticdb") and installed("pandas") and installed("tiledb")),
                     reason="the [peers] extra is not installed")
 def test_the_peers_are_measured_in_the_same_rounds_and_compared(tmp_path, monkeypatch):
-    only = {"load-lmdb-capnp-w2", "load-lmdb-capnp-w1", "peer-arcticdb-write-build", "peer-arcticdb-write",
+    only = {"load-lmdb-default", "load-lmdb-capnp-w1", "peer-arcticdb-write-build", "peer-arcticdb-write",
             "peer-arcticdb-read", "peer-tiledb-write", "peer-tiledb-box"}
     with _versus(tmp_path, monkeypatch, only=only) as b:
         section_versus(b)
-        head = b.figures[f"load-lmdb-capnp-w{b.cores}"]
+        head = b.figures["load-lmdb-default"]
         build, write = b.figures["peer-arcticdb-write-build"], b.figures["peer-arcticdb-write"]
         for f in (head, build, write, b.figures["peer-arcticdb-read"], b.figures["peer-tiledb-write"]):
             assert f.status == "ok", (f.id, f.reason)
