@@ -91,7 +91,7 @@ def _npy(ds: Dataset, f) -> None:
 
 
 def _capnp(ds: Dataset, f) -> None:
-    if ds.manifest.format == "capnp":
+    if ds.manifest.format == "capnp" and ds.manifest.compression == "none":
         for b in ds.manifest.batches:  # stored values are already standard messages
             f.write(ds._checked_value(b))
         return
