@@ -6,7 +6,7 @@ The ``child_*`` functions are this section's child benchmark processes (run by `
 probing that the finalizer imports, one finalize, and a series of warm box queries.
 
 Invariants: the input is one `bulkload load` of ``n`` records into ``lmdb://`` with
-shards = cores; a finalize is timed around the `finalize()` call only; a query sample is
+shards = cores and default options (lz4 batches; the array's pieces uncompressed); a finalize is timed around the `finalize()` call only; a query sample is
 the median of ``query_reps`` queries in one process after a warm-up; when the finalizer
 cannot be imported or the input cannot be loaded, every figure of the section is skipped
 with that reason.
@@ -42,7 +42,7 @@ def section_finalize(b: Bench) -> None:
         return
     base = b.work / "flat"
     try:
-        load_once(b, b.p.n, f"lmdb://{base}", workers=b.cores)
+        load_once(b, b.p.n, f"lmdb://{base}", workers=None, format=None, compression=None)  # defaults
     except Exception as e:
         for f in declared:
             b.skip(f, f"could not load the input dataset: {e}")
