@@ -47,20 +47,23 @@ CPUS = default_workers()
 
 
 @pytest.mark.parametrize("uri, existing, given, want", [
-    # nothing given, no dataset: the kind's defaults, a shard and a worker per core
-    ("lmdb:///x/ds", None, {}, ("capnp", "none", min(CPUS, MAX_SHARDS), CPUS, DEFAULT_BATCH_RECORDS, False)),
+    # nothing given, no dataset: the kind's defaults (Cap'n Proto: lz4), a shard and a worker per core
+    ("lmdb:///x/ds", None, {}, ("capnp", "lz4", min(CPUS, MAX_SHARDS), CPUS, DEFAULT_BATCH_RECORDS, False)),
+    # the default compression is the format's: Arrow's is none
+    ("lmdb:///x/ds", None, dict(format="arrow"), ("arrow", "none", min(CPUS, MAX_SHARDS), CPUS,
+                                                  DEFAULT_BATCH_RECORDS, False)),
     # explicit options
     ("lmdb:///x/ds", None, dict(format="arrow", compression="zstd", shards=3, workers=2, batch_records=50),
      ("arrow", "zstd", 3, 2, 50, True)),
     # the URI's shards; the same number given explicitly agrees with it
-    ("rocksdb:///x/ds?shards=3", None, {}, ("capnp", "none", 3, CPUS, DEFAULT_BATCH_RECORDS, False)),
-    ("rocksdb:///x/ds?shards=3", None, dict(shards=3), ("capnp", "none", 3, CPUS, DEFAULT_BATCH_RECORDS, False)),
+    ("rocksdb:///x/ds?shards=3", None, {}, ("capnp", "lz4", 3, CPUS, DEFAULT_BATCH_RECORDS, False)),
+    ("rocksdb:///x/ds?shards=3", None, dict(shards=3), ("capnp", "lz4", 3, CPUS, DEFAULT_BATCH_RECORDS, False)),
     # an existing dataset's options, unless given
     ("lmdb:///x/ds", manifest(), {}, ("arrow", "lz4", 5, CPUS, 777, False)),
     ("lmdb:///x/ds", manifest(), dict(batch_records=50, workers=1), ("arrow", "lz4", 5, 1, 50, True)),
     ("lmdb:///x/ds?shards=2", manifest(), {}, ("arrow", "lz4", 2, CPUS, 777, False)),
     # an empty dataset is redefined: its options are not inherited
-    ("lmdb:///x/ds", manifest(batches=False), {}, ("capnp", "none", min(CPUS, MAX_SHARDS), CPUS,
+    ("lmdb:///x/ds", manifest(batches=False), {}, ("capnp", "lz4", min(CPUS, MAX_SHARDS), CPUS,
                                                    DEFAULT_BATCH_RECORDS, False)),
 ])
 def test_resolution_order(uri, existing, given, want):

@@ -343,10 +343,10 @@ print(sorted(seen))
 
 def test_lmdb_map_grows_while_a_reader_reads(tmp_path):
     uri = f"lmdb://{tmp_path}/ds?map_size=64k"
-    loader.load("gen://scidb96?n=500", uri, shards=1, workers=1, batch_records=100)
+    loader.load("gen://scidb96?n=500", uri, shards=1, workers=1, batch_records=100, compression="none")
     reader = subprocess.Popen([sys.executable, "-c", READER, uri, "200500"], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
-    rep = loader.load("gen://scidb96?n=200000&start=500", uri, batch_records=2000, checkpoint_seconds=0)
+    rep = loader.load("gen://scidb96?n=200000&start=500", uri, batch_records=2000, checkpoint_seconds=0)  # uncompressed: the dataset's
     out, err = reader.communicate(timeout=90)
     assert reader.returncode == 0, err
     assert rep.map_grows >= 3
@@ -365,7 +365,8 @@ def _limit_fsize(nbytes):
 @pytest.mark.parametrize("scheme", ["lmdb", "rocksdb"])
 def test_file_size_limit_is_a_clean_error_and_the_rerun_succeeds(tmp_path, scheme):
     uri = f"{scheme}://{tmp_path}/ds"
-    assert run_cli("load", "gen://scidb96?n=2000", uri, "--shards", 2, "-q").returncode == 0
+    # uncompressed: 60,000 records must overrun the 256 KiB limit
+    assert run_cli("load", "gen://scidb96?n=2000", uri, "--shards", 2, "--compression", "none", "-q").returncode == 0
     before = snapshot(uri)
     args = [tool("bulkload"), "load", "gen://scidb96?n=60000&start=2000", uri, "--quiet"]
     p = subprocess.run(args, capture_output=True, text=True, timeout=120, preexec_fn=_limit_fsize(256 << 10),

@@ -533,8 +533,9 @@ def tmpfs(tmp_path):
 
 
 @pytest.mark.parametrize("source,extra", [
-    ("gen://scidb96?n=200000", []),  # 18.3 MiB of records
+    ("gen://scidb96?n=200000", ["--compression", "none"]),  # 18.3 MiB of records
     ("gen://scidb96?n=200000", ["--format", "arrow"]),
+    ("gen://scidb96?n=3e9", []),  # compressed by default: 268 GiB / 32768 (the most any codec compresses)
     ("gen://scidb96?n=3e9", ["--format", "arrow", "--compression", "zstd"]),  # 268 GiB / 32768
     ("gen://docs?n=20000", []),  # ~15 MiB of text at its entropy
     ("gen://docs?n=20000", ["--compression", "none"]),
@@ -554,7 +555,7 @@ def test_resume_needs_only_the_space_of_what_is_left(tmp_path, monkeypatch):
     from loader.infra import space
 
     uri = f"lmdb://{tmp_path}/ds"
-    loader.load("gen://scidb96?n=5000", uri, shards=1, workers=1)
+    loader.load("gen://scidb96?n=5000", uri, shards=1, workers=1, compression="none")
     seen = []
     real = space.check_space
     monkeypatch.setattr(space, "check_space", lambda root, needed, what: (seen.append(needed),

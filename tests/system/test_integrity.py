@@ -90,6 +90,7 @@ def ds_root(tmp_path):
 def make_dataset(root: Path, scheme: str = "lmdb", n: int = 2000, shards: int = 2, batch: int = 100,
                  **opts) -> str:
     uri = uri_of(root, scheme)
+    opts.setdefault("compression", "none")  # the tests find a record's bytes in the store files
     loader.load(f"gen://scidb96?n={n}", uri, shards=shards, workers=2, batch_records=batch, **opts)
     return uri
 
