@@ -26,7 +26,7 @@ from typer.main import get_command_name
 
 from .. import api
 from ..errors import EXIT_FAILED, EXIT_USAGE, BulkloadError, Interrupted
-from ..infra import env, logs
+from ..infra import env, heap, logs
 from ..infra.env import flag
 from ..infra.interrupts import stop_on_signals
 from ..infra.outputs import open_output
@@ -338,6 +338,7 @@ def main() -> None:
     # start-up: bulkload calls no BLAS routine; OpenBLAS starts a thread per core when numpy is
     # imported, which costs 10-50 ms of a small load on a busy machine (a value the user set wins)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    heap.own_process()  # this process is bulkload's: it may keep freed heap (infra/heap.py)
     try:
         app_for(sys.argv[1:])()
     except Exception as e:  # noqa: BLE001 - outside any command (typer's own machinery)

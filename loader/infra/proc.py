@@ -13,7 +13,7 @@ documents compaction) calls `start_worker(task)` first:
   ``task.main_pid == os.getpid()``: infra/executors.InProcessExecutor, only the fault
   points, counted with the coordinator's: the host owns the signals and the process);
 - it arms the job's fault points (faults.py) under the prefix ``w<worker>.``;
-- it keeps freed heap memory for reuse (`keep_freed_heap`): LMDB copies each big value
+- it keeps freed heap memory for reuse (`heap.keep_freed`): LMDB copies each big value
   into a freshly malloc'ed overflow page and frees it at commit; with glibc's defaults
   the freed top of the heap goes back to the kernel and comes back as page faults on
   the next transaction - that churn was most of a load's write stage.
@@ -33,15 +33,11 @@ import signal
 import threading
 import time
 
-from . import faults
+from . import faults, heap
 
 #: exit status of a worker whose coordinator died
 ORPHAN_EXIT = 70
 _PR_SET_PDEATHSIG = 1
-#: mallopt parameters (malloc.h) and the values `keep_freed_heap` sets
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-TRIM_THRESHOLD = 512 << 20  # free heap kept before trimming: more than a worker's peak
-MMAP_THRESHOLD = 32 << 20  # glibc's largest: values below it come from the (reused) heap
 
 
 def start_worker(task) -> None:
@@ -52,26 +48,14 @@ def start_worker(task) -> None:
     its host."""
     if task.main_pid == os.getpid():
         faults.take_role(f"w{task.worker}.")
+        heap.keep_freed_if_owned()  # the bulkload command's own process
         return
     if threading.current_thread() is threading.main_thread():
         leave_stop_signals_to_coordinator()
         die_with_parent()
         watch_coordinator(task.main_pid)
-    keep_freed_heap()
+    heap.keep_freed()
     faults.configure(task.fault, prefix=f"w{task.worker}.")
-
-
-def keep_freed_heap() -> None:
-    """Keep freed heap memory for the next allocation instead of returning it to the
-    kernel at every free (glibc only; elsewhere nothing changes). Measured on a 10M-record
-    LMDB load: the write stage 1.25-1.5 s -> 0.41 s. Memory stays bounded by the
-    process's peak use (a freed block is reused, not leaked)."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
-        libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-    except (OSError, AttributeError):
-        pass
 
 
 def leave_stop_signals_to_coordinator() -> None:

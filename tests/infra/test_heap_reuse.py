@@ -1,4 +1,4 @@
-"""A worker keeps freed heap for reuse (infra/proc.keep_freed_heap): LMDB's big values are
+"""A worker keeps freed heap for reuse (infra/heap.keep_freed): LMDB's big values are
 copied into malloc'ed overflow pages freed at every commit; without it each transaction's
 pages come back from the kernel as fresh page faults. Measured by page faults (a count, not a
 time): real LMDB transactions in a fresh process, with and without the setting."""
@@ -9,8 +9,8 @@ import sys
 PROBE = r"""
 import os, resource, sys, lmdb
 if sys.argv[1] == "keep":
-    from loader.infra.proc import keep_freed_heap
-    keep_freed_heap()
+    from loader.infra.heap import keep_freed
+    keep_freed()
 env = lmdb.open(sys.argv[2], map_size=1 << 30, sync=False, metasync=False)
 value = b"x" * (960 * 1024)          # one batch of 10,000 scidb96 records
 def txn(i):
