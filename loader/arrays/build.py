@@ -11,7 +11,8 @@ encodes and appends. One sync per shard at the end. Its index rows go to
 ``SPILL_DIR/index-WWW.npy``; the receipt (`BuildReceipt`) carries counts and timings.
 
 Runs in a pool worker (``build_worker(task, progress_q)``, progress in records); it stops
-when the coordinator is gone. Crash behaviour: it writes only the build's own table
+when the coordinator is gone. A small finalize runs its build workers as threads of the
+coordinator (finalize.py): they first open every shard they write, then read. Crash behaviour: it writes only the build's own table
 (``array-NAME-RUNID``) and files in the spill directory, neither of which a manifest names
 before the switch; the next finalize (or compact) drops and removes them.
 """
@@ -86,7 +87,10 @@ class BuildReceipt:
     cpu_s: float
 
 
-def build_worker(task: BuildTask, progress_q) -> BuildReceipt:
+def build_worker(task: BuildTask, progress_q, writers_open=None) -> BuildReceipt:
+    """Build the chunks of the shards this worker owns. ``writers_open``: a
+    ``threading.Barrier`` of the build workers run as threads of one process (see
+    `_open_writers_first`), else None."""
     t0 = time.perf_counter()
     start_worker(task)
     _tune_malloc()
@@ -94,12 +98,15 @@ def build_worker(task: BuildTask, progress_q) -> BuildReceipt:
     stats = BuildStats()
     em = ChunkEmitter(task, timings, stats)
     src = (DirectSource if task.windows is not None else SpillSource)(task, em, timings)
+    shards = [s for s in task.owned_shards() if src.incoming(s)]
+    opened = _open_writers_first(task, shards, em, src, writers_open)
     try:
-        for s in task.owned_shards():
-            incoming = src.incoming(s)
-            if incoming:
-                _build_shard(task, s, _open_shard(task, s, incoming * em.crs), em, src, progress_q)
+        for s in shards:
+            st = opened.pop(s, None) or _open_shard(task, s, src.incoming(s) * em.crs)
+            _build_shard(task, s, st, em, src, progress_q)
     finally:
+        for st in opened.values():
+            st.close()
         src.close()
     path = None
     if em.index_rows:
@@ -109,6 +116,32 @@ def build_worker(task: BuildTask, progress_q) -> BuildReceipt:
                         seconds=round(time.perf_counter() - t0, 4),
                         **{k: round(v, 4) for k, v in timings.items()}, max_rss=peak_rss(),
                         minflt=minor_faults(), cpu_s=cpu_seconds())
+
+
+def _open_writers_first(task: BuildTask, shards: list[int], em: ChunkEmitter, src, writers_open) -> dict:
+    """With ``writers_open`` (build workers run as threads of one process): every shard this
+    worker owns opened for writing, then the wait until every other worker has opened its
+    own, before anything is read. A process has one LMDB environment per shard, shared by
+    its readers and its writer (stores/lmdb_env.py): a reader opened first would make it
+    read-only and the writer's open fail; once open, other threads only read it (read
+    transactions never wait for the writer). Without: nothing (each shard is opened in turn)."""
+    if writers_open is None:
+        return {}
+    opened: dict = {}
+    try:
+        for s in shards:
+            opened[s] = _open_shard(task, s, src.incoming(s) * em.crs)
+            # and the handle of its flat batches, now: py-lmdb opens a table's handle in a
+            # writable environment inside a write transaction, holding the GIL - in another
+            # thread, during this worker's writes, that is a deadlock
+            opened[s].has_table("batches")
+        writers_open.wait()
+    except BaseException:
+        writers_open.abort()  # the other workers stop waiting (BrokenBarrierError)
+        for st in opened.values():
+            st.close()
+        raise
+    return opened
 
 
 def _open_shard(task: BuildTask, s: int, incoming_bytes: int):

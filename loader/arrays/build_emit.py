@@ -6,8 +6,10 @@ shard's new table.
 
 1. order the cells row-major within each chunk (chunks in key order): one argsort of an
    int64 key (`keys`: chunk ordinal in the window's box, row and column within the
-   chunk), or a lexsort of the coordinates for domains too wide for one key; cells set
-   by several records are ordered by record index;
+   chunk) - or a radix sort of the rows alone when that leaves the keys ascending (the
+   columns of each row come in order: `_ordered_by_rows`) -, or a lexsort of the
+   coordinates for domains too wide for one key; cells set by several records are
+   ordered by record index;
 2. duplicates: ``error`` raises DuplicateCellError naming the cell and two record
    indices; ``first``/``last`` keep one record (the hash sum of the others is counted,
    see hashes.py); ``keep`` numbers them ``syn`` = 0..k-1;
@@ -166,8 +168,10 @@ class ChunkEmitter:
 
     def _sorted_by_key(self, key: np.ndarray, ridx: np.ndarray) -> _Cells:
         l0, l1 = self.chunks
-        order = np.argsort(key)
-        sk = key[order]
+        order, sk = _ordered_by_rows(key, l1)
+        if order is None:
+            order = np.argsort(key)
+            sk = key[order]
         dup = sk[1:] == sk[:-1]
         if dup.any():  # duplicates: record-index order within each cell
             order = np.lexsort((ridx, key))
@@ -247,6 +251,31 @@ class ChunkEmitter:
         self.group_bytes += nbytes
         self.stats.pieces += 1
         self.stats.cells += m
+
+
+#: most distinct rows (chunk ordinal x L0 + row in chunk) of a window `_ordered_by_rows` sorts
+ROW_RADIX_LIMIT = 1 << 16
+#: cells checked before the whole window is (an unordered window gives up after these)
+ROW_ORDER_PROBE = 1 << 16
+
+
+def _ordered_by_rows(key: np.ndarray, l1: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(order, key[order]) when sorting by row alone (a stable radix sort of 16-bit row
+    numbers, ~5x faster than an argsort of the key) leaves the keys ascending: the columns
+    of each row already come in order, as when a dimension follows the record order. Else
+    (None, None). The keys are strictly ascending in both orders when no cell repeats, so
+    the order is the one an argsort gives."""
+    if not len(key):
+        return None, None
+    rows = key // l1  # chunk ordinal in the window's box * L0 + row in the chunk: >= 0
+    if int(rows[-1]) >= ROW_RADIX_LIMIT or int(rows.max()) >= ROW_RADIX_LIMIT:
+        return None, None
+    order = np.argsort(rows.astype(np.uint16), kind="stable")
+    probe = key[order[:ROW_ORDER_PROBE]]
+    if not (probe[1:] >= probe[:-1]).all():
+        return None, None
+    sk = key[order]
+    return (order, sk) if (sk[1:] >= sk[:-1]).all() else (None, None)
 
 
 class Writeback:

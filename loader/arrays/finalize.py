@@ -45,6 +45,16 @@ order) whose records fit the worker's ``memory_budget``.
 Memory is bounded by the budget (per worker) whatever N is, provided no single chunk is
 larger than the budget (a window always holds at least one whole chunk).
 
+A small finalize - at most SMALL_FINALIZE_BYTES of records, a third of one worker's
+buffer budget at most, on the local pool, no shard of the dataset open in this process
+(a reader's LMDB environment would make the build's writer fail), no fault aimed at one
+worker (``wN.POINT``: only a worker process can be killed alone) - runs each phase's
+tasks as threads of this process (executors.ThreadExecutor) instead of starting the
+forkserver and a process per worker, which costs ~0.2-0.3 s: most of the run at 1M
+records. The worker count stays the parallelism (threads; the sorts, copies, encoders and
+store I/O release the GIL); the tasks, plan, output and kill points are the same, and the
+report says ``in_process``. A kill point then kills the whole process, as a power cut.
+
 Crash safety: nothing the manifest refers to is modified before the switch; the new
 table, spill runs and index file of a crashed run are leftovers that the next finalize
 (or compact) removes (``collect_index_garbage``, the build workers' table sweep), and the
@@ -58,6 +68,7 @@ record index; ``keep`` keeps them all with ``syn`` = 0..k-1 in record-index orde
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import threading
@@ -80,6 +91,7 @@ from ..model.runs import Run, new_run
 from ..model.runs import stop as stop_run
 from ..serializers import get_serializer
 from ..stores.health import require_shards
+from ..stores.registry import open_in_this_process
 from ..stores.spec import StoreSpec, parse_dataset_uri
 from .build import BuildTask, build_worker
 from .chunks import KEY_FORMAT, SHARD_MAP
@@ -97,6 +109,8 @@ MIN_MEMORY_BUDGET = 4096
 #: what a worker holds besides its record buffers: the interpreter, numpy, pyarrow and the
 #: stores' libraries (40-55 MiB of RSS measured, 20M scidb96 records), with room to spare
 WORKER_RESERVE = 96 << 20
+#: a finalize of at most this many bytes of records runs in-process (see above)
+SMALL_FINALIZE_BYTES = 128 << 20
 #: most cells per stored piece for formats without a size limit (Arrow)
 MAX_PIECE_CELLS = 1 << 22
 SPILL_PREFIX = ".finalize-"
@@ -153,6 +167,7 @@ class _Build:
     partition: list = field(default_factory=list)
     build: list = field(default_factory=list)
     runs: tuple = ()  # SpillRun of every partition worker
+    in_process: bool = False  # the phases' tasks run as threads of this process
 
     @property
     def nbuild(self) -> int:
@@ -228,8 +243,8 @@ def buffer_budget(budget: int) -> int:
 
 
 def _begin(spec: StoreSpec, dataset_uri: str, plan: FinalizePlan) -> _Build:
-    """With the lock held: re-read the manifest, compact, record the new run, sweep the
-    leftovers of crashed runs and make the run's spill directory."""
+    """With the lock held: re-read the manifest, compact, and make the new run (recorded by
+    `_build_array`)."""
     m = mf.load_manifest(spec.root, dataset_uri)
     require_shards(spec.with_shards(m.shards), m)
     if m.layout != plan.array.layout:
@@ -243,34 +258,32 @@ def _begin(spec: StoreSpec, dataset_uri: str, plan: FinalizePlan) -> _Build:
         m = mf.load_manifest(spec.root, dataset_uri)
     a = plan.array
     run = new_run("finalize", array=a.name, dims=a.dims_text, duplicates=a.policy, workers=None)
-    m.runs.append(run)
-    m.save(spec.root)
-    for leftover in os.listdir(spec.root):  # spill dirs of crashed runs (we hold the lock)
-        if leftover.startswith(SPILL_PREFIX):
-            shutil.rmtree(os.path.join(spec.root, leftover), ignore_errors=True)
-    collect_index_garbage(spec.root, m)
     spill = os.path.join(spec.root, f"{SPILL_PREFIX}{run.id}")
-    os.makedirs(spill)
-    os.makedirs(os.path.join(spec.root, INDEX_DIR), exist_ok=True)
     return _Build(spec, m, plan, run, f"{TABLE_PREFIX}{a.name}-{run.id}", spill, compact_report)
+
+
+def _record_run(b: _Build) -> None:
+    """Record the new run in the manifest; remove the leftovers of crashed runs (we hold the
+    lock) and make the run's spill directory."""
+    b.m.runs.append(b.run)
+    b.m.save(b.spec.root)
+    for leftover in os.listdir(b.spec.root):
+        if leftover.startswith(SPILL_PREFIX):
+            shutil.rmtree(os.path.join(b.spec.root, leftover), ignore_errors=True)
+    collect_index_garbage(b.spec.root, b.m)
+    os.makedirs(b.spill)
+    os.makedirs(os.path.join(b.spec.root, INDEX_DIR), exist_ok=True)
 
 
 def _build_array(b: _Build) -> np.ndarray:
     """Run the phases and write the index file; returns its rows. On any failure the
     new table is dropped, the run is recorded as stopped and the error raised."""
     try:
-        nscan = max(1, min(b.plan.workers, len(b.m.batches) or 1))
-        b.groups = _split_batches(b.m.batches, nscan)
-        b.flat = sorted(b.m.batches, key=lambda e: e.first)
-        if b.plan.options.strategy != "spill" and b.flat:
-            _scan(b)
-        faults.hit("scanned")
-        if b.windows is None:
-            _partition(b)
-        b.run.workers = max(len(b.groups), b.nbuild)
-        b.run.strategy = "direct" if b.windows is not None else "spill"
-        _build(b)
-        return _write_index(b)
+        _record_run(b)  # inside: a stop signal during its save is recorded too
+        small = small_executor(b)
+        b.in_process = small is not None
+        with executors.using(small) if small is not None else contextlib.nullcontext():
+            return _run_phases(b)
     except BaseException as e:
         _drop_tables(b.spec, b.m.shards, b.table)
         err = e
@@ -281,6 +294,31 @@ def _build_array(b: _Build) -> np.ndarray:
         raise err from None
     finally:
         shutil.rmtree(b.spill, ignore_errors=True)
+
+
+def small_executor(b: _Build) -> executors.ThreadExecutor | None:
+    """A ThreadExecutor for a small finalize (module docstring), else None: the executor in effect."""
+    nbytes = b.m.records * b.m.layout_obj.record_size
+    small = (type(executors.current()) is executors.LocalExecutor
+             and nbytes <= min(SMALL_FINALIZE_BYTES, buffer_budget(b.plan.budget) // 3)
+             and not faults.aims_at_worker(b.plan.fault) and not open_in_this_process(b.spec))
+    return executors.ThreadExecutor() if small else None
+
+
+def _run_phases(b: _Build) -> np.ndarray:
+    """scan -> (partition) -> build -> index; returns the index rows."""
+    nscan = max(1, min(b.plan.workers, len(b.m.batches) or 1))
+    b.groups = _split_batches(b.m.batches, nscan)
+    b.flat = sorted(b.m.batches, key=lambda e: e.first)
+    if b.plan.options.strategy != "spill" and b.flat:
+        _scan(b)
+    faults.hit("scanned")
+    if b.windows is None:
+        _partition(b)
+    b.run.workers = max(len(b.groups), b.nbuild)
+    b.run.strategy = "direct" if b.windows is not None else "spill"
+    _build(b)
+    return _write_index(b)
 
 
 def _scan(b: _Build) -> None:
@@ -328,8 +366,10 @@ def _build(b: _Build) -> None:
                        windows={s: b.windows.get(s, []) for s in range(m.shards) if s % nbuild == w}
                        if direct else None)
              for w in range(nbuild)]
+    # threads of this process: every writer opens before any reader (build._open_writers_first)
+    extras = [(threading.Barrier(nbuild),)] * nbuild if b.in_process else None
     with b.progress("write chunks") as prog:
-        b.build = executors.run(build_worker, tasks, on_progress=prog.advance)
+        b.build = executors.run(build_worker, tasks, extras=extras, on_progress=prog.advance)
     b.phase_seconds["build_s"] = round(time.perf_counter() - t, 3)
     faults.hit("built")
 
@@ -414,7 +454,7 @@ def _report(b: _Build, summary: dict, totals: IndexTotals, t_start: float) -> Fi
         stages=stage_figures(b.phase_seconds, b.scan, b.partition, b.build),
         worker_peak_rss_bytes=worker_peak_rss(b.scan, b.partition, b.build),
         worker_max_rss_bytes=max(rc.max_rss for rc in (*b.scan, *b.partition, *b.build)),
-        compact=b.compact_report)
+        compact=b.compact_report, in_process=b.in_process)
 
 
 def _split_batches(batches: list, nparts: int) -> list[list]:

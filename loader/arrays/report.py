@@ -59,6 +59,7 @@ class FinalizeReport:
     worker_peak_rss_bytes: int  # the largest sum over one phase's workers
     worker_max_rss_bytes: int  # the largest peak RSS of one worker (what --memory-budget bounds)
     compact: dict | None  # the compaction's report (None: --no-compact)
+    in_process: bool = False  # the phases ran as threads of this process, no worker started (finalize.py)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -21,7 +21,9 @@ def finalize_cmd(
                              help="Two integer fields with chunk lengths, row-major: FIELD:CHUNK,FIELD:CHUNK."),
     array: str = typer.Option("grid", "--array", help="Array name (several arrays may coexist)."),
     duplicates: str = typer.Option("error", "--duplicates", help="error, first, last or keep."),
-    workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes (default: cores)."),
+    workers: Optional[int] = typer.Option(None, "--workers",
+                                          help="Workers (default: cores): processes, or threads of this one "
+                                               "for a dataset of at most 128 MiB."),
     no_compact: bool = typer.Option(False, "--no-compact", help="Skip compaction before redimensioning."),
     memory_budget: Optional[str] = typer.Option(None, "--memory-budget",
                                                 help="Buffer bytes per worker (e.g. 512m, 2g)."),

@@ -18,6 +18,15 @@ exception itself), a stop signal (KeyboardInterrupt / ``Interrupted``) propagate
 task (infra/faults.py) kills the one process: coordinator and task die together, as in a
 power cut.
 
+`ThreadExecutor` runs them at once, one thread per task, in the calling process: for a
+small run whose work mostly releases the GIL (numpy, the stores' I/O, encoders; a caller
+decides: arrays/finalize.py). As in-process, plus: the task threads share one outbox (one
+message at a time); the first task that fails stops the run - every other task raises at
+its next message and ends through its ``finally`` - and its error is raised once every
+thread has ended; a stop signal (delivered to the calling thread, which waits in short
+slices for it) stops the tasks the same way and propagates as ``Interrupted``. No thread
+of a run outlives its ``run`` call.
+
 ``on_retry(task, messages) -> task`` is the caller's answer to a task that is started
 again after its first attempt died (only Dask does that: the local pool fails the run and
 the user resumes it): given the messages the earlier attempts delivered, the task the new
@@ -31,6 +40,7 @@ each stops its workers.
 from __future__ import annotations
 
 import contextlib
+import threading
 import traceback
 from contextvars import ContextVar
 from typing import Callable
@@ -83,6 +93,83 @@ class _Inbox:
             self.on_progress(msg)
         else:
             self.on_message(msg)  # may raise (e.g. a manifest write failed): the run stops
+
+
+class ThreadExecutor(LocalExecutor):
+    """The tasks run at once, one thread each, in the calling process (module docstring)."""
+
+    #: seconds between the calling thread's looks for a stop signal while its tasks run
+    POLL_S = 0.05
+
+    def run(self, fn: Callable, tasks: list, extras: list[tuple] | None = None,
+            on_progress: Callable[..., None] | None = None, on_message: Callable[[object], None] | None = None,
+            on_retry: Callable | None = None) -> list:
+        outbox = _SharedInbox(on_progress, on_message)
+        threads = [threading.Thread(target=outbox.run_task, name=f"bulkload-task-{w}", daemon=True,
+                                    args=(w, fn, task, extra))
+                   for w, (task, extra) in enumerate(zip(tasks, extras or [() for _ in tasks]))]
+        try:
+            for t in threads:
+                t.start()
+            _join(threads, self.POLL_S)
+        except KeyboardInterrupt as e:  # a stop signal (only this thread gets them)
+            outbox.stop()
+            _join(threads, self.POLL_S, stopping=True)
+            raise Interrupted.of(e) from None
+        return outbox.receipts(len(tasks))
+
+
+class _SharedInbox(_Inbox):
+    """The `_Inbox` of a ThreadExecutor's tasks: one message at a time; the receipt or
+    error of each task; once the run stops (a task failed, or a stop signal) every other
+    task's next message raises `_Stopped`, so that it ends through its own ``finally``."""
+
+    def __init__(self, on_progress, on_message):
+        super().__init__(on_progress, on_message)
+        self.lock = threading.Lock()
+        self.stopped = False
+        self.results: dict[int, object] = {}
+        self.first_error: BaseException | None = None
+
+    def put(self, msg) -> None:
+        with self.lock:
+            if self.stopped:
+                raise _Stopped("the run stopped")
+            super().put(msg)
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopped = True
+
+    def run_task(self, w: int, fn: Callable, task, extra: tuple) -> None:
+        """Thread body: task ``w``'s receipt, or its error (the first one stops the run)."""
+        try:
+            self.results[w] = _run_task(w, fn, task, self, extra)
+        except BaseException as e:  # noqa: BLE001 - handed to the calling thread
+            with self.lock:
+                if not self.stopped:
+                    self.stopped, self.first_error = True, e
+
+    def receipts(self, ntasks: int) -> list:
+        if self.first_error is not None:
+            raise self.first_error
+        return [self.results[w] for w in range(ntasks)]
+
+
+class _Stopped(Exception):
+    """Raised in a task thread at its next message once its run stopped."""
+
+
+def _join(threads: list, poll_s: float, stopping: bool = False) -> None:
+    """Wait for every thread, waking every ``poll_s`` s so that a stop signal is raised
+    here; once ``stopping``, a further one is ignored (the tasks are ending already)."""
+    for t in threads:
+        while t.is_alive():
+            try:
+                t.join(poll_s)
+            except KeyboardInterrupt:
+                if not stopping:
+                    raise
 
 
 def _run_task(w: int, fn: Callable, task, outbox: _Inbox, extra: tuple):

@@ -43,7 +43,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
+import threading
 
 from ..errors import EnvironmentVariableError
 
@@ -51,7 +53,10 @@ ENV = "BULKLOAD_FAULT"
 
 _points: dict[str, int] = {}
 _counts: dict[str, int] = {}
-_prefix = ""
+_prefix = ""  # this process's role (a pool worker's)
+_thread = threading.local()  # .prefix: the role of a task run in this thread (take_role)
+#: a point aimed at one worker: ``wN.POINT``
+_WORKER_POINT = re.compile(r"w\d+\.")
 
 
 def parse(spec: str | None) -> dict[str, int]:
@@ -77,20 +82,26 @@ def configure(spec: str | None, prefix: str = "") -> None:
 
 
 def take_role(prefix: str) -> None:
-    """Aim this process's armed points at ``prefix`` too, counts kept: a worker run in its
-    coordinator's process (infra/executors.InProcessExecutor) shares its points and counts."""
-    global _prefix
-    _prefix = prefix
+    """Aim the armed points hit in this thread at ``prefix`` too, counts kept: a worker run
+    in its coordinator's process (infra/executors.InProcessExecutor, ThreadExecutor: one
+    thread per task) shares its points and counts."""
+    _thread.prefix = prefix
 
 
 @contextlib.contextmanager
 def role_kept():
-    """The role (prefix) in force before the block is in force after it."""
-    before = _prefix
+    """The role (prefix) of this thread before the block is its role after it."""
+    before = getattr(_thread, "prefix", None)
     try:
         yield
     finally:
-        take_role(before)
+        _thread.prefix = before
+
+
+def aims_at_worker(spec: str | None) -> bool:
+    """Whether ``spec`` arms a point of one worker (``wN.POINT``): only a worker process of
+    its own can be killed alone, so such a run keeps the pool."""
+    return any(_WORKER_POINT.match(name) for name in parse(spec))
 
 
 def from_env() -> str:
@@ -102,7 +113,8 @@ def from_env() -> str:
 def hit(point: str) -> None:
     if not _points:
         return
-    for name in (point, _prefix + point) if _prefix else (point,):
+    prefix = getattr(_thread, "prefix", None) or _prefix
+    for name in (point, prefix + point) if prefix else (point,):
         n = _points.get(name)
         if n is None:
             continue

@@ -13,7 +13,7 @@ from loader.arrays.report import FinalizeReport
 REPORT_KEYS = ["dataset", "array", "run_id", "dims", "policy", "records", "bytes", "cells", "chunks", "pieces",
                "dropped", "bounds", "stored_bytes", "strategy", "strategy_reason", "windows", "spill_runs",
                "workers", "memory_budget", "seconds", "mb_per_s", "records_per_s", "stages",
-               "worker_peak_rss_bytes", "worker_max_rss_bytes", "compact"]
+               "worker_peak_rss_bytes", "worker_max_rss_bytes", "compact", "in_process"]
 WORKER_MAX = ["scan_worker_max_s", "partition_worker_max_s", "build_worker_max_s"]
 BUILD_STEPS = [f"build_{k}" for k in ("read_s", "sort_s", "encode_s", "write_s", "sync_s", "minflt", "cpu_s")]
 PARTITION_STEPS = [f"partition_{k}" for k in ("read_s", "sort_s", "spill_s")]
