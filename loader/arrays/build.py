@@ -19,7 +19,6 @@ before the switch; the next finalize (or compact) drops and removes them.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -92,8 +91,7 @@ def build_worker(task: BuildTask, progress_q, writers_open=None) -> BuildReceipt
     ``threading.Barrier`` of the build workers run as threads of one process (see
     `_open_writers_first`), else None."""
     t0 = time.perf_counter()
-    start_worker(task)
-    _tune_malloc()
+    start_worker(task)  # keeps freed heap for reuse (infra/heap.py): chunk values, LMDB's overflow pages
     timings = {"read_s": 0.0, "sort_s": 0.0, "encode_s": 0.0, "write_s": 0.0, "sync_s": 0.0}
     stats = BuildStats()
     em = ChunkEmitter(task, timings, stats)
@@ -179,14 +177,3 @@ def _build_shard(task: BuildTask, s: int, st, em: ChunkEmitter, src, progress_q)
         src.close_readers()
         st.close()
 
-
-def _tune_malloc() -> None:
-    """glibc: serve blocks up to 32 MiB (chunk values, LMDB's overflow pages) from the heap
-    and keep freed memory there, instead of a fresh mmap per block whose every page
-    faults on first touch: halves the cost of LMDB puts of multi-MB values."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD
-        libc.mallopt(-1, 128 << 20)  # M_TRIM_THRESHOLD
-    except (OSError, AttributeError):
-        pass
