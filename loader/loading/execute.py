@@ -23,7 +23,9 @@ faster one, measured there (scidb96, lmdb, 2 shards; a machine shared with other
 
 so the limit is 256 MiB of records for uncompressed values (disk-bound either way, the
 pool wins above ~2.5M records) and 1 GiB for compressed ones (CPU-bound: one process
-encodes at ~2 GB/s and writes ~1/50 of the bytes). Same tasks, receipts, checkpoints and
+encodes at ~2 GB/s and writes ~1/50 of the bytes). Documents (keyed kinds: their encoding
+is Python and zstd per block, not measured at those sizes) keep the first limit measured,
+16 MiB. Same tasks, receipts, checkpoints and
 commit; its report says ``in_process``. Streams always use the pool (their size is not
 known in advance).
 Crash behaviour: see infra/pool.py - any failure, or a stop signal, kills every worker
@@ -55,10 +57,13 @@ from .worker import load_worker
 #: a run with at most this many bytes of records to write runs in-process (see above)
 IN_PROCESS_BYTES = {"none": 256 << 20}
 IN_PROCESS_COMPRESSED_BYTES = 1 << 30
+IN_PROCESS_KEYED_BYTES = 16 << 20
 
 
-def in_process_limit(compression: str) -> int:
-    """Most bytes of records a run of this compression runs in-process (module docstring)."""
+def in_process_limit(compression: str, keyed: bool = False) -> int:
+    """Most bytes of records a run of this compression (and kind) runs in-process (module docstring)."""
+    if keyed:
+        return IN_PROCESS_KEYED_BYTES
     return IN_PROCESS_BYTES.get(compression, IN_PROCESS_COMPRESSED_BYTES)
 
 
@@ -95,7 +100,7 @@ def executor_for(spec: StoreSpec, settings: RunSettings, nbytes: int, compressio
     """The executor in effect, or an in-process one for a small run (module docstring)."""
     ex = executors.current()
     if (type(ex) is executors.LocalExecutor and not settings.workers_given
-            and nbytes <= in_process_limit(compression) and not open_in_this_process(spec)):
+            and nbytes <= in_process_limit(compression, settings.kind().keyed) and not open_in_this_process(spec)):
         return executors.InProcessExecutor()
     return ex
 

@@ -73,6 +73,17 @@ def test_the_limit_is_bytes_of_records_by_compression(tmp_path, compression, lim
     assert type(executor_for(spec, given, 1, compression)) is executors.LocalExecutor
 
 
+def test_documents_keep_the_16_mib_limit(tmp_path):
+    from loader.model.layouts import get_layout as layout_of
+
+    spec = parse_dataset_uri(f"lmdb://{tmp_path}/docs")
+    docs = RunSettings(layout=layout_of("docs"), format="block", compression="zstd", shards=2, workers=2,
+                       batch_records=1000)
+    assert in_process_limit("zstd", keyed=True) == 16 << 20
+    assert type(executor_for(spec, docs, 16 << 20, "zstd")) is executors.InProcessExecutor
+    assert type(executor_for(spec, docs, (16 << 20) + 1, "zstd")) is executors.LocalExecutor
+
+
 @pytest.mark.parametrize("scheme", ["lmdb"])  # every store runs in-process: the test above
 def test_the_cli_reports_in_process_for_small_loads_only(tmp_path, scheme):
     """Records over the uncompressed limit, compressed (the default): in-process; --workers
