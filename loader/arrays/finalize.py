@@ -141,7 +141,8 @@ class FinalizePlan:
     array: ArraySpec
     cell: Layout
     workers: int  # requested workers of each phase (--workers, else the cores)
-    budget: int  # bytes per worker: its peak RSS (see buffer_budget)
+    budget: int  # bytes per worker: its peak RSS
+    buffers: int  # of which its record buffers (buffer_budget)
     max_piece: int  # cells per stored piece
     fault: str  # BULKLOAD_FAULT of the job
     compression: str = "none"  # of the array's chunk pieces
@@ -231,7 +232,7 @@ def _plan(m: mf.Manifest, opts: FinalizeOptions) -> FinalizePlan:
     compression = opts.compression or "none"
     cser = get_serializer(m.format, cell, compression)  # rejects impossible combinations
     max_piece = max(1, min(cser.max_records or MAX_PIECE_CELLS, MAX_PIECE_CELLS))
-    return FinalizePlan(opts, aspec, cell, w_req, budget, max_piece, fault, compression)
+    return FinalizePlan(opts, aspec, cell, w_req, budget, buffer_budget(budget), max_piece, fault, compression)
 
 
 def buffer_budget(budget: int) -> int:
@@ -300,7 +301,7 @@ def small_executor(b: _Build) -> executors.ThreadExecutor | None:
     """A ThreadExecutor for a small finalize (module docstring), else None: the executor in effect."""
     nbytes = b.m.records * b.m.layout_obj.record_size
     small = (type(executors.current()) is executors.LocalExecutor
-             and nbytes <= min(SMALL_FINALIZE_BYTES, buffer_budget(b.plan.budget) // 3)
+             and nbytes <= min(SMALL_FINALIZE_BYTES, b.plan.buffers // 3)
              and not faults.aims_at_worker(b.plan.fault) and not open_in_this_process(b.spec))
     return executors.ThreadExecutor() if small else None
 
@@ -335,7 +336,7 @@ def _scan(b: _Build) -> None:
         b.why = "records too scattered over chunks"
     else:
         entries = np.concatenate([np.load(rc.entries) for rc in b.scan])
-        cap = direct_window_records(buffer_budget(b.plan.budget), b.m.layout_obj.record_size)
+        cap = direct_window_records(b.plan.buffers, b.m.layout_obj.record_size)
         b.windows, b.why = plan_direct(entries, b.flat, b.m.shards, b.nbuild, cap, b.plan.array.chunks,
                                        strict=b.plan.options.strategy == "direct")
     b.phase_seconds["scan_s"] = round(time.perf_counter() - t, 3)
@@ -345,7 +346,7 @@ def _partition(b: _Build) -> None:
     """Phase 1 (spill): partition the records into spill runs."""
     t = time.perf_counter()
     job = b.job()
-    tasks = [PartitionTask(job, w, tuple(g), b.m.shards, b.spill, buffer_budget(b.plan.budget)) for w, g in enumerate(b.groups)]
+    tasks = [PartitionTask(job, w, tuple(g), b.m.shards, b.spill, b.plan.buffers) for w, g in enumerate(b.groups)]
     with b.progress("partition") as prog:
         b.partition = executors.run(partition_worker, tasks, on_progress=prog.advance)
     b.runs = tuple(run for rc in b.partition for run in rc.runs)
@@ -361,7 +362,7 @@ def _build(b: _Build) -> None:
     direct = b.windows is not None
     tasks = [BuildTask(b.job(), w, workers=nbuild, nshards=m.shards, cell_layout=plan.cell.to_dict(),
                        policy=plan.array.policy, array=plan.array.name, table=b.table, keep_tables=keep_tables,
-                       runs=b.runs, spill_dir=b.spill, budget=buffer_budget(plan.budget), max_piece=plan.max_piece,
+                       runs=b.runs, spill_dir=b.spill, budget=plan.buffers, max_piece=plan.max_piece,
                        batches=tuple(b.flat) if direct else (),
                        windows={s: b.windows.get(s, []) for s in range(m.shards) if s % nbuild == w}
                        if direct else None)
