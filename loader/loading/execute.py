@@ -88,7 +88,7 @@ def execute(spec: StoreSpec, m: mf.Manifest, committer: Committer, work: Work) -
         return []
     rs = _record_bytes(m, work)
     tasks = _tasks(spec, m, work, shard_bytes_hint=todo * rs // work.plan.nshards)
-    ex = executor_for(spec, work.settings, todo * rs, m.compression)
+    ex = executor_for(spec, work.settings, todo * rs)
     with Progress(work.label, todo, rs, mode=work.settings.progress) as prog:
         carried: dict[int, dict] = {}  # worker -> {seq: batch} its dead attempts made durable (Dask)
         receipts = ex.run(load_worker, tasks, on_progress=prog.advance, on_message=committer.on_message,
@@ -96,11 +96,12 @@ def execute(spec: StoreSpec, m: mf.Manifest, committer: Committer, work: Work) -
     return [with_carried(rc, carried.get(rc.worker, {})) for rc in receipts]
 
 
-def executor_for(spec: StoreSpec, settings: RunSettings, nbytes: int, compression: str = "none"):
+def executor_for(spec: StoreSpec, settings: RunSettings, nbytes: int):
     """The executor in effect, or an in-process one for a small run (module docstring)."""
     ex = executors.current()
     if (type(ex) is executors.LocalExecutor and not settings.workers_given
-            and nbytes <= in_process_limit(compression, settings.kind().keyed) and not open_in_this_process(spec)):
+            and nbytes <= in_process_limit(settings.compression, settings.kind().keyed)
+            and not open_in_this_process(spec)):
         return executors.InProcessExecutor()
     return ex
 

@@ -66,11 +66,11 @@ def test_the_limit_is_bytes_of_records_by_compression(tmp_path, compression, lim
     spec = parse_dataset_uri(f"lmdb://{tmp_path}/ds")
     settings = RunSettings(layout=LAY, format="capnp", compression=compression, shards=2, workers=2,
                            batch_records=1000, workers_given=False)
-    assert type(executor_for(spec, settings, limit, compression)) is executors.InProcessExecutor
-    assert type(executor_for(spec, settings, limit + 1, compression)) is executors.LocalExecutor
+    assert type(executor_for(spec, settings, limit)) is executors.InProcessExecutor
+    assert type(executor_for(spec, settings, limit + 1)) is executors.LocalExecutor
     given = RunSettings(layout=LAY, format="capnp", compression=compression, shards=2, workers=2,
                         batch_records=1000, workers_given=True)
-    assert type(executor_for(spec, given, 1, compression)) is executors.LocalExecutor
+    assert type(executor_for(spec, given, 1)) is executors.LocalExecutor
 
 
 def test_documents_keep_the_16_mib_limit(tmp_path):
@@ -80,8 +80,8 @@ def test_documents_keep_the_16_mib_limit(tmp_path):
     docs = RunSettings(layout=layout_of("docs"), format="block", compression="zstd", shards=2, workers=2,
                        batch_records=1000)
     assert in_process_limit("zstd", keyed=True) == 16 << 20
-    assert type(executor_for(spec, docs, 16 << 20, "zstd")) is executors.InProcessExecutor
-    assert type(executor_for(spec, docs, (16 << 20) + 1, "zstd")) is executors.LocalExecutor
+    assert type(executor_for(spec, docs, 16 << 20)) is executors.InProcessExecutor
+    assert type(executor_for(spec, docs, (16 << 20) + 1)) is executors.LocalExecutor
 
 
 @pytest.mark.parametrize("scheme", ["lmdb"])  # every store runs in-process: the test above
