@@ -76,10 +76,10 @@ class LmdbReads:
                 if not (cur.set_key(key) if exact else cur.set_range(key)):
                     return None
                 k = cur.key()  # in the leaf page; the value is not touched yet
-                self._prefetch_overflow(k)
+                touch = self._prefetch_overflow(k) != 0  # warm: copied out without py-lmdb's page walk
                 if exact:
-                    return bytes(self._value(cur, self._pages()))
-                return bytes(k), bytes(self._value(cur, self._pages()))
+                    return bytes(self._value(cur, self._pages(), touch))
+                return bytes(k), bytes(self._value(cur, self._pages(), touch))
         except lmdb.BadDbiError:
             self._dropped(table)
             return None
@@ -127,17 +127,17 @@ class LmdbReads:
                 return pages.view[span[0]: span[0] + span[1]]
         return cur.value()
 
-    def _prefetch_overflow(self, key_buf) -> tuple[int, int] | None:
+    def _prefetch_overflow(self, key_buf) -> int | None:
         """With readahead off (random reads of records, chunks, documents), start reading
         in one request the overflow pages of the value whose key buffer (inside its leaf
         node) is given: py-lmdb touches a value's pages one after the other, which then
-        costs one disk read per page. Returns the value's (file offset, length) - advised
-        where it was not in the page cache -, or None (readahead on, a value in its leaf page,
+        costs one disk read per page. Returns the number of pieces advised (`_advise`; 0:
+        the value is in the page cache), or None (readahead on, a value in its leaf page,
         or the advice failed)."""
         if self._opts.readahead:
             return None
         span = overflow_span(key_buf)
-        return span if span is not None and self._advise(*span) is not None else None
+        return None if span is None else self._advise(*span)
 
     def _advise(self, offset: int, length: int) -> int | None:
         """With readahead off, have the kernel start reading bytes [offset, offset +
@@ -153,7 +153,12 @@ class LmdbReads:
         if self._opts.readahead:
             return None
         fd = self._data_file()
-        probed: dict[int, bool] = {}  # each byte probed once: probing a cold page starts reading it
+        last = offset + length - 1
+        probed = {offset: _cached(fd, offset)}  # each byte probed once: probing a cold page starts reading it
+        if probed[offset]:
+            probed[last] = _cached(fd, last)
+            if probed[last]:
+                return 0  # warm (a value whose ends are cached; its middle, if not, faults page by page)
 
         def cached(at: int) -> bool:
             if at not in probed:
@@ -161,8 +166,6 @@ class LmdbReads:
             return probed[at]
 
         asked = 0
-        if cached(offset) and cached(offset + length - 1):
-            return 0  # warm (a value whose ends are cached; its middle, if not, faults page by page)
         try:
             for at in range(offset, offset + length, ADVICE_BYTES):
                 n = min(ADVICE_BYTES, offset + length - at)
@@ -267,8 +270,8 @@ class LmdbValueView:
             with reading(self.store.path):  # a damaged store: one error naming the shard
                 if not self.cursor.set_key(key):
                     return None
-                if touch:
-                    self.store._prefetch_overflow(self.cursor.key())  # readahead off: one request
+                if touch and self.store._prefetch_overflow(self.cursor.key()) == 0:
+                    touch = False  # in the page cache: py-lmdb's walk over its pages is waste
                 return self.store._value(self.cursor, self.pages, touch)
         except lmdb.BadDbiError:  # the table was dropped after this process opened it
             return None
