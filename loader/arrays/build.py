@@ -161,7 +161,7 @@ def _build_shard(task: BuildTask, s: int, st, em: ChunkEmitter, src, progress_q)
             if t_name.startswith(TABLE_PREFIX) and t_name not in task.keep_tables:
                 st.drop_table(t_name)
         st.drop_table(task.table)
-        em.start_shard(st, s)
+        em.start_shard(st, s, src.incoming(s))
         for n in src.windows(s, st):
             progress_q.put(n)
             if not parent_alive(task.main_pid):

@@ -17,7 +17,9 @@ shard's new table.
    (capnp framed without zero-fill, or Arrow) with its index row (cells, bytes, xxh3,
    min/max of every field), and appended to a group written in one ``put_sorted`` of up
    to ``group_limit`` bytes; after each group a `Writeback` thread starts the disk
-   writeback of the shard file, so the one sync at the end finds little left.
+   writeback of the shard file, so the one sync at the end finds little left. An LMDB
+   shard receiving little (a small finalize) is written in at least `MIN_GROUPS` groups,
+   so that its writeback starts while the rest is still being encoded.
 
 Crash behaviour: everything goes to the build's own table (``array-NAME-RUNID``), which
 no manifest names before the switch; a crashed build's table is dropped by the next
@@ -43,6 +45,8 @@ from .hashes import hash_sum
 from .records import field_min_max, void_view
 
 GROUP_BYTES = 64 << 20
+#: an LMDB shard is written in at least this many groups (when its values allow)
+MIN_GROUPS = 8
 
 
 @dataclass
@@ -85,15 +89,20 @@ class ChunkEmitter:
         self.index_rows: list[tuple] = []
         self.group: list = []
         self.group_bytes = 0
-        self.group_limit = max(64 << 10, min(GROUP_BYTES, task.budget // 8))
+        self.budget_group = max(64 << 10, min(GROUP_BYTES, task.budget // 8))
+        self.group_limit = self.budget_group
         self.st = None
         self.shard = -1
         self.wb = None
 
-    def start_shard(self, st, s: int) -> None:
+    def start_shard(self, st, s: int, incoming: int) -> None:
+        """Write shard ``s`` (open as ``st``), which receives ``incoming`` cells, next."""
         self.st, self.shard = st, s
         self.wb = Writeback(os.path.join(st.path, "data.mdb")) if getattr(st, "scheme", "") in ("lmdb", "mem") \
             else None
+        self.group_limit = self.budget_group
+        if self.wb is not None:  # the disk starts writing after the first of >= MIN_GROUPS groups
+            self.group_limit = max(64 << 10, min(self.budget_group, incoming * self.crs // MIN_GROUPS))
 
     def end_shard(self) -> None:
         if self.wb is not None:
