@@ -119,14 +119,15 @@ class ChunkEmitter:
             self.timings["write_s"] += time.perf_counter() - t
             faults.hit("chunks")
 
-    def keys(self, w: np.ndarray, box: tuple, out: np.ndarray | None = None) -> np.ndarray:
-        """Sort keys of records `w` in a window whose chunks lie in ``box`` = (crmin, ccmin, nc):
-        (chunk ordinal in the box * L0 + row in chunk) * L1 + column in chunk."""
+    def keys(self, w: np.ndarray, box: tuple, out: np.ndarray | None = None,
+             sel: np.ndarray | None = None) -> np.ndarray:
+        """Sort keys of records `w` (or ``w[sel]``) in a window whose chunks lie in ``box`` =
+        (crmin, ccmin, nc): (chunk ordinal in the box * L0 + row in chunk) * L1 + column in chunk."""
         d0, d1 = self.dims
         l0, l1 = self.chunks
         crmin, ccmin, nc = box
-        r = w[d0].astype(np.int64)
-        c = w[d1].astype(np.int64)
+        r = (w[d0] if sel is None else w[d0][sel]).astype(np.int64)
+        c = (w[d1] if sel is None else w[d1][sel]).astype(np.int64)
         qr = np.floor_divide(r, l0)
         qc = np.floor_divide(c, l1)
         r -= qr * l0  # row within the chunk (exact: qr * l0 lies between r - l0 and r)
@@ -144,12 +145,19 @@ class ChunkEmitter:
             return out
         return qr
 
-    def emit(self, w: np.ndarray, ridx: np.ndarray, key: np.ndarray | None, box: tuple | None) -> None:
+    def emit(self, w: np.ndarray, ridx: np.ndarray, key: np.ndarray | None, box: tuple | None,
+             rows: np.ndarray | None = None) -> None:
         """Write the chunks of window `w` (records of whole chunks; ``ridx`` their record
         indices). With ``key`` (see `keys`) the chunk and cell order come from it; without,
-        from a lexsort of the coordinates (domains too wide for one 63-bit key)."""
+        from a lexsort of the coordinates (domains too wide for one 63-bit key). With
+        ``rows`` (and ``key``), the window is ``w[rows]``: its cells are gathered from ``w``
+        (records kept by a small finalize's scan, decoded.py) without a copy of the window."""
         t = time.perf_counter()
-        cells = self._sorted_by_key(key, ridx) if key is not None else self._sorted_by_coords(w, ridx)
+        if rows is not None:
+            cells = self._sorted_by_key(key, ridx[rows])
+            cells = _Cells(rows[cells.order], cells.cid, cells.dup, cells.chunk_rc)
+        else:
+            cells = self._sorted_by_key(key, ridx) if key is not None else self._sorted_by_coords(w, ridx)
         order, cid, syn = self._apply_policy(w, ridx, cells)
         bnd = np.flatnonzero(cid[1:] != cid[:-1]) + 1
         cstarts = np.r_[0, bnd].tolist()

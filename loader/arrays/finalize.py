@@ -95,6 +95,7 @@ from ..stores.registry import open_in_this_process
 from ..stores.spec import StoreSpec, parse_dataset_uri
 from .build import BuildTask, build_worker
 from .chunks import KEY_FORMAT, SHARD_MAP
+from .decoded import Decoded
 from .direct import direct_window_records, plan_direct
 from .job import ArrayJob
 from .partition import PartitionTask, partition_worker
@@ -169,6 +170,7 @@ class _Build:
     build: list = field(default_factory=list)
     runs: tuple = ()  # SpillRun of every partition worker
     in_process: bool = False  # the phases' tasks run as threads of this process
+    decoded: Decoded | None = None  # in-process: the records the scan decoded, for the build
 
     @property
     def nbuild(self) -> int:
@@ -330,8 +332,11 @@ def _scan(b: _Build) -> None:
     tasks = [ScanTask(job, w, tuple(g), tuple(pos_of[e.seq] for e in g), b.spill,
                       MAX_SCAN_ENTRIES // len(b.groups))
              for w, g in enumerate(b.groups)]
+    if b.in_process and job.serializer().decode_copies:  # decoded.py
+        b.decoded = Decoded.for_batches(b.flat, b.m.layout_obj.dtype)
     with b.progress("scan") as prog:
-        b.scan = executors.run(scan_worker, tasks, on_progress=prog.advance)
+        b.scan = executors.run(scan_worker, tasks, extras=b.decoded and [(b.decoded,)] * len(tasks),
+                               on_progress=prog.advance)
     if any(rc.scattered for rc in b.scan):
         b.why = "records too scattered over chunks"
     else:
@@ -368,7 +373,7 @@ def _build(b: _Build) -> None:
                        if direct else None)
              for w in range(nbuild)]
     # threads of this process: every writer opens before any reader (build._open_writers_first)
-    extras = [(threading.Barrier(nbuild),)] * nbuild if b.in_process else None
+    extras = [(threading.Barrier(nbuild), b.decoded if direct else None)] * nbuild if b.in_process else None
     with b.progress("write chunks") as prog:
         b.build = executors.run(build_worker, tasks, extras=extras, on_progress=prog.advance)
     b.phase_seconds["build_s"] = round(time.perf_counter() - t, 3)

@@ -112,6 +112,12 @@ class Serializer(ABC):
     def decode(self, value) -> tuple[int, np.ndarray]:
         """(start, records of layout.dtype); a zero-copy view where the format allows."""
 
+    @property
+    def decode_copies(self) -> bool:
+        """Whether `decode` builds the records in new memory (a decompression, a conversion)
+        rather than viewing the value: then they outlive the value."""
+        return self.compression != "none"
+
     @abstractmethod
     def count(self, value) -> int:
         """Number of records in a stored value, reading only its header."""
