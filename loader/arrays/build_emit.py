@@ -94,6 +94,8 @@ class ChunkEmitter:
         self.st = None
         self.shard = -1
         self.wb = None
+        self.spare: list[np.ndarray] = []  # buffers of written pieces, reused (`_buffer`)
+        self.in_group: list[np.ndarray] = []  # buffers of the pieces in the group
 
     def start_shard(self, st, s: int, incoming: int) -> None:
         """Write shard ``s`` (open as ``st``), which receives ``incoming`` cells, next."""
@@ -114,6 +116,7 @@ class ChunkEmitter:
             t = time.perf_counter()
             self.st.put_sorted(self.group, table=self.task.table)
             self.group, self.group_bytes = [], 0
+            self.spare, self.in_group = self.in_group, []  # the store has copied them
             if self.wb is not None:
                 self.wb.start()
             self.timings["write_s"] += time.perf_counter() - t
@@ -154,7 +157,7 @@ class ChunkEmitter:
         (records kept by a small finalize's scan, decoded.py) without a copy of the window."""
         t = time.perf_counter()
         if rows is not None:
-            cells = self._sorted_by_key(key, ridx[rows])
+            cells = self._sorted_by_key(key, ridx, rows)
             cells = _Cells(rows[cells.order], cells.cid, cells.dup, cells.chunk_rc)
         else:
             cells = self._sorted_by_key(key, ridx) if key is not None else self._sorted_by_coords(w, ridx)
@@ -183,7 +186,9 @@ class ChunkEmitter:
                     t = time.perf_counter()
         self.timings["encode_s"] += time.perf_counter() - t
 
-    def _sorted_by_key(self, key: np.ndarray, ridx: np.ndarray) -> _Cells:
+    def _sorted_by_key(self, key: np.ndarray, ridx: np.ndarray, rows: np.ndarray | None = None) -> _Cells:
+        """The cells of the window in order (positions in ``key``); ``ridx`` the record
+        indices of the window (with ``rows``: ``ridx[rows]`` are)."""
         l0, l1 = self.chunks
         order, sk = _ordered_by_rows(key, l1)
         if order is None:
@@ -191,7 +196,7 @@ class ChunkEmitter:
             sk = key[order]
         dup = sk[1:] == sk[:-1]
         if dup.any():  # duplicates: record-index order within each cell
-            order = np.lexsort((ridx, key))
+            order = np.lexsort((ridx if rows is None else ridx[rows], key))
             sk = key[order]
             dup = sk[1:] == sk[:-1]
         return _Cells(order, sk // (l0 * l1), dup, None)
@@ -240,6 +245,14 @@ class ChunkEmitter:
             f"{self.task.array!r} is set by records {a_idx} and {b_idx}; nothing was committed - "
             f"choose --duplicates first, last or keep, or fix the data")
 
+    def _buffer(self, size: int) -> np.ndarray:
+        """A buffer of ``size`` bytes for a piece: one of the last group's when large enough
+        (memory already faulted in), else a new one."""
+        at = next((i for i, b in enumerate(self.spare) if len(b) >= size), None)
+        buf = np.empty(size, np.uint8) if at is None else self.spare.pop(at)
+        self.in_group.append(buf)
+        return buf[:size]
+
     def _encode_piece(self, where: tuple[int, int, int], src: np.ndarray, idx: np.ndarray, syn) -> None:
         """Encode piece ``where`` = (crow, ccol, piece), the records ``src[idx]`` (gathered
         straight into the value), with its index row, and add it to the write group."""
@@ -247,7 +260,7 @@ class ChunkEmitter:
         m = len(idx)
         cser = self.cser
         if self.framed:  # no zero-fill: every byte is written below
-            buf, view = cser.new_buffer(m, into=np.empty(cser.message_size(m), np.uint8))
+            buf, view = cser.new_buffer(m, into=self._buffer(cser.message_size(m)))
         else:
             buf, view = cser.new_buffer(m)
         if self.keep:
