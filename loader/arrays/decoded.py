@@ -19,8 +19,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .records import void_view
-
 
 @dataclass(frozen=True)
 class Decoded:
@@ -39,14 +37,14 @@ class Decoded:
     def slot(self, i: int) -> np.ndarray:
         return self.records[self.offsets[i]:self.offsets[i + 1]]
 
-    def keep(self, i: int, recs: np.ndarray, first: int) -> None:
-        """Keep batch ``i``'s decoded records, from record index ``first`` (when they are as
-        many as the plan says)."""
-        slot = self.slot(i)
-        if len(recs) == len(slot):
-            void_view(slot)[...] = void_view(recs)
-            self.ridx[self.offsets[i]:self.offsets[i + 1]] = np.arange(first, first + len(recs))
-            self.filled[i] = True
+    def fill(self, i: int, reader, b) -> bool:
+        """Decode batch ``b`` (plan position ``i``, read with BatchReader ``reader``) into its
+        slot; False (nothing kept) when it does not hold the plan's count."""
+        if not reader.decode_into(b, self.slot(i)):
+            return False
+        self.ridx[self.offsets[i]:self.offsets[i + 1]] = np.arange(b.first, b.first + b.count)
+        self.filled[i] = True
+        return True
 
     def holds(self, batches: np.ndarray) -> bool:
         """Whether the scan kept every one of these batches (positions in the plan)."""

@@ -59,10 +59,11 @@ def scan_worker(task: ScanTask, progress_q, decoded: Decoded | None = None) -> S
     reader = BatchReader(job)
     try:
         for i, b in zip(task.positions, task.batches):
-            with reader.records(b) as recs:
-                cr, cc, cn = batch_chunks(recs, job.dims, job.chunks)
-                if decoded is not None:
-                    decoded.keep(i, recs, b.first)
+            if decoded is not None and decoded.fill(i, reader, b):
+                cr, cc, cn = batch_chunks(decoded.slot(i), job.dims, job.chunks)
+            else:
+                with reader.records(b) as recs:
+                    cr, cc, cn = batch_chunks(recs, job.dims, job.chunks)
             e = np.empty(len(cr), ENTRY_DTYPE)
             e["batch"], e["crow"], e["ccol"], e["count"] = i, cr, cc, cn
             parts.append(e)
