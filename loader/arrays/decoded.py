@@ -20,19 +20,33 @@ from dataclasses import dataclass
 import numpy as np
 
 
+class RecordIndices:
+    """The record index of positions in the kept records (``ridx[positions]``), computed when
+    asked: only a window with a repeated cell needs them."""
+
+    def __init__(self, offsets: np.ndarray, firsts: np.ndarray):
+        self.offsets, self.firsts = offsets, firsts
+
+    def __getitem__(self, positions) -> np.ndarray:
+        pos = np.asarray(positions, np.int64)
+        batch = np.searchsorted(self.offsets, pos, side="right") - 1  # an empty batch never holds one
+        return self.firsts[batch] + (pos - self.offsets[batch])
+
+
 @dataclass(frozen=True)
 class Decoded:
     records: np.ndarray  # layout.dtype, every batch of the plan
-    ridx: np.ndarray  # int64: the record index of each
     offsets: np.ndarray  # int64, len(batches) + 1
     filled: np.ndarray  # bool per batch
+    ridx: RecordIndices  # the record index of each record
 
     @classmethod
     def for_batches(cls, batches: list, dtype: np.dtype) -> "Decoded":
         offsets = np.zeros(len(batches) + 1, np.int64)
         np.cumsum([b.count for b in batches], out=offsets[1:])
-        n = int(offsets[-1])
-        return cls(np.empty(n, dtype), np.empty(n, np.int64), offsets, np.zeros(len(batches), bool))
+        firsts = np.array([b.first for b in batches] + [0], np.int64)
+        return cls(np.empty(int(offsets[-1]), dtype), offsets, np.zeros(len(batches), bool),
+                   RecordIndices(offsets, firsts))
 
     def slot(self, i: int) -> np.ndarray:
         return self.records[self.offsets[i]:self.offsets[i + 1]]
@@ -42,7 +56,6 @@ class Decoded:
         slot; False (nothing kept) when it does not hold the plan's count."""
         if not reader.decode_into(b, self.slot(i)):
             return False
-        self.ridx[self.offsets[i]:self.offsets[i + 1]] = np.arange(b.first, b.first + b.count)
         self.filled[i] = True
         return True
 

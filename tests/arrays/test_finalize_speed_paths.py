@@ -194,3 +194,15 @@ def test_a_small_lmdb_shard_is_written_in_several_groups(tmp_path, monkeypatch):
         states[groups] = array_state(uri)
     assert txns[build_emit.MIN_GROUPS] - txns[1] >= 8, txns
     assert states[1][1] == states[build_emit.MIN_GROUPS][1]  # same pieces: index rows (sizes, hashes)
+
+
+def test_record_indices_of_kept_positions_skip_empty_batches_and_gaps():
+    from types import SimpleNamespace as Batch
+
+    from loader.arrays.decoded import Decoded
+
+    batches = [Batch(first=0, count=3), Batch(first=3, count=0), Batch(first=10, count=2), Batch(first=12, count=1)]
+    kept = Decoded.for_batches(batches, np.dtype([("a", "<i4")]))
+    want = [0, 1, 2, 10, 11, 12]
+    assert kept.ridx[np.arange(6)].tolist() == want
+    assert kept.ridx[np.array([5, 0, 3])].tolist() == [12, 0, 10] and int(kept.ridx[4]) == 11
