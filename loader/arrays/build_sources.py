@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,13 +78,6 @@ class DirectSource:
                 self.em.emit(self.buf[:n], self.idx[:n], self.key[:n], win.box)
             yield n
 
-    @contextmanager
-    def _records(self, b):
-        """The records of batch ``b``, read zero-copy (valid inside the block)."""
-        # a reader of the shard this worker writes shares its env
-        with self.reader.records(b, self.em.st if b.shard == self.em.shard else None) as recs:
-            yield recs
-
     def _copy_batch(self, bi: int, whole: bool, win: Window, pos: int) -> int:
         """Add the records of batch ``bi`` of the plan that belong to ``win`` to the window
         at ``pos`` (copied, with their record indices; or their positions in the kept
@@ -99,7 +91,8 @@ class DirectSource:
             self.idx[pos:pos + m] = np.arange(off, off + m) if whole else sel + off
             self.em.keys(recs, win.box, out=self.key[pos:pos + m], sel=sel)
             return pos + m
-        with self._records(b) as recs:
+        # a reader of the shard this worker writes shares its env
+        with self.reader.records(b, self.em.st if b.shard == self.em.shard else None) as recs:
             if whole:
                 m = b.count
                 void_view(self.buf[pos:pos + m])[...] = void_view(recs)

@@ -2,15 +2,17 @@
 
 A small finalize runs its phases as threads of one process (finalize.py). When decoding a
 flat batch builds its records in new memory anyway (a compressed or Arrow value: the
-serializer's ``decode_copies``), its scan keeps them, in one `Decoded` array in the
-plan's batch order, and its build copies a window's batches from there instead of
-reading and decompressing every batch a second time.
+serializer's ``decode_copies``), its scan decodes every batch into one `Decoded` array,
+in the plan's batch order, and its build gathers each window's cells from there
+(build_sources.DirectSource, build_emit.ChunkEmitter.emit ``rows``) instead of reading
+and decompressing every batch a second time and copying each window into a buffer.
 
 Invariants: batch ``i`` of the plan (finalize's flat list, record order) is
-``records[offsets[i]:offsets[i + 1]]`` once ``filled[i]``; a batch the scan did not fill
-(it stopped early, or the value did not hold the manifest's count) is read from its shard
-as before. In-process only: never pickled to a pool worker; at most
-finalize.SMALL_FINALIZE_BYTES of records. Crash behaviour: memory only.
+``records[offsets[i]:offsets[i + 1]]`` once ``filled[i]``; the build uses the kept
+records only when every batch of its windows is filled (else it reads them all from the
+shards, as before). In-process only: never pickled to a pool worker; at most
+finalize.SMALL_FINALIZE_BYTES of records, which the small finalize's budget check (a
+third of the buffers) already counts. Crash behaviour: memory only.
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ value has been written.
 `part_spans` / `decode_part`: formats that store records flat (Cap'n Proto, uncompressed)
 read a few records of a value without the rest of it.
 ``decode(value) -> (start, records)`` and ``count(value)`` (cheap, header/metadata only)
-read a value back (``decode_into(value, out)``: into a given array); a malformed value raises `loader.errors.VerifyError` naming what is
-wrong.
+read a value back (``decode_into(value, out)``: into a given array); a malformed value
+raises `loader.errors.VerifyError` naming what is wrong.
 """
 
 from __future__ import annotations
