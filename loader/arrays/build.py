@@ -86,16 +86,17 @@ class BuildReceipt:
     cpu_s: float
 
 
-def build_worker(task: BuildTask, progress_q, writers_open=None) -> BuildReceipt:
+def build_worker(task: BuildTask, progress_q, writers_open=None, decoded=None) -> BuildReceipt:
     """Build the chunks of the shards this worker owns. ``writers_open``: a
     ``threading.Barrier`` of the build workers run as threads of one process (see
-    `_open_writers_first`), else None."""
+    `_open_writers_first`), else None; ``decoded``: the records their scan kept
+    (decoded.py; direct mode), else None."""
     t0 = time.perf_counter()
     start_worker(task)  # keeps freed heap for reuse (infra/heap.py): chunk values, LMDB's overflow pages
     timings = {"read_s": 0.0, "sort_s": 0.0, "encode_s": 0.0, "write_s": 0.0, "sync_s": 0.0}
     stats = BuildStats()
     em = ChunkEmitter(task, timings, stats)
-    src = (DirectSource if task.windows is not None else SpillSource)(task, em, timings)
+    src = DirectSource(task, em, timings, decoded) if task.windows is not None else SpillSource(task, em, timings)
     shards = [s for s in task.owned_shards() if src.incoming(s)]
     opened = _open_writers_first(task, shards, em, src, writers_open)
     try:
@@ -161,7 +162,7 @@ def _build_shard(task: BuildTask, s: int, st, em: ChunkEmitter, src, progress_q)
             if t_name.startswith(TABLE_PREFIX) and t_name not in task.keep_tables:
                 st.drop_table(t_name)
         st.drop_table(task.table)
-        em.start_shard(st, s)
+        em.start_shard(st, s, src.incoming(s))
         for n in src.windows(s, st):
             progress_q.put(n)
             if not parent_alive(task.main_pid):

@@ -17,7 +17,9 @@ shard's new table.
    (capnp framed without zero-fill, or Arrow) with its index row (cells, bytes, xxh3,
    min/max of every field), and appended to a group written in one ``put_sorted`` of up
    to ``group_limit`` bytes; after each group a `Writeback` thread starts the disk
-   writeback of the shard file, so the one sync at the end finds little left.
+   writeback of the shard file, so the one sync at the end finds little left. An LMDB
+   shard receiving little (a small finalize) is written in at least `MIN_GROUPS` groups,
+   so that its writeback starts while the rest is still being encoded.
 
 Crash behaviour: everything goes to the build's own table (``array-NAME-RUNID``), which
 no manifest names before the switch; a crashed build's table is dropped by the next
@@ -43,6 +45,8 @@ from .hashes import hash_sum
 from .records import field_min_max, void_view
 
 GROUP_BYTES = 64 << 20
+#: an LMDB shard is written in at least this many groups (when its values allow)
+MIN_GROUPS = 8
 
 
 @dataclass
@@ -85,15 +89,22 @@ class ChunkEmitter:
         self.index_rows: list[tuple] = []
         self.group: list = []
         self.group_bytes = 0
-        self.group_limit = max(64 << 10, min(GROUP_BYTES, task.budget // 8))
+        self.budget_group = max(64 << 10, min(GROUP_BYTES, task.budget // 8))
+        self.group_limit = self.budget_group
         self.st = None
         self.shard = -1
         self.wb = None
+        self.spare: list[np.ndarray] = []  # buffers of written pieces, reused (`_buffer`)
+        self.in_group: list[np.ndarray] = []  # buffers of the pieces in the group
 
-    def start_shard(self, st, s: int) -> None:
+    def start_shard(self, st, s: int, incoming: int) -> None:
+        """Write shard ``s`` (open as ``st``), which receives ``incoming`` cells, next."""
         self.st, self.shard = st, s
         self.wb = Writeback(os.path.join(st.path, "data.mdb")) if getattr(st, "scheme", "") in ("lmdb", "mem") \
             else None
+        self.group_limit = self.budget_group
+        if self.wb is not None:  # the disk starts writing after the first of >= MIN_GROUPS groups
+            self.group_limit = max(64 << 10, min(self.budget_group, incoming * self.crs // MIN_GROUPS))
 
     def end_shard(self) -> None:
         if self.wb is not None:
@@ -105,19 +116,21 @@ class ChunkEmitter:
             t = time.perf_counter()
             self.st.put_sorted(self.group, table=self.task.table)
             self.group, self.group_bytes = [], 0
+            self.spare, self.in_group = self.in_group, []  # the store has copied them
             if self.wb is not None:
                 self.wb.start()
             self.timings["write_s"] += time.perf_counter() - t
             faults.hit("chunks")
 
-    def keys(self, w: np.ndarray, box: tuple, out: np.ndarray | None = None) -> np.ndarray:
-        """Sort keys of records `w` in a window whose chunks lie in ``box`` = (crmin, ccmin, nc):
-        (chunk ordinal in the box * L0 + row in chunk) * L1 + column in chunk."""
+    def keys(self, w: np.ndarray, box: tuple, out: np.ndarray | None = None,
+             sel: np.ndarray | None = None) -> np.ndarray:
+        """Sort keys of records `w` (or ``w[sel]``) in a window whose chunks lie in ``box`` =
+        (crmin, ccmin, nc): (chunk ordinal in the box * L0 + row in chunk) * L1 + column in chunk."""
         d0, d1 = self.dims
         l0, l1 = self.chunks
         crmin, ccmin, nc = box
-        r = w[d0].astype(np.int64)
-        c = w[d1].astype(np.int64)
+        r = (w[d0] if sel is None else w[d0][sel]).astype(np.int64)
+        c = (w[d1] if sel is None else w[d1][sel]).astype(np.int64)
         qr = np.floor_divide(r, l0)
         qc = np.floor_divide(c, l1)
         r -= qr * l0  # row within the chunk (exact: qr * l0 lies between r - l0 and r)
@@ -135,12 +148,19 @@ class ChunkEmitter:
             return out
         return qr
 
-    def emit(self, w: np.ndarray, ridx: np.ndarray, key: np.ndarray | None, box: tuple | None) -> None:
+    def emit(self, w: np.ndarray, ridx: np.ndarray, key: np.ndarray | None, box: tuple | None,
+             rows: np.ndarray | None = None) -> None:
         """Write the chunks of window `w` (records of whole chunks; ``ridx`` their record
         indices). With ``key`` (see `keys`) the chunk and cell order come from it; without,
-        from a lexsort of the coordinates (domains too wide for one 63-bit key)."""
+        from a lexsort of the coordinates (domains too wide for one 63-bit key). With
+        ``rows`` (and ``key``), the window is ``w[rows]``: its cells are gathered from ``w``
+        (records kept by a small finalize's scan, decoded.py) without a copy of the window."""
         t = time.perf_counter()
-        cells = self._sorted_by_key(key, ridx) if key is not None else self._sorted_by_coords(w, ridx)
+        if rows is not None:
+            cells = self._sorted_by_key(key, ridx, rows)
+            cells = _Cells(rows[cells.order], cells.cid, cells.dup, cells.chunk_rc)
+        else:
+            cells = self._sorted_by_key(key, ridx) if key is not None else self._sorted_by_coords(w, ridx)
         order, cid, syn = self._apply_policy(w, ridx, cells)
         bnd = np.flatnonzero(cid[1:] != cid[:-1]) + 1
         cstarts = np.r_[0, bnd].tolist()
@@ -166,7 +186,9 @@ class ChunkEmitter:
                     t = time.perf_counter()
         self.timings["encode_s"] += time.perf_counter() - t
 
-    def _sorted_by_key(self, key: np.ndarray, ridx: np.ndarray) -> _Cells:
+    def _sorted_by_key(self, key: np.ndarray, ridx: np.ndarray, rows: np.ndarray | None = None) -> _Cells:
+        """The cells of the window in order (positions in ``key``); ``ridx`` the record
+        indices of the window (with ``rows``: ``ridx[rows]`` are)."""
         l0, l1 = self.chunks
         order, sk = _ordered_by_rows(key, l1)
         if order is None:
@@ -174,7 +196,7 @@ class ChunkEmitter:
             sk = key[order]
         dup = sk[1:] == sk[:-1]
         if dup.any():  # duplicates: record-index order within each cell
-            order = np.lexsort((ridx, key))
+            order = np.lexsort((ridx if rows is None else ridx[rows], key))
             sk = key[order]
             dup = sk[1:] == sk[:-1]
         return _Cells(order, sk // (l0 * l1), dup, None)
@@ -223,6 +245,14 @@ class ChunkEmitter:
             f"{self.task.array!r} is set by records {a_idx} and {b_idx}; nothing was committed - "
             f"choose --duplicates first, last or keep, or fix the data")
 
+    def _buffer(self, size: int) -> np.ndarray:
+        """A buffer of ``size`` bytes for a piece: one of the last group's when large enough
+        (memory already faulted in), else a new one."""
+        at = next((i for i, b in enumerate(self.spare) if len(b) >= size), None)
+        buf = np.empty(size, np.uint8) if at is None else self.spare.pop(at)
+        self.in_group.append(buf)
+        return buf[:size]
+
     def _encode_piece(self, where: tuple[int, int, int], src: np.ndarray, idx: np.ndarray, syn) -> None:
         """Encode piece ``where`` = (crow, ccol, piece), the records ``src[idx]`` (gathered
         straight into the value), with its index row, and add it to the write group."""
@@ -230,7 +260,7 @@ class ChunkEmitter:
         m = len(idx)
         cser = self.cser
         if self.framed:  # no zero-fill: every byte is written below
-            buf, view = cser.new_buffer(m, into=np.empty(cser.message_size(m), np.uint8))
+            buf, view = cser.new_buffer(m, into=self._buffer(cser.message_size(m)))
         else:
             buf, view = cser.new_buffer(m)
         if self.keep:

@@ -6,7 +6,8 @@ the shard will receive (``incoming(shard)``, to size the LMDB map once).
 
 - `DirectSource` (no spill runs): each window (direct.Window) lists the flat batches
   holding its records; a batch wholly inside the window is copied as is, others through
-  a mask of the records whose chunk is in the window. Batches are read zero-copy; a reader
+  a mask of the records whose chunk is in the window. Batches are read zero-copy (or
+  taken from the records a small finalize's scan kept, decoded.py); a reader
   of the shard this worker writes shares the writer's environment. A window that does not
   receive exactly its planned records means the flat data changed during finalize: a
   VerifyError (nothing is committed).
@@ -27,6 +28,7 @@ import numpy as np
 from ..errors import VerifyError
 from .build_emit import ChunkEmitter
 from .chunks import box_fits
+from .decoded import Decoded
 from .direct import Window
 from .job import BatchReader
 from .records import pread_into, void_view
@@ -38,17 +40,20 @@ BUILD_OVERHEAD = 8 + 8 * 6
 class DirectSource:
     """Windows read straight from the flat batches (no spill runs)."""
 
-    def __init__(self, task, em: ChunkEmitter, timings: dict):
+    def __init__(self, task, em: ChunkEmitter, timings: dict, decoded: Decoded | None = None):
         self.task, self.em, self.timings = task, em, timings
         self.reader = BatchReader(task.job)
+        wins = [w for ws in task.windows.values() for w in ws]
+        # every batch kept by a small finalize's scan: a window is the positions of its
+        # records in those (``idx``), handed to the emitter without a copy (decoded.py)
+        kept = decoded is not None and decoded.holds(np.concatenate([w.batches for w in wins] or [[]]).astype(int))
+        self.decoded = decoded if kept else None
         # one allocation for the largest window (no transient second buffer on growth)
-        most = max((int(w.n) for ws in task.windows.values() for w in ws), default=0)
-        self._alloc(most)
+        self._alloc(max((int(w.n) for w in wins), default=0))
 
     def _alloc(self, n: int) -> None:
-        dtype = self.task.job.layout_obj.dtype
-        self.buf = np.empty(n, dtype)
-        self.ridx = np.empty(n, np.int64)
+        self.buf = np.empty(0 if self.decoded is not None else n, self.task.job.layout_obj.dtype)
+        self.idx = np.empty(n, np.int64)  # record indices (copied windows) or positions (kept)
         self.key = np.empty(n, np.int64)
 
     def incoming(self, s: int) -> int:
@@ -58,42 +63,59 @@ class DirectSource:
         for win in self.task.windows.get(s, ()):
             t = time.perf_counter()
             n = int(win.n)
-            if len(self.buf) < n:
+            if len(self.idx) < n:
                 self._alloc(n)
             pos = 0
             for bi, whole in zip(win.batches.tolist(), win.whole.tolist()):
-                pos = self._copy_batch(self.task.batches[bi], whole, win, pos)
+                pos = self._copy_batch(bi, whole, win, pos)
             if pos != n:
                 raise VerifyError(f"finalize read {pos} records for a window of {n}: the flat data "
                                   "changed during finalize; re-run it")
             self.timings["read_s"] += time.perf_counter() - t
-            self.em.emit(self.buf[:n], self.ridx[:n], self.key[:n], win.box)
+            if self.decoded is not None:
+                self.em.emit(self.decoded.records, self.decoded.ridx, self.key[:n], win.box, rows=self.idx[:n])
+            else:
+                self.em.emit(self.buf[:n], self.idx[:n], self.key[:n], win.box)
             yield n
 
-    def _copy_batch(self, b, whole: bool, win: Window, pos: int) -> int:
-        """Copy the records of batch ``b`` that belong to ``win`` to the buffer at ``pos``
-        (with their record indices and sort keys); returns the new fill."""
-        d0, d1 = self.task.job.dims
-        l0, l1 = self.task.job.chunks
-        crmin, ccmin, nc = win.box
-        nr = len(win.lut) // nc
+    def _copy_batch(self, bi: int, whole: bool, win: Window, pos: int) -> int:
+        """Add the records of batch ``bi`` of the plan that belong to ``win`` to the window
+        at ``pos`` (copied, with their record indices; or their positions in the kept
+        records), and their sort keys; returns the new fill."""
+        b = self.task.batches[bi]
+        if self.decoded is not None:
+            recs = self.decoded.slot(bi)
+            sel = None if whole else self._selected(recs, win)
+            m = b.count if whole else len(sel)
+            off = int(self.decoded.offsets[bi])
+            self.idx[pos:pos + m] = np.arange(off, off + m) if whole else sel + off
+            self.em.keys(recs, win.box, out=self.key[pos:pos + m], sel=sel)
+            return pos + m
         # a reader of the shard this worker writes shares its env
         with self.reader.records(b, self.em.st if b.shard == self.em.shard else None) as recs:
             if whole:
                 m = b.count
                 void_view(self.buf[pos:pos + m])[...] = void_view(recs)
-                self.ridx[pos:pos + m] = np.arange(b.first, b.first + m)
+                self.idx[pos:pos + m] = np.arange(b.first, b.first + m)
             else:
-                qr = np.floor_divide(recs[d0].astype(np.int64), l0) - crmin
-                qc = np.floor_divide(recs[d1].astype(np.int64), l1) - ccmin
-                inbox = (qr >= 0) & (qr < nr) & (qc >= 0) & (qc < nc)
-                o = np.where(inbox, qr * nc + qc, 0)
-                sel = np.flatnonzero(inbox & win.lut[o])
+                sel = self._selected(recs, win)
                 m = len(sel)
                 np.take(void_view(recs), sel, out=void_view(self.buf[pos:pos + m]))
-                self.ridx[pos:pos + m] = sel + b.first
+                self.idx[pos:pos + m] = sel + b.first
         self.em.keys(self.buf[pos:pos + m], win.box, out=self.key[pos:pos + m])
         return pos + m
+
+    def _selected(self, recs: np.ndarray, win: Window) -> np.ndarray:
+        """Positions of the records of ``recs`` whose chunk is one of the window's."""
+        d0, d1 = self.task.job.dims
+        l0, l1 = self.task.job.chunks
+        crmin, ccmin, nc = win.box
+        nr = len(win.lut) // nc
+        qr = np.floor_divide(recs[d0].astype(np.int64), l0) - crmin
+        qc = np.floor_divide(recs[d1].astype(np.int64), l1) - ccmin
+        inbox = (qr >= 0) & (qr < nr) & (qc >= 0) & (qc < nc)
+        o = np.where(inbox, qr * nc + qc, 0)
+        return np.flatnonzero(inbox & win.lut[o])
 
     def close_readers(self) -> None:
         self.reader.close()

@@ -123,8 +123,10 @@ def _attach_batches(cuts: list[_Cut], e_win: np.ndarray, e_batch: np.ndarray, fl
                     workers: int) -> tuple[dict, float]:
     """The plan {shard: [Window, ...]} from the cuts and each entry's window and batch, and
     the most records a build worker reads per record it owns."""
-    # the (window, batch) pairs, batches in record order within each window
-    pair = np.unique(e_win * len(flat) + e_batch)
+    # the (window, batch) pairs, batches in record order within each window (a sort, not
+    # np.unique: its first call imports numpy.ma, ~15 ms)
+    pair = np.sort(e_win * len(flat) + e_batch)
+    pair = pair[np.r_[True, pair[1:] != pair[:-1]]]
     p_win, p_batch = pair // len(flat), pair % len(flat)
     wins_per_batch = np.bincount(p_batch, minlength=len(flat))
     counts = np.array([b.count for b in flat], np.int64)

@@ -95,6 +95,7 @@ from ..stores.registry import open_in_this_process
 from ..stores.spec import StoreSpec, parse_dataset_uri
 from .build import BuildTask, build_worker
 from .chunks import KEY_FORMAT, SHARD_MAP
+from .decoded import Decoded
 from .direct import direct_window_records, plan_direct
 from .job import ArrayJob
 from .partition import PartitionTask, partition_worker
@@ -169,6 +170,7 @@ class _Build:
     build: list = field(default_factory=list)
     runs: tuple = ()  # SpillRun of every partition worker
     in_process: bool = False  # the phases' tasks run as threads of this process
+    decoded: Decoded | None = None  # in-process, direct: the records the scan kept, for the build
 
     @property
     def nbuild(self) -> int:
@@ -330,8 +332,11 @@ def _scan(b: _Build) -> None:
     tasks = [ScanTask(job, w, tuple(g), tuple(pos_of[e.seq] for e in g), b.spill,
                       MAX_SCAN_ENTRIES // len(b.groups))
              for w, g in enumerate(b.groups)]
+    keep = b.in_process and job.serializer().decode_copies  # decoded.py
+    kept = Decoded.for_batches(b.flat, b.m.layout_obj.dtype) if keep else None
     with b.progress("scan") as prog:
-        b.scan = executors.run(scan_worker, tasks, on_progress=prog.advance)
+        b.scan = executors.run(scan_worker, tasks, extras=None if kept is None else [(kept,)] * len(tasks),
+                               on_progress=prog.advance)
     if any(rc.scattered for rc in b.scan):
         b.why = "records too scattered over chunks"
     else:
@@ -339,6 +344,7 @@ def _scan(b: _Build) -> None:
         cap = direct_window_records(b.plan.buffers, b.m.layout_obj.record_size)
         b.windows, b.why = plan_direct(entries, b.flat, b.m.shards, b.nbuild, cap, b.plan.array.chunks,
                                        strict=b.plan.options.strategy == "direct")
+    b.decoded = kept if b.windows is not None else None  # a spilled build reads the runs
     b.phase_seconds["scan_s"] = round(time.perf_counter() - t, 3)
 
 
@@ -368,7 +374,7 @@ def _build(b: _Build) -> None:
                        if direct else None)
              for w in range(nbuild)]
     # threads of this process: every writer opens before any reader (build._open_writers_first)
-    extras = [(threading.Barrier(nbuild),)] * nbuild if b.in_process else None
+    extras = [(threading.Barrier(nbuild), b.decoded)] * nbuild if b.in_process else None
     with b.progress("write chunks") as prog:
         b.build = executors.run(build_worker, tasks, extras=extras, on_progress=prog.advance)
     b.phase_seconds["build_s"] = round(time.perf_counter() - t, 3)

@@ -8,8 +8,8 @@
 - `WorkerTask`: the base of the scan, partition and build tasks (a job and a worker
   number; ``main_pid``/``fault`` for infra.proc.start_worker).
 - `BatchReader`: opens the shards a worker reads on first use (read-only) and yields the
-  records of one batch, decoded zero-copy and checked against its manifest row; the
-  pages are dropped from the worker's resident set after each batch.
+  records of one batch, decoded zero-copy (or into a given array) and checked against its
+  manifest row; the pages are dropped from the worker's resident set after each batch.
 
 Reads only: a worker that dies leaves nothing here to clean up.
 """
@@ -90,6 +90,15 @@ class BatchReader:
             _, recs = self.ser.decode(v)
             yield recs
             rd.release(v)
+
+    def decode_into(self, b: BatchEntry, out) -> bool:
+        """Decode batch ``b`` into ``out`` (an array of its records' count); False (``out``
+        untouched) when the value holds another count."""
+        with ValueReader(self.shard(b.shard), "batches") as rd:
+            v = read_batch(rd, self.job.store, b)
+            done = self.ser.decode_into(v, out) is not None
+            rd.release(v)
+        return done
 
     def close(self) -> None:
         for st in self.stores.values():

@@ -27,8 +27,10 @@ class IndexTotals:
         if not len(rows):
             return cls(0, 0, 0, 0, None)
         bounds = {d: [int(rows[f"min_{d}"].min()), int(rows[f"max_{d}"].max())] for d in dims}
-        return cls(int(rows["cells"].sum()), int(len(np.unique(rows[["crow", "ccol"]]))), int(len(rows)),
-                   int(rows["nbytes"].sum()), bounds)
+        o = np.lexsort((rows["ccol"], rows["crow"]))  # distinct chunks (np.unique would import numpy.ma)
+        cr, cc = rows["crow"][o], rows["ccol"][o]
+        chunks = 1 + int(np.count_nonzero((cr[1:] != cr[:-1]) | (cc[1:] != cc[:-1])))
+        return cls(int(rows["cells"].sum()), chunks, int(len(rows)), int(rows["nbytes"].sum()), bounds)
 
 
 @dataclass(frozen=True)

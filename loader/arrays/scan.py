@@ -6,7 +6,8 @@
 (direct.py). Past ``max_entries`` rows the data counts as scattered: the worker stops
 and says so (the run then spills instead).
 
-Runs in a pool worker (``scan_worker(task, progress_q)``, progress in records). Crash
+Runs in a pool worker (``scan_worker(task, progress_q)``, progress in records), or as a
+thread of a small finalize, which may have it keep the decoded records (decoded.py). Crash
 behaviour: it writes only into the run's spill directory, which the coordinator removes
 (and the next finalize sweeps, if the coordinator died too).
 """
@@ -21,6 +22,7 @@ import numpy as np
 
 from ..infra.proc import peak_rss, start_worker
 from .chunks import batch_chunks
+from .decoded import Decoded
 from .job import BatchReader, WorkerTask
 
 #: scan rows (batch, chunk, count) beyond which the data counts as scattered (spill)
@@ -45,8 +47,9 @@ class ScanReceipt:
     max_rss: int
 
 
-def scan_worker(task: ScanTask, progress_q) -> ScanReceipt:
-    """Count the records of every chunk in every batch of this worker's range."""
+def scan_worker(task: ScanTask, progress_q, decoded: Decoded | None = None) -> ScanReceipt:
+    """Count the records of every chunk in every batch of this worker's range; with
+    ``decoded`` (a small finalize run in-process, decoded.py) also keep their records there."""
     t0 = time.perf_counter()
     start_worker(task)
     job = task.job
@@ -56,8 +59,11 @@ def scan_worker(task: ScanTask, progress_q) -> ScanReceipt:
     reader = BatchReader(job)
     try:
         for i, b in zip(task.positions, task.batches):
-            with reader.records(b) as recs:
-                cr, cc, cn = batch_chunks(recs, job.dims, job.chunks)
+            if decoded is not None and decoded.fill(i, reader, b):
+                cr, cc, cn = batch_chunks(decoded.slot(i), job.dims, job.chunks)
+            else:
+                with reader.records(b) as recs:
+                    cr, cc, cn = batch_chunks(recs, job.dims, job.chunks)
             e = np.empty(len(cr), ENTRY_DTYPE)
             e["batch"], e["crow"], e["ccol"], e["count"] = i, cr, cc, cn
             parts.append(e)

@@ -85,6 +85,10 @@ class ArrowSerializer(Serializer):
         except (KeyError, ValueError):
             raise _corrupt("schema metadata lacks bulkload.start/bulkload.count") from None
 
+    @property
+    def decode_copies(self) -> bool:
+        return True  # `decode` assembles the columns into a new record array
+
     def count(self, value) -> int:
         try:
             schema = pa.ipc.read_schema(pa.py_buffer(value))

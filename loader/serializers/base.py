@@ -16,8 +16,8 @@ value has been written.
 `part_spans` / `decode_part`: formats that store records flat (Cap'n Proto, uncompressed)
 read a few records of a value without the rest of it.
 ``decode(value) -> (start, records)`` and ``count(value)`` (cheap, header/metadata only)
-read a value back; a malformed value raises `loader.errors.VerifyError` naming what is
-wrong.
+read a value back (``decode_into(value, out)``: into a given array); a malformed value
+raises `loader.errors.VerifyError` naming what is wrong.
 """
 
 from __future__ import annotations
@@ -111,6 +111,25 @@ class Serializer(ABC):
     @abstractmethod
     def decode(self, value) -> tuple[int, np.ndarray]:
         """(start, records of layout.dtype); a zero-copy view where the format allows."""
+
+    def decode_into(self, value, out: np.ndarray) -> int | None:
+        """Decode ``value`` into ``out`` (a contiguous array of layout.dtype) when it holds
+        exactly ``len(out)`` records; returns its start, or None (``out`` untouched) when it
+        holds another count. Formats that can decompress straight into ``out`` do."""
+        start, recs = self.decode(value)
+        if len(recs) != len(out):
+            return None
+        if recs.dtype == out.dtype and recs.flags.c_contiguous:
+            out.view("u1")[...] = recs.view("u1")  # one memcpy, not field by field
+        else:
+            out[...] = recs
+        return start
+
+    @property
+    def decode_copies(self) -> bool:
+        """Whether `decode` builds the records in new memory (a decompression, a conversion)
+        rather than viewing the value: then they outlive the value."""
+        return self.compression != "none"
 
     @abstractmethod
     def count(self, value) -> int:

@@ -329,6 +329,18 @@ class CapnpSerializer(Serializer):
                                  "corrupt Cap'n Proto batch value")
         return msg
 
+    def decode_into(self, value, out: np.ndarray) -> int | None:
+        """A compressed value of a framable layout is decompressed straight into ``out``."""
+        if self.compression == "none" or not self._framable:
+            return super().decode_into(value, out)
+        mv = byte_view(value)
+        start, n = header_fields(mv, self._stride)
+        if n != len(out):
+            return None
+        shuffled.decompress_into(mv[HEADER_BYTES:], memoryview(out.view("u1")), self._stride,
+                                 "corrupt Cap'n Proto batch value")
+        return start
+
     def decode(self, value) -> tuple[int, np.ndarray]:
         if self.compression != "none":
             value = self._decompressed(value)
