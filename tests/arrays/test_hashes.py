@@ -30,7 +30,20 @@ def test_sum_depends_on_the_multiset_only(size, n, rnd):
         changed = raw.copy()
         changed[rng.integers(n), rng.integers(size)] ^= 1 << int(rng.integers(8))
         assert hash_sum(changed) != hash_sum(raw)
-        assert hash_sum(np.concatenate([raw, raw[:1]])) != hash_sum(raw)  # a record twice counts twice
+        if record_hashes(raw[:1])[0] != 0:  # a record twice counts twice (but see below)
+            assert hash_sum(np.concatenate([raw, raw[:1]])) != hash_sum(raw)
+
+
+def test_a_record_of_its_size_then_zeros_hashes_to_zero():
+    """The known blind spot of the (frozen: manifests store its sums) record hash: a record
+    whose first 8-byte word is the record size and whose other words are zero hashes to 0,
+    so a sum cannot tell how many copies of it there are (hypothesis found [1] of size 1)."""
+    for size in (1, 8, 16, 96):
+        rec = np.zeros((1, size), np.uint8)
+        rec[0, :min(8, size)] = np.frombuffer(np.uint64(size).tobytes()[:min(8, size)], np.uint8)
+        assert record_hashes(rec)[0] == 0
+        rec[0, -1] ^= 1  # any other record of that size hashes to something else
+        assert record_hashes(rec)[0] != 0
 
 
 def test_records_and_their_bytes_hash_alike():
