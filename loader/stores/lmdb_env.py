@@ -29,7 +29,6 @@ import errno
 import fcntl
 import os
 import threading
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import lmdb
@@ -208,16 +207,26 @@ def _busy_message(path: str, holder: str) -> str:
 # --- reading and the map ------------------------------------------------------------------
 
 
-@contextmanager
-def reading(path: str):
-    """Turn LMDB's errors on reading (MDB_CORRUPTED, MDB_PAGE_NOTFOUND, MDB_BAD_TXN, ...: a
-    damaged B-tree) into one CorruptStoreError naming the shard."""
-    try:
-        yield
-    except (lmdb.MapResizedError, lmdb.MapFullError, lmdb.BadDbiError):
-        raise  # growth of a healthy map, a table another process dropped: handled by the callers
-    except lmdb.Error as e:
-        raise corrupt_store(path, f"LMDB cannot read it ({type(e).__name__}: {e})") from None
+class reading:
+    """``with reading(path):`` turns LMDB's errors on reading (MDB_CORRUPTED,
+    MDB_PAGE_NOTFOUND, MDB_BAD_TXN, ...: a damaged B-tree) into one CorruptStoreError naming
+    the shard. (A class, not a generator: it wraps every single read, ~0.3 us instead of
+    ~1.2.)"""
+
+    __slots__ = ("path",)
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, e, tb) -> bool:
+        if kind is None or not issubclass(kind, lmdb.Error):
+            return False
+        if issubclass(kind, (lmdb.MapResizedError, lmdb.MapFullError, lmdb.BadDbiError)):
+            return False  # growth of a healthy map, a table another process dropped: handled by the callers
+        raise corrupt_store(self.path, f"LMDB cannot read it ({kind.__name__}: {e})") from None
 
 
 def adopting_growth(entry: EnvEntry, fn):

@@ -8,8 +8,8 @@ error instead of a SIGBUS, and the OS hints the store gives about its data file.
   before a value is taken from a cursor its leaf node (found from the zero-copy key
   buffer, `buffer_address`, inside the map, `map_base`) is read, and a value said to lie
   past the pages in use is refused.
-- `overflow_span`: where a big value's overflow pages lie (one ``posix_fadvise`` for all
-  of them when readahead is off); `release_pages` drops a zero-copy value's pages from
+- `Pages.value_span` also says whether a value lies in overflow pages (one
+  ``posix_fadvise`` for all of them when readahead is off); `release_pages` drops a zero-copy value's pages from
   the resident set; `writeback` starts the disk writes of committed pages early;
   `reserve_blocks` allocates, under a writable map, the file blocks a write will touch.
 - `recover_compaction`: finishes or rolls back a compaction's directory swap that a
@@ -102,6 +102,8 @@ def file_size(path: str) -> int:
 _NODE = struct.Struct("<HHHH")
 _PGNO = struct.Struct("<Q")
 _F_BIGDATA = 1
+#: an overflow page's header: its value starts this many bytes into its first page
+OVERFLOW_HEAD = 16
 
 
 class Pages:
@@ -120,8 +122,9 @@ class Pages:
         found = self.value_span(key)
         return found if isinstance(found, str) else None
 
-    def value_span(self, key) -> tuple[int, int] | str:
-        """(offset in data.mdb, size) of the value of the leaf node whose key buffer
+    def value_span(self, key) -> tuple[int, int, bool] | str:
+        """(offset in data.mdb, size, whether it fills overflow pages - which then start
+        `OVERFLOW_HEAD` bytes before it) of the value of the leaf node whose key buffer
         (zero-copy) is given, read from the node alone (none of the value's pages is
         touched), or why it would lie outside the pages in use."""
         n = len(key)
@@ -129,29 +132,11 @@ class Pages:
         if not 8 <= at <= self.in_use - n - 8:
             return "a key lies outside the pages in use of data.mdb"
         lo, hi, flags, ksize = _NODE.unpack_from(self.view, at - 8)
-        size = lo | hi << 16
-        start = _PGNO.unpack_from(self.view, at + n)[0] * self.psize + 16 if flags & _F_BIGDATA else at + n
+        size, big = lo | hi << 16, bool(flags & _F_BIGDATA)
+        start = _PGNO.unpack_from(self.view, at + n)[0] * self.psize + OVERFLOW_HEAD if big else at + n
         if ksize != n or start + size > self.in_use:
             return f"the value of key {bytes(key).hex()} ({size} bytes) lies outside the pages in use of data.mdb"
-        return start, size
-
-
-def overflow_span(key_buf) -> tuple[int, int] | None:
-    """(file offset, length) of the overflow pages of the value whose key buffer (inside
-    its leaf node, zero-copy) is given, or None unless the node is what LMDB 0.9's format
-    says (the node lies in its page, F_BIGDATA set, the key size matches): a hint only."""
-    if BIG_ENDIAN:
-        return None
-    n = len(key_buf)
-    addr = buffer_address(key_buf)
-    if addr % PAGE < 16 + 8 or addr % PAGE + n + 8 > PAGE:  # the node must lie in its page
-        return None
-    node = ctypes.string_at(addr - 8, 8 + n + 8)
-    lo, hi, flags, ksize = _NODE.unpack_from(node)
-    if not flags & _F_BIGDATA or ksize != n:
-        return None
-    pgno = int.from_bytes(node[8 + n:], "little")
-    return pgno * PAGE, (lo | hi << 16) + 16
+        return start, size, big
 
 
 def _buffer_offset() -> int | None:

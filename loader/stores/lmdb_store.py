@@ -149,7 +149,10 @@ class LmdbStore(LmdbReads, ShardStore):
 
     def _begin_read(self, buffers: bool = False) -> lmdb.Transaction:
         env = self.env
-        return adopting_growth(self._entry, lambda: env.begin(write=False, buffers=buffers))
+        try:  # the common case first: every single get begins one
+            return env.begin(write=False, buffers=buffers)
+        except lmdb.MapResizedError:
+            return adopting_growth(self._entry, lambda: env.begin(write=False, buffers=buffers))
 
     def _db(self, table: str, *, create: bool):
         """The named database handle, or None when it does not exist (and not create)."""
