@@ -208,10 +208,8 @@ def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRA
     m = mf.load_manifest(spec.root, dataset_uri)
     plan = _plan(m, FinalizeOptions(dims, array, duplicates, workers, compact, progress, memory_budget, strategy,
                                       compression))
-    # the index file needs pyarrow: import it while the workers run, not after them - once
-    # the store's own modules are in (an import waits for the other thread's: ~0.1 s)
-    spec.backend  # noqa: B018 (imports the store backend)
-    threading.Thread(target=warm_up_writer, name="import-pyarrow", daemon=True).start()
+    spec.backend  # noqa: B018 - imported first: it would wait ~0.1 s for the thread's pyarrow import
+    threading.Thread(target=warm_up_writer, name="import-pyarrow", daemon=True).start()  # for the index file
     with DatasetLock(spec.root) as lock:
         lock.set_job(f"finalize {array}")
         b = _begin(spec, dataset_uri, plan)
