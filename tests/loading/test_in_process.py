@@ -175,11 +175,14 @@ def test_stop_signal_stops_an_in_process_load_and_the_same_command_resumes(tmp_p
 
 
 def test_small_load_from_python_leaves_signal_handlers_alone(tmp_path):
-    """In-process tasks do not ignore the stop signals of their host (proc.start_worker)."""
-    code = ("import signal, loader; before = signal.getsignal(signal.SIGTERM); "
+    """In-process tasks do not ignore the stop signals of their host (proc.start_worker).
+    The host sets its own handlers first: a shell's background job inherits SIGINT ignored,
+    and Python then installs no handler of its own."""
+    code = ("import signal, loader; on_term = lambda *a: None; signal.signal(signal.SIGTERM, on_term); "
+            "signal.signal(signal.SIGINT, signal.default_int_handler); "
             f"r = loader.load('gen://scidb96?n=500', 'lmdb://{tmp_path}/ds'); "
-            "assert r.in_process, r; assert signal.getsignal(signal.SIGTERM) is before; "
-            "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler; print('ok')")
+            "assert r.in_process, r; assert signal.getsignal(signal.SIGTERM) is on_term, 'SIGTERM'; "
+            "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, 'SIGINT'; print('ok')")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
 
