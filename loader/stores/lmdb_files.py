@@ -9,8 +9,8 @@ error instead of a SIGBUS, and the OS hints the store gives about its data file.
   buffer, `buffer_address`, inside the map, `map_base`) is read, and a value said to lie
   past the pages in use is refused.
 - `Pages.value_span` also says whether a value lies in overflow pages (one
-  ``posix_fadvise`` for all of them when readahead is off); `release_pages` drops a zero-copy value's pages from
-  the resident set; `writeback` starts the disk writes of committed pages early;
+  ``posix_fadvise`` for all of them when readahead is off); `release_pages` drops a
+  zero-copy value's pages from the resident set; `writeback` starts the disk writes of committed pages early;
   `reserve_blocks` allocates, under a writable map, the file blocks a write will touch.
 - `recover_compaction`: finishes or rolls back a compaction's directory swap that a
   crash interrupted (the swap itself is in lmdb_store.py: ``compact``).

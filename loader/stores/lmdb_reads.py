@@ -15,9 +15,9 @@
 - A table dropped by a writer after this process opened its handle (MDB_BAD_DBI) reads
   as absent, like a table that never existed.
 - With readahead off (random reads), `get`, `seek` and a value view's `get` advise the
-  kernel of a big value's overflow pages up front - found from the leaf node that is
-  checked anyway; nothing for a value the page cache holds -, in pieces a disk request can hold
-  (else every page of it would be one disk read: MADV_RANDOM turns the kernel's
+  kernel of a big value's overflow pages up front, found from the leaf node that is
+  checked anyway (nothing for a value the page cache holds), in pieces a disk request can
+  hold (else every page of it would be one disk read: MADV_RANDOM turns the kernel's
   read-around off; and one WILLNEED reads no more than the device's largest request).
 
 Reads only: nothing here writes, and a crash leaves nothing behind.
@@ -147,18 +147,15 @@ class LmdbReads:
         if self._opts.readahead:
             return None
         fd = self._data_file()
-        last = offset + length - 1
-        probed = {offset: _cached(fd, offset)}  # each byte probed once: probing a cold page starts reading it
-        if probed[offset]:
-            probed[last] = _cached(fd, last)
-            if probed[last]:
-                return 0  # warm (a value whose ends are cached; its middle, if not, faults page by page)
+        probed: dict[int, bool] = {}  # each byte probed once: probing a cold page starts reading it
 
         def cached(at: int) -> bool:
             if at not in probed:
                 probed[at] = _cached(fd, at)
             return probed[at]
 
+        if cached(offset) and cached(offset + length - 1):
+            return 0  # warm (a value whose ends are cached; its middle, if not, faults page by page)
         asked = 0
         try:
             for at in range(offset, offset + length, ADVICE_BYTES):
