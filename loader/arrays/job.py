@@ -82,23 +82,26 @@ class BatchReader:
         return st
 
     @contextmanager
+    def _value(self, b: BatchEntry, store=None):
+        """The checked value of batch ``b`` (zero-copy: valid inside the block), read from
+        its shard (or ``store``, an open handle of it); its pages are dropped after."""
+        with ValueReader(self.shard(b.shard) if store is None else store, "batches") as rd:
+            v = read_batch(rd, self.job.store, b)
+            yield v
+            rd.release(v)
+
+    @contextmanager
     def records(self, b: BatchEntry, store=None):
         """The records of batch ``b`` (zero-copy: valid inside the block), read from its
         shard (or ``store``, an open handle of it)."""
-        with ValueReader(self.shard(b.shard) if store is None else store, "batches") as rd:
-            v = read_batch(rd, self.job.store, b)
-            _, recs = self.ser.decode(v)
-            yield recs
-            rd.release(v)
+        with self._value(b, store) as v:
+            yield self.ser.decode(v)[1]
 
     def decode_into(self, b: BatchEntry, out) -> bool:
         """Decode batch ``b`` into ``out`` (an array of its records' count); False (``out``
         untouched) when the value holds another count."""
-        with ValueReader(self.shard(b.shard), "batches") as rd:
-            v = read_batch(rd, self.job.store, b)
-            done = self.ser.decode_into(v, out) is not None
-            rd.release(v)
-        return done
+        with self._value(b) as v:
+            return self.ser.decode_into(v, out) is not None
 
     def close(self) -> None:
         for st in self.stores.values():
