@@ -55,7 +55,7 @@ from .task import LoadTask, RunTable, WriteSettings
 from .worker import load_worker
 
 #: a run with at most this many bytes of records to write runs in-process (see above)
-IN_PROCESS_BYTES = {"none": 256 << 20}
+IN_PROCESS_BYTES = 256 << 20
 IN_PROCESS_COMPRESSED_BYTES = 1 << 30
 IN_PROCESS_KEYED_BYTES = 16 << 20
 
@@ -64,7 +64,7 @@ def in_process_limit(compression: str, keyed: bool = False) -> int:
     """Most bytes of records a run of this compression (and kind) runs in-process (module docstring)."""
     if keyed:
         return IN_PROCESS_KEYED_BYTES
-    return IN_PROCESS_BYTES.get(compression, IN_PROCESS_COMPRESSED_BYTES)
+    return IN_PROCESS_BYTES if compression == "none" else IN_PROCESS_COMPRESSED_BYTES
 
 
 @dataclass(frozen=True)
