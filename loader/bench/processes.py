@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from ..infra import pagecache
+
 
 def tool(name: str) -> str:
     """A program installed next to this interpreter (bulkload, bulkload-gen), else on PATH."""
@@ -225,39 +227,12 @@ def cached_fraction(path: str | Path) -> float:
     """The part (0..1) of the file ``path`` in the page cache now (mincore(2) of a map of it).
     This machine's kernel pages out memory not touched for ~30 s (DAMON), page cache too:
     a file read a minute ago may be partly on disk again."""
-    import ctypes  # lazy: only the file loads ask
-    import mmap
-
-    size = os.path.getsize(path)
-    if size == 0:
-        return 1.0
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-    pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
-    vec = (ctypes.c_ubyte * pages)()
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-        if addr in (None, ctypes.c_void_p(-1).value):
-            raise OSError(ctypes.get_errno(), f"mmap of {path} failed")
-        try:
-            if libc.mincore(ctypes.c_void_p(addr), ctypes.c_size_t(size), vec) != 0:
-                raise OSError(ctypes.get_errno(), f"mincore of {path} failed")
-        finally:
-            libc.munmap(ctypes.c_void_p(addr), ctypes.c_size_t(size))
-    finally:
-        os.close(fd)
-    return sum(b & 1 for b in bytes(vec)) / pages
+    cached, pages = pagecache.cached_pages(path)
+    return cached / pages if pages else 1.0
 
 
 def evict(path: str | Path) -> None:
-    """Drop the page cache of the file(s) under ``path`` (fsync, then posix_fadvise DONTNEED):
-    the next read of them comes from the disk."""
+    """Drop the page cache of the file(s) under ``path`` (fsync, then posix_fadvise DONTNEED,
+    checked with mincore and retried): the next read of them comes from the disk."""
     for q in _files(path):
-        fd = os.open(q, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+        pagecache.evict(q)

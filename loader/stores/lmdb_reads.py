@@ -30,6 +30,7 @@ from typing import Iterator
 
 import lmdb
 
+from ..infra.pagecache import page_cached
 from .base import corrupt_store
 from .lmdb_env import EnvEntry, mapped_pages, reading
 from .lmdb_files import OVERFLOW_HEAD, Pages, buffer_address, release_pages
@@ -143,16 +144,16 @@ class LmdbReads:
         Nothing is asked for a value whose first and last bytes are in the page cache, nor
         for a piece whose are: the advice walks every page of its range, ~0.13 ms of a
         warm 9.6 MB chunk piece (a warm box query took 0.31 ms with it, 0.18 without); a
-        check is a one-byte read that never waits (RWF_NOWAIT)."""
+        check reads nothing (`page_cached`: a one-byte RWF_NOWAIT read starts reading a
+        page it misses, and on a fast disk can finish in time to pass a cold page for
+        cached)."""
         if self._opts.readahead:
             return None
         fd = self._data_file()
-        probed: dict[int, bool] = {}  # each byte probed once: probing a cold page starts reading it
+        pages = self._pages()  # the map: where the kernel lacks cachestat, mincore asks it
 
         def cached(at: int) -> bool:
-            if at not in probed:
-                probed[at] = _cached(fd, at)
-            return probed[at]
+            return page_cached(fd, at, None if pages is None else pages.base + at)
 
         if cached(offset) and cached(offset + length - 1):
             return 0  # warm (a value whose ends are cached; its middle, if not, faults page by page)
@@ -294,16 +295,3 @@ class LmdbValueView:
     def close(self) -> None:
         self.cursor = None
         self.txn.abort()
-
-
-_PROBE = bytearray(1)
-
-
-def _cached(fd: int, offset: int) -> bool:
-    """Whether byte ``offset`` of ``fd`` is in the page cache: a one-byte read that fails
-    rather than wait for the disk (preadv2 RWF_NOWAIT; False where that is not supported).
-    A miss may start reading that page (the kernel's own readahead on EAGAIN)."""
-    try:
-        return os.preadv(fd, [_PROBE], offset, os.RWF_NOWAIT) == 1
-    except (OSError, AttributeError):  # EAGAIN: not cached; EOPNOTSUPP / no RWF_NOWAIT: cannot tell
-        return False
