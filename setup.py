@@ -83,6 +83,11 @@ setup(
             extra_compile_args=CFLAGS,
         ),
         Extension(
+            "loader.stores._lmdbnode",
+            sources=[f"{GEN_DIR}/_lmdbnodemodule.c"],
+            extra_compile_args=CFLAGS,
+        ),
+        Extension(
             "loader.docs._docsio",
             sources=[f"{GEN_DIR}/_docsiomodule.c"],
             extra_compile_args=CFLAGS,

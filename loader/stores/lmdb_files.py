@@ -30,6 +30,7 @@ import struct
 import sys
 
 from ..errors import StoreError
+from ._lmdbnode import value_span as _value_span
 
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 #: the node checks read LMDB's little-endian layout: off on big-endian machines
@@ -98,10 +99,8 @@ def file_size(path: str) -> int:
 
 # LMDB 0.9's leaf node: lo, hi, flags, key size (u16 each), the key, then the value, or
 # (flag F_BIGDATA = 1) the u64 number of its first overflow page, whose data starts after
-# a 16-byte page header
+# a 16-byte page header (read by _lmdbnode.c)
 _NODE = struct.Struct("<HHHH")
-_PGNO = struct.Struct("<Q")
-_F_BIGDATA = 1
 #: an overflow page's header: its value starts this many bytes into its first page
 OVERFLOW_HEAD = 16
 
@@ -126,17 +125,15 @@ class Pages:
         """(offset in data.mdb, size, whether it fills overflow pages - which then start
         `OVERFLOW_HEAD` bytes before it) of the value of the leaf node whose key buffer
         (zero-copy) is given, read from the node alone (none of the value's pages is
-        touched), or why it would lie outside the pages in use."""
-        n = len(key)
-        at = buffer_address(key) - self.base
-        if not 8 <= at <= self.in_use - n - 8:
+        touched), or why it would lie outside the pages in use. In C (_lmdbnode.c, ~0.15
+        us): every get pays it."""
+        found = _value_span(key, self.base, self.in_use, self.psize)
+        if type(found) is tuple:
+            return found
+        if found == 1:
             return "a key lies outside the pages in use of data.mdb"
-        lo, hi, flags, ksize = _NODE.unpack_from(self.view, at - 8)
-        size, big = lo | hi << 16, bool(flags & _F_BIGDATA)
-        start = _PGNO.unpack_from(self.view, at + n)[0] * self.psize + OVERFLOW_HEAD if big else at + n
-        if ksize != n or start + size > self.in_use:
-            return f"the value of key {bytes(key).hex()} ({size} bytes) lies outside the pages in use of data.mdb"
-        return start, size, big
+        lo, hi = _NODE.unpack_from(self.view, buffer_address(key) - self.base - 8)[:2]
+        return f"the value of key {bytes(key).hex()} ({lo | hi << 16} bytes) lies outside the pages in use of data.mdb"
 
 
 def _buffer_offset() -> int | None:
