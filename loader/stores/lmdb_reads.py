@@ -32,7 +32,7 @@ import lmdb
 
 from ..infra.pagecache import page_cached
 from .base import corrupt_store
-from .lmdb_env import EnvEntry, mapped_pages, reading
+from .lmdb_env import EnvEntry, damaged, mapped_pages, reading
 from .lmdb_files import OVERFLOW_HEAD, Pages, buffer_address, release_pages
 from .options import LmdbOptions
 
@@ -73,16 +73,18 @@ class LmdbReads:
             return None
         txn = self._begin_read(buffers=True)
         try:
-            with reading(self.path):
-                cur = txn.cursor(db)
-                if not (cur.set_key(key) if exact else cur.set_range(key)):
-                    return None
-                if exact:
-                    return bytes(self._value(cur, self._pages()))
-                return bytes(cur.key()), bytes(self._value(cur, self._pages()))
+            cur = txn.cursor(db)
+            if not (cur.set_key(key) if exact else cur.set_range(key)):
+                return None
+            if exact:
+                return bytes(self._value(cur, self._pages()))
+            return bytes(cur.key()), bytes(self._value(cur, self._pages()))
         except lmdb.BadDbiError:
             self._dropped(table)
             return None
+        except lmdb.Error as e:
+            damaged(self.path, e)
+            raise
         finally:
             txn.abort()
 
