@@ -12,6 +12,7 @@ folio can outlive one.
 from __future__ import annotations
 
 import ctypes
+import errno
 import mmap
 import os
 import threading
@@ -36,12 +37,7 @@ def _libc():
 
 
 _LIBC = _libc()
-
-
 _CACHESTAT = 451  # the syscall's number: the same on every architecture (added after the unified table)
-_ENOSYS = 38
-
-
 _has_cachestat = _LIBC is not None and hasattr(_LIBC, "syscall")
 _ARGS = ctypes.c_uint64 * 7  # cachestat's range (offset, length), then its five counts (cached first)
 _local = threading.local()
@@ -62,7 +58,7 @@ def page_cached(fd: int, offset: int, addr: int | None = None) -> bool:
         args[0], args[1] = offset, 1
         if _LIBC.syscall(_CACHESTAT, fd, at_range, at_stat, 0) == 0:
             return args[2] > 0
-        if ctypes.get_errno() == _ENOSYS:
+        if ctypes.get_errno() == errno.ENOSYS:
             _has_cachestat = False
     if addr is None:
         return False
