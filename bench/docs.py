@@ -53,6 +53,7 @@ import zstandard
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from loader.bench.processes import evict  # noqa: E402  (checked with mincore, retried)
 from loader.docs import batch as B  # noqa: E402
 from loader.docs import gen as G  # noqa: E402
 from loader.docs import json_dir as J  # noqa: E402
@@ -72,17 +73,6 @@ def disk_bytes(path: Path) -> int:
         for f in files:
             total += os.stat(os.path.join(root, f)).st_blocks * 512
     return total
-
-
-def evict(path: Path) -> None:
-    for root, _d, files in os.walk(path):
-        for f in files:
-            fd = os.open(os.path.join(root, f), os.O_RDONLY)
-            try:
-                os.fdatasync(fd)
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
 
 
 def warm(path: Path) -> None:
