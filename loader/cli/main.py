@@ -28,7 +28,7 @@ from .. import api
 from ..errors import EXIT_FAILED, EXIT_USAGE, BulkloadError, Interrupted
 from ..infra import env, heap, logs
 from ..infra.env import flag
-from ..infra.interrupts import stop_on_signals
+from ..infra.interrupts import ignore_stop_signals, stop_on_signals
 from ..infra.outputs import open_output
 from ..model.runs import Run
 from .params import plain_params
@@ -369,7 +369,9 @@ def exiting() -> None:
     20-40 ms of a small load). Frozen objects are still freed as the modules are torn down,
     but no longer walked for cycles: a cycle that is garbage by now is left to the exit
     (Python promises no finalizer at exit anyway). Everything the command opened is closed
-    by then (`with` blocks; the dataset lock is released); atexit handlers run as before."""
+    by then (`with` blocks; the dataset lock is released); atexit handlers run as before.
+    The command's outcome is decided: stop signals are ignored from here on (interrupts.py)."""
+    ignore_stop_signals()
     gc.freeze()
 
 

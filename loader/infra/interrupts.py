@@ -13,6 +13,9 @@ Invariants:
 - after the first signal, the three are ignored until the process exits, so a second
   Ctrl-C or a systemd re-send cannot abort that cleanup half-way (it is bounded: workers
   are SIGKILLed and reaped within seconds, one manifest write) nor the report;
+- once a command has ended, its outcome is decided: the CLI ignores the three while the
+  process exits (a SIGTERM during the interpreter's teardown would report a finished job
+  as killed by the signal);
 - only the CLI installs handlers, and restores the previous ones when a command ends
   without a signal:
   ``import loader`` changes nothing, a Python caller keeps its own signal handling (Ctrl-C
@@ -35,9 +38,14 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _held = {"depth": 0, "signo": None}  # inside held(): the signal that arrived meanwhile
 
 
-def _raise_once(signo: int, _frame) -> None:
-    for s in STOP_SIGNALS:  # the cleanup that follows must run to its end
+def ignore_stop_signals() -> None:
+    """From now on the three are ignored (the cleanup after a signal; the CLI's exit)."""
+    for s in STOP_SIGNALS:
         signal.signal(s, signal.SIG_IGN)
+
+
+def _raise_once(signo: int, _frame) -> None:
+    ignore_stop_signals()  # the cleanup that follows must run to its end
     if _held["depth"]:
         _held["signo"] = signo
         return

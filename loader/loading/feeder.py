@@ -69,7 +69,9 @@ class Feeder:
 
     def __init__(self, slots: SharedSlots, inboxes: list, plan, record_size: int, nstreams: int = 1):
         self.slots, self.inboxes, self.nshards, self.rs = slots, inboxes, plan.nshards, record_size
-        self.free: queue.Queue = queue.Queue()
+        # C-level: the main thread returns slots (relay), and a stop signal raised inside a
+        # queue.Queue's put could leave its lock held (see worker._Producer)
+        self.free: queue.SimpleQueue = queue.SimpleQueue()
         for i in range(slots.nslots):
             self.free.put(i)
         self.done = threading.Event()  # the pool has stopped: stop feeding

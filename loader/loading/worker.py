@@ -29,9 +29,9 @@ coordinator died stops without writing more.
 
 from __future__ import annotations
 
+import _thread
 import os
 import queue
-import threading
 import time
 from operator import attrgetter
 
@@ -108,31 +108,62 @@ def _planned(task: LoadTask, writer, times: StageTimes):
 
 
 class _Producer:
-    """The produce stage: a thread runs ``batches`` into a bounded queue; iterating yields
-    them in order and raises the thread's error. Leaving the ``with`` stops the thread
-    (unblocking it for up to 2 s)."""
+    """The produce stage: a thread runs ``batches`` into a bounded hand-off; iterating
+    yields them in order and raises the thread's error. Leaving the ``with`` stops the
+    thread (waiting for it up to 2 s).
+
+    Nothing the main thread does here waits on Python-level locking: a stop signal is
+    raised in the main thread (which iterates this in an in-process load) at any of its
+    check points, also inside the standard library's ``Condition`` code. Raised in
+    ``queue.Queue.get`` right after it took the queue's lock, it left that lock held and
+    the load hung on SIGTERM; raised in ``threading.Thread.start``'s wait for the new
+    thread, it became "release unlocked lock". So the hand-off is two C-level
+    ``queue.SimpleQueue``s (the batches, and tokens for room in the bound) and the thread
+    is a ``_thread`` one whose end is a C lock (tests/loading/test_stop_anywhere.py)."""
 
     def __init__(self, batches):
-        self.q: queue.Queue = queue.Queue(maxsize=QUEUE_DEPTH)
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._produce, args=(batches,), name="produce", daemon=True)
+        self.batches = batches
+        self.items: queue.SimpleQueue = queue.SimpleQueue()
+        self.room: queue.SimpleQueue = queue.SimpleQueue()
+        for _ in range(QUEUE_DEPTH):
+            self.room.put(None)
+        self.stopped = False
+        self.running = _thread.allocate_lock()  # held while the thread runs
 
     def __enter__(self) -> "_Producer":
-        self.thread.start()
+        self.running.acquire()
+        try:
+            _thread.start_new_thread(self._run, ())
+        except RuntimeError:  # no thread could be started
+            self.running.release()
+            raise
+        except BaseException:  # a stop right after the start: the thread must end too
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
-        self.stop.set()
-        deadline = time.monotonic() + 2
-        while self.thread.is_alive() and time.monotonic() < deadline:  # unblock it
-            try:
-                self.q.get_nowait()
-            except queue.Empty:
-                self.thread.join(0.05)
+        self.stopped = True
+        self.room.put(None)  # wakes the thread if it waits for room
+        self.ended(2)
+
+    def ended(self, timeout: float) -> bool:
+        """Whether the thread has ended, waiting up to ``timeout`` s."""
+        if self.running.acquire(timeout=timeout):
+            self.running.release()
+            return True
+        return False
+
+    def _run(self) -> None:
+        try:
+            self._produce(self.batches)
+        finally:
+            self.running.release()
 
     def __iter__(self):
         while True:
-            item = self.q.get()
+            item = self.items.get()
+            self.room.put(None)
             if item is None:
                 return
             if isinstance(item, BaseException):
@@ -142,20 +173,19 @@ class _Producer:
     def _produce(self, batches) -> None:
         try:
             for item in batches:
-                if self.stop.is_set():
+                if not self._put(item):
                     return
-                self._put(item)
             self._put(None)
         except BaseException as e:  # hand the error to the writer thread
             self._put(e)
 
-    def _put(self, item) -> None:
-        while not self.stop.is_set():
-            try:
-                self.q.put(item, timeout=0.1)
-                return
-            except queue.Full:
-                continue
+    def _put(self, item) -> bool:
+        """Hand ``item`` over once there is room; False once the consumer has stopped."""
+        self.room.get()
+        if self.stopped:
+            return False
+        self.items.put(item)
+        return True
 
 
 class _WriteStage:

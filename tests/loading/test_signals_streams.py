@@ -468,6 +468,24 @@ def test_sigterm_to_the_whole_process_group_is_an_interruption(tmp_path, kind):
     assert runs_of(uri)[-1]["status"] == "interrupted" and loader.open(uri).records == 0
 
 
+@pytest.mark.parametrize("sig", sorted(SIGNALS))
+def test_a_stop_signal_after_the_command_ended_leaves_its_exit_code(tmp_path, sig):
+    """Once the command has returned, its outcome is decided: a stop signal during the
+    interpreter's exit (here from an atexit handler, which runs after bulkload's own exit
+    code) neither kills the process nor changes its exit code."""
+    import sys
+
+    uri = f"lmdb://{tmp_path}/ds"
+    code = ("import atexit, os, signal, sys\n"
+            f"atexit.register(lambda: os.kill(os.getpid(), signal.SIG{sig}))\n"
+            f"sys.argv = ['bulkload', 'load', 'gen://scidb96?n=1000', {uri!r}, '--quiet']\n"
+            "from loader.cli.main import main\n"
+            "main()\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (p.returncode, p.stderr) == (0, "")
+    assert runs_of(uri)[-1]["status"] == "done" and loader.open(uri).records == 1000
+
+
 def test_signals_during_the_cleanup_do_not_abort_it(tmp_path):
     uri = f"lmdb://{tmp_path}/ds"
     p = subprocess.Popen(bl("load", "gen://scidb96?n=100000000", uri, "--quiet"), stderr=subprocess.PIPE, text=True)
