@@ -31,6 +31,7 @@ from typing import Iterator
 import lmdb
 
 from ..infra.pagecache import page_cached
+from ._lmdbnode import value_span
 from .base import corrupt_store
 from .lmdb_env import EnvEntry, damaged, mapped_pages, reading
 from .lmdb_files import OVERFLOW_HEAD, Pages, buffer_address, release_pages
@@ -59,7 +60,34 @@ class LmdbReads:
         return self._db(table, create=False) is not None
 
     def get(self, key: bytes, table: str = "batches") -> bytes | None:
-        return self._lookup(bytes(key), table, exact=True)
+        """`_lookup`'s exact case, inlined: every document get is one (each Python call
+        or attribute lookup saved here is ~0.05-0.1 us of a ~3 us get)."""
+        entry = self._entry
+        db = entry.dbs.get(table)
+        if db is None:
+            db = self._db(table, create=False)
+            if db is None:
+                return None
+        txn = self._begin_read(buffers=True)
+        try:
+            cur = txn.cursor(db)
+            if not cur.set_key(key):
+                return None
+            pages = entry.pages
+            if pages is not None:  # Pages.value_span's C call, without its Python frame
+                span = value_span(cur.key(), pages.base, pages.in_use, pages.psize)
+                if type(span) is tuple and not span[2]:  # in its leaf page: nothing to advise
+                    start = span[0]
+                    return pages.view[start: start + span[1]].tobytes()
+            return bytes(self._value(cur, pages if pages is not None else self._pages()))  # the rest, and errors
+        except lmdb.BadDbiError:
+            self._dropped(table)
+            return None
+        except lmdb.Error as e:
+            damaged(self.path, e)
+            raise
+        finally:
+            txn.abort()
 
     def seek(self, key: bytes, table: str = "batches") -> tuple[bytes, bytes] | None:
         return self._lookup(bytes(key), table, exact=False)
