@@ -30,18 +30,26 @@ from __future__ import annotations
 
 import os
 
-from ..infra.fsatomic import path_ident
+from ..errors import BulkloadError
 from ..infra.pins import PIN_ATTEMPTS, Pin, file_ident, same_file
 from ..model import manifest as mf
 
 
-def manifest_ident(root: str) -> tuple[int, int] | None:
-    """(device, inode) of the manifest file now: every manifest write changes it."""
-    return path_ident(os.path.join(root, mf.MANIFEST))
+def manifest_ident(root: str) -> tuple[int, int, int] | None:
+    """(device, inode, generation) of the manifest now, or None when it cannot be read.
+    Every manifest write makes a new file, but the file system may give it the inode of
+    one it freed (ext4 does, soon): the generation, which every write increments, tells
+    them apart (a reader took a manifest rewritten twice for its own, and named data
+    that compact had deleted a damaged batch instead of "open it again")."""
+    try:
+        with mf.open_manifest(root) as f:
+            return file_ident(os.fstat(f.fileno())) + (mf.read_manifest(f).generation,)
+    except BulkloadError:
+        return None
 
 
 def read_snapshot(root: str, uri: str | None = None, pin: bool = True):
-    """(manifest, (device, inode) of its file, Pin or None) of the dataset at ``root`` now."""
+    """(manifest, its `manifest_ident`, Pin or None) of the dataset at ``root`` now."""
     path = os.path.join(root, mf.MANIFEST)
     for _ in range(PIN_ATTEMPTS):
         with mf.open_manifest(root, uri) as f:
@@ -49,8 +57,8 @@ def read_snapshot(root: str, uri: str | None = None, pin: bool = True):
             st = os.fstat(f.fileno())
             held = Pin.take(root, m.generation) if pin else None
             if held is None or same_file(path, st):
-                return m, file_ident(st), held
+                return m, file_ident(st) + (m.generation,), held
             held.release()  # a writer saved a newer manifest meanwhile: pin that one
-    return m, file_ident(st), None  # writers kept moving: read unpinned
+    return m, file_ident(st) + (m.generation,), None  # writers kept moving: read unpinned
 
 

@@ -272,6 +272,25 @@ def test_unpinned_reader_is_told_to_reopen_never_a_verify_error(tmp_path):
         assert docs.verify().ok
 
 
+def test_a_manifest_written_onto_a_reused_inode_still_tells_the_reader_to_reopen(tmp_path):
+    """The file system may give a new manifest the inode of one it freed (ext4 does): a
+    reader must still see that its snapshot moved on. Here the rewritten manifest is put
+    back onto the inode the reader read, through a hard link kept meanwhile."""
+    uri = f"lmdb://{tmp_path}/ds"
+    small_batches(uri, loads=3)
+    path = tmp_path / "ds" / "manifest.json"
+    keep = tmp_path / "ds" / "kept-inode"
+    os.link(path, keep)
+    ds = loader.open(uri, pin=False)
+    cli("compact", uri, "--target-batch-records", 1000)  # merges: the old batches are deleted at once
+    keep.write_bytes(path.read_bytes())  # the new manifest, in the reader's inode
+    os.replace(keep, path)
+    assert os.stat(path).st_ino == ds._ident[1]
+    with pytest.raises(SnapshotExpiredError, match="changed since this reader opened it .* open it again"):
+        ds.read_records(0, 10)
+    ds.close()
+
+
 def test_array_index_after_replace_says_replaced(tmp_path):
     uri = f"lmdb://{tmp_path}/ds"
     loader.load("gen://scidb96?n=2000", uri, shards=2, batch_records=500)
