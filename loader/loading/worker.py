@@ -133,7 +133,7 @@ class _Producer:
     def __enter__(self) -> "_Producer":
         self.running.acquire()
         try:
-            _thread.start_new_thread(self._run, ())
+            _thread.start_new_thread(self._produce, ())
         except RuntimeError:  # no thread could be started
             self.running.release()
             raise
@@ -154,12 +154,6 @@ class _Producer:
             return True
         return False
 
-    def _run(self) -> None:
-        try:
-            self._produce(self.batches)
-        finally:
-            self.running.release()
-
     def __iter__(self):
         while True:
             item = self.items.get()
@@ -170,14 +164,16 @@ class _Producer:
                 raise item
             yield item
 
-    def _produce(self, batches) -> None:
+    def _produce(self) -> None:
         try:
-            for item in batches:
+            for item in self.batches:
                 if not self._put(item):
                     return
             self._put(None)
         except BaseException as e:  # hand the error to the writer thread
             self._put(e)
+        finally:
+            self.running.release()
 
     def _put(self, item) -> bool:
         """Hand ``item`` over once there is room; False once the consumer has stopped."""

@@ -43,7 +43,7 @@ def manifest_ident(root: str) -> tuple[int, int, int] | None:
     that compact had deleted a damaged batch instead of "open it again")."""
     try:
         with mf.open_manifest(root) as f:
-            return file_ident(os.fstat(f.fileno())) + (mf.read_manifest(f).generation,)
+            return _ident(os.fstat(f.fileno()), mf.read_manifest(f))
     except BulkloadError:
         return None
 
@@ -57,8 +57,12 @@ def read_snapshot(root: str, uri: str | None = None, pin: bool = True):
             st = os.fstat(f.fileno())
             held = Pin.take(root, m.generation) if pin else None
             if held is None or same_file(path, st):
-                return m, file_ident(st) + (m.generation,), held
+                return m, _ident(st, m), held
             held.release()  # a writer saved a newer manifest meanwhile: pin that one
-    return m, file_ident(st) + (m.generation,), None  # writers kept moving: read unpinned
+    return m, _ident(st, m), None  # writers kept moving: read unpinned
+
+
+def _ident(st: os.stat_result, m: mf.Manifest) -> tuple[int, int, int]:
+    return file_ident(st) + (m.generation,)
 
 

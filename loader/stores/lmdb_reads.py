@@ -60,8 +60,17 @@ class LmdbReads:
         return self._db(table, create=False) is not None
 
     def get(self, key: bytes, table: str = "batches") -> bytes | None:
-        """`_lookup`'s exact case, inlined: every document get is one (each Python call
-        or attribute lookup saved here is ~0.05-0.1 us of a ~3 us get)."""
+        return self._lookup(key, table, True)
+
+    def seek(self, key: bytes, table: str = "batches") -> tuple[bytes, bytes] | None:
+        return self._lookup(bytes(key), table, False)
+
+    def _lookup(self, key: bytes, table: str, exact: bool):
+        """The value of ``key`` (exact) or the first item at or after it, copied out, in a
+        short read transaction; None when there is none or the table is absent (or was
+        dropped by another process). Every document get is one: a value in its leaf page
+        is copied straight from the span its node check found (the check's C call without
+        `Pages.value_span`'s Python frame; each call saved is ~0.05-0.1 us of a ~3 us get)."""
         entry = self._entry
         db = entry.dbs.get(table)
         if db is None:
@@ -71,42 +80,18 @@ class LmdbReads:
         txn = self._begin_read(buffers=True)
         try:
             cur = txn.cursor(db)
-            if not cur.set_key(key):
+            if not (cur.set_key(key) if exact else cur.set_range(key)):
                 return None
             pages = entry.pages
-            if pages is not None:  # Pages.value_span's C call, without its Python frame
+            value = None
+            if pages is not None:
                 span = value_span(cur.key(), pages.base, pages.in_use, pages.psize)
                 if type(span) is tuple and not span[2]:  # in its leaf page: nothing to advise
                     start = span[0]
-                    return pages.view[start: start + span[1]].tobytes()
-            return bytes(self._value(cur, pages if pages is not None else self._pages()))  # the rest, and errors
-        except lmdb.BadDbiError:
-            self._dropped(table)
-            return None
-        except lmdb.Error as e:
-            damaged(self.path, e)
-            raise
-        finally:
-            txn.abort()
-
-    def seek(self, key: bytes, table: str = "batches") -> tuple[bytes, bytes] | None:
-        return self._lookup(bytes(key), table, exact=False)
-
-    def _lookup(self, key: bytes, table: str, *, exact: bool):
-        """The value of ``key`` (exact) or the first item at or after it, copied out, in a
-        short read transaction; None when there is none or the table is absent (or was
-        dropped by another process)."""
-        db = self._db(table, create=False)
-        if db is None:
-            return None
-        txn = self._begin_read(buffers=True)
-        try:
-            cur = txn.cursor(db)
-            if not (cur.set_key(key) if exact else cur.set_range(key)):
-                return None
-            if exact:
-                return bytes(self._value(cur, self._pages()))
-            return bytes(cur.key()), bytes(self._value(cur, self._pages()))
+                    value = pages.view[start: start + span[1]].tobytes()
+            if value is None:  # the rest, and the errors
+                value = bytes(self._value(cur, pages if pages is not None else self._pages()))
+            return value if exact else (bytes(cur.key()), value)
         except lmdb.BadDbiError:
             self._dropped(table)
             return None

@@ -170,9 +170,7 @@ def test_an_in_process_load_stopped_at_any_hand_off_step_stops_and_resumes(tmp_p
     stopped = 0
     for n in range(1, total + 1, step):
         uri = f"lmdb://{tmp_path}/t{n}"
-        interrupt = stop_at(n, files)
-        interrupt_raises = KeyboardInterrupt
-        ended, result = trial(body(uri), _raising(interrupt, interrupt_raises))
+        ended, result = trial(body(uri), _raising(stop_at(n, files), KeyboardInterrupt))
         assert ended, f"the load hung after a stop at point {n} of {total}"
         assert not isinstance(result, BaseException) or isinstance(result, KeyboardInterrupt), result
         stopped += isinstance(result, KeyboardInterrupt)
