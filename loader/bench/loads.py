@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 from dataclasses import dataclass
 
 from .processes import cached_fraction, rm, run_sampled, settle, tail
@@ -78,12 +79,17 @@ def load_once(b: Bench, n: int, uri: str, *, workers: int | None, format: str | 
     """One `bulkload load` run in a fresh process tree; returns a sample. ``format`` /
     ``compression`` / ``workers`` None: bulkload's defaults (the option is not given); ``source``: a file
     of raw records instead of the generator (the sample says how much of it was in the page
-    cache as the load started); ``prepare()``: untimed, right before the load (after
-    `settle`, which may take seconds: a page cache warmed before it may be cold again)."""
+    cache before ``prepare``, as the load started, and how long ``prepare`` took); ``prepare()``:
+    untimed, before `settle`, so that every load starts right after its settle: reading a
+    warm 1.9 GB file takes 1.1-1.7 s on this machine, time in which the VM may take back the
+    free memory settle warmed."""
     rm(b.ds_root(uri))
-    settle()
+    before = cached_fraction(source) if source else None
+    t = time.perf_counter()
     if prepare:
         prepare()
+    prepare_s = time.perf_counter() - t
+    settle()
     resident = cached_fraction(source) if source else None
     args = [uri, "--json", "--quiet", "--shards", str(b.cores)] + (["--workers", str(workers)] if workers else [])
     args += [x for opt, v in (("--format", format), ("--compression", compression)) if v for x in (opt, v)]
@@ -103,7 +109,8 @@ def load_once(b: Bench, n: int, uri: str, *, workers: int | None, format: str | 
             "report_peak_rss_bytes": rep.get("peak_rss_bytes"), "stages": rep.get("stages"),
             "stored_bytes": rep.get("stored_bytes"), "workers": rep.get("workers"),
             "in_process": rep.get("in_process"), "compression": rep.get("compression")} | (
-        {"source_cached": round(resident, 4)} if resident is not None else {})
+        {"source_cached": round(resident, 4), "source_cached_before": round(before, 4),
+         "prepare_s": round(prepare_s, 3)} if resident is not None else {})
 
 
 def compressed_config(spec: str, cores: int) -> LoadConfig:
