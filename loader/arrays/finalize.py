@@ -81,6 +81,7 @@ from ..errors import BulkloadError, DuplicateCellError, UsageError, WorkerError
 from ..infra import executors, faults, interrupts
 from ..infra.lock import DatasetLock
 from ..infra.progress import Progress
+from ..infra.threads import TaskThread
 from ..maintain.compact import compact_locked
 from ..maintain.garbage import collect_garbage, collect_index_garbage, held_tables, retire_array, start_writing
 from ..model import manifest as mf
@@ -209,7 +210,7 @@ def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRA
     plan = _plan(m, FinalizeOptions(dims, array, duplicates, workers, compact, progress, memory_budget, strategy,
                                       compression))
     spec.backend  # noqa: B018 - imported first: it would wait ~0.1 s for the thread's pyarrow import
-    threading.Thread(target=warm_up_writer, name="import-pyarrow", daemon=True).start()  # for the index file
+    TaskThread(warm_up_writer).start()  # imports pyarrow for the index file, beside the phases
     with DatasetLock(spec.root) as lock:
         lock.set_job(f"finalize {array}")
         b = _begin(spec, dataset_uri, plan)

@@ -25,7 +25,8 @@ message at a time); the first task that fails stops the run - every other task r
 its next message and ends through its ``finally`` - and its error is raised once every
 thread has ended; a stop signal (delivered to the calling thread, which waits in short
 slices for it) stops the tasks the same way and propagates as ``Interrupted``. No thread
-of a run outlives its ``run`` call.
+of a run outlives its ``run`` call, wherever the stop lands: the threads are
+`threads.TaskThread`s, which starting and joining take no Python-level lock for.
 
 ``on_retry(task, messages) -> task`` is the caller's answer to a task that is started
 again after its first attempt died (only Dask does that: the local pool fails the run and
@@ -48,6 +49,7 @@ from typing import Callable
 from ..errors import Interrupted, UsageError
 from . import faults
 from .pool import Pool, Progress, Result, failure
+from .threads import TaskThread
 
 
 class LocalExecutor:
@@ -104,9 +106,8 @@ class ThreadExecutor(LocalExecutor):
     def run(self, fn: Callable, tasks: list, extras: list[tuple] | None = None,
             on_progress: Callable[..., None] | None = None, on_message: Callable[[object], None] | None = None,
             on_retry: Callable | None = None) -> list:
-        outbox = _SharedInbox(on_progress, on_message)
-        threads = [threading.Thread(target=outbox.run_task, name=f"bulkload-task-{w}", daemon=True,
-                                    args=(w, fn, task, extra))
+        outbox = _SharedInbox(on_progress, on_message, _barriers(extras))
+        threads = [TaskThread(outbox.run_task, w, fn, task, extra)
                    for w, (task, extra) in enumerate(zip(tasks, extras or [() for _ in tasks]))]
         try:
             for t in threads:
@@ -122,10 +123,13 @@ class ThreadExecutor(LocalExecutor):
 class _SharedInbox(_Inbox):
     """The `_Inbox` of a ThreadExecutor's tasks: one message at a time; the receipt or
     error of each task; once the run stops (a task failed, or a stop signal) every other
-    task's next message raises `_Stopped`, so that it ends through its own ``finally``."""
+    task's next message raises `_Stopped`, so that it ends through its own ``finally``, and
+    ``barriers`` (where tasks wait for each other) are aborted: a task that failed, or was
+    never started, will not arrive there."""
 
-    def __init__(self, on_progress, on_message):
+    def __init__(self, on_progress, on_message, barriers: list[threading.Barrier]):
         super().__init__(on_progress, on_message)
+        self.barriers = barriers
         self.lock = threading.Lock()
         self.stopped = False
         self.results: dict[int, object] = {}
@@ -140,6 +144,8 @@ class _SharedInbox(_Inbox):
     def stop(self) -> None:
         with self.lock:
             self.stopped = True
+        for b in self.barriers:
+            b.abort()
 
     def run_task(self, w: int, fn: Callable, task, extra: tuple) -> None:
         """Thread body: task ``w``'s receipt, or its error (the first one stops the run)."""
@@ -149,6 +155,7 @@ class _SharedInbox(_Inbox):
             with self.lock:
                 if not self.stopped:
                     self.stopped, self.first_error = True, e
+            self.stop()
 
     def receipts(self, ntasks: int) -> list:
         if self.first_error is not None:
@@ -156,17 +163,24 @@ class _SharedInbox(_Inbox):
         return [self.results[w] for w in range(ntasks)]
 
 
+def _barriers(extras: list[tuple] | None) -> list[threading.Barrier]:
+    """The ``threading.Barrier``s among the tasks' extras (each once)."""
+    found = {id(x): x for extra in extras or () for x in extra if isinstance(x, threading.Barrier)}
+    return list(found.values())
+
+
 class _Stopped(Exception):
     """Raised in a task thread at its next message once its run stopped."""
 
 
-def _join(threads: list, poll_s: float, stopping: bool = False) -> None:
+def _join(threads: list[TaskThread], poll_s: float, stopping: bool = False) -> None:
     """Wait for every thread, waking every ``poll_s`` s so that a stop signal is raised
     here; once ``stopping``, a further one is ignored (the tasks are ending already)."""
     for t in threads:
-        while t.is_alive():
+        while True:
             try:
-                t.join(poll_s)
+                if t.ended(poll_s):
+                    break
             except KeyboardInterrupt:
                 if not stopping:
                     raise

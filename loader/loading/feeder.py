@@ -23,6 +23,7 @@ import time
 
 from ..errors import PartialRecordError, UnreadableInputError
 from ..infra.pool import Pool, context
+from ..infra.threads import TaskThread
 from .messages import FreeSlot, LoadReceipt, StreamBatch
 from .stream import SharedSlots
 from .worker import load_worker
@@ -45,22 +46,19 @@ def run_stream(tasks: list, progress, source, layout, on_message=None, stdin=Non
 
     pool = Pool(load_worker, tasks, extras=[(recv, slots) for recv, _ in pipes], on_progress=progress.advance,
                 on_message=relay)
-    threads = [threading.Thread(target=feeder.run, args=(pool, stream, stdin), name=f"stream-feeder-{i}",
-                                daemon=True) for i, stream in enumerate(streams)]
+    threads = [TaskThread(feeder.run, pool, stream, stdin) for stream in streams]
     try:
         for thread in threads:
             thread.start()
         receipts = pool.run()
     finally:
-        feeder.done.set()
+        feeder.stopped = True
         for recv, send in pipes:
             send.close()
             recv.close()
         deadline = time.monotonic() + 0.5
-        for thread in threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
-        if not any(t.is_alive() for t in threads):  # else one is blocked in read(): its view goes at exit
-            slots.close()
+        if all(t.ended(max(0.0, deadline - time.monotonic())) for t in threads):
+            slots.close()  # else one is blocked in read(): its view goes at exit
     return receipts, feeder.records
 
 
@@ -74,7 +72,7 @@ class Feeder:
         self.free: queue.SimpleQueue = queue.SimpleQueue()
         for i in range(slots.nslots):
             self.free.put(i)
-        self.done = threading.Event()  # the pool has stopped: stop feeding
+        self.stopped = False  # the pool has stopped: stop feeding (a flag: no Python-level lock)
         self.lock = threading.Lock()  # numbers and sends batches in seq order
         self.seq, self.first = plan.first_seq, plan.first_record  # of the next batch
         self.records = 0  # read so far
@@ -104,7 +102,7 @@ class Feeder:
     def feed(self, stream, name: str) -> None:
         """Read ``stream`` batch by batch into free slots and send each to its worker."""
         offset, slots, rs = 0, self.slots, self.rs
-        while not self.done.is_set():
+        while not self.stopped:
             try:
                 slot = self.free.get(timeout=0.2)
             except queue.Empty:

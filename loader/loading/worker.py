@@ -29,7 +29,6 @@ coordinator died stops without writing more.
 
 from __future__ import annotations
 
-import _thread
 import os
 import queue
 import time
@@ -39,6 +38,7 @@ from ..errors import BulkloadError, StoreError
 from ..infra import faults
 from ..infra.pool import Progress
 from ..infra.proc import parent_alive, peak_rss, start_worker
+from ..infra.threads import TaskThread
 from ..kinds import kind_for
 from ..model.layouts import Layout
 from ..model.manifest import BatchEntry
@@ -116,10 +116,9 @@ class _Producer:
     raised in the main thread (which iterates this in an in-process load) at any of its
     check points, also inside the standard library's ``Condition`` code. Raised in
     ``queue.Queue.get`` right after it took the queue's lock, it left that lock held and
-    the load hung on SIGTERM; raised in ``threading.Thread.start``'s wait for the new
-    thread, it became "release unlocked lock". So the hand-off is two C-level
-    ``queue.SimpleQueue``s (the batches, and tokens for room in the bound) and the thread
-    is a ``_thread`` one whose end is a C lock (tests/loading/test_stop_anywhere.py)."""
+    the load hung on SIGTERM. So the hand-off is two C-level ``queue.SimpleQueue``s (the
+    batches, and tokens for room in the bound) and the thread is a `TaskThread`
+    (infra/threads.py; tests/loading/test_stop_anywhere.py)."""
 
     def __init__(self, batches):
         self.batches = batches
@@ -128,17 +127,13 @@ class _Producer:
         for _ in range(QUEUE_DEPTH):
             self.room.put(None)
         self.stopped = False
-        self.running = _thread.allocate_lock()  # held while the thread runs
+        self.thread = TaskThread(self._produce)
 
     def __enter__(self) -> "_Producer":
-        self.running.acquire()
         try:
-            _thread.start_new_thread(self._produce, ())
-        except RuntimeError:  # no thread could be started
-            self.running.release()
-            raise
+            self.thread.start()
         except BaseException:  # a stop right after the start: the thread must end too
-            self.__exit__()
+            self.__exit__()  # (none started: nothing to wait for)
             raise
         return self
 
@@ -149,10 +144,7 @@ class _Producer:
 
     def ended(self, timeout: float) -> bool:
         """Whether the thread has ended, waiting up to ``timeout`` s."""
-        if self.running.acquire(timeout=timeout):
-            self.running.release()
-            return True
-        return False
+        return self.thread.ended(timeout)
 
     def __iter__(self):
         while True:
@@ -172,8 +164,6 @@ class _Producer:
             self._put(None)
         except BaseException as e:  # hand the error to the writer thread
             self._put(e)
-        finally:
-            self.running.release()
 
     def _put(self, item) -> bool:
         """Hand ``item`` over once there is room; False once the consumer has stopped."""

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import threading
 import time
 from dataclasses import dataclass
 from multiprocessing import reduction
@@ -39,6 +38,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..infra import procmem
+from ..infra.threads import TaskThread
 from ..model.layouts import Layout
 from .base import ObjectAdapter, Source, SourcePlan, register_object_source
 from .memory import check_array, convert_into, is_array, is_block, layout_of, record_count, type_name
@@ -81,19 +81,18 @@ class SharedRecords:
         self.fd, self.nbytes = fd, nbytes
         self.header = mmap.mmap(fd, HEADER)
         self.words = memoryview(self.header).cast("Q")  # aligned 8-byte loads and stores
-        self.copier: threading.Thread | None = None
-        self.stop = threading.Event()
+        self.copier: TaskThread | None = None
+        self.stopped = False  # a flag, no Python-level lock: close() may run as a stop signal lands
 
     def copy_in_background(self, records: np.ndarray) -> None:
         """Copy ``records`` (C-contiguous) into the file in a coordinator thread, in order."""
-        self.copier = threading.Thread(target=self._copy, args=(records.reshape(-1).view(np.uint8),),
-                                       name="shared-records", daemon=True)
+        self.copier = TaskThread(self._copy, records.reshape(-1).view(np.uint8))
         self.copier.start()
 
     def _copy(self, raw: np.ndarray) -> None:
         try:
             done = 0
-            while done < self.nbytes and not self.stop.is_set():
+            while done < self.nbytes and not self.stopped:
                 done += os.pwrite(self.fd, raw[done:done + CHUNK], HEADER + done)
                 self.words[0] = done
             self.words[1] = DONE
@@ -102,9 +101,10 @@ class SharedRecords:
 
     def close(self) -> None:
         """Stop the copy and drop the coordinator's hold on the file."""
-        self.stop.set()
+        self.stopped = True
         if self.copier is not None:
-            self.copier.join()
+            while not self.copier.ended(0.05):
+                pass
         self.words.release()
         self.header.close()
         os.close(self.fd)

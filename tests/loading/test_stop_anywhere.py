@@ -11,7 +11,11 @@ main thread runs while other threads work:
 - the in-process load's consumer of its produce thread (`worker._Producer`): leaving it
   ends the thread, within seconds; once a queue.Queue here hung `bulkload load` on SIGTERM;
 - a real in-process load (`load_worker`) stopped the same way: it raises, closes its
-  shards, and its produce thread ends.
+  shards, and its produce thread ends;
+- a small finalize, whose phases run as threads of the calling process
+  (executors.ThreadExecutor): no task thread outlives it. ``threading.Thread.start``
+  stopped while its Condition held a lock once left the new thread waiting forever
+  (infra/threads.py).
 
 Each trial runs in a thread of its own (the tracer is per thread) so that a hang is a
 failure after a few seconds, not a stuck suite.
@@ -19,6 +23,7 @@ failure after a few seconds, not a stuck suite.
 
 import _thread
 import dis
+import gc
 import sys
 import threading
 import time
@@ -89,7 +94,7 @@ def trial(body, tracer) -> tuple[bool, object]:
     return not t.is_alive(), out.get("result")
 
 
-SYNC = ("threading.py", "queue.py", "loading/worker.py")
+SYNC = ("threading.py", "queue.py", "loading/worker.py", "infra/threads.py")
 
 
 def consume(items: int):
@@ -159,7 +164,7 @@ def test_an_in_process_load_stopped_at_any_hand_off_step_stops_and_resumes(tmp_p
     def body(uri):
         return lambda: loader.load(src, uri, shards=2, batch_records=1000)
 
-    files = ("loading/worker.py", "queue.py", "threading.py")
+    files = ("loading/worker.py", "queue.py", "threading.py", "infra/threads.py")
     tracer = stop_at(-1, files)
     ended, report = trial(body(f"lmdb://{tmp_path}/count"), tracer)
     assert ended and report.in_process, report
@@ -175,6 +180,11 @@ def test_an_in_process_load_stopped_at_any_hand_off_step_stops_and_resumes(tmp_p
         assert not isinstance(result, BaseException) or isinstance(result, KeyboardInterrupt), result
         stopped += isinstance(result, KeyboardInterrupt)
         assert threads_settle(baseline), f"a thread outlived the load stopped at point {n}"
+        # a stop that lands in load_worker's closing ``finally`` leaves the rest of its
+        # shards to be closed by the store objects' __del__, once the caller drops the
+        # exception (its traceback holds them); Python cannot make a finally uninterruptible
+        del result
+        gc.collect()
         loader.load(src, uri, shards=2, batch_records=1000)
         with loader.open(uri) as ds:
             assert ds.records == records and ds.read_records().tobytes() == want, n
@@ -198,3 +208,51 @@ def _raising(tracer, exc_type):
             raise exc_type from None
         return None if inner is None else wrapped
     return wrapped
+
+
+def test_a_small_finalize_stopped_at_any_step_of_its_threads_stops_and_reruns(tmp_path):
+    """A small finalize runs its phases' tasks as threads of this process
+    (executors.ThreadExecutor), the calling thread starting and joining them: stopped at
+    every point of that (~100 trials, also inside ``threading``'s Event and Condition), each
+    ends in time with the stop or its report, leaves no task thread behind, and the same
+    finalize afterwards gives the array an uninterrupted one gives."""
+    import shutil
+
+    import loader
+    from loader.arrays.finalize import finalize
+
+    base = tmp_path / "base"
+    loader.load("gen://scidb96?n=20000", f"lmdb://{base}", shards=2, batch_records=2000)
+    box = {"i0": (0, 10), "i1": (5000, 5300)}
+
+    def fresh(name: str) -> str:
+        shutil.copytree(base, tmp_path / name)
+        return f"lmdb://{tmp_path / name}"
+
+    def body(uri):
+        return lambda: finalize(uri, dims="i0:10,i1:4000", workers=2)
+
+    uri = fresh("want")
+    finalize(uri, dims="i0:10,i1:4000", workers=2)
+    with loader.open(uri) as ds:
+        want = ds.read_box(**box)
+    files = ("infra/executors.py", "infra/threads.py", "threading.py", "queue.py")
+    tracer = stop_at(-1, files)
+    ended, report = trial(body(fresh("count")), tracer)
+    assert ended and report.in_process, report
+    total = tracer.state["seen"]
+    assert total > 20
+    baseline = _thread._count()
+    step = max(1, total // 100)
+    stopped = 0
+    for n in range(1, total + 1, step):
+        uri = fresh(f"t{n}")
+        ended, result = trial(body(uri), _raising(stop_at(n, files), KeyboardInterrupt))
+        assert ended, f"the finalize hung after a stop at point {n} of {total}"
+        assert not isinstance(result, BaseException) or isinstance(result, KeyboardInterrupt), result
+        stopped += isinstance(result, KeyboardInterrupt)
+        assert threads_settle(baseline), f"a task thread outlived the finalize stopped at point {n}"
+        finalize(uri, dims="i0:10,i1:4000", workers=2)
+        with loader.open(uri) as ds:
+            assert ds.read_box(**box).equals(want), n
+    assert stopped > total // (2 * step), f"only {stopped} trials were stopped"

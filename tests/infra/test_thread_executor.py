@@ -1,0 +1,57 @@
+"""executors.ThreadExecutor: the tasks of a run as threads of the calling process.
+
+Its promise: the run returns the receipts in task order, or raises the first task's error
+once every thread has ended - also when the other tasks wait for each other at a
+``threading.Barrier`` among their extras (the small finalize's build workers do) and the
+one that failed will never arrive there. No thread outlives the run.
+"""
+
+import _thread
+import threading
+import time
+
+import pytest
+
+from loader.errors import WorkerError
+from loader.infra.executors import ThreadExecutor
+
+
+def _meet(task, outbox, barrier):
+    if task == "fail":
+        raise ValueError("task failed before the barrier")
+    barrier.wait()
+    return task
+
+
+def _threads_return_to(count: int) -> bool:
+    deadline = time.monotonic() + 5
+    while _thread._count() > count and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return _thread._count() <= count
+
+
+def test_tasks_that_meet_at_a_barrier_return_their_receipts_in_order():
+    barrier = threading.Barrier(3)
+    assert ThreadExecutor().run(_meet, ["a", "b", "c"], extras=[(barrier,)] * 3) == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("failing", [0, 1, 2])
+def test_a_task_failing_before_the_barrier_fails_the_run_instead_of_hanging_the_others(failing):
+    baseline = _thread._count()
+    tasks = ["ok"] * 3
+    tasks[failing] = "fail"
+    barrier = threading.Barrier(3)
+    out: dict = {}
+
+    def run():
+        try:
+            out["r"] = ThreadExecutor().run(_meet, tasks, extras=[(barrier,)] * 3)
+        except BaseException as e:  # noqa: BLE001 - the outcome under test
+            out["r"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(10)
+    assert not t.is_alive(), "the run hung: a task waits at the barrier for the one that failed"
+    assert isinstance(out["r"], WorkerError) and "task failed before the barrier" in str(out["r"]), out["r"]
+    assert _threads_return_to(baseline)
