@@ -3,14 +3,25 @@
 ``mode``: "auto" (bar when stderr is a terminal, else a log line every few seconds),
 "bar", "log", or "none" (``--quiet``). Everything goes to stderr so that stdout stays
 clean for ``--json`` and piped data.
+
+The bar is redrawn every ``REFRESH_S`` by a `threads.TaskThread` of its own, not by rich's
+refresh thread: rich stops that one through an Event, and a stop signal landing there
+(its Condition's lock just taken) left the lock held and the command hung in the join.
+The thread ends when the bar stops, or when the Progress object is dropped (a stop that
+landed on the first step of ``__exit__``).
 """
 
 from __future__ import annotations
 
 import sys
 import time
+import weakref
 
 from . import logs
+from .threads import TaskThread
+
+#: seconds between redraws of the bar (rich's default rate)
+REFRESH_S = 0.1
 
 
 class Progress:
@@ -28,27 +39,40 @@ class Progress:
         self.t0 = time.perf_counter()
         self._last_log = self.t0
         self._bar = None
+        self._redrawing = False
+        self._redraws: TaskThread | None = None
 
     def __enter__(self):
         if self.mode == "bar":
-            # start-up: rich only when a progress bar is drawn (a terminal, not --quiet)
-            from rich.console import Console
-            from rich.progress import BarColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-            from rich.progress import Progress as RichProgress
-
-            self._bar = RichProgress(
-                TextColumn("[bold]{task.description}"),
-                BarColumn(),
-                TextColumn("{task.percentage:>5.1f}%"),
-                TextColumn("{task.fields[rate]}"),
-                TimeElapsedColumn(),
-                TimeRemainingColumn(),
-                console=Console(stderr=True),
-                transient=False,
-            )
-            self._bar.start()
-            self._task = self._bar.add_task(self.label, total=self.total, rate="")
+            try:
+                self._start_bar()
+            except BaseException:  # a stop while starting: no redraw thread may be left running
+                self.__exit__(*sys.exc_info())
+                raise
         return self
+
+    def _start_bar(self) -> None:
+        # start-up: rich only when a progress bar is drawn (a terminal, not --quiet)
+        from rich.console import Console
+        from rich.progress import BarColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+        from rich.progress import Progress as RichProgress
+
+        self._bar = RichProgress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            TextColumn("{task.percentage:>5.1f}%"),
+            TextColumn("{task.fields[rate]}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+            transient=False,
+            auto_refresh=False,
+        )
+        self._bar.start()
+        self._task = self._bar.add_task(self.label, total=self.total, rate="")
+        self._redrawing = True
+        self._redraws = TaskThread(_redraw, weakref.ref(self))
+        self._redraws.start()
 
     def rates(self) -> tuple[float, float]:
         dt = max(time.perf_counter() - self.t0, 1e-9)
@@ -77,6 +101,24 @@ class Progress:
 
     def __exit__(self, *exc):
         if self._bar is not None:
-            self._bar.stop()
+            try:
+                self._redrawing = False
+                if self._redraws is not None:
+                    self._redraws.ended(1.0)
+            finally:
+                self._bar.stop()
         elif self.mode == "log" and exc[0] is None:
             self._log()
+
+
+def _redraw(owner: weakref.ref) -> None:
+    """The redraw thread's body: until the bar is stopped - or dropped: a stop that landed
+    on the first step of ``__exit__`` skipped it, and a Python caller that handles the
+    interrupt drops the Progress with the exception."""
+    while True:
+        time.sleep(REFRESH_S)
+        p = owner()
+        if p is None or not p._redrawing:
+            return
+        p._bar.refresh()
+        del p

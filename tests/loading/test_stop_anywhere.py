@@ -15,7 +15,8 @@ main thread runs while other threads work:
 - a small finalize, whose phases run as threads of the calling process
   (executors.ThreadExecutor): no task thread outlives it. ``threading.Thread.start``
   stopped while its Condition held a lock once left the new thread waiting forever
-  (infra/threads.py).
+  (infra/threads.py);
+- the progress bar, whose redraw thread must end with it.
 
 Each trial runs in a thread of its own (the tracer is per thread) so that a hang is a
 failure after a few seconds, not a stuck suite.
@@ -108,8 +109,8 @@ def consume(items: int):
     return body
 
 
-def events_of(body) -> int:
-    tracer = stop_at(-1, SYNC)
+def events_of(body, files: tuple[str, ...] = SYNC) -> int:
+    tracer = stop_at(-1, files)
     ended, result = trial(body, tracer)
     assert ended and not isinstance(result, BaseException), result
     return tracer.state["seen"]
@@ -256,3 +257,32 @@ def test_a_small_finalize_stopped_at_any_step_of_its_threads_stops_and_reruns(tm
         with loader.open(uri) as ds:
             assert ds.read_box(**box).equals(want), n
     assert stopped > total // (2 * step), f"only {stopped} trials were stopped"
+
+
+def test_a_progress_bar_stopped_at_any_step_ends_with_its_refresh_thread():
+    """The progress bar on a terminal (infra/progress.py) redraws from a thread of its own:
+    stopped at every point of the main thread's part - starting it, advancing, stopping -
+    each trial ends in time and the thread ends with it, or once the caller drops the
+    interrupted Progress. (rich's own refresh thread is
+    stopped through an Event: a stop there left its Condition's lock held and the join
+    hung.)"""
+    from loader.infra.progress import Progress
+
+    def body():
+        with Progress("load", 1000, 96, mode="bar") as p:
+            for _ in range(5):
+                p.advance(100)
+                time.sleep(0.02)
+        return p
+
+    files = ("threading.py", "infra/progress.py", "infra/threads.py", "rich/live.py")
+    total = events_of(body, files)
+    assert total > 20
+    baseline = _thread._count()
+    step = max(1, total // 150)
+    for n in range(1, total + 1, step):
+        ended, result = trial(body, stop_at(n, files))
+        assert ended, f"the progress bar hung after a stop at point {n} of {total}"
+        del result  # (a stop on the first step of __exit__ skips it: the thread ends with the object)
+        gc.collect()
+        assert threads_settle(baseline), f"its refresh thread outlived a stop at point {n}"
