@@ -13,8 +13,9 @@ check point a stop lands on, `ended` afterwards tells the truth: a thread that w
 started has "ended"; one that ran to its end has, also when the stop landed between the
 caller's taking of the end lock and its release.
 
-Exceptions of ``fn`` are its own business: the callers' bodies catch everything and hand
-it over (executors.ThreadExecutor, loading/worker._Producer).
+An exception that escapes ``fn`` is kept in ``error``, never printed as a traceback: the
+bodies that must report theirs catch everything and hand it over themselves
+(executors.ThreadExecutor, loading/worker._Producer, the stream feeders).
 """
 
 from __future__ import annotations
@@ -26,11 +27,12 @@ from typing import Callable
 class TaskThread:
     """``fn(*args)`` in a thread of its own, once `start` is called."""
 
-    __slots__ = ("fn", "args", "started", "finished", "running")
+    __slots__ = ("fn", "args", "started", "finished", "running", "error")
 
     def __init__(self, fn: Callable, *args):
         self.fn, self.args = fn, args
         self.started = self.finished = False
+        self.error: BaseException | None = None
         self.running = _thread.allocate_lock()  # held from the start until fn has returned
 
     def start(self) -> None:
@@ -51,6 +53,8 @@ class TaskThread:
     def _run(self) -> None:
         try:
             self.fn(*self.args)
+        except BaseException as e:  # noqa: BLE001 - kept, not printed (module docstring)
+            self.error = e
         finally:
             self.finished = True  # before the release: a waiter that got the lock sees it
             self.running.release()

@@ -133,7 +133,7 @@ class _Producer:
         try:
             self.thread.start()
         except BaseException:  # a stop right after the start: the thread must end too
-            self.__exit__()  # (none started: nothing to wait for)
+            self.__exit__()  # (when none was started, there is nothing to wait for)
             raise
         return self
 

@@ -96,7 +96,7 @@ class SharedRecords:
                 done += os.pwrite(self.fd, raw[done:done + CHUNK], HEADER + done)
                 self.words[0] = done
             self.words[1] = DONE
-        except OSError:  # ENOMEM / ENOSPC of the shared memory
+        except BaseException:  # ENOMEM / ENOSPC of the shared memory; anything else: the readers must not wait on
             self.words[1] = FAILED
 
     def close(self) -> None:

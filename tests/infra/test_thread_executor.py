@@ -3,7 +3,8 @@
 Its promise: the run returns the receipts in task order, or raises the first task's error
 once every thread has ended - also when the other tasks wait for each other at a
 ``threading.Barrier`` among their extras (the small finalize's build workers do) and the
-one that failed will never arrive there. No thread outlives the run.
+one that failed will never arrive there. No thread outlives the run. (And the threads
+themselves, infra/threads.TaskThread, keep an escaping error rather than print it.)
 """
 
 import _thread
@@ -55,3 +56,17 @@ def test_a_task_failing_before_the_barrier_fails_the_run_instead_of_hanging_the_
     assert not t.is_alive(), "the run hung: a task waits at the barrier for the one that failed"
     assert isinstance(out["r"], WorkerError) and "task failed before the barrier" in str(out["r"]), out["r"]
     assert _threads_return_to(baseline)
+
+
+def test_a_task_thread_keeps_an_escaping_error_instead_of_printing_it(capfd):
+    from loader.infra.threads import TaskThread
+
+    def body():
+        raise ValueError("boom")
+
+    t = TaskThread(body)
+    assert t.ended(0)  # not started yet: nothing to wait for
+    t.start()
+    assert t.ended(5)
+    assert isinstance(t.error, ValueError)
+    assert "Traceback" not in capfd.readouterr().err
