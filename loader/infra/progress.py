@@ -6,7 +6,8 @@ clean for ``--json`` and piped data.
 
 The bar is redrawn every ``REFRESH_S`` by a `threads.TaskThread` of its own, not by rich's
 refresh thread: rich stops that one through an Event, and a stop signal landing there
-(its Condition's lock just taken) left the lock held and the command hung in the join.
+(its Condition's lock just taken) can leave the lock held, and the join then waits
+forever (tests/loading/test_stop_anywhere.py found that thread outliving the bar).
 The thread ends when the bar stops, or when the Progress object is dropped (a stop that
 landed on the first step of ``__exit__``).
 """

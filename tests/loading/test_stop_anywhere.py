@@ -263,9 +263,9 @@ def test_a_progress_bar_stopped_at_any_step_ends_with_its_refresh_thread():
     """The progress bar on a terminal (infra/progress.py) redraws from a thread of its own:
     stopped at every point of the main thread's part - starting it, advancing, stopping -
     each trial ends in time and the thread ends with it, or once the caller drops the
-    interrupted Progress. (rich's own refresh thread is
-    stopped through an Event: a stop there left its Condition's lock held and the join
-    hung.)"""
+    interrupted Progress. (rich's own refresh thread is stopped through an Event, whose
+    Condition a stop can leave locked, and the join then waits forever; on that code this
+    walk found the refresh thread outliving the bar.)"""
     from loader.infra.progress import Progress
 
     def body():
