@@ -59,10 +59,11 @@ class TaskThread:
             self.finished = True  # before the release: a waiter that got the lock sees it
             self.running.release()
 
-    def ended(self, timeout: float) -> bool:
-        """Whether the thread has ended (or was never started), waiting up to ``timeout`` s."""
+    def ended(self, timeout: float | None) -> bool:
+        """Whether the thread has ended (or was never started), waiting up to ``timeout`` s
+        (None: until it has; a stop signal still interrupts the wait)."""
         if not self.started or self.finished:
             return True
-        if self.running.acquire(timeout=timeout):
+        if self.running.acquire(timeout=-1 if timeout is None else timeout):
             self.running.release()
         return self.finished

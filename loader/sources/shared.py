@@ -103,8 +103,7 @@ class SharedRecords:
         """Stop the copy and drop the coordinator's hold on the file."""
         self.stopped = True
         if self.copier is not None:
-            while not self.copier.ended(0.05):
-                pass
+            self.copier.ended(None)
         self.words.release()
         self.header.close()
         os.close(self.fd)

@@ -9,12 +9,12 @@ themselves, infra/threads.TaskThread, keep an escaping error rather than print i
 
 import _thread
 import threading
-import time
 
 import pytest
 
 from loader.errors import WorkerError
 from loader.infra.executors import ThreadExecutor
+from tests.loading.test_stop_anywhere import threads_settle
 
 
 def _meet(task, outbox, barrier):
@@ -22,13 +22,6 @@ def _meet(task, outbox, barrier):
         raise ValueError("task failed before the barrier")
     barrier.wait()
     return task
-
-
-def _threads_return_to(count: int) -> bool:
-    deadline = time.monotonic() + 5
-    while _thread._count() > count and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return _thread._count() <= count
 
 
 def test_tasks_that_meet_at_a_barrier_return_their_receipts_in_order():
@@ -55,7 +48,7 @@ def test_a_task_failing_before_the_barrier_fails_the_run_instead_of_hanging_the_
     t.join(10)
     assert not t.is_alive(), "the run hung: a task waits at the barrier for the one that failed"
     assert isinstance(out["r"], WorkerError) and "task failed before the barrier" in str(out["r"]), out["r"]
-    assert _threads_return_to(baseline)
+    assert threads_settle(baseline)
 
 
 def test_a_task_thread_keeps_an_escaping_error_instead_of_printing_it(capfd):
