@@ -7,8 +7,8 @@ committed array nor the garbage list names (leftovers of crashed or replaced bui
 any earlier attempt at its own table, then fills windows of whole chunks from its source
 (build_sources.py: direct from the flat batches, or merged from spill runs) and hands
 each to the ChunkEmitter (build_emit.py), which sorts, applies the duplicates policy,
-encodes and appends. One sync per shard at the end. Its index rows go to
-``SPILL_DIR/index-WWW.npy``; the receipt (`BuildReceipt`) carries counts and timings.
+encodes and appends. One sync per shard at the end. Its index rows and the pieces'
+samples go to ``SPILL_DIR/index-WWW.npz`` (``rows``, ``samples``); the receipt (`BuildReceipt`) carries counts and timings.
 
 Runs in a pool worker (``build_worker(task, progress_q)``, progress in records); it stops
 when the coordinator is gone. A small finalize runs its build workers as threads of the
@@ -69,7 +69,7 @@ class BuildTask(WorkerTask):
 class BuildReceipt:
     worker: int
     pid: int
-    index: str | None  # the .npy file of this worker's index rows (None: it wrote no piece)
+    index: str | None  # the .npz file of this worker's index rows and samples (None: it wrote no piece)
     cells: int
     dropped: int
     dropped_hash: int
@@ -109,8 +109,8 @@ def build_worker(task: BuildTask, progress_q, writers_open=None, decoded=None) -
         src.close()
     path = None
     if em.index_rows:
-        path = os.path.join(task.spill_dir, f"index-{task.worker:03d}.npy")
-        np.save(path, np.array(em.index_rows, dtype=em.idt))
+        path = os.path.join(task.spill_dir, f"index-{task.worker:03d}.npz")
+        np.savez(path, rows=np.array(em.index_rows, dtype=em.idt), samples=np.concatenate(em.samples))
     return BuildReceipt(task.worker, os.getpid(), path, **asdict(stats),
                         seconds=round(time.perf_counter() - t0, 4),
                         **{k: round(v, 4) for k, v in timings.items()}, max_rss=peak_rss(),

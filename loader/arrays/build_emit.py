@@ -39,7 +39,7 @@ import xxhash
 
 from ..errors import DuplicateCellError
 from ..infra import faults
-from ..model.chunk_index import index_columns
+from ..model.chunk_index import index_columns, sample_every
 from .chunks import chunk_key
 from .hashes import hash_sum
 from .records import field_min_max, void_view
@@ -87,6 +87,9 @@ class ChunkEmitter:
         self.idt = np.dtype(index_columns(self.cell))
         self.timings, self.stats = timings, stats
         self.index_rows: list[tuple] = []
+        self.every = sample_every(self.crs)
+        self.sdt = np.dtype([("r", "<i8"), ("c", "<i8")])
+        self.samples: list[np.ndarray] = []  # each piece's sample (chunk_index.py), in index row order
         self.group: list = []
         self.group_bytes = 0
         self.budget_group = max(64 << 10, min(GROUP_BYTES, task.budget // 8))
@@ -272,7 +275,11 @@ class ChunkEmitter:
         mins, maxs = field_min_max(view, self.fields)
         value = cser.encode_buffer(buf, view, 0)
         nbytes = len(memoryview(value).cast("B")) if not isinstance(value, bytes) else len(value)
-        row = [crow, ccol, piece, self.shard, m, nbytes, xxhash.xxh3_64_intdigest(value)]
+        row = [crow, ccol, piece, self.shard, m, nbytes, xxhash.xxh3_64_intdigest(value), self.every]
+        sample = np.empty(-(-m // self.every), self.sdt)
+        sample["r"] = view[self.dims[0]][::self.every]
+        sample["c"] = view[self.dims[1]][::self.every]
+        self.samples.append(sample)
         for mn, mx in zip(mins, maxs):
             row.append(mn)
             row.append(mx)

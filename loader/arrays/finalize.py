@@ -85,7 +85,15 @@ from ..infra.threads import TaskThread
 from ..maintain.compact import compact_locked
 from ..maintain.garbage import collect_garbage, collect_index_garbage, held_tables, retire_array, start_writing
 from ..model import manifest as mf
-from ..model.chunk_index import INDEX_DIR, TABLE_PREFIX, index_columns, index_file, warm_up_writer, write_index
+from ..model.chunk_index import (
+    INDEX_DIR,
+    TABLE_PREFIX,
+    index_columns,
+    index_file,
+    sample_counts,
+    warm_up_writer,
+    write_index,
+)
 from ..model.layouts import Layout
 from ..model.options import MAX_WORKERS, check_count, default_workers
 from ..model.runs import Run, new_run
@@ -385,13 +393,30 @@ def _build(b: _Build) -> None:
 def _write_index(b: _Build) -> np.ndarray:
     """Phase 3: merge the workers' index rows (key order) and write the index file."""
     t = time.perf_counter()
-    parts = [np.load(rc.index) for rc in b.build if rc.index]
-    rows = np.concatenate(parts) if parts else np.empty(0, np.dtype(index_columns(b.plan.cell)))
-    rows = rows[np.lexsort((rows["piece"], rows["ccol"], rows["crow"]))]
-    write_index(os.path.join(b.spec.root, index_file(b.table)), rows)
+    parts = []
+    for rc in b.build:
+        if rc.index:
+            with np.load(rc.index) as z:
+                parts.append((z["rows"], z["samples"]))
+    rows = np.concatenate([r for r, _ in parts]) if parts else np.empty(0, np.dtype(index_columns(b.plan.cell)))
+    samples = np.concatenate([s for _, s in parts]) if parts else None
+    order = np.lexsort((rows["piece"], rows["ccol"], rows["crow"]))
+    if samples is not None:
+        samples = samples[_sample_order(sample_counts(rows), order)]
+    rows = rows[order]
+    write_index(os.path.join(b.spec.root, index_file(b.table)), rows, samples)
     b.phase_seconds["index_s"] = round(time.perf_counter() - t, 3)
     faults.hit("indexed")
     return rows
+
+
+def _sample_order(counts: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """Where the samples of index rows reordered by ``order`` are in the samples of the
+    rows before (row j has ``counts[j]`` of them, in row order)."""
+    start = np.concatenate([[0], np.cumsum(counts)])[:-1]
+    n = counts[order]
+    new_start = np.concatenate([[0], np.cumsum(n)])[:-1]
+    return np.repeat(start[order] - new_start, n) + np.arange(int(n.sum()))
 
 
 def _commit(b: _Build, totals: IndexTotals, t_start: float) -> dict:

@@ -5,7 +5,9 @@ A box is half-open per dimension (a missing dimension is unbounded). The chunk i
 bounds overlap the box with one vectorised test; only those are read, through a
 zero-copy LMDB read transaction (``readahead`` off: random chunk reads), decoded
 zero-copy (capnp) or column-wise (Arrow), and cut by binary search on the row-major
-cell order (rows, then columns within a row) - no per-cell Python work.
+cell order (rows, then columns within a row) - no per-cell Python work. In the
+random-read mode (``?readahead=0``) only the parts of a piece that can hold the box's
+cells are read, where the index's sample of the piece allows (box_parts.py).
 
 The result is a ``pyarrow.Table``: the two dimension columns, then the attributes (all,
 or those asked for), then ``syn`` for arrays built with ``--duplicates keep``; rows in
@@ -32,6 +34,7 @@ from ..model.chunk_index import index_path, read_index
 from ..model.layouts import TYPES, Layout
 from ..serializers import get_serializer
 from ..stores.values import ValueReader
+from .box_parts import can_read_parts, part_ranges, read_parts
 from .chunks import chunk_keys
 
 _CACHE_ATTR = "_bulkload_array_cache"
@@ -92,6 +95,11 @@ class ArrayIndex:
         self.ccol = idx["ccol"]
         self.shard = idx["shard"].astype(np.int64)
         self.cells = idx["cells"]
+        sampled = "sample_off" in idx  # the pieces' samples (box_parts.py); not in older index files
+        self.every = idx["sample_every"] if sampled else None
+        self.sample_off = idx["sample_off"] if sampled else None
+        self.sample_r = idx["sample_r"] if sampled else None
+        self.sample_c = idx["sample_c"] if sampled else None
         self.keys = chunk_keys(idx["crow"], idx["ccol"], idx["piece"])
         self.attrs = [n for n in self.cell.names if n not in self.dims and n != "syn"]
         self.fields = {f.name: f for f in self.cell.fields}
@@ -257,18 +265,29 @@ def read_box(ds, array: str = "grid", attrs=None, ranges: dict | None = None) ->
         by_shard: dict[int, list[int]] = {}
         for i in hit.tolist():
             by_shard.setdefault(int(ai.shard[i]), []).append(i)
-        got: dict[int, tuple] = {}
+        got: dict[int, object] = {}
+        in_parts = []  # (index row, reader, untouched value, cell ranges): read in parts
+        partly = can_read_parts(ds, ai)
         for s, items in by_shard.items():
             rd = _reader(ds, s, ai.table)
             readers.append(rd)
             for i in items:
-                v = rd.get(ai.keys[i])
-                if v is None:
-                    raise ds.missing(f"array {array!r}: chunk piece {i} is missing from shard {s}; "
-                                     "run `bulkload verify` and re-run `bulkload finalize`")
-                got[i] = (v, s)
+                ranges = part_ranges(ai, i, box) if partly and rd.view is not None else None
+                got[i] = _get(ds, ai, rd, i, s, touch=ranges is None)
+                if ranges is not None:
+                    in_parts.append((i, rd, got[i], ranges))
+        cut = read_parts(ai, box, in_parts) if in_parts else {}
+        for i, rd, _, _ in in_parts:
+            if i not in cut:  # its header is not what the index says: read it whole
+                got[i] = _get(ds, ai, rd, i, int(ai.shard[i]), touch=True)
         for i in hit.tolist():  # key (= row-major chunk) order
-            cells = _columns(ai, got[i][0])
+            if i in cut:
+                if cut[i] is not None:
+                    contributing.append(i)
+                    for c in cols:
+                        parts[c].append(cut[i][c])
+                continue
+            cells = _columns(ai, got[i])
             piece = _PieceBounds(int(ai.rmin[i]), int(ai.rmax[i]), int(ai.cmin[i]), int(ai.cmax[i]))
             sel = _select(cells[d0], cells[d1], piece, box)
             if sel is None:
@@ -296,6 +315,16 @@ def _owned(a: np.ndarray) -> np.ndarray:
     """``a``, or a copy of it when it is a view (into a chunk piece, valid only while its
     read transaction is open)."""
     return a if a.flags.owndata else a.copy()
+
+
+def _get(ds, ai: ArrayIndex, rd: ValueReader, i: int, s: int, touch: bool):
+    """The value of piece ``i`` (index row) from shard ``s``; ``touch=False``: none of its
+    pages read yet (box_parts.py reads the parts it needs)."""
+    v = rd.get(ai.keys[i], touch)
+    if v is None:
+        raise ds.missing(f"array {ai.name!r}: chunk piece {i} is missing from shard {s}; "
+                         "run `bulkload verify` and re-run `bulkload finalize`")
+    return v
 
 
 def _reader(ds, s: int, table: str) -> ValueReader:

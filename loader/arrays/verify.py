@@ -187,6 +187,7 @@ class _ArrayCheck:
                     problem = f"chunk {where}: undecodable: {e}"
                 else:
                     problem = self._cells_problem(cells, where, (crow, ccol, piece), int(idx["cells"][i]))
+                    problem = problem or self._sample_problem(cells, where, idx, i)
             if problem is not None:
                 self.bad(problem, where, s)
                 return
@@ -218,6 +219,18 @@ class _ArrayCheck:
             return f"chunk {where}: cells are not in strict row-major order"
         if self.keep and piece == 0 and len(cells) and cells["syn"][0] != 0:
             return f"chunk {where}: syn does not start at 0"
+        return None
+
+    def _sample_problem(self, cells: np.ndarray, where: str, idx: dict, i: int) -> str | None:
+        """The piece's sample in the index (chunk_index.py) must be its cells' coordinates
+        at 0, K, 2K, ...: random-read box queries find the box's cells by it."""
+        if "sample_off" not in idx:
+            return None  # an index written before samples existed
+        every = int(idx["sample_every"][i])
+        lo, hi = int(idx["sample_off"][i]), int(idx["sample_off"][i + 1])
+        if every < 1 or not (np.array_equal(idx["sample_r"][lo:hi], cells[self.d0][::every])
+                             and np.array_equal(idx["sample_c"][lo:hi], cells[self.d1][::every])):
+            return f"chunk {where}: its sample in the index does not match its cells"
         return None
 
     def _row_major(self, cells: np.ndarray, r: np.ndarray, c: np.ndarray) -> bool:

@@ -4,7 +4,11 @@ A finalize build ``array-NAME-RUNID`` stores its chunk pieces in the table of th
 (`TABLE_PREFIX`) in every shard, and its index in ``ROOT/arrays/TABLE.arrow``
 (`INDEX_DIR`, `index_file`). The manifest's array summary names both (``table``,
 ``index``). A row holds crow, ccol, piece, shard, cells, nbytes, the xxh3 checksum of the
-stored value and the min/max of every cell field (`index_columns`).
+stored value, the min/max of every cell field (`index_columns`) and the piece's *sample*:
+``sample_every`` (K) and the lists ``sample_r``/``sample_c``, the row and column of its
+cells 0, K, 2K, ... in stored order (K cells are ~`SAMPLE_BYTES`), by which a reader of
+part of a piece finds where its cells lie without reading the rest (arrays/box_parts.py).
+Index files written before the sample existed have none of the three; readers do without.
 
 Readers (query, verify, compact's live-bytes count) load it with `read_index`; a file that
 is missing or unreadable is a VerifyError naming it. `write_index` writes a temporary
@@ -29,12 +33,22 @@ from .layouts import TYPES, Layout
 
 TABLE_PREFIX = "array-"
 INDEX_DIR = "arrays"
+#: a piece's sample holds every K-th cell, K cells being about this many bytes
+SAMPLE_BYTES = 4 << 10
+#: the sample's list columns (`write_index`; `read_index` gives them as SAMPLE_COLUMNS flat
+#: arrays plus ``sample_off``, the n + 1 offsets of each row's part)
+SAMPLE_COLUMNS = ("sample_r", "sample_c")
+
+
+def sample_every(cell_size: int) -> int:
+    """K of the sample of pieces of ``cell_size``-byte cells."""
+    return max(1, SAMPLE_BYTES // max(1, cell_size))
 
 
 def index_columns(cell: Layout) -> list[tuple[str, str]]:
     """(name, numpy dtype) of the index rows for a cell layout."""
     cols = [("crow", "<i8"), ("ccol", "<i8"), ("piece", "<i4"), ("shard", "<i4"),
-            ("cells", "<i8"), ("nbytes", "<i8"), ("checksum", "<u8")]
+            ("cells", "<i8"), ("nbytes", "<i8"), ("checksum", "<u8"), ("sample_every", "<i4")]
     for f in cell.fields:
         cols.append((f"min_{f.name}", TYPES[f.type][0]))
         cols.append((f"max_{f.name}", TYPES[f.type][0]))
@@ -50,12 +64,20 @@ def index_path(root: str, summary: dict) -> str:
     return os.path.join(root, summary["index"])
 
 
-def write_index(path: str, rows: np.ndarray) -> None:
-    """Write the index rows (structured array) as an Arrow IPC file, atomically."""
+def write_index(path: str, rows: np.ndarray, samples: np.ndarray | None = None) -> None:
+    """Write the index rows (structured array) as an Arrow IPC file, atomically; with
+    ``samples`` (fields r, c: the samples of every row's piece, in row order, row j's
+    ``ceil(cells / sample_every)`` of them) as the list columns SAMPLE_COLUMNS."""
     import pyarrow as pa  # heavy: only finalize writes an index
 
-    table = pa.Table.from_arrays([from_numpy(rows[n]) for n in rows.dtype.names],
-                                 names=list(rows.dtype.names))
+    arrays = [from_numpy(rows[n]) for n in rows.dtype.names]
+    names = list(rows.dtype.names)
+    if samples is not None:
+        off = from_numpy(np.concatenate([[0], np.cumsum(sample_counts(rows))]).astype(np.int64))
+        for name, field in zip(SAMPLE_COLUMNS, ("r", "c")):
+            arrays.append(pa.LargeListArray.from_arrays(off, from_numpy(np.ascontiguousarray(samples[field]))))
+            names.append(name)
+    table = pa.Table.from_arrays(arrays, names=names)
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
         with pa.OSFile(tmp, "wb") as sink:
@@ -86,7 +108,23 @@ def read_index(path: str) -> dict[str, np.ndarray]:
             table = pa.ipc.open_file(src).read_all()
     except (OSError, pa.ArrowException) as e:
         raise VerifyError(f"cannot read the chunk index {path}: {e}; re-run `bulkload finalize`") from None
-    return {name: to_numpy(table.column(name)) for name in table.column_names}
+    out = {}
+    for name in table.column_names:
+        col = table.column(name)
+        if name in SAMPLE_COLUMNS:
+            col = col.combine_chunks()
+            off = to_numpy(col.offsets)
+            out["sample_off"] = off - off[0]
+            out[name] = to_numpy(col.flatten())
+        else:
+            out[name] = to_numpy(col)
+    return out
+
+
+def sample_counts(rows) -> np.ndarray:
+    """How many samples each index row's piece has: ceil(cells / sample_every)."""
+    every = np.maximum(1, rows["sample_every"].astype(np.int64))
+    return -(-rows["cells"].astype(np.int64) // every)
 
 
 def warm_up_writer() -> None:

@@ -258,11 +258,11 @@ class Dataset(Verifying):
         (`_decode`), or - fewer records than the batch holds, opened with ``?readahead=0``,
         in a format and a store that allow it - from its header and those records' pages
         alone (`_part_into`)."""
-        if hi - lo >= b.count or not self._partial_reads or not self._part_into(out, b, lo, hi):
+        if hi - lo >= b.count or not self.partial_reads or not self._part_into(out, b, lo, hi):
             out[...] = self._decode(b)[lo:hi]
 
     @functools.cached_property
-    def _partial_reads(self) -> bool:
+    def partial_reads(self) -> bool:
         """Whether reads of part of a batch may skip the rest of it: only in the random-read
         mode (``?readahead=0``). There a one-record read costs a page or two instead of the
         whole ~1 MB value, and checks its size and framing but not the whole value's

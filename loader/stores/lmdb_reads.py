@@ -285,14 +285,41 @@ class LmdbValueView:
         """A copy of bytes [offset, offset + length) of ``value``: of an untouched value
         read with ``pread`` from data.mdb - only their pages, and with the GIL released
         while the disk works (a page fault through the map would hold it)."""
-        at = self._file_offset(value, offset, length)
-        if at is None:
-            return bytearray(memoryview(value)[offset: offset + length])
         out = bytearray(length)
-        got = os.preadv(self.store._data_file(), [out], at)
-        if got != length:  # the file is shorter than its pages in use (damaged meanwhile)
-            raise corrupt_store(self.store.path, f"data.mdb ended at byte {at + got} inside a value")
+        self.read_spans(value, [(offset, length)], memoryview(out))
         return out
+
+    def read_spans(self, value, spans: list[tuple[int, int]], into: memoryview) -> None:
+        """Bytes [offset, offset + length) of ``value`` for each span, one after another
+        into ``into`` (as many bytes as the spans hold), read as `read` does."""
+        at0 = self._file_offset(value, 0, len(value))
+        pos = 0
+        for offset, length in spans:
+            if offset < 0 or length < 0 or offset + length > len(value):
+                raise ValueError(f"bytes {offset}..{offset + length} are outside a value of {len(value)}")
+            out = into[pos: pos + length]
+            pos += length
+            if at0 is None:
+                out[:] = memoryview(value)[offset: offset + length]
+                continue
+            got = os.preadv(self.store._data_file(), [out], at0 + offset)
+            if got != length:  # the file is shorter than its pages in use (damaged meanwhile)
+                raise corrupt_store(self.store.path, f"data.mdb ended at byte {at0 + offset + got} inside a value")
+
+    def prefetch(self, value, spans: list[tuple[int, int]]) -> None:
+        """Have the kernel start reading bytes [offset, offset + length) of ``value`` from
+        data.mdb for each span (posix_fadvise WILLNEED, no wait), so that the `read_spans`
+        of several parts asked for first reach the disk together; advice that fails is only
+        advice."""
+        at0 = self._file_offset(value, 0, len(value))
+        if at0 is None:
+            return
+        fd = self.store._data_file()
+        try:
+            for offset, length in spans:
+                os.posix_fadvise(fd, at0 + offset, length, os.POSIX_FADV_WILLNEED)
+        except OSError:
+            pass
 
     def _file_offset(self, value, offset: int, length: int) -> int | None:
         """Where bytes [offset, offset + length) of a value in the map lie in data.mdb, or

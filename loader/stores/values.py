@@ -48,9 +48,26 @@ class ValueReader:
     def read(self, value, offset: int, length: int) -> bytearray:
         """A copy of bytes [offset, offset + length) of ``value`` (of an untouched LMDB
         value: only their pages are read from the disk)."""
+        out = bytearray(length)
+        self.read_spans(value, [(offset, length)], memoryview(out))
+        return out
+
+    def read_spans(self, value, spans: list[tuple[int, int]], into: memoryview) -> None:
+        """The bytes of each (offset, length) span of ``value``, one after another into
+        ``into`` (of an untouched LMDB value: only their pages are read from the disk)."""
         if self.view is not None:
-            return self.view.read(value, offset, length)
-        return bytearray(memoryview(value)[offset: offset + length])
+            return self.view.read_spans(value, spans, into)
+        pos = 0
+        for offset, length in spans:
+            into[pos: pos + length] = memoryview(value)[offset: offset + length]
+            pos += length
+
+    def prefetch(self, value, spans: list[tuple[int, int]]) -> None:
+        """Have the disk start reading each (offset, length) span of an untouched LMDB
+        value, without waiting: the `read_spans` of parts asked for first are served
+        together instead of one after another (nothing for copied values)."""
+        if self.view is not None:
+            self.view.prefetch(value, spans)
 
     def release(self, value) -> None:
         """Done with a zero-copy value: drop its pages from this process's resident set."""

@@ -11,7 +11,7 @@ import xxhash
 import loader
 from loader.arrays.chunks import chunk_key
 from loader.arrays.finalize import finalize
-from loader.model.chunk_index import index_path, read_index, write_index
+from loader.model.chunk_index import SAMPLE_COLUMNS, index_path, read_index, write_index
 from loader.model.layouts import Layout
 from loader.serializers import get_serializer
 from loader.stores.spec import parse_dataset_uri
@@ -51,14 +51,25 @@ def rewrite_piece(uri, array, fn, fix_index=True, cells_delta=0):
     finally:
         st.close()
     if fix_index:
-        rows = np.zeros(len(idx["crow"]), [(n, c.dtype) for n, c in idx.items()])
-        for n, c in idx.items():
-            rows[n] = c
+        rows, samples = index_rows(idx)
         rows["nbytes"][i] = len(value)
         rows["checksum"][i] = xxhash.xxh3_64_intdigest(value)
-        rows["cells"][i] += cells_delta
-        write_index(path, rows)
+        if cells_delta:  # the sample of a piece of other cells is not the issue here: none
+            rows["cells"][i] += cells_delta
+            samples = None
+        write_index(path, rows, samples)
     return f"({int(idx['crow'][i])},{int(idx['ccol'][i])},{int(idx['piece'][i])})", s
+
+
+def index_rows(idx: dict) -> tuple[np.ndarray, np.ndarray]:
+    """`read_index`'s columns back as the rows and samples `write_index` takes."""
+    cols = [n for n in idx if n not in (*SAMPLE_COLUMNS, "sample_off")]
+    rows = np.zeros(len(idx["crow"]), [(n, idx[n].dtype) for n in cols])
+    for n in cols:
+        rows[n] = idx[n]
+    samples = np.zeros(len(idx["sample_r"]), [("r", "<i8"), ("c", "<i8")])
+    samples["r"], samples["c"] = idx["sample_r"], idx["sample_c"]
+    return rows, samples
 
 
 def problems(uri):
