@@ -13,11 +13,13 @@ from loader.maintain.garbage import collect_index_garbage, retire_array
 from loader.model import manifest as mf
 from loader.model.chunk_index import (
     INDEX_DIR,
+    SAMPLE_COLUMNS,
     TABLE_PREFIX,
     index_columns,
     index_file,
     index_path,
     read_index,
+    sample_counts,
     write_index,
 )
 from loader.model.layouts import get_layout
@@ -39,10 +41,12 @@ def index_rows(cell, n: int, rng) -> np.ndarray:
 def test_index_round_trip(tmp_path, policy, n):
     cell = cell_layout(get_layout("scidb96"), policy)
     cols = index_columns(cell)
-    assert [c for c, _ in cols[:7]] == ["crow", "ccol", "piece", "shard", "cells", "nbytes", "checksum"]
-    assert len(cols) == 7 + 2 * len(cell.fields)
+    assert [c for c, _ in cols[:8]] == ["crow", "ccol", "piece", "shard", "cells", "nbytes", "checksum",
+                                        "sample_every"]
+    assert len(cols) == 8 + 2 * len(cell.fields)
     assert (("max_syn", "<u4") in cols) == (policy == "keep")
-    rows = index_rows(cell, n, np.random.default_rng(n))
+    rng = np.random.default_rng(n)
+    rows = index_rows(cell, n, rng)
     path = tmp_path / "array-grid-r1.arrow"
     write_index(str(path), rows)
     got = read_index(str(path))
@@ -50,6 +54,16 @@ def test_index_round_trip(tmp_path, policy, n):
     for name in rows.dtype.names:
         assert got[name].dtype == rows.dtype[name] and np.array_equal(got[name], rows[name]), name
     assert os.listdir(tmp_path) == ["array-grid-r1.arrow"]  # no temporary left behind
+    # with the pieces' samples: row j has ceil(cells / sample_every) of them
+    rows["cells"], rows["sample_every"] = rng.integers(0, 500, n), rng.integers(1, 50, n)
+    counts = sample_counts(rows)
+    samples = np.zeros(int(counts.sum()), [("r", "<i8"), ("c", "<i8")])
+    samples["r"], samples["c"] = rng.integers(-2**63, 2**63 - 1, (2, len(samples)), endpoint=True)
+    write_index(str(path), rows, samples)
+    got = read_index(str(path))
+    assert list(got) == [*rows.dtype.names, "sample_off", *SAMPLE_COLUMNS]
+    assert got["sample_off"].tolist() == np.concatenate([[0], np.cumsum(counts)]).tolist()
+    assert np.array_equal(got["sample_r"], samples["r"]) and np.array_equal(got["sample_c"], samples["c"])
 
 
 def test_write_replaces_atomically_and_reports_failures(tmp_path):
