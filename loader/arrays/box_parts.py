@@ -8,7 +8,7 @@ reads 100 x the bytes. Instead, the index's sample of the piece (chunk_index.py:
 and column of every K-th cell, K cells ~4 KiB) brackets each run to within K cells on
 either side without reading anything (`part_ranges`). All the runs of all the pieces of a
 box are then asked of the disk at once (`ValueReader.prefetch`: the device works on them
-together) before each is read with ``pread`` (`ValueReader.read`), and cut exactly
+together) before each is read with ``pread`` (`ValueReader.read_spans`), and cut exactly
 (`read_parts`).
 
 A piece is read whole instead (query.py) when the index has no sample (built before it
@@ -36,8 +36,7 @@ WHOLE_FRACTION = 0.5
 def can_read_parts(ds, ai) -> bool:
     """Whether the pieces of array ``ai`` may be read in parts in ``ds``: the random-read
     mode, a sample in the index and a format whose cells are at arithmetic places."""
-    return (ai.sample_off is not None and bool(getattr(ds, "partial_reads", False))
-            and ai.ser.part_spans(0, 1) is not None)
+    return ai.sample_off is not None and bool(getattr(ds, "partial_reads", False)) and ai.ser.reads_parts
 
 
 def part_ranges(ai, i: int, box) -> list[tuple[int, int]] | None:
@@ -82,20 +81,22 @@ def read_parts(ai, box, todo: list) -> dict:
     ser = ai.ser
     spans = {}
     for i, rd, v, ranges in todo:
-        if len(v) != ser.message_size(int(ai.cells[i])):
+        m = int(ai.cells[i])
+        head = ser.part_spans(0, 0, len(v), m)
+        if head is None:  # not the size of its index row's cells
             continue
-        spans[i] = [ser.part_spans(a, b)[1] for a, b in ranges]  # the records of each range
-        rd.prefetch(v, spans[i])  # the header is in the value's first page, which the lookup read
+        spans[i] = head[0], [ser.part_spans(a, b, len(v), m)[1] for a, b in ranges]  # header, each range's records
+        rd.prefetch(v, spans[i][1])  # the header is in the value's first page, which the lookup read
     d0, d1 = ai.dims
     out = {}
     for i, rd, v, ranges in todo:
         if i not in spans:
             continue
-        head_span = ser.part_spans(0, 0)[0]
+        head_span, bodies = spans[i]
         head = bytearray(head_span[1])
         rd.read_spans(v, [head_span], memoryview(head))
-        body = _buffer(sum(n for _, n in spans[i]))
-        rd.read_spans(v, spans[i], body)
+        body = _buffer(sum(n for _, n in bodies))
+        rd.read_spans(v, bodies, body)
         recs = ser.decode_part([head, body], len(v), 0, int(ai.cells[i]))
         if recs is None:
             continue

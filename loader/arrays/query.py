@@ -273,13 +273,13 @@ def read_box(ds, array: str = "grid", attrs=None, ranges: dict | None = None) ->
             readers.append(rd)
             for i in items:
                 ranges = part_ranges(ai, i, box) if partly and rd.view is not None else None
-                got[i] = _get(ds, ai, rd, i, s, touch=ranges is None)
+                got[i] = _get(ds, ai, rd, i, touch=ranges is None)
                 if ranges is not None:
                     in_parts.append((i, rd, got[i], ranges))
         cut = read_parts(ai, box, in_parts) if in_parts else {}
         for i, rd, _, _ in in_parts:
             if i not in cut:  # its header is not what the index says: read it whole
-                got[i] = _get(ds, ai, rd, i, int(ai.shard[i]), touch=True)
+                got[i] = _get(ds, ai, rd, i, touch=True)
         for i in hit.tolist():  # key (= row-major chunk) order
             if i in cut:
                 if cut[i] is not None:
@@ -317,12 +317,12 @@ def _owned(a: np.ndarray) -> np.ndarray:
     return a if a.flags.owndata else a.copy()
 
 
-def _get(ds, ai: ArrayIndex, rd: ValueReader, i: int, s: int, touch: bool):
-    """The value of piece ``i`` (index row) from shard ``s``; ``touch=False``: none of its
-    pages read yet (box_parts.py reads the parts it needs)."""
+def _get(ds, ai: ArrayIndex, rd: ValueReader, i: int, touch: bool):
+    """The value of piece ``i`` (index row) through ``rd``, a reader of its shard;
+    ``touch=False``: none of its pages read yet (box_parts.py reads the parts it needs)."""
     v = rd.get(ai.keys[i], touch)
     if v is None:
-        raise ds.missing(f"array {ai.name!r}: chunk piece {i} is missing from shard {s}; "
+        raise ds.missing(f"array {ai.name!r}: chunk piece {i} is missing from shard {int(ai.shard[i])}; "
                          "run `bulkload verify` and re-run `bulkload finalize`")
     return v
 

@@ -279,8 +279,7 @@ class Dataset(Verifying):
         the manifest row's size or the header is not exactly the framing of its
         ``count`` records from ``first``: then the whole value is read and checked (which
         names what is wrong). The xxh3 of the whole value is not computed here."""
-        spans = self.serializer.part_spans(lo, hi)
-        if spans is None:
+        if not self.serializer.reads_parts:
             return False
         with ValueReader(self.shard(b.shard), "batches") as rd:
             if rd.view is None:
@@ -288,7 +287,8 @@ class Dataset(Verifying):
             v = rd.get(batch_key(b.seq), touch=False)
             if v is None:
                 raise self.moved_on() or CorruptBatchError(batch_message(self.uri, b, "missing from the store"))
-            if len(v) != b.nbytes:
+            spans = self.serializer.part_spans(lo, hi, len(v), b.count) if len(v) == b.nbytes else None
+            if spans is None:
                 return False
             recs = self.serializer.decode_part([rd.read(v, *span) for span in spans], len(v), b.first, b.count)
         if recs is None:

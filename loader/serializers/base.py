@@ -136,9 +136,17 @@ class Serializer(ABC):
         """Number of records in a stored value, reading only its header."""
 
     # --- reading a few records of a value (formats that store records flat) ---
-    def part_spans(self, lo: int, hi: int) -> list[tuple[int, int]] | None:
-        """The (offset, length) byte ranges of a value that `decode_part` reads for records
-        [lo, hi) when this format can read them without the rest of the value, else None."""
+    @property
+    def reads_parts(self) -> bool:
+        """Whether this format can read some records of a value without the rest of it."""
+        return False
+
+    def part_spans(self, lo: int, hi: int, size: int, count: int) -> list[tuple[int, int]] | None:
+        """The (offset, length) byte ranges that `decode_part` reads for records [lo, hi) of
+        a value of ``size`` bytes said to hold ``count`` records; None when this format cannot
+        read them without the rest of the value, or the value is not ``size`` bytes of
+        ``count`` records (then read it whole: that names what is wrong). The ranges lie
+        inside the value."""
         return None
 
     def decode_part(self, parts: list, size: int, start: int, count: int) -> np.ndarray | None:

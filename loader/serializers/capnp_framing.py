@@ -374,8 +374,12 @@ class CapnpSerializer(Serializer):
         return out
 
     # --- reading a few records of a value -------------------------------------
-    def part_spans(self, lo: int, hi: int) -> list[tuple[int, int]] | None:
-        if self.compression != "none":
+    @property
+    def reads_parts(self) -> bool:
+        return self.compression == "none"
+
+    def part_spans(self, lo: int, hi: int, size: int, count: int) -> list[tuple[int, int]] | None:
+        if not self.reads_parts or size != message_size(self.layout, count) or not 0 <= lo <= hi <= count:
             return None
         return [(0, HEADER_BYTES), (HEADER_BYTES + lo * self._stride, (hi - lo) * self._stride)]
 

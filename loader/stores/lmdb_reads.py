@@ -7,7 +7,7 @@
 - `value_view` is the zero-copy path (values.ValueReader): one read transaction, values
   are buffers into the map, valid until the view is closed. Its ``get(key, touch=False)``
   hands out a value found from its leaf node alone, none of its pages read: a reader of a
-  few records of a big value reads only their pages (`read` preads them, in one request,
+  few records of a big value reads only their pages (`read_spans` preads them, one request a span,
   the GIL released while the disk works).
 - Every value's leaf node is checked (lmdb_files.Pages) before py-lmdb touches the
   value's pages: a damaged node would point past the end of the file (a SIGBUS); it is a
@@ -272,7 +272,7 @@ class LmdbValueView:
     def get(self, key: bytes, touch: bool = True):
         """The value of ``key`` (a buffer into the map) or None. ``touch=False``: none of
         its pages is read until the caller reads its bytes (and only the pages it reads:
-        `read`)."""
+        `read_spans`)."""
         try:
             with reading(self.store.path):  # a damaged store: one error naming the shard
                 if not self.cursor.set_key(key):
@@ -281,28 +281,23 @@ class LmdbValueView:
         except lmdb.BadDbiError:  # the table was dropped after this process opened it
             return None
 
-    def read(self, value, offset: int, length: int) -> bytearray:
-        """A copy of bytes [offset, offset + length) of ``value``: of an untouched value
-        read with ``pread`` from data.mdb - only their pages, and with the GIL released
-        while the disk works (a page fault through the map would hold it)."""
-        out = bytearray(length)
-        self.read_spans(value, [(offset, length)], memoryview(out))
-        return out
-
     def read_spans(self, value, spans: list[tuple[int, int]], into: memoryview) -> None:
-        """Bytes [offset, offset + length) of ``value`` for each span, one after another
-        into ``into`` (as many bytes as the spans hold), read as `read` does."""
+        """Bytes [offset, offset + length) of ``value`` for each span (inside it), one after
+        another into ``into`` (as many bytes as the spans hold): of an untouched value read
+        with ``pread`` from data.mdb - only their pages, and with the GIL released while the
+        disk works (a page fault through the map would hold it)."""
         at0 = self._file_offset(value, 0, len(value))
+        fd = None if at0 is None else self.store._data_file()
         pos = 0
         for offset, length in spans:
             if offset < 0 or length < 0 or offset + length > len(value):
                 raise ValueError(f"bytes {offset}..{offset + length} are outside a value of {len(value)}")
             out = into[pos: pos + length]
             pos += length
-            if at0 is None:
+            if fd is None:
                 out[:] = memoryview(value)[offset: offset + length]
                 continue
-            got = os.preadv(self.store._data_file(), [out], at0 + offset)
+            got = os.preadv(fd, [out], at0 + offset)
             if got != length:  # the file is shorter than its pages in use (damaged meanwhile)
                 raise corrupt_store(self.store.path, f"data.mdb ended at byte {at0 + offset + got} inside a value")
 

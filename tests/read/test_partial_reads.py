@@ -104,15 +104,19 @@ def test_decode_part_is_the_slice_of_decode_for_any_layout(data):
     value = bytes(ser.encode(recs, 77))
     lo = data.draw(st.integers(0, len(recs)), label="lo")
     hi = data.draw(st.integers(lo, len(recs)), label="hi")
-    parts = [value[off: off + n] for off, n in ser.part_spans(lo, hi)]
+    spans = ser.part_spans(lo, hi, len(value), len(recs))
+    assert all(0 <= off and off + n <= len(value) for off, n in spans)
+    parts = [value[off: off + n] for off, n in spans]
     got = ser.decode_part(parts, len(value), 77, len(recs))
     assert got.tobytes() == ser.decode(value)[1][lo:hi].tobytes()
     assert ser.decode_part(parts, len(value), 78, len(recs)) is None  # another start
     assert ser.decode_part(parts, len(value) + 8, 77, len(recs)) is None  # another size
     if len(recs):
         assert ser.decode_part(parts, len(value), 77, len(recs) - 1) is None  # another count
-    assert get_serializer("capnp", layout, "lz4").part_spans(lo, hi) is None  # compressed: read whole
-    assert get_serializer("arrow", layout).part_spans(lo, hi) is None
+    assert ser.part_spans(lo, hi, len(value) - 8, len(recs)) is None  # another size: read whole
+    assert ser.part_spans(lo, len(recs) + 1, len(value), len(recs)) is None  # past the records said to be there
+    assert get_serializer("capnp", layout, "lz4").part_spans(lo, hi, len(value), len(recs)) is None  # compressed
+    assert get_serializer("arrow", layout).part_spans(lo, hi, len(value), len(recs)) is None
 
 
 # --- what a one-record read costs -----------------------------------------------------------
@@ -228,7 +232,9 @@ def test_a_start_or_count_that_disagrees_with_the_manifest_is_an_error(lmdb_ds, 
     _rewrite_row(uri, b, value)
     held = (b.count, b.first + 1) if what == "start" else (b.count - 1, b.first)
     with loader.open(uri + mode) as ds:
-        for lo, hi in ((b.first + 10, b.first + 11), (b.first, b.first + b.count)):  # partial and whole reads
+        # partial reads (the last one past the end of a value one record short) and a whole read
+        for lo, hi in ((b.first + 10, b.first + 11), (b.first + b.count - 1, b.first + b.count),
+                       (b.first, b.first + b.count)):
             with pytest.raises(CorruptBatchError, match=_where(uri, b) + rf"the value holds {held[0]} records "
                                rf"from {held[1]}, the manifest says {b.count} from {b.first};"):
                 ds.read_records(lo, hi)
