@@ -12,6 +12,20 @@
  *       whether it is in overflow pages), or 1 when the key lies outside the pages in use,
  *       2 when the value would (a damaged node: reading it would be a SIGBUS).
  *       Little-endian machines only (the caller checks nothing on others).
+ *
+ *   find_value(key, base, in_use, psize, root, depth)
+ *       The same (offset, size, big) for ``key`` in the B-tree whose root page is ``root``
+ *       (of a table with LMDB's default key order: memcmp, then the shorter first),
+ *       found by walking its branch and leaf pages in the map - or None when the walk
+ *       does not find it, or meets anything it does not expect (a page outside the pages
+ *       in use, a page that is not a branch or plain leaf page, a node outside its page,
+ *       a sub-database or duplicates node): then ask LMDB, which names the damage.
+ *       LMDB's own lookup (mdb_node_read) reads the first page of a value in overflow
+ *       pages, one dependent disk read before any of the value's bytes can be asked for;
+ *       this walk reads only the tree's pages, a few that stay cached.
+ *       Page: u64 pgno, u16 pad, u16 flags (P_BRANCH 1, P_LEAF 2, P_LEAF2 0x20), u16
+ *       lower, u16 upper, then u16 node offsets; (lower - 16) / 2 nodes. A branch node's
+ *       child page is lo | hi << 16 | flags << 32; its first key is not compared.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -63,9 +77,136 @@ static PyObject *value_span(PyObject *self, PyObject *const *args, Py_ssize_t na
     return Py_BuildValue("(LLO)", start, size, big ? Py_True : Py_False);
 }
 
+#define P_BRANCH 0x01
+#define P_LEAF 0x02
+#define P_LEAF2 0x20
+#define PAGE_HEAD 16
+#define F_SUBDATA 2
+#define F_DUPDATA 4
+
+/* The node at index i of a page, or NULL when it (its header and key) is not inside the page. */
+static const unsigned char *node_at(const unsigned char *page, long long psize, int i, uint16_t *h)
+{
+    uint16_t off;
+    memcpy(&off, page + PAGE_HEAD + 2 * i, sizeof off);
+    if (off < PAGE_HEAD || (long long)off + 8 > psize)
+        return NULL;
+    memcpy(h, page + off, 4 * sizeof(uint16_t));
+    if ((long long)off + 8 + h[3] > psize)
+        return NULL;
+    return page + off;
+}
+
+static int key_cmp(const unsigned char *node, const uint16_t *h, const unsigned char *k, Py_ssize_t n)
+{
+    Py_ssize_t m = h[3] < n ? h[3] : n;
+    int c = memcmp(node + 8, k, (size_t)m);
+    return c ? c : (h[3] > n) - (h[3] < n);
+}
+
+static PyObject *find_value(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "find_value(key, base, in_use, psize, root, depth)");
+        return NULL;
+    }
+    unsigned long long base = PyLong_AsUnsignedLongLong(args[1]);
+    long long in_use = PyLong_AsLongLong(args[2]);
+    long long psize = PyLong_AsLongLong(args[3]);
+    unsigned long long pgno = PyLong_AsUnsignedLongLong(args[4]);
+    long depth = PyLong_AsLong(args[5]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (psize < 64 || psize > 65536 || depth < 1 || depth > 64)
+        Py_RETURN_NONE;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *k = view.buf;
+    Py_ssize_t n = view.len;
+    unsigned long long npages = (unsigned long long)(in_use / psize);
+    PyObject *found = NULL;
+    for (long level = 0; level < depth && !found; level++) {
+        if (pgno < 2 || pgno >= npages)
+            break;
+        const unsigned char *page = (const unsigned char *)(uintptr_t)(base + pgno * (unsigned long long)psize);
+        uint16_t flags, lower, upper;
+        memcpy(&flags, page + 10, 2);
+        memcpy(&lower, page + 12, 2);
+        memcpy(&upper, page + 14, 2);
+        if (lower < PAGE_HEAD || lower > upper || upper > psize || (flags & P_LEAF2))
+            break;
+        int nkeys = (lower - PAGE_HEAD) >> 1;
+        uint16_t h[4];
+        const unsigned char *node;
+        if ((flags & (P_BRANCH | P_LEAF)) == P_BRANCH) {
+            int lo = 1, hi = nkeys - 1, at = 0;  /* the last node whose key is <= k (node 0: below all) */
+            while (lo <= hi) {
+                int mid = (lo + hi) / 2;
+                if (!(node = node_at(page, psize, mid, h)))
+                    goto done;
+                if (key_cmp(node, h, k, n) <= 0) {
+                    at = mid;
+                    lo = mid + 1;
+                } else {
+                    hi = mid - 1;
+                }
+            }
+            if (nkeys < 1 || !(node = node_at(page, psize, at, h)))
+                break;
+            pgno = (unsigned long long)h[0] | (unsigned long long)h[1] << 16 | (unsigned long long)h[2] << 32;
+            continue;
+        }
+        if ((flags & (P_BRANCH | P_LEAF)) != P_LEAF)
+            break;
+        int lo = 0, hi = nkeys - 1;
+        while (lo <= hi) {
+            int mid = (lo + hi) / 2;
+            if (!(node = node_at(page, psize, mid, h)))
+                goto done;
+            int c = key_cmp(node, h, k, n);
+            if (c < 0) {
+                lo = mid + 1;
+            } else if (c > 0) {
+                hi = mid - 1;
+            } else {
+                if (h[2] & (F_SUBDATA | F_DUPDATA))
+                    goto done;
+                long long size = (long long)h[0] | ((long long)h[1] << 16);
+                int big = (h[2] & F_BIGDATA) != 0;
+                long long start = (long long)(node - (const unsigned char *)(uintptr_t)base) + 8 + n;
+                if (big) {
+                    uint64_t ov;
+                    if ((long long)(node - page) + 8 + n + 8 > psize)
+                        goto done;
+                    memcpy(&ov, node + 8 + n, sizeof ov);
+                    if (ov < 2 || ov >= npages)
+                        goto done;
+                    start = (long long)ov * psize + OVERFLOW_HEAD;
+                } else if ((long long)(node - page) + 8 + n + size > psize) {
+                    goto done;
+                }
+                if (start + size <= in_use)
+                    found = Py_BuildValue("(LLO)", start, size, big ? Py_True : Py_False);
+                goto done;
+            }
+        }
+        break;
+    }
+done:
+    PyBuffer_Release(&view);
+    if (found)
+        return found;
+    if (PyErr_Occurred())
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"value_span", (PyCFunction)(void (*)(void))value_span, METH_FASTCALL,
      "value_span(key, base, in_use, psize) -> (offset, size, big) | 1 (key outside) | 2 (value outside)"},
+    {"find_value", (PyCFunction)(void (*)(void))find_value, METH_FASTCALL,
+     "find_value(key, base, in_use, psize, root, depth) -> (offset, size, big) | None (ask LMDB)"},
     {NULL, NULL, 0, NULL},
 };
 

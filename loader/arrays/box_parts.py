@@ -86,7 +86,7 @@ def read_parts(ai, box, todo: list) -> dict:
         if head is None:  # not the size of its index row's cells
             continue
         spans[i] = head[0], [ser.part_spans(a, b, len(v), m)[1] for a, b in ranges]  # header, each range's records
-        rd.prefetch(v, spans[i][1])  # the header is in the value's first page, which the lookup read
+        rd.prefetch(v, [head[0], *spans[i][1]])  # the header too: the lookup read none of the piece's pages
     d0, d1 = ai.dims
     out = {}
     for i, rd, v, ranges in todo:

@@ -290,7 +290,7 @@ class Dataset(Verifying):
             spans = self.serializer.part_spans(lo, hi, len(v), b.count) if len(v) == b.nbytes else None
             if spans is None:
                 return False
-            recs = self.serializer.decode_part([rd.read(v, *span) for span in spans], len(v), b.first, b.count)
+            recs = self.serializer.decode_part(rd.read_parts(v, spans), len(v), b.first, b.count)
         if recs is None:
             return False
         out[...] = recs

@@ -30,6 +30,7 @@ import struct
 import sys
 
 from ..errors import StoreError
+from ._lmdbnode import find_value as _find_value
 from ._lmdbnode import value_span as _value_span
 
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -134,6 +135,27 @@ class Pages:
             return "a key lies outside the pages in use of data.mdb"
         lo, hi = _NODE.unpack_from(self.view, buffer_address(key) - self.base - 8)[:2]
         return f"the value of key {bytes(key).hex()} ({lo | hi << 16} bytes) lies outside the pages in use of data.mdb"
+
+    def find(self, key: bytes, tree: tuple[int, int]) -> tuple[int, int, bool] | None:
+        """`value_span` of ``key`` in the B-tree ``tree`` ((root page, depth): `table_tree`),
+        found by walking its pages in the map, or None: not found, or anything unexpected
+        on the way (ask LMDB then; it names damage). Unlike LMDB's lookup, this does not
+        read the first page of a value in overflow pages (_lmdbnode.c)."""
+        return _find_value(key, self.base, self.in_use, self.psize, tree[0], tree[1])
+
+
+# A table's MDB_db record, the value of its name in the main B-tree: u32 pad, u16 flags,
+# u16 depth, four u64 page and entry counts, u64 root page.
+_TABLE = struct.Struct("<4xHH32xQ")
+
+
+def table_tree(record) -> tuple[int, int] | None:
+    """(root page, depth) of a table from its MDB_db record, or None when `Pages.find`
+    cannot walk it: empty, or keys not in LMDB's default order (any flag set)."""
+    if record is None or len(record) != _TABLE.size:
+        return None
+    flags, depth, root = _TABLE.unpack(record)
+    return (root, depth) if flags == 0 and depth > 0 else None
 
 
 def _buffer_offset() -> int | None:

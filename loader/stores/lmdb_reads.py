@@ -34,7 +34,7 @@ from ..infra.pagecache import page_cached
 from ._lmdbnode import value_span
 from .base import corrupt_store
 from .lmdb_env import EnvEntry, damaged, mapped_pages, reading
-from .lmdb_files import OVERFLOW_HEAD, Pages, buffer_address, release_pages
+from .lmdb_files import OVERFLOW_HEAD, Pages, buffer_address, release_pages, table_tree
 from .options import LmdbOptions
 
 # range() copies items out in slices of this many bytes (or items), each slice under its
@@ -114,7 +114,7 @@ class LmdbReads:
             self._dropped(table)
             txn.abort()
             return None
-        return LmdbValueView(self, txn, cursor, self._pages())
+        return LmdbValueView(self, txn, cursor, self._pages(), table)
 
     def _pages(self, refresh: bool = False) -> Pages | None:
         """The pages in use of data.mdb as mapped in this process (for `_value`), or None:
@@ -264,15 +264,25 @@ class LmdbValueView:
     """Zero-copy reads of one table under one read transaction (see values.ValueReader):
     a value stays valid until `close`; each one's leaf node is checked first."""
 
-    __slots__ = ("store", "txn", "cursor", "pages")
+    __slots__ = ("store", "txn", "cursor", "pages", "table", "tree")
 
-    def __init__(self, store: LmdbReads, txn: lmdb.Transaction, cursor: lmdb.Cursor, pages: Pages | None):
-        self.store, self.txn, self.cursor, self.pages = store, txn, cursor, pages
+    def __init__(self, store: LmdbReads, txn: lmdb.Transaction, cursor: lmdb.Cursor, pages: Pages | None,
+                 table: str):
+        self.store, self.txn, self.cursor, self.pages, self.table = store, txn, cursor, pages, table
+        self.tree = False  # the table's (root page, depth) in this transaction: looked up at the first untouched get
 
     def get(self, key: bytes, touch: bool = True):
         """The value of ``key`` (a buffer into the map) or None. ``touch=False``: none of
         its pages is read until the caller reads its bytes (and only the pages it reads:
-        `read_spans`)."""
+        `read_spans`); its node is found by walking the table's pages (`Pages.find`),
+        because LMDB's lookup reads the first page of the value - with the page cache
+        cold, a disk read the caller would wait for before it could ask for the pages it
+        needs. Anything the walk does not expect is asked of LMDB, which names damage."""
+        if not touch:
+            found = self.find(key)
+            if found is not None:
+                start, size, _ = found
+                return self.pages.view[start: start + size]
         try:
             with reading(self.store.path):  # a damaged store: one error naming the shard
                 if not self.cursor.set_key(key):
@@ -280,6 +290,17 @@ class LmdbValueView:
                 return self.store._value(self.cursor, self.pages, touch)
         except lmdb.BadDbiError:  # the table was dropped after this process opened it
             return None
+
+    def find(self, key: bytes) -> tuple[int, int, bool] | None:
+        """(offset in data.mdb, size, whether in overflow pages) of the value of ``key``,
+        found by walking this table's pages in this transaction (`Pages.find`), or None:
+        not found, or the walk met something it does not expect."""
+        if self.pages is None:
+            return None
+        if self.tree is False:
+            with reading(self.store.path):
+                self.tree = table_tree(self.txn.get(self.table.encode()))
+        return None if self.tree is None else self.pages.find(key, self.tree)
 
     def read_spans(self, value, spans: list[tuple[int, int]], into: memoryview) -> None:
         """Bytes [offset, offset + length) of ``value`` for each span (inside it), one after

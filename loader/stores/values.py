@@ -45,12 +45,19 @@ class ValueReader:
             return self.view.get(key, touch)
         return self.store.get(key, table=self.table)
 
-    def read(self, value, offset: int, length: int) -> bytearray:
-        """A copy of bytes [offset, offset + length) of ``value`` (of an untouched LMDB
-        value: only their pages are read from the disk)."""
-        out = bytearray(length)
-        self.read_spans(value, [(offset, length)], memoryview(out))
-        return out
+    def read_parts(self, value, spans: list[tuple[int, int]]) -> list[memoryview]:
+        """A copy of each (offset, length) span of ``value``. Of an untouched LMDB value
+        only their pages are read, all of them asked of the disk before the first is waited
+        for (`prefetch`): a record's read and its value's header reach the disk together."""
+        buf = memoryview(bytearray(sum(n for _, n in spans)))
+        if len(spans) > 1:
+            self.prefetch(value, spans)
+        self.read_spans(value, spans, buf)
+        parts, pos = [], 0
+        for _, n in spans:
+            parts.append(buf[pos: pos + n])
+            pos += n
+        return parts
 
     def read_spans(self, value, spans: list[tuple[int, int]], into: memoryview) -> None:
         """The bytes of each (offset, length) span of ``value``, one after another into
