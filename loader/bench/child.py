@@ -29,6 +29,7 @@ CHILDREN = {
     "arcticdb": peers.child_arcticdb, "tiledb": peers.child_tiledb,
     "probe_finalize": finalize.child_probe_finalize, "finalize": finalize.child_finalize,
     "query": finalize.child_query, "randreads": randreads.child_randreads,
+    "diskreads": randreads.child_diskreads,
 }
 
 

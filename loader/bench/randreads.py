@@ -16,7 +16,12 @@ files it reads were evicted from the page cache (fsync + posix_fadvise DONTNEED)
 and each is measured for three targets, round-robin: ``raoff`` (the dataset opened with
 ``?readahead=0``), ``raon`` (``?readahead=1``) and ``memmap`` (``np.memmap`` of the raw
 file, the kernel's default readahead). A sample records the bytes the process read from
-the disk (/proc/self/io ``read_bytes``): the readahead waste, or its absence.
+the disk (/proc/self/io ``read_bytes``): the readahead waste, or its absence; and the read
+requests the disk completed meanwhile (/sys/dev/block/../stat): what a task costs it.
+
+The disk's own limit for such reads is measured in the same rounds (``disk``): cold random
+``pread``s of 12 KiB (a box's run of cells in a chunk piece, ~100 cells, is one such
+request) at page-aligned offsets of the raw file, from 1, 2 and 8 threads.
 
 Invariants: the tasks of a round are the same for the three targets (seeded by the
 round); MB/s counts the records asked for, not the bytes read; nothing else runs in the
@@ -40,6 +45,8 @@ from .records import DIMS, LAYOUT, RECORD_SIZE
 from .runner import Bench, Row
 
 TARGETS = {"raoff": "readahead off", "raon": "readahead on", "memmap": "np.memmap of the raw file"}
+DISK_READ = 12 * 1024  # bytes of one read of the disk's limit: 128 records
+DISK_THREADS = (1, 2, 8)
 
 
 def workload(n: int, tasks: int = 1000, count: int = 4, span: int = 1, width: int = 1000) -> dict:
@@ -53,6 +60,7 @@ def section_random(b: Bench) -> None:
     for mode in ("records", "box"):
         for threads in (1, 2):
             rows += [_row(b, mode, threads, target, wl) for target in TARGETS]
+    rows += [_disk_row(b, threads, wl["tasks"] * wl["count"]) for threads in DISK_THREADS]
     rows = [r for r in rows if r is not None]
     if not rows:
         return
@@ -90,6 +98,20 @@ def _row(b: Bench, mode: str, threads: int, target: str, wl: dict) -> Row | None
                                         raw=str(raw), n=b.p.n, seed=i, **wl), [(f, "seconds")])
 
 
+def _disk_row(b: Bench, threads: int, reads: int) -> Row | None:
+    f: Figure | None = b.fig(
+        f"random-disk-t{threads}", "random",
+        f"cold random {DISK_READ // 1024} KiB preads of the raw file (the disk's limit), {threads} "
+        f"thread{'s' if threads > 1 else ''}", reads * DISK_READ // RECORD_SIZE, workers=threads,
+        params={"mode": "disk", "target": "disk", "tasks": reads, "read_bytes": DISK_READ},
+        note=f"{reads:,} reads at random page-aligned offsets, page cache dropped first, readahead off")
+    if f is None:
+        return None
+    raw = b.work / "random.bin"
+    return Row(lambda i: b.child_sample("diskreads", raw=str(raw), threads=threads, reads=reads, seed=i),
+               [(f, "seconds")])
+
+
 # ============================================================================================
 # child benchmark processes
 # ============================================================================================
@@ -109,23 +131,67 @@ def child_randreads(mode: str, target: str, threads: int, uri: str, raw: str, n:
     try:
         for f in files:
             evict(f)
-        before = _read_bytes()
-        t = time.perf_counter()
-        if threads == 1:
-            got = _run(read, jobs)
-        else:
-            with ThreadPoolExecutor(threads) as ex:
-                got = sum(ex.map(lambda part: _run(read, part), [jobs[k::threads] for k in range(threads)]))
-        s = time.perf_counter() - t
-        read_bytes = _read_bytes() - before
+        got, sample = _timed(threads, jobs, lambda part: _run(read, part), raw)
     finally:
         close()
-    return {"seconds": s, "records": got, "disk_read_bytes": read_bytes,
-            "read_amplification": round(read_bytes / max(1, got * RECORD_SIZE), 3)}
+    return sample | {"records": got, "read_amplification": round(sample["disk_read_bytes"] / max(1, got * RECORD_SIZE), 3),
+                     "disk_requests_per_task": round(sample["disk_requests"] / tasks, 2)}
+
+
+def child_diskreads(raw: str, threads: int, reads: int, seed: int) -> dict:
+    """``reads`` cold random preads of `DISK_READ` bytes of ``raw`` from ``threads`` threads."""
+    import os
+    import random
+
+    fd = os.open(raw, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        pages = os.fstat(fd).st_size // 4096 - DISK_READ // 4096
+        rng = random.Random(seed)
+        offsets = [rng.randrange(pages) * 4096 for _ in range(reads)]
+        evict(raw)
+
+        def run(part: list) -> int:
+            buf = bytearray(DISK_READ)
+            for at in part:
+                os.preadv(fd, [buf], at)
+            return len(part)
+
+        got, sample = _timed(threads, offsets, run, raw)
+    finally:
+        os.close(fd)
+    return sample | {"reads": got, "disk_requests_per_task": round(sample["disk_requests"] / reads, 2)}
+
+
+def _timed(threads: int, jobs: list, run, path: str) -> tuple[int, dict]:
+    """``run`` over ``jobs`` from ``threads`` threads (each a strided share), timed: (its
+    total, {seconds, disk_read_bytes, disk_requests})."""
+    before, requests = _read_bytes(), _disk_reads(path)
+    t = time.perf_counter()
+    if threads == 1:
+        got = run(jobs)
+    else:
+        with ThreadPoolExecutor(threads) as ex:
+            got = sum(ex.map(run, [jobs[k::threads] for k in range(threads)]))
+    s = time.perf_counter() - t
+    return got, {"seconds": s, "disk_read_bytes": _read_bytes() - before, "disk_requests": _disk_reads(path) - requests}
 
 
 def _run(read, jobs: list) -> int:
     return sum(read(lo, hi) for job in jobs for lo, hi in job)
+
+
+def _disk_reads(path: str) -> int:
+    """Read requests completed so far by the block device holding ``path`` (0 if unknown):
+    the whole device's, so nothing else may read from it while a sample is timed."""
+    import os
+
+    try:
+        dev = os.stat(path).st_dev
+        with open(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}/stat") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def _reader(mode: str, target: str, uri: str, raw: str, n: int):

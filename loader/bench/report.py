@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 
 from ..infra.outputs import output_dir, write_output
+from .figures import stats
 from .plots import plots
 
 SCHEMA = "bulkload-bench"
@@ -73,7 +74,8 @@ def _target_row(t: dict) -> str:
     elif t["id"] == "query-2ms":
         val, ref = f"{val:.3f} ms", f"{ref} ms"
     else:
-        val, ref = f"{val:,.0f} MB/s", f"{ref:,.0f} MB/s"
+        digits = 0 if min(val, ref) >= 10 else 2  # a few records a task: fractions of a MB/s
+        val, ref = f"{val:,.{digits}f} MB/s", f"{ref:,.{digits}f} MB/s"
     mark = "✅ pass" if t["pass"] else "❌ short"
     return f"| {_cell(t['what'])} | {val} | {ref} | {t['ratio']:.2f} | {needed} | {mark} |"
 
@@ -122,13 +124,35 @@ def _throughput_rows(rows: list[dict]) -> list[str]:
             *(_throughput_row(f) for f in rows)]
 
 
+def _random_row(f: dict) -> str:
+    tasks = f["params"].get("tasks") or 0
+    if f["status"] != "ok":
+        return f"| {_cell(f['title'])} | {tasks:,} | | | | | | | {f['status']}: {_cell(f['reason'])} |"
+    secs = f["seconds"]
+    amp = stats([x["read_amplification"] for x in f["samples"] if x.get("read_amplification")])
+    per_task = stats([x["disk_requests_per_task"] for x in f["samples"] if x.get("disk_requests_per_task")])
+    rss = f.get("peak_tree_rss_bytes")
+    return (f"| {_cell(f['title'])} | {tasks:,} | {tasks / secs['median']:,.0f} | {tasks / secs['max']:,.0f} – "
+            f"{tasks / secs['min']:,.0f} | {f['mb_s']['median']:,.2f} | {'' if not amp else format(amp['median'], '.2f')} | "
+            f"{'' if not per_task else format(per_task['median'], '.1f')} | {_fmt_bytes(rss and rss['max'])} | "
+            f"{_cell(f['note'])} |")
+
+
+def _random_rows(rows: list[dict]) -> list[str]:
+    return ["| figure | tasks | tasks/s (median) | min – max | MB/s | disk bytes read / bytes asked | "
+            "disk read requests / task | peak RSS tree | note |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+            *(_random_row(f) for f in rows)]
+
+
 def _figure_tables(figs: dict) -> list[str]:
     lines = []
+    tables = {"query": _query_rows, "random": _random_rows}
     for group, title in GROUP_TITLES.items():
         rows = [f for f in figs.values() if f["group"] == group]
         if rows:
             lines += ["", f"## {title}", ""]
-            lines += _query_rows(rows) if group == "query" else _throughput_rows(rows)
+            lines += tables.get(group, _throughput_rows)(rows)
     return lines
 
 
