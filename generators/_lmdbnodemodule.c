@@ -36,6 +36,28 @@
 #define F_BIGDATA 1
 #define OVERFLOW_HEAD 16
 
+/* Where the value of the leaf node at ``node`` (its 8-byte header, then a key of ``n``
+ * bytes) lies: its offset in data.mdb, size, and whether it fills overflow pages; 0, or 2
+ * when the node's key size is not ``n`` or the value would lie outside the pages in use.
+ * The node's header and key, and its overflow page number, must be inside the map. */
+static int leaf_value(const unsigned char *node, unsigned long long base, long long n, long long in_use,
+                      long long psize, long long *start, long long *size, int *big)
+{
+    uint16_t h[4];
+    memcpy(h, node, sizeof h);
+    *size = (long long)h[0] | ((long long)h[1] << 16);
+    *big = (h[2] & F_BIGDATA) != 0;
+    *start = (long long)((uintptr_t)node - base) + 8 + n;
+    if (*big) {
+        uint64_t pgno;
+        memcpy(&pgno, node + 8 + n, sizeof pgno);
+        if (pgno > (uint64_t)(in_use / psize))
+            return 2;
+        *start = (long long)pgno * psize + OVERFLOW_HEAD;
+    }
+    return (long long)h[3] != n || *start + *size > in_use ? 2 : 0;
+}
+
 static PyObject *value_span(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 4) {
@@ -60,19 +82,9 @@ static PyObject *value_span(PyObject *self, PyObject *const *args, Py_ssize_t na
     if (at < 8 || at > in_use - n - 8)
         return PyLong_FromLong(1);
     const unsigned char *node = (const unsigned char *)(uintptr_t)(base + (unsigned long long)at - 8);
-    uint16_t h[4];
-    memcpy(h, node, sizeof h);
-    long long size = (long long)h[0] | ((long long)h[1] << 16);
-    int big = (h[2] & F_BIGDATA) != 0;
-    long long start = at + n;
-    if (big) {
-        uint64_t pgno;
-        memcpy(&pgno, node + 8 + n, sizeof pgno);
-        if (pgno > (uint64_t)(in_use / psize))
-            return PyLong_FromLong(2);
-        start = (long long)pgno * psize + OVERFLOW_HEAD;
-    }
-    if ((long long)h[3] != n || start + size > in_use)
+    long long start, size;
+    int big;
+    if (leaf_value(node, base, n, in_use, psize, &start, &size, &big))
         return PyLong_FromLong(2);
     return Py_BuildValue("(LLO)", start, size, big ? Py_True : Py_False);
 }
@@ -172,21 +184,13 @@ static PyObject *find_value(PyObject *self, PyObject *const *args, Py_ssize_t na
             } else {
                 if (h[2] & (F_SUBDATA | F_DUPDATA))
                     goto done;
-                long long size = (long long)h[0] | ((long long)h[1] << 16);
-                int big = (h[2] & F_BIGDATA) != 0;
-                long long start = (long long)(node - (const unsigned char *)(uintptr_t)base) + 8 + n;
-                if (big) {
-                    uint64_t ov;
-                    if ((long long)(node - page) + 8 + n + 8 > psize)
-                        goto done;
-                    memcpy(&ov, node + 8 + n, sizeof ov);
-                    if (ov < 2 || ov >= npages)
-                        goto done;
-                    start = (long long)ov * psize + OVERFLOW_HEAD;
-                } else if ((long long)(node - page) + 8 + n + size > psize) {
-                    goto done;
-                }
-                if (start + size <= in_use)
+                long long in_page = h[2] & F_BIGDATA ? 8 : (long long)h[0] | ((long long)h[1] << 16);
+                if ((long long)(node - page) + 8 + n + in_page > psize)
+                    goto done;  /* the page number, or the value itself, past its page */
+                long long start, size;
+                int big;
+                if (!leaf_value(node, base, n, in_use, psize, &start, &size, &big)
+                    && (!big || start >= 2 * psize + OVERFLOW_HEAD))  /* not in the meta pages */
                     found = Py_BuildValue("(LLO)", start, size, big ? Py_True : Py_False);
                 goto done;
             }

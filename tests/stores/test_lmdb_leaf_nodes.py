@@ -40,6 +40,9 @@ def test_value_span_reads_the_node_as_lmdb_lays_it_out(data, n, header, pgno, us
     buf = bytearray(size)
     if at >= 8:
         buf[at - 8: at] = header
+        if data.draw(st.booleans()):  # a plausible node: its key size, a value that may fit
+            buf[at - 8: at] = struct.pack("<HHHH", data.draw(st.integers(0, 2 * size)), 0,
+                                          data.draw(st.sampled_from([0, 1])), n)
     buf[at + n: at + n + 8] = pgno.to_bytes(8, "little")
     base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
     pages = Pages(base, size, used, PSIZE)  # the pages in use may end before the buffer does

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from loader.errors import CorruptStoreError
 from loader.stores.lmdb_files import OVERFLOW_HEAD
 
-from .store_helpers import evict, reader, resident_pages, writer
+from .store_helpers import evict, make_spec, reader, resident_pages, writer
 
 SIZES = [0, 1, 40, 500, 2000, 4050, 4096, 9000, 70_000]  # in the leaf page, and in overflow pages
 
@@ -60,7 +60,7 @@ keys_st = st.lists(st.binary(min_size=1, max_size=90), min_size=1, max_size=400,
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(keys=keys_st, groups=st.integers(1, 4), data=st.data())
 def test_the_walk_finds_what_lmdb_stores_in_any_tree(tmp_path_factory, keys, groups, data):
-    spec = _spec(tmp_path_factory)
+    spec = make_spec("lmdb", tmp_path_factory.mktemp("walk"))
     rng = np.random.default_rng(len(keys))
     table = {key: rng.bytes(SIZES[i % len(SIZES)]) for i, key in enumerate(keys)}
     drop = data.draw(st.lists(st.sampled_from(keys), max_size=len(keys) // 3, unique=True))
@@ -144,9 +144,3 @@ def test_a_damaged_tree_is_found_the_same_or_handed_to_lmdb(lmdb_spec, seed):
         finally:
             view.close()
     assert answered > 0  # most of the tree is intact: the damage did not stop every read
-
-
-def _spec(tmp_path_factory):
-    from .store_helpers import make_spec
-
-    return make_spec("lmdb", tmp_path_factory.mktemp("walk"))
