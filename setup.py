@@ -88,6 +88,11 @@ setup(
             extra_compile_args=CFLAGS,
         ),
         Extension(
+            "loader.stores._preads",
+            sources=[f"{GEN_DIR}/_preadsmodule.c"],
+            extra_compile_args=CFLAGS,
+        ),
+        Extension(
             "loader.docs._docsio",
             sources=[f"{GEN_DIR}/_docsiomodule.c"],
             extra_compile_args=CFLAGS,

@@ -74,10 +74,11 @@ def part_ranges(ai, i: int, box) -> list[tuple[int, int]] | None:
 
 def read_parts(ai, box, todo: list) -> dict:
     """Read the parts of the pieces in ``todo`` ((index row, value reader, untouched value,
-    ranges) each): every part asked of the disk first, then each piece's parts read into
-    one buffer and cut. Returns {index row: {column: cells inside the box (views of a
-    new array)} or None (no cell inside)}; a piece that is not the size of its index
-    row's cells, or whose header is not their framing, is left out (read it whole)."""
+    ranges) each): every part asked of the disk first, then each piece's header and parts
+    read into one buffer (one `read_spans`) and cut. Returns {index row: {column: cells
+    inside the box (views of a new array)} or None (no cell inside)}; a piece that is not
+    the size of its index row's cells, or whose header is not their framing, is left out
+    (read it whole)."""
     ser = ai.ser
     spans = {}
     for i, rd, v, ranges in todo:
@@ -85,19 +86,18 @@ def read_parts(ai, box, todo: list) -> dict:
         head = ser.part_spans(0, 0, len(v), m)
         if head is None:  # not the size of its index row's cells
             continue
-        spans[i] = head[0], [ser.part_spans(a, b, len(v), m)[1] for a, b in ranges]  # header, each range's records
-        rd.prefetch(v, [head[0], *spans[i][1]])  # the header too: the lookup read none of the piece's pages
+        spans[i] = [head[0], *(ser.part_spans(a, b, len(v), m)[1] for a, b in ranges)]  # header, each range's records
+        if len(todo) > 1:  # the other pieces' parts too (read_spans asks for its own spans together)
+            rd.prefetch(v, spans[i])  # the header too: the lookup read none of the piece's pages
     d0, d1 = ai.dims
     out = {}
     for i, rd, v, ranges in todo:
         if i not in spans:
             continue
-        head_span, bodies = spans[i]
-        head = bytearray(head_span[1])
-        rd.read_spans(v, [head_span], memoryview(head))
-        body = _buffer(sum(n for _, n in bodies))
-        rd.read_spans(v, bodies, body)
-        recs = ser.decode_part([head, body], len(v), 0, int(ai.cells[i]))
+        head_n = spans[i][0][1]
+        buf = _buffer(sum(n for _, n in spans[i]))
+        rd.read_spans(v, spans[i], buf)
+        recs = ser.decode_part([bytes(buf[:head_n]), buf[head_n:]], len(v), 0, int(ai.cells[i]))
         if recs is None:
             continue
         rv, cv = recs[d0], recs[d1]

@@ -32,6 +32,7 @@ import lmdb
 
 from ..infra.pagecache import page_cached
 from ._lmdbnode import value_span
+from ._preads import read_spans
 from .base import corrupt_store
 from .lmdb_env import EnvEntry, damaged, mapped_pages, reading
 from .lmdb_files import OVERFLOW_HEAD, Pages, buffer_address, release_pages, table_tree
@@ -305,22 +306,23 @@ class LmdbValueView:
     def read_spans(self, value, spans: list[tuple[int, int]], into: memoryview) -> None:
         """Bytes [offset, offset + length) of ``value`` for each span (inside it), one after
         another into ``into`` (as many bytes as the spans hold): of an untouched value read
-        with ``pread`` from data.mdb - only their pages, and with the GIL released while the
-        disk works (a page fault through the map would hold it)."""
+        from data.mdb - only their pages, several spans asked of the disk together - with
+        the GIL released once while the disk works (_preads.c; a page fault through the
+        map would hold it)."""
         at0 = self._file_offset(value, 0, len(value))
-        fd = None if at0 is None else self.store._data_file()
-        pos = 0
-        for offset, length in spans:
-            if offset < 0 or length < 0 or offset + length > len(value):
-                raise ValueError(f"bytes {offset}..{offset + length} are outside a value of {len(value)}")
-            out = into[pos: pos + length]
-            pos += length
-            if fd is None:
-                out[:] = memoryview(value)[offset: offset + length]
-                continue
-            got = os.preadv(fd, [out], at0 + offset)
-            if got != length:  # the file is shorter than its pages in use (damaged meanwhile)
-                raise corrupt_store(self.store.path, f"data.mdb ended at byte {at0 + offset + got} inside a value")
+        if at0 is None:
+            pos = 0
+            for offset, length in spans:
+                if offset < 0 or length < 0 or offset + length > len(value):
+                    raise ValueError(f"bytes {offset}..{offset + length} are outside a value of {len(value)}")
+                into[pos: pos + length] = memoryview(value)[offset: offset + length]
+                pos += length
+            return
+        fd = self.store._data_file()
+        if read_spans(fd, at0, len(value), spans, into, len(spans) > 1) != sum(n for _, n in spans):
+            # the file is shorter than its pages in use (damaged meanwhile)
+            raise corrupt_store(self.store.path, f"data.mdb ended at byte {os.fstat(fd).st_size} inside a "
+                                                 f"value (bytes {at0}..{at0 + len(value)})")
 
     def prefetch(self, value, spans: list[tuple[int, int]]) -> None:
         """Have the kernel start reading bytes [offset, offset + length) of ``value`` from

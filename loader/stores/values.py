@@ -48,10 +48,8 @@ class ValueReader:
     def read_parts(self, value, spans: list[tuple[int, int]]) -> list[memoryview]:
         """A copy of each (offset, length) span of ``value``. Of an untouched LMDB value
         only their pages are read, all of them asked of the disk before the first is waited
-        for (`prefetch`): a record's read and its value's header reach the disk together."""
+        for (`read_spans`): a record's read and its value's header reach the disk together."""
         buf = memoryview(bytearray(sum(n for _, n in spans)))
-        if len(spans) > 1:
-            self.prefetch(value, spans)
         self.read_spans(value, spans, buf)
         parts, pos = [], 0
         for _, n in spans:
