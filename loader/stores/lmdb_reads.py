@@ -303,26 +303,22 @@ class LmdbValueView:
                 self.tree = table_tree(self.txn.get(self.table.encode()))
         return None if self.tree is None else self.pages.find(key, self.tree)
 
-    def read_spans(self, value, spans: list[tuple[int, int]], into: memoryview) -> None:
+    def read_spans(self, value, spans: list[tuple[int, int]], into: memoryview) -> bool:
         """Bytes [offset, offset + length) of ``value`` for each span (inside it), one after
-        another into ``into`` (as many bytes as the spans hold): of an untouched value read
-        from data.mdb - only their pages, several spans asked of the disk together - with
-        the GIL released once while the disk works (_preads.c; a page fault through the
-        map would hold it)."""
+        another into ``into`` (as many bytes as the spans hold), read from data.mdb - only
+        their pages, several spans asked of the disk together - with the GIL released once
+        while the disk works (_preads.c; a page fault through the map would hold it).
+        False: ``value`` is not in the map (a copy), nothing was read; copy its bytes
+        (values.ValueReader.read_spans does)."""
         at0 = self._file_offset(value, 0, len(value))
         if at0 is None:
-            pos = 0
-            for offset, length in spans:
-                if offset < 0 or length < 0 or offset + length > len(value):
-                    raise ValueError(f"bytes {offset}..{offset + length} are outside a value of {len(value)}")
-                into[pos: pos + length] = memoryview(value)[offset: offset + length]
-                pos += length
-            return
+            return False
         fd = self.store._data_file()
         if read_spans(fd, at0, len(value), spans, into, len(spans) > 1) != sum(n for _, n in spans):
             # the file is shorter than its pages in use (damaged meanwhile)
             raise corrupt_store(self.store.path, f"data.mdb ended at byte {os.fstat(fd).st_size} inside a "
                                                  f"value (bytes {at0}..{at0 + len(value)})")
+        return True
 
     def prefetch(self, value, spans: list[tuple[int, int]]) -> None:
         """Have the kernel start reading bytes [offset, offset + length) of ``value`` from

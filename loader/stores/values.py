@@ -60,8 +60,13 @@ class ValueReader:
     def read_spans(self, value, spans: list[tuple[int, int]], into: memoryview) -> None:
         """The bytes of each (offset, length) span of ``value``, one after another into
         ``into`` (of an untouched LMDB value: only their pages are read from the disk)."""
-        if self.view is not None:
-            return self.view.read_spans(value, spans, into)
+        if self.view is not None and self.view.read_spans(value, spans, into):
+            return
+        # a copied value (or one outside the map): every span checked before any is copied,
+        # as _preads.c does
+        for offset, length in spans:
+            if offset < 0 or length < 0 or offset + length > len(value):
+                raise ValueError(f"bytes {offset}..{offset + length} are outside a value of {len(value)}")
         pos = 0
         for offset, length in spans:
             into[pos: pos + length] = memoryview(value)[offset: offset + length]

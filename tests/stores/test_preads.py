@@ -164,3 +164,24 @@ def test_a_data_file_cut_short_under_a_reader_is_a_corrupt_store(lmdb_spec, tmp_
         _, cut, message = line.split(" ", 2)
         assert f"data.mdb ended at byte {cut} inside a value (bytes " in message, line
         assert lmdb_spec.shard_path(0) in message, line
+
+
+def test_a_copied_value_is_read_and_checked_the_same_way(tmp_path):
+    """A backend that copies values (RocksDB: no map, no file offset) reads the same spans
+    through `ValueReader.read_spans`, and refuses a span outside the value likewise."""
+    from loader.stores.registry import backend_for
+    from loader.stores.values import ValueReader
+
+    st = backend_for("rocksdb").open(str(tmp_path / "shard"), write=True)
+    try:
+        st.put_sorted([(b"k", b"0123456789")])
+        with ValueReader(st, "batches") as rd:
+            v = rd.get(b"k")
+            assert rd.view is None
+            assert [bytes(p) for p in rd.read_parts(v, [(0, 2), (8, 2), (5, 0)])] == [b"01", b"89", b""]
+            into = bytearray(b"\xee" * 7)
+            with pytest.raises(ValueError, match="bytes 8..13 are outside a value of 10"):
+                rd.read_spans(v, [(0, 2), (8, 5)], memoryview(into))
+            assert into == b"\xee" * 7  # refused before anything is copied
+    finally:
+        st.close()
