@@ -8,7 +8,7 @@ any earlier attempt at its own table, then fills windows of whole chunks from it
 (build_sources.py: direct from the flat batches, or merged from spill runs) and hands
 each to the ChunkEmitter (build_emit.py), which sorts, applies the duplicates policy,
 encodes and appends. One sync per shard at the end. Its index rows and the pieces'
-samples go to ``SPILL_DIR/index-WWW.npz`` (``rows``, ``samples``); the receipt (`BuildReceipt`) carries counts and timings.
+samples go to ``SPILL_DIR/index-WWW.rows`` and ``.samples`` (spill_files.py); the receipt (`BuildReceipt`) carries counts and timings.
 
 Runs in a pool worker (``build_worker(task, progress_q)``, progress in records); it stops
 when the coordinator is gone. A small finalize runs its build workers as threads of the
@@ -31,6 +31,7 @@ from ..infra.proc import cpu_seconds, minor_faults, parent_alive, peak_rss, star
 from ..model.chunk_index import TABLE_PREFIX
 from ..model.layouts import Layout
 from ..model.placement import owned_shards
+from . import spill_files
 from .build_emit import BuildStats, ChunkEmitter
 from .build_sources import DirectSource, SpillSource
 from .job import WorkerTask
@@ -69,7 +70,7 @@ class BuildTask(WorkerTask):
 class BuildReceipt:
     worker: int
     pid: int
-    index: str | None  # the .npz file of this worker's index rows and samples (None: it wrote no piece)
+    index: str | None  # SPILL_DIR/index-WWW: its .rows and .samples files (None: it wrote no piece)
     cells: int
     dropped: int
     dropped_hash: int
@@ -109,8 +110,9 @@ def build_worker(task: BuildTask, progress_q, writers_open=None, decoded=None) -
         src.close()
     path = None
     if em.index_rows:
-        path = os.path.join(task.spill_dir, f"index-{task.worker:03d}.npz")
-        np.savez(path, rows=np.array(em.index_rows, dtype=em.idt), samples=np.concatenate(em.samples))
+        path = os.path.join(task.spill_dir, f"index-{task.worker:03d}")
+        spill_files.save(path + ".rows", np.array(em.index_rows, dtype=em.idt))
+        spill_files.save(path + ".samples", np.concatenate(em.samples))
     return BuildReceipt(task.worker, os.getpid(), path, **asdict(stats),
                         seconds=round(time.perf_counter() - t0, 4),
                         **{k: round(v, 4) for k, v in timings.items()}, max_rss=peak_rss(),

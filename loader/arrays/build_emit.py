@@ -48,6 +48,9 @@ GROUP_BYTES = 64 << 20
 #: an LMDB shard is written in at least this many groups (when its values allow)
 MIN_GROUPS = 8
 
+#: a piece's sample (chunk_index.py): the row and column of every ``every``-th cell
+SAMPLE_DTYPE = np.dtype([("r", "<i8"), ("c", "<i8")])
+
 
 @dataclass
 class BuildStats:
@@ -88,7 +91,6 @@ class ChunkEmitter:
         self.timings, self.stats = timings, stats
         self.index_rows: list[tuple] = []
         self.every = sample_every(self.crs)
-        self.sdt = np.dtype([("r", "<i8"), ("c", "<i8")])
         self.samples: list[np.ndarray] = []  # each piece's sample (chunk_index.py), in index row order
         self.group: list = []
         self.group_bytes = 0
@@ -276,7 +278,7 @@ class ChunkEmitter:
         value = cser.encode_buffer(buf, view, 0)
         nbytes = len(memoryview(value).cast("B")) if not isinstance(value, bytes) else len(value)
         row = [crow, ccol, piece, self.shard, m, nbytes, xxhash.xxh3_64_intdigest(value), self.every]
-        sample = np.empty(-(-m // self.every), self.sdt)
+        sample = np.empty(-(-m // self.every), SAMPLE_DTYPE)
         sample["r"] = view[self.dims[0]][::self.every]
         sample["c"] = view[self.dims[1]][::self.every]
         self.samples.append(sample)

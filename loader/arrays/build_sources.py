@@ -26,11 +26,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import VerifyError
+from . import spill_files
 from .build_emit import ChunkEmitter
 from .chunks import box_fits
 from .decoded import Decoded
 from .direct import Window
 from .job import BatchReader
+from .partition import DIR_DTYPE
 from .records import pread_into, void_view
 
 #: bytes per buffered record of a spill window beyond the record (index, sort keys)
@@ -146,7 +148,7 @@ class SpillSource:
         self.layout = em.layout
         self.rs = self.layout.record_size
         self.cap = max(1, task.budget // (self.rs + BUILD_OVERHEAD))
-        self.dirs = [np.load(os.path.join(task.spill_dir, f"{run.name}.dir.npy")) for run in task.runs]
+        self.dirs = [spill_files.load(os.path.join(task.spill_dir, f"{run.name}.dir"), DIR_DTYPE) for run in task.runs]
         self.fds: dict[int, tuple[int, int]] = {}
         self.win = np.empty(0, self.layout.dtype)
         self.wridx = np.empty(0, np.int64)

@@ -102,14 +102,16 @@ from ..serializers import get_serializer
 from ..stores.health import require_shards
 from ..stores.registry import open_in_this_process
 from ..stores.spec import StoreSpec, parse_dataset_uri
+from . import spill_files
 from .build import BuildTask, build_worker
+from .build_emit import SAMPLE_DTYPE
 from .chunks import KEY_FORMAT, SHARD_MAP
 from .decoded import Decoded
 from .direct import direct_window_records, plan_direct
 from .job import ArrayJob
 from .partition import PartitionTask, partition_worker
 from .report import FinalizeReport, IndexTotals, stage_figures, worker_peak_rss
-from .scan import MAX_SCAN_ENTRIES, ScanTask, scan_worker
+from .scan import ENTRY_DTYPE, MAX_SCAN_ENTRIES, ScanTask, scan_worker
 from .spec import DEFAULT_ARRAY, ArraySpec, make_spec
 
 STRATEGIES = ("auto", "direct", "spill")
@@ -349,7 +351,7 @@ def _scan(b: _Build) -> None:
     if any(rc.scattered for rc in b.scan):
         b.why = "records too scattered over chunks"
     else:
-        entries = np.concatenate([np.load(rc.entries) for rc in b.scan])
+        entries = np.concatenate([spill_files.load(rc.entries, ENTRY_DTYPE) for rc in b.scan])
         cap = direct_window_records(b.plan.buffers, b.m.layout_obj.record_size)
         b.windows, b.why = plan_direct(entries, b.flat, b.m.shards, b.nbuild, cap, b.plan.array.chunks,
                                        strict=b.plan.options.strategy == "direct")
@@ -393,12 +395,10 @@ def _build(b: _Build) -> None:
 def _write_index(b: _Build) -> np.ndarray:
     """Phase 3: merge the workers' index rows (key order) and write the index file."""
     t = time.perf_counter()
-    parts = []
-    for rc in b.build:
-        if rc.index:
-            with np.load(rc.index) as z:
-                parts.append((z["rows"], z["samples"]))
-    rows = np.concatenate([r for r, _ in parts]) if parts else np.empty(0, np.dtype(index_columns(b.plan.cell)))
+    idt = np.dtype(index_columns(b.plan.cell))
+    parts = [(spill_files.load(rc.index + ".rows", idt), spill_files.load(rc.index + ".samples", SAMPLE_DTYPE))
+             for rc in b.build if rc.index]
+    rows = np.concatenate([r for r, _ in parts]) if parts else np.empty(0, idt)
     samples = np.concatenate([s for _, s in parts]) if parts else None
     order = np.lexsort((rows["piece"], rows["ccol"], rows["crow"]))
     if samples is not None:

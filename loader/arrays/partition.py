@@ -7,7 +7,7 @@ for one - and writes it as a *spill run* into the run's spill directory:
 
 - ``RUN.rec``: the records, grouped;
 - ``RUN.idx``: their record indices (int64), in the same order;
-- ``RUN.dir.npy``: one row per group (shard, crow, ccol, start, count).
+- ``RUN.dir``: one row per group (shard, crow, ccol, start, count).
 
 The build step (build_sources.SpillSource) merges the runs chunk by chunk in key order.
 Memory stays within the budget whatever N is. Runs in a pool worker; crash behaviour: it
@@ -25,6 +25,7 @@ import numpy as np
 
 from ..infra import faults
 from ..infra.proc import peak_rss, start_worker
+from . import spill_files
 from .chunks import chunk_shard
 from .job import BatchReader, WorkerTask
 from .records import void_view
@@ -49,7 +50,7 @@ class PartitionTask(WorkerTask):
 
 @dataclass(frozen=True)
 class SpillRun:
-    name: str  # files SPILL_DIR/NAME.rec, .idx, .dir.npy
+    name: str  # files SPILL_DIR/NAME.rec, .idx, .dir
     records: int
 
 
@@ -189,7 +190,7 @@ class _Partitioner:
         return _Groups(order, gk // (nr * nc), rem // nc + crmin, rem % nc + ccmin, cnt)
 
     def _write_run(self, base: str, n: int, groups: _Groups) -> None:
-        """RUN.rec (records in group order), RUN.idx (their indices), RUN.dir.npy."""
+        """RUN.rec (records in group order), RUN.idx (their indices), RUN.dir (spill_files.py)."""
         order, scratch = groups.order, self.scratch
         src = void_view(self.buf)
         with open(base + ".rec", "wb") as f:
@@ -203,7 +204,7 @@ class _Partitioner:
         d = np.empty(len(groups.count), DIR_DTYPE)
         d["shard"], d["crow"], d["ccol"], d["count"] = groups.shard, groups.crow, groups.ccol, groups.count
         d["start"] = np.cumsum(groups.count) - groups.count
-        np.save(base + ".dir.npy", d)
+        spill_files.save(base + ".dir", d)
 
 
 def _lexsort_groups(shard: np.ndarray, crow: np.ndarray, ccol: np.ndarray, n: int) -> _Groups:

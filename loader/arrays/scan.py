@@ -2,7 +2,7 @@
 
 `scan_worker` reads a contiguous range of flat batches (zero-copy) and writes the rows
 (batch position in the plan, crow, ccol, count) of its range to
-``OUT_DIR/scan-WWW.npy``; the coordinator plans direct windows from all of them
+``OUT_DIR/scan-WWW.entries`` (spill_files.py); the coordinator plans direct windows from all of them
 (direct.py). Past ``max_entries`` rows the data counts as scattered: the worker stops
 and says so (the run then spills instead).
 
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..infra.proc import peak_rss, start_worker
+from . import spill_files
 from .chunks import batch_chunks
 from .decoded import Decoded
 from .job import BatchReader, WorkerTask
@@ -41,7 +42,7 @@ class ScanTask(WorkerTask):
 @dataclass(frozen=True)
 class ScanReceipt:
     worker: int
-    entries: str | None  # the .npy file of ENTRY_DTYPE rows; None when scattered
+    entries: str | None  # the file of ENTRY_DTYPE rows (spill_files.py); None when scattered
     scattered: bool
     seconds: float
     max_rss: int
@@ -76,6 +77,6 @@ def scan_worker(task: ScanTask, progress_q, decoded: Decoded | None = None) -> S
         reader.close()
     path = None
     if not scattered:
-        path = os.path.join(task.out_dir, f"scan-{task.worker:03d}.npy")
-        np.save(path, np.concatenate(parts) if parts else np.empty(0, ENTRY_DTYPE))
+        path = os.path.join(task.out_dir, f"scan-{task.worker:03d}.entries")
+        spill_files.save(path, np.concatenate(parts) if parts else np.empty(0, ENTRY_DTYPE))
     return ScanReceipt(task.worker, path, scattered, round(time.perf_counter() - t0, 4), peak_rss())

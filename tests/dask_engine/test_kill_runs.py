@@ -71,7 +71,7 @@ def test_worker_killed_mid_ingest_of_documents(tmp_path, client):
 
 def scanned(root) -> bool:
     """The finalize's scan phase is done (every scan task wrote its entries): build is next."""
-    return bool(glob.glob(os.path.join(root, ".finalize-*", "scan-*.npy")))
+    return bool(glob.glob(os.path.join(root, ".finalize-*", "scan-*.entries")))
 
 
 @pytest.mark.parametrize("phase", ["scan", "build"])
