@@ -89,6 +89,11 @@ class NestedDatasetError(UsageError):
     """A dataset path inside another dataset (whose compaction or --replace would delete it)."""
 
 
+class OutputInDatasetError(UsageError):
+    """An output path (--out, a temporary file beside it, a pipeline's out) resolves into a
+    dataset directory or a --replace build: writing it would destroy the dataset."""
+
+
 class SourceTypeError(UsageError):
     """SOURCE is a device, a socket or a procfs/sysfs file: not a file of records."""
 

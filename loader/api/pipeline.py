@@ -40,10 +40,12 @@ from ..arrays.finalize import finalize
 from ..errors import BulkloadError, MissingPathError, PipelineError
 from ..infra import env as variables
 from ..infra import logs
+from ..infra.outputs import refuse_dataset_paths
 from ..loading.ingest import ingest
 from ..loading.load import load
 from ..maintain.compact import compact
 from ..model.options import size_option
+from ..stores.spec import parse_dataset_uri
 from .commands import query
 from .engine import engine_for, engine_info
 
@@ -262,11 +264,20 @@ def run(path: str, sets: list[str] | None = None, *, progress: str = "auto", env
     """Parse and run a pipeline; returns a report with one entry per step. ``client`` /
     ``engine`` / ``scheduler``: where its tasks run (over the file's [job] keys)."""
     p = parse(path, sets, env)
+    _check_outputs(p)
     name, where = _engine_choice(p, client, engine, scheduler)
     with engine_for(p.config["job"]["dataset"], client, name, where) as ex:
         report = _run_steps(p, progress)
     report.engine = engine_info(ex)
     return report
+
+
+def _check_outputs(p: Pipeline) -> None:
+    """A [query] out inside a dataset (the job's, or any other) is refused before any step."""
+    q = p.config.get("query")
+    if q and q["enabled"] and q["out"]:
+        root = parse_dataset_uri(p.config["job"]["dataset"]).root
+        refuse_dataset_paths(q["out"], (root,), what=f"{p.path}: [query] out")
 
 
 def _engine_choice(p: Pipeline, client, engine: str | None, scheduler: str | None) -> tuple:

@@ -25,11 +25,11 @@ from typer.exceptions import TyperException
 from typer.main import get_command_name
 
 from .. import api
-from ..errors import EXIT_FAILED, EXIT_USAGE, BulkloadError, Interrupted
+from ..errors import EXIT_FAILED, EXIT_USAGE, BulkloadError, Interrupted, OutputError
 from ..infra import env, heap, logs
 from ..infra.env import flag
 from ..infra.interrupts import ignore_stop_signals, stop_on_signals
-from ..infra.outputs import open_output
+from ..infra.outputs import guard_stdout, open_output, silence_stdout, stdout_failed, writes_stdout
 from ..model.runs import Run
 from .params import plain_params
 
@@ -79,13 +79,18 @@ def handle_errors(fn):
     def wrapper(*args, **kwargs):
         try:
             with stop_on_signals():
-                return fn(*args, **kwargs)
+                rv = fn(*args, **kwargs)
+                sys.stdout.flush()  # a full or closed stdout is this command's error
+                return rv
         except BulkloadError as e:
+            if stdout_failed(e):  # what is still buffered for it goes nowhere
+                silence_stdout()
             fail(str(e), e.exit_code)
         except KeyboardInterrupt as e:
             stop = Interrupted.of(e)
             fail(str(stop), stop.exit_code)
-        except BrokenPipeError:
+        except BrokenPipeError:  # the reader went away (| head): quiet, as other tools
+            silence_stdout()
             raise typer.Exit(0)
         except (typer.Exit, typer.Abort, TyperException):
             raise
@@ -164,7 +169,7 @@ def generate(
     start: str = typer.Option("0", "--start", help="Index of the first record."),
     impl: str = typer.Option("c", "--impl", help="c (in-process C library) or python (numpy)."),
     layout: str = typer.Option("scidb96", "--layout", help="Layout name or .toml path."),
-    out: Optional[str] = typer.Option(None, "--out", help="Output file (default: stdout)."),
+    out: Optional[str] = typer.Option(None, "--out", help="Output file (default, or -: stdout)."),
 ):
     """Write generated raw records START..START+N-1 to stdout or a file."""
     # start-up: the generator's modules (numpy, the C library) load only for `generate`
@@ -179,12 +184,7 @@ def generate(
     if impl not in ("c", "python"):
         fail(f"--impl must be c or python, not {impl!r}", EXIT_USAGE)
     lay = get_layout(layout)
-    if out is None:
-        if sys.stdout.isatty():
-            fail("refusing to write binary records to a terminal; pipe them or use --out FILE", EXIT_USAGE)
-        write_records(lay, first, count, sys.stdout.buffer, impl=impl)
-        return
-    with open_output(out) as o:
+    with open_output(out or "-") as o:
         write_records(lay, first, count, o.file, impl=impl)
 
 
@@ -323,15 +323,17 @@ def verify(dataset: str = typer.Argument(...),
 @app.command()
 @handle_errors
 def export(dataset: str = typer.Argument(...),
-           out: str = typer.Option(..., "--out", help="Output file."),
+           out: str = typer.Option(..., "--out", help="Output file; - for stdout (the report then goes to "
+                                   "stderr)."),
            format: str = typer.Option("arrow", "--format", help="arrow, parquet, npy or capnp."),
            json_out: bool = typer.Option(False, "--json", help="Print the report as JSON.")):
     """Write the flat records, in order, to a file."""
     rep = api.export(dataset, out, format)
+    to = sys.stderr if writes_stdout(out) else sys.stdout  # stdout carries only the data
     if json_out:
-        emit_json(rep.to_dict())
+        print(json.dumps(rep.to_dict(), indent=2, default=str), file=to)
     else:
-        print(f"exported {rep.records:,} records to {rep.out} ({rep.format}, {rep.bytes:,} bytes)")
+        print(f"exported {rep.records:,} records to {rep.out} ({rep.format}, {rep.bytes:,} bytes)", file=to)
 
 
 def main() -> None:
@@ -339,15 +341,35 @@ def main() -> None:
     # imported, which costs 10-50 ms of a small load on a busy machine (a value the user set wins)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     heap.own_process()  # this process is bulkload's: it may keep freed heap (infra/heap.py)
+    guard_stdout()  # a full stdout is one line naming it, a closed one a quiet end (outputs.py)
     try:
         app_for(sys.argv[1:])()
     except Exception as e:  # noqa: BLE001 - outside any command (typer's own machinery)
         try:
+            if stdout_failed(e):  # --help to a full stdout
+                silence_stdout()
+                fail(str(e), EXIT_FAILED)
             unexpected(e)
         except typer.Exit as done:
             sys.exit(done.exit_code)
     finally:
+        flush_stdout()
         exiting()
+
+
+def flush_stdout() -> None:
+    """What the command printed is written before the exit: a closed stdout (| head) ends
+    quietly, a full one (/dev/full, a full disk behind >) is one line and exit 1."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        silence_stdout()
+    except OutputError as e:
+        silence_stdout()
+        print(f"bulkload: error: {e}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_FAILED)  # in a finally: replaces the exit under way
+    except (OSError, ValueError):
+        silence_stdout()
 
 
 def app_for(args: list[str]) -> typer.Typer:
