@@ -28,6 +28,7 @@ import os
 
 from ..errors import EngineError, UsageError
 from ..infra import env, executors
+from ..model.engine_keys import EngineKeys
 from ..model.options import MAX_WORKERS, check_count
 from ..stores.spec import parse_dataset_uri
 
@@ -121,12 +122,15 @@ def _connect():
 
 def with_engine(run, dataset_arg: int = 0):
     """``run`` with the keywords ``client``, ``engine``, ``scheduler`` (its dataset is its
-    positional argument ``dataset_arg``, or the keyword ``dataset`` / ``dataset_uri``)."""
+    positional argument ``dataset_arg``, or the keyword ``dataset`` / ``dataset_uri``); a run
+    off the local pool says so in its report (model/engine_keys.py: the keys of ``--json``)."""
 
     @functools.wraps(run)
     def call(*args, client=None, engine: str | None = None, scheduler: str | None = None, **kw):
         dataset = args[dataset_arg] if len(args) > dataset_arg else kw.get("dataset", kw.get("dataset_uri"))
-        with engine_for(dataset, client, engine, scheduler):
-            return run(*args, **kw)
+        with engine_for(dataset, client, engine, scheduler) as ex:
+            report = run(*args, **kw)
+            info = engine_info(ex)
+        return report.with_engine(info) if info and isinstance(report, EngineKeys) else report
 
     return call
