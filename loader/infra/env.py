@@ -15,6 +15,8 @@ once at start-up, so a bad value stops every command before it touches anything.
   BULKLOAD_SCHEDULER           the Dask scheduler: tcp://HOST:PORT (or another Dask
                                scheme: tls, ws, wss, ucx, inproc), or local:N (a
                                LocalCluster of N worker processes for the job)
+  BULKLOAD_PROGRESS_SECONDS    seconds between progress log lines when stderr is not a
+                               terminal (a number >= 0; default 2)
   BULKLOAD_DASK_TIMEOUT        seconds to wait for a Dask scheduler's handshake, and
                                for its first worker (a number >= 0; default 5)
 
@@ -75,6 +77,7 @@ ENGINES = ("local", "dask")
 DASK_SCHEMES = ("tcp", "tls", "ws", "wss", "ucx", "inproc")
 SCHEDULER_FORMS = "tcp://HOST:PORT (or tls, ws, wss, ucx, inproc://), or local:N"
 DASK_TIMEOUT = 5.0
+PROGRESS_SECONDS = 2.0
 
 
 def engine() -> str:
@@ -105,6 +108,11 @@ def scheduler_ok(text: str) -> bool:
     return bool(sep and proto.lower() in DASK_SCHEMES and rest)
 
 
+def progress_seconds() -> float:
+    """``$BULKLOAD_PROGRESS_SECONDS``: seconds between progress log lines (not a terminal)."""
+    return number("BULKLOAD_PROGRESS_SECONDS", PROGRESS_SECONDS)
+
+
 def dask_timeout() -> float:
     """``$BULKLOAD_DASK_TIMEOUT``: seconds to wait for a scheduler's handshake and first worker."""
     return number("BULKLOAD_DASK_TIMEOUT", DASK_TIMEOUT)
@@ -118,3 +126,4 @@ def check() -> None:
     engine()
     scheduler()
     dask_timeout()
+    progress_seconds()
