@@ -284,7 +284,7 @@ def _engine_choice(p: Pipeline, client, engine: str | None, scheduler: str | Non
     """(engine, scheduler) for engine_for: the caller's, else the [job] keys (checked)."""
     job = p.config["job"]
     for key, ok, what in (("engine", lambda v: v.strip().lower() in variables.ENGINES, "local or dask"),
-                          ("scheduler", variables.scheduler_ok, "tcp://HOST:PORT or local:N (N >= 1)")):
+                          ("scheduler", variables.scheduler_ok, variables.SCHEDULER_FORMS + " (N >= 1)")):
         if job.get(key) is not None and not ok(job[key]):
             raise PipelineError(f"{p.origin.get(f'job.{key}', p.path)}: key '{key}' must be {what}, "
                                 f"not {job[key]!r}")

@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from ..model.engine_keys import EngineKeys
+
 
 @dataclass(frozen=True)
 class IndexTotals:
@@ -34,7 +36,7 @@ class IndexTotals:
 
 
 @dataclass(frozen=True)
-class FinalizeReport:
+class FinalizeReport(EngineKeys):
     dataset: str
     array: str
     run_id: str
@@ -64,7 +66,7 @@ class FinalizeReport:
     in_process: bool = False  # the phases ran as threads of this process, no worker started (finalize.py)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return asdict(self) | self.engine
 
 
 #: per-worker step timings reported (slowest worker) for the partition and build phases

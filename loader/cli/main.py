@@ -149,8 +149,7 @@ def main_options(
     if engine is not None and engine not in env.ENGINES:
         fail(f"--engine must be local or dask, not {engine!r}", EXIT_USAGE)
     if scheduler is not None and not env.scheduler_ok(scheduler):
-        fail(f"--scheduler must be a Dask scheduler address (tcp://HOST:PORT) or local:N, not {scheduler!r}",
-             EXIT_USAGE)
+        fail(f"--scheduler must be a Dask scheduler address: {env.SCHEDULER_FORMS}, not {scheduler!r}", EXIT_USAGE)
     for name, value in (("BULKLOAD_ENGINE", engine), ("BULKLOAD_SCHEDULER", scheduler)):
         if value is not None:  # the runs read them (api/engine.py), as if set in the environment
             os.environ[name] = value

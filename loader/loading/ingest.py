@@ -46,6 +46,7 @@ from ..infra.lock import DatasetLock
 from ..maintain.garbage import start_writing
 from ..model import manifest as mf
 from ..model import runs
+from ..model.engine_keys import EngineKeys
 from ..model.layouts import get_layout
 from ..model.runs import PlanFile, Run
 from ..sources import refuse_pseudo_file
@@ -70,7 +71,7 @@ from .report import log
 
 
 @dataclass
-class IngestReport:
+class IngestReport(EngineKeys):
     """The report of `ingest`, of fixed-size records and of documents alike."""
 
     dataset: str
@@ -99,7 +100,7 @@ class IngestReport:
         for key in ("pattern", "layout"):
             if out[key] is None:
                 del out[key]
-        return out
+        return out | self.engine
 
 
 def ingest(dataset: str, from_dir: str, *, pattern: str = "*", on_bad_file: str = "fail",

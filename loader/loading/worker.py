@@ -35,7 +35,7 @@ import time
 from operator import attrgetter
 
 from ..errors import BulkloadError, StoreError
-from ..infra import faults
+from ..infra import env, faults
 from ..infra.pool import Progress
 from ..infra.proc import parent_alive, peak_rss, start_worker
 from ..infra.threads import TaskThread
@@ -51,6 +51,9 @@ from .task import LoadTask
 
 GROUP_BYTES = 16 << 20
 QUEUE_DEPTH = 4
+#: seconds between a worker's progress messages (at most one per batch: its overhead is nil);
+#: less when BULKLOAD_PROGRESS_SECONDS asks for log lines more often (`progress_every`)
+PROGRESS_S = 0.5
 
 
 def load_worker(task: LoadTask, outbox, inbox=None, slots=None) -> LoadReceipt:
@@ -177,7 +180,10 @@ class _Producer:
 class _WriteStage:
     """Serialize and write: batches are grouped per shard and a group is written in one
     put_sorted once it holds GROUP_BYTES; every checkpoint interval everything written is
-    synced and reported (`messages.Checkpoint`)."""
+    synced and reported (`messages.Checkpoint`). Progress counts the input as it is
+    consumed - records encoded - every PROGRESS_S at most once a batch, not the groups
+    written: well-compressed records fill a group only at the end of a run, and a slow
+    stream's batches trickle in."""
 
     def __init__(self, task: LoadTask, writer, stores: dict, outbox, times: StageTimes):
         self.task, self.writer, self.stores, self.outbox, self.times = task, writer, stores, outbox, times
@@ -190,6 +196,8 @@ class _WriteStage:
         self.unsynced: list[BatchEntry] = []  # written since the last checkpoint
         self.skipped: list[dict] = []
         self.ckpt_bytes, self.ckpt_t = 0, time.monotonic()
+        self.progress = [0, 0]  # records, bytes of text (keyed) consumed and not reported yet
+        self.progress_t, self.progress_every = time.monotonic(), progress_every()
 
     def add(self, seq: int, first: int, count: int, payload) -> None:
         """Serialize one batch into its shard's group; write and checkpoint when due."""
@@ -207,6 +215,10 @@ class _WriteStage:
         self.groups[s].extend(items)
         self.group_entries[s].append(entry)
         self.group_bytes[s] += entry.nbytes
+        self.progress[0] += entry.records
+        self.progress[1] += (entry.text_bytes or 0) if self.keyed else 0
+        if time.monotonic() - self.progress_t >= self.progress_every:
+            self.report_progress()
         if self.group_bytes[s] >= GROUP_BYTES:
             self.flush(s)
             _stop_if_orphaned(self.task)
@@ -215,8 +227,15 @@ class _WriteStage:
             self.checkpoint()
             _stop_if_orphaned(self.task)
 
+    def report_progress(self) -> None:
+        """Tell the coordinator the records consumed since the last report (if any)."""
+        records, text = self.progress
+        if records:
+            self.outbox.put(Progress(records, text if self.keyed else None))
+        self.progress, self.progress_t = [0, 0], time.monotonic()
+
     def flush(self, s: int) -> None:
-        """Write shard ``s``'s group (one put_sorted) and report its progress."""
+        """Write shard ``s``'s group (one put_sorted)."""
         entries = self.group_entries[s]
         if not entries:  # (a batch whose files were all skipped has a row, no items)
             return
@@ -228,9 +247,7 @@ class _WriteStage:
         self.written.extend(entries)
         self.unsynced.extend(entries)
         self.ckpt_bytes += self.group_bytes[s]
-        text = sum(e.text_bytes for e in entries) if self.keyed else None  # keyed: bytes of text
         self.groups[s], self.group_entries[s], self.group_bytes[s] = [], [], 0
-        self.outbox.put(Progress(sum(e.records for e in entries), text))
 
     def sync_all(self) -> None:
         t = time.perf_counter()
@@ -253,6 +270,7 @@ class _WriteStage:
         """Write every group and sync (the receipt's batches are then durable)."""
         for s in self.stores:
             self.flush(s)
+        self.report_progress()
         self.sync_all()
 
     def receipt(self) -> LoadReceipt:
@@ -262,6 +280,11 @@ class _WriteStage:
                            map_grows=sum(getattr(st, "grows", 0) for st in self.stores.values()),
                            times=self.times.rounded(4),
                            max_rss=peak_rss())
+
+
+def progress_every() -> float:
+    """Seconds between progress reports of the input consumed (a worker's, a stream feeder's)."""
+    return min(PROGRESS_S, env.progress_seconds())
 
 
 def _stop_if_orphaned(task: LoadTask) -> None:
