@@ -21,7 +21,7 @@ from ..infra import env
 from ..infra.lock import refuse_nested
 from ..kinds import kind_for
 from ..model import manifest as mf
-from ..model.layouts import Layout, get_layout
+from ..model.layouts import DEFAULT_LAYOUT, Layout, get_layout
 from ..model.options import MAX_SHARDS, MAX_WORKERS, check_count, default_workers
 from ..serializers import COMPRESSIONS, FORMATS
 from ..stores.spec import MEM_ROOT, StoreSpec
@@ -121,7 +121,7 @@ def resolve_options(spec: StoreSpec, existing: mf.Manifest | None, layout: Layou
     """explicit > URI > existing dataset > defaults: the run's settings (their checkpoint
     interval left to the caller: `checkpoint_settings`) and the dataset spec with its shards."""
     if layout is None:
-        layout = existing.layout_obj if existing is not None else get_layout("scidb96")
+        layout = existing.layout_obj if existing is not None else get_layout(DEFAULT_LAYOUT)
     has = existing is not None and bool(existing.batches)
     kind = kind_for(layout)
     fmt = request.format or (existing.format if has else kind.default_format)

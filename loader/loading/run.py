@@ -358,8 +358,8 @@ class _LoadRun:
                     kept_records=records_of(output.keep), map_grows=output.map_grows)
         src.committed()  # e.g. a directory's plan file is removed
         self.m.save(self.spec.root)
-        log(settings.progress, f"loaded {run.records:,} records from {src.uri} into {self.spec.uri} "
-            f"(run {run.id})", run=run.id, stage="load", records=run.records, seconds=round(seconds, 3),
+        log(settings.progress, f"loaded {run.records:,} records of layout {settings.layout.name} from {src.uri} into "
+            f"{self.spec.uri} (run {run.id})", run=run.id, stage="load", layout=settings.layout.name, records=run.records, seconds=round(seconds, 3),
             event="done")
         report = make_report(self.spec, settings, run, output, source=src.uri, status=self._status())
         report.skipped = skipped

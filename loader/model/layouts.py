@@ -456,6 +456,10 @@ def builtin_schema_dir() -> Path:
     return Path(importlib.import_module("loader.schemas").__file__).parent
 
 
+#: the layout of raw records when neither --layout nor the dataset gives one
+DEFAULT_LAYOUT = "scidb96"
+
+
 def available_layouts() -> list[str]:
     names = set()
     for d in [*_search_dirs(), builtin_schema_dir()]:

@@ -48,6 +48,9 @@ class Source:
     by_extent = False
     #: the layout a generated source yields (None: the dataset's or --layout)
     layout_name: str | None = None
+    #: raw bytes with no layout of their own (a file of raw records, a stream): read only
+    #: under --layout, the dataset's layout or the default - never a sibling input's (many.py)
+    raw_bytes = False
 
     @property
     def uri(self) -> str:
