@@ -86,13 +86,19 @@ class _RowRanges:
             lo, hi = starts[i], starts[i + 1]
             if hi > lo:
                 upto = min(hi, end)
-                copy_fields(records[pos - offset:upto - offset], _piece(self, i, names), pos - lo, upto - lo)
+                copy_fields(records[pos - offset:upto - offset], _piece(self, i, names), pos - lo, upto - lo,
+                            self.path, pos)
                 pos = upto
             i += 1
 
     def columns(self, i: int, names: tuple[str, ...]) -> dict:
         """Piece ``i``'s columns ``names`` as numpy arrays, by name."""
         raise NotImplementedError
+
+    def column_pieces(self, name: str):
+        for i, first in enumerate(self.row_starts[:-1]):
+            if self.row_starts[i + 1] > first:
+                yield first, self.columns(i, (name,))[name]
 
 
 @functools.lru_cache(maxsize=1)  # one decoded piece per worker: memory stays bounded

@@ -31,6 +31,7 @@ from .files import open_input, read_exactly, sample_digest
 from .typed import TypedFile, copy_fields, split_fields, stem
 
 MAGIC = b"\x93NUMPY"
+PIECE_RECORDS = 1 << 20  # records read at a time when a column's values are checked before a load
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,14 @@ class NpySource(TypedFile):
             return
         stored = np.empty(len(records), self.dtype)
         read_exactly(self.path, memoryview(stored).cast("B"), pos)
-        copy_fields(records, stored, 0, len(records))
+        copy_fields(records, stored, 0, len(records), self.path, offset)
+
+
+    def column_pieces(self, name: str):
+        for first in range(0, self.records, PIECE_RECORDS):
+            stored = np.empty(min(PIECE_RECORDS, self.records - first), self.dtype)
+            read_exactly(self.path, memoryview(stored).cast("B"), self.data_offset + first * self.dtype.itemsize)
+            yield first, stored[name]
 
 
 def read_header(path: str) -> tuple[np.dtype, tuple, int]:

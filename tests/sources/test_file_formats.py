@@ -318,7 +318,7 @@ def test_nulls_found_only_when_a_row_group_is_decoded_commit_nothing(tmp_path):
     assert snapshot(uri) == before
 
 
-def test_a_file_without_a_field_of_the_dataset_or_with_a_lossy_type_is_refused(tmp_path):
+def test_a_file_without_a_field_of_the_dataset_or_with_a_value_its_type_loses_is_refused(tmp_path):
     uri = f"lmdb://{tmp_path}/ds"
     loader.load("gen://scidb96?n=100", uri)
     before = snapshot(uri)
@@ -326,10 +326,11 @@ def test_a_file_without_a_field_of_the_dataset_or_with_a_lossy_type_is_refused(t
     short = table_of(arr).drop_columns(["i3"])
     pq.write_table(short, tmp_path / "short.parquet")
     error_line(run_cli("load", tmp_path / "short.parquet", uri), 2, "has no field 'i3' of layout 'scidb96'")
-    lossy = table_of(arr).set_column(10, "i0", pa.array(arr["i0"].astype(np.int64)))
-    pq.write_table(lossy, tmp_path / "lossy.parquet")
-    error_line(run_cli("load", tmp_path / "lossy.parquet", uri), 2,
-               "field 'i0' is int64, but layout 'scidb96' stores it as int32, which would lose data")
+    wide = arr["i0"].astype(np.int64)
+    wide[7] = 2**40
+    pq.write_table(table_of(arr).set_column(10, "i0", pa.array(wide)), tmp_path / "lossy.parquet")
+    error_line(run_cli("load", tmp_path / "lossy.parquet", uri), 1,
+               "lossy.parquet: column 'i0', row 7: 1099511627776 cannot be held exactly by int32")
     np.save(tmp_path / "other.npy", np.zeros(4, [("x", "<i4")]))
     error_line(run_cli("load", tmp_path / "other.npy", uri), 2, "has no field 'd0'")
     error_line(run_cli("load", tmp_path / "other.npy", f"lmdb://{tmp_path}/new", "--layout", "scidb96"), 2,
