@@ -43,6 +43,7 @@ from ..infra import logs
 from ..loading.ingest import ingest
 from ..loading.load import load
 from ..maintain.compact import compact
+from ..model.layouts import toml_text
 from ..model.options import size_option
 from .commands import query
 from .engine import engine_for, engine_info
@@ -154,7 +155,7 @@ def _read(path: str) -> tuple[dict, dict[str, int]]:
         raise MissingPathError(f"pipeline file {path} does not exist") from None
     except OSError as e:
         raise PipelineError(f"cannot read pipeline file {path}: {e.strerror or e}") from None
-    text = raw.decode("utf-8", errors="replace")
+    text = toml_text(raw, path, PipelineError)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

@@ -426,6 +426,26 @@ def _load_capnp_path(path: str):
     return capnp.load(path, imports=[])
 
 
+def read_toml_text(path, error: type[Exception]) -> str:
+    """The text of the TOML file ``path``; ``error`` (a UsageError: exit 2) if it cannot be
+    read or is not UTF-8."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as e:
+        raise error(f"cannot read {path}: {e.strerror or e}") from None
+    return toml_text(raw, path, error)
+
+
+def toml_text(raw: bytes, path, error: type[Exception]) -> str:
+    """``raw``, the bytes of the TOML file ``path``, as text; ``error`` naming the byte
+    offset if they are not UTF-8 (as TOML requires)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise error(f"{path}: not valid TOML: byte 0x{raw[e.start]:02x} at byte offset {e.start} is not UTF-8 "
+                    "(TOML files are UTF-8); save the file as UTF-8") from None
+
+
 def parse_layout_toml(text: str, origin: str) -> Layout:
     try:
         data = tomllib.loads(text)
@@ -481,7 +501,7 @@ def get_layout(name_or_path: str | Layout) -> Layout:
         p = Path(ref)
         if not p.is_file():
             raise UnknownLayoutError(f"layout file {ref} does not exist")
-        return parse_layout_toml(p.read_text(), str(p))
+        return parse_layout_toml(read_toml_text(p, LayoutError), str(p))
     return _get_named(ref, tuple(str(d) for d in _search_dirs()))
 
 
@@ -490,7 +510,7 @@ def _get_named(name: str, dirs: tuple[str, ...]) -> Layout:
     for d in [*map(Path, dirs), builtin_schema_dir()]:
         p = d / f"{name}.toml"
         if p.is_file():
-            layout = parse_layout_toml(p.read_text(), str(p))
+            layout = parse_layout_toml(read_toml_text(p, LayoutError), str(p))
             if layout.name != name:
                 raise LayoutError(f"{p}: declares name {layout.name!r}, expected {name!r}")
             return layout

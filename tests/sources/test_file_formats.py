@@ -393,3 +393,20 @@ def test_a_worker_reads_an_uncompressed_arrow_file_or_an_npy_without_pyarrow(tmp
             "sys.stdout.buffer.write(out.tobytes()); sys.stderr.write(str('pyarrow' in sys.modules))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
     assert p.stdout == arr[1234:2734].tobytes() and p.stderr == b"False", p.stderr
+
+
+@pytest.mark.parametrize("version", [(1, 0), (2, 0), (3, 0)])
+def test_npy_files_of_every_format_version_load(tmp_path, version):
+    arr = records(0, 50)
+    path = tmp_path / "v.npy"
+    with open(path, "wb") as f:
+        np.lib.format.write_array(f, arr, version=version)
+    uri = f"lmdb://{tmp_path}/ds"
+    p = run_cli("load", path, uri, "--json")
+    assert p.returncode == 0 and json.loads(p.stdout)["layout"] == "scidb96", p.stderr
+    assert snapshot(uri)[1] == arr.tobytes()
+    data = path.read_bytes()
+    for cut in (12, len(data) - arr.nbytes - 3):  # in the header's length, in the header
+        (tmp_path / "cut.npy").write_bytes(data[:cut])
+        error_line(run_cli("load", tmp_path / "cut.npy", f"lmdb://{tmp_path}/new"), 1, "is not a valid .npy file")
+        assert not os.path.exists(tmp_path / "new")
