@@ -476,6 +476,17 @@ def builtin_schema_dir() -> Path:
     return Path(importlib.import_module("loader.schemas").__file__).parent
 
 
+def fields_difference(have, other) -> str:
+    """How the fields ``have`` differ from ``other`` (each a sequence of (name, type) pairs
+    or Fields): the first field that differs, for messages about two layouts of one name."""
+    a = [(f.name, f.type) if isinstance(f, Field) else tuple(f) for f in have]
+    b = [(f.name, f.type) if isinstance(f, Field) else tuple(f) for f in other]
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return f"field {i + 1} is {x[0]}:{x[1]}, not {y[0]}:{y[1]}"
+    return f"{len(a)} fields, not {len(b)}"
+
+
 #: the layout of raw records when neither --layout nor the dataset gives one
 DEFAULT_LAYOUT = "scidb96"
 

@@ -67,7 +67,7 @@ class ManyInputs(Source):
             why = f"the default, for the raw file {raw.uri}, which has no layout of its own"
         for part in self.parts:
             try:
-                own = part.records_layout(layout, dataset)
+                own = part.records_layout(None if part.layout_name else layout, dataset)  # (a generator's own)
             except LayoutError as e:
                 if raw is None:
                     raise
