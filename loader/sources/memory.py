@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConversionError, LayoutError
+from ..model.arrow_numpy import decode_dictionary
 from ..model.conversions import convert_exactly
 from ..model.layouts import Field, Layout, declared_layout_with, dtype_mismatch, layout_from_dtype
 
@@ -140,8 +141,16 @@ def columns(obj, what: str) -> dict:
         dup = next(n for n in names if names.count(n) > 1)
         raise LayoutError(f"{what} has two columns named {dup!r}; rename one")
     if is_frame(obj):
-        return {str(c): obj[c] for c in obj.columns}
-    return {name: obj.column(i) for i, name in enumerate(names)}
+        return {str(c): _decode_categories(obj[c]) for c in obj.columns}
+    return {name: decode_dictionary(obj.column(i)) for i, name in enumerate(names)}
+
+
+def _decode_categories(col):
+    """A pandas categorical column without nulls as its values (as an Arrow dictionary is
+    decoded); any other column as it is."""
+    if str(col.dtype) != "category" or col.isna().any():
+        return col
+    return col.astype(col.cat.categories.dtype)
 
 
 def column_values(col, what: str, name: str) -> np.ndarray:

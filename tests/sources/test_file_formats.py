@@ -410,3 +410,30 @@ def test_npy_files_of_every_format_version_load(tmp_path, version):
         (tmp_path / "cut.npy").write_bytes(data[:cut])
         error_line(run_cli("load", tmp_path / "cut.npy", f"lmdb://{tmp_path}/new"), 1, "is not a valid .npy file")
         assert not os.path.exists(tmp_path / "new")
+
+
+def test_dictionary_encoded_number_columns_load_as_their_values(tmp_path):
+    x = np.arange(20) % 3 * 1000
+    y = np.arange(20, dtype="f8") / 4
+    table = pa.table({"x": pa.array(x).dictionary_encode(), "y": pa.array(y)})
+    batches = table.to_batches(max_chunksize=3)
+    with pa.OSFile(str(tmp_path / "d.arrow"), "wb") as f, pa.ipc.new_file(f, table.schema) as w:
+        for b in batches:
+            w.write_batch(b)
+    with pa.OSFile(str(tmp_path / "d.arrows"), "wb") as f, pa.ipc.new_stream(f, table.schema) as w:
+        for b in batches:
+            w.write_batch(b)
+    pq.write_table(table, tmp_path / "d.parquet", row_group_size=4)
+    sources = [str(tmp_path / "d.arrow"), str(tmp_path / "d.arrows"), str(tmp_path / "d.parquet"), table, batches,
+               table.to_pandas()]
+    for i, source in enumerate(sources):
+        uri = f"lmdb://{tmp_path}/ds{i}"
+        if isinstance(source, str):
+            p = run_cli("load", source, uri, "--batch-records", 2, "--workers", 2, "-q")
+            assert p.returncode == 0, p.stderr
+        else:
+            loader.load(source, uri, batch_records=2)
+        with loader.open(uri) as ds:
+            got = ds.read_records()
+            assert ds.manifest.layout["fields"] == [["x", "int64"], ["y", "float64"]], i
+        assert got["x"].tolist() == x.tolist() and got["y"].tolist() == y.tolist(), i
