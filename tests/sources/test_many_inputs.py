@@ -389,3 +389,35 @@ def test_raw_bytes_in_an_iterable_never_take_another_blocks_layout(tmp_path):
     with loader.open(f"lmdb://{tmp_path}/ds") as ds:
         assert ds.info()["records"] == 0
     assert loader.load([raw, raw], f"lmdb://{tmp_path}/ok").layout == "scidb96"
+
+
+def test_a_later_input_that_changed_during_the_run_reports_the_inputs_committed_before_it(tmp_path, monkeypatch):
+    import loader.loading.run as run_mod
+
+    files = raw_parts(tmp_path, [(0, 300), (300, 300), (600, 300)])
+    uri = f"lmdb://{tmp_path}/ds"
+    real = run_mod.execute
+
+    def execute_then_change_the_last_file(*args, **kwargs):
+        receipts = real(*args, **kwargs)
+        write_raw(tmp_path / "parts" / "p02.bin", 5000, 300)  # after the workers read it, before the commit
+        return receipts
+
+    monkeypatch.setattr(run_mod, "execute", execute_then_change_the_last_file)
+    with pytest.raises(loader.errors.ChangedInputError) as e:
+        loader.load(files, uri, batch_records=100, workers=1)
+    monkeypatch.undo()
+    message = str(e.value)
+    assert f"{files[2]} changed while it was being loaded" in message
+    assert "2 of its 3 inputs were committed" in message and "nothing" not in message
+    failed = runs_of(uri)[-1]
+    assert failed["status"] == "failed" and [x["committed"] for x in failed["inputs"]] == [True, True, False]
+    assert failed["records"] == 600 and "2 of its 3 inputs were committed" in failed["error"]
+    with loader.open(uri) as ds:
+        assert ds.read_records().tobytes() == records(0, 600).tobytes()
+    p = run_cli("load", *files, uri, "--batch-records", 100, "--json")  # loads the rest: the file as it is now
+    assert p.returncode == 0 and json.loads(p.stdout)["records"] == 300, p.stderr
+    assert snapshot(uri)[1] == records(0, 600).tobytes() + records(5000, 300).tobytes()
+    first, second = runs_of(uri)[-2:]
+    assert first["id"] == failed["id"] and first["status"] == "failed" and first["records"] == 600
+    assert second["status"] == "done"
