@@ -10,6 +10,11 @@ input's own source (parse.py); several make a `ManyInputs`, loaded by one run:
 - streams (FIFOs, ``-``): each read by its own feeder thread (loading/feeder.py); not
   replayable: every load of them is a new run and nothing of a failed one is committed.
 
+Raw bytes (files of raw records, streams) have no layout of their own: a run with one
+reads it under --layout, the dataset's layout or the default (scidb96), never under the
+layout of another input (a .npy beside it), and every input with a layout of its own
+must hold that one (`ManyInputs.records_layout`: a LayoutError naming both layouts).
+
 A glob (``'parts/*.bin'``, quoted so that bulkload expands it) is replaced by the files
 it matches, in name order (directories and dotfiles left out); one that matches nothing
 is an error. Mixing streams with inputs that can be read again, giving one input twice,
