@@ -128,8 +128,9 @@ class PartialRecordError(InputError):
 
 
 class ConversionError(InputError):
-    """A column of an in-memory table (DataFrame, Arrow) cannot become a layout field as it
-    is: it holds nulls, or converting it would change a value."""
+    """A column (of a DataFrame or Arrow table in memory, or of an .npy, Arrow or Parquet
+    file) cannot become a layout field as it is: it holds nulls, or converting it would
+    change a value (model/conversions.py)."""
 
 
 class GeneratorError(InputError):

@@ -44,6 +44,7 @@ from ..infra.outputs import refuse_dataset_paths
 from ..loading.ingest import ingest
 from ..loading.load import load
 from ..maintain.compact import compact
+from ..model.layouts import toml_text
 from ..model.options import size_option
 from ..stores.spec import parse_dataset_uri
 from .commands import query
@@ -156,7 +157,7 @@ def _read(path: str) -> tuple[dict, dict[str, int]]:
         raise MissingPathError(f"pipeline file {path} does not exist") from None
     except OSError as e:
         raise PipelineError(f"cannot read pipeline file {path}: {e.strerror or e}") from None
-    text = raw.decode("utf-8", errors="replace")
+    text = toml_text(raw, path, PipelineError)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

@@ -51,8 +51,8 @@ def ingest_cmd(
     if rep.status == "nothing-to-do" and not rep.skipped and not rep.deferred:
         print(f"nothing new in {rep.directory} ({rep.already} file(s) already ingested into {rep.dataset})")
         return
-    print(f"ingested {len(rep.files)} file(s), {rep.records:,} records ({rep.bytes / 1e6:,.1f} MB) into "
-          f"{rep.dataset}" + (f" (run {rep.run_id})" if rep.run_id else "")
+    print(f"ingested {len(rep.files)} file(s), {rep.records:,} records of layout {rep.layout} "
+          f"({rep.bytes / 1e6:,.1f} MB) into {rep.dataset}" + (f" (run {rep.run_id})" if rep.run_id else "")
           + f"; {rep.already} already ingested, {len(rep.skipped)} skipped, {len(rep.deferred)} left for later")
     for s in rep.skipped:
         print(f"  skipped {s['name']}: {s['reason']}")

@@ -244,7 +244,7 @@ def load(
         what = "documents" if r.layout == "docs" else "records"
         print(f"{how}loaded {r.records:,} {what} ({r.bytes / 1e6:,.1f} MB) into {r.dataset} in {r.seconds:.2f} s: "
               f"{r.mb_per_s:,.0f} MB/s, {r.records_per_s / 1e6:.2f} M {what}/s "
-              f"({r.batches} batches, {r.shards} shards, {r.workers} workers, {r.format})")
+              f"({r.batches} batches, {r.shards} shards, {r.workers} workers, {r.format}, layout {r.layout})")
         for f in r.skipped:
             print(f"  skipped {f['path']}: {f['reason']}")
 

@@ -79,7 +79,7 @@ class IngestReport(EngineKeys):
     pattern: str | None  # None for documents (every <id>.json is read)
     run_id: str | None
     status: str  # done | nothing-to-do | failed
-    layout: str | None = None  # "docs" for documents, else None (the dataset's layout)
+    layout: str | None = None  # the layout of the records (files of raw records are read as it)
     # ingested by this run: name, records (fixed-size records: batches, first_record too)
     files: list[dict] = field(default_factory=list)
     skipped: list[dict] = field(default_factory=list)  # bad files: name, reason
@@ -94,8 +94,7 @@ class IngestReport(EngineKeys):
     error: str | None = None
 
     def to_dict(self) -> dict:
-        """What ``--json`` prints: ``pattern`` only for fixed-size records, ``layout`` only
-        for documents."""
+        """What ``--json`` prints: ``pattern`` only for fixed-size records."""
         out = asdict(self)
         for key in ("pattern", "layout"):
             if out[key] is None:
@@ -116,6 +115,10 @@ def ingest(dataset: str, from_dir: str, *, pattern: str = "*", on_bad_file: str 
     if not pattern:
         raise UsageError("--pattern must not be empty (use '*' for every file)")
     directory = os.path.abspath(from_dir)
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise UsageError(f"--from {from_dir} is a file, not a directory: ingest loads the new files of a "
+                         "directory; give the directory the files arrive in, or load one file with "
+                         "bulkload load FILE DATASET")
     if not os.path.isdir(directory):
         raise MissingPathError(f"directory {from_dir} does not exist (--from); create it or fix the path")
     refuse_pseudo_file(from_dir)
@@ -132,7 +135,7 @@ def ingest(dataset: str, from_dir: str, *, pattern: str = "*", on_bad_file: str 
 def _ingest(spec: StoreSpec, settings: RunSettings, directory: str, pattern: str, on_bad_file: str) -> IngestReport:
     """Files of fixed-size records: list, sort, and load the new ones, with the dataset locked."""
     progress = settings.progress
-    report = IngestReport(spec.uri, directory, pattern, None, "nothing-to-do")
+    report = IngestReport(spec.uri, directory, pattern, None, "nothing-to-do", layout=settings.layout.name)
     listing = list_dir(directory, pattern)
     prepare_root(spec)
     with DatasetLock(spec.root) as lock:
@@ -298,8 +301,9 @@ class _IngestRun:
         report.status = "failed" if first_bad is not None else "done"
         report.seconds = round(seconds, 4)
         report.mb_per_s = round(report.bytes / seconds / 1e6, 2) if seconds > 0 else 0.0
-        log(self.settings.progress, f"ingested {len(report.files)} file(s), {report.records:,} records into "
-            f"{self.spec.uri} (run {run.id})", run=run.id, stage="ingest", files=len(report.files),
+        log(self.settings.progress, f"ingested {len(report.files)} file(s), {report.records:,} records of layout "
+            f"{self.settings.layout.name} into {self.spec.uri} (run {run.id})", run=run.id, stage="ingest",
+            layout=self.settings.layout.name, files=len(report.files),
             records=report.records, event="done")
         if isinstance(got.late, KeyboardInterrupt):
             late = Interrupted.of(got.late)

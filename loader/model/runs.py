@@ -200,13 +200,19 @@ def supersede(m, keep: Run | None, by: str) -> list[str]:
         if r is keep or r.status not in UNFINISHED or r.kind not in ("load", "ingest"):
             continue
         if r.pending or r.resumable:
-            if r.pending:
+            if r.pending and not committed_any(r):  # one that committed inputs stays failed / interrupted
                 r.status = "superseded"
                 r.superseded_by = by
             r.pending = []
             r.resumable = False
             ids.append(r.id)
     return ids
+
+
+def committed_any(run: Run) -> bool:
+    """Did ``run`` commit records (a run of several inputs: some of its inputs) before it
+    stopped?"""
+    return bool(run.records) or any(e.get("committed") for e in run.inputs or [])
 
 
 def restart(run: Run) -> None:

@@ -102,6 +102,15 @@ def test_pipeline_file_errors_name_the_key_and_line(tmp_path, text, message):
     assert p.returncode == 2 and p.stderr.startswith("bulkload: error: ") and message in p.stderr
 
 
+def test_a_pipeline_file_that_is_not_utf8_is_a_usage_error(tmp_path):
+    f = tmp_path / "p.toml"
+    f.write_bytes(b'[job]\ndataset = "lmdb://x\xfe"\n[load]\nsource = "-"\n')
+    with pytest.raises(PipelineError, match="p.toml: not valid TOML: byte 0xfe at byte offset 25 is not UTF-8"):
+        parse(str(f), [], env={})
+    p = run_cli("run", f)
+    assert p.returncode == 2 and "byte 0xfe at byte offset 25 is not UTF-8" in p.stderr, p.stderr
+
+
 def test_set_and_env_errors(tmp_path):
     f = tmp_path / "p.toml"
     f.write_text('dataset = "lmdb://x"\n[load]\nsource = "-"\n')
