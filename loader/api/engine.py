@@ -3,7 +3,8 @@
 `engine_for(dataset, client=, engine=, scheduler=)` is the context in which a run's tasks
 go to the chosen executor (infra/executors.py): ``client`` (a ``distributed.Client``) or
 ``engine="dask"`` with ``scheduler`` (``tcp://HOST:PORT``, or ``local:N``: a LocalCluster
-of N worker processes started for the call and closed after it); unset, the
+of N worker processes started for the call, in a helper process so that they never run
+the caller's ``__main__`` (infra/dask_local.py), and closed after it); unset, the
 ``BULKLOAD_ENGINE`` / ``BULKLOAD_SCHEDULER`` variables (infra/env.py), else the local pool.
 An executor already in effect (the CLI opens one per command) is reused. Before a Dask
 executor is used, every worker is checked (infra/dask_exec.check_workers): it can import
@@ -25,6 +26,7 @@ import os
 
 from ..errors import EngineError, UsageError
 from ..infra import env, executors
+from ..infra.dask_local import local_cluster
 from ..stores.spec import parse_dataset_uri
 
 LEASES = ".leases"
@@ -86,14 +88,12 @@ def _dask_client(client, scheduler: str):
     if not env.scheduler_ok(scheduler):
         raise UsageError(f"scheduler {scheduler!r} is not a Dask scheduler address (tcp://HOST:PORT) or local:N")
     try:  # imported here: dask is needed only when the engine is dask
-        from distributed import Client, LocalCluster
+        from distributed import Client
     except ImportError:
         raise UsageError("the dask engine needs dask[distributed]: pip install 'bulkload[dask]'") from None
     with contextlib.ExitStack() as stack:
-        if scheduler.startswith("local:"):
-            cluster = stack.enter_context(LocalCluster(n_workers=int(scheduler[6:]), threads_per_worker=1,
-                                                       processes=True, dashboard_address=None))
-            target = cluster
+        if scheduler.startswith("local:"):  # in a helper process: never the caller's __main__ (dask_local.py)
+            target = stack.enter_context(local_cluster(int(scheduler[6:])))
         else:
             target = scheduler
         try:

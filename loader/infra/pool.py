@@ -1,7 +1,9 @@
 """The worker pool: start workers, relay their messages, collect receipts, fail fast.
 
 No business logic lives here. Workers are started with ``forkserver`` (never ``fork``:
-LMDB and RocksDB handles break across it) and receive only picklable tasks.
+LMDB and RocksDB handles break across it) and receive only picklable tasks. They never
+import or run the caller's ``__main__`` (mainless.py): a script without an
+``if __name__ == "__main__":`` guard, ``python -c`` and a script on stdin load once.
 
 Plumbing: each worker sends to the coordinator over its own one-way pipe
 (``multiprocessing.Pipe(duplex=False)``, guarded by a lock in the worker: ``Outbox``);
@@ -45,9 +47,9 @@ DEATH_GRACE_S = 0.1
 def context():
     global _CTX
     if _CTX is None:
-        import multiprocessing as mp  # start-up: a small load runs in-process and starts no pool
+        from . import mainless  # start-up: a small load runs in-process and starts no pool
 
-        _CTX = mp.get_context("forkserver")
+        _CTX = mainless.context()  # workers never import or run the caller's __main__
         _CTX.set_forkserver_preload(["loader.loading.worker", "loader.arrays.build", "loader.arrays.partition",
                                      "loader.arrays.scan", "loader.maintain.merge"])
     return _CTX

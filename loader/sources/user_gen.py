@@ -43,6 +43,8 @@ from .generated import parse_range
 from .memory import layout_of, type_name
 
 NOTHING = "nothing from this run was committed"
+#: the names of the running program's main module (a script, ``python -c``, stdin, a notebook)
+MAIN_MODULES = ("__main__", "__mp_main__")
 
 
 @dataclass(frozen=True)
@@ -181,18 +183,14 @@ def generator(fn, n: int, start: int = 0, layout: str | Layout | None = None) ->
     """The source of ``fn(start, n)`` for ``loader.load``: records start..start+n-1.
 
     ``fn`` must be a module-level function the workers can import by name (its module and
-    qualified name): not a lambda, a nested function, or one defined in an interactive
-    session. ``layout``: a layout name, .toml path or Layout (None: the dataset's, or
+    qualified name): not a lambda, a nested function, or one defined in the program being
+    run (``__main__``: a script, ``python -c``, stdin, an interactive session). ``layout``: a layout name, .toml path or Layout (None: the dataset's, or
     the dtype of ``fn``'s records)."""
     module, function = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
     ref = f"{module}.{function}"
     if not callable(fn) or module is None or "<" in function:
         raise UsageError(f"generator {ref}: the workers call it by name, so it must be a module-level function "
                          "(not a lambda or a nested function); define it in a module")
-    main = sys.modules.get("__main__")
-    if module == "__main__" and not getattr(main, "__file__", None):
-        raise UsageError(f"generator {ref} is defined in an interactive session, which the workers cannot "
-                         "import; define it in a module (a .py file) and import it from there")
     if python_function(module, function, "") is not fn:
         raise UsageError(f"generator {ref}: {module}.{function} is not this function; the workers call it by name")
     lay = layout.name if isinstance(layout, Layout) else layout
@@ -202,7 +200,13 @@ def generator(fn, n: int, start: int = 0, layout: str | Layout | None = None) ->
 
 @functools.lru_cache(maxsize=None)
 def python_function(module: str, function: str, search_dir: str):
-    """The function ``module:function``, imported (``search_dir`` appended to sys.path)."""
+    """The function ``module:function``, imported (``search_dir`` appended to sys.path).
+    Never one of the running program's ``__main__``: the workers would have to run the
+    caller's script (or session) again to import it (infra/mainless.py)."""
+    if module in MAIN_MODULES:
+        raise UsageError(f"generator {module}:{function} is defined in the program being run ({module}), which "
+                         "the workers cannot import without running it again; move the function into a module "
+                         "(a .py file beside the script) and import it from there")
     if search_dir and search_dir not in sys.path:
         sys.path.append(search_dir)
     try:
