@@ -18,9 +18,16 @@ the library), so a re-run of the same generator is "already loaded" or resumes, 
 changed one is a new run.
 
 Errors: a module, function, library or symbol that cannot be found is a UsageError when
-the source is parsed (exit 2, nothing started); a generator that raises, returns non-zero,
-or returns other than the records asked for (count, dtype) is a GeneratorError naming it
-and the record range (exit 1; nothing of the run is committed).
+the source is parsed (exit 2, nothing started); a generator that raises (any exception,
+``sys.exit`` and other BaseExceptions too; a KeyboardInterrupt is a stop), returns
+non-zero, or returns other than the records asked for (count, dtype) is a GeneratorError
+naming it and the record range (exit 1; nothing of the run is committed).
+
+The user's code never runs in the coordinator's process: a run of a user generator always
+uses the pool (loading/execute.py), and the one-record probe call (layout check or
+inference) runs in a pool worker of its own. A generator that ends its process (os._exit,
+a segfault, abort) is then a worker's death that names the generator and the record range
+(pool.running): exit 1, nothing of the run committed, the dataset at its last commit.
 """
 
 from __future__ import annotations
@@ -35,7 +42,8 @@ from dataclasses import dataclass
 import numpy as np
 import xxhash
 
-from ..errors import BulkloadError, GeneratorError, LayoutError, UsageError
+from ..errors import BulkloadError, GeneratorError, LayoutError, UsageError, WorkerError
+from ..infra import pool, proc
 from ..infra.uri import query_options
 from ..model.layouts import Layout, dtype_mismatch, get_layout
 from .base import Source, SourcePlan
@@ -50,6 +58,8 @@ MAIN_MODULES = ("__main__", "__mp_main__")
 @dataclass(frozen=True)
 class PyGenSource(Source):
     """``fn(start, n)`` of ``module``, by name: records start..start+n-1 (module docstring)."""
+
+    runs_user_code = True
 
     module: str
     function: str  # its qualified name in the module
@@ -78,15 +88,26 @@ class PyGenSource(Source):
         """The layout of the records of a probe call (one record)."""
         k = min(self.n, 1)
         try:
-            return layout_of(self._call(self.start, k, None), "")
+            return layout_of(self._probe(k, None), "")
         except LayoutError as e:
             raise GeneratorError(f"generator {self.uri} for records [{self.start}, {self.start + k}) returned "
                                  f"records that are no layout's: {e}; {NOTHING}") from None
 
     def plan(self, layout: Layout) -> SourcePlan:
         """A probe call (one record) checks the generator against ``layout`` before any write."""
-        self._call(self.start, min(self.n, 1), layout.dtype)
+        self._probe(min(self.n, 1), layout.dtype)
         return super().plan(layout)
+
+    def _probe(self, k: int, dtype: np.dtype | None) -> np.ndarray:
+        """``_call(start, k, dtype)`` in a worker process of its own: the generator may end
+        the process it runs in (sys.exit is caught; os._exit, a crash or abort are not),
+        which must not be the coordinator's. Its death is a GeneratorError naming it."""
+        try:
+            return pool.Pool(_probe_worker, [_Probe(self, k, dtype, os.getpid())]).run()[0]
+        except WorkerError as e:
+            if isinstance(e.error, BulkloadError):
+                raise e.error from None
+            raise GeneratorError(f"{e} (its probe call, before the load); {NOTHING}") from None
 
     def fill(self, records: np.ndarray, offset: int) -> None:
         lo = self.start + offset
@@ -97,10 +118,11 @@ class PyGenSource(Source):
         fn = python_function(self.module, self.function, self.search_dir)
         where = f"generator {self.uri} for records [{lo}, {lo + k})"
         try:
-            out = fn(lo, k)
-        except BulkloadError:
+            with pool.running(where):
+                out = fn(lo, k)
+        except (BulkloadError, KeyboardInterrupt):
             raise
-        except Exception as e:  # noqa: BLE001 - the user's function: its message, where
+        except BaseException as e:  # noqa: BLE001 - the user's function (sys.exit too): its message, where
             raise GeneratorError(f"{where} raised {type(e).__name__}: {e}; {NOTHING}") from None
         if not isinstance(out, np.ndarray) or out.shape != (k,):
             got = (f"an array of shape {out.shape}" if isinstance(out, np.ndarray)
@@ -116,6 +138,8 @@ class PyGenSource(Source):
 @dataclass(frozen=True)
 class CGenSource(Source):
     """``int SYMBOL(void *buf, uint64_t start, uint64_t n)`` of the shared library ``path``."""
+
+    runs_user_code = True
 
     path: str  # absolute
     symbol: str
@@ -140,12 +164,31 @@ class CGenSource(Source):
     def fill(self, records: np.ndarray, offset: int) -> None:
         lo, k = self.start + offset, len(records)
         out = records if records.flags.c_contiguous else np.empty_like(records)
-        rc = c_function(self.path, self.symbol)(out.ctypes.data, lo, k)
+        with pool.running(f"generator {self.uri} for records [{lo}, {lo + k})"):
+            rc = c_function(self.path, self.symbol)(out.ctypes.data, lo, k)
         if rc != 0:
             raise GeneratorError(f"generator {self.uri} returned {rc} (not 0) for records [{lo}, {lo + k}); "
                                  f"{NOTHING}")
         if out is not records:
             records[...] = out
+
+
+@dataclass(frozen=True)
+class _Probe:
+    """A probe call (`PyGenSource._probe`) as a pool task (proc.start_worker's fields)."""
+
+    source: PyGenSource
+    k: int
+    dtype: np.dtype | None
+    main_pid: int
+    worker: int = 0
+    fault: str = ""
+
+
+def _probe_worker(task: _Probe, outbox) -> np.ndarray:
+    proc.start_worker(task)
+    src = task.source
+    return src._call(src.start, task.k, task.dtype)
 
 
 # --- parsing and resolving ------------------------------------------------------------------
@@ -211,7 +254,7 @@ def python_function(module: str, function: str, search_dir: str):
         sys.path.append(search_dir)
     try:
         obj = importlib.import_module(module)
-    except Exception as e:  # noqa: BLE001 - ModuleNotFoundError, or what the module's code raised
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - ModuleNotFoundError, or what the module's code raised
         raise UsageError(f"generator {module}:{function}: cannot import module {module!r} ({type(e).__name__}: "
                          f"{e}); it must be importable from the working directory or PYTHONPATH") from None
     for part in function.split("."):
