@@ -52,7 +52,7 @@ def context():
         from . import mainless  # start-up: a small load runs in-process and starts no pool
 
         _CTX = mainless.context()  # workers never import or run the caller's __main__
-        _CTX.set_forkserver_preload(["loader.loading.worker", "loader.arrays.build", "loader.arrays.partition",
+        _CTX.set_forkserver_preload(["loader.infra.orphans", "loader.loading.worker", "loader.arrays.build", "loader.arrays.partition",
                                      "loader.arrays.scan", "loader.maintain.merge"])
     return _CTX
 
