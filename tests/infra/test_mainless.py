@@ -91,3 +91,22 @@ def test_generator_defined_in_main_is_refused_with_advice(tmp_path, how):
     assert "UsageError: generator __main__:gen is defined in the program being run (__main__)" in p.stderr
     assert "move the function into a module" in p.stderr
     assert "loaded" not in p.stdout and not (tmp_path / "ds" / "manifest.json").exists()
+
+
+def test_the_copied_launch_is_cpythons_but_for_the_preparation_data():
+    """mainless._Popen._launch is CPython's popen_forkserver.Popen._launch with one call
+    changed: a Python whose _launch differs fails here, not in a user's script."""
+    import ast
+    import inspect
+    import textwrap
+    from multiprocessing import popen_forkserver
+
+    from loader.infra import mainless
+
+    def body(fn) -> str:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0]
+        tree.body = [s for s in tree.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+        return ast.unparse(tree)
+
+    ours = body(mainless._Popen._launch).replace("mp_context.set_spawning_popen", "set_spawning_popen")
+    assert ours == body(popen_forkserver.Popen._launch).replace("spawn.get_preparation_data(", "preparation_data(")
