@@ -3,8 +3,9 @@
 `engine_for(dataset, client=, engine=, scheduler=)` is the context in which a run's tasks
 go to the chosen executor (infra/executors.py): ``client`` (a ``distributed.Client``) or
 ``engine="dask"`` with ``scheduler`` (``tcp://HOST:PORT``, or ``local:N``: a LocalCluster
-of N worker processes started for the call and closed after it); unset, the
-``BULKLOAD_ENGINE`` / ``BULKLOAD_SCHEDULER`` variables (infra/env.py), else the local pool.
+of N worker processes started for the call in a process of its own, ``python -m
+loader.infra.dask_local``, so that they never run the caller's ``__main__``, and closed
+after it); unset, the ``BULKLOAD_ENGINE`` / ``BULKLOAD_SCHEDULER`` variables (infra/env.py), else the local pool.
 An executor already in effect (the CLI opens one per command) is reused. Before a Dask
 executor is used - nothing written yet - the scheduler is checked within seconds
 (infra/dask_connect.py): a scheme Dask knows and ``local:N`` within --workers' bounds

@@ -44,6 +44,9 @@ class Source:
     #: its records live in the coordinator's memory (an in-memory object): only workers of
     #: the local pool can read them, never those of a distributed engine
     local_only = False
+    #: it runs the user's code (a generator), which may end the process it runs in: never
+    #: in the coordinator's (loading/execute.py; sources/user_gen.py probes in a worker too)
+    runs_user_code = False
     #: a re-run is matched by the extent it loaded (a file that grew loads its new records)
     by_extent = False
     #: the layout a generated source yields (None: the dataset's or --layout)
