@@ -197,7 +197,7 @@ class _Build:
                         self.m.layout_obj.record_size, mode=self.plan.options.progress)
 
 
-def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRAY,
+def finalize(dataset_uri: str, dims=None, array: str = DEFAULT_ARRAY,
              duplicates: str = "error", workers: int | None = None, compact: bool = True,
              progress: str = "none", memory_budget: int | None = None,
              strategy: str = "auto", compression: str | None = None) -> FinalizeReport:
@@ -209,6 +209,9 @@ def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRA
     ``compression``: of the array's chunk pieces, ``none`` (default, whatever the flat
     batches use: a box query reads a piece zero-copy; compressed, it decompresses the
     whole piece, ~70 x slower for a 1,000-cell box), ``lz4`` or ``zstd``.
+
+    ``dims``: None takes the layout's default (scidb96: ``i0:10,i1:100000``; other layouts
+    have none: a UsageError asks for them).
 
     Returns a FinalizeReport (``to_dict()`` for JSON). Raises UsageError for bad
     dims/options (nothing touched), DuplicateCellError under ``duplicates="error"``
@@ -231,8 +234,14 @@ def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRA
 
 
 def _plan(m: mf.Manifest, opts: FinalizeOptions) -> FinalizePlan:
-    """Check every option (UsageError, nothing touched) and fix what the run will do."""
-    aspec = make_spec(m.layout_obj, opts.dims, opts.array, opts.duplicates)
+    return plan_finalize(m.layout_obj, m.format, opts)
+
+
+def plan_finalize(layout: Layout, format: str, opts: FinalizeOptions) -> FinalizePlan:
+    """Check every option (UsageError, nothing touched) and fix what a finalize of records
+    of ``layout`` stored in ``format`` will do (a pipeline checks its [finalize] with it
+    before its first step: api/pipeline_check.py)."""
+    aspec = make_spec(layout, opts.dims, opts.array, opts.duplicates)
     check_count("--workers", opts.workers, 1, MAX_WORKERS)
     if opts.strategy not in STRATEGIES:
         raise UsageError(f"strategy {opts.strategy!r} is unknown; use one of {', '.join(STRATEGIES)}")
@@ -243,7 +252,7 @@ def _plan(m: mf.Manifest, opts: FinalizeOptions) -> FinalizePlan:
     w_req = int(opts.workers) if opts.workers else default_workers()
     cell = aspec.cell_layout()
     compression = opts.compression or "none"
-    cser = get_serializer(m.format, cell, compression)  # rejects impossible combinations
+    cser = get_serializer(format, cell, compression)  # rejects impossible combinations
     max_piece = max(1, min(cser.max_records or MAX_PIECE_CELLS, MAX_PIECE_CELLS))
     return FinalizePlan(opts, aspec, cell, w_req, budget, buffer_budget(budget), max_piece, fault, compression)
 

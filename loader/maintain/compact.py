@@ -80,9 +80,7 @@ def compact(dataset_uri: str, target_batch_records: int | None = None, progress:
     """Merge small batches and compact every shard; returns the run's report."""
     spec = parse_dataset_uri(dataset_uri)
     m = mf.load_manifest(spec.root, dataset_uri)
-    check_count("--target-batch-records", target_batch_records, 1,
-                kind_for(m.layout_obj, m.format, m.compression).max_batch_records())
-    check_count("--workers", workers, 1, MAX_WORKERS)
+    check_options(m.layout_obj, m.format, m.compression, target_batch_records, workers)
     faults.from_env()
     with DatasetLock(spec.root) as lock:
         lock.set_job("compact")
@@ -91,6 +89,15 @@ def compact(dataset_uri: str, target_batch_records: int | None = None, progress:
         start_writing(spec, m)
         return compact_locked(spec.with_shards(m.shards), m, target_batch_records=target_batch_records,
                               progress=progress, workers=workers, force=force)
+
+
+def check_options(layout, format: str, compression: str, target_batch_records: int | None,
+                  workers: int | None) -> None:
+    """compact's options for records of ``layout`` in ``format``/``compression`` (UsageError
+    naming the option; a pipeline checks its [compact] with it before its first step)."""
+    check_count("--target-batch-records", target_batch_records, 1,
+                kind_for(layout, format, compression).max_batch_records())
+    check_count("--workers", workers, 1, MAX_WORKERS)
 
 
 def compact_locked(spec, m: mf.Manifest, *, target_batch_records: int | None = None,
