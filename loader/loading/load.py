@@ -72,15 +72,21 @@ def load(source, dataset: str, *, layout: str | None = None, format: str | None 
     request = Request(format=format, compression=compression, shards=shards, workers=workers,
                       batch_records=batch_records, progress=progress, checkpoint_seconds=checkpoint_seconds,
                       checkpoint_bytes=checkpoint_bytes, fault=faults.from_env(), t_start=t_start)
-    spec = parse_dataset_uri(dataset)
-    existing = existing_manifest(spec.root, replace)
-    refs = _refs(source)
-    given = _given_layout(refs, layout, existing)
-    src = _source(source, refs, given, on_bad_file)
+    spec, existing, given, src = _opened(source, dataset, layout, replace, on_bad_file)
     try:
         return _load(src, spec, existing, request, given, new_run=new_run, stdin=stdin, replace=replace)
     finally:
         src.close()  # e.g. an in-memory array's shared copy
+
+
+def _opened(source, dataset: str, layout: str | None, replace: bool,
+            on_bad_file: str) -> tuple[StoreSpec, mf.Manifest | None, Layout | None, Source]:
+    """(dataset spec, its manifest or None, the layout asked for, the source: to close)."""
+    spec = parse_dataset_uri(dataset)
+    existing = existing_manifest(spec.root, replace)
+    refs = _refs(source)
+    given = _given_layout(refs, layout, existing)
+    return spec, existing, given, _source(source, refs, given, on_bad_file)
 
 
 def _load(src: Source, spec: StoreSpec, existing: mf.Manifest | None, request: Request, given: Layout | None, *,
@@ -166,11 +172,7 @@ def check(source, dataset: str, *, layout: str | None = None, format: str | None
     its first step: api/pipeline_check.py)."""
     request = Request(format=format, compression=compression, shards=shards, workers=workers,
                       batch_records=batch_records, checkpoint_seconds=checkpoint_seconds)
-    spec = parse_dataset_uri(dataset)
-    existing = existing_manifest(spec.root, replace)
-    refs = _refs(source)
-    given = _given_layout(refs, layout, existing)
-    src = _source(source, refs, given, on_bad_file)
+    spec, existing, given, src = _opened(source, dataset, layout, replace, on_bad_file)
     try:
         settings, spec = _settings(src, spec, existing, request, given)
     finally:
