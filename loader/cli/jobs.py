@@ -76,10 +76,13 @@ def run_cmd(
     set_: Optional[List[str]] = typer.Option(None, "--set", help="Override a key: section.key=value (repeatable)."),
     json_out: bool = typer.Option(False, "--json", help="Print the report of every step as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
+    check: bool = typer.Option(False, "--check", help="Check every value of every step; run nothing."),
 ):
     """Run a declarative job: load or ingest, then compact / finalize / query."""
-    rep = api.run(pipeline, set_ or [], progress=progress_mode(quiet))
-    if json_out:
+    rep = api.run(pipeline, set_ or [], progress=progress_mode(quiet), check=check)
+    if check and not json_out:
+        print(f"pipeline {pipeline}: ok ({' -> '.join(s['step'] for s in rep.steps)} on {rep.dataset})")
+    elif json_out:
         emit_json(rep.to_dict())
     elif not quiet:
         steps = ", ".join(f"{s['step']} {s['seconds']:.2f} s" for s in rep.steps)

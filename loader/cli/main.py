@@ -51,10 +51,10 @@ class OneLineErrors(TyperGroup):
                 sys.exit(e.exit_code)
             ctx = getattr(e, "ctx", None)
             hint = f"; see '{ctx.command_path} --help'" if ctx is not None else ""
-            print(f"bulkload: error: {e.format_message().rstrip('.')}{hint}", file=sys.stderr, flush=True)
+            logs.error_line(f"{e.format_message().rstrip('.')}{hint}", exit_code=e.exit_code)
             sys.exit(e.exit_code)
         except typer.Abort:
-            print("bulkload: error: aborted", file=sys.stderr, flush=True)
+            logs.error_line("aborted", exit_code=1)
             sys.exit(1)
         sys.exit(rv if isinstance(rv, int) else 0)
 
@@ -66,7 +66,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 
 def fail(message: str, code: int) -> None:
     line = "; ".join(part.strip() for part in str(message).splitlines() if part.strip())
-    print(f"bulkload: error: {line}", file=sys.stderr, flush=True)
+    logs.error_line(line, exit_code=code)
     raise typer.Exit(code)
 
 
@@ -135,14 +135,26 @@ def progress_mode(quiet: bool) -> str:
     return "none" if quiet else "auto"
 
 
+def show_version(value: bool) -> None:
+    """``--version``: ``bulkload X.Y.Z`` (the installed package's metadata), exit 0."""
+    if value:
+        from importlib.metadata import version  # start-up: only for --version
+
+        print(f"bulkload {version('bulkload')}")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def main_options(
-    log_format: str = typer.Option("text", "--log-format", help="Log lines on stderr: text or json."),
+    log_format: str = typer.Option("text", "--log-format", help="Log lines on stderr: text or json "
+                                   "(before or after the command, like --engine and --scheduler)."),
     engine: Optional[str] = typer.Option(None, "--engine", help="Where load, ingest, finalize, compact, "
                                          "verify and run run their tasks: local (the process pool, default) or dask (also BULKLOAD_ENGINE)."),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Dask scheduler: tcp://HOST:PORT, or "
                                             "local:N for a LocalCluster of N worker processes (also "
                                             "BULKLOAD_SCHEDULER)."),
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=show_version,
+                                 help="Print bulkload's version and exit."),
 ):
     if log_format not in ("text", "json"):
         fail(f"--log-format must be text or json, not {log_format!r}", EXIT_USAGE)
@@ -293,7 +305,7 @@ def _exit_if_damaged(d: dict) -> None:
     from ..stores.health import ShardProblem  # start-up: only a damaged dataset needs it
 
     for p in d["problems"]:
-        print(f"bulkload: error: {ShardProblem(**p).line()}", file=sys.stderr)
+        logs.error_line(ShardProblem(**p).line(), shard=p.get("shard"))
     if d["problems"]:
         raise typer.Exit(EXIT_FAILED)
 
@@ -308,11 +320,9 @@ def verify(dataset: str = typer.Argument(...),
         emit_json(rep.to_dict() | used)
     else:
         for p in rep.problems:
-            if p["batch"] is None:  # a whole shard (missing, damaged) or the arrays
-                print(p["problem"], file=sys.stderr)
-            else:
-                print(f"shard {p['shard']} batch {p['batch']} (first record {p['first_record']}): "
-                      f"{p['problem']}", file=sys.stderr)
+            line = p["problem"] if p["batch"] is None else (  # None: a whole shard (missing, damaged), the arrays
+                f"shard {p['shard']} batch {p['batch']} (first record {p['first_record']}): {p['problem']}")
+            logs.plain(line, line, "error", shard=p.get("shard"), batch=p["batch"])
         status = "ok" if rep.ok else f"FAILED ({len(rep.problems)} bad batches)"
         print(f"verify {rep.dataset}: {rep.batches:,} batches, {rep.records:,} records: {status}")
     if not rep.ok:
@@ -341,8 +351,9 @@ def main() -> None:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     heap.own_process()  # this process is bulkload's: it may keep freed heap (infra/heap.py)
     guard_stdout()  # a full stdout is one line naming it, a closed one a quiet end (outputs.py)
+    args = options_first(sys.argv[1:])
     try:
-        app_for(sys.argv[1:])()
+        app_for(args)(args=args)
     except Exception as e:  # noqa: BLE001 - outside any command (typer's own machinery)
         try:
             if stdout_failed(e):  # --help to a full stdout
@@ -369,6 +380,37 @@ def flush_stdout() -> None:
         sys.exit(EXIT_FAILED)  # in a finally: replaces the exit under way
     except (OSError, ValueError):
         silence_stdout()
+
+
+#: the options of `bulkload` itself that take a value; accepted after the command too
+GROUP_OPTIONS = ("--log-format", "--engine", "--scheduler")
+
+
+def options_first(args: list[str]) -> list[str]:
+    """``args`` with the group options (`GROUP_OPTIONS`) given after the command moved before
+    it (``bulkload run P --log-format json`` = ``bulkload --log-format json run P``); the
+    format is set at once, so that even a parsing error is a JSON line when asked for."""
+    names = {c.name or get_command_name(c.callback.__name__) for c in app.registered_commands}
+    names |= {g.name for g in app.registered_groups if g.name}
+    i = 0
+    while i < len(args) and args[i] not in names:  # the group's own options before the command
+        i += 2 if args[i] in GROUP_OPTIONS else 1
+    moved, rest, j = [], args[i + 1:], 0
+    while j < len(rest) and rest[j] != "--":
+        name = rest[j].split("=", 1)[0]
+        if name in GROUP_OPTIONS:
+            width = 1 if "=" in rest[j] or j + 1 >= len(rest) else 2
+            moved += rest[j:j + width]
+            del rest[j:j + width]
+        else:
+            j += 1
+    out = args[:i] + moved + args[i:i + 1] + rest if i < len(args) else args
+    for k, a in enumerate(out[:len(out) - len(rest)]):
+        if a.split("=", 1)[0] == "--log-format":
+            fmt = a.split("=", 1)[1] if "=" in a else (out[k + 1] if k + 1 < len(out) else "")
+            if fmt in ("text", "json"):
+                logs.set_format(fmt)
+    return out
 
 
 def app_for(args: list[str]) -> typer.Typer:

@@ -276,6 +276,12 @@ def output_dir(path: str, what: str = "--out") -> str:
     return path
 
 
+def check_output(path: str) -> None:
+    """The errors `open_output` would raise for ``path`` before it writes (a directory, a
+    socket, a missing parent directory), without writing anything."""
+    _resolve(path)
+
+
 def write_error(path: str, e: OSError) -> OutputError:
     err = OutputError(f"cannot write {path}: {e.strerror or e}")
     err.errno, err.output = e.errno, path

@@ -30,8 +30,8 @@ REFRESH_S = 0.1
 class Progress:
     def __init__(self, label: str, total_records: int | None, record_size: int,
                  mode: str = "auto", interval: float | None = None):
-        if mode == "auto":
-            mode = "bar" if sys.stderr.isatty() else "log"
+        if mode == "auto":  # a bar is not a JSON line: --log-format json logs progress as lines
+            mode = "bar" if sys.stderr.isatty() and logs.FORMAT != "json" else "log"
         self.mode = mode
         self.label = label
         self.total = total_records

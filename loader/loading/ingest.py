@@ -110,7 +110,34 @@ def ingest(dataset: str, from_dir: str, *, pattern: str = "*", on_bad_file: str 
     """Ingest the new files of ``from_dir``; an IngestReport."""
     t_start = time.perf_counter()
     request = Request(format=format, compression=compression, shards=shards, workers=workers,
-                      batch_records=batch_records, progress=progress, fault=faults.from_env(), t_start=t_start)
+                      batch_records=batch_records, progress=progress, fault=faults.from_env(), t_start=t_start,
+                      checkpoint_seconds=checkpoint_seconds, checkpoint_bytes=checkpoint_bytes)
+    spec, settings, directory = _checked(dataset, from_dir, pattern, on_bad_file, layout, request)
+    kind = settings.kind()
+    if kind.own_ingest:  # e.g. documents: <id>.json files (loader/docs/ingest.py)
+        return kind.ingest_directory(spec, directory, pattern=pattern, settings=settings, on_bad_file=on_bad_file)
+    return _ingest(spec, settings, directory, pattern, on_bad_file)
+
+
+def check(dataset: str, from_dir: str, *, pattern: str = "*", on_bad_file: str = "fail",
+          layout: str | None = None, format: str | None = None, compression: str | None = None,
+          shards: int | None = None, workers: int | None = None, batch_records: int | None = None,
+          checkpoint_seconds: float | None = None) -> RunSettings:
+    """What `ingest` checks before it writes, without ingesting: the run's settings, or the
+    error the ingest would raise (a pipeline checks its [ingest] with it before its first
+    step: api/pipeline_check.py)."""
+    request = Request(format=format, compression=compression, shards=shards, workers=workers,
+                      batch_records=batch_records, checkpoint_seconds=checkpoint_seconds)
+    spec, settings, _ = _checked(dataset, from_dir, pattern, on_bad_file, layout, request)
+    existing = mf.load_manifest(spec.root) if mf.exists(spec.root) else None
+    if existing is not None:
+        check_compatible(existing, spec, settings)
+    return settings
+
+
+def _checked(dataset: str, from_dir: str, pattern: str, on_bad_file: str, layout: str | None,
+             request: Request) -> tuple[StoreSpec, RunSettings, str]:
+    """(dataset spec, run settings, the directory's absolute path), every option checked."""
     check_bad_file_policy(on_bad_file)
     if not pattern:
         raise UsageError("--pattern must not be empty (use '*' for every file)")
@@ -125,11 +152,8 @@ def ingest(dataset: str, from_dir: str, *, pattern: str = "*", on_bad_file: str 
     spec = parse_dataset_uri(dataset)
     existing = mf.load_manifest(spec.root) if mf.exists(spec.root) else None
     settings, spec = resolve_options(spec, existing, get_layout(layout) if layout else None, request)
-    settings = dataclasses.replace(settings, checkpoints=checkpoint_settings(checkpoint_seconds, checkpoint_bytes))
-    kind = settings.kind()
-    if kind.own_ingest:  # e.g. documents: <id>.json files (loader/docs/ingest.py)
-        return kind.ingest_directory(spec, directory, pattern=pattern, settings=settings, on_bad_file=on_bad_file)
-    return _ingest(spec, settings, directory, pattern, on_bad_file)
+    checkpoints = checkpoint_settings(request.checkpoint_seconds, request.checkpoint_bytes)
+    return spec, dataclasses.replace(settings, checkpoints=checkpoints), directory
 
 
 def _ingest(spec: StoreSpec, settings: RunSettings, directory: str, pattern: str, on_bad_file: str) -> IngestReport:

@@ -128,6 +128,6 @@ def make_report(spec: StoreSpec, settings: RunSettings, run: Run, output: RunOut
 
 
 def log(progress: str, message: str, **fields) -> None:
-    """A log line (text or JSON, see infra/logs.py) unless the job is quiet (``progress`` none)."""
-    if progress != "none":
-        logs.event(message, **fields)
+    """A log line (text or JSON, see infra/logs.py); a quiet job (``progress`` none) logs only
+    its warnings and errors."""
+    logs.note(progress == "none", message, **fields)

@@ -34,7 +34,6 @@ import queue
 import time
 from operator import attrgetter
 
-from ..errors import BulkloadError, StoreError
 from ..infra import env, faults
 from ..infra.pool import Progress
 from ..infra.proc import parent_alive, peak_rss, start_worker
@@ -44,7 +43,7 @@ from ..model.layouts import Layout
 from ..model.manifest import BatchEntry
 from ..stores.health import check_shard
 from ..stores.registry import open_writer
-from ..stores.spec import StoreSpec
+from ..stores.write_guard import guard_write
 from .messages import Checkpoint, LoadReceipt, StageTimes
 from .stream import received_batches
 from .task import LoadTask
@@ -98,7 +97,7 @@ def _open_stores(task: LoadTask, writer, stores: dict) -> None:
             if damage is not None:
                 raise damage.error(writing=True)
         stores[s] = st = open_writer(w.store, s, opts)
-        _guard(w.store, s, lambda: writer.prepare(s, st))
+        guard_write(w.store, s, lambda: writer.prepare(s, st))
 
 
 def _planned(task: LoadTask, writer, times: StageTimes):
@@ -205,7 +204,7 @@ class _WriteStage:
         t = time.perf_counter()
         s = seq % self.nshards
         # keyed: may write the shard's zstd dictionary (first batch) - a store write
-        items, row, _nbytes, bad = _guard(
+        items, row, _nbytes, bad = guard_write(
             self.spec, s, lambda: self.writer.encode(seq, first, count, payload, s, stores[s])
         ) if self.keyed else self.writer.encode(seq, first, count, payload, s)
         entry = BatchEntry(*row)
@@ -241,7 +240,7 @@ class _WriteStage:
             return
         t = time.perf_counter()
         if self.groups[s]:
-            _guard(self.spec, s, lambda: self.stores[s].put_sorted(self.groups[s], table=self.writer.table))
+            guard_write(self.spec, s, lambda: self.stores[s].put_sorted(self.groups[s], table=self.writer.table))
         self.times.write_s += time.perf_counter() - t
         faults.hit("flush")
         self.written.extend(entries)
@@ -252,7 +251,7 @@ class _WriteStage:
     def sync_all(self) -> None:
         t = time.perf_counter()
         for s, st in self.stores.items():
-            _guard(self.spec, s, st.sync)
+            guard_write(self.spec, s, st.sync)
         self.times.sync_s += time.perf_counter() - t
         faults.hit("sync")
 
@@ -291,20 +290,3 @@ def _stop_if_orphaned(task: LoadTask) -> None:
     if not parent_alive(task.main_pid):
         raise SystemExit("coordinator died")
 
-
-def _guard(spec: StoreSpec, s: int, fn):
-    """Run a store write; an OS-level failure (disk full, file size limit, I/O error)
-    becomes a one-line StoreError that says the committed state is intact."""
-    try:
-        return fn()
-    except BulkloadError as e:
-        if isinstance(e, StoreError):
-            text = e.strerror if e.strerror else str(e)
-            raise StoreError(f"{text}; the dataset is unchanged since its last commit - "
-                             "fix the cause and re-run the same command to resume") from None
-        raise
-    except Exception as e:  # lmdb.Error, rocksdict exceptions, OSError
-        text = str(e).strip() or type(e).__name__
-        raise StoreError(f"shard {s} ({spec.shard_path(s)}): write failed: {text}; the dataset is "
-                         "unchanged since its last commit - free space (or raise the file size "
-                         "limit) and re-run the same command to resume") from None

@@ -240,6 +240,16 @@ def fail(run: Run, exc: BaseException) -> None:
     run.update(status="failed", ended=time.time(), error=err)
 
 
+def save_stopped(m, root: str) -> None:
+    """Save manifest ``m`` that records a stopped run. If that write fails too (the full
+    disk that stopped the run), the run's own error is still the one to raise: the
+    manifest on disk is the previous one, whose run the next writer finds unfinished."""
+    try:
+        m.save(root)
+    except (BulkloadError, OSError):
+        pass
+
+
 def stop(run: Run, exc: BaseException, outcome: str) -> BaseException:
     """Record why ``run`` stopped (see `fail`) and return the exception to raise: a signal
     as ``Interrupted``, or the error itself; a signal and a dead worker carry ``outcome``
