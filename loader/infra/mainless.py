@@ -8,8 +8,8 @@ data" naming the parent's main module (``init_main_from_path``: a script's file;
 worker - a second load, or a multiprocessing bootstrap error - and a script read from
 stdin (``python - < script``) cannot be re-run at all. Bulkload's workers need only
 bulkload's modules (the forkserver preloads them, pool.py) and, for a user generator, the
-generator's own module, which they import by name (sources/user_gen.py refuses a
-generator defined in ``__main__`` for that reason). So `context()` is the forkserver
+generator's own module, which they import by name (a generator defined in ``__main__``
+comes by value instead, with cloudpickle: sources/user_gen.py). So `context()` is the forkserver
 context with one change: the preparation data of every process it starts has no main
 module in it. Everything else (sys.path, the working directory, argv, the authkey) is
 sent as multiprocessing sends it.

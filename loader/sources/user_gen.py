@@ -2,10 +2,17 @@
 
 - Python: ``gen://PKG.MODULE:FUNCTION?n=N&start=S[&layout=NAME]``, or from Python
   ``loader.generator(fn, n=N, start=S, layout=...)``: ``fn(start, n)`` returns a numpy
-  structured array of exactly the ``n`` records ``start .. start+n-1``. The workers import
-  the module by name (sys.path, $PYTHONPATH, and the working directory the source was
-  given in); its layout is ``layout=``, else the dataset's, else the dtype of its records
-  (one probe call in the coordinator, memory.py's inference).
+  structured array of exactly the ``n`` records ``start .. start+n-1``. A module-level
+  function of an importable module goes to the workers by name: they import the module
+  (sys.path, $PYTHONPATH, and the working directory the source was given in). Any other
+  function given to ``loader.generator`` - one defined in the program being run
+  (``__main__``: a script, guarded or not, ``python -c``, stdin, IPython, Jupyter), a lambda,
+  a closure - goes by value: cloudpickle's bytes of it and of the globals it uses travel in
+  the source (``code``; the source itself stays picklable by the standard pickle, for the
+  pool and for Dask), and each worker rebuilds it once (``by_value``) without importing or
+  running the caller's ``__main__`` (infra/mainless.py). Its URI names it
+  (``gen://__main__:fn?n=...``). The layout is ``layout=``, else the dataset's, else the
+  dtype of its records (one probe call, memory.py's inference).
 - C: ``gen://c:PATH:SYMBOL?n=N&start=S&layout=NAME``: the shared library PATH has
   ``int SYMBOL(void *buf, uint64_t start, uint64_t n)``, which writes records
   start..start+n-1 of the layout into ``buf`` - the batch's own buffer, in place, with the
@@ -13,12 +20,14 @@
 
 Each worker calls the generator for its own batches' record ranges (``fill``), so the
 dataset is byte-identical however the range is split (workers, shards, batch size), as for
-``gen://scidb96``. The fingerprint is the URI plus a hash of the code (the module's file /
-the library), so a re-run of the same generator is "already loaded" or resumes, and a
-changed one is a new run.
+``gen://scidb96``. The fingerprint is the URI plus a hash of the code: the module's file
+(for a function sent by value: the main script's file, when there is one, and the
+function's code - ``function_hash``), or the library; so a re-run of the same generator is
+"already loaded" or resumes, and a changed one is a new run.
 
-Errors: a module, function, library or symbol that cannot be found is a UsageError when
-the source is parsed (exit 2, nothing started); a generator that raises (any exception,
+Errors: a module, function, library or symbol that cannot be found, or a function that
+cloudpickle cannot send (it holds a lock, a connection), is a UsageError when the source is
+made (exit 2, nothing started); a generator that raises (any exception,
 ``sys.exit`` and other BaseExceptions too; a KeyboardInterrupt is a stop), returns
 non-zero, or returns other than the records asked for (count, dtype) is a GeneratorError
 naming it and the record range (exit 1; nothing of the run is committed).
@@ -37,6 +46,7 @@ import functools
 import importlib
 import os
 import sys
+import types
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,6 +77,8 @@ class PyGenSource(Source):
     start: int = 0
     layout: str | None = None  # a layout name or .toml path (None: the dataset's, or inferred)
     search_dir: str = ""  # where the module may also be (the working directory when given)
+    code: bytes | None = None  # the function by value (cloudpickle), or None: by name (module docstring)
+    code_hash: str = ""  # a by-value function's code hash (function_hash), taken where it was defined
 
     @property
     def uri(self) -> str:
@@ -81,8 +93,13 @@ class PyGenSource(Source):
         return self.n
 
     def fingerprint(self, layout: Layout) -> str:
-        mod = sys.modules.get(self.module)
-        return f"{self.uri};code={_file_hash(getattr(mod, '__file__', None))}"
+        return f"{self.uri};code={self.code_hash or module_hash(self.module)}"
+
+    def resolve(self):
+        """The generator function: rebuilt from ``code`` (by value) or imported by name."""
+        if self.code is None:
+            return python_function(self.module, self.function, self.search_dir)
+        return by_value(self.code, self.uri)
 
     def inferred_layout(self) -> Layout:
         """The layout of the records of a probe call (one record)."""
@@ -115,7 +132,7 @@ class PyGenSource(Source):
 
     def _call(self, lo: int, k: int, dtype: np.dtype | None) -> np.ndarray:
         """``fn(lo, k)``, checked: k records (of ``dtype``)."""
-        fn = python_function(self.module, self.function, self.search_dir)
+        fn = self.resolve()
         where = f"generator {self.uri} for records [{lo}, {lo + k})"
         try:
             with pool.running(where):
@@ -225,31 +242,65 @@ def parse_user_generator(ref: str, layout: Layout | None) -> Source:
 def generator(fn, n: int, start: int = 0, layout: str | Layout | None = None) -> PyGenSource:
     """The source of ``fn(start, n)`` for ``loader.load``: records start..start+n-1.
 
-    ``fn`` must be a module-level function the workers can import by name (its module and
-    qualified name): not a lambda, a nested function, or one defined in the program being
-    run (``__main__``: a script, ``python -c``, stdin, an interactive session). ``layout``: a layout name, .toml path or Layout (None: the dataset's, or
-    the dtype of ``fn``'s records)."""
-    module, function = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
-    ref = f"{module}.{function}"
-    if not callable(fn) or module is None or "<" in function:
-        raise UsageError(f"generator {ref}: the workers call it by name, so it must be a module-level function "
-                         "(not a lambda or a nested function); define it in a module")
-    if python_function(module, function, "") is not fn:
-        raise UsageError(f"generator {ref}: {module}.{function} is not this function; the workers call it by name")
+    A module-level function of an importable module is called by name in the workers; any
+    other function (defined in the program being run - a script, ``python -c``, stdin, a
+    notebook - a lambda, a closure) is sent by value with cloudpickle, with the globals it
+    uses (module docstring). ``layout``: a layout name, .toml path or Layout (None: the
+    dataset's, or the dtype of ``fn``'s records)."""
+    module = getattr(fn, "__module__", None) or "__main__"
+    function = getattr(fn, "__qualname__", None) or type(fn).__name__
+    ref = f"{module}:{function}"
+    if not callable(fn):
+        raise UsageError(f"generator {ref}: a value of type {type_name(fn)} is not a function; give fn(start, n)")
     lay = layout.name if isinstance(layout, Layout) else layout
     n, start = parse_range(ref, {"n": str(n), "start": str(start)}, "loader.generator(fn, n=1000)")
-    return PyGenSource(module, function, n, start, lay, os.getcwd())
+    if _by_name(fn, module, function):
+        return PyGenSource(module, function, n, start, lay, os.getcwd())
+    import cloudpickle  # only a function sent by value needs it
+
+    try:
+        code = cloudpickle.dumps(fn)
+    except Exception as e:  # noqa: BLE001 - PicklingError, TypeError ("cannot pickle '_thread.lock'"), ...
+        raise UsageError(f"generator {ref}: cannot be sent to the workers ({type(e).__name__}: {e}); it may use "
+                         "only what can be pickled (no open files, locks or connections): open them inside "
+                         "the function") from None
+    return PyGenSource(module, function, n, start, lay, os.getcwd(), code,
+                       f"{module_hash(module)}+{function_hash(fn)}")
+
+
+def _by_name(fn, module: str, function: str) -> bool:
+    """Whether the workers can import ``fn`` as ``module:function`` (no need to send it)."""
+    if module in MAIN_MODULES or "<" in function:
+        return False
+    try:
+        return python_function(module, function, "") is fn
+    except UsageError:
+        return False
+
+
+@functools.lru_cache(maxsize=None)
+def by_value(code: bytes, uri: str):
+    """The function of cloudpickle's ``code`` (once per process). Rebuilding it imports the
+    modules it uses by name, never the caller's ``__main__`` (its globals come with it)."""
+    import cloudpickle
+
+    try:
+        return cloudpickle.loads(code)
+    except Exception as e:  # noqa: BLE001 - e.g. a module it uses that this process cannot import
+        raise GeneratorError(f"generator {uri} cannot be rebuilt in this worker ({type(e).__name__}: {e}); "
+                             f"the modules it uses must be importable there too; {NOTHING}") from None
 
 
 @functools.lru_cache(maxsize=None)
 def python_function(module: str, function: str, search_dir: str):
     """The function ``module:function``, imported (``search_dir`` appended to sys.path).
-    Never one of the running program's ``__main__``: the workers would have to run the
-    caller's script (or session) again to import it (infra/mainless.py)."""
+    Never one of the running program's ``__main__`` (``gen://__main__:fn`` from the CLI):
+    the workers never import it (infra/mainless.py); ``generator(fn)`` sends such a
+    function by value."""
     if module in MAIN_MODULES:
-        raise UsageError(f"generator {module}:{function} is defined in the program being run ({module}), which "
-                         "the workers cannot import without running it again; move the function into a module "
-                         "(a .py file beside the script) and import it from there")
+        raise UsageError(f"generator {module}:{function}: {module} is the program being run, which the workers "
+                         "never import; give the function itself, loader.generator(fn, n=...), which sends it "
+                         "by value, or name a function of a module")
     if search_dir and search_dir not in sys.path:
         sys.path.append(search_dir)
     try:
@@ -282,6 +333,69 @@ def c_function(path: str, symbol: str):
     fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64]
     fn.restype = ctypes.c_int
     return fn
+
+
+def module_hash(module: str) -> str:
+    """xxh3 of the file of the loaded module ``module`` ("-": it has none: ``python -c``,
+    stdin, a notebook)."""
+    return _file_hash(getattr(sys.modules.get(module), "__file__", None))
+
+
+#: values whose repr is the same in every run (so are tuples and frozensets of them)
+PLAIN = (int, float, complex, str, bytes, bool, type(None), type(Ellipsis))
+
+
+def function_hash(fn) -> str:
+    """xxh3 of what ``fn`` computes, the same in every run of the same program: its code
+    (bytecode, names, constants, nested code, recursively), defaults, closure values, the
+    plain global values it reads and the code of the functions of its own module it calls.
+    Other objects count by their type only (their repr may hold an address)."""
+    h = xxhash.xxh3_64()
+    seen: set[int] = set()
+
+    def feed(obj) -> None:
+        if isinstance(obj, PLAIN):
+            h.update(f"{type(obj).__name__}:{obj!r};".encode())
+        elif isinstance(obj, (tuple, list)):
+            h.update(b"(")
+            for x in obj:
+                feed(x)
+            h.update(b")")
+        elif isinstance(obj, frozenset):  # its order differs between runs (string hashing)
+            h.update(repr(sorted(repr(x) for x in obj)).encode())
+        elif isinstance(obj, types.CodeType):
+            h.update(obj.co_code)
+            feed(obj.co_names)
+            feed(obj.co_consts)
+        elif isinstance(obj, functools.partial):
+            feed((obj.func, obj.args, tuple(sorted(obj.keywords.items()))))
+        elif isinstance(obj, (types.FunctionType, types.MethodType)) and id(obj) not in seen:
+            seen.add(id(obj))
+            f = getattr(obj, "__func__", obj)
+            feed((f.__code__, f.__defaults__, tuple(sorted((f.__kwdefaults__ or {}).items()))))
+            feed(tuple(_cell_value(c) for c in f.__closure__ or ()))
+            g = f.__globals__
+            for name in f.__code__.co_names:
+                v = g.get(name)
+                if isinstance(v, PLAIN + (tuple, frozenset)) or (
+                        isinstance(v, types.FunctionType) and v.__module__ == f.__module__):
+                    feed((name, v))
+        else:
+            h.update(type(obj).__qualname__.encode())
+            call = getattr(type(obj), "__call__", None)
+            if isinstance(call, types.FunctionType):
+                feed(call)
+
+    feed(fn)
+    return h.hexdigest()
+
+
+def _cell_value(cell):
+    """A closure cell's value (None: still empty)."""
+    try:
+        return cell.cell_contents
+    except ValueError:
+        return None
 
 
 def _file_hash(path: str | None) -> str:
