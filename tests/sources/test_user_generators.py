@@ -265,16 +265,47 @@ def test_layout_given_is_checked_against_the_records(tmp_path):
     assert not (tmp_path / "ds" / "manifest.json").exists()
 
 
-def test_generator_needs_a_function_the_workers_can_import():
-    def nested(start, n):
-        return ex.records(start, n)
+def scaled(scale):
+    """A closure: ex.records with half multiplied by ``scale``."""
+    def gen(start, n):
+        out = ex.records(start, n)
+        out["half"] *= scale
+        return out
+    return gen
 
-    with pytest.raises(UsageError, match="module-level function"):
-        loader.generator(lambda s, n: ex.records(s, n), n=10)
-    with pytest.raises(UsageError, match="module-level function"):
-        loader.generator(nested, n=10)
+
+def test_a_closure_or_lambda_is_sent_to_the_workers_by_value(tmp_path):
+    """A function the workers cannot import by name (a closure, a lambda) goes by value
+    (cloudpickle), with the values it closes over: its records, in one run; a closure over
+    another value is another generator (a new run), the same one a re-run (already loaded)."""
+    uri = f"lmdb://{tmp_path}/ds"
+    rep = loader.load(loader.generator(scaled(3), n=3000, start=5), uri, workers=2, shards=2, batch_records=700)
+    assert rep.records == 3000
+    assert rep.source == "gen://sources.test_user_generators:scaled.<locals>.gen?n=3000&start=5"
+    assert loader.load(loader.generator(scaled(3), n=3000, start=5), uri, workers=2).status == "already-loaded"
+    assert loader.load(loader.generator(scaled(4), n=3000, start=5), uri, workers=2).status == "loaded"
+    rep = loader.load(loader.generator(lambda s, n: ex.records(s, n), n=500), uri)
+    assert rep.records == 500 and rep.source.endswith("by_value.<locals>.<lambda>?n=500&start=0")
+    want = b"".join(scaled(scale)(5, 3000).tobytes() for scale in (3, 4)) + ex.records(0, 500).tobytes()
+    assert records_of(uri) == want
+
+
+def test_a_generator_that_cannot_be_sent_is_a_usage_error(tmp_path):
+    import threading
+
+    lock = threading.Lock()
+
+    def locked(start, n):
+        with lock:
+            return ex.records(start, n)
+
+    with pytest.raises(UsageError, match=r"locked: cannot be sent to the workers \(TypeError: .*lock"):
+        loader.generator(locked, n=10)
+    with pytest.raises(UsageError, match="not a function"):
+        loader.generator(42, n=10)
     with pytest.raises(UsageError, match="n must be a non-negative integer"):
         loader.generator(ex.records, n=-5)
+    assert not (tmp_path / "ds").exists()
 
 
 def test_load_help_shows_the_generator_forms():
