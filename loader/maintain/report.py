@@ -2,14 +2,16 @@
 
 The fields every record kind reports are typed; a kind that compacts its own way (the
 documents plug-in folds tables) adds its own figures in ``details``, which `to_dict()`
-places after the common ones. ``run_id`` is None when there was nothing to do and no run
-was recorded.
+places after the common ones. ``run_id`` is None and ``status`` ``nothing-to-do`` when
+there was nothing to do: no run was recorded and nothing was written.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+#: the status of a compaction (or finalize) that found nothing to do and wrote nothing
+NOTHING_TO_DO = "nothing-to-do"
 
 @dataclass
 class CompactReport:
@@ -25,6 +27,7 @@ class CompactReport:
     shards: list[dict]
     merge_s: float = 0.0
     seconds: float = 0.0
+    status: str = "done"  # or NOTHING_TO_DO
     details: dict = field(default_factory=dict)
 
     @classmethod
