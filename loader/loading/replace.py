@@ -31,7 +31,7 @@ from ..infra import faults
 from ..infra.fsatomic import exchange, fsync_dir
 from ..infra.lock import DatasetLock
 from ..infra.paths import replacing_sibling
-from ..maintain.builds import build_dir, discard_build
+from ..maintain.builds import build_dir, discard_build, drop_link_beside_link
 from ..model import manifest as mf
 from ..model import runs
 from ..stores.spec import StoreSpec
@@ -46,6 +46,7 @@ def replaced_spec(spec: StoreSpec) -> StoreSpec:
     path points to (module docstring); a dangling link is left as is (refused as a path
     that is not a directory)."""
     if os.path.islink(spec.root) and os.path.isdir(spec.root):
+        drop_link_beside_link(spec.root)  # never followed: only the link is removed
         return dataclasses.replace(spec, root=os.path.realpath(spec.root))
     return spec
 

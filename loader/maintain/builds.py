@@ -30,6 +30,7 @@ def build_dir(root: str) -> str | None:
     """The path of the --replace build of the dataset at ``root`` when one is there (a
     directory bulkload made), else None; a symlink at that name is removed unfollowed,
     anything else that bulkload did not make is refused (NotWritableError)."""
+    drop_link_beside_link(root)
     path = replacing_sibling(root)
     try:
         st = os.lstat(path)
@@ -44,6 +45,16 @@ def build_dir(root: str) -> str | None:
             f"{path} is where a --replace of {root} builds, but it is {what}, not a bulkload build; "
             "move it away (bulkload never deletes what it did not make) and retry")
     return path
+
+
+def drop_link_beside_link(root: str) -> None:
+    """A dataset path that is a symlink builds beside its target; a symlink at the link's
+    own build name (``.LINK.replacing -> target``, left by a --replace of versions that
+    swapped the link) is removed, unfollowed."""
+    root = root.rstrip("/")
+    beside = os.path.join(os.path.dirname(root), f".{os.path.basename(root)}.replacing")
+    if beside != replacing_sibling(root) and os.path.islink(beside):
+        os.unlink(beside)
 
 
 def _made_by_bulkload(path: str) -> bool:

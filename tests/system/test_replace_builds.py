@@ -23,6 +23,7 @@ def test_replace_through_a_symlink_replaces_the_target_in_place_and_keeps_the_li
     target, link = tmp_path / "target", tmp_path / "link"
     assert run_cli("load", "gen://scidb96?n=1000", f"lmdb://{target}", "-q").returncode == 0
     link.symlink_to(target)
+    (tmp_path / ".link.replacing").symlink_to(target)  # what a --replace that swapped the link left
     p = run_cli("load", "gen://scidb96?n=2000&start=10", f"lmdb://{link}", "--replace", "-q")
     assert p.returncode == 0, p.stderr
     assert link.is_symlink() and os.readlink(link) == str(target)
