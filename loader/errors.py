@@ -89,6 +89,11 @@ class NestedDatasetError(UsageError):
     """A dataset path inside another dataset (whose compaction or --replace would delete it)."""
 
 
+class OutputInDatasetError(UsageError):
+    """An output path (--out, a temporary file beside it, a pipeline's out) resolves into a
+    dataset directory or a --replace build: writing it would destroy the dataset."""
+
+
 class SourceTypeError(UsageError):
     """SOURCE is a device, a socket or a procfs/sysfs file: not a file of records."""
 
@@ -123,8 +128,9 @@ class PartialRecordError(InputError):
 
 
 class ConversionError(InputError):
-    """A column of an in-memory table (DataFrame, Arrow) cannot become a layout field as it
-    is: it holds nulls, or converting it would change a value."""
+    """A column (of a DataFrame or Arrow table in memory, or of an .npy, Arrow or Parquet
+    file) cannot become a layout field as it is: it holds nulls, or converting it would
+    change a value (model/conversions.py)."""
 
 
 class GeneratorError(InputError):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..arrays import query as array_query
 from ..infra import executors
+from ..infra.outputs import refuse_dataset_paths
 from ..read.dataset import open as open_dataset
 from ..read.export import ExportReport
 from ..read.export import export as export_records
@@ -43,9 +44,12 @@ def query(dataset: str, box: str | dict, *, array: str = "grid", attrs: str | No
         check_format(format)
     ranges = array_query.parse_box(box) if isinstance(box, str) else dict(box)
     with open_dataset(dataset) as ds:
+        if format is not None and out is not None:
+            refuse_dataset_paths(out, (ds.spec.root,))  # before reading: fail fast
         table = ds.read_box(array=array, attrs=attrs, **ranges)
+        root = ds.spec.root
     if format is not None:
-        write_table(table, format, out)
+        write_table(table, format, out, protect=(root,))
     return table
 
 

@@ -3,18 +3,22 @@
 `engine_for(dataset, client=, engine=, scheduler=)` is the context in which a run's tasks
 go to the chosen executor (infra/executors.py): ``client`` (a ``distributed.Client``) or
 ``engine="dask"`` with ``scheduler`` (``tcp://HOST:PORT``, or ``local:N``: a LocalCluster
-of N worker processes started for the call and closed after it); unset, the
-``BULKLOAD_ENGINE`` / ``BULKLOAD_SCHEDULER`` variables (infra/env.py), else the local pool.
+of N worker processes started for the call in a process of its own, ``python -m
+loader.infra.dask_local``, so that they never run the caller's ``__main__``, and closed
+after it); unset, the ``BULKLOAD_ENGINE`` / ``BULKLOAD_SCHEDULER`` variables (infra/env.py), else the local pool.
 An executor already in effect (the CLI opens one per command) is reused. Before a Dask
-executor is used, every worker is checked (infra/dask_exec.check_workers): it can import
-bulkload and sees the dataset's directory - else a one-line EngineError, nothing written.
+executor is used - nothing written yet - the scheduler is checked within seconds
+(infra/dask_connect.py): a scheme Dask knows and ``local:N`` within --workers' bounds
+(UsageError), a Dask handshake and at least one worker within ``BULKLOAD_DASK_TIMEOUT``
+seconds (EngineError naming the address); then every worker (infra/dask_exec.check_workers):
+it can import bulkload and sees the dataset's directory - else a one-line EngineError.
 
 `with_engine` gives a run (``loader.load``, ``ingest``, ``finalize``, ``compact``: see
 api/__init__.py) those three extra keywords. dask is imported only here and only when the engine is dask. Leases of Dask
 attempts live in ``<dataset>/.leases`` (a directory every worker sees: the dataset's).
 
-Crash behaviour: a LocalCluster started here is closed on the way out, whatever happened;
-a remote client is closed only if opened here.
+Crash behaviour: a LocalCluster started here (in a process group of its own) is closed on
+the way out, and killed at once on a stop signal; a remote client is closed only if opened here.
 """
 
 from __future__ import annotations
@@ -25,10 +29,11 @@ import os
 
 from ..errors import EngineError, UsageError
 from ..infra import env, executors
+from ..model.engine_keys import EngineKeys
+from ..model.options import MAX_WORKERS, check_count
 from ..stores.spec import parse_dataset_uri
 
 LEASES = ".leases"
-CONNECT_TIMEOUT_S = 10
 
 
 @contextlib.contextmanager
@@ -76,42 +81,57 @@ def _dask_root(dataset: str) -> str:
 
 @contextlib.contextmanager
 def _dask_client(client, scheduler: str):
-    """(client, scheduler address) for the block: ``client``, or one opened on ``scheduler``."""
+    """(client, scheduler address) for the block: ``client``, or one opened on ``scheduler``
+    (a handshake first, bounded: infra/dask_connect.py); either with a worker at least."""
     if client is not None:
+        _connect().wait_for_workers(client, str(client.scheduler.address), env.dask_timeout())
         yield client, str(client.scheduler.address)
         return
     if not scheduler:
         raise UsageError("the dask engine needs a scheduler: --scheduler tcp://HOST:PORT or local:N "
                          "(or BULKLOAD_SCHEDULER)")
     if not env.scheduler_ok(scheduler):
-        raise UsageError(f"scheduler {scheduler!r} is not a Dask scheduler address (tcp://HOST:PORT) or local:N")
-    try:  # imported here: dask is needed only when the engine is dask
-        from distributed import Client, LocalCluster
-    except ImportError:
-        raise UsageError("the dask engine needs dask[distributed]: pip install 'bulkload[dask]'") from None
+        raise UsageError(f"scheduler {scheduler!r} is not a Dask scheduler address: {env.SCHEDULER_FORMS}")
+    local = scheduler.startswith("local:")
+    if local:  # bounded like --workers: each is a process of this machine
+        check_count("--scheduler local:N", int(scheduler[6:]), 1, MAX_WORKERS)
+    connect, timeout = _connect(), env.dask_timeout()
+    from distributed import Client
+
     with contextlib.ExitStack() as stack:
-        if scheduler.startswith("local:"):
-            cluster = stack.enter_context(LocalCluster(n_workers=int(scheduler[6:]), threads_per_worker=1,
-                                                       processes=True, dashboard_address=None))
-            target = cluster
+        if local:  # a cluster of its own, which a stop signal ends at once
+            target = stack.enter_context(connect.local_cluster(int(scheduler[6:])))
         else:
+            connect.probe(scheduler, timeout)
             target = scheduler
         try:
-            dask_client = stack.enter_context(Client(target, timeout=CONNECT_TIMEOUT_S))
+            dask_client = stack.enter_context(Client(target, timeout=max(timeout, 1.0)))
         except (OSError, TimeoutError) as e:
-            raise EngineError(f"cannot reach the Dask scheduler at {scheduler}: {e}; start it "
-                              "(dask scheduler) or fix --scheduler / BULKLOAD_SCHEDULER") from None
+            raise EngineError(f"cannot reach the Dask scheduler at {scheduler}: {e}; {connect.ADVICE}") from None
+        connect.wait_for_workers(dask_client, scheduler, timeout)
         yield dask_client, scheduler
+
+
+def _connect():
+    """infra/dask_connect.py (UsageError when dask[distributed] is not installed)."""
+    try:  # imported here: dask is needed only when the engine is dask
+        from ..infra import dask_connect
+    except ImportError:
+        raise UsageError("the dask engine needs dask[distributed]: pip install 'bulkload[dask]'") from None
+    return dask_connect
 
 
 def with_engine(run, dataset_arg: int = 0):
     """``run`` with the keywords ``client``, ``engine``, ``scheduler`` (its dataset is its
-    positional argument ``dataset_arg``, or the keyword ``dataset`` / ``dataset_uri``)."""
+    positional argument ``dataset_arg``, or the keyword ``dataset`` / ``dataset_uri``); a run
+    off the local pool says so in its report (model/engine_keys.py: the keys of ``--json``)."""
 
     @functools.wraps(run)
     def call(*args, client=None, engine: str | None = None, scheduler: str | None = None, **kw):
         dataset = args[dataset_arg] if len(args) > dataset_arg else kw.get("dataset", kw.get("dataset_uri"))
-        with engine_for(dataset, client, engine, scheduler):
-            return run(*args, **kw)
+        with engine_for(dataset, client, engine, scheduler) as ex:
+            report = run(*args, **kw)
+            info = engine_info(ex)
+        return report.with_engine(info) if info and isinstance(report, EngineKeys) else report
 
     return call

@@ -17,7 +17,9 @@ environment (``BULKLOAD_SECTION_KEY``, and ``BULKLOAD_KEY`` for [job] keys, e.g.
 ``BULKLOAD_DATASET``, ``BULKLOAD_INGEST_FROM``; only for sections the file has), the
 file, the defaults. Relative paths are relative to the working directory, as on the
 command line. A malformed file, an unknown section or key, or a value of the wrong type
-is an error naming the key and its line.
+is an error naming the key and its line. Then, before the first step runs, every value of
+every step is checked by its command's own checks (pipeline_check.py): a bad value of any
+step is an error (exit 2) naming the file, the table and the key, and nothing is run.
 
 ``engine`` (local or dask) and ``scheduler`` (tcp://HOST:PORT or local:N) choose where
 every step's tasks run (api/engine.py): one executor - one LocalCluster for local:N - for
@@ -40,10 +42,13 @@ from ..arrays.finalize import finalize
 from ..errors import BulkloadError, MissingPathError, PipelineError
 from ..infra import env as variables
 from ..infra import logs
+from ..infra.outputs import refuse_dataset_paths
 from ..loading.ingest import ingest
 from ..loading.load import load
 from ..maintain.compact import compact
+from ..model.layouts import toml_text
 from ..model.options import size_option
+from ..stores.spec import parse_dataset_uri
 from .commands import query
 from .engine import engine_for, engine_info
 
@@ -59,7 +64,7 @@ SCHEMA: dict[str, dict[str, tuple[type, object]]] = {
     "ingest": {"from": (str, REQUIRED), "pattern": (str, "*"), "on_bad_file": (str, "fail"),
                "enabled": (bool, True)},
     "compact": {"target_batch_records": (int, None), "force": (bool, False), "enabled": (bool, True)},
-    "finalize": {"dims": (str, "i0:10,i1:100000"), "array": (str, "grid"), "duplicates": (str, "error"),
+    "finalize": {"dims": (str, None), "array": (str, "grid"), "duplicates": (str, "error"),
                  "compact": (bool, True), "workers": (int, None), "memory_budget": (str, None),
                  "compression": (str, None), "enabled": (bool, True)},
     "query": {"box": (str, REQUIRED), "array": (str, "grid"), "attrs": (str, None),
@@ -110,6 +115,8 @@ def _where(path: str, lines: dict[str, int], name: str) -> str:
 
 
 def _convert(value, typ: type, name: str, where: str, from_text: bool):
+    """``value`` as ``typ`` (from an environment variable or --set: parsed from text), else
+    PipelineError "WHERE: key NAME must be ..." (``name``: "'k' in [section]")."""
     if from_text and not isinstance(value, typ):
         text = str(value).strip()
         try:
@@ -126,11 +133,11 @@ def _convert(value, typ: type, name: str, where: str, from_text: bool):
                 return float(text)
             return text
         except ValueError:
-            raise PipelineError(f"{where}: key '{name}' must be {TYPE_NAMES[typ]}, not {text!r}") from None
+            raise PipelineError(f"{where}: key {name} must be {TYPE_NAMES[typ]}, not {text!r}") from None
     if typ is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if typ is int and isinstance(value, bool) or not isinstance(value, typ):
-        raise PipelineError(f"{where}: key '{name}' must be {TYPE_NAMES[typ]}, not {value!r}")
+        raise PipelineError(f"{where}: key {name} must be {TYPE_NAMES[typ]}, not {value!r}")
     return value
 
 
@@ -154,7 +161,7 @@ def _read(path: str) -> tuple[dict, dict[str, int]]:
         raise MissingPathError(f"pipeline file {path} does not exist") from None
     except OSError as e:
         raise PipelineError(f"cannot read pipeline file {path}: {e.strerror or e}") from None
-    text = raw.decode("utf-8", errors="replace")
+    text = toml_text(raw, path, PipelineError)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -183,7 +190,7 @@ def _from_file(path: str, data: dict, lines: dict[str, int]) -> tuple[dict[str, 
                                     f"{', '.join(known)}")
             if isinstance(v, dict):
                 raise PipelineError(f"{where}: key '{k}' in [{section}] must be a value, not a table")
-            config.setdefault(section, {})[k] = _convert(v, known[k][0], k, where, from_text=False)
+            config.setdefault(section, {})[k] = _convert(v, known[k][0], f"'{k}' in [{section}]", where, False)
             origin[name] = where
         config.setdefault(section, {})
     return config, origin
@@ -198,7 +205,8 @@ def _from_env(config: dict[str, dict], origin: dict[str, str], env) -> None:
                 names.append(f"BULKLOAD_{k.upper()}")
             for var in names:
                 if var in env:
-                    config[section][k] = _convert(env[var], typ, k, f"environment variable {var}", True)
+                    config[section][k] = _convert(env[var], typ, f"'{k}' in [{section}]", f"environment variable {var}",
+                                                  True)
                     origin[f"{section}.{k}"] = f"environment variable {var}"
                     break
 
@@ -217,7 +225,8 @@ def _from_sets(config: dict[str, dict], origin: dict[str, str], sets: list[str])
         if k not in SCHEMA[section]:
             raise PipelineError(f"--set {item!r}: unknown key '{k}' in [{section}]; known keys: "
                                 f"{', '.join(SCHEMA[section])}")
-        config.setdefault(section, {})[k] = _convert(value, SCHEMA[section][k][0], k, f"--set {name}", True)
+        config.setdefault(section, {})[k] = _convert(value, SCHEMA[section][k][0], f"'{k}' in [{section}]",
+                                                     f"--set {name}", True)
         origin[f"{section}.{k}"] = f"--set {name}"
 
 
@@ -258,25 +267,49 @@ class PipelineReport:
 
 
 def run(path: str, sets: list[str] | None = None, *, progress: str = "auto", env: dict | None = None,
-        client=None, engine: str | None = None, scheduler: str | None = None) -> PipelineReport:
+        client=None, engine: str | None = None, scheduler: str | None = None,
+        check: bool = False) -> PipelineReport:
     """Parse and run a pipeline; returns a report with one entry per step. ``client`` /
-    ``engine`` / ``scheduler``: where its tasks run (over the file's [job] keys)."""
+    ``engine`` / ``scheduler``: where its tasks run (over the file's [job] keys). Every
+    value of every step is checked first; ``check``: only that (each step's entry is
+    ``{"step", "checked": True}``), nothing is run."""
     p = parse(path, sets, env)
+    _check_outputs(p)
     name, where = _engine_choice(p, client, engine, scheduler)
+    check_steps(p)
+    if check:
+        return PipelineReport(pipeline=_name(p), path=path, dataset=p.config["job"]["dataset"],
+                              steps=[{"step": s, "checked": True} for s in p.steps])
     with engine_for(p.config["job"]["dataset"], client, name, where) as ex:
         report = _run_steps(p, progress)
     report.engine = engine_info(ex)
     return report
 
 
+def _check_outputs(p: Pipeline) -> None:
+    """A [query] out inside a dataset (the job's, or any other) is refused before any step."""
+    q = p.config.get("query")
+    if q and q["enabled"] and q["out"]:
+        root = parse_dataset_uri(p.config["job"]["dataset"]).root
+        refuse_dataset_paths(q["out"], (root,), what=f"{p.path}: [query] out")
+
+
+def check_steps(p: Pipeline) -> None:
+    """Every value of every step, checked before the first step runs (pipeline_check.py)."""
+    from .pipeline_check import check  # it imports this module's SCHEMA
+
+    check(p)
+
+
 def _engine_choice(p: Pipeline, client, engine: str | None, scheduler: str | None) -> tuple:
     """(engine, scheduler) for engine_for: the caller's, else the [job] keys (checked)."""
     job = p.config["job"]
     for key, ok, what in (("engine", lambda v: v.strip().lower() in variables.ENGINES, "local or dask"),
-                          ("scheduler", variables.scheduler_ok, "tcp://HOST:PORT or local:N (N >= 1)")):
+                          ("scheduler", variables.scheduler_ok, variables.SCHEDULER_FORMS + " (N >= 1)")):
         if job.get(key) is not None and not ok(job[key]):
-            raise PipelineError(f"{p.origin.get(f'job.{key}', p.path)}: key '{key}' must be {what}, "
-                                f"not {job[key]!r}")
+            where = p.origin.get(f"job.{key}", p.path)
+            where = where if where.startswith(p.path) else f"{p.path}: {where}"
+            raise PipelineError(f"{where}: [job] {key} must be {what}, not {job[key]!r}")
     name = engine or ("dask" if client is not None else job.get("engine"))
     return name, (scheduler or job.get("scheduler")) if (name or "").strip().lower() == "dask" else None
 
@@ -290,7 +323,7 @@ def _run_steps(p: Pipeline, progress: str) -> PipelineReport:
                   shards=job["shards"], workers=job["workers"], batch_records=job["batch_records"],
                   checkpoint_seconds=job["checkpoint_seconds"])
     dataset = job["dataset"]
-    name = job.get("name") or os.path.splitext(os.path.basename(path))[0]
+    name = _name(p)
     report = PipelineReport(pipeline=name, path=path, dataset=dataset)
     t0 = time.perf_counter()
     _event(progress, f"pipeline {name}: {' -> '.join(p.steps)} on {dataset}", pipeline=name, steps=p.steps)
@@ -311,9 +344,12 @@ def _run_steps(p: Pipeline, progress: str) -> PipelineReport:
     return report
 
 
+def _name(p: Pipeline) -> str:
+    return p.config["job"].get("name") or os.path.splitext(os.path.basename(p.path))[0]
+
+
 def _event(progress: str, message: str, **fields) -> None:
-    if progress != "none":
-        logs.event(message, **fields)
+    logs.note(progress == "none", message, **fields)
 
 
 def _step_load(dataset, cfg, common, job, progress) -> dict:
@@ -332,7 +368,7 @@ def _step_compact(dataset, cfg, common, job, progress) -> dict:
 
 
 def _step_finalize(dataset, cfg, common, job, progress) -> dict:
-    budget = size_option(cfg["memory_budget"] or None, "finalize.memory_budget", PipelineError)
+    budget = size_option(cfg["memory_budget"] or None, "memory_budget", PipelineError)
     workers = job["workers"] if cfg["workers"] is None else cfg["workers"]  # 0 is refused, not a default
     return finalize(dataset, dims=cfg["dims"], array=cfg["array"], duplicates=cfg["duplicates"],
                     workers=workers, compact=cfg["compact"], progress=progress, memory_budget=budget,

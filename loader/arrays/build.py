@@ -31,6 +31,7 @@ from ..infra.proc import cpu_seconds, minor_faults, parent_alive, peak_rss, star
 from ..model.chunk_index import TABLE_PREFIX
 from ..model.layouts import Layout
 from ..model.placement import owned_shards
+from ..stores.write_guard import guard_write
 from . import spill_files
 from .build_emit import BuildStats, ChunkEmitter
 from .build_sources import DirectSource, SpillSource
@@ -172,7 +173,7 @@ def _build_shard(task: BuildTask, s: int, st, em: ChunkEmitter, src, progress_q)
         em.flush_group()
         src.close_readers()
         t = time.perf_counter()
-        st.sync()
+        guard_write(task.job.store, s, st.sync)
         em.timings["sync_s"] += time.perf_counter() - t
         faults.hit("synced")
     finally:

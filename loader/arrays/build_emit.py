@@ -40,6 +40,7 @@ import xxhash
 from ..errors import DuplicateCellError
 from ..infra import faults
 from ..model.chunk_index import index_columns, sample_every
+from ..stores.write_guard import guard_write
 from .chunks import chunk_key
 from .hashes import hash_sum
 from .records import field_min_max, void_view
@@ -119,7 +120,8 @@ class ChunkEmitter:
     def flush_group(self) -> None:
         if self.group:
             t = time.perf_counter()
-            self.st.put_sorted(self.group, table=self.task.table)
+            group = self.group
+            guard_write(self.task.job.store, self.shard, lambda: self.st.put_sorted(group, table=self.task.table))
             self.group, self.group_bytes = [], 0
             self.spare, self.in_group = self.in_group, []  # the store has copied them
             if self.wb is not None:

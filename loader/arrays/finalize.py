@@ -77,11 +77,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import BulkloadError, DuplicateCellError, UsageError, WorkerError
+from ..errors import BulkloadError, DuplicateCellError, NoSpaceError, StoreError, UsageError, WorkerError
 from ..infra import executors, faults, interrupts
 from ..infra.lock import DatasetLock
 from ..infra.progress import Progress
+from ..infra.space import check_space
 from ..infra.threads import TaskThread
+from ..kinds import kind_for
 from ..maintain.compact import compact_locked
 from ..maintain.garbage import collect_garbage, collect_index_garbage, held_tables, retire_array, start_writing
 from ..maintain.report import NOTHING_TO_DO
@@ -97,12 +99,13 @@ from ..model.chunk_index import (
 )
 from ..model.layouts import Layout
 from ..model.options import MAX_WORKERS, check_count, default_workers
-from ..model.runs import Run, new_run
+from ..model.runs import Run, new_run, save_stopped
 from ..model.runs import stop as stop_run
 from ..serializers import get_serializer
 from ..stores.health import require_shards
 from ..stores.registry import open_in_this_process
 from ..stores.spec import StoreSpec, parse_dataset_uri
+from ..stores.write_guard import out_of_space, reclaim_space
 from . import spill_files
 from .build import BuildTask, build_worker
 from .build_emit import SAMPLE_DTYPE
@@ -199,7 +202,7 @@ class _Build:
                         self.m.layout_obj.record_size, mode=self.plan.options.progress)
 
 
-def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRAY,
+def finalize(dataset_uri: str, dims=None, array: str = DEFAULT_ARRAY,
              duplicates: str = "error", workers: int | None = None, compact: bool = True,
              progress: str = "none", memory_budget: int | None = None,
              strategy: str = "auto", compression: str | None = None, force: bool = False) -> FinalizeReport:
@@ -211,6 +214,9 @@ def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRA
     ``compression``: of the array's chunk pieces, ``none`` (default, whatever the flat
     batches use: a box query reads a piece zero-copy; compressed, it decompresses the
     whole piece, ~70 x slower for a 1,000-cell box), ``lz4`` or ``zstd``.
+
+    ``dims``: None takes the layout's default (scidb96: ``i0:10,i1:100000``; other layouts
+    have none: a UsageError asks for them).
 
     An array that is up to date (built from every record, with these dims, chunks,
     duplicates policy and compression) is not rebuilt unless ``force``: nothing is written,
@@ -228,6 +234,7 @@ def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRA
                                       compression, force))
     spec.backend  # noqa: B018 - imported first: it would wait ~0.1 s for the thread's pyarrow import
     TaskThread(warm_up_writer).start()  # imports pyarrow for the index file, beside the phases
+    check_space(spec.root, _min_build_bytes(m, plan), f"finalize of {m.records:,} records into array {array!r}")
     with DatasetLock(spec.root) as lock:
         lock.set_job(f"finalize {array}")
         b = _begin(spec, dataset_uri, plan)
@@ -241,8 +248,14 @@ def finalize(dataset_uri: str, dims="i0:10,i1:100000", array: str = DEFAULT_ARRA
 
 
 def _plan(m: mf.Manifest, opts: FinalizeOptions) -> FinalizePlan:
-    """Check every option (UsageError, nothing touched) and fix what the run will do."""
-    aspec = make_spec(m.layout_obj, opts.dims, opts.array, opts.duplicates)
+    return plan_finalize(m.layout_obj, m.format, opts)
+
+
+def plan_finalize(layout: Layout, format: str, opts: FinalizeOptions) -> FinalizePlan:
+    """Check every option (UsageError, nothing touched) and fix what a finalize of records
+    of ``layout`` stored in ``format`` will do (a pipeline checks its [finalize] with it
+    before its first step: api/pipeline_check.py)."""
+    aspec = make_spec(layout, opts.dims, opts.array, opts.duplicates)
     check_count("--workers", opts.workers, 1, MAX_WORKERS)
     if opts.strategy not in STRATEGIES:
         raise UsageError(f"strategy {opts.strategy!r} is unknown; use one of {', '.join(STRATEGIES)}")
@@ -253,9 +266,18 @@ def _plan(m: mf.Manifest, opts: FinalizeOptions) -> FinalizePlan:
     w_req = int(opts.workers) if opts.workers else default_workers()
     cell = aspec.cell_layout()
     compression = opts.compression or "none"
-    cser = get_serializer(m.format, cell, compression)  # rejects impossible combinations
+    cser = get_serializer(format, cell, compression)  # rejects impossible combinations
     max_piece = max(1, min(cser.max_records or MAX_PIECE_CELLS, MAX_PIECE_CELLS))
     return FinalizePlan(opts, aspec, cell, w_req, budget, buffer_budget(budget), max_piece, fault, compression)
+
+
+def _min_build_bytes(m: mf.Manifest, plan: FinalizePlan) -> int:
+    """A lower bound of what the new array's chunks take in the stores: every record is a
+    cell (policies error and keep; first and last may drop some: 0), stored as the cell
+    kind's `min_stored_bytes` (the old build is freed only when the manifest switches)."""
+    if plan.array.policy not in ("error", "keep"):
+        return 0
+    return kind_for(plan.cell, m.format, plan.compression).min_stored_bytes(None, m.records)
 
 
 def buffer_budget(budget: int) -> int:
@@ -335,11 +357,14 @@ def _build_array(b: _Build) -> np.ndarray:
             return _run_phases(b)
     except BaseException as e:
         _drop_tables(b.spec, b.m.shards, b.table)
+        shutil.rmtree(b.spill, ignore_errors=True)  # first: the run's record may need its space
+        if out_of_space(e):
+            reclaim_space(b.spec, b.m.shards)
         err = e
-        if isinstance(e, WorkerError) and e.raised(DuplicateCellError):
-            err = e.raised(DuplicateCellError)  # the worker's own error: it names the cell
+        if isinstance(e, WorkerError) and e.raised(DuplicateCellError, StoreError, NoSpaceError):
+            err = e.error  # the worker's own error: it names the cell, the shard or the file
         err = stop_run(b.run, err, UNCHANGED)
-        b.m.save(b.spec.root)
+        save_stopped(b.m, b.spec.root)
         raise err from None
     finally:
         shutil.rmtree(b.spill, ignore_errors=True)

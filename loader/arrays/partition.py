@@ -143,7 +143,11 @@ class _Partitioner:
         self.timings["sort_s"] += time.perf_counter() - t
         t = time.perf_counter()
         name = f"run-{self.task.worker:03d}-{len(self.runs):05d}"
-        self._write_run(os.path.join(self.task.spill_dir, name), n, groups)
+        base = os.path.join(self.task.spill_dir, name)
+        try:
+            self._write_run(base, n, groups)
+        except OSError as e:
+            raise spill_files.write_failed(e.filename or base, e) from None
         self.runs.append(SpillRun(name, n))
         self.timings["spill_s"] += time.perf_counter() - t
         faults.hit("spill")

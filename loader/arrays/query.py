@@ -66,6 +66,35 @@ def parse_box(text: str) -> dict[str, tuple[int | None, int | None]]:
     return out
 
 
+def check_box_dims(array: str, dims, ranges: dict) -> None:
+    """Every dimension of a box must be one of the array's."""
+    unknown = [k for k in ranges if k not in dims]
+    if unknown:
+        raise UsageError(f"array {array!r} has dimensions {', '.join(dims)}; "
+                         f"{', '.join(repr(u) for u in unknown)} is not one of them")
+
+
+def box_columns(array: str, dims, cell: Layout, keep: bool, attrs) -> list[str]:
+    """The columns of a box of ``array`` (dimensions ``dims``, cells of layout ``cell``, built
+    with duplicates ``keep`` or not) for ``attrs`` (None: all; ``"d0,d3"`` or a list): the
+    dims, the attributes, then syn (keep)."""
+    every = [n for n in cell.names if n not in dims and n != "syn"]
+    if attrs is None:
+        chosen = every
+    else:
+        if isinstance(attrs, str):
+            attrs = [a.strip() for a in attrs.split(",") if a.strip()]
+        chosen = []
+        for a in attrs:
+            if a in dims or a == "syn":
+                continue  # always returned
+            if a not in cell.names:
+                raise UsageError(f"array {array!r} has no attribute {a!r}; its attributes are {', '.join(every)}")
+            if a not in chosen:
+                chosen.append(a)
+    return [*dims, *chosen, *(["syn"] if keep else [])]
+
+
 # --- the cached index ---------------------------------------------------------------------------
 
 
@@ -107,24 +136,7 @@ class ArrayIndex:
         self._dtypes = {f.name: np.dtype(TYPES[f.type][0]) for f in self.cell.fields}
 
     def columns(self, attrs) -> list[str]:
-        if attrs is None:
-            chosen = self.attrs
-        else:
-            if isinstance(attrs, str):
-                attrs = [a.strip() for a in attrs.split(",") if a.strip()]
-            chosen = []
-            for a in attrs:
-                if a in self.dims or a == "syn":
-                    continue  # always returned
-                if a not in self.fields:
-                    raise UsageError(f"array {self.name!r} has no attribute {a!r}; its attributes are "
-                                     f"{', '.join(self.attrs)}")
-                if a not in chosen:
-                    chosen.append(a)
-        cols = [*self.dims, *chosen]
-        if self.keep:
-            cols.append("syn")
-        return cols
+        return box_columns(self.name, self.dims, self.cell, self.keep, attrs)
 
     def schema(self, cols: list[str]) -> tuple[pa.Schema, list]:
         """The result's schema for ``cols`` and its column types (looked up once: a schema
@@ -242,10 +254,7 @@ def read_box(ds, array: str = "grid", attrs=None, ranges: dict | None = None) ->
     """The cells of ``array`` inside the half-open box ``ranges`` ({dim: (start, stop)})."""
     ai = array_index(ds, array)
     ranges = dict(ranges or {})
-    unknown = [k for k in ranges if k not in ai.dims]
-    if unknown:
-        raise UsageError(f"array {array!r} has dimensions {', '.join(ai.dims)}; "
-                         f"{', '.join(repr(u) for u in unknown)} is not one of them")
+    check_box_dims(array, ai.dims, ranges)
     d0, d1 = ai.dims
     lo0, hi0 = _norm_range(d0, ranges.get(d0))
     lo1, hi1 = _norm_range(d1, ranges.get(d1))

@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from ..model.engine_keys import EngineKeys
+
 
 @dataclass(frozen=True)
 class IndexTotals:
@@ -34,7 +36,7 @@ class IndexTotals:
 
 
 @dataclass(frozen=True)
-class FinalizeReport:
+class FinalizeReport(EngineKeys):
     dataset: str
     array: str
     run_id: str | None  # None: nothing to do (status), no run recorded
@@ -65,7 +67,7 @@ class FinalizeReport:
     status: str = "done"  # or "nothing-to-do": the array was up to date, nothing was written
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return asdict(self) | self.engine
 
 
 #: per-worker step timings reported (slowest worker) for the partition and build phases

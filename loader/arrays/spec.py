@@ -7,7 +7,9 @@ picklable `ArraySpec`; every mistake is a UsageError that names the option and s
 to write instead.
 
 - Dimensions: two different integer fields of the layout (not uint64: coordinates are
-  int64), first dim slowest (row-major), each with a chunk length in 1 .. 2**63-1.
+  int64), first dim slowest (row-major), each with a chunk length in 1 .. 2**63-1. Not
+  given (None): the layout's default dims - only the built-in scidb96 has them
+  (``i0:10,i1:100000``); any other layout must be given dims (a UsageError says so).
 - Cells keep every field of the record (the dims and the *attributes*) in declaration
   order; ``--duplicates keep`` adds a last field ``syn: uint32`` (`cell_layout`), so a
   capnp chunk is a standard ``Batch`` of the dataset's own schema (plus syn).
@@ -22,12 +24,14 @@ import re
 from dataclasses import dataclass
 
 from ..errors import UsageError
-from ..model.layouts import Field, Layout
+from ..model.layouts import Field, Layout, builtin_schema_dir, parse_layout_toml
 
 POLICIES = ("error", "first", "last", "keep")
 DEFAULT_ARRAY = "grid"
 _NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 _DIMS_EXAMPLE = "e.g. --dims i0:10,i1:100000"
+#: the dims finalize uses when none are given, per built-in layout (by name and fields)
+DEFAULT_DIMS = {"scidb96": "i0:10,i1:100000"}
 
 
 @dataclass(frozen=True)
@@ -138,11 +142,26 @@ def check_array_name(name: str) -> str:
     return name
 
 
+def default_dims(layout: Layout) -> str:
+    """The dims of ``layout`` when none are given: the built-in layout's own (DEFAULT_DIMS),
+    else a UsageError asking for them (naming the integer fields it could use)."""
+    dims = DEFAULT_DIMS.get(layout.name)
+    if dims is not None:
+        path = builtin_schema_dir() / f"{layout.name}.toml"
+        if parse_layout_toml(path.read_text(), str(path)).fields == layout.fields:  # not a user's namesake
+            return dims
+    ints = [f.name for f in layout.fields if f.is_integer and f.type != "uint64"]
+    raise UsageError(f"layout {layout.name!r} has no default dims; give --dims FIELD:CHUNK,FIELD:CHUNK "
+                     f"with two of its integer fields ({', '.join(ints) or 'none in this layout'}), "
+                     "e.g. --dims " + ",".join(f"{n}:1000" for n in (ints + ["FIELD", "FIELD"])[:2]))
+
+
 def make_spec(layout: Layout, dims, array: str, duplicates: str) -> ArraySpec:
+    """The checked ArraySpec of ``dims`` (None: `default_dims`), ``array``, ``duplicates``."""
     check_array_name(array)
     if duplicates not in POLICIES:
         raise UsageError(f"--duplicates {duplicates!r} is unknown; use one of {', '.join(POLICIES)}")
-    names, chunks = parse_dims(dims, layout)
+    names, chunks = parse_dims(default_dims(layout) if dims is None else dims, layout)
     if duplicates == "keep" and "syn" in layout.names:
         raise UsageError(f"--duplicates keep adds a dimension 'syn', but layout {layout.name!r} "
                          "already has a field named syn; use first or last")

@@ -9,24 +9,39 @@ finalize run in-process again after a stopped one failed reading its workers' fi
 sides know the dtype, so a file holds the array's bytes and nothing else.
 
 Invariants: `load` returns the array `save` wrote, or raises WorkerError naming a file
-that is not a whole number of rows (cut short or changed under the finalize). Files are
+that is not a whole number of rows (cut short or changed under the finalize). A write
+that fails (disk full: `write_failed`) is a NoSpaceError / StoreError naming the file. Files are
 not synced: they live as long as one finalize, which starts again from the flat batches
 after a crash.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 
 import numpy as np
 
-from ..errors import WorkerError
+from ..errors import BulkloadError, NoSpaceError, StoreError, WorkerError
+
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 def save(path: str, arr: np.ndarray) -> None:
     """Write ``arr``'s rows to ``path`` (a new file), nothing else."""
-    with open(path, "wb") as f:
-        np.ascontiguousarray(arr).tofile(f)
+    try:
+        with open(path, "wb") as f:
+            np.ascontiguousarray(arr).tofile(f)
+    except OSError as e:
+        raise write_failed(path, e) from None
+
+
+def write_failed(path: str, e: OSError) -> BulkloadError:
+    """The error of a failed write of finalize's spill file ``path`` (exit 1)."""
+    cls = NoSpaceError if e.errno in _FULL else StoreError
+    return cls(f"finalize spill file {path}: write failed: {e.strerror or e}; the dataset is unchanged since "
+               "its last commit - free space (the spill files take about the records' size) and re-run the "
+               "same command")
 
 
 def load(path: str, dtype) -> np.ndarray:

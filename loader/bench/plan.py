@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from ..infra.outputs import output_dir
+from ..infra.outputs import output_dir, refuse_dataset_paths
 
 SECTIONS = ("limits", "versus", "load", "scaling", "finalize", "peers", "random", "rss")
 
@@ -94,6 +94,8 @@ def make_plan(suite: str = "quick", *, n: int | None = None, repeats: int | None
               out: str | Path = "bench-results", work: str | Path | None = None,
               sections: tuple[str, ...] | None = None, only: set[str] | None = None, **overrides) -> Plan:
     params = suite_params(suite, n, repeats, **overrides)
+    if work:  # refused before --out is created
+        refuse_dataset_paths(str(work), what="--work", directory=True)
     out_dir = Path(output_dir(str(out)))
     work_parent = Path(output_dir(str(work), "--work")) if work else out_dir
     return Plan(suite, params, tuple(sections or params.sections), None if only is None else frozenset(only),

@@ -18,8 +18,10 @@ from .main import emit_json, handle_errors, on_engine, progress_mode
 
 def finalize_cmd(
     dataset: str = typer.Argument(..., help="lmdb://PATH, rocksdb://PATH or mem://NAME."),
-    dims: str = typer.Option("i0:10,i1:100000", "--dims",
-                             help="Two integer fields with chunk lengths, row-major: FIELD:CHUNK,FIELD:CHUNK."),
+    dims: Optional[str] = typer.Option(None, "--dims", show_default=False,
+                                       help="Two integer fields with chunk lengths, row-major: "
+                                            "FIELD:CHUNK,FIELD:CHUNK (default: i0:10,i1:100000 for "
+                                            "scidb96; required for other layouts)."),
     array: str = typer.Option("grid", "--array", help="Array name (several arrays may coexist)."),
     duplicates: str = typer.Option("error", "--duplicates", help="error, first, last or keep."),
     workers: Optional[int] = typer.Option(None, "--workers",

@@ -9,6 +9,7 @@ from typing import List
 import typer
 
 from ..errors import EXIT_FAILED
+from ..infra import logs
 from .main import emit_json, handle_errors
 
 
@@ -35,7 +36,7 @@ def get_cmd(
                 c, t = by_id[i]
                 sys.stdout.write(f"{i}\t{c}\t{t.decode('utf-8')}\n")
     for i in missing:
-        print(f"bulkload: error: id {i} not found", file=sys.stderr)
+        logs.error_line(f"id {i} not found", id=i)
     if missing:
         raise typer.Exit(EXIT_FAILED)
 

@@ -51,8 +51,8 @@ def ingest_cmd(
     if rep.status == "nothing-to-do" and not rep.skipped and not rep.deferred:
         print(f"nothing new in {rep.directory} ({rep.already} file(s) already ingested into {rep.dataset})")
         return
-    print(f"ingested {len(rep.files)} file(s), {rep.records:,} records ({rep.bytes / 1e6:,.1f} MB) into "
-          f"{rep.dataset}" + (f" (run {rep.run_id})" if rep.run_id else "")
+    print(f"ingested {len(rep.files)} file(s), {rep.records:,} records of layout {rep.layout} "
+          f"({rep.bytes / 1e6:,.1f} MB) into {rep.dataset}" + (f" (run {rep.run_id})" if rep.run_id else "")
           + f"; {rep.already} already ingested, {len(rep.skipped)} skipped, {len(rep.deferred)} left for later")
     for s in rep.skipped:
         print(f"  skipped {s['name']}: {s['reason']}")
@@ -76,10 +76,13 @@ def run_cmd(
     set_: Optional[List[str]] = typer.Option(None, "--set", help="Override a key: section.key=value (repeatable)."),
     json_out: bool = typer.Option(False, "--json", help="Print the report of every step as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
+    check: bool = typer.Option(False, "--check", help="Check every value of every step; run nothing."),
 ):
     """Run a declarative job: load or ingest, then compact / finalize / query."""
-    rep = api.run(pipeline, set_ or [], progress=progress_mode(quiet))
-    if json_out:
+    rep = api.run(pipeline, set_ or [], progress=progress_mode(quiet), check=check)
+    if check and not json_out:
+        print(f"pipeline {pipeline}: ok ({' -> '.join(s['step'] for s in rep.steps)} on {rep.dataset})")
+    elif json_out:
         emit_json(rep.to_dict())
     elif not quiet:
         steps = ", ".join(f"{s['step']} {s['seconds']:.2f} s" for s in rep.steps)

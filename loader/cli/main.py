@@ -25,11 +25,11 @@ from typer.exceptions import TyperException
 from typer.main import get_command_name
 
 from .. import api
-from ..errors import EXIT_FAILED, EXIT_USAGE, BulkloadError, Interrupted
+from ..errors import EXIT_FAILED, EXIT_USAGE, BulkloadError, Interrupted, OutputError
 from ..infra import env, heap, logs
 from ..infra.env import flag
 from ..infra.interrupts import ignore_stop_signals, stop_on_signals
-from ..infra.outputs import open_output
+from ..infra.outputs import guard_stdout, open_output, silence_stdout, stdout_failed, writes_stdout
 from ..model.runs import Run
 from .params import plain_params
 
@@ -51,10 +51,10 @@ class OneLineErrors(TyperGroup):
                 sys.exit(e.exit_code)
             ctx = getattr(e, "ctx", None)
             hint = f"; see '{ctx.command_path} --help'" if ctx is not None else ""
-            print(f"bulkload: error: {e.format_message().rstrip('.')}{hint}", file=sys.stderr, flush=True)
+            logs.error_line(f"{e.format_message().rstrip('.')}{hint}", exit_code=e.exit_code)
             sys.exit(e.exit_code)
         except typer.Abort:
-            print("bulkload: error: aborted", file=sys.stderr, flush=True)
+            logs.error_line("aborted", exit_code=1)
             sys.exit(1)
         sys.exit(rv if isinstance(rv, int) else 0)
 
@@ -66,7 +66,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 
 def fail(message: str, code: int) -> None:
     line = "; ".join(part.strip() for part in str(message).splitlines() if part.strip())
-    print(f"bulkload: error: {line}", file=sys.stderr, flush=True)
+    logs.error_line(line, exit_code=code)
     raise typer.Exit(code)
 
 
@@ -79,13 +79,18 @@ def handle_errors(fn):
     def wrapper(*args, **kwargs):
         try:
             with stop_on_signals():
-                return fn(*args, **kwargs)
+                rv = fn(*args, **kwargs)
+                sys.stdout.flush()  # a full or closed stdout is this command's error
+                return rv
         except BulkloadError as e:
+            if stdout_failed(e):  # what is still buffered for it goes nowhere
+                silence_stdout()
             fail(str(e), e.exit_code)
         except KeyboardInterrupt as e:
             stop = Interrupted.of(e)
             fail(str(stop), stop.exit_code)
-        except BrokenPipeError:
+        except BrokenPipeError:  # the reader went away (| head): quiet, as other tools
+            silence_stdout()
             raise typer.Exit(0)
         except (typer.Exit, typer.Abort, TyperException):
             raise
@@ -130,22 +135,33 @@ def progress_mode(quiet: bool) -> str:
     return "none" if quiet else "auto"
 
 
+def show_version(value: bool) -> None:
+    """``--version``: ``bulkload X.Y.Z`` (the installed package's metadata), exit 0."""
+    if value:
+        from importlib.metadata import version  # start-up: only for --version
+
+        print(f"bulkload {version('bulkload')}")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def main_options(
-    log_format: str = typer.Option("text", "--log-format", help="Log lines on stderr: text or json."),
+    log_format: str = typer.Option("text", "--log-format", help="Log lines on stderr: text or json "
+                                   "(before or after the command, like --engine and --scheduler)."),
     engine: Optional[str] = typer.Option(None, "--engine", help="Where load, ingest, finalize, compact, "
                                          "verify and run run their tasks: local (the process pool, default) or dask (also BULKLOAD_ENGINE)."),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Dask scheduler: tcp://HOST:PORT, or "
                                             "local:N for a LocalCluster of N worker processes (also "
                                             "BULKLOAD_SCHEDULER)."),
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=show_version,
+                                 help="Print bulkload's version and exit."),
 ):
     if log_format not in ("text", "json"):
         fail(f"--log-format must be text or json, not {log_format!r}", EXIT_USAGE)
     if engine is not None and engine not in env.ENGINES:
         fail(f"--engine must be local or dask, not {engine!r}", EXIT_USAGE)
     if scheduler is not None and not env.scheduler_ok(scheduler):
-        fail(f"--scheduler must be a Dask scheduler address (tcp://HOST:PORT) or local:N, not {scheduler!r}",
-             EXIT_USAGE)
+        fail(f"--scheduler must be a Dask scheduler address: {env.SCHEDULER_FORMS}, not {scheduler!r}", EXIT_USAGE)
     for name, value in (("BULKLOAD_ENGINE", engine), ("BULKLOAD_SCHEDULER", scheduler)):
         if value is not None:  # the runs read them (api/engine.py), as if set in the environment
             os.environ[name] = value
@@ -164,7 +180,7 @@ def generate(
     start: str = typer.Option("0", "--start", help="Index of the first record."),
     impl: str = typer.Option("c", "--impl", help="c (in-process C library) or python (numpy)."),
     layout: str = typer.Option("scidb96", "--layout", help="Layout name or .toml path."),
-    out: Optional[str] = typer.Option(None, "--out", help="Output file (default: stdout)."),
+    out: Optional[str] = typer.Option(None, "--out", help="Output file (default, or -: stdout)."),
 ):
     """Write generated raw records START..START+N-1 to stdout or a file."""
     # start-up: the generator's modules (numpy, the C library) load only for `generate`
@@ -179,12 +195,7 @@ def generate(
     if impl not in ("c", "python"):
         fail(f"--impl must be c or python, not {impl!r}", EXIT_USAGE)
     lay = get_layout(layout)
-    if out is None:
-        if sys.stdout.isatty():
-            fail("refusing to write binary records to a terminal; pipe them or use --out FILE", EXIT_USAGE)
-        write_records(lay, first, count, sys.stdout.buffer, impl=impl)
-        return
-    with open_output(out) as o:
+    with open_output(out or "-") as o:
         write_records(lay, first, count, o.file, impl=impl)
 
 
@@ -245,7 +256,7 @@ def load(
         what = "documents" if r.layout == "docs" else "records"
         print(f"{how}loaded {r.records:,} {what} ({r.bytes / 1e6:,.1f} MB) into {r.dataset} in {r.seconds:.2f} s: "
               f"{r.mb_per_s:,.0f} MB/s, {r.records_per_s / 1e6:.2f} M {what}/s "
-              f"({r.batches} batches, {r.shards} shards, {r.workers} workers, {r.format})")
+              f"({r.batches} batches, {r.shards} shards, {r.workers} workers, {r.format}, layout {r.layout})")
         for f in r.skipped:
             print(f"  skipped {f['path']}: {f['reason']}")
 
@@ -294,7 +305,7 @@ def _exit_if_damaged(d: dict) -> None:
     from ..stores.health import ShardProblem  # start-up: only a damaged dataset needs it
 
     for p in d["problems"]:
-        print(f"bulkload: error: {ShardProblem(**p).line()}", file=sys.stderr)
+        logs.error_line(ShardProblem(**p).line(), shard=p.get("shard"))
     if d["problems"]:
         raise typer.Exit(EXIT_FAILED)
 
@@ -309,11 +320,9 @@ def verify(dataset: str = typer.Argument(...),
         emit_json(rep.to_dict() | used)
     else:
         for p in rep.problems:
-            if p["batch"] is None:  # a whole shard (missing, damaged) or the arrays
-                print(p["problem"], file=sys.stderr)
-            else:
-                print(f"shard {p['shard']} batch {p['batch']} (first record {p['first_record']}): "
-                      f"{p['problem']}", file=sys.stderr)
+            line = p["problem"] if p["batch"] is None else (  # None: a whole shard (missing, damaged), the arrays
+                f"shard {p['shard']} batch {p['batch']} (first record {p['first_record']}): {p['problem']}")
+            logs.plain(line, line, "error", shard=p.get("shard"), batch=p["batch"])
         status = "ok" if rep.ok else f"FAILED ({len(rep.problems)} bad batches)"
         print(f"verify {rep.dataset}: {rep.batches:,} batches, {rep.records:,} records: {status}")
     if not rep.ok:
@@ -323,15 +332,17 @@ def verify(dataset: str = typer.Argument(...),
 @app.command()
 @handle_errors
 def export(dataset: str = typer.Argument(...),
-           out: str = typer.Option(..., "--out", help="Output file."),
+           out: str = typer.Option(..., "--out", help="Output file; - for stdout (the report then goes to "
+                                   "stderr)."),
            format: str = typer.Option("arrow", "--format", help="arrow, parquet, npy or capnp."),
            json_out: bool = typer.Option(False, "--json", help="Print the report as JSON.")):
     """Write the flat records, in order, to a file."""
     rep = api.export(dataset, out, format)
+    to = sys.stderr if writes_stdout(out) else sys.stdout  # stdout carries only the data
     if json_out:
-        emit_json(rep.to_dict())
+        print(json.dumps(rep.to_dict(), indent=2, default=str), file=to)
     else:
-        print(f"exported {rep.records:,} records to {rep.out} ({rep.format}, {rep.bytes:,} bytes)")
+        print(f"exported {rep.records:,} records to {rep.out} ({rep.format}, {rep.bytes:,} bytes)", file=to)
 
 
 def main() -> None:
@@ -339,15 +350,67 @@ def main() -> None:
     # imported, which costs 10-50 ms of a small load on a busy machine (a value the user set wins)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     heap.own_process()  # this process is bulkload's: it may keep freed heap (infra/heap.py)
+    guard_stdout()  # a full stdout is one line naming it, a closed one a quiet end (outputs.py)
+    args = options_first(sys.argv[1:])
     try:
-        app_for(sys.argv[1:])()
+        app_for(args)(args=args)
     except Exception as e:  # noqa: BLE001 - outside any command (typer's own machinery)
         try:
+            if stdout_failed(e):  # --help to a full stdout
+                silence_stdout()
+                fail(str(e), EXIT_FAILED)
             unexpected(e)
         except typer.Exit as done:
             sys.exit(done.exit_code)
     finally:
+        flush_stdout()
         exiting()
+
+
+def flush_stdout() -> None:
+    """What the command printed is written before the exit: a closed stdout (| head) ends
+    quietly, a full one (/dev/full, a full disk behind >) is one line and exit 1."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        silence_stdout()
+    except OutputError as e:
+        silence_stdout()
+        print(f"bulkload: error: {e}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_FAILED)  # in a finally: replaces the exit under way
+    except (OSError, ValueError):
+        silence_stdout()
+
+
+#: the options of `bulkload` itself that take a value; accepted after the command too
+GROUP_OPTIONS = ("--log-format", "--engine", "--scheduler")
+
+
+def options_first(args: list[str]) -> list[str]:
+    """``args`` with the group options (`GROUP_OPTIONS`) given after the command moved before
+    it (``bulkload run P --log-format json`` = ``bulkload --log-format json run P``); the
+    format is set at once, so that even a parsing error is a JSON line when asked for."""
+    names = {c.name or get_command_name(c.callback.__name__) for c in app.registered_commands}
+    names |= {g.name for g in app.registered_groups if g.name}
+    i = 0
+    while i < len(args) and args[i] not in names:  # the group's own options before the command
+        i += 2 if args[i] in GROUP_OPTIONS else 1
+    moved, rest, j = [], args[i + 1:], 0
+    while j < len(rest) and rest[j] != "--":
+        name = rest[j].split("=", 1)[0]
+        if name in GROUP_OPTIONS:
+            width = 1 if "=" in rest[j] or j + 1 >= len(rest) else 2
+            moved += rest[j:j + width]
+            del rest[j:j + width]
+        else:
+            j += 1
+    out = args[:i] + moved + args[i:i + 1] + rest if i < len(args) else args
+    for k, a in enumerate(out[:len(out) - len(rest)]):
+        if a.split("=", 1)[0] == "--log-format":
+            fmt = a.split("=", 1)[1] if "=" in a else (out[k + 1] if k + 1 < len(out) else "")
+            if fmt in ("text", "json"):
+                logs.set_format(fmt)
+    return out
 
 
 def app_for(args: list[str]) -> typer.Typer:

@@ -48,6 +48,7 @@ from ..model import runs
 from ..model.options import default_workers
 from ..model.runs import Run
 from ..stores.spec import StoreSpec
+from ..stores.write_guard import guard_write
 from .fold import FoldTask, ShardFold, clear_leftovers, fold_worker, open_writer
 from .layout import DOCS
 from .tables import doc_tables
@@ -255,7 +256,7 @@ def _tidy_shards(spec: StoreSpec, m: mf.Manifest, plan: CompactPlan, rows: list[
             size = st.nbytes()
             r["compacted"] = bool(force or size > live[s] * WASTE_FACTOR + WASTE_SLACK)
             if r["compacted"]:
-                size = st.compact()[1]
+                size = guard_write(spec, s, st.compact)[1]
             r["bytes_after"] = size
         finally:
             st.close()

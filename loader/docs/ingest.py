@@ -86,6 +86,9 @@ def ingest_docs(spec: StoreSpec, directory: str, *, settings: RunSettings, on_ba
         found = _new_files(spec, m, src, listing, [e.to_dict() for e in errors])
         report.already, report.skipped = found.already, [_named(f) for f in found.skipped]
         if not found.new:
+            for f in report.skipped:  # loaded files' are logged by the load (loading/run.py)
+                log(settings.progress, f"skipping bad file {f['name']}: {f['reason']}", level="warning",
+                    file=f["name"], event="skipped")
             report.seconds = round(time.perf_counter() - settings.t_start, 4)
             log(settings.progress, f"ingest {directory}: nothing new ({report.already} already ingested)",
                 event="nothing-to-do", already=report.already, skipped=len(report.skipped))

@@ -17,6 +17,7 @@ the reasons. Reads only, but for `write_json_dir` (tests, benchmarks).
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 from collections.abc import Sequence
@@ -248,6 +249,11 @@ def parse_doc_json(data: bytes) -> tuple[int, bytes] | str:
             parts.append("unexpected field(s) " + ", ".join(repr(k) for k in extra))
         return "invalid document: " + "; ".join(parts) + " (a document has exactly 'text' and 'created_at')"
     text, created = obj["text"], obj["created_at"]
+    if type(created) is float:  # orjson reads an integer beyond 64 bits as a float: the file says which
+        created = _exact_number(data, created)
+    if type(created) is float and created.is_integer():
+        return (f"invalid document: 'created_at' must be an integer (epoch seconds), got {created!r} (written "
+                "with a decimal point or an exponent); write it without one")
     if type(created) is not int:
         return f"invalid document: 'created_at' must be an integer (epoch seconds), got {_json_type(created)}"
     if not -(2**63) <= created < 2**63:
@@ -259,6 +265,15 @@ def parse_doc_json(data: bytes) -> tuple[int, bytes] | str:
     except UnicodeEncodeError as e:
         return f"text is not valid UTF-8 (unpaired surrogate \\u{ord(text[e.start]):04x} at character {e.start})"
     return created, raw
+
+
+def _exact_number(data: bytes, parsed: float):
+    """The 'created_at' of a document as the standard library reads it (integers exactly,
+    however large), ``parsed`` if that fails."""
+    try:
+        return json.loads(data)["created_at"]
+    except (ValueError, KeyError, TypeError, RecursionError):
+        return parsed
 
 
 def _json_type(v) -> str:

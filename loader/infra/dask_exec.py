@@ -451,7 +451,14 @@ def check_workers(client, root: str) -> None:
                                   "install it in the workers' Python environment: pip install 'bulkload[dask]'")
             raise EngineError(f"the Dask worker at {address} cannot run bulkload's tasks: {got}")
         if got != mine:
-            seen = "does not exist there" if got is None else "is another directory there"
-            raise EngineError(f"the Dask worker at {address} cannot see the dataset's directory {where} (it {seen}); "
-                              "put the dataset on a filesystem every worker sees at the same path")
+            raise unseen(address, where, "does not exist there" if got is None else "is another directory there")
+
+
+def unseen(address: str, where: str, seen: str, host: str = "") -> EngineError:
+    """The error of a Dask worker (at ``address``, on ``host`` if known) that cannot see
+    ``where``: ``seen`` says what it finds there. Said alike before a run and by a read
+    task on that worker."""
+    on = f" (host {host})" if host else ""
+    return EngineError(f"the Dask worker at {address}{on} cannot see the dataset's directory {where} (it {seen}); "
+                       "put the dataset on a filesystem every worker sees at the same path")
 

@@ -12,8 +12,13 @@ once at start-up, so a bad value stops every command before it touches anything.
   BULKLOAD_SCHEMAS             colon-separated directories of layout files (layouts.py;
                                a search path: directories that do not exist are skipped)
   BULKLOAD_ENGINE              where runs execute: local (the process pool) or dask
-  BULKLOAD_SCHEDULER           the Dask scheduler: tcp://HOST:PORT, or local:N (a
+  BULKLOAD_SCHEDULER           the Dask scheduler: tcp://HOST:PORT (or another Dask
+                               scheme: tls, ws, wss, ucx, inproc), or local:N (a
                                LocalCluster of N worker processes for the job)
+  BULKLOAD_PROGRESS_SECONDS    seconds between progress log lines when stderr is not a
+                               terminal (a number >= 0; default 2)
+  BULKLOAD_DASK_TIMEOUT        seconds to wait for a Dask scheduler's handshake, and
+                               for its first worker (a number >= 0; default 5)
 
 Pipeline keys (``BULKLOAD_DATASET``, ``BULKLOAD_INGEST_FROM``, ...) are read and checked by
 pipeline.py against the pipeline's schema. Reading has no side effect.
@@ -68,6 +73,11 @@ def checkpoint() -> tuple[float, int]:
 
 
 ENGINES = ("local", "dask")
+#: the address schemes Dask's comms know (distributed.comm.registry), without importing it
+DASK_SCHEMES = ("tcp", "tls", "ws", "wss", "ucx", "inproc")
+SCHEDULER_FORMS = "tcp://HOST:PORT (or tls, ws, wss, ucx, inproc://), or local:N"
+DASK_TIMEOUT = 5.0
+PROGRESS_SECONDS = 2.0
 
 
 def engine() -> str:
@@ -84,17 +94,28 @@ def scheduler() -> str:
     text = os.environ.get("BULKLOAD_SCHEDULER", "").strip()
     if text and not scheduler_ok(text):
         raise EnvironmentVariableError(f"environment variable BULKLOAD_SCHEDULER={text!r} is not a Dask scheduler "
-                                       "address (tcp://HOST:PORT) or local:N (N >= 1); fix or unset it")
+                                       f"address: {SCHEDULER_FORMS} (N >= 1); fix or unset it")
     return text
 
 
 def scheduler_ok(text: str) -> bool:
-    """Whether ``text`` is ``local:N`` (N >= 1) or ``PROTOCOL://HOST[:PORT]``."""
+    """Whether ``text`` is ``local:N`` (N >= 1; its upper bound is --workers': api/engine.py)
+    or ``SCHEME://HOST[:PORT]`` with a scheme Dask knows."""
     if text.startswith("local:"):
         n = text[len("local:"):]
         return n.isdigit() and int(n) >= 1
     proto, sep, rest = text.partition("://")
-    return bool(sep and proto.isalnum() and rest)
+    return bool(sep and proto.lower() in DASK_SCHEMES and rest)
+
+
+def progress_seconds() -> float:
+    """``$BULKLOAD_PROGRESS_SECONDS``: seconds between progress log lines (not a terminal)."""
+    return number("BULKLOAD_PROGRESS_SECONDS", PROGRESS_SECONDS)
+
+
+def dask_timeout() -> float:
+    """``$BULKLOAD_DASK_TIMEOUT``: seconds to wait for a scheduler's handshake and first worker."""
+    return number("BULKLOAD_DASK_TIMEOUT", DASK_TIMEOUT)
 
 
 def check() -> None:
@@ -104,3 +125,5 @@ def check() -> None:
     flag("BULKLOAD_DEBUG")
     engine()
     scheduler()
+    dask_timeout()
+    progress_seconds()

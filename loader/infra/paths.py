@@ -30,6 +30,27 @@ def _is_replacing(name: str) -> bool:
     return name.startswith(".") and name.endswith(".replacing") and len(name) > len("..replacing")
 
 
+def holds_bulkload_data(d: str | os.PathLike) -> bool:
+    """Does directory ``d`` look like a dataset or a piece of one, whatever state its
+    metadata is in: a ``.NAME.replacing`` build; a ``shard-000`` (of any type); a
+    ``manifest.json`` (of any type: a dangling link, a FIFO) beside the ``.lock``; an
+    ``arrays/`` holding ``array-*`` files; or a store directory itself (an LMDB
+    ``data.mdb``, a RocksDB ``IDENTITY`` + ``CURRENT``)? A lone ``manifest.json`` is a
+    common name, not a sign. Only names are looked at: nothing is opened or read."""
+    def has(name: str) -> bool:
+        return os.path.lexists(os.path.join(d, name))
+
+    if _is_replacing(os.path.basename(os.fspath(d))) or has("shard-000") or has("data.mdb"):
+        return True
+    if (has(MANIFEST) and has(".lock")) or (has("IDENTITY") and has("CURRENT")):
+        return True
+    try:
+        with os.scandir(os.path.join(d, "arrays")) as it:
+            return any(e.name.startswith("array-") for e in it)
+    except OSError:
+        return False
+
+
 def enclosing_dataset(root: str | os.PathLike) -> str | None:
     """The directory of a dataset that ``root`` would lie inside, or None: an ancestor
     holding a manifest, or a ``.NAME.replacing`` build. Its compaction (shards rebuilt and

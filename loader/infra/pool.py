@@ -1,7 +1,9 @@
 """The worker pool: start workers, relay their messages, collect receipts, fail fast.
 
 No business logic lives here. Workers are started with ``forkserver`` (never ``fork``:
-LMDB and RocksDB handles break across it) and receive only picklable tasks.
+LMDB and RocksDB handles break across it) and receive only picklable tasks. They never
+import or run the caller's ``__main__`` (mainless.py): a script without an
+``if __name__ == "__main__":`` guard, ``python -c`` and a script on stdin load once.
 
 Plumbing: each worker sends to the coordinator over its own one-way pipe
 (``multiprocessing.Pipe(duplex=False)``, guarded by a lock in the worker: ``Outbox``);
@@ -14,7 +16,8 @@ messages (any other object, for ``on_message``), then exactly one ``Result``.
 Failure: a worker that raises sends the error (``WorkerError("worker N failed: ...")``);
 one that exits without its result, or whose pipe breaks mid-message (EOFError,
 UnpicklingError), died (``WorkerError("worker N (pid P) was killed by signal S ...")``,
-``died=True``). The pool claims nothing about commits: only its caller knows what it
+``died=True``; "... while running X" when it died inside a `running("X")` block: a
+user's generator that called os._exit, crashed or aborted). The pool claims nothing about commits: only its caller knows what it
 committed (it sets the error's ``outcome``).
 
 Stopping: on any error, and on KeyboardInterrupt / ``Interrupted`` (Ctrl-C, or SIGTERM /
@@ -26,6 +29,7 @@ raises with a worker of its own still running.
 
 from __future__ import annotations
 
+import contextlib
 import numbers
 import threading
 import time
@@ -45,10 +49,10 @@ DEATH_GRACE_S = 0.1
 def context():
     global _CTX
     if _CTX is None:
-        import multiprocessing as mp  # start-up: a small load runs in-process and starts no pool
+        from . import mainless  # start-up: a small load runs in-process and starts no pool
 
-        _CTX = mp.get_context("forkserver")
-        _CTX.set_forkserver_preload(["loader.loading.worker", "loader.arrays.build", "loader.arrays.partition",
+        _CTX = mainless.context()  # workers never import or run the caller's __main__
+        _CTX.set_forkserver_preload(["loader.infra.orphans", "loader.loading.worker", "loader.arrays.build", "loader.arrays.partition",
                                      "loader.arrays.scan", "loader.maintain.merge"])
     return _CTX
 
@@ -60,6 +64,14 @@ class Progress:
 
     records: int
     nbytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """What a worker runs from now on that may end its process (a user's generator for a
+    record range; "": nothing of the kind): a death until the next one is named by it."""
+
+    what: str
 
 
 @dataclass(frozen=True)
@@ -97,8 +109,29 @@ def picklable(e: BaseException) -> BaseException | None:
         return None
 
 
+#: this worker process's outbox (None: not a pool worker)
+_OUTBOX: Outbox | None = None
+
+
+@contextlib.contextmanager
+def running(what: str):
+    """Tell the coordinator that the block runs ``what`` (e.g. "generator URI for records
+    [a, b)"): if this worker process dies inside it (os._exit, a segfault, abort), its
+    death names it. Outside a pool worker (in-process, a Dask worker's thread) nothing."""
+    out = _OUTBOX
+    if out is None:
+        yield
+        return
+    out.put(Running(what))
+    try:
+        yield
+    finally:
+        out.put(Running(""))
+
+
 def _entry(fn: Callable, task, conn, extra: tuple) -> None:
-    out = Outbox(conn)
+    global _OUTBOX
+    out = _OUTBOX = Outbox(conn)
     try:
         result = Result(receipt=fn(task, out, *extra))
     except BaseException as e:  # report everything, including SystemExit
@@ -135,6 +168,7 @@ class Pool:
         self.procs: list = []
         self.conns: list = []  # the coordinator's (reading) end of each worker's pipe
         self.results: dict[int, Result] = {}
+        self.running: dict[int, str] = {}  # worker -> what it runs now (`running`)
         self.failure: BaseException | None = None  # set by a coordinator thread (a stream feeder)
 
     def fail(self, exc: BaseException) -> None:
@@ -205,6 +239,8 @@ class Pool:
                     raise self._error(w, msg)
             elif isinstance(msg, Progress):
                 self.on_progress(msg.records, msg.nbytes)
+            elif isinstance(msg, Running):
+                self.running[w] = msg.what
             elif isinstance(msg, numbers.Integral):  # arrays/ and docs/compact.py workers send records as an int
                 self.on_progress(msg)
             else:
@@ -220,7 +256,9 @@ class Pool:
             p.join(timeout=1)
             code = p.exitcode
             how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
-            err = WorkerError(f"worker {w} (pid {p.pid}) {how} before it finished")
+            doing = self.running.get(w)
+            err = WorkerError(f"worker {w} (pid {p.pid}) {how} " +
+                              (f"while running {doing}" if doing else "before it finished"))
             err.died = True
             raise err
 

@@ -1,8 +1,10 @@
 """Progress for long work: a rich bar on a terminal, plain log lines otherwise.
 
-``mode``: "auto" (bar when stderr is a terminal, else a log line every few seconds),
-"bar", "log", or "none" (``--quiet``). Everything goes to stderr so that stdout stays
-clean for ``--json`` and piped data.
+``mode``: "auto" (bar when stderr is a terminal, else a log line every
+``BULKLOAD_PROGRESS_SECONDS``, default 2), "bar", "log", or "none" (``--quiet``).
+Everything goes to stderr so that stdout stays clean for ``--json`` and piped data. With
+no known total (a stream: stdin, a FIFO) the bar shows the records counted so far where
+it would show a percentage; both show records/s and MB/s of the input consumed.
 
 The bar is redrawn every ``REFRESH_S`` by a `threads.TaskThread` of its own, not by rich's
 refresh thread: rich stops that one through an Event, and a stop signal landing there
@@ -18,7 +20,7 @@ import sys
 import time
 import weakref
 
-from . import logs
+from . import env, logs
 from .threads import TaskThread
 
 #: seconds between redraws of the bar (rich's default rate)
@@ -27,16 +29,16 @@ REFRESH_S = 0.1
 
 class Progress:
     def __init__(self, label: str, total_records: int | None, record_size: int,
-                 mode: str = "auto", interval: float = 2.0):
-        if mode == "auto":
-            mode = "bar" if sys.stderr.isatty() else "log"
+                 mode: str = "auto", interval: float | None = None):
+        if mode == "auto":  # a bar is not a JSON line: --log-format json logs progress as lines
+            mode = "bar" if sys.stderr.isatty() and logs.FORMAT != "json" else "log"
         self.mode = mode
         self.label = label
         self.total = total_records
         self.record_size = record_size
         self.records = 0
         self.bytes = 0
-        self.interval = interval
+        self.interval = env.progress_seconds() if interval is None else interval
         self.t0 = time.perf_counter()
         self._last_log = self.t0
         self._bar = None
@@ -61,7 +63,7 @@ class Progress:
         self._bar = RichProgress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
-            TextColumn("{task.percentage:>5.1f}%"),
+            TextColumn("{task.fields[done]}"),
             TextColumn("{task.fields[rate]}"),
             TimeElapsedColumn(),
             TimeRemainingColumn(),
@@ -70,7 +72,7 @@ class Progress:
             auto_refresh=False,
         )
         self._bar.start()
-        self._task = self._bar.add_task(self.label, total=self.total, rate="")
+        self._task = self._bar.add_task(self.label, total=self.total, rate="", done=self._done())
         self._redrawing = True
         self._redraws = TaskThread(_redraw, weakref.ref(self))
         self._redraws.start()
@@ -78,6 +80,12 @@ class Progress:
     def rates(self) -> tuple[float, float]:
         dt = max(time.perf_counter() - self.t0, 1e-9)
         return self.records / dt, self.bytes / dt / 1e6
+
+    def _done(self) -> str:
+        """What the bar shows of the work done: a percentage, or records when the total is unknown."""
+        if self.total is None:
+            return f"{self.records:,} records"
+        return f"{100 * self.records / self.total if self.total else 100:>5.1f}%"
 
     def advance(self, records: int, nbytes: int | None = None) -> None:
         """``records`` more done; ``nbytes`` their size when records vary (documents:
@@ -87,8 +95,7 @@ class Progress:
         now = time.perf_counter()
         if self.mode == "bar":
             rps, mbs = self.rates()
-            self._bar.update(self._task, completed=self.records,
-                             rate=f"{rps / 1e6:.2f} M rec/s  {mbs:,.0f} MB/s")
+            self._bar.update(self._task, completed=self.records, done=self._done(), rate=_rates(rps, mbs, "  "))
         elif self.mode == "log" and now - self._last_log >= self.interval:
             self._last_log = now
             self._log()
@@ -96,7 +103,7 @@ class Progress:
     def _log(self) -> None:
         rps, mbs = self.rates()
         of = f"/{self.total:,}" if self.total is not None else ""
-        logs.event(f"{self.label}: {self.records:,}{of} records, {rps / 1e6:.2f} M rec/s, {mbs:,.0f} MB/s",
+        logs.event(f"{self.label}: {self.records:,}{of} records, {_rates(rps, mbs, ', ')}",
                    stage=self.label, records=self.records, total=self.total,
                    records_per_s=round(rps), mb_per_s=round(mbs, 1))
 
@@ -110,6 +117,12 @@ class Progress:
                 self._bar.stop()
         elif self.mode == "log" and exc[0] is None:
             self._log()
+
+
+def _rates(rps: float, mbs: float, sep: str) -> str:
+    """Records/s and MB/s, readable for a slow stream too (3,000 rec/s, 0.3 MB/s)."""
+    records = f"{rps / 1e6:.2f} M rec/s" if rps >= 1e6 else f"{rps:,.0f} rec/s"
+    return f"{records}{sep}{mbs:,.0f} MB/s" if mbs >= 10 else f"{records}{sep}{mbs:.1f} MB/s"
 
 
 def _redraw(owner: weakref.ref) -> None:

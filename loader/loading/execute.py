@@ -27,7 +27,9 @@ encodes at ~2 GB/s and writes ~1/50 of the bytes). Documents (keyed kinds: their
 is Python and zstd per block, not measured at those sizes) keep the first limit measured,
 16 MiB. Same tasks, receipts, checkpoints and
 commit; its report says ``in_process``. Streams always use the pool (their size is not
-known in advance).
+known in advance), and so does a run of the user's code (a generator: it may call
+``sys.exit`` / ``os._exit``, crash or abort, which must end a worker, reported like any
+worker's death, not the coordinator).
 Crash behaviour: see infra/pool.py - any failure, or a stop signal, kills every worker
 before the error propagates; what was committed is the committer's business.
 """
@@ -88,7 +90,7 @@ def execute(spec: StoreSpec, m: mf.Manifest, committer: Committer, work: Work) -
         return []
     rs = _record_bytes(m, work)
     tasks = _tasks(spec, m, work, shard_bytes_hint=todo * rs // work.plan.nshards)
-    ex = executor_for(spec, work.settings, todo * rs)
+    ex = executor_for(spec, work.settings, todo * rs, runs_user_code(work.plan))
     with Progress(work.label, todo, rs, mode=work.settings.progress) as prog:
         carried: dict[int, dict] = {}  # worker -> {seq: batch} its dead attempts made durable (Dask)
         receipts = ex.run(load_worker, tasks, on_progress=prog.advance, on_message=committer.on_message,
@@ -96,10 +98,16 @@ def execute(spec: StoreSpec, m: mf.Manifest, committer: Committer, work: Work) -
     return [with_carried(rc, carried.get(rc.worker, {})) for rc in receipts]
 
 
-def executor_for(spec: StoreSpec, settings: RunSettings, nbytes: int):
-    """The executor in effect, or an in-process one for a small run (module docstring)."""
+def runs_user_code(plan: Plan) -> bool:
+    """Whether a source of ``plan`` runs the user's code (a generator: sources/user_gen.py)."""
+    return any(getattr(s.source, "runs_user_code", False) for s in plan.segments)
+
+
+def executor_for(spec: StoreSpec, settings: RunSettings, nbytes: int, user_code: bool = False):
+    """The executor in effect, or an in-process one for a small run (module docstring) -
+    never for ``user_code``, whose death must not be the coordinator's."""
     ex = executors.current()
-    if (type(ex) is executors.LocalExecutor and not settings.workers_given
+    if (type(ex) is executors.LocalExecutor and not settings.workers_given and not user_code
             and nbytes <= in_process_limit(settings.compression, settings.kind().keyed)
             and not open_in_this_process(spec)):
         return executors.InProcessExecutor()

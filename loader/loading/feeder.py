@@ -9,6 +9,10 @@ the worker that owns it (seq mod K = shard, shard mod W = worker), in seq order.
 hand slots back with `messages.FreeSlot`, which the pool's message relay returns to the
 feeder. When every stream has ended, every worker gets ``None``.
 
+Progress is the input as it is read - whole records, every worker.progress_every() s (a slow stream fills
+a batch slowly) and at each batch - counted by the feeder threads, not by the workers
+(whose reports come per batch written); the workers' Progress messages are dropped.
+
 Crash behaviour: a partial trailing record, or a read error, of any stream fails the
 pool before the workers can finish (so nothing of the run is committed; the error names
 the stream and the byte offset); when the pool stops first (a worker failed, a signal), the feeder stops too,
@@ -26,7 +30,7 @@ from ..infra.pool import Pool, context
 from ..infra.threads import TaskThread
 from .messages import FreeSlot, LoadReceipt, StreamBatch
 from .stream import SharedSlots
-from .worker import load_worker
+from .worker import load_worker, progress_every
 
 
 def run_stream(tasks: list, progress, source, layout, on_message=None, stdin=None) -> tuple[list[LoadReceipt], int]:
@@ -36,7 +40,7 @@ def run_stream(tasks: list, progress, source, layout, on_message=None, stdin=Non
     plan, streams = tasks[0].plan, source.streams()
     slots = SharedSlots(2 * len(tasks) + 2 + len(streams), plan.batch_records * layout.record_size)
     pipes = [ctx.Pipe(duplex=False) for _ in tasks]
-    feeder = Feeder(slots, [send for _, send in pipes], plan, layout.record_size, len(streams))
+    feeder = Feeder(slots, [send for _, send in pipes], plan, layout.record_size, len(streams), progress.advance)
 
     def relay(msg) -> None:
         if isinstance(msg, FreeSlot):
@@ -44,7 +48,7 @@ def run_stream(tasks: list, progress, source, layout, on_message=None, stdin=Non
         elif on_message is not None:
             on_message(msg)
 
-    pool = Pool(load_worker, tasks, extras=[(recv, slots) for recv, _ in pipes], on_progress=progress.advance,
+    pool = Pool(load_worker, tasks, extras=[(recv, slots) for recv, _ in pipes], on_progress=None,
                 on_message=relay)
     threads = [TaskThread(feeder.run, pool, stream, stdin) for stream in streams]
     try:
@@ -65,7 +69,8 @@ def run_stream(tasks: list, progress, source, layout, on_message=None, stdin=Non
 class Feeder:
     """Reads streams into free slots and sends each batch to its worker's inbox."""
 
-    def __init__(self, slots: SharedSlots, inboxes: list, plan, record_size: int, nstreams: int = 1):
+    def __init__(self, slots: SharedSlots, inboxes: list, plan, record_size: int, nstreams: int = 1,
+                 on_read=lambda records: None):
         self.slots, self.inboxes, self.nshards, self.rs = slots, inboxes, plan.nshards, record_size
         # C-level: the main thread returns slots (relay), and a stop signal raised inside a
         # queue.Queue's put could leave its lock held (see worker._Producer)
@@ -77,6 +82,7 @@ class Feeder:
         self.seq, self.first = plan.first_seq, plan.first_record  # of the next batch
         self.records = 0  # read so far
         self.streams = nstreams  # not ended yet
+        self.on_read, self.progress_lock = on_read, threading.Lock()  # progress: records read
 
     def run(self, pool: Pool, source, stdin) -> None:
         """A feeder thread: any error is handed to the pool (the run must fail); the last
@@ -102,6 +108,7 @@ class Feeder:
     def feed(self, stream, name: str) -> None:
         """Read ``stream`` batch by batch into free slots and send each to its worker."""
         offset, slots, rs = 0, self.slots, self.rs
+        read = _ReadProgress(self, rs)
         while not self.stopped:
             try:
                 slot = self.free.get(timeout=0.2)
@@ -109,9 +116,10 @@ class Feeder:
                 continue
             mv = slots.view(slot)
             try:
-                got = _read_full(stream, mv, name, offset)
+                got = _read_full(stream, mv, name, offset, read)
             finally:
                 mv.release()
+            read.report(offset + got)
             if got % rs:
                 raise PartialRecordError(name, offset + got - got % rs, rs, got % rs)
             if got == 0:
@@ -130,7 +138,29 @@ class Feeder:
             self.inboxes[(seq % self.nshards) % len(self.inboxes)].send(StreamBatch(seq, first, count, slot))
 
 
-def _read_full(stream, mv: memoryview, name: str, offset: int) -> int:
+class _ReadProgress:
+    """One stream's progress: the whole records read since the last report, told to the
+    run's Progress (under the feeder's progress lock: several streams, one count)."""
+
+    def __init__(self, feeder: Feeder, record_size: int):
+        self.feeder, self.rs, self.told, self.t = feeder, record_size, 0, time.monotonic()
+        self.every = progress_every()
+
+    def due(self, offset: int) -> None:
+        if time.monotonic() - self.t >= self.every:
+            self.report(offset)
+
+    def report(self, offset: int) -> None:
+        """Tell the records of the first ``offset`` bytes not told yet."""
+        records = offset // self.rs - self.told
+        self.t = time.monotonic()
+        if records > 0:
+            self.told += records
+            with self.feeder.progress_lock:
+                self.feeder.on_read(records)
+
+
+def _read_full(stream, mv: memoryview, name: str, offset: int, read: _ReadProgress) -> int:
     got = 0
     while got < len(mv):
         try:
@@ -141,4 +171,5 @@ def _read_full(stream, mv: memoryview, name: str, offset: int) -> int:
         if not n:
             break
         got += n
+        read.due(offset + got)
     return got

@@ -113,7 +113,8 @@ def changed_message(path: str, done: Run, end: int, n: int, rs: int) -> str:
 
 
 def changed_while_loading(src, layout, plan_fp: str, end: int) -> str | None:
-    """Why a run's file may not be committed (its loaded prefix changed), or None."""
+    """Why a run's file may not be committed (its loaded prefix changed), or None (the
+    caller adds what of its run was committed)."""
     try:
         now = src.fingerprint(layout, end)
     except Exception as e:  # noqa: BLE001 - vanished or unreadable: it changed too
@@ -121,4 +122,4 @@ def changed_while_loading(src, layout, plan_fp: str, end: int) -> str | None:
     if now == plan_fp:
         return None
     return (f"{src.uri} changed while it was being loaded (its first {end:,} records are not the ones the run "
-            "started with); nothing was committed - re-run the same command to load the file as it is now")
+            "started with)")

@@ -46,6 +46,7 @@ from ..infra.lock import DatasetLock
 from ..maintain.garbage import start_writing
 from ..model import manifest as mf
 from ..model import runs
+from ..model.engine_keys import EngineKeys
 from ..model.layouts import get_layout
 from ..model.runs import PlanFile, Run
 from ..sources import refuse_pseudo_file
@@ -69,7 +70,7 @@ from .report import log
 
 
 @dataclass
-class IngestReport:
+class IngestReport(EngineKeys):
     """The report of `ingest`, of fixed-size records and of documents alike."""
 
     dataset: str
@@ -77,7 +78,7 @@ class IngestReport:
     pattern: str | None  # None for documents (every <id>.json is read)
     run_id: str | None
     status: str  # done | nothing-to-do | failed
-    layout: str | None = None  # "docs" for documents, else None (the dataset's layout)
+    layout: str | None = None  # the layout of the records (files of raw records are read as it)
     # ingested by this run: name, records (fixed-size records: batches, first_record too)
     files: list[dict] = field(default_factory=list)
     skipped: list[dict] = field(default_factory=list)  # bad files: name, reason
@@ -92,13 +93,12 @@ class IngestReport:
     error: str | None = None
 
     def to_dict(self) -> dict:
-        """What ``--json`` prints: ``pattern`` only for fixed-size records, ``layout`` only
-        for documents."""
+        """What ``--json`` prints: ``pattern`` only for fixed-size records."""
         out = asdict(self)
         for key in ("pattern", "layout"):
             if out[key] is None:
                 del out[key]
-        return out
+        return out | self.engine
 
 
 def ingest(dataset: str, from_dir: str, *, pattern: str = "*", on_bad_file: str = "fail",
@@ -109,28 +109,56 @@ def ingest(dataset: str, from_dir: str, *, pattern: str = "*", on_bad_file: str 
     """Ingest the new files of ``from_dir``; an IngestReport."""
     t_start = time.perf_counter()
     request = Request(format=format, compression=compression, shards=shards, workers=workers,
-                      batch_records=batch_records, progress=progress, fault=faults.from_env(), t_start=t_start)
-    check_bad_file_policy(on_bad_file)
-    if not pattern:
-        raise UsageError("--pattern must not be empty (use '*' for every file)")
-    directory = os.path.abspath(from_dir)
-    if not os.path.isdir(directory):
-        raise MissingPathError(f"directory {from_dir} does not exist (--from); create it or fix the path")
-    refuse_pseudo_file(from_dir)
-    spec = parse_dataset_uri(dataset)
-    existing = mf.load_manifest(spec.root) if mf.exists(spec.root) else None
-    settings, spec = resolve_options(spec, existing, get_layout(layout) if layout else None, request)
-    settings = dataclasses.replace(settings, checkpoints=checkpoint_settings(checkpoint_seconds, checkpoint_bytes))
+                      batch_records=batch_records, progress=progress, fault=faults.from_env(), t_start=t_start,
+                      checkpoint_seconds=checkpoint_seconds, checkpoint_bytes=checkpoint_bytes)
+    spec, settings, directory = _checked(dataset, from_dir, pattern, on_bad_file, layout, request)
     kind = settings.kind()
     if kind.own_ingest:  # e.g. documents: <id>.json files (loader/docs/ingest.py)
         return kind.ingest_directory(spec, directory, pattern=pattern, settings=settings, on_bad_file=on_bad_file)
     return _ingest(spec, settings, directory, pattern, on_bad_file)
 
 
+def check(dataset: str, from_dir: str, *, pattern: str = "*", on_bad_file: str = "fail",
+          layout: str | None = None, format: str | None = None, compression: str | None = None,
+          shards: int | None = None, workers: int | None = None, batch_records: int | None = None,
+          checkpoint_seconds: float | None = None) -> RunSettings:
+    """What `ingest` checks before it writes, without ingesting: the run's settings, or the
+    error the ingest would raise (a pipeline checks its [ingest] with it before its first
+    step: api/pipeline_check.py)."""
+    request = Request(format=format, compression=compression, shards=shards, workers=workers,
+                      batch_records=batch_records, checkpoint_seconds=checkpoint_seconds)
+    spec, settings, _ = _checked(dataset, from_dir, pattern, on_bad_file, layout, request)
+    existing = mf.load_manifest(spec.root) if mf.exists(spec.root) else None
+    if existing is not None:
+        check_compatible(existing, spec, settings)
+    return settings
+
+
+def _checked(dataset: str, from_dir: str, pattern: str, on_bad_file: str, layout: str | None,
+             request: Request) -> tuple[StoreSpec, RunSettings, str]:
+    """(dataset spec, run settings, the directory's absolute path), every option checked."""
+    check_bad_file_policy(on_bad_file)
+    if not pattern:
+        raise UsageError("--pattern must not be empty (use '*' for every file)")
+    directory = os.path.abspath(from_dir)
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise UsageError(f"--from {from_dir} is a file, not a directory: ingest loads the new files of a "
+                         "directory; give the directory the files arrive in, or load one file with "
+                         "bulkload load FILE DATASET")
+    if not os.path.isdir(directory):
+        raise MissingPathError(f"directory {from_dir} does not exist (--from); create it or fix the path")
+    refuse_pseudo_file(from_dir)
+    spec = parse_dataset_uri(dataset)
+    existing = mf.load_manifest(spec.root) if mf.exists(spec.root) else None
+    settings, spec = resolve_options(spec, existing, get_layout(layout) if layout else None, request)
+    checkpoints = checkpoint_settings(request.checkpoint_seconds, request.checkpoint_bytes)
+    return spec, dataclasses.replace(settings, checkpoints=checkpoints), directory
+
+
 def _ingest(spec: StoreSpec, settings: RunSettings, directory: str, pattern: str, on_bad_file: str) -> IngestReport:
     """Files of fixed-size records: list, sort, and load the new ones, with the dataset locked."""
     progress = settings.progress
-    report = IngestReport(spec.uri, directory, pattern, None, "nothing-to-do")
+    report = IngestReport(spec.uri, directory, pattern, None, "nothing-to-do", layout=settings.layout.name)
     listing = list_dir(directory, pattern)
     prepare_root(spec)
     with DatasetLock(spec.root) as lock:
@@ -295,8 +323,9 @@ class _IngestRun:
         report.status = "failed" if first_bad is not None else "done"
         report.seconds = round(seconds, 4)
         report.mb_per_s = round(report.bytes / seconds / 1e6, 2) if seconds > 0 else 0.0
-        log(self.settings.progress, f"ingested {len(report.files)} file(s), {report.records:,} records into "
-            f"{self.spec.uri} (run {run.id})", run=run.id, stage="ingest", files=len(report.files),
+        log(self.settings.progress, f"ingested {len(report.files)} file(s), {report.records:,} records of layout "
+            f"{self.settings.layout.name} into {self.spec.uri} (run {run.id})", run=run.id, stage="ingest",
+            layout=self.settings.layout.name, files=len(report.files),
             records=report.records, event="done")
         if isinstance(got.late, KeyboardInterrupt):
             late = Interrupted.of(got.late)

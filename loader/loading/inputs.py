@@ -138,9 +138,9 @@ def start(run: Run, match: InputsMatch, b: int) -> None:
     run.total = sum(e["total"] for e in run.inputs)
 
 
-def outcome(units_committed: int, units: int) -> str:
-    """What of a stopped run of several inputs was committed, and what to do."""
+def outcome(units_committed: int, units: int, rest: str = "load the rest") -> str:
+    """What of a stopped run of several inputs was committed, and what to do (``rest``:
+    what re-running does then)."""
     if not units_committed:
         return f"none of its {units} inputs was committed; re-run the same command to resume it"
-    return (f"{units_committed} of its {units} inputs were committed; re-run the same command to load the "
-            "rest")
+    return f"{units_committed} of its {units} inputs were committed; re-run the same command to {rest}"

@@ -75,10 +75,7 @@ def load(source, dataset: str, *, layout: str | None = None, format: str | None 
                       checkpoint_bytes=checkpoint_bytes, fault=faults.from_env(), t_start=t_start)
     named = parse_dataset_uri(dataset)
     spec = replaced_spec(named) if replace else named  # a symlink: the directory it names
-    existing = existing_manifest(spec.root, replace)
-    refs = _refs(source)
-    given = _given_layout(refs, layout, existing)
-    src = _source(source, refs, given, on_bad_file)
+    existing, given, src = _opened(source, spec, layout, replace, on_bad_file)
     try:
         report = _load(src, spec, existing, request, given, new_run=new_run, stdin=stdin, replace=replace)
     finally:
@@ -86,6 +83,15 @@ def load(source, dataset: str, *, layout: str | None = None, format: str | None 
     if spec is not named:
         report.dataset = named.uri  # the path as given (the link)
     return report
+
+
+def _opened(source, spec: StoreSpec, layout: str | None, replace: bool,
+            on_bad_file: str) -> tuple[mf.Manifest | None, Layout | None, Source]:
+    """(the dataset's manifest or None, the layout asked for, the source: to close)."""
+    existing = existing_manifest(spec.root, replace)
+    refs = _refs(source)
+    given = _given_layout(refs, layout, existing)
+    return existing, given, _source(source, refs, given, on_bad_file)
 
 
 def _load(src: Source, spec: StoreSpec, existing: mf.Manifest | None, request: Request, given: Layout | None, *,
@@ -147,12 +153,39 @@ def _plan(src: Source, spec: StoreSpec, existing: mf.Manifest | None, request: R
     record fails here, before any write), fingerprint it, list a directory. The layout:
     the one given, the source's (gen://LAYOUT, a typed file's schema, checked), the
     dataset's, else the source's own (an array's dtype)."""
+    settings, spec = _settings(src, spec, existing, request, given)
+    return settings, spec, src.plan(settings.layout)
+
+
+def _settings(src: Source, spec: StoreSpec, existing: mf.Manifest | None, request: Request,
+              given: Layout | None) -> tuple[RunSettings, StoreSpec]:
+    """The run's settings (layout, options, checkpoints), checked; nothing is read but the
+    source's layout."""
     dataset_layout = existing.layout_obj if existing is not None and existing.batches else None
     layout_obj = src.records_layout(given, dataset_layout)
     settings, spec = resolve_options(spec, existing, layout_obj, request)
-    planned = src.plan(settings.layout)
     checkpoints = checkpoint_settings(request.checkpoint_seconds, request.checkpoint_bytes)
-    return dataclasses.replace(settings, checkpoints=checkpoints), spec, planned
+    return dataclasses.replace(settings, checkpoints=checkpoints), spec
+
+
+def check(source, dataset: str, *, layout: str | None = None, format: str | None = None,
+          compression: str | None = None, shards: int | None = None, workers: int | None = None,
+          batch_records: int | None = None, checkpoint_seconds: float | None = None,
+          replace: bool = False, on_bad_file: str = "fail") -> RunSettings:
+    """What `load` checks before it writes, without loading: the settings the run would
+    have, or the error the load would raise (a pipeline checks its [load] with it before
+    its first step: api/pipeline_check.py)."""
+    request = Request(format=format, compression=compression, shards=shards, workers=workers,
+                      batch_records=batch_records, checkpoint_seconds=checkpoint_seconds)
+    spec = parse_dataset_uri(dataset)  # a symlink is read through (replaced_spec writes: not here)
+    existing, given, src = _opened(source, spec, layout, replace, on_bad_file)
+    try:
+        settings, spec = _settings(src, spec, existing, request, given)
+    finally:
+        src.close()
+    if existing is not None and not replace:
+        check_compatible(existing, spec, settings)
+    return settings
 
 
 def _check_space(spec: StoreSpec, existing: mf.Manifest | None, job: LoadJob) -> None:

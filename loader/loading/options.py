@@ -21,7 +21,7 @@ from ..infra import env
 from ..infra.lock import refuse_nested
 from ..kinds import kind_for
 from ..model import manifest as mf
-from ..model.layouts import Layout, get_layout
+from ..model.layouts import DEFAULT_LAYOUT, Layout, fields_difference, get_layout
 from ..model.options import MAX_SHARDS, MAX_WORKERS, check_count, default_workers
 from ..serializers import COMPRESSIONS, FORMATS
 from ..stores.spec import MEM_ROOT, StoreSpec
@@ -103,8 +103,11 @@ def check_compatible(m: mf.Manifest, spec: StoreSpec, settings: RunSettings) -> 
     if not m.batches:
         return
     layout, wrong = settings.layout, []
-    if m.layout["name"] != layout.name or m.layout["fields"] != layout.to_dict()["fields"]:
+    if m.layout["name"] != layout.name:
         wrong.append(f"layout {m.layout['name']!r} (not {layout.name!r})")
+    elif m.layout["fields"] != layout.to_dict()["fields"]:  # e.g. a user's layout file named like a built-in
+        wrong.append(f"layout {m.layout['name']!r} whose {fields_difference(m.layout['fields'], layout.fields)} "
+                     f"as in the other layout named {layout.name!r} that this load uses")
     if m.format != settings.format:
         wrong.append(f"format {m.format!r} (not {settings.format!r})")
     if m.compression != settings.compression:
@@ -125,7 +128,7 @@ def resolve_options(spec: StoreSpec, existing: mf.Manifest | None, layout: Layou
     """explicit > URI > existing dataset > defaults: the run's settings (their checkpoint
     interval left to the caller: `checkpoint_settings`) and the dataset spec with its shards."""
     if layout is None:
-        layout = existing.layout_obj if existing is not None else get_layout("scidb96")
+        layout = existing.layout_obj if existing is not None else get_layout(DEFAULT_LAYOUT)
     has = existing is not None and bool(existing.batches)
     kind = kind_for(layout)
     fmt = request.format or (existing.format if has else kind.default_format)

@@ -13,6 +13,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from ..infra import logs
+from ..model.engine_keys import EngineKeys
 from ..model.manifest import BatchEntry
 from ..model.runs import Run
 from ..stores.spec import StoreSpec
@@ -21,7 +22,7 @@ from .messages import LoadReceipt, stage_figures
 
 
 @dataclass
-class LoadReport:
+class LoadReport(EngineKeys):
     dataset: str
     source: str
     run_id: str
@@ -51,7 +52,7 @@ class LoadReport:
     in_process: bool = False  # its workers' tasks ran in this process, no worker started (execute.py)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return asdict(self) | self.engine
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,6 @@ def make_report(spec: StoreSpec, settings: RunSettings, run: Run, output: RunOut
 
 
 def log(progress: str, message: str, **fields) -> None:
-    """A log line (text or JSON, see infra/logs.py) unless the job is quiet (``progress`` none)."""
-    if progress != "none":
-        logs.event(message, **fields)
+    """A log line (text or JSON, see infra/logs.py); a quiet job (``progress`` none) logs only
+    its warnings and errors."""
+    logs.note(progress == "none", message, **fields)

@@ -334,10 +334,12 @@ class _LoadRun:
             committer.finish(output.receipts)
         except BaseException as e:
             raise self._stopped(e, committer, self._outcome(committer)) from None
-        if committer.stopped:  # the file changed while it was loaded: its batches are not kept
+        if committer.stopped:  # a file changed while it was loaded: its batches are not kept
             run.pending, run.resumable = [], False
-            raise self._stopped(ChangedInputError(committer.stopped), committer,
-                                "nothing from this run was committed") from None
+            outcome = (inputs.outcome(committer.next, len(committer.units), rest="load the rest as it is now")
+                       if self.match.inputs is not None else
+                       "nothing from this run was committed; re-run the same command to load the file as it is now")
+            raise self._stopped(ChangedInputError(f"{committer.stopped}; {outcome}"), committer, outcome) from None
         if committer.next < len(committer.units):  # cannot happen: every batch has a receipt
             raise WorkerError("the workers did not write every planned batch; nothing was committed")
         return self._write_commit(output)
@@ -358,9 +360,9 @@ class _LoadRun:
                     kept_records=records_of(output.keep), map_grows=output.map_grows)
         src.committed()  # e.g. a directory's plan file is removed
         self.m.save(self.spec.root)
-        log(settings.progress, f"loaded {run.records:,} records from {src.uri} into {self.spec.uri} "
-            f"(run {run.id})", run=run.id, stage="load", records=run.records, seconds=round(seconds, 3),
-            event="done")
+        log(settings.progress, f"loaded {run.records:,} records of layout {settings.layout.name} from {src.uri} into "
+            f"{self.spec.uri} (run {run.id})", run=run.id, stage="load", layout=settings.layout.name,
+            records=run.records, seconds=round(seconds, 3), event="done")
         report = make_report(self.spec, settings, run, output, source=src.uri, status=self._status())
         report.skipped = skipped
         return report

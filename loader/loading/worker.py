@@ -34,8 +34,7 @@ import queue
 import time
 from operator import attrgetter
 
-from ..errors import BulkloadError, StoreError
-from ..infra import faults
+from ..infra import env, faults
 from ..infra.pool import Progress
 from ..infra.proc import parent_alive, peak_rss, start_worker
 from ..infra.threads import TaskThread
@@ -44,13 +43,16 @@ from ..model.layouts import Layout
 from ..model.manifest import BatchEntry
 from ..stores.health import check_shard
 from ..stores.registry import open_writer
-from ..stores.spec import StoreSpec
+from ..stores.write_guard import guard_write
 from .messages import Checkpoint, LoadReceipt, StageTimes
 from .stream import received_batches
 from .task import LoadTask
 
 GROUP_BYTES = 16 << 20
 QUEUE_DEPTH = 4
+#: seconds between a worker's progress messages (at most one per batch: its overhead is nil);
+#: less when BULKLOAD_PROGRESS_SECONDS asks for log lines more often (`progress_every`)
+PROGRESS_S = 0.5
 
 
 def load_worker(task: LoadTask, outbox, inbox=None, slots=None) -> LoadReceipt:
@@ -95,7 +97,7 @@ def _open_stores(task: LoadTask, writer, stores: dict) -> None:
             if damage is not None:
                 raise damage.error(writing=True)
         stores[s] = st = open_writer(w.store, s, opts)
-        _guard(w.store, s, lambda: writer.prepare(s, st))
+        guard_write(w.store, s, lambda: writer.prepare(s, st))
 
 
 def _planned(task: LoadTask, writer, times: StageTimes):
@@ -177,7 +179,10 @@ class _Producer:
 class _WriteStage:
     """Serialize and write: batches are grouped per shard and a group is written in one
     put_sorted once it holds GROUP_BYTES; every checkpoint interval everything written is
-    synced and reported (`messages.Checkpoint`)."""
+    synced and reported (`messages.Checkpoint`). Progress counts the input as it is
+    consumed - records encoded - every PROGRESS_S at most once a batch, not the groups
+    written: well-compressed records fill a group only at the end of a run, and a slow
+    stream's batches trickle in."""
 
     def __init__(self, task: LoadTask, writer, stores: dict, outbox, times: StageTimes):
         self.task, self.writer, self.stores, self.outbox, self.times = task, writer, stores, outbox, times
@@ -190,6 +195,8 @@ class _WriteStage:
         self.unsynced: list[BatchEntry] = []  # written since the last checkpoint
         self.skipped: list[dict] = []
         self.ckpt_bytes, self.ckpt_t = 0, time.monotonic()
+        self.progress = [0, 0]  # records, bytes of text (keyed) consumed and not reported yet
+        self.progress_t, self.progress_every = time.monotonic(), progress_every()
 
     def add(self, seq: int, first: int, count: int, payload) -> None:
         """Serialize one batch into its shard's group; write and checkpoint when due."""
@@ -197,7 +204,7 @@ class _WriteStage:
         t = time.perf_counter()
         s = seq % self.nshards
         # keyed: may write the shard's zstd dictionary (first batch) - a store write
-        items, row, _nbytes, bad = _guard(
+        items, row, _nbytes, bad = guard_write(
             self.spec, s, lambda: self.writer.encode(seq, first, count, payload, s, stores[s])
         ) if self.keyed else self.writer.encode(seq, first, count, payload, s)
         entry = BatchEntry(*row)
@@ -207,6 +214,10 @@ class _WriteStage:
         self.groups[s].extend(items)
         self.group_entries[s].append(entry)
         self.group_bytes[s] += entry.nbytes
+        self.progress[0] += entry.records
+        self.progress[1] += (entry.text_bytes or 0) if self.keyed else 0
+        if time.monotonic() - self.progress_t >= self.progress_every:
+            self.report_progress()
         if self.group_bytes[s] >= GROUP_BYTES:
             self.flush(s)
             _stop_if_orphaned(self.task)
@@ -215,27 +226,32 @@ class _WriteStage:
             self.checkpoint()
             _stop_if_orphaned(self.task)
 
+    def report_progress(self) -> None:
+        """Tell the coordinator the records consumed since the last report (if any)."""
+        records, text = self.progress
+        if records:
+            self.outbox.put(Progress(records, text if self.keyed else None))
+        self.progress, self.progress_t = [0, 0], time.monotonic()
+
     def flush(self, s: int) -> None:
-        """Write shard ``s``'s group (one put_sorted) and report its progress."""
+        """Write shard ``s``'s group (one put_sorted)."""
         entries = self.group_entries[s]
         if not entries:  # (a batch whose files were all skipped has a row, no items)
             return
         t = time.perf_counter()
         if self.groups[s]:
-            _guard(self.spec, s, lambda: self.stores[s].put_sorted(self.groups[s], table=self.writer.table))
+            guard_write(self.spec, s, lambda: self.stores[s].put_sorted(self.groups[s], table=self.writer.table))
         self.times.write_s += time.perf_counter() - t
         faults.hit("flush")
         self.written.extend(entries)
         self.unsynced.extend(entries)
         self.ckpt_bytes += self.group_bytes[s]
-        text = sum(e.text_bytes for e in entries) if self.keyed else None  # keyed: bytes of text
         self.groups[s], self.group_entries[s], self.group_bytes[s] = [], [], 0
-        self.outbox.put(Progress(sum(e.records for e in entries), text))
 
     def sync_all(self) -> None:
         t = time.perf_counter()
         for s, st in self.stores.items():
-            _guard(self.spec, s, st.sync)
+            guard_write(self.spec, s, st.sync)
         self.times.sync_s += time.perf_counter() - t
         faults.hit("sync")
 
@@ -253,6 +269,7 @@ class _WriteStage:
         """Write every group and sync (the receipt's batches are then durable)."""
         for s in self.stores:
             self.flush(s)
+        self.report_progress()
         self.sync_all()
 
     def receipt(self) -> LoadReceipt:
@@ -264,24 +281,12 @@ class _WriteStage:
                            max_rss=peak_rss())
 
 
+def progress_every() -> float:
+    """Seconds between progress reports of the input consumed (a worker's, a stream feeder's)."""
+    return min(PROGRESS_S, env.progress_seconds())
+
+
 def _stop_if_orphaned(task: LoadTask) -> None:
     if not parent_alive(task.main_pid):
         raise SystemExit("coordinator died")
 
-
-def _guard(spec: StoreSpec, s: int, fn):
-    """Run a store write; an OS-level failure (disk full, file size limit, I/O error)
-    becomes a one-line StoreError that says the committed state is intact."""
-    try:
-        return fn()
-    except BulkloadError as e:
-        if isinstance(e, StoreError):
-            text = e.strerror if e.strerror else str(e)
-            raise StoreError(f"{text}; the dataset is unchanged since its last commit - "
-                             "fix the cause and re-run the same command to resume") from None
-        raise
-    except Exception as e:  # lmdb.Error, rocksdict exceptions, OSError
-        text = str(e).strip() or type(e).__name__
-        raise StoreError(f"shard {s} ({spec.shard_path(s)}): write failed: {text}; the dataset is "
-                         "unchanged since its last commit - free space (or raise the file size "
-                         "limit) and re-run the same command to resume") from None

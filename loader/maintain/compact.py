@@ -33,15 +33,18 @@ from ..errors import BulkloadError, StoreError, UsageError
 from ..infra import executors, faults, interrupts
 from ..infra.lock import DatasetLock
 from ..infra.progress import Progress
+from ..infra.space import check_space
 from ..kinds import kind_for
 from ..model import manifest as mf
 from ..model import runs
 from ..model.chunk_index import TABLE_PREFIX, index_path, read_index
 from ..model.options import MAX_WORKERS, check_count, default_workers
 from ..model.placement import batch_key
+from ..model.runs import save_stopped
 from ..serializers import get_serializer
 from ..stores.health import require_shards
 from ..stores.spec import parse_dataset_uri
+from ..stores.write_guard import guard_write, out_of_space, reclaim_space
 from .garbage import (
     collect_garbage,
     collect_index_garbage,
@@ -81,9 +84,7 @@ def compact(dataset_uri: str, target_batch_records: int | None = None, progress:
     """Merge small batches and compact every shard; returns the run's report."""
     spec = parse_dataset_uri(dataset_uri)
     m = mf.load_manifest(spec.root, dataset_uri)
-    check_count("--target-batch-records", target_batch_records, 1,
-                kind_for(m.layout_obj, m.format, m.compression).max_batch_records())
-    check_count("--workers", workers, 1, MAX_WORKERS)
+    check_options(m.layout_obj, m.format, m.compression, target_batch_records, workers)
     faults.from_env()
     with DatasetLock(spec.root) as lock:
         lock.set_job("compact")
@@ -92,6 +93,15 @@ def compact(dataset_uri: str, target_batch_records: int | None = None, progress:
         start_writing(spec, m, progress=progress)
         return compact_locked(spec.with_shards(m.shards), m, target_batch_records=target_batch_records,
                               progress=progress, workers=workers, force=force)
+
+
+def check_options(layout, format: str, compression: str, target_batch_records: int | None,
+                  workers: int | None) -> None:
+    """compact's options for records of ``layout`` in ``format``/``compression`` (UsageError
+    naming the option; a pipeline checks its [compact] with it before its first step)."""
+    check_count("--target-batch-records", target_batch_records, 1,
+                kind_for(layout, format, compression).max_batch_records())
+    check_count("--workers", workers, 1, MAX_WORKERS)
 
 
 def compact_locked(spec, m: mf.Manifest, *, target_batch_records: int | None = None,
@@ -108,6 +118,7 @@ def compact_locked(spec, m: mf.Manifest, *, target_batch_records: int | None = N
         raise UsageError("--target-batch-records must be at least 1")
     get_serializer(m.format, layout, m.compression, batch_records=target)  # capnp size limit
     k = m.shards
+    first_new = m.next_seq  # the merged batches' first seq
     before_batches = len(m.batches)
     shard_bytes_before = shard_bytes(spec, k)
     groups = plan_merge(m.batches, target)
@@ -121,6 +132,7 @@ def compact_locked(spec, m: mf.Manifest, *, target_batch_records: int | None = N
                              shards=[{"shard": s, "bytes_before": b, "bytes_after": b, "compacted": False}
                                      for s, b in enumerate(shard_bytes_before)],
                              seconds=round(time.perf_counter() - t0, 4), status=NOTHING_TO_DO)
+    check_space(spec.root, _min_compact_bytes(m, groups, force), "compact")
     run = runs.new_run("compact", target_batch_records=target)
     m.runs.append(run)
     m.save(spec.root)
@@ -133,8 +145,11 @@ def compact_locked(spec, m: mf.Manifest, *, target_batch_records: int | None = N
             state = _StoreState.of(spec, m)
         shards = _compact_stores(spec, m, state, force=force or merged, only=untidy)
     except BaseException as e:
+        if out_of_space(e):  # give the space of the merged batches back (stores/write_guard.py)
+            _drop_unswitched(spec, first_new)
+            reclaim_space(spec, k)
         e = runs.stop(run, e, UNCHANGED)
-        m.save(spec.root)
+        save_stopped(m, spec.root)
         raise e from None
     before = sum(shard_bytes_before)
     after = sum(s["bytes_after"] for s in shards)
@@ -190,6 +205,34 @@ def _merge(spec, m: mf.Manifest, groups: list[list], progress: str, workers: int
     m.save(spec.root)  # the switch
     faults.hit("merge-switched")
     collect_garbage(spec, m)
+
+
+def _min_compact_bytes(m: mf.Manifest, groups: list[list], force: bool) -> int:
+    """A lower bound of the free space a compaction takes: the merged batches, written
+    beside the old ones (whose pages the shard files keep until they are compacted), then
+    the compacted copy of a shard beside the shard itself (one at a time: the largest)."""
+    merged = sum(b.nbytes for g in groups if len(g) > 1 for b in g)
+    live = [0] * m.shards
+    for b in m.batches:
+        live[b.shard] += b.nbytes
+    return merged + (max(live, default=0) if merged or force else 0)
+
+
+def _drop_unswitched(spec, first_new: int) -> None:
+    """After a failed merge: delete the batches it wrote (keys from ``first_new``) unless
+    the manifest on disk switched to them. Best effort: a later merge deletes them too."""
+    try:
+        m = mf.load_manifest(spec.root)
+        if any(b.seq >= first_new for b in m.batches):
+            return
+        for s in range(m.shards):
+            st = spec.open_shard(s, write=True)
+            try:
+                st.delete_range(batch_key(first_new), None)
+            finally:
+                st.close()
+    except Exception:  # noqa: BLE001 - best effort (see above)
+        pass
 
 
 @dataclass(frozen=True)
@@ -270,7 +313,7 @@ def _compact_stores(spec, m: mf.Manifest, state: _StoreState, *, force: bool, on
                 garbage += 1
             size = st.nbytes()
             if force or garbage or state.wasteful(size, s):
-                before, after = st.compact()
+                before, after = guard_write(spec, s, st.compact)
                 out.append({"shard": s, "bytes_before": before, "bytes_after": after, "compacted": True})
             else:
                 out.append({"shard": s, "bytes_before": size, "bytes_after": size, "compacted": False})

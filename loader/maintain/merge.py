@@ -31,6 +31,7 @@ from ..model.placement import batch_key, owned_shards
 from ..serializers import get_serializer
 from ..stores.spec import StoreSpec
 from ..stores.values import ValueReader, read_batch
+from ..stores.write_guard import guard_write
 
 GROUP_BYTES = 64 << 20
 
@@ -143,14 +144,15 @@ class _Merger:
 
     def flush(self, s: int) -> None:
         if self.groups[s]:
-            self.writers[s].put_sorted(self.groups[s], table="batches")
+            group = self.groups[s]
+            guard_write(self.task.store, s, lambda: self.writers[s].put_sorted(group, table="batches"))
             self.groups[s], self.group_bytes[s] = [], 0
             faults.hit("merge")
 
     def finish(self) -> None:
         for s in self.owned:
             self.flush(s)
-            self.writers[s].sync()
+            guard_write(self.task.store, s, self.writers[s].sync)
 
     def close(self) -> None:
         for st in list(self.readers.values()) + list(self.writers.values()):

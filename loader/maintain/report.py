@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+from ..model.engine_keys import EngineKeys
+
 #: the status of a compaction (or finalize) that found nothing to do and wrote nothing
 NOTHING_TO_DO = "nothing-to-do"
 
+
 @dataclass
-class CompactReport:
+class CompactReport(EngineKeys):
     dataset: str
     run_id: str | None
     target_batch_records: int
@@ -49,4 +52,4 @@ class CompactReport:
     def to_dict(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "details"}
         out.update(self.details)
-        return out
+        return out | self.engine

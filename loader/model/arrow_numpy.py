@@ -44,11 +44,24 @@ _ARROW_TYPES: dict = {}
 _pa = None  # pyarrow, once a conversion imported it
 
 
+def decode_dictionary(column):
+    """An Arrow column (or chunked column) with its dictionary encoding undone (its values,
+    of the dictionary's value type); any other column as it is."""
+    import pyarrow as pa  # heavy: only Arrow input converts
+
+    if not pa.types.is_dictionary(column.type):
+        return column
+    if isinstance(column, pa.ChunkedArray):
+        return pa.chunked_array([c.dictionary_decode() for c in column.chunks], column.type.value_type)
+    return column.dictionary_decode()
+
+
 def to_numpy(column) -> np.ndarray:
     """A numeric Arrow column (or chunked column) as a numpy array, zero-copy when it is
     one chunk without nulls."""
     import pyarrow as pa  # heavy: only Arrow input converts
 
+    column = decode_dictionary(column)
     arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     if arr.null_count or not (pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type)):
         return arr.to_numpy(zero_copy_only=False)  # not a column bulkload wrote

@@ -426,6 +426,26 @@ def _load_capnp_path(path: str):
     return capnp.load(path, imports=[])
 
 
+def read_toml_text(path, error: type[Exception]) -> str:
+    """The text of the TOML file ``path``; ``error`` (a UsageError: exit 2) if it cannot be
+    read or is not UTF-8."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as e:
+        raise error(f"cannot read {path}: {e.strerror or e}") from None
+    return toml_text(raw, path, error)
+
+
+def toml_text(raw: bytes, path, error: type[Exception]) -> str:
+    """``raw``, the bytes of the TOML file ``path``, as text; ``error`` naming the byte
+    offset if they are not UTF-8 (as TOML requires)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise error(f"{path}: not valid TOML: byte 0x{raw[e.start]:02x} at byte offset {e.start} is not UTF-8 "
+                    "(TOML files are UTF-8); save the file as UTF-8") from None
+
+
 def parse_layout_toml(text: str, origin: str) -> Layout:
     try:
         data = tomllib.loads(text)
@@ -456,6 +476,21 @@ def builtin_schema_dir() -> Path:
     return Path(importlib.import_module("loader.schemas").__file__).parent
 
 
+def fields_difference(have, other) -> str:
+    """How the fields ``have`` differ from ``other`` (each a sequence of (name, type) pairs
+    or Fields): the first field that differs, for messages about two layouts of one name."""
+    a = [(f.name, f.type) if isinstance(f, Field) else tuple(f) for f in have]
+    b = [(f.name, f.type) if isinstance(f, Field) else tuple(f) for f in other]
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return f"field {i + 1} is {x[0]}:{x[1]}, not {y[0]}:{y[1]}"
+    return f"{len(a)} fields, not {len(b)}"
+
+
+#: the layout of raw records when neither --layout nor the dataset gives one
+DEFAULT_LAYOUT = "scidb96"
+
+
 def available_layouts() -> list[str]:
     names = set()
     for d in [*_search_dirs(), builtin_schema_dir()]:
@@ -477,7 +512,7 @@ def get_layout(name_or_path: str | Layout) -> Layout:
         p = Path(ref)
         if not p.is_file():
             raise UnknownLayoutError(f"layout file {ref} does not exist")
-        return parse_layout_toml(p.read_text(), str(p))
+        return parse_layout_toml(read_toml_text(p, LayoutError), str(p))
     return _get_named(ref, tuple(str(d) for d in _search_dirs()))
 
 
@@ -486,7 +521,7 @@ def _get_named(name: str, dirs: tuple[str, ...]) -> Layout:
     for d in [*map(Path, dirs), builtin_schema_dir()]:
         p = d / f"{name}.toml"
         if p.is_file():
-            layout = parse_layout_toml(p.read_text(), str(p))
+            layout = parse_layout_toml(read_toml_text(p, LayoutError), str(p))
             if layout.name != name:
                 raise LayoutError(f"{p}: declares name {layout.name!r}, expected {name!r}")
             return layout

@@ -207,13 +207,19 @@ def supersede(m, keep: Run | None, by: str) -> list[str]:
         if r is keep or r.status not in UNFINISHED or r.kind not in ("load", "ingest"):
             continue
         if r.pending or r.resumable:
-            if r.pending:
+            if r.pending and not committed_any(r):  # one that committed inputs stays failed / interrupted
                 r.status = "superseded"
                 r.superseded_by = by
             r.pending = []
             r.resumable = False
             ids.append(r.id)
     return ids
+
+
+def committed_any(run: Run) -> bool:
+    """Did ``run`` commit records (a run of several inputs: some of its inputs) before it
+    stopped?"""
+    return bool(run.records) or any(e.get("committed") for e in run.inputs or [])
 
 
 def restart(run: Run) -> None:
@@ -239,6 +245,16 @@ def fail(run: Run, exc: BaseException) -> None:
         return
     err = str(exc) if isinstance(exc, BulkloadError) else f"{type(exc).__name__}: {exc}"
     run.update(status="failed", ended=time.time(), error=err)
+
+
+def save_stopped(m, root: str) -> None:
+    """Save manifest ``m`` that records a stopped run. If that write fails too (the full
+    disk that stopped the run), the run's own error is still the one to raise: the
+    manifest on disk is the previous one, whose run the next writer finds unfinished."""
+    try:
+        m.save(root)
+    except (BulkloadError, OSError):
+        pass
 
 
 def stop(run: Run, exc: BaseException, outcome: str) -> BaseException:

@@ -43,12 +43,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import socket
 from collections import OrderedDict
 
 import numpy as np
 
 from ..arrays.query import ArrayIndex, array_index, read_box, use_index
-from ..errors import DatasetReplacedError, SnapshotExpiredError, UsageError
+from ..errors import DatasetNotFoundError, DatasetReplacedError, SnapshotExpiredError, UsageError
 from ..infra.pins import Pin
 from ..model import manifest as mf
 from ..model.layouts import TYPES
@@ -106,7 +107,10 @@ class Snapshot:
         root = parse_dataset_uri(self.uri).root
         pin = Pin.take(root, self.generation)
         try:
-            now, ident, _ = read_snapshot(root, self.uri, pin=False)
+            try:
+                now, ident, _ = read_snapshot(root, self.uri, pin=False)
+            except DatasetNotFoundError as e:
+                raise _unseen_on_worker(root) or e from None
             if now.dataset_id != self.header.dataset_id:
                 raise DatasetReplacedError(f"dataset {self.uri} was replaced (load --replace) after this Dask "
                                            "collection was built from it; open it again and build it again")
@@ -126,6 +130,22 @@ class Snapshot:
         finally:
             if pin is not None:
                 pin.release()
+
+
+def _unseen_on_worker(root: str):
+    """In a task on a Dask worker, the error naming that worker and ``root`` when the
+    dataset is not there (its filesystem is not the one the collection was built on);
+    None under another scheduler (threads, processes: the dataset is gone)."""
+    try:
+        from distributed import get_worker
+
+        from ..infra.dask_exec import unseen
+
+        address = get_worker().address
+    except (ImportError, ValueError):
+        return None
+    return unseen(address, root, "does not exist there, but the collection was built from it",
+                  socket.gethostname())
 
 
 # --- DataFrame --------------------------------------------------------------------------------------

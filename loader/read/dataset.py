@@ -314,8 +314,7 @@ class Dataset(Verifying):
         self._fixed_only("read_records")
         n = self._record_count
         stop = n if stop is None else stop
-        if not (0 <= start <= stop <= n):
-            raise UsageError(f"record range {start}:{stop} is outside 0:{n} of {self.uri}")
+        check_record_range(start, stop, n, self.uri)
         out = np.empty(stop - start, dtype=self.layout.dtype)
         bs = self.manifest.batches
         i = max(0, bisect.bisect_right(self._firsts, start) - 1)
@@ -368,6 +367,25 @@ class Dataset(Verifying):
         from .dask_read import dask_array
 
         return dask_array(self, array, attr, fill, chunks, box)
+
+
+def check_record_range(start: int, stop: int, n: int, uri: str) -> None:
+    """UsageError unless 0 <= start <= stop <= n, saying which bound is wrong: a range that
+    goes past the end names the dataset's record count; a stop below the start is most
+    likely a count (the range is half-open, [start, stop))."""
+    where = f"{uri} holds {n:,} records (indices 0..{n - 1:,})" if n else f"{uri} holds no records"
+    if start < 0 or stop < 0:
+        raise UsageError(f"record range {start}..{stop} has a negative bound; {where}")
+    if start > n:
+        raise UsageError(f"record range {start:,}..{stop:,} starts past the end: {where}")
+    if stop < start:
+        meant = (f"{start:,}..{start + stop:,} would go past the end: {where}" if start + stop > n else
+                 f"for {stop:,} records from {start:,} use read_records({start}, {start + stop}); {where}")
+        raise UsageError(f"record range {start:,}..{stop:,}: stop is below start (the range is half-open "
+                         f"[start, stop), not (start, count)); {meant}")
+    if stop > n:
+        raise UsageError(f"record range {start:,}..{stop:,} goes past the end: {where}; "
+                         f"read at most to {n:,}")
 
 
 def records_to_arrow(recs: np.ndarray, schema):

@@ -7,7 +7,8 @@
   readable by any Cap'n Proto reader (e.g. pycapnp's ``Batch.read_multiple``)
 
 The file is written through outputs.open_output: a regular file to a temporary name,
-renamed when complete; a FIFO or a device as a stream.
+renamed when complete; a FIFO, a device or ``-`` (standard output) as a stream; never
+into a dataset (the one exported or any other).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def export(ds: Dataset, out: str, fmt: str) -> ExportReport:
         raise UsageError(f"unknown export format {fmt!r}; use one of {', '.join(EXPORT_FORMATS)}")
     if ds.layout.variable_length and fmt not in ("arrow", "parquet"):
         raise UsageError(f"dataset {ds.uri} holds documents: export them as arrow or parquet (not {fmt})")
-    with open_output(out) as o:
+    with open_output(out, protect=(ds.spec.root,)) as o:
         _WRITERS[fmt](ds, o.file)
     return ExportReport(dataset=ds.uri, out=out, format=fmt, records=ds.records, bytes=o.nbytes)
 

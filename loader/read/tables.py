@@ -3,15 +3,15 @@
 `write_table(table, fmt, out)`: ``table`` (aligned text), ``csv``, ``json``, ``arrow``,
 ``parquet`` or ``npy``, to the file ``out`` (through infra.outputs: a regular file is
 written under a temporary name and renamed when complete; a FIFO or a device is written
-as a stream) or, with ``out`` None, to standard output (binary formats never to a
-terminal: UsageError). Used by ``bulkload query`` and a pipeline's [query] step.
+as a stream) or, with ``out`` None or ``-``, to standard output (binary formats never to
+a terminal: UsageError); never into a dataset. Used by ``bulkload query`` and a
+pipeline's [query] step.
 """
 
 from __future__ import annotations
 
 import io
 import json
-import sys
 
 import numpy as np
 import pyarrow as pa
@@ -29,15 +29,11 @@ def check_format(fmt: str, given: str | None = None) -> None:
         raise UsageError(f"--format {given or fmt!r} is unknown; use one of {', '.join(QUERY_FORMATS)}")
 
 
-def write_table(table, fmt: str, out: str | None) -> None:
+def write_table(table, fmt: str, out: str | None, protect: tuple[str, ...] = ()) -> None:
+    """``out`` None or ``-``: standard output; ``protect``: the dataset read (never written)."""
     check_format(fmt)
     binary = fmt in BINARY_FORMATS
-    if out is None and binary and sys.stdout.isatty():
-        raise UsageError(f"refusing to write {fmt} to a terminal; use --out FILE or pipe it")
-    if out is None:
-        _write(table, fmt, sys.stdout.buffer if binary else sys.stdout)
-        return
-    with open_output(out, text=not binary) as o:
+    with open_output(out or "-", text=not binary, protect=protect) as o:
         _write(table, fmt, o.file)
 
 

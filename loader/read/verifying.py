@@ -18,13 +18,14 @@ import xxhash
 
 from ..errors import CorruptBatchError, DatasetReplacedError, StoreError
 from ..model import manifest as mf
+from ..model.engine_keys import EngineKeys
 from ..model.placement import batch_key
 from ..stores.health import batch_message, committed_shards
 from ..stores.values import ValueReader
 
 
 @dataclass
-class VerifyReport:
+class VerifyReport(EngineKeys):
     dataset: str
     ok: bool
     batches: int
@@ -32,7 +33,7 @@ class VerifyReport:
     problems: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return asdict(self) | self.engine
 
 
 #: times `verify` starts over on a dataset that moved on while it was verified

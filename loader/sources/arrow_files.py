@@ -1,9 +1,11 @@
 """Arrow IPC files and streams (``.arrow``, ``.feather``, ``.arrows``) and Parquet (``.parquet``).
 
 Both are read by pyarrow, imported only here and only when such a file is loaded. Their
-columns make the layout (typed.py): integers and floats of the layout's types; a column
-of any other type (strings, booleans, dates, decimals, dictionaries, nested) that the
-run would load is a LayoutError naming it (exit 2), and so are nulls in a loaded column
+columns make the layout (typed.py): integers and floats of the layout's types, and
+dictionary-encoded ones as their values (a file with dictionaries is read through
+pyarrow's reader, which resolves them: `_plan_decoded`); a column of any other type
+(strings, booleans, dates, decimals, nested) that the run would load is a LayoutError
+naming it (exit 2), and so are nulls in a loaded column
 (NullValuesError naming the column and the record batch / row group, exit 1).
 
 - **Arrow IPC** (file format: ``ARROW1`` magic and a footer; stream format: messages
@@ -52,8 +54,9 @@ def schema_fields(schema, path: str) -> tuple[tuple, tuple]:
 
     columns = []
     for f in schema:
-        if pa.types.is_integer(f.type) or pa.types.is_floating(f.type):
-            columns.append((f.name, np.dtype(f.type.to_pandas_dtype())))
+        kind = f.type.value_type if pa.types.is_dictionary(f.type) else f.type  # dictionaries: decoded
+        if pa.types.is_integer(kind) or pa.types.is_floating(kind):
+            columns.append((f.name, np.dtype(kind.to_pandas_dtype())))
         else:
             columns.append((f.name, f"column {f.name!r} has type {f.type}, which no layout type holds; a field is "
                                     "an integer or a float (cast or drop the column first)"))
@@ -86,13 +89,19 @@ class _RowRanges:
             lo, hi = starts[i], starts[i + 1]
             if hi > lo:
                 upto = min(hi, end)
-                copy_fields(records[pos - offset:upto - offset], _piece(self, i, names), pos - lo, upto - lo)
+                copy_fields(records[pos - offset:upto - offset], _piece(self, i, names), pos - lo, upto - lo,
+                            self.path, pos)
                 pos = upto
             i += 1
 
     def columns(self, i: int, names: tuple[str, ...]) -> dict:
         """Piece ``i``'s columns ``names`` as numpy arrays, by name."""
         raise NotImplementedError
+
+    def column_pieces(self, name: str):
+        for i, first in enumerate(self.row_starts[:-1]):
+            if self.row_starts[i + 1] > first:
+                yield first, self.columns(i, (name,))[name]
 
 
 @functools.lru_cache(maxsize=1)  # one decoded piece per worker: memory stays bounded
@@ -110,6 +119,7 @@ class ArrowIpcSource(_RowRanges, TypedFile):
     row_starts: tuple[int, ...]
     offsets: tuple[int, ...]
     values_at: tuple[tuple[int, ...], ...] | None
+    dictionaries: bool = False  # dictionary-encoded columns: batches read by pyarrow's reader
 
     @classmethod
     def open(cls, path: str) -> "ArrowIpcSource":
@@ -131,6 +141,8 @@ class ArrowIpcSource(_RowRanges, TypedFile):
 
         schema, start = _open_reader(mm)
         fields, others = schema_fields(schema, path)
+        if _has_dictionaries(schema):
+            return cls._plan_decoded(path, mm, fields, others)
         mm.seek(0)
         whole = mm.read_buffer()  # the file, zero copy: its address locates the columns' values
         reader = pa.BufferReader(whole)
@@ -155,8 +167,23 @@ class ArrowIpcSource(_RowRanges, TypedFile):
         return cls(path, fields, others, tuple(nulls.items()), starts[-1], tuple(starts), tuple(offsets),
                    tuple(values_at) if in_file else None)
 
+    @classmethod
+    def _plan_decoded(cls, path: str, mm, fields, others) -> "ArrowIpcSource":
+        """A file with dictionary-encoded columns: its record batches read through pyarrow's
+        reader (which holds the dictionaries); ``offsets``: the batches' indexes."""
+        starts, nulls = [0], {}
+        for i, batch in enumerate(_batches(mm)):
+            for name, _ in fields:
+                first_nulls(nulls, path, name, batch.column(name).null_count, f"record batch {i}")
+            starts.append(starts[-1] + batch.num_rows)
+        return cls(path, fields, others, tuple(nulls.items()), starts[-1], tuple(starts),
+                   tuple(range(len(starts) - 1)), None, True)
+
     def columns(self, i: int, names: tuple[str, ...]) -> dict:
         rows = self.row_starts[i + 1] - self.row_starts[i]
+        if self.dictionaries:  # record batch i through pyarrow's reader (dictionaries decoded)
+            batch = _decoded_batch(self, i)
+            return {name: to_numpy(batch.column(name)) for name in names}
         if self.values_at is not None:  # views of the file's bytes
             st = os.stat(self.path)
             mm = _file_map(self.path, st.st_size, st.st_mtime_ns)
@@ -169,6 +196,43 @@ class ArrowIpcSource(_RowRanges, TypedFile):
         mm.seek(self.offsets[i])
         batch = pa.ipc.read_record_batch(pa.ipc.read_message(mm), schema)
         return {name: to_numpy(batch.column(name)) for name in names}
+
+
+def _has_dictionaries(schema) -> bool:
+    import pyarrow as pa  # why: heavy; only a load of an Arrow file gets here
+
+    return any(pa.types.is_dictionary(f.type) for f in schema)
+
+
+def _batches(mm):
+    """The record batches of an Arrow IPC file or stream, in order, dictionaries resolved."""
+    import pyarrow as pa  # why: heavy; only a load of an Arrow file gets here
+
+    mm.seek(0)
+    is_file = mm.read(6) == b"ARROW1"
+    mm.seek(0)
+    if is_file:
+        reader = pa.ipc.open_file(mm)
+        return (reader.get_batch(i) for i in range(reader.num_record_batches))
+    return iter(pa.ipc.open_stream(mm))
+
+
+_decoding: dict = {}  # source -> (its batches iterator, index of the next one): a worker reads on
+
+
+def _decoded_batch(source: "ArrowIpcSource", i: int):
+    """Record batch ``i`` of a file with dictionaries (read on from the last one asked for)."""
+    import pyarrow as pa  # why: heavy; only a worker reading an Arrow file gets here
+
+    it, at = _decoding.get(source, (None, 0))
+    if it is None or at > i:
+        _decoding.clear()  # one file at a time per worker: memory stays bounded
+        it, at = _batches(pa.memory_map(source.path)), 0
+    for _ in range(i - at):
+        next(it)
+    batch = next(it)
+    _decoding[source] = (it, i + 1)
+    return batch
 
 
 def _values_at(array, whole) -> int | None:

@@ -30,8 +30,8 @@ import importlib
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from ..errors import UsageError
-from ..model.layouts import Layout, get_layout
+from ..errors import LayoutError, UsageError
+from ..model.layouts import Layout, fields_difference, get_layout
 
 MAX_RECORDS = 2**63 - 1
 
@@ -44,10 +44,16 @@ class Source:
     #: its records live in the coordinator's memory (an in-memory object): only workers of
     #: the local pool can read them, never those of a distributed engine
     local_only = False
+    #: it runs the user's code (a generator), which may end the process it runs in: never
+    #: in the coordinator's (loading/execute.py; sources/user_gen.py probes in a worker too)
+    runs_user_code = False
     #: a re-run is matched by the extent it loaded (a file that grew loads its new records)
     by_extent = False
     #: the layout a generated source yields (None: the dataset's or --layout)
     layout_name: str | None = None
+    #: raw bytes with no layout of their own (a file of raw records, a stream): read only
+    #: under --layout, the dataset's layout or the default - never a sibling input's (many.py)
+    raw_bytes = False
 
     @property
     def uri(self) -> str:
@@ -75,7 +81,13 @@ class Source:
         given nor records in the dataset, the source's own (`inferred_layout`); None: raw
         bytes, which take whatever layout the run resolves."""
         if self.layout_name is not None:
-            return get_layout(self.layout_name)
+            own = get_layout(self.layout_name)
+            if given is not None and given is not own and given.fields != own.fields:
+                named = f"another layout also named {given.name!r}" if given.name == own.name else repr(given.name)
+                raise LayoutError(f"{self.uri} generates records of layout {own.name!r}, but --layout gives {named} "
+                                  f"({fields_difference(own.fields, given.fields)}); a generator's records have its "
+                                  "own layout: drop --layout, or generate records of that layout")
+            return own
         return given if given is not None or dataset is not None else self.inferred_layout()
 
     def committed(self) -> None:

@@ -38,6 +38,7 @@ class FileSource(Source):
     path: str
 
     by_extent = True  # a re-run loads only what was appended (loading/file_runs.py)
+    raw_bytes = True
 
     @property
     def uri(self) -> str:

@@ -10,7 +10,9 @@ record is ever pickled; every load of it is a new run, and nothing of a failed o
 committed.
 
 The layout, when neither ``layout=`` nor the dataset gives one, is the first block's (a
-RecordBatchReader's schema; raw bytes have none: the default layout). Errors name the
+RecordBatchReader's schema; raw bytes have none: the default layout). Raw bytes are never
+read under a layout inferred from another block: a bytes block after a first block that
+decided the layout is a LayoutError (give ``layout=``). Errors name the
 iterable and where it stopped: the block the iterable raised at or that does not hold
 records of the layout (LayoutError / ConversionError / GeneratorError), a partial record
 at the end (PartialRecordError naming the byte offset). An empty iterable loads 0 records.
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 
-from ..errors import BulkloadError, GeneratorError, PartialRecordError
+from ..errors import BulkloadError, GeneratorError, LayoutError, PartialRecordError
 from ..model.layouts import Layout
 from .base import ObjectAdapter, Source, SourcePlan, register_object_source
 from .memory import is_block, layout_of, records_of, schema_layout, type_name
@@ -37,6 +39,7 @@ class IterSource(Source):
         self.obj = obj
         self.blocks = iter([obj]) if isinstance(obj, BYTES) else None  # (made when first needed)
         self.layout: Layout | None = None
+        self.layout_from: str | None = None  # the block whose own layout the run took (inferred_layout)
 
     @property
     def uri(self) -> str:
@@ -58,13 +61,17 @@ class IterSource(Source):
     def inferred_layout(self) -> Layout | None:
         """The first block's layout (the first block is kept for the load)."""
         if type_name(self.obj) == "pyarrow.RecordBatchReader":
+            self.layout_from = "its schema"
             return schema_layout(self.obj.schema, self.uri)
         it = self._iterator()
         first = _next_block(it, self.uri, 0, 0)
         if first is None:
             return None
         self.blocks = itertools.chain([first], it)
-        return layout_of(first, f"{self.uri} block 0") if is_block(first) else None
+        if not is_block(first):
+            return None
+        self.layout_from = f"block 0 (a {type_name(first)})"
+        return layout_of(first, f"{self.uri} block 0")
 
     def plan(self, layout: Layout) -> SourcePlan:
         self.layout = layout
@@ -78,14 +85,15 @@ class IterSource(Source):
 
     def open(self, stdin=None) -> tuple:
         """(a reader with readinto over the blocks, True: the feeder closes it)."""
-        return BlockReader(self._iterator(), self.layout, self.uri), True
+        return BlockReader(self._iterator(), self.layout, self.uri, self.layout_from), True
 
 
 class BlockReader:
     """``readinto`` over the raw bytes of an iterable's blocks (what the stream feeder reads)."""
 
-    def __init__(self, blocks, layout: Layout, name: str):
+    def __init__(self, blocks, layout: Layout, name: str, layout_from: str | None = None):
         self.blocks, self.layout, self.name = blocks, layout, name
+        self.layout_from = layout_from  # the block the layout was inferred from (None: given, the dataset's)
         self.pending = memoryview(b"")
         self.nblocks = 0  # blocks taken so far
         self.offset = 0  # bytes handed out so far
@@ -113,6 +121,12 @@ class BlockReader:
                 return False
             what = f"{self.name} block {self.nblocks}"
             self.nblocks += 1
+            if isinstance(block, BYTES) and self.layout_from is not None:
+                raise LayoutError(f"{what} is raw bytes, which have no layout of their own, and the run's layout "
+                                  f"{self.layout.name!r} was taken from {self.layout_from}; raw bytes are read only "
+                                  "under layout=, the dataset's layout or the default, never another block's: give "
+                                  "layout= of the raw records (every block must then hold them); nothing from this "
+                                  "run was committed")
             raw = _raw_bytes(block, self.layout, what)
             if len(raw):
                 self.pending = raw

@@ -10,6 +10,11 @@ input's own source (parse.py); several make a `ManyInputs`, loaded by one run:
 - streams (FIFOs, ``-``): each read by its own feeder thread (loading/feeder.py); not
   replayable: every load of them is a new run and nothing of a failed one is committed.
 
+Raw bytes (files of raw records, streams) have no layout of their own: a run with one
+reads it under --layout, the dataset's layout or the default (scidb96), never under the
+layout of another input (a .npy beside it), and every input with a layout of its own
+must hold that one (`ManyInputs.records_layout`: a LayoutError naming both layouts).
+
 A glob (``'parts/*.bin'``, quoted so that bulkload expands it) is replaced by the files
 it matches, in name order (directories and dotfiles left out); one that matches nothing
 is an error. Mixing streams with inputs that can be read again, giving one input twice,
@@ -24,8 +29,8 @@ from dataclasses import dataclass
 
 import xxhash
 
-from ..errors import LayoutError, MissingPathError, UsageError
-from ..model.layouts import Layout
+from ..errors import BulkloadError, LayoutError, MissingPathError, UsageError
+from ..model.layouts import DEFAULT_LAYOUT, Layout, get_layout
 from .base import Source, SourcePlan, directory_source
 from .parse import parse_source
 
@@ -52,15 +57,31 @@ class ManyInputs(Source):
         return self.parts
 
     def records_layout(self, given: Layout | None, dataset: Layout | None) -> Layout | None:
-        """The layout every input yields (the first that has one of its own decides,
-        unless given; LayoutError naming the input that differs)."""
-        layout = given
+        """The layout every input yields (LayoutError naming the input that differs, its
+        layout and the run's). Raw bytes (a file of raw records, a stream) have none of
+        their own and never take a sibling input's: in a run with one, the run's layout is
+        the one given, else the dataset's, else the default (`DEFAULT_LAYOUT`), and every
+        input with a layout of its own must hold its records. Without raw inputs, the first
+        input with a layout of its own decides, unless one is given."""
+        raw = next((p for p in self.parts if p.raw_bytes), None)
+        layout, why = given, "given by --layout"
+        if given is None and dataset is not None:
+            why = "the dataset's"
+        elif given is None and raw is not None:
+            layout = get_layout(DEFAULT_LAYOUT)
+            why = f"the default, for the raw file {raw.uri}, which has no layout of its own"
         for part in self.parts:
-            own = part.records_layout(layout, dataset)
-            if layout is not None and own is not None and own.fields != layout.fields:
-                raise LayoutError(f"input {part.uri} holds records of layout {own.name!r}, unlike the inputs before "
-                                  f"it ({layout.name!r}); one run loads records of one layout")
-            layout = layout or own
+            try:
+                own = part.records_layout(None if part.layout_name else layout, dataset)  # (a generator's own)
+            except LayoutError as e:
+                if raw is None:
+                    raise
+                raise LayoutError(_unlike(part, layout or dataset, why) + f" ({e})") from None
+            run = layout or dataset
+            if run is not None and own is not None and own.fields != run.fields:
+                raise LayoutError(_unlike(part, run, why))
+            if layout is None and own is not None:
+                layout, why = own, f"that of {part.uri}, the first input"
         return layout
 
     def plan(self, layout: Layout) -> SourcePlan:
@@ -71,6 +92,33 @@ class ManyInputs(Source):
             h = xxhash.xxh3_128("\n".join(f"{p.uri}\t{p.fingerprint}" for p in parts).encode())
             fingerprint = f"inputs={len(parts)};xxh3={h.hexdigest()}"
         return SourcePlan(self, total, fingerprint, parts=parts)
+
+
+def _unlike(part: Source, run: Layout, why: str) -> str:
+    """Why input ``part`` cannot be loaded by a run of layout ``run`` (``why``: where the
+    run's layout comes from)."""
+    return (f"input {part.uri} holds records of {_own_layout(part)}, not of the run's layout "
+            f"{_describe(run, why)}; one run loads records of one layout, and a raw file is read "
+            "only under --layout, the dataset's layout or the default, never another input's: give --layout "
+            "of the raw files' records, or load the inputs of each layout with their own command")
+
+
+def _own_layout(part: Source) -> str:
+    """How a message names the layout of an input's own records."""
+    try:
+        own = part.records_layout(None, None)
+    except BulkloadError:
+        own = None
+    if own is None:
+        return "no layout of its own"
+    if own.variable_length:
+        return f"layout {own.name!r}"
+    return "layout " + _describe(own, ", ".join(f"{f.name}:{f.type}" for f in own.fields))
+
+
+def _describe(layout: Layout, detail: str) -> str:
+    size = "" if layout.variable_length else f"{layout.record_size} bytes: "
+    return f"{layout.name!r} ({size}{detail})"
 
 
 def parse_sources(refs, layout: Layout | None = None, on_bad_file: str = "fail") -> Source:

@@ -24,6 +24,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConversionError, LayoutError
+from ..model.arrow_numpy import decode_dictionary
+from ..model.conversions import convert_exactly
 from ..model.layouts import Field, Layout, declared_layout_with, dtype_mismatch, layout_from_dtype
 
 #: the name of a layout inferred from an object whose fields match no declared layout
@@ -139,8 +141,16 @@ def columns(obj, what: str) -> dict:
         dup = next(n for n in names if names.count(n) > 1)
         raise LayoutError(f"{what} has two columns named {dup!r}; rename one")
     if is_frame(obj):
-        return {str(c): obj[c] for c in obj.columns}
-    return {name: obj.column(i) for i, name in enumerate(names)}
+        return {str(c): _decode_categories(obj[c]) for c in obj.columns}
+    return {name: decode_dictionary(obj.column(i)) for i, name in enumerate(names)}
+
+
+def _decode_categories(col):
+    """A pandas categorical column without nulls as its values (as an Arrow dictionary is
+    decoded); any other column as it is."""
+    if str(col.dtype) != "category" or col.isna().any():
+        return col
+    return col.astype(col.cat.categories.dtype)
 
 
 def column_values(col, what: str, name: str) -> np.ndarray:
@@ -163,38 +173,17 @@ def is_arrow_column(col) -> bool:
     return _package(col) == "pyarrow"
 
 
-def exact_values(values: np.ndarray, field: Field, what: str) -> np.ndarray:
+def exact_values(values: np.ndarray, field: Field, what: str, first_row: int = 0) -> np.ndarray:
     """``values`` as the field's type, or ConversionError naming the first row whose value
-    the conversion would change."""
-    target = np.dtype(field.type)
-    if values.dtype == target or np.can_cast(values.dtype, target, "safe"):
-        return values
-    with np.errstate(all="ignore"):
-        converted = values.astype(target)
-        changed = _changed(values, converted, target)
-    if changed.any():
-        row = int(np.argmax(changed))
+    the conversion would change (``first_row``: the row number of ``values[0]``)."""
+    converted, row = convert_exactly(values, np.dtype(field.type))
+    if row is not None:
         raise ConversionError(
-            f"{what}: column {field.name!r}, row {row}: {values[row].item()!r} cannot be held exactly by "
-            f"{field.type} (converting the column from {values.dtype} would change it); convert it yourself "
-            f"or use a layout whose field {field.name!r} has a wider type")
+            f"{what}: column {field.name!r}, row {first_row + row:,}: {values[row].item()!r} cannot be held exactly "
+            f"by {field.type} (converting the column from {values.dtype} would change it); convert the column "
+            f"yourself, or use a layout whose field {field.name!r} has a type that "
+            "holds it (e.g. int64 for integers beyond 2**53)")
     return converted
-
-
-def _changed(values: np.ndarray, converted: np.ndarray, target: np.dtype) -> np.ndarray:
-    """Mask of the values that ``converted`` does not hold exactly."""
-    if target.kind in "iu" and values.dtype.kind in "biu":
-        info = np.iinfo(target)  # integers to integers: exactly the ones out of range
-        return (values < info.min) | (values > info.max)
-    if target.kind in "iu":  # floats to integers: whole, and within [min, max + 1) (powers of two: exact)
-        info = np.iinfo(target)
-        inside = (values >= float(info.min)) & (values < float(info.max) + 1)
-        return ~(inside & (np.trunc(values) == values))
-    back = converted.astype(values.dtype)  # to floats: whatever does not come back unchanged
-    same = back == values
-    if values.dtype.kind == "f":
-        same |= np.isnan(back) & np.isnan(values)
-    return ~same
 
 
 def _column_dtype(col, what: str, name: str, numbers_only: bool = False) -> np.dtype:

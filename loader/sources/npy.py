@@ -1,6 +1,7 @@
 """``.npy`` files: one array of records saved with ``numpy.save``.
 
-The header (format 1.0, 2.0 or 3.0) gives the dtype, the shape and the byte offset of
+The header (format 1.0, 2.0 or 3.0 - the last read here: numpy has no public reader of
+it) gives the dtype, the shape and the byte offset of
 the data; the array must be one-dimensional and structured, and its fields make the
 layout (typed.py). Past the header the data is raw records, so an .npy splits across
 workers by byte range and is fingerprinted like a raw file (files.py: its data's extent,
@@ -18,6 +19,7 @@ records, a LayoutError naming the field (exit 2).
 
 from __future__ import annotations
 
+import ast
 import os
 from dataclasses import dataclass
 
@@ -31,6 +33,7 @@ from .files import open_input, read_exactly, sample_digest
 from .typed import TypedFile, copy_fields, split_fields, stem
 
 MAGIC = b"\x93NUMPY"
+PIECE_RECORDS = 1 << 20  # records read at a time when a column's values are checked before a load
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,14 @@ class NpySource(TypedFile):
             return
         stored = np.empty(len(records), self.dtype)
         read_exactly(self.path, memoryview(stored).cast("B"), pos)
-        copy_fields(records, stored, 0, len(records))
+        copy_fields(records, stored, 0, len(records), self.path, offset)
+
+
+    def column_pieces(self, name: str):
+        for first in range(0, self.records, PIECE_RECORDS):
+            stored = np.empty(min(PIECE_RECORDS, self.records - first), self.dtype)
+            read_exactly(self.path, memoryview(stored).cast("B"), self.data_offset + first * self.dtype.itemsize)
+            yield first, stored[name]
 
 
 def read_header(path: str) -> tuple[np.dtype, tuple, int]:
@@ -95,12 +105,41 @@ def read_header(path: str) -> tuple[np.dtype, tuple, int]:
                 shape, _, dtype = fmt.read_array_header_1_0(f)
             elif version == (2, 0):
                 shape, _, dtype = fmt.read_array_header_2_0(f)
-            else:  # 3.0 (utf-8 field names): numpy has no public reader of its header
-                shape, _, dtype = fmt._read_array_header(f, version)
-        except (ValueError, EOFError, SyntaxError) as e:
+            elif version == (3, 0):  # utf-8 field names: numpy has no public reader of its header
+                shape, dtype = _read_header_3_0(f)
+            else:
+                raise ValueError(f"format version {version[0]}.{version[1]} is not one numpy writes (1.0, 2.0, 3.0)")
+        except (ValueError, EOFError, SyntaxError, TypeError, MemoryError, RecursionError) as e:
             raise FileFormatError(f"{path} is not a valid .npy file ({str(e).strip() or type(e).__name__}); "
                                   "write it with numpy.save") from None
         return dtype, shape, f.tell()
+
+
+#: the largest header read (numpy's own limit for untrusted files is 10,000 bytes)
+MAX_HEADER = 1 << 20
+
+
+def _read_header_3_0(f) -> tuple[tuple, np.dtype]:
+    """(shape, dtype) of a format 3.0 header: as 2.0 (a 4-byte length), in UTF-8."""
+    size = int.from_bytes(_read(f, 4), "little")
+    if size > MAX_HEADER:
+        raise ValueError(f"header of {size:,} bytes is too large")
+    header = ast.literal_eval(_read(f, size).decode("utf-8"))
+    if not isinstance(header, dict) or set(header) != {"descr", "fortran_order", "shape"}:
+        raise ValueError("header is not a dict of descr, fortran_order and shape")
+    shape = header["shape"]
+    if not isinstance(shape, tuple) or not all(isinstance(n, int) and n >= 0 for n in shape):
+        raise ValueError(f"shape {shape!r} is not a tuple of counts")
+    if not isinstance(header["fortran_order"], bool):
+        raise ValueError(f"fortran_order {header['fortran_order']!r} is not a bool")
+    return shape, np.lib.format.descr_to_dtype(header["descr"])
+
+
+def _read(f, n: int) -> bytes:
+    data = f.read(n)
+    if len(data) != n:
+        raise EOFError(f"the file ends in its header (after {f.tell()} bytes)")
+    return data
 
 
 register_file_type((".npy",), FileType("NumPy .npy", MAGIC, NpySource.open))

@@ -31,6 +31,7 @@ class StreamSource(Source):
     path: str = "-"
 
     replayable = False
+    raw_bytes = True
 
     @property
     def uri(self) -> str:

@@ -4,8 +4,11 @@
   into a new dataset without --layout, the file's own fields in its order, named as a
   known layout with exactly those fields (e.g. ``scidb96``), else after the file; into a
   dataset, or with --layout, the layout wanted, whose every field the file must hold
-  under its name with a type that converts without loss (`check_fields`: LayoutError
-  naming the field). Columns the layout does not name are not loaded (nor checked: a
+  under its name as a number (`check_fields`: LayoutError naming the field). A column
+  of another type is converted only if every value is kept (model/conversions.py:
+  int64 beyond 2**53 is not a float64, 0.5 not an int): its values are checked when
+  the file is planned, before anything is written (`check_values`), and again as they
+  are copied - a ConversionError names the column, the first changed row and its value. Columns the layout does not name are not loaded (nor checked: a
   column of strings may sit beside the records' columns); a loaded column with nulls is
   a NullValuesError naming it and where (exit 1).
 - A source is planned once, from the file's header or footer (records, per-batch or
@@ -30,9 +33,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import BulkloadError, LayoutError, NullValuesError, SourceTypeError
+from ..model.conversions import casts_exactly
 from ..model.layouts import TYPES, Field, Layout, available_layouts, get_layout, layout_of_fields
 from .base import Source
 from .files import sample_digest
+from .memory import exact_values
 
 #: what each suffix holds, and how to load it instead
 _TEXT = "convert it to Parquet or Arrow first (e.g. pyarrow.csv.read_csv, then pyarrow.parquet.write_table)"
@@ -114,7 +119,24 @@ class TypedFile(Source):
         for name, message in self.nulls:
             if name in layout.names:
                 raise NullValuesError(message)
+        if wanted is not None:
+            self.check_values(wanted)
         return layout
+
+    def check_values(self, layout: Layout) -> None:
+        """ConversionError naming the first row of a column whose value the layout's field
+        cannot hold exactly (only the columns of another type are read: before anything is
+        written, the first such row of the file)."""
+        own = dict(self.fields)
+        for f in layout.fields:
+            if casts_exactly(np.dtype(TYPES[own[f.name]][0]), np.dtype(TYPES[f.type][0])):
+                continue
+            for first_row, values in self.column_pieces(f.name):
+                exact_values(values, f, self.path, first_row)
+
+    def column_pieces(self, name: str):
+        """(first row, values) of column ``name``, piece by piece (bounded memory)."""
+        raise NotImplementedError
 
     def count(self, layout: Layout) -> int:
         return self.records
@@ -167,32 +189,38 @@ def known_layout(have: Layout) -> Layout:
     return have
 
 
+#: the kinds of numpy types whose values convert into one another when every value is exact
+NUMBERS = "biuf"
+
+
 def check_fields(have: dict[str, str], wanted: Layout, what: str) -> None:
     """LayoutError unless every field of ``wanted`` is one of the fields ``have`` (name ->
-    type) of the file ``what`` whose type converts to the wanted one without loss."""
+    type) of the file ``what``, a number as the wanted field is; its values are converted
+    as they are copied, each exactly or not at all (`copy_fields`)."""
     for f in wanted.fields:
         own = have.get(f.name)
         if own is None:
             raise LayoutError(f"{what} has no field {f.name!r} of layout {wanted.name!r} (its fields: "
                               f"{', '.join(have) or 'none'}); load it into a dataset of its own layout, or give "
                               "--layout of its fields")
-        if not np.can_cast(TYPES[own][0], TYPES[f.type][0], "safe"):
+        if np.dtype(TYPES[own][0]).kind not in NUMBERS or np.dtype(TYPES[f.type][0]).kind not in NUMBERS:
             raise LayoutError(f"{what}: field {f.name!r} is {own}, but layout {wanted.name!r} stores it as "
-                              f"{f.type}, which would lose data; load it into a dataset of its own layout")
+                              f"{f.type}; load it into a dataset of its own layout")
 
 
-def copy_fields(dst: np.ndarray, columns, lo: int, hi: int) -> None:
+def copy_fields(dst: np.ndarray, columns, lo: int, hi: int, what: str, first_row: int) -> None:
     """``dst[name] = columns[name][lo:hi]`` for every field of ``dst``: the C library
     writes the records whole from the columns of the field's own type (about twice as
     fast as numpy's field-by-field copy); numpy converts the others (another type or
-    byte order, a strided column)."""
+    byte order, a strided column), each value exactly or a ConversionError naming the
+    file ``what``, the column and the row (``first_row``: the file's row ``lo``)."""
     same, fields = {}, dst.dtype.fields
     for name in dst.dtype.names:
         column = columns[name][lo:hi]
         if column.dtype == fields[name][0] and column.flags.c_contiguous and dst.flags.c_contiguous:
             same[name] = column
         else:
-            dst[name] = column
+            dst[name] = exact_values(column, Field(name, _type_name(fields[name][0])), what, first_row)
     try:
         from . import _gen  # the C extension: optional on a broken install (numpy does the same)
     except ImportError:
@@ -202,3 +230,8 @@ def copy_fields(dst: np.ndarray, columns, lo: int, hi: int) -> None:
             dst[name] = column
         return
     _gen.scatter_fields(dst, dst.dtype.itemsize, [(c, fields[n][1], c.dtype.itemsize) for n, c in same.items()])
+
+
+def _type_name(dtype: np.dtype) -> str:
+    """The layout type name of a field's dtype (``float64``)."""
+    return np.dtype(dtype).newbyteorder("=").name

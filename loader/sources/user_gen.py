@@ -18,9 +18,16 @@ the library), so a re-run of the same generator is "already loaded" or resumes, 
 changed one is a new run.
 
 Errors: a module, function, library or symbol that cannot be found is a UsageError when
-the source is parsed (exit 2, nothing started); a generator that raises, returns non-zero,
-or returns other than the records asked for (count, dtype) is a GeneratorError naming it
-and the record range (exit 1; nothing of the run is committed).
+the source is parsed (exit 2, nothing started); a generator that raises (any exception,
+``sys.exit`` and other BaseExceptions too; a KeyboardInterrupt is a stop), returns
+non-zero, or returns other than the records asked for (count, dtype) is a GeneratorError
+naming it and the record range (exit 1; nothing of the run is committed).
+
+The user's code never runs in the coordinator's process: a run of a user generator always
+uses the pool (loading/execute.py), and the one-record probe call (layout check or
+inference) runs in a pool worker of its own. A generator that ends its process (os._exit,
+a segfault, abort) is then a worker's death that names the generator and the record range
+(pool.running): exit 1, nothing of the run committed, the dataset at its last commit.
 """
 
 from __future__ import annotations
@@ -35,7 +42,8 @@ from dataclasses import dataclass
 import numpy as np
 import xxhash
 
-from ..errors import BulkloadError, GeneratorError, LayoutError, UsageError
+from ..errors import BulkloadError, GeneratorError, LayoutError, UsageError, WorkerError
+from ..infra import pool, proc
 from ..infra.uri import query_options
 from ..model.layouts import Layout, dtype_mismatch, get_layout
 from .base import Source, SourcePlan
@@ -43,11 +51,15 @@ from .generated import parse_range
 from .memory import layout_of, type_name
 
 NOTHING = "nothing from this run was committed"
+#: the names of the running program's main module (a script, ``python -c``, stdin, a notebook)
+MAIN_MODULES = ("__main__", "__mp_main__")
 
 
 @dataclass(frozen=True)
 class PyGenSource(Source):
     """``fn(start, n)`` of ``module``, by name: records start..start+n-1 (module docstring)."""
+
+    runs_user_code = True
 
     module: str
     function: str  # its qualified name in the module
@@ -76,15 +88,26 @@ class PyGenSource(Source):
         """The layout of the records of a probe call (one record)."""
         k = min(self.n, 1)
         try:
-            return layout_of(self._call(self.start, k, None), "")
+            return layout_of(self._probe(k, None), "")
         except LayoutError as e:
             raise GeneratorError(f"generator {self.uri} for records [{self.start}, {self.start + k}) returned "
                                  f"records that are no layout's: {e}; {NOTHING}") from None
 
     def plan(self, layout: Layout) -> SourcePlan:
         """A probe call (one record) checks the generator against ``layout`` before any write."""
-        self._call(self.start, min(self.n, 1), layout.dtype)
+        self._probe(min(self.n, 1), layout.dtype)
         return super().plan(layout)
+
+    def _probe(self, k: int, dtype: np.dtype | None) -> np.ndarray:
+        """``_call(start, k, dtype)`` in a worker process of its own: the generator may end
+        the process it runs in (sys.exit is caught; os._exit, a crash or abort are not),
+        which must not be the coordinator's. Its death is a GeneratorError naming it."""
+        try:
+            return pool.Pool(_probe_worker, [_Probe(self, k, dtype, os.getpid())]).run()[0]
+        except WorkerError as e:
+            if isinstance(e.error, BulkloadError):
+                raise e.error from None
+            raise GeneratorError(f"{e} (its probe call, before the load); {NOTHING}") from None
 
     def fill(self, records: np.ndarray, offset: int) -> None:
         lo = self.start + offset
@@ -95,10 +118,11 @@ class PyGenSource(Source):
         fn = python_function(self.module, self.function, self.search_dir)
         where = f"generator {self.uri} for records [{lo}, {lo + k})"
         try:
-            out = fn(lo, k)
-        except BulkloadError:
+            with pool.running(where):
+                out = fn(lo, k)
+        except (BulkloadError, KeyboardInterrupt):
             raise
-        except Exception as e:  # noqa: BLE001 - the user's function: its message, where
+        except BaseException as e:  # noqa: BLE001 - the user's function (sys.exit too): its message, where
             raise GeneratorError(f"{where} raised {type(e).__name__}: {e}; {NOTHING}") from None
         if not isinstance(out, np.ndarray) or out.shape != (k,):
             got = (f"an array of shape {out.shape}" if isinstance(out, np.ndarray)
@@ -114,6 +138,8 @@ class PyGenSource(Source):
 @dataclass(frozen=True)
 class CGenSource(Source):
     """``int SYMBOL(void *buf, uint64_t start, uint64_t n)`` of the shared library ``path``."""
+
+    runs_user_code = True
 
     path: str  # absolute
     symbol: str
@@ -138,12 +164,31 @@ class CGenSource(Source):
     def fill(self, records: np.ndarray, offset: int) -> None:
         lo, k = self.start + offset, len(records)
         out = records if records.flags.c_contiguous else np.empty_like(records)
-        rc = c_function(self.path, self.symbol)(out.ctypes.data, lo, k)
+        with pool.running(f"generator {self.uri} for records [{lo}, {lo + k})"):
+            rc = c_function(self.path, self.symbol)(out.ctypes.data, lo, k)
         if rc != 0:
             raise GeneratorError(f"generator {self.uri} returned {rc} (not 0) for records [{lo}, {lo + k}); "
                                  f"{NOTHING}")
         if out is not records:
             records[...] = out
+
+
+@dataclass(frozen=True)
+class _Probe:
+    """A probe call (`PyGenSource._probe`) as a pool task (proc.start_worker's fields)."""
+
+    source: PyGenSource
+    k: int
+    dtype: np.dtype | None
+    main_pid: int
+    worker: int = 0
+    fault: str = ""
+
+
+def _probe_worker(task: _Probe, outbox) -> np.ndarray:
+    proc.start_worker(task)
+    src = task.source
+    return src._call(src.start, task.k, task.dtype)
 
 
 # --- parsing and resolving ------------------------------------------------------------------
@@ -181,18 +226,14 @@ def generator(fn, n: int, start: int = 0, layout: str | Layout | None = None) ->
     """The source of ``fn(start, n)`` for ``loader.load``: records start..start+n-1.
 
     ``fn`` must be a module-level function the workers can import by name (its module and
-    qualified name): not a lambda, a nested function, or one defined in an interactive
-    session. ``layout``: a layout name, .toml path or Layout (None: the dataset's, or
+    qualified name): not a lambda, a nested function, or one defined in the program being
+    run (``__main__``: a script, ``python -c``, stdin, an interactive session). ``layout``: a layout name, .toml path or Layout (None: the dataset's, or
     the dtype of ``fn``'s records)."""
     module, function = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
     ref = f"{module}.{function}"
     if not callable(fn) or module is None or "<" in function:
         raise UsageError(f"generator {ref}: the workers call it by name, so it must be a module-level function "
                          "(not a lambda or a nested function); define it in a module")
-    main = sys.modules.get("__main__")
-    if module == "__main__" and not getattr(main, "__file__", None):
-        raise UsageError(f"generator {ref} is defined in an interactive session, which the workers cannot "
-                         "import; define it in a module (a .py file) and import it from there")
     if python_function(module, function, "") is not fn:
         raise UsageError(f"generator {ref}: {module}.{function} is not this function; the workers call it by name")
     lay = layout.name if isinstance(layout, Layout) else layout
@@ -202,12 +243,18 @@ def generator(fn, n: int, start: int = 0, layout: str | Layout | None = None) ->
 
 @functools.lru_cache(maxsize=None)
 def python_function(module: str, function: str, search_dir: str):
-    """The function ``module:function``, imported (``search_dir`` appended to sys.path)."""
+    """The function ``module:function``, imported (``search_dir`` appended to sys.path).
+    Never one of the running program's ``__main__``: the workers would have to run the
+    caller's script (or session) again to import it (infra/mainless.py)."""
+    if module in MAIN_MODULES:
+        raise UsageError(f"generator {module}:{function} is defined in the program being run ({module}), which "
+                         "the workers cannot import without running it again; move the function into a module "
+                         "(a .py file beside the script) and import it from there")
     if search_dir and search_dir not in sys.path:
         sys.path.append(search_dir)
     try:
         obj = importlib.import_module(module)
-    except Exception as e:  # noqa: BLE001 - ModuleNotFoundError, or what the module's code raised
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - ModuleNotFoundError, or what the module's code raised
         raise UsageError(f"generator {module}:{function}: cannot import module {module!r} ({type(e).__name__}: "
                          f"{e}); it must be importable from the working directory or PYTHONPATH") from None
     for part in function.split("."):

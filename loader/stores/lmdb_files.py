@@ -15,7 +15,8 @@ error instead of a SIGBUS, and the OS hints the store gives about its data file.
 - `recover_compaction`: finishes or rolls back a compaction's directory swap that a
   crash interrupted (the swap itself is in lmdb_store.py: ``compact``).
 
-Reads only (and hints to the OS), except `reserve_blocks` (allocates file blocks) and
+Reads only (and hints to the OS), except `reserve_blocks` (allocates file blocks),
+`trim_tail` (cuts off pages no meta page refers to: a failed write's) and
 `recover_compaction`, which renames or removes the leftover directories of an interrupted
 compaction.
 """
@@ -86,6 +87,25 @@ def _meta_problem(data: str) -> str | None:
         return (f"data.mdb is truncated: {size} bytes, but its pages in use reach byte {need} "
                 f"(page {last_pg} of {psize} bytes)")
     return None
+
+
+def trim_tail(data: str) -> int:
+    """Cut ``data.mdb`` back to the pages its newest meta page says are in use (bytes freed).
+    What lies beyond was written by a transaction that never committed (a write that ran
+    out of space): no meta page refers to it. Only while no environment of the file is
+    open for writing; a valid file only (else nothing is done)."""
+    if _meta_problem(data) is not None:
+        return 0
+    with open(data, "rb+", buffering=0) as f:
+        head = os.pread(f.fileno(), _META.size, 0)
+        psize = _META.unpack(head)[5]
+        metas = [_META.unpack(head), _META.unpack(os.pread(f.fileno(), _META.size, psize))]
+        need = (max(metas, key=lambda m: m[7])[6] + 1) * psize
+        size = os.fstat(f.fileno()).st_size
+        if size <= need:
+            return 0
+        os.ftruncate(f.fileno(), need)
+        return size - need
 
 
 def file_size(path: str) -> int:

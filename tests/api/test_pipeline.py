@@ -80,9 +80,9 @@ def test_precedence_set_over_env_over_file_over_defaults(tmp_path):
     ('[job]\ndataset = "lmdb://x"\nshards = 2\nshard = 3\n[load]\nsource = "-"\n',
      "p.toml, line 4: unknown key 'shard' in [job]; known keys: dataset, layout"),
     ('[job]\ndataset = "lmdb://x"\n\n[load]\nsource = "-"\nnew_run = "yes"\n',
-     "p.toml, line 6: key 'new_run' must be true or false, not 'yes'"),
+     "p.toml, line 6: key 'new_run' in [load] must be true or false, not 'yes'"),
     ('[job]\ndataset = "lmdb://x"\nshards = "two"\n[load]\nsource = "-"\n',
-     "p.toml, line 3: key 'shards' must be an integer, not 'two'"),
+     "p.toml, line 3: key 'shards' in [job] must be an integer, not 'two'"),
     ('[job]\ndataset = "lmdb://x"\n[load]\nsource = "-"\n[finalise]\ndims = "i0:1,i1:1"\n',
      "p.toml, line 5: unknown section [finalise]; known sections: job, load, ingest"),
     ('[job]\ndataset = "lmdb://x"\n[load]\nsource = "-"\n[ingest]\nfrom = "in"\n',
@@ -102,6 +102,15 @@ def test_pipeline_file_errors_name_the_key_and_line(tmp_path, text, message):
     assert p.returncode == 2 and p.stderr.startswith("bulkload: error: ") and message in p.stderr
 
 
+def test_a_pipeline_file_that_is_not_utf8_is_a_usage_error(tmp_path):
+    f = tmp_path / "p.toml"
+    f.write_bytes(b'[job]\ndataset = "lmdb://x\xfe"\n[load]\nsource = "-"\n')
+    with pytest.raises(PipelineError, match="p.toml: not valid TOML: byte 0xfe at byte offset 25 is not UTF-8"):
+        parse(str(f), [], env={})
+    p = run_cli("run", f)
+    assert p.returncode == 2 and "byte 0xfe at byte offset 25 is not UTF-8" in p.stderr, p.stderr
+
+
 def test_set_and_env_errors(tmp_path):
     f = tmp_path / "p.toml"
     f.write_text('dataset = "lmdb://x"\n[load]\nsource = "-"\n')
@@ -109,7 +118,7 @@ def test_set_and_env_errors(tmp_path):
         parse(str(f), ["load.sorce=x"], env={})
     with pytest.raises(PipelineError, match="--set 'shards': use --set section.key=value"):
         parse(str(f), ["shards"], env={})
-    with pytest.raises(PipelineError, match="environment variable BULKLOAD_WORKERS: key 'workers' must be an integer"):
+    with pytest.raises(PipelineError, match=r"environment variable BULKLOAD_WORKERS: key 'workers' in \[job\] must be an integer"):
         parse(str(f), [], env={"BULKLOAD_WORKERS": "many"})
     p = run_cli("run", tmp_path / "missing.toml")
     assert p.returncode == 2 and "pipeline file" in p.stderr and "does not exist" in p.stderr

@@ -95,4 +95,4 @@ def test_run_returns_a_pipeline_report(tmp_path):
     d = rep.to_dict()
     assert d["steps"][0]["report"]["records"] == 1000 and d["steps"][1]["report"]["records"] == 1000
     bad = run_cli("run", pipe, "--set", "finalize.memory_budget=12q", "--set", "finalize.dims=i0:5,i1:100")
-    assert bad.returncode != 0 and "finalize.memory_budget '12q' is not a size" in bad.stderr
+    assert bad.returncode == 2 and "[finalize] memory_budget = '12q': memory_budget '12q' is not a size" in bad.stderr

@@ -4,7 +4,9 @@ import pickle
 
 import numpy as np
 import pytest
+from conftest import run_cli
 
+import loader
 from loader.arrays.spec import POLICIES, ArraySpec, cell_layout, check_array_name, make_spec, parse_dims
 from loader.errors import UsageError
 from loader.model.layouts import Field, Layout, get_layout
@@ -96,3 +98,40 @@ def test_spec_and_cell_layout(policy):
     assert cell_layout(SCIDB96, policy).to_dict() == cell.to_dict()
     again = pickle.loads(pickle.dumps(spec))  # tasks carry it to worker processes
     assert again == spec and isinstance(again, ArraySpec)
+
+
+# --- default dims: scidb96's only (issue 28 #19) ---------------------------------------------------
+
+
+def test_only_scidb96_has_default_dims():
+    assert make_spec(SCIDB96, None, "grid", "error").dims_text == "i0:10,i1:100000"
+    namesake = Layout("scidb96", (Field("i0", "int64"), Field("i1", "int64")), "a user's layout")
+    lookalike = Layout("pairs", (Field("i0", "int64"), Field("i1", "int64"), Field("v", "float64")), "")
+    for layout in (WIDE, namesake, lookalike):
+        with pytest.raises(UsageError, match=rf"layout '{layout.name}' has no default dims; give --dims"):
+            make_spec(layout, None, "grid", "error")
+
+
+@pytest.mark.parametrize("fields", [[("i0", "<i8"), ("i1", "<i8"), ("v", "<f8")],  # scidb96's dim names
+                                    [("x", "<i4"), ("y", "<i4"), ("v", "<f8")]])
+def test_finalize_without_dims_of_another_layout_asks_for_them(tmp_path, fields):
+    arr = np.zeros(100, dtype=fields)
+    arr[fields[0][0]] = np.arange(100)
+    uri = f"lmdb://{tmp_path}/ds"
+    loader.load(arr, uri, shards=1, workers=1)
+    for args in (["finalize", uri], ["run", _pipeline(tmp_path, uri)]):
+        p = run_cli(*args)
+        assert p.returncode == 2, p.stderr
+        assert "has no default dims; give --dims FIELD:CHUNK,FIELD:CHUNK" in p.stderr
+        assert f"({fields[0][0]}, {fields[1][0]})" in p.stderr and "Traceback" not in p.stderr
+    with loader.open(uri) as ds:
+        assert not ds.manifest.arrays
+    dims = f"{fields[0][0]}:10,{fields[1][0]}:10"
+    assert run_cli("finalize", uri, "--dims", dims).returncode == 0
+
+
+def _pipeline(tmp_path, uri):
+    f = tmp_path / "p.toml"
+    f.write_text(f'[job]\ndataset = "{uri}"\n[load]\nsource = "gen://scidb96?n=10"\nenabled = false\n'
+                 '[ingest]\nfrom = "."\npattern = "none"\n[finalize]\n')
+    return f

@@ -84,3 +84,24 @@ def test_progress_log_lines_when_not_a_terminal(tmp_path):
     assert ev and ev[-1]["records"] == 2000 and ev[-1]["stage"] == "load"
     p = run_cli("load", "gen://scidb96?n=2000&start=4000", f"lmdb://{tmp_path}/ds", "--quiet")
     assert p.returncode == 0 and p.stderr == "" and p.stdout == ""
+
+
+def test_version_prints_the_package_version():
+    from importlib.metadata import version
+
+    p = run_cli("--version")
+    assert p.returncode == 0 and p.stdout == f"bulkload {version('bulkload')}\n" and p.stderr == ""
+
+
+@pytest.mark.parametrize("option", [["--log-format", "json"], ["--log-format=json"], ["--engine", "spark"],
+                                    ["--engine=dask", "--scheduler", "nowhere"]])
+def test_group_options_are_accepted_after_the_command(tmp_path, option):
+    """--log-format, --engine and --scheduler work after the subcommand as before it."""
+    uri = f"lmdb://{tmp_path}/ds"
+    before = run_cli(*option, "info", uri)
+    after = run_cli("info", uri, *option)
+    assert after.returncode == before.returncode == 2
+    assert after.stderr == before.stderr or json.loads(after.stderr)["msg"] == json.loads(before.stderr)["msg"]
+    assert "No such option" not in after.stderr
+    if "--log-format" in option[0]:
+        assert json.loads(after.stderr)["level"] == "error"

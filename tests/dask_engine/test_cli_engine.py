@@ -36,6 +36,13 @@ def test_load_and_finalize_on_a_local_cluster_report_the_engine(tmp_path):
     (["--engine", "dask"], {}, 2, "the dask engine needs a scheduler: --scheduler tcp://HOST:PORT or local:N"),
     ([], {"BULKLOAD_ENGINE": "spark"}, 2, "environment variable BULKLOAD_ENGINE='spark' is not local or dask"),
     ([], {"BULKLOAD_SCHEDULER": "local:0"}, 2, "environment variable BULKLOAD_SCHEDULER='local:0' is not"),
+    (["--engine", "dask", "--scheduler", "udp://x:1"], {}, 2, "--scheduler must be a Dask scheduler address: "
+     "tcp://HOST:PORT (or tls, ws, wss, ucx, inproc://), or local:N, not 'udp://x:1'"),
+    ([], {"BULKLOAD_ENGINE": "dask", "BULKLOAD_SCHEDULER": "udp://x:1"}, 2,
+     "environment variable BULKLOAD_SCHEDULER='udp://x:1' is not a Dask scheduler address"),
+    (["--engine", "dask", "--scheduler", "local:99999"], {}, 2,
+     "--scheduler local:N must be at least 1 and at most 1,024 (a whole number), not 99999"),
+    ([], {"BULKLOAD_DASK_TIMEOUT": "soon"}, 2, "environment variable BULKLOAD_DASK_TIMEOUT='soon' is not a number"),
     (["--engine", "dask", "--scheduler", "tcp://127.0.0.1:9"], {}, 1,
      "cannot reach the Dask scheduler at tcp://127.0.0.1:9"),
 ])

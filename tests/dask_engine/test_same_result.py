@@ -4,9 +4,11 @@ the arrays after finalize; for lmdb and rocksdb, capnp and arrow. Also: compact 
 errors raised by a task on a Dask worker, and what Dask refuses (streams, mem://)."""
 
 import io
+import json
 import re
 
 import pytest
+from conftest import run_cli
 
 import loader
 from loader.errors import DuplicateCellError, UsageError
@@ -92,3 +94,30 @@ def test_a_stream_or_a_mem_dataset_on_dask_is_a_usage_error(tmp_path, client):
     with pytest.raises(UsageError, match="mem:// dataset"):
         loader.load("gen://scidb96?n=10", "mem://x?shards=2", client=client)
     assert not (tmp_path / "s" / "manifest.json").exists()
+
+
+def test_python_reports_have_the_keys_of_the_cli_json_on_either_engine(tmp_path, client):
+    """``loader.load(..., client=)`` and the other runs' reports say what ``--json`` says:
+    engine, scheduler, engine_workers, tasks_retried on Dask, none of them locally."""
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "f.bin").write_bytes(generate("scidb96", 2000, 500).tobytes())  # records 2000..2499
+    for engine in ("local", "dask"):
+        kw = {"client": client} if engine == "dask" else {}
+        flags = ["--engine", "dask", "--scheduler", client.scheduler.address] if engine == "dask" else []
+        py, cli = f"lmdb://{tmp_path}/py-{engine}", f"lmdb://{tmp_path}/cli-{engine}"
+        ours = {"load": loader.load("gen://scidb96?n=2000", py, shards=2, workers=2, batch_records=500, **kw),
+                "ingest": loader.ingest(py, str(src), **kw),
+                "finalize": loader.finalize(py, dims="i0:5,i1:1000", workers=1, compact=False, **kw),
+                "compact": loader.compact(py, force=True, workers=1, **kw),
+                "verify": loader.verify(py, **kw)}
+        theirs = {"load": ["load", "gen://scidb96?n=2000", cli, "--shards", 2, "--workers", 2, "--batch-records", 500],
+                  "ingest": ["ingest", cli, "--from", src],
+                  "finalize": ["finalize", cli, "--dims", "i0:5,i1:1000", "--workers", 1, "--no-compact"],
+                  "compact": ["compact", cli, "--force", "--workers", 1],
+                  "verify": ["verify", cli]}
+        for name, args in theirs.items():
+            p = run_cli(*flags, *args, "--json")
+            assert p.returncode == 0, p.stderr
+            assert set(ours[name].to_dict()) == set(json.loads(p.stdout)), (engine, name)
+            assert ("tasks_retried" in ours[name].to_dict()) == (engine == "dask"), (engine, name)

@@ -17,6 +17,7 @@ import pytest
 from conftest import run_cli
 
 import loader
+from loader.errors import EngineError
 
 VENV_BIN = Path(sys.executable).parent
 SITE = next(Path(sys.executable).parents[1].glob("lib/python3*/site-packages"))
@@ -80,6 +81,27 @@ def test_a_worker_that_cannot_see_the_dataset(tmp_path, scheduler):
                       "a filesystem every worker sees at the same path")
     assert sorted(os.listdir(shared)) == ["old"]
     assert (shared / "old" / "manifest.json").read_bytes() == before
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare(1)")
+def test_a_read_on_a_worker_that_cannot_see_the_dataset_names_the_worker_and_the_path(tmp_path, scheduler):
+    from distributed import Client
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    uri = f"lmdb://{shared}/ds"
+    loader.load("gen://scidb96?n=1000", uri, batch_records=500)
+    loader.finalize(uri, dims="i0:5,i1:1000", workers=1, compact=False)
+    worker = f"mount -t tmpfs none {shared} && exec {VENV_BIN / 'dask'} worker \"$@\""
+    with one_worker(scheduler, ["unshare", "-m", "--propagation", "private", "sh", "-c", worker, "sh"]), \
+            Client(scheduler) as client, loader.open(uri) as ds:
+        (address,) = client.scheduler_info()["workers"]
+        for collection in (ds.to_dask_dataframe(), ds.to_dask_array("grid", attr="i3", fill=-7)):
+            with pytest.raises(EngineError) as e:
+                client.compute(collection, sync=True)
+            assert str(e.value).startswith(f"the Dask worker at {address} (host ")
+            assert f"cannot see the dataset's directory {shared}/ds (it does not exist there" in str(e.value)
+            assert "a filesystem every worker sees at the same path" in str(e.value)
 
 
 def test_a_relative_dataset_reaches_a_worker_in_another_directory(tmp_path, scheduler):

@@ -1,7 +1,7 @@
 """One report for `ingest`: documents and files of fixed-size records both return
 `IngestReport`, whose ``files`` lists one dict per file ingested (name and records) -
-a documents run no longer reports a count there - with the --json keys of each
-unchanged: ``layout`` only for documents, ``pattern`` only for fixed-size records."""
+a documents run no longer reports a count there - with the --json keys of each: both name
+their ``layout`` (the one raw files were read as), ``pattern`` only for fixed-size records."""
 
 from __future__ import annotations
 
@@ -46,11 +46,12 @@ def test_documents_and_records_return_one_report_class(tmp_path, scheme):
 
     records_dir(tmp_path / "bin", {"a.bin": 30, "b.bin": 0, "c.bin": 55})
     rep = ingest(f"{scheme}://{tmp_path}/r", str(tmp_path / "bin"), **KW)
-    assert type(rep) is IngestReport and rep.layout is None and rep.pattern == "*"
+    assert type(rep) is IngestReport and rep.layout == "scidb96" and rep.pattern == "*"
     assert [(f["name"], f["records"]) for f in rep.files] == [("a.bin", 30), ("b.bin", 0), ("c.bin", 55)]
     assert sum(f["records"] for f in rep.files) == rep.records == 85
     out = rep.to_dict()
-    assert set(out) == COMMON | {"pattern"} and {"name", "records", "batches", "first_record"} <= set(out["files"][0])
+    assert set(out) == COMMON | {"pattern", "layout"} and out["layout"] == "scidb96"
+    assert {"name", "records", "batches", "first_record"} <= set(out["files"][0])
 
     for uri, d in ((f"{scheme}://{tmp_path}/d", "docs"), (f"{scheme}://{tmp_path}/r", "bin")):  # nothing new
         rep = ingest(uri, str(tmp_path / d), on_bad_file="skip", **KW)
@@ -62,11 +63,11 @@ def test_cli_json_keys_and_text_of_both(tmp_path):
     records_dir(tmp_path / "bin", {"a.bin": 30, "b.bin": 12})
     d_uri, r_uri = f"lmdb://{tmp_path}/d", f"lmdb://{tmp_path}/r"
     for uri, d, extra, key, nfiles in [(d_uri, "docs", ["--layout", "docs"], "layout", 30),
-                                       (r_uri, "bin", [], "pattern", 2)]:
+                                       (r_uri, "bin", [], "pattern", 2)]:  # (both have "layout")
         p = run_cli("ingest", uri, "--from", tmp_path / d, *extra, "--json", "-q", "--shards", "2")
         assert p.returncode == 0, p.stderr
         rep = json.loads(p.stdout)
-        assert set(rep) == COMMON | {key} and rep["status"] == "done" and len(rep["files"]) == nfiles
+        assert set(rep) == COMMON | {key, "layout"} and rep["status"] == "done" and len(rep["files"]) == nfiles
         assert all(set(f) >= {"name", "records"} for f in rep["files"])
     # the text lines count the files listed
     docs_dir(tmp_path / "docs", range(30, 45))
@@ -75,4 +76,5 @@ def test_cli_json_keys_and_text_of_both(tmp_path):
     records_dir(tmp_path / "more", {"c.bin": 12})
     (tmp_path / "more" / "c.bin").rename(tmp_path / "bin" / "c.bin")
     p = run_cli("ingest", r_uri, "--from", tmp_path / "bin", "--shards", "2")
-    assert p.returncode == 0 and p.stdout.startswith("ingested 1 file(s), 12 records ("), p.stdout + p.stderr
+    assert p.returncode == 0 and p.stdout.startswith("ingested 1 file(s), 12 records of layout scidb96 ("), \
+        p.stdout + p.stderr

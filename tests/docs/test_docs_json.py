@@ -69,6 +69,13 @@ BAD_FILES = [
     ("9.json", '{"text": "\\ud800", "created_at": 1}', "not valid UTF-8"),
     ("10.json", '{"text": "a", "created_at": true}', "got a boolean"),
     ("11.json", '', "invalid JSON"),
+    ("12.json", '{"text": "a", "created_at": 18446744073709551616}', "'created_at' 18446744073709551616 is out of the "
+                                                                       "int64 range"),
+    ("13.json", '{"text": "a", "created_at": -9223372036854775809}', "'created_at' -9223372036854775809 is out of the "
+                                                                        "int64 range"),
+    ("14.json", '{"text": "a", "created_at": 9223372036854775808}', "'created_at' 9223372036854775808 is out of the "
+                                                                       "int64 range"),
+    ("15.json", '{"text": "a", "created_at": 1e3}', "got 1000.0 (written with a decimal point or an exponent)"),
 ]
 
 

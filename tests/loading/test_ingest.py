@@ -207,3 +207,21 @@ def test_ingest_json_logs(tmp_path, incoming):
     events = [json.loads(ln) for ln in p.stderr.splitlines() if ln.startswith("{")]
     assert events and all({"ts", "level", "msg"} <= set(e) for e in events)
     assert events[-1]["event"] == "done" and events[-1]["files"] == 1
+
+
+def test_ingest_from_a_file_says_it_is_a_file_not_a_directory(tmp_path, incoming):
+    put(incoming, "a.bin", 0, 10)
+    for layout in ((), ("--layout", "docs")):
+        p = run_cli("ingest", f"lmdb://{tmp_path}/ds", "--from", incoming / "a.bin", *layout)
+        assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+        assert f"--from {incoming / 'a.bin'} is a file, not a directory" in p.stderr, p.stderr
+        assert "does not exist" not in p.stderr and not os.path.exists(tmp_path / "ds")
+
+
+def test_ingest_summary_names_the_layout_of_the_records(tmp_path, incoming):
+    put(incoming, "a.bin", 0, 10)
+    p = run_cli("ingest", f"lmdb://{tmp_path}/ds", "--from", incoming)
+    assert p.returncode == 0 and "10 records of layout scidb96" in p.stdout, p.stderr
+    put(incoming, "b.bin", 10, 10)
+    rep = ingest(f"lmdb://{tmp_path}/ds", str(incoming))
+    assert rep.layout == "scidb96" and rep.to_dict()["layout"] == "scidb96"

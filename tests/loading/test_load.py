@@ -149,6 +149,28 @@ def test_mismatched_dataset_is_refused(lmdb_uri):
     assert p.returncode == 2 and "already holds records with format 'capnp'" in p.stderr
 
 
+def test_a_user_layout_named_like_a_built_in_is_told_apart_and_never_ignored(tmp_path, lmdb_uri):
+    mine = tmp_path / "scidb96.toml"
+    mine.write_text('name = "scidb96"\n[fields]\nx = "int64"\n')
+    raw = tmp_path / "raw.bin"
+    raw.write_bytes(np.arange(12, dtype="<i8").tobytes())
+    loader.load("gen://scidb96?n=10", lmdb_uri)
+    p = run_cli("load", raw, lmdb_uri, "--layout", mine)
+    assert p.returncode == 2 and "(not 'scidb96')" not in p.stderr, p.stderr
+    assert "already holds records with layout 'scidb96' whose field 1 is d0:float64, not x:int64 as in the other " \
+           "layout named 'scidb96'" in p.stderr
+    new = f"lmdb://{tmp_path}/new"
+    p = run_cli("load", "gen://scidb96?n=10", new, "--layout", mine)
+    assert p.returncode == 2 and "gen://scidb96?n=10&start=0 generates records of layout 'scidb96', but --layout " \
+           "gives another layout also named 'scidb96' (field 1 is d0:float64, not x:int64)" in p.stderr, p.stderr
+    assert not os.path.exists(tmp_path / "new")
+    pts = tmp_path / "pts.toml"
+    pts.write_text('name = "pts"\n[fields]\nx = "int64"\n')
+    with pytest.raises(loader.errors.UsageError, match="generates layout 'scidb96' but --layout is 'pts'"):
+        loader.load("gen://scidb96?n=10", new, layout=str(pts))
+    assert loader.load("gen://scidb96?n=10", new, layout="scidb96").layout == "scidb96"
+
+
 def test_second_writer_is_refused_with_exit_3(lmdb_uri):
     loader.load("gen://scidb96?n=100", lmdb_uri)
     root = parse_dataset_uri(lmdb_uri).root

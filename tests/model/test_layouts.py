@@ -1,8 +1,10 @@
 import math
+import re
 
 import numpy as np
 import pyarrow as pa
 import pytest
+from conftest import run_cli
 
 from loader.errors import LayoutError, UnknownLayoutError
 from loader.model.layouts import Field, Layout, builtin_schema_dir, get_layout, parse_layout_toml
@@ -112,3 +114,20 @@ def test_layout_round_trips_through_manifest_dict():
     lay = get_layout("scidb96")
     assert Layout.from_dict(lay.to_dict()) == lay
     assert not math.isnan(lay.capnp_id) and lay.capnp_id >> 63 == 1
+
+
+def test_a_layout_file_that_is_not_utf8_is_a_usage_error(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_bytes(b'name = "bad"\n[fields]\nx\xff = "int64"\n')
+    says = f"{bad}: not valid TOML: byte 0xff at byte offset 23 is not UTF-8"
+    with pytest.raises(LayoutError, match=re.escape(says)):
+        get_layout(str(bad))
+    p = run_cli("load", "gen://scidb96?n=3", f"lmdb://{tmp_path}/ds", "--layout", bad)
+    assert p.returncode == 2 and p.stderr.startswith(f"bulkload: error: {says}") and "Traceback" not in p.stderr
+    assert "unexpected error" not in p.stderr
+    (tmp_path / "schemas").mkdir()
+    (tmp_path / "schemas" / "bad.toml").write_bytes(bad.read_bytes())
+    p = run_cli("generate", "3", "--layout", "bad", "--out", tmp_path / "out.bin",
+                env={"BULKLOAD_SCHEMAS": str(tmp_path / "schemas")})
+    assert p.returncode == 2 and "schemas/bad.toml: not valid TOML" in p.stderr, p.stderr
+

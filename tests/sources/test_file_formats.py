@@ -318,7 +318,7 @@ def test_nulls_found_only_when_a_row_group_is_decoded_commit_nothing(tmp_path):
     assert snapshot(uri) == before
 
 
-def test_a_file_without_a_field_of_the_dataset_or_with_a_lossy_type_is_refused(tmp_path):
+def test_a_file_without_a_field_of_the_dataset_or_with_a_value_its_type_loses_is_refused(tmp_path):
     uri = f"lmdb://{tmp_path}/ds"
     loader.load("gen://scidb96?n=100", uri)
     before = snapshot(uri)
@@ -326,10 +326,11 @@ def test_a_file_without_a_field_of_the_dataset_or_with_a_lossy_type_is_refused(t
     short = table_of(arr).drop_columns(["i3"])
     pq.write_table(short, tmp_path / "short.parquet")
     error_line(run_cli("load", tmp_path / "short.parquet", uri), 2, "has no field 'i3' of layout 'scidb96'")
-    lossy = table_of(arr).set_column(10, "i0", pa.array(arr["i0"].astype(np.int64)))
-    pq.write_table(lossy, tmp_path / "lossy.parquet")
-    error_line(run_cli("load", tmp_path / "lossy.parquet", uri), 2,
-               "field 'i0' is int64, but layout 'scidb96' stores it as int32, which would lose data")
+    wide = arr["i0"].astype(np.int64)
+    wide[7] = 2**40
+    pq.write_table(table_of(arr).set_column(10, "i0", pa.array(wide)), tmp_path / "lossy.parquet")
+    error_line(run_cli("load", tmp_path / "lossy.parquet", uri), 1,
+               "lossy.parquet: column 'i0', row 7: 1099511627776 cannot be held exactly by int32")
     np.save(tmp_path / "other.npy", np.zeros(4, [("x", "<i4")]))
     error_line(run_cli("load", tmp_path / "other.npy", uri), 2, "has no field 'd0'")
     error_line(run_cli("load", tmp_path / "other.npy", f"lmdb://{tmp_path}/new", "--layout", "scidb96"), 2,
@@ -392,3 +393,47 @@ def test_a_worker_reads_an_uncompressed_arrow_file_or_an_npy_without_pyarrow(tmp
             "sys.stdout.buffer.write(out.tobytes()); sys.stderr.write(str('pyarrow' in sys.modules))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
     assert p.stdout == arr[1234:2734].tobytes() and p.stderr == b"False", p.stderr
+
+
+@pytest.mark.parametrize("version", [(1, 0), (2, 0), (3, 0)])
+def test_npy_files_of_every_format_version_load(tmp_path, version):
+    arr = records(0, 50)
+    path = tmp_path / "v.npy"
+    with open(path, "wb") as f:
+        np.lib.format.write_array(f, arr, version=version)
+    uri = f"lmdb://{tmp_path}/ds"
+    p = run_cli("load", path, uri, "--json")
+    assert p.returncode == 0 and json.loads(p.stdout)["layout"] == "scidb96", p.stderr
+    assert snapshot(uri)[1] == arr.tobytes()
+    data = path.read_bytes()
+    for cut in (12, len(data) - arr.nbytes - 3):  # in the header's length, in the header
+        (tmp_path / "cut.npy").write_bytes(data[:cut])
+        error_line(run_cli("load", tmp_path / "cut.npy", f"lmdb://{tmp_path}/new"), 1, "is not a valid .npy file")
+        assert not os.path.exists(tmp_path / "new")
+
+
+def test_dictionary_encoded_number_columns_load_as_their_values(tmp_path):
+    x = np.arange(20) % 3 * 1000
+    y = np.arange(20, dtype="f8") / 4
+    table = pa.table({"x": pa.array(x).dictionary_encode(), "y": pa.array(y)})
+    batches = table.to_batches(max_chunksize=3)
+    with pa.OSFile(str(tmp_path / "d.arrow"), "wb") as f, pa.ipc.new_file(f, table.schema) as w:
+        for b in batches:
+            w.write_batch(b)
+    with pa.OSFile(str(tmp_path / "d.arrows"), "wb") as f, pa.ipc.new_stream(f, table.schema) as w:
+        for b in batches:
+            w.write_batch(b)
+    pq.write_table(table, tmp_path / "d.parquet", row_group_size=4)
+    sources = [str(tmp_path / "d.arrow"), str(tmp_path / "d.arrows"), str(tmp_path / "d.parquet"), table, batches,
+               table.to_pandas()]
+    for i, source in enumerate(sources):
+        uri = f"lmdb://{tmp_path}/ds{i}"
+        if isinstance(source, str):
+            p = run_cli("load", source, uri, "--batch-records", 2, "--workers", 2, "-q")
+            assert p.returncode == 0, p.stderr
+        else:
+            loader.load(source, uri, batch_records=2)
+        with loader.open(uri) as ds:
+            got = ds.read_records()
+            assert ds.manifest.layout["fields"] == [["x", "int64"], ["y", "float64"]], i
+        assert got["x"].tolist() == x.tolist() and got["y"].tolist() == y.tolist(), i

@@ -299,8 +299,9 @@ def test_inputs_that_cannot_make_one_run_are_refused_before_anything_is_written(
         ((a, str(tmp_path / "p")), 2, f"{tmp_path / 'p'} is a stream", "separate commands"),
         ((a, b, str(tmp_path / "." / "a.bin")), 2, f"input {a} is given more than once"),
         ((a, other, "--layout", "scidb96"), 2, "other.npy has no field 'd0' of layout 'scidb96'"),
-        ((other, "gen://scidb96?n=5"), 2, "input gen://scidb96?n=5&start=0 holds records of layout 'scidb96', unlike the "
-                                          "inputs before it ('other')"),
+        ((other, "gen://scidb96?n=5"), 2, "input gen://scidb96?n=5&start=0 holds records of layout 'scidb96' (96 "
+                                          "bytes: ", "not of the run's layout 'other' (4 bytes: that of "
+                                          f"{other}, the first input)"),
         ((a, str(tmp_path / "nothing*.bin")), 2, "no file matches", "nothing*.bin"),
         ((a, str(tmp_path / "bad.bin")), 1, f"{tmp_path / 'bad.bin'}: partial record at byte offset {3 * RS}"),
         ((a, str(tmp_path / "missing.bin")), 2, "missing.bin does not exist"),
@@ -309,3 +310,114 @@ def test_inputs_that_cannot_make_one_run_are_refused_before_anything_is_written(
         error_line(run_cli("load", *args, uri), code, *texts)
         assert not os.path.exists(tmp_path / "ds"), args
     error_line(run_cli("load", a, "--quiet"), 2, "Missing argument 'dataset'")
+
+
+# --- raw bytes never take another input's layout ----------------------------------------------------
+
+PTS = np.dtype([("x", "<i8"), ("y", "<i8"), ("z", "<f8")])  # 24 bytes: 4 scidb96 records are 16 of these
+
+
+def typed_inputs(tmp_path) -> dict:
+    """A file of 16 records of PTS, of each typed kind."""
+    pts = np.zeros(16, PTS)
+    pts["x"] = np.arange(16)
+    table = pa.table({n: pts[n] for n in PTS.names})
+    np.save(tmp_path / "pts.npy", pts)
+    pq.write_table(table, tmp_path / "pts.parquet")
+    with pa.OSFile(str(tmp_path / "pts.arrow"), "wb") as f, pa.ipc.new_file(f, table.schema) as w:
+        w.write_table(table)
+    return {kind: str(tmp_path / f"pts.{kind}") for kind in ("npy", "parquet", "arrow")}
+
+
+def test_a_raw_file_is_never_read_under_a_sibling_inputs_layout(tmp_path):
+    raw = write_raw(tmp_path / "raw.bin", 0, 4)  # 384 bytes: whole records of scidb96 and of pts
+    uri = f"lmdb://{tmp_path}/ds"
+    for typed in typed_inputs(tmp_path).values():
+        for args in ((raw, typed), (typed, raw)):
+            error_line(run_cli("load", *args, uri), 2, f"input {typed} holds records of layout 'pts' (24 bytes",
+                       "not of the run's layout 'scidb96' (96 bytes: the default, for the raw file", "--layout")
+            error_line(run_cli("load", *args, uri, "--layout", "scidb96"), 2, f"input {typed} holds records of "
+                       "layout 'pts'", "not of the run's layout 'scidb96' (96 bytes: given by --layout)")
+            assert not os.path.exists(tmp_path / "ds"), args
+    error_line(run_cli("load", raw, "gen://docs?n=3", uri), 2, "holds records of layout 'docs'",
+               "not of the run's layout 'scidb96'")
+    assert not os.path.exists(tmp_path / "ds")
+    error_line(run_cli("load", raw, str(tmp_path / "pts.npy"), uri, "--layout", str(tmp_path / "none.toml")), 2,
+               "none.toml does not exist")
+    # the default layout, or one given, with inputs that hold it: loaded, and the summary names it
+    p = run_cli("load", raw, "gen://scidb96?n=3&start=4", uri)
+    assert p.returncode == 0, p.stderr
+    assert "layout scidb96)" in p.stdout and "records of layout scidb96 from" in p.stderr
+    assert snapshot(uri)[1] == records(0, 7).tobytes()
+
+
+def test_an_appended_raw_file_takes_the_datasets_layout_and_the_summary_names_it(tmp_path):
+    typed = typed_inputs(tmp_path)
+    raw = write_raw(tmp_path / "raw.bin", 0, 4)
+    uri = f"lmdb://{tmp_path}/ds"
+    assert loader.load(typed["npy"], uri).layout == "pts"
+    error_line(run_cli("load", raw, uri, "--layout", "scidb96"), 2, "already holds records with layout 'pts' "
+               "(not 'scidb96')")
+    p = run_cli("load", raw, typed["parquet"], uri, "--json")  # the dataset's layout: pts for both
+    assert p.returncode == 0, p.stderr
+    rep = json.loads(p.stdout)
+    assert rep["layout"] == "pts" and rep["records"] == 32
+    p = run_cli("load", write_raw(tmp_path / "raw2.bin", 4, 4), uri)
+    assert p.returncode == 0 and "layout pts)" in p.stdout, p.stderr
+
+
+def test_a_single_raw_file_takes_the_default_or_the_layout_given(tmp_path):
+    raw = write_raw(tmp_path / "raw.bin", 0, 4)
+    p = run_cli("load", raw, f"lmdb://{tmp_path}/a", "--json")
+    assert p.returncode == 0 and json.loads(p.stdout)["layout"] == "scidb96", p.stderr
+    p = run_cli("load", raw, f"lmdb://{tmp_path}/a", "--new-run")
+    assert p.returncode == 0 and "capnp, layout scidb96)" in p.stdout, p.stderr
+    (tmp_path / "pts.toml").write_text('name = "pts"\n[fields]\nx = "int64"\ny = "int64"\nz = "float64"\n')
+    rep = loader.load(raw, f"lmdb://{tmp_path}/b", layout=str(tmp_path / "pts.toml"))
+    assert (rep.layout, rep.records) == ("pts", 16)
+
+
+def test_raw_bytes_in_an_iterable_never_take_another_blocks_layout(tmp_path):
+    import pandas as pd
+
+    raw = records(0, 4).tobytes()
+    pts = np.zeros(16, PTS)
+    for blocks in ([pts, raw], [pd.DataFrame(pts), raw], [pa.table({n: pts[n] for n in PTS.names}), raw]):
+        with pytest.raises(loader.errors.LayoutError, match="block 1 is raw bytes, which have no layout of their "
+                           "own, and the run's layout 'records' was taken from block 0"):
+            loader.load(blocks, f"lmdb://{tmp_path}/ds")
+    with loader.open(f"lmdb://{tmp_path}/ds") as ds:
+        assert ds.info()["records"] == 0
+    assert loader.load([raw, raw], f"lmdb://{tmp_path}/ok").layout == "scidb96"
+
+
+def test_a_later_input_that_changed_during_the_run_reports_the_inputs_committed_before_it(tmp_path, monkeypatch):
+    import loader.loading.run as run_mod
+
+    files = raw_parts(tmp_path, [(0, 300), (300, 300), (600, 300)])
+    uri = f"lmdb://{tmp_path}/ds"
+    real = run_mod.execute
+
+    def execute_then_change_the_last_file(*args, **kwargs):
+        receipts = real(*args, **kwargs)
+        write_raw(tmp_path / "parts" / "p02.bin", 5000, 300)  # after the workers read it, before the commit
+        return receipts
+
+    monkeypatch.setattr(run_mod, "execute", execute_then_change_the_last_file)
+    with pytest.raises(loader.errors.ChangedInputError) as e:
+        loader.load(files, uri, batch_records=100, workers=1)
+    monkeypatch.undo()
+    message = str(e.value)
+    assert f"{files[2]} changed while it was being loaded" in message
+    assert "2 of its 3 inputs were committed" in message and "nothing" not in message
+    failed = runs_of(uri)[-1]
+    assert failed["status"] == "failed" and [x["committed"] for x in failed["inputs"]] == [True, True, False]
+    assert failed["records"] == 600 and "2 of its 3 inputs were committed" in failed["error"]
+    with loader.open(uri) as ds:
+        assert ds.read_records().tobytes() == records(0, 600).tobytes()
+    p = run_cli("load", *files, uri, "--batch-records", 100, "--json")  # loads the rest: the file as it is now
+    assert p.returncode == 0 and json.loads(p.stdout)["records"] == 300, p.stderr
+    assert snapshot(uri)[1] == records(0, 600).tobytes() + records(5000, 300).tobytes()
+    first, second = runs_of(uri)[-2:]
+    assert first["id"] == failed["id"] and first["status"] == "failed" and first["records"] == 600
+    assert second["status"] == "done"

@@ -44,7 +44,7 @@ def hook(event, args):
         done.append(1)
         os.mkdir(target)  # the other job's
 sys.addaudithook(hook)
-from loader.cli.main import main
+from loader.cli import main
 sys.argv = ["bulkload", *sys.argv[2:]]
 main()
 """
