@@ -290,8 +290,11 @@ def _check_outputs(p: Pipeline) -> None:
     """A [query] out inside a dataset (the job's, or any other) is refused before any step."""
     q = p.config.get("query")
     if q and q["enabled"] and q["out"]:
-        root = parse_dataset_uri(p.config["job"]["dataset"]).root
-        refuse_dataset_paths(q["out"], (root,), what=f"{p.path}: [query] out")
+        try:
+            root = parse_dataset_uri(p.config["job"]["dataset"]).root
+        except BulkloadError:  # a bad dataset URI: check_steps names it, with its line
+            root = None
+        refuse_dataset_paths(q["out"], (root,) if root else (), what=f"{p.path}: [query] out")
 
 
 def check_steps(p: Pipeline) -> None:

@@ -10,6 +10,7 @@
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 from conftest import run_cli, tool
@@ -17,11 +18,19 @@ from conftest import run_cli, tool
 from loader.model.layouts import get_layout
 from loader.sources.generators import generate
 
-#: the README's crontab lines (README "Cron"), with /srv/bulkload the working directory
-RECIPE = ("SHELL=/bin/bash",
-          "*/5 * * * * cd /srv/bulkload && set -o pipefail && .venv/bin/bulkload --log-format json ingest "
-          "lmdb://data/incoming --from incoming --pattern '*.bin' --on-bad-file skip --quiet 2>&1 "
-          "| logger -t bulkload")
+
+def readme_recipe() -> tuple[str, str]:
+    """The README's crontab lines (README "Cron": the SHELL= line and the job's line), as a
+    user pastes them; /srv/bulkload is the working directory."""
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = text.split("**Cron.**", 1)[1].split("```", 2)[1]
+    lines = [ln for ln in block.splitlines() if ln.strip()]
+    shell = next(ln for ln in lines if ln.startswith("SHELL="))
+    job = next(ln for ln in lines if ln.startswith("*/5 "))
+    return shell, job
+
+
+RECIPE = readme_recipe()
 
 
 def incoming(tmp_path, bad: bool = True):
