@@ -86,6 +86,7 @@ from ..infra.threads import TaskThread
 from ..kinds import kind_for
 from ..maintain.compact import compact_locked
 from ..maintain.garbage import collect_garbage, collect_index_garbage, held_tables, retire_array, start_writing
+from ..maintain.report import NOTHING_TO_DO
 from ..model import manifest as mf
 from ..model.chunk_index import (
     INDEX_DIR,
@@ -146,6 +147,7 @@ class FinalizeOptions:
     memory_budget: int | None
     strategy: str
     compression: str | None = None  # of the array's chunk pieces (None: "none")
+    force: bool = False  # rebuild an array that is up to date
 
 
 @dataclass(frozen=True)
@@ -203,7 +205,7 @@ class _Build:
 def finalize(dataset_uri: str, dims=None, array: str = DEFAULT_ARRAY,
              duplicates: str = "error", workers: int | None = None, compact: bool = True,
              progress: str = "none", memory_budget: int | None = None,
-             strategy: str = "auto", compression: str | None = None) -> FinalizeReport:
+             strategy: str = "auto", compression: str | None = None, force: bool = False) -> FinalizeReport:
     """Compact (unless ``compact=False``) and redimension the dataset into a 2-D array.
 
     ``strategy``: ``auto`` (default: direct when the records of each window of chunks sit
@@ -216,6 +218,11 @@ def finalize(dataset_uri: str, dims=None, array: str = DEFAULT_ARRAY,
     ``dims``: None takes the layout's default (scidb96: ``i0:10,i1:100000``; other layouts
     have none: a UsageError asks for them).
 
+    An array that is up to date (built from every record, with these dims, chunks,
+    duplicates policy and compression) is not rebuilt unless ``force``: nothing is written,
+    no run is recorded, and the report's ``status`` is ``nothing-to-do`` (its figures are
+    the array's). Its compaction is done first (unless ``compact=False``) when it has work.
+
     Returns a FinalizeReport (``to_dict()`` for JSON). Raises UsageError for bad
     dims/options (nothing touched), DuplicateCellError under ``duplicates="error"``
     (nothing committed).
@@ -224,13 +231,16 @@ def finalize(dataset_uri: str, dims=None, array: str = DEFAULT_ARRAY,
     spec = parse_dataset_uri(dataset_uri)
     m = mf.load_manifest(spec.root, dataset_uri)
     plan = _plan(m, FinalizeOptions(dims, array, duplicates, workers, compact, progress, memory_budget, strategy,
-                                      compression))
+                                      compression, force))
     spec.backend  # noqa: B018 - imported first: it would wait ~0.1 s for the thread's pyarrow import
     TaskThread(warm_up_writer).start()  # imports pyarrow for the index file, beside the phases
     check_space(spec.root, _min_build_bytes(m, plan), f"finalize of {m.records:,} records into array {array!r}")
     with DatasetLock(spec.root) as lock:
         lock.set_job(f"finalize {array}")
         b = _begin(spec, dataset_uri, plan)
+        current = None if plan.options.force else up_to_date(b.m, plan)
+        if current is not None:
+            return _nothing_to_do(b, current, t_start)
         rows = _build_array(b)
         totals = IndexTotals.of(rows, plan.array.dims)
         summary = _commit(b, totals, t_start)
@@ -286,7 +296,7 @@ def _begin(spec: StoreSpec, dataset_uri: str, plan: FinalizePlan) -> _Build:
     if m.layout != plan.array.layout:
         raise UsageError(f"dataset {spec.uri} changed layout while finalize started; retry")
     spec = spec.with_shards(m.shards)
-    start_writing(spec, m)
+    start_writing(spec, m, progress=plan.options.progress)
     compact_report = None
     if plan.options.compact:
         compact_report = compact_locked(spec, m, progress=plan.options.progress,
@@ -296,6 +306,31 @@ def _begin(spec: StoreSpec, dataset_uri: str, plan: FinalizePlan) -> _Build:
     run = new_run("finalize", array=a.name, dims=a.dims_text, duplicates=a.policy, workers=None)
     spill = os.path.join(spec.root, f"{SPILL_PREFIX}{run.id}")
     return _Build(spec, m, plan, run, f"{TABLE_PREFIX}{a.name}-{run.id}", spill, compact_report)
+
+
+def up_to_date(m: mf.Manifest, plan: FinalizePlan) -> dict | None:
+    """The summary of the array ``plan`` would build when the manifest ``m`` holds it as
+    that build would make it (no record appended since, same dims, chunks, policy, format
+    and cell compression), else None. Compaction does not change it: it keeps every record."""
+    a, want = m.arrays.get(plan.array.name), plan.array
+    if a is None or a.get("stale") or a["built_from_records"] != m.records:
+        return None
+    same = ([(d["name"], d["chunk"]) for d in a["dims"]] == list(zip(want.dims, want.chunks))
+            and a["policy"] == want.policy and a["format"] == m.format
+            and a.get("compression", "none") == plan.compression and a["cell_layout"] == plan.cell.to_dict())
+    return a if same else None
+
+
+def _nothing_to_do(b: _Build, a: dict, t_start: float) -> FinalizeReport:
+    """The report of a finalize whose array was up to date: the array's figures, no run."""
+    return FinalizeReport(
+        dataset=b.spec.uri, array=a["name"], run_id=None, dims=a["dims"], policy=a["policy"],
+        records=a["built_from_records"], bytes=a["built_from_records"] * b.m.layout_obj.record_size,
+        cells=a["cells"], chunks=a["chunks"], pieces=a["pieces"], dropped=a["dropped"], bounds=a["bounds"],
+        stored_bytes=a["bytes"], strategy="none", strategy_reason="the array is up to date", windows=None,
+        spill_runs=0, workers={"scan": 0, "partition": 0, "build": 0}, memory_budget=b.plan.budget,
+        seconds=round(time.perf_counter() - t_start, 4), mb_per_s=0.0, records_per_s=0.0, stages={},
+        worker_peak_rss_bytes=0, worker_max_rss_bytes=0, compact=b.compact_report, status=NOTHING_TO_DO)
 
 
 def _record_run(b: _Build) -> None:

@@ -39,7 +39,7 @@ class IndexTotals:
 class FinalizeReport(EngineKeys):
     dataset: str
     array: str
-    run_id: str
+    run_id: str | None  # None: nothing to do (status), no run recorded
     dims: list  # [{"name", "type", "chunk"}, ...] as in the manifest summary
     policy: str
     records: int
@@ -64,6 +64,7 @@ class FinalizeReport(EngineKeys):
     worker_max_rss_bytes: int  # the largest peak RSS of one worker (what --memory-budget bounds)
     compact: dict | None  # the compaction's report (None: --no-compact)
     in_process: bool = False  # the phases ran as threads of this process, no worker started (finalize.py)
+    status: str = "done"  # or "nothing-to-do": the array was up to date, nothing was written
 
     def to_dict(self) -> dict:
         return asdict(self) | self.engine

@@ -11,6 +11,7 @@ from typing import Optional
 import typer
 
 from .. import api
+from ..maintain.report import NOTHING_TO_DO
 from ..model.options import size_option
 from .main import emit_json, handle_errors, on_engine, progress_mode
 
@@ -35,6 +36,7 @@ def finalize_cmd(
     compression: Optional[str] = typer.Option(None, "--compression",
                                               help="The array's chunk pieces: none (default, whatever the "
                                                    "records use: queries read them zero-copy), lz4 or zstd."),
+    force: bool = typer.Option(False, "--force", help="Rebuild the array even if it is up to date."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
 ):
@@ -43,9 +45,12 @@ def finalize_cmd(
     rep, used = on_engine(dataset, lambda: api.finalize(
         dataset, dims=dims, array=array, duplicates=duplicates, workers=workers, compact=not no_compact,
         progress=progress_mode(quiet), memory_budget=budget, strategy=strategy,
-        compression=compression))
+        compression=compression, force=force))
     if json_out:
         emit_json(rep.to_dict() | used)
+    elif not quiet and rep.status == NOTHING_TO_DO:
+        print(f"nothing to do: array {rep.array!r} of {rep.dataset} is up to date ({rep.records:,} records, "
+              f"{rep.cells:,} cells in {rep.chunks:,} chunks; --force rebuilds it anyway)")
     elif not quiet:
         b = rep.bounds or {}
         bounds = ", ".join(f"{k} {v[0]}..{v[1]}" for k, v in b.items()) or "empty"
@@ -75,6 +80,9 @@ def compact_cmd(
         emit_json(rep.to_dict() | used)
     elif not quiet and rep.layout == "docs":
         _print_docs_compact(rep.to_dict())
+    elif not quiet and rep.status == NOTHING_TO_DO:
+        print(f"nothing to do: {rep.dataset} has no small batches to merge and its shards are compact "
+              f"({rep.batches_before:,} batches, {rep.bytes_before / 1e6:,.1f} MB on disk; --force compacts anyway)")
     elif not quiet:
         print(f"compacted {rep.dataset}: {rep.batches_before:,} -> {rep.batches_after:,} batches, "
               f"{rep.bytes_before / 1e6:,.1f} MB -> {rep.bytes_after / 1e6:,.1f} MB on disk "

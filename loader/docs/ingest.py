@@ -47,7 +47,6 @@ from ..infra.lock import DatasetLock
 from ..loading.ingest import IngestReport
 from ..loading.job import LoadJob, RunSettings
 from ..loading.options import check_compatible, prepare_root
-from ..loading.replace import discard_unfinished
 from ..loading.report import LoadReport, log
 from ..loading.run import load_locked
 from ..maintain.garbage import start_writing
@@ -80,8 +79,7 @@ def ingest_docs(spec: StoreSpec, directory: str, *, settings: RunSettings, on_ba
     with DatasetLock(spec.root) as lock:
         lock.set_job(f"ingest {directory}")
         m = mf.load_manifest(spec.root) if mf.exists(spec.root) else None
-        start_writing(spec, m)
-        discard_unfinished(spec, settings.progress)
+        start_writing(spec, m, progress=settings.progress)
         if m is not None:
             check_compatible(m, spec, settings)
         require_shards(spec, m)

@@ -19,8 +19,10 @@ def is_dataset(d: str | os.PathLike) -> bool:
 
 
 def replacing_sibling(root: str) -> str:
-    """Where a ``--replace`` of the dataset at ``root`` builds the new one."""
-    root = root.rstrip("/")
+    """Where a ``--replace`` of the dataset at ``root`` builds the new one: beside the real
+    directory (a dataset path that is a symlink is resolved: --replace swaps the directory
+    it points to, never the link, so the build of a link and of its target is one path)."""
+    root = os.path.realpath(root)
     return os.path.join(os.path.dirname(root), f".{os.path.basename(root)}.replacing")
 
 

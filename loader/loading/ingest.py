@@ -66,7 +66,6 @@ from .options import (
     resolve_options,
 )
 from .plan import Plan
-from .replace import discard_unfinished
 from .report import log
 
 
@@ -165,8 +164,7 @@ def _ingest(spec: StoreSpec, settings: RunSettings, directory: str, pattern: str
     with DatasetLock(spec.root) as lock:
         lock.set_job(f"ingest {directory}/{pattern}")
         m = mf.load_manifest(spec.root) if mf.exists(spec.root) else None
-        start_writing(spec, m)
-        discard_unfinished(spec, progress)
+        start_writing(spec, m, progress=progress)
         if m is not None:
             check_compatible(m, spec, settings)
         require_shards(spec, m)

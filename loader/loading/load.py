@@ -14,6 +14,7 @@ leaves no dataset directory it created; see run.py and replace.py for the rest.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
@@ -38,7 +39,7 @@ from .options import (
     prepare_root,
     resolve_options,
 )
-from .replace import discard_unfinished, load_replacing, sibling_root
+from .replace import load_replacing, replaced_spec, sibling_root
 from .report import LoadReport
 from .run import load_locked
 
@@ -72,21 +73,25 @@ def load(source, dataset: str, *, layout: str | None = None, format: str | None 
     request = Request(format=format, compression=compression, shards=shards, workers=workers,
                       batch_records=batch_records, progress=progress, checkpoint_seconds=checkpoint_seconds,
                       checkpoint_bytes=checkpoint_bytes, fault=faults.from_env(), t_start=t_start)
-    spec, existing, given, src = _opened(source, dataset, layout, replace, on_bad_file)
+    named = parse_dataset_uri(dataset)
+    spec = replaced_spec(named) if replace else named  # a symlink: the directory it names
+    existing, given, src = _opened(source, spec, layout, replace, on_bad_file)
     try:
-        return _load(src, spec, existing, request, given, new_run=new_run, stdin=stdin, replace=replace)
+        report = _load(src, spec, existing, request, given, new_run=new_run, stdin=stdin, replace=replace)
     finally:
         src.close()  # e.g. an in-memory array's shared copy
+    if spec is not named:
+        report.dataset = named.uri  # the path as given (the link)
+    return report
 
 
-def _opened(source, dataset: str, layout: str | None, replace: bool,
-            on_bad_file: str) -> tuple[StoreSpec, mf.Manifest | None, Layout | None, Source]:
-    """(dataset spec, its manifest or None, the layout asked for, the source: to close)."""
-    spec = parse_dataset_uri(dataset)
+def _opened(source, spec: StoreSpec, layout: str | None, replace: bool,
+            on_bad_file: str) -> tuple[mf.Manifest | None, Layout | None, Source]:
+    """(the dataset's manifest or None, the layout asked for, the source: to close)."""
     existing = existing_manifest(spec.root, replace)
     refs = _refs(source)
     given = _given_layout(refs, layout, existing)
-    return spec, existing, given, _source(source, refs, given, on_bad_file)
+    return existing, given, _source(source, refs, given, on_bad_file)
 
 
 def _load(src: Source, spec: StoreSpec, existing: mf.Manifest | None, request: Request, given: Layout | None, *,
@@ -100,15 +105,15 @@ def _load(src: Source, spec: StoreSpec, existing: mf.Manifest | None, request: R
         _check_space(spec, existing, job)
     except NoSpaceError:
         if created:
-            os.rmdir(spec.root)  # nothing is left of a refused load
+            with contextlib.suppress(OSError):  # another job may have started on it meanwhile
+                os.rmdir(spec.root)  # nothing is left of a refused load
         raise
     with DatasetLock(spec.root) as lock:
         lock.set_job(f"load {planned.uri}" + (" --replace" if replace else ""))
         m = existing_manifest(spec.root, replace)
-        start_writing(spec, m)
+        start_writing(spec, m, progress=request.progress, replacing=replace)
         if replace:
             return load_replacing(spec, m, job)
-        discard_unfinished(spec, request.progress)
         if m is not None:
             check_compatible(m, spec, settings)
         return load_locked(spec, m, job)
@@ -172,7 +177,8 @@ def check(source, dataset: str, *, layout: str | None = None, format: str | None
     its first step: api/pipeline_check.py)."""
     request = Request(format=format, compression=compression, shards=shards, workers=workers,
                       batch_records=batch_records, checkpoint_seconds=checkpoint_seconds)
-    spec, existing, given, src = _opened(source, dataset, layout, replace, on_bad_file)
+    spec = parse_dataset_uri(dataset)  # a symlink is read through (replaced_spec writes: not here)
+    existing, given, src = _opened(source, spec, layout, replace, on_bad_file)
     try:
         settings, spec = _settings(src, spec, existing, request, given)
     finally:

@@ -71,22 +71,26 @@ def prepare_root(spec: StoreSpec) -> bool:
     if not os.path.isdir(parent):
         raise MissingPathError(f"directory {parent} does not exist (needed for dataset {spec.uri}); "
                                f"create it first: mkdir -p {parent}")
-    created = not os.path.isdir(spec.root)
-    if created:
-        _make_root(spec, parent)
+    created = not os.path.isdir(spec.root) and _make_root(spec, parent)
     if not os.access(spec.root, os.W_OK):
         raise NotWritableError(f"dataset directory {spec.root} is not writable; fix its permissions "
                                "or choose another location")
     return created
 
 
-def _make_root(spec: StoreSpec, parent: str) -> None:
+def _make_root(spec: StoreSpec, parent: str) -> bool:
+    """mkdir the dataset directory: True if this call made it, False if another job made
+    it meanwhile (two loads creating one dataset: both go on to its lock, which one of them
+    takes; the other is told the dataset is busy); only a path that is not a directory is refused."""
     try:
         os.mkdir(spec.root)
+        return True
     except PermissionError:
         raise NotWritableError(f"cannot create dataset {spec.uri}: directory {parent} is not writable; "
                                "choose a writable location") from None
     except FileExistsError:
+        if os.path.isdir(spec.root):
+            return False
         raise UsageError(f"dataset path {spec.root} exists and is not a directory") from None
     except OSError as e:
         raise NotWritableError(f"cannot create dataset {spec.uri}: {e.strerror}; "

@@ -8,9 +8,17 @@ sibling path) is deleted. Readers that opened the old dataset keep their open sh
 (the files live on until closed); a reader that opens a shard after the swap notices the
 new ``dataset_id`` and raises DatasetReplacedError instead of mixing two datasets.
 
+A dataset path that is a symlink (`replaced_spec`): --replace starts over the directory
+it points to, in place - the link is resolved once, before the lock, the new dataset is
+built beside the real directory and swapped with it, and the link is kept (now naming
+the new dataset). Refusing would break the common "stable name -> volume" link; swapping
+the link itself would leave the old data behind the link's former target while the
+dataset at the target went on unchanged (issue 28, item 3). A symlink at the build's name
+is never followed (maintain/builds.py).
+
 Crash behaviour: a crash before the swap leaves the old dataset as it was; the same
 `--replace` command resumes building the sibling (same source, same fingerprint), any
-other writing command discards it (`discard_unfinished`).
+other writing command discards it (maintain/builds.py `discard_dead_build`).
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from ..infra import faults
 from ..infra.fsatomic import exchange, fsync_dir
 from ..infra.lock import DatasetLock
 from ..infra.paths import replacing_sibling
+from ..maintain.builds import build_dir, discard_build, drop_link_beside_link
 from ..model import manifest as mf
 from ..model import runs
 from ..stores.spec import StoreSpec
@@ -30,6 +39,16 @@ from .job import LoadJob
 from .options import existing_manifest, fresh_manifest, prepare_root
 from .report import LoadReport, log
 from .run import load_locked, part_of_build
+
+
+def replaced_spec(spec: StoreSpec) -> StoreSpec:
+    """The dataset a --replace of ``spec`` replaces: the directory a symlinked dataset
+    path points to (module docstring); a dangling link is left as is (refused as a path
+    that is not a directory)."""
+    if os.path.islink(spec.root) and os.path.isdir(spec.root):
+        drop_link_beside_link(spec.root)  # never followed: only the link is removed
+        return dataclasses.replace(spec, root=os.path.realpath(spec.root))
+    return spec
 
 
 def sibling_root(spec: StoreSpec) -> str:
@@ -42,14 +61,15 @@ def sibling_spec(spec: StoreSpec) -> StoreSpec:
 
 def load_replacing(spec: StoreSpec, m: mf.Manifest | None, job: LoadJob) -> LoadReport:
     """Load ``job`` into a new dataset beside ``spec`` (whose manifest is ``m``: its lock is
-    held) and swap it in; the report names ``spec``."""
+    held; ``spec`` is no symlink: `replaced_spec`) and swap it in; the report names ``spec``."""
     old_id = m.dataset_id if m is not None else None
     sib = sibling_spec(spec)
-    sm = existing_manifest(sib.root, replace=True)  # a damaged one is built again
+    found = build_dir(spec.root)  # never a symlink: a link there is removed unfollowed
+    sm = existing_manifest(found, replace=True) if found else None  # a damaged one is built again
     if sm is not None and not _resumable_build(sm, job, old_id):
         sm = None
-    if sm is None:
-        discard(sib.root)
+    if sm is None and found:
+        discard_build(found)
     prepare_root(sib)
     with DatasetLock(sib.root):
         if sm is None:
@@ -59,7 +79,7 @@ def load_replacing(spec: StoreSpec, m: mf.Manifest | None, job: LoadJob) -> Load
             runs.mark_interrupted(sm)
         report = load_locked(sib, sm, dataclasses.replace(job, replace=True, replaces=old_id))
         swap_in(sib.root, spec.root)
-        discard(sib.root)  # the old dataset
+        discard_build(sib.root)  # the old dataset
     report.dataset = spec.uri
     log(job.settings.progress, f"replaced {spec.uri}: it now holds {report.records:,} records", dataset=spec.uri,
         run=report.run_id, event="replaced")
@@ -74,14 +94,6 @@ def _resumable_build(sm: mf.Manifest, job: LoadJob, old_id: str | None) -> bool:
     return bool(r and part_of_build(r, old_id) and r.source == planned.uri
                 and r.fingerprint == planned.fingerprint and planned.fingerprint is not None
                 and not job.new_run)
-
-
-def discard_unfinished(spec: StoreSpec, progress: str) -> None:
-    """Any writing command but `--replace` discards an unfinished --replace build of its dataset."""
-    sib = sibling_root(spec)
-    if os.path.isdir(sib):
-        log(progress, f"discarding an unfinished --replace of {spec.uri} ({sib})")
-        discard(sib)
 
 
 def swap_in(new_root: str, root: str) -> None:
@@ -99,7 +111,3 @@ def swap_in(new_root: str, root: str) -> None:
         os.rename(new_root, root)
     fsync_dir(os.path.dirname(root.rstrip("/")) or "/")
     faults.hit("swapped")
-
-
-def discard(path: str) -> None:
-    shutil.rmtree(path, ignore_errors=True)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 
 from ..errors import BulkloadError, StoreError, UsageError
 from ..infra import executors, faults, interrupts
@@ -53,7 +54,7 @@ from .garbage import (
     start_writing,
 )
 from .merge import MergeGroup, MergeTask, merge_worker
-from .report import CompactReport
+from .report import NOTHING_TO_DO, CompactReport
 
 #: what a compaction that stopped early leaves: the records as they were
 UNCHANGED = "no record changed (compaction only rewrites them); re-run the same command to compact"
@@ -89,7 +90,7 @@ def compact(dataset_uri: str, target_batch_records: int | None = None, progress:
         lock.set_job("compact")
         m = mf.load_manifest(spec.root, dataset_uri)
         require_shards(spec.with_shards(m.shards), m)
-        start_writing(spec, m)
+        start_writing(spec, m, progress=progress)
         return compact_locked(spec.with_shards(m.shards), m, target_batch_records=target_batch_records,
                               progress=progress, workers=workers, force=force)
 
@@ -116,23 +117,33 @@ def compact_locked(spec, m: mf.Manifest, *, target_batch_records: int | None = N
     if target < 1:
         raise UsageError("--target-batch-records must be at least 1")
     get_serializer(m.format, layout, m.compression, batch_records=target)  # capnp size limit
-    groups = plan_merge(m.batches, target)
-    check_space(spec.root, _min_compact_bytes(m, groups, force), "compact")
-    run = runs.new_run("compact", target_batch_records=target)
-    m.runs.append(run)
-    m.save(spec.root)
     k = m.shards
     first_new = m.next_seq  # the merged batches' first seq
     before_batches = len(m.batches)
     shard_bytes_before = shard_bytes(spec, k)
+    groups = plan_merge(m.batches, target)
+    merged = any(len(g) > 1 for g in groups)
+    state = _StoreState.of(spec, m)
+    untidy = None if force or merged else _untidy_shards(spec, state)
+    if untidy is not None and not untidy:  # nothing to do: no run, no write
+        return CompactReport(dataset=spec.uri, run_id=None, target_batch_records=target, records=m.records,
+                             batches_before=before_batches, batches_after=before_batches, merged=False,
+                             bytes_before=sum(shard_bytes_before), bytes_after=sum(shard_bytes_before),
+                             shards=[{"shard": s, "bytes_before": b, "bytes_after": b, "compacted": False}
+                                     for s, b in enumerate(shard_bytes_before)],
+                             seconds=round(time.perf_counter() - t0, 4), status=NOTHING_TO_DO)
+    check_space(spec.root, _min_compact_bytes(m, groups, force), "compact")
+    run = runs.new_run("compact", target_batch_records=target)
+    m.runs.append(run)
+    m.save(spec.root)
     try:
-        merged = any(len(g) > 1 for g in groups)
         seconds_merge = 0.0
         if merged:
             t = time.perf_counter()
             _merge(spec, m, groups, progress, workers or default_workers())
             seconds_merge = time.perf_counter() - t
-        shards = _compact_stores(spec, m, force=force or merged)
+            state = _StoreState.of(spec, m)
+        shards = _compact_stores(spec, m, state, force=force or merged, only=untidy)
     except BaseException as e:
         if out_of_space(e):  # give the space of the merged batches back (stores/write_guard.py)
             _drop_unswitched(spec, first_new)
@@ -224,39 +235,84 @@ def _drop_unswitched(spec, first_new: int) -> None:
         pass
 
 
-def _compact_stores(spec, m: mf.Manifest, *, force: bool) -> list[dict]:
-    k = m.shards
-    live = [0] * k
-    for b in m.batches:
-        live[b.shard] += b.nbytes
-    arrays = {a["table"] for a in m.arrays.values()} | held_tables(m)
-    collect_index_garbage(spec.root, m)
-    for a in m.arrays.values():
-        try:
-            idx = read_index(index_path(spec.root, a))
-            for s, nb in zip(idx["shard"].tolist(), idx["nbytes"].tolist()):
-                live[s] += nb
-        except BulkloadError:
-            pass
-    lo = min((b.seq for b in m.batches), default=m.next_seq)
+@dataclass(frozen=True)
+class _StoreState:
+    """What tells a shard's committed data from its leftovers, and its live bytes."""
+
+    arrays: frozenset  # array tables the manifest (or its garbage list) names
+    live: tuple  # per shard: bytes the manifest's batches and arrays hold
+    lo: int  # the first committed batch seq (keys below it: leftovers, unless garbage holds them)
+    next_seq: int  # keys at or above it: leftovers of a run that did not commit
+    holds_batches: bool
+
+    @classmethod
+    def of(cls, spec, m: mf.Manifest) -> "_StoreState":
+        live = [0] * m.shards
+        for b in m.batches:
+            live[b.shard] += b.nbytes
+        collect_index_garbage(spec.root, m)  # index files of crashed finalize builds
+        for a in m.arrays.values():
+            try:
+                idx = read_index(index_path(spec.root, a))
+                for s, nb in zip(idx["shard"].tolist(), idx["nbytes"].tolist()):
+                    live[s] += nb
+            except BulkloadError:
+                pass
+        return cls(frozenset({a["table"] for a in m.arrays.values()} | held_tables(m)), tuple(live),
+                   min((b.seq for b in m.batches), default=m.next_seq), m.next_seq, holds_batches(m))
+
+    def stray_tables(self, st) -> list[str]:
+        return [t for t in st.tables() if t.startswith(TABLE_PREFIX) and t not in self.arrays]
+
+    def wasteful(self, size: int, s: int) -> bool:
+        return size > self.live[s] * WASTE_FACTOR + WASTE_SLACK
+
+
+def _untidy_shards(spec, state: _StoreState) -> set[int]:
+    """The shards a compaction without a merge would change (read-only: nothing is
+    opened for writing): an interrupted compaction of theirs, uncommitted leftovers in
+    them, or too much space on disk."""
+    def untidy(st) -> bool:
+        return (st.seek(batch_key(state.next_seq)) is not None
+                or (state.lo > 0 and not state.holds_batches
+                    and next(iter(st.range(None, batch_key(state.lo))), None) is not None)
+                or bool(state.stray_tables(st)) or state.wasteful(st.nbytes(), s))
+
+    out = set()
+    for s in range(len(state.live)):
+        if spec.backend.interrupted_compaction(spec.shard_path(s)):
+            out.add(s)  # its open for writing finishes or rolls back that compaction
+        elif os.path.exists(spec.shard_path(s)):
+            st = spec.open_shard(s, write=False)
+            try:
+                if untidy(st):
+                    out.add(s)
+            finally:
+                st.close()
+    return out
+
+
+def _compact_stores(spec, m: mf.Manifest, state: _StoreState, *, force: bool, only: set[int] | None) -> list[dict]:
+    """Remove each shard's leftovers and compact it when it needs it (``only``: the shards
+    `_untidy_shards` found; the others are left unopened)."""
     out = []
-    for s in range(k):
-        if not os.path.exists(spec.shard_path(s)):
-            out.append({"shard": s, "bytes_before": 0, "bytes_after": 0, "compacted": False})
+    sizes = shard_bytes(spec, m.shards) if only is not None else None
+    for s in range(m.shards):
+        if not os.path.exists(spec.shard_path(s)) or (only is not None and s not in only):
+            size = sizes[s] if sizes is not None else 0
+            out.append({"shard": s, "bytes_before": size, "bytes_after": size, "compacted": False})
             continue
         st = spec.open_shard(s, write=True)
         try:
             # uncommitted leftovers: batch keys above the committed ones, unreferenced array tables
-            garbage = st.delete_range(batch_key(m.next_seq), None)
-            if lo > 0 and not holds_batches(m):
-                garbage += st.delete_range(None, batch_key(lo))
-            for t in st.tables():
-                if t.startswith(TABLE_PREFIX) and t not in arrays:
-                    st.drop_table(t)
-                    garbage += 1
+            garbage = st.delete_range(batch_key(state.next_seq), None)
+            if state.lo > 0 and not state.holds_batches:
+                garbage += st.delete_range(None, batch_key(state.lo))
+            for t in state.stray_tables(st):
+                st.drop_table(t)
+                garbage += 1
             size = st.nbytes()
-            wasteful = size > live[s] * WASTE_FACTOR + WASTE_SLACK
-            if force or wasteful or garbage:
+            if force or garbage or state.wasteful(size, s):
                 before, after = guard_write(spec, s, st.compact)
                 out.append({"shard": s, "bytes_before": before, "bytes_after": after, "compacted": True})
             else:

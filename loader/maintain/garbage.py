@@ -48,6 +48,7 @@ from ..model.chunk_index import INDEX_DIR, TABLE_PREFIX
 from ..model.garbage_entry import ARRAY, BATCHES, DOC_TABLES, KINDS, GarbageEntry
 from ..model.placement import batch_key
 from ..stores.registry import open_writer
+from .builds import discard_dead_build
 
 _FAULT_BETWEEN_SHARDS = {BATCHES: "deleting", ARRAY: "dropping", DOC_TABLES: "docs-dropping"}
 
@@ -131,10 +132,13 @@ def collect_garbage(spec, m: mf.Manifest) -> int:
     return len(done)
 
 
-def start_writing(spec, m: mf.Manifest | None) -> None:
-    """What every writing command does first, holding the dataset lock: runs still
-    ``running`` belong to a job that died (they become ``interrupted``), and garbage no
-    reader needs any more is deleted."""
+def start_writing(spec, m: mf.Manifest | None, *, progress: str = "none", replacing: bool = False) -> None:
+    """What every writing command does first, holding the dataset lock: the build of a
+    --replace whose job died is deleted (builds.py; not by --replace, which may resume
+    it), runs still ``running`` belong to a job that died (they become ``interrupted``),
+    and garbage no reader needs any more is deleted."""
+    if not replacing:
+        discard_dead_build(spec.root, progress)
     if m is None:
         return
     if runs.mark_interrupted(m):

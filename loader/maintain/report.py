@@ -2,8 +2,8 @@
 
 The fields every record kind reports are typed; a kind that compacts its own way (the
 documents plug-in folds tables) adds its own figures in ``details``, which `to_dict()`
-places after the common ones. ``run_id`` is None when there was nothing to do and no run
-was recorded.
+places after the common ones. ``run_id`` is None and ``status`` ``nothing-to-do`` when
+there was nothing to do: no run was recorded and nothing was written.
 """
 
 from __future__ import annotations
@@ -11,6 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from ..model.engine_keys import EngineKeys
+
+#: the status of a compaction (or finalize) that found nothing to do and wrote nothing
+NOTHING_TO_DO = "nothing-to-do"
 
 
 @dataclass
@@ -27,6 +30,7 @@ class CompactReport(EngineKeys):
     shards: list[dict]
     merge_s: float = 0.0
     seconds: float = 0.0
+    status: str = "done"  # or NOTHING_TO_DO
     details: dict = field(default_factory=dict)
 
     @classmethod

@@ -12,9 +12,11 @@ holds the lock, turns that into ``interrupted``; `info` shows it so as soon as n
 holds the lock), ``done``, ``failed`` (an error stopped it), ``interrupted`` (a signal
 stopped it: SIGINT, SIGTERM, SIGHUP; or its job died), ``superseded`` (another run
 started before it was resumed: its pending batches were discarded and nothing of it is
-committed).
+committed). ``replaced`` is never stored: `info` shows it for the runs before the last
+``--replace`` (`as_seen`).
 
-Only runs since the last ``--replace`` (inclusive) describe the current content.
+Only runs since the last ``--replace`` (inclusive) describe the current content; the
+runs before stay listed as the dataset's history.
 
 A run is a typed JSON object (model/json_object.py): its keys stay in the order they were
 first written, absent ones read as None, and its JSON is exactly what the code wrote
@@ -124,6 +126,8 @@ def new_run(kind: str, **details) -> Run:
 
 
 UNFINISHED = ("running", "failed", "interrupted")
+#: how `info` shows a run of the dataset a --replace started over (`as_seen`)
+REPLACED = "replaced"
 
 
 def current(m) -> list[Run]:
@@ -143,11 +147,14 @@ def mark_interrupted(m) -> bool:
 def as_seen(m, job_running: bool) -> list[Run]:
     """The runs as a reader reports them: while no job holds the dataset lock
     (``job_running`` False), a run still ``running`` is one whose job died: shown
-    ``interrupted`` (the next writer records it so)."""
-    if job_running:
-        return m.runs
+    ``interrupted`` (the next writer records it so). Runs before the last --replace
+    (the history of the dataset it started over, kept in the list) are shown ``replaced``:
+    none of their records is in the dataset."""
     shown = [r.copy() for r in m.runs]
-    _interrupt(shown)
+    if not job_running:
+        _interrupt(shown)
+    for r in shown[:len(shown) - len(current(m))]:
+        r.status = REPLACED
     return shown
 
 

@@ -53,6 +53,13 @@ class ShardStore(ABC):
         "data.mdb is truncated ...") or None; cheap (a stat and a few small reads), run
         before a shard the manifest relies on is opened or written."""
 
+    @classmethod
+    def interrupted_compaction(cls, path: str) -> bool:
+        """Whether a compaction of the shard at ``path`` was cut short and left files that
+        the next open for writing finishes or removes (a compaction that has nothing else to
+        do opens such a shard all the same). None by default: compaction in place."""
+        return False
+
     @abstractmethod
     def put_sorted(self, items: Iterable[tuple[bytes, bytes]], table: str = "batches") -> int:
         """Write items (keys strictly ascending) atomically: all of them or none.

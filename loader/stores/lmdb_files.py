@@ -311,6 +311,11 @@ def reserve_blocks(path: str, offset: int, length: int) -> None:
 # --- compaction's directory swap -------------------------------------------------------
 
 
+def compaction_leftovers(path: str) -> bool:
+    """Whether an interrupted compaction left directories that `recover_compaction` handles."""
+    return any(os.path.isdir(path + suffix) for suffix in (".compacting", ".replaced"))
+
+
 def recover_compaction(path: str) -> None:
     """Finish or roll back a compaction that a crash interrupted (see LmdbStore.compact)."""
     new, old = path + ".compacting", path + ".replaced"

@@ -64,6 +64,7 @@ from .lmdb_env import (
 )
 from .lmdb_files import (
     can_write_back,
+    compaction_leftovers,
     data_file_problem,
     recover_compaction,
     reserve_blocks,
@@ -129,6 +130,10 @@ class LmdbStore(LmdbReads, ShardStore):
                 os.close(lock_fd)
             raise
         return cls(path, entry, write=write, options=opts, lock_fd=lock_fd)
+
+    @classmethod
+    def interrupted_compaction(cls, path: str) -> bool:
+        return compaction_leftovers(os.path.abspath(path))
 
     @classmethod
     def check(cls, path: str) -> str | None:

@@ -13,7 +13,7 @@ from loader.arrays.report import FinalizeReport
 REPORT_KEYS = ["dataset", "array", "run_id", "dims", "policy", "records", "bytes", "cells", "chunks", "pieces",
                "dropped", "bounds", "stored_bytes", "strategy", "strategy_reason", "windows", "spill_runs",
                "workers", "memory_budget", "seconds", "mb_per_s", "records_per_s", "stages",
-               "worker_peak_rss_bytes", "worker_max_rss_bytes", "compact", "in_process"]
+               "worker_peak_rss_bytes", "worker_max_rss_bytes", "compact", "in_process", "status"]
 WORKER_MAX = ["scan_worker_max_s", "partition_worker_max_s", "build_worker_max_s"]
 BUILD_STEPS = [f"build_{k}" for k in ("read_s", "sort_s", "encode_s", "write_s", "sync_s", "minflt", "cpu_s")]
 PARTITION_STEPS = [f"partition_{k}" for k in ("read_s", "sort_s", "spill_s")]
@@ -53,7 +53,7 @@ def test_cli_json_is_the_report(tmp_path):
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert list(d) == REPORT_KEYS and d["compact"]["batches_before"] == 5 and d["cells"] == 500
-    r = run_cli("finalize", uri, "--dims", "i0:10,i1:50", "--workers", "1")
+    r = run_cli("finalize", uri, "--dims", "i0:10,i1:50", "--workers", "1", "--force")
     assert r.returncode == 0 and r.stdout.startswith(f"finalized 500 records into array 'grid' of {uri} in ")
     assert r.stdout.rstrip().endswith("500 cells in 10 chunks [i0 chunk 10, i1 chunk 50; i0 0..9, i1 0..499], "
                                       "policy error")

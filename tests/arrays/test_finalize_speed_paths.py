@@ -49,7 +49,7 @@ def small_and_pooled(uri, monkeypatch, **kw):
     assert small.in_process
     got = array_state(uri, kw.get("array", "grid"))
     monkeypatch.setattr(fin, "SMALL_FINALIZE_BYTES", 0)
-    pooled = finalize(uri, workers=2, compact=False, **kw)
+    pooled = finalize(uri, workers=2, compact=False, force=True, **kw)  # the same array: up to date
     monkeypatch.undo()
     assert not pooled.in_process
     return got, array_state(uri, kw.get("array", "grid"))
@@ -127,11 +127,11 @@ def test_a_damaged_flat_batch_fails_as_in_the_pool(tmp_path, monkeypatch, scheme
     st.put_sorted([(batch_key(b.seq), bytes(value))])
     st.sync()
     st.close()
-    with pytest.raises(WorkerError) as small:
-        finalize(uri, dims=DIMS, workers=2, compact=False)
+    with pytest.raises(WorkerError) as small:  # the array is up to date: rebuilt on request
+        finalize(uri, dims=DIMS, workers=2, compact=False, force=True)
     monkeypatch.setattr(fin, "SMALL_FINALIZE_BYTES", 0)
     with pytest.raises(WorkerError) as pooled:
-        finalize(uri, dims=DIMS, workers=2, compact=False)
+        finalize(uri, dims=DIMS, workers=2, compact=False, force=True)
     assert small.value.raised(CorruptBatchError) and pooled.value.raised(CorruptBatchError)
     assert f"shard 1 batch {b.seq} " in str(small.value) and str(small.value) == str(pooled.value)
     monkeypatch.undo()

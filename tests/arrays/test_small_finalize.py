@@ -67,7 +67,8 @@ def test_small_finalize_builds_the_pooled_array(store_uri, tmp_path, monkeypatch
     assert small.in_process and small.workers["build"] == 2
     want_small = array_state(store_uri)
     monkeypatch.setattr(fin, "SMALL_FINALIZE_BYTES", 0)  # the same dataset, through the pool
-    pooled = finalize(store_uri, dims=dims, duplicates=duplicates, workers=2, strategy=strategy, compact=False)
+    pooled = finalize(store_uri, dims=dims, duplicates=duplicates, workers=2, strategy=strategy, compact=False,
+                      force=True)  # the same array, up to date: rebuilt on request
     assert not pooled.in_process
     assert array_state(store_uri) == want_small
     assert (small.strategy, small.windows, small.spill_runs, small.workers) == \
@@ -80,9 +81,9 @@ def test_large_or_tight_finalize_keeps_the_pool(tmp_path, monkeypatch):
     monkeypatch.setattr(fin, "SMALL_FINALIZE_BYTES", N * 96 - 1)  # one byte too many: the pool
     assert not finalize(uri, dims=DIMS, workers=2, compact=False).in_process
     monkeypatch.setattr(fin, "SMALL_FINALIZE_BYTES", N * 96)
-    assert finalize(uri, dims=DIMS, workers=2, compact=False).in_process
+    assert finalize(uri, dims=DIMS, workers=2, compact=False, force=True).in_process  # up to date: force
     # a budget whose buffers hold less than 3x the records: the pool (its budget bounds each worker)
-    assert not finalize(uri, dims=DIMS, workers=2, compact=False, memory_budget=4 * N * 96).in_process
+    assert not finalize(uri, dims=DIMS, workers=2, compact=False, memory_budget=4 * N * 96, force=True).in_process
 
 
 # --- kill points ------------------------------------------------------------------------------

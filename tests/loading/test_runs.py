@@ -136,6 +136,18 @@ def test_replace_starts_over_atomically_and_old_readers_keep_reading(tmp_path):
     assert loader.load("gen://scidb96?n=4000", uri, replace=True).records == 4000
 
 
+def test_info_shows_the_runs_a_replace_started_over_as_replaced(tmp_path):
+    uri = f"lmdb://{tmp_path}/ds"
+    for args in (["gen://scidb96?n=300"], ["gen://scidb96?n=200&start=300"], ["gen://scidb96?n=50", "--replace"],
+                 ["gen://scidb96?n=5&start=50"]):
+        assert run_cli("load", args[0], uri, *args[1:], "-q").returncode == 0
+    runs = json.loads(run_cli("info", uri, "--json").stdout)["runs"]
+    assert [r["status"] for r in runs] == ["replaced", "replaced", "done", "done"]
+    assert [r["status"] for r in manifest(tmp_path)["runs"]] == ["done"] * 4  # shown so, never stored
+    text = run_cli("info", uri).stdout
+    assert text.count(" replaced ") == 2 and text.count(" done ") == 2, text
+
+
 def test_replace_of_a_missing_dataset_creates_it(tmp_path):
     uri = f"rocksdb://{tmp_path}/ds"
     p = run_cli("load", "gen://scidb96?n=100", uri, "--replace", "--json")

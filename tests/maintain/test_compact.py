@@ -71,6 +71,9 @@ def test_finalize_compacts_first_unless_told_not_to(tmp_path):
         assert len(ds.manifest.batches) == 4
     rep = finalize(uri, dims="i0:10,i1:100", workers=2)
     assert rep.compact["batches_before"] == 4 and rep.compact["batches_after"] == 1
+    assert rep.status == "nothing-to-do"  # the array holds every record already: not rebuilt
+    rep = finalize(uri, dims="i0:10,i1:100", workers=2, force=True)
+    assert rep.status == "done" and rep.compact["status"] == "nothing-to-do"
     with loader.open(uri) as ds:
         assert ds.read_box(i1=(0, 1000)).num_rows == 1000
         assert ds.verify().ok
@@ -98,6 +101,8 @@ def test_cli_compact(tmp_path):
     rep = json.loads(r.stdout)
     assert rep["batches_before"] == 3 and rep["batches_after"] == 1
     r = run_cli("compact", uri)
+    assert r.returncode == 0 and r.stdout.startswith(f"nothing to do: {uri} has no small batches to merge")
+    r = run_cli("compact", uri, "--force")
     assert r.returncode == 0 and r.stdout.startswith(f"compacted {uri}: 1 -> 1 batches")
     r = run_cli("compact", uri, "--target-batch-records", "0")
     assert r.returncode == 2 and "at least 1" in r.stderr

@@ -73,7 +73,7 @@ def fixed_loads(base: Path, snap) -> None:
     snap("finalize-failed", uri)
     cli("finalize", uri, *fin, "--duplicates", "last", "--strategy", "spill")
     with loader.open(uri):  # pins the generation: what the next writers replace stays listed
-        cli("finalize", uri, *fin, "--duplicates", "last", "--no-compact")
+        cli("finalize", uri, *fin, "--duplicates", "last", "--no-compact", "--force")  # up to date: rebuilt
         cli("load", "gen://scidb96?n=500&start=9200", uri, *SMALL)
         cli("compact", uri, "--target-batch-records", "1000", "--workers", "2")
         snap("finalize-compact-garbage", uri)

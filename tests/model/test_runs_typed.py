@@ -6,7 +6,10 @@ scenarios of run_scenarios.py (see make_run_fixtures.py): 22 manifests holding e
 of run (load: file, appended, killed, resumed, stdin, bad input, dead worker, superseded,
 --replace; ingest: done, skip, fail, killed, resumed; finalize: done, failed, rebuilt;
 compact; documents: load, bad files, ingest, killed, resumed, fold) and the three kinds
-of garbage entries, with what `bulkload info --json` printed of them. These tests prove:
+of garbage entries, with what `bulkload info --json` printed of them (edited since, as
+the commands changed on purpose: the idle compaction runs cc08580d8181 and 14d37aa1bc6b taken out - a
+compaction with nothing to do records no run -, and `info` shows the runs before a
+--replace as ``replaced``). These tests prove:
 
 - decoding a manifest gives typed runs and entries, and encoding it gives the very bytes
   main's code wrote (and a save changes nothing but the generation);
