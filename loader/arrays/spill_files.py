@@ -21,6 +21,7 @@ import os
 import numpy as np
 
 from ..errors import WorkerError
+from ..infra.regular import open_regular_file
 
 
 def save(path: str, arr: np.ndarray) -> None:
@@ -36,4 +37,5 @@ def load(path: str, dtype) -> np.ndarray:
     if size % dtype.itemsize:
         raise WorkerError(f"{path}: {size} bytes is not a whole number of {dtype.itemsize}-byte rows: a finalize "
                           "worker's file was cut short or changed; run the finalize again")
-    return np.fromfile(path, dtype)
+    with open_regular_file(path) as f:
+        return np.fromfile(f, dtype)

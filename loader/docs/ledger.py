@@ -28,6 +28,7 @@ import numpy as np
 import xxhash
 
 from ..infra.fsatomic import fsync_dir
+from ..infra.regular import read_regular
 from ..model import manifest as mf
 from ..model.runs import Run
 
@@ -100,9 +101,8 @@ def write_ledger(path: str, ids, sizes, mtimes, n_plan: int) -> None:
 def read_ledger(path: str) -> tuple[Ledger, int] | None:
     """(the ledger in file order, n_plan), or None if the file is missing or damaged."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError:
+        data = read_regular(path, None)
+    except (OSError, ValueError):  # DamagedDatasetError: a FIFO, a device (infra/regular.py)
         return None
     if len(data) < 32 or data[:8] != _MAGIC:
         return None

@@ -56,6 +56,7 @@ from distributed.client import FutureCancelledError
 
 from ..errors import EngineError, Interrupted, WorkerError
 from .pool import Progress, Result, failure, picklable
+from .regular import read_regular
 
 #: seconds an attempt waits for the lock of an earlier attempt, and for the coordinator's go
 LEASE_WAIT_S = 120.0
@@ -89,8 +90,7 @@ def lease_base(job: Job, index: int) -> str:
 
 def _read(path: str) -> str:
     try:
-        with open(path) as f:
-            return f.read()
+        return read_regular(path, 1 << 20).decode()
     except FileNotFoundError:
         return ""
 

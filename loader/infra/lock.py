@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ..errors import DatasetBusyError, NestedDatasetError, NotWritableError
 from .paths import enclosing_dataset
+from .regular import read_regular
 
 LOCK = ".lock"
 
@@ -127,8 +128,8 @@ def is_held(root: str) -> bool:
 
 def _holder_alive(path: Path) -> bool:
     try:
-        holder = json.loads(path.read_bytes() or b"{}")
-    except (OSError, ValueError):
+        holder = json.loads(read_regular(str(path), 1 << 16) or b"{}")
+    except (OSError, ValueError):  # DamagedDatasetError (a FIFO, a device) is a ValueError
         return False
     if not holder.get("pid") or holder.get("host") != os.uname().nodename:
         return bool(holder)  # another host's job: trust the record

@@ -38,7 +38,7 @@ def _open_pin_file(path: str) -> int | None:
         return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError:  # a read-only dataset directory: an existing pin file still works
         try:
-            return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            return os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO: no wait
         except OSError:
             return None
 
@@ -99,7 +99,7 @@ def oldest_pinned(root: str) -> int | None:
             continue
         path = os.path.join(d, name)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO: no wait
         except OSError:
             continue
         try:

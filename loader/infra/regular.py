@@ -36,11 +36,14 @@ def kind_of(mode: int) -> str:
 def _refuse(path: str, st: os.stat_result, max_bytes: int | None, advice: str) -> None:
     if not stat.S_ISREG(st.st_mode):
         link = f" (a link to {os.path.realpath(path)})" if os.path.islink(path) else ""
-        raise DamagedDatasetError(f"{path}{link} is {kind_of(st.st_mode)}, not a regular file; nothing was read "
-                                  f"or written - {advice}")
-    if max_bytes is not None and st.st_size > max_bytes:
-        raise DamagedDatasetError(f"{path} holds {st.st_size:,} bytes, more than the {max_bytes:,} such a file "
-                                  f"can plausibly hold; nothing was read or written - {advice}")
+        what = f"is {kind_of(st.st_mode)}, not a regular file"
+    elif max_bytes is not None and st.st_size > max_bytes:
+        link, what = "", f"holds {st.st_size:,} bytes, more than the {max_bytes:,} such a file can plausibly hold"
+    else:
+        return
+    err = DamagedDatasetError(f"{path}{link} {what}; nothing was read or written - {advice}")
+    err.what = f"{os.path.basename(path)}{link} {what}"  # for a caller's own message
+    raise err
 
 
 DEFAULT_ADVICE = "move it aside and restore the file from a backup"
@@ -56,6 +59,15 @@ def require_regular(path: str, max_bytes: int | None = None, advice: str = DEFAU
         return False
     _refuse(path, st, max_bytes, advice)
     return True
+
+
+def require_regular_entries(directory: str, advice: str = DEFAULT_ADVICE) -> None:
+    """`require_regular` for every entry of ``directory`` but sub-directories: before a
+    library (RocksDB) opens whatever files it finds there by name."""
+    with os.scandir(directory) as entries:
+        for e in entries:
+            if not e.is_dir(follow_symlinks=False):
+                require_regular(e.path, advice=advice)
 
 
 def open_regular(path: str, max_bytes: int | None = None, flags: int = os.O_RDONLY,
@@ -78,11 +90,11 @@ def open_regular_file(path: str, max_bytes: int | None = None, advice: str = DEF
     return open(path, "rb", opener=lambda p, _flags: open_regular(p, max_bytes, advice=advice))
 
 
-def read_regular(path: str, max_bytes: int = MAX_METADATA_BYTES, advice: str = DEFAULT_ADVICE) -> bytes:
-    """The bytes of the regular file ``path`` (of at most ``max_bytes``)."""
+def read_regular(path: str, max_bytes: int | None = MAX_METADATA_BYTES, advice: str = DEFAULT_ADVICE) -> bytes:
+    """The bytes of the regular file ``path`` (of at most ``max_bytes``; None: any size)."""
     with open_regular_file(path, max_bytes, advice) as f:
-        data = f.read(max_bytes + 1)
-    if len(data) > max_bytes:  # it grew since it was checked
+        data = f.read() if max_bytes is None else f.read(max_bytes + 1)
+    if max_bytes is not None and len(data) > max_bytes:  # it grew since it was checked
         raise DamagedDatasetError(f"{path} holds more than the {max_bytes:,} bytes such a file can plausibly "
                                   f"hold; nothing was read or written - {advice}")
     return data

@@ -29,7 +29,8 @@ import shutil
 import struct
 import sys
 
-from ..errors import StoreError
+from ..errors import DamagedDatasetError, StoreError
+from ..infra.regular import open_regular
 from ._lmdbnode import find_value as _find_value
 from ._lmdbnode import value_span as _value_span
 
@@ -61,7 +62,7 @@ def data_file_problem(data: str) -> str | None:
 
 def _meta_problem(data: str) -> str | None:
     try:
-        with open(data, "rb", buffering=0) as f:
+        with os.fdopen(open_regular(data), "rb", buffering=0) as f:
             size = os.fstat(f.fileno()).st_size
             head = os.pread(f.fileno(), _META.size, 0)
             if size == 0:
@@ -73,6 +74,8 @@ def _meta_problem(data: str) -> str | None:
                 return f"data.mdb's first meta page gives an impossible page size {psize}"
             metas = [_META.unpack(head), _META.unpack(os.pread(f.fileno(), _META.size, psize).ljust(_META.size,
                                                                                                   b"\0"))]
+    except DamagedDatasetError as e:  # a FIFO, a device: never opened (infra/regular.py)
+        return e.what
     except OSError as e:
         return f"data.mdb cannot be read ({e.strerror or e})"
     for i, (pgno, _pad, flags, magic, version, _psize, last_pg, _txnid) in enumerate(metas):

@@ -48,9 +48,10 @@ from typing import Iterable
 
 import lmdb
 
-from ..errors import MissingPathError, StoreError
+from ..errors import DamagedDatasetError, MissingPathError, StoreError
 from ..infra import faults
 from ..infra.fsatomic import exchange, fsync_dir
+from ..infra.regular import open_regular
 from .base import ShardStore, ascending, corrupt_store, make_shard_dir
 from .lmdb_env import (
     EnvEntry,
@@ -318,8 +319,8 @@ class LmdbStore(LmdbReads, ShardStore):
         self._unflushed = 0
         if self._wb_fd is None:
             try:
-                self._wb_fd = os.open(os.path.join(self.path, "data.mdb"), os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:
+                self._wb_fd = open_regular(os.path.join(self.path, "data.mdb"))
+            except (OSError, DamagedDatasetError):
                 return
         writeback(self._wb_fd)
 
