@@ -69,6 +69,10 @@ class DatasetMismatchError(UsageError):
     """The dataset exists with another layout, format or shard count."""
 
 
+class DatasetMovedError(UsageError):
+    """The dataset directory was moved, renamed or removed while a job was using it."""
+
+
 class PipelineError(UsageError):
     """A pipeline file (pipelines/NAME.toml) is malformed or has an unknown key."""
 

@@ -119,7 +119,7 @@ def ingest(dataset: str, from_dir: str, *, pattern: str = "*", on_bad_file: str 
         raise MissingPathError(f"directory {from_dir} does not exist (--from); create it or fix the path")
     refuse_pseudo_file(from_dir)
     spec = parse_dataset_uri(dataset)
-    existing = mf.load_manifest(spec.root) if mf.exists(spec.root) else None
+    existing = mf.load_manifest(spec.root, spec.uri) if mf.exists(spec.root) else None
     settings, spec = resolve_options(spec, existing, get_layout(layout) if layout else None, request)
     settings = dataclasses.replace(settings, checkpoints=checkpoint_settings(checkpoint_seconds, checkpoint_bytes))
     kind = settings.kind()
@@ -136,7 +136,7 @@ def _ingest(spec: StoreSpec, settings: RunSettings, directory: str, pattern: str
     prepare_root(spec)
     with DatasetLock(spec.root) as lock:
         lock.set_job(f"ingest {directory}/{pattern}")
-        m = mf.load_manifest(spec.root) if mf.exists(spec.root) else None
+        m = mf.load_manifest(spec.root, spec.uri) if mf.exists(spec.root) else None
         start_writing(spec, m)
         discard_unfinished(spec, progress)
         if m is not None:

@@ -73,7 +73,7 @@ def load(source, dataset: str, *, layout: str | None = None, format: str | None 
                       batch_records=batch_records, progress=progress, checkpoint_seconds=checkpoint_seconds,
                       checkpoint_bytes=checkpoint_bytes, fault=faults.from_env(), t_start=t_start)
     spec = parse_dataset_uri(dataset)
-    existing = existing_manifest(spec.root, replace)
+    existing = existing_manifest(spec.root, replace, spec.uri)
     refs = _refs(source)
     given = _given_layout(refs, layout, existing)
     src = _source(source, refs, given, on_bad_file)
@@ -98,7 +98,7 @@ def _load(src: Source, spec: StoreSpec, existing: mf.Manifest | None, request: R
         raise
     with DatasetLock(spec.root) as lock:
         lock.set_job(f"load {planned.uri}" + (" --replace" if replace else ""))
-        m = existing_manifest(spec.root, replace)
+        m = existing_manifest(spec.root, replace, spec.uri)
         start_writing(spec, m)
         if replace:
             return load_replacing(spec, m, job)

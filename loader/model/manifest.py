@@ -32,7 +32,14 @@ from pathlib import Path
 
 import msgspec
 
-from ..errors import DamagedDatasetError, DatasetNotFoundError, ManifestError, NotReadableError, StoreError
+from ..errors import (
+    DamagedDatasetError,
+    DatasetMismatchError,
+    DatasetNotFoundError,
+    ManifestError,
+    NotReadableError,
+    StoreError,
+)
 from ..infra import faults
 from ..infra.fsatomic import fsync_dir
 from ..infra.paths import MANIFEST
@@ -222,7 +229,25 @@ def load_manifest(root: str | os.PathLike, uri: str | None = None) -> Manifest:
     """The manifest of the dataset at ``root``, checked (manifest_check.py): a file that is
     not a valid manifest raises ManifestError naming it and the problem."""
     with open_manifest(root, uri) as f:
-        return read_manifest(f)
+        return check_store(read_manifest(f), root, uri)
+
+
+#: the store each scheme's shards are (mem:// is LMDB on /dev/shm)
+_BACKEND = {"lmdb": "lmdb", "mem": "lmdb", "rocksdb": "rocksdb"}
+
+
+def check_store(m: Manifest, root: str | os.PathLike, uri: str | None) -> Manifest:
+    """``m``, unless ``uri`` names its dataset with the scheme of another store: opening
+    RocksDB shards as LMDB ones (or the reverse) would call every shard damaged (an empty
+    dataset may be redefined by a load: loading/options.check_compatible). A usage
+    error (DatasetMismatchError, exit 2) naming the URI to use."""
+    scheme = uri.split("://", 1)[0] if uri and "://" in uri else None
+    if scheme is None or not m.batches or _BACKEND.get(scheme) == _BACKEND.get(m.scheme, m.scheme):
+        return m
+    right = f"mem://{os.path.basename(str(root).rstrip('/'))}" if m.scheme == "mem" else \
+        f"{m.scheme}://{uri.split('://', 1)[1]}"
+    raise DatasetMismatchError(f"dataset {uri} is a {m.scheme} dataset (its manifest says store {m.scheme!r}), not "
+                               f"{scheme}: nothing is wrong with it - open it as {right}")
 
 
 def read_manifest(f) -> Manifest:

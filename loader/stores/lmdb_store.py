@@ -52,7 +52,7 @@ from ..errors import DamagedDatasetError, MissingPathError, StoreError
 from ..infra import faults
 from ..infra.fsatomic import exchange, fsync_dir
 from ..infra.regular import open_regular
-from .base import ShardStore, ascending, corrupt_store, make_shard_dir
+from .base import ShardStore, ascending, corrupt_store, make_shard_dir, require_access
 from .lmdb_env import (
     EnvEntry,
     acquire_env,
@@ -100,6 +100,9 @@ class LmdbStore(LmdbReads, ShardStore):
 
     # --- opening -----------------------------------------------------------------
 
+    #: files a reader writes too (LMDB's reader table)
+    READER_WRITES = ("lock.mdb",)
+
     @classmethod
     def open(cls, path: str, *, write: bool, options: dict | None = None,
              map_size: int | None = None, readahead: bool | None = None) -> "LmdbStore":
@@ -115,6 +118,7 @@ class LmdbStore(LmdbReads, ShardStore):
             options["readahead"] = readahead
         opts = LmdbOptions.parse(options)
         path = os.path.abspath(path)
+        require_access(path, write, cls.READER_WRITES)  # a permission problem is not damage
         if write:
             recover_compaction(path)  # before the directory is (re)created: it may be the copy's
             make_shard_dir(path)

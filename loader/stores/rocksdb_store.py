@@ -68,7 +68,7 @@ from ..errors import (
     UsageError,
 )
 from ..infra.regular import open_regular_file, require_regular_entries
-from .base import ShardStore, ascending, corrupt_store, make_shard_dir
+from .base import ShardStore, ascending, corrupt_store, make_shard_dir, require_access
 from .health import REBUILD
 from .options import RocksdbOptions
 
@@ -141,6 +141,7 @@ class RocksdbStore(ShardStore):
         options = RocksdbOptions.parse(options or {})
         path = os.path.abspath(path)
         opts = _options(options, write=write)
+        require_access(path, write)  # a permission problem is not damage
         if os.path.isdir(path):  # RocksDB opens every file it finds there: no FIFO, no device
             require_regular_entries(path, advice=REBUILD)
         exists = os.path.exists(os.path.join(path, "CURRENT"))
