@@ -55,6 +55,7 @@ from distributed import Queue, Variable, get_worker
 from distributed.client import FutureCancelledError
 
 from ..errors import EngineError, Interrupted, WorkerError
+from .fsatomic import mkdir_inside
 from .pool import Progress, Result, failure, picklable
 from .regular import read_regular
 
@@ -351,7 +352,7 @@ def hold_run(job: Job) -> int:
     """Mark ``job``'s run live - an flock on ``<run id>.run``, held by the coordinator until
     the run ends (the kernel drops it if the coordinator dies) - then stop the orphans:
     the attempts of runs whose coordinator is gone. Returns the held file's descriptor."""
-    os.makedirs(job.lease_dir, exist_ok=True)
+    mkdir_inside(job.lease_dir)
     tmp = os.path.join(job.lease_dir, f".{job.run_id}.run.tmp")
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(fd, fcntl.LOCK_EX)

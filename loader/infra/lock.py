@@ -92,9 +92,10 @@ class DatasetLock:
         self.release()
         if moved:  # a shard or the manifest "missing" is then no damage: say what happened
             raise DatasetMovedError(
-                f"dataset directory {self.root} was moved, renamed or removed while this job was writing it "
-                f"({err}); the dataset is not damaged: what was committed is where the directory went - move "
-                f"it back to {self.root} and run the same command again to resume") from err
+                f"dataset directory {self.root} was moved, renamed or removed while this job was writing it, "
+                f"so its files were missing ({type(err).__name__}); the dataset is not damaged: what was committed "
+                f"is where the directory went - move it back to {self.root} and run the same command again to "
+                "resume") from err
 
 
 def refuse_nested(root: str) -> None:
