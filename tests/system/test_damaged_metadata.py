@@ -9,7 +9,6 @@ that makes one wait fails the test instead of hanging it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -18,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
+from tests.system import damaged_datasets
+from tests.system.damaged_datasets import digest
 
 DAMAGES = {
     "deleted": lambda p: None,
@@ -29,26 +30,7 @@ DAMAGES = {
     "directory": lambda p: p.mkdir(),
 }
 
-
-@pytest.fixture(scope="module")
-def finalized(tmp_path_factory):
-    """One small finalized dataset (shards + an array index) of each backend."""
-    base = tmp_path_factory.mktemp("base")
-    out = {}
-    for scheme in ("lmdb", "rocksdb"):
-        uri = f"{scheme}://{base}/{scheme}"
-        run_cli("load", "gen://scidb96?n=2000", uri, "--shards", "2", "--batch-records", "500", "-q", check=True)
-        run_cli("finalize", uri, "--dims", "i0:10,i1:1000", "-q", check=True)
-        out[scheme] = base / scheme
-    return out
-
-
-def _digest(root: Path) -> dict[str, str]:
-    """Every shard and array file's bytes (lock files aside: an open may touch them)."""
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()
-            and p.name not in ("lock.mdb", "writer.lock", "LOCK", ".lock") and "LOG" not in p.name
-            and p.parent != root}
+finalized = damaged_datasets.finalized  # the fixture
 
 
 def _commands(uri: str, tmp: Path) -> dict[str, list]:
@@ -80,7 +62,7 @@ def test_every_command_names_a_dataset_without_readable_manifest_and_writes_noth
     manifest = root / "manifest.json"
     manifest.unlink()
     DAMAGES[damage](manifest)
-    before = _digest(root)
+    before = digest(root)
     assert any(k.startswith("shard-") for k in before) and any(k.startswith("arrays") for k in before)
     uri = f"{scheme}://{root}"
     for name, args in _commands(uri, tmp_path).items():
@@ -90,7 +72,7 @@ def test_every_command_names_a_dataset_without_readable_manifest_and_writes_noth
         assert "Traceback" not in r.stderr, (name, r.stderr)
         assert "manifest.json" in line and "backup" in line, (name, line)
         assert "load one first" not in r.stderr, (name, r.stderr)
-        assert _digest(root) == before, name
+        assert digest(root) == before, name
     assert not (tmp_path / "out.bin").exists()
 
     import loader
@@ -98,7 +80,7 @@ def test_every_command_names_a_dataset_without_readable_manifest_and_writes_noth
 
     with pytest.raises(DamagedDatasetError, match="manifest.json"):
         loader.open(uri)
-    assert _digest(root) == before
+    assert digest(root) == before
 
 
 def test_an_empty_directory_is_still_a_new_dataset(tmp_path):

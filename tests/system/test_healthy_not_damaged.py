@@ -9,7 +9,6 @@ tests run as root: root reads whatever the mode bits say).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -20,24 +19,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli, tool
+from tests.system import damaged_datasets
+from tests.system.damaged_datasets import digest
 
-
-@pytest.fixture(scope="module")
-def finalized(tmp_path_factory):
-    base = tmp_path_factory.mktemp("base")
-    out = {}
-    for scheme in ("lmdb", "rocksdb"):
-        uri = f"{scheme}://{base}/{scheme}"
-        run_cli("load", "gen://scidb96?n=2000", uri, "--shards", "2", "--batch-records", "500", "-q", check=True)
-        run_cli("finalize", uri, "--dims", "i0:10,i1:1000", "-q", check=True)
-        out[scheme] = base / scheme
-    return out
-
-
-def _digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file() and p.parent != root
-            and p.name not in ("lock.mdb", "writer.lock", "LOCK") and "LOG" not in p.name}
+finalized = damaged_datasets.finalized  # the fixture
 
 
 def _commands(uri: str, out: Path) -> dict[str, list]:
@@ -65,11 +50,11 @@ def test_a_dataset_opened_with_the_wrong_scheme_is_a_usage_error_naming_the_righ
         finalized, tmp_path, actual, opened_as):
     root = tmp_path / "ds"
     shutil.copytree(finalized[actual], root)
-    before = _digest(root)
+    before = digest(root)
     for name, args in _commands(f"{opened_as}://{root}", tmp_path / "out.bin").items():
         r = run_cli(*args, timeout=60)
         _usage_error(r, name, f"open it as {actual}://{root}")
-    assert _digest(root) == before
+    assert digest(root) == before
 
     import loader
     from loader.errors import DatasetMismatchError
@@ -99,7 +84,7 @@ def test_a_shard_this_user_may_not_read_is_a_permission_error_not_damage(finaliz
                 ["id", "-g", "nobody"]))
             for p in [top, *top.rglob("*")]:
                 os.chown(p, uid, gid)
-        before = _digest(root)
+        before = digest(root)
         os.chmod(root / "shard-000", 0)
         uri = f"{scheme}://{root}"
         for name, args in _commands(uri, top / "out.bin").items():
@@ -107,7 +92,7 @@ def test_a_shard_this_user_may_not_read_is_a_permission_error_not_damage(finaliz
                                timeout=60, env=dict(os.environ, HOME=str(top)))
             _usage_error(r, name, "permission denied", "shard-000")
         os.chmod(root / "shard-000", 0o755)
-        assert _digest(root) == before
+        assert digest(root) == before
     finally:
         os.chmod(top / "ds" / "shard-000", 0o755) if (top / "ds").exists() else None
         shutil.rmtree(top, ignore_errors=True)

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli, tool
+from tests.system import damaged_datasets
 
 SPECIALS = {
     "fifo": lambda p: os.mkfifo(p),
@@ -42,17 +43,7 @@ CASES = [
     ("rocksdb", "INDEX", "dev-zero-link"),
 ]
 
-
-@pytest.fixture(scope="module")
-def finalized(tmp_path_factory):
-    base = tmp_path_factory.mktemp("base")
-    out = {}
-    for scheme in ("lmdb", "rocksdb"):
-        uri = f"{scheme}://{base}/{scheme}"
-        run_cli("load", "gen://scidb96?n=2000", uri, "--shards", "2", "--batch-records", "500", "-q", check=True)
-        run_cli("finalize", uri, "--dims", "i0:10,i1:1000", "-q", check=True)
-        out[scheme] = base / scheme
-    return out
+finalized = damaged_datasets.finalized  # the fixture
 
 
 def _target(root: Path, name: str) -> Path:
