@@ -72,8 +72,9 @@ def _as_other_user(args: list) -> list:
     return [setpriv, "--reuid=nobody", "--regid=nogroup", "--clear-groups", *args]
 
 
+@pytest.mark.parametrize("unreadable", ["shard-000", "manifest.json"])
 @pytest.mark.parametrize("scheme", ["lmdb", "rocksdb"])
-def test_a_shard_this_user_may_not_read_is_a_permission_error_not_damage(finalized, scheme):
+def test_a_shard_or_manifest_this_user_may_not_read_is_a_permission_error_not_damage(finalized, scheme, unreadable):
     top = Path(tempfile.mkdtemp(prefix="bulkload-perm-"))  # outside pytest's root-only tmp tree
     try:
         os.chmod(top, 0o755)
@@ -85,16 +86,16 @@ def test_a_shard_this_user_may_not_read_is_a_permission_error_not_damage(finaliz
             for p in [top, *top.rglob("*")]:
                 os.chown(p, uid, gid)
         before = digest(root)
-        os.chmod(root / "shard-000", 0)
+        mode = os.stat(root / unreadable).st_mode
+        os.chmod(root / unreadable, 0)
         uri = f"{scheme}://{root}"
         for name, args in _commands(uri, top / "out.bin").items():
             r = subprocess.run(_as_other_user([tool("bulkload"), *map(str, args)]), capture_output=True, text=True,
                                timeout=60, env=dict(os.environ, HOME=str(top)))
-            _usage_error(r, name, "permission denied", "shard-000")
-        os.chmod(root / "shard-000", 0o755)
+            _usage_error(r, name, "ermission denied", unreadable, "fix its permissions")
+        os.chmod(root / unreadable, mode)
         assert digest(root) == before
     finally:
-        os.chmod(top / "ds" / "shard-000", 0o755) if (top / "ds").exists() else None
         shutil.rmtree(top, ignore_errors=True)
 
 
