@@ -61,6 +61,13 @@ def test_a_special_file_inside_a_dataset_is_named_not_waited_on(finalized, tmp_p
     target = _target(root, name)
     target.unlink()
     SPECIALS[special](target)
+    try:
+        _every_command_names(root, scheme, name, target)
+    finally:
+        target.unlink()  # no device node or FIFO is left behind in the kept tmp dirs
+
+
+def _every_command_names(root: Path, scheme: str, name: str, target: Path) -> None:
     uri = f"{scheme}://{root}"
     commands = {
         "verify": ["verify", uri],
@@ -107,3 +114,4 @@ def test_a_query_waiting_on_nothing_obeys_sigterm(finalized, tmp_path):
         pytest.fail("query of an array whose index is a FIFO ignored SIGTERM")
     assert p.returncode == 1, (p.returncode, err)
     assert "FIFO" in err and index.name in err
+    index.unlink()
