@@ -30,12 +30,13 @@ import numpy as np
 
 from ..errors import StoreError, VerifyError
 from ..infra.fsatomic import fsync_dir
+from ..infra.paths import ARRAYS
 from ..infra.regular import open_regular
 from .arrow_numpy import from_numpy, to_numpy
 from .layouts import TYPES, Layout
 
 TABLE_PREFIX = "array-"
-INDEX_DIR = "arrays"
+INDEX_DIR = ARRAYS
 #: a piece's sample holds every K-th cell, K cells being about this many bytes
 SAMPLE_BYTES = 4 << 10
 #: the sample's list columns (`write_index`; `read_index` gives them as SAMPLE_COLUMNS flat

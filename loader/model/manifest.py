@@ -42,9 +42,8 @@ from ..errors import (
 )
 from ..infra import faults
 from ..infra.fsatomic import fsync_dir
-from ..infra.paths import MANIFEST
+from ..infra.paths import ARRAYS, MANIFEST
 from ..infra.regular import MAX_METADATA_BYTES, open_regular_file, read_regular
-from .chunk_index import INDEX_DIR
 from .garbage_entry import GarbageEntry
 from .layouts import Layout
 from .manifest_check import problem
@@ -222,7 +221,7 @@ def bulkload_data(root: str | os.PathLike) -> list[str]:
         names = os.listdir(root)
     except OSError:
         return []
-    return sorted(n for n in names if n == INDEX_DIR or (n.startswith("shard-") and n[6:].isdigit()))
+    return sorted(n for n in names if n == ARRAYS or (n.startswith("shard-") and n[6:].isdigit()))
 
 
 def load_manifest(root: str | os.PathLike, uri: str | None = None) -> Manifest:
