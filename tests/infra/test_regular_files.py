@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import os
 import stat
-import threading
 
 import pytest
 
 from loader.errors import DamagedDatasetError
 from loader.infra.regular import open_regular, read_regular, require_regular, require_regular_entries
+from tests.dask_engine.cluster import run_in_thread
 
 SPECIAL = {
     "fifo": (lambda p: os.mkfifo(p), "a FIFO"),
@@ -23,16 +23,7 @@ SPECIAL = {
 
 def _in_thread(fn, timeout=5.0):
     """fn()'s result or exception; fails (instead of hanging the suite) if fn blocks."""
-    out = {}
-
-    def run():
-        try:
-            out["value"] = fn()
-        except BaseException as e:  # noqa: BLE001 - handed to the test
-            out["error"] = e
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
+    t, out = run_in_thread(fn)
     t.join(timeout)
     assert not t.is_alive(), "blocked on a special file"
     if "error" in out:
