@@ -69,6 +69,10 @@ class DatasetMismatchError(UsageError):
     """The dataset exists with another layout, format or shard count."""
 
 
+class DatasetMovedError(UsageError):
+    """The dataset directory was moved, renamed or removed while a job was using it."""
+
+
 class PipelineError(UsageError):
     """A pipeline file (pipelines/NAME.toml) is malformed or has an unknown key."""
 
@@ -78,6 +82,12 @@ class NotWritableError(BulkloadError, PermissionError):
 
 
 class MissingPathError(BulkloadError, FileNotFoundError):
+    exit_code = EXIT_USAGE
+
+
+class NotReadableError(BulkloadError, PermissionError):
+    """A dataset file or directory this user may not read: fix permissions (not damage)."""
+
     exit_code = EXIT_USAGE
 
 
@@ -203,6 +213,13 @@ class ManifestError(BulkloadError, ValueError):
     types, batch rows that cannot be); nothing is read or written on its word."""
 
     exit_code = EXIT_FAILED
+
+
+class DamagedDatasetError(ManifestError):
+    """A dataset directory that holds bulkload data (shards, arrays) but no readable
+    metadata (manifest.json deleted, a dangling link, a FIFO, a device, a directory), or a
+    file inside a dataset that is not a regular file of plausible size: nothing reads or
+    writes over it; the message says how to recover."""
 
 
 class WorkerError(BulkloadError, RuntimeError):

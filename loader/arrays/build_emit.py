@@ -37,8 +37,9 @@ from dataclasses import dataclass
 import numpy as np
 import xxhash
 
-from ..errors import DuplicateCellError
+from ..errors import DamagedDatasetError, DuplicateCellError
 from ..infra import faults
+from ..infra.regular import open_regular
 from ..model.chunk_index import index_columns, sample_every
 from ..stores.write_guard import guard_write
 from .chunks import chunk_key
@@ -329,8 +330,8 @@ class Writeback:
 
     def __init__(self, path: str):
         try:
-            self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
+            self.fd = open_regular(path)
+        except (OSError, DamagedDatasetError):
             self.fd = None
         if Writeback._fn is None:
             try:

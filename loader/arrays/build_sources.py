@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import VerifyError
+from ..infra.regular import open_regular
 from . import spill_files
 from .build_emit import ChunkEmitter
 from .chunks import box_fits
@@ -159,7 +160,7 @@ class SpillSource:
     def _fds(self, ri: int) -> tuple[int, int]:
         if ri not in self.fds:
             base = os.path.join(self.task.spill_dir, self.task.runs[ri].name)
-            self.fds[ri] = (os.open(base + ".rec", os.O_RDONLY), os.open(base + ".idx", os.O_RDONLY))
+            self.fds[ri] = (open_regular(base + ".rec"), open_regular(base + ".idx"))
         return self.fds[ri]
 
     def windows(self, s: int, st):

@@ -79,6 +79,7 @@ import numpy as np
 
 from ..errors import BulkloadError, DuplicateCellError, NoSpaceError, StoreError, UsageError, WorkerError
 from ..infra import executors, faults, interrupts
+from ..infra.fsatomic import mkdir_inside
 from ..infra.lock import DatasetLock
 from ..infra.progress import Progress
 from ..infra.space import check_space
@@ -342,8 +343,8 @@ def _record_run(b: _Build) -> None:
         if leftover.startswith(SPILL_PREFIX):
             shutil.rmtree(os.path.join(b.spec.root, leftover), ignore_errors=True)
     collect_index_garbage(b.spec.root, b.m)
-    os.makedirs(b.spill)
-    os.makedirs(os.path.join(b.spec.root, INDEX_DIR), exist_ok=True)
+    os.mkdir(b.spill)
+    mkdir_inside(os.path.join(b.spec.root, INDEX_DIR))
 
 
 def _build_array(b: _Build) -> np.ndarray:

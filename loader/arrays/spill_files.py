@@ -23,6 +23,7 @@ import os
 import numpy as np
 
 from ..errors import BulkloadError, NoSpaceError, StoreError, WorkerError
+from ..infra.regular import open_regular_file
 
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
@@ -51,4 +52,5 @@ def load(path: str, dtype) -> np.ndarray:
     if size % dtype.itemsize:
         raise WorkerError(f"{path}: {size} bytes is not a whole number of {dtype.itemsize}-byte rows: a finalize "
                           "worker's file was cut short or changed; run the finalize again")
-    return np.fromfile(path, dtype)
+    with open_regular_file(path) as f:
+        return np.fromfile(f, dtype)

@@ -78,7 +78,7 @@ def ingest_docs(spec: StoreSpec, directory: str, *, settings: RunSettings, on_ba
     prepare_root(spec)
     with DatasetLock(spec.root) as lock:
         lock.set_job(f"ingest {directory}")
-        m = mf.load_manifest(spec.root) if mf.exists(spec.root) else None
+        m = mf.load_manifest(spec.root, spec.uri) if mf.exists(spec.root) else None
         start_writing(spec, m, progress=settings.progress)
         if m is not None:
             check_compatible(m, spec, settings)

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 import xxhash
 
-from ..infra.fsatomic import fsync_dir
+from ..infra.fsatomic import fsync_dir, mkdir_inside
+from ..infra.regular import read_regular
 from ..model import manifest as mf
 from ..model.runs import Run
 
@@ -100,9 +101,8 @@ def write_ledger(path: str, ids, sizes, mtimes, n_plan: int) -> None:
 def read_ledger(path: str) -> tuple[Ledger, int] | None:
     """(the ledger in file order, n_plan), or None if the file is missing or damaged."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError:
+        data = read_regular(path, None)
+    except (OSError, ValueError):  # DamagedDatasetError: a FIFO, a device (infra/regular.py)
         return None
     if len(data) < 32 or data[:8] != _MAGIC:
         return None
@@ -143,7 +143,7 @@ def _plan_ledger(root: str, m: mf.Manifest | None, fp: str, plan_ids: np.ndarray
     documents read then), else now's. Deletes the files no manifest entry names."""
     name = f"{xxhash.xxh3_64_hexdigest(fp.encode())}.ledger"
     d = os.path.join(root, LEDGER_DIR)
-    os.makedirs(d, exist_ok=True)
+    mkdir_inside(d)
     named = {r["file"] for r in (m.extra.get(LEDGER_KEY) or [])} if m is not None else set()
     for other in os.listdir(d):
         if other not in named and other != name:

@@ -24,7 +24,8 @@ import numpy as np
 import xxhash
 
 from ..errors import UsageError
-from ..infra.fsatomic import fsync_dir
+from ..infra.fsatomic import fsync_dir, mkdir_inside
+from ..infra.regular import read_regular
 from ..infra.uri import query_options
 from ..sources.base import DirectorySource, Source, SourcePlan, parse_count
 from ..sources.generated import parse_range
@@ -162,7 +163,7 @@ def save_plan(path: str, entries) -> None:
     """Write a directory plan atomically: n, the n ids (u64 little-endian, in id order),
     m, the positions (u64) of the m files not named ``<id>.json``, their names
     (os.fsencode'd, each NUL-terminated)."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    mkdir_inside(os.path.dirname(path))
     tmp = f"{path}.tmp-{os.getpid()}"
     ids, pos, names = _plan_parts(entries)
     with open(tmp, "wb") as f:
@@ -184,8 +185,7 @@ def _load_plan(path: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """(ids, positions of the files not named <id>.json, their names) of a saved plan."""
     got = _PLANS.get(path)
     if got is None:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_regular(path, None)
         n = int.from_bytes(data[:8], "little")
         ids = np.frombuffer(data, "<u8", n, 8).astype(np.uint64, copy=False)
         at = 8 + 8 * n

@@ -55,7 +55,9 @@ from distributed import Queue, Variable, get_worker
 from distributed.client import FutureCancelledError
 
 from ..errors import EngineError, Interrupted, WorkerError
+from .fsatomic import mkdir_inside
 from .pool import Progress, Result, failure, picklable
+from .regular import read_regular
 
 #: seconds an attempt waits for the lock of an earlier attempt, and for the coordinator's go
 LEASE_WAIT_S = 120.0
@@ -89,8 +91,7 @@ def lease_base(job: Job, index: int) -> str:
 
 def _read(path: str) -> str:
     try:
-        with open(path) as f:
-            return f.read()
+        return read_regular(path, 1 << 20).decode()
     except FileNotFoundError:
         return ""
 
@@ -351,7 +352,7 @@ def hold_run(job: Job) -> int:
     """Mark ``job``'s run live - an flock on ``<run id>.run``, held by the coordinator until
     the run ends (the kernel drops it if the coordinator dies) - then stop the orphans:
     the attempts of runs whose coordinator is gone. Returns the held file's descriptor."""
-    os.makedirs(job.lease_dir, exist_ok=True)
+    mkdir_inside(job.lease_dir)
     tmp = os.path.join(job.lease_dir, f".{job.run_id}.run.tmp")
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(fd, fcntl.LOCK_EX)

@@ -50,3 +50,14 @@ def path_ident(path: str) -> tuple[int, int] | None:
     except OSError:
         return None
     return st.st_dev, st.st_ino
+
+
+def mkdir_inside(path: str) -> None:
+    """Create the directory ``path`` (if missing) inside an existing one - never its
+    parents: a dataset directory moved or removed while a job uses it must not be
+    re-created, empty, at its old path (FileNotFoundError instead)."""
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        if not os.path.isdir(path):
+            raise

@@ -4,6 +4,10 @@ The lock file records who holds it (pid, host, time) so that a second job can sa
 "dataset locked by pid P on host H since T" and exit with code 3. The kernel drops a
 flock when its process dies, so a lock left by a killed job is taken over at once.
 
+A job whose dataset directory is moved, renamed or removed while it holds the lock ends
+with DatasetMovedError (exit 2) whatever error the move caused (a shard or the manifest
+"missing"): `DatasetLock.moved` compares ROOT/.lock with the file it locked.
+
 `is_held` tells a reader whether some job holds the lock without touching it (a probe
 with flock, even shared, would make a writer starting at that moment fail with "busy").
 
@@ -22,8 +26,9 @@ import stat
 import time
 from pathlib import Path
 
-from ..errors import DatasetBusyError, NestedDatasetError, NotWritableError
+from ..errors import DatasetBusyError, DatasetMovedError, NestedDatasetError, NotWritableError
 from .paths import enclosing_dataset
+from .regular import read_regular
 
 LOCK = ".lock"
 
@@ -67,11 +72,30 @@ class DatasetLock:
             os.close(self.fd)
             self.fd = None
 
+    def moved(self) -> bool:
+        """Whether the dataset directory was moved, renamed or removed since the lock was
+        taken: ROOT/.lock no longer names the file this job locked."""
+        if self.fd is None:
+            return False
+        try:
+            here = os.stat(self.path)
+        except OSError:
+            return True
+        held = os.fstat(self.fd)
+        return (here.st_dev, here.st_ino) != (held.st_dev, held.st_ino)
+
     def __enter__(self):
         return self.acquire()
 
-    def __exit__(self, *exc):
+    def __exit__(self, kind, err, tb):
+        moved = isinstance(err, Exception) and self.moved()
         self.release()
+        if moved:  # a shard or the manifest "missing" is then no damage: say what happened
+            raise DatasetMovedError(
+                f"dataset directory {self.root} was moved, renamed or removed while this job was writing it, "
+                f"so its files were missing ({type(err).__name__}); the dataset is not damaged: what was committed "
+                f"is where the directory went - move it back to {self.root} and run the same command again to "
+                "resume") from err
 
 
 def refuse_nested(root: str) -> None:
@@ -127,8 +151,8 @@ def is_held(root: str) -> bool:
 
 def _holder_alive(path: Path) -> bool:
     try:
-        holder = json.loads(path.read_bytes() or b"{}")
-    except (OSError, ValueError):
+        holder = json.loads(read_regular(str(path), 1 << 16) or b"{}")
+    except (OSError, ValueError):  # DamagedDatasetError (a FIFO, a device) is a ValueError
         return False
     if not holder.get("pid") or holder.get("host") != os.uname().nodename:
         return bool(holder)  # another host's job: trust the record

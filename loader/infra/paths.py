@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 MANIFEST = "manifest.json"
+ARRAYS = "arrays"  # the arrays' chunk indexes (model/chunk_index.py)
 
 
 def is_dataset(d: str | os.PathLike) -> bool:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import fcntl
 import os
 
-from .fsatomic import path_ident
+from .fsatomic import mkdir_inside, path_ident
 
 READERS = ".readers"
 #: pin attempts before a reader gives up and reads unpinned (each retry follows a manifest write)
@@ -34,11 +34,11 @@ def same_file(path: str, st: os.stat_result) -> bool:
 
 def _open_pin_file(path: str) -> int | None:
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        mkdir_inside(os.path.dirname(path))
         return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError:  # a read-only dataset directory: an existing pin file still works
         try:
-            return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            return os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO: no wait
         except OSError:
             return None
 
@@ -99,7 +99,7 @@ def oldest_pinned(root: str) -> int | None:
             continue
         path = os.path.join(d, name)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO: no wait
         except OSError:
             continue
         try:

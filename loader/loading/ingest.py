@@ -128,7 +128,7 @@ def check(dataset: str, from_dir: str, *, pattern: str = "*", on_bad_file: str =
     request = Request(format=format, compression=compression, shards=shards, workers=workers,
                       batch_records=batch_records, checkpoint_seconds=checkpoint_seconds)
     spec, settings, _ = _checked(dataset, from_dir, pattern, on_bad_file, layout, request)
-    existing = mf.load_manifest(spec.root) if mf.exists(spec.root) else None
+    existing = mf.load_manifest(spec.root, spec.uri) if mf.exists(spec.root) else None
     if existing is not None:
         check_compatible(existing, spec, settings)
     return settings
@@ -149,7 +149,7 @@ def _checked(dataset: str, from_dir: str, pattern: str, on_bad_file: str, layout
         raise MissingPathError(f"directory {from_dir} does not exist (--from); create it or fix the path")
     refuse_pseudo_file(from_dir)
     spec = parse_dataset_uri(dataset)
-    existing = mf.load_manifest(spec.root) if mf.exists(spec.root) else None
+    existing = mf.load_manifest(spec.root, spec.uri) if mf.exists(spec.root) else None
     settings, spec = resolve_options(spec, existing, get_layout(layout) if layout else None, request)
     checkpoints = checkpoint_settings(request.checkpoint_seconds, request.checkpoint_bytes)
     return spec, dataclasses.replace(settings, checkpoints=checkpoints), directory
@@ -163,7 +163,7 @@ def _ingest(spec: StoreSpec, settings: RunSettings, directory: str, pattern: str
     prepare_root(spec)
     with DatasetLock(spec.root) as lock:
         lock.set_job(f"ingest {directory}/{pattern}")
-        m = mf.load_manifest(spec.root) if mf.exists(spec.root) else None
+        m = mf.load_manifest(spec.root, spec.uri) if mf.exists(spec.root) else None
         start_writing(spec, m, progress=progress)
         if m is not None:
             check_compatible(m, spec, settings)

@@ -88,7 +88,7 @@ def load(source, dataset: str, *, layout: str | None = None, format: str | None 
 def _opened(source, spec: StoreSpec, layout: str | None, replace: bool,
             on_bad_file: str) -> tuple[mf.Manifest | None, Layout | None, Source]:
     """(the dataset's manifest or None, the layout asked for, the source: to close)."""
-    existing = existing_manifest(spec.root, replace)
+    existing = existing_manifest(spec.root, replace, spec.uri)
     refs = _refs(source)
     given = _given_layout(refs, layout, existing)
     return existing, given, _source(source, refs, given, on_bad_file)
@@ -110,7 +110,7 @@ def _load(src: Source, spec: StoreSpec, existing: mf.Manifest | None, request: R
         raise
     with DatasetLock(spec.root) as lock:
         lock.set_job(f"load {planned.uri}" + (" --replace" if replace else ""))
-        m = existing_manifest(spec.root, replace)
+        m = existing_manifest(spec.root, replace, spec.uri)
         start_writing(spec, m, progress=request.progress, replacing=replace)
         if replace:
             return load_replacing(spec, m, job)

@@ -46,13 +46,14 @@ def checkpoint_settings(seconds: float | None = None, nbytes: int | None = None)
     return Checkpoints(float(seconds), int(nbytes))
 
 
-def existing_manifest(root: str, replace: bool = False) -> mf.Manifest | None:
+def existing_manifest(root: str, replace: bool = False, uri: str | None = None) -> mf.Manifest | None:
     """The manifest at ``root``, or None; an invalid one raises ManifestError, except for
-    ``--replace``, which starts the dataset over without reading it."""
+    ``--replace``, which starts the dataset over without reading it. ``uri``: the dataset
+    as named, refused when its scheme is not the dataset's store (`mf.check_store`)."""
     if not mf.exists(root):
         return None
     try:
-        return mf.load_manifest(root)
+        return mf.load_manifest(root, None if replace else uri)
     except ManifestError:
         if replace:
             return None

@@ -11,7 +11,8 @@ part of a piece finds where its cells lie without reading the rest (arrays/box_p
 Index files written before the sample existed have none of the three; readers do without.
 
 Readers (query, verify, compact's live-bytes count) load it with `read_index`; a file that
-is missing or unreadable is a VerifyError naming it. `write_index` writes a temporary
+is missing or unreadable is a VerifyError naming it, one that is not a regular file (a
+FIFO, a device: never opened) a DamagedDatasetError. `write_index` writes a temporary
 file, fsyncs it, renames it into place and fsyncs the directory: a crash leaves either
 no file or the whole file, never a part; a file no manifest names is garbage that the next
 writer removes (maintain/garbage.py `collect_index_garbage`).
@@ -22,17 +23,20 @@ commands that only load or compact capnp datasets never touch an index.
 
 from __future__ import annotations
 
+import mmap
 import os
 
 import numpy as np
 
 from ..errors import StoreError, VerifyError
 from ..infra.fsatomic import fsync_dir
+from ..infra.paths import ARRAYS
+from ..infra.regular import open_regular
 from .arrow_numpy import from_numpy, to_numpy
 from .layouts import TYPES, Layout
 
 TABLE_PREFIX = "array-"
-INDEX_DIR = "arrays"
+INDEX_DIR = ARRAYS
 #: a piece's sample holds every K-th cell, K cells being about this many bytes
 SAMPLE_BYTES = 4 << 10
 #: the sample's list columns (`write_index`; `read_index` gives them as SAMPLE_COLUMNS flat
@@ -104,8 +108,13 @@ def read_index(path: str) -> dict[str, np.ndarray]:
     import pyarrow as pa  # heavy: only array reads and compaction of finalized datasets need it
 
     try:
-        with pa.memory_map(path, "r") as src:
-            table = pa.ipc.open_file(src).read_all()
+        fd = open_regular(path, advice="re-run `bulkload finalize`")  # a FIFO would block, /dev/zero never end
+        try:
+            size = os.fstat(fd).st_size
+            buf = pa.py_buffer(mmap.mmap(fd, size, prot=mmap.PROT_READ)) if size else pa.py_buffer(b"")
+        finally:
+            os.close(fd)
+        table = pa.ipc.open_file(buf).read_all()
     except (OSError, pa.ArrowException) as e:
         raise VerifyError(f"cannot read the chunk index {path}: {e}; re-run `bulkload finalize`") from None
     out = {}

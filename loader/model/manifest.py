@@ -32,10 +32,18 @@ from pathlib import Path
 
 import msgspec
 
-from ..errors import DatasetNotFoundError, ManifestError, StoreError
+from ..errors import (
+    DamagedDatasetError,
+    DatasetMismatchError,
+    DatasetNotFoundError,
+    ManifestError,
+    NotReadableError,
+    StoreError,
+)
 from ..infra import faults
 from ..infra.fsatomic import fsync_dir
-from ..infra.paths import MANIFEST, is_dataset
+from ..infra.paths import ARRAYS, MANIFEST
+from ..infra.regular import MAX_METADATA_BYTES, open_regular_file, read_regular
 from .garbage_entry import GarbageEntry
 from .layouts import Layout
 from .manifest_check import problem
@@ -171,25 +179,74 @@ def write_json_atomic(path: Path, obj) -> None:
 
 
 def open_manifest(root: str | os.PathLike, uri: str | None = None):
-    """The manifest file, open for reading (binary); DatasetNotFoundError when there is none."""
+    """The manifest file, open for reading (binary): a regular file of plausible size
+    (infra/regular.py). DatasetNotFoundError when there is none and the directory holds no
+    bulkload data; DamagedDatasetError when it holds some (shards, arrays) but no readable
+    manifest - nothing may treat that directory as a new dataset and write over it."""
+    path = str(Path(root) / MANIFEST)
     try:
-        return open(Path(root) / MANIFEST, "rb")
+        return open_regular_file(path, MAX_METADATA_BYTES, advice=recovery(root))
     except FileNotFoundError:
+        found = bulkload_data(root)
+        if found:
+            what = (f"{MANIFEST} is a dangling link to {os.readlink(path)}" if os.path.islink(path)
+                    else f"no {MANIFEST}")
+            raise DamagedDatasetError(f"dataset {uri or root} is damaged: it holds bulkload data ({', '.join(found)}) "
+                                      f"but {what}; nothing was read or written - {recovery(root)}") from None
         raise DatasetNotFoundError(
             f"no dataset at {uri or root} (no {MANIFEST}); load one first with `bulkload load`"
         ) from None
     except NotADirectoryError:
         raise DatasetNotFoundError(f"no dataset at {uri or root}: {root} is a file, not a dataset "
                                    "directory; check the path") from None
+    except PermissionError as e:
+        raise NotReadableError(f"dataset {uri or root}: {path} cannot be read ({e.strerror}); "
+                               "fix its permissions or run as its owner") from None
     except OSError as e:
-        raise _invalid(Path(root) / MANIFEST, f"it cannot be read ({e.strerror or e})", "$") from None
+        raise _invalid(Path(path), f"it cannot be read ({e.strerror or e})", "$") from None
+
+
+def recovery(root: str | os.PathLike) -> str:
+    """What to do about a dataset whose metadata is missing or unreadable."""
+    root = str(root).rstrip("/")
+    return (f"restore {root}/{MANIFEST} from a backup; or move the directory aside (mv {root} {root}.damaged) "
+            f"and load into a new path; or rebuild it with `bulkload load SOURCE DATASET --replace`, which "
+            "discards the shards")
+
+
+def bulkload_data(root: str | os.PathLike) -> list[str]:
+    """The entries of ``root`` that hold bulkload data (``shard-*``, ``arrays``), sorted:
+    what a directory without a readable manifest must not lose."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return []
+    return sorted(n for n in names if n == ARRAYS or (n.startswith("shard-") and n[6:].isdigit()))
 
 
 def load_manifest(root: str | os.PathLike, uri: str | None = None) -> Manifest:
     """The manifest of the dataset at ``root``, checked (manifest_check.py): a file that is
     not a valid manifest raises ManifestError naming it and the problem."""
     with open_manifest(root, uri) as f:
-        return read_manifest(f)
+        return check_store(read_manifest(f), root, uri)
+
+
+#: the store each scheme's shards are (mem:// is LMDB on /dev/shm)
+_BACKEND = {"lmdb": "lmdb", "mem": "lmdb", "rocksdb": "rocksdb"}
+
+
+def check_store(m: Manifest, root: str | os.PathLike, uri: str | None) -> Manifest:
+    """``m``, unless ``uri`` names its dataset with the scheme of another store: opening
+    RocksDB shards as LMDB ones (or the reverse) would call every shard damaged (an empty
+    dataset may be redefined by a load: loading/options.check_compatible). A usage
+    error (DatasetMismatchError, exit 2) naming the URI to use."""
+    scheme = uri.split("://", 1)[0] if uri and "://" in uri else None
+    if scheme is None or not m.batches or _BACKEND.get(scheme) == _BACKEND.get(m.scheme, m.scheme):
+        return m
+    right = f"mem://{os.path.basename(str(root).rstrip('/'))}" if m.scheme == "mem" else \
+        f"{m.scheme}://{uri.split('://', 1)[1]}"
+    raise DatasetMismatchError(f"dataset {uri} is a {m.scheme} dataset (its manifest says store {m.scheme!r}), not "
+                               f"{scheme}: nothing is wrong with it - open it as {right}")
 
 
 def read_manifest(f) -> Manifest:
@@ -219,18 +276,20 @@ def _loads(path: Path, data: bytes):
 
 
 def _invalid(path: Path, what: str, where: str) -> ManifestError:
-    return ManifestError(f"{path} is not a valid bulkload manifest: {what} (at {where}); nothing was "
+    return DamagedDatasetError(f"{path} is not a valid bulkload manifest: {what} (at {where}); nothing was "
                          "written - restore the file from a backup (or re-create the dataset with --replace)")
 
 
 def read_dataset_id(root: str | os.PathLike) -> str | None:
     """The id of the dataset now at ``root`` (changes when --replace swaps in a new one)."""
     try:
-        with open(Path(root) / MANIFEST) as f:
-            return json.load(f).get("dataset_id")
-    except (OSError, ValueError):
+        return json.loads(read_regular(str(Path(root) / MANIFEST))).get("dataset_id")
+    except (OSError, ValueError, AttributeError):  # DamagedDatasetError is a ValueError
         return None
 
 
 def exists(root: str | os.PathLike) -> bool:
-    return is_dataset(root)
+    """Is there a dataset at ``root`` - or something that must be read as one: a manifest
+    in any form (a FIFO, a dangling link: `load_manifest` names what is wrong), or bulkload
+    data without one (damaged: never a new dataset to write over)."""
+    return os.path.lexists(Path(root) / MANIFEST) or bool(bulkload_data(root))

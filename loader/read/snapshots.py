@@ -53,7 +53,7 @@ def read_snapshot(root: str, uri: str | None = None, pin: bool = True):
     path = os.path.join(root, mf.MANIFEST)
     for _ in range(PIN_ATTEMPTS):
         with mf.open_manifest(root, uri) as f:
-            m = mf.read_manifest(f)
+            m = mf.check_store(mf.read_manifest(f), root, uri)
             st = os.fstat(f.fileno())
             held = Pin.take(root, m.generation) if pin else None
             if held is None or same_file(path, st):

@@ -20,6 +20,7 @@ from ..errors import CorruptBatchError, DatasetReplacedError, StoreError
 from ..model import manifest as mf
 from ..model.engine_keys import EngineKeys
 from ..model.placement import batch_key
+from ..stores.base import require_access
 from ..stores.health import batch_message, committed_shards
 from ..stores.values import ValueReader
 
@@ -53,6 +54,8 @@ class Verifying:
         the dataset as it is now is verified again (a few times, then the "open it
         again" error is raised) - a healthy dataset is never reported corrupt."""
         check = check or type(self).verify_snapshot
+        for s in range(self.manifest.shards):  # a shard this user may not read is a usage error, not a finding
+            require_access(self.spec.shard_path(s), lock_files=self.spec.backend.READER_WRITES)
         ds = self
         try:
             for _ in range(VERIFY_ATTEMPTS):

@@ -20,7 +20,7 @@ import os
 from abc import ABC, abstractmethod
 from typing import Iterable, Iterator
 
-from ..errors import CorruptStoreError, KeyOrderError, NotWritableError, UsageError
+from ..errors import CorruptStoreError, KeyOrderError, NotReadableError, NotWritableError, UsageError
 
 
 class ShardStore(ABC):
@@ -32,6 +32,8 @@ class ShardStore(ABC):
 
     #: "lmdb" | "rocksdb" | "mem"
     scheme: str
+    #: files in the shard directory that even a reader writes (`require_access`)
+    READER_WRITES: tuple[str, ...] = ()
     #: the shard directory (absolute)
     path: str
     #: opened for writing (the one writer) or read-only
@@ -183,3 +185,28 @@ def make_shard_dir(path: str) -> None:
             f"shard directory {path} is not writable; fix its permissions or "
             f"choose another dataset path"
         )
+
+
+def require_access(path: str, write: bool = False, lock_files: tuple[str, ...] = ()) -> None:
+    """Raise NotReadableError / NotWritableError (exit 2: a permission problem, never
+    called damage) when this user may not read - or, with ``write``, write - the shard
+    directory ``path`` or a file in it (``lock_files``: those even a reader writes, as
+    LMDB's lock.mdb). Nothing at ``path`` is not this function's concern."""
+    if not os.path.isdir(path):
+        return
+    need = os.R_OK | os.X_OK | (os.W_OK if write else 0)
+    if not os.access(path, need):
+        _denied(path, path, write)
+    for name in os.listdir(path):
+        f = os.path.join(path, name)
+        want = os.R_OK | (os.W_OK if write or name in lock_files else 0)
+        if os.path.isfile(f) and not os.access(f, want):
+            _denied(path, f, write or name in lock_files)
+
+
+def _denied(shard: str, path: str, write: bool) -> None:
+    what = "read and write" if write else "read"
+    cls = NotWritableError if write else NotReadableError
+    where = shard_label(shard) if path == shard else f"{path}, in {shard_label(shard)}"
+    raise cls(f"permission denied: this user (uid {os.geteuid()}) may not {what} {where}; "
+              "that is not damage - fix its permissions (chmod/chown) or run as the dataset's owner")

@@ -26,6 +26,7 @@ from typing import Protocol, Sequence
 import xxhash
 
 from ..errors import CorruptBatchError, CorruptStoreError, MissingShardError
+from .base import require_access
 from .spec import StoreSpec
 
 
@@ -97,6 +98,7 @@ def committed_shards(m: BatchList) -> Counter:
 def check_shard(spec: StoreSpec, shard: int, batches: int | None = None) -> ShardProblem | None:
     """What is wrong with a shard that must exist, or None."""
     path = spec.shard_path(shard)
+    require_access(path, lock_files=spec.backend.READER_WRITES)  # exit 2: a permission problem is not damage
     found = spec.backend.check(path)
     return None if found is None else ShardProblem(shard, path, batches, found)
 

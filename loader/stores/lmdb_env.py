@@ -35,7 +35,9 @@ import lmdb
 
 from ..errors import DatasetBusyError, MissingPathError, StoreError
 from ..infra.fsatomic import path_ident
+from ..infra.regular import require_regular
 from .base import corrupt_store
+from .health import REBUILD
 from .lmdb_files import BIG_ENDIAN, Pages, data_file_problem, file_size, map_base
 from .options import LmdbOptions
 
@@ -121,7 +123,8 @@ def close_env(real: str, entry: EnvEntry) -> None:
 def open_env(path: str, *, write: bool, options: LmdbOptions) -> lmdb.Environment:
     """Open shard ``path``'s environment, once its data.mdb (if any) is safe to map."""
     data = os.path.join(path, "data.mdb")
-    found = os.path.exists(data)
+    require_regular(os.path.join(path, "lock.mdb"), advice=REBUILD)  # LMDB opens and maps it
+    found = require_regular(data, advice=REBUILD)  # a FIFO, a device: never opened
     existing = os.path.getsize(data) if found else 0
     if found and (existing or not write):  # an empty file is one a writer is about to initialise
         damage = data_file_problem(data)

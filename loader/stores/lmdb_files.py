@@ -3,7 +3,11 @@ error instead of a SIGBUS, and the OS hints the store gives about its data file.
 
 - `data_file_problem`: before data.mdb is mapped, its two meta pages (LMDB 0.9, 64-bit)
   are read and the file must reach the last page in use: touching a page past the end
-  of a truncated file through the map would be a SIGBUS.
+  of a truncated file through the map would be a SIGBUS. The one exception is sound: a
+  page freed in the transaction that allocated it is never written, so after a delete
+  the file may end before the meta's last page; pages past the end are accepted when
+  every one of them is listed in LMDB's free-page B-tree (`_free_pages`), which no read
+  touches.
 - `Pages.node_problem`: py-lmdb touches every page of a value as it hands it out, so
   before a value is taken from a cursor its leaf node (found from the zero-copy key
   buffer, `buffer_address`, inside the map, `map_base`) is read, and a value said to lie
@@ -30,7 +34,8 @@ import shutil
 import struct
 import sys
 
-from ..errors import StoreError
+from ..errors import DamagedDatasetError, StoreError
+from ..infra.regular import open_regular
 from ._lmdbnode import find_value as _find_value
 from ._lmdbnode import value_span as _value_span
 
@@ -62,7 +67,7 @@ def data_file_problem(data: str) -> str | None:
 
 def _meta_problem(data: str) -> str | None:
     try:
-        with open(data, "rb", buffering=0) as f:
+        with os.fdopen(open_regular(data), "rb", buffering=0) as f:
             size = os.fstat(f.fileno()).st_size
             head = os.pread(f.fileno(), _META.size, 0)
             if size == 0:
@@ -74,6 +79,8 @@ def _meta_problem(data: str) -> str | None:
                 return f"data.mdb's first meta page gives an impossible page size {psize}"
             metas = [_META.unpack(head), _META.unpack(os.pread(f.fileno(), _META.size, psize).ljust(_META.size,
                                                                                                   b"\0"))]
+    except DamagedDatasetError as e:  # a FIFO, a device: never opened (infra/regular.py)
+        return e.what
     except OSError as e:
         return f"data.mdb cannot be read ({e.strerror or e})"
     for i, (pgno, _pad, flags, magic, version, _psize, last_pg, _txnid) in enumerate(metas):
@@ -83,7 +90,7 @@ def _meta_problem(data: str) -> str | None:
             return f"meta page {i} of data.mdb is not a valid LMDB meta page"
     last_pg = max(metas, key=lambda m: m[7])[6]
     need = (last_pg + 1) * psize
-    if size < need:
+    if size < need and not _past_end_free(data, max(range(2), key=lambda i: metas[i][7]), psize, size, last_pg):
         return (f"data.mdb is truncated: {size} bytes, but its pages in use reach byte {need} "
                 f"(page {last_pg} of {psize} bytes)")
     return None
@@ -106,6 +113,68 @@ def trim_tail(data: str) -> int:
             return 0
         os.ftruncate(f.fileno(), need)
         return size - need
+
+
+# the free-page B-tree's MDB_db record in a meta page (after the 16-byte page header, magic,
+# version, address, mapsize): u32 pad, u16 flags, u16 depth, 4 x u64 counts, u64 root
+_FREE_DB = struct.Struct("<4xHH32xQ")
+_FREE_DB_AT = 16 + 24
+_P_BRANCH, _P_LEAF, _F_BIGDATA = 0x01, 0x02, 0x01
+_NODE_HEAD = struct.Struct("<HHHH")  # lo, hi, flags, key size
+#: pages of the free-page tree read at most (the pages past the end are few)
+_FREE_WALK_PAGES = 4096
+
+
+def _past_end_free(data: str, meta: int, psize: int, size: int, last_pg: int) -> bool:
+    """Are pages size // psize .. last_pg (those past the end of data.mdb) all free in the
+    newest meta's free-page tree? Never touched by a read, they need not be in the file."""
+    first = size // psize
+    try:
+        with os.fdopen(open_regular(data), "rb", buffering=0) as f:
+            fd = f.fileno()
+            _pad_flags, depth, root = _FREE_DB.unpack(os.pread(fd, _FREE_DB.size, meta * psize + _FREE_DB_AT))
+            free = _free_pages(fd, psize, first, root, depth) if depth else set()
+    except (OSError, ValueError, struct.error):
+        return False
+    return free is not None and all(p in free for p in range(first, last_pg + 1))
+
+
+def _free_pages(fd: int, psize: int, end: int, root: int, depth: int) -> set[int] | None:
+    """The page numbers listed in the free-page tree rooted at ``root`` (keys: txn ids;
+    values: u64 count then that many page numbers), read with ``pread``; None when the
+    walk finds anything unexpected (a page at or past ``end``, a bad node)."""
+    free: set[int] = set()
+    todo, seen = [root], 0
+    while todo:
+        pgno = todo.pop()
+        seen += 1
+        if pgno < 2 or pgno >= end or seen > _FREE_WALK_PAGES:
+            return None
+        page = os.pread(fd, psize, pgno * psize)
+        flags, lower = struct.unpack_from("<HH", page, 10)
+        if len(page) < psize or lower < 16 or lower > psize:
+            return None
+        for ptr in struct.unpack_from(f"<{(lower - 16) // 2}H", page, 16):
+            lo, hi, nflags, ksize = _NODE_HEAD.unpack_from(page, ptr)
+            if flags & _P_BRANCH:
+                todo.append(lo | hi << 16 | nflags << 32)
+                continue
+            if not flags & _P_LEAF:
+                return None
+            n = lo | hi << 16
+            at = ptr + 8 + ksize
+            if nflags & _F_BIGDATA:
+                (ov,) = struct.unpack_from("<Q", page, at)
+                if ov < 2 or (ov * psize + 16 + n) > end * psize:
+                    return None
+                value = os.pread(fd, n, ov * psize + 16)
+            else:
+                value = page[at:at + n]
+            (count,) = struct.unpack_from("<Q", value, 0)
+            if 8 + 8 * count > len(value):
+                return None
+            free.update(struct.unpack_from(f"<{count}Q", value, 8))
+    return free
 
 
 def file_size(path: str) -> int:

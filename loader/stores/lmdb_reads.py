@@ -31,6 +31,7 @@ from typing import Iterator
 import lmdb
 
 from ..infra.pagecache import page_cached
+from ..infra.regular import open_regular
 from ._lmdbnode import value_span
 from ._preads import read_spans
 from .base import corrupt_store
@@ -188,7 +189,7 @@ class LmdbReads:
         """This store's own descriptor of data.mdb (advice and `pread`s; with readahead
         off it reads only the pages asked for: POSIX_FADV_RANDOM)."""
         if self._data_fd is None:
-            fd = os.open(os.path.join(self.path, "data.mdb"), os.O_RDONLY | os.O_CLOEXEC)
+            fd = open_regular(os.path.join(self.path, "data.mdb"))
             if not self._opts.readahead:
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
             if self._data_fd is None:  # another thread may have opened it meanwhile

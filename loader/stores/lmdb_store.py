@@ -48,10 +48,11 @@ from typing import Iterable
 
 import lmdb
 
-from ..errors import MissingPathError, StoreError
+from ..errors import DamagedDatasetError, MissingPathError, StoreError
 from ..infra import faults
 from ..infra.fsatomic import exchange, fsync_dir
-from .base import ShardStore, ascending, corrupt_store, make_shard_dir
+from ..infra.regular import open_regular
+from .base import ShardStore, ascending, corrupt_store, make_shard_dir, require_access
 from .lmdb_env import (
     EnvEntry,
     acquire_env,
@@ -100,6 +101,9 @@ class LmdbStore(LmdbReads, ShardStore):
 
     # --- opening -----------------------------------------------------------------
 
+    #: files a reader writes too (LMDB's reader table)
+    READER_WRITES = ("lock.mdb",)
+
     @classmethod
     def open(cls, path: str, *, write: bool, options: dict | None = None,
              map_size: int | None = None, readahead: bool | None = None) -> "LmdbStore":
@@ -115,6 +119,7 @@ class LmdbStore(LmdbReads, ShardStore):
             options["readahead"] = readahead
         opts = LmdbOptions.parse(options)
         path = os.path.abspath(path)
+        require_access(path, write, cls.READER_WRITES)  # a permission problem is not damage
         if write:
             recover_compaction(path)  # before the directory is (re)created: it may be the copy's
             make_shard_dir(path)
@@ -323,8 +328,8 @@ class LmdbStore(LmdbReads, ShardStore):
         self._unflushed = 0
         if self._wb_fd is None:
             try:
-                self._wb_fd = os.open(os.path.join(self.path, "data.mdb"), os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:
+                self._wb_fd = open_regular(os.path.join(self.path, "data.mdb"))
+            except (OSError, DamagedDatasetError):
                 return
         writeback(self._wb_fd)
 

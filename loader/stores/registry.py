@@ -12,10 +12,11 @@ DatasetBusyError. Nothing here writes by itself.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import TYPE_CHECKING
 
-from ..errors import DatasetBusyError, UnknownSchemeError
+from ..errors import DatasetBusyError, MissingPathError, UnknownSchemeError
 from .base import ShardStore
 from .options import LmdbOptions, RocksdbOptions
 
@@ -64,6 +65,9 @@ def open_writer(spec: "StoreSpec", shard: int, options: dict, wait: float = WRIT
     """Open shard ``shard`` of ``spec`` for writing with ``options``. Workers of a job that
     was just killed may hold it for a moment while they notice and exit; give them
     ``wait`` seconds before raising DatasetBusyError."""
+    if not os.path.isdir(spec.root):  # never re-create, empty, a dataset moved away while its job runs
+        raise MissingPathError(f"cannot open shard {shard} of {spec.uri}: the dataset directory {spec.root} does "
+                               "not exist (was it moved or removed?); check the dataset path")
     deadline = time.monotonic() + wait
     while True:
         try:

@@ -58,8 +58,18 @@ from rocksdict import (
     SstFileWriter,
 )
 
-from ..errors import BulkloadError, DatasetBusyError, KeyOrderError, MissingPathError, StoreError, UsageError
-from .base import ShardStore, ascending, corrupt_store, make_shard_dir
+from ..errors import (
+    BulkloadError,
+    DamagedDatasetError,
+    DatasetBusyError,
+    KeyOrderError,
+    MissingPathError,
+    StoreError,
+    UsageError,
+)
+from ..infra.regular import open_regular_file, require_regular_entries
+from .base import ShardStore, ascending, corrupt_store, make_shard_dir, require_access
+from .health import REBUILD
 from .options import RocksdbOptions
 
 _COMPRESSION = {
@@ -131,6 +141,9 @@ class RocksdbStore(ShardStore):
         options = RocksdbOptions.parse(options or {})
         path = os.path.abspath(path)
         opts = _options(options, write=write)
+        require_access(path, write)  # a permission problem is not damage
+        if os.path.isdir(path):  # RocksDB opens every file it finds there: no FIFO, no device
+            require_regular_entries(path, advice=REBUILD)
         exists = os.path.exists(os.path.join(path, "CURRENT"))
         if write:
             make_shard_dir(path)
@@ -176,10 +189,13 @@ class RocksdbStore(ShardStore):
         if not os.path.isdir(path):
             return "missing"
         try:
-            with open(os.path.join(path, "CURRENT"), "rb") as f:
+            require_regular_entries(path)  # RocksDB opens what it finds: no FIFO, no device
+            with open_regular_file(os.path.join(path, "CURRENT")) as f:
                 current = f.read(256).decode(errors="replace").strip()
         except FileNotFoundError:
             return "no CURRENT file in it: not a RocksDB database"
+        except DamagedDatasetError as e:
+            return e.what
         except OSError as e:
             return f"its CURRENT file cannot be read ({e.strerror or e})"
         if not current.startswith("MANIFEST-") or "/" in current:

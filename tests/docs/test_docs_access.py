@@ -22,7 +22,7 @@ from loader.docs.gen import generate_docs
 from loader.docs.json_dir import scan_json_dir, write_json_dir
 from loader.docs.sources import GenDocsSource, JsonDirSource
 from loader.docs.tables import doc_tables, load_dictionary
-from loader.errors import BadFileError, CorruptBatchError, CorruptStoreError, DuplicateIdError, UsageError
+from loader.errors import BadFileError, CorruptBatchError, DuplicateIdError, UsageError
 from loader.model.manifest import BatchEntry
 from loader.stores.spec import parse_dataset_uri
 
@@ -139,14 +139,10 @@ def test_batch_docs_reads_a_range_back_and_checks_a_whole_batch(store_uri, fmt):
 
 
 @pytest.mark.parametrize("interleaved", [False, True])
-def test_discard_run_drops_a_runs_documents_from_every_shard(store_uri, tmp_path, interleaved, request):
+def test_discard_run_drops_a_runs_documents_from_every_shard(store_uri, tmp_path, interleaved):
     """The durable batches of a killed directory run: `discard_run` drops them - its keys
     in the table it shares with the committed run (ids above the stored ones), or its own
     table and dictionaries (ids among them) - and nothing committed."""
-    if not interleaved and not store_uri.startswith("rocksdb"):  # notes/split-docs.md: a stores bug
-        request.applymarker(pytest.mark.xfail(raises=CorruptStoreError, strict=False, reason=(
-            "after LMDB deletes a range, data.mdb may end below the meta page's last_pgno (a page freed in "
-            "the same transaction is never written); stores/lmdb_files.data_file_problem calls that truncated")))
     every = generate_docs(SEED, 0, 3 * N)
     stored = every.take(np.arange(0, 2 * N, 2))  # the even ids 0 .. 2N-2
     write_json_dir(stored, tmp_path / "stored")

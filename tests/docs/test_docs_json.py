@@ -362,6 +362,7 @@ def test_plan_round_trip_and_fingerprint(tmp_path):
     entries, errors = scan_json_dir(src, on_bad_file="skip")
     assert [i for i, _ in entries] == [3, 7, 8, 12] and len(errors) == 1  # 1\xff.json: not an id
     assert entries.odd == {1: "007.json", 2: "8.json\n"}
+    (tmp_path / "ds").mkdir()  # the dataset directory (save_plan makes only .plans inside it)
     plan = str(tmp_path / "ds" / ".plans" / "r1.plan")
     save_plan(plan, entries)
     ids, pos, names = _load_plan(plan)
