@@ -106,7 +106,7 @@ from ..serializers import get_serializer
 from ..stores.health import require_shards
 from ..stores.registry import open_in_this_process
 from ..stores.spec import StoreSpec, parse_dataset_uri
-from ..stores.write_guard import out_of_space, reclaim_space
+from ..stores.write_guard import out_of_space, reclaim_space, trim_tails
 from . import spill_files
 from .build import BuildTask, build_worker
 from .build_emit import SAMPLE_DTYPE
@@ -357,9 +357,12 @@ def _build_array(b: _Build) -> np.ndarray:
         with executors.using(small) if small is not None else contextlib.nullcontext():
             return _run_phases(b)
     except BaseException as e:
+        shutil.rmtree(b.spill, ignore_errors=True)  # first: the drop and the run's record need space
+        full = out_of_space(e)
+        if full:  # a shard's cut-short writes hold the space the other shards' drops need
+            trim_tails(b.spec, b.m.shards)
         _drop_tables(b.spec, b.m.shards, b.table)
-        shutil.rmtree(b.spill, ignore_errors=True)  # first: the run's record may need its space
-        if out_of_space(e):
+        if full:
             reclaim_space(b.spec, b.m.shards)
         err = e
         if isinstance(e, WorkerError) and e.raised(DuplicateCellError, StoreError, NoSpaceError):
@@ -581,7 +584,7 @@ def _drop_tables(spec, nshards: int, table: str) -> None:
             continue
         try:
             st.drop_table(table)
-        except (BulkloadError, OSError):
+        except Exception:  # noqa: BLE001 - lmdb.DiskError of a full disk too: best effort, above
             pass
         finally:
             st.close()

@@ -44,7 +44,7 @@ from ..model.runs import save_stopped
 from ..serializers import get_serializer
 from ..stores.health import require_shards
 from ..stores.spec import parse_dataset_uri
-from ..stores.write_guard import guard_write, out_of_space, reclaim_space
+from ..stores.write_guard import guard_write, out_of_space, reclaim_space, trim_tails
 from .garbage import (
     collect_garbage,
     collect_index_garbage,
@@ -146,6 +146,7 @@ def compact_locked(spec, m: mf.Manifest, *, target_batch_records: int | None = N
         shards = _compact_stores(spec, m, state, force=force or merged, only=untidy)
     except BaseException as e:
         if out_of_space(e):  # give the space of the merged batches back (stores/write_guard.py)
+            trim_tails(spec, k)  # first: the deletes need the space the cut-short writes hold
             _drop_unswitched(spec, first_new)
             reclaim_space(spec, k)
         e = runs.stop(run, e, UNCHANGED)

@@ -63,8 +63,9 @@ def out_of_space(e: BaseException) -> bool:
     return isinstance(e, (StoreError, NoSpaceError))
 
 
-def reclaim_space(spec: StoreSpec, nshards: int) -> None:
-    """Give the space of a failed run's dropped writes back to the filesystem (above)."""
+def trim_tails(spec: StoreSpec, nshards: int) -> None:
+    """Cut each LMDB shard back to its committed pages: the space of the writes a full disk
+    cut short, needed before anything else can be written (a table's drop, a copy)."""
     for s in range(nshards):
         path = spec.shard_path(s)
         if spec.scheme in ("lmdb", "mem") and os.path.isfile(os.path.join(path, "data.mdb")):
@@ -72,6 +73,11 @@ def reclaim_space(spec: StoreSpec, nshards: int) -> None:
                 trim_tail(os.path.join(path, "data.mdb"))
             except OSError:
                 pass
+
+
+def reclaim_space(spec: StoreSpec, nshards: int) -> None:
+    """Give the space of a failed run's dropped writes back to the filesystem (above)."""
+    trim_tails(spec, nshards)
     for s in range(nshards):
         if not os.path.exists(spec.shard_path(s)):
             continue

@@ -139,6 +139,25 @@ def test_killed_in_process_load_resumes_byte_identical(tmp_path, scheme):
 SLOW_N = 1_500_000
 
 
+def poll_until(cond, seconds: float) -> bool:
+    """Poll ``cond`` every millisecond until it holds (True) or ``seconds`` pass (False)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.001)
+    return False
+
+
+def _checkpointed(manifest) -> bool:
+    """Does the dataset's last run hold durable (checkpointed: pending) batches?"""
+    try:
+        m = json.loads(manifest.read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(m["runs"]) and m["runs"][-1]["status"] == "running" and bool(m["runs"][-1].get("pending"))
+
+
 @pytest.mark.parametrize("signame", ["TERM", "INT"])
 def test_stop_signal_stops_an_in_process_load_and_the_same_command_resumes(tmp_path, signame):
     env = dict(os.environ, **FAST)
@@ -146,11 +165,14 @@ def test_stop_signal_stops_an_in_process_load_and_the_same_command_resumes(tmp_p
     cmd = [tool("bulkload"), "load", f"gen://scidb96?n={SLOW_N}", uri, "--shards", "2",
            "--batch-records", "20000", "--compression", "none", "-q"]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    deadline = time.monotonic() + 60
-    while not os.path.exists(tmp_path / "ds" / "manifest.json") and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.4)  # a few of the 75 batches are written, some checkpointed
+    # the moment: the run has checkpointed batches (so it is under way, not finished); the
+    # process is stopped there so that the signal lands mid-load however fast the machine
+    assert poll_until(lambda: _checkpointed(tmp_path / "ds" / "manifest.json"), 60), "no checkpoint"
+    p.send_signal(signal.SIGSTOP)
+    state = json.loads((tmp_path / "ds" / "manifest.json").read_text())["runs"][-1]["status"]
     p.send_signal(getattr(signal, f"SIG{signame}"))
+    p.send_signal(signal.SIGCONT)
+    assert state == "running", "the load ended before it could be stopped; raise SLOW_N"
     _, err = p.communicate(timeout=60)
     signo = getattr(signal, f"SIG{signame}")
     assert p.returncode == 128 + signo, err
