@@ -270,9 +270,13 @@ class _StoreState:
 
 
 def _untidy_shards(spec, state: _StoreState) -> set[int]:
-    """The shards a compaction without a merge would change (read-only: nothing is
-    opened for writing): an interrupted compaction of theirs, uncommitted leftovers in
-    them, or too much space on disk."""
+    """The shards a compaction without a merge would change: an interrupted compaction of
+    theirs, uncommitted leftovers in them, or too much space on disk. Nothing is written;
+    an LMDB shard is opened as its writer all the same (the dataset lock is held, and
+    opening it writes no data file): finalize, which compacts first, then writes the
+    shards, and a read-only environment would be closed and opened again for writing (a
+    fresh finalize of 1M records: scan 0.03 -> 0.11 s). A RocksDB open for writing
+    rewrites CURRENT and its MANIFEST: those are opened read-only."""
     def untidy(st) -> bool:
         return (st.seek(batch_key(state.next_seq)) is not None
                 or (state.lo > 0 and not state.holds_batches
@@ -284,7 +288,7 @@ def _untidy_shards(spec, state: _StoreState) -> set[int]:
         if spec.backend.interrupted_compaction(spec.shard_path(s)):
             out.add(s)  # its open for writing finishes or rolls back that compaction
         elif os.path.exists(spec.shard_path(s)):
-            st = spec.open_shard(s, write=False)
+            st = spec.open_shard(s, write=spec.scheme in ("lmdb", "mem"))
             try:
                 if untidy(st):
                     out.add(s)

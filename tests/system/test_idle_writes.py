@@ -14,8 +14,9 @@ import loader
 
 DIMS = "i0:10,i1:1000"
 #: files every open of a shard may rewrite without changing data: LMDB's reader lock
-#: table, rocksdict's own config (written on every open, read-only ones too)
-NOT_DATA = {"lock.mdb", "rocksdict-config.json"}
+#: table and bulkload's writer lock record (the pid of the last writer to open it),
+#: rocksdict's own config (written on every open, read-only ones too)
+NOT_DATA = {"lock.mdb", "writer.lock", "rocksdict-config.json"}
 
 
 def state(path) -> dict:
