@@ -19,11 +19,12 @@ def is_dataset(d: str | os.PathLike) -> bool:
     return os.path.isfile(os.path.join(d, MANIFEST))
 
 
-def replacing_sibling(root: str) -> str:
+def replacing_sibling(root: str, resolve: bool = True) -> str:
     """Where a ``--replace`` of the dataset at ``root`` builds the new one: beside the real
     directory (a dataset path that is a symlink is resolved: --replace swaps the directory
-    it points to, never the link, so the build of a link and of its target is one path)."""
-    root = os.path.realpath(root)
+    it points to, never the link, so the build of a link and of its target is one path).
+    ``resolve=False``: the name beside ``root`` as given (where older versions built)."""
+    root = os.path.realpath(root) if resolve else root.rstrip("/")
     return os.path.join(os.path.dirname(root), f".{os.path.basename(root)}.replacing")
 
 

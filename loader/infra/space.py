@@ -24,12 +24,18 @@ def check_space(root: str, needed: int, what: str) -> None:
     if needed <= 0:
         return
     where = existing_ancestor(root)
-    st = os.statvfs(where)
-    free = (st.f_bfree if os.geteuid() == 0 else st.f_bavail) * st.f_frsize
+    free = free_bytes(where)
     if needed > free:
         raise NoSpaceError(
             f"{what} needs at least {human(needed)}, {human(free)} free on {mount_point(where)}; "
             "free space or choose a dataset on another filesystem (nothing was written)")
+
+
+def free_bytes(path: str) -> int:
+    """The bytes this process may still write on the filesystem holding ``path`` (root
+    may use the blocks reserved for it)."""
+    st = os.statvfs(path)
+    return (st.f_bfree if os.geteuid() == 0 else st.f_bavail) * st.f_frsize
 
 
 def existing_ancestor(path: str) -> str:

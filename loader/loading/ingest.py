@@ -111,7 +111,7 @@ def ingest(dataset: str, from_dir: str, *, pattern: str = "*", on_bad_file: str 
     request = Request(format=format, compression=compression, shards=shards, workers=workers,
                       batch_records=batch_records, progress=progress, fault=faults.from_env(), t_start=t_start,
                       checkpoint_seconds=checkpoint_seconds, checkpoint_bytes=checkpoint_bytes)
-    spec, settings, directory = _checked(dataset, from_dir, pattern, on_bad_file, layout, request)
+    spec, settings, directory, _ = _checked(dataset, from_dir, pattern, on_bad_file, layout, request)
     kind = settings.kind()
     if kind.own_ingest:  # e.g. documents: <id>.json files (loader/docs/ingest.py)
         return kind.ingest_directory(spec, directory, pattern=pattern, settings=settings, on_bad_file=on_bad_file)
@@ -127,16 +127,16 @@ def check(dataset: str, from_dir: str, *, pattern: str = "*", on_bad_file: str =
     step: api/pipeline_check.py)."""
     request = Request(format=format, compression=compression, shards=shards, workers=workers,
                       batch_records=batch_records, checkpoint_seconds=checkpoint_seconds)
-    spec, settings, _ = _checked(dataset, from_dir, pattern, on_bad_file, layout, request)
-    existing = mf.load_manifest(spec.root, spec.uri) if mf.exists(spec.root) else None
+    spec, settings, _, existing = _checked(dataset, from_dir, pattern, on_bad_file, layout, request)
     if existing is not None:
         check_compatible(existing, spec, settings)
     return settings
 
 
 def _checked(dataset: str, from_dir: str, pattern: str, on_bad_file: str, layout: str | None,
-             request: Request) -> tuple[StoreSpec, RunSettings, str]:
-    """(dataset spec, run settings, the directory's absolute path), every option checked."""
+             request: Request) -> tuple[StoreSpec, RunSettings, str, mf.Manifest | None]:
+    """(dataset spec, run settings, the directory's absolute path, the dataset's manifest or
+    None), every option checked."""
     check_bad_file_policy(on_bad_file)
     if not pattern:
         raise UsageError("--pattern must not be empty (use '*' for every file)")
@@ -152,7 +152,7 @@ def _checked(dataset: str, from_dir: str, pattern: str, on_bad_file: str, layout
     existing = mf.load_manifest(spec.root, spec.uri) if mf.exists(spec.root) else None
     settings, spec = resolve_options(spec, existing, get_layout(layout) if layout else None, request)
     checkpoints = checkpoint_settings(request.checkpoint_seconds, request.checkpoint_bytes)
-    return spec, dataclasses.replace(settings, checkpoints=checkpoints), directory
+    return spec, dataclasses.replace(settings, checkpoints=checkpoints), directory, existing
 
 
 def _ingest(spec: StoreSpec, settings: RunSettings, directory: str, pattern: str, on_bad_file: str) -> IngestReport:

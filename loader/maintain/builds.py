@@ -51,8 +51,7 @@ def drop_link_beside_link(root: str) -> None:
     """A dataset path that is a symlink builds beside its target; a symlink at the link's
     own build name (``.LINK.replacing -> target``, left by a --replace of versions that
     swapped the link) is removed, unfollowed."""
-    root = root.rstrip("/")
-    beside = os.path.join(os.path.dirname(root), f".{os.path.basename(root)}.replacing")
+    beside = replacing_sibling(root, resolve=False)
     if beside != replacing_sibling(root) and os.path.islink(beside):
         os.unlink(beside)
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 
 from ..errors import BulkloadError, NoSpaceError, StoreError, WorkerError
-from ..infra.space import existing_ancestor, human, mount_point
+from ..infra.space import existing_ancestor, free_bytes, human, mount_point
 from .lmdb_files import trim_tail
 from .spec import StoreSpec
 
@@ -47,10 +47,9 @@ def _full(path: str) -> str:
     """" (No space left on device: ...)" when the filesystem of ``path`` is (nearly) full:
     LMDB reports a write cut short by a full disk as an Input/output error."""
     try:
-        st = os.statvfs(existing_ancestor(path))
+        free = free_bytes(existing_ancestor(path))
     except OSError:
         return ""
-    free = (st.f_bfree if os.geteuid() == 0 else st.f_bavail) * st.f_frsize
     if free >= 1 << 20:
         return ""
     return f" (No space left on device: {human(free)} free on {mount_point(existing_ancestor(path))})"
