@@ -46,6 +46,8 @@ from . import env
 
 #: seconds a local:N cluster's host is given to close its cluster before it is killed
 CLOSE_WAIT_S = 5.0
+#: the part of the probe's timeout that Dask's own connect (and its retries) may take
+CONNECT_SHARE = 0.8
 #: what a user may fix when a scheduler does not answer in time
 ADVICE = ("start it (dask scheduler) or fix --scheduler / BULKLOAD_SCHEDULER; "
           "BULKLOAD_DASK_TIMEOUT sets the seconds to wait")
@@ -58,7 +60,11 @@ def probe(address: str, timeout: float) -> None:
     args = Security().get_connection_args("client")
 
     async def handshake():
-        comm = await asyncio.wait_for(connect(address, timeout=timeout, **args), timeout)
+        # Dask's connect retries a refused connection until its own timeout, then raises
+        # OSError ("cannot reach"); it ends before this wait_for's (a silent peer: "no
+        # answer"), so that which error is told never depends on which deadline won
+        connect_s = timeout * CONNECT_SHARE
+        comm = await asyncio.wait_for(connect(address, timeout=connect_s, **args), timeout)
         await comm.close()
 
     out: dict = {}
