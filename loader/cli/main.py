@@ -95,8 +95,23 @@ def handle_errors(fn):
         except (typer.Exit, typer.Abort, TyperException):
             raise
         except Exception as e:  # noqa: BLE001 - the last resort: never a traceback
+            stop = wrapped_stop(e)
+            if stop is not None:  # a stop signal that Python's machinery wrapped (an import's __set_name__)
+                fail(str(Interrupted.of(stop)), Interrupted.of(stop).exit_code)
             unexpected(e)
     return wrapper
+
+
+def wrapped_stop(e: BaseException) -> KeyboardInterrupt | None:
+    """The stop signal (KeyboardInterrupt) that ``e`` wraps - as its cause or context, as
+    Python wraps an error raised inside ``__set_name__`` in a RuntimeError - or None."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
 
 
 def unexpected(e: Exception) -> None:
