@@ -10,20 +10,22 @@ itself starts - is Python's: killed by SIGINT, or its own start-up error.)
 """
 
 
+_NAMES = {2: "SIGINT", 15: "SIGTERM", 1: "SIGHUP"}
+
+
 def _exit_at_start_up(signo, _frame) -> None:
     import os
-    import signal
 
-    os.write(2, f"bulkload: error: interrupted by {signal.Signals(signo).name}\n".encode())
+    os.write(2, f"bulkload: error: interrupted by {_NAMES.get(signo, signo)}\n".encode())
     os._exit(128 + signo)
 
 
 def main() -> None:
     """The `bulkload` command: quiet stop signals from here on, then cli/main.py's ``main``."""
-    import signal
+    import _signal  # built in and already loaded: importing `signal` builds enums (~1 ms)
 
-    for signo in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signo, _exit_at_start_up)
+    for signo in _NAMES:
+        _signal.signal(signo, _exit_at_start_up)
     from .main import main as run_command
 
     run_command()

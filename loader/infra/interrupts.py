@@ -27,6 +27,7 @@ Invariants:
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from contextlib import contextmanager
@@ -44,12 +45,22 @@ def ignore_stop_signals() -> None:
         signal.signal(s, signal.SIG_IGN)
 
 
-def _raise_once(signo: int, _frame) -> None:
+def _raise_once(signo: int, frame) -> None:
+    if _swallowing(frame):  # raised there, it would be printed and lost: deliver it again
+        threading.Timer(0.01, os.kill, (os.getpid(), signo)).start()
+        return
     ignore_stop_signals()  # the cleanup that follows must run to its end
     if _held["depth"]:
         _held["signo"] = signo
         return
     raise Interrupted(signo)
+
+
+def _swallowing(frame) -> bool:
+    """Is ``frame`` a callback whose exceptions Python prints as "Exception ignored" and
+    drops? The one met at start-up: import's module-lock weakref callback (``cb``)."""
+    code = frame.f_code if frame is not None else None
+    return code is not None and code.co_name == "cb" and code.co_filename.startswith("<frozen importlib")
 
 
 @contextmanager
