@@ -75,9 +75,10 @@ def load_configs(cores: int) -> list[LoadConfig]:
 
 def load_once(b: Bench, n: int, uri: str, *, workers: int | None, format: str | None = "capnp",
               compression: str | None = "none", stdin: bool = False, source: str | None = None,
-              prepare=None) -> dict:
+              prepare=None, batch_records: int | None = None) -> dict:
     """One `bulkload load` run in a fresh process tree; returns a sample. ``format`` /
-    ``compression`` / ``workers`` None: bulkload's defaults (the option is not given); ``source``: a file
+    ``compression`` / ``workers`` / ``batch_records`` None: bulkload's defaults (the option is not
+    given); ``source``: a file
     of raw records instead of the generator (the sample says how much of it was in the page
     cache before ``prepare``, as the load started, and how long ``prepare`` took); ``prepare()``:
     untimed, before `settle`, so that every load starts right after its settle: reading a
@@ -92,7 +93,8 @@ def load_once(b: Bench, n: int, uri: str, *, workers: int | None, format: str | 
     settle()
     resident = cached_fraction(source) if source else None
     args = [uri, "--json", "--quiet", "--shards", str(b.cores)] + (["--workers", str(workers)] if workers else [])
-    args += [x for opt, v in (("--format", format), ("--compression", compression)) if v for x in (opt, v)]
+    args += [x for opt, v in (("--format", format), ("--compression", compression), ("--batch-records", batch_records))
+             if v for x in (opt, str(v))]
     if stdin:
         cmd = ["sh", "-c", f"{shlex.quote(b.gen)} {n} | " + " ".join(
             shlex.quote(a) for a in [b.bulkload, "load", "-", *args])]
