@@ -202,7 +202,7 @@ def _load_figures(b: Bench) -> dict[str, Figure | None]:
                            limit=None, params={"batch_records": 100, "batches": -(-n // 100)},
                            note="the issue's target 3: 3 x faster than before"),
             "default": b.fig("catalog-load-default", LOADS, "bulkload load, default options", n, limit=None,
-                             note="within noise of before")}
+                             params={"batch_records": None}, note="within noise of before")}
 
 
 def _load(b: Bench, key: str) -> dict:
@@ -324,7 +324,7 @@ def _baseline_seconds(baseline: dict | None, fid: str, records: int) -> tuple[fl
     f = (baseline or {}).get("figures", {}).get(fid)
     if not f or f.get("status") != "ok" or f.get("records") != records or not f.get("seconds"):
         return None, ""
-    return f["seconds"]["median"], f"baseline git {(baseline.get('git') or {}).get('commit', '?')[:12]}"
+    return f["seconds"]["median"], f"baseline git {((baseline.get('git') or {}).get('commit') or '?')[:12]}"
 
 
 # ============================================================================================

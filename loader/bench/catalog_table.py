@@ -53,6 +53,24 @@ def _cell(f: dict | None, key: str, scale: float) -> str:
     return f"{st['median']:,.{digits}f} ({st['min']:,.{digits}f} – {st['max']:,.{digits}f})"
 
 
+def load_rows(rows: list[dict]) -> list[str]:
+    """The Markdown table of the n-record loads: seconds (durable, the report's own), MB/s,
+    batches, peak RSS of the process tree."""
+    lines = ["| load | records | batches | seconds (median) | min – max | MB/s | peak RSS tree (private) |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for f in rows:
+        batches = (f["samples"][0].get("batches") if f["samples"] else None) or f["params"].get("batches")
+        head = f"| {f['title']} | {f['records']:,} | {'' if batches is None else format(batches, ',')} |"
+        if f["status"] != "ok":
+            lines.append(f"{head} {f['status']} | | | |")
+            continue
+        st, rss, anon = f["seconds"], f.get("peak_tree_rss_bytes"), f.get("peak_tree_anon_bytes")
+        mem = f"{rss['max'] / 2**20:,.0f} MiB ({anon['max'] / 2**20:,.0f} MiB)" if rss and anon else ""
+        lines.append(f"{head} {st['median']:,.3f} | {st['min']:,.3f} – {st['max']:,.3f} | "
+                     f"{f['mb_s']['median']:,.0f} | {mem} |")
+    return lines
+
+
 def _size(nbytes: int) -> str:
     return f"{nbytes / 1e6:,.1f} MB" if nbytes >= 1e6 else f"{nbytes / 1e3:,.1f} kB"
 

@@ -109,7 +109,7 @@ def load_once(b: Bench, n: int, uri: str, *, workers: int | None, format: str | 
     return {"seconds": rep["seconds"], "wall_s": p.wall_s,
             "peak_tree_rss_bytes": p.peak_tree_rss_bytes, "peak_tree_anon_bytes": p.peak_tree_anon_bytes,
             "report_peak_rss_bytes": rep.get("peak_rss_bytes"), "stages": rep.get("stages"),
-            "stored_bytes": rep.get("stored_bytes"), "workers": rep.get("workers"),
+            "stored_bytes": rep.get("stored_bytes"), "batches": rep.get("batches"), "workers": rep.get("workers"),
             "in_process": rep.get("in_process"), "compression": rep.get("compression")} | (
         {"source_cached": round(resident, 4), "source_cached_before": round(before, 4),
          "prepare_s": round(prepare_s, 3)} if resident is not None else {})

@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 
 from ..infra.outputs import output_dir, write_output
-from .catalog_table import catalog_rows
+from .catalog_table import catalog_rows, load_rows
 from .figures import stats
 from .plots import plots
 
@@ -156,7 +156,7 @@ def _random_rows(rows: list[dict]) -> list[str]:
 
 def _figure_tables(figs: dict) -> list[str]:
     lines = []
-    tables = {"query": _query_rows, "random": _random_rows, "catalog": catalog_rows}
+    tables = {"query": _query_rows, "random": _random_rows, "catalog": catalog_rows, "catalog-load": load_rows}
     for group, title in GROUP_TITLES.items():
         rows = [f for f in figs.values() if f["group"] == group]
         if rows:

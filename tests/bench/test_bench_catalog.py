@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from loader.bench import report as R
-from loader.bench.catalog import child_catalog_ops, child_catalog_runs, sizes
+from loader.bench.catalog import catalog_targets, child_catalog_ops, child_catalog_runs, sizes
+from loader.bench.figures import Figure
 
 BULKLOAD = str(Path(sys.executable).parent / "bulkload")
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -60,6 +61,7 @@ def test_the_catalog_suite_writes_its_json_markdown_and_one_png(runs):
     md = (out / "catalog.md").read_text()
     assert "| batches | runs | metadata |" in md and "| 200 | 20 |" in md and "| 20 | 2 |" in md
     assert "≤ 1.5" in md and "![catalog](catalog.png)" in md
+    assert "| bulkload load --batch-records 100 | 20,000 | 200 |" in md  # the loads, with their batches
 
 
 def test_every_size_measures_every_operation_with_its_samples(runs):
@@ -108,7 +110,8 @@ def test_each_run_appends_one_history_line(runs):
     assert [x["label"] for x in lines] == ["first", "second"]
     for line, res in zip(lines, (first, second)):
         assert line["suite"] == "catalog" and line["started"] == res["started"]
-        assert line["git"] == (res["git"]["commit"] or "")[:7] + ("-dirty" if res["git"]["dirty"] else "")
+        commit = res["git"]["commit"]  # None outside a git checkout
+        assert line["git"] == (commit[:7] + ("-dirty" if res["git"]["dirty"] else "") if commit else None)
         assert set(line["targets"]) == TARGETS
         assert {k: v["status"] for k, v in line["targets"].items()} == {t["id"]: t["status"] for t in res["targets"]}
 
@@ -126,6 +129,20 @@ def test_an_unreadable_baseline_is_a_usage_error_before_anything_runs(tmp_path, 
                         "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--baseline" in p.stderr, p.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("git", [{"commit": None, "dirty": None}, {}, None])
+def test_a_baseline_from_outside_a_git_checkout_still_gives_the_load_targets(git):
+    def load(fid: str, seconds: float) -> Figure:
+        return Figure(fid, "catalog-load", fid, 20000, samples=[{"seconds": seconds}])
+
+    before = {"git": git, "figures": {fid: {"status": "ok", "records": 20000, "seconds": {"median": s}}
+                                      for fid, s in (("catalog-load-br100", 3.0), ("catalog-load-default", 1.0))}}
+    now = {f.id: f for f in (load("catalog-load-br100", 0.5), load("catalog-load-default", 1.0))}
+    ts = {t.id: t for t in catalog_targets(now, before)}
+    assert (ts["catalog-load-br100-3x"].ratio, ts["catalog-load-br100-3x"].status) == (6.0, "pass")
+    assert (ts["catalog-load-default-noise"].ratio, ts["catalog-load-default-noise"].status) == (1.0, "pass")
+    assert "baseline git ?" in ts["catalog-load-br100-3x"].note
 
 
 @pytest.mark.parametrize("max_batches, expected", [(None, (1_000, 10_000, 100_000, 1_000_000)),
