@@ -168,3 +168,21 @@ def test_the_runs_helper_leaves_a_dataset_that_verifies_and_takes_loads(tmp_path
     assert loader.verify(uri).ok
     rep = loader.load("gen://scidb96?n=100&start=200", uri, batch_records=10)
     assert rep.records == 100 and loader.info(uri)["records"] == 300
+
+
+def test_a_size_that_cannot_be_built_fails_with_its_reason_and_the_suite_goes_on(tmp_path):
+    from loader.bench.suite import run
+
+    # 0 records a batch: `bulkload load --batch-records 0` refuses, every size fails to build
+    res = run("catalog", n=1000, repeats=1, out=tmp_path / "out", max_batches=20, catalog_batch_records=0)
+    assert R.validate(res) == []
+    for n in (2, 20):
+        for op in ("build", *OPS):
+            f = res["figures"][f"catalog-{op}-b{n}"]
+            assert f["status"] == "failed" and "could not build the dataset" in f["reason"], f
+    assert all(res["figures"][f"catalog-load-{k}"]["status"] == "ok" for k in ("br100", "default"))
+    ts = {t["id"]: t for t in res["targets"]}
+    assert ts["catalog-append-50ms"]["status"] == "not measured (catalog-append-b20)"
+    assert ts["catalog-open-flat"]["status"].startswith("not measured (catalog-open-b2")
+    md = (tmp_path / "out" / "catalog.md").read_text()
+    assert "| 20 | 2 |" in md and "failed" in md and "could not build the dataset" in md
