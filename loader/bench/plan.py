@@ -45,6 +45,7 @@ class SuiteParams:
     runs_per_commit: int | None = None  # the runs helper's (None: at most 100 commits a size)
     catalog_append_records: int = 1000
     baseline: str | None = None  # a catalog result of the code before: the "before" of its targets
+    before: str | None = None  # the command of the code before's bulkload: its loads interleaved in the run
 
     def to_dict(self) -> dict:
         """Every size but ``sections``; the catalog section's only in a suite that has it."""
@@ -54,7 +55,7 @@ class SuiteParams:
 
 #: the sizes only the catalog section uses
 CATALOG_FIELDS = ("catalog_batches", "catalog_batch_records", "max_batches", "runs_per_commit", "catalog_append_records",
-                  "baseline")
+                  "baseline", "before")
 
 #: parameters of each suite; ``n`` is the record count of the main figures
 SUITES: dict[str, SuiteParams] = {

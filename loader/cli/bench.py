@@ -31,6 +31,9 @@ def register(app: typer.Typer) -> None:
                                                       "helper commits at once (default: at most 100 commits)."),
         baseline: Optional[str] = typer.Option(None, "--baseline", help="catalog: the catalog.json of a run of "
                                                "the code before, the 'before' of the load targets."),
+        before: Optional[str] = typer.Option(None, "--before", help="catalog: the command of the code before's "
+                                             "bulkload (e.g. OTHER/.venv/bin/bulkload): its two big loads run "
+                                             "interleaved with these, the 'before' of the load targets."),
         label: Optional[str] = typer.Option(None, "--label", help="A label for the run's line in history.jsonl."),
         json_out: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines on stderr."),
@@ -70,7 +73,7 @@ def register(app: typer.Typer) -> None:
         try:
             result = run(suite, n=n, repeats=repeats, out=out, work=work, sections=sections,
                         only=ids, log=log, label=label, max_batches=max_batches, runs_per_commit=runs_per_commit,
-                        baseline=baseline)
+                        baseline=baseline, before=before)
         except (ValueError, RuntimeError) as e:
             print(f"bulkload: error: {e}", file=sys.stderr)
             raise typer.Exit(2)

@@ -186,3 +186,22 @@ def test_a_size_that_cannot_be_built_fails_with_its_reason_and_the_suite_goes_on
     assert ts["catalog-open-flat"]["status"].startswith("not measured (catalog-open-b2")
     md = (tmp_path / "out" / "catalog.md").read_text()
     assert "| 20 | 2 |" in md and "failed" in md and "could not build the dataset" in md
+
+
+def test_before_runs_the_other_codes_loads_interleaved_and_they_are_the_targets_before(tmp_path):
+    p = subprocess.run([BULKLOAD, "bench", "--suite", "catalog", "--max-batches", "2", "--records", "20000",
+                        "--repeats", "2", "--out", str(tmp_path), "--json", "--quiet", "--before", BULKLOAD],
+                       capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout)
+    assert R.validate(res) == [] and res["parameters"]["before"] == BULKLOAD
+    figs = res["figures"]
+    for key in ("br100", "default"):
+        f = figs[f"catalog-load-{key}-before"]
+        assert f["status"] == "ok" and f["params"]["bulkload"] == BULKLOAD
+        assert [s["round"] for s in f["samples"]] == [1, 2]  # interleaved with this code's, round by round
+    ts = {t["id"]: t for t in res["targets"]}
+    for tid, key in (("catalog-load-br100-3x", "br100"), ("catalog-load-default-noise", "default")):
+        assert ts[tid]["status"] in ("pass", "short")
+        assert ts[tid]["reference"] == round(figs[f"catalog-load-{key}-before"]["seconds"]["median"], 6)
+        assert "interleaved in this run" in ts[tid]["note"]
