@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
         out: str = typer.Option("bench-results", "--out", help="Directory for bench.json, bench.md and the plots."),
         work: Optional[str] = typer.Option(None, "--work", help="Directory for the datasets and files written "
                                                                 "(default: inside --out; its filesystem is the one measured)."),
-        only: Optional[str] = typer.Option(None, "--only", help="Comma-separated sections (limits, load, scaling, "
+        only: Optional[str] = typer.Option(None, "--only", help="Comma-separated sections (limits, load, scaling, catalog, "
                                                                 "finalize, peers, rss) or figure ids."),
         max_batches: Optional[int] = typer.Option(None, "--max-batches", help="catalog: the largest dataset, in "
                                                   "batch rows (default 1,000,000; the suite's sizes up to it)."),
