@@ -65,7 +65,7 @@ from .targets import Target
 
 GROUP = "catalog"  # the per-size figures
 LOADS = "catalog-load"  # the n-record loads (item 3)
-#: the operations measured per size: figure id prefix -> (title, sample key, kind)
+#: the operations measured per size: op (figure id catalog-OP-bN) -> (title, the sample key of its seconds)
 OPS = {
     "append": ("append one 1,000-record batch in-process (loader.load)", "append_s"),
     "open": ("loader.open + read_records of 10 records + close", "open_read_s"),
@@ -84,7 +84,8 @@ NOISE = 0.9  # the default load within 10 % of the baseline's
 
 def sizes(batches: tuple[int, ...], max_batches: int | None) -> tuple[int, ...]:
     """The batch counts measured: the suite's up to ``max_batches``, which is the largest;
-    at least two (a tenth of it first), so that the flatness figures compare something."""
+    at least two when it is 20 or more (a tenth of it first), so that the flatness figures
+    compare something."""
     if max_batches is None:
         return tuple(sorted(batches))
     out = sorted({b for b in batches if b < max_batches} | {max_batches})
@@ -99,6 +100,7 @@ def runs_for(batches: int) -> int:
 
 
 def section_catalog(b: Bench) -> None:
+    """Build the datasets, measure every size round by round, then the n-record loads."""
     p = b.p
     bs = sizes(p.catalog_batches, p.max_batches)
     figs = {(op, n): b.fig(f"catalog-{op}-b{n}", GROUP, f"{title}, {n:,} batches", n * p.catalog_batch_records,
