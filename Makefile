@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 N      ?= 20000000
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test lint bench bench-catalog clean
 
 $(STAMP): pyproject.toml setup.py $(wildcard generators/*.c generators/*.h)
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -30,6 +30,11 @@ test: lint
 
 bench: install
 	$(VENV)/bin/bulkload bench --suite quick
+
+# issue 29's targets: metadata costs at 1k..1M batch rows, the 20M load with 100-record batches
+# (~15 min at full size; smaller: make bench-catalog BENCH_ARGS="--max-batches 10000 --records 1000000")
+bench-catalog: install
+	$(VENV)/bin/bulkload bench --suite catalog --out bench/results $(BENCH_ARGS)
 
 clean:
 	rm -rf build *.egg-info data bench/out

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import sys
 
-from . import finalize, limits, peers, randreads
+from . import catalog, finalize, limits, peers, randreads
 
 CHILDREN = {
     "cfill": limits.child_cfill, "npsave": limits.child_npsave, "npload": limits.child_npload,
@@ -30,6 +30,7 @@ CHILDREN = {
     "probe_finalize": finalize.child_probe_finalize, "finalize": finalize.child_finalize,
     "query": finalize.child_query, "randreads": randreads.child_randreads,
     "diskreads": randreads.child_diskreads,
+    "catalog_runs": catalog.child_catalog_runs, "catalog_ops": catalog.child_catalog_ops,
 }
 
 

@@ -26,10 +26,10 @@ def stats(values: list[float]) -> dict | None:
 @dataclass
 class Figure:
     id: str
-    group: str  # limits | load | finalize | query | peers | rss
+    group: str  # limits | load | finalize | query | peers | random | rss | catalog | catalog-load
     title: str
     records: int
-    kind: str = "throughput"  # throughput | latency | memory
+    kind: str = "throughput"  # throughput | latency | memory | build (catalog.py: a dataset's making)
     limit: str | None = None  # id of the matching reference limit
     note: str = ""
     samples: list[dict] = field(default_factory=list)

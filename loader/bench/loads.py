@@ -75,9 +75,10 @@ def load_configs(cores: int) -> list[LoadConfig]:
 
 def load_once(b: Bench, n: int, uri: str, *, workers: int | None, format: str | None = "capnp",
               compression: str | None = "none", stdin: bool = False, source: str | None = None,
-              prepare=None) -> dict:
+              prepare=None, batch_records: int | None = None, bulkload: list[str] | None = None) -> dict:
     """One `bulkload load` run in a fresh process tree; returns a sample. ``format`` /
-    ``compression`` / ``workers`` None: bulkload's defaults (the option is not given); ``source``: a file
+    ``compression`` / ``workers`` / ``batch_records`` None: bulkload's defaults (the option is not
+    given); ``bulkload``: the command that runs bulkload (default: this one's); ``source``: a file
     of raw records instead of the generator (the sample says how much of it was in the page
     cache before ``prepare``, as the load started, and how long ``prepare`` took); ``prepare()``:
     untimed, before `settle`, so that every load starts right after its settle: reading a
@@ -92,12 +93,14 @@ def load_once(b: Bench, n: int, uri: str, *, workers: int | None, format: str | 
     settle()
     resident = cached_fraction(source) if source else None
     args = [uri, "--json", "--quiet", "--shards", str(b.cores)] + (["--workers", str(workers)] if workers else [])
-    args += [x for opt, v in (("--format", format), ("--compression", compression)) if v for x in (opt, v)]
+    args += [x for opt, v in (("--format", format), ("--compression", compression), ("--batch-records", batch_records))
+             if v for x in (opt, str(v))]
     if stdin:
         cmd = ["sh", "-c", f"{shlex.quote(b.gen)} {n} | " + " ".join(
-            shlex.quote(a) for a in [b.bulkload, "load", "-", *args])]
+            shlex.quote(a) for a in [*(bulkload or [b.bulkload]), "load", "-", *args])]
     else:
-        cmd = [b.bulkload, "load", *([source, "--layout", LAYOUT] if source else [f"gen://{LAYOUT}?n={n}"]), *args]
+        cmd = [*(bulkload or [b.bulkload]), "load",
+               *([source, "--layout", LAYOUT] if source else [f"gen://{LAYOUT}?n={n}"]), *args]
     p = run_sampled(cmd)
     if p.rc != 0:
         raise RuntimeError(tail(p.err) or f"bulkload load exited with {p.rc}")
@@ -107,7 +110,7 @@ def load_once(b: Bench, n: int, uri: str, *, workers: int | None, format: str | 
     return {"seconds": rep["seconds"], "wall_s": p.wall_s,
             "peak_tree_rss_bytes": p.peak_tree_rss_bytes, "peak_tree_anon_bytes": p.peak_tree_anon_bytes,
             "report_peak_rss_bytes": rep.get("peak_rss_bytes"), "stages": rep.get("stages"),
-            "stored_bytes": rep.get("stored_bytes"), "workers": rep.get("workers"),
+            "stored_bytes": rep.get("stored_bytes"), "batches": rep.get("batches"), "workers": rep.get("workers"),
             "in_process": rep.get("in_process"), "compression": rep.get("compression")} | (
         {"source_cached": round(resident, 4), "source_cached_before": round(before, 4),
          "prepare_s": round(prepare_s, 3)} if resident is not None else {})

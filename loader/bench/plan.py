@@ -1,10 +1,10 @@
-"""The suites (quick, full), their sections, and the plan of one run: the sizes of every
+"""The suites (quick, full, catalog), their sections, and the plan of one run: the sizes of every
 figure after ``--n`` / ``--repeats`` and the caller's overrides, the sections and figure ids
 selected, and the directories written.
 
 Invariants: ``n`` is the record count of the main figures; the secondary sizes (naive
 peers, the pycapnp builder, TileDB) scale down with a smaller ``n`` (never below 1,000,
-never up past the suite's own), and the memory-flat-in-N pair (``rss_n``) is dropped then;
+never up past the suite's own; 0, not in the suite, stays 0), and the memory-flat-in-N pair (``rss_n``) is dropped then;
 ``n >= 1000`` and ``repeats >= 1`` or the plan is a ValueError; ``n_arctic`` defaults to
 ``n``. Sections always run in the order of `SECTIONS`.
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..infra.outputs import output_dir, refuse_dataset_paths
 
-SECTIONS = ("limits", "versus", "load", "scaling", "finalize", "peers", "random", "rss")
+SECTIONS = ("limits", "versus", "load", "scaling", "finalize", "peers", "random", "rss", "catalog")
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class SuiteParams:
 
     n: int
     repeats: int
-    n_naive: int
+    n_naive: int  # 0: not in the suite (the catalog suite has no peers)
     n_builder: int
     n_tiledb: int
     n_arctic: int | None
@@ -38,10 +38,24 @@ class SuiteParams:
     sections: tuple[str, ...]
     compressed: tuple[str, ...] = ("capnp:lz4", "capnp:zstd")  # FORMAT:COMPRESSION loads vs ArcticDB
     random_tasks: int = 1000  # random reads per sample (the random section)
+    # the catalog section (catalog.py): datasets of these many batch rows of that many records
+    catalog_batches: tuple[int, ...] = (1_000, 10_000, 100_000, 1_000_000)
+    catalog_batch_records: int = 10
+    max_batches: int | None = None  # keep the catalog sizes up to this one (catalog.sizes)
+    runs_per_commit: int | None = None  # the runs helper's (None: at most 100 commits a size)
+    catalog_append_records: int = 1000
+    baseline: str | None = None  # a catalog result of the code before: the "before" of its targets
+    before: str | None = None  # the command of the code before's bulkload: its loads interleaved in the run
 
     def to_dict(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if k != "sections"}
+        """Every size but ``sections``; the catalog section's only in a suite that has it."""
+        left_out = {"sections"} | (set() if "catalog" in self.sections else set(CATALOG_FIELDS))
+        return {k: v for k, v in asdict(self).items() if k not in left_out}
 
+
+#: the sizes only the catalog section uses
+CATALOG_FIELDS = ("catalog_batches", "catalog_batch_records", "max_batches", "runs_per_commit", "catalog_append_records",
+                  "baseline", "before")
 
 #: parameters of each suite; ``n`` is the record count of the main figures
 SUITES: dict[str, SuiteParams] = {
@@ -51,6 +65,9 @@ SUITES: dict[str, SuiteParams] = {
     "full": SuiteParams(n=20_000_000, repeats=3, n_naive=2_000_000, n_builder=200_000, n_tiledb=2_000_000,
                         n_arctic=None, query_reps=200, rss_n=(2_000_000, 50_000_000),
                         sections=("limits", "versus", "load", "scaling", "finalize", "peers", "random", "rss")),
+    # issue 29: metadata costs over 1k..1M batch rows; n: the records of the two big loads
+    "catalog": SuiteParams(n=20_000_000, repeats=3, n_naive=0, n_builder=0, n_tiledb=0, n_arctic=None,
+                           query_reps=0, rss_n=None, sections=("catalog",)),
 }
 
 
@@ -65,6 +82,8 @@ def suite_params(suite: str, n: int | None = None, repeats: int | None = None, *
         p = replace(p, repeats=repeats)
     if p.repeats < 1 or p.n < 1000:
         raise ValueError("--repeats must be >= 1 and --n >= 1000")
+    if p.max_batches is not None and p.max_batches < 2:
+        raise ValueError("--max-batches must be >= 2")
     return replace(p, n_arctic=p.n_arctic or p.n)
 
 
@@ -74,7 +93,7 @@ def _scaled(p: SuiteParams, n: int) -> SuiteParams:
     if scale >= 1:
         return replace(p, n=n)
     smaller = {k: max(1000, min(getattr(p, k), int(getattr(p, k) * scale)))
-               for k in ("n_naive", "n_builder", "n_tiledb")}
+               for k in ("n_naive", "n_builder", "n_tiledb") if getattr(p, k)}  # 0: not in the suite
     return replace(p, n=n, rss_n=None if p.rss_n else p.rss_n, **smaller)
 
 

@@ -1,6 +1,8 @@
 """The plots of a benchmark result: ``throughput.png`` (bars of every throughput figure, log
 scale, with the disk, /dev/shm and pipe limits as lines), ``scaling.png`` (load and finalize
-over workers, with the linear line) and ``rss.png`` (peak RSS of every run's process tree).
+over workers, with the linear line) and ``rss.png`` (peak RSS of every run's process tree);
+for the catalog suite ``catalog.png`` (metadata costs over the batch count, with the
+issue's targets and flatness bands).
 
 matplotlib is optional (the ``bench`` extra) and heavy: it is imported by `plots` only,
 when a result is written; an ImportError tells the caller there will be no plots.
@@ -17,23 +19,27 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..infra.outputs import open_output
+from .catalog_table import series as catalog_series
 
 COLORS = {"limits": "#888888", "load": "#1f77b4", "finalize": "#2ca02c", "peers": "#d62728",
           "rss": "#9467bd"}
 
 
-def plots(result: dict, out: Path, prefix: str = "") -> list[str]:
-    """throughput.png, scaling.png, rss.png (each named PREFIX + name) in ``out``."""
+def plots(result: dict, out: Path, prefix: str = "", name: str = "bench") -> list[str]:
+    """throughput.png, scaling.png, rss.png (each named PREFIX + name) in ``out``; for the
+    catalog suite one plot, NAME.png (`_catalog`)."""
     import matplotlib  # optional and heavy: only when plots are drawn
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # after choosing the Agg backend
 
     made = []
-    for name, draw in (("throughput", _throughput), ("scaling", _scaling), ("rss", _rss)):
+    draws = (((name, _catalog),) if result["suite"] == "catalog" else
+             ((f"{prefix}throughput", _throughput), (f"{prefix}scaling", _scaling), (f"{prefix}rss", _rss)))
+    for file, draw in draws:
         fig = draw(plt, result)
         fig.tight_layout()
-        p = out / f"{prefix}{name}.png"
+        p = out / f"{file}.png"
         _save_figure(fig, p)
         plt.close(fig)
         made.append(str(p))
@@ -131,6 +137,48 @@ def _rss(plt, result: dict):
     ax.axvline(1024, color="red", linestyle="--", linewidth=0.8, label="1 GiB")
     ax.set_xlabel("peak RSS of the whole process tree, MiB (max over repeats)")
     ax.legend(fontsize=7, loc="lower right")
+    return fig
+
+
+def _catalog(plt, result: dict):
+    """The catalog suite: append, commit, open + read and info (ms, log) over the batch count
+    (log): medians with min-max whiskers, each operation's 1.5 x flatness band above its
+    smallest size's median, and the issue's targets (50 ms, 20 ms, 0.3 s) as lines."""
+    figs = result["figures"].values()
+    fig, ax = plt.subplots(figsize=(8, 5))
+    xs_all = []
+    for op, label, color, target in (("append", "append one 1,000-record batch (in-process)", "#1f77b4", 50),
+                                     ("open", "loader.open + read 10 records", "#2ca02c", 20),
+                                     ("commit", "commit alone (Manifest.save of one run)", "#9467bd", None),
+                                     ("info", "bulkload info (wall, whole command)", "#ff7f0e", 300)):
+        pts = catalog_series(figs, op, scale=1e3)
+        if not pts:
+            continue
+        xs = [n for n, _ in pts]
+        xs_all += xs
+        med = [st["median"] for _, st in pts]
+        ax.errorbar(xs, med, yerr=[[m - st["min"] for m, (_, st) in zip(med, pts)],
+                                   [st["max"] - m for m, (_, st) in zip(med, pts)]],
+                    marker="o", capsize=3, color=color, label=label)
+        if op != "info" and len(xs) > 1:
+            ax.fill_between(xs, [med[0]] * len(xs), [med[0] * 1.5] * len(xs), color=color, alpha=0.12,
+                            label=f"{op}: flat within 1.5 x of {xs[0]:,} batches")
+        if target is not None:
+            ax.axhline(target, color=color, linestyle="--", linewidth=0.9,
+                       label=f"target: {op} <= {target if target < 100 else target / 1e3:g} "
+                             f"{'ms' if target < 100 else 's'}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("batch rows in the dataset (log)")
+    ax.set_ylabel("ms (log; median, whiskers min–max)")
+    if xs_all:
+        ax.set_xticks(sorted(set(xs_all)))
+        ax.set_xticklabels([f"{x:,}" for x in sorted(set(xs_all))], fontsize=7)
+        ax.tick_params(axis="x", which="minor", labelbottom=False)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
+    ax.set_title(f"metadata cost over the batch count ({result['machine']['cores']} cores, git "
+                 f"{(result['git'].get('commit') or '?')[:7]})", fontsize=9)
     return fig
 
 

@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 
 from ..infra.outputs import output_dir, write_output
+from .catalog_table import catalog_rows, load_rows
 from .figures import stats
 from .plots import plots
 
@@ -28,7 +29,9 @@ SCHEMA_VERSION = 1
 
 GROUP_TITLES = {"limits": "Reference limits", "load": "bulkload load", "finalize": "bulkload finalize",
                 "query": "Box queries (latency)", "peers": "Peers on the same records",
-                "random": "Cold random reads", "rss": "Memory flat in N"}
+                "random": "Cold random reads", "rss": "Memory flat in N",
+                "catalog": "Metadata cost over the batch count (medians; min – max)",
+                "catalog-load": "Loads with small batches"}
 
 
 def _fmt_mb(st: dict | None) -> tuple[str, str]:
@@ -60,17 +63,23 @@ def _header(result: dict) -> list[str]:
         + (f", at end {', '.join(f'{x:.2f}' for x in m['loadavg_at_end'])}" if m.get("loadavg_at_end") else ""),
         f"- n = {p['n']:,} `{p['layout']}` records ({p['n'] * p['record_size'] / 1e9:.2f} GB) unless noted; "
         f"{p['repeats']} repeats; MB = 10^6 bytes of records; median and min – max of the repeats; "
-        "ratio = median MB/s / median MB/s of the matching limit measured in this run",
+        + ("every size measured in each round in turn (interleaved); batch rows from `bulkload load "
+           f"--batch-records {p.get('catalog_batch_records')}`, runs: {p.get('runs_helper')}"
+           if result["suite"] == "catalog" else
+           "ratio = median MB/s / median MB/s of the matching limit measured in this run"),
     ]
 
 
 def _target_row(t: dict) -> str:
+    needed = f"{'≤' if t.get('at_most') or t['id'] == 'rss-flat' else '≥'} {t['target']}"
     if t.get("ratio") is None:
-        return f"| {_cell(t['what'])} | | | | ≥ {t['target']} | {t['status']} |"
-    needed = f"≤ {t['target']}" if t["id"] == "rss-flat" else f"≥ {t['target']}"
-    val, ref = t.get("value"), t.get("reference")
-    if t["id"].startswith("rss") or "-bytes-" in t["id"] or t["id"].endswith("-rss"):
+        return f"| {_cell(t['what'])} | | | | {needed} | {t['status']} |"
+    val, ref, unit = t.get("value"), t.get("reference"), t.get("unit")
+    if unit == "bytes" or (unit is None and (t["id"].startswith("rss") or "-bytes-" in t["id"]
+                                             or t["id"].endswith("-rss"))):
         val, ref = _fmt_bytes(val), _fmt_bytes(ref)
+    elif unit in ("ms", "s"):
+        val, ref = f"{val:,.3f} {unit}", f"{ref:,.3f} {unit}"
     elif t["id"] == "query-2ms":
         val, ref = f"{val:.3f} ms", f"{ref} ms"
     else:
@@ -147,7 +156,7 @@ def _random_rows(rows: list[dict]) -> list[str]:
 
 def _figure_tables(figs: dict) -> list[str]:
     lines = []
-    tables = {"query": _query_rows, "random": _random_rows}
+    tables = {"query": _query_rows, "random": _random_rows, "catalog": catalog_rows, "catalog-load": load_rows}
     for group, title in GROUP_TITLES.items():
         rows = [f for f in figs.values() if f["group"] == group]
         if rows:
@@ -194,7 +203,7 @@ def write_outputs(result: dict, out: str | Path, name: str = "bench") -> dict:
     """Write NAME.json, NAME.md and the plots into ``out``; returns their paths."""
     out = Path(output_dir(str(out)))
     try:
-        made = plots(result, out, "" if name == "bench" else f"{name}-")
+        made = plots(result, out, "" if name == "bench" else f"{name}-", name)
     except ImportError as e:
         made = []
         result.setdefault("warnings", []).append(f"no plots: matplotlib not installed ({e})")
@@ -203,6 +212,25 @@ def write_outputs(result: dict, out: str | Path, name: str = "bench") -> dict:
     write_output(str(jp), json.dumps(result, indent=1, default=str) + "\n")
     write_output(str(mp), markdown(result, made))
     return {"json": str(jp), "markdown": str(mp), "plots": made}
+
+
+def history_line(result: dict, label: str | None = None) -> dict:
+    """A run in one line of ``history.jsonl``: suite, start, duration, short git commit,
+    ``label`` and every target's value, reference, ratio, needed and status."""
+    git = result["git"].get("commit")
+    return {"suite": result["suite"], "started": result["started"], "duration_s": result["duration_s"],
+            "git": git[:7] + ("-dirty" if result["git"].get("dirty") else "") if git else None, "label": label,
+            "targets": {t["id"]: {"value": t.get("value"), "reference": t.get("reference"), "ratio": t["ratio"],
+                                  "needed": t["target"], "status": t["status"]} for t in result["targets"]}}
+
+
+def append_history(result: dict, out: str | Path, label: str | None = None) -> str:
+    """Append the run's line (`history_line`) to ``out``/history.jsonl; returns its path.
+    One write of one line in append mode: a crash leaves the earlier lines whole."""
+    path = Path(output_dir(str(out))) / "history.jsonl"
+    with open(path, "a") as f:
+        f.write(json.dumps(history_line(result, label), default=str) + "\n")
+    return str(path)
 
 
 REQUIRED = ("schema", "schema_version", "suite", "machine", "versions", "git", "parameters", "figures",

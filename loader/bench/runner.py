@@ -170,6 +170,9 @@ class Bench:
         elif f.kind == "latency":
             st = d["latency_ms"]
             self.log(f"{f.id:<28} {st['median']:9.3f} ms   ({st['min']:.3f} - {st['max']:.3f})")
+        elif f.kind == "memory" and d["peak_tree_anon_bytes"]:
+            st, mem = d["seconds"], d["peak_tree_anon_bytes"]
+            self.log(f"{f.id:<28} {st['median']:9.3f} s    peak private RSS {mem['max'] / 2**20:,.1f} MiB")
         elif d.get("mb_s"):
             st = d["mb_s"]
             r = d["ratio_to_limit"]

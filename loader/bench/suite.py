@@ -31,10 +31,14 @@ Sections (a suite runs them in this order; the suites and their sizes are in `pl
              and box queries, readahead off vs on vs np.memmap of the raw records, 1 and 2
              threads.
 ``rss``      (full suite) peak RSS of the whole load job for a large N vs a small N.
+``catalog``  (catalog suite, issue 29) the metadata's cost over 1,000 .. 1,000,000 batch rows:
+             a small append, an open, `info`, `verify`'s memory; the 20M load with 100-record
+             batches vs the default load (`catalog`).
 
 Output (`report.write_outputs`): ``bench.json`` (schema ``bulkload-bench`` version
 :data:`report.SCHEMA_VERSION`), ``bench.md`` (tables), ``throughput.png``, ``scaling.png``,
-``rss.png``.
+``rss.png`` (the catalog suite: ``catalog.json``, ``catalog.md``, ``catalog.png``); and one
+line per run appended to ``history.jsonl`` in the same directory (`report.append_history`).
 
 Invariants: the result (`BenchResult.to_dict`) holds every figure declared, measured or
 with the reason it was not, and the targets computed from them (`targets`).
@@ -46,6 +50,7 @@ Crash behaviour: the run's work directory and its mem:// datasets are removed in
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
 import shlex
 import sys
@@ -54,6 +59,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from ..infra.regular import read_regular
+from .catalog import catalog_targets, section_catalog
 from .compare import comparison_lines, comparisons
 from .figures import Figure
 from .finalize import section_finalize
@@ -65,7 +72,7 @@ from .plan import SECTIONS, Plan, make_plan
 from .processes import warm_for
 from .randreads import section_random
 from .records import DIMS, LAYOUT, RECORD_SIZE, box
-from .report import SCHEMA, SCHEMA_VERSION, write_outputs
+from .report import SCHEMA, SCHEMA_VERSION, append_history, write_outputs
 from .runner import Bench
 from .targets import Target, targets
 from .versus import bulkload_ids, section_versus
@@ -73,7 +80,13 @@ from .versus import bulkload_ids, section_versus
 SECTION_RUNNERS: dict[str, Callable[[Bench], None]] = {
     "limits": section_limits, "versus": section_versus, "load": section_load, "scaling": section_scaling,
     "finalize": section_finalize, "peers": section_peers, "random": section_random, "rss": section_rss,
+    "catalog": section_catalog,
 }
+
+#: how the catalog section commits its many small runs (catalog.py), said in its parameters
+RUNS_HELPER = ("bench helper (loader.bench.catalog.child_catalog_runs): runs appended through the manifest's own "
+               "commit, loader.model.manifest.load_manifest + Manifest.save under the dataset lock, "
+               "runs_per_commit runs per commit; each a finished load of 0 records with its own source")
 
 
 @dataclass
@@ -118,7 +131,7 @@ def parameters(b: Bench) -> dict:
         "box": box(b.p.n), **b.p.to_dict(),
         "sections": list(b.plan.sections),
         "command": " ".join(shlex.quote(a) for a in sys.argv),
-    }
+    } | ({"runs_helper": RUNS_HELPER} if "catalog" in b.plan.sections else {})
 
 
 def run_plan(plan: Plan, log: Callable[[str], None] | None = None) -> BenchResult:
@@ -146,18 +159,34 @@ def run_plan(plan: Plan, log: Callable[[str], None] | None = None) -> BenchResul
     versus = comparisons(b.figures, bulkload_ids(b.cores, b.p.compressed), b.cores)
     for line in comparison_lines(versus):
         b.log(line)
+    goals = targets(b.figures, b.cores, b.p.rss_n, plan.suite) if set(plan.sections) - {"catalog"} else []
+    goals += catalog_targets(b.figures, baseline(b.p.baseline))
     return BenchResult(plan.suite, started, round(duration, 1), machine, library_versions() | native_versions(),
-                       git_info(), parameters(b), b.figures, targets(b.figures, b.cores, b.p.rss_n, plan.suite),
-                       versus)
+                       git_info(), parameters(b), b.figures, goals, versus)
+
+
+def baseline(path: str | None) -> dict | None:
+    """The result of an earlier run (the catalog suite's "before"), read from its JSON file."""
+    if path is None:
+        return None
+    try:  # a FIFO or a device is refused, never read (it could block or never end)
+        return json.loads(read_regular(path, advice="give the catalog.json of an earlier run"))
+    except (OSError, ValueError) as e:  # DamagedDatasetError (not a regular file) is a ValueError
+        raise ValueError(f"--baseline {path}: cannot read a bench result from it ({e})") from None
 
 
 def run(suite: str = "quick", *, n: int | None = None, repeats: int | None = None,
         out: str | Path = "bench-results", log: Callable[[str], None] | None = None,
-        name: str = "bench", **kw) -> dict:
-    """Run a suite and write its outputs (NAME.json, NAME.md, plots) into ``out``; returns the
-    result, with the paths written under ``outputs``. ``kw``: ``work``, ``sections``, ``only``
-    and overrides of the suite's sizes (`plan.SuiteParams`)."""
+        name: str | None = None, label: str | None = None, **kw) -> dict:
+    """Run a suite and write its outputs (NAME.json, NAME.md, plots) into ``out``, and append
+    its line (with ``label``) to ``out``/history.jsonl; returns the result, with the paths
+    written under ``outputs``. NAME: ``bench`` for the quick and full suites, else the
+    suite's name. ``kw``: ``work``, ``sections``, ``only`` and overrides of the suite's
+    sizes (`plan.SuiteParams`)."""
+    if kw.get("baseline") is not None:
+        baseline(kw["baseline"])  # an unreadable baseline is a usage error before anything runs
     plan = make_plan(suite, n=n, repeats=repeats, out=out, **kw)
     result = run_plan(plan, log).to_dict()
-    result["outputs"] = write_outputs(result, out, name)
+    result["outputs"] = write_outputs(result, out, name or ("bench" if suite in ("quick", "full") else suite))
+    result["outputs"]["history"] = append_history(result, out, label)
     return result

@@ -15,15 +15,26 @@ def register(app: typer.Typer) -> None:
     @app.command()
     @handle_errors
     def bench(
-        suite: str = typer.Option("quick", "--suite", help="quick (<= 2 min) or full (<= 15 min on 2 cores)."),
-        n: Optional[int] = typer.Option(None, "--n", help="Records of the main figures (default: the suite's; "
-                                                         "quick 1,000,000, full 20,000,000)."),
+        suite: str = typer.Option("quick", "--suite", help="quick (<= 2 min), full (<= 15 min on 2 cores) or "
+                                                           "catalog (issue 29: metadata cost over 1k..1M batches)."),
+        n: Optional[int] = typer.Option(None, "--n", "--records", help="Records of the main figures (default: the "
+                                        "suite's; quick 1,000,000, full and catalog 20,000,000)."),
         repeats: Optional[int] = typer.Option(None, "--repeats", help="Runs per figure (default 3)."),
         out: str = typer.Option("bench-results", "--out", help="Directory for bench.json, bench.md and the plots."),
         work: Optional[str] = typer.Option(None, "--work", help="Directory for the datasets and files written "
                                                                 "(default: inside --out; its filesystem is the one measured)."),
-        only: Optional[str] = typer.Option(None, "--only", help="Comma-separated sections (limits, load, scaling, "
+        only: Optional[str] = typer.Option(None, "--only", help="Comma-separated sections (limits, load, scaling, catalog, "
                                                                 "finalize, peers, rss) or figure ids."),
+        max_batches: Optional[int] = typer.Option(None, "--max-batches", help="catalog: the largest dataset, in "
+                                                  "batch rows (default 1,000,000; the suite's sizes up to it)."),
+        runs_per_commit: Optional[int] = typer.Option(None, "--runs-per-commit", help="catalog: runs the bench "
+                                                      "helper commits at once (default: at most 100 commits)."),
+        baseline: Optional[str] = typer.Option(None, "--baseline", help="catalog: the catalog.json of a run of "
+                                               "the code before, the 'before' of the load targets."),
+        before: Optional[str] = typer.Option(None, "--before", help="catalog: the command of the code before's "
+                                             "bulkload (e.g. OTHER/.venv/bin/bulkload): its two big loads run "
+                                             "interleaved with these, the 'before' of the load targets."),
+        label: Optional[str] = typer.Option(None, "--label", help="A label for the run's line in history.jsonl."),
         json_out: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines on stderr."),
     ):
@@ -33,10 +44,13 @@ def register(app: typer.Typer) -> None:
         from ..bench.suite import run
 
         if suite not in SUITES:
-            print(f"bulkload: error: unknown suite {suite!r}; use quick or full", file=sys.stderr)
+            print(f"bulkload: error: unknown suite {suite!r}; use {', '.join(SUITES)}", file=sys.stderr)
             raise typer.Exit(2)
         if (n is not None and n < 1000) or (repeats is not None and repeats < 1):
             print("bulkload: error: --n must be >= 1000 and --repeats >= 1", file=sys.stderr)
+            raise typer.Exit(2)
+        if (max_batches is not None and max_batches < 2) or (runs_per_commit is not None and runs_per_commit < 1):
+            print("bulkload: error: --max-batches must be >= 2 and --runs-per-commit >= 1", file=sys.stderr)
             raise typer.Exit(2)
         sections = None
         ids = None
@@ -58,7 +72,8 @@ def register(app: typer.Typer) -> None:
 
         try:
             result = run(suite, n=n, repeats=repeats, out=out, work=work, sections=sections,
-                        only=ids, log=log)
+                        only=ids, log=log, label=label, max_batches=max_batches, runs_per_commit=runs_per_commit,
+                        baseline=baseline, before=before)
         except (ValueError, RuntimeError) as e:
             print(f"bulkload: error: {e}", file=sys.stderr)
             raise typer.Exit(2)
@@ -69,7 +84,7 @@ def register(app: typer.Typer) -> None:
                 if t.get("ratio") is None:
                     print(f"  {t['status']:<13} {t['what']}")
                 else:
-                    print(f"  {t['status']:<13} {t['ratio']:6.2f} (needs {'<=' if t['id'] == 'rss-flat' else '>='} "
+                    print(f"  {t['status']:<13} {t['ratio']:6.2f} (needs {'<=' if t.get('at_most') else '>='} "
                           f"{t['target']})  {t['what']}")
             o = result["outputs"]
             print(f"wrote {o['json']}, {o['markdown']}" + (f", {len(o['plots'])} plots" if o["plots"] else ""))
