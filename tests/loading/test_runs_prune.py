@@ -331,3 +331,60 @@ def test_pipeline_keep_runs_is_checked_before_any_step(tmp_path):
     assert q.returncode == 2 and "line 3" in q.stderr and "keep_runs" in q.stderr, q.stderr
     with pytest.raises(DatasetNotFoundError):  # nothing was run
         loader.runs(uri)
+
+
+def test_prune_with_keep_and_older_than_drops_only_runs_outside_both(tmp_path):
+    uri = f"lmdb://{tmp_path}/ds"
+    appended_loads(tmp_path, uri, 4)
+    before = ids(uri)
+    rep = loader.prune_runs(uri, keep=3, older_than=time.time() + 60)
+    assert [r["id"] for r in rep.removed] == before[3:] and ids(uri) == before[:3]
+    rep = loader.prune_runs(uri, keep=1, older_than="1h")  # every run is newer than an hour
+    assert rep.removed == [] and ids(uri) == before[:3]
+
+
+def test_finalize_and_compact_runs_are_pruned_and_the_arrays_stay(tmp_path):
+    uri = f"lmdb://{tmp_path}/ds"
+    appended_loads(tmp_path, uri, 2, n=500)
+    loader.finalize(uri, dims="i0:10,i1:1000", workers=1)
+    loader.compact(uri, force=True)
+    cells = loader.query(uri, "i0=0:10,i1=0:1000")
+    loader.load(str(tmp_path / "grow.bin"), uri, **SMALL)  # already loaded: no run
+    rep = loader.prune_runs(uri, keep=0)
+    assert sorted(r["kind"] for r in rep.removed) == ["compact", "finalize", "load"]
+    assert [r.kind for r in loader.runs(uri)] == ["load"]
+    assert loader.query(uri, "i0=0:10,i1=0:1000").equals(cells)
+    assert loader.verify(uri).ok
+
+
+def test_prune_after_a_job_on_a_busy_dataset_is_a_warning(tmp_path, capfd):
+    from loader.maintain.run_prune import prune_after_job
+
+    uri = f"lmdb://{tmp_path}/ds"
+    appended_loads(tmp_path, uri, 3)
+    with DatasetLock(str(tmp_path / "ds")):
+        assert prune_after_job(uri, 1) is None
+    err = capfd.readouterr().err
+    assert "not pruned" in err and "the next run prunes them" in err and len(ids(uri)) == 3
+    rep = loader.load("gen://scidb96?n=10&start=5000", uri, keep_runs=1, **SMALL)
+    assert rep.status == "loaded" and ids(uri) == [rep.run_id] + ids(uri)[1:] and len(ids(uri)) == 2
+
+
+def test_documents_ingest_after_pruning_skips_what_it_stored_and_reports_what_was_bad(tmp_path):
+    from loader.docs.gen import generate_docs
+    from loader.docs.json_dir import write_json_dir
+
+    uri, src = f"lmdb://{tmp_path}/docs", tmp_path / "in"
+    kw = dict(shards=1, workers=1, batch_records=20, layout="docs")
+    for i in range(4):
+        write_json_dir(generate_docs(3, i * 30, 30), src)
+        if i == 3:
+            (src / "95.json").write_bytes(b'{"text": "a", "created_at": 1')  # bad: skipped
+        loader.ingest(uri, str(src), on_bad_file="skip", **kw)
+    assert len(ids(uri)) == 4
+    loader.prune_runs(uri, keep=0)
+    assert len(ids(uri)) == 1
+    rep = loader.ingest(uri, str(src), on_bad_file="skip", **kw)
+    assert (rep.status, rep.already, [s["name"] for s in rep.skipped]) == ("nothing-to-do", 119, ["95.json"])
+    with loader.open(uri) as ds:
+        assert ds.verify().ok and ds.records == 119
