@@ -322,3 +322,23 @@ def test_documents_ingest_after_pruning_skips_what_it_stored_and_reports_what_wa
     assert (rep.status, rep.already, [s["name"] for s in rep.skipped]) == ("nothing-to-do", 119, ["95.json"])
     with loader.open(uri) as ds:
         assert ds.verify().ok and ds.records == 119
+
+
+def test_a_stop_signal_during_prune_leaves_the_old_or_the_new_list(tmp_path):
+    uri = f"lmdb://{tmp_path}/ds"
+    appended_loads(tmp_path, uri, 7, n=10)
+    for k, delay in enumerate((0.05, 0.15, 0.25, 0.35, 0.5, 0.8)):
+        before = ids(uri)
+        keep = 6 - k
+        p = subprocess.Popen([tool("bulkload"), "runs", "prune", uri, "--keep", str(keep)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(delay)
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=60)
+        after = ids(uri)
+        assert after in (before, before[:keep]), (delay, p.returncode, err)
+        assert p.returncode in (0, 143, -signal.SIGTERM), err
+        assert "Traceback" not in err and len(err.strip().splitlines()) <= 1
+        assert not [n for n in os.listdir(tmp_path / "ds") if ".tmp-" in n]
+    with loader.open(uri) as ds:
+        assert ds.verify().ok and ds.records == 70
