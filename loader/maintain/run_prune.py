@@ -101,7 +101,7 @@ def prune_locked(spec, m: mf.Manifest, keep: int | None, cutoff: float | None, *
     report = PruneReport(dataset=spec.uri, dry_run=dry_run, keep=keep, older_than=cutoff,
                          removed=[_brief(r) for r in plan.removed],
                          protected=[{"id": rid, "reason": why} for rid, why in plan.protected.items()],
-                         kept=len(plan.kept) if plan.removed else len(m.runs))
+                         kept=len(plan.kept))
     if plan.removed and not dry_run:
         done = f"the prune was written: {len(plan.removed)} run record(s) removed"
         with interrupts.held(lambda: done):  # the new list is written whole, or not at all
