@@ -9,6 +9,8 @@
     loader.export(dataset, out, format)      -> ExportReport     (bulkload export)
     loader.query(dataset, box, ...)          -> pyarrow.Table    (bulkload query)
     loader.info(dataset)                     -> dict             (bulkload info --json)
+    loader.runs(dataset, status=, kind=, ...) -> list[Run]       (bulkload runs --json)
+    loader.prune_runs(dataset, keep=, ...)   -> PruneReport      (bulkload runs prune)
     loader.run(pipeline_file, sets)          -> PipelineReport   (bulkload run)
     loader.open(dataset)                     -> Dataset          (a reader's snapshot)
 
@@ -36,6 +38,8 @@ PUBLIC = {
     "export": ("loader.api.commands", "export"),
     "query": ("loader.api.commands", "query"),
     "info": ("loader.api.commands", "info"),
+    "runs": ("loader.api.commands", "runs"),
+    "prune_runs": ("loader.maintain.run_prune", "prune_runs"),
     "run": ("loader.api.pipeline", "run"),
     "open": ("loader.read.dataset", "open"),
 }
@@ -43,6 +47,10 @@ PUBLIC = {
 #: the runs that take ``client=`` / ``engine=`` / ``scheduler=`` (api/engine.py): name -> the
 #: position of their dataset argument
 ENGINE_RUNS = {"load": 1, "ingest": 0, "finalize": 0, "compact": 0, "verify": 0}
+
+#: the jobs that take ``keep_runs=`` (prune the run records after success): name -> the
+#: position of their dataset argument
+KEEP_RUNS = {"load": 1, "ingest": 0}
 
 __all__ = sorted(PUBLIC)
 
@@ -53,6 +61,10 @@ def __getattr__(name: str):
     except KeyError:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
     value = getattr(importlib.import_module(module), attr)
+    if name in KEEP_RUNS:  # keep_runs= (api/retention.py)
+        from .retention import with_keep_runs
+
+        value = with_keep_runs(value, KEEP_RUNS[name])
     if name in ENGINE_RUNS:  # imported here, like the stages: only for a run
         from .engine import with_engine
         value = with_engine(value, ENGINE_RUNS[name])

@@ -1,4 +1,4 @@
-"""The commands that read a dataset, as Python functions: verify, export, query, info.
+"""The commands that read a dataset, as Python functions: verify, export, query, info, runs.
 
 Each opens the dataset (a snapshot: see read/dataset.py), does one job and returns a typed
 report (or, for `query`, the cells as a pyarrow Table). The CLI's ``verify``, ``export``,
@@ -10,6 +10,8 @@ from __future__ import annotations
 from ..arrays import query as array_query
 from ..infra import executors
 from ..infra.outputs import refuse_dataset_paths
+from ..model.run_retention import RunFilter
+from ..model.runs import Run
 from ..read.dataset import open as open_dataset
 from ..read.export import ExportReport
 from ..read.export import export as export_records
@@ -58,3 +60,15 @@ def info(dataset: str) -> dict:
     arrays, problems (missing or damaged shards)."""
     with open_dataset(dataset) as ds:
         return ds.info()
+
+
+def runs(dataset: str, status: str | None = None, kind: str | None = None, since=None,
+         limit: int | None = None) -> list[Run]:
+    """The dataset's run records, newest first, as `info` shows them (a dead job's
+    ``running`` run ``interrupted``, the runs before the last --replace ``replaced``):
+    those of ``status`` and ``kind``, started at or after ``since`` (``"30d"``, ``"12h"``,
+    an ISO-8601 instant, a datetime or epoch seconds), at most ``limit``. Each is a `Run`
+    (``to_dict()``: what ``bulkload runs --json`` prints). Bad values: UsageError."""
+    chosen = RunFilter.of(status, kind, since, limit)  # before the dataset is opened
+    with open_dataset(dataset) as ds:
+        return chosen.select(ds.runs_seen())

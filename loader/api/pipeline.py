@@ -3,7 +3,7 @@
 A pipeline file names a dataset and the steps to run on it, in this order:
 
     [job]       dataset (required), layout, format, compression, shards, workers,
-                batch_records, checkpoint_seconds, quiet, engine, scheduler
+                batch_records, checkpoint_seconds, quiet, engine, scheduler, keep_runs
     [load]      source (required), new_run, replace            } exactly one
     [ingest]    from (required), pattern, on_bad_file          } of these two
     [compact]   target_batch_records, force, enabled           optional
@@ -28,6 +28,11 @@ S run`` (the flags set BULKLOAD_ENGINE / BULKLOAD_SCHEDULER, which are these key
 variables) wins over the file, and ``--set engine=...`` over both; the Python API's
 ``client=`` / ``engine=`` / ``scheduler=`` win over everything. The scheduler counts only
 on the dask engine (as on the command line).
+
+``keep_runs = N``: once every step succeeded, the dataset's run records are pruned to the
+N newest (and the protected ones: maintain/run_prune.py), so that a cron job's run list
+stays bounded; the pipeline's report lists it as a last step ``prune``. A dataset busy by
+then (another job started meanwhile) is a warning, not a failure: the next run prunes.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from ..infra.outputs import refuse_dataset_paths
 from ..loading.ingest import ingest
 from ..loading.load import load
 from ..maintain.compact import compact
+from ..maintain.run_prune import prune_after_job
 from ..model.layouts import toml_text
 from ..model.options import size_option
 from ..stores.spec import parse_dataset_uri
@@ -58,7 +64,7 @@ SCHEMA: dict[str, dict[str, tuple[type, object]]] = {
     "job": {"dataset": (str, REQUIRED), "layout": (str, None), "format": (str, None),
             "compression": (str, None), "shards": (int, None), "workers": (int, None),
             "batch_records": (int, None), "checkpoint_seconds": (float, None), "quiet": (bool, False),
-            "name": (str, None), "engine": (str, None), "scheduler": (str, None)},
+            "name": (str, None), "engine": (str, None), "scheduler": (str, None), "keep_runs": (int, None)},
     "load": {"source": (str, REQUIRED), "new_run": (bool, False), "replace": (bool, False),
              "enabled": (bool, True)},
     "ingest": {"from": (str, REQUIRED), "pattern": (str, "*"), "on_bad_file": (str, "fail"),
@@ -342,9 +348,19 @@ def _run_steps(p: Pipeline, progress: str) -> PipelineReport:
                 e.args = (f"pipeline {name}, step {step}: {e.args[0]}",)
             raise
         report.steps.append({"step": step, "seconds": round(time.perf_counter() - t, 4), "report": out})
+    if job.get("keep_runs") is not None:
+        _keep_runs(report, dataset, job["keep_runs"], progress)
     report.seconds = round(time.perf_counter() - t0, 4)
     _event(progress, f"pipeline {name}: done in {report.seconds:.2f} s", pipeline=name, event="done")
     return report
+
+
+def _keep_runs(report: PipelineReport, dataset: str, keep: int, progress: str) -> None:
+    """``[job] keep_runs``: prune the run records after a successful job (busy: a warning)."""
+    t = time.perf_counter()
+    out = prune_after_job(dataset, keep, progress)
+    if out is not None:
+        report.steps.append({"step": "prune", "seconds": round(time.perf_counter() - t, 4), "report": out.to_dict()})
 
 
 def _name(p: Pipeline) -> str:

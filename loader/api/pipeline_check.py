@@ -33,6 +33,7 @@ from ..maintain.compact import check_options as check_compact
 from ..model import manifest as mf
 from ..model.layouts import Layout
 from ..model.options import size_option
+from ..model.run_retention import check_keep
 from ..read.tables import check_format
 from ..stores.spec import parse_dataset_uri
 from .pipeline import REQUIRED, SCHEMA, Pipeline
@@ -59,6 +60,7 @@ def check(p: Pipeline) -> None:
     """Raise PipelineError (exit 2) naming the file, table and key of the first bad value of
     any step; other errors a step's checks raise (an unreadable source) as they are."""
     dataset = _blamed(p, [("job", "dataset")], "job", lambda v: parse_dataset_uri(v["job"]["dataset"]))
+    _blamed(p, [("job", "keep_runs")], "job", lambda v: check_keep("keep_runs", v["job"].get("keep_runs")))
     source = "load" if "load" in p.steps else "ingest"
     keys = [(source, k) for k in SCHEMA[source] if k != "enabled"] + [("job", k) for k in _JOB_KEYS]
     settings = _blamed(p, keys, source, lambda v: _SOURCE_CHECKS[source](v, p.config["job"]["dataset"]))

@@ -27,6 +27,8 @@ def ingest_cmd(
     shards: Optional[int] = typer.Option(None, "--shards", help="Shard count (default: cores)."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes (default: cores)."),
     batch_records: Optional[int] = typer.Option(None, "--batch-records", help="Records per batch (default 10000)."),
+    keep_runs: Optional[int] = typer.Option(None, "--keep-runs", help="After the ingest succeeded, prune the "
+                                            "run records to the N newest (and the protected ones: bulkload runs prune)."),
     json_out: bool = typer.Option(False, "--json", help="Print the run report as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
 ):
@@ -39,7 +41,7 @@ def ingest_cmd(
     rep, used = on_engine(dataset, lambda: api.ingest(
         dataset, from_dir, pattern=pattern, on_bad_file=on_bad_file, layout=layout, format=format,
         compression=compression, shards=shards, workers=workers, batch_records=batch_records,
-        progress=progress_mode(quiet)))
+        progress=progress_mode(quiet), keep_runs=keep_runs))
     if json_out:
         emit_json(rep.to_dict() | used)
         return

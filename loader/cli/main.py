@@ -243,6 +243,8 @@ def load(
     on_bad_file: str = typer.Option("fail", "--on-bad-file",
                                     help="Documents: fail (exit 1 naming the file, nothing loaded) or skip "
                                          "(load the rest, list it in the report)."),
+    keep_runs: Optional[int] = typer.Option(None, "--keep-runs", help="After the load succeeded, prune the "
+                                            "run records to the N newest (and the protected ones: bulkload runs prune)."),
     json_out: bool = typer.Option(False, "--json", help="Print the run report as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
 ):
@@ -256,7 +258,7 @@ def load(
     report, used = on_engine(dataset, lambda: api.load(
         source if len(source) > 1 else source[0], dataset, layout=layout, format=format, compression=compression,
         shards=shards, workers=workers, batch_records=batch_records, progress=progress_mode(quiet), new_run=new_run,
-        replace=replace, on_bad_file=on_bad_file))
+        replace=replace, on_bad_file=on_bad_file, keep_runs=keep_runs))
     if json_out:
         emit_json(report.to_dict() | used)
     elif not quiet:
@@ -434,10 +436,11 @@ def app_for(args: list[str]) -> typer.Typer:
     itself when the first word is no command (--help, a group option, a typo to suggest for)."""
     chosen = [c for c in app.registered_commands
               if args and (c.name or get_command_name(c.callback.__name__)) == args[0]]
-    if not chosen:
+    groups = [g for g in app.registered_groups if args and g.name == args[0]]  # e.g. `runs`
+    if not chosen and not groups:
         return app
     one = copy.copy(app)
-    one.registered_commands = chosen
+    one.registered_commands, one.registered_groups = chosen, groups
     return one
 
 
@@ -470,3 +473,7 @@ _register_arrays(app)
 from .docs import register as _register_docs  # noqa: E402  (get)
 
 _register_docs(app)
+
+from .runs import register as _register_runs  # noqa: E402  (runs, runs prune)
+
+_register_runs(app)

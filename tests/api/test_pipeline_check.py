@@ -24,7 +24,7 @@ BAD = {
     ("job", "dataset"): "nosuch://x", ("job", "layout"): "nosuchlayout", ("job", "format"): "feather",
     ("job", "compression"): "brotli", ("job", "shards"): 0, ("job", "workers"): 0, ("job", "batch_records"): 0,
     ("job", "checkpoint_seconds"): -1.0, ("job", "quiet"): "maybe", ("job", "name"): 7,
-    ("job", "engine"): "spark", ("job", "scheduler"): "nowhere",
+    ("job", "engine"): "spark", ("job", "scheduler"): "nowhere", ("job", "keep_runs"): -1,
     ("load", "source"): "gen://nosuchlayout?n=10", ("load", "new_run"): "maybe", ("load", "replace"): "maybe",
     ("load", "enabled"): "maybe",
     ("ingest", "from"): "no-such-dir", ("ingest", "pattern"): "", ("ingest", "on_bad_file"): "ignore",

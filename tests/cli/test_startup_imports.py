@@ -202,7 +202,7 @@ def test_the_command_leaves_its_objects_to_the_exit(tmp_path):
 @pytest.mark.parametrize("args,built", [
     (["load", "gen://scidb96?n=1", "mem://x"], {"load"}), (["info", "--help"], {"info"}),
     (["finalize", "lmdb:///x"], {"finalize"}), (["--help"], None), ([], None), (["lod"], None),
-    (["--log-format", "json", "info", "x"], None),
+    (["--log-format", "json", "info", "x"], None), (["runs", "lmdb:///x"], {"runs"}),
 ])
 def test_the_command_builds_only_the_command_it_runs(args, built):
     """typer builds a command's parameters from its signature before parsing: `bulkload CMD`

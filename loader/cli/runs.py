@@ -1,0 +1,98 @@
+"""CLI: ``bulkload runs DATASET`` (list the run records) and ``bulkload runs prune DATASET``
+(forget old ones). ``register(app)`` adds the ``runs`` group to the typer app of main.py.
+
+``runs`` is a group of two commands, ``list`` and ``prune``; a first word that is neither
+(a dataset, an option) means ``list``, so ``bulkload runs DATASET`` lists. A dataset is
+always SCHEME://PATH, so a dataset at ``./prune`` is ``bulkload runs lmdb://prune``:
+never taken for the sub-command (``bulkload runs list DATASET`` spells the listing out).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+import typer
+from typer.core import TyperGroup
+
+from .. import api
+from .main import emit_json, handle_errors, print_table
+
+LIST = "list"
+
+
+class RunsGroup(TyperGroup):
+    """`runs` whose default command is ``list``."""
+
+    def parse_args(self, ctx, args):
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            args = [LIST, *args]
+        return super().parse_args(ctx, args)
+
+
+runs_app = typer.Typer(cls=RunsGroup, no_args_is_help=True, rich_markup_mode=None, add_completion=False,
+                       help="List a dataset's runs (bulkload runs DATASET) or prune old run records "
+                            "(bulkload runs prune DATASET --keep N).")
+
+
+def _when(t: float | None) -> str:
+    return "" if t is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+@runs_app.command(LIST)
+@handle_errors
+def list_cmd(
+    dataset: str = typer.Argument(..., help="lmdb://PATH, rocksdb://PATH or mem://NAME."),
+    status: Optional[str] = typer.Option(None, "--status", help="Only runs of this status: running, done, "
+                                         "failed, interrupted, superseded or replaced (as `info` shows them)."),
+    kind: Optional[str] = typer.Option(None, "--kind", help="Only runs of this kind: load, ingest, finalize "
+                                       "or compact."),
+    since: Optional[str] = typer.Option(None, "--since", help="Only runs started since: an age (30d, 12h, "
+                                        "90m) or an ISO-8601 instant (2026-11-01T08:00:00Z; no offset: UTC)."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="At most N runs (the newest)."),
+    json_out: bool = typer.Option(False, "--json", help="Print a JSON list of the runs."),
+):
+    """The dataset's runs, newest first: id, kind, status, started (UTC), seconds,
+    records, and the error (or the source)."""
+    found = api.runs(dataset, status=status, kind=kind, since=since, limit=limit)
+    if json_out:
+        emit_json([r.to_dict() for r in found])
+        return
+    if not found:
+        print("no runs")
+        return
+    print_table(("id", "kind", "status", "started", "seconds", "records", "error / source"),
+                [(r.id, r.kind, r.status, _when(r.started), "" if r.seconds is None else str(r.seconds),
+                  f"{r.records or 0:,}", r.error or r.source or "") for r in found])
+
+
+@runs_app.command("prune")
+@handle_errors
+def prune_cmd(
+    dataset: str = typer.Argument(..., help="lmdb://PATH, rocksdb://PATH or mem://NAME."),
+    keep: Optional[int] = typer.Option(None, "--keep", help="Keep the N newest runs (and every protected run)."),
+    older_than: Optional[str] = typer.Option(None, "--older-than", help="Remove runs that ended before: an "
+                                             "age (30d, 12h, 90m) or an ISO-8601 instant. With --keep: "
+                                             "only runs outside the N newest and older than this."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Say what would be removed; write nothing."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+):
+    """Remove old run records. Never removed: a running run, a resumable interrupted or
+    failed run (and a compaction after it), the newest run of each loaded source (a
+    re-run of it is recognised by it) and the last --replace run. Records, ingested
+    files and readers are not affected."""
+    rep = api.prune_runs(dataset, keep=keep, older_than=older_than, dry_run=dry_run)
+    if json_out:
+        emit_json(rep.to_dict())
+        return
+    verb = "would remove" if rep.dry_run else "removed"
+    print(f"runs prune {rep.dataset}: {verb} {len(rep.removed)} run record(s), kept {rep.kept}"
+          + (f" ({len(rep.protected)} protected)" if rep.protected else ""))
+    for r in rep.removed:
+        print(f"  {verb:<12} {r['id']}  {r['kind']:<8} {r['status']:<11} {_when(r['started'])}")
+    for p in rep.protected:
+        print(f"  {'kept':<12} {p['id']}  {p['reason']}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(runs_app, name="runs")
