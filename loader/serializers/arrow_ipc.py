@@ -116,6 +116,28 @@ class ArrowSerializer(Serializer):
                 out[name][at : at + len(chunk)] = to_numpy(chunk)
         return start, out
 
+    def decode_columns(self, value, names: list[str], out: dict | None = None) -> tuple[int, int, dict]:
+        """Only the buffers of ``names`` are read (and decompressed): IPC ``included_fields``."""
+        want = [self.layout.names.index(name) for name in names]
+        try:
+            full = pa.ipc.read_schema(pa.py_buffer(value))
+            start, n = self._schema_meta(full)
+            reader = pa.ipc.open_stream(pa.py_buffer(value), options=pa.ipc.IpcReadOptions(included_fields=want))
+            table = reader.read_all()
+        except VerifyError:
+            raise
+        except (pa.ArrowException, OSError, ValueError) as e:
+            raise _corrupt(f"{type(e).__name__}: {e}") from None
+        if table.num_rows != n:
+            raise _corrupt(f"metadata says {n} records, the stream holds {table.num_rows}")
+        cols = {}
+        for name in names:
+            col = table.column(name)
+            if col.null_count:
+                raise _corrupt(f"column {name!r} has {col.null_count} nulls")
+            cols[name] = to_numpy(col)  # zero-copy: the stream's (or its decompressed) buffer
+        return start, n, cols
+
 
 def _chunks(col):
     at = 0
