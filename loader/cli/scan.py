@@ -65,6 +65,24 @@ def export_cmd(
     _report(rep, out, quiet, json_out)
 
 
+def sql_cmd(
+    dataset: str = typer.Argument(...),
+    query: str = typer.Argument(..., help="A DuckDB query over the table data, e.g. "
+                                "\"SELECT i0, avg(d1) FROM data GROUP BY i0\"."),
+    format: str = typer.Option("table", "--format", help="table, csv, json, arrow, parquet or npy."),
+    out: Optional[str] = typer.Option(None, "--out", help="Write to this file (default: stdout)."),
+):
+    """Run a DuckDB query over the records (needs duckdb: pip install 'bulkload[duckdb]')."""
+    from ..read.dataset import open as open_ds
+    from ..read.tables import check_format, write_table
+
+    check_format(format)
+    with open_ds(dataset) as ds:
+        table = ds.sql(query)
+        root = ds.spec.root
+    write_table(table, format, out, protect=(root,))
+
+
 def _report(rep, out: str, quiet: bool, json_out: bool) -> None:
     to = sys.stderr if writes_stdout(out) else sys.stdout  # stdout carries only the data
     if json_out:
@@ -76,3 +94,4 @@ def _report(rep, out: str, quiet: bool, json_out: bool) -> None:
 def register(app: typer.Typer) -> None:
     app.command("scan")(handle_errors(scan_cmd))
     app.command("export")(handle_errors(export_cmd))
+    app.command("sql")(handle_errors(sql_cmd))

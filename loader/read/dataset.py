@@ -369,6 +369,20 @@ class Dataset(Verifying):
             raise UsageError("to_pandas needs pandas: pip install pandas") from None
         return self.to_arrow(columns, records).to_pandas()
 
+    def to_polars(self, record_column: str | None = None):
+        """A ``polars.LazyFrame`` of this snapshot (read/frames.py): projection, filter and
+        row-limit pushdown; ``record_column``: an extra column of record numbers, whose
+        integer comparisons in a filter read only the batches of that range."""
+        from .frames import to_polars
+
+        return to_polars(self, record_column)
+
+    def sql(self, query: str):
+        """The DuckDB ``query`` over the table ``data`` (this snapshot) as a pyarrow Table."""
+        from .frames import sql
+
+        return sql(self, query)
+
     # --- 2-D arrays (see redimension.py, query.py) ---------------------------------------
     def arrays(self) -> list[dict]:
         """The 2-D arrays of this dataset: dims, chunking, bounds, cell counts."""
