@@ -58,6 +58,7 @@ class Dataset(Verifying):
         self._shards: dict[int, ShardStore] = {}
         self._firsts = [b.first for b in self.manifest.batches]
         self._docs = None
+        self.closed = False
 
     @functools.cached_property
     def serializer(self):
@@ -128,6 +129,7 @@ class Dataset(Verifying):
         return self.moved_on() or VerifyError(problem)
 
     def close(self) -> None:
+        self.closed = True
         for st in self._shards.values():
             st.close()
         self._shards.clear()

@@ -122,6 +122,9 @@ def record_batches(ds: Dataset, names: list[str], start: int, stop: int, batch_r
                 b = next(it, None)
                 if b is None:
                     break
+                if ds.closed:  # its pin is released: compact/finalize may remove what it reads
+                    raise UsageError(f"dataset {ds.uri} was closed before its scan was read; read the scan (or "
+                                     "collect the frame) before closing the dataset (inside its `with` block)")
                 lo, hi = max(start, b.first) - b.first, min(stop, b.first + b.count) - b.first
                 if hi - lo < b.count:
                     pending.append(_Done(part(b, lo, hi)))
@@ -186,11 +189,15 @@ def scan(ds: Dataset, columns=None, records=None, box=None, array=None, batch_ro
         return box_reader(ds, columns, box, array, batch_rows)
     names = check_columns(ds, columns)
     rng = parse_records(records)
-    n = ds.records
-    start, stop = (0, n) if rng is None else (rng[0], n if rng[1] is None else rng[1])
-    from .dataset import check_record_range
+    if rng is None:  # every batch of the snapshot (a Dask task's: some batches, read/dask_read.py)
+        bs = ds.manifest.batches
+        start, stop = (bs[0].first, bs[-1].first + bs[-1].count) if bs else (0, 0)
+    else:
+        from .dataset import check_record_range
 
-    check_record_range(start, stop, n, ds.uri)
+        n = ds.records
+        start, stop = rng[0], n if rng[1] is None else rng[1]
+        check_record_range(start, stop, n, ds.uri)
     schema = arrow_schema(ds, names)
     return pa.RecordBatchReader.from_batches(schema, record_batches(ds, names, start, stop, batch_rows))
 

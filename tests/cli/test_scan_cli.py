@@ -97,3 +97,17 @@ def test_get_writes_valid_tsv_and_json_lines(tmp_path):
                                     "3\t1003\tback\\\\slash\\r", ""]
     p = run_cli("get", u, 2, 3, "--format", "jsonl")
     assert [json.loads(line)["text"] for line in p.stdout.splitlines()] == ["two\nlines", "back\\slash\r"]
+
+
+def test_scan_of_a_box_writes_the_cells_of_that_box(tmp_path):
+    u = f"lmdb://{tmp_path}/ds"
+    loader.load(f"gen://scidb96?n={N}", u, shards=1, workers=1, batch_records=400, progress="none")
+    loader.finalize(u, dims="i0:4,i1:500", workers=1, progress="none")
+    data, _ = stdout_bytes("scan", u, "--box", "i0=1:3,i1=0:900", "--array", "grid", "--columns", "i0,i1,d1",
+                           "--format", "csv", "--out", "-", "--quiet")
+    with loader.open(u) as ds:
+        want = ds.read_box("grid", ["d1"], i0=(1, 3), i1=(0, 900))
+    got = pcsv.read_csv(pa.BufferReader(data))
+    assert got.num_rows == want.num_rows > 0 and got.column("d1").to_pylist() == want.column("d1").to_pylist()
+    p = run_cli("scan", u, "--box", "i0=1:3", "--records", "0:5", "--format", "csv", "--out", tmp_path / "x")
+    assert p.returncode == 2 and "not both" in p.stderr

@@ -138,3 +138,10 @@ def test_documents_scan_by_id_range_in_both_forms(tmp_path):
         assert min(a.column("id").to_pylist()) >= 10 and max(a.column("id").to_pylist()) < 50
         with pytest.raises(UsageError, match="scan them by id"):
             ds.scan(box="i0=0:1")
+
+
+def test_a_scan_read_after_its_dataset_closed_is_refused_not_read_unpinned(uri):
+    with loader.open(uri) as ds:
+        rd = ds.scan(columns=["d0"])
+    with pytest.raises(UsageError, match="was closed before its scan was read"):
+        rd.read_all()
