@@ -264,8 +264,10 @@ class Dataset(Verifying):
             raise UsageError(f"{what} reads fixed-size records; dataset {self.uri} holds documents: "
                              "use get / get_many / scan")
 
-    def _value(self, b: mf.BatchEntry):
-        v = self.shard(b.shard).get(batch_key(b.seq))
+    def _value(self, b: mf.BatchEntry, rd: ValueReader | None = None):
+        """The stored value of batch ``b``: a copy, or through ``rd`` (an open ValueReader of
+        its shard: zero-copy under LMDB, valid while ``rd`` is open)."""
+        v = self.shard(b.shard).get(batch_key(b.seq)) if rd is None else rd.get(batch_key(b.seq))
         if v is None:
             raise self.moved_on() or CorruptBatchError(batch_message(self.uri, b, "missing from the store"))
         return v

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from ..errors import CorruptBatchError, UsageError
 from ..stores.health import batch_message, check_value
+from ..stores.values import ValueReader
 
 if TYPE_CHECKING:
     from .dataset import Dataset
@@ -114,6 +115,9 @@ def record_batches(ds: Dataset, names: list[str], start: int, stop: int, batch_r
         ds._records_into(out, b, lo, hi)
         return records_to_arrow({n: np.ascontiguousarray(out[n]) for n in names}, schema)
 
+    # Cap'n Proto columns are always new memory (decompressed, or gathered): they may be
+    # decoded from a zero-copy value (Arrow columns are views of the value: not those)
+    zero_copy = ds.manifest.format == "capnp"
     pool = ThreadPoolExecutor(threads, thread_name_prefix="bulkload-scan") if threads > 1 and len(todo) > 1 else None
     try:
         it = iter(todo)
@@ -128,6 +132,9 @@ def record_batches(ds: Dataset, names: list[str], start: int, stop: int, batch_r
                 lo, hi = max(start, b.first) - b.first, min(stop, b.first + b.count) - b.first
                 if hi - lo < b.count:
                     pending.append(_Done(part(b, lo, hi)))
+                elif pool is None and zero_copy:  # decoded while the value is in view: no copy of it
+                    with ValueReader(ds.shard(b.shard), "batches") as rd:
+                        pending.append(_Done(whole(b, ds._value(b, rd), None)))
                 elif pool is None:
                     pending.append(_Done(whole(b, ds._value(b), None)))
                 else:  # the columns allocated here, in the reading thread (decode_columns)

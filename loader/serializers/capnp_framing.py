@@ -369,12 +369,13 @@ class CapnpSerializer(Serializer):
     def decode_columns(self, value, names: list[str], out: dict | None = None) -> tuple[int, int, dict]:
         """A compressed value's records are stored byte-shuffled (shuffled.py): a field's
         bytes are a run of byte planes, so after decompression each field asked for is one
-        `unshuffle` of its planes (C, the GIL released) straight into its column - the
-        other fields are never assembled. That pays while the fields asked for are under
-        half of a record; else (and uncompressed) the records are decoded whole and each
-        field gathered (a strided copy, in C)."""
+        `unshuffle` of its planes (C, the GIL released; 4- and 8-byte fields by SSE2)
+        straight into its column - the other fields are never assembled, and all of them
+        take half the time of a whole unshuffle and a gather of each field (measured on
+        2M scidb96 records, lz4 and zstd). Uncompressed: each field gathered (a strided
+        copy, in C)."""
         fields = self._cdtype.fields
-        if self.compression == "none" or sum(fields[n][0].itemsize for n in names) * 2 > self._stride:
+        if self.compression == "none":
             return super().decode_columns(value, names, out)
         mv = byte_view(value)
         start, n = header_fields(mv, self._stride)
