@@ -29,9 +29,9 @@ def counted(ds):
     reads = []
     fetch = ds._value
 
-    def value(b):
+    def value(b, *rd):
         reads.append(b.seq)
-        return fetch(b)
+        return fetch(b, *rd)
 
     ds._value = value
     return reads
