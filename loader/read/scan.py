@@ -2,15 +2,15 @@
 
 Fixed-size records: the batches covering ``records=(a, b)`` (`Dataset.batches_covering`,
 the one record-range lookup), read in record order. The reading thread fetches each stored
-value, checks its size and xxh3 against the manifest row, decompresses it and decodes
-only the ``columns`` asked for (`Serializer.decode_columns`: byte-shuffled Cap'n Proto values unshuffle only those
-fields' byte planes, Arrow values read only those buffers) - and `records_to_arrow` makes the Arrow batch. With
-``BULKLOAD_SCAN_THREADS=N`` (N > 1) that work runs in N threads (xxhash, lz4, zstd and the
-unshuffle release the GIL), results taken in order with up to `READAHEAD` batches in
-flight per thread (see `scan_threads` for why one is the default). Either way, memory stays a few
-batches whatever the dataset's size. A batch of which only part is read (the ends of a
-record range) takes `Dataset._records_into`, as `read_records` does (checked whole by
-default; in the random-read mode only the records' pages, see `Dataset.partial_reads`).
+value; `scan_threads` threads (default: the cores, at most 4) check its size and xxh3
+against the manifest row, decompress it and decode only the ``columns`` asked for
+(`Serializer.decode_columns`: byte-shuffled Cap'n Proto values unshuffle only those
+fields' byte planes, Arrow values read only those buffers), and `records_to_arrow` makes
+the Arrow batch; xxhash, lz4, zstd and the unshuffle release the GIL. Results are taken
+in order with up to `READAHEAD` batches in flight per thread: memory stays a few batches
+whatever the dataset's size. A batch of which only part is read (the ends of a record
+range) takes `Dataset._records_into`, as `read_records` does (checked whole by default;
+in the random-read mode only the records' pages, see `Dataset.partial_reads`).
 
 ``box=`` / ``array=``: the cells of that box of a finalized 2-D array (only the chunks that
 overlap it are read: arrays/query.py), as one stream of batches.
@@ -18,11 +18,11 @@ overlap it are read: arrays/query.py), as one stream of batches.
 
 from __future__ import annotations
 
-import os
 from collections import deque
 from typing import TYPE_CHECKING, Iterator
 
 from ..errors import CorruptBatchError, UsageError
+from ..infra import env
 from ..stores.health import batch_message, check_value
 from ..stores.values import ValueReader
 
@@ -34,16 +34,14 @@ READAHEAD = 2
 
 
 def scan_threads() -> int:
-    """Decoding threads of a scan: ``BULKLOAD_SCAN_THREADS`` (default 1: decoded in the
-    reading thread). Measured on a busy 2-core machine (1-2M records, medians of 3), 2-3
-    threads were 15-60 % slower than one: most of a batch's ~0.3 ms holds the GIL (Arrow
-    and numpy calls), and a decoding thread's heap is not the reading thread's (glibc
-    arenas: returned memory is faulted in again unless the process keeps freed heap,
-    infra/heap.py). More threads may pay on more cores."""
-    v = os.environ.get("BULKLOAD_SCAN_THREADS", "1").strip()
-    if not v.isdigit() or int(v) < 1:
-        raise UsageError(f"BULKLOAD_SCAN_THREADS={v!r}: give a positive number of decoding threads")
-    return int(v)
+    """Decoding threads of a scan: ``BULKLOAD_SCAN_THREADS`` (infra/env.py), or the cores
+    this process may use (at most 4). One: decoded in the reading thread (an uncompressed
+    Cap'n Proto value then from a zero-copy view). Measured ad hoc on a busy 2-core machine
+    (2M records, medians of 5; lz4, zstd, random-valued, uncompressed, Arrow), 2 threads
+    read faster than one in 20 of 22 pairs: a batch's decompression, checksum and
+    unshuffle release the GIL. The columns are allocated in the reading thread: a decoding
+    thread's own heap (a glibc arena) would be returned to the kernel and faulted in again."""
+    return env.scan_threads()
 
 
 def check_columns(ds: Dataset, columns) -> list[str]:

@@ -8,7 +8,9 @@ import pyarrow as pa
 import pytest
 
 import loader
-from loader.errors import CorruptBatchError, UsageError
+from loader.errors import CorruptBatchError, EnvironmentVariableError, UsageError
+from loader.read.dataset import records_to_arrow
+from loader.read.scan import READAHEAD, scan_threads
 from tests.read.test_verify_single_pass import damage
 
 N = 5000
@@ -72,16 +74,22 @@ def test_scan_streams_a_few_batches_at_a_time(uri):
         reads = counted(ds)
         rd = ds.scan(batch_rows=300)
         first = rd.read_next_batch()
-        assert first.num_rows == 300 and len(reads) <= 2
+        ahead = scan_threads() * READAHEAD  # the batches in flight: not the dataset's size
+        assert first.num_rows == 300 and len(reads) <= ahead < len(ds.manifest.batches)
         rows = first.num_rows + sum(b.num_rows for b in rd)
         assert rows == N and len(reads) == len(ds.manifest.batches)
 
 
 def test_threaded_scan_gives_the_same_batches_in_order(uri, monkeypatch):
     with loader.open(uri) as ds:
+        monkeypatch.setenv("BULKLOAD_SCAN_THREADS", "1")
         one = ds.to_arrow(records=(100, 4900))
+        assert one.equals(pa.Table.from_batches([records_to_arrow(ds.read_records(100, 4900), one.schema)]))
         monkeypatch.setenv("BULKLOAD_SCAN_THREADS", "3")
         assert ds.to_arrow(records=(100, 4900)).equals(one)
+        monkeypatch.setenv("BULKLOAD_SCAN_THREADS", "-2")
+        with pytest.raises(EnvironmentVariableError, match="BULKLOAD_SCAN_THREADS='-2' is not a whole number"):
+            ds.to_arrow()
 
 
 def test_to_pandas_and_read_records_agree_with_scan(uri):
