@@ -116,6 +116,24 @@ def record_batches(ds: Dataset, names: list[str], start: int, stop: int, batch_r
     # Cap'n Proto columns are always new memory (decompressed, or gathered): they may be
     # decoded from a zero-copy value (Arrow columns are views of the value: not those)
     zero_copy = ds.manifest.format == "capnp"
+
+    def fetched(b):
+        """Batch ``b`` decoded (or, with threads, being decoded) from its value read through
+        a zero-copy view, whose mapped pages are then released: a scan's resident set
+        stays a few batches, not the part of the store it has read."""
+        with ValueReader(ds.shard(b.shard), "batches") as rd:
+            v = ds._value(b, rd)
+            try:
+                if pool is None and (zero_copy or rd.view is None):
+                    return _Done(whole(b, v, None))
+                copy = bytes(v) if rd.view is not None else v
+                if pool is None:
+                    return _Done(whole(b, copy, None))
+                out = {n: np.empty(b.count, dt) for n, dt in dtypes}  # here: see scan_threads
+                return pool.submit(whole, b, copy, out)
+            finally:
+                rd.release(v)
+
     pool = ThreadPoolExecutor(threads, thread_name_prefix="bulkload-scan") if threads > 1 and len(todo) > 1 else None
     try:
         it = iter(todo)
@@ -130,14 +148,8 @@ def record_batches(ds: Dataset, names: list[str], start: int, stop: int, batch_r
                 lo, hi = max(start, b.first) - b.first, min(stop, b.first + b.count) - b.first
                 if hi - lo < b.count:
                     pending.append(_Done(part(b, lo, hi)))
-                elif pool is None and zero_copy:  # decoded while the value is in view: no copy of it
-                    with ValueReader(ds.shard(b.shard), "batches") as rd:
-                        pending.append(_Done(whole(b, ds._value(b, rd), None)))
-                elif pool is None:
-                    pending.append(_Done(whole(b, ds._value(b), None)))
-                else:  # the columns allocated here, in the reading thread (decode_columns)
-                    out = {n: np.empty(b.count, dt) for n, dt in dtypes}
-                    pending.append(pool.submit(whole, b, ds._value(b), out))
+                else:
+                    pending.append(fetched(b))
             if not pending:
                 return
             yield from _rows(pending.popleft().result(), batch_rows)

@@ -153,3 +153,31 @@ def test_a_scan_read_after_its_dataset_closed_is_refused_not_read_unpinned(uri):
         rd = ds.scan(columns=["d0"])
     with pytest.raises(UsageError, match="was closed before its scan was read"):
         rd.read_all()
+
+
+RSS_SCRIPT = r"""
+import resource, sys, loader
+with loader.open(sys.argv[1]) as ds:
+    rd = ds.scan()
+    rd.read_next_batch()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rows = sum(b.num_rows for b in rd)
+    print(rows, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
+"""
+
+
+@pytest.mark.parametrize("fmt, threads", [("capnp", "1"), ("capnp", "2"), ("arrow", "1")])
+def test_a_scan_s_resident_memory_stays_a_few_batches(tmp_path, fmt, threads):
+    """Streaming 48 MB of records (uncompressed: the values are as big as the records) grows
+    the process's peak resident set by a few batches, not by the store's pages it read."""
+    import subprocess
+    import sys
+
+    u = f"lmdb://{tmp_path}/ds"
+    loader.load("gen://scidb96?n=500000", u, format=fmt, compression="none", shards=1, workers=1,
+                batch_records=10000, progress="none")
+    p = subprocess.run([sys.executable, "-c", RSS_SCRIPT, u], capture_output=True, text=True, timeout=120,
+                       env=dict(__import__("os").environ, BULKLOAD_SCAN_THREADS=threads))
+    assert p.returncode == 0, p.stderr
+    rows, grew_kib = map(int, p.stdout.split())
+    assert rows == 490000 and grew_kib < 16 * 1024  # 48 MB read; a batch is 0.96 MB
