@@ -15,15 +15,14 @@ from conftest import run_cli
 import loader
 from loader.docs.batch import DocBatch
 from loader.docs.json_dir import write_json_dir
+from tests.read.test_scan import scidb96
 
 N = 3000
 
 
 @pytest.fixture(scope="module")
 def uri(tmp_path_factory):
-    u = f"lmdb://{tmp_path_factory.mktemp('scancli')}/ds"
-    loader.load(f"gen://scidb96?n={N}", u, shards=2, workers=1, batch_records=400, progress="none")
-    return u
+    return scidb96(tmp_path_factory, "scancli", N, 400)
 
 
 def stdout_bytes(*args):

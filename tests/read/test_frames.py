@@ -11,16 +11,14 @@ from conftest import run_cli
 
 import loader
 from loader.read.scan import READAHEAD, scan_threads
-from tests.read.test_scan import counted
+from tests.read.test_scan import counted, scidb96
 
 N = 6000
 
 
 @pytest.fixture(scope="module")
 def uri(tmp_path_factory):
-    u = f"lmdb://{tmp_path_factory.mktemp('frames')}/ds"
-    loader.load(f"gen://scidb96?n={N}", u, shards=2, workers=1, batch_records=500, progress="none")
-    return u
+    return scidb96(tmp_path_factory, "frames", N, 500)
 
 
 def test_a_polars_filter_on_the_record_column_reads_only_the_batches_of_that_range(uri):

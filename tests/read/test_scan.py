@@ -26,6 +26,13 @@ def uri(request, tmp_path_factory):
     return u
 
 
+def scidb96(tmp_path_factory, name: str, n: int, batch_records: int) -> str:
+    """A 2-shard LMDB dataset of ``n`` generated scidb96 records (a module fixture's)."""
+    u = f"lmdb://{tmp_path_factory.mktemp(name)}/ds"
+    loader.load(f"gen://scidb96?n={n}", u, shards=2, workers=1, batch_records=batch_records, progress="none")
+    return u
+
+
 def counted(ds):
     """Count the stored batch values ``ds`` reads (its one value fetch, Dataset._value)."""
     reads = []
