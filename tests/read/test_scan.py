@@ -191,3 +191,14 @@ def test_a_scan_s_resident_memory_stays_a_few_batches(tmp_path, fmt, threads):
     assert p.returncode == 0, p.stderr
     rows, grew_kib = map(int, p.stdout.split())
     assert rows == 490000 and grew_kib < 16 * 1024  # 48 MB read; a batch is 0.96 MB
+
+
+@pytest.mark.parametrize("fmt", ["capnp", "arrow"])
+def test_scan_reads_every_backend(store_uri, fmt):
+    loader.load("gen://scidb96?n=2500", store_uri, format=fmt, shards=2, workers=1, batch_records=300,
+                progress="none")
+    with loader.open(store_uri) as ds:
+        want = ds.read_records()
+        t = ds.scan(columns=["d5", "i0"], records=(250, 2400)).read_all()
+        assert t.column("d5").to_pylist() == want["d5"][250:2400].tolist()
+        assert t.column("i0").to_pylist() == want["i0"][250:2400].tolist()
