@@ -447,6 +447,10 @@ from .bench import register as _rb  # noqa: E402  (bench owns its command)
 _rb(app)
 
 
+from .scan import register as _register_scan  # noqa: E402  (scan, export, sql)
+
+_register_scan(app)
+
 from .arrays import register as _register_arrays  # noqa: E402  (finalize, compact, query)
 
 _register_arrays(app)
@@ -454,7 +458,3 @@ _register_arrays(app)
 from .docs import register as _register_docs  # noqa: E402  (get)
 
 _register_docs(app)
-
-from .scan import register as _register_scan  # noqa: E402  (scan, export)
-
-_register_scan(app)
