@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml setup.py $(wildcard generators/*.c generators/*.h)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[test,bench,dask]"
+	$(PY) -m pip install -q -e ".[test,bench,dask,duckdb,polars]"
 	touch $@
 
 install: $(STAMP)

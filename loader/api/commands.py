@@ -13,7 +13,7 @@ from ..infra.outputs import refuse_dataset_paths
 from ..model.run_retention import RunFilter
 from ..model.runs import Run
 from ..read.dataset import open as open_dataset
-from ..read.export import ExportReport
+from ..read.export import EXPORT_FORMATS, ExportReport, Selection
 from ..read.export import export as export_records
 from ..read.tables import check_format, write_table
 from ..read.verifying import VerifyReport
@@ -31,10 +31,14 @@ def verify(dataset: str) -> VerifyReport:
         return ds.verify()
 
 
-def export(dataset: str, out: str, format: str = "arrow") -> ExportReport:
-    """Write the records, in order, to ``out`` as arrow, parquet, npy or capnp."""
+def export(dataset: str, out: str, format: str = "arrow", *, columns=None, records=None, box=None,
+           array: str | None = None, compression: str | None = None, row_group_rows: int | None = None,
+           formats=EXPORT_FORMATS) -> ExportReport:
+    """Write the records (or the ``columns`` of ``records`` / of a ``box`` of ``array``: see
+    `Dataset.scan`), in order, to ``out`` as arrow, parquet, csv, jsonl, npy or capnp."""
     with open_dataset(dataset) as ds:
-        return export_records(ds, out, format)
+        return export_records(ds, out, format, Selection(columns, records, box, array), compression=compression,
+                              row_group_rows=row_group_rows, formats=formats)
 
 
 def query(dataset: str, box: str | dict, *, array: str = "grid", attrs: str | None = None,

@@ -29,7 +29,7 @@ from ..errors import EXIT_FAILED, EXIT_USAGE, BulkloadError, Interrupted, Output
 from ..infra import env, heap, logs
 from ..infra.env import flag
 from ..infra.interrupts import ignore_stop_signals, stop_on_signals
-from ..infra.outputs import guard_stdout, open_output, silence_stdout, stdout_failed, writes_stdout
+from ..infra.outputs import guard_stdout, open_output, silence_stdout, stdout_failed
 from ..model.runs import Run
 from .params import plain_params
 
@@ -346,22 +346,6 @@ def verify(dataset: str = typer.Argument(...),
         raise typer.Exit(EXIT_FAILED)
 
 
-@app.command()
-@handle_errors
-def export(dataset: str = typer.Argument(...),
-           out: str = typer.Option(..., "--out", help="Output file; - for stdout (the report then goes to "
-                                   "stderr)."),
-           format: str = typer.Option("arrow", "--format", help="arrow, parquet, npy or capnp."),
-           json_out: bool = typer.Option(False, "--json", help="Print the report as JSON.")):
-    """Write the flat records, in order, to a file."""
-    rep = api.export(dataset, out, format)
-    to = sys.stderr if writes_stdout(out) else sys.stdout  # stdout carries only the data
-    if json_out:
-        print(json.dumps(rep.to_dict(), indent=2, default=str), file=to)
-    else:
-        print(f"exported {rep.records:,} records to {rep.out} ({rep.format}, {rep.bytes:,} bytes)", file=to)
-
-
 def main() -> None:
     # start-up: bulkload calls no BLAS routine; OpenBLAS starts a thread per core when numpy is
     # imported, which costs 10-50 ms of a small load on a busy machine (a value the user set wins)
@@ -465,6 +449,10 @@ from .bench import register as _rb  # noqa: E402  (bench owns its command)
 
 _rb(app)
 
+
+from .scan import register as _register_scan  # noqa: E402  (scan, export, sql)
+
+_register_scan(app)
 
 from .arrays import register as _register_arrays  # noqa: E402  (finalize, compact, query)
 

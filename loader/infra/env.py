@@ -19,6 +19,8 @@ once at start-up, so a bad value stops every command before it touches anything.
                                terminal (a number >= 0; default 2)
   BULKLOAD_DASK_TIMEOUT        seconds to wait for a Dask scheduler's handshake, and
                                for its first worker (a number >= 0; default 5)
+  BULKLOAD_SCAN_THREADS        decoding threads of a scan (read/scan.py; a whole number,
+                               0 or unset: the cores this process may use, at most 4)
 
 Pipeline keys (``BULKLOAD_DATASET``, ``BULKLOAD_INGEST_FROM``, ...) are read and checked by
 pipeline.py against the pipeline's schema. Reading has no side effect.
@@ -118,6 +120,15 @@ def dask_timeout() -> float:
     return number("BULKLOAD_DASK_TIMEOUT", DASK_TIMEOUT)
 
 
+def scan_threads() -> int:
+    """``$BULKLOAD_SCAN_THREADS``: a scan's decoding threads (0, the default: the cores, at most 4)."""
+    n = number("BULKLOAD_SCAN_THREADS", 0, integer=True)
+    if n:
+        return n
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(4, cores))
+
+
 def check() -> None:
     """Check every variable this module lists (the CLI's first step; imports nothing heavy)."""
     checkpoint()
@@ -127,3 +138,4 @@ def check() -> None:
     scheduler()
     dask_timeout()
     progress_seconds()
+    scan_threads()

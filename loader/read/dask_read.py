@@ -2,7 +2,7 @@
 
 Both build a lazy Dask collection from one reader's snapshot (manifest generation G) and
 read it through the same readers as the Dataset: a partition decodes whole batches
-(`Dataset.iter_batches`, checksums checked), an array block is one box query
+(`Dataset.scan`, checksums checked), an array block is one box query
 (arrays/query.py's `read_box`, OS readahead off) scattered into a dense numpy block.
 
 - DataFrame: the layout's columns and dtypes (those of `Dataset.read_records`), indexed
@@ -191,9 +191,10 @@ def _read_partition(rows: list, snap: Snapshot):
     import pandas as pd
 
     with snap.reader(rows) as ds:
-        recs = [r for _, r in ds.iter_batches()]
-    index = np.concatenate([np.arange(b.first, b.first + b.count, dtype=np.int64) for b in rows])
-    return _frame(pd, np.concatenate(recs), index)
+        frame = ds.scan().read_all().to_pandas()  # the scan's decode: checksums checked
+    frame.index = pd.Index(np.concatenate([np.arange(b.first, b.first + b.count, dtype=np.int64) for b in rows]),
+                           name="record")
+    return frame
 
 
 def _frame(pd, recs: np.ndarray, index: np.ndarray):

@@ -58,6 +58,7 @@ class Dataset(Verifying):
         self._shards: dict[int, ShardStore] = {}
         self._firsts = [b.first for b in self.manifest.batches]
         self._docs = None
+        self.closed = False
 
     @functools.cached_property
     def serializer(self):
@@ -128,6 +129,7 @@ class Dataset(Verifying):
         return self.moved_on() or VerifyError(problem)
 
     def close(self) -> None:
+        self.closed = True
         for st in self._shards.values():
             st.close()
         self._shards.clear()
@@ -220,10 +222,41 @@ class Dataset(Verifying):
         """(DocBatch of the documents found, in the order asked; list of the ids not found)."""
         return self.docs.get_many(ids)
 
-    def scan(self, start_id: int = 0, stop_id: int | None = None):
-        """Documents with start_id <= id < stop_id (None: to the end), in id order, as a
-        DocBatch (``.to_arrow()`` gives a pyarrow RecordBatch: id, created_at, text)."""
-        return self.docs.scan(start_id, stop_id)
+    def scan(self, columns=None, records=None, box=None, array=None, batch_rows=None, *, ids=None):
+        """A streaming read of this snapshot: a ``pyarrow.RecordBatchReader`` (read/scan.py).
+
+        ``columns``: the fields to decode (a list or ``"a,b"``; default all); ``records``:
+        the half-open record range ``(a, b)`` or ``"a:b"``, of which only the batches it
+        covers are read; ``box`` ({dim: (start, stop)} or ``"i0=2:5,i1=0:100"``) and
+        ``array`` (default grid): the cells of that box of a finalized 2-D array, only its
+        chunks read; ``batch_rows``: at most this many rows per Arrow batch. Memory: a few
+        batches whatever the dataset's size. Every batch read whole has its checksum checked.
+
+        Documents (layout docs): ``scan(ids=(lo, hi))`` or the positional ``scan(lo, hi)``
+        -> a DocBatch of the documents with lo <= id < hi (hi None: to the end), in id order
+        (``.to_arrow()`` gives a pyarrow RecordBatch: id, created_at, text)."""
+        if self.layout.variable_length:
+            if ids is None:
+                ids = (0 if columns is None else columns, records)
+            if any(v is not None for v in (box, array, batch_rows)) or not isinstance(ids, (tuple, list)):
+                raise UsageError(f"dataset {self.uri} holds documents: scan them by id, scan(ids=(lo, hi))")
+            lo, hi = ids
+            return self.docs.scan(0 if lo is None else lo, hi)
+        if ids is not None or isinstance(columns, int) and not isinstance(columns, bool):
+            raise UsageError(f"dataset {self.uri} holds fixed-size records, not documents: scan a record range "
+                             "with scan(records=(start, stop))")
+        from .scan import scan  # heavy (pyarrow): only Arrow readers need it
+
+        return scan(self, columns, records, box, array, batch_rows)
+
+    def batches_covering(self, a: int, b: int) -> list[mf.BatchEntry]:
+        """The batch rows, in record order, holding records of the half-open range [a, b):
+        the one record-range -> batches lookup of every read."""
+        if b <= a:
+            return []
+        i = max(0, bisect.bisect_right(self._firsts, a) - 1)
+        j = bisect.bisect_left(self._firsts, b)
+        return [e for e in self.manifest.batches[i:j] if e.first + e.count > a]
 
     # --- reading -----------------------------------------------------------------
     def _fixed_only(self, what: str) -> None:
@@ -231,8 +264,10 @@ class Dataset(Verifying):
             raise UsageError(f"{what} reads fixed-size records; dataset {self.uri} holds documents: "
                              "use get / get_many / scan")
 
-    def _value(self, b: mf.BatchEntry):
-        v = self.shard(b.shard).get(batch_key(b.seq))
+    def _value(self, b: mf.BatchEntry, rd: ValueReader | None = None):
+        """The stored value of batch ``b``: a copy, or through ``rd`` (an open ValueReader of
+        its shard: zero-copy under LMDB, valid while ``rd`` is open)."""
+        v = self.shard(b.shard).get(batch_key(b.seq)) if rd is None else rd.get(batch_key(b.seq))
         if v is None:
             raise self.moved_on() or CorruptBatchError(batch_message(self.uri, b, "missing from the store"))
         return v
@@ -316,25 +351,41 @@ class Dataset(Verifying):
         stop = n if stop is None else stop
         check_record_range(start, stop, n, self.uri)
         out = np.empty(stop - start, dtype=self.layout.dtype)
-        bs = self.manifest.batches
-        i = max(0, bisect.bisect_right(self._firsts, start) - 1)
-        pos = start
-        while pos < stop:
-            b = bs[i]
-            lo, hi = pos - b.first, min(stop, b.first + b.count) - b.first
-            self._records_into(out[pos - start: pos - start + hi - lo], b, lo, hi)
-            pos += hi - lo
-            i += 1
+        for b in self.batches_covering(start, stop):
+            lo, hi = max(start, b.first), min(stop, b.first + b.count)
+            self._records_into(out[lo - start: hi - start], b, lo - b.first, hi - b.first)
         return out
 
-    def to_arrow(self):
+    def to_arrow(self, columns=None, records=None):
+        """The records (or ``columns`` of ``records``: see `scan`) as one pyarrow Table;
+        documents: id, created_at, text."""
         import pyarrow as pa  # heavy: only Arrow output needs it
 
         if self.layout.variable_length:
             return pa.Table.from_batches([self.scan().to_arrow()])
-        schema = self.layout.arrow_schema
-        tables = [records_to_arrow(recs, schema) for _, recs in self.iter_batches()]
-        return pa.concat_tables(tables) if tables else schema.empty_table()
+        return self.scan(columns, records).read_all()
+
+    def to_pandas(self, columns=None, records=None):
+        """`to_arrow` as a pandas DataFrame (pandas must be installed)."""
+        try:
+            import pandas  # noqa: F401 - pyarrow's to_pandas needs it
+        except ImportError:
+            raise UsageError("to_pandas needs pandas: pip install pandas") from None
+        return self.to_arrow(columns, records).to_pandas()
+
+    def to_polars(self, record_column: str | None = None):
+        """A ``polars.LazyFrame`` of this snapshot (read/frames.py): projection, filter and
+        row-limit pushdown; ``record_column``: an extra column of record numbers, whose
+        integer comparisons in a filter read only the batches of that range."""
+        from .frames import to_polars
+
+        return to_polars(self, record_column)
+
+    def sql(self, query: str):
+        """The DuckDB ``query`` over the table ``data`` (this snapshot) as a pyarrow Table."""
+        from .frames import sql
+
+        return sql(self, query)
 
     # --- 2-D arrays (see redimension.py, query.py) ---------------------------------------
     def arrays(self) -> list[dict]:
@@ -388,13 +439,16 @@ def check_record_range(start: int, stop: int, n: int, uri: str) -> None:
                          f"read at most to {n:,}")
 
 
-def records_to_arrow(recs: np.ndarray, schema):
+def records_to_arrow(recs, schema):
+    """Decoded records as a pyarrow RecordBatch of ``schema``'s columns: ``recs`` a structured
+    array of the layout's dtype, or a mapping name -> 1-D array. The one numpy -> Arrow
+    conversion of records (scans, exports, to_arrow)."""
     import pyarrow as pa  # heavy: only Arrow output needs it
 
     from ..model.arrow_numpy import from_numpy  # with pyarrow: only Arrow output needs it
 
-    return pa.Table.from_arrays([from_numpy(recs[name], schema.field(name).type) for name in schema.names],
-                                schema=schema)
+    return pa.RecordBatch.from_arrays([from_numpy(recs[name], schema.field(name).type) for name in schema.names],
+                                      schema=schema)
 
 
 def open(uri: str, pin: bool = True) -> Dataset:  # noqa: A001 - the public API is loader.open

@@ -1,28 +1,40 @@
-"""Export the flat records of a dataset, in order, batch by batch (bounded memory).
+"""Export the flat records of a dataset (or a selection: columns, a record range, a box
+of an array), in order, batch by batch from `Dataset.scan` (bounded memory).
 
-- ``arrow``: an Arrow IPC file, one record batch per stored batch
-- ``parquet``: a Parquet file, one row group per stored batch
-- ``npy``: a NumPy .npy file of the layout's structured dtype
+- ``arrow``: an Arrow IPC file, one record batch per stored batch (``compression`` lz4 or
+  zstd: compressed buffers)
+- ``parquet``: a Parquet file, row groups of ``row_group_rows`` rows (default: one per
+  stored batch), ``compression`` none, snappy (default), gzip, brotli, lz4 or zstd
+- ``csv``: a header line, then one line per record (pyarrow's CSV writer)
+- ``jsonl``: one JSON object per record and line
+- ``npy``: a NumPy .npy file of the selected fields' structured dtype
 - ``capnp``: a Cap'n Proto message stream of ``Batch`` messages (schemas/LAYOUT.capnp),
-  readable by any Cap'n Proto reader (e.g. pycapnp's ``Batch.read_multiple``)
+  readable by any Cap'n Proto reader (e.g. pycapnp's ``Batch.read_multiple``); the whole
+  dataset only
 
 The file is written through outputs.open_output: a regular file to a temporary name,
 renamed when complete; a FIFO, a device or ``-`` (standard output) as a stream; never
-into a dataset (the one exported or any other).
+into a dataset (the one exported or any other). Nothing but the data goes to it.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from ..errors import UsageError
-from ..infra.outputs import open_output
+from ..infra.outputs import open_output, refuse_dataset_paths
 from ..serializers import get_serializer
-from .dataset import Dataset, records_to_arrow
+from .dataset import Dataset
 
-EXPORT_FORMATS = ("arrow", "parquet", "npy", "capnp")
+EXPORT_FORMATS = ("arrow", "parquet", "npy", "capnp", "csv", "jsonl")
+SCAN_FORMATS = ("arrow", "parquet", "csv", "jsonl", "npy")
+TEXT_FORMATS = ("csv", "jsonl")
+#: the --compression each format takes (None: none)
+COMPRESSIONS = {"arrow": ("none", "lz4", "zstd"),
+                "parquet": ("none", "snappy", "gzip", "brotli", "lz4", "zstd")}
 
 
 @dataclass(frozen=True)
@@ -37,61 +49,157 @@ class ExportReport:
         return asdict(self)
 
 
-def export(ds: Dataset, out: str, fmt: str) -> ExportReport:
-    if fmt not in EXPORT_FORMATS:
-        raise UsageError(f"unknown export format {fmt!r}; use one of {', '.join(EXPORT_FORMATS)}")
+@dataclass(frozen=True)
+class Selection:
+    """What a scan or export reads (see `Dataset.scan`); all None: every record."""
+    columns: object = None
+    records: object = None
+    box: object = None
+    array: str | None = None
+
+    @property
+    def whole(self) -> bool:
+        return all(v is None for v in (self.columns, self.records, self.box, self.array))
+
+
+def check_options(fmt: str, formats=EXPORT_FORMATS, compression: str | None = None,
+                  row_group_rows: int | None = None) -> None:
+    """UsageError for an unknown format, or a --compression / --row-group-rows it does not take."""
+    if fmt not in formats:
+        raise UsageError(f"unknown format {fmt!r}; use one of {', '.join(formats)}")
+    if compression is not None and compression not in COMPRESSIONS.get(fmt, ()):
+        takes = COMPRESSIONS.get(fmt)
+        raise UsageError(f"--compression {compression} is not one of format {fmt}'s: "
+                         + (", ".join(takes) if takes else "it takes none"))
+    if row_group_rows is not None and (fmt != "parquet" or row_group_rows < 1):
+        raise UsageError("--row-group-rows takes a positive number of rows, for --format parquet only")
+
+
+def export(ds: Dataset, out: str, fmt: str, sel: Selection | None = None, *, compression: str | None = None,
+           row_group_rows: int | None = None, formats=EXPORT_FORMATS) -> ExportReport:
+    sel = sel or Selection()
+    check_options(fmt, formats, compression, row_group_rows)
     if ds.layout.variable_length and fmt not in ("arrow", "parquet"):
         raise UsageError(f"dataset {ds.uri} holds documents: export them as arrow or parquet (not {fmt})")
-    with open_output(out, protect=(ds.spec.root,)) as o:
-        _WRITERS[fmt](ds, o.file)
-    return ExportReport(dataset=ds.uri, out=out, format=fmt, records=ds.records, bytes=o.nbytes)
+    if ds.layout.variable_length and not sel.whole:
+        raise UsageError(f"dataset {ds.uri} holds documents: columns, records and boxes select fixed-size records")
+    if fmt == "capnp" and not sel.whole:
+        raise UsageError("--format capnp exports the whole dataset; use arrow, parquet, csv, jsonl or npy "
+                         "for a selection")
+    refuse_dataset_paths(out, (ds.spec.root,))  # before reading: fail fast
+    reader = None if ds.layout.variable_length or fmt == "capnp" else ds.scan(
+        sel.columns, sel.records, sel.box, sel.array)
+    rows = [0]
+    with open_output(out, text=fmt in TEXT_FORMATS, protect=(ds.spec.root,)) as o:
+        if reader is None:
+            _WHOLE[fmt](ds, o.file, compression, row_group_rows)
+            rows[0] = ds.records
+        else:
+            args = (_counted(reader, rows), reader.schema, o.file, compression, row_group_rows)
+            _WRITERS[fmt](*args, known_rows(ds, sel)) if fmt == "npy" else _WRITERS[fmt](*args)
+    return ExportReport(dataset=ds.uri, out=out, format=fmt, records=rows[0], bytes=o.nbytes)
 
 
-def _tables(ds: Dataset):
-    """pyarrow Tables of the records in order (documents: in id order, batch by batch)."""
+def known_rows(ds: Dataset, sel: Selection) -> int | None:
+    """The record count of a selection known before reading it (None for a box)."""
+    from .scan import parse_records
+
+    if sel.box is not None or sel.array is not None:
+        return None
+    rng = parse_records(sel.records) or (0, None)
+    return (ds.records if rng[1] is None else rng[1]) - rng[0]
+
+
+def _counted(reader, rows: list):
+    for b in reader:
+        rows[0] += b.num_rows
+        yield b
+
+
+def _doc_tables(ds: Dataset):
+    """pyarrow Tables of the documents, in id order, batch by batch."""
     import pyarrow as pa  # heavy: npy and capnp exports do without it
 
     schema = ds.layout.arrow_schema
-    if not ds.layout.variable_length:
-        for _, recs in ds.iter_batches():
-            yield records_to_arrow(recs, schema)
-        return
     pos = 0
     for b in ds.docs.index.batches:  # by lowest id; a scan covers overlapping batches too
         if b.hi < pos:
             continue
-        chunk = ds.scan(max(b.lo, pos), b.hi + 1)
+        chunk = ds.scan(ids=(max(b.lo, pos), b.hi + 1))
         pos = b.hi + 1
         yield pa.Table.from_batches([chunk.to_arrow()], schema=schema)
 
 
-def _arrow(ds: Dataset, f) -> None:
+def _arrow(batches, schema, f, compression, _rows) -> None:
     import pyarrow as pa  # heavy: npy and capnp exports do without it
 
-    schema = ds.layout.arrow_schema
-    with pa.ipc.new_file(f, schema) as w:
-        for t in _tables(ds):
-            w.write_table(t)
+    opts = pa.ipc.IpcWriteOptions(compression=None if compression in (None, "none") else compression)
+    with pa.ipc.new_file(f, schema, options=opts) as w:
+        for b in batches:
+            w.write(b)
 
 
-def _parquet(ds: Dataset, f) -> None:
+def _parquet(batches, schema, f, compression, row_group_rows) -> None:
+    import pyarrow as pa
     import pyarrow.parquet as pq  # heavy: only the parquet export
 
-    schema = ds.layout.arrow_schema
-    with pq.ParquetWriter(f, schema) as w:
-        for t in _tables(ds):
-            w.write_table(t)
+    with pq.ParquetWriter(f, schema, compression=compression or "snappy") as w:
+        if row_group_rows is None:
+            for b in batches:
+                w.write(b)
+            return
+        held, n = [], 0
+        for b in batches:
+            held.append(b)
+            n += b.num_rows
+            if n >= row_group_rows:
+                t = pa.Table.from_batches(held, schema)
+                full = n - n % row_group_rows
+                w.write_table(t.slice(0, full), row_group_size=row_group_rows)
+                held, n = ([t.slice(full).combine_chunks().to_batches()[0]], n - full) if n > full else ([], 0)
+        if n:
+            w.write_table(pa.Table.from_batches(held, schema), row_group_size=row_group_rows)
 
 
-def _npy(ds: Dataset, f) -> None:
-    header = {"descr": np.lib.format.dtype_to_descr(ds.layout.dtype), "fortran_order": False,
-              "shape": (ds.records,)}
-    np.lib.format.write_array_header_2_0(f, header)
-    for _, recs in ds.iter_batches():
-        f.write(memoryview(np.ascontiguousarray(recs)).cast("B"))
+def _csv(batches, schema, f, _c, _r) -> None:
+    import pyarrow as pa
+    import pyarrow.csv as pcsv  # only this format needs pyarrow's CSV module
+
+    header = True
+    for b in batches:
+        buf = pa.BufferOutputStream()
+        pcsv.write_csv(b, buf, pcsv.WriteOptions(include_header=header))
+        header = False
+        f.write(buf.getvalue().to_pybytes().decode())
+    if header:  # no records: the header alone
+        buf = pa.BufferOutputStream()
+        pcsv.write_csv(schema.empty_table(), buf)
+        f.write(buf.getvalue().to_pybytes().decode())
 
 
-def _capnp(ds: Dataset, f) -> None:
+def _jsonl(batches, _schema, f, _c, _r) -> None:
+    for b in batches:
+        f.write("".join(json.dumps(r) + "\n" for r in b.to_pylist()))
+
+
+def _npy(batches, schema, f, _c, _r, n: int | None = None) -> None:
+    """``n``: the record count when known before reading (a record range); else (a box) the
+    batches are held until it is, as the header names it."""
+    from ..model.arrow_numpy import to_numpy  # with pyarrow: only Arrow input converts
+
+    dtype = np.dtype([(fld.name, fld.type.to_pandas_dtype()) for fld in schema])
+    held = batches if n is not None else list(batches)
+    n = sum(b.num_rows for b in held) if n is None else n
+    np.lib.format.write_array_header_2_0(f, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
+                                             "shape": (n,)})
+    for b in held:
+        recs = np.empty(b.num_rows, dtype)
+        for i, name in enumerate(schema.names):
+            recs[name] = to_numpy(b.column(i))
+        f.write(memoryview(recs).cast("B"))
+
+
+def _capnp(ds: Dataset, f, _c, _r) -> None:
     if ds.manifest.format == "capnp" and ds.manifest.compression == "none":
         for b in ds.manifest.batches:  # stored values are already standard messages
             f.write(ds._checked_value(b))
@@ -101,4 +209,13 @@ def _capnp(ds: Dataset, f) -> None:
         f.write(ser.encode(recs, first))
 
 
-_WRITERS = {"arrow": _arrow, "parquet": _parquet, "npy": _npy, "capnp": _capnp}
+def _docs(fmt: str):
+    def write(ds: Dataset, f, compression, row_group_rows) -> None:
+        _WRITERS[fmt]((b for t in _doc_tables(ds) for b in t.to_batches()), ds.layout.arrow_schema, f,
+                      compression, row_group_rows)
+    return write
+
+
+_WRITERS = {"arrow": _arrow, "parquet": _parquet, "csv": _csv, "jsonl": _jsonl, "npy": _npy}
+#: formats written from the dataset itself (documents; capnp)
+_WHOLE = {"arrow": _docs("arrow"), "parquet": _docs("parquet"), "capnp": _capnp, }

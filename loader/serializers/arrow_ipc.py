@@ -96,10 +96,16 @@ class ArrowSerializer(Serializer):
             raise _corrupt(f"cannot read the schema message: {e}") from None
         return self._schema_meta(schema)[1]
 
-    def decode(self, value) -> tuple[int, np.ndarray]:
+    def _read(self, value, fields: list[int] | None = None):
+        """(start, count, Table) of a value: all columns, or only those at ``fields``
+        (IPC ``included_fields``: the others' buffers are neither read nor decompressed)."""
         try:
-            reader = pa.ipc.open_stream(pa.py_buffer(value))
-            start, n = self._schema_meta(reader.schema)
+            if fields is None:
+                reader = pa.ipc.open_stream(pa.py_buffer(value))
+                start, n = self._schema_meta(reader.schema)
+            else:
+                start, n = self._schema_meta(pa.ipc.read_schema(pa.py_buffer(value)))
+                reader = pa.ipc.open_stream(pa.py_buffer(value), options=pa.ipc.IpcReadOptions(included_fields=fields))
             table = reader.read_all()
         except VerifyError:
             raise
@@ -107,14 +113,24 @@ class ArrowSerializer(Serializer):
             raise _corrupt(f"{type(e).__name__}: {e}") from None
         if table.num_rows != n:
             raise _corrupt(f"metadata says {n} records, the stream holds {table.num_rows}")
-        out = np.empty(n, dtype=self.layout.dtype)
-        for i, name in enumerate(self.layout.names):
-            col = table.column(i)
+        for col, name in zip(table.columns, table.column_names):
             if col.null_count:
                 raise _corrupt(f"column {name!r} has {col.null_count} nulls")
-            for chunk, at in _chunks(col):
+        return start, n, table
+
+    def decode(self, value) -> tuple[int, np.ndarray]:
+        start, n, table = self._read(value)
+        out = np.empty(n, dtype=self.layout.dtype)
+        for i, name in enumerate(self.layout.names):
+            for chunk, at in _chunks(table.column(i)):
                 out[name][at : at + len(chunk)] = to_numpy(chunk)
         return start, out
+
+    def decode_columns(self, value, names: list[str], out: dict | None = None) -> tuple[int, int, dict]:
+        """Only the buffers of ``names`` are read (and decompressed); the columns are
+        zero-copy views of the stream's (or its decompressed) buffers."""
+        start, n, table = self._read(value, [self.layout.names.index(name) for name in names])
+        return start, n, {name: to_numpy(table.column(name)) for name in names}
 
 
 def _chunks(col):

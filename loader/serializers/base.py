@@ -125,6 +125,16 @@ class Serializer(ABC):
             out[...] = recs
         return start
 
+    def decode_columns(self, value, names: list[str], out: dict | None = None) -> tuple[int, int, dict]:
+        """(start, record count, {name: contiguous 1-D array}) of the fields ``names`` of a
+        value: a scan's projection. ``out``: arrays to fill (name -> array), used when the
+        value holds ``len`` of them records (a reader allocates them in its own thread: a
+        decoding thread's heap would be returned to the kernel and faulted in again). Here:
+        the whole value decoded, then each field gathered (numpy's strided copy, in C);
+        formats that can skip the other fields override it."""
+        start, recs = self.decode(value)
+        return start, len(recs), {n: copy_into(recs[n], out, n) for n in names}
+
     @property
     def decode_copies(self) -> bool:
         """Whether `decode` builds the records in new memory (a decompression, a conversion)
@@ -181,3 +191,20 @@ class Serializer(ABC):
         if not 0 <= s <= MAX_START:
             raise UsageError(f"batch start {start} is out of range 0..2**64-1")
         return s
+
+
+def column_out(out: dict | None, name: str, n: int, dtype) -> np.ndarray:
+    """``out[name]`` when it is an array of ``n`` values, else a new array (see decode_columns)."""
+    import numpy as np  # start-up: numpy only when records are read
+
+    a = None if out is None else out.get(name)
+    return a if a is not None and len(a) == n else np.empty(n, dtype)
+
+
+def copy_into(col: np.ndarray, out: dict | None, name: str) -> np.ndarray:
+    """The 1-D field view ``col`` copied into a contiguous array (``out[name]`` when it fits)."""
+    import numpy as np  # start-up: numpy only when records are read
+
+    a = column_out(out, name, len(col), col.dtype)
+    np.copyto(a, col)
+    return a

@@ -60,7 +60,7 @@ import numpy as np
 from ..errors import UsageError, VerifyError
 from ..model.layouts import Layout
 from . import shuffled
-from .base import Serializer
+from .base import Serializer, column_out
 
 #: Largest message we write: pycapnp's default traversal limit, 8 Mi words.
 MAX_BATCH_BYTES = 8 * 1024 * 1024 * 8
@@ -365,6 +365,30 @@ class CapnpSerializer(Serializer):
             view = np.zeros(n, dtype=self._cdtype)
             view.view(np.uint8).reshape(n, self._stride)[:, : edw * 8] = raw
         return start, self._as_records(view)
+
+    def decode_columns(self, value, names: list[str], out: dict | None = None) -> tuple[int, int, dict]:
+        """A compressed value's records are stored byte-shuffled (shuffled.py): a field's
+        bytes are a run of byte planes, so after decompression each field asked for is one
+        `unshuffle` of its planes (C, the GIL released; 4- and 8-byte fields by SSE2)
+        straight into its column - the other fields are never assembled, and all of them
+        take half the time of a whole unshuffle and a gather of each field (measured on
+        2M scidb96 records, lz4 and zstd). Uncompressed: each field gathered (a strided
+        copy, in C)."""
+        fields = self._cdtype.fields
+        if self.compression == "none":
+            return super().decode_columns(value, names, out)
+        mv = byte_view(value)
+        start, n = header_fields(mv, self._stride)
+        planes = shuffled.decompressed_planes(mv[HEADER_BYTES:], n * self._stride, self._stride,
+                                              "corrupt Cap'n Proto batch value")
+        cols = {}
+        for name in names:
+            dt, off = fields[name][:2]
+            col = cols[name] = column_out(out, name, n, self.layout.dtype.fields[name][0])
+            if n:
+                w = dt.itemsize
+                shuffled.unshuffle(memoryview(planes)[off * n: (off + w) * n], memoryview(col.view(np.uint8)), w)
+        return start, n, cols
 
     def _as_records(self, view: np.ndarray) -> np.ndarray:
         """A new array of the layout's dtype holding the fields of a ``capnp_dtype`` view."""

@@ -73,24 +73,39 @@ def compress(region, compression: str, stride: int) -> bytes:
 def decompress_into(chunk, out, stride: int, what: str) -> None:
     """Decompress ``chunk`` (from `compress`) into the writable buffer ``out``, which it
     must fill exactly with records of ``stride`` bytes."""
+    flat = decompressed_planes(chunk, len(out), stride, what)
+    if flat is not None:
+        _shuffle.unshuffle(flat, out, stride)
+
+
+def decompressed_planes(chunk, size: int, stride: int, what: str):
+    """The shuffled bytes of ``chunk`` (from `compress`), which must hold ``size`` bytes of
+    records of ``stride`` bytes: byte k of record i at ``k * n + i`` (None when ``size`` is
+    0). A field of ``w`` bytes at offset ``o`` of the records is then the planes
+    ``[o * n, (o + w) * n)``, which `unshuffle` with stride ``w`` turns into its column."""
     heap.keep_freed_if_owned()  # two fresh buffers per batch: reuse freed heap (infra/heap.py)
     mv = memoryview(chunk).cast("B")
     if len(mv) < HEAD_BYTES or bytes(mv[:4]) != MAGIC:
         raise VerifyError(f"{what}: the compressed records do not start with this version's framing "
                           f"({MAGIC!r}); the value is damaged or was written by another bulkload version")
-    _magic, codec, cstride, size = _HEAD.unpack_from(mv, 0)
-    if codec not in _CODEC_NAMES or cstride != stride or size != len(out):
-        raise VerifyError(f"{what}: compressed records say codec {codec}, {cstride}-byte records, {size} bytes; "
-                          f"the batch header says {stride}-byte records, {len(out)} bytes")
+    _magic, codec, cstride, csize = _HEAD.unpack_from(mv, 0)
+    if codec not in _CODEC_NAMES or cstride != stride or csize != size:
+        raise VerifyError(f"{what}: compressed records say codec {codec}, {cstride}-byte records, {csize} bytes; "
+                          f"the batch header says {stride}-byte records, {size} bytes")
     if not size:
-        return
+        return None
     try:
         flat = _decoded(_CODEC_NAMES[codec], mv[HEAD_BYTES:], size)
     except Exception as e:  # lz4 / zstandard raise their own errors for a damaged stream
         raise VerifyError(f"{what}: compressed records do not decompress ({e})") from None
     if len(flat) != size:
         raise VerifyError(f"{what}: compressed records hold {len(flat)} bytes, the header says {size}")
-    _shuffle.unshuffle(flat, out, stride)
+    return flat
+
+
+def unshuffle(planes, out, stride: int) -> None:
+    """``out`` (writable, ``len(planes)`` bytes) = records of ``stride`` bytes from ``planes``."""
+    _shuffle.unshuffle(planes, out, stride)
 
 
 def _decoded(codec: str, data, size: int):

@@ -47,3 +47,14 @@ def test_a_compressed_region_decompresses_to_itself(stride, n, comp, seed):
     if n:
         with pytest.raises(VerifyError, match="region: "):
             shuffled.decompress_into(chunk, bytearray(len(src) + stride), stride, "region")
+
+
+@pytest.mark.parametrize("stride", [4, 8])
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 1000, 10001])
+def test_unshuffle_of_one_numeric_field_is_numpys_transpose(stride, n):
+    """Strides 4 and 8 (a scan's column from its byte planes) take their own SSE2 path."""
+    rec = np.random.default_rng(n).integers(0, 256, n * stride, dtype=np.uint8).tobytes()
+    planes = np.ascontiguousarray(np.frombuffer(rec, np.uint8).reshape(n, stride).T).tobytes()
+    back = bytearray(len(rec))
+    _shuffle.unshuffle(planes, back, stride)
+    assert bytes(back) == rec

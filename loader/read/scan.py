@@ -1,0 +1,248 @@
+"""`Dataset.scan`: a streaming read of a snapshot as a ``pyarrow.RecordBatchReader``.
+
+Fixed-size records: the batches covering ``records=(a, b)`` (`Dataset.batches_covering`,
+the one record-range lookup), read in record order. The reading thread fetches each stored
+value; `scan_threads` threads (default: the cores, at most 4) check its size and xxh3
+against the manifest row, decompress it and decode only the ``columns`` asked for
+(`Serializer.decode_columns`: byte-shuffled Cap'n Proto values unshuffle only those
+fields' byte planes, Arrow values read only those buffers), and `records_to_arrow` makes
+the Arrow batch; xxhash, lz4, zstd and the unshuffle release the GIL. Results are taken
+in order with up to `READAHEAD` batches in flight per thread: memory stays a few batches
+whatever the dataset's size. A batch of which only part is read (the ends of a record
+range) takes `Dataset._records_into`, as `read_records` does (checked whole by default;
+in the random-read mode only the records' pages, see `Dataset.partial_reads`).
+
+``box=`` / ``array=``: the cells of that box of a finalized 2-D array (only the chunks that
+overlap it are read: arrays/query.py), as one stream of batches.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Iterator
+
+from ..errors import CorruptBatchError, UsageError
+from ..infra import env
+from ..stores.health import batch_message, check_value
+from ..stores.values import ValueReader
+
+if TYPE_CHECKING:
+    from .dataset import Dataset
+
+#: batches in flight per decoding thread
+READAHEAD = 2
+#: bytes of stored values a scan reads before it releases each value's mapped pages once
+#: used. Released pages are faulted in again by the next read of them (page cache hits,
+#: but a fault per 4 KiB page): releasing from the first byte cost 40 % of a repeated
+#: 192 MB uncompressed scan (ad hoc); keeping every page kept 264 MB resident for it.
+RESIDENT_BYTES = 256 << 20
+
+
+def scan_threads() -> int:
+    """Decoding threads of a scan: ``BULKLOAD_SCAN_THREADS`` (infra/env.py), or the cores
+    this process may use (at most 4). One: decoded in the reading thread (an uncompressed
+    Cap'n Proto value then from a zero-copy view). Measured ad hoc on a busy 2-core machine
+    (2M records, medians of 5; lz4, zstd, random-valued, uncompressed, Arrow), 2 threads
+    read faster than one in 20 of 22 pairs: a batch's decompression, checksum and
+    unshuffle release the GIL. The columns are allocated in the reading thread: a decoding
+    thread's own heap (a glibc arena) would be returned to the kernel and faulted in again."""
+    return env.scan_threads()
+
+
+def check_columns(ds: Dataset, columns) -> list[str]:
+    """The field names asked for, in the order asked (None: all of the layout's);
+    UsageError naming an unknown one and the layout's fields."""
+    names = ds.layout.names
+    if columns is None:
+        return list(names)
+    if isinstance(columns, str):
+        columns = [c for c in columns.split(",") if c.strip()]
+    cols = [str(c).strip() for c in columns]
+    bad = [c for c in cols if c not in names]
+    if bad:
+        raise UsageError(f"column {bad[0]!r} is not a field of layout {ds.layout.name!r} of {ds.uri}; "
+                         f"its fields are {', '.join(names)}")
+    if len(set(cols)) != len(cols):
+        raise UsageError(f"columns {', '.join(cols)} name a field twice; give each once")
+    if not cols:
+        raise UsageError("columns names no field; give at least one, or none for all")
+    return cols
+
+
+def parse_records(records) -> tuple[int, int | None] | None:
+    """``records``: None, (a, b) (b None: to the end) or the CLI's ``"a:b"`` (either side may
+    be empty)."""
+    if records is None:
+        return None
+    if isinstance(records, str):
+        a, sep, b = records.partition(":")
+        try:
+            if not sep:
+                raise ValueError
+            return int(a) if a.strip() else 0, int(b) if b.strip() else None
+        except ValueError:
+            raise UsageError(f"--records {records!r} is not a record range; give START:STOP "
+                             "(half-open, either side may be empty), e.g. 1000:2000") from None
+    try:
+        a, b = records
+    except (TypeError, ValueError):
+        raise UsageError(f"records={records!r} is not a record range; give (start, stop)") from None
+    return (0 if a is None else int(a)), (None if b is None else int(b))
+
+
+def record_batches(ds: Dataset, names: list[str], start: int, stop: int, batch_rows: int | None):
+    """pyarrow RecordBatches of the fields ``names`` of records [start, stop), in order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+
+    from .dataset import records_to_arrow
+
+    schema = arrow_schema(ds, names)
+    todo = ds.batches_covering(start, stop)
+    threads = scan_threads()
+    pending: deque = deque()
+
+    dtypes = [(n, ds.layout.dtype.fields[n][0]) for n in names]
+
+    def whole(b, value, out):
+        check_value(ds.uri, b, value)
+        first, n, cols = ds.serializer.decode_columns(value, names, out)
+        if n != b.count or first != b.first:
+            raise CorruptBatchError(batch_message(ds.uri, b, f"the value holds {n} records from {first}, "
+                                                             f"the manifest says {b.count} from {b.first}"))
+        return records_to_arrow(cols, schema)
+
+    def part(b, lo, hi):
+        out = np.empty(hi - lo, ds.layout.dtype)
+        ds._records_into(out, b, lo, hi)
+        return records_to_arrow({n: np.ascontiguousarray(out[n]) for n in names}, schema)
+
+    # Cap'n Proto columns are always new memory (decompressed, or gathered): they may be
+    # decoded from a zero-copy value (Arrow columns are views of the value: not those)
+    zero_copy = ds.manifest.format == "capnp"
+
+    mapped = [0]  # bytes of values read through the map so far
+
+    def fetched(b):
+        """Batch ``b`` decoded (or, with threads, being decoded) from its value read through
+        a zero-copy view. Past `RESIDENT_BYTES` of values, each value's mapped pages are
+        released once used: a scan's resident set stays bounded, not the part of the store
+        it has read."""
+        with ValueReader(ds.shard(b.shard), "batches") as rd:
+            v = ds._value(b, rd)
+            mapped[0] += len(v)
+            try:
+                if pool is None and (zero_copy or rd.view is None):
+                    return _Done(whole(b, v, None))
+                copy = bytes(v) if rd.view is not None else v
+                if pool is None:
+                    return _Done(whole(b, copy, None))
+                out = {n: np.empty(b.count, dt) for n, dt in dtypes}  # here: see scan_threads
+                return pool.submit(whole, b, copy, out)
+            finally:
+                if mapped[0] > RESIDENT_BYTES:
+                    rd.release(v)
+
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="bulkload-scan") if threads > 1 and len(todo) > 1 else None
+    try:
+        it = iter(todo)
+        while True:
+            while len(pending) < threads * READAHEAD:
+                b = next(it, None)
+                if b is None:
+                    break
+                if ds.closed:  # its pin is released: compact/finalize may remove what it reads
+                    raise UsageError(f"dataset {ds.uri} was closed before its scan was read; read the scan (or "
+                                     "collect the frame) before closing the dataset (inside its `with` block)")
+                lo, hi = max(start, b.first) - b.first, min(stop, b.first + b.count) - b.first
+                if hi - lo < b.count:
+                    pending.append(_Done(part(b, lo, hi)))
+                else:
+                    pending.append(fetched(b))
+            if not pending:
+                return
+            yield from _rows(pending.popleft().result(), batch_rows)
+    finally:
+        for f in pending:
+            f.cancel()
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+
+class _Done:
+    """A result computed in the calling thread, with a future's `result` / `cancel`."""
+
+    def __init__(self, value):
+        self._value = value
+
+    def result(self):
+        return self._value
+
+    def cancel(self) -> bool:
+        return False
+
+
+def _rows(batch, batch_rows: int | None) -> Iterator:
+    if not batch_rows or batch.num_rows <= batch_rows:
+        yield batch
+        return
+    for at in range(0, batch.num_rows, batch_rows):
+        yield batch.slice(at, batch_rows)
+
+
+def arrow_schema(ds: Dataset, names: list[str]):
+    schema = ds.layout.arrow_schema
+    return schema if names == schema.names else __import__("pyarrow").schema([schema.field(n) for n in names])
+
+
+def check_batch_rows(batch_rows) -> int | None:
+    if batch_rows is None:
+        return None
+    if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
+        raise UsageError(f"batch_rows must be a positive integer (rows per Arrow batch), not {batch_rows!r}")
+    return batch_rows
+
+
+def scan(ds: Dataset, columns=None, records=None, box=None, array=None, batch_rows=None):
+    """See `Dataset.scan`."""
+    import pyarrow as pa  # heavy: only Arrow readers need it
+
+    batch_rows = check_batch_rows(batch_rows)
+    if box is not None or array is not None:
+        if records is not None:
+            raise UsageError("scan reads either a record range (records=) or a box of an array (box=, array=), "
+                             "not both")
+        return box_reader(ds, columns, box, array, batch_rows)
+    names = check_columns(ds, columns)
+    rng = parse_records(records)
+    if rng is None:  # every batch of the snapshot (a Dask task's: some batches, read/dask_read.py)
+        bs = ds.manifest.batches
+        start, stop = (bs[0].first, bs[-1].first + bs[-1].count) if bs else (0, 0)
+    else:
+        from .dataset import check_record_range
+
+        n = ds.records
+        start, stop = rng[0], n if rng[1] is None else rng[1]
+        check_record_range(start, stop, n, ds.uri)
+    schema = arrow_schema(ds, names)
+    return pa.RecordBatchReader.from_batches(schema, record_batches(ds, names, start, stop, batch_rows))
+
+
+def box_reader(ds: Dataset, columns, box, array, batch_rows):
+    """The cells of ``box`` (a mapping {dim: (start, stop)} or the CLI's box string; None:
+    the whole array) of ``array`` (default grid) with the ``columns`` asked for."""
+    import pyarrow as pa
+
+    from ..arrays.query import parse_box, read_box
+
+    array = array or "grid"
+    ranges = parse_box(box) if isinstance(box, str) else dict(box or {})
+    cols = None
+    if columns is not None:
+        cols = [c.strip() for c in columns.split(",")] if isinstance(columns, str) else list(columns)
+    table = read_box(ds, array, cols, ranges)
+    if cols is not None:
+        table = table.select(cols)
+    batches = table.to_batches(max_chunksize=batch_rows) if batch_rows else table.to_batches()
+    return pa.RecordBatchReader.from_batches(table.schema, iter(batches))

@@ -1,0 +1,204 @@
+"""`Dataset.scan` (issue 31): a streaming pyarrow.RecordBatchReader with projection
+(``columns``), record ranges (only the batches they cover are read), boxes of finalized
+arrays, documents by id; checksums checked on every batch read whole; `to_arrow`,
+`to_pandas` and `read_records` give the same records."""
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import loader
+from loader.errors import CorruptBatchError, EnvironmentVariableError, UsageError
+from loader.read.dataset import records_to_arrow
+from loader.read.scan import READAHEAD, scan_threads
+from tests.read.test_verify_single_pass import damage
+
+N = 5000
+KW = dict(shards=2, workers=1, batch_records=700, progress="none")
+
+
+@pytest.fixture(scope="module", params=[("capnp", "lz4"), ("capnp", "none"), ("capnp", "zstd"), ("arrow", "none"),
+                                        ("arrow", "zstd")], ids=lambda p: "-".join(p))
+def uri(request, tmp_path_factory):
+    fmt, comp = request.param
+    u = f"lmdb://{tmp_path_factory.mktemp('scan')}/ds"
+    loader.load(f"gen://scidb96?n={N}", u, format=fmt, compression=comp, **KW)
+    return u
+
+
+def scidb96(tmp_path_factory, name: str, n: int, batch_records: int) -> str:
+    """A 2-shard LMDB dataset of ``n`` generated scidb96 records (a module fixture's)."""
+    u = f"lmdb://{tmp_path_factory.mktemp(name)}/ds"
+    loader.load(f"gen://scidb96?n={n}", u, shards=2, workers=1, batch_records=batch_records, progress="none")
+    return u
+
+
+def counted(ds):
+    """Count the stored batch values ``ds`` reads (its one value fetch, Dataset._value)."""
+    reads = []
+    fetch = ds._value
+
+    def value(b, *rd):
+        reads.append(b.seq)
+        return fetch(b, *rd)
+
+    ds._value = value
+    return reads
+
+
+def test_scan_projects_the_columns_asked_for_equal_to_read_records(uri):
+    with loader.open(uri) as ds:
+        want = ds.read_records()
+        rd = ds.scan(columns=["i1", "d7"])
+        assert isinstance(rd, pa.RecordBatchReader) and rd.schema.names == ["i1", "d7"]
+        t = rd.read_all()
+        for c in ("i1", "d7"):
+            assert np.array_equal(t.column(c).to_numpy(), want[c])
+        full = ds.to_arrow()
+        assert full.schema == ds.layout.arrow_schema
+        for c in ds.layout.names:
+            assert np.array_equal(full.column(c).to_numpy(), want[c])
+        assert ds.scan(columns="d0,i3").read_all().column_names == ["d0", "i3"]
+
+
+@pytest.mark.parametrize("a, b", [(0, N), (1234, 1236), (700, 1400), (699, 1401), (3000, None), (N, N)])
+def test_a_record_range_reads_only_the_batches_it_covers(uri, a, b):
+    with loader.open(uri) as ds:
+        want = ds.read_records()
+        reads = counted(ds)
+        t = ds.scan(columns=["i0", "d2"], records=(a, b)).read_all()
+        stop = N if b is None else b
+        assert t.num_rows == stop - a
+        assert np.array_equal(t.column("i0").to_numpy(), want["i0"][a:stop])
+        assert np.array_equal(t.column("d2").to_numpy(), want["d2"][a:stop])
+        covering = [e.seq for e in ds.manifest.batches if e.first < stop and e.first + e.count > a]
+        assert sorted(reads) == sorted(covering)
+        assert ds.to_arrow(records=f"{a}:{'' if b is None else b}").num_rows == stop - a
+
+
+def test_scan_streams_a_few_batches_at_a_time(uri):
+    with loader.open(uri) as ds:
+        reads = counted(ds)
+        rd = ds.scan(batch_rows=300)
+        first = rd.read_next_batch()
+        ahead = scan_threads() * READAHEAD  # the batches in flight: not the dataset's size
+        assert first.num_rows == 300 and len(reads) <= ahead < len(ds.manifest.batches)
+        rows = first.num_rows + sum(b.num_rows for b in rd)
+        assert rows == N and len(reads) == len(ds.manifest.batches)
+
+
+def test_threaded_scan_gives_the_same_batches_in_order(uri, monkeypatch):
+    with loader.open(uri) as ds:
+        monkeypatch.setenv("BULKLOAD_SCAN_THREADS", "1")
+        one = ds.to_arrow(records=(100, 4900))
+        assert one.equals(pa.Table.from_batches([records_to_arrow(ds.read_records(100, 4900), one.schema)]))
+        monkeypatch.setenv("BULKLOAD_SCAN_THREADS", "3")
+        assert ds.to_arrow(records=(100, 4900)).equals(one)
+        monkeypatch.setenv("BULKLOAD_SCAN_THREADS", "-2")
+        with pytest.raises(EnvironmentVariableError, match="BULKLOAD_SCAN_THREADS='-2' is not a whole number"):
+            ds.to_arrow()
+
+
+def test_to_pandas_and_read_records_agree_with_scan(uri):
+    with loader.open(uri) as ds:
+        df = ds.to_pandas(columns=["i2"], records=(10, 20))
+        assert list(df["i2"]) == list(ds.read_records(10, 20)["i2"])
+
+
+def test_bad_scan_arguments_are_usage_errors(uri):
+    with loader.open(uri) as ds:
+        with pytest.raises(UsageError, match="column 'x9' is not a field of layout 'scidb96'"):
+            ds.scan(columns=["d0", "x9"])
+        with pytest.raises(UsageError, match="goes past the end"):
+            ds.scan(records=(0, N + 1))
+        with pytest.raises(UsageError, match="not a record range"):
+            ds.scan(records="5")
+        with pytest.raises(UsageError, match="batch_rows must be a positive integer"):
+            ds.scan(batch_rows=0)
+        with pytest.raises(UsageError, match="scan a record range with scan"):
+            ds.scan(0, 10)
+
+
+def test_a_damaged_batch_fails_the_scan_naming_shard_and_batch(tmp_path):
+    u = f"lmdb://{tmp_path}/ds"
+    loader.load(f"gen://scidb96?n={N}", u, **KW)
+    b = damage(u, lambda bs: bs[3], "flipped")
+    with loader.open(u) as ds:
+        with pytest.raises(CorruptBatchError) as e:
+            ds.scan(columns=["d0"]).read_all()
+        assert f"shard {b.shard} batch {b.seq} (first record {b.first})" in str(e.value)
+        assert "checksum mismatch" in str(e.value)
+        assert ds.scan(records=(0, b.first)).read_all().num_rows == b.first  # the batches before it read
+
+
+def test_scan_of_a_box_reads_that_box_of_the_array(tmp_path):
+    u = f"lmdb://{tmp_path}/ds"
+    loader.load(f"gen://scidb96?n={N}", u, **KW)
+    loader.finalize(u, dims="i0:4,i1:500", workers=1, progress="none")
+    with loader.open(u) as ds:
+        want = ds.read_box("grid", ["d1"], i0=(1, 3), i1=(0, 900))
+        got = ds.scan(box="i0=1:3,i1=0:900", array="grid", columns=["i0", "i1", "d1"]).read_all()
+        assert got.equals(want.select(["i0", "i1", "d1"]))
+        assert ds.scan(box={"i0": (1, 3), "i1": (0, 900)}, columns="d1,i1").read_all().column_names == ["d1", "i1"]
+
+
+def test_documents_scan_by_id_range_in_both_forms(tmp_path):
+    u = f"lmdb://{tmp_path}/docs"
+    loader.load("gen://docs?n=300&seed=3", u, workers=1, progress="none")
+    with loader.open(u) as ds:
+        a = ds.scan(ids=(10, 50)).to_arrow()
+        b = ds.scan(10, 50).to_arrow()
+        assert a.equals(b) and a.num_rows > 0
+        assert a.column("id").to_pylist() == sorted(a.column("id").to_pylist())
+        assert min(a.column("id").to_pylist()) >= 10 and max(a.column("id").to_pylist()) < 50
+        with pytest.raises(UsageError, match="scan them by id"):
+            ds.scan(box="i0=0:1")
+
+
+def test_a_scan_read_after_its_dataset_closed_is_refused_not_read_unpinned(uri):
+    with loader.open(uri) as ds:
+        rd = ds.scan(columns=["d0"])
+    with pytest.raises(UsageError, match="was closed before its scan was read"):
+        rd.read_all()
+
+
+RSS_SCRIPT = r"""
+import resource, sys, loader
+import loader.read.scan
+loader.read.scan.RESIDENT_BYTES = 4 << 20  # past 4 MB read (of 48 MB), pages are released once used
+with loader.open(sys.argv[1]) as ds:
+    rd = ds.scan()
+    rd.read_next_batch()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rows = sum(b.num_rows for b in rd)
+    print(rows, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
+"""
+
+
+@pytest.mark.parametrize("fmt, threads", [("capnp", "1"), ("capnp", "2"), ("arrow", "1")])
+def test_a_scan_s_resident_memory_stays_a_few_batches(tmp_path, fmt, threads):
+    """Streaming 48 MB of records (uncompressed: the values are as big as the records) grows
+    the process's peak resident set by RESIDENT_BYTES and a few batches, not by the store's
+    pages it read."""
+    import subprocess
+    import sys
+
+    u = f"lmdb://{tmp_path}/ds"
+    loader.load("gen://scidb96?n=500000", u, format=fmt, compression="none", shards=1, workers=1,
+                batch_records=10000, progress="none")
+    p = subprocess.run([sys.executable, "-c", RSS_SCRIPT, u], capture_output=True, text=True, timeout=120,
+                       env=dict(__import__("os").environ, BULKLOAD_SCAN_THREADS=threads))
+    assert p.returncode == 0, p.stderr
+    rows, grew_kib = map(int, p.stdout.split())
+    assert rows == 490000 and grew_kib < 16 * 1024  # 48 MB read; a batch is 0.96 MB
+
+
+@pytest.mark.parametrize("fmt", ["capnp", "arrow"])
+def test_scan_reads_every_backend(store_uri, fmt):
+    loader.load("gen://scidb96?n=2500", store_uri, format=fmt, shards=2, workers=1, batch_records=300,
+                progress="none")
+    with loader.open(store_uri) as ds:
+        want = ds.read_records()
+        t = ds.scan(columns=["d5", "i0"], records=(250, 2400)).read_all()
+        assert t.column("d5").to_pylist() == want["d5"][250:2400].tolist()
+        assert t.column("i0").to_pylist() == want["i0"][250:2400].tolist()
