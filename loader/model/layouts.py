@@ -326,6 +326,9 @@ def layout_from_dtype(dtype, name: str) -> Layout:
         raise LayoutError(f"dtype {dtype} has no named fields; records need a structured dtype, "
                           "e.g. np.dtype([('x', '<i8'), ('y', '<f8')])")
     fields, offset = [], 0
+    if VALIDITY in dtype.names:
+        raise LayoutError(f"dtype {dtype} has a {VALIDITY} field: records of a layout with nullable fields, which "
+                          "the dtype does not name; pass the layout (layout=, --layout)")
     for fname in dtype.names:
         ftype, at = dtype.fields[fname][:2]
         fields.append(Field(fname, _type_of(fname, ftype)))

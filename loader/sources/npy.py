@@ -27,7 +27,7 @@ import numpy as np
 import xxhash
 
 from ..errors import FileFormatError, LayoutError
-from ..model.layouts import Layout, layout_of_fields
+from ..model.layouts import VALIDITY, Layout, dtype_mismatch, layout_of_fields
 from .base import FileType, register_file_type
 from .files import open_input, read_exactly, sample_digest
 from .typed import TypedFile, split_fields, stem
@@ -60,6 +60,16 @@ class NpySource(TypedFile):
         source = cls(path, fields, others, (), shape[0], dtype, data_offset)
         source.check_size()
         return source
+
+    def records_layout(self, given: Layout | None, dataset: Layout | None) -> Layout:
+        """As a typed file's; a file with ``_validity`` (records of a layout with nullable
+        fields) only as those records byte for byte: which bit is which field's is the layout's."""
+        wanted = given or dataset
+        if wanted is not None and VALIDITY in (self.dtype.names or ()) and self.dtype != wanted.dtype:
+            raise LayoutError(f"{self.path} has a {VALIDITY} field but its records are not those of layout "
+                              f"{wanted.name!r} byte for byte ({dtype_mismatch(self.dtype, wanted)}); its bits "
+                              "say which fields are null only in its own layout: load it with that layout")
+        return super().records_layout(given, dataset)
 
     def check_size(self) -> None:
         """FileFormatError if the data is shorter than the header says."""

@@ -213,6 +213,10 @@ def split_fields(columns, path: str) -> tuple[tuple, tuple]:
     numpy ones, one column at a time."""
     fields, others = [], []
     for name, dtype in columns:
+        if name == VALIDITY:
+            others.append((name, f"it has a {VALIDITY} field: records of a layout with nullable fields, which the "
+                                 "file does not name; pass --layout"))
+            continue
         if isinstance(dtype, str):
             others.append((name, dtype))
             continue

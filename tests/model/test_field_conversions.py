@@ -72,3 +72,10 @@ def test_nulls_become_validity_or_are_refused(values, nullable):
 def test_values_or_types_that_cannot_be_a_field_are_refused(col, field):
     with pytest.raises((ConversionError, LayoutError), match="column 'x'"):
         field_values(col, field, "w")
+
+
+def test_numpy_text_converts_into_string_fields_by_its_utf8_bytes():
+    got, _ = field_values(np.array(["a", "é"], "U2"), Field("s", "string[2]"), "w")
+    assert got.tolist() == [b"a", "é".encode()]
+    with pytest.raises(ConversionError, match=r"row 1: 'éé' is 4 bytes, longer than string\[3\]"):
+        field_values(np.array(["a", "éé"], "U2"), Field("s", "string[3]"), "w")

@@ -392,3 +392,16 @@ def test_a_pipeline_loads_and_compacts_typed_records(tmp_path, toml):
     with loader.open(uri) as ds:
         assert len(ds.manifest.batches) == 1 and ds.read_records().tobytes() == records.tobytes()
         assert ds.to_arrow().equals(records_to_arrow(records, LAYOUT))
+
+
+def test_an_array_with_validity_but_no_layout_asks_for_the_layout(tmp_path):
+    with pytest.raises(LayoutError, match="has a _validity field: records of a layout with nullable fields"):
+        loader.load(sample(4), f"lmdb://{tmp_path}/ds")
+    np.save(tmp_path / "n.npy", sample(4))
+    p = run_cli("load", tmp_path / "n.npy", f"lmdb://{tmp_path}/ds")
+    assert p.returncode == 2 and "it has a _validity field" in p.stderr and "pass --layout" in p.stderr
+    other = tmp_path / "other.toml"  # the same fields in another order: copied by field, its bits would be lost
+    other.write_text(TOML.replace('px = "float64"\n', '').replace('[fields]\n', '[fields]\npx = "float64"\n'))
+    p = run_cli("load", tmp_path / "n.npy", f"lmdb://{tmp_path}/ds", "--layout", other)
+    assert p.returncode == 2 and "has a _validity field but its records are not those of layout 'tk'" in p.stderr
+    assert not (tmp_path / "ds").exists()
