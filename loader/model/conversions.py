@@ -346,6 +346,12 @@ def column_field(name: str, col, what: str):
     col = decode_dictionary(col)
     t = col.type
     found = arrow_field_type(t)
+    if isinstance(found, str) and len(col) == col.null_count:  # nothing to measure (e.g. a stream's schema)
+        from ..errors import LayoutError
+
+        want = f"{found}[N]" if found in ("string", "bytes") else f"{found[:-2]}[k]"
+        raise LayoutError(f"{what}: column {name!r} is of variable length ({t}) and holds no value to measure; "
+                          f"pass the layout (layout=) with a field {name} = \"{want}\"")
     if found in ("string", "bytes"):
         longest = pc.max(pc.binary_length(col)).as_py() or 1
         found = f"{found}[{longest}]"

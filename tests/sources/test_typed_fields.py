@@ -405,3 +405,15 @@ def test_an_array_with_validity_but_no_layout_asks_for_the_layout(tmp_path):
     p = run_cli("load", tmp_path / "n.npy", f"lmdb://{tmp_path}/ds", "--layout", other)
     assert p.returncode == 2 and "has a _validity field but its records are not those of layout 'tk'" in p.stderr
     assert not (tmp_path / "ds").exists()
+
+
+def test_a_streams_text_column_needs_its_width_from_the_layout(tmp_path):
+    schema = pa.schema([("s", pa.string())])
+    reader = pa.RecordBatchReader.from_batches(schema, iter([pa.record_batch([pa.array(["ab", "cde"])], schema)]))
+    with pytest.raises(LayoutError, match=r"column 's' is of variable length \(string\) and holds no value to measure; "
+                                          r"pass the layout \(layout=\) with a field s = \"string\[N\]\""):
+        loader.load(reader, f"lmdb://{tmp_path}/ds")
+    reader = pa.RecordBatchReader.from_batches(schema, iter([pa.record_batch([pa.array(["ab", "cde"])], schema)]))
+    loader.load(reader, f"lmdb://{tmp_path}/ds", layout=Layout("s", (Field("s", "string[3]"),)))
+    with loader.open(f"lmdb://{tmp_path}/ds") as ds:
+        assert ds.to_arrow().column("s").to_pylist() == ["ab", "cde"]
