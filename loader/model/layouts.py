@@ -209,6 +209,18 @@ class Layout:
         """(packed offset, Cap'n Proto byte offset, bytes) of the byte-wide elements, in runs."""
         return copy_runs(self.capnp_members)
 
+    def capnp_span(self, name: str) -> tuple[int, int] | None:
+        """(byte offset in the Cap'n Proto data section, bytes) of field ``name`` when its
+        stored elements lie there in one piece in packed order (any field but a bool);
+        None for a bool (a bit there) or a field Cap'n Proto scattered."""
+        mine = [m for m in self.capnp_members if m.field == name]
+        if not mine or any(m.bits < 8 for m in mine):
+            return None
+        at, size = mine[0].bit // 8, mine[0].bits // 8
+        if any(m.bit // 8 != at + i * size for i, m in enumerate(mine)):
+            return None
+        return at, size * len(mine)
+
     @functools.cached_property
     def capnp_bools(self) -> list[tuple[int, int]]:
         """(packed byte offset, Cap'n Proto bit offset) of each bool."""

@@ -179,3 +179,12 @@ def test_a_numpy_field_of_no_layout_type_is_refused_naming_it(ftype, msg):
 def test_parse_type_is_the_one_parser():
     assert parse_type("string[16]").size == 16 and parse_type("float32[3]").size == 12
     assert parse_type("bool").size == 1 and parse_type("timedelta64[ns]").size == 8
+
+
+def test_capnp_span_says_where_a_field_lies_in_one_piece():
+    lay = parse_layout_toml(TICKS_TOML, "tk.toml")
+    assert lay.capnp_span("ts") == (0, 8) and lay.capnp_span("sym") == (17, 8)  # after ts, d and ok's bit
+    assert lay.capnp_span("ok") is None  # a bit
+    for f in lay.fields:
+        span = lay.capnp_span(f.name)
+        assert span is None or span[1] == f.size
