@@ -45,6 +45,14 @@ def uri(request, tmp_path_factory, toml, records):
     return u
 
 
+@pytest.fixture(scope="module")
+def zstd_uri(tmp_path_factory, toml, records):
+    """One dataset for the CLI's outputs (the text conversions do not depend on the format)."""
+    u = f"lmdb://{tmp_path_factory.mktemp('typed_sql')}/ds"
+    loader.load(records, u, layout=toml, compression="zstd", batch_records=10, progress="none")
+    return u
+
+
 def test_a_typed_scan_has_native_types_and_real_nulls(uri, records):
     want = records_to_arrow(records, LAYOUT)
     with loader.open(uri) as ds:
@@ -98,14 +106,14 @@ def test_polars_and_duckdb_read_typed_fields_with_their_nulls(uri, records):
             (records["flag"] & (records["_validity"][:, 0] & 2 != 0)).sum())
 
 
-def test_bulkload_scan_writes_typed_values_as_csv_jsonl_and_parquet(uri, records, tmp_path):
+def test_bulkload_scan_writes_typed_values_as_csv_jsonl_and_parquet(zstd_uri, records, tmp_path):
     valid = records["_validity"][:, 0] & 1 != 0
-    p = run_cli("scan", uri, "--format", "parquet", "--out", tmp_path / "t.parquet")
+    p = run_cli("scan", zstd_uri, "--format", "parquet", "--out", tmp_path / "t.parquet")
     assert p.returncode == 0, p.stderr
     assert pq.read_table(tmp_path / "t.parquet").equals(records_to_arrow(records, LAYOUT).replace_schema_metadata(
         pq.read_table(tmp_path / "t.parquet").schema.metadata))
 
-    p = run_cli("scan", uri, "--format", "jsonl", "--columns", "ts,d,sym,name,v,ok,venue,h", "--out", "-")
+    p = run_cli("scan", zstd_uri, "--format", "jsonl", "--columns", "ts,d,sym,name,v,ok,venue,h", "--out", "-")
     assert p.returncode == 0, p.stderr
     rows = [json.loads(line) for line in p.stdout.splitlines()]
     assert len(rows) == N
@@ -117,7 +125,7 @@ def test_bulkload_scan_writes_typed_values_as_csv_jsonl_and_parquet(uri, records
     assert r1["v"] == pytest.approx(records["v"][1].tolist())
     assert [r["venue"] for r in rows] == [int(v) if ok else None for v, ok in zip(records["venue"], valid)]
 
-    p = run_cli("scan", uri, "--format", "csv", "--columns", "ts,sym,v,ok,venue", "--records", "0:4", "--out", "-")
+    p = run_cli("scan", zstd_uri, "--format", "csv", "--columns", "ts,sym,v,ok,venue", "--records", "0:4", "--out", "-")
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
     assert lines[0] == '"ts","sym","v","ok","venue"' and len(lines) == 5
@@ -128,9 +136,9 @@ def test_bulkload_scan_writes_typed_values_as_csv_jsonl_and_parquet(uri, records
         assert venue == (str(records["venue"][i]) if valid[i] else "")
 
 
-def test_duckdb_reads_the_csv_of_typed_values_back_with_their_types(uri, records, tmp_path):
+def test_duckdb_reads_the_csv_of_typed_values_back_with_their_types(zstd_uri, records, tmp_path):
     duckdb = pytest.importorskip("duckdb")
-    p = run_cli("scan", uri, "--format", "csv", "--columns", "ts,ok,venue,name", "--out", tmp_path / "t.csv")
+    p = run_cli("scan", zstd_uri, "--format", "csv", "--columns", "ts,ok,venue,name", "--out", tmp_path / "t.csv")
     assert p.returncode == 0, p.stderr
     rel = duckdb.connect().sql(f"SELECT * FROM read_csv('{tmp_path / 't.csv'}')")
     types = dict(zip(rel.columns, map(str, rel.types)))
@@ -140,23 +148,17 @@ def test_duckdb_reads_the_csv_of_typed_values_back_with_their_types(uri, records
     assert [r[2] for r in got] == [int(v) if ok else None for v, ok in zip(records["venue"], valid)]
 
 
-def test_a_scan_to_npy_of_a_nullable_field_keeps_its_nulls_as_validity(uri, records, tmp_path):
-    p = run_cli("scan", uri, "--format", "npy", "--columns", "ts,venue,flag", "--out", tmp_path / "s.npy")
+def test_a_scan_to_npy_of_a_nullable_field_keeps_its_nulls_as_validity(zstd_uri, records, tmp_path):
+    p = run_cli("scan", zstd_uri, "--format", "npy", "--columns", "ts,venue,flag", "--out", tmp_path / "s.npy")
     assert p.returncode == 0, p.stderr
     got = np.load(tmp_path / "s.npy")
     assert got.dtype.names == ("ts", "venue", "flag", "_validity")
     assert np.array_equal(got["ts"], records["ts"]) and np.array_equal(got["_validity"], records["_validity"])
     assert np.array_equal(got["venue"], records["venue"]) and np.array_equal(got["flag"], records["flag"])
-    p = run_cli("export", uri, "--format", "npy", "--out", tmp_path / "all.npy")
+    p = run_cli("export", zstd_uri, "--format", "npy", "--out", tmp_path / "all.npy")
     assert p.returncode == 0, p.stderr
     assert np.load(tmp_path / "all.npy").tobytes() == records.tobytes()
 
-
-@pytest.fixture(scope="module")
-def zstd_uri(tmp_path_factory, toml, records):
-    u = f"lmdb://{tmp_path_factory.mktemp('typed_sql')}/ds"
-    loader.load(records, u, layout=toml, compression="zstd", batch_records=10, progress="none")
-    return u
 
 
 def test_bulkload_sql_writes_typed_results_as_csv_json_and_npy(zstd_uri, records, tmp_path):
