@@ -106,23 +106,27 @@ def _npy_dtype(field) -> np.dtype:
 
 
 def as_text(batch, lists: bool):
-    """``batch`` (or a Table) with the columns text formats (CSV, JSON) cannot hold as
-    they are made text: timestamps, dates and times as ISO 8601 strings (``2024-01-02
-    03:04:05.123456789Z`` with a zone), durations as integers of their unit, bytes as
-    lowercase hex (two digits a byte; a fixed-size field's zero padding included), decimals
-    as their digits; with ``lists`` (CSV) an array as its JSON list (``[1.0, 2.5, 3.0]``).
-    A null stays a null (an empty CSV field, JSON null). Number, bool and string columns are
-    left as they are (no copy). The one conversion of `bulkload scan`/`export` (csv, jsonl)
-    and of query results (csv, json)."""
+    """``batch`` (or a Table) with the columns text formats (CSV, JSON) cannot hold as they
+    are made text: timestamps as exact ISO 8601 (``2026-01-02T15:00:00.123456789``, ``Z``
+    with a zone), dates, times and decimals as their text, durations as integers of their
+    unit, bytes as their text up to the zero padding (undecodable bytes escaped, ``\\xff``);
+    with ``lists`` (CSV) an array as its JSON list (``[1.0, 2.5, 3.0]``). A null stays a
+    null (an empty CSV field, JSON null). Number, bool and string columns are left as they
+    are (no copy). The one conversion of `bulkload scan`/`export` (csv, jsonl) and of query
+    results (csv, json)."""
+    import pyarrow.compute as pc  # only text output converts
+
     arrays, changed = [], False
     for col in batch.columns:
         t = col.type
-        if pa.types.is_temporal(t) and not pa.types.is_duration(t) or pa.types.is_decimal(t):
+        if pa.types.is_timestamp(t):
+            col = pc.replace_substring(col.cast(pa.string()), " ", "T", max_replacements=1)
+        elif pa.types.is_temporal(t) and not pa.types.is_duration(t) or pa.types.is_decimal(t):
             col = col.cast(pa.string())
         elif pa.types.is_duration(t):
             col = col.cast(pa.int64())
         elif pa.types.is_fixed_size_binary(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t):
-            col = _hex(col)
+            col = pa.array([None if v is None else bytes_text(v) for v in col.to_pylist()], pa.string())
         elif lists and (pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t)):
             col = pa.array([None if v is None else json.dumps(v) for v in col.to_pylist()], pa.string())
         else:
@@ -135,21 +139,9 @@ def as_text(batch, lists: bool):
     return type(batch).from_arrays(arrays, names=batch.schema.names)
 
 
-#: the two lowercase hex digits of each byte value
-_HEX = np.array([f"{i:02x}".encode() for i in range(256)], dtype="S2")
-
-
-def _hex(col):
-    """A binary column as a string column of each value's bytes in hex (vectorised)."""
-    if isinstance(col, pa.ChunkedArray):
-        return pa.chunked_array([_hex(c) for c in col.chunks], pa.string())
-    if not pa.types.is_fixed_size_binary(col.type) or not len(col):
-        return pa.array([None if v is None else v.hex() for v in col.to_pylist()], pa.string())
-    width = col.type.byte_width
-    raw = np.frombuffer(col.buffers()[1], np.uint8, len(col) * width, col.offset * width).reshape(len(col), width)
-    digits = np.ascontiguousarray(_HEX[raw]).view(f"S{2 * width}").reshape(len(col))
-    nulls = col.is_null().to_numpy(zero_copy_only=False) if col.null_count else None
-    return pa.array(digits, pa.binary(), mask=nulls).cast(pa.string())
+def bytes_text(value: bytes) -> str:
+    """A bytes[N] value as text: up to its zero padding, UTF-8, undecodable bytes escaped."""
+    return value.rstrip(b"\0").decode("utf-8", "backslashreplace")
 
 
 _WRITERS = {"table": _text, "csv": _csv, "json": _json, "arrow": _arrow, "parquet": _parquet, "npy": _npy}
