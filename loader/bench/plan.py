@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ..infra.outputs import output_dir, refuse_dataset_paths
+from .records import check_workloads
 
 SECTIONS = ("limits", "versus", "load", "scaling", "finalize", "peers", "random", "rss")
 
@@ -38,6 +39,7 @@ class SuiteParams:
     sections: tuple[str, ...]
     compressed: tuple[str, ...] = ("capnp:lz4", "capnp:zstd")  # FORMAT:COMPRESSION loads vs ArcticDB
     random_tasks: int = 1000  # random reads per sample (the random section)
+    workloads: tuple[str, ...] = ("scidb96", "ticks")  # of the load section (records.WORKLOADS)
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if k != "sections"}
@@ -65,6 +67,7 @@ def suite_params(suite: str, n: int | None = None, repeats: int | None = None, *
         p = replace(p, repeats=repeats)
     if p.repeats < 1 or p.n < 1000:
         raise ValueError("--repeats must be >= 1 and --n >= 1000")
+    p = replace(p, workloads=check_workloads(p.workloads))
     return replace(p, n_arctic=p.n_arctic or p.n)
 
 

@@ -24,6 +24,8 @@ def register(app: typer.Typer) -> None:
                                                                 "(default: inside --out; its filesystem is the one measured)."),
         only: Optional[str] = typer.Option(None, "--only", help="Comma-separated sections (limits, load, scaling, "
                                                                 "finalize, peers, rss) or figure ids."),
+        workloads: Optional[str] = typer.Option(None, "--workloads", help="Records of the load section, "
+                                                "comma-separated: scidb96 (always), ticks (default: both)."),
         json_out: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines on stderr."),
     ):
@@ -57,8 +59,9 @@ def register(app: typer.Typer) -> None:
                 print(msg, file=sys.stderr, flush=True)
 
         try:
+            extra = {"workloads": tuple(w.strip() for w in workloads.split(",") if w.strip())} if workloads else {}
             result = run(suite, n=n, repeats=repeats, out=out, work=work, sections=sections,
-                        only=ids, log=log)
+                        only=ids, log=log, **extra)
         except (ValueError, RuntimeError) as e:
             print(f"bulkload: error: {e}", file=sys.stderr)
             raise typer.Exit(2)
