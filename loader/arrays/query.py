@@ -21,6 +21,7 @@ Dataset's ``missing`` error, which says why; nothing is ever written.
 
 from __future__ import annotations
 
+import math
 import re
 from bisect import bisect_left
 from typing import NamedTuple
@@ -32,6 +33,7 @@ from ..errors import NotFoundError, UsageError, VerifyError
 from ..model.arrow_numpy import from_numpy, to_numpy
 from ..model.chunk_index import index_path, read_index
 from ..model.layouts import TYPES, Layout
+from ..model.times import duration_in_unit, instant_in_unit, time_type
 from ..serializers import get_serializer
 from ..stores.values import ValueReader
 from .box_parts import can_read_parts, part_ranges, read_parts
@@ -39,31 +41,65 @@ from .chunks import chunk_keys
 
 _CACHE_ATTR = "_bulkload_array_cache"
 _BOX_PART = re.compile(r"^\s*([A-Za-z][A-Za-z0-9]*)\s*=\s*(-?\d*)\s*:\s*(-?\d*)\s*$")
+_BOX_SPAN = re.compile(r"^\s*([A-Za-z][A-Za-z0-9]*)\s*=\s*([^.]*(?:\.[^.]+)*)\s*\.\.\s*(.*?)\s*$")
+_BOX_EXAMPLE = "e.g. --box 'i0=2:5,i1=1000000:1001000' or --box 'ts=2026-01-02T14:00..2026-01-02T15:00,size=100:300'"
 #: rows of a piece cut one by one with binary searches; more rows use a vectorised mask
 _ROW_SEARCH_MAX = 32
 
 
-def parse_box(text: str) -> dict[str, tuple[int | None, int | None]]:
+def parse_box(text: str) -> dict[str, tuple]:
     """``"i0=2:5,i1=1000000:1001000"`` -> {"i0": (2, 5), "i1": (1000000, 1001000)}.
 
-    Half-open ranges; an empty bound is open (``i0=:5``, ``i1=3:``).
+    Half-open ranges; an empty bound is open (``i0=:5``, ``i1=3:``). ``DIM=LO..HI`` takes
+    bounds that are not plain integers - instants of a time dimension
+    (``ts=2026-01-02T14:00..2026-01-02T15:00Z``; ISO-8601 has colons of its own) - kept as
+    text, converted by the dimension's type when the array is known (`box_coordinate`).
     """
     if not isinstance(text, str) or not text.strip():
-        raise UsageError("--box is empty; write DIM=START:STOP for each bounded dimension, "
-                         "e.g. --box 'i0=2:5,i1=1000000:1001000'")
-    out: dict[str, tuple[int | None, int | None]] = {}
+        raise UsageError(f"--box is empty; write DIM=START:STOP (or DIM=LO..HI) for each bounded dimension, "
+                         f"{_BOX_EXAMPLE}")
+    out: dict[str, tuple] = {}
     for part in text.split(","):
-        mt = _BOX_PART.match(part)
+        mt = _BOX_PART.match(part) or _BOX_SPAN.match(part)
         if not mt:
             raise UsageError(f"--box {text!r}: {part.strip()!r} is not DIM=START:STOP with integer bounds "
-                             "(half-open), e.g. --box 'i0=2:5,i1=1000000:1001000'")
+                             f"or DIM=LO..HI (half-open), {_BOX_EXAMPLE}")
         name, lo, hi = mt.group(1), mt.group(2), mt.group(3)
         if name in out:
             raise UsageError(f"--box {text!r}: dimension {name!r} is given twice")
         if lo in ("-",) or hi in ("-",):
             raise UsageError(f"--box {text!r}: {part.strip()!r} has a bound that is not an integer")
-        out[name] = (int(lo) if lo else None, int(hi) if hi else None)
+        out[name] = (_bound_text(lo), _bound_text(hi))
     return out
+
+
+def _bound_text(text: str):
+    """A bound of --box: None (open), an int, or the text of an instant or duration."""
+    if not text:
+        return None
+    return int(text) if re.fullmatch(r"-?\d+", text) else text
+
+
+def box_coordinate(dim: str, type_name: str, value) -> int:
+    """The coordinate of a bound of dimension ``dim`` (a field of type ``type_name``): an
+    integer; of a time dimension, also an instant (datetime64) or a duration (timedelta64) in
+    any spelling of loader/model/times.py, rounded up to the field's unit (a half-open box
+    holds the same cells)."""
+    what = f"range for {dim!r}"
+    timed = time_type(type_name)
+    if timed is not None:
+        kind, unit = timed
+        if kind == "datetime64":
+            return instant_in_unit(value, unit, what, ceil=True)
+        return duration_in_unit(value, unit, what, ceil=True)
+    try:
+        if isinstance(value, (float, np.floating)) and np.isfinite(value):
+            return math.ceil(value)  # the same integers lie in [lo, hi) and [ceil(lo), ceil(hi))
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer, str)):
+            raise TypeError
+        return int(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"{what} must have integer bounds; got {value!r}") from None
 
 
 def check_box_dims(array: str, dims, ranges: dict) -> None:
@@ -223,7 +259,7 @@ class _PieceBounds(NamedTuple):
     cmax: int
 
 
-def _norm_range(dim: str, v) -> tuple[int, int]:
+def _norm_range(dim: str, v, type_name: str) -> tuple[int, int]:
     lo_inf, hi_inf = -(2**63), 2**63
     if v is None:
         return lo_inf, hi_inf
@@ -238,15 +274,12 @@ def _norm_range(dim: str, v) -> tuple[int, int]:
     else:
         try:
             lo, hi = v
+            if isinstance(v, str):
+                raise TypeError
         except (TypeError, ValueError):
             raise UsageError(f"range for {dim!r} must be (start, stop), half-open; got {v!r}") from None
-    try:
-        lo = lo_inf if lo is None else int(lo)
-        hi = hi_inf if hi is None else int(hi)
-        if not isinstance(lo, int) or not isinstance(hi, int):
-            raise TypeError
-    except (TypeError, ValueError):
-        raise UsageError(f"range for {dim!r} must have integer bounds; got {v!r}") from None
+    lo = lo_inf if lo is None else box_coordinate(dim, type_name, lo)
+    hi = hi_inf if hi is None else box_coordinate(dim, type_name, hi)
     return max(lo, lo_inf), min(hi, hi_inf)
 
 
@@ -256,8 +289,8 @@ def read_box(ds, array: str = "grid", attrs=None, ranges: dict | None = None) ->
     ranges = dict(ranges or {})
     check_box_dims(array, ai.dims, ranges)
     d0, d1 = ai.dims
-    lo0, hi0 = _norm_range(d0, ranges.get(d0))
-    lo1, hi1 = _norm_range(d1, ranges.get(d1))
+    lo0, hi0 = _norm_range(d0, ranges.get(d0), ai.fields[d0].type)
+    lo1, hi1 = _norm_range(d1, ranges.get(d1), ai.fields[d1].type)
     cols = ai.columns(attrs)
     schema, types = ai.schema(cols)
     box = _Box(lo0, hi0, lo1, hi1)

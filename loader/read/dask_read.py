@@ -48,7 +48,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ..arrays.query import ArrayIndex, array_index, read_box, use_index
+from ..arrays.query import ArrayIndex, array_index, box_coordinate, read_box, use_index
 from ..errors import DatasetNotFoundError, DatasetReplacedError, SnapshotExpiredError, UsageError
 from ..infra.pins import Pin
 from ..model import manifest as mf
@@ -269,25 +269,32 @@ def _box(ai: ArrayIndex, box) -> tuple[tuple[int, int], tuple[int, int]]:
     starts, stops = [], []
     for dim, chunk in zip(ai.dims, ai.chunks):
         lo, hi = bounds[dim]
-        start, stop = _range(dim, box.get(dim), (lo // chunk) * chunk, hi + 1)
+        start, stop = _range(dim, box.get(dim), (lo // chunk) * chunk, hi + 1, ai.fields[dim].type)
         starts.append(start)
         stops.append(max(start, stop))
     return tuple(starts), tuple(stops)
 
 
-def _range(dim: str, given, start: int, stop: int) -> tuple[int, int]:
+def _range(dim: str, given, start: int, stop: int, type_name: str) -> tuple[int, int]:
+    """The half-open range of ``dim`` asked for, its bounds as read_box takes them (integers; of
+    a time dimension also instants or durations: arrays/query.py `box_coordinate`)."""
     if given is None:
         return start, stop
     try:
         lo, hi = given
-        lo = start if lo is None else lo
-        hi = stop if hi is None else hi
-        if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in (lo, hi)) or lo > hi:
-            raise ValueError
+        if isinstance(given, str):
+            raise TypeError
     except (TypeError, ValueError):
         raise UsageError(f"box: the range of {dim!r} must be (start, stop) integers, start <= stop "
-                         f"(half-open; None: the array's extent), not {given!r}") from None
-    return int(lo), int(hi)
+                         f"(half-open; None: the array's extent; a time dimension also takes instants), "
+                         f"not {given!r}") from None
+    lo = start if lo is None else box_coordinate(dim, type_name, lo)
+    hi = stop if hi is None else box_coordinate(dim, type_name, hi)
+    if lo > hi:
+        raise UsageError(f"box: the range of {dim!r} must be (start, stop) integers, start <= stop "
+                         f"(half-open; None: the array's extent; a time dimension also takes instants), "
+                         f"not {given!r}")
+    return lo, hi
 
 
 def _block_sizes(ai: ArrayIndex, chunks) -> tuple[int, int]:

@@ -34,7 +34,7 @@ def test_every_integer_type_narrower_than_uint64_is_a_dimension(a, b):
 
 
 @pytest.mark.parametrize("dims,msg", [
-    ("f:10,a8:5", "'f' is float32, not an integer; dimensions must be integer fields (a8, u16, a32, b64, u32)"),
+    ("f:10,a8:5", "'f' is float32, not an integer or a time; dimensions must be integer or datetime64/timedelta64 fields (a8, u16, a32, b64, u32)"),
     ("big:10,a8:5", "'big' is uint64; coordinates are int64"),
     ("a8:2.5,u16:1", "chunk length '2.5' of 'a8' is not an integer"),
     ([("a8", 2.5), ("u16", 1)], "chunk length 2.5 of 'a8' is not an integer"),
