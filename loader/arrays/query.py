@@ -32,12 +32,13 @@ import pyarrow as pa
 from ..errors import NotFoundError, UsageError, VerifyError
 from ..model.arrow_numpy import from_numpy, to_numpy
 from ..model.chunk_index import index_path, read_index
-from ..model.layouts import TYPES, Layout
+from ..model.layouts import VALIDITY, Layout
 from ..model.times import duration_in_unit, instant_in_unit, time_type
 from ..serializers import get_serializer
 from ..stores.values import ValueReader
 from .box_parts import can_read_parts, part_ranges, read_parts
 from .chunks import chunk_keys
+from .records import coordinates
 
 _CACHE_ATTR = "_bulkload_array_cache"
 _BOX_PART = re.compile(r"^\s*([A-Za-z][A-Za-z0-9]*)\s*=\s*(-?\d*)\s*:\s*(-?\d*)\s*$")
@@ -169,7 +170,8 @@ class ArrayIndex:
         self.attrs = [n for n in self.cell.names if n not in self.dims and n != "syn"]
         self.fields = {f.name: f for f in self.cell.fields}
         self._schema_cache: dict[tuple, tuple[pa.Schema, list]] = {}
-        self._dtypes = {f.name: np.dtype(TYPES[f.type][0]) for f in self.cell.fields}
+        self._dtypes = {f.name: f.dtype for f in self.cell.fields}
+        self.nullable = self.cell.nullable_names  # bit j of _validity: the j-th one holds a value
 
     def columns(self, attrs) -> list[str]:
         return box_columns(self.name, self.dims, self.cell, self.keep, attrs)
@@ -180,7 +182,7 @@ class ArrayIndex:
         key = tuple(cols)
         s = self._schema_cache.get(key)
         if s is None:
-            schema = pa.schema([pa.field(c, pa.from_numpy_dtype(self._dtypes[c]), nullable=False) for c in cols],
+            schema = pa.schema([pa.field(c, self.fields[c].arrow_type, nullable=self.fields[c].nullable) for c in cols],
                                metadata={"bulkload.array": self.name, "bulkload.dims": ",".join(self.dims)})
             s = self._schema_cache[key] = schema, schema.types
         return s
@@ -293,6 +295,8 @@ def read_box(ds, array: str = "grid", attrs=None, ranges: dict | None = None) ->
     lo1, hi1 = _norm_range(d1, ranges.get(d1), ai.fields[d1].type)
     cols = ai.columns(attrs)
     schema, types = ai.schema(cols)
+    nullable = [c for c in cols if c in ai.nullable]
+    gather = cols + [VALIDITY] if nullable else cols  # the bits of the nullable columns asked for
     box = _Box(lo0, hi0, lo1, hi1)
     if lo0 >= hi0 or lo1 >= hi1 or not len(ai.rmin):
         return schema.empty_table()
@@ -300,7 +304,7 @@ def read_box(ds, array: str = "grid", attrs=None, ranges: dict | None = None) ->
     if not len(hit):
         return schema.empty_table()
 
-    parts: dict[str, list] = {c: [] for c in cols}
+    parts: dict[str, list] = {c: [] for c in gather}
     readers = []
     contributing = []
     try:
@@ -326,16 +330,16 @@ def read_box(ds, array: str = "grid", attrs=None, ranges: dict | None = None) ->
             if i in cut:
                 if cut[i] is not None:
                     contributing.append(i)
-                    for c in cols:
+                    for c in gather:
                         parts[c].append(cut[i][c])
                 continue
             cells = _columns(ai, got[i])
             piece = _PieceBounds(int(ai.rmin[i]), int(ai.rmax[i]), int(ai.cmin[i]), int(ai.cmax[i]))
-            sel = _select(cells[d0], cells[d1], piece, box)
+            sel = _select(coordinates(cells[d0]), coordinates(cells[d1]), piece, box)
             if sel is None:
                 continue
             contributing.append(i)
-            for c in cols:
+            for c in gather:
                 parts[c].append(cells[c][sel])
         if not contributing:
             return schema.empty_table()
@@ -347,10 +351,31 @@ def read_box(ds, array: str = "grid", attrs=None, ranges: dict | None = None) ->
     # several chunk columns side by side: restore global row-major order
     cr = ai.crow[contributing]
     if len(contributing) > 1 and len(np.unique(cr)) < len(np.unique(np.stack([cr, ai.ccol[contributing]]), axis=1)[0]):
-        keys = (out["syn"], out[d1], out[d0]) if ai.keep else (out[d1], out[d0])
+        keys = (coordinates(out[d1]), coordinates(out[d0]))
+        keys = (out["syn"], *keys) if ai.keep else keys
         order = np.lexsort(keys)
         out = {c: a[order] for c, a in out.items()}
-    return pa.Table.from_arrays([from_numpy(out[c], t) for c, t in zip(cols, types)], schema=schema)
+    valid = {c: _valid_bits(out[VALIDITY], ai.nullable.index(c)) for c in nullable}
+    return pa.Table.from_arrays([_arrow_column(out[c], t, valid.get(c)) for c, t in zip(cols, types)],
+                                schema=schema)
+
+
+def _valid_bits(validity: np.ndarray, j: int) -> np.ndarray:
+    """Which cells hold a value of the j-th nullable field (bit j of their _validity bytes)."""
+    return (validity[:, j // 8] >> (j % 8)) & 1 != 0
+
+
+def _arrow_column(values: np.ndarray, t, valid: np.ndarray | None):
+    """A result column as an Arrow array of its field's type: numbers zero-copy; times, bool,
+    bytes and strings through pyarrow; nulls where ``valid`` is False; T[k] as fixed-size lists."""
+    if values.ndim > 1:  # T[k]
+        flat = from_numpy(np.ascontiguousarray(values).reshape(-1))
+        return pa.FixedSizeListArray.from_arrays(flat, type=t, mask=None if valid is None else pa.array(~valid))
+    if valid is not None and not valid.all():
+        return pa.array(values, type=t, mask=~valid)
+    if values.dtype.kind == "S" and pa.types.is_string(t):  # string[N]: the bytes up to the padding
+        return pa.array(values, type=pa.binary()).cast(t)
+    return from_numpy(values, t)
 
 
 def _owned(a: np.ndarray) -> np.ndarray:

@@ -109,7 +109,7 @@ def _dim_pairs(dims) -> list[tuple[str, object]]:
 
 def dim_fields(layout: Layout) -> list[str]:
     """The fields of ``layout`` that may be dimensions: integers narrower than uint64, times."""
-    return [f.name for f in layout.fields if not getattr(f, "nullable", False) and (
+    return [f.name for f in layout.fields if not f.nullable and (
         time_type(f.type) is not None or (f.type in TYPES and f.is_integer and f.type != "uint64"))]
 
 
@@ -121,9 +121,9 @@ def _check_dim_field(dims, layout: Layout, name: str) -> None:
     except KeyError:
         raise UsageError(f"--dims {_show(dims)}: unknown field {name!r}; layout {layout.name!r} "
                          f"has {', '.join(layout.names)}") from None
-    if getattr(f, "nullable", False):
-        raise UsageError(f"--dims {_show(dims)}: field {name!r} is nullable; a dimension needs a value in "
-                         f"every record: use one of {', '.join(dim_fields(layout)) or 'none in this layout'}")
+    if f.nullable:
+        raise UsageError(f"--dims {_show(dims)}: field {name!r} is nullable; a cell needs a coordinate in "
+                         f"every record: use a field that is not nullable ({', '.join(dim_fields(layout))})")
     if time_type(f.type) is not None:
         return
     if f.type not in TYPES or not f.is_integer:
@@ -133,9 +133,6 @@ def _check_dim_field(dims, layout: Layout, name: str) -> None:
     if f.type == "uint64":
         raise UsageError(f"--dims {_show(dims)}: field {name!r} is uint64; coordinates are int64, "
                          "use a field of a narrower integer type")
-    if f.nullable:
-        raise UsageError(f"--dims {_show(dims)}: field {name!r} is nullable; a cell needs a coordinate in "
-                         "every record: use a field that is not nullable")
 
 
 def _chunk_length(dims, name: str, chunk) -> int:

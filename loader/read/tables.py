@@ -65,8 +65,30 @@ def _csv(table, sink) -> None:
 
 
 def _json(table, sink) -> None:
-    json.dump(table.to_pylist(), sink)
+    json.dump(_json_ready(table).to_pylist(), sink, default=_json_bytes)
     sink.write("\n")
+
+
+def _json_ready(table):
+    """``table`` with its timestamp columns as exact ISO-8601 text (``2026-01-02T15:00:00.123456789``,
+    ``Z`` with a zone) and durations as their integer counts: JSON has neither."""
+    cols = []
+    for f, col in zip(table.schema, table.columns):
+        if pa.types.is_timestamp(f.type):
+            import pyarrow.compute as pc  # only a table with times needs it
+
+            col = pc.replace_substring(col.cast(pa.string()), " ", "T")
+        elif pa.types.is_duration(f.type):
+            col = col.cast(pa.int64())
+        cols.append(col)
+    return pa.Table.from_arrays(cols, names=table.column_names)
+
+
+def _json_bytes(value):
+    """A bytes[N] value in JSON: its text up to the zero padding (undecodable bytes escaped)."""
+    if isinstance(value, bytes):
+        return value.rstrip(b"\0").decode("utf-8", "backslashreplace")
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def _arrow(table, sink) -> None:

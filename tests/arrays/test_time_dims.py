@@ -1,0 +1,185 @@
+"""Arrays on time: a datetime64 field is a dimension bucketed by a duration (--dims ts:1h), box
+bounds on it are instants (ISO-8601 text, numpy.datetime64, datetime), half-open, through
+read_box, loader.query, --box 'ts=LO..HI' and to_dask_array - each checked against a numpy
+filter of the same records."""
+
+import datetime as dt
+import json
+
+import numpy as np
+import pytest
+from conftest import run_cli
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from numpy.lib import recfunctions as rf
+
+import loader
+from loader.arrays.query import parse_box
+from loader.errors import UsageError
+from loader.sources.generators import TICKS_DEFAULT_T0, generate
+
+N = 20_000  # one record a second from 2026-01-02T14:30: about 5.5 hours
+T0 = np.datetime64(TICKS_DEFAULT_T0, "ns")
+LAYOUT = """name = "tsec"
+[fields]
+ts = "datetime64[s]"
+sym = "bytes[8]"
+size = "int32"
+price = "float64"
+halted = "bool"
+"""
+
+
+def records() -> np.ndarray:
+    """gen://ticks records with ts in whole seconds (one record a second: distinct cells)."""
+    r = rf.repack_fields(generate("ticks", 0, N)[["ts", "sym", "size", "price", "halted"]])
+    return r.astype([("ts", "<M8[s]"), ("sym", "S8"), ("size", "<i4"), ("price", "<f8"), ("halted", "?")])
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    d = tmp_path_factory.mktemp("timedims")
+    (d / "tsec.toml").write_text(LAYOUT)
+    uri = f"lmdb://{d}/ds"
+    recs = records()
+    loader.load(recs, uri, layout=str(d / "tsec.toml"))
+    r = run_cli("finalize", uri, "--dims", "ts:1h,size:1000", "--json")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["dims"][0] == {"name": "ts", "type": "datetime64[s]", "chunk": 3600}
+    return uri, recs
+
+
+def brute(recs, lo, hi, slo=None, shi=None):
+    """The records inside the half-open box, by numpy's own datetime comparisons, in (ts, size) order."""
+    m = np.ones(len(recs), bool)
+    if lo is not None:
+        m &= recs["ts"] >= np.datetime64(lo, "ns")
+    if hi is not None:
+        m &= recs["ts"] < np.datetime64(hi, "ns")
+    if slo is not None:
+        m &= recs["size"] >= slo
+    if shi is not None:
+        m &= recs["size"] < shi
+    out = recs[m]
+    return out[np.lexsort((out["size"], out["ts"]))]
+
+
+def same(table, want):
+    assert table.num_rows == len(want)
+    assert table.schema.field("ts").type.unit == "s" and str(table.schema.field("sym").type) == "fixed_size_binary[8]"
+    got = {c: table.column(c).to_numpy(zero_copy_only=False) for c in table.column_names}
+    order = np.lexsort((got["size"], got["ts"]))
+    for c in ("ts", "size", "price", "halted"):
+        np.testing.assert_array_equal(got[c][order], want[c])
+    assert [bytes(x) for x in got["sym"][order]] == [s.ljust(8, b"\0") for s in want["sym"].tolist()]  # raw bytes
+
+
+INSTANTS = st.integers(-600, N + 600).map(lambda s: T0 + np.timedelta64(s * 10**9 + 250_000_000, "ns"))
+
+
+@settings(max_examples=60, deadline=None)
+@given(lo=INSTANTS, span=st.integers(0, 4 * 3600), sizes=st.one_of(st.none(), st.tuples(st.integers(0, 3300),
+                                                                                          st.integers(0, 3300))),
+       spelling=st.sampled_from(["iso", "numpy", "datetime"]))
+def test_any_time_box_equals_a_numpy_filter_of_the_records(dataset, lo, span, sizes, spelling):
+    uri, recs = dataset
+    hi = lo + np.timedelta64(span, "s")
+
+    def spell(t):
+        if spelling == "iso":
+            return str(t) + "Z"
+        if spelling == "numpy":
+            return t
+        return dt.datetime.fromisoformat(str(t.astype("M8[us]")))  # naive: UTC (these are whole us)
+
+    box = {"ts": (spell(lo), spell(hi))}
+    if sizes is not None:
+        box["size"] = sizes
+    with loader.open(uri) as ds:
+        got = ds.read_box(**box)
+    want = brute(recs, lo, hi, *(sizes or (None, None)))
+    same(got, want)
+
+
+def test_loader_query_takes_a_mapping_of_instant_bounds(dataset):
+    uri, recs = dataset
+    lo, hi = "2026-01-02T15:00:00Z", "2026-01-02T16:00:00Z"
+    t = loader.query(uri, {"ts": (lo, hi), "size": (100, 300)})
+    same(t, brute(recs, "2026-01-02T15:00", "2026-01-02T16:00", 100, 300))
+    assert 100 < t.num_rows < 3600
+    # an offset is an instant too; an open end is None
+    t = loader.query(uri, {"ts": ("2026-01-02T18:00:00+02:00", None)})
+    same(t, brute(recs, "2026-01-02T16:00", None))
+
+
+def test_the_cli_box_takes_iso_instants_with_dot_dot(dataset):
+    uri, recs = dataset
+    r = run_cli("query", uri, "--box", "ts=2026-01-02T15:00..2026-01-02T15:10:30,size=100:1000", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
+    rows = rows[0] if len(rows) == 1 and isinstance(rows[0], list) else rows
+    want = brute(recs, "2026-01-02T15:00", "2026-01-02T15:10:30", 100, 1000)
+    assert len(rows) == len(want) > 0
+    assert sorted((r["ts"], r["size"], r["sym"]) for r in rows) == [  # exact ISO text, symbols as text
+        (str(t), int(z), s.decode()) for t, z, s in zip(want["ts"], want["size"], want["sym"])]
+    r = run_cli("query", uri, "--box", "ts=..2026-01-02T14:30:05Z", "--format", "csv")
+    assert r.returncode == 0 and len(r.stdout.strip().splitlines()) == 1 + len(brute(recs, None, "2026-01-02T14:30:05"))
+
+
+def test_a_fraction_of_a_second_rounds_up_as_the_half_open_box_does(dataset):
+    uri, recs = dataset
+    with loader.open(uri) as ds:
+        a = ds.read_box(ts=("2026-01-02T15:00:00.5", "2026-01-02T15:00:09.5"))
+        b = ds.read_box(ts=("2026-01-02T15:00:01", "2026-01-02T15:00:10"))
+    assert a.equals(b) and a.num_rows == 9
+
+
+def test_to_dask_array_takes_instant_bounds(dataset):
+    pytest.importorskip("dask")
+    uri, recs = dataset
+    with loader.open(uri) as ds:
+        x = ds.to_dask_array("grid", attr="price", box={"ts": ("2026-01-02T15:00", "2026-01-02T15:01"),
+                                                         "size": (0, 3300)})
+        got = x.compute(scheduler="threads")
+    assert got.shape == (60, 3300)
+    want = brute(recs, "2026-01-02T15:00", "2026-01-02T15:01", 0, 3300)
+    base = np.datetime64("2026-01-02T15:00", "s")
+    expect = np.full((60, 3300), np.nan)
+    expect[(want["ts"] - base).astype(np.int64), want["size"]] = want["price"]
+    np.testing.assert_array_equal(got, expect)
+
+
+@pytest.mark.parametrize("box, message", [
+    ({"ts": ("yesterday", None)}, "'yesterday' is not an ISO-8601 instant"),
+    ({"ts": (np.datetime64("NaT"), None)}, "NaT is not an instant"),
+    ({"ts": (3.5, None)}, "3.5 is not an instant"),
+    ({"size": ("2026-01-02", None)}, "range for 'size' must have integer bounds"),
+])
+def test_bad_time_bounds_are_usage_errors(dataset, box, message):
+    uri, _ = dataset
+    with pytest.raises(UsageError) as e:
+        loader.query(uri, box)
+    assert message in str(e.value)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["query", "--box", "ts=yesterday..tomorrow"], "'yesterday' is not an ISO-8601 instant"),
+    (["query", "--box", "ts=2026-01-02T15:00"], "is not DIM=START:STOP with integer bounds or DIM=LO..HI"),
+    (["finalize", "--dims", "ts:1.5h,size:10", "--array", "x"], "'1.5h' is not a duration"),
+    (["finalize", "--dims", "ts:1500ms,size:10", "--array", "x"], "is not a whole number of s"),
+    (["finalize", "--dims", "sym:10,size:10", "--array", "x"],
+     "field 'sym' is bytes[8], not an integer or a time; dimensions must be integer or datetime64/timedelta64 "
+     "fields (ts, size)"),
+])
+def test_bad_time_dims_and_boxes_exit_2_in_one_line(dataset, args, message):
+    uri, _ = dataset
+    r = run_cli(args[0], uri, *args[1:])
+    assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_parse_box_keeps_instants_as_text_and_integers_as_integers():
+    assert parse_box("ts=2026-01-02T15:00:00.5..2026-01-02T16:00Z,size=1:5") == {
+        "ts": ("2026-01-02T15:00:00.5", "2026-01-02T16:00Z"), "size": (1, 5)}
+    assert parse_box("size=-3..7, ts=..2026-01-02") == {"size": (-3, 7), "ts": (None, "2026-01-02")}
