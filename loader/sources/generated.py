@@ -86,7 +86,7 @@ def parse_generated(ref: str, query: str, layout: Layout | None) -> GenSource:
             raise UsageError(f"source {ref!r}: {e}") from None
         defaults = dict(gen.defaults)
         options = {k: v for k, v in options.items() if v != defaults.get(k)}  # one URI per range
-    return GenSource(name, n, start, impl, tuple(sorted(options.items())))
+    return GenSource(name, n, start, impl, tuple(options.items()))  # in the generator's order
 
 
 def parse_range(ref: str, q: dict, example: str) -> tuple[int, int]:

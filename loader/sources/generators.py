@@ -156,7 +156,7 @@ def _py_fill_scidb96(arr: np.ndarray, start: int) -> None:
 
 TICKS_DTYPE = np.dtype([("ts", "<M8[ns]"), ("sym", "S8"), ("price", "<f8"), ("size", "<i4"),
                         ("bid", "<f4"), ("ask", "<f4"), ("flags", "u1"), ("halted", "?"),
-                        ("venue", "<i2"), ("_validity", "u1")])
+                        ("venue", "<i2"), ("_validity", "u1", (1,))])
 TICKS_DEFAULT_T0 = 1767364200000000000  # 2026-01-02T14:30:00Z in ns since the epoch
 TICKS_DEFAULT_STEP = 1_000_000_000  # 1 s
 TICKS_SYMBOLS = np.array([b"AAPL", b"MSFT", b"GOOG", b"AMZN", b"NVDA", b"META", b"TSLA", b"BRK.B",
@@ -249,7 +249,7 @@ def _py_fill_ticks(arr: np.ndarray, start: int, t0: int = TICKS_DEFAULT_T0,
         rec["halted"][sl] = ((h2 >> _U(40)) & _U(1023)) == _U(0)
         valid = ((h2 >> _U(50)) & _U(7)) != _U(0)
         rec["venue"][sl] = np.where(valid, 1 + ((h2 >> _U(53)) & _U(15)).astype(np.int16), 0)
-        rec["_validity"][sl] = valid
+        rec["_validity"][sl, 0] = valid
 
 
 # --- the registry ---------------------------------------------------------------------------
