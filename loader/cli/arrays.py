@@ -122,10 +122,15 @@ def query_cmd(
 
 def print_arrays(arrays: list[dict]) -> None:
     """Lines for `bulkload info`: one per array."""
+    from ..model.times import describe_coordinate
+
     for a in arrays:
-        dims = " x ".join(f"{d['name']}/{d['chunk']}" for d in a["dims"])
+        types = {d["name"]: d.get("type", "") for d in a["dims"]}
+        dims = " x ".join(f"{d['name']}/{describe_coordinate(d.get('type', ''), d['chunk'], duration=True)}"
+                          for d in a["dims"])
         b = a["bounds"] or {}
-        bounds = ", ".join(f"{k} {v[0]}..{v[1]}" for k, v in b.items()) or "empty"
+        bounds = ", ".join(f"{k} {describe_coordinate(types[k], v[0])}..{describe_coordinate(types[k], v[1])}"
+                           for k, v in b.items()) or "empty"
         stale = "  STALE (records appended since; re-run finalize)" if a["stale"] else ""
         print(f"array    {a['name']}: [{dims}] {a['cells']:,} cells in {a['chunks']:,} chunks, "
               f"{bounds}, duplicates {a['policy']}{stale}")

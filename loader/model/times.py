@@ -163,3 +163,23 @@ def format_ns(ns: int) -> str:
     secs, frac = divmod(int(ns), 10**9)
     text = (_dt.datetime(1970, 1, 1) + _dt.timedelta(seconds=secs)).isoformat()
     return text + (f".{frac:09d}".rstrip("0") if frac else "") + "Z"
+
+
+def format_duration(ns: int) -> str:
+    """A duration in ns in the largest unit that holds it whole: ``1h``, ``15min``, ``250ms``."""
+    for name in ("w", "d", "h", "min", "s", "ms", "us"):
+        per = _DURATION_NS[name]
+        if ns and ns % per == 0:
+            return f"{ns // per}{name}"
+    return f"{ns}ns"
+
+
+def describe_coordinate(type_name: str, count: int, *, duration: bool = False) -> str:
+    """A coordinate (or with ``duration``, a chunk length) of a dimension of type ``type_name`` as
+    a user writes it: an instant or a duration of a time field, else the integer."""
+    timed = time_type(type_name)
+    if timed is None:
+        return str(count)
+    ns = int(count) * UNIT_NS[timed[1]]
+    return format_duration(ns) if duration or timed[0] == "timedelta64" else format_ns(ns)
+

@@ -183,3 +183,11 @@ def test_parse_box_keeps_instants_as_text_and_integers_as_integers():
     assert parse_box("ts=2026-01-02T15:00:00.5..2026-01-02T16:00Z,size=1:5") == {
         "ts": ("2026-01-02T15:00:00.5", "2026-01-02T16:00Z"), "size": (1, 5)}
     assert parse_box("size=-3..7, ts=..2026-01-02") == {"size": (-3, 7), "ts": (None, "2026-01-02")}
+
+
+def test_info_shows_a_time_dimension_as_a_duration_and_instants(dataset):
+    uri, _ = dataset
+    r = run_cli("info", uri)
+    assert r.returncode == 0, r.stderr
+    line = next(x for x in r.stdout.splitlines() if x.startswith("array"))
+    assert "[ts/1h x size/1000]" in line and "ts 2026-01-02T14:30:00Z..2026-01-02T20:03:19Z" in line

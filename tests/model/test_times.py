@@ -97,3 +97,14 @@ def test_time_types():
     assert time_type("datetime64[ns]") == ("datetime64", "ns")
     assert time_type("timedelta64[s]") == ("timedelta64", "s")
     assert time_type("int64") is None and time_type("datetime64[D]") is None
+
+
+def test_durations_and_coordinates_are_shown_as_written():
+    from loader.model.times import describe_coordinate, format_duration
+
+    assert [format_duration(n) for n in (3600 * 10**9, 900 * 10**9, 250 * 10**6, 7, 86400 * 10**9)] == [
+        "1h", "15min", "250ms", "7ns", "1d"]
+    assert describe_coordinate("datetime64[s]", 3600, duration=True) == "1h"
+    assert describe_coordinate("datetime64[s]", 1767364200) == "2026-01-02T14:30:00Z"
+    assert describe_coordinate("timedelta64[ms]", 1500) == "1500ms"
+    assert describe_coordinate("int32", 1000, duration=True) == "1000"
