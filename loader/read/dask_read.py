@@ -52,7 +52,6 @@ from ..arrays.query import ArrayIndex, array_index, box_coordinate, read_box, us
 from ..errors import DatasetNotFoundError, DatasetReplacedError, SnapshotExpiredError, UsageError
 from ..infra.pins import Pin
 from ..model import manifest as mf
-from ..model.layouts import TYPES
 from ..stores.spec import parse_dataset_uri
 from .dataset import Dataset
 from .snapshots import read_snapshot
@@ -224,7 +223,7 @@ def dask_array(ds: Dataset, array: str, attr, fill, chunks, box):
         raise UsageError(f"array {array!r} keeps duplicate cells (a synthetic third dimension, --duplicates keep): "
                          "it has no dense 2-D form; read it with read_box or to_dask_dataframe")
     attr = _attribute(ai, attr)
-    dtype = np.dtype(TYPES[ai.fields[attr].type][0])
+    dtype = ai.fields[attr].dtype
     fill = _fill(attr, dtype, fill)
     starts, stops = _box(ai, box)
     sizes = _block_sizes(ai, chunks)
@@ -248,11 +247,15 @@ def _fill(attr: str, dtype: np.dtype, fill):
     if fill is None:
         if dtype.kind == "f":
             return dtype.type("nan")
+        if dtype.kind in "mM":  # a time attribute: NaT where no record is
+            return dtype.type("NaT")
         raise UsageError(f"attribute {attr!r} is {dtype.name}, which has no empty value: give fill= the value of "
                          "cells without a record (e.g. fill=0 or fill=-1)")
     if dtype.kind == "f" and isinstance(fill, (int, float, np.integer, np.floating)) and not isinstance(fill, bool):
         return dtype.type(fill)
-    if isinstance(fill, (int, np.integer)) and not isinstance(fill, bool):
+    if dtype.kind == "b" and isinstance(fill, (bool, np.bool_)):
+        return dtype.type(fill)
+    if isinstance(fill, (int, np.integer)) and not isinstance(fill, bool) and dtype.kind in "iu":
         info = np.iinfo(dtype)
         if info.min <= fill <= info.max:
             return dtype.type(fill)

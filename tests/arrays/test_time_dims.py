@@ -191,3 +191,22 @@ def test_info_shows_a_time_dimension_as_a_duration_and_instants(dataset):
     assert r.returncode == 0, r.stderr
     line = next(x for x in r.stdout.splitlines() if x.startswith("array"))
     assert "[ts/1h x size/1000]" in line and "ts 2026-01-02T14:30:00Z..2026-01-02T20:03:19Z" in line
+
+
+def test_to_dask_array_of_a_bool_attribute_on_a_time_box(dataset):
+    pytest.importorskip("dask")
+    uri, recs = dataset
+    with loader.open(uri) as ds:
+        x = ds.to_dask_array("grid", attr="halted", fill=False,
+                             box={"ts": (np.datetime64("2026-01-02T14:30"), np.datetime64("2026-01-02T16:30")),
+                                  "size": (0, 3300)})
+        got = x.compute(scheduler="threads")
+        with pytest.raises(UsageError, match="attribute 'halted' is bool, which has no empty value"):
+            ds.to_dask_array("grid", attr="halted")
+    assert got.dtype == np.bool_ and got.shape == (2 * 3600, 3300)
+    rows, cols = np.nonzero(got)
+    want = brute(recs, "2026-01-02T14:30", "2026-01-02T16:30")
+    want = want[want["halted"]]
+    assert len(want) > 0
+    assert sorted(zip(rows.tolist(), cols.tolist())) == sorted(
+        zip((want["ts"] - np.datetime64("2026-01-02T14:30", "s")).astype(np.int64).tolist(), want["size"].tolist()))
