@@ -86,6 +86,8 @@ def box_coordinate(dim: str, type_name: str, value) -> int:
     integer; of a time dimension, also an instant (datetime64) or a duration (timedelta64) in
     any spelling of loader/model/times.py, rounded up to the field's unit (a half-open box
     holds the same cells)."""
+    if type(value) is int:  # the common case, first: a count of the unit or an integer coordinate
+        return value
     what = f"range for {dim!r}"
     timed = time_type(type_name)
     if timed is not None:
@@ -172,6 +174,9 @@ class ArrayIndex:
         self._schema_cache: dict[tuple, tuple[pa.Schema, list]] = {}
         self._dtypes = {f.name: f.dtype for f in self.cell.fields}
         self.nullable = self.cell.nullable_names  # bit j of _validity: the j-th one holds a value
+        #: columns that go to Arrow as they are (single numbers, times, bool; never null)
+        self.plain = {f.name for f in self.cell.fields if not f.nullable and f.spec.count is None
+                      and f.spec.base not in ("bytes", "string")}
 
     def columns(self, attrs) -> list[str]:
         return box_columns(self.name, self.dims, self.cell, self.keep, attrs)
@@ -356,8 +361,9 @@ def read_box(ds, array: str = "grid", attrs=None, ranges: dict | None = None) ->
         order = np.lexsort(keys)
         out = {c: a[order] for c, a in out.items()}
     valid = {c: _valid_bits(out[VALIDITY], ai.nullable.index(c)) for c in nullable}
-    return pa.Table.from_arrays([_arrow_column(out[c], t, valid.get(c)) for c, t in zip(cols, types)],
-                                schema=schema)
+    plain = ai.plain
+    return pa.Table.from_arrays([from_numpy(out[c], t) if c in plain else _arrow_column(out[c], t, valid.get(c))
+                                 for c, t in zip(cols, types)], schema=schema)
 
 
 def _valid_bits(validity: np.ndarray, j: int) -> np.ndarray:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import calendar
 import datetime as _dt
+import functools
 import re
 
 from ..errors import UsageError
@@ -40,6 +41,7 @@ _NUMPY_NS = {"W": 7 * 86400 * 10**9, "D": 86400 * 10**9, "h": 3600 * 10**9, "m":
 INSTANT_EXAMPLE = "2026-01-02T14:30:00Z"
 
 
+@functools.lru_cache(maxsize=None)
 def time_type(type_name: str) -> tuple[str, str] | None:
     """(``datetime64`` or ``timedelta64``, unit) of a layout type name, None for other types."""
     m = _TYPE_RE.match(str(type_name))
