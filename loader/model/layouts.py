@@ -408,6 +408,19 @@ def declared_layout_with(dtype) -> Layout | None:
     return None
 
 
+def known_layout(have: Layout) -> Layout:
+    """A known layout with exactly the fields of ``have`` (so that records of it can join
+    a dataset of it, e.g. ``scidb96``), else ``have``."""
+    for name in available_layouts():
+        try:
+            known = get_layout(name)
+        except UsageError:
+            continue  # a broken declaration in ./schemas is reported when it is asked for by name
+        if not known.variable_length and known.fields == have.fields:
+            return known
+    return have
+
+
 # --- a layout of a dtype's fields, converted by field (.npy files, Arrow / Parquet schemas) -------
 
 

@@ -333,8 +333,18 @@ class Dataset(Verifying):
         if self.layout.variable_length:
             return pa.Table.from_batches([self.scan().to_arrow()])
         schema = self.layout.arrow_schema
-        tables = [records_to_arrow(recs, schema) for _, recs in self.iter_batches()]
+        tables = [records_to_arrow(recs, self.layout) for _, recs in self.iter_batches()]
         return pa.concat_tables(tables) if tables else schema.empty_table()
+
+    def to_pandas(self):
+        """The records as a pandas DataFrame: native dtypes (datetimes with their zone,
+        pandas' nullable dtypes for nullable number and bool fields)."""
+        import numpy as np  # start-up: opening a dataset (info) does without numpy; reading records needs it
+
+        from ..model.arrow_records import frame_of_records  # with pandas: only pandas output needs it
+
+        self._fixed_only("to_pandas")
+        return frame_of_records(self.read_records() if self.records else np.empty(0, self.layout.dtype), self.layout)
 
     # --- 2-D arrays (see redimension.py, query.py) ---------------------------------------
     def arrays(self) -> list[dict]:
@@ -388,13 +398,11 @@ def check_record_range(start: int, stop: int, n: int, uri: str) -> None:
                          f"read at most to {n:,}")
 
 
-def records_to_arrow(recs: np.ndarray, schema):
-    import pyarrow as pa  # heavy: only Arrow output needs it
+def records_to_arrow(recs: np.ndarray, layout):
+    """The records as a pyarrow Table of the layout's schema (model/arrow_records.py)."""
+    from ..model import arrow_records  # with pyarrow: only Arrow output needs it
 
-    from ..model.arrow_numpy import from_numpy  # with pyarrow: only Arrow output needs it
-
-    return pa.Table.from_arrays([from_numpy(recs[name], schema.field(name).type) for name in schema.names],
-                                schema=schema)
+    return arrow_records.records_to_arrow(recs, layout)
 
 
 def open(uri: str, pin: bool = True) -> Dataset:  # noqa: A001 - the public API is loader.open

@@ -54,7 +54,7 @@ def _tables(ds: Dataset):
     schema = ds.layout.arrow_schema
     if not ds.layout.variable_length:
         for _, recs in ds.iter_batches():
-            yield records_to_arrow(recs, schema)
+            yield records_to_arrow(recs, ds.layout)
         return
     pos = 0
     for b in ds.docs.index.batches:  # by lowest id; a scan covers overlapping batches too

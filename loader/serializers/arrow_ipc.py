@@ -2,8 +2,9 @@
 
 The value is a complete IPC stream (schema message, one RecordBatch, end-of-stream
 marker), so any Arrow reader opens it with ``pyarrow.ipc.open_stream(value)``. The
-columns are the layout's fields (``layout.arrow_schema``: non-nullable primitive
-columns), optionally compressed per buffer with lz4 (frame) or zstd
+columns are the layout's fields (``layout.arrow_schema``: native types - timestamps,
+durations, bool, fixed_size_binary, string, fixed_size_list - and real nulls for the
+nullable fields, model/arrow_records.py), optionally compressed per buffer with lz4 (frame) or zstd
 (``IpcWriteOptions(compression=...)``). The schema metadata carries the batch:
 
     bulkload.layout  the layout name
@@ -11,7 +12,7 @@ columns), optionally compressed per buffer with lz4 (frame) or zstd
     bulkload.count   its record count (decimal), so `count` reads only the schema message
 
 `decode` returns a new structured array of ``layout.dtype`` (Arrow is columnar, so the
-rows are interleaved with one vectorised copy per column). Malformed values, or values
+rows are interleaved with one vectorised copy per column; the nulls become ``_validity``). Malformed values, or values
 of another layout, raise `loader.errors.VerifyError`.
 """
 
@@ -20,9 +21,11 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from ..errors import VerifyError
+from ..errors import ConversionError, LayoutError, VerifyError
 from ..model.arrow_numpy import from_numpy, to_numpy
-from ..model.layouts import Layout
+from ..model.arrow_records import column_to_arrow, set_validity, validity_of
+from ..model.conversions import field_values
+from ..model.layouts import TYPES, VALIDITY, Layout
 from .base import Serializer
 
 _START = b"bulkload.start"
@@ -44,6 +47,8 @@ class ArrowSerializer(Serializer):
             compression=None if self.compression == "none" else self.compression
         )
         self._base_meta = dict(self._schema.metadata or {})
+        #: the fields that are single numbers, never null: their columns are the numpy values
+        self._plain = {f.name for f in layout.fields if f.type in TYPES and not f.nullable}
 
     # --- encoding -----------------------------------------------------------
     def new_buffer(self, n: int) -> tuple[object, np.ndarray]:
@@ -58,7 +63,9 @@ class ArrowSerializer(Serializer):
         n = len(records)
         self.check_batch_records(n)
         start = self._check_start(start)
-        arrays = [from_numpy(records[name]) for name in self.layout.names]
+        arrays = [from_numpy(records[f.name]) if f.name in self._plain else
+                  column_to_arrow(records[f.name], f, validity_of(records, self.layout, f.name))
+                  for f in self.layout.fields]
         meta = dict(self._base_meta)
         meta[_START] = str(start).encode()
         meta[_COUNT] = str(n).encode()
@@ -108,12 +115,22 @@ class ArrowSerializer(Serializer):
         if table.num_rows != n:
             raise _corrupt(f"metadata says {n} records, the stream holds {table.num_rows}")
         out = np.empty(n, dtype=self.layout.dtype)
-        for i, name in enumerate(self.layout.names):
+        if self.layout.validity_bytes:
+            out[VALIDITY] = 0
+        for i, f in enumerate(self.layout.fields):
             col = table.column(i)
+            if f.name not in self._plain:
+                try:
+                    out[f.name], valid = field_values(col, f, "stored batch")
+                except (ConversionError, LayoutError) as e:
+                    raise _corrupt(str(e)) from None
+                if f.nullable:
+                    set_validity(out, self.layout, f.name, valid)
+                continue
             if col.null_count:
-                raise _corrupt(f"column {name!r} has {col.null_count} nulls")
+                raise _corrupt(f"column {f.name!r} has {col.null_count} nulls")
             for chunk, at in _chunks(col):
-                out[name][at : at + len(chunk)] = to_numpy(chunk)
+                out[f.name][at : at + len(chunk)] = to_numpy(chunk)
         return start, out
 
 

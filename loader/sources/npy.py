@@ -30,7 +30,7 @@ from ..errors import FileFormatError, LayoutError
 from ..model.layouts import Layout, layout_of_fields
 from .base import FileType, register_file_type
 from .files import open_input, read_exactly, sample_digest
-from .typed import TypedFile, copy_fields, split_fields, stem
+from .typed import TypedFile, split_fields, stem
 
 MAGIC = b"\x93NUMPY"
 PIECE_RECORDS = 1 << 20  # records read at a time when a column's values are checked before a load
@@ -85,7 +85,7 @@ class NpySource(TypedFile):
             return
         stored = np.empty(len(records), self.dtype)
         read_exactly(self.path, memoryview(stored).cast("B"), pos)
-        copy_fields(records, stored, 0, len(records), self.path, offset)
+        self.copy_into(records, stored, 0, len(records), offset)
 
 
     def column_pieces(self, name: str):
