@@ -408,7 +408,7 @@ def _reader(ds, s: int, table: str) -> ValueReader:
 
 def _columns(ai: ArrayIndex, value):
     """name -> 1-D numpy array over the piece's cells (zero-copy where the format allows)."""
-    if ai.format == "arrow" and ai.ser.compression == "none":
+    if ai.format == "arrow" and ai.ser.compression == "none" and ai.cell.numbers_only:
         reader = pa.ipc.open_stream(pa.py_buffer(value))
         cols = {}
         for batch in reader:

@@ -210,3 +210,39 @@ def test_to_dask_array_of_a_bool_attribute_on_a_time_box(dataset):
     assert len(want) > 0
     assert sorted(zip(rows.tolist(), cols.tolist())) == sorted(
         zip((want["ts"] - np.datetime64("2026-01-02T14:30", "s")).astype(np.int64).tolist(), want["size"].tolist()))
+
+
+@pytest.fixture(scope="module", params=["capnp", "arrow"])
+def ticks(request, tmp_path_factory):
+    """gen://ticks (ts datetime64[ns], bytes, bool, a nullable venue) finalized on time."""
+    uri = f"lmdb://{tmp_path_factory.mktemp('ticks')}/ds"
+    r = run_cli("load", f"gen://ticks?n={N}", uri, "--format", request.param, "-q")
+    assert r.returncode == 0, r.stderr
+    r = run_cli("finalize", uri, "--dims", "ts:1h,size:1000", "-q")
+    assert r.returncode == 0, r.stderr
+    return uri, generate("ticks", 0, N)
+
+
+@settings(max_examples=25, deadline=None)
+@given(lo=st.integers(-600, N + 600), span=st.integers(0, 3 * 3600), sizes=st.tuples(st.integers(0, 3300),
+                                                                                      st.integers(0, 3300)))
+def test_ticks_boxes_on_time_equal_a_numpy_filter_with_their_nulls(ticks, lo, span, sizes):
+    uri, recs = ticks
+    lo = T0 + np.timedelta64(lo * 10**9 + 123_456_789, "ns")  # ns bounds on a ns field: exact
+    hi = lo + np.timedelta64(span, "s")
+    t = loader.query(uri, {"ts": (lo, hi), "size": sizes})
+    want = brute(recs, lo, hi, *sizes)
+    assert t.num_rows == len(want) and t.schema.field("ts").type.unit == "ns"
+    got = {c: t.column(c) for c in t.column_names}
+    order = np.lexsort((got["size"].to_numpy(), got["ts"].to_numpy().view(np.int64)))
+    for c in ("ts", "price", "size", "bid", "ask", "flags", "halted"):
+        np.testing.assert_array_equal(got[c].to_numpy(zero_copy_only=False)[order], want[c])
+    valid = want["_validity"][:, 0] == 1
+    venue = got["venue"].to_pylist()
+    assert [venue[i] for i in order] == [int(v) if ok else None for v, ok in zip(want["venue"], valid)]
+
+
+def test_a_nullable_field_is_not_a_dimension(ticks):
+    uri, _ = ticks
+    r = run_cli("finalize", uri, "--dims", "venue:4,ts:1h", "--array", "v")
+    assert r.returncode == 2 and "field 'venue' is nullable; a cell needs a coordinate in every record" in r.stderr
