@@ -166,3 +166,24 @@ def test_bulkload_gen_bad_ticks_arguments_exit_2(args, message):
 def test_a_plus_of_a_utc_offset_may_be_written_as_is_in_the_uri():
     assert (parse_source("gen://ticks?n=1&t0=2026-03-01T12:00:00+01:00").uri
             == parse_source("gen://ticks?n=1&t0=2026-03-01T11:00Z").uri)
+
+
+def test_ticks_load_from_a_raw_file_stdin_and_npy_as_generated(tmp_path):
+    """Records with datetime64 fields go through every byte path (a numpy buffer of them has
+    no buffer format: 'cannot include dtype M in a buffer' before)."""
+    import loader
+
+    want = generate("ticks", 0, 25_000)
+    raw = tmp_path / "t.bin"
+    raw.write_bytes(want.tobytes())
+    np.save(tmp_path / "t.npy", want)
+    stdin = subprocess.run([GEN, "--layout", "ticks", "25000"], capture_output=True, check=True).stdout
+    for name, args, inp in (("raw", [raw, "--layout", "ticks"], None), ("npy", [tmp_path / "t.npy", "--layout", "ticks"], None),
+                            ("stdin", ["-", "--layout", "ticks"], stdin)):
+        r = run_cli("load", args[0], f"lmdb://{tmp_path}/{name}", *args[1:], "--workers", 2, "-q", input=inp)
+        assert r.returncode == 0, (name, r.stderr)
+        with loader.open(f"lmdb://{tmp_path}/{name}") as ds:
+            assert ds.read_records().tobytes() == want.tobytes(), name
+    out = tmp_path / "x.npy"
+    assert run_cli("export", f"lmdb://{tmp_path}/raw", "--out", out, "--format", "npy").returncode == 0
+    assert np.load(out).tobytes() == want.tobytes()
