@@ -53,6 +53,8 @@ def _text(table, sink) -> None:
 
 
 def _cell(v) -> str:
+    if isinstance(v, bytes):  # bytes[N]: the text up to its zero padding, as JSON shows it
+        return _json_bytes(v)
     return repr(v) if isinstance(v, float) else str(v)
 
 

@@ -123,6 +123,8 @@ def test_the_cli_box_takes_iso_instants_with_dot_dot(dataset):
     assert len(rows) == len(want) > 0
     assert sorted((r["ts"], r["size"], r["sym"]) for r in rows) == [  # exact ISO text, symbols as text
         (str(t), int(z), s.decode()) for t, z, s in zip(want["ts"], want["size"], want["sym"])]
+    r = run_cli("query", uri, "--box", "ts=2026-01-02T14:30..2026-01-02T14:30:01,size=1500:1501", "--attrs", "sym")
+    assert r.returncode == 0 and r.stdout.splitlines()[1].split() == ["2026-01-02", "14:30:00", "1500", "XOM"]
     r = run_cli("query", uri, "--box", "ts=..2026-01-02T14:30:05Z", "--format", "csv")
     assert r.returncode == 0 and len(r.stdout.strip().splitlines()) == 1 + len(brute(recs, None, "2026-01-02T14:30:05"))
 
