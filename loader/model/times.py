@@ -128,35 +128,38 @@ def _numpy_ns(value, what: str, noun: str) -> int:
     return raw // per
 
 
-def in_unit(ns: int, unit: str, what: str, *, ceil: bool = False) -> int:
+def in_unit(ns: int, unit: str, what: str, *, ceil: bool = False, shown: str | None = None) -> int:
     """``ns`` as a count of ``unit``: exact, or (``ceil``) rounded up - a half-open bound
-    ``[lo, hi)`` on whole units keeps the same values with both bounds rounded up."""
+    ``[lo, hi)`` on whole units keeps the same values with both bounds rounded up. ``shown``:
+    the value as the message names it (default: ``ns`` as an instant)."""
     per = UNIT_NS[unit]
     if ns % per and not ceil:
-        raise UsageError(f"{what}: {format_ns(ns)} is not a whole number of {unit}; the field holds {unit}")
+        raise UsageError(f"{what}: {shown or format_ns(ns)} is not a whole number of {unit}; "
+                         f"the field holds {unit}")
     return -(-ns // per)
 
 
 def instant_in_unit(value, unit: str, what: str, *, ceil: bool = False) -> int:
     """An instant (or a bare integer: already a count of ``unit``) as a count of ``unit``."""
-    if isinstance(value, bool):
-        raise UsageError(f"{what}: {value!r} is not an instant")
-    if isinstance(value, int) or type(value).__name__.startswith(("int", "uint")):
-        return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
-    return in_unit(instant_ns(value, what), unit, what, ceil=ceil)
+    return _count(value, unit, what, ceil, "instant")
 
 
 def duration_in_unit(value, unit: str, what: str, *, ceil: bool = False) -> int:
     """A duration (or a bare integer: already a count of ``unit``) as a count of ``unit``."""
+    return _count(value, unit, what, ceil, "duration")
+
+
+def _count(value, unit: str, what: str, ceil: bool, noun: str) -> int:
     if isinstance(value, bool):
-        raise UsageError(f"{what}: {value!r} is not a duration")
+        raise UsageError(f"{what}: {value!r} is not an {noun}" if noun == "instant" else
+                         f"{what}: {value!r} is not a {noun}")
     if isinstance(value, int) or type(value).__name__.startswith(("int", "uint")):
         return int(value)
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
         return int(value)
-    return in_unit(duration_ns(value, what), unit, what, ceil=ceil)
+    if noun == "instant":
+        return in_unit(instant_ns(value, what), unit, what, ceil=ceil)
+    return in_unit(duration_ns(value, what), unit, what, ceil=ceil, shown=repr(value))
 
 
 def format_ns(ns: int) -> str:

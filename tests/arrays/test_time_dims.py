@@ -248,3 +248,12 @@ def test_a_nullable_field_is_not_a_dimension(ticks):
     uri, _ = ticks
     r = run_cli("finalize", uri, "--dims", "venue:4,ts:1h", "--array", "v")
     assert r.returncode == 2 and "field 'venue' is nullable; a cell needs a coordinate in every record" in r.stderr
+
+
+def test_finalize_says_a_time_dimensions_chunk_and_bounds_as_written(dataset):
+    uri, _ = dataset
+    r = run_cli("finalize", uri, "--dims", "ts:15min,size:1000", "--array", "quarters", "-q")
+    assert r.returncode == 0, r.stderr
+    r = run_cli("finalize", uri, "--dims", "ts:15min,size:1000", "--array", "quarters", "--force")
+    assert r.returncode == 0, r.stderr
+    assert "[ts chunk 15min, size chunk 1000; ts 2026-01-02T14:30:00Z..2026-01-02T20:03:19Z, size 1..3200]" in r.stdout
