@@ -257,3 +257,15 @@ def test_finalize_says_a_time_dimensions_chunk_and_bounds_as_written(dataset):
     r = run_cli("finalize", uri, "--dims", "ts:15min,size:1000", "--array", "quarters", "--force")
     assert r.returncode == 0, r.stderr
     assert "[ts chunk 15min, size chunk 1000; ts 2026-01-02T14:30:00Z..2026-01-02T20:03:19Z, size 1..3200]" in r.stdout
+
+
+def test_the_spill_and_direct_builds_of_a_time_array_are_the_same_and_verify(ticks):
+    from loader.arrays.finalize import finalize
+
+    uri, recs = ticks
+    for strategy in ("spill", "direct"):
+        finalize(uri, dims="ts:30min,size:500", array=strategy, workers=2, strategy=strategy, compact=False)
+    with loader.open(uri) as ds:
+        a, b = ds.read_box(array="spill"), ds.read_box(array="direct")
+        assert a.num_rows == N and a.equals(b)
+        assert ds.verify().ok
