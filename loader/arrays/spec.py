@@ -6,8 +6,8 @@ finalize (array name, dims, policy) before any data is touched and returns a fro
 picklable `ArraySpec`; every mistake is a UsageError that names the option and says what
 to write instead.
 
-- Dimensions: two different integer fields of the layout (not uint64: coordinates are
-  int64) or time fields (``datetime64[U]``, ``timedelta64[U]``: their int64 counts of U are
+- Dimensions: two different integer fields of the layout (coordinates are int64: a uint64
+  value from 2**63 up is refused by the finalize that meets it) or time fields (``datetime64[U]``, ``timedelta64[U]``: their int64 counts of U are
   the coordinates), first dim slowest (row-major), each with a chunk length in
   1 .. 2**63-1 - of a time field, a duration (``ts:1h``, ``ts:15min``; a bare integer is a
   count of U), kept as that count of U. Not
@@ -108,14 +108,14 @@ def _dim_pairs(dims) -> list[tuple[str, object]]:
 
 
 def dim_fields(layout: Layout) -> list[str]:
-    """The fields of ``layout`` that may be dimensions: integers narrower than uint64, times."""
+    """The fields of ``layout`` that may be dimensions: integers and times, not nullable."""
     return [f.name for f in layout.fields if not f.nullable and (
-        time_type(f.type) is not None or (f.type in TYPES and f.is_integer and f.type != "uint64"))]
+        time_type(f.type) is not None or (f.type in TYPES and f.is_integer))]
 
 
 def _check_dim_field(dims, layout: Layout, name: str) -> None:
-    """A dimension must be a field of the layout of an integer type narrower than uint64, or
-    a datetime64 / timedelta64 field."""
+    """A dimension must be a field of the layout of an integer type, or a datetime64 /
+    timedelta64 field, and not nullable."""
     try:
         f = layout.field(name)
     except KeyError:
@@ -130,9 +130,6 @@ def _check_dim_field(dims, layout: Layout, name: str) -> None:
         raise UsageError(f"--dims {_show(dims)}: field {name!r} is {f.type}, not an integer or a time; "
                          f"dimensions must be integer or datetime64/timedelta64 fields "
                          f"({', '.join(dim_fields(layout)) or 'none in this layout'})")
-    if f.type == "uint64":
-        raise UsageError(f"--dims {_show(dims)}: field {name!r} is uint64; coordinates are int64, "
-                         "use a field of a narrower integer type")
 
 
 def _chunk_length(dims, name: str, chunk) -> int:

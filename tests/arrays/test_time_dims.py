@@ -269,3 +269,27 @@ def test_the_spill_and_direct_builds_of_a_time_array_are_the_same_and_verify(tic
         a, b = ds.read_box(array="spill"), ds.read_box(array="direct")
         assert a.num_rows == N and a.equals(b)
         assert ds.verify().ok
+
+
+@pytest.mark.parametrize("strategy", ["direct", "spill"])
+def test_a_uint64_dimension_below_2_63_is_an_array_and_above_is_refused_naming_the_record(tmp_path, strategy):
+    from loader.arrays.finalize import finalize
+    from loader.errors import InputError
+
+    recs = np.zeros(3000, [("k", "<u8"), ("j", "<i4"), ("v", "<f8")])
+    recs["k"] = np.uint64(2**63 - 3000) + np.arange(3000, dtype=np.uint64)  # the top of int64
+    recs["j"] = np.arange(3000) % 7
+    recs["v"] = np.arange(3000)
+    uri = f"lmdb://{tmp_path}/ds"
+    loader.load(recs, uri, batch_records=500)
+    finalize(uri, dims="k:1000,j:7", workers=2, strategy=strategy, compact=False)
+    with loader.open(uri) as ds:
+        t = ds.read_box(k=(2**63 - 10, None))
+        assert t.column("v").to_pylist() == list(range(2990, 3000)) and ds.verify().ok
+    bad = recs.copy()
+    bad["k"][1234] = np.uint64(2**63)
+    loader.load(bad, uri, replace=True, batch_records=500)
+    with pytest.raises(InputError, match=r"dimension 'k': record 1234 holds 9223372036854775808, beyond the int64"):
+        finalize(uri, dims="k:1000,j:7", workers=2, strategy=strategy, compact=False, array="again")
+    with loader.open(uri) as ds:
+        assert "again" not in ds.manifest.arrays
