@@ -122,8 +122,7 @@ def _from_numpy(values: np.ndarray, field, what: str, first_row: int) -> np.ndar
         unit = np.datetime_data(values.dtype)[0]
         if unit not in _UNIT_SCALE:
             raise _wrong_type(field, what, str(values.dtype))
-        ints = _time_units(values.view(np.int64), unit, spec.unit, field, what, first_row,
-                           lambda r: values[r])
+        ints = _time_units(values.view(np.int64), unit, spec.unit, field, what, first_row)
         return ints.view(field.dtype)
     if spec.base in ("bytes", "string"):
         if kind != "S":
@@ -147,7 +146,7 @@ def _from_numpy(values: np.ndarray, field, what: str, first_row: int) -> np.ndar
     return converted
 
 
-def _time_units(ints: np.ndarray, src: str, dst: str, field, what: str, first_row: int, value_at) -> np.ndarray:
+def _time_units(ints: np.ndarray, src: str, dst: str, field, what: str, first_row: int) -> np.ndarray:
     """int64 counts of ``src`` units as counts of ``dst`` units, exactly (NaT stays NaT)."""
     if src == dst:
         return ints
@@ -166,7 +165,8 @@ def _time_units(ints: np.ndarray, src: str, dst: str, field, what: str, first_ro
         out = np.where(nat, ints, ints // div) if not bad.any() else None
     if out is None:
         row = int(np.argmax(bad))
-        raise _inexact(field, what, first_row + row, value_at(row), f"{src} ({why})",
+        kind = "M8" if field.spec.base == "datetime64" else "m8"
+        raise _inexact(field, what, first_row + row, str(ints[row:row + 1].view(f"{kind}[{src}]")[0]), f"{src} ({why})",
                        fix=f"declare the field as {field.spec.base}[{src}]")
     return out
 
@@ -213,6 +213,8 @@ def _from_arrow(col, field, what: str, first_row: int) -> tuple[np.ndarray, np.n
 
     col = decode_dictionary(col)
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if pa.types.is_null(arr.type):  # no value at all (e.g. an empty or all-None pandas column)
+        arr = pa.nulls(len(arr), field.arrow_type)
     t, spec, n = arr.type, field.spec, len(arr)
     valid = None
     if arr.null_count:
@@ -229,7 +231,7 @@ def _from_arrow(col, field, what: str, first_row: int) -> tuple[np.ndarray, np.n
         if not is_it:
             raise _wrong_type(field, what, str(t))
         ints = _filled(arr.cast(pa.int64()), 0).to_numpy()
-        out = _time_units(ints, t.unit, spec.unit, field, what, first_row, lambda r: arr[r].as_py())
+        out = _time_units(ints, t.unit, spec.unit, field, what, first_row)
         return out.view(field.dtype), valid
     if spec.base in ("bytes", "string"):
         return _fixed_bytes_from_arrow(arr, field, what, first_row, valid), valid
@@ -241,15 +243,16 @@ def _from_arrow(col, field, what: str, first_row: int) -> tuple[np.ndarray, np.n
             row = int(np.argmax(lengths != spec.count))
             raise _inexact(field, what, first_row + row, arr[row].as_py(), f"a list of {lengths[row]}",
                            fix=f"give every row {spec.count} values")
-        filled = _filled(arr, None)
-        flat = filled.flatten()
+        rows = np.arange(n) if valid is None else np.flatnonzero(valid)
+        flat = (arr if valid is None else arr.filter(pa.array(valid))).flatten()  # the lists that are there
         if flat.null_count:
-            row = int(np.argmin(flat.is_valid().to_numpy(zero_copy_only=False))) // spec.count
+            row = int(rows[int(np.argmin(flat.is_valid().to_numpy(zero_copy_only=False))) // spec.count])
             raise ConversionError(f"{what}: column {field.name!r}, row {first_row + row:,}: a list element is null; "
                                   f"{field.type} holds numbers: fill the elements")
         if not (pa.types.is_integer(flat.type) or pa.types.is_floating(flat.type)):
             raise _wrong_type(field, what, str(t))
-        values = flat.to_numpy(zero_copy_only=False).reshape(n, spec.count)
+        values = np.zeros((n, spec.count), flat.type.to_pandas_dtype())
+        values[rows] = flat.to_numpy(zero_copy_only=False).reshape(len(rows), spec.count)
         return _from_numpy(values, field, what, first_row), valid
     if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)):
         raise _wrong_type(field, what, str(t))
@@ -258,16 +261,8 @@ def _from_arrow(col, field, what: str, first_row: int) -> tuple[np.ndarray, np.n
 
 
 def _filled(arr, value):
-    """``arr`` with its nulls replaced by ``value`` (None: lists, whose nulls become lists of zeros)."""
-    if not arr.null_count:
-        return arr
-    if value is not None:
-        return arr.fill_null(value)
-    import pyarrow as pa  # heavy: only Arrow lists with nulls get here
-
-    size = arr.type.list_size if pa.types.is_fixed_size_list(arr.type) else None
-    zero = pa.scalar([0] * (size or 0), arr.type)
-    return arr.fill_null(zero)
+    """``arr`` with its nulls replaced by ``value``."""
+    return arr.fill_null(value) if arr.null_count else arr
 
 
 def _fixed_bytes_from_arrow(arr, field, what: str, first_row: int, valid) -> np.ndarray:
@@ -322,6 +317,7 @@ def _inexact(field, what: str, row: int, value, have: str, fix: str | None = Non
 
 
 def _too_long(field, what: str, row: int, value) -> ConversionError:
+    value = value.item() if isinstance(value, np.generic) else value
     size = len(value.encode() if isinstance(value, str) else value)
     return ConversionError(f"{what}: column {field.name!r}, row {row:,}: {value!r} is {size} bytes, longer than "
                            f"{field.type} holds; use a layout with {field.spec.base}[{size}] or more, or shorten "
@@ -343,7 +339,6 @@ def column_field(name: str, col, what: str):
         return Field(name, found)
     if isinstance(col, np.ndarray):
         col = _arrow_of(col, Field(name, "int8"), what)
-    import pyarrow as pa  # heavy: only Arrow columns get here
     import pyarrow.compute as pc
 
     from .arrow_numpy import decode_dictionary
@@ -354,11 +349,9 @@ def column_field(name: str, col, what: str):
     if found in ("string", "bytes"):
         longest = pc.max(pc.binary_length(col)).as_py() or 1
         found = f"{found}[{longest}]"
-    elif found is None and (pa.types.is_list(t) or pa.types.is_large_list(t)):
-        lengths = pc.unique(pc.list_value_length(col).drop_null()).to_pylist()
-        inner = arrow_field_type(t.value_type)
-        if len(lengths) == 1 and inner is not None and inner[0] in NUMBERS and lengths[0]:
-            found = (f"{inner[0]}[{lengths[0]}]", None)
+    elif isinstance(found, str):  # a list column: T[k] when every list holds k
+        k = uniform_length(col)
+        found = None if k is None else f"{found[:-2]}[{k}]"
     if found is None:
         raise _no_type(name, what, f"Arrow type {t}")
     type_name, tz = found if isinstance(found, tuple) else (found, None)
@@ -393,7 +386,19 @@ def arrow_field_type(t):
         inner = arrow_field_type(t.value_type)
         if inner is not None and inner[0] in NUMBERS:
             return f"{inner[0]}[{t.list_size}]", None
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        inner = arrow_field_type(t.value_type)
+        if inner is not None and inner[0] in NUMBERS:
+            return f"{inner[0]}[]"  # lists of variable length: T[k] when each holds k
     return None
+
+
+def uniform_length(col) -> int | None:
+    """The length every list of an Arrow list column has (nulls aside), None if they differ."""
+    import pyarrow.compute as pc  # heavy: only Arrow list columns get here
+
+    lengths = pc.unique(pc.list_value_length(col).drop_null()).to_pylist()
+    return lengths[0] if len(lengths) == 1 and 1 <= lengths[0] <= MAX_WIDTH else None
 
 
 def _no_type(name: str, what: str, have: str) -> Exception:

@@ -157,7 +157,7 @@ class Layout:
             spec.append((VALIDITY, "u1", (self.validity_bytes,)))
         return np.dtype(spec)
 
-    @property
+    @functools.cached_property
     def record_size(self) -> int:
         return sum(f.size for f in self.fields) + self.validity_bytes  # packed: the dtype's itemsize
 

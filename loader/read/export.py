@@ -88,7 +88,7 @@ def _npy(ds: Dataset, f) -> None:
               "shape": (ds.records,)}
     np.lib.format.write_array_header_2_0(f, header)
     for _, recs in ds.iter_batches():
-        f.write(memoryview(np.ascontiguousarray(recs).view(np.uint8)))
+        f.write(memoryview(np.ascontiguousarray(recs).view("u1")))
 
 
 def _capnp(ds: Dataset, f) -> None:

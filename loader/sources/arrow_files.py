@@ -70,7 +70,7 @@ def schema_fields(schema, path: str) -> tuple[tuple, tuple]:
 def _plain(type_name: str) -> bool:
     """A column whose values lie in the file as the field's numpy values (no bits, no offsets)."""
     return type_name in NUMBERS or parse_type(type_name).base in ("datetime64", "timedelta64") \
-        if type_name not in ("string", "bytes") else False
+        if type_name not in ("string", "bytes") and not type_name.endswith("[]") else False
 
 
 def _column(column):

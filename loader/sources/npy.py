@@ -81,17 +81,17 @@ class NpySource(TypedFile):
     def fill(self, records: np.ndarray, offset: int) -> None:
         pos = self.data_offset + offset * self.dtype.itemsize
         if records.dtype == self.dtype:  # the layout's own bytes: read in place, as a raw file
-            read_exactly(self.path, memoryview(records.view(np.uint8)), pos)
+            read_exactly(self.path, memoryview(records.view("u1")), pos)
             return
         stored = np.empty(len(records), self.dtype)
-        read_exactly(self.path, memoryview(stored.view(np.uint8)), pos)
+        read_exactly(self.path, memoryview(stored.view("u1")), pos)
         self.copy_into(records, stored, 0, len(records), offset)
 
 
     def column_pieces(self, name: str):
         for first in range(0, self.records, PIECE_RECORDS):
             stored = np.empty(min(PIECE_RECORDS, self.records - first), self.dtype)
-            read_exactly(self.path, memoryview(stored.view(np.uint8)), self.data_offset + first * self.dtype.itemsize)
+            read_exactly(self.path, memoryview(stored.view("u1")), self.data_offset + first * self.dtype.itemsize)
             yield first, stored[name]
 
 

@@ -2,8 +2,8 @@
 
 - The layout of their records comes from the file (`model.layouts.layout_of_fields`):
   into a new dataset without --layout, the file's own fields in its order (a column
-  with nulls makes a nullable field; text or binary of variable length has no width of
-  its own: --layout must give it one), named as a known layout with exactly those
+  with nulls makes a nullable field; text or binary of variable length a string[N] /
+  bytes[N] of its longest value, read when the file is planned), named as a known layout with exactly those
   fields (e.g. ``scidb96``), else after the file; into a dataset, or with --layout, the
   layout wanted, whose every field the file must hold under its name in a type that
   can become the field's (`check_fields`: numbers and bools into numbers and bools,
@@ -41,7 +41,8 @@ import numpy as np
 
 from ..errors import LayoutError, NullValuesError, SourceTypeError
 from ..model.arrow_records import set_validity
-from ..model.conversions import field_values
+from ..model.conversions import field_values, uniform_length
+from ..model.field_types import MAX_WIDTH
 from ..model.layouts import VALIDITY, Field, Layout, known_layout, layout_of_fields, parse_type
 from .base import Source, SourcePlan
 from .files import sample_digest
@@ -114,12 +115,33 @@ class TypedFile(Source):
         if not self.fields:
             raise LayoutError(f"{self.path} has no fields: records need named fields (columns)")
         with_nulls = {n for n, _ in self.nulls}
-        for name, t, _ in self.fields:
-            if t in VARIABLE:
-                raise LayoutError(f"{self.path}: column {name!r} is {VARIABLE[t]} of variable length, which has no "
-                                  f"width of its own; give --layout with a field {name} = \"{t}[N]\" (N: its "
-                                  "longest value in bytes)")
-        return Layout(stem(self.path), tuple(Field(n, t, n in with_nulls, tz) for n, t, tz in self.fields))
+        fields = []
+        for name, t, tz in self.fields:
+            if t in VARIABLE:  # text / binary: as wide as the longest value (one pass over the column)
+                t = f"{t}[{self.longest(name)}]"
+            elif t.endswith("[]"):  # lists: T[k] when every one holds k (one pass over the column)
+                t = f"{t[:-2]}[{self.list_length(name)}]"
+            fields.append(Field(name, t, name in with_nulls, tz))
+        return Layout(stem(self.path), tuple(fields))
+
+    def list_length(self, name: str) -> int:
+        """The length of every list of the list column ``name``; LayoutError if they differ."""
+        lengths = {uniform_length(values) for _, values in self.column_pieces(name)}
+        if len(lengths) != 1 or None in lengths:
+            raise LayoutError(f"{self.path}: column {name!r} holds lists of different lengths (or over {MAX_WIDTH:,}); "
+                              f"a field holds k values: give --layout with {name} = \"T[k]\", or make them one length")
+        return lengths.pop()
+
+    def longest(self, name: str) -> int:
+        """Bytes of the longest value of the text / binary column ``name`` (at least 1);
+        LayoutError if it is longer than a field holds."""
+        import pyarrow.compute as pc  # why: heavy; only files with text columns get here
+
+        longest = max([pc.max(pc.binary_length(values)).as_py() or 0 for _, values in self.column_pieces(name)] or [0])
+        if longest > MAX_WIDTH:
+            raise LayoutError(f"{self.path}: column {name!r} holds a value of {longest:,} bytes; a field holds at "
+                              f"most {MAX_WIDTH:,}: drop the column, or shorten its values")
+        return max(1, longest)
 
     def records_layout(self, given: Layout | None, dataset: Layout | None) -> Layout:
         wanted = given or dataset
@@ -218,6 +240,8 @@ def convertible(own: str, field: Field) -> bool:
     """Can a column of type ``own`` (a layout type, or ``string`` / ``bytes`` of variable
     length) become ``field``, value by value (each exactly or refused)?"""
     want = field.spec
+    if own.endswith("[]"):  # lists of variable length: checked value by value
+        return want.count is not None
     if own in VARIABLE or want.base in ("bytes", "string"):
         return own in VARIABLE or parse_type(own).base in ("bytes", "string") and want.base in ("bytes", "string")
     have = parse_type(own)
@@ -239,7 +263,8 @@ def check_fields(have: dict[str, str], wanted: Layout, what: str) -> None:
                               f"{', '.join(have) or 'none'}); load it into a dataset of its own layout, or give "
                               "--layout of its fields")
         if not convertible(own, f):
-            shown = f"{VARIABLE[own]} of variable length" if own in VARIABLE else own
+            shown = f"{VARIABLE.get(own, 'lists')} of variable length" if own in VARIABLE or own.endswith("[]") \
+                else own
             raise LayoutError(f"{what}: field {f.name!r} is {shown}, but layout {wanted.name!r} stores it as "
                               f"{f.type}; load it into a dataset of its own layout")
 

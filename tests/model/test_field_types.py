@@ -16,23 +16,27 @@ ts = { type = "datetime64[ns]", tz = "UTC" }
 d = "timedelta64[us]"
 ok = "bool"
 sym = "bytes[8]"
-name = "string[16]"
+name = "string[12]"
 v = "float32[3]"
 h = "float16"
 venue = { type = "int16", nullable = true }
+px = "float64"
+flag = { type = "bool", nullable = true }
 '''
 
 
 def test_every_type_has_its_numpy_dtype_and_arrow_type():
     lay = parse_layout_toml(TICKS_TOML, "tk.toml")
     assert lay.dtype == np.dtype([("ts", "<M8[ns]"), ("d", "<m8[us]"), ("ok", "?"), ("sym", "S8"),
-                                  ("name", "S16"), ("v", "<f4", (3,)), ("h", "<f2"), ("venue", "<i2"),
-                                  ("_validity", "u1", (1,))])
-    assert lay.record_size == lay.dtype.itemsize == 8 + 8 + 1 + 8 + 16 + 12 + 2 + 2 + 1
+                                  ("name", "S12"), ("v", "<f4", (3,)), ("h", "<f2"), ("venue", "<i2"),
+                                  ("px", "<f8"), ("flag", "?"), ("_validity", "u1", (1,))])
+    assert lay.record_size == lay.dtype.itemsize == 8 + 8 + 1 + 8 + 12 + 12 + 2 + 2 + 8 + 1 + 1
     s = lay.arrow_schema
     assert [f.type for f in s] == [pa.timestamp("ns", "UTC"), pa.duration("us"), pa.bool_(), pa.binary(8),
-                                   pa.string(), pa.list_(pa.float32(), 3), pa.float16(), pa.int16()]
-    assert [f.nullable for f in s] == [False] * 7 + [True]
+                                   pa.string(), pa.list_(pa.float32(), 3), pa.float16(), pa.int16(), pa.float64(),
+                                   pa.bool_()]
+    assert [f.nullable for f in s] == [False] * 7 + [True, False, True]
+    assert lay.nullable_names == ("venue", "flag")
     assert "_validity" not in s.names and lay.names == [n for n in lay.dtype.names if n != "_validity"]
 
 

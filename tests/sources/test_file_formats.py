@@ -249,8 +249,8 @@ def bad_files(tmp_path) -> list[tuple]:
         out.append((str(p), code, texts))
 
     good = records(0, 50)
-    add("strings.parquet", lambda p: pq.write_table(pa.table({"a": [1, 2], "name": ["x", "y"]}), p), 2,
-        "column 'name' is text of variable length", "give --layout with a field name = \"string[N]\"")
+    add("huge.parquet", lambda p: pq.write_table(pa.table({"a": [1, 2], "name": ["x", "y" * 5000]}), p), 2,
+        "column 'name' holds a value of 5,000 bytes; a field holds at most 4,096")
     add("days.arrow", lambda p: write_as("arrow", p, pa.table({"a": [1, 2], "d": pa.array([1, 2], pa.date32())})), 2,
         "column 'd' has type date32[day]", "no layout type holds")
     add("when.feather", lambda p: feather.write_feather(pa.table({"t": pa.array([1, 2], pa.time32("s"))}), p), 2,
