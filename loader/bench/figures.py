@@ -37,10 +37,11 @@ class Figure:
     reason: str = ""
     workers: int | None = None
     params: dict = field(default_factory=dict)
+    record_size: int = RECORD_SIZE  # bytes of one record (the ticks section's: 41)
 
     @property
     def bytes(self) -> int:
-        return self.records * RECORD_SIZE
+        return self.records * self.record_size
 
     def secs(self) -> list[float]:
         return [s["seconds"] for s in self.samples if s.get("seconds")]

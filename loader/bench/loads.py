@@ -75,10 +75,12 @@ def load_configs(cores: int) -> list[LoadConfig]:
 
 def load_once(b: Bench, n: int, uri: str, *, workers: int | None, format: str | None = "capnp",
               compression: str | None = "none", stdin: bool = False, source: str | None = None,
-              prepare=None, batch_records: int | None = None, bulkload: list[str] | None = None) -> dict:
+              prepare=None, batch_records: int | None = None, bulkload: list[str] | None = None,
+              layout: str = LAYOUT) -> dict:
     """One `bulkload load` run in a fresh process tree; returns a sample. ``format`` /
     ``compression`` / ``workers`` / ``batch_records`` None: bulkload's defaults (the option is not
-    given); ``bulkload``: the command that runs bulkload (default: this one's); ``source``: a file
+    given); ``bulkload``: the command that runs bulkload (default: this one's); ``layout``: of the
+    generator (gen://LAYOUT) or of the file; ``source``: a file
     of raw records instead of the generator (the sample says how much of it was in the page
     cache before ``prepare``, as the load started, and how long ``prepare`` took); ``prepare()``:
     untimed, before `settle`, so that every load starts right after its settle: reading a
@@ -100,7 +102,7 @@ def load_once(b: Bench, n: int, uri: str, *, workers: int | None, format: str | 
             shlex.quote(a) for a in [*(bulkload or [b.bulkload]), "load", "-", *args])]
     else:
         cmd = [*(bulkload or [b.bulkload]), "load",
-               *([source, "--layout", LAYOUT] if source else [f"gen://{LAYOUT}?n={n}"]), *args]
+               *([source, "--layout", layout] if source else [f"gen://{layout}?n={n}"]), *args]
     p = run_sampled(cmd)
     if p.rc != 0:
         raise RuntimeError(tail(p.err) or f"bulkload load exited with {p.rc}")
