@@ -41,6 +41,7 @@ directory, removed at the end of the section (and with the work directory by the
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -153,18 +154,23 @@ def _rows(b: Bench, kind: str, d: Path, n: int) -> list[Row | None]:
         f = fig(f"cli-{fmt}", f"bulkload scan --format {fmt} --out - > /dev/null",
                 note="wall time of the whole command (interpreter start-up included), page cache warm from the "
                      "reads before it in the round", format=fmt)
-        rows.append(None if f is None else KindRow(kind, lambda i, fmt=fmt: cli_sample(b, ds, fmt), [(f, "seconds")]))
+        rows.append(None if f is None else KindRow(kind, lambda i, fmt=fmt: cli_sample(b, ds, fmt, n),
+                                                   [(f, "seconds")]))
     return rows
 
 
-def cli_sample(b: Bench, uri: str, fmt: str) -> dict:
-    """``bulkload scan URI --format FMT --out -`` into /dev/null, timed whole."""
+def cli_sample(b: Bench, uri: str, fmt: str, n: int) -> dict:
+    """``bulkload scan URI --format FMT --out -`` into /dev/null, timed whole; the sample
+    keeps the bytes it wrote (its report, on stderr)."""
     settle()
     with open("/dev/null", "wb") as null:
-        p = run_sampled([b.bulkload, "scan", uri, "--format", fmt, "--out", "-", "--quiet"], stdout=null)
+        p = run_sampled([b.bulkload, "scan", uri, "--format", fmt, "--out", "-", "--json"], stdout=null)
     if p.rc != 0:
         raise RuntimeError(tail(p.err) or f"bulkload scan exited with {p.rc}")
-    return {"seconds": p.wall_s, "peak_tree_rss_bytes": p.peak_tree_rss_bytes,
+    rep = json.loads(p.err)
+    if rep["records"] != n:
+        raise RuntimeError(f"bulkload scan wrote {rep['records']} records, expected {n}")
+    return {"seconds": p.wall_s, "bytes_out": rep["bytes"], "peak_tree_rss_bytes": p.peak_tree_rss_bytes,
             "peak_tree_anon_bytes": p.peak_tree_anon_bytes}
 
 

@@ -45,6 +45,8 @@ def test_reads_section_measures_every_read_and_peer_with_targets(tmp_path):
         assert f.group == "reads" and f.params["interleaved"] is True
         d = f.to_dict(figs)
         assert d["mb_s"]["median"] > 0 and d["records_s"]["median"] > 0
+    for fmt in reads.CLI_FORMATS:  # the whole dataset went to stdout
+        assert figs[f"reads-random-cli-{fmt}"].samples[0]["bytes_out"] > n * 96
     lo, hi = reads.record_range(n)
     assert figs["reads-scidb96-range"].records == hi - lo == n // 100
     assert figs["reads-random-range"].samples[0]["rows"] == n // 100
