@@ -47,7 +47,7 @@ from pathlib import Path
 
 from .figures import Figure
 from .loads import load_once
-from .peers import NOT_INSTALLED, installed
+from .peers import NOT_INSTALLED, arctic_library, installed
 from .processes import rm, run_sampled, settle, tail
 from .records import RECORD_SIZE
 from .runner import Bench, Row
@@ -267,11 +267,9 @@ def child_reads_prepare(records: str, n: int, dir: str, raw: str, arcticdb: bool
         con.close()
     if arcticdb:
         import pandas as pd  # optional: the [peers] extra; heavy
-        from arcticdb import Arctic  # optional: the [peers] extra; heavy
 
         del table
-        ac = Arctic(f"lmdb://{d / 'arctic'}?map_size={max(1024, n * RECORD_SIZE * 3 // 2**20)}MB")
-        lib = ac.get_library("bench", create_if_missing=True)
+        lib = arctic_library(str(d / "arctic"), n * RECORD_SIZE * 3)
         lib.write("records", pd.DataFrame({name: records[name] for name in records.dtype.names}, copy=False))
     return {"seconds": 0.0}
 

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from .figures import Figure
 from .loads import load_once
-from .peers import NOT_INSTALLED, installed
+from .peers import NOT_INSTALLED, arctic_library, arctic_write_read, installed
 from .processes import disk_bytes, rm, run_child, settle
 from .runner import Bench, Row
 from .targets import Target, bytes_target, ratio_target
@@ -212,23 +212,8 @@ def ticks_frame(arr):
 
 
 def child_ticks_arcticdb(path: str, n: int) -> dict:
-    from arcticdb import Arctic  # optional: the [peers] extra; heavy
-
-    df = ticks_frame(ticks_records(n))
-    os.makedirs(path, exist_ok=True)
-    ac = Arctic(f"lmdb://{path}?map_size={max(1024, n * 200 // 2**20)}MB")
-    lib = ac.get_library("bench", create_if_missing=True)
-    t = time.perf_counter()
-    lib.write("ticks", df)
-    w = time.perf_counter() - t
-    on_disk = disk_bytes(path)
-    del df
-    t = time.perf_counter()
-    back = lib.read("ticks").data
-    r = time.perf_counter() - t
-    if len(back) != n:
-        raise RuntimeError(f"ArcticDB read back {len(back)} rows, expected {n}")
-    return {"write_s": w, "read_s": r, "disk_bytes": on_disk}
+    lib = arctic_library(path, n * 200)
+    return arctic_write_read(lib, "ticks", [ticks_frame(ticks_records(n))], path, n)
 
 
 def child_ticks_parquet(path: str, n: int) -> dict:
