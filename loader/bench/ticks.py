@@ -202,11 +202,15 @@ def ticks_table(arr):
 
 
 def ticks_frame(arr):
-    """The records as ArcticDB's DataFrame: a DatetimeIndex on ts, sym a str column."""
+    """The records as ArcticDB's DataFrame: a DatetimeIndex on ts, sym a str column; each
+    column contiguous (ArcticDB cannot read a view whose 41-byte stride is not a multiple of
+    its item size)."""
+    import numpy as np  # heavy: only in the children
     import pandas as pd  # optional: the [peers] extra; heavy
 
-    cols = {name: arr[name] for name in arr.dtype.names if not name.startswith("_") and name not in ("ts", "sym")}
-    df = pd.DataFrame(cols, index=pd.DatetimeIndex(arr["ts"], name="ts"), copy=False)
+    cols = {name: np.ascontiguousarray(arr[name]) for name in arr.dtype.names
+            if not name.startswith("_") and name not in ("ts", "sym")}
+    df = pd.DataFrame(cols, index=pd.DatetimeIndex(np.ascontiguousarray(arr["ts"]), name="ts"), copy=False)
     df.insert(0, "sym", arr["sym"].astype("U8"))
     return df
 

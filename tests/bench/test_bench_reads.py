@@ -117,7 +117,7 @@ def _ticks_like(n: int):
     a = np.zeros(n, dtype=TICKS_DTYPE)
     a["ts"] = np.datetime64("2026-01-02T14:30", "ns") + np.arange(n) * np.timedelta64(10**9, "ns")
     a["sym"] = [b"AAPL", b"MSFT"] * (n // 2)
-    a["price"], a["size"], a["venue"] = np.arange(n) / 4, np.arange(n), np.arange(n) % 7
+    a["price"], a["size"], a["venue"], a["bid"] = np.arange(n) / 4, np.arange(n), np.arange(n) % 7, np.arange(n) / 2
     a["_validity"][:, 0] = np.arange(n) % 2
     return a
 
@@ -140,3 +140,4 @@ def test_ticks_peers_get_typed_columns_from_the_records(tmp_path):
         lib.write("ticks", df)
         back = lib.read("ticks").data
         assert back.index.equals(df.index) and list(back["sym"]) == list(df["sym"])
+        assert list(back["bid"]) == list(a["bid"]) and list(back["venue"]) == list(a["venue"])
