@@ -59,8 +59,7 @@ GROUP_BY = "SELECT i2 % 16 AS g, count(*) AS n, sum(d0) AS s, avg(d1) AS a FROM 
 GROUP_COLUMNS = ["i2", "d0", "d1"]
 CLI_FORMATS = ("npy", "arrow")
 RANDOM_SEED = 31
-WARM = ("warm: each sample a fresh process that opens the store and reads once untimed (page cache and lazy set-up "
-        "warm), then the timed read")
+WARM = "warm: a fresh process, the store opened and read once untimed, then the timed read"
 
 
 def record_range(n: int) -> tuple[int, int]:
