@@ -48,7 +48,7 @@ class ArraySpec:
 
     @property
     def attrs(self) -> list[str]:
-        return [n for n, _ in self.layout["fields"] if n not in self.dims]
+        return [f[0] for f in self.layout["fields"] if f[0] not in self.dims]  # [name, type(, options)]
 
     def cell_layout(self) -> Layout:
         return cell_layout(self.layout_obj, self.policy)
@@ -114,6 +114,9 @@ def _check_dim_field(dims, layout: Layout, name: str) -> None:
     if f.type == "uint64":
         raise UsageError(f"--dims {_show(dims)}: field {name!r} is uint64; coordinates are int64, "
                          "use a field of a narrower integer type")
+    if f.nullable:
+        raise UsageError(f"--dims {_show(dims)}: field {name!r} is nullable; a cell needs a coordinate in "
+                         "every record: use a field that is not nullable")
 
 
 def _chunk_length(dims, name: str, chunk) -> int:

@@ -290,7 +290,9 @@ def info(dataset: str = typer.Argument(...),
         emit_json(d)
         _exit_if_damaged(d)
         return
-    fields = ", ".join(f"{n}:{t}" for n, t in d["layout"]["fields"])
+    from ..model.layouts import Field  # start-up: only info shows a layout's fields
+
+    fields = ", ".join(Field.from_list(f).describe() for f in d["layout"]["fields"])
     print(f"{d['dataset']}  ({d['path']})")
     print(f"layout   {d['layout']['name']} ({d['record_size']} bytes: {fields})")
     print(f"format   {d['format']} (compression {d['compression']}), store {d['store']}, {d['shards']} shards")

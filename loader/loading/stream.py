@@ -85,7 +85,7 @@ def received_batches(inbox, slots: SharedSlots, record_size: int, ser, outbox, t
                 return
             t = time.perf_counter()
             buf, recs = ser.new_buffer(msg.count)
-            with memoryview(recs).cast("B") as dst, slots.view(msg.slot, msg.count * record_size) as src:
+            with memoryview(recs.view("u1")) as dst, slots.view(msg.slot, msg.count * record_size) as src:
                 dst[:] = src
             outbox.put(FreeSlot(msg.slot))
             times.produce_s += time.perf_counter() - t

@@ -3,20 +3,32 @@
 A layout is a named, ordered list of fixed-width fields, little-endian, packed with no
 padding. It is declared once in a TOML file (see schemas/scidb96.toml)::
 
-    name = "scidb96"
+    name = "ticks"
     description = "..."
     [fields]
-    d0 = "float64"
-    i0 = "int32"
+    ts = { type = "datetime64[ns]", tz = "UTC" }
+    sym = "bytes[8]"
+    price = "float64"
+    venue = { type = "int16", nullable = true }
+
+Field types (model/field_types.py): the integers, float16/32/64, bool,
+datetime64[unit] / timedelta64[unit] (int64 of s, ms, us or ns), bytes[N], string[N]
+(UTF-8, zero-padded) and number arrays T[k]. A field may be ``nullable``; a layout with
+k >= 1 nullable fields ends with the field ``_validity`` of ceil(k/8) bytes: bit j (least
+significant first, byte j // 8) is set when the j-th nullable field, in declaration order,
+holds a value; a null field's bytes are all zero. ``_validity`` is in the numpy dtype
+(``read_records``); Arrow and pandas get real nulls instead. A ``tz`` (datetime64 only)
+is metadata: values are UTC instants, given back to Arrow and pandas with their zone.
 
 and looked up by name (``--layout NAME``) in, in order: the directories of
 ``$BULKLOAD_SCHEMAS`` (colon-separated), ``./schemas/`` of the working directory, and
 the schemas shipped with the package; or given as a path to a ``.toml`` file.
 
-The Cap'n Proto ``Record`` struct is generated from the same declaration. Its data
-section is laid out by Cap'n Proto's own field-allocation rules; when those put every
-field at its packed offset and the record is a whole number of 8-byte words (true for
-``scidb96``), a Cap'n Proto record list *is* the raw record bytes (``framable``).
+The Cap'n Proto ``Record`` struct is generated from the same declaration (layout_capnp.py:
+every field in the data section). Its data section is laid out by Cap'n Proto's own
+field-allocation rules; when those put every field at its packed offset and the record is
+a whole number of 8-byte words (true for ``scidb96``), a Cap'n Proto record list *is* the
+raw record bytes (``framable``).
 """
 
 from __future__ import annotations
@@ -32,77 +44,65 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import LayoutError, UnknownLayoutError, UsageError
+from .field_types import NUMBERS, TYPE_HELP, TYPES, FieldType, TypeSpecError, parse_type, type_of_numpy
+from .layout_capnp import Member, capnp_body, capnp_members, capnp_offsets, copy_runs, is_framable
 from .plugins import load_plugins
 
 if TYPE_CHECKING:
     import numpy as np
 
-# type name -> (numpy code, size in bytes, Cap'n Proto type, is integer)
-TYPES: dict[str, tuple[str, int, str, bool]] = {
-    "int8": ("<i1", 1, "Int8", True),
-    "int16": ("<i2", 2, "Int16", True),
-    "int32": ("<i4", 4, "Int32", True),
-    "int64": ("<i8", 8, "Int64", True),
-    "uint8": ("<u1", 1, "UInt8", True),
-    "uint16": ("<u2", 2, "UInt16", True),
-    "uint32": ("<u4", 4, "UInt32", True),
-    "uint64": ("<u8", 8, "UInt64", True),
-    "float32": ("<f4", 4, "Float32", False),
-    "float64": ("<f8", 8, "Float64", False),
-}
+__all__ = ["NUMBERS", "TYPES", "Field", "FieldType", "Layout", "capnp_offsets", "get_layout", "parse_type"]
 
 _NAME_RE = re.compile(r"^[a-z][A-Za-z0-9]*$")
 
 
 @dataclass(frozen=True)
 class Field:
+    """A field of a layout: its name, type (a type string, model/field_types.py), whether it
+    may be null, and the time zone of a datetime64 field."""
+
     name: str
     type: str
+    nullable: bool = False
+    tz: str | None = None
+
+    @property
+    def spec(self) -> FieldType:
+        return parse_type(self.type)
 
     @property
     def size(self) -> int:
-        return TYPES[self.type][1]
+        return self.spec.size
 
     @property
     def is_integer(self) -> bool:
-        return TYPES[self.type][3]
+        return self.spec.is_integer
 
+    @property
+    def dtype(self) -> np.dtype:
+        """numpy type of the field (a sub-array type for T[k])."""
+        import numpy as np  # start-up: a layout is read without numpy (info, --help); its dtype needs it
+        return np.dtype(self.spec.numpy_format)
 
-def capnp_offsets(sizes: list[int]) -> tuple[list[int], int]:
-    """Byte offsets Cap'n Proto gives data fields of these sizes, and the data words.
+    @property
+    def arrow_type(self):
+        return self.spec.arrow_type(self.tz)
 
-    A transcription of the schema compiler's StructLayout (holes are reused,
-    a new word is split into halves whose upper parts become holes).
-    """
-    holes = [0] * 7  # holes[lg] = offset in units of 2**lg bits, 0 = none
-    words = 0
+    def describe(self) -> str:
+        """``venue:int16?``, ``ts:datetime64[ns](UTC)``: how info and messages show a field."""
+        return f"{self.name}:{self.type}" + (f"({self.tz})" if self.tz else "") + ("?" if self.nullable else "")
 
-    def try_allocate(lg: int) -> int | None:
-        if lg >= 6:
-            return None
-        if holes[lg]:
-            off, holes[lg] = holes[lg], 0
-            return off
-        nxt = try_allocate(lg + 1)
-        if nxt is None:
-            return None
-        holes[lg] = nxt * 2 + 1
-        return nxt * 2
+    def to_list(self) -> list:
+        """[name, type], or [name, type, {nullable, tz}] when it has either (manifests)."""
+        opts = {k: v for k, v in (("nullable", self.nullable), ("tz", self.tz)) if v}
+        return [self.name, self.type, opts] if opts else [self.name, self.type]
 
-    offsets = []
-    for size in sizes:
-        lg = {1: 3, 2: 4, 4: 5, 8: 6}[size]
-        off = try_allocate(lg)
-        if off is None:
-            off = words << (6 - lg)
-            words += 1
-            o, g = off + 1, lg
-            while g < 6:
-                holes[g] = o
-                g += 1
-                o = (o + 1) // 2
-        offsets.append(off * size)
-    return offsets, words
+    @classmethod
+    def from_list(cls, item) -> "Field":
+        if len(item) == 2:
+            return cls(str(item[0]), item[1])
+        opts = dict(item[2])
+        return cls(str(item[0]), item[1], bool(opts.get("nullable", False)), opts.get("tz"))
 
 
 @dataclass(frozen=True)
@@ -120,31 +120,55 @@ class Layout:
         if not self.fields:
             raise LayoutError(f"layout {self.name!r} declares no fields")
         seen = set()
+        canonical = []
         for f in self.fields:
-            if not _NAME_RE.match(f.name):
+            where = f"layout {self.name!r}: field {f.name!r}"
+            if not isinstance(f.name, str) or not _NAME_RE.match(f.name):
                 raise LayoutError(
                     f"layout {self.name!r}: field name {f.name!r} is not allowed; use a letter "
                     "a-z then letters/digits (Cap'n Proto names: no underscores)"
                 )
-            if f.type not in TYPES:
-                raise LayoutError(
-                    f"layout {self.name!r}: field {f.name!r} has unknown type {f.type!r}; "
-                    f"use one of {', '.join(TYPES)}"
-                )
+            try:
+                spec = parse_type(f.type)
+            except TypeSpecError as e:
+                raise LayoutError(f"{where}: {e}") from None
+            if not isinstance(f.nullable, bool):
+                raise LayoutError(f"{where}: nullable must be true or false, not {f.nullable!r}")
+            if f.tz is not None:
+                _check_tz(f.tz, spec, where)
             if f.name in seen:
                 raise LayoutError(f"layout {self.name!r}: field {f.name!r} is declared twice")
             seen.add(f.name)
+            canonical.append(f if f.type == spec.name else Field(f.name, spec.name, f.nullable, f.tz))
+        object.__setattr__(self, "fields", tuple(canonical))
+        members = len(self.fields) + sum(f.spec.elements for f in self.fields) + self.validity_bytes
+        if members > _MAX_CAPNP_FIELDS:
+            raise LayoutError(f"layout {self.name!r} has {members:,} stored elements (bytes, array values); "
+                              f"a Cap'n Proto struct holds at most {_MAX_CAPNP_FIELDS:,}: split the layout")
 
     # --- numpy --------------------------------------------------------------
     @functools.cached_property
     def dtype(self) -> np.dtype:
-        """Packed little-endian structured dtype of one raw record."""
+        """Packed little-endian structured dtype of one raw record (``_validity`` last, as
+        ``(u1, (ceil(k/8),))``, when k fields are nullable)."""
         import numpy as np  # start-up: a layout is read without numpy (info, --help); its dtype needs it
-        return np.dtype([(f.name, TYPES[f.type][0]) for f in self.fields])
+        spec = [(f.name, f.spec.numpy_format) for f in self.fields]
+        if self.validity_bytes:
+            spec.append((VALIDITY, "u1", (self.validity_bytes,)))
+        return np.dtype(spec)
+
+    @functools.cached_property
+    def record_size(self) -> int:
+        return sum(f.size for f in self.fields) + self.validity_bytes  # packed: the dtype's itemsize
+
+    @functools.cached_property
+    def nullable_names(self) -> tuple[str, ...]:
+        """The nullable fields, in declaration order: bit j of ``_validity`` is the j-th one's."""
+        return tuple(f.name for f in self.fields if f.nullable)
 
     @property
-    def record_size(self) -> int:
-        return sum(f.size for f in self.fields)  # packed: the dtype's itemsize
+    def validity_bytes(self) -> int:
+        return (len(self.nullable_names) + 7) // 8
 
     def field(self, name: str) -> Field:
         for f in self.fields:
@@ -154,37 +178,65 @@ class Layout:
 
     @property
     def names(self) -> list[str]:
+        """The fields' names (``_validity`` is not a field: it is in ``dtype.names``)."""
         return [f.name for f in self.fields]
+
+    @property
+    def numbers_only(self) -> bool:
+        """Every field a single number, none nullable (the layouts before typed fields)."""
+        return all(f.spec.is_number and f.type in TYPES and not f.nullable for f in self.fields)
+
+    def describe_fields(self) -> str:
+        return ", ".join(f.describe() for f in self.fields)
 
     # --- Cap'n Proto ----------------------------------------------------------
     @functools.cached_property
-    def _capnp_layout(self) -> tuple[list[int], int]:
-        return capnp_offsets([f.size for f in self.fields])
+    def _capnp_layout(self) -> tuple[tuple[Member, ...], int]:
+        return capnp_members(self)
 
     @property
     def capnp_words(self) -> int:
         """Words in the Cap'n Proto Record data section."""
         return self._capnp_layout[1]
 
+    @property
+    def capnp_members(self) -> tuple[Member, ...]:
+        """Every stored element: its packed byte offset and Cap'n Proto bit offset."""
+        return self._capnp_layout[0]
+
+    @functools.cached_property
+    def capnp_runs(self) -> list[tuple[int, int, int]]:
+        """(packed offset, Cap'n Proto byte offset, bytes) of the byte-wide elements, in runs."""
+        return copy_runs(self.capnp_members)
+
+    def capnp_span(self, name: str) -> tuple[int, int] | None:
+        """(byte offset in the Cap'n Proto data section, bytes) of field ``name`` when its
+        stored elements lie there in one piece in packed order (any field but a bool);
+        None for a bool (a bit there) or a field Cap'n Proto scattered."""
+        mine = [m for m in self.capnp_members if m.field == name]
+        if not mine or any(m.bits < 8 for m in mine):
+            return None
+        at, size = mine[0].bit // 8, mine[0].bits // 8
+        if any(m.bit // 8 != at + i * size for i, m in enumerate(mine)):
+            return None
+        return at, size * len(mine)
+
+    @functools.cached_property
+    def capnp_bools(self) -> list[tuple[int, int]]:
+        """(packed byte offset, Cap'n Proto bit offset) of each bool."""
+        return [(m.packed, m.bit) for m in self.capnp_members if m.bits == 1]
+
     @functools.cached_property
     def capnp_dtype(self) -> np.dtype:
-        """dtype of one element of a Cap'n Proto List(Record) (data section only)."""
+        """dtype of one element of a Cap'n Proto List(Record) (data section only): raw bytes
+        (the serializer copies `capnp_runs` and `capnp_bools` between it and the records)."""
         import numpy as np  # start-up: a layout is read without numpy (info, --help); its dtype needs it
-        offsets, words = self._capnp_layout
-        return np.dtype(
-            {
-                "names": self.names,
-                "formats": [TYPES[f.type][0] for f in self.fields],
-                "offsets": offsets,
-                "itemsize": words * 8,
-            }
-        )
+        return np.dtype((np.void, self.capnp_words * 8))
 
     @property
     def framable(self) -> bool:
         """True when a List(Record) body is exactly the raw records, byte for byte."""
-        offsets, words = self._capnp_layout
-        return list(offsets) == [self.dtype.fields[n][1] for n in self.names] and words * 8 == self.record_size
+        return is_framable(self.capnp_members, self.capnp_words, self.record_size)
 
     @functools.cached_property
     def capnp_id(self) -> int:
@@ -195,16 +247,7 @@ class Layout:
         return int.from_bytes(h, "big") | (1 << 63)
 
     def capnp_body(self) -> str:
-        lines = ["struct Record {"]
-        for i, f in enumerate(self.fields):
-            lines.append(f"  {f.name} @{i} :{TYPES[f.type][2]};")
-        lines.append("}")
-        lines.append("")
-        lines.append("struct Batch {")
-        lines.append("  start @0 :UInt64;")
-        lines.append("  records @1 :List(Record);")
-        lines.append("}")
-        return "\n".join(lines) + "\n"
+        return capnp_body(self)
 
     def capnp_text(self) -> str:
         """The .capnp schema file for this layout (Record and Batch)."""
@@ -228,21 +271,19 @@ class Layout:
     # --- Arrow ----------------------------------------------------------------
     @functools.cached_property
     def arrow_schema(self):
-        import numpy as np  # start-up: a layout is read without numpy (info, --help); its dtype needs it
+        """The Arrow schema of the records: native types, nullable fields nullable (no
+        ``_validity``: Arrow has real nulls)."""
         import pyarrow as pa  # heavy: only Arrow paths need the schema (capnp loads do without)
 
-        return pa.schema(
-            [pa.field(f.name, pa.from_numpy_dtype(np.dtype(TYPES[f.type][0])), nullable=False)
-             for f in self.fields],
-            metadata={"bulkload.layout": self.name},
-        )
+        return pa.schema([pa.field(f.name, f.arrow_type, nullable=f.nullable) for f in self.fields],
+                         metadata={"bulkload.layout": self.name})
 
     # --- persistence ----------------------------------------------------------
     def to_dict(self) -> dict:
         return {
             "name": self.name,
             "description": self.description,
-            "fields": [[f.name, f.type] for f in self.fields],
+            "fields": [f.to_list() for f in self.fields],
         }
 
     @classmethod
@@ -250,13 +291,35 @@ class Layout:
         """The layout a manifest or task describes (a registered one, e.g. ``docs``, by name)."""
         if d.get("variable_length"):
             return registered_layout(d["name"])
-        return cls(d["name"], tuple(Field(n, t) for n, t in d["fields"]), d.get("description", ""))
+        return cls(d["name"], tuple(Field.from_list(item) for item in d["fields"]), d.get("description", ""))
+
+
+#: the trailing field of a layout with nullable fields (not a legal field name: no clash)
+VALIDITY = "_validity"
+#: Cap'n Proto numbers a struct's fields @0..@65534
+_MAX_CAPNP_FIELDS = 65000
+_OFFSET_TZ = re.compile(r"^[+-]\d\d:\d\d$")
+
+
+def _check_tz(tz, spec: FieldType, where: str) -> None:
+    """LayoutError unless ``tz`` is a time zone (IANA name or +HH:MM) of a datetime64 field."""
+    if spec.base != "datetime64":
+        raise LayoutError(f"{where}: tz is for datetime64 fields, not {spec.name}; remove it")
+    if not isinstance(tz, str) or not tz:
+        raise LayoutError(f"{where}: tz must be a time zone name such as \"UTC\" or \"+01:00\", not {tz!r}")
+    if _OFFSET_TZ.match(tz):
+        return
+    import zoneinfo  # only a layout with a named time zone checks it
+
+    try:
+        zoneinfo.ZoneInfo(tz)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise LayoutError(f"{where}: tz {tz!r} is not a known time zone; use an IANA name such as "
+                          "\"UTC\" or \"America/New_York\", or an offset such as \"+01:00\"") from None
 
 
 # --- layouts from numpy dtypes (in-memory records, user generators, .npy files) ---------------
 
-#: (numpy kind, itemsize) -> layout type name
-_TYPE_OF_KIND = {(code[1], size): name for name, (code, size, _, _) in TYPES.items()}  # "<f8": kind "f"
 _LITTLE = sys.byteorder == "little"
 _REPACK = "repack it: numpy.lib.recfunctions.repack_fields(arr)"
 
@@ -264,16 +327,20 @@ _REPACK = "repack it: numpy.lib.recfunctions.repack_fields(arr)"
 def layout_from_dtype(dtype, name: str) -> Layout:
     """The layout named ``name`` whose records are exactly the bytes of ``dtype``.
 
-    A layout is packed and little-endian, so the dtype must be too: every field a number
-    type of TYPES at the offset right after the previous one, no trailing padding (an
-    ``align=True`` dtype with holes, a big-endian, nested, sub-array or non-numeric field
-    is a LayoutError naming the field and the fix); field names as a layout's."""
+    A layout is packed and little-endian, so the dtype must be too: every field of a
+    layout type (a number, bool, datetime64/timedelta64 of s..ns, S bytes, a 1-D sub-array
+    of numbers) at the offset right after the previous one, no trailing padding (an
+    ``align=True`` dtype with holes, a big-endian, nested or other field is a LayoutError
+    naming the field and the fix); field names as a layout's."""
     import numpy as np  # start-up: a layout is read without numpy (info, --help); its dtype needs it
     dtype = np.dtype(dtype)
     if dtype.names is None:
         raise LayoutError(f"dtype {dtype} has no named fields; records need a structured dtype, "
                           "e.g. np.dtype([('x', '<i8'), ('y', '<f8')])")
     fields, offset = [], 0
+    if VALIDITY in dtype.names:
+        raise LayoutError(f"dtype {dtype} has a {VALIDITY} field: records of a layout with nullable fields, which "
+                          "the dtype does not name; pass the layout (layout=, --layout)")
     for fname in dtype.names:
         ftype, at = dtype.fields[fname][:2]
         fields.append(Field(fname, _type_of(fname, ftype)))
@@ -289,17 +356,21 @@ def layout_from_dtype(dtype, name: str) -> Layout:
 
 def _type_of(fname: str, ftype: np.dtype) -> str:
     """The layout type of one dtype field, or a LayoutError naming the field."""
-    if ftype.names is not None or ftype.subdtype is not None:
-        raise LayoutError(f"field {fname!r} is {'a nested record' if ftype.names else 'a sub-array'} ({ftype}); "
-                          "layout fields are single numbers: flatten it into one field per value")
-    if ftype.byteorder == ">" or (ftype.byteorder == "=" and not _LITTLE):
-        raise LayoutError(f"field {fname!r} is big-endian ({ftype.str}); layouts are little-endian: "
+    if ftype.names is not None:
+        raise LayoutError(f"field {fname!r} is a nested record ({ftype}); layout fields are values: "
+                          "flatten it into one field per value")
+    one = ftype.subdtype[0] if ftype.subdtype is not None else ftype
+    if one.byteorder == ">" or (one.byteorder == "=" and not _LITTLE):
+        raise LayoutError(f"field {fname!r} is big-endian ({one.str}); layouts are little-endian: "
                           "arr.astype(arr.dtype.newbyteorder('<'))")
-    found = _TYPE_OF_KIND.get((ftype.kind, ftype.itemsize))
+    found = type_of_numpy(ftype)
     if found is None:
         raise LayoutError(f"field {fname!r} has type {describe_dtype(ftype)}, which no layout field has; "
-                          f"use one of {', '.join(TYPES)}")
+                          f"a field is one of {TYPE_HELP}{_U_HINT if one.kind == 'U' else ''}")
     return found
+
+
+_U_HINT = " (numpy U text is 4 bytes a character: declare a layout with string[N] and load it by conversion)"
 
 
 def describe_dtype(dtype: np.dtype) -> str:
@@ -352,6 +423,19 @@ def declared_layout_with(dtype) -> Layout | None:
     return None
 
 
+def known_layout(have: Layout) -> Layout:
+    """A known layout with exactly the fields of ``have`` (so that records of it can join
+    a dataset of it, e.g. ``scidb96``), else ``have``."""
+    for name in available_layouts():
+        try:
+            known = get_layout(name)
+        except UsageError:
+            continue  # a broken declaration in ./schemas is reported when it is asked for by name
+        if not known.variable_length and known.fields == have.fields:
+            return known
+    return have
+
+
 # --- a layout of a dtype's fields, converted by field (.npy files, Arrow / Parquet schemas) -------
 
 
@@ -361,8 +445,8 @@ def layout_of_fields(dtype: np.dtype, name: str) -> Layout:
     its order (unlike `layout_from_dtype`, whose records must be the dtype's bytes as they are), each with the layout type of the same kind and size (any byte order,
     offsets or padding: the layout is packed little-endian; readers convert by field).
 
-    LayoutError naming the first field that has no layout type (bool, float16, strings,
-    dates, objects, sub-arrays), or when ``dtype`` has no fields at all."""
+    LayoutError naming the first field that has no layout type (U text, objects, other
+    datetime units, nested records), or when ``dtype`` has no fields at all."""
     import numpy as np  # start-up: a layout is read without numpy (info, --help); its dtype needs it
     dtype = np.dtype(dtype)
     if dtype.names is None:
@@ -371,10 +455,10 @@ def layout_of_fields(dtype: np.dtype, name: str) -> Layout:
     fields = []
     for field_name in dtype.names:
         ftype = dtype.fields[field_name][0]
-        type_name = _TYPE_OF_KIND.get((ftype.kind, ftype.itemsize)) if ftype.subdtype is None else None
+        type_name = type_of_numpy(ftype)
         if type_name is None:
             raise LayoutError(f"field {field_name!r} has type {ftype}, which no layout type holds; a field is one "
-                              f"of {', '.join(TYPES)}")
+                              f"of {TYPE_HELP}")
         fields.append(Field(field_name, type_name))
     return Layout(name, tuple(fields))
 
@@ -457,12 +541,33 @@ def parse_layout_toml(text: str, origin: str) -> Layout:
                           "a layout file has name, description and [fields]")
     if "name" not in data or not isinstance(data.get("fields"), dict):
         raise LayoutError(f"{origin}: a layout file needs `name = \"...\"` and a [fields] table")
-    fields = []
-    for k, v in data["fields"].items():
-        if not isinstance(v, str):
-            raise LayoutError(f"{origin}: field {k!r} must map to a type name string, got {v!r}")
-        fields.append(Field(k, v))
-    return Layout(str(data["name"]), tuple(fields), str(data.get("description", "")))
+    fields = [_toml_field(k, v, origin) for k, v in data["fields"].items()]
+    try:
+        return Layout(str(data["name"]), tuple(fields), str(data.get("description", "")))
+    except LayoutError as e:
+        raise LayoutError(f"{origin}: {e}") from None
+
+
+_FIELD_KEYS = ("type", "nullable", "tz")
+
+
+def _toml_field(name: str, value, origin: str) -> Field:
+    """A [fields] entry: ``name = "TYPE"`` or ``name = { type = "TYPE", nullable = true, tz = "UTC" }``."""
+    if isinstance(value, str):
+        return Field(name, value)
+    example = f'{name} = "int32" or {name} = {{ type = "int16", nullable = true }}'
+    if not isinstance(value, dict):
+        raise LayoutError(f"{origin}: field {name!r} must be a type name or a table, got {value!r}; write {example}")
+    unknown = sorted(set(value) - set(_FIELD_KEYS))
+    if unknown:
+        raise LayoutError(f"{origin}: field {name!r} has unknown key(s) {', '.join(unknown)}; a field table has "
+                          f"{', '.join(_FIELD_KEYS)} (e.g. {example})")
+    if not isinstance(value.get("type"), str):
+        raise LayoutError(f"{origin}: field {name!r} needs `type = \"...\"`; write {example}")
+    nullable = value.get("nullable", False)
+    if not isinstance(nullable, bool):
+        raise LayoutError(f"{origin}: field {name!r}: nullable must be true or false, not {nullable!r}")
+    return Field(name, value["type"], nullable, value.get("tz"))
 
 
 def _search_dirs() -> list[Path]:
@@ -479,11 +584,11 @@ def builtin_schema_dir() -> Path:
 def fields_difference(have, other) -> str:
     """How the fields ``have`` differ from ``other`` (each a sequence of (name, type) pairs
     or Fields): the first field that differs, for messages about two layouts of one name."""
-    a = [(f.name, f.type) if isinstance(f, Field) else tuple(f) for f in have]
-    b = [(f.name, f.type) if isinstance(f, Field) else tuple(f) for f in other]
+    a = [(f if isinstance(f, Field) else Field.from_list(f)).describe() for f in have]
+    b = [(f if isinstance(f, Field) else Field.from_list(f)).describe() for f in other]
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:
-            return f"field {i + 1} is {x[0]}:{x[1]}, not {y[0]}:{y[1]}"
+            return f"field {i + 1} is {x}, not {y}"
     return f"{len(a)} fields, not {len(b)}"
 
 

@@ -37,7 +37,7 @@ from .runs import Run
 
 class _Layout(msgspec.Struct):
     name: str
-    fields: list[tuple[str, str]]
+    fields: list[list[str | dict[str, bool | str]]]  # [name, type] or [name, type, {nullable, tz}]: Layout checks
     variable_length: bool = False
 
 

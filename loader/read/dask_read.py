@@ -5,7 +5,9 @@ read it through the same readers as the Dataset: a partition decodes whole batch
 (`Dataset.scan`, checksums checked), an array block is one box query
 (arrays/query.py's `read_box`, OS readahead off) scattered into a dense numpy block.
 
-- DataFrame: the layout's columns and dtypes (those of `Dataset.read_records`), indexed
+- DataFrame: the layout's columns in pandas types (those of `Dataset.to_pandas`:
+  datetimes with their zone, nullable dtypes for nullable fields; a numeric layout's are
+  those of `Dataset.read_records`), indexed
   by record number (``record``, int64; known divisions). A partition is a run of whole
   consecutive batches holding about ``partition_bytes`` of records (default 128 MiB, at
   least one batch): batches are the unit of storage, so a partition never reads part of
@@ -156,7 +158,7 @@ def dask_dataframe(ds: Dataset, partition_bytes: int | None = None):
     ds._fixed_only("to_dask_dataframe")
     dd = _dask("dask.dataframe", "to_dask_dataframe")
     pd = _dask("pandas", "to_dask_dataframe")
-    meta = _frame(pd, np.empty(0, ds.layout.dtype), np.empty(0, np.int64))
+    meta = _frame(pd, ds.layout.arrow_schema.empty_table(), np.empty(0, np.int64), ds.layout)
     parts = _partitions(ds.manifest.batches, ds.layout.record_size, _partition_bytes(partition_bytes))
     if not parts:
         return dd.from_pandas(meta, npartitions=1)
@@ -191,14 +193,17 @@ def _read_partition(rows: list, snap: Snapshot):
     import pandas as pd
 
     with snap.reader(rows) as ds:
-        frame = ds.scan().read_all().to_pandas()  # the scan's decode: checksums checked
-    frame.index = pd.Index(np.concatenate([np.arange(b.first, b.first + b.count, dtype=np.int64) for b in rows]),
-                           name="record")
-    return frame
+        table = ds.scan().read_all()  # the scan's decode: checksums checked
+        layout = ds.layout
+    index = np.concatenate([np.arange(b.first, b.first + b.count, dtype=np.int64) for b in rows])
+    return _frame(pd, table, index, layout)
 
 
-def _frame(pd, recs: np.ndarray, index: np.ndarray):
-    return pd.DataFrame(recs, index=pd.Index(index, name="record"))
+def _frame(pd, table, index: np.ndarray, layout):
+    """A scan's Table as a DataFrame of the layout's pandas types (model/arrow_records.py)."""
+    from ..model.arrow_records import frame_of_table
+
+    return frame_of_table(table, layout, pd.Index(index, name="record"))
 
 
 # --- Array ------------------------------------------------------------------------------------------

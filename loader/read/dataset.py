@@ -366,12 +366,15 @@ class Dataset(Verifying):
         return self.scan(columns, records).read_all()
 
     def to_pandas(self, columns=None, records=None):
-        """`to_arrow` as a pandas DataFrame (pandas must be installed)."""
+        """`to_arrow` as a pandas DataFrame (pandas must be installed): datetimes keep their
+        zone, nullable number and bool fields take pandas' nullable dtypes (Int16, boolean)."""
         try:
             import pandas  # noqa: F401 - pyarrow's to_pandas needs it
         except ImportError:
             raise UsageError("to_pandas needs pandas: pip install pandas") from None
-        return self.to_arrow(columns, records).to_pandas()
+        from ..model.arrow_records import frame_of_table  # with pandas: only pandas output needs it
+
+        return frame_of_table(self.to_arrow(columns, records), self.layout)
 
     def to_polars(self, record_column: str | None = None):
         """A ``polars.LazyFrame`` of this snapshot (read/frames.py): projection, filter and
@@ -386,6 +389,7 @@ class Dataset(Verifying):
         from .frames import sql
 
         return sql(self, query)
+
 
     # --- 2-D arrays (see redimension.py, query.py) ---------------------------------------
     def arrays(self) -> list[dict]:
@@ -437,18 +441,6 @@ def check_record_range(start: int, stop: int, n: int, uri: str) -> None:
     if stop > n:
         raise UsageError(f"record range {start:,}..{stop:,} goes past the end: {where}; "
                          f"read at most to {n:,}")
-
-
-def records_to_arrow(recs, schema):
-    """Decoded records as a pyarrow RecordBatch of ``schema``'s columns: ``recs`` a structured
-    array of the layout's dtype, or a mapping name -> 1-D array. The one numpy -> Arrow
-    conversion of records (scans, exports, to_arrow)."""
-    import pyarrow as pa  # heavy: only Arrow output needs it
-
-    from ..model.arrow_numpy import from_numpy  # with pyarrow: only Arrow output needs it
-
-    return pa.RecordBatch.from_arrays([from_numpy(recs[name], schema.field(name).type) for name in schema.names],
-                                      schema=schema)
 
 
 def open(uri: str, pin: bool = True) -> Dataset:  # noqa: A001 - the public API is loader.open

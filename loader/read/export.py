@@ -96,7 +96,7 @@ def export(ds: Dataset, out: str, fmt: str, sel: Selection | None = None, *, com
             rows[0] = ds.records
         else:
             args = (_counted(reader, rows), reader.schema, o.file, compression, row_group_rows)
-            _WRITERS[fmt](*args, known_rows(ds, sel)) if fmt == "npy" else _WRITERS[fmt](*args)
+            _WRITERS[fmt](*args, known_rows(ds, sel), ds.layout) if fmt == "npy" else _WRITERS[fmt](*args)
     return ExportReport(dataset=ds.uri, out=out, format=fmt, records=rows[0], bytes=o.nbytes)
 
 
@@ -165,38 +165,58 @@ def _csv(batches, schema, f, _c, _r) -> None:
     import pyarrow as pa
     import pyarrow.csv as pcsv  # only this format needs pyarrow's CSV module
 
+    from .tables import as_text  # with pyarrow: only text formats convert
+
     header = True
     for b in batches:
         buf = pa.BufferOutputStream()
-        pcsv.write_csv(b, buf, pcsv.WriteOptions(include_header=header))
+        pcsv.write_csv(as_text(b, lists=True), buf, pcsv.WriteOptions(include_header=header))
         header = False
         f.write(buf.getvalue().to_pybytes().decode())
     if header:  # no records: the header alone
         buf = pa.BufferOutputStream()
-        pcsv.write_csv(schema.empty_table(), buf)
+        pcsv.write_csv(as_text(schema.empty_table(), lists=True), buf)
         f.write(buf.getvalue().to_pybytes().decode())
 
 
 def _jsonl(batches, _schema, f, _c, _r) -> None:
+    from .tables import as_text  # with pyarrow: only text formats convert
+
     for b in batches:
-        f.write("".join(json.dumps(r) + "\n" for r in b.to_pylist()))
+        f.write("".join(json.dumps(r) + "\n" for r in as_text(b, lists=False).to_pylist()))
 
 
-def _npy(batches, schema, f, _c, _r, n: int | None = None) -> None:
-    """``n``: the record count when known before reading (a record range); else (a box) the
-    batches are held until it is, as the header names it."""
+def _npy(batches, schema, f, _c, _r, n: int | None = None, layout=None) -> None:
+    """The records of the selected fields in the layout's dtype (a nullable field's nulls
+    in a trailing ``_validity``, bit j for the j-th nullable field selected: a whole-dataset
+    export is `read_records`' bytes); a box's dimension columns as their numbers. ``n``: the
+    record count when known before reading (a record range); else (a box) the batches are
+    held until it is, as the header names it."""
     from ..model.arrow_numpy import to_numpy  # with pyarrow: only Arrow input converts
+    from ..model.arrow_records import set_validity
+    from ..model.conversions import field_values
+    from ..model.layouts import TYPES, VALIDITY, Field, Layout
 
-    dtype = np.dtype([(fld.name, fld.type.to_pandas_dtype()) for fld in schema])
+    given = {} if layout is None else {fld.name: fld for fld in layout.fields}
+    sub = Layout(getattr(layout, "name", "export"), tuple(
+        given.get(fld.name) or Field(fld.name, np.dtype(fld.type.to_pandas_dtype()).name) for fld in schema))
+    dtype = sub.dtype
     held = batches if n is not None else list(batches)
     n = sum(b.num_rows for b in held) if n is None else n
     np.lib.format.write_array_header_2_0(f, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
                                              "shape": (n,)})
     for b in held:
         recs = np.empty(b.num_rows, dtype)
-        for i, name in enumerate(schema.names):
-            recs[name] = to_numpy(b.column(i))
-        f.write(memoryview(recs).cast("B"))
+        if sub.validity_bytes:
+            recs[VALIDITY] = 0
+        for fld, col in zip(sub.fields, b.columns):
+            if fld.type in TYPES and not fld.nullable:
+                recs[fld.name] = to_numpy(col)
+                continue
+            recs[fld.name], valid = field_values(col, fld, "export")
+            if fld.nullable:
+                set_validity(recs, sub, fld.name, valid)
+        f.write(memoryview(recs.view(np.uint8)))
 
 
 def _capnp(ds: Dataset, f, _c, _r) -> None:

@@ -5,8 +5,9 @@ the one record-range lookup), read in record order. The reading thread fetches e
 value; `scan_threads` threads (default: the cores, at most 4) check its size and xxh3
 against the manifest row, decompress it and decode only the ``columns`` asked for
 (`Serializer.decode_columns`: byte-shuffled Cap'n Proto values unshuffle only those
-fields' byte planes, Arrow values read only those buffers), and `records_to_arrow` makes
-the Arrow batch; xxhash, lz4, zstd and the unshuffle release the GIL. Results are taken
+fields' byte planes, Arrow values read only those buffers; ``_validity`` too when a
+nullable field is asked for), and model/arrow_records.py's `record_batch` makes the Arrow
+batch (native types, real nulls); xxhash, lz4, zstd and the unshuffle release the GIL. Results are taken
 in order with up to `READAHEAD` batches in flight per thread: memory stays a few batches
 whatever the dataset's size. A batch of which only part is read (the ends of a record
 range) takes `Dataset._records_into`, as `read_records` does (checked whole by default;
@@ -96,27 +97,28 @@ def record_batches(ds: Dataset, names: list[str], start: int, stop: int, batch_r
 
     import numpy as np
 
-    from .dataset import records_to_arrow
+    from ..model.arrow_records import decoded_names, record_batch
 
-    schema = arrow_schema(ds, names)
+    layout = ds.layout
+    decode = decoded_names(layout, names)  # a nullable field's nulls are bits of _validity
     todo = ds.batches_covering(start, stop)
     threads = scan_threads()
     pending: deque = deque()
 
-    dtypes = [(n, ds.layout.dtype.fields[n][0]) for n in names]
+    dtypes = [(n, layout.dtype.fields[n][0]) for n in decode]
 
     def whole(b, value, out):
         check_value(ds.uri, b, value)
-        first, n, cols = ds.serializer.decode_columns(value, names, out)
+        first, n, cols = ds.serializer.decode_columns(value, decode, out)
         if n != b.count or first != b.first:
             raise CorruptBatchError(batch_message(ds.uri, b, f"the value holds {n} records from {first}, "
                                                              f"the manifest says {b.count} from {b.first}"))
-        return records_to_arrow(cols, schema)
+        return record_batch(cols, layout, names)
 
     def part(b, lo, hi):
-        out = np.empty(hi - lo, ds.layout.dtype)
+        out = np.empty(hi - lo, layout.dtype)
         ds._records_into(out, b, lo, hi)
-        return records_to_arrow({n: np.ascontiguousarray(out[n]) for n in names}, schema)
+        return record_batch({n: np.ascontiguousarray(out[n]) for n in decode}, layout, names)
 
     # Cap'n Proto columns are always new memory (decompressed, or gathered): they may be
     # decoded from a zero-copy value (Arrow columns are views of the value: not those)
@@ -192,8 +194,9 @@ def _rows(batch, batch_rows: int | None) -> Iterator:
 
 
 def arrow_schema(ds: Dataset, names: list[str]):
-    schema = ds.layout.arrow_schema
-    return schema if names == schema.names else __import__("pyarrow").schema([schema.field(n) for n in names])
+    from ..model.arrow_records import schema_of
+
+    return schema_of(ds.layout, names)
 
 
 def check_batch_rows(batch_rows) -> int | None:

@@ -60,12 +60,12 @@ def _csv(table, sink) -> None:
     import pyarrow.csv as pcsv  # only this format needs pyarrow's CSV module
 
     buf = pa.BufferOutputStream()
-    pcsv.write_csv(table, buf)
+    pcsv.write_csv(as_text(table, lists=True), buf)
     sink.write(buf.getvalue().to_pybytes().decode())
 
 
 def _json(table, sink) -> None:
-    json.dump(table.to_pylist(), sink)
+    json.dump(as_text(table, lists=False).to_pylist(), sink)
     sink.write("\n")
 
 
@@ -81,12 +81,67 @@ def _parquet(table, sink) -> None:
 
 
 def _npy(table, sink) -> None:
-    arr = np.empty(table.num_rows, [(f.name, f.type.to_pandas_dtype()) for f in table.schema])
+    arr = np.empty(table.num_rows, [(f.name, _npy_dtype(f)) for f in table.schema])
     for name in table.column_names:
-        arr[name] = to_numpy(table.column(name))
+        col = table.column(name)
+        arr[name] = to_numpy(col) if arr.dtype[name].kind in "iuf" else col.to_numpy()
     npy = io.BytesIO()  # np.save wants a seekable file for a file object it recognises
     np.save(npy, arr)
     sink.write(npy.getbuffer())
+
+
+def _npy_dtype(field) -> np.dtype:
+    """The numpy dtype of a result column in a .npy: numbers, bool, times (the zone dropped:
+    numpy's are UTC), fixed-size bytes; anything else (text of varying length, lists) is a
+    UsageError naming the column and the formats that hold it."""
+    t = field.type
+    if pa.types.is_timestamp(t) or pa.types.is_duration(t):
+        return np.dtype(f"{'M8' if pa.types.is_timestamp(t) else 'm8'}[{t.unit}]")
+    if pa.types.is_fixed_size_binary(t):
+        return np.dtype(f"S{t.byte_width}")
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
+        return np.dtype(t.to_pandas_dtype())
+    raise UsageError(f"--format npy holds fixed-width values; column {field.name!r} is {t}: "
+                     "use --format arrow, parquet, csv or json for it, or cast it in the query")
+
+
+def as_text(batch, lists: bool):
+    """``batch`` (or a Table) with the columns text formats (CSV, JSON) cannot hold as they
+    are made text: timestamps as exact ISO 8601 (``2026-01-02T15:00:00.123456789``, ``Z``
+    with a zone), dates, times and decimals as their text, durations as integers of their
+    unit, bytes as their text up to the zero padding (undecodable bytes escaped, ``\\xff``);
+    with ``lists`` (CSV) an array as its JSON list (``[1.0, 2.5, 3.0]``). A null stays a
+    null (an empty CSV field, JSON null). Number, bool and string columns are left as they
+    are (no copy). The one conversion of `bulkload scan`/`export` (csv, jsonl) and of query
+    results (csv, json)."""
+    import pyarrow.compute as pc  # only text output converts
+
+    arrays, changed = [], False
+    for col in batch.columns:
+        t = col.type
+        if pa.types.is_timestamp(t):
+            col = pc.replace_substring(col.cast(pa.string()), " ", "T", max_replacements=1)
+        elif pa.types.is_temporal(t) and not pa.types.is_duration(t) or pa.types.is_decimal(t):
+            col = col.cast(pa.string())
+        elif pa.types.is_duration(t):
+            col = col.cast(pa.int64())
+        elif pa.types.is_fixed_size_binary(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t):
+            col = pa.array([None if v is None else bytes_text(v) for v in col.to_pylist()], pa.string())
+        elif lists and (pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t)):
+            col = pa.array([None if v is None else json.dumps(v) for v in col.to_pylist()], pa.string())
+        else:
+            arrays.append(col)
+            continue
+        arrays.append(col)
+        changed = True
+    if not changed:
+        return batch
+    return type(batch).from_arrays(arrays, names=batch.schema.names)
+
+
+def bytes_text(value: bytes) -> str:
+    """A bytes[N] value as text: up to its zero padding, UTF-8, undecodable bytes escaped."""
+    return value.rstrip(b"\0").decode("utf-8", "backslashreplace")
 
 
 _WRITERS = {"table": _text, "csv": _csv, "json": _json, "arrow": _arrow, "parquet": _parquet, "npy": _npy}

@@ -2,8 +2,9 @@
 
 The value is a complete IPC stream (schema message, one RecordBatch, end-of-stream
 marker), so any Arrow reader opens it with ``pyarrow.ipc.open_stream(value)``. The
-columns are the layout's fields (``layout.arrow_schema``: non-nullable primitive
-columns), optionally compressed per buffer with lz4 (frame) or zstd
+columns are the layout's fields (``layout.arrow_schema``: native types - timestamps,
+durations, bool, fixed_size_binary, string, fixed_size_list - and real nulls for the
+nullable fields, model/arrow_records.py), optionally compressed per buffer with lz4 (frame) or zstd
 (``IpcWriteOptions(compression=...)``). The schema metadata carries the batch:
 
     bulkload.layout  the layout name
@@ -11,7 +12,7 @@ columns), optionally compressed per buffer with lz4 (frame) or zstd
     bulkload.count   its record count (decimal), so `count` reads only the schema message
 
 `decode` returns a new structured array of ``layout.dtype`` (Arrow is columnar, so the
-rows are interleaved with one vectorised copy per column). Malformed values, or values
+rows are interleaved with one vectorised copy per column; the nulls become ``_validity``). Malformed values, or values
 of another layout, raise `loader.errors.VerifyError`.
 """
 
@@ -20,9 +21,11 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from ..errors import VerifyError
+from ..errors import ConversionError, LayoutError, VerifyError
 from ..model.arrow_numpy import from_numpy, to_numpy
-from ..model.layouts import Layout
+from ..model.arrow_records import column_to_arrow, set_bit, set_validity, validity_of
+from ..model.conversions import field_values
+from ..model.layouts import TYPES, VALIDITY, Layout
 from .base import Serializer
 
 _START = b"bulkload.start"
@@ -44,6 +47,8 @@ class ArrowSerializer(Serializer):
             compression=None if self.compression == "none" else self.compression
         )
         self._base_meta = dict(self._schema.metadata or {})
+        #: the fields that are single numbers, never null: their columns are the numpy values
+        self._plain = {f.name for f in layout.fields if f.type in TYPES and not f.nullable}
 
     # --- encoding -----------------------------------------------------------
     def new_buffer(self, n: int) -> tuple[object, np.ndarray]:
@@ -58,7 +63,9 @@ class ArrowSerializer(Serializer):
         n = len(records)
         self.check_batch_records(n)
         start = self._check_start(start)
-        arrays = [from_numpy(records[name]) for name in self.layout.names]
+        arrays = [from_numpy(records[f.name]) if f.name in self._plain else
+                  column_to_arrow(records[f.name], f, validity_of(records, self.layout, f.name))
+                  for f in self.layout.fields]
         meta = dict(self._base_meta)
         meta[_START] = str(start).encode()
         meta[_COUNT] = str(n).encode()
@@ -113,24 +120,62 @@ class ArrowSerializer(Serializer):
             raise _corrupt(f"{type(e).__name__}: {e}") from None
         if table.num_rows != n:
             raise _corrupt(f"metadata says {n} records, the stream holds {table.num_rows}")
-        for col, name in zip(table.columns, table.column_names):
-            if col.null_count:
-                raise _corrupt(f"column {name!r} has {col.null_count} nulls")
         return start, n, table
 
     def decode(self, value) -> tuple[int, np.ndarray]:
         start, n, table = self._read(value)
         out = np.empty(n, dtype=self.layout.dtype)
-        for i, name in enumerate(self.layout.names):
-            for chunk, at in _chunks(table.column(i)):
-                out[name][at : at + len(chunk)] = to_numpy(chunk)
+        if self.layout.validity_bytes:
+            out[VALIDITY] = 0
+        for i, f in enumerate(self.layout.fields):
+            col = table.column(i)
+            if f.name not in self._plain:
+                out[f.name], valid = self._typed(col, f)
+                if f.nullable:
+                    set_validity(out, self.layout, f.name, valid)
+                continue
+            _no_nulls(col, f.name)
+            for chunk, at in _chunks(col):
+                out[f.name][at : at + len(chunk)] = to_numpy(chunk)
         return start, out
 
     def decode_columns(self, value, names: list[str], out: dict | None = None) -> tuple[int, int, dict]:
-        """Only the buffers of ``names`` are read (and decompressed); the columns are
-        zero-copy views of the stream's (or its decompressed) buffers."""
-        start, n, table = self._read(value, [self.layout.names.index(name) for name in names])
-        return start, n, {name: to_numpy(table.column(name)) for name in names}
+        """Only the buffers of ``names`` are read (and decompressed); a plain number column
+        is a zero-copy view of the stream's (or its decompressed) buffer, a typed one is
+        converted (`field_values`). ``_validity`` among ``names``: built from the null
+        bitmaps of the nullable fields (read for it)."""
+        lay = self.layout
+        want = [name for name in names if name != VALIDITY]
+        if VALIDITY in names:
+            want += [name for name in lay.nullable_names if name not in want]
+        start, n, table = self._read(value, sorted(lay.names.index(name) for name in want))
+        cols = {}
+        if VALIDITY in names:
+            cols[VALIDITY] = np.zeros((n, lay.validity_bytes), np.uint8)
+        for name in want:
+            f, col = lay.field(name), table.column(name)
+            if name in self._plain:
+                _no_nulls(col, name)
+                cols[name] = to_numpy(col)
+                continue
+            values, valid = self._typed(col, f)
+            cols[name] = values
+            if f.nullable and VALIDITY in cols:
+                set_bit(cols[VALIDITY], lay, name, valid)  # (the values are zero where null)
+        return start, n, {name: cols[name] for name in names}
+
+    @staticmethod
+    def _typed(col, f):
+        """(values, valid mask or None) of a stored column of a field that is not a plain number."""
+        try:
+            return field_values(col, f, "stored batch")
+        except (ConversionError, LayoutError) as e:
+            raise _corrupt(str(e)) from None
+
+
+def _no_nulls(col, name: str) -> None:
+    if col.null_count:
+        raise _corrupt(f"column {name!r} has {col.null_count} nulls")
 
 
 def _chunks(col):

@@ -21,8 +21,11 @@ When ``layout.framable`` (Cap'n Proto places every field at its packed offset an
 record is a whole number of words, e.g. ``scidb96``) the records region *is* the raw
 records: `new_buffer` returns a bytearray holding the whole message and a numpy view of
 its records region, a producer fills the view, and `encode_buffer` writes the header:
-zero copies. Otherwise records are copied field by field (vectorised numpy) into a
-``layout.capnp_dtype`` view of the message (unused bytes stay zero).
+zero copies. Otherwise records are copied run by run (``layout.capnp_runs``: the
+stretches of elements consecutive in both; vectorised numpy) into the message, and each
+bool's byte becomes its bit (``layout.capnp_bools``; unused bits and bytes stay zero).
+Every field is in the data section (model/layout_capnp.py), so the framing below holds
+for every layout.
 
 Decoding follows the pointers rather than assuming the offsets above, so it also reads
 messages built by pycapnp's builder (which may use several segments and far pointers,
@@ -252,6 +255,10 @@ class CapnpSerializer(Serializer):
         self._stride = self._words * 8
         self._framable = layout.framable
         self._cdtype = layout.capnp_dtype
+        #: where each field (and ``_validity``) lies in the data section (decode_columns):
+        #: (byte offset, bytes) when in one piece, else None; a bool's bit offset
+        self._spans = {name: layout.capnp_span(name) for name in layout.dtype.names}
+        self._bits = {m.field: m.bit for m in layout.capnp_members if m.bits == 1}
 
     @property
     def max_records(self) -> int:
@@ -304,10 +311,8 @@ class CapnpSerializer(Serializer):
                 if records.ctypes.data != body.ctypes.data or records.strides != body.strides:
                     body[...] = self._check_records(records)
             else:
-                body = np.frombuffer(mv, dtype=self._cdtype, count=n, offset=HEADER_BYTES)
-                records = self._check_records(records)
-                for name in self.layout.names:
-                    body[name] = records[name]
+                body = np.frombuffer(mv, np.uint8, n * self._stride, HEADER_BYTES).reshape(n, self._stride)
+                self._to_capnp(self._check_records(records), body)
         write_header(mv, n, self._words, start)
         if self.compression != "none":
             return bytes(mv[:HEADER_BYTES]) + shuffled.compress(mv[HEADER_BYTES:size], self.compression, self._stride)
@@ -372,29 +377,53 @@ class CapnpSerializer(Serializer):
         `unshuffle` of its planes (C, the GIL released; 4- and 8-byte fields by SSE2)
         straight into its column - the other fields are never assembled, and all of them
         take half the time of a whole unshuffle and a gather of each field (measured on
-        2M scidb96 records, lz4 and zstd). Uncompressed: each field gathered (a strided
-        copy, in C)."""
-        fields = self._cdtype.fields
+        2M scidb96 records, lz4 and zstd). Where a field lies comes from
+        ``layout.capnp_span`` (a bool: its bit of one plane); a field Cap'n Proto scattered
+        is picked from a whole decode. Uncompressed: each field gathered (a strided copy,
+        in C)."""
         if self.compression == "none":
             return super().decode_columns(value, names, out)
+        lay = self.layout
         mv = byte_view(value)
         start, n = header_fields(mv, self._stride)
         planes = shuffled.decompressed_planes(mv[HEADER_BYTES:], n * self._stride, self._stride,
                                               "corrupt Cap'n Proto batch value")
-        cols = {}
+        cols, whole = {}, None
         for name in names:
-            dt, off = fields[name][:2]
-            col = cols[name] = column_out(out, name, n, self.layout.dtype.fields[name][0])
-            if n:
-                w = dt.itemsize
-                shuffled.unshuffle(memoryview(planes)[off * n: (off + w) * n], memoryview(col.view(np.uint8)), w)
+            col = cols[name] = column_out(out, name, n, lay.dtype.fields[name][0])
+            if not n:
+                continue
+            span, bit = self._spans[name], self._bits.get(name)
+            if span is not None:
+                at, w = span
+                dst = memoryview(col.reshape(-1).view(np.uint8))
+                shuffled.unshuffle(memoryview(planes)[at * n: (at + w) * n], dst, w)
+            elif bit is not None:
+                plane = np.frombuffer(planes, np.uint8, n, (bit // 8) * n)
+                np.bitwise_and(plane >> (bit % 8), 1, out=col.view(np.uint8))
+            else:  # scattered over the data section
+                whole = self.decode(value)[1] if whole is None else whole
+                col[...] = whole[name]
         return start, n, cols
 
+    def _to_capnp(self, records: np.ndarray, body: np.ndarray) -> None:
+        """Copy ``records`` into ``body`` (n x data-section bytes): runs, then bools as bits."""
+        raw = _bytes_of(records)
+        for packed, at, size in self.layout.capnp_runs:
+            body[:, at:at + size] = raw[:, packed:packed + size]
+        for packed, bit in self.layout.capnp_bools:
+            byte, mask = bit // 8, np.uint8(1 << (bit % 8))
+            body[:, byte] = (body[:, byte] & ~mask) | np.where(raw[:, packed] != 0, mask, np.uint8(0))
+
     def _as_records(self, view: np.ndarray) -> np.ndarray:
-        """A new array of the layout's dtype holding the fields of a ``capnp_dtype`` view."""
-        out = np.empty(len(view), dtype=self.layout.dtype)
-        for name in out.dtype.names:
-            out[name] = view[name]
+        """A new array of the layout's dtype holding the records of a ``capnp_dtype`` view."""
+        out = np.zeros(len(view), dtype=self.layout.dtype)
+        body = np.ascontiguousarray(view).view(np.uint8).reshape(len(view), self._stride)
+        raw = out.view(np.uint8).reshape(len(out), self.layout.record_size)
+        for packed, at, size in self.layout.capnp_runs:
+            raw[:, packed:packed + size] = body[:, at:at + size]
+        for packed, bit in self.layout.capnp_bools:
+            raw[:, packed] = (body[:, bit // 8] >> (bit % 8)) & 1
         return out
 
     # --- reading a few records of a value -------------------------------------
@@ -423,6 +452,12 @@ class CapnpSerializer(Serializer):
         if self._framable:
             return np.frombuffer(body, dtype=self.layout.dtype, count=n)
         return self._as_records(np.frombuffer(body, dtype=self._cdtype, count=n))
+
+
+def _bytes_of(records: np.ndarray) -> np.ndarray:
+    """The records' bytes as an (n, record size) uint8 array (a copy only if they are strided)."""
+    records = np.ascontiguousarray(records)
+    return records.view(np.uint8).reshape(len(records), records.dtype.itemsize)
 
 
 def pycapnp_reader(layout: Layout, value):

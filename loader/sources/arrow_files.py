@@ -1,12 +1,14 @@
 """Arrow IPC files and streams (``.arrow``, ``.feather``, ``.arrows``) and Parquet (``.parquet``).
 
 Both are read by pyarrow, imported only here and only when such a file is loaded. Their
-columns make the layout (typed.py): integers and floats of the layout's types, and
-dictionary-encoded ones as their values (a file with dictionaries is read through
-pyarrow's reader, which resolves them: `_plan_decoded`); a column of any other type
-(strings, booleans, dates, decimals, nested) that the run would load is a LayoutError
-naming it (exit 2), and so are nulls in a loaded column
-(NullValuesError naming the column and the record batch / row group, exit 1).
+columns make the layout (typed.py, `schema_fields`): integers, floats (float16 too) and
+bool; ``timestamp(unit, tz)`` and ``duration(unit)`` of s..ns; ``fixed_size_binary(N)``;
+``string`` / ``binary`` (a width only from --layout's bytes[N] / string[N]); and
+``fixed_size_list`` of numbers; dictionary-encoded ones as their values (a file with
+dictionaries is read through pyarrow's reader, which resolves them: `_plan_decoded`). A
+column of any other type (dates, decimals, nested) that the run would load is a
+LayoutError naming it (exit 2); nulls in a loaded column whose field is not nullable a
+NullValuesError naming the column and the record batch / row group (exit 1).
 
 - **Arrow IPC** (file format: ``ARROW1`` magic and a footer; stream format: messages
   only). Planning reads every record batch's header from a memory map (zero copy: no
@@ -14,8 +16,8 @@ naming it (exit 2), and so are nulls in a loaded column
   where its columns' values lie in the file; a worker reads exactly the record batches
   its batches overlap, from its own memory map of the file, as numpy views at those
   offsets - without pyarrow, which costs a worker a fifth of a second to import (a
-  compressed file: the worker decodes the record batch with pyarrow). Splits across
-  workers by record batch.
+  compressed file, or one with columns other than plain numbers or with nulls: the
+  worker decodes the record batch with pyarrow). Splits across workers by record batch.
 - **Parquet**: planning reads the footer only (row counts per row group; null counts
   from the column statistics, else checked as each row group is decoded). A worker
   decodes the row groups its batches overlap (the loaded columns only), one at a time,
@@ -42,30 +44,50 @@ import numpy as np
 
 from ..errors import FileFormatError, NullValuesError
 from ..model.arrow_numpy import to_numpy
-from ..model.layouts import TYPES
+from ..model.conversions import arrow_field_type
+from ..model.field_types import NUMBERS, parse_type
 from .base import FileType, register_file_type
-from .typed import TypedFile, copy_fields, split_fields
+from .typed import TypedFile, split_fields
 
 
 def schema_fields(schema, path: str) -> tuple[tuple, tuple]:
-    """(fields, others) of an Arrow schema's columns (typed.split_fields): integers and
-    floats of a layout type are fields; any other type is named in ``others``."""
+    """(fields, others) of an Arrow schema's columns (typed.split_fields): a column of a
+    layout type (or of text / binary of variable length) is a field; any other type is
+    named in ``others``."""
     import pyarrow as pa  # why: heavy; only a load of an Arrow or Parquet file gets here
 
     columns = []
     for f in schema:
         kind = f.type.value_type if pa.types.is_dictionary(f.type) else f.type  # dictionaries: decoded
-        if pa.types.is_integer(kind) or pa.types.is_floating(kind):
-            columns.append((f.name, np.dtype(kind.to_pandas_dtype())))
-        else:
-            columns.append((f.name, f"column {f.name!r} has type {f.type}, which no layout type holds; a field is "
-                                    "an integer or a float (cast or drop the column first)"))
+        found = arrow_field_type(kind)
+        found = (found, None) if isinstance(found, str) else found
+        columns.append((f.name, found if found is not None else (
+            f"column {f.name!r} has type {f.type}, which no layout type holds; a field is a number, bool, "
+            "timestamp, duration, binary or string, or a fixed-size list of numbers (cast or drop the column first)")))
     return split_fields(columns, path)
 
 
+def _plain(type_name: str) -> bool:
+    """A column whose values lie in the file as the field's numpy values (no bits, no offsets)."""
+    return type_name in NUMBERS or parse_type(type_name).base in ("datetime64", "timedelta64") \
+        if type_name not in ("string", "bytes") and not type_name.endswith("[]") else False
+
+
+def _column(column):
+    """An Arrow column as numpy when it is plain numbers without nulls, else as it is
+    (converted by the field, model/conversions.py)."""
+    import pyarrow as pa  # why: heavy; only a worker reading a decoded Arrow column gets here
+
+    t = column.type
+    if not column.null_count and (pa.types.is_integer(t) or pa.types.is_floating(t)):
+        return to_numpy(column)
+    return column
+
+
 def nulls_message(path: str, column: str, count: int, where: str) -> str:
-    return (f"{path}: column {column!r} holds {count:,} null(s) in {where}; a record has a value in every field - "
-            "fill or drop them first (pyarrow.compute.fill_null, drop_null)")
+    return (f"{path}: column {column!r} holds {count:,} null(s) in {where}, but its field is not nullable - "
+            "fill or drop them first (pyarrow.compute.fill_null, drop_null), or declare the field nullable "
+            f"({column} = {{ type = \"...\", nullable = true }})")
 
 
 def first_nulls(found: dict, path: str, column: str, count: int, where: str) -> None:
@@ -82,15 +104,15 @@ class _RowRanges:
 
     def fill(self, records: np.ndarray, offset: int) -> None:
         """Copy rows offset.. of the pieces they fall in into ``records``."""
-        starts, end, names = self.row_starts, offset + len(records), records.dtype.names
+        starts, end, names = self.row_starts, offset + len(records), tuple(self.filled_layout(records).names)
         i = bisect.bisect_right(starts, offset) - 1
         pos = offset
         while pos < end:
             lo, hi = starts[i], starts[i + 1]
             if hi > lo:
                 upto = min(hi, end)
-                copy_fields(records[pos - offset:upto - offset], _piece(self, i, names), pos - lo, upto - lo,
-                            self.path, pos)
+                self.copy_into(records[pos - offset:upto - offset], _piece(self, i, names), pos - lo, upto - lo,
+                               pos)
                 pos = upto
             i += 1
 
@@ -158,12 +180,14 @@ class ArrowIpcSource(_RowRanges, TypedFile):
             if msg.type != "record batch":
                 continue
             batch = pa.ipc.read_record_batch(msg, schema)
-            for name, _ in fields:
+            for name, *_ in fields:
                 first_nulls(nulls, path, name, batch.column(name).null_count, f"record batch {len(offsets)}")
             offsets.append(at)
             starts.append(starts[-1] + batch.num_rows)
-            values_at.append(tuple(_values_at(batch.column(name), whole) for name, _ in fields))
-        in_file = all(at is not None for batch in values_at for at in batch)
+            values_at.append(tuple(_values_at(batch.column(name), whole) if _plain(t) else None
+                                   for name, t, _ in fields))
+        in_file = all(at is not None for batch in values_at for at in batch) and not nulls \
+            and all(_plain(t) for _, t, _ in fields)
         return cls(path, fields, others, tuple(nulls.items()), starts[-1], tuple(starts), tuple(offsets),
                    tuple(values_at) if in_file else None)
 
@@ -173,7 +197,7 @@ class ArrowIpcSource(_RowRanges, TypedFile):
         reader (which holds the dictionaries); ``offsets``: the batches' indexes."""
         starts, nulls = [0], {}
         for i, batch in enumerate(_batches(mm)):
-            for name, _ in fields:
+            for name, *_ in fields:
                 first_nulls(nulls, path, name, batch.column(name).null_count, f"record batch {i}")
             starts.append(starts[-1] + batch.num_rows)
         return cls(path, fields, others, tuple(nulls.items()), starts[-1], tuple(starts),
@@ -183,19 +207,19 @@ class ArrowIpcSource(_RowRanges, TypedFile):
         rows = self.row_starts[i + 1] - self.row_starts[i]
         if self.dictionaries:  # record batch i through pyarrow's reader (dictionaries decoded)
             batch = _decoded_batch(self, i)
-            return {name: to_numpy(batch.column(name)) for name in names}
+            return {name: _column(batch.column(name)) for name in names}
         if self.values_at is not None:  # views of the file's bytes
             st = os.stat(self.path)
             mm = _file_map(self.path, st.st_size, st.st_mtime_ns)
-            where = dict(zip((n for n, _ in self.fields), self.values_at[i]))
-            types = dict(self.fields)
-            return {name: np.frombuffer(mm, TYPES[types[name]][0], rows, where[name]) for name in names}
+            where = dict(zip((n for n, *_ in self.fields), self.values_at[i]))
+            types = {n: t for n, t, _ in self.fields}
+            return {name: np.frombuffer(mm, parse_type(types[name]).scalar_code, rows, where[name]) for name in names}
         import pyarrow as pa  # why: heavy; only a worker decoding a compressed Arrow file gets here
 
         mm, schema = _mapped_ipc(self)
         mm.seek(self.offsets[i])
         batch = pa.ipc.read_record_batch(pa.ipc.read_message(mm), schema)
-        return {name: to_numpy(batch.column(name)) for name in names}
+        return {name: _column(batch.column(name)) for name in names}
 
 
 def _has_dictionaries(schema) -> bool:
@@ -302,18 +326,19 @@ class ParquetSource(_RowRanges, TypedFile):
                     first_nulls(nulls, path, name, stats.null_count, f"row group {g}")
             starts.append(starts[-1] + rg.num_rows)
         return cls(path, fields, others, tuple(nulls.items()), starts[-1], tuple(starts),
-                   tuple(n for n, _ in fields if n in unchecked))
+                   tuple(n for n, *_ in fields if n in unchecked))
 
     def columns(self, i: int, names: tuple[str, ...]) -> dict:
         """Row group ``i``, decoded (nulls the footer did not count are looked for now)."""
         import pyarrow.parquet as pq  # why: heavy; only a worker reading a Parquet file gets here
 
         table = pq.ParquetFile(self.path, memory_map=True).read_row_group(i, columns=list(names), use_threads=False)
+        layout = getattr(self, "bound", None)  # (None: values checked before a load, by their field)
         for name in set(self.unchecked) & set(names):
             count = table.column(name).null_count
-            if count:
+            if count and layout is not None and not layout.field(name).nullable:
                 raise NullValuesError(nulls_message(self.path, name, count, f"row group {i}"))
-        return {name: to_numpy(table.column(name)) for name in names}
+        return {name: _column(table.column(name)) for name in names}
 
 
 register_file_type((".arrow", ".feather", ".arrows", ".ipc"), FileType("Arrow IPC", b"ARROW1", ArrowIpcSource.open))

@@ -74,7 +74,7 @@ class FileSource(Source):
         return f"size={size};sample={sample_digest(self.path, 0, size)}"
 
     def fill(self, records: np.ndarray, offset: int) -> None:
-        read_exactly(self.path, memoryview(records).cast("B"), offset * records.dtype.itemsize)
+        read_exactly(self.path, memoryview(records.view("u1")), offset * records.dtype.itemsize)
 
 
 def read_exactly(path: str, view: memoryview, pos: int) -> None:

@@ -6,14 +6,19 @@ block of an iterable: iterables.py), and why it refuses one:
 - a numpy structured array must be records of the layout byte for byte (same field names,
   types and offsets, no padding): it is copied as it is, never converted; the first field
   that differs is named (a LayoutError, from `model.layouts.dtype_mismatch`);
-- a DataFrame or an Arrow Table / RecordBatch is converted column by column, by name: a
-  missing or extra column is a LayoutError, a column with nulls or a value the field's type
-  cannot hold exactly (2**40 into int32, 0.1 into an int, a float64 that float32 rounds) is
-  a ConversionError naming the column and the row; a conversion that keeps every value
-  (int16 -> int32, a float column of whole numbers -> int64) is done;
+- a DataFrame or an Arrow Table / RecordBatch is converted column by column, by name
+  (model/conversions.py `field_values`): a missing or extra column is a LayoutError, a
+  column of a type that cannot become its field's too; nulls (pandas NaT / NA / None,
+  Arrow nulls) into a field that is not nullable, or a value the field's type cannot hold
+  exactly (2**40 into int32, 0.1 into an int, a float64 that float32 rounds, 1 ns into
+  datetime64[us], 9 bytes into bytes[8]) is a ConversionError naming the column and the
+  row; a conversion that keeps every value (int16 -> int32, a float column of whole
+  numbers -> int64, s -> ns) is done;
 - the layout, when neither ``layout=`` nor the dataset gives one, is the object's own: its
-  dtype / column types (`layout_of`), named after a declared layout with exactly those
-  fields (e.g. ``scidb96``), else ``records``.
+  dtype / column types (`layout_of`: numbers, bool, datetimes with their zone,
+  durations, bytes and text as bytes[N] / string[N] of the longest value, lists of k
+  numbers; a column holding nulls is nullable), named after a declared layout with
+  exactly those fields (e.g. ``scidb96``), else ``records``.
 
 pandas is never imported: objects are recognised by their type's module. Pure functions:
 nothing here writes anything.
@@ -23,10 +28,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ConversionError, LayoutError
+from ..errors import LayoutError
 from ..model.arrow_numpy import decode_dictionary
-from ..model.conversions import convert_exactly
-from ..model.layouts import Field, Layout, declared_layout_with, dtype_mismatch, layout_from_dtype
+from ..model.arrow_records import set_validity
+from ..model.conversions import column_field, field_values
+from ..model.layouts import (
+    VALIDITY,
+    Layout,
+    declared_layout_with,
+    dtype_mismatch,
+    known_layout,
+    layout_from_dtype,
+)
 
 #: the name of a layout inferred from an object whose fields match no declared layout
 INFERRED_NAME = "records"
@@ -71,11 +84,12 @@ def record_count(obj) -> int:
 def layout_of(obj, what: str) -> Layout:
     """The layout of an array's dtype or a table's column types (see the module docstring)."""
     if is_array(obj):
-        dtype = obj.dtype
-    else:
-        dtype = np.dtype([(name, _column_dtype(col, what, name, numbers_only=True))
-                          for name, col in columns(obj, what).items()])
-    return inferred_layout(dtype, what)
+        return inferred_layout(obj.dtype, what)
+    fields = tuple(column_field(name, col, what) for name, col in columns(obj, what).items())
+    try:
+        return known_layout(Layout(INFERRED_NAME, fields))
+    except LayoutError as e:
+        raise LayoutError(f"{what}: {e}") from None
 
 
 def schema_layout(schema, what: str) -> Layout:
@@ -120,8 +134,12 @@ def convert_into(out: np.ndarray, obj, layout: Layout, what: str) -> None:
     change or is null)."""
     check_columns(obj, layout, what)
     cols = columns(obj, what)
+    if layout.validity_bytes:
+        out[VALIDITY] = 0
     for f in layout.fields:
-        out[f.name] = exact_values(column_values(cols[f.name], what, f.name), f, what)
+        out[f.name], valid = field_values(cols[f.name], f, what)
+        if f.nullable:
+            set_validity(out, layout, f.name, valid)
 
 
 def records_of(block, layout: Layout, what: str) -> np.ndarray:
@@ -151,51 +169,3 @@ def _decode_categories(col):
     if str(col.dtype) != "category" or col.isna().any():
         return col
     return col.astype(col.cat.categories.dtype)
-
-
-def column_values(col, what: str, name: str) -> np.ndarray:
-    """A column's values as numpy, nulls refused (a float NaN of a numpy column is a value)."""
-    _column_dtype(col, what, name, numbers_only=True)
-    if is_arrow_column(col):
-        nulls = col.null_count
-    else:
-        numpy_type = getattr(col.dtype, "numpy_dtype", None)  # a pandas extension dtype (Int64, ...)
-        nulls = int(col.isna().sum()) if numpy_type is not None else 0
-    if nulls:
-        raise ConversionError(f"{what}: column {name!r} has {nulls:,} null value(s); records cannot hold nulls: "
-                              "fill them (e.g. fillna) or drop those rows")
-    if is_arrow_column(col):
-        return col.to_numpy(zero_copy_only=False)
-    return col.to_numpy(dtype=numpy_type)
-
-
-def is_arrow_column(col) -> bool:
-    return _package(col) == "pyarrow"
-
-
-def exact_values(values: np.ndarray, field: Field, what: str, first_row: int = 0) -> np.ndarray:
-    """``values`` as the field's type, or ConversionError naming the first row whose value
-    the conversion would change (``first_row``: the row number of ``values[0]``)."""
-    converted, row = convert_exactly(values, np.dtype(field.type))
-    if row is not None:
-        raise ConversionError(
-            f"{what}: column {field.name!r}, row {first_row + row:,}: {values[row].item()!r} cannot be held exactly "
-            f"by {field.type} (converting the column from {values.dtype} would change it); convert the column "
-            f"yourself, or use a layout whose field {field.name!r} has a type that "
-            "holds it (e.g. int64 for integers beyond 2**53)")
-    return converted
-
-
-def _column_dtype(col, what: str, name: str, numbers_only: bool = False) -> np.dtype:
-    """The numpy type of a column (a LayoutError for other than numbers when ``numbers_only``)."""
-    try:
-        if is_arrow_column(col):
-            dtype = np.dtype(col.type.to_pandas_dtype())
-        else:
-            dtype = np.dtype(getattr(col.dtype, "numpy_dtype", col.dtype))
-    except (NotImplementedError, TypeError):
-        dtype = np.dtype(object)
-    if numbers_only and dtype.kind not in "biuf":
-        kind = f"Arrow type {col.type}" if is_arrow_column(col) else f"dtype {col.dtype}"
-        raise LayoutError(f"{what}: column {name!r} has {kind}, not numbers; convert it to a number type")
-    return dtype

@@ -27,10 +27,10 @@ import numpy as np
 import xxhash
 
 from ..errors import FileFormatError, LayoutError
-from ..model.layouts import Layout, layout_of_fields
+from ..model.layouts import VALIDITY, Layout, dtype_mismatch, layout_of_fields
 from .base import FileType, register_file_type
 from .files import open_input, read_exactly, sample_digest
-from .typed import TypedFile, copy_fields, split_fields, stem
+from .typed import TypedFile, split_fields, stem
 
 MAGIC = b"\x93NUMPY"
 PIECE_RECORDS = 1 << 20  # records read at a time when a column's values are checked before a load
@@ -61,6 +61,16 @@ class NpySource(TypedFile):
         source.check_size()
         return source
 
+    def records_layout(self, given: Layout | None, dataset: Layout | None) -> Layout:
+        """As a typed file's; a file with ``_validity`` (records of a layout with nullable
+        fields) only as those records byte for byte: which bit is which field's is the layout's."""
+        wanted = given or dataset
+        if wanted is not None and VALIDITY in (self.dtype.names or ()) and self.dtype != wanted.dtype:
+            raise LayoutError(f"{self.path} has a {VALIDITY} field but its records are not those of layout "
+                              f"{wanted.name!r} byte for byte ({dtype_mismatch(self.dtype, wanted)}); its bits "
+                              "say which fields are null only in its own layout: load it with that layout")
+        return super().records_layout(given, dataset)
+
     def check_size(self) -> None:
         """FileFormatError if the data is shorter than the header says."""
         size, end = os.stat(self.path).st_size, self.data_offset + self.records * self.dtype.itemsize
@@ -81,17 +91,17 @@ class NpySource(TypedFile):
     def fill(self, records: np.ndarray, offset: int) -> None:
         pos = self.data_offset + offset * self.dtype.itemsize
         if records.dtype == self.dtype:  # the layout's own bytes: read in place, as a raw file
-            read_exactly(self.path, memoryview(records).cast("B"), pos)
+            read_exactly(self.path, memoryview(records.view("u1")), pos)
             return
         stored = np.empty(len(records), self.dtype)
-        read_exactly(self.path, memoryview(stored).cast("B"), pos)
-        copy_fields(records, stored, 0, len(records), self.path, offset)
+        read_exactly(self.path, memoryview(stored.view("u1")), pos)
+        self.copy_into(records, stored, 0, len(records), offset)
 
 
     def column_pieces(self, name: str):
         for first in range(0, self.records, PIECE_RECORDS):
             stored = np.empty(min(PIECE_RECORDS, self.records - first), self.dtype)
-            read_exactly(self.path, memoryview(stored).cast("B"), self.data_offset + first * self.dtype.itemsize)
+            read_exactly(self.path, memoryview(stored.view("u1")), self.data_offset + first * self.dtype.itemsize)
             yield first, stored[name]
 
 

@@ -1,16 +1,22 @@
 """Files with a schema: what .npy, Arrow IPC and Parquet sources share (npy.py, arrow_files.py).
 
 - The layout of their records comes from the file (`model.layouts.layout_of_fields`):
-  into a new dataset without --layout, the file's own fields in its order, named as a
-  known layout with exactly those fields (e.g. ``scidb96``), else after the file; into a
-  dataset, or with --layout, the layout wanted, whose every field the file must hold
-  under its name as a number (`check_fields`: LayoutError naming the field). A column
-  of another type is converted only if every value is kept (model/conversions.py:
-  int64 beyond 2**53 is not a float64, 0.5 not an int): its values are checked when
-  the file is planned, before anything is written (`check_values`), and again as they
-  are copied - a ConversionError names the column, the first changed row and its value. Columns the layout does not name are not loaded (nor checked: a
-  column of strings may sit beside the records' columns); a loaded column with nulls is
-  a NullValuesError naming it and where (exit 1).
+  into a new dataset without --layout, the file's own fields in its order (a column
+  with nulls makes a nullable field; text or binary of variable length a string[N] /
+  bytes[N] of its longest value, read when the file is planned), named as a known layout with exactly those
+  fields (e.g. ``scidb96``), else after the file; into a dataset, or with --layout, the
+  layout wanted, whose every field the file must hold under its name in a type that
+  can become the field's (`check_fields`: numbers and bools into numbers and bools,
+  times of any unit into times of the same kind, text/binary into bytes[N]/string[N],
+  lists of k numbers into T[k]; else a LayoutError naming the field). A column of
+  another type is converted only if every value is kept (model/conversions.py:
+  int64 beyond 2**53 is not a float64, 0.5 not an int, 1 ns not a whole us, 9 bytes
+  not a bytes[8]): its values are checked when the file is planned, before anything is
+  written (`check_values`), and again as they are copied - a ConversionError names the
+  column, the first changed row and its value. Columns the layout does not name are not
+  loaded (nor checked: a column of another type may sit beside the records' columns); a
+  loaded column with nulls into a field that is not nullable is a NullValuesError naming
+  it and where (exit 1).
 - A source is planned once, from the file's header or footer (records, per-batch or
   per-row-group row counts, nulls); workers write each batch's records from the file's
   columns (`copy_fields`: the C library for columns of the field's own type, numpy
@@ -27,17 +33,19 @@ Reads files, never writes.
 
 from __future__ import annotations
 
+import copy
 import os
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import BulkloadError, LayoutError, NullValuesError, SourceTypeError
-from ..model.conversions import casts_exactly
-from ..model.layouts import TYPES, Field, Layout, available_layouts, get_layout, layout_of_fields
-from .base import Source
+from ..errors import LayoutError, NullValuesError, SourceTypeError
+from ..model.arrow_records import set_validity
+from ..model.conversions import field_values, uniform_length
+from ..model.field_types import MAX_WIDTH
+from ..model.layouts import VALIDITY, Field, Layout, known_layout, layout_of_fields, parse_type
+from .base import Source, SourcePlan
 from .files import sample_digest
-from .memory import exact_values
 
 #: what each suffix holds, and how to load it instead
 _TEXT = "convert it to Parquet or Arrow first (e.g. pyarrow.csv.read_csv, then pyarrow.parquet.write_table)"
@@ -81,9 +89,11 @@ def refuse_unsupported(ref: str, suffix: str, head: bytes) -> None:
 @dataclass(frozen=True)
 class TypedFile(Source):
     """A file with a schema, as read when it was planned: its path, its fields that are
-    of a layout type ((name, type) in the file's order), why each other one is not
-    (``others``: (name, message)), the first nulls found in a column (``nulls``: (name,
-    message); a column is checked only if it is loaded) and its record count."""
+    of a layout type ((name, type, tz) in the file's order; type ``string`` / ``bytes``:
+    text / binary of variable length), why each other one is not (``others``: (name,
+    message)), the first nulls found in a column (``nulls``: (name, message); a column is
+    checked only if it is loaded) and its record count. Planned for a layout, it carries
+    it (``bound``: the workers fill records of it)."""
 
     path: str
     fields: tuple[tuple[str, str], ...]
@@ -104,7 +114,34 @@ class TypedFile(Source):
             raise LayoutError(f"{self.path}: {self.others[0][1]}")
         if not self.fields:
             raise LayoutError(f"{self.path} has no fields: records need named fields (columns)")
-        return Layout(stem(self.path), tuple(Field(n, t) for n, t in self.fields))
+        with_nulls = {n for n, _ in self.nulls}
+        fields = []
+        for name, t, tz in self.fields:
+            if t in VARIABLE:  # text / binary: as wide as the longest value (one pass over the column)
+                t = f"{t}[{self.longest(name)}]"
+            elif t.endswith("[]"):  # lists: T[k] when every one holds k (one pass over the column)
+                t = f"{t[:-2]}[{self.list_length(name)}]"
+            fields.append(Field(name, t, name in with_nulls, tz))
+        return Layout(stem(self.path), tuple(fields))
+
+    def list_length(self, name: str) -> int:
+        """The length of every list of the list column ``name``; LayoutError if they differ."""
+        lengths = {uniform_length(values) for _, values in self.column_pieces(name)}
+        if len(lengths) != 1 or None in lengths:
+            raise LayoutError(f"{self.path}: column {name!r} holds lists of different lengths (or over {MAX_WIDTH:,}); "
+                              f"a field holds k values: give --layout with {name} = \"T[k]\", or make them one length")
+        return lengths.pop()
+
+    def longest(self, name: str) -> int:
+        """Bytes of the longest value of the text / binary column ``name`` (at least 1);
+        LayoutError if it is longer than a field holds."""
+        import pyarrow.compute as pc  # why: heavy; only files with text columns get here
+
+        longest = max([pc.max(pc.binary_length(values)).as_py() or 0 for _, values in self.column_pieces(name)] or [0])
+        if longest > MAX_WIDTH:
+            raise LayoutError(f"{self.path}: column {name!r} holds a value of {longest:,} bytes; a field holds at "
+                              f"most {MAX_WIDTH:,}: drop the column, or shorten its values")
+        return max(1, longest)
 
     def records_layout(self, given: Layout | None, dataset: Layout | None) -> Layout:
         wanted = given or dataset
@@ -114,25 +151,40 @@ class TypedFile(Source):
             for name, message in self.others:
                 if name in wanted.names:
                     raise LayoutError(f"{self.path}: {message}")
-            check_fields(dict(self.fields), wanted, self.path)
+            check_fields({n: t for n, t, _ in self.fields}, wanted, self.path)
             layout = wanted
         for name, message in self.nulls:
-            if name in layout.names:
+            if name in layout.names and not layout.field(name).nullable:
                 raise NullValuesError(message)
         if wanted is not None:
             self.check_values(wanted)
         return layout
 
+    def plan(self, layout: Layout) -> SourcePlan:
+        """The plan of this file for records of ``layout``, which its workers fill."""
+        bound = copy.copy(self)
+        object.__setattr__(bound, "bound", layout)  # (not a dataclass field: equality and hashing ignore it)
+        return SourcePlan(bound, self.count(layout), self.fingerprint(layout))
+
     def check_values(self, layout: Layout) -> None:
         """ConversionError naming the first row of a column whose value the layout's field
         cannot hold exactly (only the columns of another type are read: before anything is
         written, the first such row of the file)."""
-        own = dict(self.fields)
+        own = {n: t for n, t, _ in self.fields}
         for f in layout.fields:
-            if casts_exactly(np.dtype(TYPES[own[f.name]][0]), np.dtype(TYPES[f.type][0])):
+            if own[f.name] == f.type:
                 continue
             for first_row, values in self.column_pieces(f.name):
-                exact_values(values, f, self.path, first_row)
+                field_values(values, f, self.path, first_row)
+
+    def copy_into(self, records: np.ndarray, columns, lo: int, hi: int, first_row: int) -> None:
+        """`copy_fields` of rows lo..hi of ``columns`` into records of the planned layout."""
+        copy_fields(records, columns, lo, hi, self.path, first_row, self.filled_layout(records))
+
+    def filled_layout(self, records: np.ndarray) -> Layout:
+        """The layout planned (`plan`), else the one of ``records``' own fields (none nullable)."""
+        bound = getattr(self, "bound", None)
+        return bound if bound is not None else layout_of_fields(records.dtype, stem(self.path))
 
     def column_pieces(self, name: str):
         """(first row, values) of column ``name``, piece by piece (bounded memory)."""
@@ -155,20 +207,28 @@ def stem(path: str) -> str:
 
 
 def split_fields(columns, path: str) -> tuple[tuple, tuple]:
-    """(fields, others) of a file's ``columns`` ((name, numpy dtype, or the message saying
-    why it has none)): each column of a layout type as (name, type), the others as
-    (name, message) - `layout_of_fields` decides, one column at a time."""
+    """(fields, others) of a file's ``columns`` ((name, numpy dtype, or (type, tz) of a
+    layout type, or the message saying why it has none)): each column of a layout type
+    as (name, type, tz), the others as (name, message) - `layout_of_fields` decides the
+    numpy ones, one column at a time."""
     fields, others = [], []
     for name, dtype in columns:
+        if name == VALIDITY:
+            others.append((name, f"it has a {VALIDITY} field: records of a layout with nullable fields, which the "
+                                 "file does not name; pass --layout"))
+            continue
         if isinstance(dtype, str):
             others.append((name, dtype))
+            continue
+        if isinstance(dtype, tuple):
+            fields.append((name, *dtype))
             continue
         try:
             field = layout_of_fields(np.dtype([(name, dtype)]), stem(path)).fields[0]
         except (LayoutError, ValueError, TypeError) as e:
             others.append((name, str(e)))
             continue
-        fields.append((field.name, field.type))
+        fields.append((field.name, field.type, None))
     names = [n for n, _ in columns]
     twice = next((n for n in names if names.count(n) > 1), None)
     if twice is not None:
@@ -176,26 +236,29 @@ def split_fields(columns, path: str) -> tuple[tuple, tuple]:
     return tuple(fields), tuple(others)
 
 
-def known_layout(have: Layout) -> Layout:
-    """A known layout with exactly the fields of ``have`` (so that the file's records can
-    join a dataset of it, e.g. ``scidb96``), else ``have``."""
-    for name in available_layouts():
-        try:
-            known = get_layout(name)
-        except BulkloadError:
-            continue  # a broken declaration in ./schemas is not this file's problem
-        if not known.variable_length and known.fields == have.fields:
-            return known
-    return have
+#: the types of a file's text / binary columns of variable length (no layout type of their own)
+VARIABLE = {"string": "text", "bytes": "binary"}
 
 
-#: the kinds of numpy types whose values convert into one another when every value is exact
-NUMBERS = "biuf"
+def convertible(own: str, field: Field) -> bool:
+    """Can a column of type ``own`` (a layout type, or ``string`` / ``bytes`` of variable
+    length) become ``field``, value by value (each exactly or refused)?"""
+    want = field.spec
+    if own.endswith("[]"):  # lists of variable length: checked value by value
+        return want.count is not None
+    if own in VARIABLE or want.base in ("bytes", "string"):
+        return own in VARIABLE or parse_type(own).base in ("bytes", "string") and want.base in ("bytes", "string")
+    have = parse_type(own)
+    if want.base in ("datetime64", "timedelta64"):
+        return have.base == want.base
+    if want.count is not None:
+        return have.count == want.count
+    return have.count is None and (have.is_number or have.base == "bool")
 
 
 def check_fields(have: dict[str, str], wanted: Layout, what: str) -> None:
     """LayoutError unless every field of ``wanted`` is one of the fields ``have`` (name ->
-    type) of the file ``what``, a number as the wanted field is; its values are converted
+    type) of the file ``what``, of a type `convertible` into it; its values are converted
     as they are copied, each exactly or not at all (`copy_fields`)."""
     for f in wanted.fields:
         own = have.get(f.name)
@@ -203,24 +266,34 @@ def check_fields(have: dict[str, str], wanted: Layout, what: str) -> None:
             raise LayoutError(f"{what} has no field {f.name!r} of layout {wanted.name!r} (its fields: "
                               f"{', '.join(have) or 'none'}); load it into a dataset of its own layout, or give "
                               "--layout of its fields")
-        if np.dtype(TYPES[own][0]).kind not in NUMBERS or np.dtype(TYPES[f.type][0]).kind not in NUMBERS:
-            raise LayoutError(f"{what}: field {f.name!r} is {own}, but layout {wanted.name!r} stores it as "
+        if not convertible(own, f):
+            shown = f"{VARIABLE.get(own, 'lists')} of variable length" if own in VARIABLE or own.endswith("[]") \
+                else own
+            raise LayoutError(f"{what}: field {f.name!r} is {shown}, but layout {wanted.name!r} stores it as "
                               f"{f.type}; load it into a dataset of its own layout")
 
 
-def copy_fields(dst: np.ndarray, columns, lo: int, hi: int, what: str, first_row: int) -> None:
-    """``dst[name] = columns[name][lo:hi]`` for every field of ``dst``: the C library
-    writes the records whole from the columns of the field's own type (about twice as
-    fast as numpy's field-by-field copy); numpy converts the others (another type or
-    byte order, a strided column), each value exactly or a ConversionError naming the
-    file ``what``, the column and the row (``first_row``: the file's row ``lo``)."""
+def copy_fields(dst: np.ndarray, columns, lo: int, hi: int, what: str, first_row: int, layout: Layout) -> None:
+    """``dst[name] = columns[name][lo:hi]`` for every field of ``layout`` (``dst``: its
+    records): the C library writes the records whole from the numpy columns of the
+    field's own type (about twice as fast as numpy's field-by-field copy); the others
+    (another type or byte order, a strided column, an Arrow column) are converted
+    (model/conversions.py), each value exactly or a ConversionError naming the file
+    ``what``, the column and the row (``first_row``: the file's row ``lo``). The
+    ``_validity`` bits are those of the columns' nulls."""
     same, fields = {}, dst.dtype.fields
-    for name in dst.dtype.names:
-        column = columns[name][lo:hi]
-        if column.dtype == fields[name][0] and column.flags.c_contiguous and dst.flags.c_contiguous:
-            same[name] = column
+    if layout.validity_bytes:
+        dst[VALIDITY] = 0
+    for f in layout.fields:
+        column = columns[f.name][lo:hi]
+        if isinstance(column, np.ndarray) and column.dtype == fields[f.name][0] and column.flags.c_contiguous \
+                and dst.flags.c_contiguous:
+            same[f.name] = column
+            valid = None
         else:
-            dst[name] = exact_values(column, Field(name, _type_name(fields[name][0])), what, first_row)
+            dst[f.name], valid = field_values(column, f, what, first_row)
+        if f.nullable:
+            set_validity(dst, layout, f.name, valid)
     try:
         from . import _gen  # the C extension: optional on a broken install (numpy does the same)
     except ImportError:
@@ -230,8 +303,3 @@ def copy_fields(dst: np.ndarray, columns, lo: int, hi: int, what: str, first_row
             dst[name] = column
         return
     _gen.scatter_fields(dst, dst.dtype.itemsize, [(c, fields[n][1], c.dtype.itemsize) for n, c in same.items()])
-
-
-def _type_name(dtype: np.dtype) -> str:
-    """The layout type name of a field's dtype (``float64``)."""
-    return np.dtype(dtype).newbyteorder("=").name

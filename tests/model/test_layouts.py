@@ -72,11 +72,12 @@ def test_capnp_offsets_match_pycapnp(types):
     lay = Layout("odd", tuple(Field(f"f{i}", t) for i, t in enumerate(types)))
     mod = lay.capnp_module()
     msg = mod.Record.new_message()
-    arr = np.zeros(1, dtype=lay.capnp_dtype)
-    for i, t in enumerate(types):
+    arr = np.zeros(lay.capnp_words * 8, dtype=np.uint8)
+    for i, (t, m) in enumerate(zip(types, lay.capnp_members)):
         v = i + 1 if "int" in t else i + 1.5
         setattr(msg, f"f{i}", v)
-        arr[f"f{i}"] = v
+        one = np.array([v], dtype=lay.field(f"f{i}").dtype).view(np.uint8)
+        arr[m.bit // 8: m.bit // 8 + len(one)] = one
     raw = msg.to_bytes()
     # segment table (8) + root pointer (8) + data section
     assert raw[16:16 + lay.capnp_words * 8] == arr.tobytes()

@@ -9,7 +9,7 @@ import pytest
 
 import loader
 from loader.errors import CorruptBatchError, EnvironmentVariableError, UsageError
-from loader.read.dataset import records_to_arrow
+from loader.model.arrow_records import records_to_arrow
 from loader.read.scan import READAHEAD, scan_threads
 from tests.read.test_verify_single_pass import damage
 
@@ -91,7 +91,7 @@ def test_threaded_scan_gives_the_same_batches_in_order(uri, monkeypatch):
     with loader.open(uri) as ds:
         monkeypatch.setenv("BULKLOAD_SCAN_THREADS", "1")
         one = ds.to_arrow(records=(100, 4900))
-        assert one.equals(pa.Table.from_batches([records_to_arrow(ds.read_records(100, 4900), one.schema)]))
+        assert one.equals(records_to_arrow(ds.read_records(100, 4900), ds.layout))
         monkeypatch.setenv("BULKLOAD_SCAN_THREADS", "3")
         assert ds.to_arrow(records=(100, 4900)).equals(one)
         monkeypatch.setenv("BULKLOAD_SCAN_THREADS", "-2")

@@ -232,7 +232,8 @@ def test_capnp_offsets_match_the_schema_compiler(layout):
     assert node.struct.pointerCount == 0
     for f in node.struct.fields:
         size = layout.field(f.name).size
-        assert f.slot.offset * size == layout.capnp_dtype.fields[f.name][1], (layout, f.name)
+        bit = next(m.bit for m in layout.capnp_members if m.key == f.name)
+        assert f.slot.offset * size * 8 == bit, (layout, f.name)
 
 
 def _build_with_pycapnp(layout, records, start, set_start=True):

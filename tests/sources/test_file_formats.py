@@ -147,8 +147,8 @@ def test_dtype_and_layout_round_trip(fields, aligned):
 
 
 @pytest.mark.parametrize("dtype,field", [
-    ([("a", "<i4"), ("b", "?")], "'b' has type bool"), ([("a", "<f2")], "'a' has type float16"),
-    ([("a", "<i4", (3,))], "'a' has type ('<i4', (3,))"), ([("t", "M8[s]")], "'t' has type datetime64[s]"),
+    ([("a", "<i4"), ("b", "<M8[D]")], "'b' has type datetime64[D]"),
+    ([("a", "<i4", (3, 2))], "'a' has type ('<i4', (3, 2))"), ([("t", "<M8[5s]")], "'t' has type datetime64[5s]"),
     ([("s", "U4")], "'s' has type <U4"), ([("o", "O")], "'o' has type object"), ([("c", "<c16")], "'c'"),
 ])
 def test_dtypes_that_are_not_layouts_name_the_field(dtype, field):
@@ -249,21 +249,17 @@ def bad_files(tmp_path) -> list[tuple]:
         out.append((str(p), code, texts))
 
     good = records(0, 50)
-    add("strings.parquet", lambda p: pq.write_table(pa.table({"a": [1, 2], "name": ["x", "y"]}), p), 2,
-        "column 'name' has type string", "no layout type holds")
-    add("flag.arrow", lambda p: write_as("arrow", p, pa.table({"a": [1, 2], "ok": [True, False]})), 2,
-        "column 'ok' has type bool")
-    add("when.feather", lambda p: feather.write_feather(pa.table({"t": pa.array([1, 2], pa.timestamp("s"))}), p), 2,
-        "column 't' has type timestamp[s]")
-    add("half.npy", lambda p: np.save(p, np.zeros(3, [("h", "<f2")])), 2, "field 'h' has type float16")
+    add("huge.parquet", lambda p: pq.write_table(pa.table({"a": [1, 2], "name": ["x", "y" * 5000]}), p), 2,
+        "column 'name' holds a value of 5,000 bytes; a field holds at most 4,096")
+    add("days.arrow", lambda p: write_as("arrow", p, pa.table({"a": [1, 2], "d": pa.array([1, 2], pa.date32())})), 2,
+        "column 'd' has type date32[day]", "no layout type holds")
+    add("when.feather", lambda p: feather.write_feather(pa.table({"t": pa.array([1, 2], pa.time32("s"))}), p), 2,
+        "column 't' has type time32[s]")
+    add("days.npy", lambda p: np.save(p, np.zeros(3, [("h", "<M8[D]")])), 2, "field 'h' has type datetime64[D]")
     add("snake.npy", lambda p: np.save(p, np.zeros(3, [("a_b", "<i4")])), 2, "field name 'a_b' is not allowed")
     add("plain.npy", lambda p: np.save(p, np.zeros(3)), 2, "float64 is not a record type")
     add("square.npy", lambda p: np.save(p, np.zeros((3, 2), LAY.dtype)), 2, "shape (3, 2)", "one-dimensional")
     add("objects.npy", lambda p: np.save(p, np.zeros(3, [("o", "O")]), allow_pickle=True), 2, "'o' has type object")
-    nulls = pa.table({"a": pa.array([1, None, 3], pa.int32()), "b": [1.0, 2.0, 3.0]})
-    add("nulls.parquet", lambda p: pq.write_table(nulls, p, row_group_size=2), 1,
-        "column 'a' holds 1 null(s) in row group 0")
-    add("nulls.arrow", lambda p: write_as("arrow", p, nulls, 2), 1, "column 'a' holds 1 null(s) in record batch 0")
     npy = tmp_path / "whole.npy"
     np.save(npy, good)
     data = npy.read_bytes()
@@ -301,6 +297,23 @@ def test_every_bad_file_is_one_line_with_its_exit_code_and_nothing_is_written(tm
         assert p.returncode in (1, 2) and os.path.basename(path) in error_line(p, p.returncode)
         assert snapshot(uri) == before, path
     assert len(loader.open(uri).info()["runs"]) == 1
+
+
+@pytest.mark.parametrize("fmt,where", [("parquet", "row group 0"), ("arrow", "record batch 0")])
+def test_nulls_into_a_field_that_is_not_nullable_are_refused_and_a_new_dataset_makes_it_nullable(tmp_path, fmt,
+                                                                                                where):
+    nulls = pa.table({"a": pa.array([1, None, 3], pa.int32()), "b": [1.0, 2.0, 3.0]})
+    path = str(tmp_path / f"nulls.{fmt}")
+    pq.write_table(nulls, path, row_group_size=2) if fmt == "parquet" else write_as("arrow", path, nulls, 2)
+    lay = tmp_path / "ab.toml"
+    lay.write_text('name = "ab"\n[fields]\na = "int32"\nb = "float64"\n')
+    error_line(run_cli("load", path, f"lmdb://{tmp_path}/strict", "--layout", lay), 1,
+               f"column 'a' holds 1 null(s) in {where}, but its field is not nullable", "declare the field nullable")
+    assert not os.path.exists(tmp_path / "strict")
+    assert run_cli("load", path, f"lmdb://{tmp_path}/own").returncode == 0
+    with loader.open(f"lmdb://{tmp_path}/own") as ds:
+        assert ds.layout.field("a").nullable and not ds.layout.field("b").nullable
+        assert ds.to_arrow().column("a").to_pylist() == [1, None, 3]
 
 
 def test_nulls_found_only_when_a_row_group_is_decoded_commit_nothing(tmp_path):
