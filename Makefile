@@ -1,10 +1,12 @@
 # Two commands do all the set-up on a fresh machine:
-#   make demo   generate -> load -> verify (-> finalize -> query) with a throughput table
+#   make demo   generate -> load -> verify (-> finalize -> query) with a throughput table; then
+#               gen://ticks (TICKS_N records) -> load -> finalize on time -> a one-hour box query
 #   make test   create .venv, install bulkload with its test extras, check the code (ruff: pyflakes
 #               and import order; lint-imports: the layers of loader/), run the whole suite
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 N      ?= 20000000
+TICKS_N ?= 5000000
 STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: install demo test lint bench bench-catalog clean
@@ -19,7 +21,7 @@ install: $(STAMP)
 
 demo: install
 	mkdir -p data
-	$(PY) bench/demo.py --n $(N) --data data
+	$(PY) bench/demo.py --n $(N) --ticks-n $(TICKS_N) --data data
 
 lint: install
 	$(VENV)/bin/ruff check loader tests bench

@@ -24,8 +24,8 @@ from distutils.sysconfig import customize_compiler
 
 GEN_DIR = "generators"
 GEN_PROGRAM = "bulkload-gen"
-GEN_PROGRAM_SOURCES = [f"{GEN_DIR}/bulkload_gen.c", f"{GEN_DIR}/scidb96.c"]
-GEN_HEADERS = [f"{GEN_DIR}/scidb96.h", f"{GEN_DIR}/docs_gen.h"]
+GEN_PROGRAM_SOURCES = [f"{GEN_DIR}/bulkload_gen.c", f"{GEN_DIR}/scidb96.c", f"{GEN_DIR}/ticks.c"]
+GEN_HEADERS = [f"{GEN_DIR}/scidb96.h", f"{GEN_DIR}/ticks.h", f"{GEN_DIR}/docs_gen.h"]
 CFLAGS = ["-O3", "-ffp-contract=off"]
 if sys.platform == "win32":  # MSVC: /fp:precise never contracts
     CFLAGS = ["/O2", "/fp:precise"]
@@ -72,7 +72,7 @@ setup(
     ext_modules=[
         Extension(
             "loader.sources._gen",
-            sources=[f"{GEN_DIR}/_genmodule.c", f"{GEN_DIR}/scidb96.c", f"{GEN_DIR}/docs_gen.c"],
+            sources=[f"{GEN_DIR}/_genmodule.c", f"{GEN_DIR}/scidb96.c", f"{GEN_DIR}/ticks.c", f"{GEN_DIR}/docs_gen.c"],
             include_dirs=[GEN_DIR],
             depends=GEN_HEADERS,
             extra_compile_args=CFLAGS,

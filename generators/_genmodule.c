@@ -2,8 +2,10 @@
  *
  *   fill_scidb96(buffer, start)          fill the whole buffer with records start, start+1, ...
  *   fill_scidb96_into(buffer, start, n)  fill the first n records of the buffer
+ *   fill_ticks(buffer, start, t0, step)  the same for layout ticks (41-byte records; t0 int64
+ *                                        ns since the epoch, step >= 1 ns: generators/ticks.h)
  *
- * The buffer must be writable and C-contiguous; its size must be a multiple of 96 bytes.
+ * The buffer must be writable and C-contiguous; its size a whole number of records.
  *
  *   docs_meta(seed, start, created_at, offsets)  created_at and text offsets of documents
  *                                               start .. start+n-1 (n = len(created_at))
@@ -23,6 +25,7 @@
 
 #include "docs_gen.h"
 #include "scidb96.h"
+#include "ticks.h"
 
 static int get_u64(PyObject *obj, const char *what, uint64_t *out)
 {
@@ -61,7 +64,29 @@ static int get_u64(PyObject *obj, const char *what, uint64_t *out)
     return 0;
 }
 
-static PyObject *do_fill(PyObject *bufobj, PyObject *startobj, PyObject *nobj)
+typedef void (*fill_fn)(void *buf, uint64_t start, uint64_t n, const void *opts);
+
+typedef struct {
+    int64_t t0;
+    uint64_t step;
+} ticks_opts;
+
+static void fill_scidb96_fn(void *buf, uint64_t start, uint64_t n, const void *opts)
+{
+    (void)opts;
+    scidb96_fill(buf, start, n);
+}
+
+static void fill_ticks_fn(void *buf, uint64_t start, uint64_t n, const void *opts)
+{
+    const ticks_opts *o = (const ticks_opts *)opts;
+    ticks_fill(buf, start, n, o->t0, o->step);
+}
+
+/* Fill records start.. of a buffer of whole records of `size` bytes of layout `name`: all of
+ * them, or the first n (nobj not NULL). */
+static PyObject *do_fill(PyObject *bufobj, PyObject *startobj, PyObject *nobj, const char *name,
+                         Py_ssize_t size, fill_fn fn, const void *opts)
 {
     Py_buffer view;
     uint64_t start, n, capacity;
@@ -70,14 +95,14 @@ static PyObject *do_fill(PyObject *bufobj, PyObject *startobj, PyObject *nobj)
         return NULL;
     if (PyObject_GetBuffer(bufobj, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
         return NULL;
-    if (view.len % SCIDB96_RECORD_SIZE != 0) {
+    if (view.len % size != 0) {
         PyErr_Format(PyExc_ValueError,
-                     "buffer size %zd is not a multiple of the scidb96 record size (%d bytes)",
-                     view.len, SCIDB96_RECORD_SIZE);
+                     "buffer size %zd is not a multiple of the %s record size (%zd bytes)",
+                     view.len, name, size);
         PyBuffer_Release(&view);
         return NULL;
     }
-    capacity = (uint64_t)view.len / SCIDB96_RECORD_SIZE;
+    capacity = (uint64_t)view.len / (uint64_t)size;
     if (nobj) {
         if (get_u64(nobj, "n", &n) < 0) {
             PyBuffer_Release(&view);
@@ -100,7 +125,7 @@ static PyObject *do_fill(PyObject *bufobj, PyObject *startobj, PyObject *nobj)
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    scidb96_fill(view.buf, start, n);
+    fn(view.buf, start, n, opts);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     return PyLong_FromUnsignedLongLong((unsigned long long)n);
@@ -112,7 +137,7 @@ static PyObject *fill_scidb96(PyObject *self, PyObject *args)
     (void)self;
     if (!PyArg_ParseTuple(args, "OO:fill_scidb96", &buf, &start))
         return NULL;
-    return do_fill(buf, start, NULL);
+    return do_fill(buf, start, NULL, "scidb96", SCIDB96_RECORD_SIZE, fill_scidb96_fn, NULL);
 }
 
 static PyObject *fill_scidb96_into(PyObject *self, PyObject *args)
@@ -121,7 +146,25 @@ static PyObject *fill_scidb96_into(PyObject *self, PyObject *args)
     (void)self;
     if (!PyArg_ParseTuple(args, "OOO:fill_scidb96_into", &buf, &start, &n))
         return NULL;
-    return do_fill(buf, start, n);
+    return do_fill(buf, start, n, "scidb96", SCIDB96_RECORD_SIZE, fill_scidb96_fn, NULL);
+}
+
+static PyObject *fill_ticks(PyObject *self, PyObject *args)
+{
+    PyObject *buf, *start, *stepobj;
+    long long t0;
+    ticks_opts o;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOLO:fill_ticks", &buf, &start, &t0, &stepobj))
+        return NULL;
+    if (get_u64(stepobj, "step", &o.step) < 0)
+        return NULL;
+    if (o.step == 0) {
+        PyErr_SetString(PyExc_ValueError, "step must be >= 1 (ns)");
+        return NULL;
+    }
+    o.t0 = (int64_t)t0;
+    return do_fill(buf, start, NULL, "ticks", TICKS_RECORD_SIZE, fill_ticks_fn, &o);
 }
 
 /* A writable C-contiguous buffer of whole int64 items; *count = their number. */
@@ -296,6 +339,11 @@ static PyMethodDef methods[] = {
     {"fill_scidb96_into", fill_scidb96_into, METH_VARARGS,
      "fill_scidb96_into(buffer, start, n) -> n\n\n"
      "Like fill_scidb96, but writes only the first n records of the buffer."},
+    {"fill_ticks", fill_ticks, METH_VARARGS,
+     "fill_ticks(buffer, start, t0, step) -> n\n\n"
+     "Fill a writable C-contiguous buffer (size a multiple of 41) with ticks records\n"
+     "start, start+1, ... (t0: int64 ns since the epoch of record 0, step: ns between\n"
+     "records, >= 1); returns the number of records written. Releases the GIL."},
     {"docs_meta", docs_meta, METH_VARARGS,
      "docs_meta(seed, start, created_at, offsets) -> total\n\n"
      "Fill created_at (n int64) and offsets (n+1 int64; offsets[0] = 0) for documents\n"
@@ -317,7 +365,8 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "loader._gen",
-    "C record generators (in-process). See generators/scidb96.h and generators/docs_gen.h\n"
+    "C record generators (in-process). See generators/scidb96.h, generators/ticks.h and\n"
+    "generators/docs_gen.h "
     "for the definitions.",
     -1, methods, NULL, NULL, NULL, NULL,
 };
@@ -329,6 +378,7 @@ PyMODINIT_FUNC PyInit__gen(void)
         return NULL;
     docs_gen_init();
     if (PyModule_AddIntConstant(m, "SCIDB96_RECORD_SIZE", SCIDB96_RECORD_SIZE) < 0 ||
+        PyModule_AddIntConstant(m, "TICKS_RECORD_SIZE", TICKS_RECORD_SIZE) < 0 ||
         PyModule_AddIntConstant(m, "DOCS_TEXT_MAX", DOCS_TEXT_MAX) < 0 ||
         PyModule_AddIntConstant(m, "DOCS_CREATED_MIN", (long)DOCS_CREATED_MIN) < 0 ||
         PyModule_AddIntConstant(m, "DOCS_CREATED_MAX", (long)DOCS_CREATED_MAX) < 0) {

@@ -40,11 +40,11 @@ import xxhash
 from ..errors import DamagedDatasetError, DuplicateCellError
 from ..infra import faults
 from ..infra.regular import open_regular
-from ..model.chunk_index import index_columns, sample_every
+from ..model.chunk_index import index_columns, ranged_fields, sample_every
 from ..stores.write_guard import guard_write
 from .chunks import chunk_key
 from .hashes import hash_sum
-from .records import field_min_max, void_view
+from .records import coordinates, field_min_max, void_view
 
 GROUP_BYTES = 64 << 20
 #: an LMDB shard is written in at least this many groups (when its values allow)
@@ -88,7 +88,7 @@ class ChunkEmitter:
         self.crs = self.cell.record_size
         self.keep = task.policy == "keep"
         self.framed = task.job.format == "capnp" and self.cell.framable
-        self.fields = self.cell.names
+        self.fields = [f.name for f in ranged_fields(self.cell)]  # the index keeps their min/max
         self.idt = np.dtype(index_columns(self.cell))
         self.timings, self.stats = timings, stats
         self.index_rows: list[tuple] = []
@@ -282,8 +282,8 @@ class ChunkEmitter:
         nbytes = len(memoryview(value).cast("B")) if not isinstance(value, bytes) else len(value)
         row = [crow, ccol, piece, self.shard, m, nbytes, xxhash.xxh3_64_intdigest(value), self.every]
         sample = np.empty(-(-m // self.every), SAMPLE_DTYPE)
-        sample["r"] = view[self.dims[0]][::self.every]
-        sample["c"] = view[self.dims[1]][::self.every]
+        sample["r"] = coordinates(view[self.dims[0]][::self.every])
+        sample["c"] = coordinates(view[self.dims[1]][::self.every])
         self.samples.append(sample)
         for mn, mx in zip(mins, maxs):
             row.append(mn)

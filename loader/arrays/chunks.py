@@ -18,6 +18,8 @@ import struct
 
 import numpy as np
 
+from ..errors import InputError
+
 SHARD_MAP = "(chunk_row + chunk_col) mod shards"
 KEY_FORMAT = "u64be(chunk_row + 2**63) u64be(chunk_col + 2**63) u32be(piece)"
 KEY_DTYPE = np.dtype([("r", ">u8"), ("c", ">u8"), ("p", ">u4")])
@@ -59,10 +61,25 @@ def box_fits(crmin: int, crmax: int, ccmin: int, ccmax: int, chunks: tuple) -> b
     return (crmax - crmin + 1) * (ccmax - ccmin + 1) * chunks[0] * chunks[1] < SORT_KEY_LIMIT
 
 
-def batch_chunks(recs: np.ndarray, dims: tuple, chunks: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(crow, ccol, count) of the chunks the records fall in, in key order."""
-    r = recs[dims[0]].astype(np.int64)
-    c = recs[dims[1]].astype(np.int64)
+def int64_coordinates(values: np.ndarray, dim: str, record_of) -> np.ndarray:
+    """A dimension's values as int64 coordinates (a time field's counts of its unit); an
+    InputError naming the record (``record_of(i)``: the dataset index of value i) when a
+    uint64 value is beyond int64 (>= 2**63)."""
+    if values.dtype == np.uint64 and len(values):
+        big = values >= np.uint64(2**63)
+        if big.any():
+            i = int(np.argmax(big))
+            raise InputError(f"dimension {dim!r}: record {record_of(i)} holds {int(values[i])}, beyond the int64 "
+                             "coordinates of an array (at most 2**63-1); nothing was written - use another "
+                             "dimension, or load the records with that field below 2**63")
+    return values.astype(np.int64)
+
+
+def batch_chunks(recs: np.ndarray, dims: tuple, chunks: tuple, first: int = 0) -> tuple[np.ndarray, np.ndarray,
+                                                                                          np.ndarray]:
+    """(crow, ccol, count) of the chunks the records (dataset records first..) fall in, in key order."""
+    r = int64_coordinates(recs[dims[0]], dims[0], lambda i: first + i)
+    c = int64_coordinates(recs[dims[1]], dims[1], lambda i: first + i)
     qr = np.floor_divide(r, chunks[0])
     qc = np.floor_divide(c, chunks[1])
     rmin, rmax, cmin, cmax = int(qr.min()), int(qr.max()), int(qc.min()), int(qc.max())

@@ -77,7 +77,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import BulkloadError, DuplicateCellError, NoSpaceError, StoreError, UsageError, WorkerError
+from ..errors import BulkloadError, InputError, NoSpaceError, StoreError, UsageError, WorkerError
 from ..infra import executors, faults, interrupts
 from ..infra.fsatomic import mkdir_inside
 from ..infra.lock import DatasetLock
@@ -365,8 +365,8 @@ def _build_array(b: _Build) -> np.ndarray:
         if full:
             reclaim_space(b.spec, b.m.shards)
         err = e
-        if isinstance(e, WorkerError) and e.raised(DuplicateCellError, StoreError, NoSpaceError):
-            err = e.error  # the worker's own error: it names the cell, the shard or the file
+        if isinstance(e, WorkerError) and e.raised(InputError, StoreError, NoSpaceError):
+            err = e.error  # the worker's own error: it names the cell or record, the shard or the file
         err = stop_run(b.run, err, UNCHANGED)
         save_stopped(b.m, b.spec.root)
         raise err from None

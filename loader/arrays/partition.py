@@ -26,7 +26,7 @@ import numpy as np
 from ..infra import faults
 from ..infra.proc import peak_rss, start_worker
 from . import spill_files
-from .chunks import chunk_shard
+from .chunks import chunk_shard, int64_coordinates
 from .job import BatchReader, WorkerTask
 from .records import void_view
 
@@ -157,8 +157,8 @@ class _Partitioner:
         d0, d1 = self.task.job.dims
         l0, l1 = self.task.job.chunks
         k = self.task.nshards
-        crow = np.floor_divide(self.buf[d0][:n].astype(np.int64), l0)
-        ccol = np.floor_divide(self.buf[d1][:n].astype(np.int64), l1)
+        crow = np.floor_divide(int64_coordinates(self.buf[d0][:n], d0, lambda i: int(self.ridx[i])), l0)
+        ccol = np.floor_divide(int64_coordinates(self.buf[d1][:n], d1, lambda i: int(self.ridx[i])), l1)
         if k == 1:
             shard = np.zeros(n, np.int64)
         elif self.small_coords:  # |crow|, |ccol| < 2**62: the sum cannot overflow

@@ -21,6 +21,7 @@ Dataset's ``missing`` error, which says why; nothing is ever written.
 
 from __future__ import annotations
 
+import math
 import re
 from bisect import bisect_left
 from typing import NamedTuple
@@ -31,39 +32,77 @@ import pyarrow as pa
 from ..errors import NotFoundError, UsageError, VerifyError
 from ..model.arrow_numpy import from_numpy, to_numpy
 from ..model.chunk_index import index_path, read_index
-from ..model.layouts import TYPES, Layout
+from ..model.layouts import VALIDITY, Layout
+from ..model.times import duration_in_unit, instant_in_unit, time_type
 from ..serializers import get_serializer
 from ..stores.values import ValueReader
 from .box_parts import can_read_parts, part_ranges, read_parts
 from .chunks import chunk_keys
+from .records import coordinates
 
 _CACHE_ATTR = "_bulkload_array_cache"
 _BOX_PART = re.compile(r"^\s*([A-Za-z][A-Za-z0-9]*)\s*=\s*(-?\d*)\s*:\s*(-?\d*)\s*$")
+_BOX_SPAN = re.compile(r"^\s*([A-Za-z][A-Za-z0-9]*)\s*=\s*([^.]*(?:\.[^.]+)*)\s*\.\.\s*(.*?)\s*$")
+_BOX_EXAMPLE = "e.g. --box 'i0=2:5,i1=1000000:1001000' or --box 'ts=2026-01-02T14:00..2026-01-02T15:00,size=100:300'"
 #: rows of a piece cut one by one with binary searches; more rows use a vectorised mask
 _ROW_SEARCH_MAX = 32
 
 
-def parse_box(text: str) -> dict[str, tuple[int | None, int | None]]:
+def parse_box(text: str) -> dict[str, tuple]:
     """``"i0=2:5,i1=1000000:1001000"`` -> {"i0": (2, 5), "i1": (1000000, 1001000)}.
 
-    Half-open ranges; an empty bound is open (``i0=:5``, ``i1=3:``).
+    Half-open ranges; an empty bound is open (``i0=:5``, ``i1=3:``). ``DIM=LO..HI`` takes
+    bounds that are not plain integers - instants of a time dimension
+    (``ts=2026-01-02T14:00..2026-01-02T15:00Z``; ISO-8601 has colons of its own) - kept as
+    text, converted by the dimension's type when the array is known (`box_coordinate`).
     """
     if not isinstance(text, str) or not text.strip():
-        raise UsageError("--box is empty; write DIM=START:STOP for each bounded dimension, "
-                         "e.g. --box 'i0=2:5,i1=1000000:1001000'")
-    out: dict[str, tuple[int | None, int | None]] = {}
+        raise UsageError(f"--box is empty; write DIM=START:STOP (or DIM=LO..HI) for each bounded dimension, "
+                         f"{_BOX_EXAMPLE}")
+    out: dict[str, tuple] = {}
     for part in text.split(","):
-        mt = _BOX_PART.match(part)
+        mt = _BOX_PART.match(part) or _BOX_SPAN.match(part)
         if not mt:
             raise UsageError(f"--box {text!r}: {part.strip()!r} is not DIM=START:STOP with integer bounds "
-                             "(half-open), e.g. --box 'i0=2:5,i1=1000000:1001000'")
+                             f"or DIM=LO..HI (half-open), {_BOX_EXAMPLE}")
         name, lo, hi = mt.group(1), mt.group(2), mt.group(3)
         if name in out:
             raise UsageError(f"--box {text!r}: dimension {name!r} is given twice")
         if lo in ("-",) or hi in ("-",):
             raise UsageError(f"--box {text!r}: {part.strip()!r} has a bound that is not an integer")
-        out[name] = (int(lo) if lo else None, int(hi) if hi else None)
+        out[name] = (_bound_text(lo), _bound_text(hi))
     return out
+
+
+def _bound_text(text: str):
+    """A bound of --box: None (open), an int, or the text of an instant or duration."""
+    if not text:
+        return None
+    return int(text) if re.fullmatch(r"-?\d+", text) else text
+
+
+def box_coordinate(dim: str, type_name: str, value) -> int:
+    """The coordinate of a bound of dimension ``dim`` (a field of type ``type_name``): an
+    integer; of a time dimension, also an instant (datetime64) or a duration (timedelta64) in
+    any spelling of loader/model/times.py, rounded up to the field's unit (a half-open box
+    holds the same cells)."""
+    if type(value) is int:  # the common case, first: a count of the unit or an integer coordinate
+        return value
+    what = f"range for {dim!r}"
+    timed = time_type(type_name)
+    if timed is not None:
+        kind, unit = timed
+        if kind == "datetime64":
+            return instant_in_unit(value, unit, what, ceil=True)
+        return duration_in_unit(value, unit, what, ceil=True)
+    try:
+        if isinstance(value, (float, np.floating)) and np.isfinite(value):
+            return math.ceil(value)  # the same integers lie in [lo, hi) and [ceil(lo), ceil(hi))
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer, str)):
+            raise TypeError
+        return int(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"{what} must have integer bounds; got {value!r}") from None
 
 
 def check_box_dims(array: str, dims, ranges: dict) -> None:
@@ -133,7 +172,11 @@ class ArrayIndex:
         self.attrs = [n for n in self.cell.names if n not in self.dims and n != "syn"]
         self.fields = {f.name: f for f in self.cell.fields}
         self._schema_cache: dict[tuple, tuple[pa.Schema, list]] = {}
-        self._dtypes = {f.name: np.dtype(TYPES[f.type][0]) for f in self.cell.fields}
+        self._dtypes = {f.name: f.dtype for f in self.cell.fields}
+        self.nullable = self.cell.nullable_names  # bit j of _validity: the j-th one holds a value
+        #: columns that go to Arrow as they are (single numbers, times, bool; never null)
+        self.plain = {f.name for f in self.cell.fields if not f.nullable and f.spec.count is None
+                      and f.spec.base not in ("bytes", "string")}
 
     def columns(self, attrs) -> list[str]:
         return box_columns(self.name, self.dims, self.cell, self.keep, attrs)
@@ -144,7 +187,7 @@ class ArrayIndex:
         key = tuple(cols)
         s = self._schema_cache.get(key)
         if s is None:
-            schema = pa.schema([pa.field(c, pa.from_numpy_dtype(self._dtypes[c]), nullable=False) for c in cols],
+            schema = pa.schema([pa.field(c, self.fields[c].arrow_type, nullable=self.fields[c].nullable) for c in cols],
                                metadata={"bulkload.array": self.name, "bulkload.dims": ",".join(self.dims)})
             s = self._schema_cache[key] = schema, schema.types
         return s
@@ -223,7 +266,7 @@ class _PieceBounds(NamedTuple):
     cmax: int
 
 
-def _norm_range(dim: str, v) -> tuple[int, int]:
+def _norm_range(dim: str, v, type_name: str) -> tuple[int, int]:
     lo_inf, hi_inf = -(2**63), 2**63
     if v is None:
         return lo_inf, hi_inf
@@ -238,15 +281,12 @@ def _norm_range(dim: str, v) -> tuple[int, int]:
     else:
         try:
             lo, hi = v
+            if isinstance(v, str):
+                raise TypeError
         except (TypeError, ValueError):
             raise UsageError(f"range for {dim!r} must be (start, stop), half-open; got {v!r}") from None
-    try:
-        lo = lo_inf if lo is None else int(lo)
-        hi = hi_inf if hi is None else int(hi)
-        if not isinstance(lo, int) or not isinstance(hi, int):
-            raise TypeError
-    except (TypeError, ValueError):
-        raise UsageError(f"range for {dim!r} must have integer bounds; got {v!r}") from None
+    lo = lo_inf if lo is None else box_coordinate(dim, type_name, lo)
+    hi = hi_inf if hi is None else box_coordinate(dim, type_name, hi)
     return max(lo, lo_inf), min(hi, hi_inf)
 
 
@@ -256,10 +296,12 @@ def read_box(ds, array: str = "grid", attrs=None, ranges: dict | None = None) ->
     ranges = dict(ranges or {})
     check_box_dims(array, ai.dims, ranges)
     d0, d1 = ai.dims
-    lo0, hi0 = _norm_range(d0, ranges.get(d0))
-    lo1, hi1 = _norm_range(d1, ranges.get(d1))
+    lo0, hi0 = _norm_range(d0, ranges.get(d0), ai.fields[d0].type)
+    lo1, hi1 = _norm_range(d1, ranges.get(d1), ai.fields[d1].type)
     cols = ai.columns(attrs)
     schema, types = ai.schema(cols)
+    nullable = [c for c in cols if c in ai.nullable]
+    gather = cols + [VALIDITY] if nullable else cols  # the bits of the nullable columns asked for
     box = _Box(lo0, hi0, lo1, hi1)
     if lo0 >= hi0 or lo1 >= hi1 or not len(ai.rmin):
         return schema.empty_table()
@@ -267,7 +309,7 @@ def read_box(ds, array: str = "grid", attrs=None, ranges: dict | None = None) ->
     if not len(hit):
         return schema.empty_table()
 
-    parts: dict[str, list] = {c: [] for c in cols}
+    parts: dict[str, list] = {c: [] for c in gather}
     readers = []
     contributing = []
     try:
@@ -293,16 +335,16 @@ def read_box(ds, array: str = "grid", attrs=None, ranges: dict | None = None) ->
             if i in cut:
                 if cut[i] is not None:
                     contributing.append(i)
-                    for c in cols:
+                    for c in gather:
                         parts[c].append(cut[i][c])
                 continue
             cells = _columns(ai, got[i])
             piece = _PieceBounds(int(ai.rmin[i]), int(ai.rmax[i]), int(ai.cmin[i]), int(ai.cmax[i]))
-            sel = _select(cells[d0], cells[d1], piece, box)
+            sel = _select(coordinates(cells[d0]), coordinates(cells[d1]), piece, box)
             if sel is None:
                 continue
             contributing.append(i)
-            for c in cols:
+            for c in gather:
                 parts[c].append(cells[c][sel])
         if not contributing:
             return schema.empty_table()
@@ -314,10 +356,32 @@ def read_box(ds, array: str = "grid", attrs=None, ranges: dict | None = None) ->
     # several chunk columns side by side: restore global row-major order
     cr = ai.crow[contributing]
     if len(contributing) > 1 and len(np.unique(cr)) < len(np.unique(np.stack([cr, ai.ccol[contributing]]), axis=1)[0]):
-        keys = (out["syn"], out[d1], out[d0]) if ai.keep else (out[d1], out[d0])
+        keys = (coordinates(out[d1]), coordinates(out[d0]))
+        keys = (out["syn"], *keys) if ai.keep else keys
         order = np.lexsort(keys)
         out = {c: a[order] for c, a in out.items()}
-    return pa.Table.from_arrays([from_numpy(out[c], t) for c, t in zip(cols, types)], schema=schema)
+    valid = {c: _valid_bits(out[VALIDITY], ai.nullable.index(c)) for c in nullable}
+    plain = ai.plain
+    return pa.Table.from_arrays([from_numpy(out[c], t) if c in plain else _arrow_column(out[c], t, valid.get(c))
+                                 for c, t in zip(cols, types)], schema=schema)
+
+
+def _valid_bits(validity: np.ndarray, j: int) -> np.ndarray:
+    """Which cells hold a value of the j-th nullable field (bit j of their _validity bytes)."""
+    return (validity[:, j // 8] >> (j % 8)) & 1 != 0
+
+
+def _arrow_column(values: np.ndarray, t, valid: np.ndarray | None):
+    """A result column as an Arrow array of its field's type: numbers zero-copy; times, bool,
+    bytes and strings through pyarrow; nulls where ``valid`` is False; T[k] as fixed-size lists."""
+    if values.ndim > 1:  # T[k]
+        flat = from_numpy(np.ascontiguousarray(values).reshape(-1))
+        return pa.FixedSizeListArray.from_arrays(flat, type=t, mask=None if valid is None else pa.array(~valid))
+    if valid is not None and not valid.all():
+        return pa.array(values, type=t, mask=~valid)
+    if values.dtype.kind == "S" and pa.types.is_string(t):  # string[N]: the bytes up to the padding
+        return pa.array(values, type=pa.binary()).cast(t)
+    return from_numpy(values, t)
 
 
 def _owned(a: np.ndarray) -> np.ndarray:
@@ -344,7 +408,7 @@ def _reader(ds, s: int, table: str) -> ValueReader:
 
 def _columns(ai: ArrayIndex, value):
     """name -> 1-D numpy array over the piece's cells (zero-copy where the format allows)."""
-    if ai.format == "arrow" and ai.ser.compression == "none":
+    if ai.format == "arrow" and ai.ser.compression == "none" and ai.cell.numbers_only:
         reader = pa.ipc.open_stream(pa.py_buffer(value))
         cols = {}
         for batch in reader:

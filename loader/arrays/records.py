@@ -3,6 +3,7 @@
 - `void_view`: a structured array seen as one opaque item per record, so that gathers
   (``np.take``), copies and slices move whole records with one memcpy each, whatever
   the fields.
+- `coordinates`: a time dimension's column as its int64 counts (coordinates are int64).
 - `field_min_max`: per-field min and max of a block of cells, in cache-sized blocks (one
   pass over memory), for the chunk index.
 - `pread_into`: fill a buffer from a file at an offset (spill runs), all or an OSError.
@@ -19,6 +20,12 @@ import numpy as np
 
 def void_view(a: np.ndarray) -> np.ndarray:
     return a.view(np.dtype((np.void, a.dtype.itemsize)))
+
+
+def coordinates(a: np.ndarray) -> np.ndarray:
+    """A dimension's values as int64 coordinates: a datetime64/timedelta64 column viewed as its
+    int64 counts (no copy), any integer column as it is."""
+    return a.view(np.int64) if a.dtype.kind in "mM" else a
 
 
 def field_min_max(view: np.ndarray, fields: list[str], block: int = 8192) -> tuple[list, list]:

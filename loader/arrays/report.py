@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..model.engine_keys import EngineKeys
+from .records import coordinates
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,8 @@ class IndexTotals:
     def of(cls, rows: np.ndarray, dims: tuple[str, str]) -> "IndexTotals":
         if not len(rows):
             return cls(0, 0, 0, 0, None)
-        bounds = {d: [int(rows[f"min_{d}"].min()), int(rows[f"max_{d}"].max())] for d in dims}
+        bounds = {d: [int(coordinates(rows[f"min_{d}"]).min()), int(coordinates(rows[f"max_{d}"]).max())]
+                  for d in dims}  # coordinates: a time dimension's int64 counts of its unit
         o = np.lexsort((rows["ccol"], rows["crow"]))  # distinct chunks (np.unique would import numpy.ma)
         cr, cc = rows["crow"][o], rows["ccol"][o]
         chunks = 1 + int(np.count_nonzero((cr[1:] != cr[:-1]) | (cc[1:] != cc[:-1])))

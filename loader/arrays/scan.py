@@ -61,10 +61,10 @@ def scan_worker(task: ScanTask, progress_q, decoded: Decoded | None = None) -> S
     try:
         for i, b in zip(task.positions, task.batches):
             if decoded is not None and decoded.fill(i, reader, b):
-                cr, cc, cn = batch_chunks(decoded.slot(i), job.dims, job.chunks)
+                cr, cc, cn = batch_chunks(decoded.slot(i), job.dims, job.chunks, b.first)
             else:
                 with reader.records(b) as recs:
-                    cr, cc, cn = batch_chunks(recs, job.dims, job.chunks)
+                    cr, cc, cn = batch_chunks(recs, job.dims, job.chunks, b.first)
             e = np.empty(len(cr), ENTRY_DTYPE)
             e["batch"], e["crow"], e["ccol"], e["count"] = i, cr, cc, cn
             parts.append(e)

@@ -6,8 +6,11 @@ finalize (array name, dims, policy) before any data is touched and returns a fro
 picklable `ArraySpec`; every mistake is a UsageError that names the option and says what
 to write instead.
 
-- Dimensions: two different integer fields of the layout (not uint64: coordinates are
-  int64), first dim slowest (row-major), each with a chunk length in 1 .. 2**63-1. Not
+- Dimensions: two different integer fields of the layout (coordinates are int64: a uint64
+  value from 2**63 up is refused by the finalize that meets it) or time fields (``datetime64[U]``, ``timedelta64[U]``: their int64 counts of U are
+  the coordinates), first dim slowest (row-major), each with a chunk length in
+  1 .. 2**63-1 - of a time field, a duration (``ts:1h``, ``ts:15min``; a bare integer is a
+  count of U), kept as that count of U. Not
   given (None): the layout's default dims - only the built-in scidb96 has them
   (``i0:10,i1:100000``); any other layout must be given dims (a UsageError says so).
 - Cells keep every field of the record (the dims and the *attributes*) in declaration
@@ -24,7 +27,8 @@ import re
 from dataclasses import dataclass
 
 from ..errors import UsageError
-from ..model.layouts import Field, Layout, builtin_schema_dir, parse_layout_toml
+from ..model.layouts import TYPES, Field, Layout, builtin_schema_dir, parse_layout_toml
+from ..model.times import duration_in_unit, time_type
 
 POLICIES = ("error", "first", "last", "keep")
 DEFAULT_ARRAY = "grid"
@@ -79,6 +83,9 @@ def parse_dims(dims, layout: Layout) -> tuple[tuple[str, str], tuple[int, int]]:
             raise UsageError(f"--dims {_show(dims)}: field {name!r} is given twice; "
                              "the two dimensions must be different fields")
         names.append(name)
+        timed = time_type(layout.field(name).type)
+        if timed is not None:  # a duration, as a count of the field's unit
+            chunk = duration_in_unit(chunk, timed[1], f"--dims {_show(dims)}: chunk of {name!r}")
         chunks.append(_chunk_length(dims, name, chunk))
     return (names[0], names[1]), (chunks[0], chunks[1])
 
@@ -100,23 +107,29 @@ def _dim_pairs(dims) -> list[tuple[str, object]]:
     return pairs
 
 
+def dim_fields(layout: Layout) -> list[str]:
+    """The fields of ``layout`` that may be dimensions: integers and times, not nullable."""
+    return [f.name for f in layout.fields if not f.nullable and (
+        time_type(f.type) is not None or (f.type in TYPES and f.is_integer))]
+
+
 def _check_dim_field(dims, layout: Layout, name: str) -> None:
-    """A dimension must be a field of the layout of an integer type narrower than uint64."""
+    """A dimension must be a field of the layout of an integer type, or a datetime64 /
+    timedelta64 field, and not nullable."""
     try:
         f = layout.field(name)
     except KeyError:
         raise UsageError(f"--dims {_show(dims)}: unknown field {name!r}; layout {layout.name!r} "
                          f"has {', '.join(layout.names)}") from None
-    if not f.is_integer:
-        ints = [g.name for g in layout.fields if g.is_integer and g.type != "uint64"]
-        raise UsageError(f"--dims {_show(dims)}: field {name!r} is {f.type}, not an integer; "
-                         f"dimensions must be integer fields ({', '.join(ints) or 'none in this layout'})")
-    if f.type == "uint64":
-        raise UsageError(f"--dims {_show(dims)}: field {name!r} is uint64; coordinates are int64, "
-                         "use a field of a narrower integer type")
     if f.nullable:
         raise UsageError(f"--dims {_show(dims)}: field {name!r} is nullable; a cell needs a coordinate in "
-                         "every record: use a field that is not nullable")
+                         f"every record: use a field that is not nullable ({', '.join(dim_fields(layout))})")
+    if time_type(f.type) is not None:
+        return
+    if f.type not in TYPES or not f.is_integer:
+        raise UsageError(f"--dims {_show(dims)}: field {name!r} is {f.type}, not an integer or a time; "
+                         f"dimensions must be integer or datetime64/timedelta64 fields "
+                         f"({', '.join(dim_fields(layout)) or 'none in this layout'})")
 
 
 def _chunk_length(dims, name: str, chunk) -> int:
@@ -153,9 +166,9 @@ def default_dims(layout: Layout) -> str:
         path = builtin_schema_dir() / f"{layout.name}.toml"
         if parse_layout_toml(path.read_text(), str(path)).fields == layout.fields:  # not a user's namesake
             return dims
-    ints = [f.name for f in layout.fields if f.is_integer and f.type != "uint64"]
+    ints = dim_fields(layout)
     raise UsageError(f"layout {layout.name!r} has no default dims; give --dims FIELD:CHUNK,FIELD:CHUNK "
-                     f"with two of its integer fields ({', '.join(ints) or 'none in this layout'}), "
+                     f"with two of its integer or time fields ({', '.join(ints) or 'none in this layout'}), "
                      "e.g. --dims " + ",".join(f"{n}:1000" for n in (ints + ["FIELD", "FIELD"])[:2]))
 
 

@@ -33,6 +33,7 @@ from ..serializers import get_serializer
 from ..stores.values import ValueReader
 from .chunks import chunk_key
 from .hashes import hash_sum
+from .records import coordinates
 
 
 class FlatSums:
@@ -228,8 +229,8 @@ class _ArrayCheck:
             return None  # an index written before samples existed
         every = int(idx["sample_every"][i])
         lo, hi = int(idx["sample_off"][i]), int(idx["sample_off"][i + 1])
-        if every < 1 or not (np.array_equal(idx["sample_r"][lo:hi], cells[self.d0][::every])
-                             and np.array_equal(idx["sample_c"][lo:hi], cells[self.d1][::every])):
+        if every < 1 or not (np.array_equal(idx["sample_r"][lo:hi], coordinates(cells[self.d0][::every]))
+                             and np.array_equal(idx["sample_c"][lo:hi], coordinates(cells[self.d1][::every]))):
             return f"chunk {where}: its sample in the index does not match its cells"
         return None
 

@@ -37,7 +37,7 @@ class Figure:
     reason: str = ""
     workers: int | None = None
     params: dict = field(default_factory=dict)
-    record_size: int = RECORD_SIZE  # bytes of one record (the ticks section's: 41)
+    record_size: int = RECORD_SIZE  # bytes of one record of the figure's workload (ticks: 41)
 
     @property
     def bytes(self) -> int:

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 
 from .processes import cached_fraction, rm, run_sampled, settle, tail
-from .records import LAYOUT
+from .records import LAYOUT, WORKLOADS
 from .runner import Bench
 
 
@@ -40,15 +40,37 @@ class LoadConfig:
     format: str | None = None
     compression: str | None = None
     stdin: bool | None = None
+    layout: str = LAYOUT  # the workload: gen://LAYOUT (records of WORKLOADS[layout] bytes)
 
     def params(self, shards: int) -> dict:
         """The figure's params: the options that are set, and the shard count."""
         return {k: v for k, v in (("scheme", self.scheme), ("format", self.format),
-                                  ("compression", self.compression), ("stdin", self.stdin))
+                                  ("compression", self.compression), ("stdin", self.stdin),
+                                  ("layout", None if self.layout == LAYOUT else self.layout))
                 if v is not None} | {"shards": shards}
 
 
-def load_configs(cores: int) -> list[LoadConfig]:
+def load_configs(cores: int, workloads: tuple[str, ...] = tuple(WORKLOADS)) -> list[LoadConfig]:
+    """The load figures: every configuration on scidb96; the main ones on each other workload."""
+    return _scidb96_configs(cores) + (_ticks_configs(cores) if "ticks" in workloads else [])
+
+
+def _ticks_configs(c: int) -> list[LoadConfig]:
+    """gen://ticks (41-byte records: a ns timestamp, bytes[8], bool, a nullable field): the
+    default load, the compressed ones ArcticDB is compared with, and a stdin pipe."""
+    return [
+        LoadConfig("load-ticks-lmdb-capnp", f"load ticks lmdb capnp uncompressed, {c} workers", "lmdb", c,
+                   "gen-file-fsync", layout="ticks"),
+        LoadConfig("load-ticks-lmdb-capnp-zstd", "load ticks lmdb capnp zstd (byte shuffle)", "lmdb", c,
+                   "gen-file-fsync", format="capnp", compression="zstd", layout="ticks"),
+        LoadConfig("load-ticks-lmdb-arrow-lz4", "load ticks lmdb arrow lz4", "lmdb", c, "gen-file-fsync",
+                   format="arrow", compression="lz4", layout="ticks"),
+        LoadConfig("load-ticks-stdin-capnp", "bulkload-gen --layout ticks | load - (stdin pipe), lmdb capnp",
+                   "lmdb", c, "gen-file-fsync", stdin=True, layout="ticks"),
+    ]
+
+
+def _scidb96_configs(cores: int) -> list[LoadConfig]:
     c = cores
     return [
         LoadConfig("load-lmdb-capnp-w1", "load lmdb capnp, 1 worker", "lmdb", 1, "gen-file-fsync",
@@ -79,8 +101,7 @@ def load_once(b: Bench, n: int, uri: str, *, workers: int | None, format: str | 
               layout: str = LAYOUT) -> dict:
     """One `bulkload load` run in a fresh process tree; returns a sample. ``format`` /
     ``compression`` / ``workers`` / ``batch_records`` None: bulkload's defaults (the option is not
-    given); ``bulkload``: the command that runs bulkload (default: this one's); ``layout``: of the
-    generator (gen://LAYOUT) or of the file; ``source``: a file
+    given); ``bulkload``: the command that runs bulkload (default: this one's); ``source``: a file
     of raw records instead of the generator (the sample says how much of it was in the page
     cache before ``prepare``, as the load started, and how long ``prepare`` took); ``prepare()``:
     untimed, before `settle`, so that every load starts right after its settle: reading a
@@ -95,14 +116,17 @@ def load_once(b: Bench, n: int, uri: str, *, workers: int | None, format: str | 
     settle()
     resident = cached_fraction(source) if source else None
     args = [uri, "--json", "--quiet", "--shards", str(b.cores)] + (["--workers", str(workers)] if workers else [])
+    if layout != LAYOUT:
+        args += ["--layout", layout]
     args += [x for opt, v in (("--format", format), ("--compression", compression), ("--batch-records", batch_records))
              if v for x in (opt, str(v))]
     if stdin:
-        cmd = ["sh", "-c", f"{shlex.quote(b.gen)} {n} | " + " ".join(
+        gen = f"{shlex.quote(b.gen)}{'' if layout == LAYOUT else ' --layout ' + shlex.quote(layout)}"
+        cmd = ["sh", "-c", f"{gen} {n} | " + " ".join(
             shlex.quote(a) for a in [*(bulkload or [b.bulkload]), "load", "-", *args])]
     else:
-        cmd = [*(bulkload or [b.bulkload]), "load",
-               *([source, "--layout", layout] if source else [f"gen://{layout}?n={n}"]), *args]
+        cmd = [*(bulkload or [b.bulkload]), "load", *([source] + (["--layout", LAYOUT] if layout == LAYOUT else [])
+                                                     if source else [f"gen://{layout}?n={n}"]), *args]
     p = run_sampled(cmd)
     if p.rc != 0:
         raise RuntimeError(tail(p.err) or f"bulkload load exited with {p.rc}")
@@ -129,15 +153,15 @@ def compressed_config(spec: str, cores: int) -> LoadConfig:
 
 def section_load(b: Bench) -> None:
     n = b.p.n
-    for cfg in load_configs(b.cores):
+    for cfg in load_configs(b.cores, b.p.workloads):
         if b.measured(cfg.id):
             continue  # measured interleaved with the peers (the versus section)
         f = b.fig(cfg.id, "load", cfg.title, n, limit=cfg.limit, note=cfg.note, workers=cfg.workers,
-                  params=cfg.params(b.cores))
+                  params=cfg.params(b.cores), record_size=WORKLOADS[cfg.layout])
         uri = b.dataset(cfg.scheme, cfg.id)
         b.repeat(f, lambda i, cfg=cfg, uri=uri: load_once(
             b, n, uri, workers=cfg.workers, format=cfg.format or "capnp",
-            compression=cfg.compression or "none", stdin=bool(cfg.stdin)),
+            compression=cfg.compression or "none", stdin=bool(cfg.stdin), layout=cfg.layout),
             teardown=lambda uri=uri: rm(b.ds_root(uri)))
 
 

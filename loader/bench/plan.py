@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ..infra.outputs import output_dir, refuse_dataset_paths
+from .records import check_workloads
 
 SECTIONS = ("limits", "versus", "load", "scaling", "finalize", "peers", "random", "rss", "reads", "ticks", "catalog")
 
@@ -46,6 +47,7 @@ class SuiteParams:
     catalog_append_records: int = 1000
     baseline: str | None = None  # a catalog result of the code before: the "before" of its targets
     before: str | None = None  # the command of the code before's bulkload: its loads interleaved in the run
+    workloads: tuple[str, ...] = ("scidb96", "ticks")  # of the load section (records.WORKLOADS)
 
     def to_dict(self) -> dict:
         """Every size but ``sections``; the catalog section's only in a suite that has it."""
@@ -85,6 +87,7 @@ def suite_params(suite: str, n: int | None = None, repeats: int | None = None, *
         raise ValueError("--repeats must be >= 1 and --n >= 1000")
     if p.max_batches is not None and p.max_batches < 2:
         raise ValueError("--max-batches must be >= 2")
+    p = replace(p, workloads=check_workloads(p.workloads))
     return replace(p, n_arctic=p.n_arctic or p.n)
 
 

@@ -1,5 +1,6 @@
 """The records every benchmark figure measures: 96-byte ``scidb96`` records, their units, the
-2-D dimensions the finalizer redimensions them into, and the box the queries read.
+2-D dimensions the finalizer redimensions them into, and the box the queries read; and the
+other workloads of the load section (`WORKLOADS`: ``ticks``, 41-byte market ticks).
 
 Invariants: a figure's bytes are ``records * RECORD_SIZE``; MB is 10**6 bytes; the box of
 ``n`` records is the same for bulkload and its peers (TileDB), so their latencies compare.
@@ -15,6 +16,18 @@ RECORD_SIZE = 96
 LAYOUT = "scidb96"
 DIMS = "i0:10,i1:100000"
 MB = 1e6
+#: layout -> record size of the workloads the load section can measure (gen://LAYOUT, bulkload-gen --layout)
+WORKLOADS = {"scidb96": RECORD_SIZE, "ticks": 41}
+
+
+def check_workloads(names) -> tuple[str, ...]:
+    """The workloads asked for (scidb96 always: every other section measures it); ValueError
+    naming an unknown one."""
+    names = tuple(dict.fromkeys(["scidb96", *names]))
+    unknown = [w for w in names if w not in WORKLOADS]
+    if unknown:
+        raise ValueError(f"unknown workload(s) {', '.join(unknown)}; use {', '.join(WORKLOADS)}")
+    return names
 
 
 def box(n: int, width: int = 1000) -> dict:

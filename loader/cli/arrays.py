@@ -19,8 +19,9 @@ from .main import emit_json, handle_errors, on_engine, progress_mode
 def finalize_cmd(
     dataset: str = typer.Argument(..., help="lmdb://PATH, rocksdb://PATH or mem://NAME."),
     dims: Optional[str] = typer.Option(None, "--dims", show_default=False,
-                                       help="Two integer fields with chunk lengths, row-major: "
-                                            "FIELD:CHUNK,FIELD:CHUNK (default: i0:10,i1:100000 for "
+                                       help="Two integer or time fields with chunk lengths, row-major: "
+                                            "FIELD:CHUNK,FIELD:CHUNK, a time field's chunk a duration "
+                                            "(ts:1h,size:1000) (default: i0:10,i1:100000 for "
                                             "scidb96; required for other layouts)."),
     array: str = typer.Option("grid", "--array", help="Array name (several arrays may coexist)."),
     duplicates: str = typer.Option("error", "--duplicates", help="error, first, last or keep."),
@@ -52,9 +53,8 @@ def finalize_cmd(
         print(f"nothing to do: array {rep.array!r} of {rep.dataset} is up to date ({rep.records:,} records, "
               f"{rep.cells:,} cells in {rep.chunks:,} chunks; --force rebuilds it anyway)")
     elif not quiet:
-        b = rep.bounds or {}
-        bounds = ", ".join(f"{k} {v[0]}..{v[1]}" for k, v in b.items()) or "empty"
-        dims_s = ", ".join(f"{d['name']} chunk {d['chunk']}" for d in rep.dims)
+        chunks, bounds = _shown(rep.dims, rep.bounds)
+        dims_s = ", ".join(f"{name} chunk {chunk}" for name, chunk in chunks)
         extra = f", {rep.dropped:,} duplicates dropped" if rep.dropped else ""
         print(f"finalized {rep.records:,} records into array {rep.array!r} of {rep.dataset} "
               f"in {rep.seconds:.2f} s ({rep.mb_per_s:,.0f} MB/s): {rep.cells:,} cells in "
@@ -123,12 +123,23 @@ def query_cmd(
 def print_arrays(arrays: list[dict]) -> None:
     """Lines for `bulkload info`: one per array."""
     for a in arrays:
-        dims = " x ".join(f"{d['name']}/{d['chunk']}" for d in a["dims"])
-        b = a["bounds"] or {}
-        bounds = ", ".join(f"{k} {v[0]}..{v[1]}" for k, v in b.items()) or "empty"
+        chunks, bounds = _shown(a["dims"], a["bounds"])
+        dims = " x ".join(f"{name}/{chunk}" for name, chunk in chunks)
         stale = "  STALE (records appended since; re-run finalize)" if a["stale"] else ""
         print(f"array    {a['name']}: [{dims}] {a['cells']:,} cells in {a['chunks']:,} chunks, "
               f"{bounds}, duplicates {a['policy']}{stale}")
+
+
+def _shown(dims: list[dict], bounds: dict | None) -> tuple[list[tuple[str, str]], str]:
+    """(dim, chunk) pairs and the bounds of an array as a user writes them: a time dimension's
+    chunk as a duration (1h), its bounds as instants; integers as they are."""
+    from ..model.times import describe_coordinate  # start-up: only these lines need it
+
+    types = {d["name"]: d.get("type", "") for d in dims}
+    chunks = [(d["name"], describe_coordinate(types[d["name"]], d["chunk"], duration=True)) for d in dims]
+    text = ", ".join(f"{k} {describe_coordinate(types.get(k, ''), lo)}..{describe_coordinate(types.get(k, ''), hi)}"
+                     for k, (lo, hi) in (bounds or {}).items())
+    return chunks, text or "empty"
 
 
 def register(app: typer.Typer) -> None:

@@ -35,6 +35,8 @@ def register(app: typer.Typer) -> None:
                                              "bulkload (e.g. OTHER/.venv/bin/bulkload): its two big loads run "
                                              "interleaved with these, the 'before' of the load targets."),
         label: Optional[str] = typer.Option(None, "--label", help="A label for the run's line in history.jsonl."),
+        workloads: Optional[str] = typer.Option(None, "--workloads", help="Records of the load section, "
+                                                "comma-separated: scidb96 (always), ticks (default: both)."),
         json_out: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines on stderr."),
     ):
@@ -71,9 +73,10 @@ def register(app: typer.Typer) -> None:
                 print(msg, file=sys.stderr, flush=True)
 
         try:
+            extra = {"workloads": tuple(w.strip() for w in workloads.split(",") if w.strip())} if workloads else {}
             result = run(suite, n=n, repeats=repeats, out=out, work=work, sections=sections,
                         only=ids, log=log, label=label, max_batches=max_batches, runs_per_commit=runs_per_commit,
-                        baseline=baseline, before=before)
+                        baseline=baseline, before=before, **extra)
         except (ValueError, RuntimeError) as e:
             print(f"bulkload: error: {e}", file=sys.stderr)
             raise typer.Exit(2)

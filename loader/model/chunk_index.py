@@ -33,7 +33,7 @@ from ..infra.fsatomic import fsync_dir
 from ..infra.paths import ARRAYS
 from ..infra.regular import open_regular
 from .arrow_numpy import from_numpy, to_numpy
-from .layouts import TYPES, Layout
+from .layouts import Layout
 
 TABLE_PREFIX = "array-"
 INDEX_DIR = ARRAYS
@@ -53,10 +53,16 @@ def index_columns(cell: Layout) -> list[tuple[str, str]]:
     """(name, numpy dtype) of the index rows for a cell layout."""
     cols = [("crow", "<i8"), ("ccol", "<i8"), ("piece", "<i4"), ("shard", "<i4"),
             ("cells", "<i8"), ("nbytes", "<i8"), ("checksum", "<u8"), ("sample_every", "<i4")]
-    for f in cell.fields:
-        cols.append((f"min_{f.name}", TYPES[f.type][0]))
-        cols.append((f"max_{f.name}", TYPES[f.type][0]))
+    for f in ranged_fields(cell):
+        cols.append((f"min_{f.name}", f.spec.numpy_format))
+        cols.append((f"max_{f.name}", f.spec.numpy_format))
     return cols
+
+
+def ranged_fields(cell: Layout) -> list:
+    """The cell fields the index keeps the min/max of: the single values that order (numbers,
+    bool, times); not bytes, strings or arrays."""
+    return [f for f in cell.fields if f.spec.count is None and f.spec.base not in ("bytes", "string")]
 
 
 def index_file(table: str) -> str:

@@ -50,11 +50,10 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ..arrays.query import ArrayIndex, array_index, read_box, use_index
+from ..arrays.query import ArrayIndex, array_index, box_coordinate, read_box, use_index
 from ..errors import DatasetNotFoundError, DatasetReplacedError, SnapshotExpiredError, UsageError
 from ..infra.pins import Pin
 from ..model import manifest as mf
-from ..model.layouts import TYPES
 from ..stores.spec import parse_dataset_uri
 from .dataset import Dataset
 from .snapshots import read_snapshot
@@ -230,7 +229,7 @@ def dask_array(ds: Dataset, array: str, attr, fill, chunks, box):
         raise UsageError(f"array {array!r} keeps duplicate cells (a synthetic third dimension, --duplicates keep): "
                          "it has no dense 2-D form; read it with read_box or to_dask_dataframe")
     attr = _attribute(ai, attr)
-    dtype = np.dtype(TYPES[ai.fields[attr].type][0])
+    dtype = ai.fields[attr].dtype
     fill = _fill(attr, dtype, fill)
     starts, stops = _box(ai, box)
     sizes = _block_sizes(ai, chunks)
@@ -254,11 +253,15 @@ def _fill(attr: str, dtype: np.dtype, fill):
     if fill is None:
         if dtype.kind == "f":
             return dtype.type("nan")
+        if dtype.kind in "mM":  # a time attribute: NaT where no record is
+            return dtype.type("NaT")
         raise UsageError(f"attribute {attr!r} is {dtype.name}, which has no empty value: give fill= the value of "
                          "cells without a record (e.g. fill=0 or fill=-1)")
     if dtype.kind == "f" and isinstance(fill, (int, float, np.integer, np.floating)) and not isinstance(fill, bool):
         return dtype.type(fill)
-    if isinstance(fill, (int, np.integer)) and not isinstance(fill, bool):
+    if dtype.kind == "b" and isinstance(fill, (bool, np.bool_)):
+        return dtype.type(fill)
+    if isinstance(fill, (int, np.integer)) and not isinstance(fill, bool) and dtype.kind in "iu":
         info = np.iinfo(dtype)
         if info.min <= fill <= info.max:
             return dtype.type(fill)
@@ -275,25 +278,32 @@ def _box(ai: ArrayIndex, box) -> tuple[tuple[int, int], tuple[int, int]]:
     starts, stops = [], []
     for dim, chunk in zip(ai.dims, ai.chunks):
         lo, hi = bounds[dim]
-        start, stop = _range(dim, box.get(dim), (lo // chunk) * chunk, hi + 1)
+        start, stop = _range(dim, box.get(dim), (lo // chunk) * chunk, hi + 1, ai.fields[dim].type)
         starts.append(start)
         stops.append(max(start, stop))
     return tuple(starts), tuple(stops)
 
 
-def _range(dim: str, given, start: int, stop: int) -> tuple[int, int]:
+def _range(dim: str, given, start: int, stop: int, type_name: str) -> tuple[int, int]:
+    """The half-open range of ``dim`` asked for, its bounds as read_box takes them (integers; of
+    a time dimension also instants or durations: arrays/query.py `box_coordinate`)."""
     if given is None:
         return start, stop
     try:
         lo, hi = given
-        lo = start if lo is None else lo
-        hi = stop if hi is None else hi
-        if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in (lo, hi)) or lo > hi:
-            raise ValueError
+        if isinstance(given, str):
+            raise TypeError
     except (TypeError, ValueError):
         raise UsageError(f"box: the range of {dim!r} must be (start, stop) integers, start <= stop "
-                         f"(half-open; None: the array's extent), not {given!r}") from None
-    return int(lo), int(hi)
+                         f"(half-open; None: the array's extent; a time dimension also takes instants), "
+                         f"not {given!r}") from None
+    lo = start if lo is None else box_coordinate(dim, type_name, lo)
+    hi = stop if hi is None else box_coordinate(dim, type_name, hi)
+    if lo > hi:
+        raise UsageError(f"box: the range of {dim!r} must be (start, stop) integers, start <= stop "
+                         f"(half-open; None: the array's extent; a time dimension also takes instants), "
+                         f"not {given!r}")
+    return lo, hi
 
 
 def _block_sizes(ai: ArrayIndex, chunks) -> tuple[int, int]:

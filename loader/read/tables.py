@@ -53,6 +53,8 @@ def _text(table, sink) -> None:
 
 
 def _cell(v) -> str:
+    if isinstance(v, bytes):  # bytes[N]: the text up to its zero padding, as JSON shows it
+        return _json_bytes(v)
     return repr(v) if isinstance(v, float) else str(v)
 
 
@@ -67,6 +69,13 @@ def _csv(table, sink) -> None:
 def _json(table, sink) -> None:
     json.dump(as_text(table, lists=False).to_pylist(), sink)
     sink.write("\n")
+
+
+def _json_bytes(value):
+    """A bytes[N] value in JSON: its text up to the zero padding (undecodable bytes escaped)."""
+    if isinstance(value, bytes):
+        return value.rstrip(b"\0").decode("utf-8", "backslashreplace")
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def _arrow(table, sink) -> None:

@@ -7,6 +7,11 @@ example (see generators/scidb96.h)::
     d4 = j % 55   d5 = j % 113   d6 = j % 17   d7 = j % 3   d8 = j % 577    exact, then float64
     i0 = j % 10   i1 = int32(j mod 2**32)   i2 = (17 j) % 100   i3 = (113 j) % 100   exact
 
+Record ``i`` of ``ticks`` (41 bytes: a ns timestamp, an 8-byte symbol, float64 price, int32
+size, float32 bid/ask, uint8 flags, a bool, a nullable int16 venue and its validity byte) is
+defined in generators/ticks.h: a function of ``i`` and the options ``t0`` (ns since the epoch
+of record 0) and ``step`` (ns between records) only.
+
 Both implementations produce the same bytes for any ``start`` and ``n`` (with
 ``start + n <= 2**64``), so disjoint ranges produced anywhere concatenate to one run.
 
@@ -35,18 +40,25 @@ MAX_END = 2**64  # records are numbered 0 .. 2**64-1: start + n may not exceed t
 #: records per block of :func:`write_records` (about 1 MiB of scidb96)
 DEFAULT_BLOCK_RECORDS = 10922
 
-FillFn = Callable[[np.ndarray, int], None]
+FillFn = Callable[..., None]
 
 
 @dataclass(frozen=True)
 class Generator:
-    """The fill functions of one layout: ``fill(array, start)`` fills every record of a
-    1-D C-contiguous array of the layout's dtype with records ``start, start+1, ...``."""
+    """The fill functions of one layout: ``fill(array, start, **options)`` fills every record
+    of a 1-D C-contiguous array of the layout's dtype with records ``start, start+1, ...``.
+    ``check(start, n, options)`` returns the options completed with their defaults, or raises a
+    UsageError (an option out of range, records the options cannot define)."""
 
     layout: str
     dtype: np.dtype  # the record bytes the fill functions write
     c_fill: FillFn | None
     py_fill: FillFn
+    check: Callable[[int, int, dict], dict] = lambda start, n, options: _no_options(options)
+    #: the options of a gen:// URI: name -> "instant" (ISO-8601, as ns) or "duration" (as ns)
+    option_kinds: tuple[tuple[str, str], ...] = ()
+    #: their values when not given
+    defaults: tuple[tuple[str, int], ...] = ()
 
     def fill_fn(self, impl: str) -> FillFn:
         if impl == "python":
@@ -140,13 +152,122 @@ def _py_fill_scidb96(arr: np.ndarray, start: int) -> None:
         np.copyto(i1[sl], jj, casting="unsafe")  # uint64 -> uint32 keeps j mod 2**32
 
 
+# --- ticks ---------------------------------------------------------------------------------
+
+TICKS_DTYPE = np.dtype([("ts", "<M8[ns]"), ("sym", "S8"), ("price", "<f8"), ("size", "<i4"),
+                        ("bid", "<f4"), ("ask", "<f4"), ("flags", "u1"), ("halted", "?"),
+                        ("venue", "<i2"), ("_validity", "u1", (1,))])
+TICKS_DEFAULT_T0 = 1767364200000000000  # 2026-01-02T14:30:00Z in ns since the epoch
+TICKS_DEFAULT_STEP = 1_000_000_000  # 1 s
+TICKS_SYMBOLS = np.array([b"AAPL", b"MSFT", b"GOOG", b"AMZN", b"NVDA", b"META", b"TSLA", b"BRK.B",
+                          b"JPM", b"V", b"XOM", b"UNH", b"JNJ", b"WMT", b"PG", b"MA"], dtype="S8")
+_TICKS_BASE = np.array([19000, 41000, 17500, 18500, 12000, 50000, 25000, 41500,
+                        20000, 28000, 11500, 52000, 15500, 6800, 16800, 46000], dtype=np.int32)
+_U = np.uint64
+_GOLDEN, _SALT1, _SALT2 = _U(0x9E3779B97F4A7C15), _U(0x632BE59BD9B4E019), _U(0x8CB92BA72F3D8DD7)
+_MIX1, _MIX2 = _U(0xBF58476D1CE4E5B9), _U(0x94D049BB133111EB)
+_M32 = _U(0xFFFFFFFF)
+
+
+def check_ticks(start: int, n: int, options: dict) -> dict:
+    """The ticks options (``t0``: int ns since the epoch, ``step``: int ns >= 1) with their
+    defaults; a UsageError when one is out of range or the timestamps of records
+    ``start .. start+n-1`` would leave datetime64[ns] (int64)."""
+    unknown = set(options) - {"t0", "step"}
+    if unknown:
+        raise UsageError(f"unknown ticks option(s) {', '.join(sorted(unknown))}; ticks takes t0 and step")
+    t0 = options.get("t0", TICKS_DEFAULT_T0)
+    step = options.get("step", TICKS_DEFAULT_STEP)
+    for name, v in (("t0", t0), ("step", step)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise UsageError(f"ticks option {name} must be an integer of ns, got {v!r}")
+    t0, step = int(t0), int(step)
+    if not -2**63 <= t0 < 2**63:
+        raise UsageError(f"ticks option t0={t0} ns is outside datetime64[ns] (int64)")
+    if not 1 <= step < 2**63:
+        raise UsageError(f"ticks option step={step} ns must be at least 1 ns and below 2**63 ns")
+    if n and t0 + (start + n) * step - 1 >= 2**63:
+        raise UsageError(
+            f"the timestamps of ticks records {start} .. {start}+{n}-1 (t0={t0} ns, step={step} ns) run past "
+            "datetime64[ns]'s last instant (2262-04-11); lower start, n or step, or an earlier t0")
+    return {"t0": t0, "step": step}
+
+
+def _c_fill_ticks(arr: np.ndarray, start: int, t0: int = TICKS_DEFAULT_T0,
+                  step: int = TICKS_DEFAULT_STEP) -> None:
+    c_generators("--impl python").fill_ticks(arr, start, t0, step)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """The splitmix64 finaliser, in place (uint64 arithmetic wraps modulo 2**64)."""
+    x ^= x >> _U(30)
+    x *= _MIX1
+    x ^= x >> _U(27)
+    x *= _MIX2
+    x ^= x >> _U(31)
+    return x
+
+
+def _mulhi(a: np.ndarray, b: int) -> np.ndarray:
+    """The high 64 bits of a * b (uint64 a, 0 <= b < 2**64), from 32-bit halves."""
+    b0, b1 = _U(b & 0xFFFFFFFF), _U(b >> 32)
+    a0, a1 = a & _M32, a >> _U(32)
+    p01, p10 = a0 * b1, a1 * b0
+    mid = ((a0 * b0) >> _U(32)) + (p01 & _M32) + (p10 & _M32)
+    return a1 * b1 + (p01 >> _U(32)) + (p10 >> _U(32)) + (mid >> _U(32))
+
+
+def _py_fill_ticks(arr: np.ndarray, start: int, t0: int = TICKS_DEFAULT_T0,
+                   step: int = TICKS_DEFAULT_STEP) -> None:
+    rec = arr.view(TICKS_DTYPE)  # the layout's dtype may name its types differently: same bytes
+    n = len(rec)
+    _check_range(start, n)
+    ts = rec["ts"].view(np.uint64)
+    t0u, stepu = _U(t0 % 2**64), _U(step)
+    for lo in range(0, n, _PY_CHUNK):
+        k = min(_PY_CHUNK, n - lo)
+        sl = slice(lo, lo + k)
+        i = np.arange(k, dtype=np.uint64) + _U(start + lo)  # start + lo + k - 1 < 2**64
+        base = i * _GOLDEN
+        h1 = _mix(base + _SALT1)
+        h2 = _mix(base + _SALT2)
+        s = (h1 & _U(15)).astype(np.intp)
+        ts[sl] = t0u + i * stepu + _mulhi(h1, step)
+        rec["sym"][sl] = TICKS_SYMBOLS[s]
+        w = ((i >> _U(10)) & _U(1023)).astype(np.int32)
+        drift = np.where(w < 512, w, 1023 - w) - 256
+        cents = _TICKS_BASE[s] + drift + (h2 & _U(63)).astype(np.int32) - 32
+        spread = 1 + ((h2 >> _U(6)) & _U(3)).astype(np.int32)
+        rec["price"][sl] = cents.astype(np.float64) / 100.0
+        r = (h2 >> _U(8)) & _U(255)
+        odd = 1 + ((h2 >> _U(16)) & _U(63)).astype(np.int32)
+        lots = 100 * (1 + ((h2 >> _U(16)) & _U(31)).astype(np.int32))
+        rec["size"][sl] = np.where(r < _U(32), odd, lots)
+        rec["bid"][sl] = ((cents - spread).astype(np.float64) / 100.0).astype(np.float32)
+        rec["ask"][sl] = ((cents + spread).astype(np.float64) / 100.0).astype(np.float32)
+        rec["flags"][sl] = ((h2 >> _U(24)) & (h2 >> _U(32)) & _U(0xFF)).astype(np.uint8)
+        rec["halted"][sl] = ((h2 >> _U(40)) & _U(1023)) == _U(0)
+        valid = ((h2 >> _U(50)) & _U(7)) != _U(0)
+        rec["venue"][sl] = np.where(valid, 1 + ((h2 >> _U(53)) & _U(15)).astype(np.int16), 0)
+        rec["_validity"][sl, 0] = valid
+
+
 # --- the registry ---------------------------------------------------------------------------
 
 SCIDB96_DTYPE = np.dtype([(f"d{k}", "<f8") for k in range(10)] + [(f"i{k}", "<i4") for k in range(4)])
 
 GENERATORS: dict[str, Generator] = {
     "scidb96": Generator("scidb96", SCIDB96_DTYPE, _c_fill_scidb96, _py_fill_scidb96),
+    "ticks": Generator("ticks", TICKS_DTYPE, _c_fill_ticks, _py_fill_ticks, check_ticks,
+                       (("t0", "instant"), ("step", "duration")),
+                       (("t0", TICKS_DEFAULT_T0), ("step", TICKS_DEFAULT_STEP))),
 }
+
+
+def _no_options(options: dict) -> dict:
+    if options:
+        raise UsageError(f"unknown generator option(s) {', '.join(sorted(options))}; this generator takes none")
+    return {}
 
 
 def generator_for(layout: str | Layout) -> tuple[Layout, Generator]:
@@ -185,12 +306,14 @@ def _check_impl(impl: str) -> None:
         raise UsageError(f"unknown generator implementation {impl!r}; use one of: {', '.join(IMPLS)}")
 
 
-def fill(buf_array: np.ndarray, start: int, impl: str = "c", layout: str | Layout | None = None) -> np.ndarray:
+def fill(buf_array: np.ndarray, start: int, impl: str = "c", layout: str | Layout | None = None,
+         **options) -> np.ndarray:
     """Fill every record of ``buf_array`` with records ``start, start+1, ...``; returns it.
 
     ``buf_array`` is a 1-D C-contiguous writable array of the layout's dtype (the layout
     is found from the dtype when not given), or any C-contiguous writable array whose
-    size is a whole number of records when ``layout`` is given.
+    size is a whole number of records when ``layout`` is given. ``options``: the
+    generator's (ticks: ``t0``, ``step``).
     """
     _check_impl(impl)
     if layout is None:
@@ -210,8 +333,9 @@ def fill(buf_array: np.ndarray, start: int, impl: str = "c", layout: str | Layou
     else:
         records = buf_array
     _check_range(start, len(records))
+    opts = gen.check(int(start), len(records), options)
     if len(records):
-        gen.fill_fn(impl)(records, int(start))
+        gen.fill_fn(impl)(records, int(start), **opts)
     return buf_array
 
 
@@ -226,16 +350,17 @@ def _layout_of_dtype(dtype: np.dtype) -> str:
 
 
 def generate(
-    layout: str | Layout, start: int, n: int, impl: str = "c", out: np.ndarray | None = None
+    layout: str | Layout, start: int, n: int, impl: str = "c", out: np.ndarray | None = None, **options
 ) -> np.ndarray:
     """Records ``start .. start+n-1`` as a structured array of the layout's dtype.
 
     With ``out`` (an array of at least ``n`` records of that dtype), the records are
-    written into ``out[:n]`` and that view is returned.
+    written into ``out[:n]`` and that view is returned. ``options``: the generator's.
     """
     _check_impl(impl)
     lay, gen = generator_for(layout)
     _check_range(start, n)
+    opts = gen.check(int(start), int(n), options)
     if out is None:
         arr = np.empty(int(n), dtype=lay.dtype)
     else:
@@ -245,7 +370,7 @@ def generate(
             raise UsageError("out must be a writable C-contiguous array")
         arr = out[: int(n)]
     if n:
-        gen.fill_fn(impl)(arr, int(start))
+        gen.fill_fn(impl)(arr, int(start), **opts)
     return arr
 
 
@@ -256,6 +381,7 @@ def write_records(
     fileobj: BinaryIO,
     impl: str = "c",
     block_records: int = DEFAULT_BLOCK_RECORDS,
+    **options,
 ) -> int:
     """Write records ``start .. start+n-1`` to a binary file object, one block of
     ``block_records`` at a time (memory stays bounded whatever ``n``). Returns bytes written.
@@ -265,6 +391,7 @@ def write_records(
     _check_impl(impl)
     lay, gen = generator_for(layout)
     _check_range(start, n)
+    opts = gen.check(int(start), int(n), options)
     if isinstance(block_records, bool) or not isinstance(block_records, int) or block_records < 1:
         raise UsageError(f"block_records must be a positive integer, got {block_records!r}")
     fill_fn = gen.fill_fn(impl)
@@ -275,7 +402,7 @@ def write_records(
     while pos < end:
         k = min(block_records, end - pos)
         block = buf[:k]
-        fill_fn(block, pos)
+        fill_fn(block, pos, **opts)
         view = memoryview(raw[: k * lay.record_size])
         while len(view):
             w = fileobj.write(view)

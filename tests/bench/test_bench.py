@@ -100,3 +100,9 @@ def test_bad_options(tmp_path):
     p = subprocess.run([BULKLOAD, "bench", "--n", "10", "--out", str(tmp_path)],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "--n" in p.stderr
+
+
+def test_an_unknown_workload_is_a_usage_error(tmp_path):
+    p = subprocess.run([BULKLOAD, "bench", "--workloads", "scidb96,trades", "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "unknown workload(s) trades; use scidb96, ticks" in p.stderr

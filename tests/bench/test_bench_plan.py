@@ -60,7 +60,7 @@ def test_unknown_suite():
 def test_parameters_json_leaves_the_sections_out():
     d = suite_params("quick", n=5000).to_dict()
     assert list(d) == ["n", "repeats", "n_naive", "n_builder", "n_tiledb", "n_arctic", "query_reps", "rss_n",
-                     "compressed", "random_tasks"]
+                     "compressed", "random_tasks", "workloads"]
     assert d["n"] == 5000
 
 
@@ -81,3 +81,11 @@ def test_a_file_where_a_directory_goes_is_a_usage_error(tmp_path, which):
     with pytest.raises(UsageError, match="exists and is not a directory"):
         make_plan("quick", **kw)
     assert f.read_text() == "x"
+
+
+def test_workloads_default_to_both_and_scidb96_is_always_measured():
+    assert suite_params("quick").workloads == ("scidb96", "ticks")
+    assert suite_params("quick", workloads=("ticks",)).workloads == ("scidb96", "ticks")
+    assert suite_params("full", workloads=("scidb96",)).workloads == ("scidb96",)
+    with pytest.raises(ValueError, match="unknown workload.s. trades; use scidb96, ticks"):
+        suite_params("quick", workloads=("trades",))

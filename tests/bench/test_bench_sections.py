@@ -137,3 +137,28 @@ def test_finalize_and_the_box_queries(tmp_path):
             assert q.kind == "latency" and q.samples[0]["cells"] == cells and q.samples[0]["seconds"] > 0
             assert len(q.samples[0]["latencies_s"]) == b.p.query_reps
         assert list(b.work.iterdir()) == []  # the input and its finalized copy are removed
+
+
+@pytest.mark.parametrize("stdin", [False, True])
+def test_the_ticks_workload_loads_gen_ticks_records(tmp_path, stdin):
+    from loader.sources.generators import generate
+
+    with opened_bench(tmp_path, n=3000, only={"load-ticks-lmdb-capnp", "load-ticks-stdin-capnp"}) as b:
+        uri = b.dataset("lmdb", "ticks")
+        s = load_once(b, 3000, uri, workers=2, stdin=stdin, layout="ticks")
+        assert s["seconds"] > 0 and s["stored_bytes"] > 0
+        with loader.open(uri) as ds:
+            assert ds.layout.name == "ticks" and ds.verify().ok
+            assert ds.read_records(0, 3000).tobytes() == generate("ticks", 0, 3000).tobytes()
+
+
+def test_the_load_section_measures_ticks_figures_in_ticks_bytes(tmp_path):
+    with opened_bench(tmp_path, n=2000, only={"load-ticks-lmdb-capnp"}) as b:
+        section_load(b)
+        f = b.figures["load-ticks-lmdb-capnp"]
+        assert f.status == "ok" and f.record_size == 41 and f.bytes == 2000 * 41
+        assert f.params == {"scheme": "lmdb", "layout": "ticks", "shards": b.cores}
+        assert b.figures["load-lmdb-capnp-w1"].record_size == 96
+    with opened_bench(tmp_path / "no-ticks", only={"none"}, workloads=("scidb96",)) as b:
+        section_load(b)
+        assert not any("ticks" in k for k in b.figures)

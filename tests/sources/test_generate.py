@@ -207,13 +207,13 @@ def test_write_records_handles_short_writes():
 def test_layout_without_generator_is_a_usage_error(tmp_path):
     p = tmp_path / "points.toml"
     p.write_text('name = "points"\n[fields]\nx = "float64"\ny = "float64"\n')
-    with pytest.raises(UsageError, match="no generator for layout points; generators exist for: scidb96"):
+    with pytest.raises(UsageError, match="no generator for layout points; generators exist for: scidb96, ticks"):
         generate(str(p), 0, 10)
     with pytest.raises(UsageError, match="no generator for layout points"):
         write_records(str(p), 0, 10, io.BytesIO())
     with pytest.raises(UsageError, match="unknown layout"):
         generate("no-such-layout", 0, 10)
-    assert set(GENERATORS) == {"scidb96"}
+    assert set(GENERATORS) == {"scidb96", "ticks"}
 
 
 @pytest.mark.parametrize(
