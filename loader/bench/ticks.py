@@ -23,8 +23,9 @@ MB/s counts the layout's 41-byte records. The targets (`ticks_targets`): load >=
 ArcticDB's write and >= 2 x the Parquet write; read >= ArcticDB's read; bytes on disk <=
 ArcticDB's; the box <= 1 ms.
 
-Invariants: when this bulkload has no ``gen://ticks`` (the ticks workload is not merged) every
-figure is "skipped: not measured: gen://ticks not available", and nothing runs.
+Invariants: when this bulkload has no ``gen://ticks`` every figure is "skipped: not measured:
+gen://ticks not available" (and "not selected" when ``--workloads`` leaves ticks out), and
+nothing runs.
 
 Crash behaviour: the datasets and peer files live under ``ticks`` in the run's work directory,
 removed after each sample and at the end of the section (and with the work directory by the
@@ -42,6 +43,7 @@ from .figures import Figure
 from .loads import load_once
 from .peers import NOT_INSTALLED, arctic_library, arctic_write_read, installed
 from .processes import disk_bytes, rm, run_child, settle
+from .records import WORKLOADS
 from .runner import Bench, Row
 from .targets import Target, bytes_target, ratio_target
 
@@ -49,6 +51,7 @@ LAYOUT = "ticks"
 DIMS = "ts:1h,size:1000"
 HOUR_NS = 3600 * 10**9
 UNAVAILABLE = "not measured: gen://ticks not available"
+NOT_IN_WORKLOADS = "not selected: ticks is not in --workloads"
 
 
 def available() -> bool:
@@ -58,21 +61,15 @@ def available() -> bool:
     return LAYOUT in GENERATORS
 
 
-def record_size() -> int:
-    from ..model.layouts import get_layout  # heavy: numpy; the suite's process has it already
-
-    return get_layout(LAYOUT).dtype.itemsize
-
-
 def section_ticks(b: Bench) -> None:
     n, d = b.p.n, b.work / "ticks"
-    have = available()
-    size = record_size() if have else 41
+    why = None if "ticks" in b.p.workloads else NOT_IN_WORKLOADS
+    why = why or (None if available() else UNAVAILABLE)
 
     def fig(name: str, group: str, title: str, note: str, **kw) -> Figure | None:
-        f = b.fig(f"ticks-{name}", group, title, n, note=note, record_size=size, **kw)
-        if f is not None and not have:
-            b.skip(f, UNAVAILABLE)
+        f = b.fig(f"ticks-{name}", group, title, n, note=note, record_size=WORKLOADS[LAYOUT], **kw)
+        if f is not None and why:
+            b.skip(f, why)
             return None
         return f
 
@@ -89,7 +86,7 @@ def section_ticks(b: Bench) -> None:
                "warm: a fresh process, one untimed read, then the timed one")
     box = fig("box", "query", "bulkload 1-hour box on the finalized ticks, warm", f"--dims {DIMS}; box on ts only",
               kind="latency", params={"dims": DIMS, "hours": 1})
-    if not have:
+    if why:
         return
     arctic = installed("arcticdb") and installed("pandas")
     if not arctic:

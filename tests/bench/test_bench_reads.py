@@ -108,6 +108,12 @@ def test_ticks_section_skips_cleanly_without_gen_ticks(tmp_path, monkeypatch):
     assert b.figures["ticks-load"].to_dict(b.figures)["bytes"] == 1000 * 41
 
 
+def test_ticks_section_is_left_out_with_the_ticks_workload(tmp_path):
+    with opened_bench(tmp_path, n=1000, repeats=1, workloads=("scidb96",)) as b:
+        ticks.section_ticks(b)
+    assert {b.figures[f].reason for f in b.figures if f.startswith("ticks-")} == {ticks.NOT_IN_WORKLOADS}
+
+
 TICKS_DTYPE = np.dtype([("ts", "<M8[ns]"), ("sym", "S8"), ("price", "<f8"), ("size", "<i4"), ("bid", "<f4"),
                         ("ask", "<f4"), ("flags", "u1"), ("halted", "?"), ("venue", "<i2"), ("_validity", "u1", (1,))])
 
@@ -141,3 +147,26 @@ def test_ticks_peers_get_typed_columns_from_the_records(tmp_path):
         back = lib.read("ticks").data
         assert back.index.equals(df.index) and list(back["sym"]) == list(df["sym"])
         assert list(back["bid"]) == list(a["bid"]) and list(back["venue"]) == list(a["venue"])
+
+
+def test_ticks_section_measures_load_peers_read_and_box_when_gen_ticks_exists(tmp_path):
+    assert ticks.available()
+    with opened_bench(tmp_path, n=2000, repeats=1) as b:
+        ticks.section_ticks(b)
+        assert not list(b.work.iterdir())  # the section's datasets and peer files removed
+    arctic = installed("arcticdb") and installed("pandas")
+    for fid in ("ticks-load", "ticks-arcticdb-write", "ticks-arcticdb-read", "ticks-parquet-write", "ticks-read",
+                "ticks-box"):
+        f = b.figures[fid]
+        if "arcticdb" in fid and not arctic:
+            assert (f.status, f.reason) == ("skipped", NOT_INSTALLED)
+            continue
+        assert f.status == "ok", (fid, f.reason)
+        assert f.record_size == 41 and len(f.samples) == 1 and f.samples[0]["seconds"] > 0
+    for fid in ("ticks-load", "ticks-parquet-write") + (("ticks-arcticdb-write",) if arctic else ()):
+        assert b.figures[fid].samples[0]["disk_bytes"] > 0
+    box = b.figures["ticks-box"].samples[0]
+    assert 0 < box["box_cells"] <= 3600 and len(box["box_latencies_s"]) == b.p.query_reps
+    goals = {t.id: t for t in ticks.ticks_targets(b.figures)}
+    assert goals["ticks-box-1ms"].status in ("pass", "short") and goals["ticks-load-vs-parquet"].ratio > 0
+    assert all(t.status in ("pass", "short") for t in goals.values()) == arctic
