@@ -80,6 +80,8 @@ def section_reads(b: Bench) -> None:
     if not live:
         return
     for kind, d in kinds.items():
+        if not any(r.kind == kind for r in live):
+            continue  # none of its figures selected (or its peers installed): nothing to write
         try:
             prepare(b, kind, d, n)
         except Exception as e:
