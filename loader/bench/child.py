@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import sys
 
-from . import catalog, finalize, limits, peers, randreads
+from . import catalog, finalize, limits, peers, randreads, reads, ticks
 
 CHILDREN = {
     "cfill": limits.child_cfill, "npsave": limits.child_npsave, "npload": limits.child_npload,
@@ -31,6 +31,9 @@ CHILDREN = {
     "query": finalize.child_query, "randreads": randreads.child_randreads,
     "diskreads": randreads.child_diskreads,
     "catalog_runs": catalog.child_catalog_runs, "catalog_ops": catalog.child_catalog_ops,
+    "reads_prepare": reads.child_reads_prepare, "reads": reads.child_reads,
+    "ticks_arcticdb": ticks.child_ticks_arcticdb, "ticks_parquet": ticks.child_ticks_parquet,
+    "ticks_read": ticks.child_ticks_read, "ticks_box": ticks.child_ticks_box,
 }
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from ..infra.outputs import output_dir, refuse_dataset_paths
 from .records import check_workloads
 
-SECTIONS = ("limits", "versus", "load", "scaling", "finalize", "peers", "random", "rss", "catalog")
+SECTIONS = ("limits", "versus", "load", "scaling", "finalize", "peers", "random", "rss", "reads", "ticks", "catalog")
 
 
 @dataclass(frozen=True)
@@ -63,10 +63,11 @@ CATALOG_FIELDS = ("catalog_batches", "catalog_batch_records", "max_batches", "ru
 SUITES: dict[str, SuiteParams] = {
     "quick": SuiteParams(n=1_000_000, repeats=3, n_naive=200_000, n_builder=20_000, n_tiledb=200_000,
                          n_arctic=None, query_reps=50, rss_n=None,
-                         sections=("limits", "versus", "load", "scaling", "finalize", "peers")),
+                         sections=("limits", "versus", "load", "scaling", "finalize", "peers", "reads", "ticks")),
     "full": SuiteParams(n=20_000_000, repeats=3, n_naive=2_000_000, n_builder=200_000, n_tiledb=2_000_000,
                         n_arctic=None, query_reps=200, rss_n=(2_000_000, 50_000_000),
-                        sections=("limits", "versus", "load", "scaling", "finalize", "peers", "random", "rss")),
+                        sections=("limits", "versus", "load", "scaling", "finalize", "peers", "random", "rss", "reads",
+                                  "ticks")),
     # issue 29: metadata costs over 1k..1M batch rows; n: the records of the two big loads
     "catalog": SuiteParams(n=20_000_000, repeats=3, n_naive=0, n_builder=0, n_tiledb=0, n_arctic=None,
                            query_reps=0, rss_n=None, sections=("catalog",)),

@@ -22,7 +22,7 @@ from ..infra.outputs import open_output
 from .catalog_table import series as catalog_series
 
 COLORS = {"limits": "#888888", "load": "#1f77b4", "finalize": "#2ca02c", "peers": "#d62728",
-          "rss": "#9467bd"}
+          "rss": "#9467bd", "reads": "#ff7f0e", "ticks": "#17becf"}
 
 
 def plots(result: dict, out: Path, prefix: str = "", name: str = "bench") -> list[str]:

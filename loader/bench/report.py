@@ -30,6 +30,8 @@ SCHEMA_VERSION = 1
 GROUP_TITLES = {"limits": "Reference limits", "load": "bulkload load", "finalize": "bulkload finalize",
                 "query": "Box queries (latency)", "peers": "Peers on the same records",
                 "random": "Cold random reads", "rss": "Memory flat in N",
+                "reads": "Reads against ArcticDB, DuckDB and Parquet (issue 31; warm, interleaved)",
+                "ticks": "gen://ticks against ArcticDB and Parquet (issue 30; interleaved)",
                 "catalog": "Metadata cost over the batch count (medians; min – max)",
                 "catalog-load": "Loads with small batches"}
 
@@ -154,9 +156,27 @@ def _random_rows(rows: list[dict]) -> list[str]:
             *(_random_row(f) for f in rows)]
 
 
+def _versus_row(f: dict) -> str:
+    if f["status"] != "ok":
+        return f"| {_cell(f['title'])} | {f['records']:,} | | | | | | {f['status']}: {_cell(f['reason'])} |"
+    med, rng = _fmt_mb(f.get("mb_s"))
+    secs, on_disk = f["seconds"], f.get("disk_bytes")
+    return (f"| {_cell(f['title'])} | {f['records']:,} | {secs['median']:.4f} | {med} | {rng} | "
+            f"{f['records_s']['median'] / 1e6:,.2f} | {_fmt_bytes(on_disk and on_disk['median'])} | "
+            f"{_cell(f['note'])} |")
+
+
+def _versus_rows(rows: list[dict]) -> list[str]:
+    """The reads and ticks sections: seconds beside MB/s (their targets compare both) and bytes on disk."""
+    return ["| figure | records | seconds (median) | MB/s (median) | min – max | M records/s | on disk | note |",
+            "|---|---:|---:|---:|---:|---:|---:|---|",
+            *(_versus_row(f) for f in rows)]
+
+
 def _figure_tables(figs: dict) -> list[str]:
     lines = []
-    tables = {"query": _query_rows, "random": _random_rows, "catalog": catalog_rows, "catalog-load": load_rows}
+    tables = {"query": _query_rows, "random": _random_rows, "catalog": catalog_rows, "catalog-load": load_rows,
+              "reads": _versus_rows, "ticks": _versus_rows}
     for group, title in GROUP_TITLES.items():
         rows = [f for f in figs.values() if f["group"] == group]
         if rows:

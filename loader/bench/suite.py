@@ -31,6 +31,11 @@ Sections (a suite runs them in this order; the suites and their sizes are in `pl
              and box queries, readahead off vs on vs np.memmap of the raw records, 1 and 2
              threads.
 ``rss``      (full suite) peak RSS of the whole load job for a large N vs a small N.
+``reads``    (issue 31) full, one-column, 1 % range reads and DuckDB GROUP BY over a scan,
+             and `bulkload scan --out -`, against ArcticDB's read, DuckDB and a Parquet read
+             of the same records (scidb96 and random values), interleaved (`reads`).
+``ticks``    (issue 30) gen://ticks: load vs ArcticDB's and a Parquet write, read vs
+             ArcticDB's, bytes on disk, a 1-hour box (`ticks`); skipped without gen://ticks.
 ``catalog``  (catalog suite, issue 29) the metadata's cost over 1,000 .. 1,000,000 batch rows:
              a small append, an open, `info`, `verify`'s memory; the 20M load with 100-record
              batches vs the default load (`catalog`).
@@ -71,16 +76,18 @@ from .peers import native_versions, section_peers
 from .plan import SECTIONS, Plan, make_plan
 from .processes import warm_for
 from .randreads import section_random
+from .reads import read_targets, section_reads
 from .records import DIMS, LAYOUT, RECORD_SIZE, box
 from .report import SCHEMA, SCHEMA_VERSION, append_history, write_outputs
 from .runner import Bench
 from .targets import Target, targets
+from .ticks import section_ticks, ticks_targets
 from .versus import bulkload_ids, section_versus
 
 SECTION_RUNNERS: dict[str, Callable[[Bench], None]] = {
     "limits": section_limits, "versus": section_versus, "load": section_load, "scaling": section_scaling,
     "finalize": section_finalize, "peers": section_peers, "random": section_random, "rss": section_rss,
-    "catalog": section_catalog,
+    "reads": section_reads, "ticks": section_ticks, "catalog": section_catalog,
 }
 
 #: how the catalog section commits its many small runs (catalog.py), said in its parameters
@@ -160,6 +167,7 @@ def run_plan(plan: Plan, log: Callable[[str], None] | None = None) -> BenchResul
     for line in comparison_lines(versus):
         b.log(line)
     goals = targets(b.figures, b.cores, b.p.rss_n, plan.suite) if set(plan.sections) - {"catalog"} else []
+    goals += read_targets(b.figures) + ticks_targets(b.figures)
     goals += catalog_targets(b.figures, baseline(b.p.baseline))
     return BenchResult(plan.suite, started, round(duration, 1), machine, library_versions() | native_versions(),
                        git_info(), parameters(b), b.figures, goals, versus)

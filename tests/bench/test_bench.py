@@ -81,6 +81,10 @@ def test_markdown_and_plots(quick):
     out, res = quick
     md = (out / "bench.md").read_text()
     assert "## Targets" in md and "## Reference limits" in md and "bulkload-gen -> file + fsync" in md
+    # issue 31's reads and issue 30's ticks: their tables and targets in the quick suite
+    assert "## Reads against ArcticDB, DuckDB and Parquet" in md and "## gen://ticks against ArcticDB" in md
+    goals = {t["id"]: t for t in res["targets"]}
+    assert goals["reads-scidb96-column-vs-full"]["status"] in ("pass", "short") and "ticks-box-1ms" in goals
     for name in ("throughput.png", "scaling.png", "rss.png"):
         p = out / name
         assert p.exists() and p.stat().st_size > 1000
