@@ -22,7 +22,6 @@ collections whose tasks read it, and only it, in any process (read/dask_read.py)
 
 from __future__ import annotations
 
-import bisect
 import functools
 import os
 from typing import TYPE_CHECKING, Iterator
@@ -56,7 +55,6 @@ class Dataset(Verifying):
         self.manifest, self._ident, self._pin = snapshot or read_snapshot(self.spec.root, uri, pin)
         self.layout = self.manifest.layout_obj
         self._shards: dict[int, ShardStore] = {}
-        self._firsts = [b.first for b in self.manifest.batches]
         self._docs = None
 
     @functools.cached_property
@@ -164,7 +162,7 @@ class Dataset(Verifying):
         problems = self.problems()
         disk = self._disk_bytes({p["shard"] for p in problems})
         if self.layout.variable_length:
-            text = sum(b.text_bytes or 0 for b in m.batches)
+            text = m.text_bytes
             return {
                 "dataset": self.uri, "path": self.spec.root, "layout": m.layout, "record_size": "variable",
                 "format": m.format, "compression": m.compression, "store": m.scheme, "shards": m.shards,
@@ -304,7 +302,7 @@ class Dataset(Verifying):
 
     @functools.cached_property
     def _record_count(self) -> int:
-        """The snapshot's record count (the manifest sums its batch rows: once, not per read)."""
+        """The snapshot's record count (from the catalog's aggregates: O(1))."""
         return self.manifest.records
 
     def read_records(self, start: int = 0, stop: int | None = None) -> np.ndarray:
@@ -316,16 +314,15 @@ class Dataset(Verifying):
         stop = n if stop is None else stop
         check_record_range(start, stop, n, self.uri)
         out = np.empty(stop - start, dtype=self.layout.dtype)
-        bs = self.manifest.batches
-        i = max(0, bisect.bisect_right(self._firsts, start) - 1)
-        pos = start
-        while pos < stop:
-            b = bs[i]
-            lo, hi = pos - b.first, min(stop, b.first + b.count) - b.first
-            self._records_into(out[pos - start: pos - start + hi - lo], b, lo, hi)
-            pos += hi - lo
-            i += 1
+        for b in self.batches_covering(start, stop):
+            lo, hi = max(start, b.first), min(stop, b.first + b.count)
+            self._records_into(out[lo - start: hi - start], b, lo - b.first, hi - b.first)
         return out
+
+    def batches_covering(self, start: int, stop: int) -> list[mf.BatchEntry]:
+        """The batch rows of this snapshot holding records [start, stop), in record order:
+        a range lookup in the catalog (O(log n + k)), never a read of every row."""
+        return self.manifest.batches.covering(start, stop)
 
     def to_arrow(self):
         import pyarrow as pa  # heavy: only Arrow output needs it

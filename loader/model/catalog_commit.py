@@ -1,0 +1,214 @@
+"""The commit of a manifest: one durable LMDB write transaction of what changed.
+
+`commit(m, root)` (``Manifest.save``; the caller holds the dataset's writer lock):
+
+- ``m`` backed by this dataset's catalog (read from it): one write transaction with the
+  appended batch rows (and their ``by_first`` keys), the runs whose JSON changed and the
+  new ones, the new files, the header, the aggregates and the commit row - O(change). A
+  table assigned whole (compaction's rows, pruned runs) is rewritten in that transaction.
+- otherwise (a version-1 manifest, a new dataset, a fresh manifest over an emptied one):
+  the whole manifest is written - into the dataset's catalog in one transaction when it
+  has one; else a catalog is built beside (``catalog.tmp-PID``), synced, renamed into
+  place (catalog.build), and then manifest.json is replaced by the pointer
+  ``{"version": 2, "catalog": "catalog", "dataset_id": ...}``. A kill before the rename
+  leaves the old manifest.json (and a leftover the next build removes); after it, the
+  complete catalog beside a version-1 manifest.json, which readers take for the dataset
+  (its generation is newer: manifest.read_manifest) and the next commit points at.
+
+Afterwards ``m`` reads the new generation (a new read transaction); the Run objects
+handed out stay the same objects, their JSON as written is the baseline of the next commit.
+Fault points: ``catalog-built`` / ``catalog-renamed`` (catalog.py), ``pointer`` (before
+manifest.json is replaced), ``catalog-commit`` (a delta written, not committed).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from ..infra import faults
+from ..infra.paths import MANIFEST
+from . import catalog as cg
+from .catalog_rows import BatchRows, FileMap, RunList, add_rows, summarize
+from .runs import UNFINISHED
+
+
+def commit(m, root: str) -> None:
+    from .manifest import attach, write_json_atomic
+
+    cat = _own_catalog(m, root)
+    if cat is not None:
+        with cat.writing() as txn:
+            agg = _write_delta(m, txn, cat)
+            faults.hit("catalog-commit")
+    else:
+        path = os.path.join(root, cg.CATALOG)
+        if os.path.isdir(path) and getattr(m, "_pointed", False) is False and _pointer_of(root) is None:
+            cg.set_aside(root)  # a catalog no pointer names (stale): never the dataset
+        if os.path.isdir(path):
+            cat = cg.open_catalog(path)
+            with cat.writing() as txn:
+                agg = _write_all(m, txn, cat, clear=True)
+                faults.hit("catalog-commit")
+        else:
+            out = {}
+            cat = cg.build(root, lambda txn, c: out.setdefault("agg", _write_all(m, txn, c, clear=False)))
+            agg = out["agg"]
+    if _pointer_of(root) != m.dataset_id:
+        faults.hit("pointer")
+        write_json_atomic(Path(root) / MANIFEST,
+                          {"version": m.version, "catalog": cg.CATALOG, "dataset_id": m.dataset_id})
+        cg.remove_leftovers(root)
+    held = {**m.runs.loaded} if m.runs.snap is not None and not m.runs.rewrite else {}
+    old_snap = getattr(m, "_snap", None)
+    attach(m, cat, cat.snapshot(), agg)
+    m.runs.loaded.update(held)
+    for n, (run, _raw) in _written_runs.pop(id(m), {}).items():
+        m.runs.loaded[n] = (run, _raw)
+    object.__setattr__(m, "_pointed", True)
+    if old_snap is not None:
+        old_snap.close()
+
+
+#: the runs a commit wrote, by manifest: handed to the manifest's new RunList
+_written_runs: dict[int, dict] = {}
+
+
+def _own_catalog(m, root: str):
+    """``m``'s catalog if it is the one at ``root`` now and ``m`` was read from it."""
+    cat = getattr(m, "_catalog", None)
+    if cat is None or cat.pid != os.getpid():
+        return None
+    return cat if cg._same(cat, os.path.join(root, cg.CATALOG, "data.mdb")) else None
+
+
+def _pointer_of(root: str) -> str | None:
+    """The dataset id manifest.json points at (a version-2 pointer), else None."""
+    from .manifest import read_pointer
+
+    return read_pointer(root)
+
+
+def _header(m) -> bytes:
+    return cg.encode(m.header())
+
+
+def _commit_row(m, agg: cg.Aggregates) -> bytes:
+    last = m.runs[-1] if len(m.runs) else None
+    return cg.encode({"time": time.time(), "run": last.id if last else None, "kind": last.kind if last else None,
+                      "records": agg.records, "batches": agg.batches})
+
+
+def _put_rows(txn, cat, rows) -> None:
+    db_rows, db_first = cat.dbs["batches"], cat.dbs["by_first"]
+    for b in rows:
+        k = cg.key(b.seq)
+        txn.put(k, cg.pack_row(b.row()), db=db_rows)
+        if b.table is None:
+            txn.put(cg.key(b.first), k, db=db_first)
+
+
+def _write_all(m, txn, cat, clear: bool) -> cg.Aggregates:
+    """Every table of ``m`` (iterated: any backing) into the catalog."""
+    if clear:
+        for name in cg.DBS:
+            txn.drop(cat.dbs[name], delete=False)
+    rows = list(m.batches)
+    _put_rows(txn, cat, rows)
+    agg = summarize(rows)
+    runs = list(m.runs)
+    _put_runs_all(m, txn, cat, runs, agg)
+    for name, value in m.files.items():
+        txn.put(name.encode(), cg.encode(value), db=cat.dbs["files"])
+    _finish(m, txn, cat, agg)
+    return agg
+
+
+def _put_runs_all(m, txn, cat, runs, agg: cg.Aggregates) -> None:
+    written = {}
+    for n, r in enumerate(runs):
+        raw = cg.encode(r.to_dict())
+        txn.put(cg.key(n), raw, db=cat.dbs["runs"])
+        txn.put(r.id.encode(), cg.key(n), db=cat.dbs["run_ids"])
+        _count_run(agg, n, r, +1)
+        written[n] = (r, raw)
+    agg.runs = len(runs)
+    _written_runs[id(m)] = written
+
+
+def _count_run(agg: cg.Aggregates, n: int, r, sign: int) -> None:
+    agg.runs_by_status[r.status] = agg.runs_by_status.get(r.status, 0) + sign
+    if not agg.runs_by_status[r.status]:
+        del agg.runs_by_status[r.status]
+    if sign > 0:
+        if r.status in UNFINISHED and n not in agg.unfinished:
+            agg.unfinished.append(n)
+        if r.replace:
+            agg.last_replace = max(agg.last_replace, n)
+        if r.kind == "compact" and r.status == "done":
+            agg.last_compact = max(agg.last_compact, n)
+    elif n in agg.unfinished and r.status in UNFINISHED:
+        agg.unfinished.remove(n)
+
+
+def _write_delta(m, txn, cat) -> cg.Aggregates:
+    rows: BatchRows = m.batches
+    if rows.rewrite or rows.snap is not getattr(m, "_snap", None):
+        txn.drop(cat.dbs["batches"], delete=False)
+        txn.drop(cat.dbs["by_first"], delete=False)
+        listed = list(rows)
+        _put_rows(txn, cat, listed)
+        agg = summarize(listed)
+        runs_agg = m._snap.aggregates()
+        for f in ("runs", "runs_by_status", "unfinished", "last_replace", "last_compact"):
+            setattr(agg, f, getattr(runs_agg, f))
+    else:
+        _put_rows(txn, cat, rows.new)
+        agg = m._snap.aggregates()
+        add_rows(agg, rows.new)
+    runs: RunList = m.runs
+    if runs.rewrite or runs.snap is not getattr(m, "_snap", None):
+        txn.drop(cat.dbs["runs"], delete=False)
+        txn.drop(cat.dbs["run_ids"], delete=False)
+        agg.runs, agg.runs_by_status, agg.unfinished, agg.last_replace, agg.last_compact = 0, {}, [], -1, -1
+        _put_runs_all(m, txn, cat, list(runs), agg)
+    else:
+        written = {}
+        for n, (run, raw) in list(runs.loaded.items()):
+            now = cg.encode(run.to_dict())
+            if now != raw:
+                from .runs import Run
+
+                _count_run(agg, n, Run.from_dict(cg.decode(raw)), -1)
+                _count_run(agg, n, run, +1)
+                txn.put(cg.key(n), now, db=cat.dbs["runs"])
+                written[n] = (run, now)
+        for i, run in enumerate(runs.new):
+            n = agg.runs + i
+            now = cg.encode(run.to_dict())
+            txn.put(cg.key(n), now, db=cat.dbs["runs"])
+            txn.put(run.id.encode(), cg.key(n), db=cat.dbs["run_ids"])
+            _count_run(agg, n, run, +1)
+            written[n] = (run, now)
+        agg.runs += len(runs.new)
+        _written_runs[id(m)] = written
+    files: FileMap = m.files
+    if files.rewrite or files.snap is not getattr(m, "_snap", None):
+        txn.drop(cat.dbs["files"], delete=False)
+        for name, value in files.items():
+            txn.put(name.encode(), cg.encode(value), db=cat.dbs["files"])
+    else:
+        for name, value in files.new.items():
+            txn.put(name.encode(), cg.encode(value), db=cat.dbs["files"])
+    agg.unfinished.sort()
+    _finish(m, txn, cat, agg)
+    return agg
+
+
+def _finish(m, txn, cat, agg: cg.Aggregates) -> None:
+    agg.unfinished.sort()
+    meta = cat.dbs["meta"]
+    txn.put(b"header", _header(m), db=meta)
+    txn.put(b"aggregates", cg.encode(agg), db=meta)
+    txn.put(cg.key(m.generation), _commit_row(m, agg), db=cat.dbs["commits"])
