@@ -41,9 +41,11 @@ def manifest_json(root) -> dict:
 
 def write_manifest_json(root, obj: dict) -> None:
     """Replace the dataset's metadata by ``obj`` (as `manifest_json` gives it, edited):
-    written as a version-1 manifest.json, which the next writer upgrades to a new catalog."""
+    written as a version-1 manifest.json (the catalog removed), which the next writer
+    upgrades to a new catalog."""
     from pathlib import Path
 
+    shutil.rmtree(Path(root) / "catalog", ignore_errors=True)
     (Path(root) / "manifest.json").write_text(json.dumps({**obj, "version": 1}))
 
 

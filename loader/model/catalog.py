@@ -26,7 +26,12 @@ One commit is ONE write transaction (`Catalog.commit`, called by ``Manifest.save
 appended rows, the runs and files that changed, the header, the aggregates, the commit
 row. A crash before it commits leaves the previous generation; after, the new one.
 
-One ``Environment`` per catalog per process (`open_catalog`): cached by path and checked
+The map starts at `MIN_MAP` (or twice the file) and a commit that fills it is written
+again with the map doubled: growing closes every transaction of the environment in this
+process, so the writer takes a new snapshot of the same generation (catalog_commit.py),
+and another reader of that catalog in the same process must open again (its reads say the
+catalog is damaged: a limitation, met only past MIN_MAP); readers in other processes adopt
+the grown map (``MapResizedError``). One ``Environment`` per catalog per process (`open_catalog`): cached by path and checked
 against the identity of ``data.mdb`` (we keep a descriptor of it open, so its inode
 cannot be reused while cached): a ``--replace`` that swaps in another directory gets a
 new environment. A directory the process cannot write (a read-only dataset) is opened
@@ -60,8 +65,10 @@ from ..infra.fsatomic import fsync_dir
 
 CATALOG = "catalog"
 DBS = ("meta", "batches", "by_first", "runs", "run_ids", "files", "commits")
-#: sparse: LMDB maps but never allocates this; data.mdb grows with the pages in use
-MAP_SIZE = 1 << 40
+#: the map a catalog starts with (at least twice its file): sparse, never allocated; ~40 M
+#: batch rows. A commit that fills it grows it (`Catalog.grow`). Not larger: a process may
+#: hold many catalogs, and each map takes address space (128 TiB in all)
+MIN_MAP = 8 << 30
 _KEY = struct.Struct(">Q")
 _ENC = msgspec.json.Encoder()
 _PACK = msgspec.msgpack.Encoder()
@@ -165,10 +172,18 @@ class Catalog:
     writable: bool = True
 
     def snapshot(self) -> "Snap":
-        try:
-            return Snap(self, self.env.begin(buffers=False))
-        except lmdb.Error as e:
-            raise damaged(self.path, f"LMDB: {e}") from None
+        for _ in range(8):
+            try:
+                return Snap(self, self.env.begin(buffers=False))
+            except lmdb.MapResizedError:  # a writer grew the map: adopt its size
+                self.env.set_mapsize(0)
+            except lmdb.Error as e:
+                raise damaged(self.path, f"LMDB: {e}") from None
+        raise damaged(self.path, "its map kept changing size")
+
+    def grow(self) -> None:
+        """Double the map (the caller holds no transaction of this environment)."""
+        self.env.set_mapsize(2 * self.env.info()["map_size"])
 
     @contextlib.contextmanager
     def writing(self):
@@ -178,13 +193,20 @@ class Catalog:
         try:
             with self.env.begin(write=True) as txn:
                 yield txn
-        except lmdb.MapFullError as e:
-            raise StoreError(f"catalog {self.path} is full ({e}); nothing was written - free space and retry") from None
+        except lmdb.MapFullError:
+            raise MapFull() from None
+        except lmdb.MapResizedError:
+            self.env.set_mapsize(0)
+            raise MapFull() from None
         except lmdb.DiskError as e:
             raise StoreError(f"could not write catalog {self.path}: {e}; the previous commit is intact - free "
                              "space or fix permissions and retry") from None
         except lmdb.Error as e:
             raise damaged(self.path, f"LMDB: {e}") from None
+
+
+class MapFull(Exception):
+    """A write transaction found the map full (aborted): grow it and write again."""
 
 
 _CATALOGS: dict[str, Catalog] = {}
@@ -205,6 +227,12 @@ def open_catalog(path: str, create: bool = False) -> Catalog:
     real = os.path.realpath(path)
     data = os.path.join(real, "data.mdb")
     with _LOCK:
+        if not create:  # every open, cached or not: a file truncated since is a SIGBUS when read
+            if not os.path.isdir(real):
+                raise damaged(path, "the directory is missing")
+            found = data_problem(data)
+            if found is not None:
+                raise damaged(path, found)
         cat = _CATALOGS.get(real)
         if cat is not None and cat.pid == os.getpid() and _same(cat, data):
             return cat
@@ -213,15 +241,10 @@ def open_catalog(path: str, create: bool = False) -> Catalog:
             moved.path = path
             _CATALOGS[real] = moved
             return moved
-        if not create:
-            if not os.path.isdir(real):
-                raise damaged(path, "the directory is missing")
-            found = data_problem(data)
-            if found is not None:
-                raise damaged(path, found)
         writable = os.access(real, os.W_OK) if os.path.isdir(real) else True
         try:
-            env = lmdb.open(real, subdir=True, create=create, max_dbs=len(DBS) + 1, map_size=MAP_SIZE,
+            size = os.path.getsize(data) if os.path.exists(data) else 0
+            env = lmdb.open(real, subdir=True, create=create, max_dbs=len(DBS) + 1, map_size=max(MIN_MAP, 2 * size),
                             sync=True, metasync=True, readahead=False, lock=writable, readonly=not writable)
             if writable:
                 with env.begin(write=True) as txn:
@@ -319,8 +342,7 @@ def build(root: str, fill) -> Catalog:
     tmp = os.path.join(root, f"{CATALOG}.tmp-{os.getpid()}")
     os.makedirs(tmp)
     cat = open_catalog(tmp, create=True)
-    with cat.writing() as txn:
-        fill(txn, cat)
+    write(cat, lambda txn: fill(txn, cat))
     cat.env.sync(True)
     faults.hit("catalog-built")
     final = os.path.join(root, CATALOG)
@@ -332,6 +354,16 @@ def build(root: str, fill) -> Catalog:
         _CATALOGS[os.path.realpath(final)] = cat
     faults.hit("catalog-renamed")
     return cat
+
+
+def write(cat: Catalog, fn):
+    """``fn(txn)`` in one durable write transaction, again with a larger map while it fills it."""
+    while True:
+        try:
+            with cat.writing() as txn:
+                return fn(txn)
+        except MapFull:
+            cat.grow()
 
 
 def remove_leftovers(root: str) -> None:

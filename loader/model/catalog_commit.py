@@ -39,18 +39,21 @@ def commit(m, root: str) -> None:
 
     cat = _own_catalog(m, root)
     if cat is not None:
-        with cat.writing() as txn:
-            agg = _write_delta(m, txn, cat)
-            faults.hit("catalog-commit")
+        while True:
+            try:
+                with cat.writing() as txn:
+                    agg = _hit(_write_delta(m, txn, cat))
+                break
+            except cg.MapFull:
+                cat.grow()  # closes m's read transaction: the same generation, read again
+                _resnap(m, cat.snapshot())
     else:
         path = os.path.join(root, cg.CATALOG)
         if os.path.isdir(path) and getattr(m, "_pointed", False) is False and _pointer_of(root) is None:
             cg.set_aside(root)  # a catalog no pointer names (stale): never the dataset
         if os.path.isdir(path):
             cat = cg.open_catalog(path)
-            with cat.writing() as txn:
-                agg = _write_all(m, txn, cat, clear=True)
-                faults.hit("catalog-commit")
+            agg = cg.write(cat, lambda txn: _hit(_write_all(m, txn, cat, clear=True)))
         else:
             out = {}
             cat = cg.build(root, lambda txn, c: out.setdefault("agg", _write_all(m, txn, c, clear=False)))
@@ -71,8 +74,21 @@ def commit(m, root: str) -> None:
         old_snap.close()
 
 
+def _hit(agg):
+    faults.hit("catalog-commit")  # written, not committed
+    return agg
+
+
 #: the runs a commit wrote, by manifest: handed to the manifest's new RunList
 _written_runs: dict[int, dict] = {}
+
+
+def _resnap(m, snap) -> None:
+    """Point ``m`` and its tables at ``snap`` (the generation they were read from)."""
+    for table in (m.batches, m.runs, m.files):
+        if table.snap is getattr(m, "_snap", None):
+            table.snap = snap
+    object.__setattr__(m, "_snap", snap)
 
 
 def _own_catalog(m, root: str):

@@ -22,7 +22,7 @@ import time
 
 import psutil
 import pytest
-from conftest import run_cli, tool
+from conftest import manifest_json, run_cli, tool
 
 import loader
 from loader.model.layouts import get_layout
@@ -169,7 +169,7 @@ def test_resume_keeps_durable_batches_and_appends_after_existing(tmp_path):
     args = ["load", "gen://scidb96?n=9000&start=1000", uri, "--workers", 2, "--quiet"]
     code, err = run_killed(args, "w0.flush:6")
     assert code == 1 and "killed by signal 9" in err
-    m = json.load(open(tmp_path / "ds" / "manifest.json"))
+    m = manifest_json(tmp_path / "ds")
     run = m["runs"][-1]
     assert run["status"] == "failed" and run["pending"] and len(m["batches"]) == 2
     p = run_cli(*args[:-1], "--json", env=FAST)
@@ -307,7 +307,7 @@ def test_finalize_and_compact_killed_then_rerun_is_byte_identical(tmp_path, requ
     root = tmp_path / "ds"
     leftovers = [p for p in os.listdir(root) if p.startswith(".finalize-")]
     leftovers += [p for p in os.listdir(root / "arrays") if p != os.path.basename(
-        json.load(open(root / "manifest.json"))["arrays"]["grid"]["index"])]
+        manifest_json(root)["arrays"]["grid"]["index"])]
     assert not leftovers
     assert not [p for p in os.listdir(root) if p.endswith((".compacting", ".replaced"))]
     with loader.open(uri) as ds:  # no table of a crashed or replaced build is left behind

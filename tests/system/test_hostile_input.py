@@ -96,7 +96,7 @@ def grid_ds(tmp_path_factory):
 # --- mem:// names --------------------------------------------------------------------------------
 
 LEAK_DIRS = ("/", "/dev", "/dev/shm", MEM_ROOT)
-LEAK_NAMES = ("manifest.json", ".lock", "shard-000", "arrays", ".plans")
+LEAK_NAMES = ("manifest.json", "catalog", ".lock", "shard-000", "arrays", ".plans")
 
 
 def leaks() -> set[str]:
