@@ -23,6 +23,7 @@ acts on it (a deleted ``batches`` must not read as "empty" and be written over).
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import time
@@ -224,6 +225,9 @@ def open_manifest(root: str | os.PathLike, uri: str | None = None):
         return open_regular_file(path, MAX_METADATA_BYTES, advice=recovery(root))
     except FileNotFoundError:
         found = bulkload_data(root)
+        first = _first_commit(root) if cg.CATALOG in found and not os.path.islink(path) else None
+        if first is not None:
+            return first
         if found:
             what = (f"{MANIFEST} is a dangling link to {os.readlink(path)}" if os.path.islink(path)
                     else f"no {MANIFEST}")
@@ -240,6 +244,26 @@ def open_manifest(root: str | os.PathLike, uri: str | None = None):
                                "fix its permissions or run as its owner") from None
     except OSError as e:
         raise _invalid(Path(path), f"it cannot be read ({e.strerror or e})", "$") from None
+
+
+class _Pointer(io.BytesIO):
+    """The pointer a first commit did not write (see `_first_commit`), as a file."""
+
+    def __init__(self, path: str, dataset_id: str):
+        super().__init__(msgspec.json.encode({"version": VERSION, "catalog": cg.CATALOG, "dataset_id": dataset_id}))
+        self.name = path
+
+
+def _first_commit(root) -> _Pointer | None:
+    """A catalog without manifest.json that holds generation 1: the first commit of a new
+    dataset, killed after its catalog was renamed into place and before manifest.json
+    was written - that is the dataset (its next writer writes the pointer). Any other
+    catalog without manifest.json is damage (manifest.json deleted): None."""
+    try:
+        m = catalog_manifest(os.path.join(str(root), cg.CATALOG))
+    except BulkloadError:
+        return None
+    return _Pointer(str(Path(root) / MANIFEST), m.dataset_id) if m.generation == 1 else None
 
 
 def recovery(root: str | os.PathLike) -> str:
@@ -386,6 +410,9 @@ def read_dataset_id(root: str | os.PathLike) -> str | None:
     """The id of the dataset now at ``root`` (changes when --replace swaps in a new one)."""
     try:
         return json.loads(read_regular(str(Path(root) / MANIFEST))).get("dataset_id")
+    except FileNotFoundError:
+        first = _first_commit(root)
+        return None if first is None else json.loads(first.getvalue())["dataset_id"]
     except (OSError, ValueError, AttributeError):  # DamagedDatasetError is a ValueError
         return None
 

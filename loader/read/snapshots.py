@@ -50,7 +50,7 @@ def manifest_ident(root: str) -> tuple | None:
     of one it freed (ext4 does, soon): the generation tells them apart."""
     try:
         with mf.open_manifest(root) as f:
-            return _ident(os.fstat(f.fileno()), mf.read_manifest(f))
+            return _ident(f, mf.read_manifest(f))
     except BulkloadError:
         return None
 
@@ -60,7 +60,7 @@ def read_snapshot(root: str, uri: str | None = None, pin: bool = True):
     for _ in range(PIN_ATTEMPTS):
         with mf.open_manifest(root, uri) as f:
             m = mf.check_store(mf.read_manifest(f), root, uri)
-            ident = _ident(os.fstat(f.fileno()), m)
+            ident = _ident(f, m)
         held = Pin.take(root, m.generation) if pin else None
         if held is None or manifest_ident(root) == ident:
             return m, ident, held
@@ -68,7 +68,9 @@ def read_snapshot(root: str, uri: str | None = None, pin: bool = True):
     return m, ident, None  # writers kept moving: read unpinned
 
 
-def _ident(st: os.stat_result, m: mf.Manifest) -> tuple:
+def _ident(f, m: mf.Manifest) -> tuple:
+    """(dataset id, generation) of a catalog; (device, inode, generation) of the version-1
+    manifest file ``f`` that ``m`` was read from."""
     if getattr(m, "_catalog", None) is not None:
         return (m.dataset_id, m.generation)
-    return file_ident(st) + (m.generation,)
+    return file_ident(os.fstat(f.fileno())) + (m.generation,)

@@ -128,7 +128,13 @@ def scenarios(seed=SEED, count=24):
     return out
 
 
-@pytest.mark.parametrize("i,kind,fault", scenarios())
+#: the catalog's commit (written, not committed) and the steps of its first build
+CATALOG_SCENARIOS = [(100, "load", "catalog-commit:1"), (101, "load", "catalog-commit:4"),
+                     (102, "ingest", "catalog-commit:3"), (103, "load", "catalog-built:1"),
+                     (104, "ingest", "catalog-renamed:1"), (105, "load", "pointer:1")]
+
+
+@pytest.mark.parametrize("i,kind,fault", scenarios() + CATALOG_SCENARIOS)
 def test_kill_then_rerun_is_byte_identical(tmp_path, reference, i, kind, fault):
     uri = f"lmdb://{tmp_path}/ds"
     d = make_dir(tmp_path / "in") if kind == "ingest" else None
