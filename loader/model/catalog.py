@@ -20,7 +20,10 @@ Named databases (keys of numbers: 8-byte big-endian, so that LMDB's order is the
 - ``runs``: run number (creation order) -> the run's JSON; ``run_ids``: id -> number.
 - ``files``: ingested file name -> its JSON: the exactly-once index of ingest, kept apart
   from the runs so that pruning runs never forgets a file.
-- ``commits``: generation -> {time, kind, run, records, batches} after that commit.
+- ``commits``: generation -> {time, kind, run, records, batches, next_seq, runs, header}
+  after that commit; ``retired``: seq -> the row a commit removed (compaction), with the
+  generation that removed it: with ``meta`` ``readable_from`` (the oldest generation whose
+  data no garbage collection deleted) what time travel reads (catalog_history.py).
 
 One commit is ONE write transaction (`Catalog.commit`, called by ``Manifest.save``):
 appended rows, the runs and files that changed, the header, the aggregates, the commit
@@ -64,7 +67,7 @@ from ..infra import faults
 from ..infra.fsatomic import fsync_dir
 
 CATALOG = "catalog"
-DBS = ("meta", "batches", "by_first", "runs", "run_ids", "files", "commits")
+DBS = ("meta", "batches", "by_first", "runs", "run_ids", "files", "commits", "retired")
 #: the map a catalog starts with (at least twice its file): sparse, never allocated; ~40 M
 #: batch rows. A commit that fills it grows it (`Catalog.grow`). Not larger: a process may
 #: hold many catalogs, and each map takes address space (128 TiB in all)

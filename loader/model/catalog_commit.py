@@ -113,7 +113,34 @@ def _header(m) -> bytes:
 def _commit_row(m, agg: cg.Aggregates) -> bytes:
     last = m.runs[-1] if len(m.runs) else None
     return cg.encode({"time": time.time(), "run": last.id if last else None, "kind": last.kind if last else None,
-                      "records": agg.records, "batches": agg.batches})
+                      "records": agg.records, "batches": agg.batches, "next_seq": agg.next_seq, "runs": agg.runs,
+                      "header": m.header()})
+
+
+def _retire(m, txn, cat, kept: set[int]) -> None:
+    """The rows of the table now that the new one does not keep: kept in ``retired`` with
+    the generation that removed them (time travel reads them while their data lives)."""
+    db = cat.dbs["batches"]
+    with txn.cursor(db=db) as cur:
+        for k, raw in cur:
+            if cg.unkey(k) not in kept:
+                txn.put(k, cg.pack_row([*cg.unpack_row(raw), m.generation]), db=cat.dbs["retired"])
+
+
+def _note_collected(m, txn, cat) -> None:
+    """Garbage entries gone from the list were collected: the data of generations below
+    theirs is gone - ``readable_from`` (the oldest generation time travel can read)."""
+    old = m._snap.header().get("garbage", [])
+    now = [g.to_dict() for g in m.garbage]
+    gone = [g.get("generation", 0) for g in old if g not in now]
+    if gone:
+        was = txn.get(b"readable_from", db=cat.dbs["meta"])
+        oldest = max([int(was or 0), *gone])
+        txn.put(b"readable_from", cg.encode(oldest), db=cat.dbs["meta"])
+        with txn.cursor(db=cat.dbs["retired"]) as cur:  # rows no readable generation lists any more
+            dead = [k for k, raw in cur if cg.unpack_row(raw)[-1] <= oldest]
+        for k in dead:
+            txn.delete(k, db=cat.dbs["retired"])
 
 
 def _put_rows(txn, cat, rows) -> None:
@@ -170,7 +197,9 @@ def _count_run(agg: cg.Aggregates, n: int, r, sign: int) -> None:
 
 def _write_delta(m, txn, cat) -> cg.Aggregates:
     rows: BatchRows = m.batches
+    _note_collected(m, txn, cat)
     if rows.rewrite or rows.snap is not getattr(m, "_snap", None):
+        _retire(m, txn, cat, {b.seq for b in rows})
         txn.drop(cat.dbs["batches"], delete=False)
         txn.drop(cat.dbs["by_first"], delete=False)
         listed = list(rows)

@@ -121,6 +121,11 @@ class Manifest:
             value = FileMap(value)
         object.__setattr__(self, name, value)
 
+    def __getstate__(self) -> dict:
+        """Pickled (a task's manifest): the fields; the tables as lists (their own
+        reduce), never the catalog handle or its read transaction."""
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+
     # --- derived -------------------------------------------------------------
     @property
     def layout_obj(self) -> Layout:

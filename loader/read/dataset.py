@@ -45,14 +45,14 @@ if TYPE_CHECKING:
 
 
 class Dataset(Verifying):
-    def __init__(self, uri: str, pin: bool = True, snapshot: tuple | None = None):
+    def __init__(self, uri: str, pin: bool = True, snapshot: tuple | None = None, as_of=None):
         """The reader of the dataset at ``uri`` as it is now; or, given ``snapshot`` =
         (manifest, (device, inode) of its file while current or None, Pin or None), of that
         snapshot read earlier (a Dask task reading its graph's snapshot: read/dask_read.py)."""
         self.spec = parse_dataset_uri(uri)
         self.uri = self.spec.uri
         self._opened_as = (uri, pin)
-        self.manifest, self._ident, self._pin = snapshot or read_snapshot(self.spec.root, uri, pin)
+        self.manifest, self._ident, self._pin = snapshot or read_snapshot(self.spec.root, uri, pin, as_of)
         self.layout = self.manifest.layout_obj
         self._shards: dict[int, ShardStore] = {}
         self._docs = None
@@ -394,8 +394,11 @@ def records_to_arrow(recs: np.ndarray, schema):
                                 schema=schema)
 
 
-def open(uri: str, pin: bool = True) -> Dataset:  # noqa: A001 - the public API is loader.open
+def open(uri: str, pin: bool = True, as_of=None) -> Dataset:  # noqa: A001 - the public API is loader.open
     """A snapshot reader of the dataset at ``uri`` (close it, or use ``with``). ``pin=False``
     reads without pinning the snapshot: a compaction may then remove its data (reads
-    raise SnapshotExpiredError), but the reader never holds garbage back."""
-    return Dataset(uri, pin)
+    raise SnapshotExpiredError), but the reader never holds garbage back. ``as_of`` (a
+    generation number or a run id) reads the dataset as it stood after that commit, while
+    its data has not been garbage-collected (else SnapshotExpiredError naming the oldest
+    readable generation; model/catalog_history.py)."""
+    return Dataset(uri, pin, as_of=as_of)

@@ -39,6 +39,7 @@ import os
 
 from ..errors import BulkloadError
 from ..infra.pins import PIN_ATTEMPTS, Pin, file_ident
+from ..model import catalog_history
 from ..model import manifest as mf
 
 
@@ -55,8 +56,12 @@ def manifest_ident(root: str) -> tuple | None:
         return None
 
 
-def read_snapshot(root: str, uri: str | None = None, pin: bool = True):
-    """(manifest, its `manifest_ident`, Pin or None) of the dataset at ``root`` now."""
+def read_snapshot(root: str, uri: str | None = None, pin: bool = True, as_of=None):
+    """(manifest, its `manifest_ident`, Pin or None) of the dataset at ``root`` now; or,
+    ``as_of`` (a generation or a run id), of that earlier generation (catalog_history.py),
+    pinned and then checked to be still readable."""
+    if as_of is not None:
+        return _read_as_of(root, uri, pin, as_of)
     for _ in range(PIN_ATTEMPTS):
         with mf.open_manifest(root, uri) as f:
             m = mf.check_store(mf.read_manifest(f), root, uri)
@@ -66,6 +71,21 @@ def read_snapshot(root: str, uri: str | None = None, pin: bool = True):
             return m, ident, held
         held.release()  # a writer committed meanwhile: pin the newer generation
     return m, ident, None  # writers kept moving: read unpinned
+
+
+def _read_as_of(root: str, uri: str | None, pin: bool, as_of):
+    m, _ident_now, held = read_snapshot(root, uri, pin=False)
+    old = catalog_history.manifest_at(m, as_of, uri or root)
+    if old is m:
+        return read_snapshot(root, uri, pin)
+    held = Pin.take(root, old.generation) if pin else None
+    try:
+        catalog_history.manifest_at(mf.load_manifest(root, uri), old.generation, uri or root)  # after the pin
+    except BaseException:
+        if held is not None:
+            held.release()
+        raise
+    return old, (old.dataset_id, old.generation), held
 
 
 def _ident(f, m: mf.Manifest) -> tuple:
