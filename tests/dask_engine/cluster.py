@@ -10,6 +10,8 @@ import tempfile
 import threading
 import time
 
+from conftest import manifest_json
+
 import loader
 
 
@@ -96,10 +98,11 @@ def same_state(a, b) -> None:
 
 def pending_rows(root) -> int:
     """Checkpointed batches of the dataset's last run, not yet committed (a load under way)."""
+    from loader.errors import BulkloadError
+
     try:
-        with open(os.path.join(root, "manifest.json")) as f:
-            runs = json.load(f).get("runs") or []
-    except (FileNotFoundError, json.JSONDecodeError):
+        runs = manifest_json(root).get("runs") or []
+    except (FileNotFoundError, json.JSONDecodeError, BulkloadError):
         return 0
     return len(runs[-1].get("pending") or []) if runs else 0
 
