@@ -343,7 +343,10 @@ def build(root: str, fill) -> Catalog:
     Leftover ``catalog.tmp-*`` directories (a build killed) are removed first."""
     remove_leftovers(root)
     tmp = os.path.join(root, f"{CATALOG}.tmp-{os.getpid()}")
-    os.makedirs(tmp)
+    try:
+        os.mkdir(tmp)  # never the parents: a dataset directory moved away is not made again
+    except OSError as e:
+        raise StoreError(f"could not create {tmp}: {e.strerror or e}; nothing was written") from None
     cat = open_catalog(tmp, create=True)
     write(cat, lambda txn: fill(txn, cat))
     cat.env.sync(True)

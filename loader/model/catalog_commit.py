@@ -27,6 +27,7 @@ import os
 import time
 from pathlib import Path
 
+from ..errors import StoreError
 from ..infra import faults
 from ..infra.paths import MANIFEST
 from . import catalog as cg
@@ -47,6 +48,9 @@ def commit(m, root: str) -> None:
             except cg.MapFull:
                 cat.grow()  # closes m's read transaction: the same generation, read again
                 _resnap(m, cat.snapshot())
+    elif getattr(m, "_catalog", None) is not None and getattr(m, "_as_of", None) is None:
+        raise StoreError(f"the catalog {m._catalog.path} this job read is no longer the one of {root} (the "
+                         "dataset directory was moved or replaced meanwhile); nothing was committed")
     else:
         path = os.path.join(root, cg.CATALOG)
         if os.path.isdir(path) and getattr(m, "_pointed", False) is False and _pointer_of(root) is None:
