@@ -34,7 +34,13 @@ from .runs import UNFINISHED, Run
 def summarize(rows) -> cg.Aggregates:
     """The aggregates of batch rows (a list: a version-1 manifest, a rewrite)."""
     agg = cg.Aggregates()
-    shards: Counter = Counter()
+    add_rows(agg, rows)
+    return agg
+
+
+def add_rows(agg: cg.Aggregates, rows) -> None:
+    """Add appended batch rows to ``agg`` (the last row only is kept as a row)."""
+    shards = Counter(agg.shard_batches)
     last = None
     for b in rows:
         agg.records += b.records
@@ -48,22 +54,50 @@ def summarize(rows) -> cg.Aggregates:
     if last is not None:
         agg.last = last.row()
         agg.next_seq, agg.next_record = last.seq + 1, last.first + last.count
-    return agg
 
 
-def add_rows(agg: cg.Aggregates, rows) -> None:
-    for b in rows:
-        agg.records += b.records
-        agg.stored_bytes += b.nbytes
-        agg.text_bytes += b.text_bytes or 0
-        agg.batches += 1
-        if b.records:
-            agg.shard_batches[str(b.shard)] = agg.shard_batches.get(str(b.shard), 0) + 1
-        agg.last = b.row()
-        agg.next_seq, agg.next_record = b.seq + 1, b.first + b.count
+class _Rows:
+    """What BatchRows and RunList share: a list (``_list``) or a snapshot plus ``new``."""
+
+    _list: list | None
+    new: list
+
+    def __bool__(self) -> bool:
+        return len(self) > 0
+
+    def __reversed__(self):
+        if self._list is not None:
+            return reversed(list(self._list))
+        return self._reversed()
+
+    def _reversed(self):
+        yield from reversed(list(self.new))
+        for k, raw in self.snap.items(self._table, reverse=True):
+            yield self._decode(k, raw)
+
+    def __getitem__(self, i):
+        if self._list is not None:
+            return self._list[i]
+        if isinstance(i, slice):
+            return list(self)[i]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"{type(self).__name__} index out of range")
+        return self._at(i)
+
+    def append(self, item) -> None:
+        (self._list if self._list is not None else self.new).append(item)
+
+    def extend(self, items) -> None:
+        (self._list if self._list is not None else self.new).extend(items)
+
+    def __reduce__(self):
+        return (type(self), (list(self),))
 
 
-class BatchRows:
+class BatchRows(_Rows):
     """The batch rows of a manifest (see the module docstring)."""
 
     def __init__(self, rows=None, snap: cg.Snap | None = None, agg: cg.Aggregates | None = None):
@@ -85,15 +119,11 @@ class BatchRows:
         if not self.new:
             return self._agg
         agg = cg.Aggregates(**{f: getattr(self._agg, f) for f in self._agg.__struct_fields__})
-        agg.shard_batches = dict(agg.shard_batches)
-        add_rows(agg, self.new)
+        add_rows(agg, self.new)  # a new shard_batches dict: self._agg's stays as read
         return agg
 
     def __len__(self) -> int:
         return len(self._list) if self._list is not None else self._agg.batches + len(self.new)
-
-    def __bool__(self) -> bool:
-        return len(self) > 0
 
     @property
     def last(self):
@@ -118,27 +148,13 @@ class BatchRows:
         except TypeError:
             raise cg.damaged(self.snap.cat.path, "a batch row has the wrong fields") from None
 
-    def __reversed__(self):
-        if self._list is not None:
-            return reversed(list(self._list))
-        return self._reversed()
+    _table = "batches"
 
-    def _reversed(self):
-        yield from reversed(list(self.new))
-        for _k, raw in self.snap.items("batches", reverse=True):
-            yield self._row(raw)
+    def _decode(self, _key, raw):
+        return self._row(raw)
 
-    def __getitem__(self, i):
-        if self._list is not None:
-            return self._list[i]
-        if isinstance(i, slice):
-            return list(self)[i]
-        n = len(self)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError("batch row index out of range")
-        if i == n - 1:
+    def _at(self, i: int):
+        if i == len(self) - 1:
             return self.last
         if i >= self._agg.batches:
             return self.new[i - self._agg.batches]
@@ -178,21 +194,11 @@ class BatchRows:
             out.extend(r for r in self.new if r.first < b and r.first + r.count > a)
         return out
 
-    # --- changing -------------------------------------------------------------------------
-    def append(self, row) -> None:
-        (self._list if self._list is not None else self.new).append(row)
-
-    def extend(self, rows) -> None:
-        (self._list if self._list is not None else self.new).extend(rows)
-
-    def __reduce__(self):
-        return (BatchRows, (list(self),))
-
     def __repr__(self) -> str:
         return f"BatchRows({len(self)} rows{', catalog' if self.snap else ''})"
 
 
-class RunList:
+class RunList(_Rows):
     """The runs of a manifest in creation order (see the module docstring)."""
 
     def __init__(self, runs=None, snap: cg.Snap | None = None, agg: cg.Aggregates | None = None):
@@ -205,9 +211,6 @@ class RunList:
 
     def __len__(self) -> int:
         return len(self._list) if self._list is not None else self._agg.runs + len(self.new)
-
-    def __bool__(self) -> bool:
-        return len(self) > 0
 
     def _run(self, n: int, raw=None) -> Run:
         held = self.loaded.get(n)
@@ -232,38 +235,14 @@ class RunList:
             yield self._run(cg.unkey(k), raw)
         yield from list(self.new)
 
-    def __reversed__(self):
-        if self._list is not None:
-            return reversed(list(self._list))
-        return self._reversed()
+    _table = "runs"
 
-    def _reversed(self):
-        yield from reversed(list(self.new))
-        for k, raw in self.snap.items("runs", reverse=True):
-            yield self._run(cg.unkey(k), raw)
+    def _decode(self, key, raw):
+        return self._run(cg.unkey(key), raw)
 
-    def __getitem__(self, i):
-        if self._list is not None:
-            return self._list[i]
-        if isinstance(i, slice):
-            return list(self)[i]
-        n = len(self)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError("run index out of range")
+    def _at(self, i: int):
         stored = self._agg.runs
         return self.new[i - stored] if i >= stored else self._run(i)
-
-    def append(self, run: Run) -> None:
-        (self._list if self._list is not None else self.new).append(run)
-
-    def extend(self, runs) -> None:
-        for r in runs:
-            self.append(r)
-
-    def __reduce__(self):
-        return (RunList, (list(self),))
 
     # --- indexed questions (model/runs.py) ---------------------------------------------------
     def number(self, run: Run) -> int | None:
