@@ -248,7 +248,8 @@ def open_catalog(path: str, create: bool = False) -> Catalog:
         try:
             size = os.path.getsize(data) if os.path.exists(data) else 0
             env = lmdb.open(real, subdir=True, create=create, max_dbs=len(DBS) + 1, map_size=max(MIN_MAP, 2 * size),
-                            sync=True, metasync=True, readahead=False, lock=writable, readonly=not writable)
+                            sync=True, metasync=True, readahead=False, lock=writable, readonly=not writable,
+                            max_readers=1024)  # every open manifest holds a read transaction
             if writable:
                 with env.begin(write=True) as txn:
                     dbs = {name: env.open_db(name.encode(), txn=txn) for name in DBS}

@@ -1,24 +1,34 @@
 """The manifest: the one place that says what a dataset holds.
 
-``ROOT/manifest.json`` is replaced atomically (write a temp file, fsync, rename, fsync
-the directory). A batch exists for readers only once the manifest lists it, so a crash
-at any point leaves the last committed state. Store keys of batches at or above
-``next_seq`` are uncommitted leftovers and are removed by the next writer.
+Version 2 (this code writes): ``ROOT/manifest.json`` is a small pointer,
+``{"version": 2, "catalog": "catalog", "dataset_id": ...}``, and the metadata lives in
+the LMDB catalog ``ROOT/catalog/`` (catalog.py: why, and its tables). `load_manifest`
+reads a snapshot of it (a read transaction: header and aggregates; the rows, runs and
+files read on demand: catalog_rows.py); `Manifest.save` is the commit, one durable write
+transaction of what changed (catalog_commit.py). A batch exists for readers only once a
+commit lists it, so a crash at any point leaves the last committed state. Store keys of
+batches at or above ``next_seq`` are uncommitted leftovers and are removed by the next
+writer. A manifest.json of a higher version is refused (NewerFormatError), naming both.
 
-Every write increments ``generation`` (absent in old manifests: 0). A writer that makes
-committed data unreachable for new readers (compact, finalize, a documents compaction)
-lists it in ``garbage`` in the same write (each entry stamped with that write's
-generation); maintain/garbage.py deletes it once no reader pins an older generation
-(read/snapshots.py).
+Version 1 (older code): manifest.json holds everything. Such a dataset opens read-only
+as it is (the tables in memory, as lists); its first save builds the catalog beside it,
+renames it into place and then replaces manifest.json by the pointer (catalog_commit.py:
+a kill at any step leaves a readable dataset: tests/model/test_catalog_upgrade.py).
+
+Every write increments ``generation``. A writer that makes committed data unreachable for
+new readers (compact, finalize, a documents compaction) lists it in ``garbage`` in the
+same write (each entry stamped with that write's generation); maintain/garbage.py deletes
+it once no reader pins an older generation (read/snapshots.py).
 
 In memory every part is typed: batches are `BatchEntry` rows, runs `Run` objects
 (runs.py), garbage entries `GarbageEntry` objects (garbage_entry.py); runs and entries
 keep the order of their keys and any key a newer version wrote, so that a manifest read
-and written again is the same bytes but for ``generation`` (tests/model/test_runs_typed.py).
+and written again is the same JSON but for ``generation`` (tests/model/test_runs_typed.py).
 
-Reading checks the file first (manifest_check.py): a manifest.json that is not valid JSON
-or not a valid manifest raises ManifestError naming it and the problem, so no command
-acts on it (a deleted ``batches`` must not read as "empty" and be written over).
+Reading checks a version-1 file first (manifest_check.py): a manifest.json that is not
+valid JSON or not a valid manifest raises ManifestError naming it and the problem, so no
+command acts on it (a deleted ``batches`` must not read as "empty" and be written over);
+a damaged catalog is DamagedDatasetError naming it (catalog.py).
 """
 
 from __future__ import annotations
