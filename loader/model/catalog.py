@@ -173,6 +173,19 @@ class Catalog:
     fd: int  # data.mdb, held open: its inode identifies this environment
     pid: int = field(default_factory=os.getpid)
     writable: bool = True
+    refs: int = 0  # open snapshots (Snap): the last one closed closes the environment
+
+    def release(self) -> None:
+        """Close the environment and its data file (no snapshot of it is open): a process
+        keeps no catalog open that it no longer reads (a file system can be unmounted)."""
+        with _LOCK:
+            for k in [k for k, c in _CATALOGS.items() if c is self]:
+                del _CATALOGS[k]
+            if self.pid == os.getpid():
+                with contextlib.suppress(lmdb.Error, OSError):
+                    self.env.close()
+                with contextlib.suppress(OSError):
+                    os.close(self.fd)
 
     def snapshot(self) -> "Snap":
         for _ in range(8):
@@ -274,6 +287,9 @@ class Snap:
 
     def __init__(self, cat: Catalog, txn):
         self.cat, self.txn = cat, txn
+        self.closed = False
+        with _LOCK:
+            cat.refs += 1
 
     def get(self, db: str, k: bytes):
         try:
@@ -324,8 +340,20 @@ class Snap:
         return next(self.items(db, k, reverse=True), None)
 
     def close(self) -> None:
-        with contextlib.suppress(lmdb.Error):
-            self.txn.abort()
+        """End the read transaction; the last snapshot of a catalog closes it."""
+        with _LOCK:
+            if self.closed:
+                return
+            self.closed = True
+            with contextlib.suppress(lmdb.Error):
+                self.txn.abort()
+            self.cat.refs -= 1
+            if self.cat.refs == 0:
+                self.cat.release()
+
+    def __del__(self):
+        with contextlib.suppress(Exception):
+            self.close()
 
 
 def row_of(snap: Snap, raw) -> list:

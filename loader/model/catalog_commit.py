@@ -68,14 +68,11 @@ def commit(m, root: str) -> None:
                           {"version": m.version, "catalog": cg.CATALOG, "dataset_id": m.dataset_id})
         cg.remove_leftovers(root)
     held = {**m.runs.loaded} if m.runs.snap is not None and not m.runs.rewrite else {}
-    old_snap = getattr(m, "_snap", None)
-    attach(m, cat, cat.snapshot(), agg)
+    attach(m, cat, cat.snapshot(), agg)  # the old snapshot ends when nothing holds it (a copy may)
     m.runs.loaded.update(held)
     for n, (run, _raw) in _written_runs.pop(id(m), {}).items():
         m.runs.loaded[n] = (run, _raw)
     object.__setattr__(m, "_pointed", True)
-    if old_snap is not None:
-        old_snap.close()
 
 
 def _hit(agg):
