@@ -206,6 +206,8 @@ class Catalog:
         """One durable write transaction; lmdb errors become StoreError / DamagedDatasetError."""
         if not self.writable:
             raise NotReadableError(f"{self.path} cannot be written (a read-only directory); nothing was written")
+        with _LOCK:
+            self.refs += 1  # no snapshot closed meanwhile may close the environment under this write
         try:
             with self.env.begin(write=True) as txn:
                 yield txn
@@ -219,6 +221,9 @@ class Catalog:
                              "space or fix permissions and retry") from None
         except lmdb.Error as e:
             raise damaged(self.path, f"LMDB: {e}") from None
+        finally:
+            with _LOCK:
+                self.refs -= 1  # the caller's next snapshot keeps it open (or it stays cached)
 
 
 class MapFull(Exception):
