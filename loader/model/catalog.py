@@ -17,7 +17,9 @@ Named databases (keys of numbers: 8-byte big-endian, so that LMDB's order is the
   ``--replace`` and the last done compaction), kept exact by every commit.
 - ``batches``: seq -> the batch row (msgpack); ``by_first``: first record -> seq, for
   the range lookups of fixed-size records (`covering`).
-- ``runs``: run number (creation order) -> the run's JSON; ``run_ids``: id -> number.
+- ``runs``: run number (creation order) -> the run's JSON; ``run_ids``: id -> number;
+  ``by_source``: source URI + NUL + number -> empty: the runs that loaded a source (alone or
+  as one of their inputs), what "was this loaded before?" reads instead of every run.
 - ``files``: ingested file name -> its JSON: the exactly-once index of ingest, kept apart
   from the runs so that pruning runs never forgets a file.
 - ``commits``: generation -> {time, kind, run, records, batches, next_seq, runs, header}
@@ -67,7 +69,7 @@ from ..infra import faults
 from ..infra.fsatomic import fsync_dir
 
 CATALOG = "catalog"
-DBS = ("meta", "batches", "by_first", "runs", "run_ids", "files", "commits", "retired")
+DBS = ("meta", "batches", "by_first", "runs", "run_ids", "by_source", "files", "commits", "retired")
 #: the map a catalog starts with (at least twice its file): sparse, never allocated; ~40 M
 #: batch rows. A commit that fills it grows it (`Catalog.grow`). Not larger: a process may
 #: hold many catalogs, and each map takes address space (128 TiB in all)
@@ -359,6 +361,10 @@ class Snap:
     def __del__(self):
         with contextlib.suppress(Exception):
             self.close()
+
+
+def source_key(source: str, n: int) -> bytes:
+    return source.encode() + b"\0" + key(n)
 
 
 def row_of(snap: Snap, raw) -> list:

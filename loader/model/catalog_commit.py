@@ -175,10 +175,19 @@ def _put_runs_all(m, txn, cat, runs, agg: cg.Aggregates) -> None:
         raw = cg.encode(r.to_dict())
         txn.put(cg.key(n), raw, db=cat.dbs["runs"])
         txn.put(r.id.encode(), cg.key(n), db=cat.dbs["run_ids"])
+        _index_sources(txn, cat, n, r)
         _count_run(agg, n, r, +1)
         written[n] = (r, raw)
     agg.runs = len(runs)
     _written_runs[id(m)] = written
+
+
+def _index_sources(txn, cat, n: int, r) -> None:
+    """``by_source``: run ``n`` loaded its source, and each of its inputs' (catalog.py)."""
+    sources = {r.source} | {e.get("source") for e in r.inputs or [] if isinstance(e, dict)}
+    for source in sources - {None}:
+        if isinstance(source, str):
+            txn.put(cg.source_key(source, n), b"", db=cat.dbs["by_source"])
 
 
 def _count_run(agg: cg.Aggregates, n: int, r, sign: int) -> None:
@@ -215,8 +224,8 @@ def _write_delta(m, txn, cat) -> cg.Aggregates:
         add_rows(agg, rows.new)
     runs: RunList = m.runs
     if runs.rewrite or runs.snap is not getattr(m, "_snap", None):
-        txn.drop(cat.dbs["runs"], delete=False)
-        txn.drop(cat.dbs["run_ids"], delete=False)
+        for name in ("runs", "run_ids", "by_source"):
+            txn.drop(cat.dbs[name], delete=False)
         agg.runs, agg.runs_by_status, agg.unfinished, agg.last_replace, agg.last_compact = 0, {}, [], -1, -1
         _put_runs_all(m, txn, cat, list(runs), agg)
     else:
@@ -229,12 +238,14 @@ def _write_delta(m, txn, cat) -> cg.Aggregates:
                 _count_run(agg, n, Run.from_dict(cg.decode(raw)), -1)
                 _count_run(agg, n, run, +1)
                 txn.put(cg.key(n), now, db=cat.dbs["runs"])
+                _index_sources(txn, cat, n, run)
                 written[n] = (run, now)
         for i, run in enumerate(runs.new):
             n = agg.runs + i
             now = cg.encode(run.to_dict())
             txn.put(cg.key(n), now, db=cat.dbs["runs"])
             txn.put(run.id.encode(), cg.key(n), db=cat.dbs["run_ids"])
+            _index_sources(txn, cat, n, run)
             _count_run(agg, n, run, +1)
             written[n] = (run, now)
         agg.runs += len(runs.new)

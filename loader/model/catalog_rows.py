@@ -283,6 +283,24 @@ class RunList(_Rows):
                 return
             yield self._run(n, raw)
 
+    def of_source(self, source: str) -> list[Run]:
+        """The runs since the last ``--replace`` that loaded ``source`` (alone or as one of
+        their inputs; and every new one), oldest first: the catalog's ``by_source`` index."""
+        if self._list is not None:
+            return self.since_replace()
+        prefix = source.encode() + b"\0"
+        numbers = []
+        for k, _v in self.snap.items("by_source", prefix):
+            if not k.startswith(prefix):
+                break
+            n = cg.unkey(k[len(prefix):])
+            if n >= self._agg.last_replace:
+                numbers.append(n)
+        since = [r for r in self.new if r.replace]
+        if since:
+            return self.new[self.new.index(since[-1]):]
+        return [self._run(n) for n in numbers] + list(self.new)
+
     def unfinished(self) -> list[Run]:
         """The runs whose status is running, failed or interrupted (and the new ones)."""
         if self._list is not None:

@@ -148,3 +148,19 @@ def test_a_commit_that_fills_the_catalog_map_grows_it(tmp_path, monkeypatch):
     with loader.open(uri) as ds:
         assert ds.records == 60000 and len(ds.manifest.batches) == 6000
         assert ds.read_records(29995, 30005).tobytes() == gen_bytes(29995, 10)
+
+
+def test_a_load_reads_only_the_runs_of_its_source(dataset):
+    """Exactly-once of a load asks the catalog's by_source index, not every run: with an
+    unrelated old run made unreadable, a source loaded long ago is still recognised and a
+    new one loads (and the unfinished-runs index keeps resuming cheap too)."""
+    root, uri = dataset
+    cat = cg.open_catalog(str(root / "catalog"))
+    with cat.env.begin(write=True) as txn:
+        txn.put(cg.key(1), b"{not json", db=cat.dbs["runs"])  # the second load's run
+    rep = json.loads(run_cli("load", "gen://scidb96?n=500&start=0", uri, "--batch-records", 100, "--json").stdout)
+    assert rep["status"] == "already-loaded"
+    p = run_cli("load", "gen://scidb96?n=100&start=1500", uri, "--batch-records", 100, "-q")
+    assert p.returncode == 0, p.stderr
+    with loader.open(uri) as ds:
+        assert ds.records == 1600 and ds.read_records(1400, 1600).tobytes() == gen_bytes(1400, 200)
