@@ -145,12 +145,20 @@ def _note_collected(m, txn, cat) -> None:
 
 
 def _put_rows(txn, cat, rows) -> None:
-    db_rows, db_first = cat.dbs["batches"], cat.dbs["by_first"]
-    for b in rows:
-        k = cg.key(b.seq)
-        txn.put(k, cg.pack_row(b.row()), db=db_rows)
-        if b.table is None:
-            txn.put(cg.key(b.first), k, db=db_first)
+    """Batch rows (and ``by_first`` keys of fixed-size records) in seq order: appended
+    at the end of the table (putmulti append: LMDB's fast path), or - a key that is not
+    above every key there, which putmulti(append) would silently drop (DESIGN.md 5) -
+    put one by one."""
+    packed = [(cg.key(b.seq), cg.pack_row(b.row())) for b in rows]
+    firsts = [(cg.key(b.first), k) for b, (k, _v) in zip(rows, packed) if b.table is None]
+    for db, items in ((cat.dbs["batches"], packed), (cat.dbs["by_first"], firsts)):
+        if not items:
+            continue
+        with txn.cursor(db=db) as cur:
+            consumed, added = cur.putmulti(items, append=True)
+        if added != len(items):  # out of order: every item the slow way (put overwrites)
+            for k, v in items:
+                txn.put(k, v, db=db)
 
 
 def _write_all(m, txn, cat, clear: bool) -> cg.Aggregates:

@@ -110,6 +110,7 @@ class BatchRows(_Rows):
         self.new: list = []  # rows appended since the snapshot
         self._agg = agg if snap is not None else None
         self._firsts: list[int] | None = None
+        self._with_new: tuple | None = None  # (len(new), aggregates with them): `agg`
 
     # --- aggregates ---------------------------------------------------------------------
     @property
@@ -118,8 +119,12 @@ class BatchRows(_Rows):
             return summarize(self._list)
         if not self.new:
             return self._agg
+        cached = self._with_new
+        if cached is not None and cached[0] == len(self.new):
+            return cached[1]
         agg = cg.Aggregates(**{f: getattr(self._agg, f) for f in self._agg.__struct_fields__})
         add_rows(agg, self.new)  # a new shard_batches dict: self._agg's stays as read
+        self._with_new = (len(self.new), agg)  # rows are only appended: their count says what it holds
         return agg
 
     def __len__(self) -> int:
