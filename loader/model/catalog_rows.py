@@ -96,6 +96,11 @@ class _Rows:
     def __reduce__(self):
         return (type(self), (list(self),))
 
+    def __eq__(self, other) -> bool:
+        return list(self) == list(other)
+
+    __hash__ = None
+
 
 class BatchRows(_Rows):
     """The batch rows of a manifest (see the module docstring)."""
@@ -167,9 +172,6 @@ class BatchRows(_Rows):
             if j == i:
                 return b
         raise IndexError(i)
-
-    def __eq__(self, other) -> bool:
-        return list(self) == list(other)
 
     def covering(self, a: int, b: int) -> list:
         """The rows (fixed-size records) holding records of [a, b), in record order."""
