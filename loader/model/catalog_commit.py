@@ -180,14 +180,19 @@ def _write_all(m, txn, cat, clear: bool) -> cg.Aggregates:
 def _put_runs_all(m, txn, cat, runs, agg: cg.Aggregates) -> None:
     written = {}
     for n, r in enumerate(runs):
-        raw = cg.encode(r.to_dict())
-        txn.put(cg.key(n), raw, db=cat.dbs["runs"])
-        txn.put(r.id.encode(), cg.key(n), db=cat.dbs["run_ids"])
-        _index_sources(txn, cat, n, r)
-        _count_run(agg, n, r, +1)
-        written[n] = (r, raw)
+        _put_new_run(txn, cat, agg, n, r, written)
     agg.runs = len(runs)
     _written_runs[id(m)] = written
+
+
+def _put_new_run(txn, cat, agg: cg.Aggregates, n: int, run, written: dict) -> None:
+    """Run ``run`` as number ``n``: its JSON, id and sources indexed, counted."""
+    now = cg.encode(run.to_dict())
+    txn.put(cg.key(n), now, db=cat.dbs["runs"])
+    txn.put(run.id.encode(), cg.key(n), db=cat.dbs["run_ids"])
+    _index_sources(txn, cat, n, run)
+    _count_run(agg, n, run, +1)
+    written[n] = (run, now)
 
 
 def _index_sources(txn, cat, n: int, r) -> None:
@@ -249,13 +254,7 @@ def _write_delta(m, txn, cat) -> cg.Aggregates:
                 _index_sources(txn, cat, n, run)
                 written[n] = (run, now)
         for i, run in enumerate(runs.new):
-            n = agg.runs + i
-            now = cg.encode(run.to_dict())
-            txn.put(cg.key(n), now, db=cat.dbs["runs"])
-            txn.put(run.id.encode(), cg.key(n), db=cat.dbs["run_ids"])
-            _index_sources(txn, cat, n, run)
-            _count_run(agg, n, run, +1)
-            written[n] = (run, now)
+            _put_new_run(txn, cat, agg, agg.runs + i, run, written)
         agg.runs += len(runs.new)
         _written_runs[id(m)] = written
     files: FileMap = m.files
