@@ -175,7 +175,14 @@ class Catalog:
     fd: int  # data.mdb, held open: its inode identifies this environment
     pid: int = field(default_factory=os.getpid)
     writable: bool = True
-    refs: int = 0  # open snapshots (Snap): the last one closed closes the environment
+    refs: int = 0  # open snapshots (Snap) and callers of open_catalog: the last one gone closes it
+
+    def unref(self) -> None:
+        """The caller of `open_catalog` is done with it (its snapshots hold their own)."""
+        with _LOCK:
+            self.refs -= 1
+            if self.refs == 0:
+                self.release()
 
     def release(self) -> None:
         """Close the environment and its data file (no snapshot of it is open): a process
@@ -245,8 +252,10 @@ def _same(cat: Catalog, data: str) -> bool:
 
 
 def open_catalog(path: str, create: bool = False) -> Catalog:
-    """The catalog environment at ``path`` (a ``catalog/`` directory) of this process;
-    DamagedDatasetError when its data file is missing or damaged (``create``: made)."""
+    """The catalog environment at ``path`` (a ``catalog/`` directory) of this process, with
+    one reference for the caller (`Catalog.unref` when done: then no other thread's last
+    snapshot closes it meanwhile); DamagedDatasetError when its data file is missing or
+    damaged (``create``: made)."""
     real = os.path.realpath(path)
     data = os.path.join(real, "data.mdb")
     with _LOCK:
@@ -258,11 +267,13 @@ def open_catalog(path: str, create: bool = False) -> Catalog:
                 raise damaged(path, found)
         cat = _CATALOGS.get(real)
         if cat is not None and cat.pid == os.getpid() and _same(cat, data):
+            cat.refs += 1
             return cat
         moved = next((c for c in _CATALOGS.values() if c.pid == os.getpid() and _same(c, data)), None)
         if moved is not None:  # the same files under another path (a --replace swapped directories)
             moved.path = path
             _CATALOGS[real] = moved
+            moved.refs += 1
             return moved
         writable = os.access(real, os.W_OK) if os.path.isdir(real) else True
         try:
@@ -281,7 +292,7 @@ def open_catalog(path: str, create: bool = False) -> Catalog:
             raise damaged(path, f"LMDB: {e}") from None
         except OSError as e:
             raise damaged(path, e.strerror or str(e)) from None
-        cat = Catalog(path, env, dbs, fd, writable=writable)
+        cat = Catalog(path, env, dbs, fd, writable=writable, refs=1)
         _CATALOGS[real] = cat
         return cat
 
@@ -378,7 +389,8 @@ def row_of(snap: Snap, raw) -> list:
 
 
 def build(root: str, fill) -> Catalog:
-    """A new catalog at ``ROOT/catalog``, made complete before it appears: written by
+    """A new catalog at ``ROOT/catalog`` (with a reference for the caller, as
+    `open_catalog`), made complete before it appears: written by
     ``fill(txn, cat)`` into ``catalog.tmp-PID``, synced, then renamed into place.
     Leftover ``catalog.tmp-*`` directories (a build killed) are removed first."""
     remove_leftovers(root)

@@ -38,6 +38,7 @@ from .runs import UNFINISHED
 def commit(m, root: str) -> None:
     from .manifest import attach, write_json_atomic
 
+    opened = None  # a catalog this commit opened (not m's own): its reference, given back at the end
     cat = _own_catalog(m, root)
     if cat is not None:
         while True:
@@ -57,11 +58,16 @@ def commit(m, root: str) -> None:
             cg.set_aside(root)  # a catalog no pointer names (stale): never the dataset
         if os.path.isdir(path):
             cat = cg.open_catalog(path)
-            agg = cg.write(cat, lambda txn: _hit(_write_all(m, txn, cat, clear=True)))
+            try:
+                agg = cg.write(cat, lambda txn: _hit(_write_all(m, txn, cat, clear=True)))
+            except BaseException:
+                cat.unref()
+                raise
         else:
             out = {}
             cat = cg.build(root, lambda txn, c: out.setdefault("agg", _write_all(m, txn, c, clear=False)))
             agg = out["agg"]
+        opened = cat  # our reference, given up once m's new snapshot holds the catalog
     if _pointer_of(root) != m.dataset_id:
         faults.hit("pointer")
         write_json_atomic(Path(root) / MANIFEST,
@@ -73,6 +79,8 @@ def commit(m, root: str) -> None:
     for n, (run, _raw) in _written_runs.pop(id(m), {}).items():
         m.runs.loaded[n] = (run, _raw)
     object.__setattr__(m, "_pointed", True)
+    if opened is not None:
+        opened.unref()
 
 
 def _hit(agg):

@@ -382,7 +382,10 @@ def catalog_manifest(path: str) -> Manifest:
     """The manifest of the catalog at ``path``: header and aggregates, the tables on a
     snapshot (catalog_rows.py)."""
     cat = cg.open_catalog(path)
-    snap = cat.snapshot()
+    try:
+        snap = cat.snapshot()  # holds the catalog open from here on
+    finally:
+        cat.unref()
     head = snap.header()
     agg = snap.aggregates()
     try:

@@ -10,8 +10,6 @@ import tempfile
 import threading
 import time
 
-from conftest import manifest_json
-
 import loader
 
 
@@ -99,9 +97,10 @@ def same_state(a, b) -> None:
 def pending_rows(root) -> int:
     """Checkpointed batches of the dataset's last run, not yet committed (a load under way)."""
     from loader.errors import BulkloadError
+    from loader.model import manifest as mf
 
     try:
-        runs = manifest_json(root).get("runs") or []
+        runs = [r.to_dict() for r in mf.load_manifest(root).runs]
     except (FileNotFoundError, json.JSONDecodeError, BulkloadError):
         return 0
     return len(runs[-1].get("pending") or []) if runs else 0
