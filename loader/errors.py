@@ -222,6 +222,12 @@ class DamagedDatasetError(ManifestError):
     writes over it; the message says how to recover."""
 
 
+class NewerFormatError(ManifestError):
+    """The dataset was written by a newer bulkload (its manifest.json's ``version`` is
+    above the one this code knows): nothing is read or written; the message names both
+    versions. Exit 1."""
+
+
 class WorkerError(BulkloadError, RuntimeError):
     """A worker process failed or died; the pool stopped the others. ``died``: it was
     killed or exited without its result (not an error it raised); ``error``: the

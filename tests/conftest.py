@@ -1,3 +1,4 @@
+import json
 import os
 import shutil
 import subprocess
@@ -28,6 +29,24 @@ def run_cli(*args, input=None, check=False, timeout=120, env=None):
     return subprocess.run([tool("bulkload"), *map(str, args)], input=input, capture_output=True,
                           timeout=timeout, check=check, env=e,
                           text=not isinstance(input, bytes))
+
+
+def manifest_json(root) -> dict:
+    """The whole metadata of the dataset at ``root`` as one JSON object (a version-1
+    manifest.json's content: the catalog's tables read whole)."""
+    from loader.model import manifest as mf
+
+    return json.loads(json.dumps(mf.load_manifest(root).to_json()))
+
+
+def write_manifest_json(root, obj: dict) -> None:
+    """Replace the dataset's metadata by ``obj`` (as `manifest_json` gives it, edited):
+    written as a version-1 manifest.json (the catalog removed), which the next writer
+    upgrades to a new catalog."""
+    from pathlib import Path
+
+    shutil.rmtree(Path(root) / "catalog", ignore_errors=True)
+    (Path(root) / "manifest.json").write_text(json.dumps({**obj, "version": 1}))
 
 
 def stored_docs(uri):

@@ -59,10 +59,11 @@ def query(dataset: str, box: str | dict, *, array: str = "grid", attrs: str | No
     return table
 
 
-def info(dataset: str) -> dict:
+def info(dataset: str, as_of=None) -> dict:
     """What `bulkload info --json` prints: layout, format, shards, records, bytes, runs,
-    arrays, problems (missing or damaged shards)."""
-    with open_dataset(dataset) as ds:
+    arrays, problems (missing or damaged shards); ``as_of`` (a generation or a run id):
+    of the dataset as it stood after that commit (`loader.open`'s ``as_of``)."""
+    with open_dataset(dataset, as_of=as_of) as ds:
         return ds.info()
 
 

@@ -53,14 +53,17 @@ def check_shard(task: ShardCheck, outbox) -> tuple[list[dict], dict | StoreError
 def _verify_snapshot(ds: Dataset) -> VerifyReport:
     m = ds.manifest
     slim = replace(m, runs=[], files={}, garbage=[])
-    tasks = [ShardCheck(ds.uri, s, replace(slim, batches=[b for b in m.batches if b.shard == s]))
-             for s in range(m.shards)]
+    rows: list[list] = [[] for _ in range(m.shards)]
+    position, first_of_shard = {}, {}
+    for i, b in enumerate(m.batches):  # one pass over the catalog's rows
+        rows[b.shard].append(b)
+        position[b.seq] = i
+        first_of_shard.setdefault(b.shard, i)
+    tasks = [ShardCheck(ds.uri, s, replace(slim, batches=rows[s])) for s in range(m.shards)]
     try:
         results = executors.run(check_shard, tasks)
     except WorkerError as e:
         raise e.raised(BulkloadError) or e from None  # the worker's own error, as a local verify raises it
-    position = {b.seq: i for i, b in enumerate(m.batches)}
-    first_of_shard = {b.shard: i for i, b in reversed(list(enumerate(m.batches)))}
     problems = sorted((p for batches, _ in results for p in batches),
                       key=lambda p: first_of_shard[p["shard"]] if p["batch"] is None else position[p["batch"]])
     return ds.verify_report(problems, [parts for _, parts in results])

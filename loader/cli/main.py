@@ -281,9 +281,11 @@ def load(
 @app.command()
 @handle_errors
 def info(dataset: str = typer.Argument(...),
-         json_out: bool = typer.Option(False, "--json", help="Print as JSON.")):
+         json_out: bool = typer.Option(False, "--json", help="Print as JSON."),
+         as_of: str = typer.Option(None, "--as-of", help="The dataset as it stood after this commit: a generation "
+                                   "number or a run id (while its data was not garbage-collected).")):
     """Describe a dataset: layout, format, shards, records, bytes, runs."""
-    with api.open(dataset) as ds:
+    with api.open(dataset, as_of=as_of) as ds:
         d = ds.info()
         arrays = ds.arrays() if d.get("arrays") and not d["problems"] else []
     if json_out:

@@ -175,7 +175,7 @@ def _still_bad(m: mf.Manifest | None, directory: str, new, skipped: list, on_bad
     written, so that a bad file left in the directory does not make every run commit an
     empty run."""
     last = None
-    for r in reversed(runs.current(m)) if m is not None else ():
+    for r in runs.recent(m) if m is not None else ():
         if r.kind in ("ingest", "load") and r.source == directory and r.status == "done":
             last = r
             break

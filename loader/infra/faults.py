@@ -31,6 +31,11 @@ not the job's). Points (see `hit` calls):
                synced, manifest not switched), ``docs-switched`` (switched, old tables
                listed as garbage, not dropped), ``docs-dropping`` (old tables dropped from
                some shards only); workers ``fold`` (a window was put, not yet synced)
+  catalog      (model/catalog*.py, every commit): ``catalog-commit`` (a commit's changes
+               written in its LMDB transaction, not committed); the first commit of a new
+               or version-1 dataset: ``catalog-built`` (built and synced beside, as
+               catalog.tmp-PID), ``catalog-renamed`` (renamed into place, manifest.json
+               not yet the pointer), ``pointer`` (before manifest.json is replaced)
   garbage      (loader/garbage.py, in every writer): ``collect`` (entries no reader needs
                are due, nothing deleted yet), ``collected`` (their data deleted, the
                manifest still lists them); ``deleting`` / ``dropping`` /

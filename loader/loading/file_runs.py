@@ -84,7 +84,7 @@ def source_runs(m, uri: str, considered: Callable[[Run], bool] = lambda r: True)
     of a run of several inputs (``run.inputs``, loading/inputs.py) as a finished run
     of its own (a copy: its id, source, fingerprint and extent)."""
     found = []
-    for r in runs.current(m):
+    for r in m.runs.of_source(uri):  # the catalog's index: not every run (runs.current)
         if r.kind != "load" or not considered(r):
             continue
         if r.inputs is None:

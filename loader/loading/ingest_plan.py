@@ -31,7 +31,7 @@ def resumable_plan(m: mf.Manifest, directory: str, pattern: str, opts: dict) -> 
     """The last unfinished ingest run of this directory and the part of its plan to redo
     (its files not committed yet, as far as they are unchanged)."""
     prev = None
-    for r in reversed(runs.current(m)):
+    for r in runs.recent(m):
         if r.kind == "ingest" and r.directory == directory and r.pattern == pattern:
             prev = r
             break

@@ -97,7 +97,7 @@ def entry(source: str, fingerprint: str | None, offset: int, total: int) -> dict
 def _interrupted(m: mf.Manifest, todo: list[dict], considered, resumable) -> Run | None:
     """The dataset's last run of several inputs, if it is interrupted, resumable, the
     dataset ends where its uncommitted inputs begin, and they are the first of ``todo``."""
-    last = next((r for r in reversed(runs.current(m)) if r.kind == "load" and considered(r)), None)
+    last = next((r for r in runs.recent(m) if r.kind == "load" and considered(r)), None)
     if last is None or last.inputs is None or not resumable(last):
         return None
     rest = unloaded(last)

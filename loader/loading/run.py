@@ -197,7 +197,9 @@ class _LoadRun:
                 run.table, run.clear_from = kind.choose_table(run.id, m.batches, self.planned.id_span())
                 kind.check_table_limit(self.spec, m, run.table)
             table, clear_from = run.table, -1 if run.clear_from is None else run.clear_from
-        keep = tuple(sorted({e.table for e in m.batches if e.table} | held_tables(m)))
+        # fixed-size records keep no tables of their own: only documents read the rows here
+        listed = {e.table for e in m.batches if e.table} if kind.keyed else set()
+        keep = tuple(sorted(listed | held_tables(m)))
         return RunTable(table, keep, clear_from)
 
     # --- running ---------------------------------------------------------------------------

@@ -1,28 +1,39 @@
 """The manifest: the one place that says what a dataset holds.
 
-``ROOT/manifest.json`` is replaced atomically (write a temp file, fsync, rename, fsync
-the directory). A batch exists for readers only once the manifest lists it, so a crash
-at any point leaves the last committed state. Store keys of batches at or above
-``next_seq`` are uncommitted leftovers and are removed by the next writer.
+Version 2 (this code writes): ``ROOT/manifest.json`` is a small pointer,
+``{"version": 2, "catalog": "catalog", "dataset_id": ...}``, and the metadata lives in
+the LMDB catalog ``ROOT/catalog/`` (catalog.py: why, and its tables). `load_manifest`
+reads a snapshot of it (a read transaction: header and aggregates; the rows, runs and
+files read on demand: catalog_rows.py); `Manifest.save` is the commit, one durable write
+transaction of what changed (catalog_commit.py). A batch exists for readers only once a
+commit lists it, so a crash at any point leaves the last committed state. Store keys of
+batches at or above ``next_seq`` are uncommitted leftovers and are removed by the next
+writer. A manifest.json of a higher version is refused (NewerFormatError), naming both.
 
-Every write increments ``generation`` (absent in old manifests: 0). A writer that makes
-committed data unreachable for new readers (compact, finalize, a documents compaction)
-lists it in ``garbage`` in the same write (each entry stamped with that write's
-generation); maintain/garbage.py deletes it once no reader pins an older generation
-(read/snapshots.py).
+Version 1 (older code): manifest.json holds everything. Such a dataset opens read-only
+as it is (the tables in memory, as lists); its first save builds the catalog beside it,
+renames it into place and then replaces manifest.json by the pointer (catalog_commit.py:
+a kill at any step leaves a readable dataset: tests/model/test_catalog_upgrade.py).
+
+Every write increments ``generation``. A writer that makes committed data unreachable for
+new readers (compact, finalize, a documents compaction) lists it in ``garbage`` in the
+same write (each entry stamped with that write's generation); maintain/garbage.py deletes
+it once no reader pins an older generation (read/snapshots.py).
 
 In memory every part is typed: batches are `BatchEntry` rows, runs `Run` objects
 (runs.py), garbage entries `GarbageEntry` objects (garbage_entry.py); runs and entries
 keep the order of their keys and any key a newer version wrote, so that a manifest read
-and written again is the same bytes but for ``generation`` (tests/model/test_runs_typed.py).
+and written again is the same JSON but for ``generation`` (tests/model/test_runs_typed.py).
 
-Reading checks the file first (manifest_check.py): a manifest.json that is not valid JSON
-or not a valid manifest raises ManifestError naming it and the problem, so no command
-acts on it (a deleted ``batches`` must not read as "empty" and be written over).
+Reading checks a version-1 file first (manifest_check.py): a manifest.json that is not
+valid JSON or not a valid manifest raises ManifestError naming it and the problem, so no
+command acts on it (a deleted ``batches`` must not read as "empty" and be written over);
+a damaged catalog is DamagedDatasetError naming it (catalog.py).
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import time
@@ -33,10 +44,12 @@ from pathlib import Path
 import msgspec
 
 from ..errors import (
+    BulkloadError,
     DamagedDatasetError,
     DatasetMismatchError,
     DatasetNotFoundError,
     ManifestError,
+    NewerFormatError,
     NotReadableError,
     StoreError,
 )
@@ -44,12 +57,14 @@ from ..infra import faults
 from ..infra.fsatomic import fsync_dir
 from ..infra.paths import ARRAYS, MANIFEST
 from ..infra.regular import MAX_METADATA_BYTES, open_regular_file, read_regular
+from . import catalog as cg
+from .catalog_rows import BatchRows, FileMap, RunList
 from .garbage_entry import GarbageEntry
 from .layouts import Layout
 from .manifest_check import problem
 from .runs import Run
 
-VERSION = 1
+VERSION = 2  # 1: everything in manifest.json; 2: manifest.json points at the catalog
 
 
 @dataclass
@@ -94,16 +109,32 @@ class Manifest:
     scheme: str
     shards: int
     batch_records: int
-    batches: list[BatchEntry] = field(default_factory=list)
-    runs: list[Run] = field(default_factory=list)
+    batches: BatchRows = field(default_factory=list)
+    runs: RunList = field(default_factory=list)
     arrays: dict = field(default_factory=dict)
-    files: dict = field(default_factory=dict)  # ingested inputs: name -> {size, xxh3, run, ...}
+    files: FileMap = field(default_factory=dict)  # ingested inputs: name -> {size, xxh3, run, ...}
     dataset_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     created: float = field(default_factory=time.time)
     version: int = VERSION
     generation: int = 0  # incremented by every save: what readers pin (snapshots.py)
     garbage: list[GarbageEntry] = field(default_factory=list)  # kept for older readers (maintain/garbage.py)
     extra: dict = field(default_factory=dict)  # keys written by newer code: kept as they are
+
+    def __setattr__(self, name: str, value) -> None:
+        # the tables are always BatchRows / RunList / FileMap: a list or dict assigned whole
+        # (a fresh manifest, compaction, pruning) is rewritten by the next commit
+        if name == "batches" and not isinstance(value, BatchRows):
+            value = BatchRows(value)
+        elif name == "runs" and not isinstance(value, RunList):
+            value = RunList(value)
+        elif name == "files" and not isinstance(value, FileMap):
+            value = FileMap(value)
+        object.__setattr__(self, name, value)
+
+    def __getstate__(self) -> dict:
+        """Pickled (a task's manifest): the fields; the tables as lists (their own
+        reduce), never the catalog handle or its read transaction."""
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
 
     # --- derived -------------------------------------------------------------
     @property
@@ -112,28 +143,40 @@ class Manifest:
 
     @property
     def next_seq(self) -> int:
-        return self.batches[-1].seq + 1 if self.batches else 0
+        last = self.batches.last
+        return last.seq + 1 if last is not None else 0
 
     @property
     def records(self) -> int:
-        return sum(b.records for b in self.batches)
+        return self.batches.agg.records
 
     @property
     def next_record(self) -> int:
-        last = self.batches[-1] if self.batches else None
-        return last.first + last.count if last else 0
+        last = self.batches.last
+        return last.first + last.count if last is not None else 0
 
     @property
     def stored_bytes(self) -> int:
-        return sum(b.nbytes for b in self.batches)
+        return self.batches.agg.stored_bytes
+
+    @property
+    def text_bytes(self) -> int:
+        return self.batches.agg.text_bytes
+
+    def header(self) -> dict:
+        """The small fields (everything but batches, runs and files): the catalog's header."""
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("extra", *_TABLES)}
+        d["garbage"] = [g.to_dict() for g in self.garbage]
+        return {**self.extra, **d}
 
     # --- persistence -----------------------------------------------------------
     def to_json(self) -> dict:
-        """The JSON object of manifest.json: keys written by newer code first, then every
-        field in order; batches as rows, runs and garbage entries as their objects."""
+        """The JSON object of a version-1 manifest.json: keys written by newer code first,
+        then every field in order; batches as rows, runs and garbage entries as their objects."""
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
         d["batches"] = [b.row() for b in self.batches]
         d["runs"] = [r.to_dict() for r in self.runs]
+        d["files"] = dict(self.files.items())
         d["garbage"] = [g.to_dict() for g in self.garbage]
         return {**self.extra, **d}
 
@@ -149,18 +192,27 @@ class Manifest:
         return cls(**d, extra=extra)
 
     def save(self, root: str | os.PathLike) -> None:
+        """The commit: one durable write transaction of the catalog (catalog_commit.py)
+        with what changed; the first save of a version-1 dataset (or a new one) builds the
+        catalog and then points manifest.json at it."""
         faults.hit("save")
         self.generation += 1
         for entry in self.garbage:  # new entries: unreferenced from this write on
             if not entry.has("generation"):
                 entry.generation = self.generation
-        write_json_atomic(Path(root) / MANIFEST, self.to_json())
+        self.version = VERSION
+        from .catalog_commit import commit  # the writer's module: readers do without it
+
+        commit(self, str(root))
         faults.hit("saved")
 
     def mark_arrays_stale(self) -> None:
         """Records were appended: the 2-D arrays no longer cover every record."""
         for summary in self.arrays.values():
             summary["stale"] = True
+
+
+_TABLES = ("batches", "runs", "files")
 
 
 def write_json_atomic(path: Path, obj) -> None:
@@ -188,6 +240,9 @@ def open_manifest(root: str | os.PathLike, uri: str | None = None):
         return open_regular_file(path, MAX_METADATA_BYTES, advice=recovery(root))
     except FileNotFoundError:
         found = bulkload_data(root)
+        first = _first_commit(root) if cg.CATALOG in found and not os.path.islink(path) else None
+        if first is not None:
+            return first
         if found:
             what = (f"{MANIFEST} is a dangling link to {os.readlink(path)}" if os.path.islink(path)
                     else f"no {MANIFEST}")
@@ -206,6 +261,26 @@ def open_manifest(root: str | os.PathLike, uri: str | None = None):
         raise _invalid(Path(path), f"it cannot be read ({e.strerror or e})", "$") from None
 
 
+class _Pointer(io.BytesIO):
+    """The pointer a first commit did not write (see `_first_commit`), as a file."""
+
+    def __init__(self, path: str, dataset_id: str):
+        super().__init__(msgspec.json.encode({"version": VERSION, "catalog": cg.CATALOG, "dataset_id": dataset_id}))
+        self.name = path
+
+
+def _first_commit(root) -> _Pointer | None:
+    """A catalog without manifest.json that holds generation 1: the first commit of a new
+    dataset, killed after its catalog was renamed into place and before manifest.json
+    was written - that is the dataset (its next writer writes the pointer). Any other
+    catalog without manifest.json is damage (manifest.json deleted): None."""
+    try:
+        m = catalog_manifest(os.path.join(str(root), cg.CATALOG))
+    except BulkloadError:
+        return None
+    return _Pointer(str(Path(root) / MANIFEST), m.dataset_id) if m.generation == 1 else None
+
+
 def recovery(root: str | os.PathLike) -> str:
     """What to do about a dataset whose metadata is missing or unreadable."""
     root = str(root).rstrip("/")
@@ -215,13 +290,13 @@ def recovery(root: str | os.PathLike) -> str:
 
 
 def bulkload_data(root: str | os.PathLike) -> list[str]:
-    """The entries of ``root`` that hold bulkload data (``shard-*``, ``arrays``), sorted:
+    """The entries of ``root`` that hold bulkload data (``shard-*``, ``arrays``, ``catalog``), sorted:
     what a directory without a readable manifest must not lose."""
     try:
         names = os.listdir(root)
     except OSError:
         return []
-    return sorted(n for n in names if n == ARRAYS or (n.startswith("shard-") and n[6:].isdigit()))
+    return sorted(n for n in names if n in (ARRAYS, cg.CATALOG) or (n.startswith("shard-") and n[6:].isdigit()))
 
 
 def load_manifest(root: str | os.PathLike, uri: str | None = None) -> Manifest:
@@ -250,7 +325,11 @@ def check_store(m: Manifest, root: str | os.PathLike, uri: str | None) -> Manife
 
 
 def read_manifest(f) -> Manifest:
-    """The manifest in the open (binary) file ``f``, checked (see `load_manifest`)."""
+    """The manifest in the open (binary) file ``f``, checked (see `load_manifest`): a
+    version-2 pointer opens the catalog beside it (a snapshot of its last commit); a
+    version-1 manifest is read whole - unless the catalog an upgrade built from it is
+    complete beside it (the upgrade was killed before it wrote the pointer): that one is
+    the dataset (its generation is newer)."""
     path = Path(f.name)
     try:
         data = f.read()
@@ -260,10 +339,75 @@ def read_manifest(f) -> Manifest:
         obj = msgspec.json.decode(data)  # twice as fast as json.loads, the same objects
     except msgspec.DecodeError:  # json's messages (and what only json reads: NaN, a BOM, UTF-16)
         obj = _loads(path, data)
+    newer = obj.get("version") if isinstance(obj, dict) else None
+    if isinstance(newer, int) and newer > VERSION:
+        raise NewerFormatError(f"{path} is a version-{newer} manifest, written by a newer bulkload; this bulkload "
+                               f"reads versions 1 and {VERSION}: nothing was read or written - upgrade bulkload")
+    if isinstance(obj, dict) and "catalog" in obj:
+        return _from_catalog(path, obj)
     found = problem(obj)
     if found is not None:
         raise _invalid(path, *found)
-    return Manifest.from_json(obj)
+    m = Manifest.from_json(obj)
+    upgraded = _upgraded(path.parent, m)
+    return m if upgraded is None else upgraded
+
+
+def _from_catalog(path: Path, pointer: dict) -> Manifest:
+    name = pointer.get("catalog")
+    if not isinstance(name, str) or "/" in name or name in ("", ".", ".."):
+        raise _invalid(path, "its `catalog` is not a directory name", "$.catalog")
+    m = catalog_manifest(str(path.parent / name))
+    if pointer.get("dataset_id") != m.dataset_id:
+        raise cg.damaged(str(path.parent / name), f"it holds dataset {m.dataset_id}, {path} names "
+                         f"{pointer.get('dataset_id')}")
+    object.__setattr__(m, "_pointed", True)
+    return m
+
+
+def _upgraded(root: Path, m: Manifest) -> Manifest | None:
+    """The complete catalog of an upgrade of ``m`` killed before its pointer, or None."""
+    if not (root / cg.CATALOG).is_dir():
+        return None
+    try:
+        upgraded = catalog_manifest(str(root / cg.CATALOG))
+    except ManifestError:
+        return None  # not a catalog we can read: the next write sets it aside
+    if upgraded.dataset_id != m.dataset_id or upgraded.generation <= m.generation:
+        return None
+    return upgraded
+
+
+def catalog_manifest(path: str) -> Manifest:
+    """The manifest of the catalog at ``path``: header and aggregates, the tables on a
+    snapshot (catalog_rows.py)."""
+    cat = cg.open_catalog(path)
+    try:
+        snap = cat.snapshot()  # holds the catalog open from here on
+    finally:
+        cat.unref()
+    head = snap.header()
+    agg = snap.aggregates()
+    try:
+        d = dict(head)
+        d["garbage"] = [GarbageEntry.from_dict(g) for g in d.get("garbage", [])]
+        known = set(Manifest.__dataclass_fields__)
+        extra = {k: d.pop(k) for k in list(d) if k not in known}
+        m = Manifest(**d, extra=extra)
+        Layout.from_dict(m.layout)
+    except (BulkloadError, TypeError, ValueError, KeyError, AttributeError) as e:
+        raise cg.damaged(path, f"its header is not valid ({e})") from None
+    attach(m, cat, snap, agg)
+    return m
+
+
+def attach(m: Manifest, cat, snap, agg) -> None:
+    """Back ``m``'s tables by ``snap`` (a read transaction of ``cat``) and ``agg``."""
+    m.batches = BatchRows(snap=snap, agg=agg)
+    m.runs = RunList(snap=snap, agg=agg)
+    m.files = FileMap(snap=snap)
+    object.__setattr__(m, "_catalog", cat)
+    object.__setattr__(m, "_snap", snap)
 
 
 def _loads(path: Path, data: bytes):
@@ -284,8 +428,20 @@ def read_dataset_id(root: str | os.PathLike) -> str | None:
     """The id of the dataset now at ``root`` (changes when --replace swaps in a new one)."""
     try:
         return json.loads(read_regular(str(Path(root) / MANIFEST))).get("dataset_id")
+    except FileNotFoundError:
+        first = _first_commit(root)
+        return None if first is None else json.loads(first.getvalue())["dataset_id"]
     except (OSError, ValueError, AttributeError):  # DamagedDatasetError is a ValueError
         return None
+
+
+def read_pointer(root: str | os.PathLike) -> str | None:
+    """The dataset id of the version-2 pointer at ``root``, or None (none, or version 1)."""
+    try:
+        obj = msgspec.json.decode(read_regular(str(Path(root) / MANIFEST)))
+    except (OSError, ValueError, msgspec.DecodeError):
+        return None
+    return obj.get("dataset_id") if isinstance(obj, dict) and "catalog" in obj else None
 
 
 def exists(root: str | os.PathLike) -> bool:

@@ -131,17 +131,20 @@ REPLACED = "replaced"
 
 
 def current(m) -> list[Run]:
-    """The runs that describe the dataset's current content (since the last --replace)."""
-    runs = m.runs
-    for i in range(len(runs) - 1, -1, -1):
-        if runs[i].replace:
-            return runs[i:]
-    return runs
+    """The runs that describe the dataset's current content (since the last --replace):
+    the catalog indexes the last --replace, so this reads only those runs."""
+    return m.runs.since_replace()
+
+
+def recent(m):
+    """`current` newest first, read lazily (stop at the run you look for)."""
+    return m.runs.recent()
 
 
 def mark_interrupted(m) -> bool:
-    """Runs still ``running`` while we hold the lock belong to a job that died."""
-    return _interrupt(m.runs)
+    """Runs still ``running`` while we hold the lock belong to a job that died (the
+    catalog indexes the unfinished runs: the others are not read)."""
+    return _interrupt(m.runs.unfinished())
 
 
 def as_seen(m, job_running: bool) -> list[Run]:
@@ -171,7 +174,7 @@ def _interrupt(runs: list[Run]) -> bool:
 def last_matching(m, kind: str, source: str, fingerprint: str | None) -> Run | None:
     if fingerprint is None:
         return None
-    for r in reversed(current(m)):
+    for r in recent(m):
         if r.kind == kind and r.source == source and r.fingerprint == fingerprint:
             return r
     return None
@@ -182,14 +185,9 @@ def options_match(run: Run, **opts) -> bool:
 
 
 def compacted_since(m, run: Run) -> bool:
-    """A compaction after ``run`` may have rewritten the stores: its pending rows are void."""
-    after = False
-    for r in m.runs:
-        if r is run:
-            after = True
-        elif after and r.kind == "compact" and r.status == "done":
-            return True
-    return False
+    """A compaction after ``run`` may have rewritten the stores: its pending rows are void
+    (the catalog indexes the last done compaction)."""
+    return m.runs.compacted_after(run)
 
 
 def load_resumable(m, run: Run, **opts) -> bool:
@@ -203,7 +201,7 @@ def supersede(m, keep: Run | None, by: str) -> list[str]:
     """Unfinished runs other than ``keep`` lose their pending batches (the new run's
     workers delete them); returns their ids."""
     ids = []
-    for r in m.runs:
+    for r in m.runs.unfinished():
         if r is keep or r.status not in UNFINISHED or r.kind not in ("load", "ingest"):
             continue
         if r.pending or r.resumable:

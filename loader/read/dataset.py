@@ -22,7 +22,6 @@ collections whose tasks read it, and only it, in any process (read/dask_read.py)
 
 from __future__ import annotations
 
-import bisect
 import functools
 import os
 from typing import TYPE_CHECKING, Iterator
@@ -46,17 +45,16 @@ if TYPE_CHECKING:
 
 
 class Dataset(Verifying):
-    def __init__(self, uri: str, pin: bool = True, snapshot: tuple | None = None):
+    def __init__(self, uri: str, pin: bool = True, snapshot: tuple | None = None, as_of=None):
         """The reader of the dataset at ``uri`` as it is now; or, given ``snapshot`` =
         (manifest, (device, inode) of its file while current or None, Pin or None), of that
         snapshot read earlier (a Dask task reading its graph's snapshot: read/dask_read.py)."""
         self.spec = parse_dataset_uri(uri)
         self.uri = self.spec.uri
         self._opened_as = (uri, pin)
-        self.manifest, self._ident, self._pin = snapshot or read_snapshot(self.spec.root, uri, pin)
+        self.manifest, self._ident, self._pin = snapshot or read_snapshot(self.spec.root, uri, pin, as_of)
         self.layout = self.manifest.layout_obj
         self._shards: dict[int, ShardStore] = {}
-        self._firsts = [b.first for b in self.manifest.batches]
         self._docs = None
         self.closed = False
 
@@ -166,7 +164,7 @@ class Dataset(Verifying):
         problems = self.problems()
         disk = self._disk_bytes({p["shard"] for p in problems})
         if self.layout.variable_length:
-            text = sum(b.text_bytes or 0 for b in m.batches)
+            text = m.text_bytes
             return {
                 "dataset": self.uri, "path": self.spec.root, "layout": m.layout, "record_size": "variable",
                 "format": m.format, "compression": m.compression, "store": m.scheme, "shards": m.shards,
@@ -251,12 +249,11 @@ class Dataset(Verifying):
 
     def batches_covering(self, a: int, b: int) -> list[mf.BatchEntry]:
         """The batch rows, in record order, holding records of the half-open range [a, b):
-        the one record-range -> batches lookup of every read."""
+        the one record-range -> batches lookup of every read: a range lookup in the catalog
+        (O(log n + k)), never a read of every row."""
         if b <= a:
             return []
-        i = max(0, bisect.bisect_right(self._firsts, a) - 1)
-        j = bisect.bisect_left(self._firsts, b)
-        return [e for e in self.manifest.batches[i:j] if e.first + e.count > a]
+        return self.manifest.batches.covering(a, b)
 
     # --- reading -----------------------------------------------------------------
     def _fixed_only(self, what: str) -> None:
@@ -339,7 +336,7 @@ class Dataset(Verifying):
 
     @functools.cached_property
     def _record_count(self) -> int:
-        """The snapshot's record count (the manifest sums its batch rows: once, not per read)."""
+        """The snapshot's record count (from the catalog's aggregates: O(1))."""
         return self.manifest.records
 
     def read_records(self, start: int = 0, stop: int | None = None) -> np.ndarray:
@@ -443,8 +440,11 @@ def check_record_range(start: int, stop: int, n: int, uri: str) -> None:
                          f"read at most to {n:,}")
 
 
-def open(uri: str, pin: bool = True) -> Dataset:  # noqa: A001 - the public API is loader.open
+def open(uri: str, pin: bool = True, as_of=None) -> Dataset:  # noqa: A001 - the public API is loader.open
     """A snapshot reader of the dataset at ``uri`` (close it, or use ``with``). ``pin=False``
     reads without pinning the snapshot: a compaction may then remove its data (reads
-    raise SnapshotExpiredError), but the reader never holds garbage back."""
-    return Dataset(uri, pin)
+    raise SnapshotExpiredError), but the reader never holds garbage back. ``as_of`` (a
+    generation number or a run id) reads the dataset as it stood after that commit, while
+    its data has not been garbage-collected (else SnapshotExpiredError naming the oldest
+    readable generation; model/catalog_history.py)."""
+    return Dataset(uri, pin, as_of=as_of)

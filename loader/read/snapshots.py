@@ -9,13 +9,20 @@ no pin on an older generation is held (`oldest_pinned` probes each pin file with
 
 Pinning is race-free against a concurrent writer and collector:
 
-1. open the manifest and read it (generation G), keeping the file open;
+1. read the dataset's metadata: a version-2 dataset, a read transaction of its catalog
+   (model/catalog.py) - a consistent generation G that no later commit changes; a
+   version-1 one, manifest.json read whole, the file kept open;
 2. open or create ``.readers/G``, flock it shared, and check that the path still names
    the inode locked (a collector may have removed it as unused meanwhile: take a new one);
-3. check that ``manifest.json`` still names the inode read in 1 (an open inode cannot be
-   reused). Then no manifest write happened before the pin was in place, so a collector
-   that could delete data of generation G runs after that write and sees the pin.
-   Otherwise release the pin and start over with the newer manifest.
+3. check that the dataset is still at G (`manifest_ident`: a new read transaction of the
+   catalog gives its dataset id and generation; version 1: ``manifest.json`` still names
+   the inode read in 1 - an open inode cannot be reused - and the generation is G). Then
+   no commit happened before the pin was in place, so a collector that could delete data
+   of generation G runs after that commit (it runs after the commit that listed the data
+   as garbage) and sees the pin. Otherwise release the pin and start over.
+
+The catalog's own pages of G are kept by the read transaction (LMDB's MVCC) as long as
+the reader holds its manifest; the pin keeps the shards' data of G.
 
 A reader that cannot create or open its pin file (a read-only directory), or is opened
 with ``pin=False``, reads unpinned: a later compaction may remove data of its snapshot,
@@ -31,38 +38,59 @@ from __future__ import annotations
 import os
 
 from ..errors import BulkloadError
-from ..infra.pins import PIN_ATTEMPTS, Pin, file_ident, same_file
+from ..infra.pins import PIN_ATTEMPTS, Pin, file_ident
+from ..model import catalog_history
 from ..model import manifest as mf
 
 
-def manifest_ident(root: str) -> tuple[int, int, int] | None:
-    """(device, inode, generation) of the manifest now, or None when it cannot be read.
-    Every manifest write makes a new file, but the file system may give it the inode of
-    one it freed (ext4 does, soon): the generation, which every write increments, tells
-    them apart (a reader took a manifest rewritten twice for its own, and named data
-    that compact had deleted a damaged batch instead of "open it again")."""
+def manifest_ident(root: str) -> tuple | None:
+    """What identifies the dataset's committed state now, or None when it cannot be read:
+    (dataset id, generation) of a catalog (a new read transaction: every commit increments
+    the generation, a --replace changes the id); of a version-1 manifest (device, inode,
+    generation) - every write makes a new file, but the file system may give it the inode
+    of one it freed (ext4 does, soon): the generation tells them apart."""
     try:
         with mf.open_manifest(root) as f:
-            return _ident(os.fstat(f.fileno()), mf.read_manifest(f))
+            return _ident(f, mf.read_manifest(f))
     except BulkloadError:
         return None
 
 
-def read_snapshot(root: str, uri: str | None = None, pin: bool = True):
-    """(manifest, its `manifest_ident`, Pin or None) of the dataset at ``root`` now."""
-    path = os.path.join(root, mf.MANIFEST)
+def read_snapshot(root: str, uri: str | None = None, pin: bool = True, as_of=None):
+    """(manifest, its `manifest_ident`, Pin or None) of the dataset at ``root`` now; or,
+    ``as_of`` (a generation or a run id), of that earlier generation (catalog_history.py),
+    pinned and then checked to be still readable."""
+    if as_of is not None:
+        return _read_as_of(root, uri, pin, as_of)
     for _ in range(PIN_ATTEMPTS):
         with mf.open_manifest(root, uri) as f:
             m = mf.check_store(mf.read_manifest(f), root, uri)
-            st = os.fstat(f.fileno())
-            held = Pin.take(root, m.generation) if pin else None
-            if held is None or same_file(path, st):
-                return m, _ident(st, m), held
-            held.release()  # a writer saved a newer manifest meanwhile: pin that one
-    return m, _ident(st, m), None  # writers kept moving: read unpinned
+            ident = _ident(f, m)
+        held = Pin.take(root, m.generation) if pin else None
+        if held is None or manifest_ident(root) == ident:
+            return m, ident, held
+        held.release()  # a writer committed meanwhile: pin the newer generation
+    return m, ident, None  # writers kept moving: read unpinned
 
 
-def _ident(st: os.stat_result, m: mf.Manifest) -> tuple[int, int, int]:
-    return file_ident(st) + (m.generation,)
+def _read_as_of(root: str, uri: str | None, pin: bool, as_of):
+    m, _ident_now, held = read_snapshot(root, uri, pin=False)
+    old = catalog_history.manifest_at(m, as_of, uri or root)
+    if old is m:
+        return read_snapshot(root, uri, pin)
+    held = Pin.take(root, old.generation) if pin else None
+    try:
+        catalog_history.manifest_at(mf.load_manifest(root, uri), old.generation, uri or root)  # after the pin
+    except BaseException:
+        if held is not None:
+            held.release()
+        raise
+    return old, (old.dataset_id, old.generation), held
 
 
+def _ident(f, m: mf.Manifest) -> tuple:
+    """(dataset id, generation) of a catalog; (device, inode, generation) of the version-1
+    manifest file ``f`` that ``m`` was read from."""
+    if getattr(m, "_catalog", None) is not None:
+        return (m.dataset_id, m.generation)
+    return file_ident(os.fstat(f.fileno())) + (m.generation,)

@@ -92,6 +92,9 @@ class ShardProblem:
 
 def committed_shards(m: BatchList) -> Counter:
     """shard -> number of committed batches holding records in it."""
+    agg = getattr(m.batches, "agg", None)  # a manifest: its aggregates (O(1) in a catalog)
+    if agg is not None:
+        return Counter({int(k): v for k, v in agg.shard_batches.items()})
     return Counter(b.shard for b in m.batches if b.records)
 
 

@@ -71,9 +71,10 @@ def _toml(v) -> str:
 
 
 def tree(root: Path) -> dict:
-    """Every file under root: (size, mtime_ns, content)."""
+    """Every file under root: (size, mtime_ns, content); not LMDB's reader tables
+    (lock.mdb), which every reader writes."""
     return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns, p.read_bytes())
-            for p in sorted(root.rglob("*")) if p.is_file()}
+            for p in sorted(root.rglob("*")) if p.is_file() and p.name != "lock.mdb"}
 
 
 @pytest.fixture(scope="module")

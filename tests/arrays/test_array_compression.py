@@ -2,10 +2,9 @@
 by default whatever the flat batches use: the same cells either way, the manifest says
 which, and every read path (box queries, verify, info) works on each combination."""
 
-import json
 
 import pytest
-from conftest import run_cli
+from conftest import manifest_json, run_cli
 
 import loader
 
@@ -34,7 +33,7 @@ def test_the_cli_and_pipeline_take_the_arrays_compression(tmp_path):
     assert run_cli("load", f"gen://scidb96?n={N}", uri).returncode == 0
     p = run_cli("finalize", uri, "--dims", "i0:4,i1:5000", "--compression", "zstd", "--json")
     assert p.returncode == 0, p.stderr
-    assert json.loads((tmp_path / "ds" / "manifest.json").read_text())["arrays"]["grid"]["compression"] == "zstd"
+    assert manifest_json(tmp_path / "ds")["arrays"]["grid"]["compression"] == "zstd"
     p = run_cli("finalize", uri, "--dims", "i0:4,i1:5000", "--compression", "snappy")
     assert p.returncode == 2 and "snappy" in p.stderr and "Traceback" not in p.stderr, p.stderr
     job = tmp_path / "job.toml"
@@ -42,4 +41,4 @@ def test_the_cli_and_pipeline_take_the_arrays_compression(tmp_path):
                    '[finalize]\ndims = "i0:4,i1:5000"\ncompression = "lz4"\n')
     p = run_cli("run", str(job))
     assert p.returncode == 0, p.stderr
-    assert json.loads((tmp_path / "job-ds" / "manifest.json").read_text())["arrays"]["grid"]["compression"] == "lz4"
+    assert manifest_json(tmp_path / "job-ds")["arrays"]["grid"]["compression"] == "lz4"

@@ -8,7 +8,7 @@ import uuid
 
 import numpy as np
 import pytest
-from conftest import run_cli
+from conftest import manifest_json, run_cli
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -248,9 +248,9 @@ def test_rebuild_is_atomic_and_drops_the_old_build(tmp_path):
     root = parse_dataset_uri(uri).root
     loader.load("gen://scidb96?n=5000", uri, shards=2, batch_records=1000)
     finalize(uri, dims="i0:10,i1:100", workers=2)
-    m1 = json.load(open(os.path.join(root, "manifest.json")))["arrays"]["grid"]
+    m1 = manifest_json(root)["arrays"]["grid"]
     rep = finalize(uri, dims="i0:2,i1:1000", workers=2)
-    m2 = json.load(open(os.path.join(root, "manifest.json")))["arrays"]["grid"]
+    m2 = manifest_json(root)["arrays"]["grid"]
     assert m1["table"] != m2["table"]
     assert not os.path.exists(os.path.join(root, m1["index"])) and os.path.exists(os.path.join(root, m2["index"]))
     assert [d["chunk"] for d in m2["dims"]] == [2, 1000] and rep.chunks == 5 * 5

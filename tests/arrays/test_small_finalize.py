@@ -21,11 +21,12 @@ import time
 
 import psutil
 import pytest
-from conftest import run_cli, tool
+from conftest import manifest_json, run_cli, tool
 
 import loader
 from loader.arrays import finalize as fin
 from loader.arrays.finalize import finalize
+from loader.errors import BulkloadError
 
 N = 20_000
 DIMS = "i0:10,i1:1000"  # 20 chunks over 2 shards
@@ -175,9 +176,8 @@ def test_finalize_next_to_a_reader_of_this_process(tmp_path, scheme, in_process)
 
 def running_finalize(root) -> bool:
     try:
-        with open(os.path.join(root, "manifest.json")) as f:
-            return any(r["kind"] == "finalize" and r["status"] == "running" for r in json.load(f)["runs"])
-    except (OSError, ValueError, KeyError):
+        return any(r["kind"] == "finalize" and r["status"] == "running" for r in manifest_json(root)["runs"])
+    except (OSError, ValueError, KeyError, BulkloadError):
         return False
 
 

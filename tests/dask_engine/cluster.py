@@ -96,10 +96,12 @@ def same_state(a, b) -> None:
 
 def pending_rows(root) -> int:
     """Checkpointed batches of the dataset's last run, not yet committed (a load under way)."""
+    from loader.errors import BulkloadError
+    from loader.model import manifest as mf
+
     try:
-        with open(os.path.join(root, "manifest.json")) as f:
-            runs = json.load(f).get("runs") or []
-    except (FileNotFoundError, json.JSONDecodeError):
+        runs = [r.to_dict() for r in mf.load_manifest(root).runs]
+    except (FileNotFoundError, json.JSONDecodeError, BulkloadError):
         return 0
     return len(runs[-1].get("pending") or []) if runs else 0
 

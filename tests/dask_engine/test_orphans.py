@@ -9,7 +9,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import tool
+from conftest import manifest_json, tool
 
 import loader
 
@@ -57,8 +57,7 @@ def test_a_killed_coordinator_leaves_the_last_commit_and_its_tasks_stop(tmp_path
         os.kill(p.pid, signal.SIGKILL)
     finally:
         p.wait(30)
-    with open(os.path.join(root, "manifest.json"), "rb") as f:
-        committed = f.read()
+    committed = manifest_json(root)
     at_kill = shard_files(root)
     wait_until(lambda: not lease_holders(root), 30, "the dead coordinator's tasks kept their leases")
     grown = sum(v[0] for v in shard_files(root).values()) - sum(v[0] for v in at_kill.values())
@@ -67,8 +66,7 @@ def test_a_killed_coordinator_leaves_the_last_commit_and_its_tasks_stop(tmp_path
     before = shard_files(root)
     time.sleep(1.5)
     assert shard_files(root) == before  # nobody writes any more
-    with open(os.path.join(root, "manifest.json"), "rb") as f:
-        assert f.read() == committed  # the last commit, untouched
+    assert manifest_json(root) == committed  # the last commit, untouched
     with loader.open(uri) as ds:
         assert ds.verify().ok
     again = subprocess.run(cmd + ["--json"], env=env, capture_output=True, text=True, timeout=120)

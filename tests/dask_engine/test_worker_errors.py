@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import manifest_json, run_cli
 
 import loader
 from loader.errors import EngineError
@@ -75,12 +75,12 @@ def test_a_worker_that_cannot_see_the_dataset(tmp_path, scheduler):
         for uri in (f"lmdb://{shared}/ds", f"rocksdb://{shared}/old"):
             if "old" in uri:
                 loader.load("gen://scidb96?n=100", uri)
-                before = (shared / "old" / "manifest.json").read_bytes()
+                before = manifest_json(shared / "old")
             cli_fails(scheduler, uri, "cannot see the dataset's directory",
                       str(shared / "old") if "old" in uri else f"{shared} (it is another directory there)",
                       "a filesystem every worker sees at the same path")
     assert sorted(os.listdir(shared)) == ["old"]
-    assert (shared / "old" / "manifest.json").read_bytes() == before
+    assert manifest_json(shared / "old") == before
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare(1)")

@@ -10,7 +10,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import run_cli, shard_tables, tool
+from conftest import manifest_json, run_cli, shard_tables, tool
 
 import loader
 from loader.docs.batch import DocBatch, sort_by_id
@@ -47,8 +47,7 @@ def check(uri, want):
 
 
 def manifest_state(uri):
-    with open(os.path.join(parse_dataset_uri(uri).root, "manifest.json")) as f:
-        return json.load(f)
+    return manifest_json(parse_dataset_uri(uri).root)
 
 
 # --- planning --------------------------------------------------------------------------------

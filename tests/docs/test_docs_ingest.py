@@ -9,7 +9,7 @@ import os
 import subprocess
 
 import pytest
-from conftest import run_cli, stored_docs, tool
+from conftest import manifest_json, run_cli, stored_docs, tool
 
 import loader
 import loader.docs.ledger as docs_ledger
@@ -45,12 +45,11 @@ def scan(uri):
 
 
 def manifest_state(uri):
-    """What a run that writes nothing must leave as it is: manifest bytes and mtime, ledgers."""
+    """What a run that writes nothing must leave as it is: the metadata (and its catalog
+    file's mtime), ledgers."""
     root = parse_dataset_uri(uri).root
-    path = os.path.join(root, "manifest.json")
-    with open(path, "rb") as f:
-        data = f.read()
-    return data, os.stat(path).st_mtime_ns, sorted(os.listdir(os.path.join(root, ".ingest")))
+    path = os.path.join(root, "catalog", "data.mdb")
+    return manifest_json(root), os.stat(path).st_mtime_ns, sorted(os.listdir(os.path.join(root, ".ingest")))
 
 
 def ledgers(uri):

@@ -18,9 +18,10 @@ import sys
 import time
 
 import pytest
-from conftest import run_cli, tool
+from conftest import manifest_json, run_cli, tool
 
 import loader
+from loader.errors import BulkloadError
 from loader.infra import executors
 from loader.loading.execute import executor_for, in_process_limit
 from loader.loading.job import RunSettings
@@ -152,8 +153,8 @@ def poll_until(cond, seconds: float) -> bool:
 def _checkpointed(manifest) -> bool:
     """Does the dataset's last run hold durable (checkpointed: pending) batches?"""
     try:
-        m = json.loads(manifest.read_text())
-    except (OSError, ValueError):
+        m = manifest_json(manifest.parent)
+    except (OSError, ValueError, BulkloadError):
         return False
     return bool(m["runs"]) and m["runs"][-1]["status"] == "running" and bool(m["runs"][-1].get("pending"))
 
@@ -169,7 +170,7 @@ def test_stop_signal_stops_an_in_process_load_and_the_same_command_resumes(tmp_p
     # process is stopped there so that the signal lands mid-load however fast the machine
     assert poll_until(lambda: _checkpointed(tmp_path / "ds" / "manifest.json"), 60), "no checkpoint"
     p.send_signal(signal.SIGSTOP)
-    state = json.loads((tmp_path / "ds" / "manifest.json").read_text())["runs"][-1]["status"]
+    state = manifest_json(tmp_path / "ds")["runs"][-1]["status"]
     p.send_signal(getattr(signal, f"SIG{signame}"))
     p.send_signal(signal.SIGCONT)
     assert state == "running", "the load ended before it could be stopped; raise SLOW_N"

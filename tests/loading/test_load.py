@@ -7,7 +7,7 @@ import time
 import numpy as np
 import psutil
 import pytest
-from conftest import run_cli, tool
+from conftest import manifest_json, run_cli, tool
 
 import loader
 from loader.errors import DatasetBusyError, DatasetMismatchError, PartialRecordError, WorkerError
@@ -38,7 +38,7 @@ def test_gen_load_reads_back_byte_identical(store_uri, fmt, comp):
         firsts = [f for f, _ in ds.iter_batches()]
         assert firsts == list(range(0, 25000, 1000))
     # every shard got its batches (seq mod K), nothing else
-    m = json.load(open(os.path.join(parse_dataset_uri(store_uri).root, "manifest.json")))
+    m = manifest_json(parse_dataset_uri(store_uri).root)
     assert all(row[1] == row[0] % 3 for row in m["batches"])
 
 
@@ -114,7 +114,7 @@ def test_worker_failure_stops_the_job_and_commits_nothing(tmp_path):
     assert time.monotonic() - t < 30
     assert not [c for c in psutil.Process().children(recursive=True)
                 if "bulkload-worker" in " ".join(c.cmdline()) and c.status() != psutil.STATUS_ZOMBIE]
-    m = json.load(open(root / "manifest.json"))
+    m = manifest_json(root)
     assert len(m["batches"]) == 10 and m["runs"][-1]["status"] == "failed"
     assert "worker 1 failed" in m["runs"][-1]["error"]
 

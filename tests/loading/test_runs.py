@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import run_cli, tool
+from conftest import manifest_json, run_cli, tool, write_manifest_json
 
 import loader
 from loader.errors import ChangedInputError, DatasetBusyError, DatasetReplacedError
@@ -24,8 +24,7 @@ def gen_bytes(start, n):
 
 
 def manifest(tmp_path, name="ds"):
-    with open(tmp_path / name / "manifest.json") as f:
-        return json.load(f)
+    return manifest_json(tmp_path / name)
 
 
 def test_every_load_is_a_run_and_info_lists_them(tmp_path):
@@ -173,7 +172,7 @@ def test_unknown_manifest_keys_survive_a_write(tmp_path):
     loader.load("gen://scidb96?n=100", uri)
     m = manifest(tmp_path)
     m["future_key"] = {"x": 1}
-    (tmp_path / "ds" / "manifest.json").write_text(json.dumps(m))
+    write_manifest_json(tmp_path / "ds", m)
     loader.load("gen://scidb96?n=100&start=100", uri)
     assert manifest(tmp_path)["future_key"] == {"x": 1}
 

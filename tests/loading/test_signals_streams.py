@@ -28,9 +28,10 @@ import time
 
 import psutil
 import pytest
-from conftest import run_cli, tool
+from conftest import manifest_json, run_cli, tool
 
 import loader
+from loader.errors import BulkloadError
 from loader.model.layouts import get_layout
 from loader.sources.generators import generate
 
@@ -325,15 +326,13 @@ OUTCOME = {"load": r"nothing from this run was committed; re-run the same comman
 
 def wait_for_run(root, kind, timeout=60):
     """Wait until the manifest of ``root`` shows a ``running`` run of ``kind``."""
-    path = os.path.join(root, "manifest.json")
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            with open(path) as f:
-                m = json.load(f)
+            m = manifest_json(root)
             if any(r.get("kind") == kind and r.get("status") == "running" for r in m["runs"]):
                 return
-        except (OSError, ValueError, KeyError):
+        except (OSError, ValueError, KeyError, BulkloadError):
             pass
         time.sleep(0.005)
     raise AssertionError(f"no running {kind} run in {root}")

@@ -28,7 +28,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import manifest_json, run_cli, write_manifest_json
 
 import loader
 from loader.errors import ManifestError
@@ -99,9 +99,10 @@ def test_main_manifests_decode_typed_and_encode_to_the_same_bytes(name, tmp_path
     assert [(r.id, r.kind, r.status, r.error, r.records) for r in m.runs] == \
         [(r["id"], r["kind"], r["status"], r.get("error"), r.get("records")) for r in raw["runs"]]
     assert encoded(m) == data
-    m.save(root)  # the real writer: the same bytes but for the generation
+    m.save(root)  # the real writer (into the catalog): the same JSON but for the generation and version
     raw["generation"] += 1
-    assert (root / "manifest.json").read_bytes() == json.dumps(raw, separators=(",", ":")).encode()
+    raw["version"] = mf.VERSION
+    assert encoded(mf.load_manifest(root)) == json.dumps(raw, separators=(",", ":")).encode()
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -120,7 +121,7 @@ def written_now(tmp_path_factory) -> dict[str, bytes]:
     out = {}
 
     def snap(name: str, uri: str) -> None:
-        out[name] = (Path(uri.split("://", 1)[1]) / "manifest.json").read_bytes()
+        out[name] = json.dumps(manifest_json(Path(uri.split("://", 1)[1]))).encode()
 
     run_all(tmp_path_factory.mktemp("now"), snap)
     return out
@@ -142,19 +143,19 @@ def test_keys_and_garbage_kinds_of_a_newer_version_stay_where_they_are(tmp_path)
     listed and is not collected (main's collector crashed on one: KeyError)."""
     uri = f"lmdb://{tmp_path}/ds"
     loader.load("gen://scidb96?n=300", uri, shards=2, workers=2, batch_records=100)
-    path = tmp_path / "ds" / "manifest.json"
-    m = json.loads(path.read_bytes())
+    root = tmp_path / "ds"
+    m = manifest_json(root)
     run = m["runs"][0]
     m["runs"][0] = {**dict(list(run.items())[:5]), "future": {"x": [1]}, **dict(list(run.items())[5:])}
     future_entry = {"kind": "future-thing", "where": [1, 2], "generation": 1}
     m["garbage"] = [future_entry, {"kind": "batches", "below": 0, "note": "n", "generation": 1}]
-    path.write_text(json.dumps(m))
+    write_manifest_json(root, m)
     p = run_cli("load", "gen://scidb96?n=100&start=300", uri, "-q")
     assert p.returncode == 0, p.stderr
-    after = json.loads(path.read_bytes())
+    after = manifest_json(root)
     assert list(after["runs"][0].items()) == list(m["runs"][0].items())
     assert after["garbage"] == [future_entry]  # the known entry was collected, the other kept
-    assert read(path).runs[0].future == {"x": [1]}
+    assert mf.load_manifest(root).runs[0].future == {"x": [1]}
     with loader.open(uri) as ds:
         assert ds.records == 400 and ds.verify().ok
 

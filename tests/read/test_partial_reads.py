@@ -16,13 +16,13 @@ target 6), and still refuse damage they can see.
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 
 import numpy as np
 import pytest
 import xxhash
+from conftest import manifest_json, write_manifest_json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -213,13 +213,11 @@ def _rewrite_row(uri: str, b, value: bytes) -> None:
     """Store ``value`` for batch ``b`` and give its manifest row that value's checksum: the
     value's own start/count are then all that disagree with the row."""
     _rewrite(uri, b, value)
-    path = os.path.join(parse_dataset_uri(uri).root, "manifest.json")
-    with open(path) as f:
-        m = json.load(f)
+    root = parse_dataset_uri(uri).root
+    m = manifest_json(root)
     [row] = [r for r in m["batches"] if r[0] == b.seq]
     row[4], row[5] = xxhash.xxh3_64_intdigest(value), len(value)
-    with open(path, "w") as f:
-        json.dump(m, f)
+    write_manifest_json(root, m)
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -20,7 +20,7 @@ import uuid
 
 import numpy as np
 import pytest
-from conftest import each_shard, run_cli, tool
+from conftest import each_shard, manifest_json, run_cli, tool
 
 import loader
 from loader.arrays.finalize import finalize
@@ -46,8 +46,7 @@ def root_of(uri):
 
 
 def manifest(uri):
-    with open(os.path.join(root_of(uri), "manifest.json")) as f:
-        return json.load(f)
+    return manifest_json(root_of(uri))
 
 
 def small_batches(uri, loads=6, each=500):
@@ -285,7 +284,7 @@ def test_a_manifest_written_onto_a_reused_inode_still_tells_the_reader_to_reopen
     cli("compact", uri, "--target-batch-records", 1000)  # merges: the old batches are deleted at once
     keep.write_bytes(path.read_bytes())  # the new manifest, in the reader's inode
     os.replace(keep, path)
-    assert os.stat(path).st_ino == ds._ident[1]
+    assert os.stat(path).st_ino == os.stat(tmp_path / "ds" / "manifest.json").st_ino
     with pytest.raises(SnapshotExpiredError, match="changed since this reader opened it .* open it again"):
         ds.read_records(0, 10)
     ds.close()

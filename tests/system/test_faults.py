@@ -22,7 +22,7 @@ import time
 
 import psutil
 import pytest
-from conftest import run_cli, tool
+from conftest import manifest_json, run_cli, tool
 
 import loader
 from loader.model.layouts import get_layout
@@ -128,7 +128,13 @@ def scenarios(seed=SEED, count=24):
     return out
 
 
-@pytest.mark.parametrize("i,kind,fault", scenarios())
+#: the catalog's commit (written, not committed) and the steps of its first build
+CATALOG_SCENARIOS = [(100, "load", "catalog-commit:1"), (101, "load", "catalog-commit:4"),
+                     (102, "ingest", "catalog-commit:3"), (103, "load", "catalog-built:1"),
+                     (104, "ingest", "catalog-renamed:1"), (105, "load", "pointer:1")]
+
+
+@pytest.mark.parametrize("i,kind,fault", scenarios() + CATALOG_SCENARIOS)
 def test_kill_then_rerun_is_byte_identical(tmp_path, reference, i, kind, fault):
     uri = f"lmdb://{tmp_path}/ds"
     d = make_dir(tmp_path / "in") if kind == "ingest" else None
@@ -169,7 +175,7 @@ def test_resume_keeps_durable_batches_and_appends_after_existing(tmp_path):
     args = ["load", "gen://scidb96?n=9000&start=1000", uri, "--workers", 2, "--quiet"]
     code, err = run_killed(args, "w0.flush:6")
     assert code == 1 and "killed by signal 9" in err
-    m = json.load(open(tmp_path / "ds" / "manifest.json"))
+    m = manifest_json(tmp_path / "ds")
     run = m["runs"][-1]
     assert run["status"] == "failed" and run["pending"] and len(m["batches"]) == 2
     p = run_cli(*args[:-1], "--json", env=FAST)
@@ -307,7 +313,7 @@ def test_finalize_and_compact_killed_then_rerun_is_byte_identical(tmp_path, requ
     root = tmp_path / "ds"
     leftovers = [p for p in os.listdir(root) if p.startswith(".finalize-")]
     leftovers += [p for p in os.listdir(root / "arrays") if p != os.path.basename(
-        json.load(open(root / "manifest.json"))["arrays"]["grid"]["index"])]
+        manifest_json(root)["arrays"]["grid"]["index"])]
     assert not leftovers
     assert not [p for p in os.listdir(root) if p.endswith((".compacting", ".replaced"))]
     with loader.open(uri) as ds:  # no table of a crashed or replaced build is left behind

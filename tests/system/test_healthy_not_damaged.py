@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli, tool
+from tests.conftest import manifest_json, run_cli, tool
 from tests.system import damaged_datasets
 from tests.system.damaged_datasets import digest
 
@@ -120,7 +120,7 @@ def test_a_dataset_moved_during_a_load_is_a_usage_error_and_resumes_once_moved_b
     try:
         _feed(p, 5000, 1000)
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and b'"running"' not in (root / "manifest.json").read_bytes():
+        while time.monotonic() < deadline and "running" not in [r["status"] for r in manifest_json(root)["runs"]]:
             time.sleep(0.05)
         time.sleep(0.3)
         os.rename(root, elsewhere)

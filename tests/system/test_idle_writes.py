@@ -20,11 +20,11 @@ NOT_DATA = {"lock.mdb", "writer.lock", "rocksdict-config.json"}
 
 
 def state(path) -> dict:
-    """The manifest's bytes and mtime, and every shard and array file's mtime and size."""
+    """The manifest's bytes and mtime, and every shard, array and catalog file's mtime and size."""
     out = {"manifest": ((path / "manifest.json").read_bytes(), os.stat(path / "manifest.json").st_mtime_ns)}
     for d, _, names in os.walk(path):
         rel = os.path.relpath(d, path)
-        if rel.startswith(("shard-", "arrays")):
+        if rel.startswith(("shard-", "arrays", "catalog")):
             for n in names:
                 if n not in NOT_DATA:
                     st = os.stat(os.path.join(d, n))

@@ -46,7 +46,7 @@ def test_a_symlink_at_the_build_name_is_never_written_through(tmp_path, command)
     ds, elsewhere = tmp_path / "ds", tmp_path / "elsewhere"
     assert run_cli("load", "gen://scidb96?n=1000", f"lmdb://{ds}", "-q").returncode == 0
     assert run_cli("load", "gen://scidb96?n=500&start=3", f"lmdb://{elsewhere}", "-q").returncode == 0
-    before = {n: (elsewhere / n).read_bytes() for n in ("manifest.json",)}
+    before = {n: (elsewhere / n).read_bytes() for n in ("manifest.json", "catalog/data.mdb")}
     (tmp_path / ".ds.replacing").symlink_to(elsewhere)
     args = ["--replace"] if command == "replace" else []
     p = run_cli("load", "gen://scidb96?n=40&start=9", f"lmdb://{ds}", *args, "-q")

@@ -1,0 +1,87 @@
+"""Time travel: the dataset as it stood after an earlier commit (``as_of``).
+
+Every commit leaves in the catalog (catalog.py) a ``commits`` row: its header (layout,
+arrays, garbage, ...), the batch rows' ``next_seq`` and the number of runs after it. Batch
+seqs only grow, and a compaction that replaces rows keeps the rows it removed in
+``retired`` with the generation that removed them. So the rows of generation G are the
+rows with seq < next_seq(G) that were in the table then: those still in ``batches`` and
+the retired ones removed after G.
+
+Their data lives while no garbage collection deleted it: a collection of data that
+generation g stopped using (maintain/garbage.py) makes every generation below g
+unreadable; the catalog keeps the highest such g (``readable_from``). An ``as_of`` below
+it, or older than the catalog (a version-1 dataset has only its current generation, a
+``--replace`` starts a new history), is SnapshotExpiredError naming the oldest readable
+generation. A reader of generation G pins G (read/snapshots.py), so a collection that
+starts after it keeps G's data; the check that G is still readable is made after the pin.
+
+Reading an old generation reads its rows whole (O(n)); the current one stays O(1).
+The runs of G are the runs created up to G, in their state now; the files, today's.
+"""
+
+from __future__ import annotations
+
+from ..errors import SnapshotExpiredError
+from . import catalog as cg
+from .catalog_rows import BatchRows
+
+
+def oldest_readable(m) -> int:
+    """The oldest generation of the catalog-backed manifest ``m`` that can be read."""
+    snap = m._snap
+    raw = snap.get("meta", b"readable_from")
+    first = next(snap.items("commits"), None)
+    return max(int(cg.decode(raw)) if raw else 0, cg.unkey(first[0]) if first else m.generation)
+
+
+def generation_of(m, as_of) -> int:
+    """The generation ``as_of`` names: a generation number, or a run id (the last commit
+    that run made)."""
+    if isinstance(as_of, int) or (isinstance(as_of, str) and as_of.isdigit()):
+        return int(as_of)
+    if getattr(m, "_snap", None) is not None:
+        for k, raw in m._snap.items("commits", reverse=True):
+            if cg.decode(raw).get("run") == as_of:
+                return cg.unkey(k)
+    raise SnapshotExpiredError(f"no commit of run {as_of!r} is in the catalog of this dataset (a run id of "
+                               "`bulkload runs` / `info`, or a generation number)")
+
+
+def manifest_at(m, as_of, uri: str):
+    """The manifest of generation ``as_of`` of the dataset whose current manifest is ``m``."""
+    from .manifest import BatchEntry, Manifest
+
+    gen = generation_of(m, as_of)
+    if gen == m.generation:
+        return m
+    if getattr(m, "_snap", None) is None:  # version 1: no history
+        raise SnapshotExpiredError(f"generation {gen} of {uri} cannot be read: the dataset keeps no history before "
+                                   f"its catalog; the oldest readable generation is {m.generation}")
+    oldest = oldest_readable(m)
+    raw = m._snap.get("commits", cg.key(gen))
+    if gen > m.generation or gen < oldest or raw is None:
+        raise SnapshotExpiredError(
+            f"generation {gen} of {uri} cannot be read: " + (f"the dataset is at generation {m.generation}"
+                                                             if gen > m.generation else
+                                                             "its data was garbage-collected (or predates the catalog)")
+            + f"; the oldest readable generation is {oldest} (`bulkload info --as-of {oldest}`)")
+    row = cg.decode(raw)
+    end = row["next_seq"]
+    rows = [BatchEntry(*cg.row_of(m._snap, v)) for k, v in m._snap.items("batches") if cg.unkey(k) < end]
+    for k, v in m._snap.items("retired"):
+        r = cg.row_of(m._snap, v)
+        if cg.unkey(k) < end and r[-1] > gen:
+            rows.append(BatchEntry(*r[:-1]))
+    rows.sort(key=lambda b: b.seq)
+    head = dict(row["header"])
+    from .garbage_entry import GarbageEntry
+
+    head["garbage"] = [GarbageEntry.from_dict(g) for g in head.get("garbage", [])]
+    known = set(Manifest.__dataclass_fields__)
+    extra = {k: head.pop(k) for k in list(head) if k not in known}
+    old = Manifest(**head, extra=extra)
+    old.batches = BatchRows(rows)
+    old.runs = list(m.runs)[:row["runs"]]
+    old.files = m.files
+    object.__setattr__(old, "_as_of", gen)
+    return old

@@ -1,0 +1,401 @@
+"""The manifest's tables in memory: `BatchRows`, `RunList`, `FileMap`.
+
+Each is backed either by a plain list / dict (a version-1 manifest read whole, a dataset
+not yet saved, a snapshot handed to a worker) or by a catalog snapshot (catalog.py) plus
+the changes made since it was read. They keep the in-memory API the rest of the code
+uses (iterate, ``len``, ``[-1]``, ``append`` / ``extend``, ``[k] = v``, whole
+assignment) while a catalog-backed one reads only what it is asked for:
+
+- `BatchRows`: ``len``/``bool``/``last`` and the sums (records, stored bytes, next seq and
+  record) from the aggregates, O(1); iteration streams the rows in seq order from the read
+  transaction; `covering(a, b)` finds the rows of a record range by ``by_first``,
+  O(log n + k); appended rows are pending until the commit, which writes only them; a
+  whole assignment (compaction) rewrites the table at the commit.
+- `RunList`: runs in creation order, read one by one (forward or `reversed`, stopping
+  early), each Run object handed out kept (the same object on every read) with the JSON it
+  was read as: the commit writes the runs whose JSON changed and the appended ones; the
+  aggregates index the unfinished runs, the last ``--replace`` and the last compaction so
+  that resuming does not read the history. A whole assignment (pruning) rewrites the table.
+- `FileMap`: ``get`` / ``in`` / ``[k]`` read one key; ``[k] = v`` is pending.
+
+Pickling one (a task's manifest) materializes it as a list: a read transaction cannot
+travel; such copies are for reading.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+
+from . import catalog as cg
+from .runs import UNFINISHED, Run
+
+
+def summarize(rows) -> cg.Aggregates:
+    """The aggregates of batch rows (a list: a version-1 manifest, a rewrite)."""
+    agg = cg.Aggregates()
+    add_rows(agg, rows)
+    return agg
+
+
+def add_rows(agg: cg.Aggregates, rows) -> None:
+    """Add appended batch rows to ``agg`` (the last row only is kept as a row)."""
+    shards = Counter(agg.shard_batches)
+    last = None
+    for b in rows:
+        agg.records += b.records
+        agg.stored_bytes += b.nbytes
+        agg.text_bytes += b.text_bytes or 0
+        agg.batches += 1
+        if b.records:
+            shards[str(b.shard)] += 1
+        last = b
+    agg.shard_batches = dict(shards)
+    if last is not None:
+        agg.last = last.row()
+        agg.next_seq, agg.next_record = last.seq + 1, last.first + last.count
+
+
+class _Rows:
+    """What BatchRows and RunList share: a list (``_list``) or a snapshot plus ``new``."""
+
+    _list: list | None
+    new: list
+
+    def __bool__(self) -> bool:
+        return len(self) > 0
+
+    def __reversed__(self):
+        if self._list is not None:
+            return reversed(list(self._list))
+        return self._reversed()
+
+    def _reversed(self):
+        yield from reversed(list(self.new))
+        for k, raw in self.snap.items(self._table, reverse=True):
+            yield self._decode(k, raw)
+
+    def __getitem__(self, i):
+        if self._list is not None:
+            return self._list[i]
+        if isinstance(i, slice):
+            return list(self)[i]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"{type(self).__name__} index out of range")
+        return self._at(i)
+
+    def append(self, item) -> None:
+        (self._list if self._list is not None else self.new).append(item)
+
+    def extend(self, items) -> None:
+        (self._list if self._list is not None else self.new).extend(items)
+
+    def __reduce__(self):
+        return (type(self), (list(self),))
+
+    def __eq__(self, other) -> bool:
+        return list(self) == list(other)
+
+    __hash__ = None
+
+
+class BatchRows(_Rows):
+    """The batch rows of a manifest (see the module docstring)."""
+
+    def __init__(self, rows=None, snap: cg.Snap | None = None, agg: cg.Aggregates | None = None):
+        from .manifest import BatchEntry  # the row type lives with the manifest
+
+        self._entry = BatchEntry
+        self.snap = snap
+        self.rewrite = snap is None  # a list: the whole table is (re)written by the next commit
+        self._list = list(rows or []) if snap is None else None
+        self.new: list = []  # rows appended since the snapshot
+        self._agg = agg if snap is not None else None
+        self._firsts: list[int] | None = None
+        self._with_new: tuple | None = None  # (len(new), aggregates with them): `agg`
+
+    # --- aggregates ---------------------------------------------------------------------
+    @property
+    def agg(self) -> cg.Aggregates:
+        if self._list is not None:
+            return summarize(self._list)
+        if not self.new:
+            return self._agg
+        cached = self._with_new
+        if cached is not None and cached[0] == len(self.new):
+            return cached[1]
+        agg = cg.Aggregates(**{f: getattr(self._agg, f) for f in self._agg.__struct_fields__})
+        add_rows(agg, self.new)  # a new shard_batches dict: self._agg's stays as read
+        self._with_new = (len(self.new), agg)  # rows are only appended: their count says what it holds
+        return agg
+
+    def __len__(self) -> int:
+        return len(self._list) if self._list is not None else self._agg.batches + len(self.new)
+
+    @property
+    def last(self):
+        if self._list is not None:
+            return self._list[-1] if self._list else None
+        if self.new:
+            return self.new[-1]
+        return self._entry(*self._agg.last) if self._agg.last is not None else None
+
+    # --- reading --------------------------------------------------------------------------
+    def __iter__(self):
+        if self._list is not None:
+            yield from list(self._list)
+            return
+        for _k, raw in self.snap.items("batches"):
+            yield self._row(raw)
+        yield from list(self.new)
+
+    def _row(self, raw):
+        try:
+            return self._entry(*cg.row_of(self.snap, raw))
+        except TypeError:
+            raise cg.damaged(self.snap.cat.path, "a batch row has the wrong fields") from None
+
+    _table = "batches"
+
+    def _decode(self, _key, raw):
+        return self._row(raw)
+
+    def _at(self, i: int):
+        if i == len(self) - 1:
+            return self.last
+        if i >= self._agg.batches:
+            return self.new[i - self._agg.batches]
+        for j, b in enumerate(self):  # by position: rare (callers look rows up by record or seq)
+            if j == i:
+                return b
+        raise IndexError(i)
+
+    def covering(self, a: int, b: int) -> list:
+        """The rows (fixed-size records) holding records of [a, b), in record order."""
+        if b <= a:
+            return []
+        if self._list is not None:
+            if self._firsts is None or len(self._firsts) != len(self._list):
+                self._firsts = [r.first for r in self._list]
+            i = max(0, bisect.bisect_right(self._firsts, a) - 1)
+            out = []
+            for r in self._list[i:]:
+                if r.first >= b:
+                    break
+                if r.first + r.count > a:
+                    out.append(r)
+            return out
+        out = []
+        start = self.snap.floor("by_first", cg.key(a))
+        start_key = start[0] if start is not None else None
+        for _k, seq in self.snap.items("by_first", start_key):
+            r = self._row(self.snap.get("batches", seq))
+            if r.first >= b:
+                break
+            if r.first + r.count > a:
+                out.append(r)
+        else:
+            out.extend(r for r in self.new if r.first < b and r.first + r.count > a)
+        return out
+
+    def __repr__(self) -> str:
+        return f"BatchRows({len(self)} rows{', catalog' if self.snap else ''})"
+
+
+class RunList(_Rows):
+    """The runs of a manifest in creation order (see the module docstring)."""
+
+    def __init__(self, runs=None, snap: cg.Snap | None = None, agg: cg.Aggregates | None = None):
+        self.snap = snap
+        self.rewrite = snap is None
+        self._list = list(runs or []) if snap is None else None
+        self._agg = agg
+        self.loaded: dict[int, tuple[Run, bytes]] = {}  # number -> (the Run handed out, its JSON as read)
+        self.new: list[Run] = []
+
+    def __len__(self) -> int:
+        return len(self._list) if self._list is not None else self._agg.runs + len(self.new)
+
+    def _run(self, n: int, raw=None) -> Run:
+        held = self.loaded.get(n)
+        if held is not None:
+            return held[0]
+        if raw is None:
+            raw = self.snap.get("runs", cg.key(n))
+            if raw is None:
+                raise cg.damaged(self.snap.cat.path, f"run number {n} is missing")
+        try:
+            run = Run.from_dict(cg.decode(raw))
+        except Exception:  # noqa: BLE001 - any undecodable run is damage
+            raise cg.damaged(self.snap.cat.path, f"run number {n} is not a valid run") from None
+        self.loaded[n] = (run, bytes(raw))
+        return run
+
+    def __iter__(self):
+        if self._list is not None:
+            yield from list(self._list)
+            return
+        for k, raw in self.snap.items("runs"):
+            yield self._run(cg.unkey(k), raw)
+        yield from list(self.new)
+
+    _table = "runs"
+
+    def _decode(self, key, raw):
+        return self._run(cg.unkey(key), raw)
+
+    def _at(self, i: int):
+        stored = self._agg.runs
+        return self.new[i - stored] if i >= stored else self._run(i)
+
+    # --- indexed questions (model/runs.py) ---------------------------------------------------
+    def number(self, run: Run) -> int | None:
+        """The creation-order number of ``run`` (an object of this list)."""
+        if self._list is not None:
+            return next((i for i, r in enumerate(self._list) if r is run), None)
+        found = next((n for n, (r, _raw) in self.loaded.items() if r is run), None)
+        if found is None:
+            found = next((self._agg.runs + i for i, r in enumerate(self.new) if r is run), None)
+        return found
+
+    def since_replace(self) -> list[Run]:
+        """The runs since the last ``--replace`` (inclusive), oldest first."""
+        if self._list is not None:
+            for i in range(len(self._list) - 1, -1, -1):
+                if self._list[i].replace:
+                    return self._list[i:]
+            return list(self._list)
+        for i in range(len(self.new) - 1, -1, -1):
+            if self.new[i].replace:
+                return self.new[i:]
+        start = max(self._agg.last_replace, 0)
+        return [self._run(cg.unkey(k), raw) for k, raw in self.snap.items("runs", cg.key(start))] + list(self.new)
+
+    def recent(self):
+        """The runs since the last ``--replace`` (inclusive), newest first, read lazily:
+        a caller that stops at the run it looks for reads no older one."""
+        if self._list is not None:
+            yield from reversed(self.since_replace())
+            return
+        for r in reversed(list(self.new)):
+            yield r
+            if r.replace:
+                return
+        for k, raw in self.snap.items("runs", reverse=True):
+            n = cg.unkey(k)
+            if n < self._agg.last_replace:
+                return
+            yield self._run(n, raw)
+
+    def of_source(self, source: str) -> list[Run]:
+        """The runs since the last ``--replace`` that loaded ``source`` (alone or as one of
+        their inputs; and every new one), oldest first: the catalog's ``by_source`` index."""
+        if self._list is not None:
+            return self.since_replace()
+        prefix = source.encode() + b"\0"
+        numbers = []
+        for k, _v in self.snap.items("by_source", prefix):
+            if not k.startswith(prefix):
+                break
+            n = cg.unkey(k[len(prefix):])
+            if n >= self._agg.last_replace:
+                numbers.append(n)
+        since = [r for r in self.new if r.replace]
+        if since:
+            return self.new[self.new.index(since[-1]):]
+        return [self._run(n) for n in numbers] + list(self.new)
+
+    def unfinished(self) -> list[Run]:
+        """The runs whose status is running, failed or interrupted (and the new ones)."""
+        if self._list is not None:
+            return [r for r in self._list if r.status in UNFINISHED]
+        held = {n for n, (r, _raw) in self.loaded.items()}
+        numbers = sorted(set(self._agg.unfinished) | held)
+        return [r for r in (self._run(n) for n in numbers) if r.status in UNFINISHED] + \
+            [r for r in self.new if r.status in UNFINISHED]
+
+    def compacted_after(self, run: Run) -> bool:
+        """Is there a done compaction created after ``run``?"""
+        n = self.number(run)
+        if self._list is not None or n is None:
+            after = False
+            for r in self:
+                if r is run:
+                    after = True
+                elif after and r.kind == "compact" and r.status == "done":
+                    return True
+            return False
+        if self._agg.last_compact > n:
+            return True
+        later = [r for m, (r, _raw) in self.loaded.items() if m > n] + \
+            [r for i, r in enumerate(self.new) if self._agg.runs + i > n]
+        return any(r.kind == "compact" and r.status == "done" for r in later)
+
+    def __repr__(self) -> str:
+        return f"RunList({len(self)} runs{', catalog' if self.snap else ''})"
+
+
+class FileMap:
+    """The ingested files (name -> its JSON): dict-like, one key read at a time."""
+
+    def __init__(self, files=None, snap: cg.Snap | None = None, count: int = 0):
+        self.snap = snap
+        self.rewrite = snap is None
+        self._dict = dict(files or {}) if snap is None else None
+        self.new: dict = {}
+
+    def get(self, name: str, default=None):
+        if self._dict is not None:
+            return self._dict.get(name, default)
+        if name in self.new:
+            return self.new[name]
+        raw = self.snap.get("files", name.encode())
+        return default if raw is None else cg.decode(raw)
+
+    def __contains__(self, name) -> bool:
+        return self.get(name) is not None
+
+    def __getitem__(self, name: str):
+        found = self.get(name)
+        if found is None:
+            raise KeyError(name)
+        return found
+
+    def __setitem__(self, name: str, value: dict) -> None:
+        (self._dict if self._dict is not None else self.new)[name] = value
+
+    def items(self):
+        if self._dict is not None:
+            return list(self._dict.items())
+        out = {k.decode(): cg.decode(v) for k, v in self.snap.items("files")}
+        out.update(self.new)
+        return list(out.items())
+
+    def keys(self):
+        return [k for k, _v in self.items()]
+
+    def values(self):
+        return [v for _k, v in self.items()]
+
+    def __iter__(self):
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self.items())
+
+    def __bool__(self) -> bool:
+        if self._dict is not None:
+            return bool(self._dict)
+        return bool(self.new) or next(self.snap.items("files"), None) is not None
+
+    def __eq__(self, other) -> bool:
+        return dict(self.items()) == dict(other.items() if hasattr(other, "items") else other)
+
+    def __reduce__(self):
+        return (FileMap, (dict(self.items()),))
+
+    def __repr__(self) -> str:
+        return f"FileMap({'catalog' if self.snap else len(self._dict)})"
