@@ -306,7 +306,9 @@ def info(dataset: str = typer.Argument(...),
 
         print_arrays(arrays)
     if d["runs"]:
-        print("runs (the last 20)" if len(d["runs"]) > 20 else "runs")
+        total = d.get("runs_total", len(d["runs"]))
+        print(f"runs (the last {len(d['runs'][-20:])} of {total:,}: bulkload runs lists them all)"
+              if total > len(d["runs"][-20:]) else "runs")
         rows = [(r.id, r.kind, r.status, f"{r.records or 0:,}", "" if r.seconds is None else str(r.seconds),
                  r.error or r.source or "") for r in map(Run.from_dict, d["runs"][-20:])]
         print_table(("id", "kind", "status", "records", "seconds", "source / error"), rows)

@@ -274,6 +274,39 @@ class RunList(_Rows):
         start = max(self._agg.last_replace, 0)
         return [self._run(cg.unkey(k), raw) for k, raw in self.snap.items("runs", cg.key(start))] + list(self.new)
 
+    def tail(self, n: int) -> tuple[list[Run], int]:
+        """The last ``n`` runs, oldest first, and the creation number of the first of them
+        (reads only those: `info` shows a window of a history of any length)."""
+        if self._list is not None:
+            first = max(0, len(self._list) - n)
+            return self._list[first:], first
+        new = list(self.new)[-n:] if n else []
+        stored = []
+        for _k, raw in self.snap.items("runs", reverse=True):
+            if len(stored) + len(new) >= n:
+                break
+            stored.append(self._run(cg.unkey(_k), raw))
+        stored.reverse()
+        return stored + new, len(self) - len(stored) - len(new)
+
+    def last_replace(self) -> int:
+        """The creation number of the last ``--replace`` run, or -1."""
+        if self._list is not None:
+            return next((i for i in range(len(self._list) - 1, -1, -1) if self._list[i].replace), -1)
+        for i in range(len(self.new) - 1, -1, -1):
+            if self.new[i].replace:
+                return self._agg.runs + i
+        return self._agg.last_replace
+
+    def by_status(self) -> dict[str, int]:
+        """How many runs have each status, as recorded (the aggregates; a list: counted)."""
+        if self._list is not None:
+            return dict(Counter(r.status for r in self._list))
+        out = dict(self._agg.runs_by_status)
+        for r in self.new:
+            out[r.status] = out.get(r.status, 0) + 1
+        return out
+
     def recent(self):
         """The runs since the last ``--replace`` (inclusive), newest first, read lazily:
         a caller that stops at the run it looks for reads no older one."""

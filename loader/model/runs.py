@@ -161,6 +161,19 @@ def as_seen(m, job_running: bool) -> list[Run]:
     return shown
 
 
+def as_seen_last(m, job_running: bool, n: int) -> list[Run]:
+    """The last ``n`` runs as `as_seen` shows them, reading only those runs."""
+    runs, first = m.runs.tail(n)
+    shown = [r.copy() for r in runs]
+    if not job_running:
+        _interrupt(shown)
+    replace_at = m.runs.last_replace()
+    for i, r in enumerate(shown):
+        if first + i < replace_at:
+            r.status = REPLACED
+    return shown
+
+
 def _interrupt(runs: list[Run]) -> bool:
     changed = False
     for r in runs:

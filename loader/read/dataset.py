@@ -31,7 +31,7 @@ from ..infra.lock import is_held
 from ..kinds import kind_class
 from ..model import manifest as mf
 from ..model.placement import batch_key
-from ..model.runs import Run, as_seen
+from ..model.runs import Run, as_seen, as_seen_last
 from ..serializers import get_serializer
 from ..stores.base import ShardStore
 from ..stores.health import batch_message, check_shard, check_value, committed_shards, shard_problems
@@ -39,6 +39,9 @@ from ..stores.spec import parse_dataset_uri
 from ..stores.values import ValueReader
 from .snapshots import manifest_ident, read_snapshot
 from .verifying import Verifying
+
+#: the runs `info` shows (the newest; `bulkload runs` lists them all)
+INFO_RUNS = 20
 
 if TYPE_CHECKING:
     import numpy as np
@@ -170,7 +173,7 @@ class Dataset(Verifying):
                 "format": m.format, "compression": m.compression, "store": m.scheme, "shards": m.shards,
                 "records": m.records, "batches": len(m.batches), "batch_records": m.batch_records,
                 "record_bytes": text, "text_bytes": text, "stored_bytes": m.stored_bytes,
-                "disk_bytes": disk, "runs": self._runs(), "arrays": m.arrays, "generation": m.generation,
+                "disk_bytes": disk, **self._runs(), "arrays": m.arrays, "generation": m.generation,
                 "garbage": [g.to_dict() for g in m.garbage], "problems": problems,
             }
         return {
@@ -188,15 +191,20 @@ class Dataset(Verifying):
             "record_bytes": m.records * self.layout.record_size,
             "stored_bytes": m.stored_bytes,
             "disk_bytes": disk,
-            "runs": self._runs(),
+            **self._runs(),
             "arrays": m.arrays,
             "generation": m.generation,
             "garbage": [g.to_dict() for g in m.garbage],
             "problems": problems,
         }
 
-    def _runs(self) -> list[dict]:
-        return [r.to_dict() for r in self.runs_seen()]
+    def _runs(self) -> dict:
+        """The last `INFO_RUNS` runs as `as_seen` shows them, how many there are and how many
+        of each recorded status: `info` reads a window, whatever the length of the history
+        (`bulkload runs` / `loader.runs` list them all)."""
+        m = self.manifest
+        last = as_seen_last(m, is_held(self.spec.root), INFO_RUNS)
+        return {"runs": [r.to_dict() for r in last], "runs_total": len(m.runs), "runs_by_status": m.runs.by_status()}
 
     def runs_seen(self) -> list[Run]:
         """The dataset's runs as a reader reports them: while no job holds the lock, a run

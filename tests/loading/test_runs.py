@@ -246,3 +246,20 @@ def test_readers_are_never_blocked_and_see_only_committed_state(tmp_path, scheme
     assert max(dt for _, dt, _ in states) < 10  # never waited for the writer
     for n, _, head in states:
         assert head == gen_bytes(n - 7, 7).hex()[:64]
+
+
+def test_info_shows_a_window_of_the_last_runs_with_counts_of_all(tmp_path):
+    """`info` reads the last 20 runs, whatever the history's length, and counts all of
+    them by status from the catalog's aggregates; replaced runs inside the window are
+    still shown `replaced`."""
+    uri = f"lmdb://{tmp_path}/ds"
+    for i in range(23):
+        loader.load(f"gen://scidb96?n=10&start={10 * i}", uri, shards=1, progress="none")
+    loader.load("gen://scidb96?n=5", uri, shards=1, progress="none", replace=True)
+    loader.load("gen://scidb96?n=5&start=5", uri, shards=1, progress="none")
+    d = json.loads(run_cli("info", uri, "--json").stdout)
+    every = [r.id for r in reversed(loader.runs(uri))]  # newest first -> oldest first
+    assert d["runs_total"] == 25 and d["runs_by_status"] == {"done": 25}
+    assert [r["id"] for r in d["runs"]] == every[-20:]
+    assert [r["status"] for r in d["runs"]] == ["replaced"] * 18 + ["done", "done"]
+    assert "runs (the last 20 of 25" in run_cli("info", uri).stdout
