@@ -167,7 +167,13 @@ class Manifest:
         """The small fields (everything but batches, runs and files): the catalog's header."""
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("extra", *_TABLES)}
         d["garbage"] = [g.to_dict() for g in self.garbage]
-        return {**self.extra, **d}
+        return {**self.extra, **d, "placement": self.placement()}
+
+    def placement(self) -> list[str]:
+        """Where each shard lives: a path relative to the dataset root (`placed_here`). Today
+        always ``shard-NNN`` under it; a shared-nothing mode (shards on the workers' own
+        disks) will write other entries here, with no new format."""
+        return [f"shard-{i:03d}" for i in range(self.shards)]
 
     # --- persistence -----------------------------------------------------------
     def to_json(self) -> dict:
@@ -397,8 +403,22 @@ def catalog_manifest(path: str) -> Manifest:
         Layout.from_dict(m.layout)
     except (BulkloadError, TypeError, ValueError, KeyError, AttributeError) as e:
         raise cg.damaged(path, f"its header is not valid ({e})") from None
+    placed_here(m, path)
     attach(m, cat, snap, agg)
     return m
+
+
+def placed_here(m: Manifest, path: str) -> None:
+    """Refuse a catalog whose shards live elsewhere than this code reads them (a newer
+    bulkload's placement): NewerFormatError naming the shard and its place, nothing read."""
+    given = m.extra.pop("placement", None)
+    if given is None:
+        return
+    for i, (at, here) in enumerate(zip(given, m.placement())):
+        if at != here:
+            raise NewerFormatError(f"the catalog {path} places shard {i} at {at!r}, not in the dataset directory "
+                                   f"({here}): a newer bulkload wrote it; nothing was read - read it with that "
+                                   "bulkload")
 
 
 def attach(m: Manifest, cat, snap, agg) -> None:

@@ -164,3 +164,31 @@ def test_a_load_reads_only_the_runs_of_its_source(dataset):
     assert p.returncode == 0, p.stderr
     with loader.open(uri) as ds:
         assert ds.records == 1600 and ds.read_records(1400, 1600).tobytes() == gen_bytes(1400, 200)
+
+
+def test_a_catalog_that_places_a_shard_elsewhere_is_refused_naming_it(dataset):
+    """Each shard's place is in the catalog (today shard-NNN under the root); a catalog of
+    a newer bulkload that puts one elsewhere is refused, not read from the wrong place."""
+    import subprocess
+    import sys
+
+    root, uri = dataset
+    with loader.open(uri) as ds:
+        assert ds.manifest.placement() == [f"shard-{i:03d}" for i in range(ds.manifest.shards)]
+    edit = (  # in another process: this one holds the catalog open
+        "import lmdb, sys\n"
+        "from loader.model import catalog as cg\n"
+        "env = lmdb.open(sys.argv[1], subdir=True, max_dbs=len(cg.DBS) + 1)\n"
+        "with env.begin(write=True) as txn:\n"
+        "    meta = env.open_db(b'meta', txn=txn)\n"
+        "    head = cg.decode(txn.get(b'header', db=meta))\n"
+        "    assert head['placement'][0] == 'shard-000', head\n"
+        "    head['placement'][0] = 'host-b:/disk1/shard-000'\n"
+        "    txn.put(b'header', cg.encode(head), db=meta)\n")
+    subprocess.run([sys.executable, "-c", edit, str(root / "catalog")], check=True)
+    before = tree(root)
+    line = one_line(run_cli("info", uri))
+    assert "places shard 0 at 'host-b:/disk1/shard-000'" in line and "newer bulkload" in line, line
+    with pytest.raises(NewerFormatError):
+        loader.open(uri)
+    assert tree(root) == before
