@@ -6,8 +6,8 @@ A pipeline file names a dataset and the steps to run on it, in this order:
                 batch_records, checkpoint_seconds, quiet, engine, scheduler, keep_runs
     [load]      source (required), new_run, replace            } exactly one
     [ingest]    from (required), pattern, on_bad_file          } of these two
-    [compact]   target_batch_records, force, enabled           optional
-    [finalize]  dims, array, duplicates, compact, workers, memory_budget, compression, enabled
+    [compact]   target_batch_records, force, keep_snapshots, enabled   optional
+    [finalize]  dims, array, duplicates, compact, workers, memory_budget, compression, keep_snapshots, enabled
     [query]     box (required), array, attrs, format, out, enabled
 
 A step runs when its section is present (and ``enabled`` is not false). Keys before
@@ -69,10 +69,11 @@ SCHEMA: dict[str, dict[str, tuple[type, object]]] = {
              "enabled": (bool, True)},
     "ingest": {"from": (str, REQUIRED), "pattern": (str, "*"), "on_bad_file": (str, "fail"),
                "enabled": (bool, True)},
-    "compact": {"target_batch_records": (int, None), "force": (bool, False), "enabled": (bool, True)},
+    "compact": {"target_batch_records": (int, None), "force": (bool, False), "keep_snapshots": (int, None),
+                "enabled": (bool, True)},
     "finalize": {"dims": (str, None), "array": (str, "grid"), "duplicates": (str, "error"),
                  "compact": (bool, True), "workers": (int, None), "memory_budget": (str, None),
-                 "compression": (str, None), "enabled": (bool, True)},
+                 "compression": (str, None), "keep_snapshots": (int, None), "enabled": (bool, True)},
     "query": {"box": (str, REQUIRED), "array": (str, "grid"), "attrs": (str, None),
               "format": (str, "csv"), "out": (str, None), "enabled": (bool, True)},
 }
@@ -383,7 +384,7 @@ def _step_ingest(dataset, cfg, common, job, progress) -> dict:
 
 def _step_compact(dataset, cfg, common, job, progress) -> dict:
     return compact(dataset, target_batch_records=cfg["target_batch_records"], progress=progress,
-                   workers=job["workers"], force=cfg["force"]).to_dict()
+                   workers=job["workers"], force=cfg["force"], keep_snapshots=cfg["keep_snapshots"]).to_dict()
 
 
 def _step_finalize(dataset, cfg, common, job, progress) -> dict:
@@ -391,7 +392,7 @@ def _step_finalize(dataset, cfg, common, job, progress) -> dict:
     workers = job["workers"] if cfg["workers"] is None else cfg["workers"]  # 0 is refused, not a default
     return finalize(dataset, dims=cfg["dims"], array=cfg["array"], duplicates=cfg["duplicates"],
                     workers=workers, compact=cfg["compact"], progress=progress, memory_budget=budget,
-                    compression=cfg["compression"]).to_dict()
+                    compression=cfg["compression"], keep_snapshots=cfg["keep_snapshots"]).to_dict()
 
 
 def _step_query(dataset, cfg, common, job, progress) -> dict:

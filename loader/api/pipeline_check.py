@@ -30,6 +30,7 @@ from ..infra.outputs import check_output
 from ..loading import ingest as ingest_mod
 from ..loading import load as load_mod
 from ..maintain.compact import check_options as check_compact
+from ..maintain.garbage import check_keep_snapshots
 from ..model import manifest as mf
 from ..model.layouts import Layout
 from ..model.options import size_option
@@ -124,6 +125,7 @@ def _ingest(v: dict, dataset: str):
 
 def _compact(v: dict, t: _Target) -> None:
     check_compact(t.layout, t.format, t.compression, v["compact"]["target_batch_records"], v["job"]["workers"])
+    check_keep_snapshots(v["compact"]["keep_snapshots"])
 
 
 def _finalize(v: dict, t: _Target) -> None:
@@ -132,7 +134,7 @@ def _finalize(v: dict, t: _Target) -> None:
     workers = v["job"]["workers"] if cfg["workers"] is None else cfg["workers"]
     plan = plan_finalize(t.layout, t.format, FinalizeOptions(
         cfg["dims"], cfg["array"], cfg["duplicates"], workers, cfg["compact"], "none", budget, "auto",
-        cfg["compression"]))
+        cfg["compression"], keep_snapshots=cfg["keep_snapshots"]))
     a = plan.array
     t.arrays[a.name] = (list(a.dims), a.cell_layout(), a.policy == "keep")
 

@@ -86,7 +86,15 @@ from ..infra.space import check_space
 from ..infra.threads import TaskThread
 from ..kinds import kind_for
 from ..maintain.compact import compact_locked
-from ..maintain.garbage import collect_garbage, collect_index_garbage, held_tables, retire_array, start_writing
+from ..maintain.garbage import (
+    check_keep_snapshots,
+    collect_garbage,
+    collect_index_garbage,
+    held_tables,
+    retire_array,
+    start_writing,
+)
+from ..maintain.garbage import keep_snapshots as keep_snapshots_of
 from ..maintain.report import NOTHING_TO_DO
 from ..model import manifest as mf
 from ..model.chunk_index import (
@@ -149,6 +157,7 @@ class FinalizeOptions:
     strategy: str
     compression: str | None = None  # of the array's chunk pieces (None: "none")
     force: bool = False  # rebuild an array that is up to date
+    keep_snapshots: int | None = None  # the dataset's retention of old generations (garbage.keep_snapshots)
 
 
 @dataclass(frozen=True)
@@ -206,7 +215,8 @@ class _Build:
 def finalize(dataset_uri: str, dims=None, array: str = DEFAULT_ARRAY,
              duplicates: str = "error", workers: int | None = None, compact: bool = True,
              progress: str = "none", memory_budget: int | None = None,
-             strategy: str = "auto", compression: str | None = None, force: bool = False) -> FinalizeReport:
+             strategy: str = "auto", compression: str | None = None, force: bool = False,
+             keep_snapshots: int | None = None) -> FinalizeReport:
     """Compact (unless ``compact=False``) and redimension the dataset into a 2-D array.
 
     ``strategy``: ``auto`` (default: direct when the records of each window of chunks sit
@@ -226,13 +236,14 @@ def finalize(dataset_uri: str, dims=None, array: str = DEFAULT_ARRAY,
 
     Returns a FinalizeReport (``to_dict()`` for JSON). Raises UsageError for bad
     dims/options (nothing touched), DuplicateCellError under ``duplicates="error"``
-    (nothing committed).
+    (nothing committed). ``keep_snapshots``: from now on keep the data of that many
+    generations before the current one readable (`as_of`; maintain/garbage.keep_snapshots).
     """
     t_start = time.perf_counter()
     spec = parse_dataset_uri(dataset_uri)
     m = mf.load_manifest(spec.root, dataset_uri)
     plan = _plan(m, FinalizeOptions(dims, array, duplicates, workers, compact, progress, memory_budget, strategy,
-                                      compression, force))
+                                      compression, force, keep_snapshots))
     spec.backend  # noqa: B018 - imported first: it would wait ~0.1 s for the thread's pyarrow import
     TaskThread(warm_up_writer).start()  # imports pyarrow for the index file, beside the phases
     check_space(spec.root, _min_build_bytes(m, plan), f"finalize of {m.records:,} records into array {array!r}")
@@ -258,6 +269,7 @@ def plan_finalize(layout: Layout, format: str, opts: FinalizeOptions) -> Finaliz
     before its first step: api/pipeline_check.py)."""
     aspec = make_spec(layout, opts.dims, opts.array, opts.duplicates)
     check_count("--workers", opts.workers, 1, MAX_WORKERS)
+    check_keep_snapshots(opts.keep_snapshots)
     if opts.strategy not in STRATEGIES:
         raise UsageError(f"strategy {opts.strategy!r} is unknown; use one of {', '.join(STRATEGIES)}")
     fault = faults.from_env()
@@ -297,6 +309,7 @@ def _begin(spec: StoreSpec, dataset_uri: str, plan: FinalizePlan) -> _Build:
     if m.layout != plan.array.layout:
         raise UsageError(f"dataset {spec.uri} changed layout while finalize started; retry")
     spec = spec.with_shards(m.shards)
+    keep_snapshots_of(spec, m, plan.options.keep_snapshots)
     start_writing(spec, m, progress=plan.options.progress)
     compact_report = None
     if plan.options.compact:

@@ -38,6 +38,9 @@ def finalize_cmd(
                                               help="The array's chunk pieces: none (default, whatever the "
                                                    "records use: queries read them zero-copy), lz4 or zstd."),
     force: bool = typer.Option(False, "--force", help="Rebuild the array even if it is up to date."),
+    keep_snapshots: Optional[int] = typer.Option(None, "--keep-snapshots",
+                                                 help="From now on keep the data of the last K generations "
+                                                      "readable (info --as-of); 0: only open readers keep it."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
 ):
@@ -46,7 +49,7 @@ def finalize_cmd(
     rep, used = on_engine(dataset, lambda: api.finalize(
         dataset, dims=dims, array=array, duplicates=duplicates, workers=workers, compact=not no_compact,
         progress=progress_mode(quiet), memory_budget=budget, strategy=strategy,
-        compression=compression, force=force))
+        compression=compression, force=force, keep_snapshots=keep_snapshots))
     if json_out:
         emit_json(rep.to_dict() | used)
     elif not quiet and rep.status == NOTHING_TO_DO:
@@ -67,6 +70,9 @@ def compact_cmd(
                                                        help="Records per merged batch (default: the dataset's batch size)."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes (default: cores)."),
     force: bool = typer.Option(False, "--force", help="Compact every shard even if it looks compact."),
+    keep_snapshots: Optional[int] = typer.Option(None, "--keep-snapshots",
+                                                 help="From now on keep the data of the last K generations "
+                                                      "readable (info --as-of); 0: only open readers keep it."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
 ):
@@ -75,7 +81,7 @@ def compact_cmd(
     Documents (layout docs): fold each shard's document tables into one (id-sorted)."""
     rep, used = on_engine(dataset, lambda: api.compact(
         dataset, target_batch_records=target_batch_records, progress=progress_mode(quiet), workers=workers,
-        force=force))
+        force=force, keep_snapshots=keep_snapshots))
     if json_out:
         emit_json(rep.to_dict() | used)
     elif not quiet and rep.layout == "docs":

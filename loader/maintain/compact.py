@@ -46,6 +46,7 @@ from ..stores.health import require_shards
 from ..stores.spec import parse_dataset_uri
 from ..stores.write_guard import guard_write, out_of_space, reclaim_space, trim_tails
 from .garbage import (
+    check_keep_snapshots,
     collect_garbage,
     collect_index_garbage,
     held_tables,
@@ -53,6 +54,7 @@ from .garbage import (
     retire_batches,
     start_writing,
 )
+from .garbage import keep_snapshots as keep_snapshots_of
 from .merge import MergeGroup, MergeTask, merge_worker
 from .report import NOTHING_TO_DO, CompactReport
 
@@ -80,16 +82,20 @@ def plan_merge(batches: list, target: int) -> list[list]:
 
 
 def compact(dataset_uri: str, target_batch_records: int | None = None, progress: str = "none",
-            workers: int | None = None, force: bool = False) -> CompactReport:
-    """Merge small batches and compact every shard; returns the run's report."""
+            workers: int | None = None, force: bool = False, keep_snapshots: int | None = None) -> CompactReport:
+    """Merge small batches and compact every shard; returns the run's report.
+    ``keep_snapshots``: from now on keep the data of that many generations before the
+    current one readable (`as_of`), for this and every later writer (garbage.keep_snapshots)."""
     spec = parse_dataset_uri(dataset_uri)
     m = mf.load_manifest(spec.root, dataset_uri)
     check_options(m.layout_obj, m.format, m.compression, target_batch_records, workers)
+    check_keep_snapshots(keep_snapshots)
     faults.from_env()
     with DatasetLock(spec.root) as lock:
         lock.set_job("compact")
         m = mf.load_manifest(spec.root, dataset_uri)
         require_shards(spec.with_shards(m.shards), m)
+        keep_snapshots_of(spec, m, keep_snapshots)
         start_writing(spec, m, progress=progress)
         return compact_locked(spec.with_shards(m.shards), m, target_batch_records=target_batch_records,
                               progress=progress, workers=workers, force=force)

@@ -46,6 +46,7 @@ from ..model import manifest as mf
 from ..model import runs
 from ..model.chunk_index import INDEX_DIR, TABLE_PREFIX
 from ..model.garbage_entry import ARRAY, BATCHES, DOC_TABLES, KINDS, GarbageEntry
+from ..model.options import check_count
 from ..model.placement import batch_key
 from ..stores.registry import open_writer
 from .builds import discard_dead_build
@@ -115,7 +116,8 @@ def collect_garbage(spec, m: mf.Manifest) -> int:
     if not m.garbage:
         return 0
     oldest = oldest_pinned(spec.root)
-    due = [e for e in m.garbage if e.kind in KINDS and e.generation is not None
+    kept = m.generation - m.keep_snapshots  # the last K generations stay readable (`keep_snapshots`)
+    due = [e for e in m.garbage if e.kind in KINDS and e.generation is not None and e.generation <= kept
            and (oldest is None or oldest >= e.generation)]
     if not due:
         return 0
@@ -130,6 +132,26 @@ def collect_garbage(spec, m: mf.Manifest) -> int:
     m.garbage = [e for e in m.garbage if all(e is not d for d in done)]
     m.save(spec.root)
     return len(done)
+
+
+#: the most generations `keep_snapshots` may keep
+MAX_KEEP_SNAPSHOTS = 1_000_000
+
+
+def check_keep_snapshots(keep: int | None) -> None:
+    """UsageError (exit 2) unless ``keep`` is None or a count of generations."""
+    check_count("--keep-snapshots", keep, 0, MAX_KEEP_SNAPSHOTS)
+
+
+def keep_snapshots(spec, m: mf.Manifest, keep: int | None) -> None:
+    """Make ``keep`` the dataset's retention of old snapshots (lock held, before
+    `start_writing` collects): the data of the last ``keep`` generations before the
+    current one is not collected, so `as_of` reads them; it is kept in the catalog for every
+    later writer until changed. None: leave it as it is."""
+    if keep is None or keep == m.keep_snapshots:
+        return
+    m.extra["keep_snapshots"] = int(keep)
+    m.save(spec.root)
 
 
 def start_writing(spec, m: mf.Manifest | None, *, progress: str = "none", replacing: bool = False) -> None:

@@ -169,6 +169,12 @@ class Manifest:
         d["garbage"] = [g.to_dict() for g in self.garbage]
         return {**self.extra, **d, "placement": self.placement()}
 
+    @property
+    def keep_snapshots(self) -> int:
+        """How many generations before the current one keep their data readable through
+        compaction and finalize (`as_of`); 0: only pinned readers keep old data."""
+        return int(self.extra.get("keep_snapshots", 0))
+
     def placement(self) -> list[str]:
         """Where each shard lives: a path relative to the dataset root (`placed_here`). Today
         always ``shard-NNN`` under it; a shared-nothing mode (shards on the workers' own

@@ -29,10 +29,11 @@ BAD = {
     ("load", "enabled"): "maybe",
     ("ingest", "from"): "no-such-dir", ("ingest", "pattern"): "", ("ingest", "on_bad_file"): "ignore",
     ("ingest", "enabled"): "maybe",
-    ("compact", "target_batch_records"): 0, ("compact", "force"): "maybe", ("compact", "enabled"): "maybe",
+    ("compact", "target_batch_records"): 0, ("compact", "force"): "maybe", ("compact", "keep_snapshots"): -1,
+    ("compact", "enabled"): "maybe",
     ("finalize", "dims"): "i0:0,i1:10", ("finalize", "array"): "9grid", ("finalize", "duplicates"): "bogus",
     ("finalize", "compact"): "maybe", ("finalize", "workers"): 0, ("finalize", "memory_budget"): "lots",
-    ("finalize", "compression"): "brotli", ("finalize", "enabled"): "maybe",
+    ("finalize", "compression"): "brotli", ("finalize", "keep_snapshots"): -1, ("finalize", "enabled"): "maybe",
     ("query", "box"): "i0=a:b", ("query", "array"): "nosuch", ("query", "attrs"): "nosuch",
     ("query", "format"): "xml", ("query", "out"): "no-such-dir/box.csv", ("query", "enabled"): "maybe",
 }
