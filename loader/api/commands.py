@@ -75,5 +75,11 @@ def runs(dataset: str, status: str | None = None, kind: str | None = None, since
     an ISO-8601 instant, a datetime or epoch seconds), at most ``limit``. Each is a `Run`
     (``to_dict()``: what ``bulkload runs --json`` prints). Bad values: UsageError."""
     chosen = RunFilter.of(status, kind, since, limit)  # before the dataset is opened
+    from ..model.catalog_history import readable_runs
+
     with open_dataset(dataset) as ds:
-        return chosen.select(ds.runs_seen())
+        found = chosen.select(ds.runs_seen())
+        readable = readable_runs(ds.manifest)
+    for r in found:
+        r.as_of = readable.get(r.id)
+    return found

@@ -53,7 +53,8 @@ def list_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print a JSON list of the runs."),
 ):
     """The dataset's runs, newest first: id, kind, status, started (UTC), seconds,
-    records, and the error (or the source)."""
+    records, the generation `info --as-of` reads it at while its data is kept (as-of), and
+    the error (or the source)."""
     found = api.runs(dataset, status=status, kind=kind, since=since, limit=limit)
     if json_out:
         emit_json([r.to_dict() for r in found])
@@ -61,9 +62,10 @@ def list_cmd(
     if not found:
         print("no runs")
         return
-    print_table(("id", "kind", "status", "started", "seconds", "records", "error / source"),
+    print_table(("id", "kind", "status", "started", "seconds", "records", "as-of", "error / source"),
                 [(r.id, r.kind, r.status, _when(r.started), "" if r.seconds is None else str(r.seconds),
-                  f"{r.records or 0:,}", r.error or r.source or "") for r in found])
+                  f"{r.records or 0:,}", "" if r.as_of is None else str(r.as_of), r.error or r.source or "")
+                 for r in found])
 
 
 @runs_app.command("prune")

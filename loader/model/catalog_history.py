@@ -34,6 +34,19 @@ def oldest_readable(m) -> int:
     return max(int(cg.decode(raw)) if raw else 0, cg.unkey(first[0]) if first else m.generation)
 
 
+def readable_runs(m) -> dict[str, int]:
+    """Run id -> the generation of its last commit, for the commits that can still be read
+    (`bulkload runs` shows it; a version-1 dataset keeps no history: none)."""
+    if getattr(m, "_snap", None) is None:
+        return {}
+    out = {}
+    for k, raw in m._snap.items("commits", cg.key(oldest_readable(m))):
+        run = cg.decode(raw).get("run")
+        if run is not None:
+            out[run] = cg.unkey(k)
+    return out
+
+
 def generation_of(m, as_of) -> int:
     """The generation ``as_of`` names: a generation number, or a run id (the last commit
     that run made)."""

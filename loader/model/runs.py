@@ -61,6 +61,7 @@ class Run(JsonObject):
     pid: int = None
     workers: int | None = None
     error: str | None = None
+    as_of: int | None = None  # listings only, never stored: the generation its last commit can be read at
     records: int = None  # committed by the run (documents: documents)
     seconds: float = None
     # load and ingest runs: the source, the options a resume must share (runs.options_match)

@@ -92,3 +92,17 @@ def test_keep_snapshots_keeps_the_last_generations_readable_through_compact_and_
     assert run_cli("compact", uri, "--force", "--keep-snapshots", 0, "-q").returncode == 0
     with pytest.raises(SnapshotExpiredError):
         loader.open(uri, as_of=gens[-1])
+
+
+def test_runs_shows_the_generation_each_readable_commit_is_read_at(history):
+    uri, gens, runs = history
+    listed = {r.id: r.as_of for r in loader.runs(uri)}
+    assert [listed[r] for r in runs] == gens
+    assert run_cli("compact", uri, "--target-batch-records", 1200, "-q").returncode == 0
+    assert run_cli("compact", uri, "--force", "-q").returncode == 0  # collects the first one's garbage
+    found = loader.runs(uri)
+    assert [r.as_of for r in found if r.id in runs] == [None, None, None]  # their data is gone
+    assert found[0].kind == "compact" and found[0].as_of is not None
+    with loader.open(uri, as_of=found[0].as_of) as ds:
+        assert ds.read_records().tobytes() == gen_bytes(0, 1200)
+    assert "as-of" in run_cli("runs", uri).stdout
