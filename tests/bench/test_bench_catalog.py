@@ -164,7 +164,7 @@ def test_the_runs_helper_leaves_a_dataset_that_verifies_and_takes_loads(tmp_path
     assert ops["records_before"] == 150 and ops["append_batches"] == 1
     info = loader.info(uri)
     assert info["records"] == 200 and info["batches"] == 12
-    assert len(info["runs"]) == 1 + 25 + 1 + 1 + 1  # the load, the helper's, the warm-up, the append, the commit
+    assert info["runs_total"] == 1 + 25 + 1 + 1 + 1  # the load, the helper's, the warm-up, the append, the commit
     assert loader.verify(uri).ok
     rep = loader.load("gen://scidb96?n=100&start=200", uri, batch_records=10)
     assert rep.records == 100 and loader.info(uri)["records"] == 300
