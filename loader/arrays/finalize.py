@@ -92,9 +92,9 @@ from ..maintain.garbage import (
     collect_index_garbage,
     held_tables,
     retire_array,
+    set_keep_snapshots,
     start_writing,
 )
-from ..maintain.garbage import keep_snapshots as keep_snapshots_of
 from ..maintain.report import NOTHING_TO_DO
 from ..model import manifest as mf
 from ..model.chunk_index import (
@@ -157,7 +157,7 @@ class FinalizeOptions:
     strategy: str
     compression: str | None = None  # of the array's chunk pieces (None: "none")
     force: bool = False  # rebuild an array that is up to date
-    keep_snapshots: int | None = None  # the dataset's retention of old generations (garbage.keep_snapshots)
+    keep_snapshots: int | None = None  # the dataset's retention of old generations (garbage.set_keep_snapshots)
 
 
 @dataclass(frozen=True)
@@ -237,7 +237,7 @@ def finalize(dataset_uri: str, dims=None, array: str = DEFAULT_ARRAY,
     Returns a FinalizeReport (``to_dict()`` for JSON). Raises UsageError for bad
     dims/options (nothing touched), DuplicateCellError under ``duplicates="error"``
     (nothing committed). ``keep_snapshots``: from now on keep the data of that many
-    generations before the current one readable (`as_of`; maintain/garbage.keep_snapshots).
+    generations before the current one readable (`as_of`; maintain/garbage.set_keep_snapshots).
     """
     t_start = time.perf_counter()
     spec = parse_dataset_uri(dataset_uri)
@@ -309,7 +309,7 @@ def _begin(spec: StoreSpec, dataset_uri: str, plan: FinalizePlan) -> _Build:
     if m.layout != plan.array.layout:
         raise UsageError(f"dataset {spec.uri} changed layout while finalize started; retry")
     spec = spec.with_shards(m.shards)
-    keep_snapshots_of(spec, m, plan.options.keep_snapshots)
+    set_keep_snapshots(spec, m, plan.options.keep_snapshots)
     start_writing(spec, m, progress=plan.options.progress)
     compact_report = None
     if plan.options.compact:

@@ -52,9 +52,9 @@ from .garbage import (
     held_tables,
     holds_batches,
     retire_batches,
+    set_keep_snapshots,
     start_writing,
 )
-from .garbage import keep_snapshots as keep_snapshots_of
 from .merge import MergeGroup, MergeTask, merge_worker
 from .report import NOTHING_TO_DO, CompactReport
 
@@ -85,7 +85,7 @@ def compact(dataset_uri: str, target_batch_records: int | None = None, progress:
             workers: int | None = None, force: bool = False, keep_snapshots: int | None = None) -> CompactReport:
     """Merge small batches and compact every shard; returns the run's report.
     ``keep_snapshots``: from now on keep the data of that many generations before the
-    current one readable (`as_of`), for this and every later writer (garbage.keep_snapshots)."""
+    current one readable (`as_of`), for this and every later writer (garbage.set_keep_snapshots)."""
     spec = parse_dataset_uri(dataset_uri)
     m = mf.load_manifest(spec.root, dataset_uri)
     check_options(m.layout_obj, m.format, m.compression, target_batch_records, workers)
@@ -95,7 +95,7 @@ def compact(dataset_uri: str, target_batch_records: int | None = None, progress:
         lock.set_job("compact")
         m = mf.load_manifest(spec.root, dataset_uri)
         require_shards(spec.with_shards(m.shards), m)
-        keep_snapshots_of(spec, m, keep_snapshots)
+        set_keep_snapshots(spec, m, keep_snapshots)
         start_writing(spec, m, progress=progress)
         return compact_locked(spec.with_shards(m.shards), m, target_batch_records=target_batch_records,
                               progress=progress, workers=workers, force=force)

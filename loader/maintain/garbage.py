@@ -143,7 +143,7 @@ def check_keep_snapshots(keep: int | None) -> None:
     check_count("--keep-snapshots", keep, 0, MAX_KEEP_SNAPSHOTS)
 
 
-def keep_snapshots(spec, m: mf.Manifest, keep: int | None) -> None:
+def set_keep_snapshots(spec, m: mf.Manifest, keep: int | None) -> None:
     """Make ``keep`` the dataset's retention of old snapshots (lock held, before
     `start_writing` collects): the data of the last ``keep`` generations before the
     current one is not collected, so `as_of` reads them; it is kept in the catalog for every

@@ -86,13 +86,7 @@ def manifest_at(m, as_of, uri: str):
         if cg.unkey(k) < end and r[-1] > gen:
             rows.append(BatchEntry(*r[:-1]))
     rows.sort(key=lambda b: b.seq)
-    head = dict(row["header"])
-    from .garbage_entry import GarbageEntry
-
-    head["garbage"] = [GarbageEntry.from_dict(g) for g in head.get("garbage", [])]
-    known = set(Manifest.__dataclass_fields__)
-    extra = {k: head.pop(k) for k in list(head) if k not in known}
-    old = Manifest(**head, extra=extra)
+    old = Manifest.from_header(row["header"])
     old.batches = BatchRows(rows)
     old.runs = list(m.runs)[:row["runs"]]
     old.files = m.files

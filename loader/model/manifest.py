@@ -203,6 +203,16 @@ class Manifest:
         extra = {k: d.pop(k) for k in list(d) if k not in known}
         return cls(**d, extra=extra)
 
+    @classmethod
+    def from_header(cls, head: dict) -> "Manifest":
+        """The manifest of a catalog header (`header`), without its tables; keys this
+        version does not know go to ``extra``."""
+        d = dict(head)
+        d["garbage"] = [GarbageEntry.from_dict(g) for g in d.get("garbage", [])]
+        known = set(cls.__dataclass_fields__)
+        extra = {k: d.pop(k) for k in list(d) if k not in known}
+        return cls(**d, extra=extra)
+
     def save(self, root: str | os.PathLike) -> None:
         """The commit: one durable write transaction of the catalog (catalog_commit.py)
         with what changed; the first save of a version-1 dataset (or a new one) builds the
@@ -401,11 +411,7 @@ def catalog_manifest(path: str) -> Manifest:
     head = snap.header()
     agg = snap.aggregates()
     try:
-        d = dict(head)
-        d["garbage"] = [GarbageEntry.from_dict(g) for g in d.get("garbage", [])]
-        known = set(Manifest.__dataclass_fields__)
-        extra = {k: d.pop(k) for k in list(d) if k not in known}
-        m = Manifest(**d, extra=extra)
+        m = Manifest.from_header(head)
         Layout.from_dict(m.layout)
     except (BulkloadError, TypeError, ValueError, KeyError, AttributeError) as e:
         raise cg.damaged(path, f"its header is not valid ({e})") from None

@@ -148,23 +148,13 @@ def mark_interrupted(m) -> bool:
     return _interrupt(m.runs.unfinished())
 
 
-def as_seen(m, job_running: bool) -> list[Run]:
-    """The runs as a reader reports them: while no job holds the dataset lock
-    (``job_running`` False), a run still ``running`` is one whose job died: shown
-    ``interrupted`` (the next writer records it so). Runs before the last --replace
-    (the history of the dataset it started over, kept in the list) are shown ``replaced``:
-    none of their records is in the dataset."""
-    shown = [r.copy() for r in m.runs]
-    if not job_running:
-        _interrupt(shown)
-    for r in shown[:len(shown) - len(current(m))]:
-        r.status = REPLACED
-    return shown
-
-
-def as_seen_last(m, job_running: bool, n: int) -> list[Run]:
-    """The last ``n`` runs as `as_seen` shows them, reading only those runs."""
-    runs, first = m.runs.tail(n)
+def as_seen(m, job_running: bool, last: int | None = None) -> list[Run]:
+    """The runs (the ``last`` ones only, reading only those) as a reader reports them:
+    while no job holds the dataset lock (``job_running`` False), a run still ``running`` is
+    one whose job died: shown ``interrupted`` (the next writer records it so). Runs before
+    the last --replace (the history of the dataset it started over, kept in the list) are
+    shown ``replaced``: none of their records is in the dataset."""
+    runs, first = m.runs.tail(len(m.runs) if last is None else last)
     shown = [r.copy() for r in runs]
     if not job_running:
         _interrupt(shown)

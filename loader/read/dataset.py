@@ -31,7 +31,7 @@ from ..infra.lock import is_held
 from ..kinds import kind_class
 from ..model import manifest as mf
 from ..model.placement import batch_key
-from ..model.runs import Run, as_seen, as_seen_last
+from ..model.runs import Run, as_seen
 from ..serializers import get_serializer
 from ..stores.base import ShardStore
 from ..stores.health import batch_message, check_shard, check_value, committed_shards, shard_problems
@@ -203,7 +203,7 @@ class Dataset(Verifying):
         of each recorded status: `info` reads a window, whatever the length of the history
         (`bulkload runs` / `loader.runs` list them all)."""
         m = self.manifest
-        last = as_seen_last(m, is_held(self.spec.root), INFO_RUNS)
+        last = as_seen(m, is_held(self.spec.root), INFO_RUNS)
         return {"runs": [r.to_dict() for r in last], "runs_total": len(m.runs), "runs_by_status": m.runs.by_status()}
 
     def runs_seen(self) -> list[Run]:
