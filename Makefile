@@ -9,7 +9,7 @@ N      ?= 20000000
 TICKS_N ?= 5000000
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install demo test lint bench bench-catalog clean
+.PHONY: install demo test lint typecheck bench bench-catalog clean
 
 $(STAMP): pyproject.toml setup.py $(wildcard generators/*.c generators/*.h)
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -24,8 +24,13 @@ demo: install
 	$(PY) bench/demo.py --n $(N) --ticks-n $(TICKS_N) --data data
 
 lint: install
-	$(VENV)/bin/ruff check loader tests bench
+	$(VENV)/bin/ruff check loader tests bench examples setup.py
+	$(VENV)/bin/ruff format --check loader tests bench examples setup.py
 	cd $(CURDIR) && $(VENV)/bin/lint-imports
+
+# issue 32: joins `lint` once every package checks clean
+typecheck: install
+	$(VENV)/bin/mypy
 
 test: lint
 	$(PY) -m pytest -q -p no:cacheprovider

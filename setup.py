@@ -15,12 +15,12 @@ generators agree bit for bit on every machine.
 import os
 import sys
 
-from setuptools import Extension, setup
-
 # After `import setuptools`, `distutils` is setuptools' own copy (also on Python >= 3.12).
 from distutils.ccompiler import new_compiler
 from distutils.command.build_scripts import build_scripts
 from distutils.sysconfig import customize_compiler
+
+from setuptools import Extension, setup
 
 GEN_DIR = "generators"
 GEN_PROGRAM = "bulkload-gen"
@@ -50,12 +50,12 @@ class build_generator_program(build_scripts):
         target = os.path.join(self.build_dir, exe)
         sources = GEN_PROGRAM_SOURCES
         deps = sources + GEN_HEADERS + [__file__]
-        if self.force or not os.path.exists(target) or any(
-            os.path.getmtime(d) > os.path.getmtime(target) for d in deps
+        if (
+            self.force
+            or not os.path.exists(target)
+            or any(os.path.getmtime(d) > os.path.getmtime(target) for d in deps)
         ):
-            objects = cc.compile(
-                sources, output_dir=temp, include_dirs=[GEN_DIR], extra_postargs=CFLAGS
-            )
+            objects = cc.compile(sources, output_dir=temp, include_dirs=[GEN_DIR], extra_postargs=CFLAGS)
             cc.link_executable(objects, GEN_PROGRAM, output_dir=self.build_dir)
         if os.name == "posix":
             os.chmod(target, os.stat(target).st_mode | 0o555)

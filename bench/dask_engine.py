@@ -36,9 +36,13 @@ def timed_load(source: str, root: Path, shards: int, workers: int, compression: 
 
 def figure(seconds: list[float], n: int) -> dict:
     rates = sorted(n * 96 / x / 1e6 for x in seconds)
-    return {"seconds": [round(x, 3) for x in seconds], "median_s": round(statistics.median(seconds), 3),
-            "mb_per_s": round(statistics.median(rates), 1), "mb_per_s_min": round(rates[0], 1),
-            "mb_per_s_max": round(rates[-1], 1)}
+    return {
+        "seconds": [round(x, 3) for x in seconds],
+        "median_s": round(statistics.median(seconds), 3),
+        "mb_per_s": round(statistics.median(rates), 1),
+        "mb_per_s_min": round(rates[0], 1),
+        "mb_per_s_max": round(rates[-1], 1),
+    }
 
 
 def run(n: int, shards: int, repeat: int, data: Path, compression: str = "none") -> dict:
@@ -55,14 +59,17 @@ def run(n: int, shards: int, repeat: int, data: Path, compression: str = "none")
         clients = {}
         for nworkers in (1, 2):
             t = time.perf_counter()
-            c = stack.enter_context(LocalCluster(n_workers=nworkers, threads_per_worker=1, processes=True,
-                                                 dashboard_address=None))
+            c = stack.enter_context(
+                LocalCluster(n_workers=nworkers, threads_per_worker=1, processes=True, dashboard_address=None)
+            )
             clients[nworkers] = stack.enter_context(Client(c))
             out[f"cluster_{nworkers}_start_s"] = round(time.perf_counter() - t, 3)
         c = compression
-        rows = {"local": lambda: timed_load(source, data / "local", shards, 2, c),
-                "dask_1": lambda: timed_load(source, data / "dask1", shards, 2, c, client=clients[1]),
-                "dask_2": lambda: timed_load(source, data / "dask2", shards, 2, c, client=clients[2])}
+        rows = {
+            "local": lambda: timed_load(source, data / "local", shards, 2, c),
+            "dask_1": lambda: timed_load(source, data / "dask1", shards, 2, c, client=clients[1]),
+            "dask_2": lambda: timed_load(source, data / "dask2", shards, 2, c, client=clients[2]),
+        }
         times: dict[str, list[float]] = {k: [] for k in rows}
         warm_for(n * 96)
         for _ in range(repeat):

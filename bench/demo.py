@@ -72,12 +72,16 @@ def main() -> None:
 
     print("== load")
     settle()  # the previous run's pages must not be written back during this one; memory settled
-    p = sh([str(BIN / "bulkload"), "load", f"gen://scidb96?n={n}", uri, "--json"],
-           stdout=subprocess.PIPE, text=True)
+    p = sh([str(BIN / "bulkload"), "load", f"gen://scidb96?n={n}", uri, "--json"], stdout=subprocess.PIPE, text=True)
     rep = json.loads(p.stdout)
-    rows.append((f"bulkload load ({rep['workers']} workers, {rep['shards']} shards, {rep['format']} "
-                 f"{rep['compression']}, {rep['stored_bytes'] / 1e6:,.0f} MB stored), durable",
-                 rep["seconds"], rep))
+    rows.append(
+        (
+            f"bulkload load ({rep['workers']} workers, {rep['shards']} shards, {rep['format']} "
+            f"{rep['compression']}, {rep['stored_bytes'] / 1e6:,.0f} MB stored), durable",
+            rep["seconds"],
+            rep,
+        )
+    )
     print("== the disk's limit again, after the load")
     disk.append(disk_limit(n, data / "limit.bin"))
 
@@ -87,8 +91,11 @@ def main() -> None:
     rows.append(("bulkload verify (read + checksum every batch)", time.perf_counter() - t, None))
 
     print("== finalize (redimension into 2-D chunks, SciDB's redimension load)")
-    p = sh([str(BIN / "bulkload"), "finalize", f"lmdb://{ds}", "--dims", "i0:10,i1:100000", "--json"],
-           stdout=subprocess.PIPE, text=True)
+    p = sh(
+        [str(BIN / "bulkload"), "finalize", f"lmdb://{ds}", "--dims", "i0:10,i1:100000", "--json"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     rep = json.loads(p.stdout)
     rows.append((f"bulkload finalize --dims i0:10,i1:100000 ({rep['chunks']} chunks)", rep["seconds"], rep))
 
@@ -105,12 +112,22 @@ def main() -> None:
     print("== the disk's limit once more, at the end")
     disk.append(disk_limit(n, data / "limit.bin"))
     t_disk = statistics.median(disk)
-    rows.insert(0, (f"bulkload-gen -> file + fsync (disk limit, median of {len(disk)}: "
-                    + ", ".join(f"{nbytes / s / 1e6:,.0f}" for s in disk) + " MB/s)", t_disk, None))
+    rows.insert(
+        0,
+        (
+            f"bulkload-gen -> file + fsync (disk limit, median of {len(disk)}: "
+            + ", ".join(f"{nbytes / s / 1e6:,.0f}" for s in disk)
+            + " MB/s)",
+            t_disk,
+            None,
+        ),
+    )
     print_table(rows, nbytes, t_disk)
     for box, attrs, (ms, cells) in queries:
-        print(f"query {box}{' --attrs ' + attrs if attrs else ''}: {cells} cells, "
-              f"{ms:.3f} ms median warm (loader.open(...).read_box, 50 runs)")
+        print(
+            f"query {box}{' --attrs ' + attrs if attrs else ''}: {cells} cells, "
+            f"{ms:.3f} ms median warm (loader.open(...).read_box, 50 runs)"
+        )
     if a.ticks_n:
         ticks_demo(a.ticks_n, data, a.shards)
 
@@ -132,16 +149,26 @@ def ticks_demo(n: int, data: Path, shards: int) -> None:
     settle()
     p = sh([str(BIN / "bulkload"), "load", f"gen://ticks?n={n}", uri, "--json"], stdout=subprocess.PIPE, text=True)
     rep = json.loads(p.stdout)
-    rows.append((f"bulkload load gen://ticks ({rep['workers']} workers, {rep['stored_bytes'] / 1e6:,.0f} MB stored)",
-                 rep["seconds"]))
+    rows.append(
+        (
+            f"bulkload load gen://ticks ({rep['workers']} workers, {rep['stored_bytes'] / 1e6:,.0f} MB stored)",
+            rep["seconds"],
+        )
+    )
     print(f"== ticks: finalize --dims {TICKS_DIMS}")
-    p = sh([str(BIN / "bulkload"), "finalize", f"lmdb://{ds}", "--dims", TICKS_DIMS, "--json"],
-           stdout=subprocess.PIPE, text=True)
+    p = sh(
+        [str(BIN / "bulkload"), "finalize", f"lmdb://{ds}", "--dims", TICKS_DIMS, "--json"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     rep = json.loads(p.stdout)
     rows.append((f"bulkload finalize --dims {TICKS_DIMS} ({rep['chunks']} chunks)", rep["seconds"]))
     print(f"== ticks: query --box '{TICKS_BOX}'")
-    out = sh([str(BIN / "bulkload"), "query", f"lmdb://{ds}", "--box", TICKS_BOX, "--attrs", "sym,price,venue"],
-             stdout=subprocess.PIPE, text=True).stdout.splitlines()
+    out = sh(
+        [str(BIN / "bulkload"), "query", f"lmdb://{ds}", "--box", TICKS_BOX, "--attrs", "sym,price,venue"],
+        stdout=subprocess.PIPE,
+        text=True,
+    ).stdout.splitlines()
     print("\n".join(out[:6] + ["  ..."] + out[-1:]))
     ms, cells = warm_query_ms(f"lmdb://{ds}", TICKS_BOX, None)
 

@@ -53,12 +53,12 @@ import zstandard
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loader.bench.processes import evict  # noqa: E402  (checked with mincore, retried)
-from loader.docs import batch as B  # noqa: E402
-from loader.docs import gen as G  # noqa: E402
-from loader.docs import json_dir as J  # noqa: E402
-from loader.docs import values as V  # noqa: E402
-from loader.docs import zdict  # noqa: E402
+from loader.bench.processes import evict
+from loader.docs import batch as B
+from loader.docs import gen as G
+from loader.docs import json_dir as J
+from loader.docs import values as V
+from loader.docs import zdict
 
 SEED = 1
 GEN_CHUNK = 65536
@@ -66,6 +66,7 @@ MAP_SIZE = 1 << 40
 
 
 # --- helpers -------------------------------------------------------------------------
+
 
 def disk_bytes(path: Path) -> int:
     total = 0
@@ -94,13 +95,22 @@ def generate(n: int) -> B.DocBatch:
 
 # --- LMDB ------------------------------------------------------------------------------
 
+
 def lmdb_open(path: Path, write: bool):
     import lmdb
 
     if write:
         path.mkdir(parents=True, exist_ok=True)
-    return lmdb.open(str(path), map_size=MAP_SIZE, max_dbs=2, readonly=not write, lock=write,
-                     readahead=False, sync=write, metasync=write)
+    return lmdb.open(
+        str(path),
+        map_size=MAP_SIZE,
+        max_dbs=2,
+        readonly=not write,
+        lock=write,
+        readahead=False,
+        sync=write,
+        metasync=write,
+    )
 
 
 def lmdb_store(path: Path, keys: list[bytes], values: list[bytes], dict_bytes: bytes) -> float:
@@ -136,6 +146,7 @@ class LmdbReader:
 
 
 # --- RocksDB ----------------------------------------------------------------------------
+
 
 def rocks_options(dict_bytes: int, block_kib: int, level: int = 3):
     from rocksdict import BlockBasedOptions, DBCompressionType, Options
@@ -219,6 +230,7 @@ def latency(open_reader, path: Path, ids: np.ndarray, expect: B.DocBatch) -> dic
 
 # --- JSON directory peers ------------------------------------------------------------------
 
+
 def sorted_json(directory: str) -> list[tuple[str, str]]:
     names = [f for f in os.listdir(directory) if f.endswith(".json")]
     names.sort(key=lambda x: int(x[:-5]))
@@ -233,7 +245,7 @@ def naive_lmdb(directory: str, path: Path) -> float:
     with lmdb.open(str(path), MAP_SIZE) as env:
         with env.begin(write=True) as txn:
             for doc_id, p in sorted_json(directory):
-                with open(p, "r", encoding="utf-8") as f:
+                with open(p, encoding="utf-8") as f:
                     txn.put(int(doc_id).to_bytes(8, "big"), f.read().encode())
         env.sync(True)
     return time.perf_counter() - t0
@@ -247,7 +259,7 @@ def naive_rocksdict(directory: str, path: Path) -> float:
     o.set_compression_type(DBCompressionType.zstd())
     db = Rdict(str(path), o)
     for doc_id, p in sorted_json(directory):
-        with open(p, "r", encoding="utf-8") as f:
+        with open(p, encoding="utf-8") as f:
             db[int(doc_id).to_bytes(8, "big")] = f.read().encode()
     db.flush()
     db.close()
@@ -267,7 +279,7 @@ def floor_read(directory: str, pool) -> float:
     t0 = time.perf_counter()
     paths = [p for _i, p in sorted_json(directory)]
     step = 5000
-    sum(pool.map(_read_all, [paths[i:i + step] for i in range(0, len(paths), step)]))
+    sum(pool.map(_read_all, [paths[i : i + step] for i in range(0, len(paths), step)]))
     return time.perf_counter() - t0
 
 
@@ -277,8 +289,13 @@ def pipe_load(source: str, uri: str, **kw) -> dict:
 
     t0 = time.perf_counter()
     r = loader.load(source, uri, shards=2, workers=2, progress="none", **kw)
-    return {"s": time.perf_counter() - t0, "docs": r.records, "text_MB": r.bytes / 1e6,
-            "MB_s": r.bytes / (time.perf_counter() - t0) / 1e6, "report_s": r.seconds}
+    return {
+        "s": time.perf_counter() - t0,
+        "docs": r.records,
+        "text_MB": r.bytes / 1e6,
+        "MB_s": r.bytes / (time.perf_counter() - t0) / 1e6,
+        "report_s": r.seconds,
+    }
 
 
 class PipeReader:
@@ -312,17 +329,22 @@ def naive_gen_lmdb(n: int, path: Path) -> float:
 
 # --- main ----------------------------------------------------------------------------------
 
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=1_000_000, help="documents for size/latency (default 1,000,000)")
-    ap.add_argument("--json-n", type=int, default=None,
-                    help="documents for the load-time part (default min(N, 200000))")
+    ap.add_argument(
+        "--json-n", type=int, default=None, help="documents for the load-time part (default min(N, 200000))"
+    )
     ap.add_argument("--dir", default="/work/tmp-docs/bench", help="scratch directory on a real disk")
     ap.add_argument("--lookups", type=int, default=10_000)
     ap.add_argument("--repeats", type=int, default=3, help="runs of each load contender (medians)")
     ap.add_argument("--skip-load", action="store_true", help="skip part (b)")
-    ap.add_argument("--parts", default="pipeline,load",
-                    help="comma-separated: size (a, c: phase-1 store variants), load (b), pipeline (d)")
+    ap.add_argument(
+        "--parts",
+        default="pipeline,load",
+        help="comma-separated: size (a, c: phase-1 store variants), load (b), pipeline (d)",
+    )
     ap.add_argument("--out", default=str(Path(__file__).parent / "out" / "docs.json"))
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     args = ap.parse_args(argv)
@@ -335,14 +357,20 @@ def main(argv=None) -> int:
     if root.exists():
         shutil.rmtree(root)
     root.mkdir(parents=True)
-    res: dict = {"n": n, "json_n": jn, "seed": SEED, "machine": {"cpus": os.cpu_count(),
-                 "python": platform.python_version(), "zstandard": zstandard.__version__}}
+    res: dict = {
+        "n": n,
+        "json_n": jn,
+        "seed": SEED,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "zstandard": zstandard.__version__},
+    }
     rows = []
 
     def row(name, **kv):
         rows.append((name, kv))
-        print(f"  {name:28s} " + "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                                           for k, v in kv.items()), flush=True)
+        print(
+            f"  {name:28s} " + "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in kv.items()),
+            flush=True,
+        )
 
     t_all = time.perf_counter()
     try:
@@ -354,8 +382,7 @@ def main(argv=None) -> int:
         row("generate", docs=n, text_MB=text_bytes / 1e6, MB_s=text_bytes / tg / 1e6)
         t = time.perf_counter()
         limit = len(zstandard.ZstdCompressor(level=3).compress(batch.text))
-        row("limit zstd-3 one frame", bytes=limit, bits_per_char=limit * 8 / text_bytes,
-            s=time.perf_counter() - t)
+        row("limit zstd-3 one frame", bytes=limit, bits_per_char=limit * 8 / text_bytes, s=time.perf_counter() - t)
         res["text_bytes"] = text_bytes
         res["limit_bytes"] = limit
         keys = B.keys_of(batch.ids)
@@ -364,7 +391,7 @@ def main(argv=None) -> int:
         sizes = res["size"] = {}
         lat = res["get"] = {}
 
-        for fmt in (("raw", "capnp") if "size" in parts else ()):
+        for fmt in ("raw", "capnp") if "size" in parts else ():
             name = f"lmdb-{fmt}-zdict"
             t = time.perf_counter()
             values = V.encode_batch(batch, fmt)
@@ -381,17 +408,30 @@ def main(argv=None) -> int:
             tw = lmdb_store(path, keys, comp, d)
             del comp
             size = disk_bytes(path)
-            sizes[name] = {"bytes": size, "ratio": size / limit, "values_bytes": cbytes,
-                           "values_ratio": cbytes / limit, "encode_s": te, "train_s": tt,
-                           "compress_s": tc, "write_s": tw}
-            row(name, ratio=size / limit, values_ratio=cbytes / limit, MB=size / 1e6,
-                compress_MB_s=text_bytes / tc / 1e6, write_s=tw)
+            sizes[name] = {
+                "bytes": size,
+                "ratio": size / limit,
+                "values_bytes": cbytes,
+                "values_ratio": cbytes / limit,
+                "encode_s": te,
+                "train_s": tt,
+                "compress_s": tc,
+                "write_s": tw,
+            }
+            row(
+                name,
+                ratio=size / limit,
+                values_ratio=cbytes / limit,
+                MB=size / 1e6,
+                compress_MB_s=text_bytes / tc / 1e6,
+                write_s=tw,
+            )
             lat[name] = latency(lambda: LmdbReader(path, fmt), path, ids, batch)
             row(f"  get {name}", **{f"{m}_{k}": v for m, d_ in lat[name].items() for k, v in d_.items()})
             shutil.rmtree(path)
 
         raw_values = V.encode_batch(batch, "raw") if "size" in parts else []
-        for dict_bytes, block_kib in (((0, 4), (16384, 4), (16384, 16)) if "size" in parts else ()):
+        for dict_bytes, block_kib in ((0, 4), (16384, 4), (16384, 16)) if "size" in parts else ():
             name = f"rocksdb-zstd{'-dict' if dict_bytes else ''}-b{block_kib}k"
             path = root / name
             opts = rocks_options(dict_bytes, block_kib)
@@ -400,8 +440,7 @@ def main(argv=None) -> int:
             sizes[name] = {"bytes": size, "ratio": size / limit, "write_s": tw}
             row(name, ratio=size / limit, MB=size / 1e6, write_s=tw)
             if (dict_bytes, block_kib) in ((16384, 4), (16384, 16)):
-                lat[name] = latency(lambda: RocksReader(path, rocks_options(dict_bytes, block_kib)),
-                                    path, ids, batch)
+                lat[name] = latency(lambda: RocksReader(path, rocks_options(dict_bytes, block_kib)), path, ids, batch)
                 row(f"  get {name}", **{f"{m}_{k}": v for m, d_ in lat[name].items() for k, v in d_.items()})
             shutil.rmtree(path)
         del raw_values, keys
@@ -455,13 +494,18 @@ def main(argv=None) -> int:
                     timed("naive-lmdb", lambda: naive_lmdb(str(jdir), root / "n"), root / "n")
                     timed("naive-rocksdict", lambda: naive_rocksdict(str(jdir), root / "n"), root / "n")
                     for scheme in ("lmdb", "rocksdb"):
-                        timed(f"pipe-json-{scheme}",
-                              lambda: pipe_load(str(jdir), f"{scheme}://{root / 'p'}", layout="docs")["s"], root / "p")
+                        timed(
+                            f"pipe-json-{scheme}",
+                            lambda: pipe_load(str(jdir), f"{scheme}://{root / 'p'}", layout="docs")["s"],
+                            root / "p",
+                        )
                     timed("naive-gen-lmdb", lambda: naive_gen_lmdb(jn, root / "n"), root / "n")
                     for scheme in ("lmdb", "rocksdb"):
-                        timed(f"pipe-gen-{scheme}",
-                              lambda: pipe_load(f"gen://docs?n={jn}&seed={SEED}", f"{scheme}://{root / 'p'}")["s"],
-                              root / "p")
+                        timed(
+                            f"pipe-gen-{scheme}",
+                            lambda: pipe_load(f"gen://docs?n={jn}&seed={SEED}", f"{scheme}://{root / 'p'}")["s"],
+                            root / "p",
+                        )
                     print(f"  round {rep + 1}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in times.items()), flush=True)
             shutil.rmtree(jdir)
             med = {k: statistics.median(v) for k, v in times.items()}
@@ -473,8 +517,11 @@ def main(argv=None) -> int:
                 if k in disk:
                     kv["MB"] = disk[k] / 1e6
                 if k.startswith("pipe-json"):
-                    kv.update(vs_naive_lmdb=med["naive-lmdb"] / med[k], vs_naive_rocksdict=med["naive-rocksdict"] / med[k],
-                              vs_floor=med[k] / med["floor"])
+                    kv.update(
+                        vs_naive_lmdb=med["naive-lmdb"] / med[k],
+                        vs_naive_rocksdict=med["naive-rocksdict"] / med[k],
+                        vs_floor=med[k] / med["floor"],
+                    )
                 if k.startswith("pipe-gen"):
                     kv.update(vs_naive_gen_lmdb=med["naive-gen-lmdb"] / med[k])
                 row(k, **kv)

@@ -51,7 +51,7 @@ def make_files(d: Path, n: int) -> dict[str, str]:
         for start in range(0, n, CHUNK):
             block = generate(LAYOUT, start, min(CHUNK, n - start), impl="c")
             f.write(block.tobytes())
-            header[start:start + len(block)] = block
+            header[start : start + len(block)] = block
             table = pa.table({name: block[name] for name in LAYOUT.names}, schema=LAYOUT.arrow_schema)
             w.write_table(table, max_chunksize=65536)
     header.flush()
@@ -68,8 +68,18 @@ def warm(path: str) -> None:
 
 def load(sources: list[str], dataset: str, args) -> float:
     """Seconds of one `bulkload load SOURCES DATASET` (its report), in a fresh process tree."""
-    cmd = [tool("bulkload"), "load", *sources, f"lmdb://{dataset}", "--workers", str(args.workers),
-           "--shards", str(args.shards), "--json", "--quiet"]
+    cmd = [
+        tool("bulkload"),
+        "load",
+        *sources,
+        f"lmdb://{dataset}",
+        "--workers",
+        str(args.workers),
+        "--shards",
+        str(args.shards),
+        "--json",
+        "--quiet",
+    ]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}): {p.stderr.strip()}")
@@ -122,16 +132,38 @@ def report_of(times: dict, args) -> dict:
     paths = {}
     for name, secs in times.items():
         rates = sorted(nbytes / s / 1e6 for s in secs)
-        paths[name] = {"mb_s_median": round(statistics.median(rates), 1), "mb_s_min": round(rates[0], 1),
-                       "mb_s_max": round(rates[-1], 1), "seconds": [round(s, 4) for s in secs]}
-    ratios = {f"{name}/raw": round(paths[name]["mb_s_median"] / paths["raw"]["mb_s_median"], 3)
-              for name in ("npy", "arrow")}
+        paths[name] = {
+            "mb_s_median": round(statistics.median(rates), 1),
+            "mb_s_min": round(rates[0], 1),
+            "mb_s_max": round(rates[-1], 1),
+            "seconds": [round(s, 4) for s in secs],
+        }
+    ratios = {
+        f"{name}/raw": round(paths[name]["mb_s_median"] / paths["raw"]["mb_s_median"], 3) for name in ("npy", "arrow")
+    }
     ratios["fifo-2/fifo-1"] = round(paths["fifo-2"]["mb_s_median"] / paths["fifo-1"]["mb_s_median"], 3)
-    targets = [{"what": f"{name} / raw file", "ratio": ratios[f"{name}/{ref}"], "target": t,
-                "status": "ok" if ratios[f"{name}/{ref}"] >= t else "MISSED"} for name, (ref, t) in TARGETS.items()]
-    return {"benchmark": "files", "layout": LAYOUT.name, "records": args.n, "bytes": nbytes,
-            "repeats": args.repeats, "workers": args.workers, "shards": args.shards, "cpus": os.cpu_count(),
-            "paths": paths, "ratios": ratios, "targets": targets}
+    targets = [
+        {
+            "what": f"{name} / raw file",
+            "ratio": ratios[f"{name}/{ref}"],
+            "target": t,
+            "status": "ok" if ratios[f"{name}/{ref}"] >= t else "MISSED",
+        }
+        for name, (ref, t) in TARGETS.items()
+    ]
+    return {
+        "benchmark": "files",
+        "layout": LAYOUT.name,
+        "records": args.n,
+        "bytes": nbytes,
+        "repeats": args.repeats,
+        "workers": args.workers,
+        "shards": args.shards,
+        "cpus": os.cpu_count(),
+        "paths": paths,
+        "ratios": ratios,
+        "targets": targets,
+    }
 
 
 def main(argv=None) -> int:
@@ -152,8 +184,10 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps(result, indent=1))
         return 0
-    print(f"{args.n:,} scidb96 records ({result['bytes'] / 1e6:,.0f} MB), {args.workers} workers, {args.shards} "
-          f"shards, {args.repeats} runs each (medians)")
+    print(
+        f"{args.n:,} scidb96 records ({result['bytes'] / 1e6:,.0f} MB), {args.workers} workers, {args.shards} "
+        f"shards, {args.repeats} runs each (medians)"
+    )
     print(f"{'path':<10}{'MB/s median':>13}{'min - max':>22}")
     for name, r in result["paths"].items():
         print(f"{name:<10}{r['mb_s_median']:>13,.0f}{r['mb_s_min']:>11,.0f} - {r['mb_s_max']:<8,.0f}")

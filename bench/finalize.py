@@ -70,8 +70,7 @@ class TreeSampler:
                     uss += mi.uss
                 except (ps.NoSuchProcess, ps.AccessDenied, ProcessLookupError):
                     pass
-            pk = self.peaks.setdefault(ph, {"peak_rss_bytes": 0, "peak_uss_bytes": 0, "samples": 0,
-                                            "max_processes": 0})
+            pk = self.peaks.setdefault(ph, {"peak_rss_bytes": 0, "peak_uss_bytes": 0, "samples": 0, "max_processes": 0})
             pk["peak_rss_bytes"] = max(pk["peak_rss_bytes"], rss)
             pk["peak_uss_bytes"] = max(pk["peak_uss_bytes"], uss)
             pk["samples"] += 1
@@ -96,8 +95,9 @@ def main(argv=None) -> int:
     ap.add_argument("--dir", default=None, help="where to put the dataset (default: a temp dir in /tmp)")
     ap.add_argument("--memory-budget", type=int, default=None)
     ap.add_argument("--strategy", default="auto", choices=["auto", "direct", "spill"])
-    ap.add_argument("--sample-rss", action="store_true",
-                    help="sample the process tree's RSS and USS during load and finalize")
+    ap.add_argument(
+        "--sample-rss", action="store_true", help="sample the process tree's RSS and USS during load and finalize"
+    )
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     sampler = TreeSampler() if a.sample_rss else None
@@ -110,9 +110,18 @@ def main(argv=None) -> int:
     base = a.dir or tempfile.mkdtemp(prefix="bulkload-finalize-", dir="/tmp")
     name = f"fin-{os.getpid()}"
     uri = f"mem://{name}" if a.store == "mem" else f"{a.store}://{base}/ds"
-    result = {"n": a.n, "record_bytes": a.n * 96, "dims": a.dims, "store": a.store, "shards": a.shards,
-              "repeats": a.repeats, "finalize": {}, "query": {}}
+    result = {
+        "n": a.n,
+        "record_bytes": a.n * 96,
+        "dims": a.dims,
+        "store": a.store,
+        "shards": a.shards,
+        "repeats": a.repeats,
+        "finalize": {},
+        "query": {},
+    }
     try:
+
         def fresh():
             if a.store == "mem":
                 shutil.rmtree(f"/dev/shm/bulkload/{name}", ignore_errors=True)
@@ -137,18 +146,28 @@ def main(argv=None) -> int:
                 sec = time.perf_counter() - t
                 if sampler:
                     sampler.phase(None)
-                runs.append({"seconds": round(sec, 3), "mb_per_s": round(a.n * 96 / sec / 1e6, 1),
-                             "strategy": r["strategy"], "windows": r["windows"],
-                             "stages": r["stages"], "spill_runs": r["spill_runs"],
-                             "worker_peak_rss_bytes": r["worker_peak_rss_bytes"]})
-                log(f"finalize workers={w} #{i + 1}: {sec:.2f} s, {a.n * 96 / sec / 1e6:,.0f} MB/s "
-                    f"({r['strategy']}: {r['strategy_reason']}) stages {r['stages']}")
+                runs.append(
+                    {
+                        "seconds": round(sec, 3),
+                        "mb_per_s": round(a.n * 96 / sec / 1e6, 1),
+                        "strategy": r["strategy"],
+                        "windows": r["windows"],
+                        "stages": r["stages"],
+                        "spill_runs": r["spill_runs"],
+                        "worker_peak_rss_bytes": r["worker_peak_rss_bytes"],
+                    }
+                )
+                log(
+                    f"finalize workers={w} #{i + 1}: {sec:.2f} s, {a.n * 96 / sec / 1e6:,.0f} MB/s "
+                    f"({r['strategy']}: {r['strategy_reason']}) stages {r['stages']}"
+                )
             med = statistics.median(x["mb_per_s"] for x in runs)
             result["finalize"][f"w{w}"] = {"median_mb_per_s": med, "runs": runs}
         ws = sorted(result["finalize"])
         if "w1" in result["finalize"] and "w2" in result["finalize"]:
-            result["speedup_2_vs_1"] = round(result["finalize"]["w2"]["median_mb_per_s"]
-                                             / result["finalize"]["w1"]["median_mb_per_s"], 2)
+            result["speedup_2_vs_1"] = round(
+                result["finalize"]["w2"]["median_mb_per_s"] / result["finalize"]["w1"]["median_mb_per_s"], 2
+            )
         box = parse_box(a.box)
         with loader.open(uri) as ds:
             t = time.perf_counter()
@@ -160,10 +179,14 @@ def main(argv=None) -> int:
                 tb = ds.read_box(**box)
                 lat.append(time.perf_counter() - t)
             lat.sort()
-            result["query"] = {"box": a.box, "cells": tb.num_rows, "first_call_ms": round(cold * 1e3, 3),
-                               "median_ms": round(statistics.median(lat) * 1e3, 3),
-                               "p99_ms": round(lat[int(0.99 * (len(lat) - 1))] * 1e3, 3),
-                               "queries": a.queries}
+            result["query"] = {
+                "box": a.box,
+                "cells": tb.num_rows,
+                "first_call_ms": round(cold * 1e3, 3),
+                "median_ms": round(statistics.median(lat) * 1e3, 3),
+                "p99_ms": round(lat[int(0.99 * (len(lat) - 1))] * 1e3, 3),
+                "queries": a.queries,
+            }
             assert first.num_rows == tb.num_rows
     finally:
         if sampler:
@@ -176,8 +199,10 @@ def main(argv=None) -> int:
     if a.json:
         print(json.dumps(result, indent=2))
         return 0
-    print(f"\nfinalize {a.n:,} scidb96 records ({a.n * 96 / 1e9:.2f} GB), --dims {a.dims}, "
-          f"{a.store} with {a.shards} shards, median of {a.repeats}")
+    print(
+        f"\nfinalize {a.n:,} scidb96 records ({a.n * 96 / 1e9:.2f} GB), --dims {a.dims}, "
+        f"{a.store} with {a.shards} shards, median of {a.repeats}"
+    )
     print(f"{'workers':>8} {'MB/s':>9} {'seconds':>9}")
     for w in ws:
         f = result["finalize"][w]
@@ -186,12 +211,16 @@ def main(argv=None) -> int:
     if "speedup_2_vs_1" in result:
         print(f"2 vs 1 workers: {result['speedup_2_vs_1']:.2f}x")
     for ph, v in result.get("rss_tree", {}).items():
-        print(f"peak memory of the process tree during {ph}: RSS {v['peak_rss_bytes'] / 2**30:.2f} GiB, "
-              f"private (USS) {v['peak_uss_bytes'] / 2**30:.2f} GiB ({v['samples']} samples, "
-              f"up to {v['max_processes']} processes)")
+        print(
+            f"peak memory of the process tree during {ph}: RSS {v['peak_rss_bytes'] / 2**30:.2f} GiB, "
+            f"private (USS) {v['peak_uss_bytes'] / 2**30:.2f} GiB ({v['samples']} samples, "
+            f"up to {v['max_processes']} processes)"
+        )
     q = result["query"]
-    print(f"box {q['box']}: {q['cells']} cells, median {q['median_ms']:.3f} ms, p99 {q['p99_ms']:.3f} ms "
-          f"(first call {q['first_call_ms']:.1f} ms, {q['queries']} queries)")
+    print(
+        f"box {q['box']}: {q['cells']} cells, median {q['median_ms']:.3f} ms, p99 {q['p99_ms']:.3f} ms "
+        f"(first call {q['first_call_ms']:.1f} ms, {q['queries']} queries)"
+    )
     return 0
 
 

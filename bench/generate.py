@@ -64,8 +64,9 @@ def bench_docs(n: int, repeats: int) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=2_000_000, help="records per run (default 2,000,000)")
-    ap.add_argument("--docs", type=int, default=200_000,
-                    help="documents per run of the docs paths (default 200,000; 0 skips them)")
+    ap.add_argument(
+        "--docs", type=int, default=200_000, help="documents per run of the docs paths (default 200,000; 0 skips them)"
+    )
     ap.add_argument("--repeats", type=int, default=5, help="runs per path (default 5)")
     ap.add_argument("--dir", default=None, help="directory for the file paths (default: bench/out)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -137,8 +138,10 @@ def main(argv=None) -> int:
         print_paths(report["paths"])
         if args.docs:
             d = report["docs"]
-            print(f"\ndocs generator: {d['docs']:,} documents ({d['text_bytes'] / 1e6:,.0f} MB of text), "
-                  f"{repeats} runs each")
+            print(
+                f"\ndocs generator: {d['docs']:,} documents ({d['text_bytes'] / 1e6:,.0f} MB of text), "
+                f"{repeats} runs each"
+            )
             print_paths(d["paths"], per_doc=True)
     return 0
 

@@ -61,8 +61,13 @@ def batch_reads(root: str, n: int, repeats: int) -> dict:
     plain, with_check = median_s(decode_only, repeats), median_s(checked, repeats)
     mb = n * 96 / 1e6
     ds.close()
-    return {"records": n, "decode_mb_s": round(mb / plain), "checked_mb_s": round(mb / with_check),
-            "check_share": round((with_check - plain) / with_check, 3), "uri": uri}
+    return {
+        "records": n,
+        "decode_mb_s": round(mb / plain),
+        "checked_mb_s": round(mb / with_check),
+        "check_share": round((with_check - plain) / with_check, 3),
+        "uri": uri,
+    }
 
 
 def box_query(uri: str, repeats: int) -> dict:
@@ -96,8 +101,14 @@ def box_query(uri: str, repeats: int) -> dict:
         nbytes += len(rd.get(ai.keys[i]))
         rd.__exit__(None, None, None)
     ds.close()
-    return {"cells": rows, "query_ms": round(q * 1e3, 3), "pieces": len(hit), "piece_bytes": nbytes,
-            "xxh3_of_pieces_ms": round(h * 1e3, 3), "would_add": round(h / q, 2)}
+    return {
+        "cells": rows,
+        "query_ms": round(q * 1e3, 3),
+        "pieces": len(hit),
+        "piece_bytes": nbytes,
+        "xxh3_of_pieces_ms": round(h * 1e3, 3),
+        "would_add": round(h / q, 2),
+    }
 
 
 def docs_get(root: str, ndocs: int, repeats: int) -> dict:
@@ -118,8 +129,12 @@ def docs_get(root: str, ndocs: int, repeats: int) -> dict:
     st = ds.shard(b.shard)
     r = median_s(lambda: range_checksum(st, b.table, b.lo, b.hi, True), repeats)
     ds.close()
-    return {"get_us": round(g * 1e6, 1), "batch_range_checksum_us": round(r * 1e6, 1),
-            "batch_docs": b.docs, "would_add": round(r / g, 1)}
+    return {
+        "get_us": round(g * 1e6, 1),
+        "batch_range_checksum_us": round(r * 1e6, 1),
+        "batch_docs": b.docs,
+        "would_add": round(r / g, 1),
+    }
 
 
 def lmdb_value_check(root: str, ndocs: int, repeats: int) -> dict:
@@ -150,9 +165,12 @@ def lmdb_value_check(root: str, ndocs: int, repeats: int) -> dict:
     ds.close()
     out = {"items": ndocs}
     for k in figures:
-        per = (len(ids) if k == "get" else ndocs)
-        out[k] = {"unchecked_us": round(plain[k] / per * 1e6, 2), "checked_us": round(checked[k] / per * 1e6, 2),
-                  "check_share": round((checked[k] - plain[k]) / checked[k], 3)}
+        per = len(ids) if k == "get" else ndocs
+        out[k] = {
+            "unchecked_us": round(plain[k] / per * 1e6, 2),
+            "checked_us": round(checked[k] / per * 1e6, 2),
+            "check_share": round((checked[k] - plain[k]) / checked[k], 3),
+        }
     return out
 
 
@@ -170,8 +188,11 @@ def manifest_read(root: str, repeats: int) -> dict:
         dec = median_s(lambda: json.loads(text), repeats)
         val = median_s(lambda: problem(json.loads(text)), repeats)
         full = median_s(lambda: mf.Manifest.from_json(json.loads(text)), repeats)
-        out[n] = {"json_ms": round(dec * 1e3, 1), "json_and_check_ms": round(val * 1e3, 1),
-                  "json_and_objects_ms": round(full * 1e3, 1)}
+        out[n] = {
+            "json_ms": round(dec * 1e3, 1),
+            "json_and_check_ms": round(val * 1e3, 1),
+            "json_and_objects_ms": round(full * 1e3, 1),
+        }
     return out
 
 

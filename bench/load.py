@@ -34,12 +34,26 @@ from pathlib import Path
 from loader.bench import suite as B
 from loader.bench.loads import compressed_config
 
-FIGURES = ["gen-file-fsync", "gen-shm", "gen-pipe", "cold-read", "load-lmdb-capnp-w1", "load-lmdb-capnp-w2",
-           "load-lmdb-arrow-none", "load-rocksdb-capnp", "load-mem-capnp",
-           # the versus section: interleaved with the peers (ArcticDB, TileDB when installed)
-           "load-lmdb-default", "load-file-warm", "load-file-cold",
-           "peer-arcticdb-write-build", "peer-arcticdb-write", "peer-arcticdb-read", "peer-tiledb-write",
-           "peer-tiledb-box"]
+FIGURES = [
+    "gen-file-fsync",
+    "gen-shm",
+    "gen-pipe",
+    "cold-read",
+    "load-lmdb-capnp-w1",
+    "load-lmdb-capnp-w2",
+    "load-lmdb-arrow-none",
+    "load-rocksdb-capnp",
+    "load-mem-capnp",
+    # the versus section: interleaved with the peers (ArcticDB, TileDB when installed)
+    "load-lmdb-default",
+    "load-file-warm",
+    "load-file-cold",
+    "peer-arcticdb-write-build",
+    "peer-arcticdb-write",
+    "peer-arcticdb-read",
+    "peer-tiledb-write",
+    "peer-tiledb-box",
+]
 
 
 def main(argv=None) -> int:
@@ -49,8 +63,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     ap.add_argument("--rss", action="store_true", help="also the peak RSS of n=50M vs n=2M loads")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
-    ap.add_argument("--compressed", default="capnp:lz4,capnp:zstd",
-                    help="FORMAT:COMPRESSION loads measured against ArcticDB (default capnp:lz4,capnp:zstd)")
+    ap.add_argument(
+        "--compressed",
+        default="capnp:lz4,capnp:zstd",
+        help="FORMAT:COMPRESSION loads measured against ArcticDB (default capnp:lz4,capnp:zstd)",
+    )
     ap.add_argument("--n-tiledb", type=int, default=None, help="records of the TileDB write (default 2,000,000)")
     a = ap.parse_args(argv)
     cores = os.cpu_count() or 1
@@ -61,10 +78,19 @@ def main(argv=None) -> int:
     if a.rss:
         only |= {"rss"}
     log = (lambda s: None) if a.json else (lambda s: print(s, file=sys.stderr, flush=True))
-    result = B.run("full", n=a.n, repeats=a.repeats, out=a.out, log=log, name="load",
-                   sections=sections, only=only, n_tiledb=a.n_tiledb,
-                   compressed=compressed,
-                   rss_n=(2_000_000, 50_000_000) if a.rss else None)
+    result = B.run(
+        "full",
+        n=a.n,
+        repeats=a.repeats,
+        out=a.out,
+        log=log,
+        name="load",
+        sections=sections,
+        only=only,
+        n_tiledb=a.n_tiledb,
+        compressed=compressed,
+        rss_n=(2_000_000, 50_000_000) if a.rss else None,
+    )
     # the full suite's rss_n is dropped when n < 20M; --rss asks for it explicitly
     if a.json:
         print(json.dumps(result, indent=1, default=str))
@@ -75,8 +101,10 @@ def main(argv=None) -> int:
             print(f"{t['status']:<6} {t['ratio']:6.2f} (target {t['target']})  {t['what']}")
     for c in result["comparisons"]:
         rr = c["round_ratio"]
-        print(f"{c['ratio']:6.2f} x (rounds {rr['min']:.2f} - {rr['max']:.2f})  {c['bulkload']} / {c['peer']}"
-              + (f"; bytes on disk {c['disk_bytes_ratio']:.2f} x" if c["disk_bytes_ratio"] else ""))
+        print(
+            f"{c['ratio']:6.2f} x (rounds {rr['min']:.2f} - {rr['max']:.2f})  {c['bulkload']} / {c['peer']}"
+            + (f"; bytes on disk {c['disk_bytes_ratio']:.2f} x" if c["disk_bytes_ratio"] else "")
+        )
     print(f"wrote {result['outputs']['json']} and {result['outputs']['markdown']}")
     return 0
 

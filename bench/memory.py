@@ -68,9 +68,13 @@ def run_arcticdb(n: int, path: Path) -> float:
 
 def figure(seconds: list[float], n: int) -> dict:
     rates = sorted(n * RECORD_BYTES / s / 1e6 for s in seconds)
-    return {"seconds": [round(s, 4) for s in seconds], "median_s": round(statistics.median(seconds), 4),
-            "mb_s_median": round(statistics.median(rates), 1), "mb_s_min": round(rates[0], 1),
-            "mb_s_max": round(rates[-1], 1)}
+    return {
+        "seconds": [round(s, 4) for s in seconds],
+        "median_s": round(statistics.median(seconds), 4),
+        "mb_s_median": round(statistics.median(rates), 1),
+        "mb_s_min": round(rates[0], 1),
+        "mb_s_max": round(rates[-1], 1),
+    }
 
 
 def measure(n: int, repeat: int, workers: int | None, shards: int | None, work: Path) -> dict:
@@ -78,8 +82,10 @@ def measure(n: int, repeat: int, workers: int | None, shards: int | None, work: 
     work.mkdir(parents=True, exist_ok=True)
     warm_for(n * RECORD_BYTES)  # each run starts from settled memory (processes.settle)
     ds = work / "ds"
-    rows = {"memory": lambda: run_memory(n, f"lmdb://{ds}", workers, shards),
-            "gen": lambda: run_gen(n, f"lmdb://{ds}", workers, shards)}
+    rows = {
+        "memory": lambda: run_memory(n, f"lmdb://{ds}", workers, shards),
+        "gen": lambda: run_gen(n, f"lmdb://{ds}", workers, shards),
+    }
     skipped = {}
     if installed("arcticdb") and installed("pandas"):
         rows["arcticdb"] = lambda: run_arcticdb(n, ds)
@@ -93,26 +99,47 @@ def measure(n: int, repeat: int, workers: int | None, shards: int | None, work: 
             times[name].append(run())
     rm(work)
     figures = {name: figure(t, n) for name, t in times.items()} | skipped
-    ratios = {f"memory/{other}": round(figures[other]["median_s"] / figures["memory"]["median_s"], 3)
-              for other in rows if other != "memory"}
-    return {"benchmark": "memory", "records": n, "bytes": n * RECORD_BYTES, "repeat": repeat,
-            "workers": workers, "shards": shards, "cpus": os.cpu_count(), "figures": figures, "ratios": ratios,
-            "target": {"memory/gen": TARGET, "met": ratios["memory/gen"] >= TARGET}}
+    ratios = {
+        f"memory/{other}": round(figures[other]["median_s"] / figures["memory"]["median_s"], 3)
+        for other in rows
+        if other != "memory"
+    }
+    return {
+        "benchmark": "memory",
+        "records": n,
+        "bytes": n * RECORD_BYTES,
+        "repeat": repeat,
+        "workers": workers,
+        "shards": shards,
+        "cpus": os.cpu_count(),
+        "figures": figures,
+        "ratios": ratios,
+        "target": {"memory/gen": TARGET, "met": ratios["memory/gen"] >= TARGET},
+    }
 
 
 def print_table(result: dict) -> None:
-    print(f"in-memory loads: {result['records']:,} scidb96 records ({result['bytes'] / 1e6:,.0f} MB), "
-          f"{result['repeat']} interleaved runs each")
+    print(
+        f"in-memory loads: {result['records']:,} scidb96 records ({result['bytes'] / 1e6:,.0f} MB), "
+        f"{result['repeat']} interleaved runs each"
+    )
     print(f"{'row':<10}{'median s':>10}{'MB/s median':>13}{'min - max':>20}")
     for name, f in result["figures"].items():
         if "skipped" in f:
             print(f"{name:<10}{'skipped: ' + f['skipped']:>43}")
             continue
-        print(f"{name:<10}{f['median_s']:>10.3f}{f['mb_s_median']:>13,.1f}"
-              f"{f['mb_s_min']:>12,.1f} - {f['mb_s_max']:,.1f}")
+        print(
+            f"{name:<10}{f['median_s']:>10.3f}{f['mb_s_median']:>13,.1f}{f['mb_s_min']:>12,.1f} - {f['mb_s_max']:,.1f}"
+        )
     for what, ratio in result["ratios"].items():
-        print(f"{what:<16}{ratio:>6.3f}" + (f"  (target >= {TARGET}: {'met' if result['target']['met'] else 'NOT met'})"
-                                            if what == "memory/gen" else ""))
+        print(
+            f"{what:<16}{ratio:>6.3f}"
+            + (
+                f"  (target >= {TARGET}: {'met' if result['target']['met'] else 'NOT met'})"
+                if what == "memory/gen"
+                else ""
+            )
+        )
 
 
 def main(argv=None) -> int:

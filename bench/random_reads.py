@@ -32,8 +32,16 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     a = ap.parse_args(argv)
     log = (lambda s: None) if a.json else (lambda s: print(s, file=sys.stderr, flush=True))
-    result = B.run("full", n=a.n, repeats=a.repeats, out=a.out, log=log, name="random_reads",
-                   sections=("random",), random_tasks=a.tasks)
+    result = B.run(
+        "full",
+        n=a.n,
+        repeats=a.repeats,
+        out=a.out,
+        log=log,
+        name="random_reads",
+        sections=("random",),
+        random_tasks=a.tasks,
+    )
     if a.json:
         print(json.dumps(result, indent=1, default=str))
         return 0
@@ -43,8 +51,10 @@ def main(argv=None) -> int:
             print(f"{f['id']:<28} {f['mb_s']['median']:9,.1f} MB/s  disk bytes read / bytes asked: {amp}")
     for t in result["targets"]:
         if t["id"].startswith("random-"):
-            print(f"{t['status']:<13} {t['ratio'] if t['ratio'] is not None else '':>6} (target >= {t['target']})  "
-                  f"{t['what']}")
+            print(
+                f"{t['status']:<13} {t['ratio'] if t['ratio'] is not None else '':>6} (target >= {t['target']})  "
+                f"{t['what']}"
+            )
     print(f"wrote {result['outputs']['json']} and {result['outputs']['markdown']}")
     return 0
 

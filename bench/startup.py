@@ -65,8 +65,10 @@ def wall(argv: list[str], cwd: Path) -> tuple[float, float]:
 
 def measure(bulkloads: list[str], repeats: int, n: int, work: Path) -> dict:
     """{bulkload: {command: [seconds per run]}}, every (command, bulkload) pair interleaved."""
-    prefixes = {b: [os.path.abspath(w) if i == 0 and os.path.exists(w) else w for i, w in enumerate(shlex.split(b))]
-                for b in bulkloads}  # the commands run in ``work``: a relative program path is made absolute
+    prefixes = {
+        b: [os.path.abspath(w) if i == 0 and os.path.exists(w) else w for i, w in enumerate(shlex.split(b))]
+        for b in bulkloads
+    }  # the commands run in ``work``: a relative program path is made absolute
     wall(prefixes[bulkloads[0]] + ["load", "-q", f"gen://scidb96?n={n}", f"lmdb://{work / 'info'}"], work)
     samples = {b: {name: [] for name in TARGETS_S} for b in bulkloads}
     for b in bulkloads:  # a warm-up round, not counted: bytecode written, files in the page cache
@@ -90,9 +92,18 @@ def summary(samples: dict) -> list[dict]:
         for name, runs in by_name.items():
             walls, cpus = [w for w, _ in runs], [c for _, c in runs]
             median = statistics.median(walls)
-            rows.append({"bulkload": b, "command": name, "median_s": median, "min_s": min(walls),
-                         "max_s": max(walls), "cpu_median_s": statistics.median(cpus),
-                         "target_s": TARGETS_S[name], "pass": median <= TARGETS_S[name]})
+            rows.append(
+                {
+                    "bulkload": b,
+                    "command": name,
+                    "median_s": median,
+                    "min_s": min(walls),
+                    "max_s": max(walls),
+                    "cpu_median_s": statistics.median(cpus),
+                    "target_s": TARGETS_S[name],
+                    "pass": median <= TARGETS_S[name],
+                }
+            )
     return rows
 
 
@@ -113,8 +124,10 @@ def main() -> None:
     print(f"start-up, wall of the whole command, median (min-max) of {a.repeats} interleaved runs")
     for r in rows:
         label = r["bulkload"] if len(bulkloads) > 1 else ""
-        print(f"  {r['command']:<5} {r['median_s']:6.3f} s ({r['min_s']:.3f}-{r['max_s']:.3f}), cpu "
-              f"{r['cpu_median_s']:.3f} s  target <= {r['target_s']:.2f} s  {'pass' if r['pass'] else 'SHORT'}  {label}")
+        print(
+            f"  {r['command']:<5} {r['median_s']:6.3f} s ({r['min_s']:.3f}-{r['max_s']:.3f}), cpu "
+            f"{r['cpu_median_s']:.3f} s  target <= {r['target_s']:.2f} s  {'pass' if r['pass'] else 'SHORT'}  {label}"
+        )
 
 
 if __name__ == "__main__":

@@ -13,8 +13,22 @@ import importlib
 
 __version__ = "0.1.0"
 
-__all__ = ["compact", "export", "finalize", "generator", "info", "ingest", "load", "open", "prune_runs", "query",
-           "run", "runs", "verify", "__version__"]
+__all__ = [
+    "__version__",
+    "compact",
+    "export",
+    "finalize",
+    "generator",
+    "info",
+    "ingest",
+    "load",
+    "open",
+    "prune_runs",
+    "query",
+    "run",
+    "runs",
+    "verify",
+]
 
 
 def __getattr__(name):  # lazy: keep `import loader` (and worker start-up) light

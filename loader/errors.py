@@ -126,8 +126,14 @@ class KeyOrderError(InputError):
 
 
 class PartialRecordError(InputError):
-    def __init__(self, source: str, offset: int, record_size: int, tail: int,
-                 fix: str = "truncate or complete the file and retry"):
+    def __init__(
+        self,
+        source: str,
+        offset: int,
+        record_size: int,
+        tail: int,
+        fix: str = "truncate or complete the file and retry",
+    ):
         super().__init__(
             f"{source}: partial record at byte offset {offset} "
             f"({tail} trailing bytes, records are {record_size} bytes); "
@@ -302,7 +308,7 @@ class Interrupted(KeyboardInterrupt):
         return 128 + self.signo
 
     @classmethod
-    def of(cls, exc: KeyboardInterrupt) -> "Interrupted":
+    def of(cls, exc: KeyboardInterrupt) -> Interrupted:
         """``exc`` itself, or a plain KeyboardInterrupt as the SIGINT it came from."""
         return exc if isinstance(exc, cls) else cls(signal.SIGINT)
 

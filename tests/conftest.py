@@ -26,9 +26,15 @@ def tool(name: str) -> str:
 def run_cli(*args, input=None, check=False, timeout=120, env=None):
     """Run the installed `bulkload` command; returns CompletedProcess (text output)."""
     e = dict(os.environ, **(env or {}))
-    return subprocess.run([tool("bulkload"), *map(str, args)], input=input, capture_output=True,
-                          timeout=timeout, check=check, env=e,
-                          text=not isinstance(input, bytes))
+    return subprocess.run(
+        [tool("bulkload"), *map(str, args)],
+        input=input,
+        capture_output=True,
+        timeout=timeout,
+        check=check,
+        env=e,
+        text=not isinstance(input, bytes),
+    )
 
 
 def manifest_json(root) -> dict:

@@ -67,6 +67,7 @@ def __getattr__(name: str):
         value = with_keep_runs(value, KEEP_RUNS[name])
     if name in ENGINE_RUNS:  # imported here, like the stages: only for a run
         from .engine import with_engine
+
         value = with_engine(value, ENGINE_RUNS[name])
     globals()[name] = value
     return value

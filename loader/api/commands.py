@@ -31,18 +31,42 @@ def verify(dataset: str) -> VerifyReport:
         return ds.verify()
 
 
-def export(dataset: str, out: str, format: str = "arrow", *, columns=None, records=None, box=None,
-           array: str | None = None, compression: str | None = None, row_group_rows: int | None = None,
-           formats=EXPORT_FORMATS) -> ExportReport:
+def export(
+    dataset: str,
+    out: str,
+    format: str = "arrow",
+    *,
+    columns=None,
+    records=None,
+    box=None,
+    array: str | None = None,
+    compression: str | None = None,
+    row_group_rows: int | None = None,
+    formats=EXPORT_FORMATS,
+) -> ExportReport:
     """Write the records (or the ``columns`` of ``records`` / of a ``box`` of ``array``: see
     `Dataset.scan`), in order, to ``out`` as arrow, parquet, csv, jsonl, npy or capnp."""
     with open_dataset(dataset) as ds:
-        return export_records(ds, out, format, Selection(columns, records, box, array), compression=compression,
-                              row_group_rows=row_group_rows, formats=formats)
+        return export_records(
+            ds,
+            out,
+            format,
+            Selection(columns, records, box, array),
+            compression=compression,
+            row_group_rows=row_group_rows,
+            formats=formats,
+        )
 
 
-def query(dataset: str, box: str | dict, *, array: str = "grid", attrs: str | None = None,
-          format: str | None = None, out: str | None = None):
+def query(
+    dataset: str,
+    box: str | dict,
+    *,
+    array: str = "grid",
+    attrs: str | None = None,
+    format: str | None = None,
+    out: str | None = None,
+):
     """The cells of a half-open box of a 2-D array (``"i0=2:5,i1=0:1000"`` or
     ``{"i0": (2, 5), ...}``) as a pyarrow Table; with ``format``, also written to ``out``
     (standard output when ``out`` is None) as `bulkload query` writes it."""
@@ -67,8 +91,9 @@ def info(dataset: str, as_of=None) -> dict:
         return ds.info()
 
 
-def runs(dataset: str, status: str | None = None, kind: str | None = None, since=None,
-         limit: int | None = None) -> list[Run]:
+def runs(
+    dataset: str, status: str | None = None, kind: str | None = None, since=None, limit: int | None = None
+) -> list[Run]:
     """The dataset's run records, newest first, as `info` shows them (a dead job's
     ``running`` run ``interrupted``, the runs before the last --replace ``replaced``):
     those of ``status`` and ``kind``, started at or after ``since`` (``"30d"``, ``"12h"``,

@@ -66,16 +66,22 @@ def engine_info(ex) -> dict:
     used, tasks retried ({} for the local pool: its reports stay the report's ``to_dict()``)."""
     if ex.local:
         return {}
-    return {"engine": ex.engine, "scheduler": ex.scheduler, "engine_workers": sorted(ex.workers),
-            "tasks_retried": ex.retried}
+    return {
+        "engine": ex.engine,
+        "scheduler": ex.scheduler,
+        "engine_workers": sorted(ex.workers),
+        "tasks_retried": ex.retried,
+    }
 
 
 def _dask_root(dataset: str) -> str:
     """The dataset's directory (UsageError for mem://, which no Dask worker can reach)."""
     spec = parse_dataset_uri(dataset)
     if spec.scheme == "mem":
-        raise UsageError(f"{dataset}: a mem:// dataset lives in one process and cannot be written by Dask "
-                         "workers; use lmdb:// or rocksdb:// on a filesystem every worker sees")
+        raise UsageError(
+            f"{dataset}: a mem:// dataset lives in one process and cannot be written by Dask "
+            "workers; use lmdb:// or rocksdb:// on a filesystem every worker sees"
+        )
     return spec.root
 
 
@@ -88,8 +94,9 @@ def _dask_client(client, scheduler: str):
         yield client, str(client.scheduler.address)
         return
     if not scheduler:
-        raise UsageError("the dask engine needs a scheduler: --scheduler tcp://HOST:PORT or local:N "
-                         "(or BULKLOAD_SCHEDULER)")
+        raise UsageError(
+            "the dask engine needs a scheduler: --scheduler tcp://HOST:PORT or local:N (or BULKLOAD_SCHEDULER)"
+        )
     if not env.scheduler_ok(scheduler):
         raise UsageError(f"scheduler {scheduler!r} is not a Dask scheduler address: {env.SCHEDULER_FORMS}")
     local = scheduler.startswith("local:")

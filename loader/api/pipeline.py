@@ -61,21 +61,48 @@ from .engine import engine_for, engine_info
 # section -> key -> (type, default); default None: optional; REQUIRED: must be given
 REQUIRED = object()
 SCHEMA: dict[str, dict[str, tuple[type, object]]] = {
-    "job": {"dataset": (str, REQUIRED), "layout": (str, None), "format": (str, None),
-            "compression": (str, None), "shards": (int, None), "workers": (int, None),
-            "batch_records": (int, None), "checkpoint_seconds": (float, None), "quiet": (bool, False),
-            "name": (str, None), "engine": (str, None), "scheduler": (str, None), "keep_runs": (int, None)},
-    "load": {"source": (str, REQUIRED), "new_run": (bool, False), "replace": (bool, False),
-             "enabled": (bool, True)},
-    "ingest": {"from": (str, REQUIRED), "pattern": (str, "*"), "on_bad_file": (str, "fail"),
-               "enabled": (bool, True)},
-    "compact": {"target_batch_records": (int, None), "force": (bool, False), "keep_snapshots": (int, None),
-                "enabled": (bool, True)},
-    "finalize": {"dims": (str, None), "array": (str, "grid"), "duplicates": (str, "error"),
-                 "compact": (bool, True), "workers": (int, None), "memory_budget": (str, None),
-                 "compression": (str, None), "keep_snapshots": (int, None), "enabled": (bool, True)},
-    "query": {"box": (str, REQUIRED), "array": (str, "grid"), "attrs": (str, None),
-              "format": (str, "csv"), "out": (str, None), "enabled": (bool, True)},
+    "job": {
+        "dataset": (str, REQUIRED),
+        "layout": (str, None),
+        "format": (str, None),
+        "compression": (str, None),
+        "shards": (int, None),
+        "workers": (int, None),
+        "batch_records": (int, None),
+        "checkpoint_seconds": (float, None),
+        "quiet": (bool, False),
+        "name": (str, None),
+        "engine": (str, None),
+        "scheduler": (str, None),
+        "keep_runs": (int, None),
+    },
+    "load": {"source": (str, REQUIRED), "new_run": (bool, False), "replace": (bool, False), "enabled": (bool, True)},
+    "ingest": {"from": (str, REQUIRED), "pattern": (str, "*"), "on_bad_file": (str, "fail"), "enabled": (bool, True)},
+    "compact": {
+        "target_batch_records": (int, None),
+        "force": (bool, False),
+        "keep_snapshots": (int, None),
+        "enabled": (bool, True),
+    },
+    "finalize": {
+        "dims": (str, None),
+        "array": (str, "grid"),
+        "duplicates": (str, "error"),
+        "compact": (bool, True),
+        "workers": (int, None),
+        "memory_budget": (str, None),
+        "compression": (str, None),
+        "keep_snapshots": (int, None),
+        "enabled": (bool, True),
+    },
+    "query": {
+        "box": (str, REQUIRED),
+        "array": (str, "grid"),
+        "attrs": (str, None),
+        "format": (str, "csv"),
+        "out": (str, None),
+        "enabled": (bool, True),
+    },
 }
 STEPS = ("load", "ingest", "compact", "finalize", "query")
 TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
@@ -143,7 +170,7 @@ def _convert(value, typ: type, name: str, where: str, from_text: bool):
             raise PipelineError(f"{where}: key {name} must be {TYPE_NAMES[typ]}, not {text!r}") from None
     if typ is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
-    if typ is int and isinstance(value, bool) or not isinstance(value, typ):
+    if (typ is int and isinstance(value, bool)) or not isinstance(value, typ):
         raise PipelineError(f"{where}: key {name} must be {TYPE_NAMES[typ]}, not {value!r}")
     return value
 
@@ -183,8 +210,9 @@ def _from_file(path: str, data: dict, lines: dict[str, int]) -> tuple[dict[str, 
     for key, value in data.items():
         if isinstance(value, dict):
             if key not in SCHEMA:
-                raise PipelineError(f"{_where(path, lines, f'[{key}]')}: unknown section [{key}]; "
-                                    f"known sections: {', '.join(SCHEMA)}")
+                raise PipelineError(
+                    f"{_where(path, lines, f'[{key}]')}: unknown section [{key}]; known sections: {', '.join(SCHEMA)}"
+                )
             section, items = key, value
         else:
             section, items = "job", {key: value}
@@ -193,8 +221,7 @@ def _from_file(path: str, data: dict, lines: dict[str, int]) -> tuple[dict[str, 
             name = f"{section}.{k}"
             where = _where(path, lines, name)
             if k not in known:
-                raise PipelineError(f"{where}: unknown key '{k}' in [{section}]; known keys: "
-                                    f"{', '.join(known)}")
+                raise PipelineError(f"{where}: unknown key '{k}' in [{section}]; known keys: {', '.join(known)}")
             if isinstance(v, dict):
                 raise PipelineError(f"{where}: key '{k}' in [{section}] must be a value, not a table")
             config.setdefault(section, {})[k] = _convert(v, known[k][0], f"'{k}' in [{section}]", where, False)
@@ -212,8 +239,9 @@ def _from_env(config: dict[str, dict], origin: dict[str, str], env) -> None:
                 names.append(f"BULKLOAD_{k.upper()}")
             for var in names:
                 if var in env:
-                    config[section][k] = _convert(env[var], typ, f"'{k}' in [{section}]", f"environment variable {var}",
-                                                  True)
+                    config[section][k] = _convert(
+                        env[var], typ, f"'{k}' in [{section}]", f"environment variable {var}", True
+                    )
                     origin[f"{section}.{k}"] = f"environment variable {var}"
                     break
 
@@ -230,10 +258,12 @@ def _from_sets(config: dict[str, dict], origin: dict[str, str], sets: list[str])
         if section not in SCHEMA:
             raise PipelineError(f"--set {item!r}: unknown section [{section}]; known sections: {', '.join(SCHEMA)}")
         if k not in SCHEMA[section]:
-            raise PipelineError(f"--set {item!r}: unknown key '{k}' in [{section}]; known keys: "
-                                f"{', '.join(SCHEMA[section])}")
-        config.setdefault(section, {})[k] = _convert(value, SCHEMA[section][k][0], f"'{k}' in [{section}]",
-                                                     f"--set {name}", True)
+            raise PipelineError(
+                f"--set {item!r}: unknown key '{k}' in [{section}]; known keys: {', '.join(SCHEMA[section])}"
+            )
+        config.setdefault(section, {})[k] = _convert(
+            value, SCHEMA[section][k][0], f"'{k}' in [{section}]", f"--set {name}", True
+        )
         origin[f"{section}.{k}"] = f"--set {name}"
 
 
@@ -252,8 +282,9 @@ def _finish(path: str, lines: dict[str, int], config: dict[str, dict]) -> None:
     src = [s for s in ("load", "ingest") if s in config and config[s]["enabled"]]
     if len(src) != 1:
         what = "both [load] and [ingest]" if src else "neither [load] nor [ingest]"
-        raise PipelineError(f"{path}: a pipeline needs exactly one of [load] (source = ...) or [ingest] "
-                            f"(from = ...); it has {what}")
+        raise PipelineError(
+            f"{path}: a pipeline needs exactly one of [load] (source = ...) or [ingest] (from = ...); it has {what}"
+        )
 
 
 @dataclass
@@ -273,9 +304,17 @@ class PipelineReport:
         return d | used
 
 
-def run(path: str, sets: list[str] | None = None, *, progress: str = "auto", env: dict | None = None,
-        client=None, engine: str | None = None, scheduler: str | None = None,
-        check: bool = False) -> PipelineReport:
+def run(
+    path: str,
+    sets: list[str] | None = None,
+    *,
+    progress: str = "auto",
+    env: dict | None = None,
+    client=None,
+    engine: str | None = None,
+    scheduler: str | None = None,
+    check: bool = False,
+) -> PipelineReport:
     """Parse and run a pipeline; returns a report with one entry per step. ``client`` /
     ``engine`` / ``scheduler``: where its tasks run (over the file's [job] keys). Every
     value of every step is checked first; ``check``: only that (each step's entry is
@@ -285,8 +324,12 @@ def run(path: str, sets: list[str] | None = None, *, progress: str = "auto", env
     name, where = _engine_choice(p, client, engine, scheduler)
     check_steps(p)
     if check:
-        return PipelineReport(pipeline=_name(p), path=path, dataset=p.config["job"]["dataset"],
-                              steps=[{"step": s, "checked": True} for s in p.steps])
+        return PipelineReport(
+            pipeline=_name(p),
+            path=path,
+            dataset=p.config["job"]["dataset"],
+            steps=[{"step": s, "checked": True} for s in p.steps],
+        )
     with engine_for(p.config["job"]["dataset"], client, name, where) as ex:
         report = _run_steps(p, progress)
     report.engine = engine_info(ex)
@@ -314,8 +357,10 @@ def check_steps(p: Pipeline) -> None:
 def _engine_choice(p: Pipeline, client, engine: str | None, scheduler: str | None) -> tuple:
     """(engine, scheduler) for engine_for: the caller's, else the [job] keys (checked)."""
     job = p.config["job"]
-    for key, ok, what in (("engine", lambda v: v.strip().lower() in variables.ENGINES, "local or dask"),
-                          ("scheduler", variables.scheduler_ok, variables.SCHEDULER_FORMS + " (N >= 1)")):
+    for key, ok, what in (
+        ("engine", lambda v: v.strip().lower() in variables.ENGINES, "local or dask"),
+        ("scheduler", variables.scheduler_ok, variables.SCHEDULER_FORMS + " (N >= 1)"),
+    ):
         if job.get(key) is not None and not ok(job[key]):
             where = p.origin.get(f"job.{key}", p.path)
             where = where if where.startswith(p.path) else f"{p.path}: {where}"
@@ -329,9 +374,15 @@ def _run_steps(p: Pipeline, progress: str) -> PipelineReport:
     job = p.config["job"]
     if job.get("quiet"):
         progress = "none"
-    common = dict(layout=job["layout"], format=job["format"], compression=job["compression"],
-                  shards=job["shards"], workers=job["workers"], batch_records=job["batch_records"],
-                  checkpoint_seconds=job["checkpoint_seconds"])
+    common = dict(
+        layout=job["layout"],
+        format=job["format"],
+        compression=job["compression"],
+        shards=job["shards"],
+        workers=job["workers"],
+        batch_records=job["batch_records"],
+        checkpoint_seconds=job["checkpoint_seconds"],
+    )
     dataset = job["dataset"]
     name = _name(p)
     report = PipelineReport(pipeline=name, path=path, dataset=dataset)
@@ -343,8 +394,14 @@ def _run_steps(p: Pipeline, progress: str) -> PipelineReport:
         try:
             out = _STEP[step](dataset, p.config[step], common, job, progress)
         except BulkloadError as e:
-            _event(progress, f"pipeline {name}: step {step} failed: {e}", level="error", pipeline=name,
-                   step=step, event="step-failed")
+            _event(
+                progress,
+                f"pipeline {name}: step {step} failed: {e}",
+                level="error",
+                pipeline=name,
+                step=step,
+                event="step-failed",
+            )
             if len(e.args) == 1 and isinstance(e.args[0], str):
                 e.args = (f"pipeline {name}, step {step}: {e.args[0]}",)
             raise
@@ -373,26 +430,43 @@ def _event(progress: str, message: str, **fields) -> None:
 
 
 def _step_load(dataset, cfg, common, job, progress) -> dict:
-    return load(cfg["source"], dataset, progress=progress, new_run=cfg["new_run"], replace=cfg["replace"],
-                **common).to_dict()
+    return load(
+        cfg["source"], dataset, progress=progress, new_run=cfg["new_run"], replace=cfg["replace"], **common
+    ).to_dict()
 
 
 def _step_ingest(dataset, cfg, common, job, progress) -> dict:
-    return ingest(dataset, cfg["from"], pattern=cfg["pattern"], on_bad_file=cfg["on_bad_file"],
-                  progress=progress, **common).to_dict()
+    return ingest(
+        dataset, cfg["from"], pattern=cfg["pattern"], on_bad_file=cfg["on_bad_file"], progress=progress, **common
+    ).to_dict()
 
 
 def _step_compact(dataset, cfg, common, job, progress) -> dict:
-    return compact(dataset, target_batch_records=cfg["target_batch_records"], progress=progress,
-                   workers=job["workers"], force=cfg["force"], keep_snapshots=cfg["keep_snapshots"]).to_dict()
+    return compact(
+        dataset,
+        target_batch_records=cfg["target_batch_records"],
+        progress=progress,
+        workers=job["workers"],
+        force=cfg["force"],
+        keep_snapshots=cfg["keep_snapshots"],
+    ).to_dict()
 
 
 def _step_finalize(dataset, cfg, common, job, progress) -> dict:
     budget = size_option(cfg["memory_budget"] or None, "memory_budget", PipelineError)
     workers = job["workers"] if cfg["workers"] is None else cfg["workers"]  # 0 is refused, not a default
-    return finalize(dataset, dims=cfg["dims"], array=cfg["array"], duplicates=cfg["duplicates"],
-                    workers=workers, compact=cfg["compact"], progress=progress, memory_budget=budget,
-                    compression=cfg["compression"], keep_snapshots=cfg["keep_snapshots"]).to_dict()
+    return finalize(
+        dataset,
+        dims=cfg["dims"],
+        array=cfg["array"],
+        duplicates=cfg["duplicates"],
+        workers=workers,
+        compact=cfg["compact"],
+        progress=progress,
+        memory_budget=budget,
+        compression=cfg["compression"],
+        keep_snapshots=cfg["keep_snapshots"],
+    ).to_dict()
 
 
 def _step_query(dataset, cfg, common, job, progress) -> dict:
@@ -404,5 +478,10 @@ def _step_query(dataset, cfg, common, job, progress) -> dict:
     return out
 
 
-_STEP = {"load": _step_load, "ingest": _step_ingest, "compact": _step_compact, "finalize": _step_finalize,
-         "query": _step_query}
+_STEP = {
+    "load": _step_load,
+    "ingest": _step_ingest,
+    "compact": _step_compact,
+    "finalize": _step_finalize,
+    "query": _step_query,
+}

@@ -20,8 +20,8 @@ Reads only: nothing here writes (a source's layout may be read, as the load woul
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from ..arrays.finalize import FinalizeOptions, plan_finalize
 from ..arrays.query import box_columns, check_box_dims, parse_box
@@ -43,8 +43,7 @@ Key = tuple[str, str]  # (section, key)
 #: the [job] keys the load and the ingest take
 _JOB_KEYS = ("layout", "format", "compression", "shards", "workers", "batch_records", "checkpoint_seconds")
 #: named when a step fails with every key at its default
-_BASE_KEY = {"load": "source", "ingest": "from", "compact": "target_batch_records", "finalize": "dims",
-             "query": "box"}
+_BASE_KEY = {"load": "source", "ingest": "from", "compact": "target_batch_records", "finalize": "dims", "query": "box"}
 
 
 @dataclass
@@ -82,8 +81,7 @@ def _blamed(p: Pipeline, keys: list[Key], step: str, call: Callable[[dict], obje
             raise
         error = e
     # every key at its default; required keys (which have none) keep their values
-    values = {s: {k: p.config[s].get(k) if d is REQUIRED else d for k, (_, d) in SCHEMA[s].items()}
-              for s in p.config}
+    values = {s: {k: p.config[s].get(k) if d is REQUIRED else d for k, (_, d) in SCHEMA[s].items()} for s in p.config}
     failed = _fails(call, values)
     if failed is not None:
         _raise(p, (step, _BASE_KEY.get(step, keys[0][1])), failed)
@@ -119,8 +117,9 @@ def _load(v: dict, dataset: str):
 
 def _ingest(v: dict, dataset: str):
     job, cfg = v["job"], v["ingest"]
-    return ingest_mod.check(dataset, cfg["from"], pattern=cfg["pattern"], on_bad_file=cfg["on_bad_file"],
-                            **{k: job[k] for k in _JOB_KEYS})
+    return ingest_mod.check(
+        dataset, cfg["from"], pattern=cfg["pattern"], on_bad_file=cfg["on_bad_file"], **{k: job[k] for k in _JOB_KEYS}
+    )
 
 
 def _compact(v: dict, t: _Target) -> None:
@@ -132,9 +131,22 @@ def _finalize(v: dict, t: _Target) -> None:
     cfg = v["finalize"]
     budget = size_option(cfg["memory_budget"] or None, "memory_budget", UsageError)
     workers = v["job"]["workers"] if cfg["workers"] is None else cfg["workers"]
-    plan = plan_finalize(t.layout, t.format, FinalizeOptions(
-        cfg["dims"], cfg["array"], cfg["duplicates"], workers, cfg["compact"], "none", budget, "auto",
-        cfg["compression"], keep_snapshots=cfg["keep_snapshots"]))
+    plan = plan_finalize(
+        t.layout,
+        t.format,
+        FinalizeOptions(
+            cfg["dims"],
+            cfg["array"],
+            cfg["duplicates"],
+            workers,
+            cfg["compact"],
+            "none",
+            budget,
+            "auto",
+            cfg["compression"],
+            keep_snapshots=cfg["keep_snapshots"],
+        ),
+    )
     a = plan.array
     t.arrays[a.name] = (list(a.dims), a.cell_layout(), a.policy == "keep")
 
@@ -145,8 +157,10 @@ def _query(v: dict, t: _Target) -> None:
     check_format(cfg["format"])
     if cfg["array"] not in t.arrays:
         known = ", ".join(sorted(t.arrays)) or "none"
-        raise UsageError(f"no array {cfg['array']!r}: the dataset has none by that name and no [finalize] "
-                         f"step builds it (arrays: {known})")
+        raise UsageError(
+            f"no array {cfg['array']!r}: the dataset has none by that name and no [finalize] "
+            f"step builds it (arrays: {known})"
+        )
     dims, cell, keep = t.arrays[cfg["array"]]
     check_box_dims(cfg["array"], dims, ranges)
     box_columns(cfg["array"], dims, cell, keep, cfg["attrs"])
@@ -162,8 +176,10 @@ def _arrays_now(spec, p: Pipeline) -> dict:
         m = mf.load_manifest(spec.root)
     except BulkloadError:
         return {}  # the source step's checks have read it: a damaged one is their error
-    return {name: ([d["name"] for d in a["dims"]], Layout.from_dict(a["cell_layout"]), a["policy"] == "keep")
-            for name, a in m.arrays.items()}
+    return {
+        name: ([d["name"] for d in a["dims"]], Layout.from_dict(a["cell_layout"]), a["policy"] == "keep")
+        for name, a in m.arrays.items()
+    }
 
 
 _SOURCE_CHECKS = {"load": _load, "ingest": _ingest}

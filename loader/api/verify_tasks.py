@@ -64,6 +64,8 @@ def _verify_snapshot(ds: Dataset) -> VerifyReport:
         results = executors.run(check_shard, tasks)
     except WorkerError as e:
         raise e.raised(BulkloadError) or e from None  # the worker's own error, as a local verify raises it
-    problems = sorted((p for batches, _ in results for p in batches),
-                      key=lambda p: first_of_shard[p["shard"]] if p["batch"] is None else position[p["batch"]])
+    problems = sorted(
+        (p for batches, _ in results for p in batches),
+        key=lambda p: first_of_shard[p["shard"]] if p["batch"] is None else position[p["batch"]],
+    )
     return ds.verify_report(problems, [parts for _, parts in results])

@@ -114,10 +114,17 @@ def build_worker(task: BuildTask, progress_q, writers_open=None, decoded=None) -
         path = os.path.join(task.spill_dir, f"index-{task.worker:03d}")
         spill_files.save(path + ".rows", np.array(em.index_rows, dtype=em.idt))
         spill_files.save(path + ".samples", np.concatenate(em.samples))
-    return BuildReceipt(task.worker, os.getpid(), path, **asdict(stats),
-                        seconds=round(time.perf_counter() - t0, 4),
-                        **{k: round(v, 4) for k, v in timings.items()}, max_rss=peak_rss(),
-                        minflt=minor_faults(), cpu_s=cpu_seconds())
+    return BuildReceipt(
+        task.worker,
+        os.getpid(),
+        path,
+        **asdict(stats),
+        seconds=round(time.perf_counter() - t0, 4),
+        **{k: round(v, 4) for k, v in timings.items()},
+        max_rss=peak_rss(),
+        minflt=minor_faults(),
+        cpu_s=cpu_seconds(),
+    )
 
 
 def _open_writers_first(task: BuildTask, shards: list[int], em: ChunkEmitter, src, writers_open) -> dict:
@@ -180,4 +187,3 @@ def _build_shard(task: BuildTask, s: int, st, em: ChunkEmitter, src, progress_q)
         em.end_shard()
         src.close_readers()
         st.close()
-

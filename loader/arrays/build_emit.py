@@ -107,8 +107,7 @@ class ChunkEmitter:
     def start_shard(self, st, s: int, incoming: int) -> None:
         """Write shard ``s`` (open as ``st``), which receives ``incoming`` cells, next."""
         self.st, self.shard = st, s
-        self.wb = Writeback(os.path.join(st.path, "data.mdb")) if getattr(st, "scheme", "") in ("lmdb", "mem") \
-            else None
+        self.wb = Writeback(os.path.join(st.path, "data.mdb")) if getattr(st, "scheme", "") in ("lmdb", "mem") else None
         self.group_limit = self.budget_group
         if self.wb is not None:  # the disk starts writing after the first of >= MIN_GROUPS groups
             self.group_limit = max(64 << 10, min(self.budget_group, incoming * self.crs // MIN_GROUPS))
@@ -130,8 +129,9 @@ class ChunkEmitter:
             self.timings["write_s"] += time.perf_counter() - t
             faults.hit("chunks")
 
-    def keys(self, w: np.ndarray, box: tuple, out: np.ndarray | None = None,
-             sel: np.ndarray | None = None) -> np.ndarray:
+    def keys(
+        self, w: np.ndarray, box: tuple, out: np.ndarray | None = None, sel: np.ndarray | None = None
+    ) -> np.ndarray:
         """Sort keys of records `w` (or ``w[sel]``) in a window whose chunks lie in ``box`` =
         (crmin, ccmin, nc): (chunk ordinal in the box * L0 + row in chunk) * L1 + column in chunk."""
         d0, d1 = self.dims
@@ -156,8 +156,9 @@ class ChunkEmitter:
             return out
         return qr
 
-    def emit(self, w: np.ndarray, ridx: np.ndarray, key: np.ndarray | None, box: tuple | None,
-             rows: np.ndarray | None = None) -> None:
+    def emit(
+        self, w: np.ndarray, ridx: np.ndarray, key: np.ndarray | None, box: tuple | None, rows: np.ndarray | None = None
+    ) -> None:
         """Write the chunks of window `w` (records of whole chunks; ``ridx`` their record
         indices). With ``key`` (see `keys`) the chunk and cell order come from it; without,
         from a lexsort of the coordinates (domains too wide for one 63-bit key). With
@@ -218,8 +219,12 @@ class ChunkEmitter:
         rin, cin = np.mod(r, l0), np.mod(c, l1)
         order = np.lexsort((ridx, cin, rin, qc, qr))
         sr, sc = qr[order], qc[order]
-        dup = (sr[1:] == sr[:-1]) & (sc[1:] == sc[:-1]) & (rin[order][1:] == rin[order][:-1]) \
+        dup = (
+            (sr[1:] == sr[:-1])
+            & (sc[1:] == sc[:-1])
+            & (rin[order][1:] == rin[order][:-1])
             & (cin[order][1:] == cin[order][:-1])
+        )
         newc = np.r_[True, (sr[1:] != sr[:-1]) | (sc[1:] != sc[:-1])]
         return _Cells(order, np.cumsum(newc) - 1, dup, (sr[newc].tolist(), sc[newc].tolist()))
 
@@ -251,7 +256,8 @@ class ChunkEmitter:
         raise DuplicateCellError(
             f"cell ({d0}={int(w[d0][order[i]])}, {d1}={int(w[d1][order[i]])}) of array "
             f"{self.task.array!r} is set by records {a_idx} and {b_idx}; nothing was committed - "
-            f"choose --duplicates first, last or keep, or fix the data")
+            f"choose --duplicates first, last or keep, or fix the data"
+        )
 
     def _buffer(self, size: int) -> np.ndarray:
         """A buffer of ``size`` bytes for a piece: one of the last group's when large enough
@@ -273,7 +279,7 @@ class ChunkEmitter:
             buf, view = cser.new_buffer(m)
         if self.keep:
             vb = view.view(np.uint8).reshape(m, self.crs)
-            vb[:, :self.rs] = src[idx]
+            vb[:, : self.rs] = src[idx]
             view["syn"] = syn
         else:
             np.take(src, idx, out=void_view(view), mode="clip")
@@ -282,8 +288,8 @@ class ChunkEmitter:
         nbytes = len(memoryview(value).cast("B")) if not isinstance(value, bytes) else len(value)
         row = [crow, ccol, piece, self.shard, m, nbytes, xxhash.xxh3_64_intdigest(value), self.every]
         sample = np.empty(-(-m // self.every), SAMPLE_DTYPE)
-        sample["r"] = coordinates(view[self.dims[0]][::self.every])
-        sample["c"] = coordinates(view[self.dims[1]][::self.every])
+        sample["r"] = coordinates(view[self.dims[0]][:: self.every])
+        sample["c"] = coordinates(view[self.dims[1]][:: self.every])
         self.samples.append(sample)
         for mn, mx in zip(mins, maxs):
             row.append(mn)

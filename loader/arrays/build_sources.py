@@ -72,8 +72,9 @@ class DirectSource:
             for bi, whole in zip(win.batches.tolist(), win.whole.tolist()):
                 pos = self._copy_batch(bi, whole, win, pos)
             if pos != n:
-                raise VerifyError(f"finalize read {pos} records for a window of {n}: the flat data "
-                                  "changed during finalize; re-run it")
+                raise VerifyError(
+                    f"finalize read {pos} records for a window of {n}: the flat data changed during finalize; re-run it"
+                )
             self.timings["read_s"] += time.perf_counter() - t
             if self.decoded is not None:
                 self.em.emit(self.decoded.records, self.decoded.ridx, self.key[:n], win.box, rows=self.idx[:n])
@@ -91,21 +92,21 @@ class DirectSource:
             sel = None if whole else self._selected(recs, win)
             m = b.count if whole else len(sel)
             off = int(self.decoded.offsets[bi])
-            self.idx[pos:pos + m] = np.arange(off, off + m) if whole else sel + off
-            self.em.keys(recs, win.box, out=self.key[pos:pos + m], sel=sel)
+            self.idx[pos : pos + m] = np.arange(off, off + m) if whole else sel + off
+            self.em.keys(recs, win.box, out=self.key[pos : pos + m], sel=sel)
             return pos + m
         # a reader of the shard this worker writes shares its env
         with self.reader.records(b, self.em.st if b.shard == self.em.shard else None) as recs:
             if whole:
                 m = b.count
-                void_view(self.buf[pos:pos + m])[...] = void_view(recs)
-                self.idx[pos:pos + m] = np.arange(b.first, b.first + m)
+                void_view(self.buf[pos : pos + m])[...] = void_view(recs)
+                self.idx[pos : pos + m] = np.arange(b.first, b.first + m)
             else:
                 sel = self._selected(recs, win)
                 m = len(sel)
-                np.take(void_view(recs), sel, out=void_view(self.buf[pos:pos + m]))
-                self.idx[pos:pos + m] = sel + b.first
-        self.em.keys(self.buf[pos:pos + m], win.box, out=self.key[pos:pos + m])
+                np.take(void_view(recs), sel, out=void_view(self.buf[pos : pos + m]))
+                self.idx[pos : pos + m] = sel + b.first
+        self.em.keys(self.buf[pos : pos + m], win.box, out=self.key[pos : pos + m])
         return pos + m
 
     def _selected(self, recs: np.ndarray, win: Window) -> np.ndarray:
@@ -212,8 +213,8 @@ class SpillSource:
             lo = int(g.start[rsel].min())
             cnt = int((g.start[rsel] + g.count[rsel]).max()) - lo
             fr, fi = self._fds(int(ri))
-            pread_into(fr, wmv[pos * rs:(pos + cnt) * rs], lo * rs)
-            pread_into(fi, imv[pos * 8:(pos + cnt) * 8], lo * 8)
+            pread_into(fr, wmv[pos * rs : (pos + cnt) * rs], lo * rs)
+            pread_into(fi, imv[pos * 8 : (pos + cnt) * 8], lo * 8)
             pos += cnt
         assert pos == n, (pos, n)
         self.timings["read_s"] += time.perf_counter() - t

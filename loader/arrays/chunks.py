@@ -48,7 +48,7 @@ def chunk_keys(crow: np.ndarray, ccol: np.ndarray, piece: np.ndarray) -> list[by
     a["p"] = piece
     raw = a.tobytes()
     n = KEY_DTYPE.itemsize
-    return [raw[i:i + n] for i in range(0, len(raw), n)]
+    return [raw[i : i + n] for i in range(0, len(raw), n)]
 
 
 def chunk_shard(crow, ccol, nshards: int):
@@ -69,14 +69,17 @@ def int64_coordinates(values: np.ndarray, dim: str, record_of) -> np.ndarray:
         big = values >= np.uint64(2**63)
         if big.any():
             i = int(np.argmax(big))
-            raise InputError(f"dimension {dim!r}: record {record_of(i)} holds {int(values[i])}, beyond the int64 "
-                             "coordinates of an array (at most 2**63-1); nothing was written - use another "
-                             "dimension, or load the records with that field below 2**63")
+            raise InputError(
+                f"dimension {dim!r}: record {record_of(i)} holds {int(values[i])}, beyond the int64 "
+                "coordinates of an array (at most 2**63-1); nothing was written - use another "
+                "dimension, or load the records with that field below 2**63"
+            )
     return values.astype(np.int64)
 
 
-def batch_chunks(recs: np.ndarray, dims: tuple, chunks: tuple, first: int = 0) -> tuple[np.ndarray, np.ndarray,
-                                                                                          np.ndarray]:
+def batch_chunks(
+    recs: np.ndarray, dims: tuple, chunks: tuple, first: int = 0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(crow, ccol, count) of the chunks the records (dataset records first..) fall in, in key order."""
     r = int64_coordinates(recs[dims[0]], dims[0], lambda i: first + i)
     c = int64_coordinates(recs[dims[1]], dims[1], lambda i: first + i)

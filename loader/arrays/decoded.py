@@ -43,15 +43,16 @@ class Decoded:
     ridx: RecordIndices  # the record index of each record
 
     @classmethod
-    def for_batches(cls, batches: list, dtype: np.dtype) -> "Decoded":
+    def for_batches(cls, batches: list, dtype: np.dtype) -> Decoded:
         offsets = np.zeros(len(batches) + 1, np.int64)
         np.cumsum([b.count for b in batches], out=offsets[1:])
         firsts = np.array([b.first for b in batches] + [0], np.int64)
-        return cls(np.empty(int(offsets[-1]), dtype), offsets, np.zeros(len(batches), bool),
-                   RecordIndices(offsets, firsts))
+        return cls(
+            np.empty(int(offsets[-1]), dtype), offsets, np.zeros(len(batches), bool), RecordIndices(offsets, firsts)
+        )
 
     def slot(self, i: int) -> np.ndarray:
-        return self.records[self.offsets[i]:self.offsets[i + 1]]
+        return self.records[self.offsets[i] : self.offsets[i + 1]]
 
     def fill(self, i: int, reader, b) -> bool:
         """Decode batch ``b`` (plan position ``i``, read with BatchReader ``reader``) into its

@@ -55,8 +55,9 @@ def direct_window_records(budget: int, record_size: int) -> int:
     return max(1, (budget * 3 // 4) // (record_size + DIRECT_OVERHEAD))
 
 
-def plan_direct(entries: np.ndarray, flat: list, nshards: int, workers: int, cap: int,
-                chunks: tuple, strict: bool = False) -> tuple[dict | None, str]:
+def plan_direct(
+    entries: np.ndarray, flat: list, nshards: int, workers: int, cap: int, chunks: tuple, strict: bool = False
+) -> tuple[dict | None, str]:
     """Windows for the direct build ({shard: [Window, ...]}), or (None, reason) when
     spilling is the better plan.
 
@@ -119,8 +120,9 @@ def _cut_windows(u_crow, u_ccol, u_count, nshards: int, cap: int, chunks: tuple)
     return cuts, u_win
 
 
-def _attach_batches(cuts: list[_Cut], e_win: np.ndarray, e_batch: np.ndarray, flat: list,
-                    workers: int) -> tuple[dict, float]:
+def _attach_batches(
+    cuts: list[_Cut], e_win: np.ndarray, e_batch: np.ndarray, flat: list, workers: int
+) -> tuple[dict, float]:
     """The plan {shard: [Window, ...]} from the cuts and each entry's window and batch, and
     the most records a build worker reads per record it owns."""
     # the (window, batch) pairs, batches in record order within each window (a sort, not
@@ -135,7 +137,7 @@ def _attach_batches(cuts: list[_Cut], e_win: np.ndarray, e_batch: np.ndarray, fl
     scanned = np.zeros(workers, np.int64)
     owned = np.zeros(workers, np.int64)
     for wi, cut in enumerate(cuts):
-        bs = p_batch[bnd[wi]:bnd[wi + 1]]
+        bs = p_batch[bnd[wi] : bnd[wi + 1]]
         plan.setdefault(cut.shard, []).append(Window(cut.n, cut.box, cut.lut, bs, wins_per_batch[bs] == 1))
         scanned[cut.shard % workers] += int(counts[bs].sum())
         owned[cut.shard % workers] += cut.n

@@ -204,19 +204,41 @@ class _Build:
 
     def job(self) -> ArrayJob:
         a = self.plan.array
-        return ArrayJob(self.spec, self.m.layout, self.m.format, self.m.compression, a.dims, a.chunks,
-                        os.getpid(), self.plan.fault, cell_compression=self.plan.compression)
+        return ArrayJob(
+            self.spec,
+            self.m.layout,
+            self.m.format,
+            self.m.compression,
+            a.dims,
+            a.chunks,
+            os.getpid(),
+            self.plan.fault,
+            cell_compression=self.plan.compression,
+        )
 
     def progress(self, phase: str) -> Progress:
-        return Progress(f"finalize {self.plan.array.name}: {phase}", self.m.records,
-                        self.m.layout_obj.record_size, mode=self.plan.options.progress)
+        return Progress(
+            f"finalize {self.plan.array.name}: {phase}",
+            self.m.records,
+            self.m.layout_obj.record_size,
+            mode=self.plan.options.progress,
+        )
 
 
-def finalize(dataset_uri: str, dims=None, array: str = DEFAULT_ARRAY,
-             duplicates: str = "error", workers: int | None = None, compact: bool = True,
-             progress: str = "none", memory_budget: int | None = None,
-             strategy: str = "auto", compression: str | None = None, force: bool = False,
-             keep_snapshots: int | None = None) -> FinalizeReport:
+def finalize(
+    dataset_uri: str,
+    dims=None,
+    array: str = DEFAULT_ARRAY,
+    duplicates: str = "error",
+    workers: int | None = None,
+    compact: bool = True,
+    progress: str = "none",
+    memory_budget: int | None = None,
+    strategy: str = "auto",
+    compression: str | None = None,
+    force: bool = False,
+    keep_snapshots: int | None = None,
+) -> FinalizeReport:
     """Compact (unless ``compact=False``) and redimension the dataset into a 2-D array.
 
     ``strategy``: ``auto`` (default: direct when the records of each window of chunks sit
@@ -242,8 +264,22 @@ def finalize(dataset_uri: str, dims=None, array: str = DEFAULT_ARRAY,
     t_start = time.perf_counter()
     spec = parse_dataset_uri(dataset_uri)
     m = mf.load_manifest(spec.root, dataset_uri)
-    plan = _plan(m, FinalizeOptions(dims, array, duplicates, workers, compact, progress, memory_budget, strategy,
-                                      compression, force, keep_snapshots))
+    plan = _plan(
+        m,
+        FinalizeOptions(
+            dims,
+            array,
+            duplicates,
+            workers,
+            compact,
+            progress,
+            memory_budget,
+            strategy,
+            compression,
+            force,
+            keep_snapshots,
+        ),
+    )
     spec.backend  # noqa: B018 - imported first: it would wait ~0.1 s for the thread's pyarrow import
     TaskThread(warm_up_writer).start()  # imports pyarrow for the index file, beside the phases
     check_space(spec.root, _min_build_bytes(m, plan), f"finalize of {m.records:,} records into array {array!r}")
@@ -313,8 +349,7 @@ def _begin(spec: StoreSpec, dataset_uri: str, plan: FinalizePlan) -> _Build:
     start_writing(spec, m, progress=plan.options.progress)
     compact_report = None
     if plan.options.compact:
-        compact_report = compact_locked(spec, m, progress=plan.options.progress,
-                                        workers=plan.options.workers).to_dict()
+        compact_report = compact_locked(spec, m, progress=plan.options.progress, workers=plan.options.workers).to_dict()
         m = mf.load_manifest(spec.root, dataset_uri)
     a = plan.array
     run = new_run("finalize", array=a.name, dims=a.dims_text, duplicates=a.policy, workers=None)
@@ -329,22 +364,47 @@ def up_to_date(m: mf.Manifest, plan: FinalizePlan) -> dict | None:
     a, want = m.arrays.get(plan.array.name), plan.array
     if a is None or a.get("stale") or a["built_from_records"] != m.records:
         return None
-    same = ([(d["name"], d["chunk"]) for d in a["dims"]] == list(zip(want.dims, want.chunks))
-            and a["policy"] == want.policy and a["format"] == m.format
-            and a.get("compression", "none") == plan.compression and a["cell_layout"] == plan.cell.to_dict())
+    same = (
+        [(d["name"], d["chunk"]) for d in a["dims"]] == list(zip(want.dims, want.chunks))
+        and a["policy"] == want.policy
+        and a["format"] == m.format
+        and a.get("compression", "none") == plan.compression
+        and a["cell_layout"] == plan.cell.to_dict()
+    )
     return a if same else None
 
 
 def _nothing_to_do(b: _Build, a: dict, t_start: float) -> FinalizeReport:
     """The report of a finalize whose array was up to date: the array's figures, no run."""
     return FinalizeReport(
-        dataset=b.spec.uri, array=a["name"], run_id=None, dims=a["dims"], policy=a["policy"],
-        records=a["built_from_records"], bytes=a["built_from_records"] * b.m.layout_obj.record_size,
-        cells=a["cells"], chunks=a["chunks"], pieces=a["pieces"], dropped=a["dropped"], bounds=a["bounds"],
-        stored_bytes=a["bytes"], strategy="none", strategy_reason="the array is up to date", windows=None,
-        spill_runs=0, workers={"scan": 0, "partition": 0, "build": 0}, memory_budget=b.plan.budget,
-        seconds=round(time.perf_counter() - t_start, 4), mb_per_s=0.0, records_per_s=0.0, stages={},
-        worker_peak_rss_bytes=0, worker_max_rss_bytes=0, compact=b.compact_report, status=NOTHING_TO_DO)
+        dataset=b.spec.uri,
+        array=a["name"],
+        run_id=None,
+        dims=a["dims"],
+        policy=a["policy"],
+        records=a["built_from_records"],
+        bytes=a["built_from_records"] * b.m.layout_obj.record_size,
+        cells=a["cells"],
+        chunks=a["chunks"],
+        pieces=a["pieces"],
+        dropped=a["dropped"],
+        bounds=a["bounds"],
+        stored_bytes=a["bytes"],
+        strategy="none",
+        strategy_reason="the array is up to date",
+        windows=None,
+        spill_runs=0,
+        workers={"scan": 0, "partition": 0, "build": 0},
+        memory_budget=b.plan.budget,
+        seconds=round(time.perf_counter() - t_start, 4),
+        mb_per_s=0.0,
+        records_per_s=0.0,
+        stages={},
+        worker_peak_rss_bytes=0,
+        worker_max_rss_bytes=0,
+        compact=b.compact_report,
+        status=NOTHING_TO_DO,
+    )
 
 
 def _record_run(b: _Build) -> None:
@@ -390,9 +450,12 @@ def _build_array(b: _Build) -> np.ndarray:
 def small_executor(b: _Build) -> executors.ThreadExecutor | None:
     """A ThreadExecutor for a small finalize (module docstring), else None: the executor in effect."""
     nbytes = b.m.records * b.m.layout_obj.record_size
-    small = (type(executors.current()) is executors.LocalExecutor
-             and nbytes <= min(SMALL_FINALIZE_BYTES, b.plan.buffers // 3)
-             and not faults.aims_at_worker(b.plan.fault) and not open_in_this_process(b.spec))
+    small = (
+        type(executors.current()) is executors.LocalExecutor
+        and nbytes <= min(SMALL_FINALIZE_BYTES, b.plan.buffers // 3)
+        and not faults.aims_at_worker(b.plan.fault)
+        and not open_in_this_process(b.spec)
+    )
     return executors.ThreadExecutor() if small else None
 
 
@@ -417,21 +480,24 @@ def _scan(b: _Build) -> None:
     t = time.perf_counter()
     pos_of = {e.seq: i for i, e in enumerate(b.flat)}
     job = b.job()
-    tasks = [ScanTask(job, w, tuple(g), tuple(pos_of[e.seq] for e in g), b.spill,
-                      MAX_SCAN_ENTRIES // len(b.groups))
-             for w, g in enumerate(b.groups)]
+    tasks = [
+        ScanTask(job, w, tuple(g), tuple(pos_of[e.seq] for e in g), b.spill, MAX_SCAN_ENTRIES // len(b.groups))
+        for w, g in enumerate(b.groups)
+    ]
     keep = b.in_process and job.serializer().decode_copies  # decoded.py
     kept = Decoded.for_batches(b.flat, b.m.layout_obj.dtype) if keep else None
     with b.progress("scan") as prog:
-        b.scan = executors.run(scan_worker, tasks, extras=None if kept is None else [(kept,)] * len(tasks),
-                               on_progress=prog.advance)
+        b.scan = executors.run(
+            scan_worker, tasks, extras=None if kept is None else [(kept,)] * len(tasks), on_progress=prog.advance
+        )
     if any(rc.scattered for rc in b.scan):
         b.why = "records too scattered over chunks"
     else:
         entries = np.concatenate([spill_files.load(rc.entries, ENTRY_DTYPE) for rc in b.scan])
         cap = direct_window_records(b.plan.buffers, b.m.layout_obj.record_size)
-        b.windows, b.why = plan_direct(entries, b.flat, b.m.shards, b.nbuild, cap, b.plan.array.chunks,
-                                       strict=b.plan.options.strategy == "direct")
+        b.windows, b.why = plan_direct(
+            entries, b.flat, b.m.shards, b.nbuild, cap, b.plan.array.chunks, strict=b.plan.options.strategy == "direct"
+        )
     b.decoded = kept if b.windows is not None else None  # a spilled build reads the runs
     b.phase_seconds["scan_s"] = round(time.perf_counter() - t, 3)
 
@@ -454,13 +520,26 @@ def _build(b: _Build) -> None:
     plan, m, nbuild = b.plan, b.m, b.nbuild
     keep_tables = tuple(sorted({a["table"] for a in m.arrays.values()} | held_tables(m) | {b.table}))
     direct = b.windows is not None
-    tasks = [BuildTask(b.job(), w, workers=nbuild, nshards=m.shards, cell_layout=plan.cell.to_dict(),
-                       policy=plan.array.policy, array=plan.array.name, table=b.table, keep_tables=keep_tables,
-                       runs=b.runs, spill_dir=b.spill, budget=plan.buffers, max_piece=plan.max_piece,
-                       batches=tuple(b.flat) if direct else (),
-                       windows={s: b.windows.get(s, []) for s in range(m.shards) if s % nbuild == w}
-                       if direct else None)
-             for w in range(nbuild)]
+    tasks = [
+        BuildTask(
+            b.job(),
+            w,
+            workers=nbuild,
+            nshards=m.shards,
+            cell_layout=plan.cell.to_dict(),
+            policy=plan.array.policy,
+            array=plan.array.name,
+            table=b.table,
+            keep_tables=keep_tables,
+            runs=b.runs,
+            spill_dir=b.spill,
+            budget=plan.buffers,
+            max_piece=plan.max_piece,
+            batches=tuple(b.flat) if direct else (),
+            windows={s: b.windows.get(s, []) for s in range(m.shards) if s % nbuild == w} if direct else None,
+        )
+        for w in range(nbuild)
+    ]
     # threads of this process: every writer opens before any reader (build._open_writers_first)
     extras = [(threading.Barrier(nbuild), b.decoded)] * nbuild if b.in_process else None
     with b.progress("write chunks") as prog:
@@ -473,8 +552,11 @@ def _write_index(b: _Build) -> np.ndarray:
     """Phase 3: merge the workers' index rows (key order) and write the index file."""
     t = time.perf_counter()
     idt = np.dtype(index_columns(b.plan.cell))
-    parts = [(spill_files.load(rc.index + ".rows", idt), spill_files.load(rc.index + ".samples", SAMPLE_DTYPE))
-             for rc in b.build if rc.index]
+    parts = [
+        (spill_files.load(rc.index + ".rows", idt), spill_files.load(rc.index + ".samples", SAMPLE_DTYPE))
+        for rc in b.build
+        if rc.index
+    ]
     rows = np.concatenate([r for r, _ in parts]) if parts else np.empty(0, idt)
     samples = np.concatenate([s for _, s in parts]) if parts else None
     order = np.lexsort((rows["piece"], rows["ccol"], rows["crow"]))
@@ -507,8 +589,15 @@ def _commit(b: _Build, totals: IndexTotals, t_start: float) -> dict:
         m.arrays[summary["name"]] = summary
         if old is not None:
             retire_array(m, old)
-        run.update(status="done", ended=time.time(), records=summary["built_from_records"], cells=totals.cells,
-                   chunks=totals.chunks, seconds=round(seconds, 3), spill_runs=len(b.runs))
+        run.update(
+            status="done",
+            ended=time.time(),
+            records=summary["built_from_records"],
+            cells=totals.cells,
+            chunks=totals.chunks,
+            seconds=round(seconds, 3),
+            spill_runs=len(b.runs),
+        )
         m.save(b.spec.root)  # the switch
     faults.hit("switched")
     collect_garbage(b.spec, m)
@@ -551,20 +640,34 @@ def _report(b: _Build, summary: dict, totals: IndexTotals, t_start: float) -> Fi
     total = summary["built_from_records"]
     nbytes = total * b.m.layout_obj.record_size
     return FinalizeReport(
-        dataset=b.spec.uri, array=summary["name"], run_id=b.run.id, dims=summary["dims"],
-        policy=summary["policy"], records=total, bytes=nbytes, cells=totals.cells, chunks=totals.chunks,
-        pieces=totals.pieces, dropped=summary["dropped"], bounds=totals.bounds, stored_bytes=totals.bytes,
-        strategy=b.run.strategy, strategy_reason=b.why,
+        dataset=b.spec.uri,
+        array=summary["name"],
+        run_id=b.run.id,
+        dims=summary["dims"],
+        policy=summary["policy"],
+        records=total,
+        bytes=nbytes,
+        cells=totals.cells,
+        chunks=totals.chunks,
+        pieces=totals.pieces,
+        dropped=summary["dropped"],
+        bounds=totals.bounds,
+        stored_bytes=totals.bytes,
+        strategy=b.run.strategy,
+        strategy_reason=b.why,
         windows=sum(len(v) for v in b.windows.values()) if b.windows is not None else None,
         spill_runs=len(b.runs),
         workers={"scan": len(b.scan), "partition": len(b.partition), "build": b.nbuild},
-        memory_budget=b.plan.budget, seconds=round(seconds, 4),
+        memory_budget=b.plan.budget,
+        seconds=round(seconds, 4),
         mb_per_s=round(nbytes / seconds / 1e6, 2) if seconds > 0 else 0.0,
         records_per_s=round(total / seconds, 1) if seconds > 0 else 0.0,
         stages=stage_figures(b.phase_seconds, b.scan, b.partition, b.build),
         worker_peak_rss_bytes=worker_peak_rss(b.scan, b.partition, b.build),
         worker_max_rss_bytes=max(rc.max_rss for rc in (*b.scan, *b.partition, *b.build)),
-        compact=b.compact_report, in_process=b.in_process)
+        compact=b.compact_report,
+        in_process=b.in_process,
+    )
 
 
 def _split_batches(batches: list, nparts: int) -> list[list]:
@@ -597,7 +700,7 @@ def _drop_tables(spec, nshards: int, table: str) -> None:
             continue
         try:
             st.drop_table(table)
-        except Exception:  # noqa: BLE001 - lmdb.DiskError of a full disk too: best effort, above
+        except Exception:
             pass
         finally:
             st.close()

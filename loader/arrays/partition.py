@@ -32,8 +32,7 @@ from .records import void_view
 
 #: bytes per buffered record beyond the record itself (index, sort keys, temporaries)
 PART_OVERHEAD = 8 + 8 + 8 * 5
-DIR_DTYPE = np.dtype([("shard", "<i8"), ("crow", "<i8"), ("ccol", "<i8"), ("start", "<i8"),
-                      ("count", "<i8")])
+DIR_DTYPE = np.dtype([("shard", "<i8"), ("crow", "<i8"), ("ccol", "<i8"), ("start", "<i8"), ("count", "<i8")])
 #: records gathered at a time into the run file (bounds the scratch buffer)
 _TAKE_SLICE = 1 << 18
 #: group numbers up to this many are sorted as uint16 (a radix sort)
@@ -94,9 +93,15 @@ def partition_worker(task: PartitionTask, progress_q) -> PartitionReceipt:
             part.spill(part.fill)
     finally:
         reader.close()
-    return PartitionReceipt(task.worker, os.getpid(), tuple(part.runs), part.total,
-                            round(time.perf_counter() - t0, 4),
-                            **{k: round(v, 4) for k, v in part.timings.items()}, max_rss=peak_rss())
+    return PartitionReceipt(
+        task.worker,
+        os.getpid(),
+        tuple(part.runs),
+        part.total,
+        round(time.perf_counter() - t0, 4),
+        **{k: round(v, 4) for k, v in part.timings.items()},
+        max_rss=peak_rss(),
+    )
 
 
 class _Partitioner:
@@ -124,9 +129,10 @@ class _Partitioner:
         while pos < count:
             m = min(self.cap - self.fill, count - pos)
             fill = self.fill
-            void_view(buf)[fill:fill + m] = void_view(recs[pos:pos + m]) if recs.flags.c_contiguous \
-                else recs[pos:pos + m]
-            self.ridx[fill:fill + m] = np.arange(first + pos, first + pos + m)
+            void_view(buf)[fill : fill + m] = (
+                void_view(recs[pos : pos + m]) if recs.flags.c_contiguous else recs[pos : pos + m]
+            )
+            self.ridx[fill : fill + m] = np.arange(first + pos, first + pos + m)
             self.fill += m
             pos += m
             if self.fill == self.cap:
@@ -199,8 +205,8 @@ class _Partitioner:
         src = void_view(self.buf)
         with open(base + ".rec", "wb") as f:
             for i in range(0, n, len(scratch)):
-                part = order[i:i + len(scratch)]
-                out = void_view(scratch[:len(part)])
+                part = order[i : i + len(scratch)]
+                out = void_view(scratch[: len(part)])
                 np.take(src, part, out=out, mode="clip")
                 f.write(memoryview(out).cast("B"))
         with open(base + ".idx", "wb") as f:

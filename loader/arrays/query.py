@@ -57,14 +57,17 @@ def parse_box(text: str) -> dict[str, tuple]:
     text, converted by the dimension's type when the array is known (`box_coordinate`).
     """
     if not isinstance(text, str) or not text.strip():
-        raise UsageError(f"--box is empty; write DIM=START:STOP (or DIM=LO..HI) for each bounded dimension, "
-                         f"{_BOX_EXAMPLE}")
+        raise UsageError(
+            f"--box is empty; write DIM=START:STOP (or DIM=LO..HI) for each bounded dimension, {_BOX_EXAMPLE}"
+        )
     out: dict[str, tuple] = {}
     for part in text.split(","):
         mt = _BOX_PART.match(part) or _BOX_SPAN.match(part)
         if not mt:
-            raise UsageError(f"--box {text!r}: {part.strip()!r} is not DIM=START:STOP with integer bounds "
-                             f"or DIM=LO..HI (half-open), {_BOX_EXAMPLE}")
+            raise UsageError(
+                f"--box {text!r}: {part.strip()!r} is not DIM=START:STOP with integer bounds "
+                f"or DIM=LO..HI (half-open), {_BOX_EXAMPLE}"
+            )
         name, lo, hi = mt.group(1), mt.group(2), mt.group(3)
         if name in out:
             raise UsageError(f"--box {text!r}: dimension {name!r} is given twice")
@@ -109,8 +112,10 @@ def check_box_dims(array: str, dims, ranges: dict) -> None:
     """Every dimension of a box must be one of the array's."""
     unknown = [k for k in ranges if k not in dims]
     if unknown:
-        raise UsageError(f"array {array!r} has dimensions {', '.join(dims)}; "
-                         f"{', '.join(repr(u) for u in unknown)} is not one of them")
+        raise UsageError(
+            f"array {array!r} has dimensions {', '.join(dims)}; "
+            f"{', '.join(repr(u) for u in unknown)} is not one of them"
+        )
 
 
 def box_columns(array: str, dims, cell: Layout, keep: bool, attrs) -> list[str]:
@@ -175,8 +180,11 @@ class ArrayIndex:
         self._dtypes = {f.name: f.dtype for f in self.cell.fields}
         self.nullable = self.cell.nullable_names  # bit j of _validity: the j-th one holds a value
         #: columns that go to Arrow as they are (single numbers, times, bool; never null)
-        self.plain = {f.name for f in self.cell.fields if not f.nullable and f.spec.count is None
-                      and f.spec.base not in ("bytes", "string")}
+        self.plain = {
+            f.name
+            for f in self.cell.fields
+            if not f.nullable and f.spec.count is None and f.spec.base not in ("bytes", "string")
+        }
 
     def columns(self, attrs) -> list[str]:
         return box_columns(self.name, self.dims, self.cell, self.keep, attrs)
@@ -187,8 +195,10 @@ class ArrayIndex:
         key = tuple(cols)
         s = self._schema_cache.get(key)
         if s is None:
-            schema = pa.schema([pa.field(c, self.fields[c].arrow_type, nullable=self.fields[c].nullable) for c in cols],
-                               metadata={"bulkload.array": self.name, "bulkload.dims": ",".join(self.dims)})
+            schema = pa.schema(
+                [pa.field(c, self.fields[c].arrow_type, nullable=self.fields[c].nullable) for c in cols],
+                metadata={"bulkload.array": self.name, "bulkload.dims": ",".join(self.dims)},
+            )
             s = self._schema_cache[key] = schema, schema.types
         return s
 
@@ -226,22 +236,24 @@ def list_arrays(ds) -> list[dict]:
     cells, chunks, bytes, and ``stale`` (records were appended since it was built)."""
     out = []
     for name, a in sorted(ds.manifest.arrays.items()):
-        out.append({
-            "name": name,
-            "dims": a["dims"],
-            "attrs": a["attrs"],
-            "synthetic": a.get("synthetic", []),
-            "policy": a["policy"],
-            "bounds": a["bounds"],
-            "cells": a["cells"],
-            "chunks": a["chunks"],
-            "pieces": a.get("pieces", a["chunks"]),
-            "bytes": a.get("bytes", 0),
-            "format": a["format"],
-            "built_from_records": a["built_from_records"],
-            "stale": bool(a.get("stale")) or a["built_from_records"] != ds.manifest.records,
-            "dropped": a.get("dropped", 0),
-        })
+        out.append(
+            {
+                "name": name,
+                "dims": a["dims"],
+                "attrs": a["attrs"],
+                "synthetic": a.get("synthetic", []),
+                "policy": a["policy"],
+                "bounds": a["bounds"],
+                "cells": a["cells"],
+                "chunks": a["chunks"],
+                "pieces": a.get("pieces", a["chunks"]),
+                "bytes": a.get("bytes", 0),
+                "format": a["format"],
+                "built_from_records": a["built_from_records"],
+                "stale": bool(a.get("stale")) or a["built_from_records"] != ds.manifest.records,
+                "dropped": a.get("dropped", 0),
+            }
+        )
     return out
 
 
@@ -362,8 +374,10 @@ def read_box(ds, array: str = "grid", attrs=None, ranges: dict | None = None) ->
         out = {c: a[order] for c, a in out.items()}
     valid = {c: _valid_bits(out[VALIDITY], ai.nullable.index(c)) for c in nullable}
     plain = ai.plain
-    return pa.Table.from_arrays([from_numpy(out[c], t) if c in plain else _arrow_column(out[c], t, valid.get(c))
-                                 for c, t in zip(cols, types)], schema=schema)
+    return pa.Table.from_arrays(
+        [from_numpy(out[c], t) if c in plain else _arrow_column(out[c], t, valid.get(c)) for c, t in zip(cols, types)],
+        schema=schema,
+    )
 
 
 def _valid_bits(validity: np.ndarray, j: int) -> np.ndarray:
@@ -395,8 +409,10 @@ def _get(ds, ai: ArrayIndex, rd: ValueReader, i: int, touch: bool):
     ``touch=False``: none of its pages read yet (box_parts.py reads the parts it needs)."""
     v = rd.get(ai.keys[i], touch)
     if v is None:
-        raise ds.missing(f"array {ai.name!r}: chunk piece {i} is missing from shard {int(ai.shard[i])}; "
-                         "run `bulkload verify` and re-run `bulkload finalize`")
+        raise ds.missing(
+            f"array {ai.name!r}: chunk piece {i} is missing from shard {int(ai.shard[i])}; "
+            "run `bulkload verify` and re-run `bulkload finalize`"
+        )
     return v
 
 

@@ -35,7 +35,7 @@ def field_min_max(view: np.ndarray, fields: list[str], block: int = 8192) -> tup
         return [view[f].min() for f in fields], [view[f].max() for f in fields]
     mins, maxs = [], []
     for i in range(0, n, block):
-        b = view[i:i + block]
+        b = view[i : i + block]
         mins.append([b[f].min() for f in fields])
         maxs.append([b[f].max() for f in fields])
     lo = [min(col) for col in zip(*mins)]

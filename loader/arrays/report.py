@@ -26,15 +26,16 @@ class IndexTotals:
     bounds: dict | None  # {dim: [min, max]} of both dims; None when the array is empty
 
     @classmethod
-    def of(cls, rows: np.ndarray, dims: tuple[str, str]) -> "IndexTotals":
+    def of(cls, rows: np.ndarray, dims: tuple[str, str]) -> IndexTotals:
         if not len(rows):
             return cls(0, 0, 0, 0, None)
-        bounds = {d: [int(coordinates(rows[f"min_{d}"]).min()), int(coordinates(rows[f"max_{d}"]).max())]
-                  for d in dims}  # coordinates: a time dimension's int64 counts of its unit
+        bounds = {
+            d: [int(coordinates(rows[f"min_{d}"]).min()), int(coordinates(rows[f"max_{d}"]).max())] for d in dims
+        }  # coordinates: a time dimension's int64 counts of its unit
         o = np.lexsort((rows["ccol"], rows["crow"]))  # distinct chunks (np.unique would import numpy.ma)
         cr, cc = rows["crow"][o], rows["ccol"][o]
         chunks = 1 + int(np.count_nonzero((cr[1:] != cr[:-1]) | (cc[1:] != cc[:-1])))
-        return cls(int(rows["cells"].sum()), chunks, int(len(rows)), int(rows["nbytes"].sum()), bounds)
+        return cls(int(rows["cells"].sum()), chunks, len(rows), int(rows["nbytes"].sum()), bounds)
 
 
 @dataclass(frozen=True)

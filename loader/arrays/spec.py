@@ -66,22 +66,27 @@ def cell_layout(layout: Layout, policy: str) -> Layout:
     """The layout of a stored cell: the record's fields (+ ``syn: uint32`` for keep)."""
     if policy != "keep":
         return layout
-    return Layout(f"{layout.name}_syn", layout.fields + (Field("syn", "uint32"),),
-                  f"cells of {layout.name} with a synthetic dimension syn")
+    return Layout(
+        f"{layout.name}_syn",
+        layout.fields + (Field("syn", "uint32"),),
+        f"cells of {layout.name} with a synthetic dimension syn",
+    )
 
 
 def parse_dims(dims, layout: Layout) -> tuple[tuple[str, str], tuple[int, int]]:
     """``"i0:10,i1:100000"`` (or ``[("i0", 10), ("i1", 100000)]``) -> (names, chunks)."""
     pairs = _dim_pairs(dims)
     if len(pairs) != 2:
-        raise UsageError(f"--dims {_show(dims)}: a 2-D array needs exactly two dimensions "
-                         f"(got {len(pairs)}), {_DIMS_EXAMPLE}")
+        raise UsageError(
+            f"--dims {_show(dims)}: a 2-D array needs exactly two dimensions (got {len(pairs)}), {_DIMS_EXAMPLE}"
+        )
     names, chunks = [], []
     for name, chunk in pairs:
         _check_dim_field(dims, layout, name)
         if name in names:
-            raise UsageError(f"--dims {_show(dims)}: field {name!r} is given twice; "
-                             "the two dimensions must be different fields")
+            raise UsageError(
+                f"--dims {_show(dims)}: field {name!r} is given twice; the two dimensions must be different fields"
+            )
         names.append(name)
         timed = time_type(layout.field(name).type)
         if timed is not None:  # a duration, as a count of the field's unit
@@ -101,16 +106,21 @@ def _dim_pairs(dims) -> list[tuple[str, object]]:
     for p in (p.strip() for p in dims.split(",")):
         name, sep, chunk = p.partition(":")
         if not sep or not name.strip() or not chunk.strip():
-            raise UsageError(f"--dims {dims!r}: {p!r} is not FIELD:CHUNK; "
-                             f"write two integer fields with chunk lengths, {_DIMS_EXAMPLE}")
+            raise UsageError(
+                f"--dims {dims!r}: {p!r} is not FIELD:CHUNK; "
+                f"write two integer fields with chunk lengths, {_DIMS_EXAMPLE}"
+            )
         pairs.append((name.strip(), chunk.strip()))
     return pairs
 
 
 def dim_fields(layout: Layout) -> list[str]:
     """The fields of ``layout`` that may be dimensions: integers and times, not nullable."""
-    return [f.name for f in layout.fields if not f.nullable and (
-        time_type(f.type) is not None or (f.type in TYPES and f.is_integer))]
+    return [
+        f.name
+        for f in layout.fields
+        if not f.nullable and (time_type(f.type) is not None or (f.type in TYPES and f.is_integer))
+    ]
 
 
 def _check_dim_field(dims, layout: Layout, name: str) -> None:
@@ -119,17 +129,22 @@ def _check_dim_field(dims, layout: Layout, name: str) -> None:
     try:
         f = layout.field(name)
     except KeyError:
-        raise UsageError(f"--dims {_show(dims)}: unknown field {name!r}; layout {layout.name!r} "
-                         f"has {', '.join(layout.names)}") from None
+        raise UsageError(
+            f"--dims {_show(dims)}: unknown field {name!r}; layout {layout.name!r} has {', '.join(layout.names)}"
+        ) from None
     if f.nullable:
-        raise UsageError(f"--dims {_show(dims)}: field {name!r} is nullable; a cell needs a coordinate in "
-                         f"every record: use a field that is not nullable ({', '.join(dim_fields(layout))})")
+        raise UsageError(
+            f"--dims {_show(dims)}: field {name!r} is nullable; a cell needs a coordinate in "
+            f"every record: use a field that is not nullable ({', '.join(dim_fields(layout))})"
+        )
     if time_type(f.type) is not None:
         return
     if f.type not in TYPES or not f.is_integer:
-        raise UsageError(f"--dims {_show(dims)}: field {name!r} is {f.type}, not an integer or a time; "
-                         f"dimensions must be integer or datetime64/timedelta64 fields "
-                         f"({', '.join(dim_fields(layout)) or 'none in this layout'})")
+        raise UsageError(
+            f"--dims {_show(dims)}: field {name!r} is {f.type}, not an integer or a time; "
+            f"dimensions must be integer or datetime64/timedelta64 fields "
+            f"({', '.join(dim_fields(layout)) or 'none in this layout'})"
+        )
 
 
 def _chunk_length(dims, name: str, chunk) -> int:
@@ -139,11 +154,14 @@ def _chunk_length(dims, name: str, chunk) -> int:
         if isinstance(chunk, float) and chunk != n:
             raise ValueError
     except (TypeError, ValueError):
-        raise UsageError(f"--dims {_show(dims)}: chunk length {chunk!r} of {name!r} "
-                         "is not an integer; use a positive integer, e.g. i0:10") from None
+        raise UsageError(
+            f"--dims {_show(dims)}: chunk length {chunk!r} of {name!r} "
+            "is not an integer; use a positive integer, e.g. i0:10"
+        ) from None
     if n <= 0 or n >= 2**63:
-        raise UsageError(f"--dims {_show(dims)}: chunk length of {name!r} must be a positive "
-                         f"integer below 2**63, got {n}")
+        raise UsageError(
+            f"--dims {_show(dims)}: chunk length of {name!r} must be a positive integer below 2**63, got {n}"
+        )
     return n
 
 
@@ -153,8 +171,10 @@ def _show(dims) -> str:
 
 def check_array_name(name: str) -> str:
     if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
-        raise UsageError(f"array name {name!r} is not allowed; use a letter then letters, digits "
-                         "or _ (at most 64 characters), e.g. grid")
+        raise UsageError(
+            f"array name {name!r} is not allowed; use a letter then letters, digits "
+            "or _ (at most 64 characters), e.g. grid"
+        )
     return name
 
 
@@ -167,9 +187,11 @@ def default_dims(layout: Layout) -> str:
         if parse_layout_toml(path.read_text(), str(path)).fields == layout.fields:  # not a user's namesake
             return dims
     ints = dim_fields(layout)
-    raise UsageError(f"layout {layout.name!r} has no default dims; give --dims FIELD:CHUNK,FIELD:CHUNK "
-                     f"with two of its integer or time fields ({', '.join(ints) or 'none in this layout'}), "
-                     "e.g. --dims " + ",".join(f"{n}:1000" for n in (ints + ["FIELD", "FIELD"])[:2]))
+    raise UsageError(
+        f"layout {layout.name!r} has no default dims; give --dims FIELD:CHUNK,FIELD:CHUNK "
+        f"with two of its integer or time fields ({', '.join(ints) or 'none in this layout'}), "
+        "e.g. --dims " + ",".join(f"{n}:1000" for n in (ints + ["FIELD", "FIELD"])[:2])
+    )
 
 
 def make_spec(layout: Layout, dims, array: str, duplicates: str) -> ArraySpec:
@@ -179,6 +201,8 @@ def make_spec(layout: Layout, dims, array: str, duplicates: str) -> ArraySpec:
         raise UsageError(f"--duplicates {duplicates!r} is unknown; use one of {', '.join(POLICIES)}")
     names, chunks = parse_dims(default_dims(layout) if dims is None else dims, layout)
     if duplicates == "keep" and "syn" in layout.names:
-        raise UsageError(f"--duplicates keep adds a dimension 'syn', but layout {layout.name!r} "
-                         "already has a field named syn; use first or last")
+        raise UsageError(
+            f"--duplicates keep adds a dimension 'syn', but layout {layout.name!r} "
+            "already has a field named syn; use first or last"
+        )
     return ArraySpec(array, names, chunks, duplicates, layout.to_dict())

@@ -40,9 +40,11 @@ def save(path: str, arr: np.ndarray) -> None:
 def write_failed(path: str, e: OSError) -> BulkloadError:
     """The error of a failed write of finalize's spill file ``path`` (exit 1)."""
     cls = NoSpaceError if e.errno in _FULL else StoreError
-    return cls(f"finalize spill file {path}: write failed: {e.strerror or e}; the dataset is unchanged since "
-               "its last commit - free space (the spill files take about the records' size) and re-run the "
-               "same command")
+    return cls(
+        f"finalize spill file {path}: write failed: {e.strerror or e}; the dataset is unchanged since "
+        "its last commit - free space (the spill files take about the records' size) and re-run the "
+        "same command"
+    )
 
 
 def load(path: str, dtype) -> np.ndarray:
@@ -50,7 +52,9 @@ def load(path: str, dtype) -> np.ndarray:
     dtype = np.dtype(dtype)
     size = os.path.getsize(path)
     if size % dtype.itemsize:
-        raise WorkerError(f"{path}: {size} bytes is not a whole number of {dtype.itemsize}-byte rows: a finalize "
-                          "worker's file was cut short or changed; run the finalize again")
+        raise WorkerError(
+            f"{path}: {size} bytes is not a whole number of {dtype.itemsize}-byte rows: a finalize "
+            "worker's file was cut short or changed; run the finalize again"
+        )
     with open_regular_file(path) as f:
         return np.fromfile(f, dtype)

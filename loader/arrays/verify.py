@@ -80,8 +80,9 @@ def array_parts(ds, shards, flat: FlatSums) -> dict[str, dict]:
     flat records it was built from, of the batches the pass that fed ``flat`` read) or
     ``flat_error`` (reading them failed: raised only if the whole-array check needs the sum)."""
     wanted = set(shards)
-    return {name: _ArrayCheck(ds, name, summary).part(wanted, flat)
-            for name, summary in sorted(ds.manifest.arrays.items())}
+    return {
+        name: _ArrayCheck(ds, name, summary).part(wanted, flat) for name, summary in sorted(ds.manifest.arrays.items())
+    }
 
 
 def combine_arrays(manifest, parts: list[dict[str, dict]]) -> list[dict]:
@@ -120,14 +121,22 @@ def _multiset_problem(name: str, a: dict, records: int, mine: list[dict]) -> str
     hsum = sum(m["hsum"] for m in mine) % 2**64
     flat = sum(m["flat"] for m in mine) % 2**64
     if (hsum + int(a.get("dropped_hash", 0))) % 2**64 != flat:
-        return ("the multiset of cells does not match the flat records it was built from "
-                "(order-independent checksum differs)")
+        return (
+            "the multiset of cells does not match the flat records it was built from "
+            "(order-independent checksum differs)"
+        )
     return None
 
 
 def _row(name: str, problem: str, chunk="-", shard="-") -> dict:
-    return {"array": name, "chunk": chunk, "shard": shard, "batch": "-", "first_record": "-",
-            "problem": f"array {name!r}: {problem}"}
+    return {
+        "array": name,
+        "chunk": chunk,
+        "shard": shard,
+        "batch": "-",
+        "first_record": "-",
+        "problem": f"array {name!r}: {problem}",
+    }
 
 
 class _ArrayCheck:
@@ -147,8 +156,7 @@ class _ArrayCheck:
         self.problems.append(_row(self.name, problem, chunk, shard))
 
     def part(self, shards: set[int], flat: FlatSums) -> dict:
-        out = {"index_error": None, "problems": self.problems, "cells": 0, "hsum": 0, "flat": 0,
-               "flat_error": None}
+        out = {"index_error": None, "problems": self.problems, "cells": 0, "hsum": 0, "flat": 0, "flat_error": None}
         try:
             idx = read_index(index_path(self.ds.spec.root, self.a))
         except BulkloadError as e:
@@ -184,7 +192,7 @@ class _ArrayCheck:
                 try:
                     _, cells = self.ser.decode(v)
                     cells = np.ascontiguousarray(cells)
-                except Exception as e:  # noqa: BLE001 - every failure is a finding
+                except Exception as e:
                     problem = f"chunk {where}: undecodable: {e}"
                 else:
                     problem = self._cells_problem(cells, where, (crow, ccol, piece), int(idx["cells"][i]))
@@ -213,8 +221,7 @@ class _ArrayCheck:
             return f"chunk {where}: holds {len(cells)} cells, the index says {indexed}"
         r = cells[self.d0].astype(np.int64)
         c = cells[self.d1].astype(np.int64)
-        if len(cells) and (np.any(np.floor_divide(r, self.l0) != crow)
-                           or np.any(np.floor_divide(c, self.l1) != ccol)):
+        if len(cells) and (np.any(np.floor_divide(r, self.l0) != crow) or np.any(np.floor_divide(c, self.l1) != ccol)):
             return f"chunk {where}: holds cells outside the chunk"
         if len(cells) > 1 and not self._row_major(cells, r, c):
             return f"chunk {where}: cells are not in strict row-major order"
@@ -229,8 +236,10 @@ class _ArrayCheck:
             return None  # an index written before samples existed
         every = int(idx["sample_every"][i])
         lo, hi = int(idx["sample_off"][i]), int(idx["sample_off"][i + 1])
-        if every < 1 or not (np.array_equal(idx["sample_r"][lo:hi], coordinates(cells[self.d0][::every]))
-                             and np.array_equal(idx["sample_c"][lo:hi], coordinates(cells[self.d1][::every]))):
+        if every < 1 or not (
+            np.array_equal(idx["sample_r"][lo:hi], coordinates(cells[self.d0][::every]))
+            and np.array_equal(idx["sample_c"][lo:hi], coordinates(cells[self.d1][::every]))
+        ):
             return f"chunk {where}: its sample in the index does not match its cells"
         return None
 

@@ -103,14 +103,29 @@ def section_catalog(b: Bench) -> None:
     """Build the datasets, measure every size round by round, then the n-record loads."""
     p = b.p
     bs = sizes(p.catalog_batches, p.max_batches)
-    figs = {(op, n): b.fig(f"catalog-{op}-b{n}", GROUP, f"{title}, {n:,} batches", n * p.catalog_batch_records,
-                           kind="memory" if op == "verify" else "latency",
-                           params={"op": op, "batches": n, "runs": runs_for(n)})
-            for n in bs for op, (title, _) in OPS.items()}
-    builds = {n: b.fig(f"catalog-build-b{n}", GROUP, f"build: {n:,} batch rows + {runs_for(n):,} runs",
-                       n * p.catalog_batch_records, kind="build", params={"op": "build", "batches": n,
-                                                                          "runs": runs_for(n)})
-              for n in bs}
+    figs = {
+        (op, n): b.fig(
+            f"catalog-{op}-b{n}",
+            GROUP,
+            f"{title}, {n:,} batches",
+            n * p.catalog_batch_records,
+            kind="memory" if op == "verify" else "latency",
+            params={"op": op, "batches": n, "runs": runs_for(n)},
+        )
+        for n in bs
+        for op, (title, _) in OPS.items()
+    }
+    builds = {
+        n: b.fig(
+            f"catalog-build-b{n}",
+            GROUP,
+            f"build: {n:,} batch rows + {runs_for(n):,} runs",
+            n * p.catalog_batch_records,
+            kind="build",
+            params={"op": "build", "batches": n, "runs": runs_for(n)},
+        )
+        for n in bs
+    }
     loads = _load_figures(b)
     if any(f is not None for f in [*figs.values(), *builds.values()]):
         _measure_sizes(b, bs, figs, builds)
@@ -140,10 +155,14 @@ def _measure_sizes(b: Bench, bs: tuple[int, ...], figs: dict, builds: dict) -> N
         uris[n] = uri
     rows = []
     for n, uri in uris.items():
-        rows += [Row(lambda i, uri=uri, n=n: _ops(b, uri, warm, figs["commit", n]),
-                     [(figs[op, n], OPS[op][1]) for op in ("append", "open", "commit")]),
-                 Row(lambda i, uri=uri: _timed_cli(b, ["info", uri]), [(figs["info", n], "wall_s")]),
-                 Row(lambda i, uri=uri: _timed_cli(b, ["verify", uri, "--json"]), [(figs["verify", n], "wall_s")])]
+        rows += [
+            Row(
+                lambda i, uri=uri, n=n: _ops(b, uri, warm, figs["commit", n]),
+                [(figs[op, n], OPS[op][1]) for op in ("append", "open", "commit")],
+            ),
+            Row(lambda i, uri=uri: _timed_cli(b, ["info", uri]), [(figs["info", n], "wall_s")]),
+            Row(lambda i, uri=uri: _timed_cli(b, ["verify", uri, "--json"]), [(figs["verify", n], "wall_s")]),
+        ]
     b.interleave(rows)
     for uri in [warm, *uris.values()]:
         rm(b.ds_root(uri))
@@ -153,8 +172,20 @@ def _build(b: Bench, n: int, uri: str, f: Figure | None) -> None:
     """The dataset of ``n`` batch rows and ``runs_for(n)`` runs (see the module's docstring)."""
     p = b.p
     t = time.perf_counter()
-    rep = json.loads(_cli(b, ["load", f"gen://{LAYOUT}?n={n * p.catalog_batch_records}", uri, "--batch-records",
-                              str(p.catalog_batch_records), "--json", "--quiet"]))
+    rep = json.loads(
+        _cli(
+            b,
+            [
+                "load",
+                f"gen://{LAYOUT}?n={n * p.catalog_batch_records}",
+                uri,
+                "--batch-records",
+                str(p.catalog_batch_records),
+                "--json",
+                "--quiet",
+            ],
+        )
+    )
     load_s = time.perf_counter() - t
     if rep["batches"] != n:
         raise RuntimeError(f"the load made {rep['batches']} batches, expected {n}")
@@ -162,12 +193,23 @@ def _build(b: Bench, n: int, uri: str, f: Figure | None) -> None:
     per = p.runs_per_commit or -(-runs // 100)
     res, _ = run_child("catalog_runs", root=str(b.ds_root(uri)), runs=runs, per_commit=per)
     root = b.ds_root(uri)
-    sample = {"seconds": load_s + res["seconds"], "load_s": load_s, "load_report_s": rep["seconds"],
-              "runs_s": res["seconds"], "runs": runs, "runs_per_commit": per, "commits": res["commits"],
-              "batches": n, "shards": rep["shards"], "metadata_bytes": _metadata_bytes(root),
-              "disk_bytes": disk_bytes(root)}
-    b.log(f"catalog: built {n:,} batches + {runs:,} runs in {sample['seconds']:.1f} s "
-          f"(metadata {sample['metadata_bytes'] / 1e3:,.1f} kB)")
+    sample = {
+        "seconds": load_s + res["seconds"],
+        "load_s": load_s,
+        "load_report_s": rep["seconds"],
+        "runs_s": res["seconds"],
+        "runs": runs,
+        "runs_per_commit": per,
+        "commits": res["commits"],
+        "batches": n,
+        "shards": rep["shards"],
+        "metadata_bytes": _metadata_bytes(root),
+        "disk_bytes": disk_bytes(root),
+    }
+    b.log(
+        f"catalog: built {n:,} batches + {runs:,} runs in {sample['seconds']:.1f} s "
+        f"(metadata {sample['metadata_bytes'] / 1e3:,.1f} kB)"
+    )
     if f is not None:
         b.add_sample(f, sample)
 
@@ -196,8 +238,11 @@ def _timed_cli(b: Bench, args: list[str]) -> dict:
     p = run_sampled([b.bulkload, *args], stdout=subprocess.DEVNULL)
     if p.rc != 0:
         raise RuntimeError(f"bulkload {args[0]} exited with {p.rc}: {tail(p.err)}")
-    return {"wall_s": p.wall_s, "peak_tree_rss_bytes": p.peak_tree_rss_bytes,
-            "peak_tree_anon_bytes": p.peak_tree_anon_bytes}
+    return {
+        "wall_s": p.wall_s,
+        "peak_tree_rss_bytes": p.peak_tree_rss_bytes,
+        "peak_tree_anon_bytes": p.peak_tree_anon_bytes,
+    }
 
 
 def _fail(f: Figure | None, reason: str) -> None:
@@ -209,8 +254,7 @@ def _ops(b: Bench, uri: str, warm: str, commit: Figure | None) -> dict:
     """One sample of the child's operations; a commit the code cannot do alone (no
     load_manifest / Manifest.save) fails the commit figure only."""
     os.sync()
-    res = b.child_sample("catalog_ops", uri=uri, warm=warm, root=str(b.ds_root(uri)),
-                         append=b.p.catalog_append_records)
+    res = b.child_sample("catalog_ops", uri=uri, warm=warm, root=str(b.ds_root(uri)), append=b.p.catalog_append_records)
     if res.get("commit_error"):
         _fail(commit, res["commit_error"])
     return res
@@ -220,26 +264,53 @@ def _load_figures(b: Bench) -> dict[str, Figure | None]:
     """The n-record loads: 100-record batches and the default options; with ``before``
     (the command of the code before), the same two run by it, interleaved with these."""
     n = b.p.n
-    out = {"br100": b.fig("catalog-load-br100", LOADS, "bulkload load --batch-records 100", n,
-                          limit=None, params={"batch_records": 100, "batches": -(-n // 100)},
-                          note="the issue's target 3: 3 x faster than before"),
-           "default": b.fig("catalog-load-default", LOADS, "bulkload load, default options", n, limit=None,
-                            params={"batch_records": None}, note="within noise of before")}
+    out = {
+        "br100": b.fig(
+            "catalog-load-br100",
+            LOADS,
+            "bulkload load --batch-records 100",
+            n,
+            limit=None,
+            params={"batch_records": 100, "batches": -(-n // 100)},
+            note="the issue's target 3: 3 x faster than before",
+        ),
+        "default": b.fig(
+            "catalog-load-default",
+            LOADS,
+            "bulkload load, default options",
+            n,
+            limit=None,
+            params={"batch_records": None},
+            note="within noise of before",
+        ),
+    }
     if b.p.before:
         for key in ("br100", "default"):
             f = out[key]
-            out[f"{key}-before"] = b.fig(f"catalog-load-{key}-before", LOADS, f"{f.title if f else key} (before: "
-                                         f"{b.p.before})", n, limit=None,
-                                         params={**(f.params if f else {}), "bulkload": b.p.before})
+            out[f"{key}-before"] = b.fig(
+                f"catalog-load-{key}-before",
+                LOADS,
+                f"{f.title if f else key} (before: {b.p.before})",
+                n,
+                limit=None,
+                params={**(f.params if f else {}), "bulkload": b.p.before},
+            )
     return out
 
 
 def _load(b: Bench, key: str) -> dict:
     uri = b.dataset("lmdb", f"catalog-load-{key}")
     try:
-        return load_once(b, b.p.n, uri, workers=None, format=None, compression=None,
-                         batch_records=100 if key.startswith("br100") else None,
-                         bulkload=shlex.split(b.p.before) if key.endswith("-before") else None)
+        return load_once(
+            b,
+            b.p.n,
+            uri,
+            workers=None,
+            format=None,
+            compression=None,
+            batch_records=100 if key.startswith("br100") else None,
+            bulkload=shlex.split(b.p.before) if key.endswith("-before") else None,
+        )
     finally:
         rm(b.ds_root(uri))
 
@@ -262,15 +333,36 @@ def catalog_targets(figs: dict[str, Figure], baseline: dict | None = None) -> li
     if bs:
         top = bs[-1]
         for op, ms in TARGET_MS.items():
-            out.append(_under(f"catalog-{op}-{ms:g}ms", f"{OPS[op][0]} at {top:,} batches", ops.get((op, top)), ms,
-                              unit="s" if op == "info" else "ms"))
+            out.append(
+                _under(
+                    f"catalog-{op}-{ms:g}ms",
+                    f"{OPS[op][0]} at {top:,} batches",
+                    ops.get((op, top)),
+                    ms,
+                    unit="s" if op == "info" else "ms",
+                )
+            )
         for op in ("append", "commit", "open"):
-            out.append(_flat(f"catalog-{op}-flat", f"{OPS[op][0]}: largest median over {bs[0]:,} .. {bs[-1]:,} "
-                             f"batches / the median at {bs[0]:,}", [ops.get((op, n)) for n in bs], FLAT,
-                             lambda f: _median(f, "seconds"), "ms"))
-        out.append(_flat("catalog-verify-rss-flat", f"bulkload verify peak private RSS at {top:,} batches / at "
-                         f"{bs[0]:,}", [ops.get(("verify", n)) for n in (bs[0], top)], RSS_FLAT,
-                         lambda f: max(s["peak_tree_anon_bytes"] for s in f.samples), "bytes"))
+            out.append(
+                _flat(
+                    f"catalog-{op}-flat",
+                    f"{OPS[op][0]}: largest median over {bs[0]:,} .. {bs[-1]:,} batches / the median at {bs[0]:,}",
+                    [ops.get((op, n)) for n in bs],
+                    FLAT,
+                    lambda f: _median(f, "seconds"),
+                    "ms",
+                )
+            )
+        out.append(
+            _flat(
+                "catalog-verify-rss-flat",
+                f"bulkload verify peak private RSS at {top:,} batches / at {bs[0]:,}",
+                [ops.get(("verify", n)) for n in (bs[0], top)],
+                RSS_FLAT,
+                lambda f: max(s["peak_tree_anon_bytes"] for s in f.samples),
+                "bytes",
+            )
+        )
     out += _load_targets(figs, baseline)
     return out
 
@@ -283,11 +375,19 @@ def _median(f: Figure, key: str) -> float:
     return statistics.median(s[key] for s in f.samples)
 
 
-def _missing(tid: str, what: str, target: float, figs: list[Figure | None], at_most: bool = False,
-             unit: str | None = None, why: str = "") -> Target:
+def _missing(
+    tid: str,
+    what: str,
+    target: float,
+    figs: list[Figure | None],
+    at_most: bool = False,
+    unit: str | None = None,
+    why: str = "",
+) -> Target:
     bad = [f.id for f in figs if f is not None and f.status != "ok"]
-    return Target(tid, what, target, "not measured" + (f" ({', '.join(bad)})" if bad else why), at_most=at_most,
-                  unit=unit)
+    return Target(
+        tid, what, target, "not measured" + (f" ({', '.join(bad)})" if bad else why), at_most=at_most, unit=unit
+    )
 
 
 def _under(tid: str, what: str, f: Figure | None, limit_ms: float, unit: str) -> Target:
@@ -297,22 +397,38 @@ def _under(tid: str, what: str, f: Figure | None, limit_ms: float, unit: str) ->
         return _missing(tid, what, 1.0, [f], unit=unit)
     ms = _median(f, "seconds") * 1e3
     scale = 1e3 if unit == "s" else 1.0
-    return Target.measured(tid, f"{what}: limit / median", round(ms / scale, 6), limit_ms / scale,
-                           round(limit_ms / ms, 3), 1.0, ms <= limit_ms, unit=unit)
+    return Target.measured(
+        tid,
+        f"{what}: limit / median",
+        round(ms / scale, 6),
+        limit_ms / scale,
+        round(limit_ms / ms, 3),
+        1.0,
+        ms <= limit_ms,
+        unit=unit,
+    )
 
 
 def _flat(tid: str, what: str, fs: list[Figure | None], bound: float, value, unit: str) -> Target:
     """The largest value over ``fs`` (the last sizes) over the first's, at most ``bound``."""
     what = f"{what} <= {bound:g}"
     if len(fs) < 2 or not all(_ok(f) for f in fs):
-        return _missing(tid, what, bound, fs, at_most=True, unit=unit,
-                        why="" if len(fs) >= 2 else " (one size only)")
+        return _missing(tid, what, bound, fs, at_most=True, unit=unit, why="" if len(fs) >= 2 else " (one size only)")
     vals = [value(f) for f in fs]
     scale = 1e3 if unit == "ms" else 1
     top, base = max(vals[1:]), vals[0]
     r = top / base
-    return Target.measured(tid, what, round(top * scale, 6), round(base * scale, 6), round(r, 3), bound, r <= bound,
-                           at_most=True, unit=unit)
+    return Target.measured(
+        tid,
+        what,
+        round(top * scale, 6),
+        round(base * scale, 6),
+        round(r, 3),
+        bound,
+        r <= bound,
+        at_most=True,
+        unit=unit,
+    )
 
 
 def _load_targets(figs: dict[str, Figure], baseline: dict | None) -> list[Target]:
@@ -323,10 +439,24 @@ def _load_targets(figs: dict[str, Figure], baseline: dict | None) -> list[Target
     note = ""
     if _ok(br) and _ok(default):
         note = f"; in this run {_median(br, 'seconds') / _median(default, 'seconds'):.2f} x the default load's time"
-    return [_faster("catalog-load-br100-3x", "bulkload load --batch-records 100: before / now", br, SPEEDUP,
-                    _before(figs, baseline, "br100", br), note),
-            _faster("catalog-load-default-noise", "bulkload load, default options: before / now (within noise)",
-                    default, NOISE, _before(figs, baseline, "default", default), "")]
+    return [
+        _faster(
+            "catalog-load-br100-3x",
+            "bulkload load --batch-records 100: before / now",
+            br,
+            SPEEDUP,
+            _before(figs, baseline, "br100", br),
+            note,
+        ),
+        _faster(
+            "catalog-load-default-noise",
+            "bulkload load, default options: before / now (within noise)",
+            default,
+            NOISE,
+            _before(figs, baseline, "default", default),
+            "",
+        ),
+    ]
 
 
 def _before(figs: dict[str, Figure], baseline: dict | None, key: str, now: Figure | None) -> tuple[float | None, str]:
@@ -341,16 +471,32 @@ def _before(figs: dict[str, Figure], baseline: dict | None, key: str, now: Figur
     return before, source
 
 
-def _faster(tid: str, what: str, now: Figure | None, needed: float, before: tuple[float | None, str],
-            note: str) -> Target:
+def _faster(
+    tid: str, what: str, now: Figure | None, needed: float, before: tuple[float | None, str], note: str
+) -> Target:
     what = f"{what} >= {needed:g}"
     seconds, source = before
     if not _ok(now) or seconds is None:
-        return _missing(tid, what, needed, [now], unit="s", why="" if seconds is not None else
-                        " (no before: give --before or a --baseline result of the same n)")
+        return _missing(
+            tid,
+            what,
+            needed,
+            [now],
+            unit="s",
+            why="" if seconds is not None else " (no before: give --before or a --baseline result of the same n)",
+        )
     t = _median(now, "seconds")
-    return Target.measured(tid, what, round(t, 6), round(seconds, 6), round(seconds / t, 3), needed,
-                           seconds / t >= needed, note=f"before: {source}{note}", unit="s")
+    return Target.measured(
+        tid,
+        what,
+        round(t, 6),
+        round(seconds, 6),
+        round(seconds / t, 3),
+        needed,
+        seconds / t >= needed,
+        note=f"before: {source}{note}",
+        unit="s",
+    )
 
 
 def _baseline_seconds(baseline: dict | None, fid: str, records: int) -> tuple[float | None, str]:
@@ -383,9 +529,24 @@ def _append_runs(m, count: int, tag: str) -> None:
     first_seq, first_record = m.next_seq, m.next_record
     for i in range(count):
         src = f"gen://{LAYOUT}?n=0&start={first_record}&bench={tag}-{i}"
-        d = {**base, "id": uuid.uuid4().hex[:12], "status": "done", "started": now, "ended": now, "pid": os.getpid(),
-             "source": src, "fingerprint": src, "first_seq": first_seq, "first_record": first_record, "total": 0,
-             "records": 0, "batches": 0, "seconds": 0.0, "written_records": 0, "kept_records": 0}
+        d = {
+            **base,
+            "id": uuid.uuid4().hex[:12],
+            "status": "done",
+            "started": now,
+            "ended": now,
+            "pid": os.getpid(),
+            "source": src,
+            "fingerprint": src,
+            "first_seq": first_seq,
+            "first_record": first_record,
+            "total": 0,
+            "records": 0,
+            "batches": 0,
+            "seconds": 0.0,
+            "written_records": 0,
+            "kept_records": 0,
+        }
         m.runs.append(type(last).from_dict(d))
 
 
@@ -431,8 +592,13 @@ def child_catalog_ops(uri: str, warm: str, root: str, append: int = 1000, read: 
     t2 = time.perf_counter()
     if len(got) != read or rep["records"] != append:
         raise RuntimeError(f"read {len(got)} records (expected {read}), appended {rep['records']} ({append})")
-    out = {"open_read_s": t1 - t0, "append_s": t2 - t1, "records_before": end,
-           "append_in_process": rep.get("in_process"), "append_batches": rep.get("batches")}
+    out = {
+        "open_read_s": t1 - t0,
+        "append_s": t2 - t1,
+        "records_before": end,
+        "append_in_process": rep.get("in_process"),
+        "append_batches": rep.get("batches"),
+    }
     try:
         from ..model.manifest import load_manifest  # the commit alone: the manifest's own commit
     except ImportError as e:

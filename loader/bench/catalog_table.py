@@ -13,12 +13,14 @@ from __future__ import annotations
 from .figures import stats
 
 #: the columns of the table: op, title, what is shown (sample key, scale, unit)
-COLUMNS = (("append", "append 1,000 records", "seconds", 1e3, "ms"),
-           ("open", "open + read 10", "seconds", 1e3, "ms"),
-           ("commit", "commit alone", "seconds", 1e3, "ms"),
-           ("info", "bulkload info", "seconds", 1.0, "s"),
-           ("verify", "verify peak private RSS", "peak_tree_anon_bytes", 2**-20, "MiB"),
-           ("verify", "verify peak VmRSS", "peak_tree_rss_bytes", 2**-20, "MiB"))
+COLUMNS = (
+    ("append", "append 1,000 records", "seconds", 1e3, "ms"),
+    ("open", "open + read 10", "seconds", 1e3, "ms"),
+    ("commit", "commit alone", "seconds", 1e3, "ms"),
+    ("info", "bulkload info", "seconds", 1.0, "s"),
+    ("verify", "verify peak private RSS", "peak_tree_anon_bytes", 2**-20, "MiB"),
+    ("verify", "verify peak VmRSS", "peak_tree_rss_bytes", 2**-20, "MiB"),
+)
 
 
 def by_size(figs) -> dict[int, dict[str, dict]]:
@@ -56,8 +58,10 @@ def _cell(f: dict | None, key: str, scale: float) -> str:
 def load_rows(rows: list[dict]) -> list[str]:
     """The Markdown table of the n-record loads: seconds (durable, the report's own), MB/s,
     batches, peak RSS of the process tree."""
-    lines = ["| load | records | batches | seconds (median) | min – max | MB/s | peak RSS tree (private) |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| load | records | batches | seconds (median) | min – max | MB/s | peak RSS tree (private) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for f in rows:
         batches = (f["samples"][0].get("batches") if f["samples"] else None) or f["params"].get("batches")
         head = f"| {f['title']} | {f['records']:,} | {'' if batches is None else format(batches, ',')} |"
@@ -66,8 +70,9 @@ def load_rows(rows: list[dict]) -> list[str]:
             continue
         st, rss, anon = f["seconds"], f.get("peak_tree_rss_bytes"), f.get("peak_tree_anon_bytes")
         mem = f"{rss['max'] / 2**20:,.0f} MiB ({anon['max'] / 2**20:,.0f} MiB)" if rss and anon else ""
-        lines.append(f"{head} {st['median']:,.3f} | {st['min']:,.3f} – {st['max']:,.3f} | "
-                     f"{f['mb_s']['median']:,.0f} | {mem} |")
+        lines.append(
+            f"{head} {st['median']:,.3f} | {st['min']:,.3f} – {st['max']:,.3f} | {f['mb_s']['median']:,.0f} | {mem} |"
+        )
     return lines
 
 
@@ -85,8 +90,12 @@ def catalog_rows(rows: list[dict]) -> list[str]:
         b = build["samples"][0] if build and build["status"] == "ok" and build["samples"] else {}
         meta = _size(b["metadata_bytes"]) if b.get("metadata_bytes") is not None else ""
         runs = (build or next(iter(ops.values())))["params"].get("runs", "")
-        cells = [f"{n:,}", f"{runs:,}" if isinstance(runs, int) else "", meta,
-                 f"{b['seconds']:,.1f}" if b else _cell(build, "seconds", 1.0)]
+        cells = [
+            f"{n:,}",
+            f"{runs:,}" if isinstance(runs, int) else "",
+            meta,
+            f"{b['seconds']:,.1f}" if b else _cell(build, "seconds", 1.0),
+        ]
         cells += [_cell(ops.get(op), key, scale) for op, _, key, scale, _ in COLUMNS]
         lines.append("| " + " | ".join(cells) + " |")
     return lines

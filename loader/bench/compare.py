@@ -32,11 +32,19 @@ def compare(ours: Figure | None, peer: Figure | None) -> dict | None:
         return None
     rounds = _round_ratios(ours, peer)
     ours_bytes, peer_bytes = _median_bytes(ours), _median_bytes(peer)
-    return {"bulkload": ours.id, "peer": peer.id, "what": f"{ours.title} / {peer.title}",
-            "bulkload_mb_s": _mb_s(ours), "peer_mb_s": _mb_s(peer), "ratio": round(a / b, 3),
-            "round_ratios": rounds, "round_ratio": stats(rounds),
-            "bulkload_disk_bytes": ours_bytes, "peer_disk_bytes": peer_bytes,
-            "disk_bytes_ratio": round(ours_bytes / peer_bytes, 3) if ours_bytes and peer_bytes else None}
+    return {
+        "bulkload": ours.id,
+        "peer": peer.id,
+        "what": f"{ours.title} / {peer.title}",
+        "bulkload_mb_s": _mb_s(ours),
+        "peer_mb_s": _mb_s(peer),
+        "ratio": round(a / b, 3),
+        "round_ratios": rounds,
+        "round_ratio": stats(rounds),
+        "bulkload_disk_bytes": ours_bytes,
+        "peer_disk_bytes": peer_bytes,
+        "disk_bytes_ratio": round(ours_bytes / peer_bytes, 3) if ours_bytes and peer_bytes else None,
+    }
 
 
 def _mb_s(f: Figure) -> dict | None:
@@ -46,8 +54,11 @@ def _mb_s(f: Figure) -> dict | None:
 def _round_ratios(ours: Figure, peer: Figure) -> list[float]:
     """ours / peer MB/s of the samples taken in the same round."""
     theirs = {s["round"]: peer.bytes / s["seconds"] for s in peer.samples if s.get("round") and s.get("seconds")}
-    return [round(ours.bytes / s["seconds"] / theirs[s["round"]], 3) for s in ours.samples
-            if s.get("round") in theirs and s.get("seconds")]
+    return [
+        round(ours.bytes / s["seconds"] / theirs[s["round"]], 3)
+        for s in ours.samples
+        if s.get("round") in theirs and s.get("seconds")
+    ]
 
 
 def _median_bytes(f: Figure) -> float | None:

@@ -51,10 +51,20 @@ class Figure:
         return stats([s[key] for s in self.samples if s.get(key)])
 
     def to_dict(self, limits: dict[str, Figure]) -> dict:
-        d = {"id": self.id, "group": self.group, "title": self.title, "kind": self.kind,
-             "status": self.status, "records": self.records, "bytes": self.bytes,
-             "workers": self.workers, "params": self.params, "note": self.note,
-             "repeats": len(self.samples), "samples": self.samples}
+        d = {
+            "id": self.id,
+            "group": self.group,
+            "title": self.title,
+            "kind": self.kind,
+            "status": self.status,
+            "records": self.records,
+            "bytes": self.bytes,
+            "workers": self.workers,
+            "params": self.params,
+            "note": self.note,
+            "repeats": len(self.samples),
+            "samples": self.samples,
+        }
         if self.status != "ok":
             d["reason"] = self.reason
         secs = self.secs()

@@ -49,33 +49,57 @@ def section_finalize(b: Bench) -> None:
         return
     copy = b.work / "fin"
     for w, f in figs.items():
-        b.repeat(f, lambda i, w=w: b.child_sample("finalize", uri=f"lmdb://{copy}", dims=DIMS, workers=w),
-                 setup=lambda i: _fresh_copy(base, copy))
+        b.repeat(
+            f,
+            lambda i, w=w: b.child_sample("finalize", uri=f"lmdb://{copy}", dims=DIMS, workers=w),
+            setup=lambda i: _fresh_copy(base, copy),
+        )
     _measure_queries(b, queries, figs, base, copy)
     rm(copy)
     rm(base)
 
 
 def _finalize_figures(b: Bench) -> dict[int, Figure | None]:
-    return {w: b.fig(f"finalize-w{w}", "finalize", f"finalize --dims {DIMS}, {w} worker"
-                     + ("s" if w > 1 else ""), b.p.n, limit="gen-file-fsync", workers=w,
-                     note="redimension (+ compaction) of the flat load into the 2-D array, "
-                          "durable; SciDB 32-core redimension load: 128 MB/s",
-                     params={"dims": DIMS, "duplicates": "error"}) for w in range(1, b.cores + 1)}
+    return {
+        w: b.fig(
+            f"finalize-w{w}",
+            "finalize",
+            f"finalize --dims {DIMS}, {w} worker" + ("s" if w > 1 else ""),
+            b.p.n,
+            limit="gen-file-fsync",
+            workers=w,
+            note="redimension (+ compaction) of the flat load into the 2-D array, "
+            "durable; SciDB 32-core redimension load: 128 MB/s",
+            params={"dims": DIMS, "duplicates": "error"},
+        )
+        for w in range(1, b.cores + 1)
+    }
 
 
 def _query_figures(b: Bench) -> list[tuple[Figure | None, dict]]:
     """The two box-query figures and their boxes."""
     n, reps = b.p.n, b.p.query_reps
-    q100 = b.fig("query-box", "query", "box query, issue 4's box (i1 width 100), warm, from Python", n,
-                 kind="latency", params={"box": box(n, 100)},
-                 note="Dataset.read_box(i0=(0, 10), i1=(n/4, n/4+100)): the box of issue 4 "
-                      "(i0=0:10,i1=5000000:5000100 at n=20M), 100 cells with this generator; "
-                      f"sample = median of {reps} queries in one process")
-    q = b.fig("query-box-1000", "query", "box query ~1,000 cells (i1 width 1000), warm, from Python", n,
-              kind="latency", params={"box": box(n)},
-              note="Dataset.read_box(i0=(0, 10), i1=(n/4, n/4+1000)): 1,000 cells; "
-                   f"sample = median of {reps} queries in one process")
+    q100 = b.fig(
+        "query-box",
+        "query",
+        "box query, issue 4's box (i1 width 100), warm, from Python",
+        n,
+        kind="latency",
+        params={"box": box(n, 100)},
+        note="Dataset.read_box(i0=(0, 10), i1=(n/4, n/4+100)): the box of issue 4 "
+        "(i0=0:10,i1=5000000:5000100 at n=20M), 100 cells with this generator; "
+        f"sample = median of {reps} queries in one process",
+    )
+    q = b.fig(
+        "query-box-1000",
+        "query",
+        "box query ~1,000 cells (i1 width 1000), warm, from Python",
+        n,
+        kind="latency",
+        params={"box": box(n)},
+        note="Dataset.read_box(i0=(0, 10), i1=(n/4, n/4+1000)): 1,000 cells; "
+        f"sample = median of {reps} queries in one process",
+    )
     return [(q100, box(n, 100)), (q, box(n))]
 
 
@@ -98,8 +122,7 @@ def _measure_queries(b: Bench, queries: list, figs: dict, base, copy) -> None:
             for f, _ in queries:
                 b.skip(f, f"finalize failed: {e}")
     for f, qbox in queries:
-        b.repeat(f, lambda i, qbox=qbox: b.child_sample(
-            "query", uri=f"lmdb://{copy}", box=qbox, reps=b.p.query_reps))
+        b.repeat(f, lambda i, qbox=qbox: b.child_sample("query", uri=f"lmdb://{copy}", box=qbox, reps=b.p.query_reps))
 
 
 # ============================================================================================
@@ -124,8 +147,17 @@ def child_finalize(uri: str, dims: str, workers: int, array: str = "grid") -> di
     s = time.perf_counter() - t
     out = {"seconds": s}
     d = rep.to_dict() if hasattr(rep, "to_dict") else (rep if isinstance(rep, dict) else {})
-    for k in ("seconds", "mb_per_s", "chunks", "cells", "peak_rss_bytes", "stages", "compact", "memory_budget",
-              "worker_max_rss_bytes"):
+    for k in (
+        "seconds",
+        "mb_per_s",
+        "chunks",
+        "cells",
+        "peak_rss_bytes",
+        "stages",
+        "compact",
+        "memory_budget",
+        "worker_max_rss_bytes",
+    ):
         if k in d:
             out[f"report_{k}"] = d[k]
     if "peak_rss_bytes" in d:
@@ -146,5 +178,9 @@ def child_query(uri: str, box: dict, reps: int = 200, array: str = "grid") -> di
             t = time.perf_counter()
             tab = ds.read_box(array=array, **ranges)
             lat.append(time.perf_counter() - t)
-    return {"seconds": statistics.median(lat), "cells": tab.num_rows, "latencies_s": lat,
-            "p95_s": sorted(lat)[int(0.95 * (len(lat) - 1))]}
+    return {
+        "seconds": statistics.median(lat),
+        "cells": tab.num_rows,
+        "latencies_s": lat,
+        "p95_s": sorted(lat)[int(0.95 * (len(lat) - 1))],
+    }

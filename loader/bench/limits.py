@@ -47,25 +47,32 @@ def section_limits(b: Bench) -> None:
 def _generator_limits(b: Bench) -> None:
     """bulkload-gen alone: to /dev/null (1 process, all cores), through a pipe."""
     n, gen = b.p.n, b.gen
-    f = b.fig("gen-devnull", "limits", "bulkload-gen -> /dev/null", n,
-              note="generation only, no write (SciDB: 2.7 GB/s)")
+    f = b.fig(
+        "gen-devnull", "limits", "bulkload-gen -> /dev/null", n, note="generation only, no write (SciDB: 2.7 GB/s)"
+    )
 
     def devnull(i):
         with open(os.devnull, "wb") as o:
             p = run_sampled([gen, str(n)], stdout=o)
         return {"seconds": p.wall_s, "peak_tree_rss_bytes": p.peak_tree_rss_bytes}
+
     b.repeat(f, devnull)
 
-    f = b.fig("gen-parallel-devnull", "limits", f"{b.cores} x bulkload-gen -> /dev/null "
-              "(all cores)", n, note="each process a disjoint record range")
+    f = b.fig(
+        "gen-parallel-devnull",
+        "limits",
+        f"{b.cores} x bulkload-gen -> /dev/null (all cores)",
+        n,
+        note="each process a disjoint record range",
+    )
     b.repeat(f, lambda i: {"seconds": parallel_gen(b.gen, n, b.cores, None)})
 
-    f = b.fig("gen-pipe", "limits", "bulkload-gen | cat > /dev/null", n,
-              note="the pipe's limit (for stdin loads)")
+    f = b.fig("gen-pipe", "limits", "bulkload-gen | cat > /dev/null", n, note="the pipe's limit (for stdin loads)")
 
     def pipe(i):
         p = run_sampled(["sh", "-c", f"{shlex.quote(gen)} {n} | cat > /dev/null"])
         return {"seconds": p.wall_s}
+
     b.repeat(f, pipe)
 
 
@@ -74,13 +81,15 @@ def _file_limits(b: Bench) -> None:
     n, gen = b.p.n, b.gen
     path = b.work / LIMIT_FILE
     shm = Path("/dev/shm") / f"bulkload-bench-{os.getpid()}.bin"
-    f = b.fig("gen-file", "limits", "bulkload-gen -> file (page cache)", n,
-              note="file on the filesystem of the datasets")
+    f = b.fig(
+        "gen-file", "limits", "bulkload-gen -> file (page cache)", n, note="file on the filesystem of the datasets"
+    )
     b.repeat(f, lambda i: gen_to_file(gen, n, path, False))
     b.repeat(disk_limit_figure(b), lambda i: gen_to_file(gen, n, path, True) | {"phase": "limits"})
 
-    f = b.fig("gen-shm", "limits", "bulkload-gen -> /dev/shm (tmpfs)", n,
-              note="single-process write to RAM (SciDB: 1.3 GB/s)")
+    f = b.fig(
+        "gen-shm", "limits", "bulkload-gen -> /dev/shm (tmpfs)", n, note="single-process write to RAM (SciDB: 1.3 GB/s)"
+    )
 
     def toshm(i):
         rm(shm)
@@ -88,31 +97,48 @@ def _file_limits(b: Bench) -> None:
             t = time.perf_counter()
             run_gen(gen, n, o)
             return {"seconds": time.perf_counter() - t}
+
     b.repeat(f, toshm, teardown=lambda: rm(shm))
 
-    f = b.fig("gen-parallel-shm", "limits", f"{b.cores} x bulkload-gen -> /dev/shm (all cores)",
-              n, note="SciDB multi_reference.sh (10.6 GB/s on 32 cores)")
+    f = b.fig(
+        "gen-parallel-shm",
+        "limits",
+        f"{b.cores} x bulkload-gen -> /dev/shm (all cores)",
+        n,
+        note="SciDB multi_reference.sh (10.6 GB/s on 32 cores)",
+    )
     b.repeat(f, lambda i: {"seconds": parallel_gen(b.gen, n, b.cores, "/dev/shm")})
 
 
 def _numpy_limits(b: Bench) -> None:
     """The C generator in-process; np.save + fsync, np.load and a cold read of the same bytes."""
     n = b.p.n
-    f = b.fig("c-fill", "limits", "C generator in-process into numpy (1 core)", min(n, C_FILL_MAX),
-              note="the produce stage's limit")
+    f = b.fig(
+        "c-fill",
+        "limits",
+        "C generator in-process into numpy (1 core)",
+        min(n, C_FILL_MAX),
+        note="the produce stage's limit",
+    )
     b.repeat(f, lambda i: b.child_sample("cfill", n=min(n, C_FILL_MAX)))
 
-    f = b.fig("npsave-fsync", "limits", "np.save + fsync of the same bytes", n,
-              note="ArcticDB's hardware-limit method")
+    f = b.fig("npsave-fsync", "limits", "np.save + fsync of the same bytes", n, note="ArcticDB's hardware-limit method")
     npy = b.work / "limit.npy"
-    b.repeat(f, lambda i: b.child_sample("npsave", path=str(npy), n=n),
-             setup=lambda i: (rm(npy), settle()))
+    b.repeat(f, lambda i: b.child_sample("npsave", path=str(npy), n=n), setup=lambda i: (rm(npy), settle()))
     f = b.fig("npload", "limits", "np.load (warm page cache)", n, note="ArcticDB's read limit")
     b.repeat(f, lambda i: b.child_sample("npload", path=str(npy)))
-    f = b.fig("cold-read", "limits", "read of a file evicted with posix_fadvise(DONTNEED)", n,
-              note="the disk's cold read limit")
-    b.repeat(f, lambda i: b.child_sample("coldread", path=str(npy)),
-             setup=lambda i: npy.exists() or gen_to_file(b.gen, n, npy, fsync=True))  # np.save not selected
+    f = b.fig(
+        "cold-read",
+        "limits",
+        "read of a file evicted with posix_fadvise(DONTNEED)",
+        n,
+        note="the disk's cold read limit",
+    )
+    b.repeat(
+        f,
+        lambda i: b.child_sample("coldread", path=str(npy)),
+        setup=lambda i: npy.exists() or gen_to_file(b.gen, n, npy, fsync=True),
+    )  # np.save not selected
     rm(npy)
 
 
@@ -121,10 +147,15 @@ def disk_limit_figure(b: Bench) -> Figure | None:
     it): the figure to add samples to, or None when it is not selected or not ok."""
     f = b.figures.get(DISK_LIMIT)
     if f is None:
-        f = b.fig(DISK_LIMIT, "limits", "bulkload-gen -> file + fsync (disk limit)", b.p.n,
-                  note="file on the filesystem of the datasets, fsync'd: the disk's limit for this "
-                       "job; sampled before the loads, between the interleaved rounds and at the end "
-                       "of the run (each sample's phase), the median of them all")
+        f = b.fig(
+            DISK_LIMIT,
+            "limits",
+            "bulkload-gen -> file + fsync (disk limit)",
+            b.p.n,
+            note="file on the filesystem of the datasets, fsync'd: the disk's limit for this "
+            "job; sampled before the loads, between the interleaved rounds and at the end "
+            "of the run (each sample's phase), the median of them all",
+        )
     return f if f is not None and f.status == "ok" else None
 
 
@@ -243,7 +274,7 @@ def _read_into(fd: int, mv: memoryview, size: int) -> tuple[int, float]:
     t = time.perf_counter()
     got = 0
     while got < size:
-        k = os.readv(fd, [mv[got:got + (64 << 20)]])
+        k = os.readv(fd, [mv[got : got + (64 << 20)]])
         if k == 0:
             break
         got += k

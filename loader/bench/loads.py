@@ -44,10 +44,17 @@ class LoadConfig:
 
     def params(self, shards: int) -> dict:
         """The figure's params: the options that are set, and the shard count."""
-        return {k: v for k, v in (("scheme", self.scheme), ("format", self.format),
-                                  ("compression", self.compression), ("stdin", self.stdin),
-                                  ("layout", None if self.layout == LAYOUT else self.layout))
-                if v is not None} | {"shards": shards}
+        return {
+            k: v
+            for k, v in (
+                ("scheme", self.scheme),
+                ("format", self.format),
+                ("compression", self.compression),
+                ("stdin", self.stdin),
+                ("layout", None if self.layout == LAYOUT else self.layout),
+            )
+            if v is not None
+        } | {"shards": shards}
 
 
 def load_configs(cores: int, workloads: tuple[str, ...] = tuple(WORKLOADS)) -> list[LoadConfig]:
@@ -59,46 +66,133 @@ def _ticks_configs(c: int) -> list[LoadConfig]:
     """gen://ticks (41-byte records: a ns timestamp, bytes[8], bool, a nullable field): the
     default load, the compressed ones ArcticDB is compared with, and a stdin pipe."""
     return [
-        LoadConfig("load-ticks-lmdb-capnp", f"load ticks lmdb capnp uncompressed, {c} workers", "lmdb", c,
-                   "gen-file-fsync", layout="ticks"),
-        LoadConfig("load-ticks-lmdb-capnp-zstd", "load ticks lmdb capnp zstd (byte shuffle)", "lmdb", c,
-                   "gen-file-fsync", format="capnp", compression="zstd", layout="ticks"),
-        LoadConfig("load-ticks-lmdb-arrow-lz4", "load ticks lmdb arrow lz4", "lmdb", c, "gen-file-fsync",
-                   format="arrow", compression="lz4", layout="ticks"),
-        LoadConfig("load-ticks-stdin-capnp", "bulkload-gen --layout ticks | load - (stdin pipe), lmdb capnp",
-                   "lmdb", c, "gen-file-fsync", stdin=True, layout="ticks"),
+        LoadConfig(
+            "load-ticks-lmdb-capnp",
+            f"load ticks lmdb capnp uncompressed, {c} workers",
+            "lmdb",
+            c,
+            "gen-file-fsync",
+            layout="ticks",
+        ),
+        LoadConfig(
+            "load-ticks-lmdb-capnp-zstd",
+            "load ticks lmdb capnp zstd (byte shuffle)",
+            "lmdb",
+            c,
+            "gen-file-fsync",
+            format="capnp",
+            compression="zstd",
+            layout="ticks",
+        ),
+        LoadConfig(
+            "load-ticks-lmdb-arrow-lz4",
+            "load ticks lmdb arrow lz4",
+            "lmdb",
+            c,
+            "gen-file-fsync",
+            format="arrow",
+            compression="lz4",
+            layout="ticks",
+        ),
+        LoadConfig(
+            "load-ticks-stdin-capnp",
+            "bulkload-gen --layout ticks | load - (stdin pipe), lmdb capnp",
+            "lmdb",
+            c,
+            "gen-file-fsync",
+            stdin=True,
+            layout="ticks",
+        ),
     ]
 
 
 def _scidb96_configs(cores: int) -> list[LoadConfig]:
     c = cores
     return [
-        LoadConfig("load-lmdb-capnp-w1", "load lmdb capnp, 1 worker", "lmdb", 1, "gen-file-fsync",
-                   note="SciDB single-process flat load: 37 MB/s"),
-        LoadConfig(f"load-lmdb-capnp-w{c}", f"load lmdb capnp uncompressed, {c} workers", "lmdb", c,
-                   "gen-file-fsync", note="SciDB 32-core parallel flat load: 491 MB/s"),
-        LoadConfig("load-lmdb-arrow-none", "load lmdb arrow (no compression)", "lmdb", c, "gen-file-fsync",
-                   format="arrow", compression="none"),
-        LoadConfig("load-lmdb-arrow-lz4", "load lmdb arrow lz4", "lmdb", c, "gen-file-fsync",
-                   format="arrow", compression="lz4"),
-        LoadConfig("load-lmdb-arrow-zstd", "load lmdb arrow zstd", "lmdb", c, "gen-file-fsync",
-                   format="arrow", compression="zstd"),
-        LoadConfig("load-lmdb-capnp-lz4", "load lmdb capnp lz4 (byte shuffle), --workers given", "lmdb", c,
-                   "gen-file-fsync", format="capnp", compression="lz4"),
-        LoadConfig("load-lmdb-capnp-zstd", "load lmdb capnp zstd (byte shuffle)", "lmdb", c, "gen-file-fsync",
-                   format="capnp", compression="zstd"),
+        LoadConfig(
+            "load-lmdb-capnp-w1",
+            "load lmdb capnp, 1 worker",
+            "lmdb",
+            1,
+            "gen-file-fsync",
+            note="SciDB single-process flat load: 37 MB/s",
+        ),
+        LoadConfig(
+            f"load-lmdb-capnp-w{c}",
+            f"load lmdb capnp uncompressed, {c} workers",
+            "lmdb",
+            c,
+            "gen-file-fsync",
+            note="SciDB 32-core parallel flat load: 491 MB/s",
+        ),
+        LoadConfig(
+            "load-lmdb-arrow-none",
+            "load lmdb arrow (no compression)",
+            "lmdb",
+            c,
+            "gen-file-fsync",
+            format="arrow",
+            compression="none",
+        ),
+        LoadConfig(
+            "load-lmdb-arrow-lz4", "load lmdb arrow lz4", "lmdb", c, "gen-file-fsync", format="arrow", compression="lz4"
+        ),
+        LoadConfig(
+            "load-lmdb-arrow-zstd",
+            "load lmdb arrow zstd",
+            "lmdb",
+            c,
+            "gen-file-fsync",
+            format="arrow",
+            compression="zstd",
+        ),
+        LoadConfig(
+            "load-lmdb-capnp-lz4",
+            "load lmdb capnp lz4 (byte shuffle), --workers given",
+            "lmdb",
+            c,
+            "gen-file-fsync",
+            format="capnp",
+            compression="lz4",
+        ),
+        LoadConfig(
+            "load-lmdb-capnp-zstd",
+            "load lmdb capnp zstd (byte shuffle)",
+            "lmdb",
+            c,
+            "gen-file-fsync",
+            format="capnp",
+            compression="zstd",
+        ),
         LoadConfig("load-rocksdb-capnp", "load rocksdb capnp", "rocksdb", c, "gen-file-fsync"),
         LoadConfig("load-mem-capnp", "load mem:// capnp (LMDB on /dev/shm)", "mem", c, "gen-shm"),
-        LoadConfig("load-stdin-capnp", "bulkload-gen | load - (stdin pipe), lmdb capnp", "lmdb", c,
-                   "gen-file-fsync", stdin=True,
-                   note="durable, so bounded by the disk limit; the pipe's own limit is gen-pipe"),
+        LoadConfig(
+            "load-stdin-capnp",
+            "bulkload-gen | load - (stdin pipe), lmdb capnp",
+            "lmdb",
+            c,
+            "gen-file-fsync",
+            stdin=True,
+            note="durable, so bounded by the disk limit; the pipe's own limit is gen-pipe",
+        ),
     ]
 
 
-def load_once(b: Bench, n: int, uri: str, *, workers: int | None, format: str | None = "capnp",
-              compression: str | None = "none", stdin: bool = False, source: str | None = None,
-              prepare=None, batch_records: int | None = None, bulkload: list[str] | None = None,
-              layout: str = LAYOUT) -> dict:
+def load_once(
+    b: Bench,
+    n: int,
+    uri: str,
+    *,
+    workers: int | None,
+    format: str | None = "capnp",
+    compression: str | None = "none",
+    stdin: bool = False,
+    source: str | None = None,
+    prepare=None,
+    batch_records: int | None = None,
+    bulkload: list[str] | None = None,
+    layout: str = LAYOUT,
+) -> dict:
     """One `bulkload load` run in a fresh process tree; returns a sample. ``format`` /
     ``compression`` / ``workers`` / ``batch_records`` None: bulkload's defaults (the option is not
     given); ``bulkload``: the command that runs bulkload (default: this one's); ``source``: a file
@@ -118,28 +212,53 @@ def load_once(b: Bench, n: int, uri: str, *, workers: int | None, format: str | 
     args = [uri, "--json", "--quiet", "--shards", str(b.cores)] + (["--workers", str(workers)] if workers else [])
     if layout != LAYOUT:
         args += ["--layout", layout]
-    args += [x for opt, v in (("--format", format), ("--compression", compression), ("--batch-records", batch_records))
-             if v for x in (opt, str(v))]
+    args += [
+        x
+        for opt, v in (("--format", format), ("--compression", compression), ("--batch-records", batch_records))
+        if v
+        for x in (opt, str(v))
+    ]
     if stdin:
         gen = f"{shlex.quote(b.gen)}{'' if layout == LAYOUT else ' --layout ' + shlex.quote(layout)}"
-        cmd = ["sh", "-c", f"{gen} {n} | " + " ".join(
-            shlex.quote(a) for a in [*(bulkload or [b.bulkload]), "load", "-", *args])]
+        cmd = [
+            "sh",
+            "-c",
+            f"{gen} {n} | " + " ".join(shlex.quote(a) for a in [*(bulkload or [b.bulkload]), "load", "-", *args]),
+        ]
     else:
-        cmd = [*(bulkload or [b.bulkload]), "load", *([source] + (["--layout", LAYOUT] if layout == LAYOUT else [])
-                                                     if source else [f"gen://{layout}?n={n}"]), *args]
+        cmd = [
+            *(bulkload or [b.bulkload]),
+            "load",
+            *([source] + (["--layout", LAYOUT] if layout == LAYOUT else []) if source else [f"gen://{layout}?n={n}"]),
+            *args,
+        ]
     p = run_sampled(cmd)
     if p.rc != 0:
         raise RuntimeError(tail(p.err) or f"bulkload load exited with {p.rc}")
     rep = json.loads(p.out)
     if rep["records"] != n:
         raise RuntimeError(f"loaded {rep['records']} records, expected {n}")
-    return {"seconds": rep["seconds"], "wall_s": p.wall_s,
-            "peak_tree_rss_bytes": p.peak_tree_rss_bytes, "peak_tree_anon_bytes": p.peak_tree_anon_bytes,
-            "report_peak_rss_bytes": rep.get("peak_rss_bytes"), "stages": rep.get("stages"),
-            "stored_bytes": rep.get("stored_bytes"), "batches": rep.get("batches"), "workers": rep.get("workers"),
-            "in_process": rep.get("in_process"), "compression": rep.get("compression")} | (
-        {"source_cached": round(resident, 4), "source_cached_before": round(before, 4),
-         "prepare_s": round(prepare_s, 3)} if resident is not None else {})
+    return {
+        "seconds": rep["seconds"],
+        "wall_s": p.wall_s,
+        "peak_tree_rss_bytes": p.peak_tree_rss_bytes,
+        "peak_tree_anon_bytes": p.peak_tree_anon_bytes,
+        "report_peak_rss_bytes": rep.get("peak_rss_bytes"),
+        "stages": rep.get("stages"),
+        "stored_bytes": rep.get("stored_bytes"),
+        "batches": rep.get("batches"),
+        "workers": rep.get("workers"),
+        "in_process": rep.get("in_process"),
+        "compression": rep.get("compression"),
+    } | (
+        {
+            "source_cached": round(resident, 4),
+            "source_cached_before": round(before, 4),
+            "prepare_s": round(prepare_s, 3),
+        }
+        if resident is not None
+        else {}
+    )
 
 
 def compressed_config(spec: str, cores: int) -> LoadConfig:
@@ -147,8 +266,15 @@ def compressed_config(spec: str, cores: int) -> LoadConfig:
     fmt, _, comp = spec.partition(":")
     if not fmt or not comp:
         raise ValueError(f"compressed configuration {spec!r} is not FORMAT:COMPRESSION (e.g. arrow:lz4)")
-    return LoadConfig(f"load-lmdb-{fmt}-{comp}", f"load lmdb {fmt} {comp}", "lmdb", cores, "gen-file-fsync",
-                      format=fmt, compression=comp)
+    return LoadConfig(
+        f"load-lmdb-{fmt}-{comp}",
+        f"load lmdb {fmt} {comp}",
+        "lmdb",
+        cores,
+        "gen-file-fsync",
+        format=fmt,
+        compression=comp,
+    )
 
 
 def section_load(b: Bench) -> None:
@@ -156,13 +282,32 @@ def section_load(b: Bench) -> None:
     for cfg in load_configs(b.cores, b.p.workloads):
         if b.measured(cfg.id):
             continue  # measured interleaved with the peers (the versus section)
-        f = b.fig(cfg.id, "load", cfg.title, n, limit=cfg.limit, note=cfg.note, workers=cfg.workers,
-                  params=cfg.params(b.cores), record_size=WORKLOADS[cfg.layout])
+        f = b.fig(
+            cfg.id,
+            "load",
+            cfg.title,
+            n,
+            limit=cfg.limit,
+            note=cfg.note,
+            workers=cfg.workers,
+            params=cfg.params(b.cores),
+            record_size=WORKLOADS[cfg.layout],
+        )
         uri = b.dataset(cfg.scheme, cfg.id)
-        b.repeat(f, lambda i, cfg=cfg, uri=uri: load_once(
-            b, n, uri, workers=cfg.workers, format=cfg.format or "capnp",
-            compression=cfg.compression or "none", stdin=bool(cfg.stdin), layout=cfg.layout),
-            teardown=lambda uri=uri: rm(b.ds_root(uri)))
+        b.repeat(
+            f,
+            lambda i, cfg=cfg, uri=uri: load_once(
+                b,
+                n,
+                uri,
+                workers=cfg.workers,
+                format=cfg.format or "capnp",
+                compression=cfg.compression or "none",
+                stdin=bool(cfg.stdin),
+                layout=cfg.layout,
+            ),
+            teardown=lambda uri=uri: rm(b.ds_root(uri)),
+        )
 
 
 def section_scaling(b: Bench) -> None:
@@ -172,11 +317,19 @@ def section_scaling(b: Bench) -> None:
         fid = f"load-lmdb-capnp-w{w}"
         if b.measured(fid):
             continue  # measured (or tried) by the versus or load section
-        f = b.fig(fid, "load", f"load lmdb capnp, {w} workers", n, limit="gen-file-fsync",
-                  workers=w, params={"scheme": "lmdb", "shards": b.cores})
+        f = b.fig(
+            fid,
+            "load",
+            f"load lmdb capnp, {w} workers",
+            n,
+            limit="gen-file-fsync",
+            workers=w,
+            params={"scheme": "lmdb", "shards": b.cores},
+        )
         uri = b.dataset("lmdb", fid)
-        b.repeat(f, lambda i, w=w, uri=uri: load_once(b, n, uri, workers=w),
-                 teardown=lambda uri=uri: rm(b.ds_root(uri)))
+        b.repeat(
+            f, lambda i, w=w, uri=uri: load_once(b, n, uri, workers=w), teardown=lambda uri=uri: rm(b.ds_root(uri))
+        )
 
 
 def section_rss(b: Bench) -> None:
@@ -184,9 +337,19 @@ def section_rss(b: Bench) -> None:
     if not b.p.rss_n:
         return
     for n in b.p.rss_n:
-        f = b.fig(f"rss-load-n{n}", "rss", f"load lmdb capnp, {b.cores} workers, n={n:,}", n,
-                  kind="throughput", limit="gen-file-fsync", workers=b.cores,
-                  note="peak RSS of the whole job (all processes)")
+        f = b.fig(
+            f"rss-load-n{n}",
+            "rss",
+            f"load lmdb capnp, {b.cores} workers, n={n:,}",
+            n,
+            kind="throughput",
+            limit="gen-file-fsync",
+            workers=b.cores,
+            note="peak RSS of the whole job (all processes)",
+        )
         uri = b.dataset("lmdb", f"rss{n}")
-        b.repeat(f, lambda i, n=n, uri=uri: load_once(b, n, uri, workers=b.cores),
-                 teardown=lambda uri=uri: rm(b.ds_root(uri)))
+        b.repeat(
+            f,
+            lambda i, n=n, uri=uri: load_once(b, n, uri, workers=b.cores),
+            teardown=lambda uri=uri: rm(b.ds_root(uri)),
+        )

@@ -23,8 +23,23 @@ import lmdb
 import psutil
 
 #: packages whose versions go into the JSON
-LIBRARIES = ("bulkload", "numpy", "pyarrow", "lmdb", "rocksdict", "pycapnp", "psutil", "xxhash",
-             "zstandard", "typer", "rich", "matplotlib", "arcticdb", "tiledb", "pandas")
+LIBRARIES = (
+    "bulkload",
+    "numpy",
+    "pyarrow",
+    "lmdb",
+    "rocksdict",
+    "pycapnp",
+    "psutil",
+    "xxhash",
+    "zstandard",
+    "typer",
+    "rich",
+    "matplotlib",
+    "arcticdb",
+    "tiledb",
+    "pandas",
+)
 
 
 def filesystem_of(path: str | Path) -> dict:
@@ -90,11 +105,19 @@ def library_versions() -> dict:
 def git_info() -> dict:
     repo = Path(__file__).resolve().parent.parent
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True,
-                                text=True, timeout=10).stdout.strip() or None
-        status = subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True,
-                                text=True, timeout=10).stdout
+        commit = (
+            subprocess.run(
+                ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+            or None
+        )
+        status = subprocess.run(
+            ["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True, timeout=10
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return {"commit": None, "dirty": None}
-    return {"commit": commit, "dirty": bool(status.strip()) if commit else None,
-            "changed_files": len(status.splitlines()) if commit else None}
+    return {
+        "commit": commit,
+        "dirty": bool(status.strip()) if commit else None,
+        "changed_files": len(status.splitlines()) if commit else None,
+    }

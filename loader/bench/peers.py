@@ -24,7 +24,7 @@ import importlib.util
 import os
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from .processes import disk_bytes, rm, settle
 from .records import LAYOUT, RECORD_SIZE, generate_records
@@ -63,14 +63,28 @@ def _naive_peers(b: Bench) -> None:
     for fid, kind, title, recs, note in (
         ("peer-lmdb-per-record", "lmdb_per_record", "py-lmdb put loop, one key per record", nn, NAIVE),
         ("peer-lmdb-blob", "lmdb_blob", "py-lmdb, one key per 10,000-record blob", nn, NAIVE),
-        ("peer-rocksdict-writebatch", "rocksdict_wb", "rocksdict WriteBatch (key per record) per 10,000",
-         nn, "records pre-generated; raw_mode, flushed at the end"),
-        ("peer-pycapnp-builder", "capnp_builder", "pycapnp builder, field by field", b.p.n_builder,
-         "rows pre-converted to Python tuples; build + to_bytes, no store"),
+        (
+            "peer-rocksdict-writebatch",
+            "rocksdict_wb",
+            "rocksdict WriteBatch (key per record) per 10,000",
+            nn,
+            "records pre-generated; raw_mode, flushed at the end",
+        ),
+        (
+            "peer-pycapnp-builder",
+            "capnp_builder",
+            "pycapnp builder, field by field",
+            b.p.n_builder,
+            "rows pre-converted to Python tuples; build + to_bytes, no store",
+        ),
     ):
         f = b.fig(fid, "peers", title, recs, limit="gen-file-fsync", note=note, workers=1)
-        b.repeat(f, lambda i, kind=kind, recs=recs: b.child_sample(kind, path=str(d), n=recs),
-                 setup=lambda i: (rm(d), settle()), teardown=lambda: rm(d))
+        b.repeat(
+            f,
+            lambda i, kind=kind, recs=recs: b.child_sample(kind, path=str(d), n=recs),
+            setup=lambda i: (rm(d), settle()),
+            teardown=lambda: rm(d),
+        )
 
 
 # ============================================================================================
@@ -83,7 +97,8 @@ def child_lmdb_per_record(path: str, n: int) -> dict:
 
     def put_each(txn) -> None:
         for i in range(n):
-            txn.put(i.to_bytes(8, "big"), raw[i * RECORD_SIZE:(i + 1) * RECORD_SIZE])
+            txn.put(i.to_bytes(8, "big"), raw[i * RECORD_SIZE : (i + 1) * RECORD_SIZE])
+
     return {"seconds": _timed_lmdb_txn(path, n * 300 + (64 << 20), put_each)}
 
 
@@ -92,7 +107,8 @@ def child_lmdb_blob(path: str, n: int, b: int = 10_000) -> dict:
 
     def put_blobs(txn) -> None:
         for k, lo in enumerate(range(0, n, b)):
-            txn.put(k.to_bytes(8, "big"), raw[lo * RECORD_SIZE:min(n, lo + b) * RECORD_SIZE], append=True)
+            txn.put(k.to_bytes(8, "big"), raw[lo * RECORD_SIZE : min(n, lo + b) * RECORD_SIZE], append=True)
+
     return {"seconds": _timed_lmdb_txn(path, n * 200 + (64 << 20), put_blobs)}
 
 
@@ -120,7 +136,7 @@ def child_rocksdict_wb(path: str, n: int, b: int = 10_000) -> dict:
     for lo in range(0, n, b):
         wb = WriteBatch(raw_mode=True)
         for i in range(lo, min(n, lo + b)):
-            wb.put(i.to_bytes(8, "big"), raw[i * RECORD_SIZE:(i + 1) * RECORD_SIZE])
+            wb.put(i.to_bytes(8, "big"), raw[i * RECORD_SIZE : (i + 1) * RECORD_SIZE])
         db.write(wb)
     db.flush()
     s = time.perf_counter() - t
@@ -172,7 +188,8 @@ def arctic_library(path: str, map_bytes: int):
 
     os.makedirs(path, exist_ok=True)
     return Arctic(f"lmdb://{path}?map_size={max(1024, map_bytes // 2**20)}MB").get_library(
-        "bench", create_if_missing=True)
+        "bench", create_if_missing=True
+    )
 
 
 def arctic_write_read(lib, symbol: str, frame: list, path: str, n: int) -> dict:
@@ -203,9 +220,11 @@ def child_tiledb(path: str, n: int, box: dict, reps: int = 50) -> dict:
     hi = int(i1.max())
     dom = tiledb.Domain(
         tiledb.Dim(name="i0", domain=(0, 9), tile=10, dtype=np.int32),
-        tiledb.Dim(name="i1", domain=(0, max(hi, 1)), tile=min(100_000, max(hi, 1)), dtype=np.int32))
-    schema = tiledb.ArraySchema(domain=dom, sparse=True,
-                                attrs=[tiledb.Attr(name=x, dtype=arr.dtype[x]) for x in attrs_names])
+        tiledb.Dim(name="i1", domain=(0, max(hi, 1)), tile=min(100_000, max(hi, 1)), dtype=np.int32),
+    )
+    schema = tiledb.ArraySchema(
+        domain=dom, sparse=True, attrs=[tiledb.Attr(name=x, dtype=arr.dtype[x]) for x in attrs_names]
+    )
     tiledb.Array.create(path, schema)
     t = time.perf_counter()
     with tiledb.open(path, "w") as A:
@@ -220,5 +239,10 @@ def child_tiledb(path: str, n: int, box: dict, reps: int = 50) -> dict:
             t = time.perf_counter()
             res = A[a0:b0, a1:b1]
             lat.append(time.perf_counter() - t)
-    return {"write_s": w, "box_s": statistics.median(lat), "box_cells": int(len(res["d0"])), "disk_bytes": on_disk,
-            "box_latencies_s": lat}
+    return {
+        "write_s": w,
+        "box_s": statistics.median(lat),
+        "box_cells": len(res["d0"]),
+        "disk_bytes": on_disk,
+        "box_latencies_s": lat,
+    }

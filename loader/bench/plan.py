@@ -56,21 +56,52 @@ class SuiteParams:
 
 
 #: the sizes only the catalog section uses
-CATALOG_FIELDS = ("catalog_batches", "catalog_batch_records", "max_batches", "runs_per_commit", "catalog_append_records",
-                  "baseline", "before")
+CATALOG_FIELDS = (
+    "catalog_batches",
+    "catalog_batch_records",
+    "max_batches",
+    "runs_per_commit",
+    "catalog_append_records",
+    "baseline",
+    "before",
+)
 
 #: parameters of each suite; ``n`` is the record count of the main figures
 SUITES: dict[str, SuiteParams] = {
-    "quick": SuiteParams(n=1_000_000, repeats=3, n_naive=200_000, n_builder=20_000, n_tiledb=200_000,
-                         n_arctic=None, query_reps=50, rss_n=None,
-                         sections=("limits", "versus", "load", "scaling", "finalize", "peers", "reads", "ticks")),
-    "full": SuiteParams(n=20_000_000, repeats=3, n_naive=2_000_000, n_builder=200_000, n_tiledb=2_000_000,
-                        n_arctic=None, query_reps=200, rss_n=(2_000_000, 50_000_000),
-                        sections=("limits", "versus", "load", "scaling", "finalize", "peers", "random", "rss", "reads",
-                                  "ticks")),
+    "quick": SuiteParams(
+        n=1_000_000,
+        repeats=3,
+        n_naive=200_000,
+        n_builder=20_000,
+        n_tiledb=200_000,
+        n_arctic=None,
+        query_reps=50,
+        rss_n=None,
+        sections=("limits", "versus", "load", "scaling", "finalize", "peers", "reads", "ticks"),
+    ),
+    "full": SuiteParams(
+        n=20_000_000,
+        repeats=3,
+        n_naive=2_000_000,
+        n_builder=200_000,
+        n_tiledb=2_000_000,
+        n_arctic=None,
+        query_reps=200,
+        rss_n=(2_000_000, 50_000_000),
+        sections=("limits", "versus", "load", "scaling", "finalize", "peers", "random", "rss", "reads", "ticks"),
+    ),
     # issue 29: metadata costs over 1k..1M batch rows; n: the records of the two big loads
-    "catalog": SuiteParams(n=20_000_000, repeats=3, n_naive=0, n_builder=0, n_tiledb=0, n_arctic=None,
-                           query_reps=0, rss_n=None, sections=("catalog",)),
+    "catalog": SuiteParams(
+        n=20_000_000,
+        repeats=3,
+        n_naive=0,
+        n_builder=0,
+        n_tiledb=0,
+        n_arctic=None,
+        query_reps=0,
+        rss_n=None,
+        sections=("catalog",),
+    ),
 }
 
 
@@ -96,8 +127,11 @@ def _scaled(p: SuiteParams, n: int) -> SuiteParams:
     scale = n / p.n
     if scale >= 1:
         return replace(p, n=n)
-    smaller = {k: max(1000, min(getattr(p, k), int(getattr(p, k) * scale)))
-               for k in ("n_naive", "n_builder", "n_tiledb") if getattr(p, k)}  # 0: not in the suite
+    smaller = {
+        k: max(1000, min(getattr(p, k), int(getattr(p, k) * scale)))
+        for k in ("n_naive", "n_builder", "n_tiledb")
+        if getattr(p, k)
+    }  # 0: not in the suite
     return replace(p, n=n, rss_n=None if p.rss_n else p.rss_n, **smaller)
 
 
@@ -113,13 +147,27 @@ class Plan:
     work_parent: Path  # the run's work directory is created (and removed) inside
 
 
-def make_plan(suite: str = "quick", *, n: int | None = None, repeats: int | None = None,
-              out: str | Path = "bench-results", work: str | Path | None = None,
-              sections: tuple[str, ...] | None = None, only: set[str] | None = None, **overrides) -> Plan:
+def make_plan(
+    suite: str = "quick",
+    *,
+    n: int | None = None,
+    repeats: int | None = None,
+    out: str | Path = "bench-results",
+    work: str | Path | None = None,
+    sections: tuple[str, ...] | None = None,
+    only: set[str] | None = None,
+    **overrides,
+) -> Plan:
     params = suite_params(suite, n, repeats, **overrides)
     if work:  # refused before --out is created
         refuse_dataset_paths(str(work), what="--work", directory=True)
     out_dir = Path(output_dir(str(out)))
     work_parent = Path(output_dir(str(work), "--work")) if work else out_dir
-    return Plan(suite, params, tuple(sections or params.sections), None if only is None else frozenset(only),
-                out_dir, work_parent)
+    return Plan(
+        suite,
+        params,
+        tuple(sections or params.sections),
+        None if only is None else frozenset(only),
+        out_dir,
+        work_parent,
+    )

@@ -21,8 +21,15 @@ from pathlib import Path
 from ..infra.outputs import open_output
 from .catalog_table import series as catalog_series
 
-COLORS = {"limits": "#888888", "load": "#1f77b4", "finalize": "#2ca02c", "peers": "#d62728",
-          "rss": "#9467bd", "reads": "#ff7f0e", "ticks": "#17becf"}
+COLORS = {
+    "limits": "#888888",
+    "load": "#1f77b4",
+    "finalize": "#2ca02c",
+    "peers": "#d62728",
+    "rss": "#9467bd",
+    "reads": "#ff7f0e",
+    "ticks": "#17becf",
+}
 
 
 def plots(result: dict, out: Path, prefix: str = "", name: str = "bench") -> list[str]:
@@ -34,8 +41,11 @@ def plots(result: dict, out: Path, prefix: str = "", name: str = "bench") -> lis
     import matplotlib.pyplot as plt  # after choosing the Agg backend
 
     made = []
-    draws = (((name, _catalog),) if result["suite"] == "catalog" else
-             ((f"{prefix}throughput", _throughput), (f"{prefix}scaling", _scaling), (f"{prefix}rss", _rss)))
+    draws = (
+        ((name, _catalog),)
+        if result["suite"] == "catalog"
+        else ((f"{prefix}throughput", _throughput), (f"{prefix}scaling", _scaling), (f"{prefix}rss", _rss))
+    )
     for file, draw in draws:
         fig = draw(plt, result)
         fig.tight_layout()
@@ -62,9 +72,15 @@ def _throughput(plt, result: dict):
     ys = list(range(len(rows)))[::-1]
     for y, f in zip(ys, rows):
         st = f["mb_s"]
-        ax.barh(y, st["median"], color=COLORS.get(f["group"], "#333333"), alpha=0.85,
-                xerr=[[st["median"] - st["min"]], [st["max"] - st["median"]]], capsize=3,
-                error_kw={"elinewidth": 1})
+        ax.barh(
+            y,
+            st["median"],
+            color=COLORS.get(f["group"], "#333333"),
+            alpha=0.85,
+            xerr=[[st["median"] - st["min"]], [st["max"] - st["median"]]],
+            capsize=3,
+            error_kw={"elinewidth": 1},
+        )
         ax.text(st["max"] * 1.05, y, f"{st['median']:,.0f}", va="center", fontsize=7)
     ax.set_yticks(ys)
     ax.set_yticklabels([_label(f, result) for f in rows], fontsize=7)
@@ -73,15 +89,28 @@ def _throughput(plt, result: dict):
     for lid, style in (("gen-file-fsync", "--"), ("gen-shm", ":"), ("gen-pipe", "-.")):
         lf = figs.get(lid)
         if _ok_mb_s(lf):
-            ax.axvline(lf["mb_s"]["median"], color="black", linestyle=style, linewidth=0.8,
-                       label=f"{lf['title']}: {lf['mb_s']['median']:,.0f}")
+            ax.axvline(
+                lf["mb_s"]["median"],
+                color="black",
+                linestyle=style,
+                linewidth=0.8,
+                label=f"{lf['title']}: {lf['mb_s']['median']:,.0f}",
+            )
             if lid == "gen-file-fsync":
-                ax.axvline(0.5 * lf["mb_s"]["median"], color="red", linestyle="--", linewidth=0.8,
-                           label="target: 0.5 × disk limit")
+                ax.axvline(
+                    0.5 * lf["mb_s"]["median"],
+                    color="red",
+                    linestyle="--",
+                    linewidth=0.8,
+                    label="target: 0.5 × disk limit",
+                )
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7, loc="lower right")
-    ax.set_title(f"bulkload bench ({result['suite']}): {result['parameters']['n']:,} scidb96 records, "
-                 f"{result['machine']['cores']} cores", fontsize=9)
+    ax.set_title(
+        f"bulkload bench ({result['suite']}): {result['parameters']['n']:,} scidb96 records, "
+        f"{result['machine']['cores']} cores",
+        fontsize=9,
+    )
     return fig
 
 
@@ -89,8 +118,8 @@ def _series(figs: dict, series: str) -> list[tuple[int, dict]]:
     """(workers, mb_s) of the ok figures SERIES + workers (e.g. finalize-w1, finalize-w2)."""
     pts = []
     for f in figs.values():
-        if f["id"].startswith(series) and f["id"][len(series):].isdigit() and _ok_mb_s(f):
-            pts.append((int(f["id"][len(series):]), f["mb_s"]))
+        if f["id"].startswith(series) and f["id"][len(series) :].isdigit() and _ok_mb_s(f):
+            pts.append((int(f["id"][len(series) :]), f["mb_s"]))
     return sorted(pts)
 
 
@@ -98,16 +127,24 @@ def _scaling(plt, result: dict):
     """Load and finalize MB/s over workers (median, min-max) with their linear lines."""
     figs = result["figures"]
     fig, ax = plt.subplots(figsize=(6, 4))
-    for series, label, color in (("load-lmdb-capnp-w", "load (lmdb, capnp)", "#1f77b4"),
-                                 ("finalize-w", "finalize", "#2ca02c")):
+    for series, label, color in (
+        ("load-lmdb-capnp-w", "load (lmdb, capnp)", "#1f77b4"),
+        ("finalize-w", "finalize", "#2ca02c"),
+    ):
         pts = _series(figs, series)
         if not pts:
             continue
         xs = [w for w, _ in pts]
         med = [s["median"] for _, s in pts]
-        ax.errorbar(xs, med, yerr=[[m - s["min"] for m, (_, s) in zip(med, pts)],
-                                   [s["max"] - m for m, (_, s) in zip(med, pts)]],
-                    marker="o", capsize=3, label=label, color=color)
+        ax.errorbar(
+            xs,
+            med,
+            yerr=[[m - s["min"] for m, (_, s) in zip(med, pts)], [s["max"] - m for m, (_, s) in zip(med, pts)]],
+            marker="o",
+            capsize=3,
+            label=label,
+            color=color,
+        )
         ax.plot(xs, [med[0] * w / xs[0] for w in xs], linestyle=":", color=color, label=f"{label}: linear")
     lf = figs.get("gen-file-fsync")
     if _ok_mb_s(lf):
@@ -124,14 +161,26 @@ def _scaling(plt, result: dict):
 
 def _rss(plt, result: dict):
     """Peak RSS (VmRSS and private) of the process tree of every load, finalize and peer run."""
-    mem = [f for f in result["figures"].values() if f["status"] == "ok" and f.get("peak_tree_rss_bytes")
-           and f["group"] in ("load", "finalize", "peers", "rss")]
+    mem = [
+        f
+        for f in result["figures"].values()
+        if f["status"] == "ok" and f.get("peak_tree_rss_bytes") and f["group"] in ("load", "finalize", "peers", "rss")
+    ]
     fig, ax = plt.subplots(figsize=(10, 0.3 * max(len(mem), 4) + 1.4))
     ys = list(range(len(mem)))[::-1]
-    ax.barh(ys, [f["peak_tree_rss_bytes"]["max"] / 2**20 for f in mem], color="#bbbbbb",
-            label="VmRSS (incl. file-backed / shared pages)")
-    ax.barh(ys, [(f.get("peak_tree_anon_bytes") or {}).get("max", 0) / 2**20 for f in mem], color="#9467bd",
-            height=0.5, label="private (RSS − shared)")
+    ax.barh(
+        ys,
+        [f["peak_tree_rss_bytes"]["max"] / 2**20 for f in mem],
+        color="#bbbbbb",
+        label="VmRSS (incl. file-backed / shared pages)",
+    )
+    ax.barh(
+        ys,
+        [(f.get("peak_tree_anon_bytes") or {}).get("max", 0) / 2**20 for f in mem],
+        color="#9467bd",
+        height=0.5,
+        label="private (RSS − shared)",
+    )
     ax.set_yticks(ys)
     ax.set_yticklabels([_label(f, result) for f in mem], fontsize=7)
     ax.axvline(1024, color="red", linestyle="--", linewidth=0.8, label="1 GiB")
@@ -147,26 +196,44 @@ def _catalog(plt, result: dict):
     figs = result["figures"].values()
     fig, ax = plt.subplots(figsize=(8, 5))
     xs_all = []
-    for op, label, color, target in (("append", "append one 1,000-record batch (in-process)", "#1f77b4", 50),
-                                     ("open", "loader.open + read 10 records", "#2ca02c", 20),
-                                     ("commit", "commit alone (Manifest.save of one run)", "#9467bd", None),
-                                     ("info", "bulkload info (wall, whole command)", "#ff7f0e", 300)):
+    for op, label, color, target in (
+        ("append", "append one 1,000-record batch (in-process)", "#1f77b4", 50),
+        ("open", "loader.open + read 10 records", "#2ca02c", 20),
+        ("commit", "commit alone (Manifest.save of one run)", "#9467bd", None),
+        ("info", "bulkload info (wall, whole command)", "#ff7f0e", 300),
+    ):
         pts = catalog_series(figs, op, scale=1e3)
         if not pts:
             continue
         xs = [n for n, _ in pts]
         xs_all += xs
         med = [st["median"] for _, st in pts]
-        ax.errorbar(xs, med, yerr=[[m - st["min"] for m, (_, st) in zip(med, pts)],
-                                   [st["max"] - m for m, (_, st) in zip(med, pts)]],
-                    marker="o", capsize=3, color=color, label=label)
+        ax.errorbar(
+            xs,
+            med,
+            yerr=[[m - st["min"] for m, (_, st) in zip(med, pts)], [st["max"] - m for m, (_, st) in zip(med, pts)]],
+            marker="o",
+            capsize=3,
+            color=color,
+            label=label,
+        )
         if op != "info" and len(xs) > 1:
-            ax.fill_between(xs, [med[0]] * len(xs), [med[0] * 1.5] * len(xs), color=color, alpha=0.12,
-                            label=f"{op}: flat within 1.5 x of {xs[0]:,} batches")
+            ax.fill_between(
+                xs,
+                [med[0]] * len(xs),
+                [med[0] * 1.5] * len(xs),
+                color=color,
+                alpha=0.12,
+                label=f"{op}: flat within 1.5 x of {xs[0]:,} batches",
+            )
         if target is not None:
-            ax.axhline(target, color=color, linestyle="--", linewidth=0.9,
-                       label=f"target: {op} <= {target if target < 100 else target / 1e3:g} "
-                             f"{'ms' if target < 100 else 's'}")
+            ax.axhline(
+                target,
+                color=color,
+                linestyle="--",
+                linewidth=0.9,
+                label=f"target: {op} <= {target if target < 100 else target / 1e3:g} {'ms' if target < 100 else 's'}",
+            )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("batch rows in the dataset (log)")
@@ -177,8 +244,11 @@ def _catalog(plt, result: dict):
         ax.tick_params(axis="x", which="minor", labelbottom=False)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
-    ax.set_title(f"metadata cost over the batch count ({result['machine']['cores']} cores, git "
-                 f"{(result['git'].get('commit') or '?')[:7]})", fontsize=9)
+    ax.set_title(
+        f"metadata cost over the batch count ({result['machine']['cores']} cores, git "
+        f"{(result['git'].get('commit') or '?')[:7]})",
+        fontsize=9,
+    )
     return fig
 
 

@@ -20,9 +20,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from ..infra import pagecache
 
@@ -129,8 +129,16 @@ class Proc:
     peak_tree_anon_bytes: int
 
 
-def run_sampled(cmd: list[str], *, stdout=subprocess.PIPE, stdin=None, cwd=None, env=None,
-                timeout: float = 1800, after: Callable[[], None] | None = None) -> Proc:
+def run_sampled(
+    cmd: list[str],
+    *,
+    stdout=subprocess.PIPE,
+    stdin=None,
+    cwd=None,
+    env=None,
+    timeout: float = 1800,
+    after: Callable[[], None] | None = None,
+) -> Proc:
     """Run ``cmd``, sampling its process tree's RSS; ``after()`` runs inside the timing."""
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.PIPE, stdin=stdin, cwd=cwd, env=env)

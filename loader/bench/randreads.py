@@ -84,32 +84,56 @@ def prepare(b: Bench, n: int, uri: str, raw: Path) -> None:
 
 def _row(b: Bench, mode: str, threads: int, target: str, wl: dict) -> Row | None:
     pieces = wl["count"] * wl["span"] if mode == "records" else wl["width"]
-    what = (f"{wl['count']} x {wl['span']} record(s) {wl['stride']:,} apart" if mode == "records"
-            else f"box of {wl['width']:,} cells")
+    what = (
+        f"{wl['count']} x {wl['span']} record(s) {wl['stride']:,} apart"
+        if mode == "records"
+        else f"box of {wl['width']:,} cells"
+    )
     f: Figure | None = b.fig(
-        f"random-{mode}-{target}-t{threads}", "random",
+        f"random-{mode}-{target}-t{threads}",
+        "random",
         f"cold random {mode} reads, {TARGETS[target]}, {threads} thread{'s' if threads > 1 else ''}",
-        wl["tasks"] * pieces, workers=threads, params={"mode": mode, "target": target, **wl},
-        note=f"{wl['tasks']:,} tasks of {what}, page cache dropped first; MB/s of the records asked for")
+        wl["tasks"] * pieces,
+        workers=threads,
+        params={"mode": mode, "target": target, **wl},
+        note=f"{wl['tasks']:,} tasks of {what}, page cache dropped first; MB/s of the records asked for",
+    )
     if f is None:
         return None
     ds, raw = b.work / "random-ds", b.work / "random.bin"
-    return Row(lambda i: b.child_sample("randreads", mode=mode, target=target, threads=threads, uri=f"lmdb://{ds}",
-                                        raw=str(raw), n=b.p.n, seed=i, **wl), [(f, "seconds")])
+    return Row(
+        lambda i: b.child_sample(
+            "randreads",
+            mode=mode,
+            target=target,
+            threads=threads,
+            uri=f"lmdb://{ds}",
+            raw=str(raw),
+            n=b.p.n,
+            seed=i,
+            **wl,
+        ),
+        [(f, "seconds")],
+    )
 
 
 def _disk_row(b: Bench, threads: int, reads: int) -> Row | None:
     f: Figure | None = b.fig(
-        f"random-disk-t{threads}", "random",
+        f"random-disk-t{threads}",
+        "random",
         f"cold random {DISK_READ // 1024} KiB preads of the raw file (the disk's limit), {threads} "
-        f"thread{'s' if threads > 1 else ''}", reads * DISK_READ // RECORD_SIZE, workers=threads,
+        f"thread{'s' if threads > 1 else ''}",
+        reads * DISK_READ // RECORD_SIZE,
+        workers=threads,
         params={"mode": "disk", "target": "disk", "tasks": reads, "read_bytes": DISK_READ},
-        note=f"{reads:,} reads at random page-aligned offsets, page cache dropped first, readahead off")
+        note=f"{reads:,} reads at random page-aligned offsets, page cache dropped first, readahead off",
+    )
     if f is None:
         return None
     raw = b.work / "random.bin"
-    return Row(lambda i: b.child_sample("diskreads", raw=str(raw), threads=threads, reads=reads, seed=i),
-               [(f, "seconds")])
+    return Row(
+        lambda i: b.child_sample("diskreads", raw=str(raw), threads=threads, reads=reads, seed=i), [(f, "seconds")]
+    )
 
 
 # ============================================================================================
@@ -117,8 +141,20 @@ def _disk_row(b: Bench, threads: int, reads: int) -> Row | None:
 # ============================================================================================
 
 
-def child_randreads(mode: str, target: str, threads: int, uri: str, raw: str, n: int, seed: int, tasks: int,
-                    count: int, stride: int, span: int, width: int) -> dict:
+def child_randreads(
+    mode: str,
+    target: str,
+    threads: int,
+    uri: str,
+    raw: str,
+    n: int,
+    seed: int,
+    tasks: int,
+    count: int,
+    stride: int,
+    span: int,
+    width: int,
+) -> dict:
     import numpy as np  # heavy: only in this child
 
     rng = np.random.default_rng(seed)
@@ -134,8 +170,11 @@ def child_randreads(mode: str, target: str, threads: int, uri: str, raw: str, n:
         got, sample = _timed(threads, jobs, lambda part: _run(read, part), raw)
     finally:
         close()
-    return sample | {"records": got, "read_amplification": round(sample["disk_read_bytes"] / max(1, got * RECORD_SIZE), 3),
-                     "disk_requests_per_task": round(sample["disk_requests"] / tasks, 2)}
+    return sample | {
+        "records": got,
+        "read_amplification": round(sample["disk_read_bytes"] / max(1, got * RECORD_SIZE), 3),
+        "disk_requests_per_task": round(sample["disk_requests"] / tasks, 2),
+    }
 
 
 def child_diskreads(raw: str, threads: int, reads: int, seed: int) -> dict:
@@ -208,10 +247,10 @@ def _reader(mode: str, target: str, uri: str, raw: str, n: int):
     ds = open_ds(f"{uri}?readahead={0 if target == 'raoff' else 1}")
     if mode == "records":
         ds.read_records(0, 1)  # opens the shards (evicted again before the clock starts)
-        read = (lambda lo, hi: len(ds.read_records(lo, hi)))
+        read = lambda lo, hi: len(ds.read_records(lo, hi))
     else:
         ds.read_box(i0=(0, 10), i1=(0, 1))  # opens the shards and reads the array's index
-        read = (lambda lo, hi: ds.read_box(i0=(0, 10), i1=(lo, hi)).num_rows)
+        read = lambda lo, hi: ds.read_box(i0=(0, 10), i1=(lo, hi)).num_rows
     return read, ds.close, [ds.spec.root]
 
 

@@ -98,10 +98,24 @@ def prepare(b: Bench, kind: str, d: Path, n: int) -> None:
     rm(d)
     d.mkdir(parents=True)
     raw = d / "records.bin"
-    b.child_sample("reads_prepare", records=kind, n=n, dir=str(d), raw=str(raw),
-                   arcticdb=installed("arcticdb") and installed("pandas"), duckdb=installed("duckdb"))
-    load_once(b, n, f"lmdb://{d / 'ds'}", workers=None, format=None, compression=None,
-              source=str(raw) if kind == "random" else None)
+    b.child_sample(
+        "reads_prepare",
+        records=kind,
+        n=n,
+        dir=str(d),
+        raw=str(raw),
+        arcticdb=installed("arcticdb") and installed("pandas"),
+        duckdb=installed("duckdb"),
+    )
+    load_once(
+        b,
+        n,
+        f"lmdb://{d / 'ds'}",
+        workers=None,
+        format=None,
+        compression=None,
+        source=str(raw) if kind == "random" else None,
+    )
     rm(raw)
 
 
@@ -119,8 +133,15 @@ def _rows(b: Bench, kind: str, d: Path, n: int) -> list[Row | None]:
     what = KINDS[kind]
 
     def fig(name: str, title: str, records: int = n, note: str = WARM, **kw) -> Figure | None:
-        return b.fig(f"reads-{kind}-{name}", "reads", f"{title} ({kind})", records, limit="npload",
-                     note=note, params={"kind": kind, "records_from": what, "interleaved": True, **kw})
+        return b.fig(
+            f"reads-{kind}-{name}",
+            "reads",
+            f"{title} ({kind})",
+            records,
+            limit="npload",
+            note=note,
+            params={"kind": kind, "records_from": what, "interleaved": True, **kw},
+        )
 
     def child_row(f: Figure | None, have: bool, **args) -> Row | None:
         if f is None:
@@ -132,31 +153,54 @@ def _rows(b: Bench, kind: str, d: Path, n: int) -> list[Row | None]:
         def one(i: int) -> dict:
             settle()
             return b.child_sample("reads", uri=ds, dir=str(d), n=n, **args)
+
         return KindRow(kind, one, [(f, "seconds")])
 
     arctic = installed("arcticdb") and installed("pandas")
     duck = installed("duckdb")
     rows = [
         child_row(fig("full", "bulkload to_arrow(), all 14 columns"), True, what="full"),
-        child_row(fig("column", f"bulkload scan(columns=[{COLUMN!r}]) to Arrow, 1 of 14 columns",
-                      note=f"{WARM}; MB/s of the 96-byte records the column is read from", column=COLUMN),
-                  True, what="column", column=COLUMN),
-        child_row(fig("range", "bulkload scan(records=1 % range) to Arrow", hi - lo, records_range=[lo, hi]),
-                  True, what="range", lo=lo, hi=hi),
+        child_row(
+            fig(
+                "column",
+                f"bulkload scan(columns=[{COLUMN!r}]) to Arrow, 1 of 14 columns",
+                note=f"{WARM}; MB/s of the 96-byte records the column is read from",
+                column=COLUMN,
+            ),
+            True,
+            what="column",
+            column=COLUMN,
+        ),
+        child_row(
+            fig("range", "bulkload scan(records=1 % range) to Arrow", hi - lo, records_range=[lo, hi]),
+            True,
+            what="range",
+            lo=lo,
+            hi=hi,
+        ),
         child_row(fig("arcticdb", "ArcticDB lib.read -> DataFrame"), arctic, what="arcticdb"),
         child_row(fig("duckdb", "DuckDB SELECT * to Arrow (its own table)"), duck, what="duckdb"),
         child_row(fig("parquet", "pyarrow.parquet read_table (zstd file)"), True, what="parquet"),
-        child_row(fig("groupby-scan", "DuckDB GROUP BY over ds.scan(columns=...)", query=GROUP_BY,
-                      columns=GROUP_COLUMNS), duck, what="groupby-scan"),
-        child_row(fig("groupby-duckdb", "DuckDB GROUP BY on its own table", query=GROUP_BY), duck,
-                  what="groupby-duckdb"),
+        child_row(
+            fig("groupby-scan", "DuckDB GROUP BY over ds.scan(columns=...)", query=GROUP_BY, columns=GROUP_COLUMNS),
+            duck,
+            what="groupby-scan",
+        ),
+        child_row(
+            fig("groupby-duckdb", "DuckDB GROUP BY on its own table", query=GROUP_BY), duck, what="groupby-duckdb"
+        ),
     ]
     for fmt in CLI_FORMATS:
-        f = fig(f"cli-{fmt}", f"bulkload scan --format {fmt} --out - > /dev/null",
-                note="wall time of the whole command (interpreter start-up included), page cache warm from the "
-                     "reads before it in the round", format=fmt)
-        rows.append(None if f is None else KindRow(kind, lambda i, fmt=fmt: cli_sample(b, ds, fmt, n),
-                                                   [(f, "seconds")]))
+        f = fig(
+            f"cli-{fmt}",
+            f"bulkload scan --format {fmt} --out - > /dev/null",
+            note="wall time of the whole command (interpreter start-up included), page cache warm from the "
+            "reads before it in the round",
+            format=fmt,
+        )
+        rows.append(
+            None if f is None else KindRow(kind, lambda i, fmt=fmt: cli_sample(b, ds, fmt, n), [(f, "seconds")])
+        )
     return rows
 
 
@@ -171,25 +215,45 @@ def cli_sample(b: Bench, uri: str, fmt: str, n: int) -> dict:
     rep = json.loads(p.err)
     if rep["records"] != n:
         raise RuntimeError(f"bulkload scan wrote {rep['records']} records, expected {n}")
-    return {"seconds": p.wall_s, "bytes_out": rep["bytes"], "peak_tree_rss_bytes": p.peak_tree_rss_bytes,
-            "peak_tree_anon_bytes": p.peak_tree_anon_bytes}
+    return {
+        "seconds": p.wall_s,
+        "bytes_out": rep["bytes"],
+        "peak_tree_rss_bytes": p.peak_tree_rss_bytes,
+        "peak_tree_anon_bytes": p.peak_tree_anon_bytes,
+    }
 
 
 # --- targets ------------------------------------------------------------------------------------------------------
 
 
-def seconds_target(tid: str, what: str, num: Figure | None, den: Figure | None, target: float,
-                   at_most: bool = False) -> Target:
+def seconds_target(
+    tid: str, what: str, num: Figure | None, den: Figure | None, target: float, at_most: bool = False
+) -> Target:
     """Median seconds of ``den`` over those of ``num`` (how many times faster ``num`` is),
     passing at >= ``target``; ``at_most``: seconds of ``num`` over ``den``, at <= ``target``."""
     a, b = (None if f is None or f.status != "ok" or not f.secs() else _median(f.secs()) for f in (num, den))
     if a is None or b is None or a == 0 or b == 0:
         missing = [x.id for x in (num, den) if x is not None and x.status != "ok"]
-        return Target(tid, what, target, "not measured" + (f" ({', '.join(missing)})" if missing else ""),
-                      at_most=at_most, unit="s")
+        return Target(
+            tid,
+            what,
+            target,
+            "not measured" + (f" ({', '.join(missing)})" if missing else ""),
+            at_most=at_most,
+            unit="s",
+        )
     r = a / b if at_most else b / a
-    return Target.measured(tid, what, round(a, 6), round(b, 6), round(r, 3), target,
-                           r <= target if at_most else r >= target, at_most=at_most, unit="s")
+    return Target.measured(
+        tid,
+        what,
+        round(a, 6),
+        round(b, 6),
+        round(r, 3),
+        target,
+        r <= target if at_most else r >= target,
+        at_most=at_most,
+        unit="s",
+    )
 
 
 def _median(v: list[float]) -> float:
@@ -202,24 +266,60 @@ def read_targets(figs: dict[str, Figure]) -> list[Target]:
     """Issue 31's targets, per kind of records the reads section measured."""
     out = []
     for kind in KINDS:
+
         def g(name: str) -> Figure | None:
             return figs.get(f"reads-{kind}-{name}")
+
         if g("full") is None:
             continue
         out += [
-            ratio_target(f"reads-{kind}-full-vs-arcticdb", f"full read to Arrow / ArcticDB read ({kind})",
-                         g("full"), g("arcticdb"), 1.5),
-            ratio_target(f"reads-{kind}-full-vs-duckdb", f"full read to Arrow / DuckDB SELECT * to Arrow ({kind})",
-                         g("full"), g("duckdb"), 1.0),
-            ratio_target(f"reads-{kind}-column-vs-full", f"one column of 14 / full read, records/s ({kind})",
-                         g("column"), g("full"), 5.0),
-            seconds_target(f"reads-{kind}-range-vs-full", f"1 % record range: times faster than the full read "
-                           f"({kind})", g("range"), g("full"), 50.0),
-            seconds_target(f"reads-{kind}-groupby-vs-duckdb", f"DuckDB GROUP BY over scan / on DuckDB's own table, "
-                           f"seconds <= 1.5 ({kind})", g("groupby-scan"), g("groupby-duckdb"), 1.5, at_most=True),
-            *(ratio_target(f"reads-{kind}-cli-{fmt}-1gbs", f"bulkload scan --format {fmt} --out - to /dev/null / "
-                           f"1,000 MB/s ({kind})", g(f"cli-{fmt}"), None, 1.0, den_value=1000.0)
-              for fmt in CLI_FORMATS),
+            ratio_target(
+                f"reads-{kind}-full-vs-arcticdb",
+                f"full read to Arrow / ArcticDB read ({kind})",
+                g("full"),
+                g("arcticdb"),
+                1.5,
+            ),
+            ratio_target(
+                f"reads-{kind}-full-vs-duckdb",
+                f"full read to Arrow / DuckDB SELECT * to Arrow ({kind})",
+                g("full"),
+                g("duckdb"),
+                1.0,
+            ),
+            ratio_target(
+                f"reads-{kind}-column-vs-full",
+                f"one column of 14 / full read, records/s ({kind})",
+                g("column"),
+                g("full"),
+                5.0,
+            ),
+            seconds_target(
+                f"reads-{kind}-range-vs-full",
+                f"1 % record range: times faster than the full read ({kind})",
+                g("range"),
+                g("full"),
+                50.0,
+            ),
+            seconds_target(
+                f"reads-{kind}-groupby-vs-duckdb",
+                f"DuckDB GROUP BY over scan / on DuckDB's own table, seconds <= 1.5 ({kind})",
+                g("groupby-scan"),
+                g("groupby-duckdb"),
+                1.5,
+                at_most=True,
+            ),
+            *(
+                ratio_target(
+                    f"reads-{kind}-cli-{fmt}-1gbs",
+                    f"bulkload scan --format {fmt} --out - to /dev/null / 1,000 MB/s ({kind})",
+                    g(f"cli-{fmt}"),
+                    None,
+                    1.0,
+                    den_value=1000.0,
+                )
+                for fmt in CLI_FORMATS
+            ),
         ]
     return out
 
@@ -240,7 +340,7 @@ def random_records(n: int, seed: int = RANDOM_SEED):
     arr = empty_records(n)
     for name in arr.dtype.names:
         t = arr.dtype[name]
-        arr[name] = rng.random(n) if t.kind == "f" else rng.integers(-2**31, 2**31, n, dtype=t)
+        arr[name] = rng.random(n) if t.kind == "f" else rng.integers(-(2**31), 2**31, n, dtype=t)
     return arr
 
 
@@ -275,8 +375,9 @@ def child_reads_prepare(records: str, n: int, dir: str, raw: str, arcticdb: bool
     return {"seconds": 0.0}
 
 
-def child_reads(what: str, uri: str, dir: str, n: int, column: str | None = None, lo: int | None = None,
-                hi: int | None = None) -> dict:
+def child_reads(
+    what: str, uri: str, dir: str, n: int, column: str | None = None, lo: int | None = None, hi: int | None = None
+) -> dict:
     """One warm read: the store opened and ``what`` read once untimed, then timed once."""
     d = Path(dir)
     read, close = _reader(what, uri, d, column, lo, hi)
@@ -289,7 +390,7 @@ def child_reads(what: str, uri: str, dir: str, n: int, column: str | None = None
     finally:
         close()
     want = (hi - lo) if what == "range" else n
-    if rows == want or what.startswith("groupby") and rows > 0:  # a GROUP BY: its groups
+    if rows == want or (what.startswith("groupby") and rows > 0):  # a GROUP BY: its groups
         return {"seconds": s, "rows": rows}
     raise RuntimeError(f"{what}: read {rows} rows, expected {want}")
 
@@ -313,6 +414,7 @@ def _reader(what: str, uri: str, d: Path, column, lo, hi):
         def grouped() -> int:
             con.register("data", ds.scan(columns=GROUP_COLUMNS))
             return con.sql(GROUP_BY).to_arrow_table().num_rows
+
         return grouped, lambda: (con.close(), ds.close())
     if what == "arcticdb":
         from arcticdb import Arctic  # optional: the [peers] extra; heavy
@@ -328,4 +430,3 @@ def _reader(what: str, uri: str, d: Path, column, lo, hi):
     con = duckdb.connect(str(d / "duck.db"), read_only=True)
     query = GROUP_BY if what == "groupby-duckdb" else "SELECT * FROM data"
     return (lambda: con.sql(query).to_arrow_table().num_rows), con.close
-

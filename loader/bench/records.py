@@ -10,7 +10,7 @@ Crash behaviour: nothing here writes anything; `generate_records` only fills mem
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 RECORD_SIZE = 96
 LAYOUT = "scidb96"

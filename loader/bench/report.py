@@ -27,13 +27,19 @@ from .plots import plots
 SCHEMA = "bulkload-bench"
 SCHEMA_VERSION = 1
 
-GROUP_TITLES = {"limits": "Reference limits", "load": "bulkload load", "finalize": "bulkload finalize",
-                "query": "Box queries (latency)", "peers": "Peers on the same records",
-                "random": "Cold random reads", "rss": "Memory flat in N",
-                "reads": "Reads against ArcticDB, DuckDB and Parquet (issue 31; warm, interleaved)",
-                "ticks": "gen://ticks against ArcticDB and Parquet (issue 30; interleaved)",
-                "catalog": "Metadata cost over the batch count (medians; min – max)",
-                "catalog-load": "Loads with small batches"}
+GROUP_TITLES = {
+    "limits": "Reference limits",
+    "load": "bulkload load",
+    "finalize": "bulkload finalize",
+    "query": "Box queries (latency)",
+    "peers": "Peers on the same records",
+    "random": "Cold random reads",
+    "rss": "Memory flat in N",
+    "reads": "Reads against ArcticDB, DuckDB and Parquet (issue 31; warm, interleaved)",
+    "ticks": "gen://ticks against ArcticDB and Parquet (issue 30; interleaved)",
+    "catalog": "Metadata cost over the batch count (medians; min – max)",
+    "catalog-load": "Loads with small batches",
+}
 
 
 def _fmt_mb(st: dict | None) -> tuple[str, str]:
@@ -65,10 +71,12 @@ def _header(result: dict) -> list[str]:
         + (f", at end {', '.join(f'{x:.2f}' for x in m['loadavg_at_end'])}" if m.get("loadavg_at_end") else ""),
         f"- n = {p['n']:,} `{p['layout']}` records ({p['n'] * p['record_size'] / 1e9:.2f} GB) unless noted; "
         f"{p['repeats']} repeats; MB = 10^6 bytes of records; median and min – max of the repeats; "
-        + ("every size measured in each round in turn (interleaved); batch rows from `bulkload load "
-           f"--batch-records {p.get('catalog_batch_records')}`, runs: {p.get('runs_helper')}"
-           if result["suite"] == "catalog" else
-           "ratio = median MB/s / median MB/s of the matching limit measured in this run"),
+        + (
+            "every size measured in each round in turn (interleaved); batch rows from `bulkload load "
+            f"--batch-records {p.get('catalog_batch_records')}`, runs: {p.get('runs_helper')}"
+            if result["suite"] == "catalog"
+            else "ratio = median MB/s / median MB/s of the matching limit measured in this run"
+        ),
     ]
 
 
@@ -77,8 +85,9 @@ def _target_row(t: dict) -> str:
     if t.get("ratio") is None:
         return f"| {_cell(t['what'])} | | | | {needed} | {t['status']} |"
     val, ref, unit = t.get("value"), t.get("reference"), t.get("unit")
-    if unit == "bytes" or (unit is None and (t["id"].startswith("rss") or "-bytes-" in t["id"]
-                                             or t["id"].endswith("-rss"))):
+    if unit == "bytes" or (
+        unit is None and (t["id"].startswith("rss") or "-bytes-" in t["id"] or t["id"].endswith("-rss"))
+    ):
         val, ref = _fmt_bytes(val), _fmt_bytes(ref)
     elif unit in ("ms", "s"):
         val, ref = f"{val:,.3f} {unit}", f"{ref:,.3f} {unit}"
@@ -92,15 +101,21 @@ def _target_row(t: dict) -> str:
 
 
 def _targets_table(targets: list[dict]) -> list[str]:
-    return ["", "## Targets", "",
-            "| target | value | reference | ratio | needed | status |",
-            "|---|---:|---:|---:|---:|---|",
-            *(_target_row(t) for t in targets)]
+    return [
+        "",
+        "## Targets",
+        "",
+        "| target | value | reference | ratio | needed | status |",
+        "|---|---:|---:|---:|---:|---|",
+        *(_target_row(t) for t in targets),
+    ]
 
 
 def _query_rows(rows: list[dict]) -> list[str]:
-    lines = ["| figure | records | latency ms (median) | min – max | cells | peak RSS (tree) | note |",
-             "|---|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        "| figure | records | latency ms (median) | min – max | cells | peak RSS (tree) | note |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
     for f in rows:
         if f["status"] != "ok":
             lines.append(f"| {_cell(f['title'])} | {f['records']:,} | | | | | {f['status']}: {_cell(f['reason'])} |")
@@ -108,8 +123,10 @@ def _query_rows(rows: list[dict]) -> list[str]:
         st = f["latency_ms"]
         cells = (f["samples"][0].get("cells") or f["samples"][0].get("box_cells", "")) if f["samples"] else ""
         rss = f["peak_tree_rss_bytes"]
-        lines.append(f"| {_cell(f['title'])} | {f['records']:,} | {st['median']:.3f} | {st['min']:.3f} – "
-                     f"{st['max']:.3f} | {cells} | {_fmt_bytes(rss and rss['max'])} | {_cell(f['note'])} |")
+        lines.append(
+            f"| {_cell(f['title'])} | {f['records']:,} | {st['median']:.3f} | {st['min']:.3f} – "
+            f"{st['max']:.3f} | {cells} | {_fmt_bytes(rss and rss['max'])} | {_cell(f['note'])} |"
+        )
     return lines
 
 
@@ -123,16 +140,20 @@ def _throughput_row(f: dict) -> str:
     mem = ""
     if rss:
         mem = _fmt_bytes(rss["max"]) + (f" ({_fmt_bytes(anon['max'])})" if anon else "")
-    return (f"| {_cell(f['title'])} | {f['records']:,} | {med} | {rng} | "
-            f"{rs['median'] / 1e6:,.2f} | {f['limit'] or ''} | {'' if not r else format(r['median'], '.2f')} | "
-            f"{mem} | {_cell(f['note'])} |")
+    return (
+        f"| {_cell(f['title'])} | {f['records']:,} | {med} | {rng} | "
+        f"{rs['median'] / 1e6:,.2f} | {f['limit'] or ''} | {'' if not r else format(r['median'], '.2f')} | "
+        f"{mem} | {_cell(f['note'])} |"
+    )
 
 
 def _throughput_rows(rows: list[dict]) -> list[str]:
-    return ["| figure | records | MB/s (median) | min – max | M records/s | limit | ratio | "
-            "peak RSS tree (private) | note |",
-            "|---|---:|---:|---:|---:|---|---:|---:|---|",
-            *(_throughput_row(f) for f in rows)]
+    return [
+        "| figure | records | MB/s (median) | min – max | M records/s | limit | ratio | "
+        "peak RSS tree (private) | note |",
+        "|---|---:|---:|---:|---:|---|---:|---:|---|",
+        *(_throughput_row(f) for f in rows),
+    ]
 
 
 def _random_row(f: dict) -> str:
@@ -143,17 +164,21 @@ def _random_row(f: dict) -> str:
     amp = stats([x["read_amplification"] for x in f["samples"] if x.get("read_amplification")])
     per_task = stats([x["disk_requests_per_task"] for x in f["samples"] if x.get("disk_requests_per_task")])
     rss = f.get("peak_tree_rss_bytes")
-    return (f"| {_cell(f['title'])} | {tasks:,} | {tasks / secs['median']:,.0f} | {tasks / secs['max']:,.0f} – "
-            f"{tasks / secs['min']:,.0f} | {f['mb_s']['median']:,.2f} | {'' if not amp else format(amp['median'], '.2f')} | "
-            f"{'' if not per_task else format(per_task['median'], '.1f')} | {_fmt_bytes(rss and rss['max'])} | "
-            f"{_cell(f['note'])} |")
+    return (
+        f"| {_cell(f['title'])} | {tasks:,} | {tasks / secs['median']:,.0f} | {tasks / secs['max']:,.0f} – "
+        f"{tasks / secs['min']:,.0f} | {f['mb_s']['median']:,.2f} | {'' if not amp else format(amp['median'], '.2f')} | "
+        f"{'' if not per_task else format(per_task['median'], '.1f')} | {_fmt_bytes(rss and rss['max'])} | "
+        f"{_cell(f['note'])} |"
+    )
 
 
 def _random_rows(rows: list[dict]) -> list[str]:
-    return ["| figure | tasks | tasks/s (median) | min – max | MB/s | disk bytes read / bytes asked | "
-            "disk read requests / task | peak RSS tree | note |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---|",
-            *(_random_row(f) for f in rows)]
+    return [
+        "| figure | tasks | tasks/s (median) | min – max | MB/s | disk bytes read / bytes asked | "
+        "disk read requests / task | peak RSS tree | note |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        *(_random_row(f) for f in rows),
+    ]
 
 
 def _versus_row(f: dict) -> str:
@@ -161,22 +186,32 @@ def _versus_row(f: dict) -> str:
         return f"| {_cell(f['title'])} | {f['records']:,} | | | | | | {f['status']}: {_cell(f['reason'])} |"
     med, rng = _fmt_mb(f.get("mb_s"))
     secs, on_disk = f["seconds"], f.get("disk_bytes")
-    return (f"| {_cell(f['title'])} | {f['records']:,} | {secs['median']:.4f} | {med} | {rng} | "
-            f"{f['records_s']['median'] / 1e6:,.2f} | {_fmt_bytes(on_disk and on_disk['median'])} | "
-            f"{_cell(f['note'])} |")
+    return (
+        f"| {_cell(f['title'])} | {f['records']:,} | {secs['median']:.4f} | {med} | {rng} | "
+        f"{f['records_s']['median'] / 1e6:,.2f} | {_fmt_bytes(on_disk and on_disk['median'])} | "
+        f"{_cell(f['note'])} |"
+    )
 
 
 def _versus_rows(rows: list[dict]) -> list[str]:
     """The reads and ticks sections: seconds beside MB/s (their targets compare both) and bytes on disk."""
-    return ["| figure | records | seconds (median) | MB/s (median) | min – max | M records/s | on disk | note |",
-            "|---|---:|---:|---:|---:|---:|---:|---|",
-            *(_versus_row(f) for f in rows)]
+    return [
+        "| figure | records | seconds (median) | MB/s (median) | min – max | M records/s | on disk | note |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+        *(_versus_row(f) for f in rows),
+    ]
 
 
 def _figure_tables(figs: dict) -> list[str]:
     lines = []
-    tables = {"query": _query_rows, "random": _random_rows, "catalog": catalog_rows, "catalog-load": load_rows,
-              "reads": _versus_rows, "ticks": _versus_rows}
+    tables = {
+        "query": _query_rows,
+        "random": _random_rows,
+        "catalog": catalog_rows,
+        "catalog-load": load_rows,
+        "reads": _versus_rows,
+        "ticks": _versus_rows,
+    }
     for group, title in GROUP_TITLES.items():
         rows = [f for f in figs.values() if f["group"] == group]
         if rows:
@@ -190,14 +225,21 @@ def _versus_table(rows: list[dict]) -> list[str]:
     of the comparison with ArcticDB and TileDB."""
     if not rows:
         return []
-    lines = ["", "## bulkload vs peers (interleaved, same run)", "",
-             "| bulkload | MB/s (min – max) | on disk | peer | MB/s (min – max) | on disk | ratio | "
-             "per-round ratio min – max |", "|---|---:|---:|---|---:|---:|---:|---:|"]
+    lines = [
+        "",
+        "## bulkload vs peers (interleaved, same run)",
+        "",
+        "| bulkload | MB/s (min – max) | on disk | peer | MB/s (min – max) | on disk | ratio | "
+        "per-round ratio min – max |",
+        "|---|---:|---:|---|---:|---:|---:|---:|",
+    ]
     for c in rows:
         a, p, rr = c["bulkload_mb_s"], c["peer_mb_s"], c["round_ratio"]
-        lines.append(f"| `{c['bulkload']}` | {_fmt_range(a)} | {_fmt_bytes(c['bulkload_disk_bytes'])} | "
-                     f"`{c['peer']}` | {_fmt_range(p)} | {_fmt_bytes(c['peer_disk_bytes'])} | {c['ratio']:.2f} | "
-                     + (f"{rr['min']:.2f} – {rr['max']:.2f} |" if rr else "|"))
+        lines.append(
+            f"| `{c['bulkload']}` | {_fmt_range(a)} | {_fmt_bytes(c['bulkload_disk_bytes'])} | "
+            f"`{c['peer']}` | {_fmt_range(p)} | {_fmt_bytes(c['peer_disk_bytes'])} | {c['ratio']:.2f} | "
+            + (f"{rr['min']:.2f} – {rr['max']:.2f} |" if rr else "|")
+        )
     return lines
 
 
@@ -207,8 +249,12 @@ def _fmt_range(st: dict | None) -> str:
 
 
 def markdown(result: dict, plots: list[str] | None = None) -> str:
-    lines = (_header(result) + _targets_table(result["targets"]) + _versus_table(result.get("comparisons", []))
-             + _figure_tables(result["figures"]))
+    lines = (
+        _header(result)
+        + _targets_table(result["targets"])
+        + _versus_table(result.get("comparisons", []))
+        + _figure_tables(result["figures"])
+    )
     skipped = [s for s in result["skipped"] if s["reason"] != "not selected"]
     if skipped:
         lines += ["", "## Skipped or failed", ""]
@@ -238,10 +284,23 @@ def history_line(result: dict, label: str | None = None) -> dict:
     """A run in one line of ``history.jsonl``: suite, start, duration, short git commit,
     ``label`` and every target's value, reference, ratio, needed and status."""
     git = result["git"].get("commit")
-    return {"suite": result["suite"], "started": result["started"], "duration_s": result["duration_s"],
-            "git": git[:7] + ("-dirty" if result["git"].get("dirty") else "") if git else None, "label": label,
-            "targets": {t["id"]: {"value": t.get("value"), "reference": t.get("reference"), "ratio": t["ratio"],
-                                  "needed": t["target"], "status": t["status"]} for t in result["targets"]}}
+    return {
+        "suite": result["suite"],
+        "started": result["started"],
+        "duration_s": result["duration_s"],
+        "git": git[:7] + ("-dirty" if result["git"].get("dirty") else "") if git else None,
+        "label": label,
+        "targets": {
+            t["id"]: {
+                "value": t.get("value"),
+                "reference": t.get("reference"),
+                "ratio": t["ratio"],
+                "needed": t["target"],
+                "status": t["status"],
+            }
+            for t in result["targets"]
+        },
+    }
 
 
 def append_history(result: dict, out: str | Path, label: str | None = None) -> str:
@@ -253,8 +312,18 @@ def append_history(result: dict, out: str | Path, label: str | None = None) -> s
     return str(path)
 
 
-REQUIRED = ("schema", "schema_version", "suite", "machine", "versions", "git", "parameters", "figures",
-            "targets", "skipped")
+REQUIRED = (
+    "schema",
+    "schema_version",
+    "suite",
+    "machine",
+    "versions",
+    "git",
+    "parameters",
+    "figures",
+    "targets",
+    "skipped",
+)
 REQUIRED_MACHINE = ("cpu_model", "cores", "memory_bytes", "kernel", "filesystem")
 REQUIRED_FIGURE = ("id", "group", "title", "status", "records", "samples", "seconds", "limit", "ratio_to_limit")
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from .figures import Figure
 from .plan import Plan
@@ -59,7 +59,6 @@ class Bench:
         self.bulkload = tool("bulkload")
         self.mem_names: list[str] = []
         self.work: Path | None = None  # the run's work directory: open_work
-
 
     # --- the work directory -------------------------------------------------------------
     def open_work(self) -> Path:
@@ -106,8 +105,13 @@ class Bench:
         """Whether an earlier section declared (and so measured, or tried) figure ``id``."""
         return id in self.figures and self.figures[id].reason != "not selected"
 
-    def repeat(self, f: Figure | None, one: Callable[[int], dict], setup: Callable[[int], None] | None = None,
-               teardown: Callable[[], None] | None = None) -> None:
+    def repeat(
+        self,
+        f: Figure | None,
+        one: Callable[[int], dict],
+        setup: Callable[[int], None] | None = None,
+        teardown: Callable[[], None] | None = None,
+    ) -> None:
         """Run ``one(i)`` ``repeats`` times; it returns a sample dict with "seconds"."""
         if f is None or f.status != "ok":
             return

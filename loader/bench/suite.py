@@ -60,9 +60,9 @@ import os
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from ..infra.regular import read_regular
 from .catalog import catalog_targets, section_catalog
@@ -85,15 +85,25 @@ from .ticks import section_ticks, ticks_targets
 from .versus import bulkload_ids, section_versus
 
 SECTION_RUNNERS: dict[str, Callable[[Bench], None]] = {
-    "limits": section_limits, "versus": section_versus, "load": section_load, "scaling": section_scaling,
-    "finalize": section_finalize, "peers": section_peers, "random": section_random, "rss": section_rss,
-    "reads": section_reads, "ticks": section_ticks, "catalog": section_catalog,
+    "limits": section_limits,
+    "versus": section_versus,
+    "load": section_load,
+    "scaling": section_scaling,
+    "finalize": section_finalize,
+    "peers": section_peers,
+    "random": section_random,
+    "rss": section_rss,
+    "reads": section_reads,
+    "ticks": section_ticks,
+    "catalog": section_catalog,
 }
 
 #: how the catalog section commits its many small runs (catalog.py), said in its parameters
-RUNS_HELPER = ("bench helper (loader.bench.catalog.child_catalog_runs): runs appended through the manifest's own "
-               "commit, loader.model.manifest.load_manifest + Manifest.save under the dataset lock, "
-               "runs_per_commit runs per commit; each a finished load of 0 records with its own source")
+RUNS_HELPER = (
+    "bench helper (loader.bench.catalog.child_catalog_runs): runs appended through the manifest's own "
+    "commit, loader.model.manifest.load_manifest + Manifest.save under the dataset lock, "
+    "runs_per_commit runs per commit; each a finished load of 0 records with its own source"
+)
 
 
 @dataclass
@@ -125,17 +135,23 @@ class BenchResult:
             "figures": {k: f.to_dict(self.figures) for k, f in self.figures.items()},
             "targets": [t.to_dict() for t in self.targets],
             "comparisons": self.comparisons,
-            "skipped": [{"id": k, "status": f.status, "reason": f.reason}
-                        for k, f in self.figures.items() if f.status != "ok"],
+            "skipped": [
+                {"id": k, "status": f.status, "reason": f.reason} for k, f in self.figures.items() if f.status != "ok"
+            ],
         }
 
 
 def parameters(b: Bench) -> dict:
     """The JSON's ``parameters``: the records, the machine's shards, the sizes of the run."""
     return {
-        "layout": LAYOUT, "record_size": RECORD_SIZE, "mb": "10**6 bytes",
-        "cores": b.cores, "shards": b.cores, "dims": DIMS,
-        "box": box(b.p.n), **b.p.to_dict(),
+        "layout": LAYOUT,
+        "record_size": RECORD_SIZE,
+        "mb": "10**6 bytes",
+        "cores": b.cores,
+        "shards": b.cores,
+        "dims": DIMS,
+        "box": box(b.p.n),
+        **b.p.to_dict(),
         "sections": list(b.plan.sections),
         "command": " ".join(shlex.quote(a) for a in sys.argv),
     } | ({"runs_helper": RUNS_HELPER} if "catalog" in b.plan.sections else {})
@@ -146,12 +162,14 @@ def run_plan(plan: Plan, log: Callable[[str], None] | None = None) -> BenchResul
     b = Bench(plan, log)
     warm_for(b.p.n * RECORD_SIZE)  # every sample starts from settled memory (processes.settle)
     t0 = time.perf_counter()
-    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     work = b.open_work()
     machine = machine_info(work)
-    b.log(f"bulkload bench --suite {plan.suite}: n={b.p.n:,} records "
-          f"({b.p.n * RECORD_SIZE / 1e9:.2f} GB), {b.p.repeats} repeats, "
-          f"{b.cores} cores, work dir {work} ({machine['filesystem'].get('type')})")
+    b.log(
+        f"bulkload bench --suite {plan.suite}: n={b.p.n:,} records "
+        f"({b.p.n * RECORD_SIZE / 1e9:.2f} GB), {b.p.repeats} repeats, "
+        f"{b.cores} cores, work dir {work} ({machine['filesystem'].get('type')})"
+    )
     try:
         for sec in SECTIONS:
             if sec in plan.sections:
@@ -169,8 +187,18 @@ def run_plan(plan: Plan, log: Callable[[str], None] | None = None) -> BenchResul
     goals = targets(b.figures, b.cores, b.p.rss_n, plan.suite) if set(plan.sections) - {"catalog"} else []
     goals += read_targets(b.figures) + ticks_targets(b.figures)
     goals += catalog_targets(b.figures, baseline(b.p.baseline))
-    return BenchResult(plan.suite, started, round(duration, 1), machine, library_versions() | native_versions(),
-                       git_info(), parameters(b), b.figures, goals, versus)
+    return BenchResult(
+        plan.suite,
+        started,
+        round(duration, 1),
+        machine,
+        library_versions() | native_versions(),
+        git_info(),
+        parameters(b),
+        b.figures,
+        goals,
+        versus,
+    )
 
 
 def baseline(path: str | None) -> dict | None:
@@ -183,9 +211,17 @@ def baseline(path: str | None) -> dict | None:
         raise ValueError(f"--baseline {path}: cannot read a bench result from it ({e})") from None
 
 
-def run(suite: str = "quick", *, n: int | None = None, repeats: int | None = None,
-        out: str | Path = "bench-results", log: Callable[[str], None] | None = None,
-        name: str | None = None, label: str | None = None, **kw) -> dict:
+def run(
+    suite: str = "quick",
+    *,
+    n: int | None = None,
+    repeats: int | None = None,
+    out: str | Path = "bench-results",
+    log: Callable[[str], None] | None = None,
+    name: str | None = None,
+    label: str | None = None,
+    **kw,
+) -> dict:
     """Run a suite and write its outputs (NAME.json, NAME.md, plots) into ``out``, and append
     its line (with ``label``) to ``out``/history.jsonl; returns the result, with the paths
     written under ``outputs``. NAME: ``bench`` for the quick and full suites, else the

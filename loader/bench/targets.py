@@ -38,18 +38,44 @@ class Target:
     unit: str | None = None  # of value and reference: ms, s, bytes; None: MB/s (or as the id says)
 
     @classmethod
-    def measured(cls, id: str, what: str, value: float, reference: float, ratio: float, target: float,
-                 passed: bool, note: str | None = None, at_most: bool = False, unit: str | None = None) -> Target:
-        return cls(id, what, target, "pass" if passed else "short", value, reference, ratio, passed, note, at_most,
-                   unit)
+    def measured(
+        cls,
+        id: str,
+        what: str,
+        value: float,
+        reference: float,
+        ratio: float,
+        target: float,
+        passed: bool,
+        note: str | None = None,
+        at_most: bool = False,
+        unit: str | None = None,
+    ) -> Target:
+        return cls(
+            id, what, target, "pass" if passed else "short", value, reference, ratio, passed, note, at_most, unit
+        )
 
     def to_dict(self) -> dict:
         if self.ratio is None:
-            d = {"id": self.id, "what": self.what, "target": self.target, "ratio": None, "pass": None,
-                 "status": self.status}
+            d = {
+                "id": self.id,
+                "what": self.what,
+                "target": self.target,
+                "ratio": None,
+                "pass": None,
+                "status": self.status,
+            }
         else:
-            d = {"id": self.id, "what": self.what, "value": self.value, "reference": self.reference,
-                 "ratio": self.ratio, "target": self.target, "pass": self.passed, "status": self.status}
+            d = {
+                "id": self.id,
+                "what": self.what,
+                "value": self.value,
+                "reference": self.reference,
+                "ratio": self.ratio,
+                "target": self.target,
+                "pass": self.passed,
+                "status": self.status,
+            }
         if self.note is not None:
             d["note"] = self.note
         if self.at_most:
@@ -59,8 +85,9 @@ class Target:
         return d
 
 
-def ratio_target(tid: str, what: str, num: Figure | None, den: Figure | None, target: float,
-                 den_value: float | None = None) -> Target:
+def ratio_target(
+    tid: str, what: str, num: Figure | None, den: Figure | None, target: float, den_value: float | None = None
+) -> Target:
     """MB/s of ``num`` over MB/s of ``den`` (or over ``den_value``), passing at >= ``target``."""
     a = mb_s_median(num)
     b = den_value if den_value is not None else mb_s_median(den)
@@ -92,16 +119,28 @@ def arcticdb_targets(figs: dict[str, Figure], suite: str) -> list[Target]:
     load, both with default options)."""
     arctic = figs.get("peer-arcticdb-write-build")
     head = figs.get(DEFAULT_LOAD)
-    out = [ratio_target("load-vs-arcticdb", "durable load, default options / ArcticDB DataFrame build + write "
-                        "(interleaved)", head, arctic, 1.3 if suite == "full" else 1.0),
-           bytes_target("load-bytes-vs-arcticdb", "ArcticDB bytes on disk / load, default options", head, arctic)]
+    out = [
+        ratio_target(
+            "load-vs-arcticdb",
+            "durable load, default options / ArcticDB DataFrame build + write (interleaved)",
+            head,
+            arctic,
+            1.3 if suite == "full" else 1.0,
+        ),
+        bytes_target("load-bytes-vs-arcticdb", "ArcticDB bytes on disk / load, default options", head, arctic),
+    ]
     for f in figs.values():
         if f.group == "load" and f.params.get("interleaved") and f.params.get("compression") not in (None, "none"):
-            out += [bytes_target(f"{f.id}-bytes-vs-arcticdb", f"ArcticDB bytes on disk / {f.title}", f, arctic),
-                    ratio_target(f"{f.id}-vs-arcticdb", f"{f.title} / ArcticDB build + write", f, arctic, 1.0)]
+            out += [
+                bytes_target(f"{f.id}-bytes-vs-arcticdb", f"ArcticDB bytes on disk / {f.title}", f, arctic),
+                ratio_target(f"{f.id}-vs-arcticdb", f"{f.title} / ArcticDB build + write", f, arctic, 1.0),
+            ]
     if "load-file-warm" in figs:
-        out.append(ratio_target("load-file-vs-gen", "load FILE (page cache warm) / load gen://",
-                                figs["load-file-warm"], head, 0.95))
+        out.append(
+            ratio_target(
+                "load-file-vs-gen", "load FILE (page cache warm) / load gen://", figs["load-file-warm"], head, 0.95
+            )
+        )
     return out
 
 
@@ -110,34 +149,56 @@ def throughput_targets(figs: dict[str, Figure], cores: int, suite: str = "quick"
     fin = figs.get(f"finalize-w{cores}")
     disk = figs.get("gen-file-fsync")
     return [
-        ratio_target("load-vs-disk", "load (lmdb capnp uncompressed, all workers, durable) / disk limit "
-                     "(gen -> file + fsync)",
-                     head, disk, 0.5),
+        ratio_target(
+            "load-vs-disk",
+            "load (lmdb capnp uncompressed, all workers, durable) / disk limit (gen -> file + fsync)",
+            head,
+            disk,
+            0.5,
+        ),
         *arcticdb_targets(figs, suite),
-        ratio_target("load-vs-naive-lmdb", "load into mem:// / naive py-lmdb per-record loop (MB/s; "
-                     "restated against mem://: 10 x the loop is above the disk's limit)", figs.get("load-mem-capnp"),
-                     figs.get("peer-lmdb-per-record"), 10.0),
-        ratio_target("load-2w-vs-1w", f"load speed-up, {cores} workers vs 1", head,
-                     figs.get("load-lmdb-capnp-w1"), 1.6),
+        ratio_target(
+            "load-vs-naive-lmdb",
+            "load into mem:// / naive py-lmdb per-record loop (MB/s; "
+            "restated against mem://: 10 x the loop is above the disk's limit)",
+            figs.get("load-mem-capnp"),
+            figs.get("peer-lmdb-per-record"),
+            10.0,
+        ),
+        ratio_target(
+            "load-2w-vs-1w", f"load speed-up, {cores} workers vs 1", head, figs.get("load-lmdb-capnp-w1"), 1.6
+        ),
         ratio_target("arrow-vs-disk", "load arrow (none) / disk limit", figs.get("load-lmdb-arrow-none"), disk, 0.35),
         ratio_target("rocksdb-vs-disk", "load rocksdb capnp / disk limit", figs.get("load-rocksdb-capnp"), disk, 0.35),
         ratio_target("mem-vs-lmdb", "load mem:// / load lmdb://", figs.get("load-mem-capnp"), head, 1.0),
         ratio_target("finalize-400", f"finalize ({cores} workers) / 400 MB/s", fin, None, 1.0, den_value=400.0),
-        ratio_target("finalize-2w-vs-1w", f"finalize speed-up, {cores} workers vs 1", fin, figs.get("finalize-w1"),
-                     1.6),
+        ratio_target(
+            "finalize-2w-vs-1w", f"finalize speed-up, {cores} workers vs 1", fin, figs.get("finalize-w1"), 1.6
+        ),
     ]
 
 
 def budget_target(fin: Figure | None) -> Target:
     """The largest peak RSS of one finalize worker, over all samples, within --memory-budget."""
     what = "finalize: largest worker peak RSS <= --memory-budget"
-    rss = [s["report_worker_max_rss_bytes"] for s in fin.samples if s.get("report_worker_max_rss_bytes")] \
-        if fin is not None and fin.status == "ok" else []
+    rss = (
+        [s["report_worker_max_rss_bytes"] for s in fin.samples if s.get("report_worker_max_rss_bytes")]
+        if fin is not None and fin.status == "ok"
+        else []
+    )
     if not rss:
         return Target("finalize-worker-rss", what, 1.0, "not measured")
     peak, budget = max(rss), fin.samples[0]["report_memory_budget"]
-    return Target.measured("finalize-worker-rss", f"{what}: budget / peak", peak, budget, round(budget / peak, 3),
-                           1.0, peak <= budget, note=f"{peak / 2**20:,.0f} MiB under {budget / 2**20:,.0f} MiB")
+    return Target.measured(
+        "finalize-worker-rss",
+        f"{what}: budget / peak",
+        peak,
+        budget,
+        round(budget / peak, 3),
+        1.0,
+        peak <= budget,
+        note=f"{peak / 2**20:,.0f} MiB under {budget / 2**20:,.0f} MiB",
+    )
 
 
 def query_target(q: Figure | None) -> Target:
@@ -145,8 +206,15 @@ def query_target(q: Figure | None) -> Target:
     if q is None or q.status != "ok" or not q.secs():
         return Target("query-2ms", "box query ~1,000 cells <= 2 ms", 1.0, "not measured")
     ms = statistics.median(q.secs()) * 1e3
-    return Target.measured("query-2ms", "box query ~1,000 cells, warm: 2 ms / median latency", round(ms, 4), 2.0,
-                           round(2.0 / ms, 3), 1.0, ms <= 2.0)
+    return Target.measured(
+        "query-2ms",
+        "box query ~1,000 cells, warm: 2 ms / median latency",
+        round(ms, 4),
+        2.0,
+        round(2.0 / ms, 3),
+        1.0,
+        ms <= 2.0,
+    )
 
 
 def rss_targets(small: Figure, big: Figure) -> list[Target]:
@@ -154,12 +222,26 @@ def rss_targets(small: Figure, big: Figure) -> list[Target]:
     small_anon, big_anon = (max(s["peak_tree_anon_bytes"] for s in x.samples) for x in (small, big))
     big_rss = max(s["peak_tree_rss_bytes"] for s in big.samples)
     return [
-        Target.measured("rss-1gib", f"peak RSS (private, all processes) of the n={big.records:,} load / 1 GiB",
-                        big_anon, GIB, round(GIB / big_anon, 3), 1.0, big_anon <= GIB,
-                        note=f"VmRSS incl. file-backed pages: {big_rss / 2**20:,.0f} MiB"),
-        Target.measured("rss-flat", f"peak private RSS n={big.records:,} / n={small.records:,} "
-                        "(memory flat in N: <= 1.25)", big_anon, small_anon, round(big_anon / small_anon, 3), 1.25,
-                        big_anon / small_anon <= 1.25, at_most=True),
+        Target.measured(
+            "rss-1gib",
+            f"peak RSS (private, all processes) of the n={big.records:,} load / 1 GiB",
+            big_anon,
+            GIB,
+            round(GIB / big_anon, 3),
+            1.0,
+            big_anon <= GIB,
+            note=f"VmRSS incl. file-backed pages: {big_rss / 2**20:,.0f} MiB",
+        ),
+        Target.measured(
+            "rss-flat",
+            f"peak private RSS n={big.records:,} / n={small.records:,} (memory flat in N: <= 1.25)",
+            big_anon,
+            small_anon,
+            round(big_anon / small_anon, 3),
+            1.25,
+            big_anon / small_anon <= 1.25,
+            at_most=True,
+        ),
     ]
 
 

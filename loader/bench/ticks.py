@@ -73,19 +73,49 @@ def section_ticks(b: Bench) -> None:
             return None
         return f
 
-    load = fig("load", "ticks", "bulkload load gen://ticks, default options (durable)",
-               "no --workers / --format / --compression, --shards = cores; interleaved with the peers",
-               limit="gen-file-fsync", params={"interleaved": True})
-    a_write = fig("arcticdb-write", "ticks", "ArcticDB write(DataFrame) of the ticks to lmdb://",
-                  "DatetimeIndex on ts, sym a string column; the DataFrame built beforehand, not timed", workers=1)
-    a_read = fig("arcticdb-read", "ticks", "ArcticDB read -> DataFrame of the ticks",
-                 "right after its write, same process (warm)", workers=1)
-    pq_write = fig("parquet-write", "ticks", "pyarrow.parquet write_table (zstd) of the ticks, fsynced",
-                   "the Arrow table built beforehand, not timed", workers=1)
-    read = fig("read", "ticks", "bulkload to_arrow() of the ticks",
-               "warm: a fresh process, one untimed read, then the timed one")
-    box = fig("box", "query", "bulkload 1-hour box on the finalized ticks, warm", f"--dims {DIMS}; box on ts only",
-              kind="latency", params={"dims": DIMS, "hours": 1})
+    load = fig(
+        "load",
+        "ticks",
+        "bulkload load gen://ticks, default options (durable)",
+        "no --workers / --format / --compression, --shards = cores; interleaved with the peers",
+        limit="gen-file-fsync",
+        params={"interleaved": True},
+    )
+    a_write = fig(
+        "arcticdb-write",
+        "ticks",
+        "ArcticDB write(DataFrame) of the ticks to lmdb://",
+        "DatetimeIndex on ts, sym a string column; the DataFrame built beforehand, not timed",
+        workers=1,
+    )
+    a_read = fig(
+        "arcticdb-read",
+        "ticks",
+        "ArcticDB read -> DataFrame of the ticks",
+        "right after its write, same process (warm)",
+        workers=1,
+    )
+    pq_write = fig(
+        "parquet-write",
+        "ticks",
+        "pyarrow.parquet write_table (zstd) of the ticks, fsynced",
+        "the Arrow table built beforehand, not timed",
+        workers=1,
+    )
+    read = fig(
+        "read",
+        "ticks",
+        "bulkload to_arrow() of the ticks",
+        "warm: a fresh process, one untimed read, then the timed one",
+    )
+    box = fig(
+        "box",
+        "query",
+        "bulkload 1-hour box on the finalized ticks, warm",
+        f"--dims {DIMS}; box on ts only",
+        kind="latency",
+        params={"dims": DIMS, "hours": 1},
+    )
     if why:
         return
     arctic = installed("arcticdb") and installed("pandas")
@@ -104,14 +134,16 @@ def section_ticks(b: Bench) -> None:
             s["disk_bytes"] = disk_bytes(b.ds_root(uri))
             rm(b.ds_root(uri))
             return s
+
         rows.append(Row(one_load, [(load, "seconds")]))
     if a_write is not None or a_read is not None:
         rows.append(Row(_peer(b, "ticks_arcticdb", d / "peer", n), [(a_write, "write_s"), (a_read, "read_s")]))
     if pq_write is not None:
         rows.append(Row(_peer(b, "ticks_parquet", d / "peer", n), [(pq_write, "write_s")]))
-    on_ds = [Row(lambda i: (settle(), b.child_sample("ticks_read", uri=ds))[1], [(read, "seconds")]),
-             Row(lambda i: (settle(), b.child_sample("ticks_box", uri=ds, reps=b.p.query_reps))[1],
-                 [(box, "seconds")])]
+    on_ds = [
+        Row(lambda i: (settle(), b.child_sample("ticks_read", uri=ds))[1], [(read, "seconds")]),
+        Row(lambda i: (settle(), b.child_sample("ticks_box", uri=ds, reps=b.p.query_reps))[1], [(box, "seconds")]),
+    ]
     on_ds = [r for r in on_ds if r.active()]
     if on_ds:
         try:
@@ -132,6 +164,7 @@ def _peer(b: Bench, kind: str, d: Path, n: int):
             return b.child_sample(kind, path=str(d), n=n)
         finally:
             rm(d)
+
     return one
 
 
@@ -141,21 +174,52 @@ def ticks_targets(figs: dict[str, Figure]) -> list[Target]:
         return []
     load = figs["ticks-load"]
     box = figs.get("ticks-box")
-    out = [ratio_target("ticks-load-vs-arcticdb", "ticks: load / ArcticDB write (interleaved)", load,
-                        figs.get("ticks-arcticdb-write"), 2.0),
-           ratio_target("ticks-load-vs-parquet", "ticks: load / Parquet (zstd) write", load,
-                        figs.get("ticks-parquet-write"), 2.0),
-           ratio_target("ticks-read-vs-arcticdb", "ticks: full read to Arrow / ArcticDB read", figs.get("ticks-read"),
-                        figs.get("ticks-arcticdb-read"), 1.0),
-           bytes_target("ticks-bytes-vs-arcticdb", "ticks: ArcticDB bytes on disk / load's", load,
-                        figs.get("ticks-arcticdb-write"))]
+    out = [
+        ratio_target(
+            "ticks-load-vs-arcticdb",
+            "ticks: load / ArcticDB write (interleaved)",
+            load,
+            figs.get("ticks-arcticdb-write"),
+            2.0,
+        ),
+        ratio_target(
+            "ticks-load-vs-parquet", "ticks: load / Parquet (zstd) write", load, figs.get("ticks-parquet-write"), 2.0
+        ),
+        ratio_target(
+            "ticks-read-vs-arcticdb",
+            "ticks: full read to Arrow / ArcticDB read",
+            figs.get("ticks-read"),
+            figs.get("ticks-arcticdb-read"),
+            1.0,
+        ),
+        bytes_target(
+            "ticks-bytes-vs-arcticdb", "ticks: ArcticDB bytes on disk / load's", load, figs.get("ticks-arcticdb-write")
+        ),
+    ]
     if box is None or box.status != "ok" or not box.secs():
-        out.append(Target("ticks-box-1ms", "ticks: 1-hour box, warm <= 1 ms", 1.0,
-                          "not measured" + (f" ({box.id})" if box is not None else ""), unit="ms"))
+        out.append(
+            Target(
+                "ticks-box-1ms",
+                "ticks: 1-hour box, warm <= 1 ms",
+                1.0,
+                "not measured" + (f" ({box.id})" if box is not None else ""),
+                unit="ms",
+            )
+        )
     else:
         ms = statistics.median(box.secs()) * 1e3
-        out.append(Target.measured("ticks-box-1ms", "ticks: 1-hour box, warm: 1 ms / median latency", round(ms, 4),
-                                   1.0, round(1.0 / ms, 3), 1.0, ms <= 1.0, unit="ms"))
+        out.append(
+            Target.measured(
+                "ticks-box-1ms",
+                "ticks: 1-hour box, warm: 1 ms / median latency",
+                round(ms, 4),
+                1.0,
+                round(1.0 / ms, 3),
+                1.0,
+                ms <= 1.0,
+                unit="ms",
+            )
+        )
     return out
 
 
@@ -205,8 +269,11 @@ def ticks_frame(arr):
     import numpy as np  # heavy: only in the children
     import pandas as pd  # optional: the [peers] extra; heavy
 
-    cols = {name: np.ascontiguousarray(arr[name]) for name in arr.dtype.names
-            if not name.startswith("_") and name not in ("ts", "sym")}
+    cols = {
+        name: np.ascontiguousarray(arr[name])
+        for name in arr.dtype.names
+        if not name.startswith("_") and name not in ("ts", "sym")
+    }
     df = pd.DataFrame(cols, index=pd.DatetimeIndex(np.ascontiguousarray(arr["ts"]), name="ts"), copy=False)
     df.insert(0, "sym", arr["sym"].astype("U8"))
     return df

@@ -9,7 +9,6 @@ as soon as the interpreter has imported ``loader``. (A signal before that - whil
 itself starts - is Python's: killed by SIGINT, or its own start-up error.)
 """
 
-
 _NAMES = {2: "SIGINT", 15: "SIGTERM", 1: "SIGHUP"}
 
 

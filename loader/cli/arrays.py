@@ -6,8 +6,6 @@ print a line or ``--json``; errors become one-line messages and exit codes.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from .. import api
@@ -18,104 +16,155 @@ from .main import emit_json, handle_errors, on_engine, progress_mode
 
 def finalize_cmd(
     dataset: str = typer.Argument(..., help="lmdb://PATH, rocksdb://PATH or mem://NAME."),
-    dims: Optional[str] = typer.Option(None, "--dims", show_default=False,
-                                       help="Two integer or time fields with chunk lengths, row-major: "
-                                            "FIELD:CHUNK,FIELD:CHUNK, a time field's chunk a duration "
-                                            "(ts:1h,size:1000) (default: i0:10,i1:100000 for "
-                                            "scidb96; required for other layouts)."),
+    dims: str | None = typer.Option(
+        None,
+        "--dims",
+        show_default=False,
+        help="Two integer or time fields with chunk lengths, row-major: "
+        "FIELD:CHUNK,FIELD:CHUNK, a time field's chunk a duration "
+        "(ts:1h,size:1000) (default: i0:10,i1:100000 for "
+        "scidb96; required for other layouts).",
+    ),
     array: str = typer.Option("grid", "--array", help="Array name (several arrays may coexist)."),
     duplicates: str = typer.Option("error", "--duplicates", help="error, first, last or keep."),
-    workers: Optional[int] = typer.Option(None, "--workers",
-                                          help="Workers (default: cores): processes, or threads of this one "
-                                               "for a dataset of at most 128 MiB."),
+    workers: int | None = typer.Option(
+        None,
+        "--workers",
+        help="Workers (default: cores): processes, or threads of this one for a dataset of at most 128 MiB.",
+    ),
     no_compact: bool = typer.Option(False, "--no-compact", help="Skip compaction before redimensioning."),
-    memory_budget: Optional[str] = typer.Option(None, "--memory-budget",
-                                                help="Buffer bytes per worker (e.g. 512m, 2g)."),
-    strategy: str = typer.Option("auto", "--strategy",
-                                 help="auto, direct (read windows of chunks straight from the batches) "
-                                      "or spill (partition into spill runs first)."),
-    compression: Optional[str] = typer.Option(None, "--compression",
-                                              help="The array's chunk pieces: none (default, whatever the "
-                                                   "records use: queries read them zero-copy), lz4 or zstd."),
+    memory_budget: str | None = typer.Option(None, "--memory-budget", help="Buffer bytes per worker (e.g. 512m, 2g)."),
+    strategy: str = typer.Option(
+        "auto",
+        "--strategy",
+        help="auto, direct (read windows of chunks straight from the batches) "
+        "or spill (partition into spill runs first).",
+    ),
+    compression: str | None = typer.Option(
+        None,
+        "--compression",
+        help="The array's chunk pieces: none (default, whatever the "
+        "records use: queries read them zero-copy), lz4 or zstd.",
+    ),
     force: bool = typer.Option(False, "--force", help="Rebuild the array even if it is up to date."),
-    keep_snapshots: Optional[int] = typer.Option(None, "--keep-snapshots",
-                                                 help="From now on keep the data of the last K generations "
-                                                      "readable (info --as-of); 0: only open readers keep it."),
+    keep_snapshots: int | None = typer.Option(
+        None,
+        "--keep-snapshots",
+        help="From now on keep the data of the last K generations "
+        "readable (info --as-of); 0: only open readers keep it.",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
 ):
     """Compact, then redimension the records into a 2-D chunked array."""
     budget = size_option(memory_budget, "--memory-budget")
-    rep, used = on_engine(dataset, lambda: api.finalize(
-        dataset, dims=dims, array=array, duplicates=duplicates, workers=workers, compact=not no_compact,
-        progress=progress_mode(quiet), memory_budget=budget, strategy=strategy,
-        compression=compression, force=force, keep_snapshots=keep_snapshots))
+    rep, used = on_engine(
+        dataset,
+        lambda: api.finalize(
+            dataset,
+            dims=dims,
+            array=array,
+            duplicates=duplicates,
+            workers=workers,
+            compact=not no_compact,
+            progress=progress_mode(quiet),
+            memory_budget=budget,
+            strategy=strategy,
+            compression=compression,
+            force=force,
+            keep_snapshots=keep_snapshots,
+        ),
+    )
     if json_out:
         emit_json(rep.to_dict() | used)
     elif not quiet and rep.status == NOTHING_TO_DO:
-        print(f"nothing to do: array {rep.array!r} of {rep.dataset} is up to date ({rep.records:,} records, "
-              f"{rep.cells:,} cells in {rep.chunks:,} chunks; --force rebuilds it anyway)")
+        print(
+            f"nothing to do: array {rep.array!r} of {rep.dataset} is up to date ({rep.records:,} records, "
+            f"{rep.cells:,} cells in {rep.chunks:,} chunks; --force rebuilds it anyway)"
+        )
     elif not quiet:
         chunks, bounds = _shown(rep.dims, rep.bounds)
         dims_s = ", ".join(f"{name} chunk {chunk}" for name, chunk in chunks)
         extra = f", {rep.dropped:,} duplicates dropped" if rep.dropped else ""
-        print(f"finalized {rep.records:,} records into array {rep.array!r} of {rep.dataset} "
-              f"in {rep.seconds:.2f} s ({rep.mb_per_s:,.0f} MB/s): {rep.cells:,} cells in "
-              f"{rep.chunks:,} chunks [{dims_s}; {bounds}], policy {rep.policy}{extra}")
+        print(
+            f"finalized {rep.records:,} records into array {rep.array!r} of {rep.dataset} "
+            f"in {rep.seconds:.2f} s ({rep.mb_per_s:,.0f} MB/s): {rep.cells:,} cells in "
+            f"{rep.chunks:,} chunks [{dims_s}; {bounds}], policy {rep.policy}{extra}"
+        )
 
 
 def compact_cmd(
     dataset: str = typer.Argument(...),
-    target_batch_records: Optional[int] = typer.Option(None, "--target-batch-records",
-                                                       help="Records per merged batch (default: the dataset's batch size)."),
-    workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes (default: cores)."),
+    target_batch_records: int | None = typer.Option(
+        None, "--target-batch-records", help="Records per merged batch (default: the dataset's batch size)."
+    ),
+    workers: int | None = typer.Option(None, "--workers", help="Worker processes (default: cores)."),
     force: bool = typer.Option(False, "--force", help="Compact every shard even if it looks compact."),
-    keep_snapshots: Optional[int] = typer.Option(None, "--keep-snapshots",
-                                                 help="From now on keep the data of the last K generations "
-                                                      "readable (info --as-of); 0: only open readers keep it."),
+    keep_snapshots: int | None = typer.Option(
+        None,
+        "--keep-snapshots",
+        help="From now on keep the data of the last K generations "
+        "readable (info --as-of); 0: only open readers keep it.",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
 ):
     """Merge small batches into large ones and compact every shard store.
 
     Documents (layout docs): fold each shard's document tables into one (id-sorted)."""
-    rep, used = on_engine(dataset, lambda: api.compact(
-        dataset, target_batch_records=target_batch_records, progress=progress_mode(quiet), workers=workers,
-        force=force, keep_snapshots=keep_snapshots))
+    rep, used = on_engine(
+        dataset,
+        lambda: api.compact(
+            dataset,
+            target_batch_records=target_batch_records,
+            progress=progress_mode(quiet),
+            workers=workers,
+            force=force,
+            keep_snapshots=keep_snapshots,
+        ),
+    )
     if json_out:
         emit_json(rep.to_dict() | used)
     elif not quiet and rep.layout == "docs":
         _print_docs_compact(rep.to_dict())
     elif not quiet and rep.status == NOTHING_TO_DO:
-        print(f"nothing to do: {rep.dataset} has no small batches to merge and its shards are compact "
-              f"({rep.batches_before:,} batches, {rep.bytes_before / 1e6:,.1f} MB on disk; --force compacts anyway)")
+        print(
+            f"nothing to do: {rep.dataset} has no small batches to merge and its shards are compact "
+            f"({rep.batches_before:,} batches, {rep.bytes_before / 1e6:,.1f} MB on disk; --force compacts anyway)"
+        )
     elif not quiet:
-        print(f"compacted {rep.dataset}: {rep.batches_before:,} -> {rep.batches_after:,} batches, "
-              f"{rep.bytes_before / 1e6:,.1f} MB -> {rep.bytes_after / 1e6:,.1f} MB on disk "
-              f"({rep.shards_compacted} of {len(rep.shards)} shards rewritten) in {rep.seconds:.2f} s")
+        print(
+            f"compacted {rep.dataset}: {rep.batches_before:,} -> {rep.batches_after:,} batches, "
+            f"{rep.bytes_before / 1e6:,.1f} MB -> {rep.bytes_after / 1e6:,.1f} MB on disk "
+            f"({rep.shards_compacted} of {len(rep.shards)} shards rewritten) in {rep.seconds:.2f} s"
+        )
 
 
 def _print_docs_compact(rep: dict) -> None:
     if rep["status"] == "nothing-to-do":
-        print(f"nothing to do: {rep['dataset']} holds one document table per shard "
-              f"({rep['records']:,} documents in {rep['batches_before']:,} batches; --force rewrites anyway)")
+        print(
+            f"nothing to do: {rep['dataset']} holds one document table per shard "
+            f"({rep['records']:,} documents in {rep['batches_before']:,} batches; --force rewrites anyway)"
+        )
         return
     folded = sum(1 for s in rep["shards"] if s["status"] == "folded")
-    print(f"compacted {rep['dataset']}: folded {rep['documents_rewritten']:,} documents "
-          f"({rep['text_bytes_rewritten'] / 1e6:,.1f} MB of text, {rep['mb_per_s']:,.0f} MB/s) of {folded} of "
-          f"{len(rep['shards'])} shards into one table each: tables per shard {rep['tables_before']} -> "
-          f"{rep['tables_after']}, {rep['batches_before']:,} -> {rep['batches_after']:,} batches, "
-          f"{rep['bytes_before'] / 1e6:,.1f} MB -> {rep['bytes_after'] / 1e6:,.1f} MB on disk "
-          f"in {rep['seconds']:.2f} s")
+    print(
+        f"compacted {rep['dataset']}: folded {rep['documents_rewritten']:,} documents "
+        f"({rep['text_bytes_rewritten'] / 1e6:,.1f} MB of text, {rep['mb_per_s']:,.0f} MB/s) of {folded} of "
+        f"{len(rep['shards'])} shards into one table each: tables per shard {rep['tables_before']} -> "
+        f"{rep['tables_after']}, {rep['batches_before']:,} -> {rep['batches_after']:,} batches, "
+        f"{rep['bytes_before'] / 1e6:,.1f} MB -> {rep['bytes_after'] / 1e6:,.1f} MB on disk "
+        f"in {rep['seconds']:.2f} s"
+    )
 
 
 def query_cmd(
     dataset: str = typer.Argument(...),
     box: str = typer.Option(..., "--box", help="Half-open box, e.g. 'i0=2:5,i1=1000000:1001000'."),
     array: str = typer.Option("grid", "--array", help="Array name."),
-    attrs: Optional[str] = typer.Option(None, "--attrs", help="Attributes to return, e.g. d0,d3 (default: all)."),
+    attrs: str | None = typer.Option(None, "--attrs", help="Attributes to return, e.g. d0,d3 (default: all)."),
     format: str = typer.Option("table", "--format", help="table, csv, json, arrow, parquet or npy."),
-    out: Optional[str] = typer.Option(None, "--out", help="Write to this file (default: stdout)."),
+    out: str | None = typer.Option(None, "--out", help="Write to this file (default: stdout)."),
     json_out: bool = typer.Option(False, "--json", help="Same as --format json."),
 ):
     """Read the cells of a box of a 2-D array."""
@@ -132,8 +181,10 @@ def print_arrays(arrays: list[dict]) -> None:
         chunks, bounds = _shown(a["dims"], a["bounds"])
         dims = " x ".join(f"{name}/{chunk}" for name, chunk in chunks)
         stale = "  STALE (records appended since; re-run finalize)" if a["stale"] else ""
-        print(f"array    {a['name']}: [{dims}] {a['cells']:,} cells in {a['chunks']:,} chunks, "
-              f"{bounds}, duplicates {a['policy']}{stale}")
+        print(
+            f"array    {a['name']}: [{dims}] {a['cells']:,} cells in {a['chunks']:,} chunks, "
+            f"{bounds}, duplicates {a['policy']}{stale}"
+        )
 
 
 def _shown(dims: list[dict], bounds: dict | None) -> tuple[list[tuple[str, str]], str]:
@@ -143,8 +194,10 @@ def _shown(dims: list[dict], bounds: dict | None) -> tuple[list[tuple[str, str]]
 
     types = {d["name"]: d.get("type", "") for d in dims}
     chunks = [(d["name"], describe_coordinate(types[d["name"]], d["chunk"], duration=True)) for d in dims]
-    text = ", ".join(f"{k} {describe_coordinate(types.get(k, ''), lo)}..{describe_coordinate(types.get(k, ''), hi)}"
-                     for k, (lo, hi) in (bounds or {}).items())
+    text = ", ".join(
+        f"{k} {describe_coordinate(types.get(k, ''), lo)}..{describe_coordinate(types.get(k, ''), hi)}"
+        for k, (lo, hi) in (bounds or {}).items()
+    )
     return chunks, text or "empty"
 
 

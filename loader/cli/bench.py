@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Optional
 
 import typer
 
@@ -15,28 +14,59 @@ def register(app: typer.Typer) -> None:
     @app.command()
     @handle_errors
     def bench(
-        suite: str = typer.Option("quick", "--suite", help="quick (<= 2 min), full (<= 15 min on 2 cores) or "
-                                                           "catalog (issue 29: metadata cost over 1k..1M batches)."),
-        n: Optional[int] = typer.Option(None, "--n", "--records", help="Records of the main figures (default: the "
-                                        "suite's; quick 1,000,000, full and catalog 20,000,000)."),
-        repeats: Optional[int] = typer.Option(None, "--repeats", help="Runs per figure (default 3)."),
+        suite: str = typer.Option(
+            "quick",
+            "--suite",
+            help="quick (<= 2 min), full (<= 15 min on 2 cores) or "
+            "catalog (issue 29: metadata cost over 1k..1M batches).",
+        ),
+        n: int | None = typer.Option(
+            None,
+            "--n",
+            "--records",
+            help="Records of the main figures (default: the suite's; quick 1,000,000, full and catalog 20,000,000).",
+        ),
+        repeats: int | None = typer.Option(None, "--repeats", help="Runs per figure (default 3)."),
         out: str = typer.Option("bench-results", "--out", help="Directory for bench.json, bench.md and the plots."),
-        work: Optional[str] = typer.Option(None, "--work", help="Directory for the datasets and files written "
-                                                                "(default: inside --out; its filesystem is the one measured)."),
-        only: Optional[str] = typer.Option(None, "--only", help="Comma-separated sections (limits, load, scaling, catalog, "
-                                                                "finalize, peers, rss) or figure ids."),
-        max_batches: Optional[int] = typer.Option(None, "--max-batches", help="catalog: the largest dataset, in "
-                                                  "batch rows (default 1,000,000; the suite's sizes up to it)."),
-        runs_per_commit: Optional[int] = typer.Option(None, "--runs-per-commit", help="catalog: runs the bench "
-                                                      "helper commits at once (default: at most 100 commits)."),
-        baseline: Optional[str] = typer.Option(None, "--baseline", help="catalog: the catalog.json of a run of "
-                                               "the code before, the 'before' of the load targets."),
-        before: Optional[str] = typer.Option(None, "--before", help="catalog: the command of the code before's "
-                                             "bulkload (e.g. OTHER/.venv/bin/bulkload): its two big loads run "
-                                             "interleaved with these, the 'before' of the load targets."),
-        label: Optional[str] = typer.Option(None, "--label", help="A label for the run's line in history.jsonl."),
-        workloads: Optional[str] = typer.Option(None, "--workloads", help="Records of the load section, "
-                                                "comma-separated: scidb96 (always), ticks (default: both)."),
+        work: str | None = typer.Option(
+            None,
+            "--work",
+            help="Directory for the datasets and files written "
+            "(default: inside --out; its filesystem is the one measured).",
+        ),
+        only: str | None = typer.Option(
+            None,
+            "--only",
+            help="Comma-separated sections (limits, load, scaling, catalog, finalize, peers, rss) or figure ids.",
+        ),
+        max_batches: int | None = typer.Option(
+            None,
+            "--max-batches",
+            help="catalog: the largest dataset, in batch rows (default 1,000,000; the suite's sizes up to it).",
+        ),
+        runs_per_commit: int | None = typer.Option(
+            None,
+            "--runs-per-commit",
+            help="catalog: runs the bench helper commits at once (default: at most 100 commits).",
+        ),
+        baseline: str | None = typer.Option(
+            None,
+            "--baseline",
+            help="catalog: the catalog.json of a run of the code before, the 'before' of the load targets.",
+        ),
+        before: str | None = typer.Option(
+            None,
+            "--before",
+            help="catalog: the command of the code before's "
+            "bulkload (e.g. OTHER/.venv/bin/bulkload): its two big loads run "
+            "interleaved with these, the 'before' of the load targets.",
+        ),
+        label: str | None = typer.Option(None, "--label", help="A label for the run's line in history.jsonl."),
+        workloads: str | None = typer.Option(
+            None,
+            "--workloads",
+            help="Records of the load section, comma-separated: scidb96 (always), ticks (default: both).",
+        ),
         json_out: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines on stderr."),
     ):
@@ -74,9 +104,22 @@ def register(app: typer.Typer) -> None:
 
         try:
             extra = {"workloads": tuple(w.strip() for w in workloads.split(",") if w.strip())} if workloads else {}
-            result = run(suite, n=n, repeats=repeats, out=out, work=work, sections=sections,
-                        only=ids, log=log, label=label, max_batches=max_batches, runs_per_commit=runs_per_commit,
-                        baseline=baseline, before=before, **extra)
+            result = run(
+                suite,
+                n=n,
+                repeats=repeats,
+                out=out,
+                work=work,
+                sections=sections,
+                only=ids,
+                log=log,
+                label=label,
+                max_batches=max_batches,
+                runs_per_commit=runs_per_commit,
+                baseline=baseline,
+                before=before,
+                **extra,
+            )
         except (ValueError, RuntimeError) as e:
             print(f"bulkload: error: {e}", file=sys.stderr)
             raise typer.Exit(2)
@@ -87,7 +130,9 @@ def register(app: typer.Typer) -> None:
                 if t.get("ratio") is None:
                     print(f"  {t['status']:<13} {t['what']}")
                 else:
-                    print(f"  {t['status']:<13} {t['ratio']:6.2f} (needs {'<=' if t.get('at_most') else '>='} "
-                          f"{t['target']})  {t['what']}")
+                    print(
+                        f"  {t['status']:<13} {t['ratio']:6.2f} (needs {'<=' if t.get('at_most') else '>='} "
+                        f"{t['target']})  {t['what']}"
+                    )
             o = result["outputs"]
             print(f"wrote {o['json']}, {o['markdown']}" + (f", {len(o['plots'])} plots" if o["plots"] else ""))

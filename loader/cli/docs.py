@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import List
 
 import typer
 
@@ -16,10 +15,14 @@ from .main import emit_json, handle_errors
 
 def get_cmd(
     dataset: str = typer.Argument(..., help="A dataset of layout docs: lmdb://PATH, rocksdb://PATH or mem://NAME."),
-    ids: List[str] = typer.Argument(..., help="Document ids."),
+    ids: list[str] = typer.Argument(..., help="Document ids."),
     json_out: bool = typer.Option(False, "--json", help="Print the documents as JSON (a list of objects)."),
-    format: str = typer.Option("tsv", "--format", help="tsv (id, created_at, text; tab, newline, carriage "
-                               "return and backslash escaped as \\t \\n \\r \\\\) or jsonl (one object a line)."),
+    format: str = typer.Option(
+        "tsv",
+        "--format",
+        help="tsv (id, created_at, text; tab, newline, carriage "
+        "return and backslash escaped as \\t \\n \\r \\\\) or jsonl (one object a line).",
+    ),
 ):
     """Print documents by id; exit 1 if any id is not found ("id N not found")."""
     from ..docs.access import check_id  # start-up: the documents plug-in loads only for `get`
@@ -32,8 +35,7 @@ def get_cmd(
         found, missing = ds.get_many(wanted)
     by_id = {i: (c, t) for i, c, t in found.records()}
     if json_out:
-        out = [{"id": i, "created_at": by_id[i][0], "text": by_id[i][1].decode("utf-8")}
-               for i in wanted if i in by_id]
+        out = [{"id": i, "created_at": by_id[i][0], "text": by_id[i][1].decode("utf-8")} for i in wanted if i in by_id]
         emit_json(out if len(wanted) > 1 or not out else out[0])
     elif format == "jsonl":
         for i in wanted:

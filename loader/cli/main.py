@@ -17,7 +17,6 @@ import gc
 import json
 import os
 import sys
-from typing import Optional
 
 import typer
 from typer.core import TyperGroup
@@ -59,9 +58,14 @@ class OneLineErrors(TyperGroup):
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  rich_markup_mode=None, cls=OneLineErrors,
-                  help="Parallel bulk loader for binary records (LMDB / RocksDB, Cap'n Proto / Arrow).")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    cls=OneLineErrors,
+    help="Parallel bulk loader for binary records (LMDB / RocksDB, Cap'n Proto / Arrow).",
+)
 
 
 def fail(message: str, code: int) -> None:
@@ -75,6 +79,7 @@ def handle_errors(fn):
     errors become one line on stderr and an exit code: BulkloadError its own, a stop
     signal 128 + its number; anything else (an OSError, a library's error) exit 1, as the
     last resort, with the traceback only when BULKLOAD_DEBUG=1."""
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
@@ -94,11 +99,12 @@ def handle_errors(fn):
             raise typer.Exit(0)
         except (typer.Exit, typer.Abort, TyperException):
             raise
-        except Exception as e:  # noqa: BLE001 - the last resort: never a traceback
+        except Exception as e:
             stop = wrapped_stop(e)
             if stop is not None:  # a stop signal that Python's machinery wrapped (an import's __set_name__)
                 fail(str(Interrupted.of(stop)), Interrupted.of(stop).exit_code)
             unexpected(e)
+
     return wrapper
 
 
@@ -161,15 +167,27 @@ def show_version(value: bool) -> None:
 
 @app.callback()
 def main_options(
-    log_format: str = typer.Option("text", "--log-format", help="Log lines on stderr: text or json "
-                                   "(before or after the command, like --engine and --scheduler)."),
-    engine: Optional[str] = typer.Option(None, "--engine", help="Where load, ingest, finalize, compact, "
-                                         "verify and run run their tasks: local (the process pool, default) or dask (also BULKLOAD_ENGINE)."),
-    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Dask scheduler: tcp://HOST:PORT, or "
-                                            "local:N for a LocalCluster of N worker processes (also "
-                                            "BULKLOAD_SCHEDULER)."),
-    version: bool = typer.Option(False, "--version", is_eager=True, callback=show_version,
-                                 help="Print bulkload's version and exit."),
+    log_format: str = typer.Option(
+        "text",
+        "--log-format",
+        help="Log lines on stderr: text or json (before or after the command, like --engine and --scheduler).",
+    ),
+    engine: str | None = typer.Option(
+        None,
+        "--engine",
+        help="Where load, ingest, finalize, compact, "
+        "verify and run run their tasks: local (the process pool, default) or dask (also BULKLOAD_ENGINE).",
+    ),
+    scheduler: str | None = typer.Option(
+        None,
+        "--scheduler",
+        help="Dask scheduler: tcp://HOST:PORT, or "
+        "local:N for a LocalCluster of N worker processes (also "
+        "BULKLOAD_SCHEDULER).",
+    ),
+    version: bool = typer.Option(
+        False, "--version", is_eager=True, callback=show_version, help="Print bulkload's version and exit."
+    ),
 ):
     if log_format not in ("text", "json"):
         fail(f"--log-format must be text or json, not {log_format!r}", EXIT_USAGE)
@@ -195,7 +213,7 @@ def generate(
     start: str = typer.Option("0", "--start", help="Index of the first record."),
     impl: str = typer.Option("c", "--impl", help="c (in-process C library) or python (numpy)."),
     layout: str = typer.Option("scidb96", "--layout", help="Layout name or .toml path."),
-    out: Optional[str] = typer.Option(None, "--out", help="Output file (default, or -: stdout)."),
+    out: str | None = typer.Option(None, "--out", help="Output file (default, or -: stdout)."),
 ):
     """Write generated raw records START..START+N-1 to stdout or a file."""
     # start-up: the generator's modules (numpy, the C library) load only for `generate`
@@ -217,34 +235,47 @@ def generate(
 @app.command()
 @handle_errors
 def load(
-    source: Optional[list[str]] = typer.Argument(
-        None, show_default=False,
+    source: list[str] | None = typer.Argument(
+        None,
+        show_default=False,
         help="One or more of: gen://LAYOUT?n=N&start=S; a file of raw records, an .npy file, an Arrow IPC "
-             "file (.arrow, .feather) or a Parquet file (.parquet); a quoted glob ('parts/*.bin', in name "
-             "order); - for stdin, a FIFO, /dev/stdin, /dev/fd/N; or (--layout docs) a directory of <id>.json "
-             "documents. Several inputs are loaded by one run in the order given, each committed whole and "
-             "recognised on a re-run (loaded before: left out). Streams (stdin, FIFOs) are not replayable: "
-             "every load of them is a new run, never resumed, and nothing of a failed one is committed (re-run "
-             "the producers); several FIFOs are read in parallel, their batches numbered as they arrive. A generator of "
-             "yours: gen://PKG.MODULE:FUNCTION?n=N&start=S[&layout=NAME] (FUNCTION(start, n) returns a numpy "
-             "structured array; the module is imported from the working directory or PYTHONPATH) or "
-             "gen://c:PATH:SYMBOL?n=N&start=S&layout=NAME (a shared library's int SYMBOL(void *buf, uint64_t "
-             "start, uint64_t n) writes the records into buf and returns 0); each worker generates its own ranges."),
-    dataset: str = typer.Argument(...,
-                                  help="lmdb://PATH, rocksdb://PATH or mem://NAME (with ?shards=K)."),
-    layout: Optional[str] = typer.Option(None, "--layout", help="Layout of the records (default: the source's or scidb96)."),
-    format: Optional[str] = typer.Option(None, "--format", help="capnp (default) or arrow; documents: block (default), raw or capnp."),
-    compression: Optional[str] = typer.Option(None, "--compression", help="none, lz4 or zstd (arrow); documents: zstd (default) or none."),
-    shards: Optional[int] = typer.Option(None, "--shards", help="Shard count (default: cores)."),
-    workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes (default: cores)."),
-    batch_records: Optional[int] = typer.Option(None, "--batch-records", help="Records per batch (default 10000)."),
+        "file (.arrow, .feather) or a Parquet file (.parquet); a quoted glob ('parts/*.bin', in name "
+        "order); - for stdin, a FIFO, /dev/stdin, /dev/fd/N; or (--layout docs) a directory of <id>.json "
+        "documents. Several inputs are loaded by one run in the order given, each committed whole and "
+        "recognised on a re-run (loaded before: left out). Streams (stdin, FIFOs) are not replayable: "
+        "every load of them is a new run, never resumed, and nothing of a failed one is committed (re-run "
+        "the producers); several FIFOs are read in parallel, their batches numbered as they arrive. A generator of "
+        "yours: gen://PKG.MODULE:FUNCTION?n=N&start=S[&layout=NAME] (FUNCTION(start, n) returns a numpy "
+        "structured array; the module is imported from the working directory or PYTHONPATH) or "
+        "gen://c:PATH:SYMBOL?n=N&start=S&layout=NAME (a shared library's int SYMBOL(void *buf, uint64_t "
+        "start, uint64_t n) writes the records into buf and returns 0); each worker generates its own ranges.",
+    ),
+    dataset: str = typer.Argument(..., help="lmdb://PATH, rocksdb://PATH or mem://NAME (with ?shards=K)."),
+    layout: str | None = typer.Option(
+        None, "--layout", help="Layout of the records (default: the source's or scidb96)."
+    ),
+    format: str | None = typer.Option(
+        None, "--format", help="capnp (default) or arrow; documents: block (default), raw or capnp."
+    ),
+    compression: str | None = typer.Option(
+        None, "--compression", help="none, lz4 or zstd (arrow); documents: zstd (default) or none."
+    ),
+    shards: int | None = typer.Option(None, "--shards", help="Shard count (default: cores)."),
+    workers: int | None = typer.Option(None, "--workers", help="Worker processes (default: cores)."),
+    batch_records: int | None = typer.Option(None, "--batch-records", help="Records per batch (default 10000)."),
     new_run: bool = typer.Option(False, "--new-run", help="Load the source again even if it was loaded before."),
     replace: bool = typer.Option(False, "--replace", help="Start the dataset over with this source (atomic swap)."),
-    on_bad_file: str = typer.Option("fail", "--on-bad-file",
-                                    help="Documents: fail (exit 1 naming the file, nothing loaded) or skip "
-                                         "(load the rest, list it in the report)."),
-    keep_runs: Optional[int] = typer.Option(None, "--keep-runs", help="After the load succeeded, prune the "
-                                            "run records to the N newest (and the protected ones: bulkload runs prune)."),
+    on_bad_file: str = typer.Option(
+        "fail",
+        "--on-bad-file",
+        help="Documents: fail (exit 1 naming the file, nothing loaded) or skip (load the rest, list it in the report).",
+    ),
+    keep_runs: int | None = typer.Option(
+        None,
+        "--keep-runs",
+        help="After the load succeeded, prune the "
+        "run records to the N newest (and the protected ones: bulkload runs prune).",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the run report as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
 ):
@@ -255,35 +286,63 @@ def load(
     A stream (stdin, a FIFO) cannot be replayed: each load of it is a new run."""
     if not source:  # `load X`: X is taken for the dataset (click fills the last argument first)
         fail("Missing argument 'dataset'; see 'bulkload load --help'", EXIT_USAGE)
-    report, used = on_engine(dataset, lambda: api.load(
-        source if len(source) > 1 else source[0], dataset, layout=layout, format=format, compression=compression,
-        shards=shards, workers=workers, batch_records=batch_records, progress=progress_mode(quiet), new_run=new_run,
-        replace=replace, on_bad_file=on_bad_file, keep_runs=keep_runs))
+    report, used = on_engine(
+        dataset,
+        lambda: api.load(
+            source if len(source) > 1 else source[0],
+            dataset,
+            layout=layout,
+            format=format,
+            compression=compression,
+            shards=shards,
+            workers=workers,
+            batch_records=batch_records,
+            progress=progress_mode(quiet),
+            new_run=new_run,
+            replace=replace,
+            on_bad_file=on_bad_file,
+            keep_runs=keep_runs,
+        ),
+    )
     if json_out:
         emit_json(report.to_dict() | used)
     elif not quiet:
         r = report
         if r.status == "already-loaded":
-            print(f"0 new records: {r.source} was already loaded into {r.dataset} by run {r.run_id} "
-                  f"(use --new-run to load it again)")
+            print(
+                f"0 new records: {r.source} was already loaded into {r.dataset} by run {r.run_id} "
+                f"(use --new-run to load it again)"
+            )
             return
-        how = (f"resumed run {r.run_id}: kept {r.resumed_records:,} records, wrote {r.written_records:,}; "
-               if r.status == "resumed" else f"appended: {r.records:,} new records of {r.source}; "
-               if r.status == "appended" else "")
+        how = (
+            f"resumed run {r.run_id}: kept {r.resumed_records:,} records, wrote {r.written_records:,}; "
+            if r.status == "resumed"
+            else f"appended: {r.records:,} new records of {r.source}; "
+            if r.status == "appended"
+            else ""
+        )
         what = "documents" if r.layout == "docs" else "records"
-        print(f"{how}loaded {r.records:,} {what} ({r.bytes / 1e6:,.1f} MB) into {r.dataset} in {r.seconds:.2f} s: "
-              f"{r.mb_per_s:,.0f} MB/s, {r.records_per_s / 1e6:.2f} M {what}/s "
-              f"({r.batches} batches, {r.shards} shards, {r.workers} workers, {r.format}, layout {r.layout})")
+        print(
+            f"{how}loaded {r.records:,} {what} ({r.bytes / 1e6:,.1f} MB) into {r.dataset} in {r.seconds:.2f} s: "
+            f"{r.mb_per_s:,.0f} MB/s, {r.records_per_s / 1e6:.2f} M {what}/s "
+            f"({r.batches} batches, {r.shards} shards, {r.workers} workers, {r.format}, layout {r.layout})"
+        )
         for f in r.skipped:
             print(f"  skipped {f['path']}: {f['reason']}")
 
 
 @app.command()
 @handle_errors
-def info(dataset: str = typer.Argument(...),
-         json_out: bool = typer.Option(False, "--json", help="Print as JSON."),
-         as_of: str = typer.Option(None, "--as-of", help="The dataset as it stood after this commit: a generation "
-                                   "number or a run id (while its data was not garbage-collected).")):
+def info(
+    dataset: str = typer.Argument(...),
+    json_out: bool = typer.Option(False, "--json", help="Print as JSON."),
+    as_of: str = typer.Option(
+        None,
+        "--as-of",
+        help="The dataset as it stood after this commit: a generation "
+        "number or a run id (while its data was not garbage-collected).",
+    ),
+):
     """Describe a dataset: layout, format, shards, records, bytes, runs."""
     with api.open(dataset, as_of=as_of) as ds:
         d = ds.info()
@@ -298,19 +357,33 @@ def info(dataset: str = typer.Argument(...),
     print(f"{d['dataset']}  ({d['path']})")
     print(f"layout   {d['layout']['name']} ({d['record_size']} bytes: {fields})")
     print(f"format   {d['format']} (compression {d['compression']}), store {d['store']}, {d['shards']} shards")
-    print(f"records  {d['records']:,} in {d['batches']:,} batches; "
-          f"{d['record_bytes'] / 1e6:,.1f} MB of records, {d['stored_bytes'] / 1e6:,.1f} MB stored, "
-          f"{d['disk_bytes'] / 1e6:,.1f} MB on disk")
+    print(
+        f"records  {d['records']:,} in {d['batches']:,} batches; "
+        f"{d['record_bytes'] / 1e6:,.1f} MB of records, {d['stored_bytes'] / 1e6:,.1f} MB stored, "
+        f"{d['disk_bytes'] / 1e6:,.1f} MB on disk"
+    )
     if arrays:
         from .arrays import print_arrays  # cycle: cli.arrays imports this module's helpers
 
         print_arrays(arrays)
     if d["runs"]:
         total = d.get("runs_total", len(d["runs"]))
-        print(f"runs (the last {len(d['runs'][-20:])} of {total:,}: bulkload runs lists them all)"
-              if total > len(d["runs"][-20:]) else "runs")
-        rows = [(r.id, r.kind, r.status, f"{r.records or 0:,}", "" if r.seconds is None else str(r.seconds),
-                 r.error or r.source or "") for r in map(Run.from_dict, d["runs"][-20:])]
+        print(
+            f"runs (the last {len(d['runs'][-20:])} of {total:,}: bulkload runs lists them all)"
+            if total > len(d["runs"][-20:])
+            else "runs"
+        )
+        rows = [
+            (
+                r.id,
+                r.kind,
+                r.status,
+                f"{r.records or 0:,}",
+                "" if r.seconds is None else str(r.seconds),
+                r.error or r.source or "",
+            )
+            for r in map(Run.from_dict, d["runs"][-20:])
+        ]
         print_table(("id", "kind", "status", "records", "seconds", "source / error"), rows)
     _exit_if_damaged(d)
 
@@ -335,16 +408,21 @@ def _exit_if_damaged(d: dict) -> None:
 
 @app.command()
 @handle_errors
-def verify(dataset: str = typer.Argument(...),
-           json_out: bool = typer.Option(False, "--json", help="Print the report as JSON.")):
+def verify(
+    dataset: str = typer.Argument(...), json_out: bool = typer.Option(False, "--json", help="Print the report as JSON.")
+):
     """Recompute every stored batch's checksum and count; exit 1 on any mismatch."""
     rep, used = on_engine(dataset, lambda: api.verify(dataset))
     if json_out:
         emit_json(rep.to_dict() | used)
     else:
         for p in rep.problems:
-            line = p["problem"] if p["batch"] is None else (  # None: a whole shard (missing, damaged), the arrays
-                f"shard {p['shard']} batch {p['batch']} (first record {p['first_record']}): {p['problem']}")
+            line = (
+                p["problem"]
+                if p["batch"] is None
+                # None: a whole shard (missing, damaged), the arrays
+                else (f"shard {p['shard']} batch {p['batch']} (first record {p['first_record']}): {p['problem']}")
+            )
             logs.plain(line, line, "error", shard=p.get("shard"), batch=p["batch"])
         status = "ok" if rep.ok else f"FAILED ({len(rep.problems)} bad batches)"
         print(f"verify {rep.dataset}: {rep.batches:,} batches, {rep.records:,} records: {status}")
@@ -361,7 +439,7 @@ def main() -> None:
     args = options_first(sys.argv[1:])
     try:
         app_for(args)(args=args)
-    except Exception as e:  # noqa: BLE001 - outside any command (typer's own machinery)
+    except Exception as e:
         try:
             if stdout_failed(e):  # --help to a full stdout
                 silence_stdout()
@@ -402,17 +480,17 @@ def options_first(args: list[str]) -> list[str]:
     i = 0
     while i < len(args) and args[i] not in names:  # the group's own options before the command
         i += 2 if args[i] in GROUP_OPTIONS else 1
-    moved, rest, j = [], args[i + 1:], 0
+    moved, rest, j = [], args[i + 1 :], 0
     while j < len(rest) and rest[j] != "--":
         name = rest[j].split("=", 1)[0]
         if name in GROUP_OPTIONS:
             width = 1 if "=" in rest[j] or j + 1 >= len(rest) else 2
-            moved += rest[j:j + width]
-            del rest[j:j + width]
+            moved += rest[j : j + width]
+            del rest[j : j + width]
         else:
             j += 1
-    out = args[:i] + moved + args[i:i + 1] + rest if i < len(args) else args
-    for k, a in enumerate(out[:len(out) - len(rest)]):
+    out = args[:i] + moved + args[i : i + 1] + rest if i < len(args) else args
+    for k, a in enumerate(out[: len(out) - len(rest)]):
         if a.split("=", 1)[0] == "--log-format":
             fmt = a.split("=", 1)[1] if "=" in a else (out[k + 1] if k + 1 < len(out) else "")
             if fmt in ("text", "json"):
@@ -424,8 +502,9 @@ def app_for(args: list[str]) -> typer.Typer:
     """``app`` with only the command that ``args`` begins with (start-up: typer builds every
     command's parameters from its signature before it parses, ~0.5 ms a command), or ``app``
     itself when the first word is no command (--help, a group option, a typo to suggest for)."""
-    chosen = [c for c in app.registered_commands
-              if args and (c.name or get_command_name(c.callback.__name__)) == args[0]]
+    chosen = [
+        c for c in app.registered_commands if args and (c.name or get_command_name(c.callback.__name__)) == args[0]
+    ]
     groups = [g for g in app.registered_groups if args and g.name == args[0]]  # e.g. `runs`
     if not chosen and not groups:
         return app
@@ -446,28 +525,28 @@ def exiting() -> None:
     gc.freeze()
 
 
-from . import jobs as cli_jobs  # noqa: E402  (ingest, run)
+from . import jobs as cli_jobs
 
 cli_jobs.register(app)
 
 
-from .bench import register as _rb  # noqa: E402  (bench owns its command)
+from .bench import register as _rb
 
 _rb(app)
 
 
-from .scan import register as _register_scan  # noqa: E402  (scan, export, sql)
+from .scan import register as _register_scan
 
 _register_scan(app)
 
-from .arrays import register as _register_arrays  # noqa: E402  (finalize, compact, query)
+from .arrays import register as _register_arrays
 
 _register_arrays(app)
 
-from .docs import register as _register_docs  # noqa: E402  (get)
+from .docs import register as _register_docs
 
 _register_docs(app)
 
-from .runs import register as _register_runs  # noqa: E402  (runs, runs prune)
+from .runs import register as _register_runs
 
 _register_runs(app)

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import typing
 
-_FLAG_WORDS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False,
-               "off": False}
+_FLAG_WORDS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
 
 def _flag(value) -> bool:
@@ -60,8 +59,7 @@ def plain_params(group) -> None:
             try:
                 return _PLAIN[kind](value)
             except (TypeError, ValueError, KeyError):
-                raise BadParameter(f"{value!r} is not a valid {_NAMES[kind]}",
-                                   ctx=ctx, param=param) from None
+                raise BadParameter(f"{value!r} is not a valid {_NAMES[kind]}", ctx=ctx, param=param) from None
 
     for command in [group, *getattr(group, "commands", {}).values()]:
         helps = [command.get_help_option(Context(command))]  # made (and kept) by the command on first use

@@ -10,7 +10,6 @@ never taken for the sub-command (``bulkload runs list DATASET`` spells the listi
 from __future__ import annotations
 
 import time
-from typing import Optional
 
 import typer
 from typer.core import TyperGroup
@@ -30,9 +29,14 @@ class RunsGroup(TyperGroup):
         return super().parse_args(ctx, args)
 
 
-runs_app = typer.Typer(cls=RunsGroup, no_args_is_help=True, rich_markup_mode=None, add_completion=False,
-                       help="List a dataset's runs (bulkload runs DATASET) or prune old run records "
-                            "(bulkload runs prune DATASET --keep N).")
+runs_app = typer.Typer(
+    cls=RunsGroup,
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    add_completion=False,
+    help="List a dataset's runs (bulkload runs DATASET) or prune old run records "
+    "(bulkload runs prune DATASET --keep N).",
+)
 
 
 def _when(t: float | None) -> str:
@@ -43,13 +47,20 @@ def _when(t: float | None) -> str:
 @handle_errors
 def list_cmd(
     dataset: str = typer.Argument(..., help="lmdb://PATH, rocksdb://PATH or mem://NAME."),
-    status: Optional[str] = typer.Option(None, "--status", help="Only runs of this status: running, done, "
-                                         "failed, interrupted, superseded or replaced (as `info` shows them)."),
-    kind: Optional[str] = typer.Option(None, "--kind", help="Only runs of this kind: load, ingest, finalize "
-                                       "or compact."),
-    since: Optional[str] = typer.Option(None, "--since", help="Only runs started since: an age (30d, 12h, "
-                                        "90m) or an ISO-8601 instant (2026-11-01T08:00:00Z; no offset: UTC)."),
-    limit: Optional[int] = typer.Option(None, "--limit", help="At most N runs (the newest)."),
+    status: str | None = typer.Option(
+        None,
+        "--status",
+        help="Only runs of this status: running, done, "
+        "failed, interrupted, superseded or replaced (as `info` shows them).",
+    ),
+    kind: str | None = typer.Option(None, "--kind", help="Only runs of this kind: load, ingest, finalize or compact."),
+    since: str | None = typer.Option(
+        None,
+        "--since",
+        help="Only runs started since: an age (30d, 12h, "
+        "90m) or an ISO-8601 instant (2026-11-01T08:00:00Z; no offset: UTC).",
+    ),
+    limit: int | None = typer.Option(None, "--limit", help="At most N runs (the newest)."),
     json_out: bool = typer.Option(False, "--json", help="Print a JSON list of the runs."),
 ):
     """The dataset's runs, newest first: id, kind, status, started (UTC), seconds,
@@ -62,20 +73,36 @@ def list_cmd(
     if not found:
         print("no runs")
         return
-    print_table(("id", "kind", "status", "started", "seconds", "records", "as-of", "error / source"),
-                [(r.id, r.kind, r.status, _when(r.started), "" if r.seconds is None else str(r.seconds),
-                  f"{r.records or 0:,}", "" if r.as_of is None else str(r.as_of), r.error or r.source or "")
-                 for r in found])
+    print_table(
+        ("id", "kind", "status", "started", "seconds", "records", "as-of", "error / source"),
+        [
+            (
+                r.id,
+                r.kind,
+                r.status,
+                _when(r.started),
+                "" if r.seconds is None else str(r.seconds),
+                f"{r.records or 0:,}",
+                "" if r.as_of is None else str(r.as_of),
+                r.error or r.source or "",
+            )
+            for r in found
+        ],
+    )
 
 
 @runs_app.command("prune")
 @handle_errors
 def prune_cmd(
     dataset: str = typer.Argument(..., help="lmdb://PATH, rocksdb://PATH or mem://NAME."),
-    keep: Optional[int] = typer.Option(None, "--keep", help="Keep the N newest runs (and every protected run)."),
-    older_than: Optional[str] = typer.Option(None, "--older-than", help="Remove runs that ended before: an "
-                                             "age (30d, 12h, 90m) or an ISO-8601 instant. With --keep: "
-                                             "only runs outside the N newest and older than this."),
+    keep: int | None = typer.Option(None, "--keep", help="Keep the N newest runs (and every protected run)."),
+    older_than: str | None = typer.Option(
+        None,
+        "--older-than",
+        help="Remove runs that ended before: an "
+        "age (30d, 12h, 90m) or an ISO-8601 instant. With --keep: "
+        "only runs outside the N newest and older than this.",
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Say what would be removed; write nothing."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ):
@@ -88,8 +115,10 @@ def prune_cmd(
         emit_json(rep.to_dict())
         return
     verb = "would remove" if rep.dry_run else "removed"
-    print(f"runs prune {rep.dataset}: {verb} {len(rep.removed)} run record(s), kept {rep.kept}"
-          + (f" ({len(rep.protected)} protected)" if rep.protected else ""))
+    print(
+        f"runs prune {rep.dataset}: {verb} {len(rep.removed)} run record(s), kept {rep.kept}"
+        + (f" ({len(rep.protected)} protected)" if rep.protected else "")
+    )
     for r in rep.removed:
         print(f"  {verb:<12} {r['id']}  {r['kind']:<8} {r['status']:<11} {_when(r['started'])}")
     for p in rep.protected:

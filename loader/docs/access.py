@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import bisect
 import os
-from typing import Iterable, NamedTuple
+from collections.abc import Iterable
+from typing import NamedTuple
 
 import numpy as np
 import xxhash
@@ -95,8 +96,10 @@ class DocReader:
         st = self.ds.shard(b.shard)
         if (b.shard, b.table) not in self._present:
             if not st.has_table(b.table):
-                raise self.ds.missing(f"table {b.table} of batch {b.seq} is missing from shard {b.shard} of "
-                                      f"{self.ds.uri}; run `bulkload verify` and reload the dataset")
+                raise self.ds.missing(
+                    f"table {b.table} of batch {b.seq} is missing from shard {b.shard} of "
+                    f"{self.ds.uri}; run `bulkload verify` and reload the dataset"
+                )
             self._present.add((b.shard, b.table))
         return st
 
@@ -106,8 +109,10 @@ class DocReader:
         if d is None:
             v = self.ds.shard(shard).get(table.encode(), table=META_TABLE)
             if v is None:
-                raise VerifyError(f"shard {shard} of {self.ds.uri} has no zstd dictionary for {table}; "
-                                  "run `bulkload verify` and reload the dataset")
+                raise VerifyError(
+                    f"shard {shard} of {self.ds.uri} has no zstd dictionary for {table}; "
+                    "run `bulkload verify` and reload the dataset"
+                )
             d = self._dec[key] = zdict.Decompressor(bytes(v))
         return d
 
@@ -222,8 +227,9 @@ class DocReader:
         h = xxhash.xxh3_64()
         n = nbytes = 0
         err = None  # the first decoding failure (the checksum is still computed to the end)
-        for k, v in self.ds.shard(b.shard).range(key_of(b.lo), None if b.hi >= MAX_ID else key_of(b.hi + 1),
-                                                 table=b.table):
+        for k, v in self.ds.shard(b.shard).range(
+            key_of(b.lo), None if b.hi >= MAX_ID else key_of(b.hi + 1), table=b.table
+        ):
             h.update(k)
             h.update(v)
             nbytes += len(v)
@@ -231,7 +237,7 @@ class DocReader:
             if err is None:
                 try:
                     n += self._check_value(b, id_of_key(k), v)
-                except Exception as e:  # noqa: BLE001 - every failure is a finding
+                except Exception as e:
                     err = f"undecodable at document {n} of ids {b.lo}..{b.hi}: {e}"
         if n != b.docs and (err is None or self.blocks is None):
             return f"{n} documents stored under ids {b.lo}..{b.hi}, the manifest says {b.docs}"
@@ -283,6 +289,7 @@ def check_id(doc_id) -> int:
 
 # --- the coordinator's checks --------------------------------------------------------------
 
+
 def stored_duplicates(spec, m: mf.Manifest, src, entries, skipped: list, on_bad_file: str, compare=None):
     """Refuse ids already stored in the dataset: per-file errors for a directory (fail:
     BadFileError; skip: the files are left out and listed), DuplicateIdError for a
@@ -320,11 +327,17 @@ def stored_duplicates(spec, m: mf.Manifest, src, entries, skipped: list, on_bad_
         try:
             if kind_for(DOCS, m.format, m.compression).blocks:
                 reader = BlockReader()
-                stored = [i for _k, v in blocks_from(st, b.table, lo, hi)
-                          for i in reader.columns(v)[0].tolist() if lo <= i <= hi]
+                stored = [
+                    i
+                    for _k, v in blocks_from(st, b.table, lo, hi)
+                    for i in reader.columns(v)[0].tolist()
+                    if lo <= i <= hi
+                ]
             else:
-                stored = [id_of_key(k) for k, _ in st.range(key_of(lo), None if hi >= MAX_ID else key_of(hi + 1),
-                                                            table=b.table)]
+                stored = [
+                    id_of_key(k)
+                    for k, _ in st.range(key_of(lo), None if hi >= MAX_ID else key_of(hi + 1), table=b.table)
+                ]
         finally:
             st.close()
         if not stored:
@@ -333,7 +346,8 @@ def stored_duplicates(spec, m: mf.Manifest, src, entries, skipped: list, on_bad_
             raise DuplicateIdError(
                 f"{src.uri}: ids {a}..{z} overlap documents already stored in {spec.uri} (e.g. id "
                 f"{stored[0]}); nothing was loaded - generate other ids (gen://docs?start=...) or "
-                "start the dataset over with --replace")
+                "start the dataset over with --replace"
+            )
         s = np.asarray(stored, np.uint64)
         dups.update(s[np.isin(s, ids)].tolist())
     if not dups:
@@ -341,8 +355,10 @@ def stored_duplicates(spec, m: mf.Manifest, src, entries, skipped: list, on_bad_
     is_dup = np.isin(ids, np.fromiter(dups, np.uint64, len(dups)))
     found = [entries[j] for j in np.flatnonzero(is_dup).tolist()]
     if compare is None:
-        errors = [FileError(p, f"duplicate id {i}: a document with this id is already stored in the dataset")
-                  for i, p in found]
+        errors = [
+            FileError(p, f"duplicate id {i}: a document with this id is already stored in the dataset")
+            for i, p in found
+        ]
     else:
         errors = compare(found)
     if errors and on_bad_file == "fail":
@@ -359,7 +375,7 @@ def discard_run(spec, k: int, table: str, clear_from: int = -1) -> None:
             continue
         try:
             st = open_writer(spec, s, dict(spec.options))
-        except Exception:  # noqa: BLE001 - the next writer drops it anyway
+        except Exception:
             continue
         try:
             if table in st.tables():

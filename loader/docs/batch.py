@@ -11,8 +11,8 @@ Pure: in memory only, nothing here writes a store or a file.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -38,17 +38,16 @@ class DocBatch:
         n = len(self.ids)
         if len(self.created_at) != n or len(self.offsets) != n + 1:
             raise ValueError(
-                f"DocBatch: {n} ids, {len(self.created_at)} created_at, "
-                f"{len(self.offsets)} offsets (need n + 1)"
+                f"DocBatch: {n} ids, {len(self.created_at)} created_at, {len(self.offsets)} offsets (need n + 1)"
             )
 
     # construction ---------------------------------------------------------------
     @classmethod
-    def empty(cls) -> "DocBatch":
+    def empty(cls) -> DocBatch:
         return cls(np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros(1, np.int64), _EMPTY_U8)
 
     @classmethod
-    def from_records(cls, records: Iterable[tuple[int, int, bytes]]) -> "DocBatch":
+    def from_records(cls, records: Iterable[tuple[int, int, bytes]]) -> DocBatch:
         """From (id, created_at, text bytes) tuples (tests, small inputs)."""
         ids, cas, texts = [], [], []
         for i, c, t in records:
@@ -58,7 +57,7 @@ class DocBatch:
         return cls.from_lists(ids, cas, texts)
 
     @classmethod
-    def from_lists(cls, ids: list, cas: list, texts: list[bytes]) -> "DocBatch":
+    def from_lists(cls, ids: list, cas: list, texts: list[bytes]) -> DocBatch:
         """From parallel lists of ids, created_at and text bytes."""
         lengths = np.fromiter(map(len, texts), np.int64, len(texts))
         offsets = np.zeros(len(texts) + 1, np.int64)
@@ -71,7 +70,7 @@ class DocBatch:
         )
 
     @classmethod
-    def concat(cls, batches: Sequence["DocBatch"]) -> "DocBatch":
+    def concat(cls, batches: Sequence[DocBatch]) -> DocBatch:
         batches = [b for b in batches if len(b)]
         if not batches:
             return cls.empty()
@@ -86,7 +85,7 @@ class DocBatch:
             np.concatenate([b.ids for b in batches]),
             np.concatenate([b.created_at for b in batches]),
             np.concatenate(offsets),
-            np.concatenate([b.text[b.offsets[0]:b.offsets[-1]] for b in batches]),
+            np.concatenate([b.text[b.offsets[0] : b.offsets[-1]] for b in batches]),
         )
 
     # access -----------------------------------------------------------------------
@@ -102,21 +101,21 @@ class DocBatch:
         return int(self.offsets[-1] - self.offsets[0])
 
     def text_of(self, i: int) -> bytes:
-        return self.text[self.offsets[i]:self.offsets[i + 1]].tobytes()
+        return self.text[self.offsets[i] : self.offsets[i + 1]].tobytes()
 
     def texts(self) -> list[bytes]:
         buf = self.text.tobytes() if len(self.text) else b""
         o = self.offsets.tolist()
-        return [buf[o[i]:o[i + 1]] for i in range(len(self))]
+        return [buf[o[i] : o[i + 1]] for i in range(len(self))]
 
     def records(self) -> list[tuple[int, int, bytes]]:
         return list(zip(self.ids.tolist(), self.created_at.tolist(), self.texts()))
 
-    def slice(self, a: int, b: int) -> "DocBatch":
+    def slice(self, a: int, b: int) -> DocBatch:
         """Documents a..b-1 (views, no copy)."""
-        return DocBatch(self.ids[a:b], self.created_at[a:b], self.offsets[a:b + 1], self.text)
+        return DocBatch(self.ids[a:b], self.created_at[a:b], self.offsets[a : b + 1], self.text)
 
-    def take(self, idx: np.ndarray) -> "DocBatch":
+    def take(self, idx: np.ndarray) -> DocBatch:
         """Documents in the order of the index array idx (copies)."""
         idx = np.asarray(idx, dtype=np.intp)
         lengths = self.lengths[idx]
@@ -124,17 +123,21 @@ class DocBatch:
         np.cumsum(lengths, out=offsets[1:])
         starts = self.offsets[:-1][idx]
         buf = memoryview(self.text)
-        text = np.frombuffer(b"".join([buf[s:s + n] for s, n in zip(starts.tolist(), lengths.tolist())]), np.uint8)
+        text = np.frombuffer(b"".join([buf[s : s + n] for s, n in zip(starts.tolist(), lengths.tolist())]), np.uint8)
         return DocBatch(self.ids[idx], self.created_at[idx], offsets, text)
 
-    def compact(self) -> "DocBatch":
+    def compact(self) -> DocBatch:
         """The same documents with offsets starting at 0 and a text buffer of just them."""
         if self.offsets[0] == 0 and len(self.text) == self.offsets[-1]:
             return self
-        return DocBatch(self.ids, self.created_at, self.offsets - self.offsets[0],
-                        self.text[self.offsets[0]:self.offsets[-1]].copy())
+        return DocBatch(
+            self.ids,
+            self.created_at,
+            self.offsets - self.offsets[0],
+            self.text[self.offsets[0] : self.offsets[-1]].copy(),
+        )
 
-    def equals(self, other: "DocBatch") -> bool:
+    def equals(self, other: DocBatch) -> bool:
         a, b = self.compact(), other.compact()
         return (
             np.array_equal(a.ids, b.ids)
@@ -150,8 +153,7 @@ class DocBatch:
 
         c = self.compact()
         if c.text_nbytes > 2**31 - 1:
-            raise UsageError(f"{c.text_nbytes} bytes of text do not fit one Arrow string column; "
-                             "split the batch")
+            raise UsageError(f"{c.text_nbytes} bytes of text do not fit one Arrow string column; split the batch")
         text = pa.Array.from_buffers(
             pa.string(), len(c), [None, pa.py_buffer(c.offsets.astype(np.int32)), pa.py_buffer(c.text)]
         )
@@ -161,7 +163,7 @@ class DocBatch:
         )
 
     @classmethod
-    def from_arrow(cls, rb) -> "DocBatch":
+    def from_arrow(cls, rb) -> DocBatch:
         import pyarrow as pa  # heavy: only Arrow output needs it
 
         text = rb.column("text")
@@ -197,7 +199,7 @@ def id_of_key(key) -> int:
 def keys_of(ids: np.ndarray) -> list[bytes]:
     """Keys of many ids (one bytes object each, as store APIs want)."""
     buf = np.asarray(ids, dtype=">u8").tobytes()
-    return [buf[i:i + 8] for i in range(0, len(buf), 8)]
+    return [buf[i : i + 8] for i in range(0, len(buf), 8)]
 
 
 def sort_by_id(batch: DocBatch) -> DocBatch:

@@ -101,8 +101,11 @@ class Packer:
         self._b = batch
         self._ids = batch.ids.tolist()
         self._off = batch.offsets.tolist()
-        self._cols = (np.ascontiguousarray(batch.ids, np.uint64), np.ascontiguousarray(batch.created_at, np.int64),
-                      np.ascontiguousarray(batch.offsets, np.int64))
+        self._cols = (
+            np.ascontiguousarray(batch.ids, np.uint64),
+            np.ascontiguousarray(batch.created_at, np.int64),
+            np.ascontiguousarray(batch.offsets, np.int64),
+        )
         self._plan(0.85 if self.compress else 1.0, 6.0)
         out = []
         i = 0
@@ -148,7 +151,7 @@ class Packer:
     def _block(self, i: int, j: int) -> bytes:
         b = self._b
         head = block_columns(*self._cols, i, j, FLAG_ZSTD if self.compress else 0)
-        text = b.text[self._off[i]:self._off[j]]
+        text = b.text[self._off[i] : self._off[j]]
         if self.compress:
             body = self._z.compress(text)
             if len(text):
@@ -201,8 +204,11 @@ class BlockReader:
             ids[1:] += np.uint64(first)
             p += (n - 1) * wi
         else:
-            ids = np.arange(first, first + n, dtype=np.uint64) if first + n <= 2**63 else \
-                np.array([first + k for k in range(n)], np.uint64)
+            ids = (
+                np.arange(first, first + n, dtype=np.uint64)
+                if first + n <= 2**63
+                else np.array([first + k for k in range(n)], np.uint64)
+            )
         lengths = np.frombuffer(mv, _DTYPES[wl], n, p).astype(np.int64)
         p += n * wl
         if wc:
@@ -241,4 +247,4 @@ class BlockReader:
         if k == len(ids) or int(ids[k]) != doc_id:
             return None
         text = self._texts(mv, p, int(offsets[-1]), mv[7])
-        return int(cas[k]), text[offsets[k]:offsets[k + 1]].tobytes()
+        return int(cas[k]), text[offsets[k] : offsets[k + 1]].tobytes()

@@ -60,6 +60,7 @@ BATCH_WASTE = 2
 
 # --- planning -------------------------------------------------------------------------------
 
+
 def plan_shards(m: mf.Manifest, target: int, force: bool) -> dict[int, str]:
     """{shard: why it is folded} of the shards to rewrite."""
     out = {}
@@ -102,12 +103,19 @@ def plan_compaction(spec: StoreSpec, m: mf.Manifest, target_batch_records: int |
     if target < 1:
         raise UsageError("--target-batch-records must be at least 1")
     kind = kind_for(DOCS, m.format, m.compression)
-    return CompactPlan(target, kind, kind.store_options(spec.scheme), plan_shards(m, target, force),
-                       shard_bytes(spec, m.shards), per_shard(spec, m.shards, lambda st: len(doc_tables(st))),
-                       len(m.batches))
+    return CompactPlan(
+        target,
+        kind,
+        kind.store_options(spec.scheme),
+        plan_shards(m, target, force),
+        shard_bytes(spec, m.shards),
+        per_shard(spec, m.shards, lambda st: len(doc_tables(st))),
+        len(m.batches),
+    )
 
 
 # --- the coordinator ------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Folds:
@@ -125,17 +133,38 @@ class Folds:
         return sum(f.text_bytes for f in self.shards.values())
 
 
-def compact_docs(spec: StoreSpec, m: mf.Manifest, *, target_batch_records: int | None = None,
-                 progress: str = "none", workers: int | None = None, force: bool = False) -> dict:
+def compact_docs(
+    spec: StoreSpec,
+    m: mf.Manifest,
+    *,
+    target_batch_records: int | None = None,
+    progress: str = "none",
+    workers: int | None = None,
+    force: bool = False,
+) -> dict:
     """Fold the document tables of each shard into one (the dataset lock is held); the
     report (a dict, as `loader.maintain.compact.compact` returns)."""
     t0 = time.perf_counter()
     plan = plan_compaction(spec, m, target_batch_records, force)
-    base = {"dataset": spec.uri, "layout": "docs", "target_batch_records": plan.target, "records": m.records,
-            "batches_before": plan.batches_before, "tables_before": max(plan.tables_before, default=0),
-            "bytes_before": sum(plan.bytes_before)}
-    rows = [{"shard": s, "status": "fold" if s in plan.why else "nothing to do", "why": plan.why.get(s),
-             "tables_before": plan.tables_before[s], "bytes_before": plan.bytes_before[s]} for s in range(m.shards)]
+    base = {
+        "dataset": spec.uri,
+        "layout": "docs",
+        "target_batch_records": plan.target,
+        "records": m.records,
+        "batches_before": plan.batches_before,
+        "tables_before": max(plan.tables_before, default=0),
+        "bytes_before": sum(plan.bytes_before),
+    }
+    rows = [
+        {
+            "shard": s,
+            "status": "fold" if s in plan.why else "nothing to do",
+            "why": plan.why.get(s),
+            "tables_before": plan.tables_before[s],
+            "bytes_before": plan.bytes_before[s],
+        }
+        for s in range(m.shards)
+    ]
     if not plan.why:  # nothing written, no run recorded
         for r in rows:
             r.update(tables_after=r["tables_before"], bytes_after=r["bytes_before"], documents=0, compacted=False)
@@ -154,8 +183,9 @@ def compact_docs(spec: StoreSpec, m: mf.Manifest, *, target_batch_records: int |
     _tidy_shards(spec, m, plan, rows, force)
     _add_folds(rows, folds)
     seconds = time.perf_counter() - t0
-    run.update(bytes_before=base["bytes_before"], bytes_after=sum(r["bytes_after"] for r in rows),
-               seconds=round(seconds, 3))
+    run.update(
+        bytes_before=base["bytes_before"], bytes_after=sum(r["bytes_after"] for r in rows), seconds=round(seconds, 3)
+    )
     m.save(spec.root)
     return _report(base, rows, m, run.id, folds, seconds)
 
@@ -172,23 +202,38 @@ def _start_run(spec: StoreSpec, m: mf.Manifest, plan: CompactPlan) -> dict:
     return run
 
 
-def _fold(spec: StoreSpec, m: mf.Manifest, plan: CompactPlan, table: str, progress: str,
-          workers: int | None) -> Folds:
+def _fold(spec: StoreSpec, m: mf.Manifest, plan: CompactPlan, table: str, progress: str, workers: int | None) -> Folds:
     """Run the fold workers (each owns whole shards) until every folded shard's new table
     is written and synced."""
     t = time.perf_counter()
     folded = plan.folded
     nw = max(1, min(workers or default_workers(), len(folded)))
-    head = dict(layout=m.layout, format=m.format, compression=m.compression, scheme=m.scheme,
-                shards=m.shards, batch_records=m.batch_records)
+    head = dict(
+        layout=m.layout,
+        format=m.format,
+        compression=m.compression,
+        scheme=m.scheme,
+        shards=m.shards,
+        batch_records=m.batch_records,
+    )
     tasks = []
     for w in range(nw):
         mine = tuple(folded[w::nw])
-        tasks.append(FoldTask(store=spec, worker=w, shards=mine, manifest=head,
-                              rows=tuple(tuple(b.row()) for b in m.batches if b.shard in mine),
-                              table=table, target=plan.target, keep_tables=tuple(sorted(held_tables(m))),
-                              store_options=plan.store_options, main_pid=os.getpid(),
-                              fault=os.environ.get(faults.ENV, "")))
+        tasks.append(
+            FoldTask(
+                store=spec,
+                worker=w,
+                shards=mine,
+                manifest=head,
+                rows=tuple(tuple(b.row()) for b in m.batches if b.shard in mine),
+                table=table,
+                target=plan.target,
+                keep_tables=tuple(sorted(held_tables(m))),
+                store_options=plan.store_options,
+                main_pid=os.getpid(),
+                fault=os.environ.get(faults.ENV, ""),
+            )
+        )
     total = sum(b.records for b in m.batches if b.shard in plan.why)
     with Progress("compact: fold documents", total, plan.kind.record_bytes(), mode=progress) as prog:
         receipts = executors.run(fold_worker, tasks, on_progress=prog.advance)
@@ -221,14 +266,23 @@ def _switch(spec: StoreSpec, m: mf.Manifest, plan: CompactPlan, run: Run, folds:
     new = _new_entries(m, plan, folds)
     docs_before = sum(b.records for b in m.batches if b.shard in plan.why)
     if sum(b.docs for b in new) != docs_before:
-        raise StoreError(f"compaction read {sum(b.docs for b in new)} of the {docs_before} documents of "
-                         f"shards {plan.folded}; nothing was committed - run `bulkload verify`")
+        raise StoreError(
+            f"compaction read {sum(b.docs for b in new)} of the {docs_before} documents of "
+            f"shards {plan.folded}; nothing was committed - run `bulkload verify`"
+        )
     for s in plan.folded:
         retire_doc_tables(m, s, {b.table for b in m.batches if b.shard == s and b.keyed and b.docs})
     m.batches = [b for b in m.batches if b.shard not in plan.why] + new
-    run.update(status="done", ended=time.time(), records=m.records, documents_rewritten=folds.documents,
-               text_bytes_rewritten=folds.text_bytes, batches_before=plan.batches_before,
-               batches_after=len(m.batches), fold_seconds=round(folds.seconds, 3))
+    run.update(
+        status="done",
+        ended=time.time(),
+        records=m.records,
+        documents_rewritten=folds.documents,
+        text_bytes_rewritten=folds.text_bytes,
+        batches_before=plan.batches_before,
+        batches_after=len(m.batches),
+        fold_seconds=round(folds.seconds, 3),
+    )
     m.save(spec.root)  # the switch
     faults.hit("docs-switched")
 
@@ -272,18 +326,32 @@ def _add_folds(rows: list[dict], folds: Folds) -> None:
         r["status"] = "folded" if g else r["status"]
         r["documents"] = g.documents if g else 0
         if g:
-            r.update(windows=g.windows, components=g.components, splits=g.splits,
-                     leftovers_dropped=g.leftovers_dropped, seconds=g.seconds, max_rss=g.max_rss)
+            r.update(
+                windows=g.windows,
+                components=g.components,
+                splits=g.splits,
+                leftovers_dropped=g.leftovers_dropped,
+                seconds=g.seconds,
+                max_rss=g.max_rss,
+            )
 
 
-def _report(base: dict, rows: list[dict], m: mf.Manifest, run_id: str | None, folds: Folds | None,
-            seconds: float) -> dict:
+def _report(
+    base: dict, rows: list[dict], m: mf.Manifest, run_id: str | None, folds: Folds | None, seconds: float
+) -> dict:
     """The compaction's report: ``base`` (the state before) and the state after."""
     text = folds.text_bytes if folds else 0
-    return base | {"run_id": run_id, "status": "done" if folds else "nothing-to-do", "merged": folds is not None,
-                   "batches_after": len(m.batches), "tables_after": max(r["tables_after"] for r in rows),
-                   "bytes_after": sum(r["bytes_after"] for r in rows),
-                   "documents_rewritten": folds.documents if folds else 0, "text_bytes_rewritten": text,
-                   "shards": rows, "fold_s": round(folds.seconds, 4) if folds else 0.0,
-                   "mb_per_s": round(text / max(folds.seconds, 1e-9) / 1e6, 1) if folds else 0.0,
-                   "seconds": round(seconds, 4)}
+    return base | {
+        "run_id": run_id,
+        "status": "done" if folds else "nothing-to-do",
+        "merged": folds is not None,
+        "batches_after": len(m.batches),
+        "tables_after": max(r["tables_after"] for r in rows),
+        "bytes_after": sum(r["bytes_after"] for r in rows),
+        "documents_rewritten": folds.documents if folds else 0,
+        "text_bytes_rewritten": text,
+        "shards": rows,
+        "fold_s": round(folds.seconds, 4) if folds else 0.0,
+        "mb_per_s": round(text / max(folds.seconds, 1e-9) / 1e6, 1) if folds else 0.0,
+        "seconds": round(seconds, 4),
+    }

@@ -50,6 +50,7 @@ SPLIT = 4
 
 # --- windows ---------------------------------------------------------------------------------
 
+
 def components(batches: list) -> list[list]:
     """Groups of batches whose id ranges overlap (transitively), in id order."""
     out: list[list] = []
@@ -96,6 +97,7 @@ def windows(comp: list, target: int) -> list[tuple[int, int]]:
 
 # --- shards -----------------------------------------------------------------------------------
 
+
 def open_writer(spec: StoreSpec, s: int, store_options: tuple, want_tables: int = 0):
     """Open shard s for writing with the run's store options and, on LMDB, room for every
     table it holds plus the new one (a dataset at its max_dbs limit must still fold)."""
@@ -131,6 +133,7 @@ def clear_leftovers(st, batches: list, keep=()) -> int:
 
 
 # --- the worker ---------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class FoldTask:
@@ -210,8 +213,16 @@ def fold_shard(task: FoldTask, s: int, report=lambda n: None) -> ShardFold:
         st.sync()
     finally:
         st.close()
-    return ShardFold(folder.rows, folder.documents, folder.text_bytes, folder.windows, folder.components,
-                     folder.splits, dropped, round(time.perf_counter() - t0, 4))
+    return ShardFold(
+        folder.rows,
+        folder.documents,
+        folder.text_bytes,
+        folder.windows,
+        folder.components,
+        folder.splits,
+        dropped,
+        round(time.perf_counter() - t0, 4),
+    )
 
 
 class _ShardFolder:
@@ -255,7 +266,8 @@ class _ShardFolder:
         if len(dup):
             raise VerifyError(
                 f"shard {self.s} of {self.task.store.uri}: id {int(dup[0])} is stored by two batches; nothing "
-                "was changed - run `bulkload verify` and reload the affected documents")
+                "was changed - run `bulkload verify` and reload the affected documents"
+            )
         return batch, None
 
     def _write(self, batch: DocBatch) -> None:

@@ -64,11 +64,14 @@ from .sources import JsonDirSource, listing_fingerprint
 
 _COMPARE_CHUNK = 4096  # files read and compared at once
 
-CHANGED_HINT = ("documents are immutable once stored - give the new version a new id (a new <id>.json "
-                "file), or restore the stored content")
+CHANGED_HINT = (
+    "documents are immutable once stored - give the new version a new id (a new <id>.json "
+    "file), or restore the stored content"
+)
 
 
 # --- the run -----------------------------------------------------------------------------------
+
 
 def ingest_docs(spec: StoreSpec, directory: str, *, settings: RunSettings, on_bad_file: str) -> IngestReport:
     """The documents part of `loader.loading.ingest.ingest` (options already resolved)."""
@@ -87,11 +90,21 @@ def ingest_docs(spec: StoreSpec, directory: str, *, settings: RunSettings, on_ba
         report.already, report.skipped = found.already, [_named(f) for f in found.skipped]
         if not found.new:
             for f in report.skipped:  # loaded files' are logged by the load (loading/run.py)
-                log(settings.progress, f"skipping bad file {f['name']}: {f['reason']}", level="warning",
-                    file=f["name"], event="skipped")
+                log(
+                    settings.progress,
+                    f"skipping bad file {f['name']}: {f['reason']}",
+                    level="warning",
+                    file=f["name"],
+                    event="skipped",
+                )
             report.seconds = round(time.perf_counter() - settings.t_start, 4)
-            log(settings.progress, f"ingest {directory}: nothing new ({report.already} already ingested)",
-                event="nothing-to-do", already=report.already, skipped=len(report.skipped))
+            log(
+                settings.progress,
+                f"ingest {directory}: nothing new ({report.already} already ingested)",
+                event="nothing-to-do",
+                already=report.already,
+                skipped=len(report.skipped),
+            )
             return report
         rep = _load_new(spec, m, src, found, settings)
     return _done(report, rep, found.new, settings.t_start)
@@ -109,8 +122,9 @@ class NewFiles:
     ledger: Ledger  # what the ledgers said before this run
 
 
-def _new_files(spec: StoreSpec, m: mf.Manifest | None, src: JsonDirSource, listing: DirListing,
-               skipped: list) -> NewFiles:
+def _new_files(
+    spec: StoreSpec, m: mf.Manifest | None, src: JsonDirSource, listing: DirListing, skipped: list
+) -> NewFiles:
     """Sort the listed files: in the ledger unchanged -> already; stored -> compared (equal:
     already; changed: bad); bad last time and still bad -> skipped (or BadFileError); the
     rest is new."""
@@ -126,12 +140,14 @@ def _new_files(spec: StoreSpec, m: mf.Manifest | None, src: JsonDirSource, listi
         finally:
             compare.close()
     new, skipped = _still_bad(m, src.path, new, skipped, src.on_bad_file)
-    return NewFiles(new, skipped, int(known.sum()) + len(verified), verified, StatOf(entries.ids, sizes, mtimes),
-                    ledger)
+    return NewFiles(
+        new, skipped, int(known.sum()) + len(verified), verified, StatOf(entries.ids, sizes, mtimes), ledger
+    )
 
 
-def _load_new(spec: StoreSpec, m: mf.Manifest | None, src: JsonDirSource, found: NewFiles,
-              settings: RunSettings) -> LoadReport:
+def _load_new(
+    spec: StoreSpec, m: mf.Manifest | None, src: JsonDirSource, found: NewFiles, settings: RunSettings
+) -> LoadReport:
     """Write this run's ledger, then load the new files: the load machinery in mode
     ``ingest``, the ledger named in the manifest by the commit."""
     fp = listing_fingerprint(found.new)
@@ -162,7 +178,7 @@ def _ingested(new: DirListing, skipped: list[dict]) -> list[dict]:
     """The files of the plan that were stored (one document each): all but the skipped ones."""
     bad = {f["path"] for f in skipped}
     prefix = os.path.join(new.directory, "")
-    return [{"name": path[len(prefix):], "records": 1} for _id, path in new if path not in bad]
+    return [{"name": path[len(prefix) :], "records": 1} for _id, path in new if path not in bad]
 
 
 def _named(f: dict) -> dict:
@@ -189,8 +205,10 @@ def _still_bad(m: mf.Manifest | None, directory: str, new, skipped: list, on_bad
     if not bad:
         return new, skipped
     gone = {f.path for f in bad}
-    return (new.take([j for j, (_i, p) in enumerate(new) if p not in gone]),
-            sorted(skipped + [f.to_dict() for f in bad], key=lambda f: f["path"]))
+    return (
+        new.take([j for j, (_i, p) in enumerate(new) if p not in gone]),
+        sorted(skipped + [f.to_dict() for f in bad], key=lambda f: f["path"]),
+    )
 
 
 class _Comparer:
@@ -205,18 +223,24 @@ class _Comparer:
             self.ds = Dataset(self.uri)
         errors = []
         for a in range(0, len(found), _COMPARE_CHUNK):
-            chunk = found[a:a + _COMPARE_CHUNK]
+            chunk = found[a : a + _COMPARE_CHUNK]
             batch, bad = parse_json_files(chunk, "skip")
-            errors.extend(FileError(e.path, f"already ingested, but its content changed: {e.reason}; "
-                                    + CHANGED_HINT) for e in bad)
+            errors.extend(
+                FileError(e.path, f"already ingested, but its content changed: {e.reason}; " + CHANGED_HINT)
+                for e in bad
+            )
             stored, missing = self.ds.get_many(batch.ids.tolist())
             if missing:  # cannot be: the ids were found stored under the same lock
                 raise RuntimeError(f"internal error: stored ids {missing[:5]} could not be read back")
             path_of = dict(chunk)
             changed = _differences(batch, stored)
             for j, why in changed:
-                errors.append(FileError(path_of[int(batch.ids[j])], f"already ingested, but its content changed "
-                                        f"({why}); " + CHANGED_HINT))
+                errors.append(
+                    FileError(
+                        path_of[int(batch.ids[j])],
+                        f"already ingested, but its content changed ({why}); " + CHANGED_HINT,
+                    )
+                )
             keep = np.ones(len(batch), bool)
             keep[[j for j, _ in changed]] = False
             self.equal.extend(batch.ids[keep].tolist())
@@ -244,7 +268,10 @@ def _differences(new, stored) -> list[tuple[int, str]]:
         if created[j]:
             what.append(f"created_at {int(stored.created_at[j])} -> {int(new.created_at[j])}")
         if text[j]:
-            what.append(f"text of {int(stored.lengths[j])} -> {int(new.lengths[j])} bytes differs"
-                        if lengths[j] else "text differs")
+            what.append(
+                f"text of {int(stored.lengths[j])} -> {int(new.lengths[j])} bytes differs"
+                if lengths[j]
+                else "text differs"
+            )
         out.append((j, ", ".join(what)))
     return out

@@ -20,10 +20,9 @@ import functools
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 import msgspec
 import numpy as np
@@ -110,7 +109,7 @@ class DirListing(Sequence):
     def __len__(self) -> int:
         return len(self.ids)
 
-    def take(self, positions) -> "DirListing":
+    def take(self, positions) -> DirListing:
         """The files at the given positions (ascending), as a DirListing."""
         positions = np.asarray(positions, np.intp)
         odd = {}
@@ -119,7 +118,7 @@ class DirListing(Sequence):
             odd = {where[p]: nm for p, nm in self.odd.items() if p in where}
         return DirListing(self.directory, self.ids[positions], odd)
 
-    def stat(self) -> tuple["DirListing", np.ndarray, np.ndarray]:
+    def stat(self) -> tuple[DirListing, np.ndarray, np.ndarray]:
         """(the files still there, their sizes, their mtimes in ns): one stat(2) each, in C."""
         sizes, mtimes, errnos = _docsio.stat_batch(self.directory, self.ids, self.names() if self.odd else None)
         there = np.frombuffer(errnos, np.int32) == 0
@@ -135,11 +134,13 @@ class DirListing(Sequence):
             if step != 1:
                 keep = range(a, z, step)
                 pos = {p: k for k, p in enumerate(keep)}
-                return DirListing(self.directory, self.ids[np.array(keep, np.intp)],
-                                  {pos[p]: nm for p, nm in self.odd.items() if p in pos})
+                return DirListing(
+                    self.directory,
+                    self.ids[np.array(keep, np.intp)],
+                    {pos[p]: nm for p, nm in self.odd.items() if p in pos},
+                )
             z = max(a, z)
-            return DirListing(self.directory, self.ids[a:z],
-                              {p - a: nm for p, nm in self.odd.items() if a <= p < z})
+            return DirListing(self.directory, self.ids[a:z], {p - a: nm for p, nm in self.odd.items() if a <= p < z})
         i = range(n)[i]  # IndexError, negative indices
         return int(self.ids[i]), os.path.join(self.directory, self.name_at(i))
 
@@ -153,8 +154,7 @@ class DirListing(Sequence):
 
     def __eq__(self, other):
         if isinstance(other, DirListing):
-            return (self.directory == other.directory and np.array_equal(self.ids, other.ids)
-                    and self.odd == other.odd)
+            return self.directory == other.directory and np.array_equal(self.ids, other.ids) and self.odd == other.odd
         if isinstance(other, (list, tuple)):
             return list(self) == list(other)
         return NotImplemented
@@ -202,8 +202,9 @@ def scan_json_dir(directory, on_bad_file: str = "fail") -> tuple[DirListing, lis
         for doc_id, has_canonical in zip(others, canonical.tolist()):
             names = sorted(others[doc_id] + ([f"{doc_id}.json"] if has_canonical else []))
             kept = os.path.join(directory, names[0])
-            errors.extend(FileError(os.path.join(directory, nm), f"duplicate id {doc_id} (also in {kept})")
-                          for nm in names[1:])
+            errors.extend(
+                FileError(os.path.join(directory, nm), f"duplicate id {doc_id} (also in {kept})") for nm in names[1:]
+            )
             if names[0] != f"{doc_id}.json":
                 odd[int(np.searchsorted(ids, np.uint64(doc_id)))] = names[0]
     errors.sort(key=lambda f: f.path)
@@ -222,7 +223,7 @@ def _utf8_reason(data: bytes) -> str | None:
     try:
         data.decode("utf-8")
     except UnicodeDecodeError as e:
-        return f"not valid UTF-8 (byte {e.start}: {data[e.start:e.start + 1]!r})"
+        return f"not valid UTF-8 (byte {e.start}: {data[e.start : e.start + 1]!r})"
     return None
 
 
@@ -238,7 +239,7 @@ def parse_doc_json(data: bytes) -> tuple[int, bytes] | str:
             return f"text is not valid UTF-8 ({e})"
         return f"invalid JSON: {e}"
     if type(obj) is not dict:
-        return f"invalid document: expected a JSON object {{\"text\": ..., \"created_at\": ...}}, got {type(obj).__name__}"
+        return f'invalid document: expected a JSON object {{"text": ..., "created_at": ...}}, got {type(obj).__name__}'
     if len(obj) != 2 or "text" not in obj or "created_at" not in obj:
         missing = [k for k in _DOC_KEYS if k not in obj]
         extra = sorted(k for k in obj if k not in _DOC_KEYS)
@@ -252,8 +253,10 @@ def parse_doc_json(data: bytes) -> tuple[int, bytes] | str:
     if type(created) is float:  # orjson reads an integer beyond 64 bits as a float: the file says which
         created = _exact_number(data, created)
     if type(created) is float and created.is_integer():
-        return (f"invalid document: 'created_at' must be an integer (epoch seconds), got {created!r} (written "
-                "with a decimal point or an exponent); write it without one")
+        return (
+            f"invalid document: 'created_at' must be an integer (epoch seconds), got {created!r} (written "
+            "with a decimal point or an exponent); write it without one"
+        )
     if type(created) is not int:
         return f"invalid document: 'created_at' must be an integer (epoch seconds), got {_json_type(created)}"
     if not -(2**63) <= created < 2**63:
@@ -277,11 +280,19 @@ def _exact_number(data: bytes, parsed: float):
 
 
 def _json_type(v) -> str:
-    return {bool: "a boolean", int: "an integer", float: "a number with a fraction", str: "a string",
-            list: "an array", dict: "an object", type(None): "null"}.get(type(v), type(v).__name__)
+    return {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number with a fraction",
+        str: "a string",
+        list: "an array",
+        dict: "an object",
+        type(None): "null",
+    }.get(type(v), type(v).__name__)
 
 
 # --- reading and parsing a batch of files --------------------------------------------------
+
 
 @dataclass(frozen=True)
 class _Read:
@@ -296,10 +307,14 @@ class _Read:
     braced: np.ndarray
 
     @classmethod
-    def of(cls, directory, ids: np.ndarray, names=None) -> "_Read":
+    def of(cls, directory, ids: np.ndarray, names=None) -> _Read:
         buf, spans, errnos, braced = _docsio.read_batch(directory, np.ascontiguousarray(ids, np.uint64), names)
-        return cls(buf, np.frombuffer(spans, np.int64).reshape(-1, 2), np.frombuffer(errnos, np.int32),
-                   np.frombuffer(braced, np.uint8))
+        return cls(
+            buf,
+            np.frombuffer(spans, np.int64).reshape(-1, 2),
+            np.frombuffer(errnos, np.int32),
+            np.frombuffer(braced, np.uint8),
+        )
 
     def content(self, k: int) -> bytes:
         a, z = self.spans[k].tolist()
@@ -313,7 +328,7 @@ class JsonDoc(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     created_at: int
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _decoder():
     """The msgspec decoder of a JSON array of documents (built on first use)."""
     return msgspec.json.Decoder(list[JsonDoc])
@@ -443,8 +458,9 @@ def parse_json_files(paths: Iterable, on_bad_file: str = "fail") -> tuple[DocBat
         chunks = _Chunks(None, ids, read_paths)
         clean = len(items) == len(read_ids)  # no bad name: item k is file k
     if not (clean and _unique(ids)):  # bad names or duplicates: all file by file
-        return _parse_each(items if items is not None else _listing_items(paths, 0, len(paths)),
-                           chunks, on_bad_file, [], {})
+        return _parse_each(
+            items if items is not None else _listing_items(paths, 0, len(paths)), chunks, on_bad_file, [], {}
+        )
     parts: list[DocBatch] = []
     errors: list[FileError] = []
     for c, a in enumerate(range(0, len(ids), CHUNK_FILES)):
@@ -453,8 +469,9 @@ def parse_json_files(paths: Iterable, on_bad_file: str = "fail") -> tuple[DocBat
         if batch is not None:
             PARSE_COUNTS["fast"] += 1
         else:  # the ids are unique: no duplicate can span chunks
-            batch, _ = _parse_each(items[a:z] if items is not None else _listing_items(paths, a, z),
-                                   chunks, on_bad_file, errors, {})
+            batch, _ = _parse_each(
+                items[a:z] if items is not None else _listing_items(paths, a, z), chunks, on_bad_file, errors, {}
+            )
         parts.append(batch)
     return DocBatch.concat(parts), errors
 
@@ -465,8 +482,9 @@ def _listing_items(listing: DirListing, a: int, z: int):
         yield i, prefix + listing.name_at(k), k
 
 
-def _parse_each(items: Iterable, chunks: _Chunks, on_bad_file: str, errors: list[FileError],
-                seen: dict[int, str]) -> tuple[DocBatch, list[FileError]]:
+def _parse_each(
+    items: Iterable, chunks: _Chunks, on_bad_file: str, errors: list[FileError], seen: dict[int, str]
+) -> tuple[DocBatch, list[FileError]]:
     """The per-file path: ``items`` (id | bad-name reason, path, index of the file read)."""
     PARSE_COUNTS["per_file"] += 1
     ids, cas, texts = [], [], []

@@ -117,7 +117,8 @@ class DocsKind(Kind):
                 f"others (one LMDB table each per shard; at most max_dbs={limit} per shard): open the "
                 f"dataset with ?max_dbs={limit * 4} (readers too), or run `bulkload compact DATASET` to fold "
                 "them into one table per shard, then load again (or load documents whose ids are above the "
-                "stored ones: they share a table)")
+                "stored ones: they share a table)"
+            )
 
     def stored_problem(self, store, entry) -> str | None:
         return range_problem(store, entry, self.blocks)
@@ -143,8 +144,9 @@ class DocsKind(Kind):
         if planned.entries is None:  # a generator: DuplicateIdError if its range overlaps
             stored_duplicates(spec, m, planned.source, None, [], "fail")
             return planned
-        entries, skipped = stored_duplicates(spec, m, planned.source, planned.entries, list(planned.skipped),
-                                             planned.source.on_bad_file)
+        entries, skipped = stored_duplicates(
+            spec, m, planned.source, planned.entries, list(planned.skipped), planned.source.on_bad_file
+        )
         return planned.with_entries(entries, skipped)
 
     def input_error(self, e: BaseException):
@@ -171,8 +173,10 @@ class DocsKind(Kind):
         from .ingest import ingest_docs  # heavy (the load machinery): readers load this plug-in too
 
         if pattern != "*":
-            raise UsageError(f"--pattern does not apply to documents: ingest reads every <id>.json file of "
-                             f"{directory} (write a file under a dotted name and rename it when complete)")
+            raise UsageError(
+                f"--pattern does not apply to documents: ingest reads every <id>.json file of "
+                f"{directory} (write a file under a dotted name and rename it when complete)"
+            )
         return ingest_docs(spec, directory, **options)
 
     def compact_dataset(self, spec, m, **options):
@@ -182,9 +186,8 @@ class DocsKind(Kind):
         return compact_docs(spec, m, **options)
 
     # --- worker side -----------------------------------------------------------------
-    def writer(self, task) -> "DocsWriter":
+    def writer(self, task) -> DocsWriter:
         return DocsWriter(self, task)
-
 
 
 class DocsWriter:

@@ -26,6 +26,7 @@ DOCS_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("text", "utf8", "the document's text, UTF-8, any length"),
 )
 
+
 @dataclass(frozen=True)
 class DocsLayout:
     """The variable-length layout ``docs`` (a counterpart of `loader.layouts.Layout`)."""
@@ -59,9 +60,11 @@ class DocsLayout:
 
     def field(self, name: str):
         """Fixed-size record fields only: what needs them (finalize's dims) is refused here."""
-        raise UsageError(f"layout docs holds documents (variable-length, keyed by id), not fixed-size "
-                         f"records: field {name!r} cannot be used here (finalize, compact and "
-                         "redimension work on fixed-size layouts); read documents with get / scan")
+        raise UsageError(
+            f"layout docs holds documents (variable-length, keyed by id), not fixed-size "
+            f"records: field {name!r} cannot be used here (finalize, compact and "
+            "redimension work on fixed-size layouts); read documents with get / scan"
+        )
 
     def capnp_module(self):
         """The pycapnp module of schemas/docs.capnp (has ``.Doc``)."""
@@ -80,7 +83,7 @@ class DocsLayout:
 DOCS = DocsLayout()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def capnp_module():
     """Load the shipped schemas/docs.capnp (explicit path, no imports; once per process)."""
     import capnp  # heavy (~40 ms): only the capnp value format reads documents with pycapnp

@@ -47,19 +47,22 @@ class Ledger:
     mtimes: np.ndarray
 
     @classmethod
-    def empty(cls) -> "Ledger":
+    def empty(cls) -> Ledger:
         return cls(np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros(0, np.int64))
 
     @classmethod
-    def latest(cls, parts: list["Ledger"]) -> "Ledger":
+    def latest(cls, parts: list[Ledger]) -> Ledger:
         """One ledger of ``parts`` (oldest first); for an id in several, the newest entry."""
         if not parts:
             return cls.empty()
         ids = np.concatenate([p.ids for p in parts])[::-1]
         _, first = np.unique(ids, return_index=True)  # sorted ids; first = newest
         idx = len(ids) - 1 - first
-        return cls(np.concatenate([p.ids for p in parts])[idx], np.concatenate([p.sizes for p in parts])[idx],
-                   np.concatenate([p.mtimes for p in parts])[idx])
+        return cls(
+            np.concatenate([p.ids for p in parts])[idx],
+            np.concatenate([p.sizes for p in parts])[idx],
+            np.concatenate([p.mtimes for p in parts])[idx],
+        )
 
     def unchanged(self, ids: np.ndarray, sizes: np.ndarray, mtimes: np.ndarray) -> np.ndarray:
         """Per file: is its id in the ledger with this size and mtime."""
@@ -82,13 +85,21 @@ class StatOf:
 
 # --- files -------------------------------------------------------------------------------------
 
+
 def write_ledger(path: str, ids, sizes, mtimes, n_plan: int) -> None:
     """Write a ledger file atomically and durably: magic, n, n_plan (u64), ids (u64), sizes,
     mtimes (i64; little-endian, n each), then an xxh3-64 of all that."""
     n = len(ids)
-    body = b"".join([_MAGIC, n.to_bytes(8, "little"), int(n_plan).to_bytes(8, "little"),
-                     np.asarray(ids, "<u8").tobytes(), np.asarray(sizes, "<i8").tobytes(),
-                     np.asarray(mtimes, "<i8").tobytes()])
+    body = b"".join(
+        [
+            _MAGIC,
+            n.to_bytes(8, "little"),
+            int(n_plan).to_bytes(8, "little"),
+            np.asarray(ids, "<u8").tobytes(),
+            np.asarray(sizes, "<i8").tobytes(),
+            np.asarray(mtimes, "<i8").tobytes(),
+        ]
+    )
     tmp = f"{path}.tmp-{os.getpid()}"
     with open(tmp, "wb") as f:
         f.write(body + xxhash.xxh3_64_intdigest(body).to_bytes(8, "little"))
@@ -136,8 +147,10 @@ def load_ledger(root: str, m: mf.Manifest | None) -> Ledger:
 
 # --- a run's ledger ------------------------------------------------------------------------------
 
-def _plan_ledger(root: str, m: mf.Manifest | None, fp: str, plan_ids: np.ndarray,
-                 stat_of: StatOf) -> tuple[str, np.ndarray, np.ndarray]:
+
+def _plan_ledger(
+    root: str, m: mf.Manifest | None, fp: str, plan_ids: np.ndarray, stat_of: StatOf
+) -> tuple[str, np.ndarray, np.ndarray]:
     """The ledger file name of this plan and its files' stats: those of an earlier attempt
     at the same plan if its file is still there (older stats are safe; a resumed run keeps
     documents read then), else now's. Deletes the files no manifest entry names."""
@@ -154,34 +167,40 @@ def _plan_ledger(root: str, m: mf.Manifest | None, fp: str, plan_ids: np.ndarray
     if name in named:  # cannot be (a committed plan's ids are stored, not new): never overwrite it
         name = f"{name[:-7]}-{uuid.uuid4().hex[:8]}.ledger"
     got = read_ledger(os.path.join(d, name))
-    if got is not None and got[1] == len(plan_ids) and np.array_equal(got[0].ids[:got[1]], plan_ids):
-        return name, got[0].sizes[:got[1]].copy(), got[0].mtimes[:got[1]].copy()
+    if got is not None and got[1] == len(plan_ids) and np.array_equal(got[0].ids[: got[1]], plan_ids):
+        return name, got[0].sizes[: got[1]].copy(), got[0].mtimes[: got[1]].copy()
     return (name, *stat_of(plan_ids))
 
 
-def write_run_ledger(root: str, m: mf.Manifest | None, fp: str, plan_ids: np.ndarray, verified: list[int],
-                     stat_of: StatOf) -> tuple[str, Ledger]:
+def write_run_ledger(
+    root: str, m: mf.Manifest | None, fp: str, plan_ids: np.ndarray, verified: list[int], stat_of: StatOf
+) -> tuple[str, Ledger]:
     """Write, before the run starts, the ledger of a run whose plan (fingerprint ``fp``)
     holds ``plan_ids``: their stats, then those of the ``verified`` files (found equal to
     their stored documents). Returns (its file name, the ledger)."""
     name, plan_sizes, plan_mtimes = _plan_ledger(root, m, fp, plan_ids, stat_of)
     v_ids = np.array(sorted(verified), np.uint64)
     v_sizes, v_mtimes = stat_of(v_ids)
-    mine = Ledger(np.concatenate([plan_ids, v_ids]), np.concatenate([plan_sizes, v_sizes]),
-                  np.concatenate([plan_mtimes, v_mtimes]))
+    mine = Ledger(
+        np.concatenate([plan_ids, v_ids]),
+        np.concatenate([plan_sizes, v_sizes]),
+        np.concatenate([plan_mtimes, v_mtimes]),
+    )
     write_ledger(os.path.join(root, LEDGER_DIR, name), mine.ids, mine.sizes, mine.mtimes, len(plan_ids))
     return name, mine
 
 
-def commit_ledger(root: str, m: mf.Manifest, unit, run: Run, name: str, mine: tuple[Ledger, int],
-                  before: Ledger) -> None:
+def commit_ledger(
+    root: str, m: mf.Manifest, unit, run: Run, name: str, mine: tuple[Ledger, int], before: Ledger
+) -> None:
     """Name this run's ledger file (``mine``: written and fsynced before the run) in the
     manifest being committed; plan positions of batches that stored fewer documents than
     planned (bad files skipped) are excluded. Past LEDGER_MERGE files, write one merged
     ledger instead (if that fails, just add ours)."""
     rows = [e for e in m.batches if unit.first_seq <= e.seq < unit.first_seq + unit.nbatches]
-    exclude = [[e.first - unit.first_record, e.first - unit.first_record + e.count]
-               for e in rows if e.records < e.count]
+    exclude = [
+        [e.first - unit.first_record, e.first - unit.first_record + e.count] for e in rows if e.records < e.count
+    ]
     refs = list(m.extra.get(LEDGER_KEY) or [])
     ref = {"file": name, "run": run.id, "files": len(mine[0].ids), "plan": mine[1], "exclude": exclude}
     if len(refs) + 1 > LEDGER_MERGE:

@@ -97,10 +97,9 @@ class JsonDirSource(Source):
     def plan(self, layout=None) -> SourcePlan:
         """List the directory (a badly named file fails here, before any write)."""
         entries, errors = self.listing()
-        return SourcePlan(self, len(entries), listing_fingerprint(entries), entries,
-                          tuple(e.to_dict() for e in errors))
+        return SourcePlan(self, len(entries), listing_fingerprint(entries), entries, tuple(e.to_dict() for e in errors))
 
-    def for_run(self, root: str, run_id: str, entries) -> "JsonDirSource":
+    def for_run(self, root: str, run_id: str, entries) -> JsonDirSource:
         """This source for run ``run_id``: its listing saved as the run's plan file in the
         dataset (a resumed run reuses it; `remove_plan` once the run is committed)."""
         src = replace(self, plan_path=os.path.join(root, PLANS_DIR, f"{run_id}.plan"))
@@ -124,7 +123,7 @@ class JsonDirSource(Source):
         ids, odd_pos, odd_names = _load_plan(self.plan_path)
         a, z = np.searchsorted(odd_pos, np.array([offset, offset + count], np.uint64)).tolist()
         odd = {int(p) - offset: nm for p, nm in zip(odd_pos[a:z].tolist(), odd_names[a:z])}
-        return parse_json_files(DirListing(self.path, ids[offset:offset + count], odd), self.on_bad_file)
+        return parse_json_files(DirListing(self.path, ids[offset : offset + count], odd), self.on_bad_file)
 
 
 def _plan_parts(entries) -> tuple[np.ndarray, np.ndarray, list[str]]:
@@ -132,8 +131,7 @@ def _plan_parts(entries) -> tuple[np.ndarray, np.ndarray, list[str]]:
     the positions (uint64) and names of the files not named ``<id>.json``."""
     if isinstance(entries, DirListing):
         pos = sorted(entries.odd)
-        return (np.asarray(entries.ids, np.uint64), np.array(pos, np.uint64),
-                [entries.odd[p] for p in pos])
+        return (np.asarray(entries.ids, np.uint64), np.array(pos, np.uint64), [entries.odd[p] for p in pos])
     ids = np.fromiter((i for i, _ in entries), np.uint64, len(entries))
     pos, names = [], []
     for k, (i, p) in enumerate(entries):
@@ -189,13 +187,11 @@ def _load_plan(path: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
         n = int.from_bytes(data[:8], "little")
         ids = np.frombuffer(data, "<u8", n, 8).astype(np.uint64, copy=False)
         at = 8 + 8 * n
-        m = int.from_bytes(data[at:at + 8], "little")
+        m = int.from_bytes(data[at : at + 8], "little")
         pos = np.frombuffer(data, "<u8", m, at + 8).astype(np.uint64, copy=False)
-        names = [os.fsdecode(b) for b in data[at + 8 + 8 * m:].split(b"\0")[:m]]
+        names = [os.fsdecode(b) for b in data[at + 8 + 8 * m :].split(b"\0")[:m]]
         got = _PLANS[path] = (ids, pos, names)
     return got
-
-
 
 
 def parse_gen_docs(ref: str, query: str, layout=None) -> GenDocsSource:
@@ -203,8 +199,9 @@ def parse_gen_docs(ref: str, query: str, layout=None) -> GenDocsSource:
     q = query_options(query, f"source {ref!r}", "parameter")
     unknown = set(q) - {"n", "start", "seed"}
     if unknown:
-        raise UsageError(f"source {ref!r}: unknown parameter(s) {', '.join(sorted(unknown))}; "
-                         "gen://docs takes n, seed and start")
+        raise UsageError(
+            f"source {ref!r}: unknown parameter(s) {', '.join(sorted(unknown))}; gen://docs takes n, seed and start"
+        )
     n, start = parse_range(ref, q, "gen://docs?n=1000000&seed=1")
     return GenDocsSource(n, start, parse_count(q.get("seed", "0"), "seed", maximum=2**63 - 1))
 
@@ -212,8 +209,10 @@ def parse_gen_docs(ref: str, query: str, layout=None) -> GenDocsSource:
 #: a directory of <id>.json files is the documents' source; streams and files are not
 DIRECTORY = DirectorySource(
     factory=lambda path, on_bad_file: JsonDirSource(path, on_bad_file),
-    stream_refusal=lambda what: (f"layout docs cannot be read from {what}; load gen://docs?n=N or a directory "
-                                 "of <id>.json files"),
-    file_refusal=lambda ref: (f"source {ref} is a file; layout docs loads gen://docs?n=N or a directory of "
-                              "<id>.json files"),
+    stream_refusal=lambda what: (
+        f"layout docs cannot be read from {what}; load gen://docs?n=N or a directory of <id>.json files"
+    ),
+    file_refusal=lambda ref: (
+        f"source {ref} is a file; layout docs loads gen://docs?n=N or a directory of <id>.json files"
+    ),
 )

@@ -23,7 +23,7 @@ Pure: nothing here writes a store or a file.
 from __future__ import annotations
 
 import struct
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -58,14 +58,17 @@ def encode_doc_capnp(doc_id: int, created_at: int, text) -> bytes:
     """One Doc message (see the module doc for the bytes); text is UTF-8 bytes."""
     n = len(text)
     if n > MAX_TEXT_BYTES:
-        raise UsageError(f"document {doc_id}: text of {n} bytes is over the Cap'n Proto limit "
-                         f"({MAX_TEXT_BYTES}); use raw values")
+        raise UsageError(
+            f"document {doc_id}: text of {n} bytes is over the Cap'n Proto limit ({MAX_TEXT_BYTES}); use raw values"
+        )
     body = _pad8(n + 1)
-    return b"".join((
-        _CAPNP_HDR.pack(0, 4 + body // 8, _ROOT_PTR, doc_id, created_at, _TEXT_PTR_LOW | ((n + 1) << 35)),
-        text,
-        bytes(body - n),
-    ))
+    return b"".join(
+        (
+            _CAPNP_HDR.pack(0, 4 + body // 8, _ROOT_PTR, doc_id, created_at, _TEXT_PTR_LOW | ((n + 1) << 35)),
+            text,
+            bytes(body - n),
+        )
+    )
 
 
 def _corrupt(msg: str) -> VerifyError:
@@ -80,11 +83,10 @@ def decode_doc_capnp(value) -> tuple[int, int, bytes]:
     size = len(mv)
     if size >= CAPNP_HEADER_BYTES:
         nseg, words, root, doc_id, created, tptr = _CAPNP_HDR.unpack_from(mv, 0)
-        if (nseg == 0 and root == _ROOT_PTR and 8 + words * 8 == size
-                and tptr & 0x7FFFFFFFF == _TEXT_PTR_LOW):
+        if nseg == 0 and root == _ROOT_PTR and 8 + words * 8 == size and tptr & 0x7FFFFFFFF == _TEXT_PTR_LOW:
             count = tptr >> 35
             if count and CAPNP_HEADER_BYTES + count <= size and mv[CAPNP_HEADER_BYTES + count - 1] == 0:
-                return doc_id, created, mv[CAPNP_HEADER_BYTES:CAPNP_HEADER_BYTES + count - 1].tobytes()
+                return doc_id, created, mv[CAPNP_HEADER_BYTES : CAPNP_HEADER_BYTES + count - 1].tobytes()
     return _decode_doc_general(mv)
 
 
@@ -122,7 +124,7 @@ def _decode_doc_general(mv: memoryview) -> tuple[int, int, bytes]:
     off = msg.segs[seg][0] + idx * 8
     if mv[off + count - 1] != 0:
         raise _corrupt("text is not NUL-terminated")
-    return doc_id, created, mv[off:off + count - 1].tobytes()
+    return doc_id, created, mv[off : off + count - 1].tobytes()
 
 
 def encode_doc_raw(created_at: int, text) -> bytes:
@@ -159,8 +161,7 @@ def _value_parts(batch: DocBatch, fmt: str) -> tuple[bytes, int, bytes, list, li
     lengths = batch.lengths
     if fmt == "capnp":
         if n and int(lengths.max()) > MAX_TEXT_BYTES:
-            raise UsageError(f"a text of {int(lengths.max())} bytes is over the Cap'n Proto limit; "
-                             "use raw values")
+            raise UsageError(f"a text of {int(lengths.max())} bytes is over the Cap'n Proto limit; use raw values")
         hdr = np.empty((n, 5), "<u8")
         hdr[:, 0] = ((lengths + 8) // 8 + 4).astype(np.uint64) << np.uint64(32)  # 1 segment, words
         hdr[:, 1] = _ROOT_PTR
@@ -189,9 +190,9 @@ def encode_batch(batch: DocBatch, fmt: str) -> list[bytes]:
     h, k, t, o, pads = _value_parts(batch, fmt)
     join = b"".join
     if pads is None:
-        return [h[k * i:k * i + k] + t[o[i]:o[i + 1]] for i in range(len(o) - 1)]
+        return [h[k * i : k * i + k] + t[o[i] : o[i + 1]] for i in range(len(o) - 1)]
     z = _ZEROS
-    return [join((h[k * i:k * i + k], t[o[i]:o[i + 1]], z[pads[i]])) for i in range(len(o) - 1)]
+    return [join((h[k * i : k * i + k], t[o[i] : o[i + 1]], z[pads[i]])) for i in range(len(o) - 1)]
 
 
 def encode_batch_buffer(batch: DocBatch, fmt: str) -> tuple[bytes, np.ndarray]:
@@ -203,8 +204,8 @@ def encode_batch_buffer(batch: DocBatch, fmt: str) -> tuple[bytes, np.ndarray]:
     add = parts.append
     z = _ZEROS
     for i in range(n):
-        add(h[k * i:k * i + k])
-        add(t[o[i]:o[i + 1]])
+        add(h[k * i : k * i + k])
+        add(t[o[i] : o[i + 1]])
         if pads is not None:
             add(z[pads[i]])
     sizes = k + batch.lengths

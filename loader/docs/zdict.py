@@ -36,7 +36,7 @@ Pure: nothing here writes a store or a file (kind.py stores the dictionaries).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import zstandard
 
@@ -73,8 +73,7 @@ def sample(values: Sequence, max_bytes: int = DEFAULT_SAMPLE_BYTES) -> list[byte
     return out
 
 
-def train(samples: Sequence[bytes], dict_size: int = DEFAULT_DICT_SIZE,
-          level: int = DEFAULT_LEVEL) -> bytes:
+def train(samples: Sequence[bytes], dict_size: int = DEFAULT_DICT_SIZE, level: int = DEFAULT_LEVEL) -> bytes:
     """A zstd dictionary (bytes) trained on samples; b"" when there is too little to train on."""
     if dict_size < 256:
         raise UsageError(f"zstd dictionary size {dict_size} is too small (at least 256 bytes)")
@@ -119,8 +118,12 @@ class Compressor:
 
     def describe(self) -> dict:
         """What a manifest records (the dictionary itself is stored with the shard)."""
-        return {"codec": "zstd-dict", "level": self.level, "dict_id": dict_id(self.dict_bytes),
-                "dict_size": len(self.dict_bytes)}
+        return {
+            "codec": "zstd-dict",
+            "level": self.level,
+            "dict_id": dict_id(self.dict_bytes),
+            "dict_size": len(self.dict_bytes),
+        }
 
     def compress(self, value) -> bytes:
         return self._c.compress(value)

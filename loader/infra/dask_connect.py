@@ -49,8 +49,9 @@ CLOSE_WAIT_S = 5.0
 #: the part of the probe's timeout that Dask's own connect (and its retries) may take
 CONNECT_SHARE = 0.8
 #: what a user may fix when a scheduler does not answer in time
-ADVICE = ("start it (dask scheduler) or fix --scheduler / BULKLOAD_SCHEDULER; "
-          "BULKLOAD_DASK_TIMEOUT sets the seconds to wait")
+ADVICE = (
+    "start it (dask scheduler) or fix --scheduler / BULKLOAD_SCHEDULER; BULKLOAD_DASK_TIMEOUT sets the seconds to wait"
+)
 
 
 def probe(address: str, timeout: float) -> None:
@@ -72,7 +73,7 @@ def probe(address: str, timeout: float) -> None:
     def target():
         try:
             asyncio.run(handshake())
-        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+        except BaseException as e:
             out["error"] = e
         out["done"] = True
 
@@ -85,8 +86,10 @@ def probe(address: str, timeout: float) -> None:
     if isinstance(error, OSError):
         raise EngineError(f"cannot reach the Dask scheduler at {address}: {error}; {ADVICE}")
     if error is not None:
-        raise EngineError(f"the service at {address} is not a Dask scheduler (its handshake failed: "
-                          f"{type(error).__name__}); fix --scheduler / BULKLOAD_SCHEDULER")
+        raise EngineError(
+            f"the service at {address} is not a Dask scheduler (its handshake failed: "
+            f"{type(error).__name__}); fix --scheduler / BULKLOAD_SCHEDULER"
+        )
 
 
 def wait_for_workers(client, address: str, timeout: float) -> None:
@@ -94,8 +97,10 @@ def wait_for_workers(client, address: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not client.scheduler_info(n_workers=1).get("workers"):
         if time.monotonic() >= deadline:
-            raise EngineError(f"the Dask scheduler at {address} has no workers (waited {timeout:g} s); start "
-                              f"some (dask worker {address}) or raise BULKLOAD_DASK_TIMEOUT")
+            raise EngineError(
+                f"the Dask scheduler at {address} has no workers (waited {timeout:g} s); start "
+                f"some (dask worker {address}) or raise BULKLOAD_DASK_TIMEOUT"
+            )
         time.sleep(0.1)
 
 
@@ -112,15 +117,21 @@ def local_cluster(n: int):
     by a host process of its own (infra/dask_local.py): on the way out the host is told to
     close it (a few seconds at most), and on a stop signal or error its whole process group
     is killed at once; either way nothing of it outlives the block."""
-    host = subprocess.Popen([sys.executable, "-m", "loader.infra.dask_local", str(n)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, start_new_session=True,
-                            stderr=None if env.flag("BULKLOAD_DEBUG") else subprocess.DEVNULL)
+    host = subprocess.Popen(
+        [sys.executable, "-m", "loader.infra.dask_local", str(n)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+        stderr=None if env.flag("BULKLOAD_DEBUG") else subprocess.DEVNULL,
+    )
     try:
         line = _first_line(host)
         word, _, rest = line.partition(" ")
         if word != "address":
-            raise EngineError(f"the Dask LocalCluster of local:{n} did not start: "
-                              f"{rest or 'its host exited with ' + str(host.poll())}")
+            raise EngineError(
+                f"the Dask LocalCluster of local:{n} did not start: "
+                f"{rest or 'its host exited with ' + str(host.poll())}"
+            )
         yield rest
     except BaseException:
         _end(host, graceful=False)

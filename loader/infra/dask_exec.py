@@ -48,8 +48,8 @@ import threading
 import time
 import traceback
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
-from typing import Callable
 
 from distributed import Queue, Variable, get_worker
 from distributed.client import FutureCancelledError
@@ -230,9 +230,15 @@ class DaskExecutor:
         self.retried = 0  # attempts after the first, over every run of this executor
         self.workers: set[str] = set()  # addresses of the workers that ran an attempt
 
-    def run(self, fn: Callable, tasks: list, extras: list[tuple] | None = None,
-            on_progress: Callable[..., None] | None = None, on_message: Callable[[object], None] | None = None,
-            on_retry: Callable | None = None) -> list:
+    def run(
+        self,
+        fn: Callable,
+        tasks: list,
+        extras: list[tuple] | None = None,
+        on_progress: Callable[..., None] | None = None,
+        on_message: Callable[[object], None] | None = None,
+        on_retry: Callable | None = None,
+    ) -> list:
         return _Run(self, fn, tasks, on_progress, on_message, on_retry).run()
 
 
@@ -256,9 +262,12 @@ class _Run:
         name = getattr(self.fn, "__name__", "task")
         try:
             self.queue = Queue(self.job.queue, client=self.ex.client)
-            self.futures = [self.ex.client.submit(_hosted, self.fn, t, i, self.job, pure=False,
-                                                  key=f"bulkload-{name}-{i}-{self.job.run_id}")
-                            for i, t in enumerate(self.tasks)]
+            self.futures = [
+                self.ex.client.submit(
+                    _hosted, self.fn, t, i, self.job, pure=False, key=f"bulkload-{name}-{i}-{self.job.run_id}"
+                )
+                for i, t in enumerate(self.tasks)
+            ]
             while len(self.results) < len(self.tasks):
                 idle = not self._drain()
                 for i, f in enumerate(self.futures):
@@ -304,16 +313,19 @@ class _Run:
             if self.on_retry is not None:
                 task = self.on_retry(task, list(self.delivered[index]))
             elif self.delivered[index]:
-                raise WorkerError(f"worker {index} died after it reported progress and this run cannot resume "
-                                  "a task; re-run the same command to resume")
+                raise WorkerError(
+                    f"worker {index} died after it reported progress and this run cannot resume "
+                    "a task; re-run the same command to resume"
+                )
         Variable(f"{self.job.queue}-{index}-{attempt}", client=self.ex.client).set(pickle.dumps(task))
 
     def _finished(self, i: int, f) -> None:
         if f.status == "error":
             exc = f.exception()
             died = type(exc).__name__ == "KilledWorker"
-            err = WorkerError(f"worker {i} " + ("was lost with every Dask worker that ran it" if died
-                                                else f"failed: {exc}"))
+            err = WorkerError(
+                f"worker {i} " + ("was lost with every Dask worker that ran it" if died else f"failed: {exc}")
+            )
             err.died, err.error = died, exc
             raise err
         try:
@@ -333,7 +345,7 @@ class _Run:
                 Variable(f"{self.job.queue}-{i}-{a}", client=self.ex.client).set(pickle.dumps(STOP))
         try:
             self.ex.client.cancel(self.futures)
-        except Exception:  # noqa: BLE001 - a scheduler gone: nothing left to cancel
+        except Exception:
             pass
         deadline = time.monotonic() + STOP_WAIT_S
         for i in range(len(self.tasks)):
@@ -382,9 +394,11 @@ def stop_orphans(lease_dir: str, own: str) -> None:
         for name in sorted(os.listdir(lease_dir)):
             lock = os.path.join(lease_dir, name)
             if lock.startswith(prefix) and name.endswith(".lock") and not _wait_free(lock, deadline):
-                raise WorkerError(f"an attempt of an earlier run whose coordinator is gone still holds {lock} "
-                                  f"after {LEASE_WAIT_S:.0f} s (a stopped or hung Dask worker); restart that "
-                                  "worker, then re-run the command")
+                raise WorkerError(
+                    f"an attempt of an earlier run whose coordinator is gone still holds {lock} "
+                    f"after {LEASE_WAIT_S:.0f} s (a stopped or hung Dask worker); restart that "
+                    "worker, then re-run the command"
+                )
         _remove_run(lease_dir, run_id)
 
 
@@ -448,8 +462,10 @@ def check_workers(client, root: str) -> None:
         if isinstance(got, BaseException):
             missing = re.search(r"No module named '[^']+'", str(got))
             if missing:  # the worker's error comes back wrapped: its text names the module
-                raise EngineError(f"the Dask worker at {address} cannot import bulkload ({missing.group(0)}); "
-                                  "install it in the workers' Python environment: pip install 'bulkload[dask]'")
+                raise EngineError(
+                    f"the Dask worker at {address} cannot import bulkload ({missing.group(0)}); "
+                    "install it in the workers' Python environment: pip install 'bulkload[dask]'"
+                )
             raise EngineError(f"the Dask worker at {address} cannot run bulkload's tasks: {got}")
         if got != mine:
             raise unseen(address, where, "does not exist there" if got is None else "is another directory there")
@@ -460,6 +476,7 @@ def unseen(address: str, where: str, seen: str, host: str = "") -> EngineError:
     ``where``: ``seen`` says what it finds there. Said alike before a run and by a read
     task on that worker."""
     on = f" (host {host})" if host else ""
-    return EngineError(f"the Dask worker at {address}{on} cannot see the dataset's directory {where} (it {seen}); "
-                       "put the dataset on a filesystem every worker sees at the same path")
-
+    return EngineError(
+        f"the Dask worker at {address}{on} cannot see the dataset's directory {where} (it {seen}); "
+        "put the dataset on a filesystem every worker sees at the same path"
+    )

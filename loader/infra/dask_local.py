@@ -25,9 +25,10 @@ def main() -> None:
     from distributed import LocalCluster
 
     try:
-        cluster = LocalCluster(n_workers=int(sys.argv[1]), threads_per_worker=1, processes=True,
-                               host="127.0.0.1", dashboard_address=None)
-    except Exception as e:  # noqa: BLE001 - told to the coordinator, which names it
+        cluster = LocalCluster(
+            n_workers=int(sys.argv[1]), threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+        )
+    except Exception as e:
         print(f"error {type(e).__name__}: {e}".replace("\n", " "), flush=True)
         return
     with cluster:

@@ -53,7 +53,8 @@ def number(name: str, default: float, *, integer: bool = False) -> float | int:
         raise EnvironmentVariableError(
             f"environment variable {name}={text!r} is not {what} >= 0 (e.g. {name}="
             f"{int(default) if integer else format(default, 'g')}); "
-            f"fix or unset it")
+            f"fix or unset it"
+        )
     return int(value) if integer else value
 
 
@@ -64,14 +65,15 @@ def flag(name: str) -> bool:
         return True
     if text in FALSE:
         return False
-    raise EnvironmentVariableError(f"environment variable {name}={os.environ[name]!r} is not 1 or 0; "
-                                   "fix or unset it")
+    raise EnvironmentVariableError(f"environment variable {name}={os.environ[name]!r} is not 1 or 0; fix or unset it")
 
 
 def checkpoint() -> tuple[float, int]:
     """(seconds, bytes) between worker checkpoints: the variables, else 10 s and 1 GiB."""
-    return (number("BULKLOAD_CHECKPOINT_SECONDS", CHECKPOINT_SECONDS),
-            number("BULKLOAD_CHECKPOINT_BYTES", CHECKPOINT_BYTES, integer=True))
+    return (
+        number("BULKLOAD_CHECKPOINT_SECONDS", CHECKPOINT_SECONDS),
+        number("BULKLOAD_CHECKPOINT_BYTES", CHECKPOINT_BYTES, integer=True),
+    )
 
 
 ENGINES = ("local", "dask")
@@ -86,8 +88,10 @@ def engine() -> str:
     """``$BULKLOAD_ENGINE``: local (unset) or dask."""
     text = os.environ.get("BULKLOAD_ENGINE", "").strip().lower() or "local"
     if text not in ENGINES:
-        raise EnvironmentVariableError(f"environment variable BULKLOAD_ENGINE={os.environ['BULKLOAD_ENGINE']!r} "
-                                       "is not local or dask; fix or unset it")
+        raise EnvironmentVariableError(
+            f"environment variable BULKLOAD_ENGINE={os.environ['BULKLOAD_ENGINE']!r} "
+            "is not local or dask; fix or unset it"
+        )
     return text
 
 
@@ -95,8 +99,10 @@ def scheduler() -> str:
     """``$BULKLOAD_SCHEDULER`` ("" unset), checked: tcp://HOST:PORT (any Dask address) or local:N."""
     text = os.environ.get("BULKLOAD_SCHEDULER", "").strip()
     if text and not scheduler_ok(text):
-        raise EnvironmentVariableError(f"environment variable BULKLOAD_SCHEDULER={text!r} is not a Dask scheduler "
-                                       f"address: {SCHEDULER_FORMS} (N >= 1); fix or unset it")
+        raise EnvironmentVariableError(
+            f"environment variable BULKLOAD_SCHEDULER={text!r} is not a Dask scheduler "
+            f"address: {SCHEDULER_FORMS} (N >= 1); fix or unset it"
+        )
     return text
 
 
@@ -104,7 +110,7 @@ def scheduler_ok(text: str) -> bool:
     """Whether ``text`` is ``local:N`` (N >= 1; its upper bound is --workers': api/engine.py)
     or ``SCHEME://HOST[:PORT]`` with a scheme Dask knows."""
     if text.startswith("local:"):
-        n = text[len("local:"):]
+        n = text[len("local:") :]
         return n.isdigit() and int(n) >= 1
     proto, sep, rest = text.partition("://")
     return bool(sep and proto.lower() in DASK_SCHEMES and rest)

@@ -43,8 +43,8 @@ from __future__ import annotations
 import contextlib
 import threading
 import traceback
+from collections.abc import Callable
 from contextvars import ContextVar
-from typing import Callable
 
 from ..errors import Interrupted, UsageError
 from . import faults
@@ -63,21 +63,35 @@ class LocalExecutor:
         self.retried = 0  # the local pool never retries
         self.workers: set = set()
 
-    def run(self, fn: Callable, tasks: list, extras: list[tuple] | None = None,
-            on_progress: Callable[..., None] | None = None, on_message: Callable[[object], None] | None = None,
-            on_retry: Callable | None = None) -> list:
+    def run(
+        self,
+        fn: Callable,
+        tasks: list,
+        extras: list[tuple] | None = None,
+        on_progress: Callable[..., None] | None = None,
+        on_message: Callable[[object], None] | None = None,
+        on_retry: Callable | None = None,
+    ) -> list:
         return Pool(fn, tasks, extras=extras, on_progress=on_progress, on_message=on_message).run()
 
 
 class InProcessExecutor(LocalExecutor):
     """The tasks run one after another in the calling thread (see the module docstring)."""
 
-    def run(self, fn: Callable, tasks: list, extras: list[tuple] | None = None,
-            on_progress: Callable[..., None] | None = None, on_message: Callable[[object], None] | None = None,
-            on_retry: Callable | None = None) -> list:
+    def run(
+        self,
+        fn: Callable,
+        tasks: list,
+        extras: list[tuple] | None = None,
+        on_progress: Callable[..., None] | None = None,
+        on_message: Callable[[object], None] | None = None,
+        on_retry: Callable | None = None,
+    ) -> list:
         outbox = _Inbox(on_progress, on_message)
-        return [_run_task(w, fn, task, outbox, extra)
-                for w, (task, extra) in enumerate(zip(tasks, extras or [() for _ in tasks]))]
+        return [
+            _run_task(w, fn, task, outbox, extra)
+            for w, (task, extra) in enumerate(zip(tasks, extras or [() for _ in tasks]))
+        ]
 
 
 class _Inbox:
@@ -103,12 +117,20 @@ class ThreadExecutor(LocalExecutor):
     #: seconds between the calling thread's looks for a stop signal while its tasks run
     POLL_S = 0.05
 
-    def run(self, fn: Callable, tasks: list, extras: list[tuple] | None = None,
-            on_progress: Callable[..., None] | None = None, on_message: Callable[[object], None] | None = None,
-            on_retry: Callable | None = None) -> list:
+    def run(
+        self,
+        fn: Callable,
+        tasks: list,
+        extras: list[tuple] | None = None,
+        on_progress: Callable[..., None] | None = None,
+        on_message: Callable[[object], None] | None = None,
+        on_retry: Callable | None = None,
+    ) -> list:
         outbox = _SharedInbox(on_progress, on_message, _barriers(extras))
-        threads = [TaskThread(outbox.run_task, w, fn, task, extra)
-                   for w, (task, extra) in enumerate(zip(tasks, extras or [() for _ in tasks]))]
+        threads = [
+            TaskThread(outbox.run_task, w, fn, task, extra)
+            for w, (task, extra) in enumerate(zip(tasks, extras or [() for _ in tasks]))
+        ]
         try:
             for t in threads:
                 t.start()
@@ -151,7 +173,7 @@ class _SharedInbox(_Inbox):
         """Thread body: task ``w``'s receipt, or its error (the first one stops the run)."""
         try:
             self.results[w] = _run_task(w, fn, task, self, extra)
-        except BaseException as e:  # noqa: BLE001 - handed to the calling thread
+        except BaseException as e:
             with self.lock:
                 if not self.stopped:
                     self.stopped, self.first_error = True, e
@@ -193,7 +215,7 @@ def _run_task(w: int, fn: Callable, task, outbox: _Inbox, extra: tuple):
             return fn(task, outbox, *extra)
         except KeyboardInterrupt as e:  # a stop signal: Interrupted, as from the pool
             raise Interrupted.of(e) from None
-        except Exception as e:  # noqa: BLE001 - what the pool's worker would have sent
+        except Exception as e:
             raise failure(w, Result(None, True, e, str(e) or type(e).__name__, traceback.format_exc())) from None
 
 
@@ -201,8 +223,10 @@ def require_local(what: str) -> None:
     """Refuse ``what`` on an executor other than the local pool (a usage error)."""
     ex = current()
     if not ex.local:
-        raise UsageError(f"{what} cannot run on the {ex.engine} engine: its records cannot be split across "
-                         "machines; use --engine local, or save it to a file first")
+        raise UsageError(
+            f"{what} cannot run on the {ex.engine} engine: its records cannot be split across "
+            "machines; use --engine local, or save it to a file first"
+        )
 
 
 _current: ContextVar = ContextVar("bulkload_executor", default=None)
@@ -228,9 +252,13 @@ def using(executor):
         _current.reset(token)
 
 
-def run(fn: Callable, tasks: list, extras: list[tuple] | None = None,
-        on_progress: Callable[..., None] | None = None, on_message: Callable[[object], None] | None = None,
-        on_retry: Callable | None = None) -> list:
+def run(
+    fn: Callable,
+    tasks: list,
+    extras: list[tuple] | None = None,
+    on_progress: Callable[..., None] | None = None,
+    on_message: Callable[[object], None] | None = None,
+    on_retry: Callable | None = None,
+) -> list:
     """Run ``fn`` over ``tasks`` on the executor in effect; the receipts in task order."""
-    return current().run(fn, tasks, extras=extras, on_progress=on_progress, on_message=on_message,
-                         on_retry=on_retry)
+    return current().run(fn, tasks, extras=extras, on_progress=on_progress, on_message=on_message, on_retry=on_retry)

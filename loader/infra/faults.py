@@ -72,8 +72,10 @@ def parse(spec: str | None) -> dict[str, int]:
             continue
         name, _, n = part.partition(":")
         if not name.strip() or not (n or "1").strip().isdecimal() or int(n or 1) < 1:
-            raise EnvironmentVariableError(f"environment variable {ENV}={spec!r}: {part!r} is not POINT:N "
-                                           "(N >= 1; e.g. flush:3,w1.sync:2); fix or unset it")
+            raise EnvironmentVariableError(
+                f"environment variable {ENV}={spec!r}: {part!r} is not POINT:N "
+                "(N >= 1; e.g. flush:3,w1.sync:2); fix or unset it"
+            )
         out[name.strip()] = int(n or 1)
     return out
 

@@ -30,8 +30,8 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Callable
 from contextlib import contextmanager
-from typing import Callable
 
 from ..errors import Interrupted
 

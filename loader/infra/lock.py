@@ -39,7 +39,7 @@ class DatasetLock:
         self.path = Path(root) / LOCK
         self.fd: int | None = None
 
-    def acquire(self) -> "DatasetLock":
+    def acquire(self) -> DatasetLock:
         refuse_nested(self.root)
         fd = _open_lock_file(self.path)
         try:
@@ -52,8 +52,11 @@ class DatasetLock:
                 f"dataset locked by pid {holder.get('pid', '?')} on host {holder.get('host', '?')} "
                 f"since {since} ({holder.get('job', 'a job')}); wait for it to finish and retry"
             ) from None
-        info = {"pid": os.getpid(), "host": os.uname().nodename,  # = socket.gethostname(), lighter (start-up)
-                "since": time.time()}
+        info = {
+            "pid": os.getpid(),
+            "host": os.uname().nodename,  # = socket.gethostname(), lighter (start-up)
+            "since": time.time(),
+        }
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(info).encode(), 0)
         self.fd = fd
@@ -95,7 +98,8 @@ class DatasetLock:
                 f"dataset directory {self.root} was moved, renamed or removed while this job was writing it, "
                 f"so its files were missing ({type(err).__name__}); the dataset is not damaged: what was committed "
                 f"is where the directory went - move it back to {self.root} and run the same command again to "
-                "resume") from err
+                "resume"
+            ) from err
 
 
 def refuse_nested(root: str) -> None:
@@ -104,7 +108,8 @@ def refuse_nested(root: str) -> None:
     if outer is not None:
         raise NestedDatasetError(
             f"dataset path {root} lies inside {outer} (a dataset or a --replace build), whose compaction "
-            f"or --replace would delete it; choose a path outside {outer}")
+            f"or --replace would delete it; choose a path outside {outer}"
+        )
 
 
 def _open_lock_file(path: Path) -> int:
@@ -116,8 +121,9 @@ def _open_lock_file(path: Path) -> int:
         what = {errno.EISDIR: "is a directory", errno.ELOOP: "is a symlink"}.get(e.errno)
         if what:
             raise NotWritableError(f"lock file {path} {what}, not bulkload's lock; remove it and retry") from None
-        raise NotWritableError(f"cannot open the lock file {path}: {e.strerror or e}; "
-                               "fix the dataset directory's permissions") from None
+        raise NotWritableError(
+            f"cannot open the lock file {path}: {e.strerror or e}; fix the dataset directory's permissions"
+        ) from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise NotWritableError(f"lock file {path} is not a regular file; remove it and retry")

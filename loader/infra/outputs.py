@@ -39,8 +39,8 @@ import os
 import re
 import stat
 import sys
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Iterable, Iterator
 
 from ..errors import MissingPathError, NotWritableError, OutputError, OutputInDatasetError, UsageError
 from .fsatomic import fsync_dir
@@ -49,8 +49,16 @@ from .paths import holds_bulkload_data
 STDOUT = "standard output"  # how errors name it
 _STREAMS = (stat.S_IFIFO, stat.S_IFCHR, stat.S_IFBLK)
 _DESCRIPTOR = re.compile(r"/dev/(?P<std>stdout|stderr)|/(?:dev|proc/self|proc/(?P<pid>\d+))/fd/(?P<fd>\d+)")
-_USAGE_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENAMETOOLONG, errno.ENOTDIR, errno.ELOOP,
-                 errno.EISDIR, errno.ENXIO}
+_USAGE_ERRNOS = {
+    errno.EACCES,
+    errno.EPERM,
+    errno.EROFS,
+    errno.ENAMETOOLONG,
+    errno.ENOTDIR,
+    errno.ELOOP,
+    errno.EISDIR,
+    errno.ENXIO,
+}
 
 
 class _CountingRaw(io.RawIOBase):
@@ -130,8 +138,16 @@ class Output:
     """An open output: ``file`` to write (binary, or text with ``text=True``); after the
     ``with`` block, ``nbytes`` written and ``path`` (the file written: a symlink resolved)."""
 
-    def __init__(self, path: str, target: str, stream: bool, fd: int | _CountingRaw, text: bool,
-                 tmp: str | None, name: str | None = None):
+    def __init__(
+        self,
+        path: str,
+        target: str,
+        stream: bool,
+        fd: int | _CountingRaw,
+        text: bool,
+        tmp: str | None,
+        name: str | None = None,
+    ):
         self.path, self.target, self.stream, self.tmp = path, target, stream, tmp
         self._raw = fd if isinstance(fd, _CountingRaw) else _CountingRaw(fd, name or path)
         buffered = io.BufferedWriter(self._raw, 1 << 20)
@@ -211,8 +227,9 @@ def writes_stdout(path: str | None) -> bool:
     return not stat.S_ISREG(a.st_mode) and (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
-def refuse_dataset_paths(path: str, protect: Iterable[str] = (), *, what: str = "--out",
-                         directory: bool = False) -> None:
+def refuse_dataset_paths(
+    path: str, protect: Iterable[str] = (), *, what: str = "--out", directory: bool = False
+) -> None:
     """OutputInDatasetError when writing ``path`` (or a temporary file beside it; with
     ``directory``, files inside it) would land in a dataset or a piece of one, or in one
     of the ``protect`` dataset directories: each directory from where the write lands up
@@ -236,8 +253,10 @@ def refuse_dataset_paths(path: str, protect: Iterable[str] = (), *, what: str = 
         d = parent
     if hit is not None:
         via = "" if os.path.abspath(path) == target else f" (it resolves to {target})"
-        raise OutputInDatasetError(f"{what} {path} is inside the dataset directory {hit}{via}; writing there "
-                                   f"would destroy the dataset - write the output outside it")
+        raise OutputInDatasetError(
+            f"{what} {path} is inside the dataset directory {hit}{via}; writing there "
+            f"would destroy the dataset - write the output outside it"
+        )
 
 
 def _guarded(protect: Iterable[str]) -> tuple[set[tuple[int, int]], set[str]]:
@@ -320,8 +339,9 @@ def _open_descriptor(path: str, n: int, text: bool) -> Output:
     if n == 1 and not _is_fd1(sys.stdout):  # a notebook's, a capture's: write to it
         raw = _PythonStdout(sys.stdout)
         if not text and (raw._bin is None or sys.stdout.isatty()):
-            raise UsageError(f"refusing to write binary data to {STDOUT} here (a terminal or a notebook); "
-                             f"give a file path")
+            raise UsageError(
+                f"refusing to write binary data to {STDOUT} here (a terminal or a notebook); give a file path"
+            )
         return Output(path, path, True, raw, text, None)
     if n == 1:
         try:
@@ -358,8 +378,7 @@ def guard_stdout() -> None:
     if not _is_fd1(old):
         return  # not the real descriptor (a test harness's capture)
     buffered = io.BufferedWriter(_CountingRaw(1, STDOUT, owned=False))
-    sys.stdout = io.TextIOWrapper(buffered, encoding=old.encoding, errors=old.errors,
-                                  line_buffering=old.line_buffering)
+    sys.stdout = io.TextIOWrapper(buffered, encoding=old.encoding, errors=old.errors, line_buffering=old.line_buffering)
 
 
 def silence_stdout() -> None:
@@ -394,8 +413,9 @@ def _resolve(path: str) -> tuple[str, os.stat_result | None]:
     target = os.path.realpath(path)  # a symlink (dangling too): the file it names
     parent = os.path.dirname(target)
     if not os.path.isdir(parent):
-        raise MissingPathError(f"cannot write {path}: directory {parent} does not exist; create it first "
-                               f"(mkdir -p {parent})")
+        raise MissingPathError(
+            f"cannot write {path}: directory {parent} does not exist; create it first (mkdir -p {parent})"
+        )
     return target, st
 
 
@@ -424,4 +444,5 @@ def _open_error(path: str, e: OSError) -> Exception:
 
 def _kind_name(st: os.stat_result) -> str:
     return {stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a directory", stat.S_IFLNK: "a symlink"}.get(
-        stat.S_IFMT(st.st_mode), "not a regular file")
+        stat.S_IFMT(st.st_mode), "not a regular file"
+    )

@@ -39,6 +39,7 @@ def holds_bulkload_data(d: str | os.PathLike) -> bool:
     ``arrays/`` holding ``array-*`` files; or a store directory itself (an LMDB
     ``data.mdb``, a RocksDB ``IDENTITY`` + ``CURRENT``)? A lone ``manifest.json`` is a
     common name, not a sign. Only names are looked at: nothing is opened or read."""
+
     def has(name: str) -> bool:
         return os.path.lexists(os.path.join(d, name))
 

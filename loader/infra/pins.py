@@ -53,7 +53,7 @@ class Pin:
         self.generation = generation
 
     @classmethod
-    def take(cls, root: str, generation: int) -> "Pin | None":
+    def take(cls, root: str, generation: int) -> Pin | None:
         path = os.path.join(root, READERS, str(generation))
         for _ in range(PIN_ATTEMPTS):
             fd = _open_pin_file(path)

@@ -34,8 +34,8 @@ import numbers
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ..errors import Interrupted, WorkerError
 from . import interrupts
@@ -52,8 +52,16 @@ def context():
         from . import mainless  # start-up: a small load runs in-process and starts no pool
 
         _CTX = mainless.context()  # workers never import or run the caller's __main__
-        _CTX.set_forkserver_preload(["loader.infra.orphans", "loader.loading.worker", "loader.arrays.build", "loader.arrays.partition",
-                                     "loader.arrays.scan", "loader.maintain.merge"])
+        _CTX.set_forkserver_preload(
+            [
+                "loader.infra.orphans",
+                "loader.loading.worker",
+                "loader.arrays.build",
+                "loader.arrays.partition",
+                "loader.arrays.scan",
+                "loader.maintain.merge",
+            ]
+        )
     return _CTX
 
 
@@ -105,7 +113,7 @@ def picklable(e: BaseException) -> BaseException | None:
     try:
         pickle.loads(pickle.dumps(e))
         return e
-    except Exception:  # noqa: BLE001 - any failure means: send the text only
+    except Exception:
         return None
 
 
@@ -154,9 +162,14 @@ def failure(w: int, res: Result) -> WorkerError:
 class Pool:
     """Run ``fn(task, outbox, *extra)`` for each task in its own process."""
 
-    def __init__(self, fn: Callable, tasks: list, extras: list[tuple] | None = None,
-                 on_progress: Callable[..., None] | None = None,
-                 on_message: Callable[[object], None] | None = None):
+    def __init__(
+        self,
+        fn: Callable,
+        tasks: list,
+        extras: list[tuple] | None = None,
+        on_progress: Callable[..., None] | None = None,
+        on_message: Callable[[object], None] | None = None,
+    ):
         self.ctx = context()
         self.fn = fn
         self.tasks = tasks
@@ -206,8 +219,9 @@ class Pool:
     def _start(self) -> None:
         for w, (task, extra) in enumerate(zip(self.tasks, self.extras)):
             r, s = self.ctx.Pipe(duplex=False)
-            p = self.ctx.Process(target=_entry, name=f"bulkload-worker-{w}", args=(self.fn, task, s, extra),
-                                 daemon=True)
+            p = self.ctx.Process(
+                target=_entry, name=f"bulkload-worker-{w}", args=(self.fn, task, s, extra), daemon=True
+            )
             try:
                 with interrupts.held(str):  # a worker started half-way would have no handle to stop it
                     p.start()
@@ -257,8 +271,9 @@ class Pool:
             code = p.exitcode
             how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
             doing = self.running.get(w)
-            err = WorkerError(f"worker {w} (pid {p.pid}) {how} " +
-                              (f"while running {doing}" if doing else "before it finished"))
+            err = WorkerError(
+                f"worker {w} (pid {p.pid}) {how} " + (f"while running {doing}" if doing else "before it finished")
+            )
             err.died = True
             raise err
 
@@ -281,4 +296,3 @@ class Pool:
                 p.join(timeout=2)
         for c in self.conns:
             c.close()
-

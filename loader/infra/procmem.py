@@ -33,11 +33,17 @@ class _IoVec(ctypes.Structure):
     _fields_ = [("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t)]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _libc():
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.process_vm_readv.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_void_p,
-                                      ctypes.c_ulong, ctypes.c_ulong]
+    libc.process_vm_readv.argtypes = [
+        ctypes.c_int,
+        ctypes.c_void_p,
+        ctypes.c_ulong,
+        ctypes.c_void_p,
+        ctypes.c_ulong,
+        ctypes.c_ulong,
+    ]
     libc.process_vm_readv.restype = ctypes.c_ssize_t
     return libc
 
@@ -84,6 +90,7 @@ def allow_descendants():
             _allowed -= 1
             if _allowed == 0:
                 _prctl(PR_SET_PTRACER, 0)
+
     return release
 
 
@@ -104,6 +111,7 @@ def _prctl(option: int, arg: int) -> None:
 
 # --- the probe -------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class ProbeTask:
     pid: int
@@ -116,12 +124,12 @@ def workers_can_read() -> bool:
     return _probe(os.getpid())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _probe(pid: int) -> bool:
     word = ctypes.c_uint64(_PROBE_WORD)
     try:
         got = Pool(probe_worker, [ProbeTask(pid, ctypes.addressof(word))]).run()
-    except Exception:  # noqa: BLE001 - a worker that could not even start: no
+    except Exception:
         return False
     return got == [_PROBE_WORD]
 

@@ -28,8 +28,9 @@ REFRESH_S = 0.1
 
 
 class Progress:
-    def __init__(self, label: str, total_records: int | None, record_size: int,
-                 mode: str = "auto", interval: float | None = None):
+    def __init__(
+        self, label: str, total_records: int | None, record_size: int, mode: str = "auto", interval: float | None = None
+    ):
         if mode == "auto":  # a bar is not a JSON line: --log-format json logs progress as lines
             mode = "bar" if sys.stderr.isatty() and logs.FORMAT != "json" else "log"
         self.mode = mode
@@ -103,9 +104,14 @@ class Progress:
     def _log(self) -> None:
         rps, mbs = self.rates()
         of = f"/{self.total:,}" if self.total is not None else ""
-        logs.event(f"{self.label}: {self.records:,}{of} records, {_rates(rps, mbs, ', ')}",
-                   stage=self.label, records=self.records, total=self.total,
-                   records_per_s=round(rps), mb_per_s=round(mbs, 1))
+        logs.event(
+            f"{self.label}: {self.records:,}{of} records, {_rates(rps, mbs, ', ')}",
+            stage=self.label,
+            records=self.records,
+            total=self.total,
+            records_per_s=round(rps),
+            mb_per_s=round(mbs, 1),
+        )
 
     def __exit__(self, *exc):
         if self._bar is not None:

@@ -24,8 +24,13 @@ from ..errors import DamagedDatasetError
 #: the most a JSON metadata file (manifest, run plans, ledgers) may plausibly hold
 MAX_METADATA_BYTES = 1 << 30
 
-_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a directory"),
+)
 
 
 def kind_of(mode: int) -> str:
@@ -70,8 +75,9 @@ def require_regular_entries(directory: str, advice: str = DEFAULT_ADVICE) -> Non
                 require_regular(e.path, advice=advice)
 
 
-def open_regular(path: str, max_bytes: int | None = None, flags: int = os.O_RDONLY,
-                 advice: str = DEFAULT_ADVICE) -> int:
+def open_regular(
+    path: str, max_bytes: int | None = None, flags: int = os.O_RDONLY, advice: str = DEFAULT_ADVICE
+) -> int:
     """A descriptor of the regular file ``path`` (blocking mode, close-on-exec); see the
     module docstring. FileNotFoundError (also for a dangling link) when there is none."""
     _refuse(path, os.stat(path), max_bytes, advice)
@@ -95,6 +101,8 @@ def read_regular(path: str, max_bytes: int | None = MAX_METADATA_BYTES, advice: 
     with open_regular_file(path, max_bytes, advice) as f:
         data = f.read() if max_bytes is None else f.read(max_bytes + 1)
     if max_bytes is not None and len(data) > max_bytes:  # it grew since it was checked
-        raise DamagedDatasetError(f"{path} holds more than the {max_bytes:,} bytes such a file can plausibly "
-                                  f"hold; nothing was read or written - {advice}")
+        raise DamagedDatasetError(
+            f"{path} holds more than the {max_bytes:,} bytes such a file can plausibly "
+            f"hold; nothing was read or written - {advice}"
+        )
     return data

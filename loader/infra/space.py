@@ -28,7 +28,8 @@ def check_space(root: str, needed: int, what: str) -> None:
     if needed > free:
         raise NoSpaceError(
             f"{what} needs at least {human(needed)}, {human(free)} free on {mount_point(where)}; "
-            "free space or choose a dataset on another filesystem (nothing was written)")
+            "free space or choose a dataset on another filesystem (nothing was written)"
+        )
 
 
 def free_bytes(path: str) -> int:

@@ -21,13 +21,13 @@ bodies that must report theirs catch everything and hand it over themselves
 from __future__ import annotations
 
 import _thread
-from typing import Callable
+from collections.abc import Callable
 
 
 class TaskThread:
     """``fn(*args)`` in a thread of its own, once `start` is called."""
 
-    __slots__ = ("fn", "args", "started", "finished", "running", "error")
+    __slots__ = ("args", "error", "finished", "fn", "running", "started")
 
     def __init__(self, fn: Callable, *args):
         self.fn, self.args = fn, args
@@ -53,7 +53,7 @@ class TaskThread:
     def _run(self) -> None:
         try:
             self.fn(*self.args)
-        except BaseException as e:  # noqa: BLE001 - kept, not printed (module docstring)
+        except BaseException as e:
             self.error = e
         finally:
             self.finished = True  # before the release: a waiter that got the lock sees it

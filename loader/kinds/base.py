@@ -24,16 +24,16 @@ from ..model.plugins import load_plugins
 #: the most record bytes in one batch (a worker holds QUEUE_DEPTH of them in memory)
 MAX_BATCH_BYTES = 256 << 20
 
-_KINDS: dict[str, type["Kind"]] = {}
+_KINDS: dict[str, type[Kind]] = {}
 
 
-def register_kind(cls: type["Kind"]) -> type["Kind"]:
+def register_kind(cls: type[Kind]) -> type[Kind]:
     """Register a kind class under its ``name`` (usable as a class decorator)."""
     _KINDS[cls.name] = cls
     return cls
 
 
-def kind_class(layout) -> type["Kind"]:
+def kind_class(layout) -> type[Kind]:
     """The kind class of a layout (plug-ins loaded on a miss)."""
     name = getattr(layout, "kind", "fixed")
     while name not in _KINDS and load_plugins():
@@ -41,8 +41,9 @@ def kind_class(layout) -> type["Kind"]:
     try:
         return _KINDS[name]
     except KeyError:
-        raise UsageError(f"layout {layout.name!r} needs the record kind {name!r}, which no installed "
-                         "plug-in provides") from None
+        raise UsageError(
+            f"layout {layout.name!r} needs the record kind {name!r}, which no installed plug-in provides"
+        ) from None
 
 
 def kind_for(layout, fmt: str | None = None, compression: str | None = None):
@@ -134,8 +135,10 @@ class Kind:
     def reader(cls, ds):
         """The keyed reader of a dataset of this kind (`Dataset.docs`); fixed-size records
         have none."""
-        raise UsageError(f"dataset {ds.uri} holds fixed-size {ds.layout.name} records, not documents; "
-                         "use read_records / iter_batches")
+        raise UsageError(
+            f"dataset {ds.uri} holds fixed-size {ds.layout.name} records, not documents; "
+            "use read_records / iter_batches"
+        )
 
     # --- worker side -----------------------------------------------------------------
     def writer(self, task):

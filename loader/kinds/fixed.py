@@ -59,7 +59,7 @@ class FixedKind(Kind):
         raw = max(0, records) * self.layout.record_size
         return raw if self.compression == "none" else raw // MAX_COMPRESSION_RATIO
 
-    def writer(self, task) -> "FixedWriter":
+    def writer(self, task) -> FixedWriter:
         return FixedWriter(self, task)
 
 
@@ -86,5 +86,9 @@ class FixedWriter:
         buf, recs = payload
         value = self.ser.encode_buffer(buf, recs, first)
         checksum = xxhash.xxh3_64_intdigest(value)
-        return ([(batch_key(seq), value)], [seq, s, first, count, checksum, len(value)],
-                count * self.kind.layout.record_size, [])
+        return (
+            [(batch_key(seq), value)],
+            [seq, s, first, count, checksum, len(value)],
+            count * self.kind.layout.record_size,
+            [],
+        )

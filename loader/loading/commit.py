@@ -28,9 +28,9 @@ checking its stored value first.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Callable
 
 from ..errors import BulkloadError
 from ..infra import faults
@@ -54,8 +54,8 @@ class Unit:
     nbatches: int
     first_record: int
     records: int
-    on_commit: Callable[[mf.Manifest, "Unit"], None] | None = None
-    check: Callable[["Unit"], str | None] | None = None  # a reason not to commit it, or None
+    on_commit: Callable[[mf.Manifest, Unit], None] | None = None
+    check: Callable[[Unit], str | None] | None = None  # a reason not to commit it, or None
 
 
 def pending_entries(rows) -> list[BatchEntry]:
@@ -114,8 +114,15 @@ def _intact_prefix(spec: StoreSpec, plan: Plan, s: int, cand: dict, check, end: 
 class Committer:
     """Tracks durable batches of a run and commits its units in order."""
 
-    def __init__(self, root: str, m: mf.Manifest, run: Run, units: list[Unit], keep: list[BatchEntry],
-                 record_pending: bool = True):
+    def __init__(
+        self,
+        root: str,
+        m: mf.Manifest,
+        run: Run,
+        units: list[Unit],
+        keep: list[BatchEntry],
+        record_pending: bool = True,
+    ):
         self.root, self.m, self.run, self.units = root, m, run, units
         self.durable: dict[int, BatchEntry] = {e.seq: e for e in keep}
         self.next = 0  # index of the next unit to commit
@@ -161,8 +168,9 @@ class Committer:
     def _commit(self, u: Unit, entries: list[BatchEntry]) -> None:
         """List unit ``u``'s batches in the manifest (in memory: the caller saves)."""
         if self.m.next_seq != u.first_seq or self.m.next_record != u.first_record:
-            raise RuntimeError(f"internal error: unit {u.name} starts at seq {u.first_seq}, "
-                               f"the dataset at {self.m.next_seq}")
+            raise RuntimeError(
+                f"internal error: unit {u.name} starts at seq {u.first_seq}, the dataset at {self.m.next_seq}"
+            )
         self.m.batches.extend(entries)
         if entries:
             self.m.mark_arrays_stale()

@@ -93,8 +93,13 @@ def execute(spec: StoreSpec, m: mf.Manifest, committer: Committer, work: Work) -
     ex = executor_for(spec, work.settings, todo * rs, runs_user_code(work.plan))
     with Progress(work.label, todo, rs, mode=work.settings.progress) as prog:
         carried: dict[int, dict] = {}  # worker -> {seq: batch} its dead attempts made durable (Dask)
-        receipts = ex.run(load_worker, tasks, on_progress=prog.advance, on_message=committer.on_message,
-                          on_retry=lambda task, messages: resumed_task(task, messages, carried))
+        receipts = ex.run(
+            load_worker,
+            tasks,
+            on_progress=prog.advance,
+            on_message=committer.on_message,
+            on_retry=lambda task, messages: resumed_task(task, messages, carried),
+        )
     return [with_carried(rc, carried.get(rc.worker, {})) for rc in receipts]
 
 
@@ -107,15 +112,20 @@ def executor_for(spec: StoreSpec, settings: RunSettings, nbytes: int, user_code:
     """The executor in effect, or an in-process one for a small run (module docstring) -
     never for ``user_code``, whose death must not be the coordinator's."""
     ex = executors.current()
-    if (type(ex) is executors.LocalExecutor and not settings.workers_given and not user_code
-            and nbytes <= in_process_limit(settings.compression, settings.kind().keyed)
-            and not open_in_this_process(spec)):
+    if (
+        type(ex) is executors.LocalExecutor
+        and not settings.workers_given
+        and not user_code
+        and nbytes <= in_process_limit(settings.compression, settings.kind().keyed)
+        and not open_in_this_process(spec)
+    ):
         return executors.InProcessExecutor()
     return ex
 
 
-def execute_stream(spec: StoreSpec, m: mf.Manifest, committer: Committer, work: Work, source,
-                   stdin=None) -> tuple[list[LoadReceipt], int]:
+def execute_stream(
+    spec: StoreSpec, m: mf.Manifest, committer: Committer, work: Work, source, stdin=None
+) -> tuple[list[LoadReceipt], int]:
     """Run the workers over the records of a stream ``source``; (receipts, records read)."""
     tasks = _tasks(spec, m, work, shard_bytes_hint=0)
     with Progress(work.label, None, _record_bytes(m, work), mode=work.settings.progress) as prog:
@@ -149,10 +159,26 @@ def _record_bytes(m: mf.Manifest, work: Work) -> int:
 
 def _tasks(spec: StoreSpec, m: mf.Manifest, work: Work, shard_bytes_hint: int) -> list[LoadTask]:
     settings = work.settings
-    write = WriteSettings(store=spec, layout=settings.layout.to_dict(), format=m.format, compression=m.compression,
-                          checkpoints=settings.checkpoints or checkpoint_settings(), table=work.table,
-                          store_options=tuple(work.store_options), shard_bytes_hint=shard_bytes_hint,
-                          must_exist=existing_shards(m))
-    return [LoadTask(worker=w, workers=work.nworkers, plan=work.plan, write=write, resume=tuple(work.resume),
-                     main_pid=os.getpid(), fault=settings.fault)
-            for w in range(work.nworkers)]
+    write = WriteSettings(
+        store=spec,
+        layout=settings.layout.to_dict(),
+        format=m.format,
+        compression=m.compression,
+        checkpoints=settings.checkpoints or checkpoint_settings(),
+        table=work.table,
+        store_options=tuple(work.store_options),
+        shard_bytes_hint=shard_bytes_hint,
+        must_exist=existing_shards(m),
+    )
+    return [
+        LoadTask(
+            worker=w,
+            workers=work.nworkers,
+            plan=work.plan,
+            write=write,
+            resume=tuple(work.resume),
+            main_pid=os.getpid(),
+            fault=settings.fault,
+        )
+        for w in range(work.nworkers)
+    ]

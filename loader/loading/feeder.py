@@ -48,8 +48,7 @@ def run_stream(tasks: list, progress, source, layout, on_message=None, stdin=Non
         elif on_message is not None:
             on_message(msg)
 
-    pool = Pool(load_worker, tasks, extras=[(recv, slots) for recv, _ in pipes], on_progress=None,
-                on_message=relay)
+    pool = Pool(load_worker, tasks, extras=[(recv, slots) for recv, _ in pipes], on_progress=None, on_message=relay)
     threads = [TaskThread(feeder.run, pool, stream, stdin) for stream in streams]
     try:
         for thread in threads:
@@ -69,8 +68,9 @@ def run_stream(tasks: list, progress, source, layout, on_message=None, stdin=Non
 class Feeder:
     """Reads streams into free slots and sends each batch to its worker's inbox."""
 
-    def __init__(self, slots: SharedSlots, inboxes: list, plan, record_size: int, nstreams: int = 1,
-                 on_read=lambda records: None):
+    def __init__(
+        self, slots: SharedSlots, inboxes: list, plan, record_size: int, nstreams: int = 1, on_read=lambda records: None
+    ):
         self.slots, self.inboxes, self.nshards, self.rs = slots, inboxes, plan.nshards, record_size
         # C-level: the main thread returns slots (relay), and a stop signal raised inside a
         # queue.Queue's put could leave its lock held (see worker._Producer)
@@ -166,8 +166,10 @@ def _read_full(stream, mv: memoryview, name: str, offset: int, read: _ReadProgre
         try:
             n = stream.readinto(mv[got:])
         except OSError as e:
-            raise UnreadableInputError(f"{name}: read failed at byte offset {offset + got}: "
-                                       f"{e.strerror or e}; nothing from this run was committed") from None
+            raise UnreadableInputError(
+                f"{name}: read failed at byte offset {offset + got}: "
+                f"{e.strerror or e}; nothing from this run was committed"
+            ) from None
         if not n:
             break
         got += n

@@ -24,8 +24,8 @@ changed meanwhile, nothing is committed. Pure planning: nothing here writes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ..errors import ChangedInputError
 from ..model import runs
@@ -50,8 +50,9 @@ def extent_end(run: Run) -> int:
     return int(run.source_offset or 0) + int(run.total or 0)
 
 
-def plan_file_run(m, src, layout, *, new_run: bool, considered: Callable[[Run], bool],
-                  resumable: Callable[[Run], bool]) -> FilePlan:
+def plan_file_run(
+    m, src, layout, *, new_run: bool, considered: Callable[[Run], bool], resumable: Callable[[Run], bool]
+) -> FilePlan:
     """The extent of a `load FILE` run into a dataset with manifest ``m`` (None: new).
 
     ``considered(run)``: which of the dataset's current runs describe it (a `--replace`
@@ -91,9 +92,20 @@ def source_runs(m, uri: str, considered: Callable[[Run], bool] = lambda r: True)
             if r.source == uri:
                 found.append(r)
             continue
-        found.extend(Run(id=r.id, kind="load", status="done", source=uri, fingerprint=e["fingerprint"],
-                         source_offset=e["source_offset"], total=e["total"], records=e["total"])
-                     for e in r.inputs if e["source"] == uri and e.get("committed"))
+        found.extend(
+            Run(
+                id=r.id,
+                kind="load",
+                status="done",
+                source=uri,
+                fingerprint=e["fingerprint"],
+                source_offset=e["source_offset"],
+                total=e["total"],
+                records=e["total"],
+            )
+            for e in r.inputs
+            if e["source"] == uri and e.get("committed")
+        )
     return found
 
 
@@ -106,10 +118,15 @@ def last_loaded(m, uri: str, fingerprint: str | None, considered: Callable[[Run]
 
 
 def changed_message(path: str, done: Run, end: int, n: int, rs: int) -> str:
-    what = (f"it now holds {n:,} records, fewer than the {end:,} loaded" if end > n
-            else f"its first {end:,} records ({end * rs:,} bytes) are not the ones loaded")
-    return (f"{path} changed since run {done.id} loaded it ({what}); nothing was loaded - use --new-run to "
-            "load all of it again as new records, or --replace to start the dataset over with it")
+    what = (
+        f"it now holds {n:,} records, fewer than the {end:,} loaded"
+        if end > n
+        else f"its first {end:,} records ({end * rs:,} bytes) are not the ones loaded"
+    )
+    return (
+        f"{path} changed since run {done.id} loaded it ({what}); nothing was loaded - use --new-run to "
+        "load all of it again as new records, or --replace to start the dataset over with it"
+    )
 
 
 def changed_while_loading(src, layout, plan_fp: str, end: int) -> str | None:
@@ -117,9 +134,10 @@ def changed_while_loading(src, layout, plan_fp: str, end: int) -> str | None:
     caller adds what of its run was committed)."""
     try:
         now = src.fingerprint(layout, end)
-    except Exception as e:  # noqa: BLE001 - vanished or unreadable: it changed too
+    except Exception as e:
         now = f"unreadable ({e})"
     if now == plan_fp:
         return None
-    return (f"{src.uri} changed while it was being loaded (its first {end:,} records are not the ones the run "
-            "started with)")
+    return (
+        f"{src.uri} changed while it was being loaded (its first {end:,} records are not the ones the run started with)"
+    )

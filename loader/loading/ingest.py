@@ -101,16 +101,36 @@ class IngestReport(EngineKeys):
         return out | self.engine
 
 
-def ingest(dataset: str, from_dir: str, *, pattern: str = "*", on_bad_file: str = "fail",
-           layout: str | None = None, format: str | None = None, compression: str | None = None,
-           shards: int | None = None, workers: int | None = None, batch_records: int | None = None,
-           progress: str = "none", checkpoint_seconds: float | None = None,
-           checkpoint_bytes: int | None = None) -> IngestReport:
+def ingest(
+    dataset: str,
+    from_dir: str,
+    *,
+    pattern: str = "*",
+    on_bad_file: str = "fail",
+    layout: str | None = None,
+    format: str | None = None,
+    compression: str | None = None,
+    shards: int | None = None,
+    workers: int | None = None,
+    batch_records: int | None = None,
+    progress: str = "none",
+    checkpoint_seconds: float | None = None,
+    checkpoint_bytes: int | None = None,
+) -> IngestReport:
     """Ingest the new files of ``from_dir``; an IngestReport."""
     t_start = time.perf_counter()
-    request = Request(format=format, compression=compression, shards=shards, workers=workers,
-                      batch_records=batch_records, progress=progress, fault=faults.from_env(), t_start=t_start,
-                      checkpoint_seconds=checkpoint_seconds, checkpoint_bytes=checkpoint_bytes)
+    request = Request(
+        format=format,
+        compression=compression,
+        shards=shards,
+        workers=workers,
+        batch_records=batch_records,
+        progress=progress,
+        fault=faults.from_env(),
+        t_start=t_start,
+        checkpoint_seconds=checkpoint_seconds,
+        checkpoint_bytes=checkpoint_bytes,
+    )
     spec, settings, directory, _ = _checked(dataset, from_dir, pattern, on_bad_file, layout, request)
     kind = settings.kind()
     if kind.own_ingest:  # e.g. documents: <id>.json files (loader/docs/ingest.py)
@@ -118,23 +138,40 @@ def ingest(dataset: str, from_dir: str, *, pattern: str = "*", on_bad_file: str 
     return _ingest(spec, settings, directory, pattern, on_bad_file)
 
 
-def check(dataset: str, from_dir: str, *, pattern: str = "*", on_bad_file: str = "fail",
-          layout: str | None = None, format: str | None = None, compression: str | None = None,
-          shards: int | None = None, workers: int | None = None, batch_records: int | None = None,
-          checkpoint_seconds: float | None = None) -> RunSettings:
+def check(
+    dataset: str,
+    from_dir: str,
+    *,
+    pattern: str = "*",
+    on_bad_file: str = "fail",
+    layout: str | None = None,
+    format: str | None = None,
+    compression: str | None = None,
+    shards: int | None = None,
+    workers: int | None = None,
+    batch_records: int | None = None,
+    checkpoint_seconds: float | None = None,
+) -> RunSettings:
     """What `ingest` checks before it writes, without ingesting: the run's settings, or the
     error the ingest would raise (a pipeline checks its [ingest] with it before its first
     step: api/pipeline_check.py)."""
-    request = Request(format=format, compression=compression, shards=shards, workers=workers,
-                      batch_records=batch_records, checkpoint_seconds=checkpoint_seconds)
+    request = Request(
+        format=format,
+        compression=compression,
+        shards=shards,
+        workers=workers,
+        batch_records=batch_records,
+        checkpoint_seconds=checkpoint_seconds,
+    )
     spec, settings, _, existing = _checked(dataset, from_dir, pattern, on_bad_file, layout, request)
     if existing is not None:
         check_compatible(existing, spec, settings)
     return settings
 
 
-def _checked(dataset: str, from_dir: str, pattern: str, on_bad_file: str, layout: str | None,
-             request: Request) -> tuple[StoreSpec, RunSettings, str, mf.Manifest | None]:
+def _checked(
+    dataset: str, from_dir: str, pattern: str, on_bad_file: str, layout: str | None, request: Request
+) -> tuple[StoreSpec, RunSettings, str, mf.Manifest | None]:
     """(dataset spec, run settings, the directory's absolute path, the dataset's manifest or
     None), every option checked."""
     check_bad_file_policy(on_bad_file)
@@ -142,9 +179,11 @@ def _checked(dataset: str, from_dir: str, pattern: str, on_bad_file: str, layout
         raise UsageError("--pattern must not be empty (use '*' for every file)")
     directory = os.path.abspath(from_dir)
     if os.path.exists(directory) and not os.path.isdir(directory):
-        raise UsageError(f"--from {from_dir} is a file, not a directory: ingest loads the new files of a "
-                         "directory; give the directory the files arrive in, or load one file with "
-                         "bulkload load FILE DATASET")
+        raise UsageError(
+            f"--from {from_dir} is a file, not a directory: ingest loads the new files of a "
+            "directory; give the directory the files arrive in, or load one file with "
+            "bulkload load FILE DATASET"
+        )
     if not os.path.isdir(directory):
         raise MissingPathError(f"directory {from_dir} does not exist (--from); create it or fix the path")
     refuse_pseudo_file(from_dir)
@@ -177,8 +216,12 @@ def _ingest(spec: StoreSpec, settings: RunSettings, directory: str, pattern: str
             if first_bad is not None:
                 raise first_bad
             report.seconds = round(time.perf_counter() - settings.t_start, 4)
-            log(progress, f"ingest {directory}: nothing new ({report.already} files already ingested)",
-                event="nothing-to-do", already=report.already)
+            log(
+                progress,
+                f"ingest {directory}: nothing new ({report.already} files already ingested)",
+                event="nothing-to-do",
+                already=report.already,
+            )
             return report
         b = prev.batch_records if prev is not None else settings.batch_records
         if m is None or not m.batches:
@@ -199,8 +242,12 @@ def _set_bad_aside(report: IngestReport, scan: Scan, on_bad_file: str, progress:
             report.skipped.append({"name": c.name, "reason": str(e)})
             log(progress, f"skipping bad file {c.name}: {e}", level="warning", file=c.name, event="skipped")
     for d in report.deferred:
-        log(progress, f"leaving {d['name']} for the next run: it is still being written", file=d["name"],
-            event="deferred")
+        log(
+            progress,
+            f"leaving {d['name']} for the next run: it is still being written",
+            file=d["name"],
+            event="deferred",
+        )
     return first_bad
 
 
@@ -217,8 +264,17 @@ class _IngestRun:
     """The run of an ingest: attempts (a bad file found by the workers is set aside under
     ``skip`` and the files after it planned again), then the commit."""
 
-    def __init__(self, spec: StoreSpec, settings: RunSettings, m: mf.Manifest, report: IngestReport,
-                 directory: str, pattern: str, on_bad_file: str, b: int):
+    def __init__(
+        self,
+        spec: StoreSpec,
+        settings: RunSettings,
+        m: mf.Manifest,
+        report: IngestReport,
+        directory: str,
+        pattern: str,
+        on_bad_file: str,
+        b: int,
+    ):
         self.spec, self.settings, self.m, self.report = spec, settings, m, report
         self.directory, self.pattern, self.on_bad_file, self.b = directory, pattern, on_bad_file, b
         self.excluded: set[str] = set()  # bad files the workers found (skip)
@@ -229,11 +285,17 @@ class _IngestRun:
         self.units: list = []
         self.committer: Committer | None = None
 
-    def run(self, prev: Run | None, kept_plan: list[PlanFile], new: list[Candidate],
-            first_bad: InputError | None) -> IngestReport:
+    def run(
+        self, prev: Run | None, kept_plan: list[PlanFile], new: list[Candidate], first_bad: InputError | None
+    ) -> IngestReport:
         while True:
-            plan = number_files(kept_plan, [c for c in new if c.name not in self.excluded], self.m, self.b,
-                                self.settings.layout.record_size)
+            plan = number_files(
+                kept_plan,
+                [c for c in new if c.name not in self.excluded],
+                self.m,
+                self.b,
+                self.settings.layout.record_size,
+            )
             self.start(prev, plan, len(kept_plan))
             got = self.attempt(plan)
             if got.retry is None:
@@ -248,8 +310,13 @@ class _IngestRun:
             run = prev
             runs.restart(run)
         else:
-            run = runs.new_run("ingest", source=f"{self.directory}/{self.pattern}", directory=self.directory,
-                             pattern=self.pattern, workers=settings.nworkers)
+            run = runs.new_run(
+                "ingest",
+                source=f"{self.directory}/{self.pattern}",
+                directory=self.directory,
+                pattern=self.pattern,
+                workers=settings.nworkers,
+            )
             run.update(batch_records=self.b, resumable=True, **settings.run_options())
             m.runs.append(run)
         run.update(plan=plan, first_seq=m.next_seq, first_record=m.next_record, workers=settings.nworkers)
@@ -261,12 +328,22 @@ class _IngestRun:
         if prev is not None:
             self.resume, keep = resume_points(self.spec, self.plan, run.pending or [])
             self.report.resumed_records = sum(e.count for e in keep)
-            log(progress, f"resuming ingest run {run.id}: {nkept} file(s) of its plan unchanged, "
-                f"{len(keep)} durable batches kept", run=run.id, event="resume")
+            log(
+                progress,
+                f"resuming ingest run {run.id}: {nkept} file(s) of its plan unchanged, "
+                f"{len(keep)} durable batches kept",
+                run=run.id,
+                event="resume",
+            )
         else:
             self.resume, keep = (), []
-        log(progress, f"ingest {len(plan)} file(s) from {self.directory} into {self.spec.uri}: run {run.id}",
-            run=run.id, files=[e.name for e in plan], event="start")
+        log(
+            progress,
+            f"ingest {len(plan)} file(s) from {self.directory} into {self.spec.uri}: run {run.id}",
+            run=run.id,
+            files=[e.name for e in plan],
+            event="start",
+        )
         self.units = [file_unit(e, self.b, run.id, self.directory) for e in plan]
         self.committer = Committer(self.spec.root, m, run, self.units, keep)
 
@@ -281,8 +358,9 @@ class _IngestRun:
         except BaseException as e:
             _collect(self.report, committer)
             if committer.complete:  # every file was committed before the error
-                log(settings.progress, f"run {run.id}: every file was committed before this error: {e}",
-                    level="warning")
+                log(
+                    settings.progress, f"run {run.id}: every file was committed before this error: {e}", level="warning"
+                )
                 return _Attempt(late=e)
             name, err = _bad_input(e, self.directory) if isinstance(e, WorkerError) else (None, None)
             if name is None or self.on_bad_file == "fail" or name in self.excluded:
@@ -298,8 +376,10 @@ class _IngestRun:
 
     def finished(self) -> str:
         report = self.report
-        return (f"run {self.run_record.id} had finished: {len(report.files)} file(s) ({report.records:,} "
-                "records) were committed")
+        return (
+            f"run {self.run_record.id} had finished: {len(report.files)} file(s) ({report.records:,} "
+            "records) were committed"
+        )
 
     def commit(self, got: _Attempt, first_bad: InputError | None) -> IngestReport:
         """Commit the files whose batches are all durable; record the run; the report."""
@@ -309,12 +389,24 @@ class _IngestRun:
             committer.finish(got.receipts)
             _collect(report, committer)
             if committer.stopped:
-                for u in units[committer.next:]:
-                    report.deferred.append({"name": u.name, "reason": committer.stopped if u is units[committer.next]
-                                            else "after a file that changed while being loaded; left for the next run"})
+                for u in units[committer.next :]:
+                    report.deferred.append(
+                        {
+                            "name": u.name,
+                            "reason": committer.stopped
+                            if u is units[committer.next]
+                            else "after a file that changed while being loaded; left for the next run",
+                        }
+                    )
             seconds = time.perf_counter() - self.settings.t_start
-            runs.finish(run, "done", seconds=round(seconds, 3), files=len(report.files),
-                        skipped=[s["name"] for s in report.skipped], deferred=[d["name"] for d in report.deferred])
+            runs.finish(
+                run,
+                "done",
+                seconds=round(seconds, 3),
+                files=len(report.files),
+                skipped=[s["name"] for s in report.skipped],
+                deferred=[d["name"] for d in report.deferred],
+            )
             if first_bad is not None:
                 runs.fail(run, first_bad)
                 run.drop("pending")
@@ -323,10 +415,17 @@ class _IngestRun:
         report.status = "failed" if first_bad is not None else "done"
         report.seconds = round(seconds, 4)
         report.mb_per_s = round(report.bytes / seconds / 1e6, 2) if seconds > 0 else 0.0
-        log(self.settings.progress, f"ingested {len(report.files)} file(s), {report.records:,} records of layout "
-            f"{self.settings.layout.name} into {self.spec.uri} (run {run.id})", run=run.id, stage="ingest",
-            layout=self.settings.layout.name, files=len(report.files),
-            records=report.records, event="done")
+        log(
+            self.settings.progress,
+            f"ingested {len(report.files)} file(s), {report.records:,} records of layout "
+            f"{self.settings.layout.name} into {self.spec.uri} (run {run.id})",
+            run=run.id,
+            stage="ingest",
+            layout=self.settings.layout.name,
+            files=len(report.files),
+            records=report.records,
+            event="done",
+        )
         if isinstance(got.late, KeyboardInterrupt):
             late = Interrupted.of(got.late)
             late.outcome = self.finished()
@@ -342,8 +441,10 @@ def _committed(report: IngestReport, committer: Committer) -> str:
     total = len(report.files) + len(committer.units) - committer.next
     if not report.files:
         return f"none of its {total} file(s) was committed; re-run the same command to resume"
-    return (f"{len(report.files)} of {total} file(s) ({report.records:,} records) were committed; re-run the "
-            "same command to load the rest")
+    return (
+        f"{len(report.files)} of {total} file(s) ({report.records:,} records) were committed; re-run the "
+        "same command to load the rest"
+    )
 
 
 def _collect(report: IngestReport, committer: Committer) -> None:
@@ -351,8 +452,9 @@ def _collect(report: IngestReport, committer: Committer) -> None:
     seen = {f["name"] for f in report.files}
     for u in committer.committed_units:
         if u.name not in seen:
-            report.files.append({"name": u.name, "records": u.records, "batches": u.nbatches,
-                                 "first_record": u.first_record})
+            report.files.append(
+                {"name": u.name, "records": u.records, "batches": u.nbatches, "first_record": u.first_record}
+            )
             report.records += u.records
             report.batches += u.nbatches
     if report.files:

@@ -75,8 +75,11 @@ def number_files(kept: list[PlanFile], new: list[Candidate], m: mf.Manifest, b: 
         seq, first = last.first_seq + -(-last.records // b), last.first_record + last.records
     for c in new:
         n = c.size // rs
-        plan.append(PlanFile(name=c.name, size=c.size, mtime_ns=c.mtime_ns, xxh3=c.xxh3, records=n,
-                             first_seq=seq, first_record=first))
+        plan.append(
+            PlanFile(
+                name=c.name, size=c.size, mtime_ns=c.mtime_ns, xxh3=c.xxh3, records=n, first_seq=seq, first_record=first
+            )
+        )
         seq += -(-n // b)
         first += n
     return plan
@@ -84,8 +87,7 @@ def number_files(kept: list[PlanFile], new: list[Candidate], m: mf.Manifest, b: 
 
 def segments_of(plan: list[PlanFile], directory: str) -> list[Segment]:
     """The plan's files as segments the workers read (one per file)."""
-    return [Segment(FileSource(os.path.join(directory, e.name)), e.records, e.first_seq, e.first_record)
-            for e in plan]
+    return [Segment(FileSource(os.path.join(directory, e.name)), e.records, e.first_seq, e.first_record) for e in plan]
 
 
 def file_unit(e: PlanFile, b: int, run_id: str, directory: str) -> Unit:
@@ -96,14 +98,23 @@ def file_unit(e: PlanFile, b: int, run_id: str, directory: str) -> Unit:
     def check(u: Unit) -> str | None:
         now = file_stat(path)
         if now != (e.size, e.mtime_ns):
-            return (f"{e.name} changed while it was being loaded (size {e.size} -> "
-                    f"{now[0] if now else 'gone'}); left for the next run")
+            return (
+                f"{e.name} changed while it was being loaded (size {e.size} -> "
+                f"{now[0] if now else 'gone'}); left for the next run"
+            )
         return None
 
     def on_commit(m: mf.Manifest, u: Unit) -> None:
-        m.files[e.name] = {"size": e.size, "mtime_ns": e.mtime_ns, "xxh3": e.xxh3, "records": e.records,
-                           "first_record": e.first_record, "first_seq": e.first_seq, "batches": u.nbatches,
-                           "run": run_id, "ingested": time.time()}
+        m.files[e.name] = {
+            "size": e.size,
+            "mtime_ns": e.mtime_ns,
+            "xxh3": e.xxh3,
+            "records": e.records,
+            "first_record": e.first_record,
+            "first_seq": e.first_seq,
+            "batches": u.nbatches,
+            "run": run_id,
+            "ingested": time.time(),
+        }
 
-    return Unit(e.name, e.first_seq, -(-e.records // b), e.first_record, e.records,
-                on_commit=on_commit, check=check)
+    return Unit(e.name, e.first_seq, -(-e.records // b), e.first_record, e.records, on_commit=on_commit, check=check)

@@ -111,14 +111,21 @@ def _sort_new(scan: Scan, c: Candidate, record_size: int) -> None:
     faults.hit("hashed")
     now = file_stat(c.path)
     if now is None:
-        scan.bad.append((c, SourceVanishedError(f"{c.path}: the file vanished while being read; "
-                                                "nothing from it was committed")))
+        scan.bad.append(
+            (c, SourceVanishedError(f"{c.path}: the file vanished while being read; nothing from it was committed"))
+        )
     elif now != (c.size, c.mtime_ns) or nread != c.size:
-        scan.deferred.append({"name": c.name, "reason": f"still being written (size {c.size} -> "
-                              f"{now[0]} bytes during this run); left for the next run"})
+        scan.deferred.append(
+            {
+                "name": c.name,
+                "reason": f"still being written (size {c.size} -> "
+                f"{now[0]} bytes during this run); left for the next run",
+            }
+        )
     elif c.size % record_size:
-        scan.bad.append((c, PartialRecordError(c.path, c.size - c.size % record_size, record_size,
-                                               c.size % record_size)))
+        scan.bad.append(
+            (c, PartialRecordError(c.path, c.size - c.size % record_size, record_size, c.size % record_size))
+        )
     else:
         scan.new.append(c)
 
@@ -139,10 +146,14 @@ def changed(c: Candidate, done: dict) -> ChangedInputError | None:
         what = f"its size changed ({done['size']} -> {c.size} bytes)"
     return ChangedInputError(
         f"{c.path}: this file was already ingested (run {done.get('run')}) but {what}; an ingested file "
-        "must not change - write new data to a new file name, or move this one away")
+        "must not change - write new data to a new file name, or move this one away"
+    )
 
 
 def listing_for(plan: list[PlanFile], directory: str, committed: set[str], excluded: set[str]) -> list[Candidate]:
     """The plan's files not yet committed, as candidates for a new plan (same identity)."""
-    return [Candidate(e.name, os.path.join(directory, e.name), e.size, e.mtime_ns, e.xxh3)
-            for e in plan if e.name not in committed and e.name not in excluded]
+    return [
+        Candidate(e.name, os.path.join(directory, e.name), e.size, e.mtime_ns, e.xxh3)
+        for e in plan
+        if e.name not in committed and e.name not in excluded
+    ]

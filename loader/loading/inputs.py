@@ -24,8 +24,8 @@ Pure planning: nothing here writes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from ..model import manifest as mf
 from ..model import runs
@@ -53,8 +53,15 @@ class InputsMatch:
         return sum(e["total"] for e in self.todo)
 
 
-def match_inputs(m: mf.Manifest | None, planned: SourcePlan, layout, *, new_run: bool,
-                 considered: Callable[[dict], bool], resumable: Callable[[dict], bool]) -> InputsMatch:
+def match_inputs(
+    m: mf.Manifest | None,
+    planned: SourcePlan,
+    layout,
+    *,
+    new_run: bool,
+    considered: Callable[[dict], bool],
+    resumable: Callable[[dict], bool],
+) -> InputsMatch:
     """Which of ``planned.parts`` a run loads (ChangedInputError: a file changed since
     it was loaded). ``considered(run)``: the runs that describe the dataset (a --replace
     build: its own); ``resumable(run)``: can an interrupted run be taken up again."""
@@ -69,7 +76,7 @@ def match_inputs(m: mf.Manifest | None, planned: SourcePlan, layout, *, new_run:
     resume = None if new_run or m is None else _interrupted(m, todo, considered, resumable)
     if resume is not None:
         rest = unloaded(resume)
-        todo = rest + todo[len(rest):]  # the resumed run's own entries, with their numbers
+        todo = rest + todo[len(rest) :]  # the resumed run's own entries, with their numbers
     return InputsMatch(todo, resume, loaded_by, loaded)
 
 
@@ -128,7 +135,7 @@ def start(run: Run, match: InputsMatch, b: int) -> None:
     """Record the inputs of ``run`` (a new run: numbered from its first seq; the resumed
     one: its own, then any further inputs numbered after them)."""
     mine = unloaded(run) if match.resume is run else []
-    more = [dict(e) for e in match.todo[len(mine):]]
+    more = [dict(e) for e in match.todo[len(mine) :]]
     if mine:
         last = mine[-1]
         number(more, last["first_seq"] + -(-last["total"] // b), last["first_record"] + last["total"], b)

@@ -15,8 +15,8 @@ values already checked (counts within bounds, a format the record kind can store
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ..kinds import kind_for
 from ..model.layouts import Layout

@@ -44,11 +44,24 @@ from .report import LoadReport
 from .run import load_locked
 
 
-def load(source, dataset: str, *, layout: str | None = None, format: str | None = None,
-         compression: str | None = None, shards: int | None = None, workers: int | None = None,
-         batch_records: int | None = None, progress: str = "none", stdin=None,
-         new_run: bool = False, replace: bool = False, checkpoint_seconds: float | None = None,
-         checkpoint_bytes: int | None = None, on_bad_file: str = "fail") -> LoadReport:
+def load(
+    source,
+    dataset: str,
+    *,
+    layout: str | None = None,
+    format: str | None = None,
+    compression: str | None = None,
+    shards: int | None = None,
+    workers: int | None = None,
+    batch_records: int | None = None,
+    progress: str = "none",
+    stdin=None,
+    new_run: bool = False,
+    replace: bool = False,
+    checkpoint_seconds: float | None = None,
+    checkpoint_bytes: int | None = None,
+    on_bad_file: str = "fail",
+) -> LoadReport:
     """Load the records of ``source`` into ``dataset``; returns the run's report.
 
     ``source``: a SOURCE string as the CLI's (gen://..., a file, ``-``), a source of
@@ -70,9 +83,18 @@ def load(source, dataset: str, *, layout: str | None = None, format: str | None 
     names the file and reason) or ``skip`` (the report lists skipped files).
     """
     t_start = time.perf_counter()
-    request = Request(format=format, compression=compression, shards=shards, workers=workers,
-                      batch_records=batch_records, progress=progress, checkpoint_seconds=checkpoint_seconds,
-                      checkpoint_bytes=checkpoint_bytes, fault=faults.from_env(), t_start=t_start)
+    request = Request(
+        format=format,
+        compression=compression,
+        shards=shards,
+        workers=workers,
+        batch_records=batch_records,
+        progress=progress,
+        checkpoint_seconds=checkpoint_seconds,
+        checkpoint_bytes=checkpoint_bytes,
+        fault=faults.from_env(),
+        t_start=t_start,
+    )
     named = parse_dataset_uri(dataset)
     spec = replaced_spec(named) if replace else named  # a symlink: the directory it names
     existing, given, src = _opened(source, spec, layout, replace, on_bad_file)
@@ -85,8 +107,9 @@ def load(source, dataset: str, *, layout: str | None = None, format: str | None 
     return report
 
 
-def _opened(source, spec: StoreSpec, layout: str | None, replace: bool,
-            on_bad_file: str) -> tuple[mf.Manifest | None, Layout | None, Source]:
+def _opened(
+    source, spec: StoreSpec, layout: str | None, replace: bool, on_bad_file: str
+) -> tuple[mf.Manifest | None, Layout | None, Source]:
     """(the dataset's manifest or None, the layout asked for, the source: to close)."""
     existing = existing_manifest(spec.root, replace, spec.uri)
     refs = _refs(source)
@@ -94,8 +117,17 @@ def _opened(source, spec: StoreSpec, layout: str | None, replace: bool,
     return existing, given, _source(source, refs, given, on_bad_file)
 
 
-def _load(src: Source, spec: StoreSpec, existing: mf.Manifest | None, request: Request, given: Layout | None, *,
-          new_run: bool, stdin, replace: bool) -> LoadReport:
+def _load(
+    src: Source,
+    spec: StoreSpec,
+    existing: mf.Manifest | None,
+    request: Request,
+    given: Layout | None,
+    *,
+    new_run: bool,
+    stdin,
+    replace: bool,
+) -> LoadReport:
     settings, spec, planned = _plan(src, spec, existing, request, given)
     if not planned.source.replayable or planned.source.local_only:  # before anything is written
         executors.require_local("a stream (stdin, a FIFO, an iterable) or an in-memory object")
@@ -133,8 +165,12 @@ def _given_layout(refs: list[str] | None, layout: str | None, existing: mf.Manif
     into it (no layout is given then)."""
     if layout:
         return get_layout(layout)
-    if refs is not None and existing is not None and existing.layout.get("variable_length") \
-            and not any(r.startswith("gen://") for r in refs):
+    if (
+        refs is not None
+        and existing is not None
+        and existing.layout.get("variable_length")
+        and not any(r.startswith("gen://") for r in refs)
+    ):
         return existing.layout_obj  # a directory into a docs dataset
     return None
 
@@ -147,8 +183,9 @@ def _source(source, refs: list[str] | None, given: Layout | None, on_bad_file: s
     return parse_sources(refs, given, on_bad_file)
 
 
-def _plan(src: Source, spec: StoreSpec, existing: mf.Manifest | None, request: Request,
-          given: Layout | None) -> tuple[RunSettings, StoreSpec, SourcePlan]:
+def _plan(
+    src: Source, spec: StoreSpec, existing: mf.Manifest | None, request: Request, given: Layout | None
+) -> tuple[RunSettings, StoreSpec, SourcePlan]:
     """Resolve the layout and the options, plan the source: count it (a partial trailing
     record fails here, before any write), fingerprint it, list a directory. The layout:
     the one given, the source's (gen://LAYOUT, a typed file's schema, checked), the
@@ -157,8 +194,9 @@ def _plan(src: Source, spec: StoreSpec, existing: mf.Manifest | None, request: R
     return settings, spec, src.plan(settings.layout)
 
 
-def _settings(src: Source, spec: StoreSpec, existing: mf.Manifest | None, request: Request,
-              given: Layout | None) -> tuple[RunSettings, StoreSpec]:
+def _settings(
+    src: Source, spec: StoreSpec, existing: mf.Manifest | None, request: Request, given: Layout | None
+) -> tuple[RunSettings, StoreSpec]:
     """The run's settings (layout, options, checkpoints), checked; nothing is read but the
     source's layout."""
     dataset_layout = existing.layout_obj if existing is not None and existing.batches else None
@@ -168,15 +206,31 @@ def _settings(src: Source, spec: StoreSpec, existing: mf.Manifest | None, reques
     return dataclasses.replace(settings, checkpoints=checkpoints), spec
 
 
-def check(source, dataset: str, *, layout: str | None = None, format: str | None = None,
-          compression: str | None = None, shards: int | None = None, workers: int | None = None,
-          batch_records: int | None = None, checkpoint_seconds: float | None = None,
-          replace: bool = False, on_bad_file: str = "fail") -> RunSettings:
+def check(
+    source,
+    dataset: str,
+    *,
+    layout: str | None = None,
+    format: str | None = None,
+    compression: str | None = None,
+    shards: int | None = None,
+    workers: int | None = None,
+    batch_records: int | None = None,
+    checkpoint_seconds: float | None = None,
+    replace: bool = False,
+    on_bad_file: str = "fail",
+) -> RunSettings:
     """What `load` checks before it writes, without loading: the settings the run would
     have, or the error the load would raise (a pipeline checks its [load] with it before
     its first step: api/pipeline_check.py)."""
-    request = Request(format=format, compression=compression, shards=shards, workers=workers,
-                      batch_records=batch_records, checkpoint_seconds=checkpoint_seconds)
+    request = Request(
+        format=format,
+        compression=compression,
+        shards=shards,
+        workers=workers,
+        batch_records=batch_records,
+        checkpoint_seconds=checkpoint_seconds,
+    )
     spec = parse_dataset_uri(dataset)  # a symlink is read through (replaced_spec writes: not here)
     existing, given, src = _opened(source, spec, layout, replace, on_bad_file)
     try:
@@ -207,19 +261,22 @@ def _check_space(spec: StoreSpec, existing: mf.Manifest | None, job: LoadJob) ->
     todo = planned.total or 0
     if planned.parts:
         try:
-            found = match_inputs(m, planned, kind.layout, new_run=job.new_run, considered=lambda r: True,
-                                 resumable=lambda r: True)
+            found = match_inputs(
+                m, planned, kind.layout, new_run=job.new_run, considered=lambda r: True, resumable=lambda r: True
+            )
             todo, prev = found.total, found.resume
         except BulkloadError:
             pass  # refused under the lock, with its own message
     elif src.by_extent and m is not None:
         try:
-            fplan = plan_file_run(m, src, kind.layout, new_run=job.new_run, considered=lambda r: True,
-                                  resumable=lambda r: True)
+            fplan = plan_file_run(
+                m, src, kind.layout, new_run=job.new_run, considered=lambda r: True, resumable=lambda r: True
+            )
             todo, prev = fplan.count, fplan.prev if fplan.status == "resume" else None
         except BulkloadError:
             pass  # refused under the lock, with its own message
     if prev is not None:
         todo = 0 if prev.status == "done" else todo - sum(e.count for e in pending_entries(prev.pending))
-    space.check_space(spec.root, kind.min_stored_bytes(src, todo),
-                      f"loading {todo:,} records of {src.uri} into {spec.uri}")
+    space.check_space(
+        spec.root, kind.min_stored_bytes(src, todo), f"loading {todo:,} records of {src.uri} into {spec.uri}"
+    )

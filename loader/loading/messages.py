@@ -59,7 +59,7 @@ class StageTimes:
     write_s: float = 0.0
     sync_s: float = 0.0
 
-    def rounded(self, digits: int) -> "StageTimes":
+    def rounded(self, digits: int) -> StageTimes:
         return StageTimes(*(round(getattr(self, s), digits) for s in STAGES))
 
 

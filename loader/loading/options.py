@@ -70,12 +70,14 @@ def prepare_root(spec: StoreSpec) -> bool:
     if os.path.exists(parent) and not os.path.isdir(parent):
         raise UsageError(f"{parent} is not a directory (needed for dataset {spec.uri})")
     if not os.path.isdir(parent):
-        raise MissingPathError(f"directory {parent} does not exist (needed for dataset {spec.uri}); "
-                               f"create it first: mkdir -p {parent}")
+        raise MissingPathError(
+            f"directory {parent} does not exist (needed for dataset {spec.uri}); create it first: mkdir -p {parent}"
+        )
     created = not os.path.isdir(spec.root) and _make_root(spec, parent)
     if not os.access(spec.root, os.W_OK):
-        raise NotWritableError(f"dataset directory {spec.root} is not writable; fix its permissions "
-                               "or choose another location")
+        raise NotWritableError(
+            f"dataset directory {spec.root} is not writable; fix its permissions or choose another location"
+        )
     return created
 
 
@@ -87,15 +89,15 @@ def _make_root(spec: StoreSpec, parent: str) -> bool:
         os.mkdir(spec.root)
         return True
     except PermissionError:
-        raise NotWritableError(f"cannot create dataset {spec.uri}: directory {parent} is not writable; "
-                               "choose a writable location") from None
+        raise NotWritableError(
+            f"cannot create dataset {spec.uri}: directory {parent} is not writable; choose a writable location"
+        ) from None
     except FileExistsError:
         if os.path.isdir(spec.root):
             return False
         raise UsageError(f"dataset path {spec.root} exists and is not a directory") from None
     except OSError as e:
-        raise NotWritableError(f"cannot create dataset {spec.uri}: {e.strerror}; "
-                               "choose a writable location") from None
+        raise NotWritableError(f"cannot create dataset {spec.uri}: {e.strerror}; choose a writable location") from None
 
 
 def check_compatible(m: mf.Manifest, spec: StoreSpec, settings: RunSettings) -> None:
@@ -107,8 +109,10 @@ def check_compatible(m: mf.Manifest, spec: StoreSpec, settings: RunSettings) -> 
     if m.layout["name"] != layout.name:
         wrong.append(f"layout {m.layout['name']!r} (not {layout.name!r})")
     elif m.layout["fields"] != layout.to_dict()["fields"]:  # e.g. a user's layout file named like a built-in
-        wrong.append(f"layout {m.layout['name']!r} whose {fields_difference(m.layout['fields'], layout.fields)} "
-                     f"as in the other layout named {layout.name!r} that this load uses")
+        wrong.append(
+            f"layout {m.layout['name']!r} whose {fields_difference(m.layout['fields'], layout.fields)} "
+            f"as in the other layout named {layout.name!r} that this load uses"
+        )
     if m.format != settings.format:
         wrong.append(f"format {m.format!r} (not {settings.format!r})")
     if m.compression != settings.compression:
@@ -119,13 +123,15 @@ def check_compatible(m: mf.Manifest, spec: StoreSpec, settings: RunSettings) -> 
         wrong.append(f"store {m.scheme} (not {spec.scheme})")
     if wrong:
         raise DatasetMismatchError(
-            f"dataset {spec.uri} already holds records with " + ", ".join(wrong)
+            f"dataset {spec.uri} already holds records with "
+            + ", ".join(wrong)
             + "; load into a new dataset, or drop the conflicting option to append"
         )
 
 
-def resolve_options(spec: StoreSpec, existing: mf.Manifest | None, layout: Layout | None,
-                    request: Request) -> tuple[RunSettings, StoreSpec]:
+def resolve_options(
+    spec: StoreSpec, existing: mf.Manifest | None, layout: Layout | None, request: Request
+) -> tuple[RunSettings, StoreSpec]:
     """explicit > URI > existing dataset > defaults: the run's settings (their checkpoint
     interval left to the caller: `checkpoint_settings`) and the dataset spec with its shards."""
     if layout is None:
@@ -141,22 +147,38 @@ def resolve_options(spec: StoreSpec, existing: mf.Manifest | None, layout: Layou
     kind.check(layout, fmt, comp)  # rejects unsupported combinations
     shards = check_count("--shards", request.shards, 1, MAX_SHARDS)
     workers = check_count("--workers", request.workers, 1, MAX_WORKERS)
-    batch_records = check_count("--batch-records", request.batch_records, 1,
-                                kind_for(layout, fmt, comp).max_batch_records())
+    batch_records = check_count(
+        "--batch-records", request.batch_records, 1, kind_for(layout, fmt, comp).max_batch_records()
+    )
     if shards is not None and spec.shards is not None and shards != spec.shards:
         raise UsageError(f"--shards {shards} contradicts ?shards={spec.shards} in {spec.uri}")
     k = shards or spec.shards or (existing.shards if has else None) or min(default_workers(), MAX_SHARDS)
     b = batch_records if batch_records is not None else (existing.batch_records if has else DEFAULT_BATCH_RECORDS)
-    settings = RunSettings(layout=layout, format=fmt, compression=comp, shards=k,
-                           workers=default_workers() if workers is None else workers,
-                           workers_given=workers is not None, batch_records=b,
-                           batch_records_given=batch_records is not None, progress=request.progress,
-                           fault=request.fault, t_start=request.t_start)
+    settings = RunSettings(
+        layout=layout,
+        format=fmt,
+        compression=comp,
+        shards=k,
+        workers=default_workers() if workers is None else workers,
+        workers_given=workers is not None,
+        batch_records=b,
+        batch_records_given=batch_records is not None,
+        progress=request.progress,
+        fault=request.fault,
+        t_start=request.t_start,
+    )
     return settings, spec.with_shards(k)
 
 
 def fresh_manifest(m: mf.Manifest | None, spec: StoreSpec, settings: RunSettings, batch_records: int) -> mf.Manifest:
     """A manifest for an empty dataset with these options (keeping its id and history)."""
     keep = {"runs": m.runs, "dataset_id": m.dataset_id, "created": m.created, "extra": m.extra} if m else {}
-    return mf.Manifest(layout=settings.layout.to_dict(), format=settings.format, compression=settings.compression,
-                       scheme=spec.scheme, shards=settings.shards, batch_records=batch_records, **keep)
+    return mf.Manifest(
+        layout=settings.layout.to_dict(),
+        format=settings.format,
+        compression=settings.compression,
+        scheme=spec.scheme,
+        shards=settings.shards,
+        batch_records=batch_records,
+        **keep,
+    )

@@ -76,8 +76,7 @@ class Plan:
     def shard_seqs(self, shard: int):
         """The seqs of the batches on ``shard``, ascending."""
         for seg in self.segments:
-            yield from shard_seqs(seg.first_seq, seg.first_seq + seg.nbatches(self.batch_records), shard,
-                                  self.nshards)
+            yield from shard_seqs(seg.first_seq, seg.first_seq + seg.nbatches(self.batch_records), shard, self.nshards)
 
     def records_from(self, resume: tuple) -> int:
         """Records of the batches at or above each shard's resume seq (``()``: all)."""

@@ -81,8 +81,13 @@ def load_replacing(spec: StoreSpec, m: mf.Manifest | None, job: LoadJob) -> Load
         swap_in(sib.root, spec.root)
         discard_build(sib.root)  # the old dataset
     report.dataset = spec.uri
-    log(job.settings.progress, f"replaced {spec.uri}: it now holds {report.records:,} records", dataset=spec.uri,
-        run=report.run_id, event="replaced")
+    log(
+        job.settings.progress,
+        f"replaced {spec.uri}: it now holds {report.records:,} records",
+        dataset=spec.uri,
+        run=report.run_id,
+        event="replaced",
+    )
     return report
 
 
@@ -91,9 +96,14 @@ def _resumable_build(sm: mf.Manifest, job: LoadJob, old_id: str | None) -> bool:
     replacing the same dataset)? Else it is built again."""
     r = sm.runs[-1] if sm.runs else None
     planned = job.planned
-    return bool(r and part_of_build(r, old_id) and r.source == planned.uri
-                and r.fingerprint == planned.fingerprint and planned.fingerprint is not None
-                and not job.new_run)
+    return bool(
+        r
+        and part_of_build(r, old_id)
+        and r.source == planned.uri
+        and r.fingerprint == planned.fingerprint
+        and planned.fingerprint is not None
+        and not job.new_run
+    )
 
 
 def swap_in(new_root: str, root: str) -> None:

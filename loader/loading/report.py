@@ -85,7 +85,8 @@ class RunOutput:
     def peak_rss(self) -> int:
         """The coordinator's peak resident set plus every worker process's."""
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 + sum(
-            rc.max_rss for rc in self.receipts if rc.pid != os.getpid())
+            rc.max_rss for rc in self.receipts if rc.pid != os.getpid()
+        )
 
 
 def records_of(entries) -> int:
@@ -98,8 +99,16 @@ def text_bytes_of(entries) -> int:
     return sum(e.text_bytes or 0 for e in entries)
 
 
-def make_report(spec: StoreSpec, settings: RunSettings, run: Run, output: RunOutput, *, source: str,
-                status: str = "loaded", records: int | None = None) -> LoadReport:
+def make_report(
+    spec: StoreSpec,
+    settings: RunSettings,
+    run: Run,
+    output: RunOutput,
+    *,
+    source: str,
+    status: str = "loaded",
+    records: int | None = None,
+) -> LoadReport:
     """The report of ``run``; ``records``: the run's own figure (a run that had nothing to
     do reports what its earlier attempt committed), else counted from ``output``."""
     seconds = time.perf_counter() - settings.t_start
@@ -115,15 +124,28 @@ def make_report(spec: StoreSpec, settings: RunSettings, run: Run, output: RunOut
         rs = settings.layout.record_size
         wbytes, nbytes = nwritten * rs, nrec * rs
     return LoadReport(
-        dataset=spec.uri, source=source, run_id=run.id, records=nrec, bytes=nbytes,
+        dataset=spec.uri,
+        source=source,
+        run_id=run.id,
+        records=nrec,
+        bytes=nbytes,
         stored_bytes=sum(e.nbytes for e in written) + sum(e.nbytes for e in keep),
-        batches=len(written) + len(keep) if status != "already-loaded" else 0, shards=settings.shards,
-        workers=output.nworkers, seconds=round(seconds, 4),
+        batches=len(written) + len(keep) if status != "already-loaded" else 0,
+        shards=settings.shards,
+        workers=output.nworkers,
+        seconds=round(seconds, 4),
         records_per_s=round(nwritten / seconds, 1) if seconds > 0 else 0.0,
-        mb_per_s=round(wbytes / seconds / 1e6, 2) if seconds > 0 else 0.0, format=settings.format,
-        compression=settings.compression, layout=settings.layout.name, stages=stage_figures(output.receipts),
-        peak_rss_bytes=output.peak_rss(), status=status, written_records=nwritten,
-        resumed_records=records_of(keep), map_grows=output.map_grows, in_process=output.in_process,
+        mb_per_s=round(wbytes / seconds / 1e6, 2) if seconds > 0 else 0.0,
+        format=settings.format,
+        compression=settings.compression,
+        layout=settings.layout.name,
+        stages=stage_figures(output.receipts),
+        peak_rss_bytes=output.peak_rss(),
+        status=status,
+        written_records=nwritten,
+        resumed_records=records_of(keep),
+        map_grows=output.map_grows,
+        in_process=output.in_process,
     )
 
 

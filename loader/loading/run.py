@@ -68,9 +68,14 @@ def load_locked(spec: StoreSpec, m: mf.Manifest | None, job: LoadJob) -> LoadRep
         src = job.planned.source
         if job.replace:  # built completely before a crash, never swapped in: just swap
             return make_report(spec, settings, prev, RunOutput(), source=src.uri, records=prev.records or 0)
-        log(settings.progress, f"nothing to do: {src.uri} was already loaded into {spec.uri} by run {prev.id} "
+        log(
+            settings.progress,
+            f"nothing to do: {src.uri} was already loaded into {spec.uri} by run {prev.id} "
             f"({prev.records or 0:,} records); use --new-run to load it again",
-            run=prev.id, source=src.uri, event="already-loaded")
+            run=prev.id,
+            source=src.uri,
+            event="already-loaded",
+        )
         return make_report(spec, settings, prev, RunOutput(), source=src.uri, status="already-loaded")
     return _LoadRun(spec, m, job, match).run()
 
@@ -79,16 +84,27 @@ def match_previous(m: mf.Manifest | None, job: LoadJob) -> Match:
     """The run of the dataset this job's source continues (to resume, or already done)."""
     planned, settings = job.planned, job.settings
     src = planned.source
-    considered = lambda r: not job.replace or part_of_build(r, job.replaces)  # noqa: E731
+    considered = lambda r: not job.replace or part_of_build(r, job.replaces)
     if planned.parts and planned.source.replayable:
         return _match_inputs(m, job, considered)
     if src.by_extent and job.mode == "load":
-        fplan = plan_file_run(m, src, settings.layout, new_run=job.new_run, considered=considered,
-                              resumable=lambda r: runs.load_resumable(m, r, **settings.run_options()))
+        fplan = plan_file_run(
+            m,
+            src,
+            settings.layout,
+            new_run=job.new_run,
+            considered=considered,
+            resumable=lambda r: runs.load_resumable(m, r, **settings.run_options()),
+        )
         if fplan.status == "appended":
-            log(settings.progress, f"{src.uri} grew since run {fplan.prev.id} loaded its first {fplan.offset:,} "
-                f"records: loading the {fplan.count:,} new ones", run=fplan.prev.id, source=src.uri,
-                event="appended")
+            log(
+                settings.progress,
+                f"{src.uri} grew since run {fplan.prev.id} loaded its first {fplan.offset:,} "
+                f"records: loading the {fplan.count:,} new ones",
+                run=fplan.prev.id,
+                source=src.uri,
+                event="appended",
+            )
         prev = fplan.prev if fplan.status in ("resume", "already-loaded") else None
         return Match(prev, fplan.count, fplan.fingerprint, fplan)
     if m is None:
@@ -108,12 +124,22 @@ def _match_inputs(m: mf.Manifest | None, job: LoadJob, considered) -> Match:
     """Several inputs: those the run loads (inputs.py); all of them loaded before: the
     match of an "already loaded" run."""
     settings = job.settings
-    found = inputs.match_inputs(m, job.planned, settings.layout, new_run=job.new_run, considered=considered,
-                                resumable=lambda r: resumable_inputs(m, r, settings))
+    found = inputs.match_inputs(
+        m,
+        job.planned,
+        settings.layout,
+        new_run=job.new_run,
+        considered=considered,
+        resumable=lambda r: resumable_inputs(m, r, settings),
+    )
     if found.loaded_by and found.todo:
-        log(settings.progress, f"{len(found.loaded_by)} of the {len(job.planned.parts)} inputs were already loaded "
+        log(
+            settings.progress,
+            f"{len(found.loaded_by)} of the {len(job.planned.parts)} inputs were already loaded "
             f"(by run {', '.join(sorted(set(found.loaded_by)))}): loading the other {len(found.todo)}",
-            event="already-loaded-inputs", runs=sorted(set(found.loaded_by)))
+            event="already-loaded-inputs",
+            runs=sorted(set(found.loaded_by)),
+        )
     prev = found.resume
     if not found.todo:  # every input was loaded before
         prev = Run(id=found.loaded_by[-1], kind="load", status="done", records=found.loaded_records)
@@ -123,8 +149,12 @@ def _match_inputs(m: mf.Manifest | None, job: LoadJob, considered) -> Match:
 def resumable_inputs(m: mf.Manifest, run: Run, settings) -> bool:
     """Can this unfinished run of several inputs be taken up again (where its committed
     inputs end: inputs.py checks that)?"""
-    return (run.status in runs.UNFINISHED and bool(run.resumable)
-            and runs.options_match(run, **settings.run_options()) and not runs.compacted_since(m, run))
+    return (
+        run.status in runs.UNFINISHED
+        and bool(run.resumable)
+        and runs.options_match(run, **settings.run_options())
+        and not runs.compacted_since(m, run)
+    )
 
 
 class _LoadRun:
@@ -150,12 +180,19 @@ class _LoadRun:
         """``prev`` if this job resumes it (logging a batch size it keeps), else None."""
         settings = self.settings
         checked = self.match.inputs is not None  # several inputs: inputs.match_inputs checked it
-        if prev is None or self.job.new_run or m is None or not (
-                checked or runs.load_resumable(m, prev, **settings.run_options())):
+        if (
+            prev is None
+            or self.job.new_run
+            or m is None
+            or not (checked or runs.load_resumable(m, prev, **settings.run_options()))
+        ):
             return None
         if settings.batch_records_given and prev.batch_records != settings.batch_records:
-            log(settings.progress, f"resuming run {prev.id} with its batch size {prev.batch_records} "
-                f"(not --batch-records {settings.batch_records}); use --new-run to start over with another size")
+            log(
+                settings.progress,
+                f"resuming run {prev.id} with its batch size {prev.batch_records} "
+                f"(not --batch-records {settings.batch_records}); use --new-run to start over with another size",
+            )
         return prev
 
     def _start_record(self) -> Run:
@@ -167,8 +204,14 @@ class _LoadRun:
         else:
             src, fplan = self.planned.source, self.match.file_plan
             run = runs.new_run(job.mode, source=src.uri, fingerprint=self.match.fingerprint, workers=None)
-            run.update(first_seq=m.next_seq, first_record=m.next_record, total=self.total, batch_records=self.b,
-                       resumable=self.match.fingerprint is not None, **self.settings.run_options())
+            run.update(
+                first_seq=m.next_seq,
+                first_record=m.next_record,
+                total=self.total,
+                batch_records=self.b,
+                resumable=self.match.fingerprint is not None,
+                **self.settings.run_options(),
+            )
             if fplan is not None:
                 run.source_offset = fplan.offset
             if job.replace:
@@ -178,8 +221,12 @@ class _LoadRun:
             inputs.start(run, self.match.inputs, self.b)
         gone = runs.supersede(m, run, by=run.id)
         if gone:
-            log(self.settings.progress, f"discarding the unfinished run(s) {', '.join(gone)}: their pending batches "
-                "are overwritten by this run", superseded=gone)
+            log(
+                self.settings.progress,
+                f"discarding the unfinished run(s) {', '.join(gone)}: their pending batches "
+                "are overwritten by this run",
+                superseded=gone,
+            )
         run.workers = self.settings.nworkers
         if self.skipped:
             run.skipped = self.skipped
@@ -209,8 +256,15 @@ class _LoadRun:
         resume, keep = self._resume_points(plan)
         committer = Committer(self.spec.root, self.m, run, self._units(), keep, record_pending=not self.stream)
         run.records, run.batches = 0, 0
-        work = Work(settings, plan, settings.nworkers, self.job.mode, resume, self.table,
-                    self.kind.store_options(self.spec.scheme))
+        work = Work(
+            settings,
+            plan,
+            settings.nworkers,
+            self.job.mode,
+            resume,
+            self.table,
+            self.kind.store_options(self.spec.scheme),
+        )
         late = None  # an error after every batch was committed
         try:
             committer.save()
@@ -220,8 +274,7 @@ class _LoadRun:
                 raise self._stopped(e, committer, self._outcome(committer)) from None
             # everything was committed (at checkpoints) before this error, e.g. a worker died after
             # its last one: the run is done; only its figures are incomplete
-            log(settings.progress, f"run {run.id}: every batch was committed before this error: {e}",
-                level="warning")
+            log(settings.progress, f"run {run.id}: every batch was committed before this error: {e}", level="warning")
             receipts, late = [], e
         with interrupts.held(self._finished):  # the commit is written whole; a stop signal waits for it
             report = self._commit(committer, RunOutput(tuple(receipts), tuple(keep), settings.nworkers))
@@ -237,9 +290,16 @@ class _LoadRun:
         run = self.run_record
         if self.match.inputs is not None:
             return inputs.unloaded(run)
-        return [{"source": self.src.uri, "fingerprint": run.fingerprint, "total": self.total,
-                 "source_offset": run.source_offset or 0, "first_seq": run.first_seq,
-                 "first_record": run.first_record}]
+        return [
+            {
+                "source": self.src.uri,
+                "fingerprint": run.fingerprint,
+                "total": self.total,
+                "source_offset": run.source_offset or 0,
+                "first_seq": run.first_seq,
+                "first_record": run.first_record,
+            }
+        ]
 
     def _part(self, entry: dict):
         """The source an entry of `_entries` reads."""
@@ -251,24 +311,38 @@ class _LoadRun:
         """One segment per entry; the plan starts where the first one does (a resumed run of
         several inputs: after those it committed)."""
         entries = [] if self.stream else self._entries()
-        segments = tuple(Segment(self._part(e), e["total"], e["first_seq"], e["first_record"],
-                                 offset=e["source_offset"]) for e in entries)
+        segments = tuple(
+            Segment(self._part(e), e["total"], e["first_seq"], e["first_record"], offset=e["source_offset"])
+            for e in entries
+        )
         run = self.run_record
-        first_seq, first_record = ((entries[0]["first_seq"], entries[0]["first_record"]) if entries
-                                   else (run.first_seq, run.first_record))
+        first_seq, first_record = (
+            (entries[0]["first_seq"], entries[0]["first_record"]) if entries else (run.first_seq, run.first_record)
+        )
         return Plan(segments, self.b, self.settings.shards, first_seq, first_record)
 
     def _resume_points(self, plan: Plan) -> tuple[tuple, list]:
         run, progress = self.run_record, self.settings.progress
         if self.resume is None:
-            log(progress, f"{self.job.mode} {self.src.uri} into {self.spec.uri}: run {run.id}", run=run.id,
-                source=self.src.uri, event="start")
+            log(
+                progress,
+                f"{self.job.mode} {self.src.uri} into {self.spec.uri}: run {run.id}",
+                run=run.id,
+                source=self.src.uri,
+                event="start",
+            )
             return (), []
         resume, keep = resume_points(self.spec, plan, run.pending or [], self.kind)
         kept = sum(e.count for e in keep)
-        log(progress, f"resuming run {run.id} of {self.src.uri}: {len(keep):,} batches ({kept:,} records) "
-            f"already durable are kept, {self.total - kept:,} records to load", run=run.id,
-            kept_batches=len(keep), kept_records=kept, event="resume")
+        log(
+            progress,
+            f"resuming run {run.id} of {self.src.uri}: {len(keep):,} batches ({kept:,} records) "
+            f"already durable are kept, {self.total - kept:,} records to load",
+            run=run.id,
+            kept_batches=len(keep),
+            kept_records=kept,
+            event="resume",
+        )
         return resume, keep
 
     def _units(self) -> list[Unit]:
@@ -291,16 +365,24 @@ class _LoadRun:
         def check(unit: Unit) -> str | None:
             return changed_while_loading(part, layout, entry["fingerprint"], end)
 
-        return Unit(entry["source"], entry["first_seq"], -(-entry["total"] // self.b), entry["first_record"],
-                    entry["total"], on_commit=on_commit, check=check if part.by_extent and job.mode == "load" else None)
+        return Unit(
+            entry["source"],
+            entry["first_seq"],
+            -(-entry["total"] // self.b),
+            entry["first_record"],
+            entry["total"],
+            on_commit=on_commit,
+            check=check if part.by_extent and job.mode == "load" else None,
+        )
 
     def _execute(self, committer: Committer, work: Work) -> list:
         if not self.stream:
             return execute(self.spec, self.m, committer, work)
         receipts, self.total = execute_stream(self.spec, self.m, committer, work, self.src, self.job.stdin)
         run = self.run_record
-        committer.units = [Unit(self.src.uri, run.first_seq, sum(len(rc.batches) for rc in receipts),
-                                run.first_record, self.total)]
+        committer.units = [
+            Unit(self.src.uri, run.first_seq, sum(len(rc.batches) for rc in receipts), run.first_record, self.total)
+        ]
         run.total = self.total
         return receipts
 
@@ -308,8 +390,11 @@ class _LoadRun:
         """What of the run was committed when it stopped, and what to do."""
         if self.match.inputs is not None:
             return inputs.outcome(committer.next, len(committer.units))
-        return ("nothing from this run was committed; " + ("a stream cannot be replayed: re-run the whole "
-                "producer pipeline" if self.stream else "re-run the same command to resume it"))
+        return "nothing from this run was committed; " + (
+            "a stream cannot be replayed: re-run the whole producer pipeline"
+            if self.stream
+            else "re-run the same command to resume it"
+        )
 
     def _finished(self) -> str:
         run = self.run_record
@@ -338,9 +423,11 @@ class _LoadRun:
             raise self._stopped(e, committer, self._outcome(committer)) from None
         if committer.stopped:  # a file changed while it was loaded: its batches are not kept
             run.pending, run.resumable = [], False
-            outcome = (inputs.outcome(committer.next, len(committer.units), rest="load the rest as it is now")
-                       if self.match.inputs is not None else
-                       "nothing from this run was committed; re-run the same command to load the file as it is now")
+            outcome = (
+                inputs.outcome(committer.next, len(committer.units), rest="load the rest as it is now")
+                if self.match.inputs is not None
+                else "nothing from this run was committed; re-run the same command to load the file as it is now"
+            )
             raise self._stopped(ChangedInputError(f"{committer.stopped}; {outcome}"), committer, outcome) from None
         if committer.next < len(committer.units):  # cannot happen: every batch has a receipt
             raise WorkerError("the workers did not write every planned batch; nothing was committed")
@@ -354,17 +441,36 @@ class _LoadRun:
         if skipped:
             run.skipped = skipped
             for f in skipped:
-                log(settings.progress, f"skipped bad file {f['path']}: {f['reason']}", level="warning",
-                    file=f["path"], event="skipped")
+                log(
+                    settings.progress,
+                    f"skipped bad file {f['path']}: {f['reason']}",
+                    level="warning",
+                    file=f["path"],
+                    event="skipped",
+                )
         if self.kind.keyed:
             run.text_bytes = text_bytes_of(output.written + list(output.keep))
-        runs.finish(run, "done", seconds=round(seconds, 3), written_records=records_of(output.written),
-                    kept_records=records_of(output.keep), map_grows=output.map_grows)
+        runs.finish(
+            run,
+            "done",
+            seconds=round(seconds, 3),
+            written_records=records_of(output.written),
+            kept_records=records_of(output.keep),
+            map_grows=output.map_grows,
+        )
         src.committed()  # e.g. a directory's plan file is removed
         self.m.save(self.spec.root)
-        log(settings.progress, f"loaded {run.records:,} records of layout {settings.layout.name} from {src.uri} into "
-            f"{self.spec.uri} (run {run.id})", run=run.id, stage="load", layout=settings.layout.name,
-            records=run.records, seconds=round(seconds, 3), event="done")
+        log(
+            settings.progress,
+            f"loaded {run.records:,} records of layout {settings.layout.name} from {src.uri} into "
+            f"{self.spec.uri} (run {run.id})",
+            run=run.id,
+            stage="load",
+            layout=settings.layout.name,
+            records=run.records,
+            seconds=round(seconds, 3),
+            event="done",
+        )
         report = make_report(self.spec, settings, run, output, source=src.uri, status=self._status())
         report.skipped = skipped
         return report

@@ -47,7 +47,7 @@ class SharedSlots:
 
     def view(self, slot: int, nbytes: int | None = None) -> memoryview:
         start = slot * self.slot_bytes
-        return memoryview(self.map)[start:start + (self.slot_bytes if nbytes is None else nbytes)]
+        return memoryview(self.map)[start : start + (self.slot_bytes if nbytes is None else nbytes)]
 
     def close(self) -> None:
         try:
@@ -70,6 +70,7 @@ def _attach(dup, nslots: int, slot_bytes: int) -> SharedSlots:
 
 
 # --- the worker -----------------------------------------------------------------------------
+
 
 def received_batches(inbox, slots: SharedSlots, record_size: int, ser, outbox, times: StageTimes):
     """(seq, first, count, (buf, records)) of each batch the feeder hands this worker (a

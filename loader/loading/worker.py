@@ -131,7 +131,7 @@ class _Producer:
         self.stopped = False
         self.thread = TaskThread(self._produce)
 
-    def __enter__(self) -> "_Producer":
+    def __enter__(self) -> _Producer:
         try:
             self.thread.start()
         except BaseException:  # a stop right after the start: the thread must end too
@@ -204,9 +204,11 @@ class _WriteStage:
         t = time.perf_counter()
         s = seq % self.nshards
         # keyed: may write the shard's zstd dictionary (first batch) - a store write
-        items, row, _nbytes, bad = guard_write(
-            self.spec, s, lambda: self.writer.encode(seq, first, count, payload, s, stores[s])
-        ) if self.keyed else self.writer.encode(seq, first, count, payload, s)
+        items, row, _nbytes, bad = (
+            guard_write(self.spec, s, lambda: self.writer.encode(seq, first, count, payload, s, stores[s]))
+            if self.keyed
+            else self.writer.encode(seq, first, count, payload, s)
+        )
         entry = BatchEntry(*row)
         self.skipped.extend(bad)
         times.serialize_s += time.perf_counter() - t
@@ -221,8 +223,10 @@ class _WriteStage:
         if self.group_bytes[s] >= GROUP_BYTES:
             self.flush(s)
             _stop_if_orphaned(self.task)
-        if (self.ckpt_bytes + sum(self.group_bytes.values()) >= self.every.nbytes
-                or time.monotonic() - self.ckpt_t >= self.every.seconds):
+        if (
+            self.ckpt_bytes + sum(self.group_bytes.values()) >= self.every.nbytes
+            or time.monotonic() - self.ckpt_t >= self.every.seconds
+        ):
             self.checkpoint()
             _stop_if_orphaned(self.task)
 
@@ -274,11 +278,15 @@ class _WriteStage:
 
     def receipt(self) -> LoadReceipt:
         """The worker's result, once its stores are closed."""
-        return LoadReceipt(worker=self.task.worker, pid=os.getpid(),
-                           batches=tuple(sorted(self.written, key=attrgetter("seq"))), skipped=tuple(self.skipped),
-                           map_grows=sum(getattr(st, "grows", 0) for st in self.stores.values()),
-                           times=self.times.rounded(4),
-                           max_rss=peak_rss())
+        return LoadReceipt(
+            worker=self.task.worker,
+            pid=os.getpid(),
+            batches=tuple(sorted(self.written, key=attrgetter("seq"))),
+            skipped=tuple(self.skipped),
+            map_grows=sum(getattr(st, "grows", 0) for st in self.stores.values()),
+            times=self.times.rounded(4),
+            max_rss=peak_rss(),
+        )
 
 
 def progress_every() -> float:
@@ -289,4 +297,3 @@ def progress_every() -> float:
 def _stop_if_orphaned(task: LoadTask) -> None:
     if not parent_alive(task.main_pid):
         raise SystemExit("coordinator died")
-

@@ -43,7 +43,8 @@ def build_dir(root: str) -> str | None:
         what = "a directory of other files" if stat.S_ISDIR(st.st_mode) else "not a directory"
         raise NotWritableError(
             f"{path} is where a --replace of {root} builds, but it is {what}, not a bulkload build; "
-            "move it away (bulkload never deletes what it did not make) and retry")
+            "move it away (bulkload never deletes what it did not make) and retry"
+        )
     return path
 
 
@@ -61,7 +62,7 @@ def _made_by_bulkload(path: str) -> bool:
         names = os.listdir(path)
     except OSError:
         return False
-    return not names or LOCK in names and stat.S_ISREG(os.lstat(os.path.join(path, LOCK)).st_mode)
+    return not names or (LOCK in names and stat.S_ISREG(os.lstat(os.path.join(path, LOCK)).st_mode))
 
 
 def discard_build(path: str) -> None:
@@ -80,7 +81,8 @@ def discard_dead_build(root: str, progress: str = "none") -> str | None:
     if path is None or is_held(path):
         return None
     if progress != "none":
-        logs.event(f"discarding an unfinished --replace of {root} ({path}): its job is gone",
-                   level="warning", build=path)
+        logs.event(
+            f"discarding an unfinished --replace of {root} ({path}): its job is gone", level="warning", build=path
+        )
     discard_build(path)
     return path

@@ -81,8 +81,14 @@ def plan_merge(batches: list, target: int) -> list[list]:
     return groups
 
 
-def compact(dataset_uri: str, target_batch_records: int | None = None, progress: str = "none",
-            workers: int | None = None, force: bool = False, keep_snapshots: int | None = None) -> CompactReport:
+def compact(
+    dataset_uri: str,
+    target_batch_records: int | None = None,
+    progress: str = "none",
+    workers: int | None = None,
+    force: bool = False,
+    keep_snapshots: int | None = None,
+) -> CompactReport:
     """Merge small batches and compact every shard; returns the run's report.
     ``keep_snapshots``: from now on keep the data of that many generations before the
     current one readable (`as_of`), for this and every later writer (garbage.set_keep_snapshots)."""
@@ -97,26 +103,42 @@ def compact(dataset_uri: str, target_batch_records: int | None = None, progress:
         require_shards(spec.with_shards(m.shards), m)
         set_keep_snapshots(spec, m, keep_snapshots)
         start_writing(spec, m, progress=progress)
-        return compact_locked(spec.with_shards(m.shards), m, target_batch_records=target_batch_records,
-                              progress=progress, workers=workers, force=force)
+        return compact_locked(
+            spec.with_shards(m.shards),
+            m,
+            target_batch_records=target_batch_records,
+            progress=progress,
+            workers=workers,
+            force=force,
+        )
 
 
-def check_options(layout, format: str, compression: str, target_batch_records: int | None,
-                  workers: int | None) -> None:
+def check_options(layout, format: str, compression: str, target_batch_records: int | None, workers: int | None) -> None:
     """compact's options for records of ``layout`` in ``format``/``compression`` (UsageError
     naming the option; a pipeline checks its [compact] with it before its first step)."""
-    check_count("--target-batch-records", target_batch_records, 1,
-                kind_for(layout, format, compression).max_batch_records())
+    check_count(
+        "--target-batch-records", target_batch_records, 1, kind_for(layout, format, compression).max_batch_records()
+    )
     check_count("--workers", workers, 1, MAX_WORKERS)
 
 
-def compact_locked(spec, m: mf.Manifest, *, target_batch_records: int | None = None,
-                   progress: str = "none", workers: int | None = None, force: bool = False) -> CompactReport:
+def compact_locked(
+    spec,
+    m: mf.Manifest,
+    *,
+    target_batch_records: int | None = None,
+    progress: str = "none",
+    workers: int | None = None,
+    force: bool = False,
+) -> CompactReport:
     """compact() with the dataset lock already held (finalize calls this)."""
     kind = kind_for(m.layout_obj, m.format, m.compression)
     if kind.own_compaction:  # e.g. documents: fold each shard's run tables (loader/docs/compact.py)
-        return CompactReport.from_kind(kind.compact_dataset(spec, m, target_batch_records=target_batch_records,
-                                                            progress=progress, workers=workers, force=force))
+        return CompactReport.from_kind(
+            kind.compact_dataset(
+                spec, m, target_batch_records=target_batch_records, progress=progress, workers=workers, force=force
+            )
+        )
     t0 = time.perf_counter()
     layout = m.layout_obj
     target = int(target_batch_records or m.batch_records)
@@ -132,12 +154,23 @@ def compact_locked(spec, m: mf.Manifest, *, target_batch_records: int | None = N
     state = _StoreState.of(spec, m)
     untidy = None if force or merged else _untidy_shards(spec, state)
     if untidy is not None and not untidy:  # nothing to do: no run, no write
-        return CompactReport(dataset=spec.uri, run_id=None, target_batch_records=target, records=m.records,
-                             batches_before=before_batches, batches_after=before_batches, merged=False,
-                             bytes_before=sum(shard_bytes_before), bytes_after=sum(shard_bytes_before),
-                             shards=[{"shard": s, "bytes_before": b, "bytes_after": b, "compacted": False}
-                                     for s, b in enumerate(shard_bytes_before)],
-                             seconds=round(time.perf_counter() - t0, 4), status=NOTHING_TO_DO)
+        return CompactReport(
+            dataset=spec.uri,
+            run_id=None,
+            target_batch_records=target,
+            records=m.records,
+            batches_before=before_batches,
+            batches_after=before_batches,
+            merged=False,
+            bytes_before=sum(shard_bytes_before),
+            bytes_after=sum(shard_bytes_before),
+            shards=[
+                {"shard": s, "bytes_before": b, "bytes_after": b, "compacted": False}
+                for s, b in enumerate(shard_bytes_before)
+            ],
+            seconds=round(time.perf_counter() - t0, 4),
+            status=NOTHING_TO_DO,
+        )
     check_space(spec.root, _min_compact_bytes(m, groups, force), "compact")
     run = runs.new_run("compact", target_batch_records=target)
     m.runs.append(run)
@@ -162,14 +195,31 @@ def compact_locked(spec, m: mf.Manifest, *, target_batch_records: int | None = N
     after = sum(s["bytes_after"] for s in shards)
     seconds = time.perf_counter() - t0
     with interrupts.held(lambda: f"run {run.id} had finished"):
-        run.update(status="done", ended=time.time(), records=m.records, batches_before=before_batches,
-                   batches_after=len(m.batches), bytes_before=before, bytes_after=after,
-                   seconds=round(seconds, 3))
+        run.update(
+            status="done",
+            ended=time.time(),
+            records=m.records,
+            batches_before=before_batches,
+            batches_after=len(m.batches),
+            bytes_before=before,
+            bytes_after=after,
+            seconds=round(seconds, 3),
+        )
         m.save(spec.root)
-    return CompactReport(dataset=spec.uri, run_id=run.id, target_batch_records=target, records=m.records,
-                         batches_before=before_batches, batches_after=len(m.batches), merged=merged,
-                         bytes_before=before, bytes_after=after, shards=shards, merge_s=round(seconds_merge, 4),
-                         seconds=round(seconds, 4))
+    return CompactReport(
+        dataset=spec.uri,
+        run_id=run.id,
+        target_batch_records=target,
+        records=m.records,
+        batches_before=before_batches,
+        batches_after=len(m.batches),
+        merged=merged,
+        bytes_before=before,
+        bytes_after=after,
+        shards=shards,
+        merge_s=round(seconds_merge, 4),
+        seconds=round(seconds, 4),
+    )
 
 
 def per_shard(spec, k: int, fn) -> list:
@@ -197,10 +247,21 @@ def _merge(spec, m: mf.Manifest, groups: list[list], progress: str, workers: int
     first_seq = m.next_seq
     plan = [MergeGroup(first_seq + i, g[0].first, sum(b.count for b in g), tuple(g)) for i, g in enumerate(groups)]
     nw = max(1, min(workers, k))
-    tasks = [MergeTask(store=spec, worker=w, workers=nw, nshards=k, layout=m.layout, format=m.format,
-                       compression=m.compression, plan=tuple(plan), main_pid=os.getpid(),
-                       fault=os.environ.get(faults.ENV, ""))
-             for w in range(nw)]
+    tasks = [
+        MergeTask(
+            store=spec,
+            worker=w,
+            workers=nw,
+            nshards=k,
+            layout=m.layout,
+            format=m.format,
+            compression=m.compression,
+            plan=tuple(plan),
+            main_pid=os.getpid(),
+            fault=os.environ.get(faults.ENV, ""),
+        )
+        for w in range(nw)
+    ]
     with Progress("compact: merge batches", m.records, m.layout_obj.record_size, mode=progress) as prog:
         receipts = executors.run(merge_worker, tasks, on_progress=prog.advance)
     written = sorted((b for rc in receipts for b in rc.batches), key=lambda b: b.seq)
@@ -238,7 +299,7 @@ def _drop_unswitched(spec, first_new: int) -> None:
                 st.delete_range(batch_key(first_new), None)
             finally:
                 st.close()
-    except Exception:  # noqa: BLE001 - best effort (see above)
+    except Exception:
         pass
 
 
@@ -253,7 +314,7 @@ class _StoreState:
     holds_batches: bool
 
     @classmethod
-    def of(cls, spec, m: mf.Manifest) -> "_StoreState":
+    def of(cls, spec, m: mf.Manifest) -> _StoreState:
         live = [0] * m.shards
         for b in m.batches:
             live[b.shard] += b.nbytes
@@ -265,8 +326,13 @@ class _StoreState:
                     live[s] += nb
             except BulkloadError:
                 pass
-        return cls(frozenset({a["table"] for a in m.arrays.values()} | held_tables(m)), tuple(live),
-                   min((b.seq for b in m.batches), default=m.next_seq), m.next_seq, holds_batches(m))
+        return cls(
+            frozenset({a["table"] for a in m.arrays.values()} | held_tables(m)),
+            tuple(live),
+            min((b.seq for b in m.batches), default=m.next_seq),
+            m.next_seq,
+            holds_batches(m),
+        )
 
     def stray_tables(self, st) -> list[str]:
         return [t for t in st.tables() if t.startswith(TABLE_PREFIX) and t not in self.arrays]
@@ -283,11 +349,18 @@ def _untidy_shards(spec, state: _StoreState) -> set[int]:
     shards, and a read-only environment would be closed and opened again for writing (a
     fresh finalize of 1M records: scan 0.03 -> 0.11 s). A RocksDB open for writing
     rewrites CURRENT and its MANIFEST: those are opened read-only."""
+
     def untidy(st) -> bool:
-        return (st.seek(batch_key(state.next_seq)) is not None
-                or (state.lo > 0 and not state.holds_batches
-                    and next(iter(st.range(None, batch_key(state.lo))), None) is not None)
-                or bool(state.stray_tables(st)) or state.wasteful(st.nbytes(), s))
+        return (
+            st.seek(batch_key(state.next_seq)) is not None
+            or (
+                state.lo > 0
+                and not state.holds_batches
+                and next(iter(st.range(None, batch_key(state.lo))), None) is not None
+            )
+            or bool(state.stray_tables(st))
+            or state.wasteful(st.nbytes(), s)
+        )
 
     out = set()
     for s in range(len(state.live)):

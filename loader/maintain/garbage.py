@@ -56,6 +56,7 @@ _FAULT_BETWEEN_SHARDS = {BATCHES: "deleting", ARRAY: "dropping", DOC_TABLES: "do
 
 # --- recording (in the switch's manifest write) ---------------------------------------------
 
+
 def retire_batches(m: mf.Manifest, below: int) -> None:
     """Every batch key below ``below`` (the first seq of a merge) is unreferenced."""
     m.garbage.append(GarbageEntry.batches(below))
@@ -72,6 +73,7 @@ def retire_doc_tables(m: mf.Manifest, shard: int, tables) -> None:
 
 
 # --- what sweeps of uncommitted leftovers must keep -------------------------------------------
+
 
 def held_tables(m: mf.Manifest | None) -> set[str]:
     out: set[str] = set()
@@ -110,6 +112,7 @@ def collect_index_garbage(root: str, m: mf.Manifest) -> None:
 
 # --- collecting -------------------------------------------------------------------------------
 
+
 def collect_garbage(spec, m: mf.Manifest) -> int:
     """Delete every entry no live reader can need (dataset lock held, ``m`` the current
     manifest); writes the manifest when entries went. Returns the entries collected."""
@@ -117,8 +120,14 @@ def collect_garbage(spec, m: mf.Manifest) -> int:
         return 0
     oldest = oldest_pinned(spec.root)
     kept = m.generation - m.keep_snapshots  # the last K generations stay readable (`keep_snapshots`)
-    due = [e for e in m.garbage if e.kind in KINDS and e.generation is not None and e.generation <= kept
-           and (oldest is None or oldest >= e.generation)]
+    due = [
+        e
+        for e in m.garbage
+        if e.kind in KINDS
+        and e.generation is not None
+        and e.generation <= kept
+        and (oldest is None or oldest >= e.generation)
+    ]
     if not due:
         return 0
     spec = spec.with_shards(m.shards)
@@ -205,12 +214,12 @@ def _in_shard(spec, s: int, fn) -> bool:
         return True
     try:
         st = open_writer(spec, s, dict(spec.options))
-    except Exception:  # noqa: BLE001 - collection must never fail a writer
+    except Exception:
         return False
     try:
         fn(st)
         return True
-    except Exception:  # noqa: BLE001
+    except Exception:
         return False
     finally:
         st.close()

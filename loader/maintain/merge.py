@@ -130,7 +130,7 @@ class _Merger:
         for old in g.olds:
             with ValueReader(self._shard(old.shard), "batches") as rd:
                 _, part = self.ser.decode(read_batch(rd, self.task.store, old))
-                recs[pos:pos + old.count] = part
+                recs[pos : pos + old.count] = part
             pos += old.count
         value = self.ser.encode_buffer(buf, recs, g.first)
         return value if isinstance(value, bytes) else bytes(memoryview(value).cast("B"))

@@ -38,8 +38,9 @@ class CompactReport(EngineKeys):
         """The report of a kind's own compaction (Kind.compact_dataset's dict): the keys that
         are fields, the rest its details."""
         common = {f.name for f in fields(cls)} - {"details"}
-        return cls(**{k: v for k, v in rep.items() if k in common},
-                   details={k: v for k, v in rep.items() if k not in common})
+        return cls(
+            **{k: v for k, v in rep.items() if k in common}, details={k: v for k, v in rep.items() if k not in common}
+        )
 
     @property
     def layout(self) -> str | None:

@@ -54,13 +54,16 @@ def check_options(keep, older_than, *, keep_option: str = "--keep", now: float |
     check_keep(keep_option, keep)
     cutoff = instant(older_than, "--older-than", now)
     if keep is None and cutoff is None:
-        raise UsageError(f"runs prune needs {keep_option} N or --older-than AGE (e.g. {keep_option} 100 or "
-                         "--older-than 30d): nothing was pruned")
+        raise UsageError(
+            f"runs prune needs {keep_option} N or --older-than AGE (e.g. {keep_option} 100 or "
+            "--older-than 30d): nothing was pruned"
+        )
     return cutoff
 
 
-def prune_runs(dataset_uri: str, keep: int | None = None, older_than=None, dry_run: bool = False,
-               progress: str = "none") -> PruneReport:
+def prune_runs(
+    dataset_uri: str, keep: int | None = None, older_than=None, dry_run: bool = False, progress: str = "none"
+) -> PruneReport:
     """Drop the dataset's run records outside the ``keep`` newest and (when given) older
     than ``older_than`` (``"30d"``, ``"12h"``, an ISO-8601 instant, a datetime, epoch
     seconds); protected runs always stay (model/run_retention.py). ``dry_run``: report
@@ -89,28 +92,45 @@ def prune_after_job(dataset_uri: str, keep: int, progress: str = "none") -> Prun
     try:
         return prune_runs(dataset_uri, keep=keep, progress=progress)
     except DatasetBusyError as e:
-        logs.note(False, f"run records of {dataset_uri} not pruned ({e}); the next run prunes them",
-                  level="warning", dataset=dataset_uri, event="prune-busy")
+        logs.note(
+            False,
+            f"run records of {dataset_uri} not pruned ({e}); the next run prunes them",
+            level="warning",
+            dataset=dataset_uri,
+            event="prune-busy",
+        )
         return None
 
 
-def prune_locked(spec, m: mf.Manifest, keep: int | None, cutoff: float | None, *, dry_run: bool = False,
-                 progress: str = "none") -> PruneReport:
+def prune_locked(
+    spec, m: mf.Manifest, keep: int | None, cutoff: float | None, *, dry_run: bool = False, progress: str = "none"
+) -> PruneReport:
     """Prune with the dataset lock held (after start_writing); saves unless ``dry_run``."""
     plan = plan_prune(m, keep, cutoff)
-    report = PruneReport(dataset=spec.uri, dry_run=dry_run, keep=keep, older_than=cutoff,
-                         removed=[_brief(r) for r in plan.removed],
-                         protected=[{"id": rid, "reason": why} for rid, why in plan.protected.items()],
-                         kept=len(plan.kept))
+    report = PruneReport(
+        dataset=spec.uri,
+        dry_run=dry_run,
+        keep=keep,
+        older_than=cutoff,
+        removed=[_brief(r) for r in plan.removed],
+        protected=[{"id": rid, "reason": why} for rid, why in plan.protected.items()],
+        kept=len(plan.kept),
+    )
     if plan.removed and not dry_run:
         done = f"the prune was written: {len(plan.removed)} run record(s) removed"
         with interrupts.held(lambda: done):  # the new list is written whole, or not at all
             m.runs = plan.kept
             m.save(spec.root)
     verb = "would remove" if dry_run else "removed"
-    logs.note(progress == "none", f"runs prune {spec.uri}: {verb} {len(plan.removed)} run record(s), kept "
-              f"{report.kept} ({len(plan.protected)} protected)", dataset=spec.uri, removed=len(plan.removed),
-              kept=report.kept, event="pruned")
+    logs.note(
+        progress == "none",
+        f"runs prune {spec.uri}: {verb} {len(plan.removed)} run record(s), kept "
+        f"{report.kept} ({len(plan.protected)} protected)",
+        dataset=spec.uri,
+        removed=len(plan.removed),
+        kept=report.kept,
+        event="pruned",
+    )
     return report
 
 

@@ -72,8 +72,12 @@ def record_batch(columns, layout: Layout, names: list[str] | None = None):
     from .arrow_numpy import from_numpy
 
     schema, plan = _batch_plan(layout, tuple(layout.names if names is None else names))
-    arrays = [from_numpy(columns[name], t) if f is None else
-              column_to_arrow(columns[name], f, validity_of(columns, layout, name)) for name, t, f in plan]
+    arrays = [
+        from_numpy(columns[name], t)
+        if f is None
+        else column_to_arrow(columns[name], f, validity_of(columns, layout, name))
+        for name, t, f in plan
+    ]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
@@ -132,10 +136,12 @@ def _strings(values: np.ndarray, width: int, mask, nulls: int):
     np.cumsum(lengths, out=offsets[1:])
     data = raw[np.arange(width) < lengths[:, None]]  # row-major: each value's bytes in turn
     if offsets[-1] < 2**31:
-        return pa.Array.from_buffers(pa.string(), len(values), [mask, pa.py_buffer(offsets.astype(np.int32)),
-                                                                 pa.py_buffer(data)], nulls)
-    big = pa.Array.from_buffers(pa.large_string(), len(values), [mask, pa.py_buffer(offsets), pa.py_buffer(data)],
-                                nulls)
+        return pa.Array.from_buffers(
+            pa.string(), len(values), [mask, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)], nulls
+        )
+    big = pa.Array.from_buffers(
+        pa.large_string(), len(values), [mask, pa.py_buffer(offsets), pa.py_buffer(data)], nulls
+    )
     return big.cast(pa.string())  # raises: a column over 2 GiB of text does not fit one utf8 array
 
 

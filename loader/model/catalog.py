@@ -124,9 +124,11 @@ class Aggregates(msgspec.Struct, kw_only=True):
 
 def damaged(path: str, what: str) -> DamagedDatasetError:
     root = os.path.dirname(path.rstrip("/"))
-    return DamagedDatasetError(f"the catalog of dataset {root} ({path}) is damaged: {what}; nothing was written - "
-                               f"restore {path} from a backup, or move the dataset aside (mv {root} {root}.damaged) "
-                               "and load into a new path")
+    return DamagedDatasetError(
+        f"the catalog of dataset {root} ({path}) is damaged: {what}; nothing was written - "
+        f"restore {path} from a backup, or move the dataset aside (mv {root} {root}.damaged) "
+        "and load into a new path"
+    )
 
 
 # --- the data file, checked before it is mapped ------------------------------------------
@@ -196,7 +198,7 @@ class Catalog:
                 with contextlib.suppress(OSError):
                     os.close(self.fd)
 
-    def snapshot(self) -> "Snap":
+    def snapshot(self) -> Snap:
         for _ in range(8):
             try:
                 return Snap(self, self.env.begin(buffers=False))
@@ -226,8 +228,10 @@ class Catalog:
             self.env.set_mapsize(0)
             raise MapFull() from None
         except lmdb.DiskError as e:
-            raise StoreError(f"could not write catalog {self.path}: {e}; the previous commit is intact - free "
-                             "space or fix permissions and retry") from None
+            raise StoreError(
+                f"could not write catalog {self.path}: {e}; the previous commit is intact - free "
+                "space or fix permissions and retry"
+            ) from None
         except lmdb.Error as e:
             raise damaged(self.path, f"LMDB: {e}") from None
         finally:
@@ -278,9 +282,19 @@ def open_catalog(path: str, create: bool = False) -> Catalog:
         writable = os.access(real, os.W_OK) if os.path.isdir(real) else True
         try:
             size = os.path.getsize(data) if os.path.exists(data) else 0
-            env = lmdb.open(real, subdir=True, create=create, max_dbs=len(DBS) + 1, map_size=max(MIN_MAP, 2 * size),
-                            sync=True, metasync=True, readahead=False, lock=writable, readonly=not writable,
-                            max_readers=1024)  # every open manifest holds a read transaction
+            env = lmdb.open(
+                real,
+                subdir=True,
+                create=create,
+                max_dbs=len(DBS) + 1,
+                map_size=max(MIN_MAP, 2 * size),
+                sync=True,
+                metasync=True,
+                readahead=False,
+                lock=writable,
+                readonly=not writable,
+                max_readers=1024,
+            )  # every open manifest holds a read transaction
             if writable:
                 with env.begin(write=True) as txn:
                     dbs = {name: env.open_db(name.encode(), txn=txn) for name in DBS}

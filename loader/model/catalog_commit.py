@@ -50,8 +50,10 @@ def commit(m, root: str) -> None:
                 cat.grow()  # closes m's read transaction: the same generation, read again
                 _resnap(m, cat.snapshot())
     elif getattr(m, "_catalog", None) is not None and getattr(m, "_as_of", None) is None:
-        raise StoreError(f"the catalog {m._catalog.path} this job read is no longer the one of {root} (the "
-                         "dataset directory was moved or replaced meanwhile); nothing was committed")
+        raise StoreError(
+            f"the catalog {m._catalog.path} this job read is no longer the one of {root} (the "
+            "dataset directory was moved or replaced meanwhile); nothing was committed"
+        )
     else:
         path = os.path.join(root, cg.CATALOG)
         if os.path.isdir(path) and getattr(m, "_pointed", False) is False and _pointer_of(root) is None:
@@ -70,8 +72,9 @@ def commit(m, root: str) -> None:
         opened = cat  # our reference, given up once m's new snapshot holds the catalog
     if _pointer_of(root) != m.dataset_id:
         faults.hit("pointer")
-        write_json_atomic(Path(root) / MANIFEST,
-                          {"version": m.version, "catalog": cg.CATALOG, "dataset_id": m.dataset_id})
+        write_json_atomic(
+            Path(root) / MANIFEST, {"version": m.version, "catalog": cg.CATALOG, "dataset_id": m.dataset_id}
+        )
         cg.remove_leftovers(root)
     held = {**m.runs.loaded} if m.runs.snap is not None and not m.runs.rewrite else {}
     attach(m, cat, cat.snapshot(), agg)  # the old snapshot ends when nothing holds it (a copy may)
@@ -121,9 +124,18 @@ def _header(m) -> bytes:
 
 def _commit_row(m, agg: cg.Aggregates) -> bytes:
     last = m.runs[-1] if len(m.runs) else None
-    return cg.encode({"time": time.time(), "run": last.id if last else None, "kind": last.kind if last else None,
-                      "records": agg.records, "batches": agg.batches, "next_seq": agg.next_seq, "runs": agg.runs,
-                      "header": m.header()})
+    return cg.encode(
+        {
+            "time": time.time(),
+            "run": last.id if last else None,
+            "kind": last.kind if last else None,
+            "records": agg.records,
+            "batches": agg.batches,
+            "next_seq": agg.next_seq,
+            "runs": agg.runs,
+            "header": m.header(),
+        }
+    )
 
 
 def _retire(m, txn, cat, kept: set[int]) -> None:

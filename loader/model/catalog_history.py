@@ -56,8 +56,10 @@ def generation_of(m, as_of) -> int:
         for k, raw in m._snap.items("commits", reverse=True):
             if cg.decode(raw).get("run") == as_of:
                 return cg.unkey(k)
-    raise SnapshotExpiredError(f"no commit of run {as_of!r} is in the catalog of this dataset (a run id of "
-                               "`bulkload runs` / `info`, or a generation number)")
+    raise SnapshotExpiredError(
+        f"no commit of run {as_of!r} is in the catalog of this dataset (a run id of "
+        "`bulkload runs` / `info`, or a generation number)"
+    )
 
 
 def manifest_at(m, as_of, uri: str):
@@ -68,16 +70,22 @@ def manifest_at(m, as_of, uri: str):
     if gen == m.generation:
         return m
     if getattr(m, "_snap", None) is None:  # version 1: no history
-        raise SnapshotExpiredError(f"generation {gen} of {uri} cannot be read: the dataset keeps no history before "
-                                   f"its catalog; the oldest readable generation is {m.generation}")
+        raise SnapshotExpiredError(
+            f"generation {gen} of {uri} cannot be read: the dataset keeps no history before "
+            f"its catalog; the oldest readable generation is {m.generation}"
+        )
     oldest = oldest_readable(m)
     raw = m._snap.get("commits", cg.key(gen))
     if gen > m.generation or gen < oldest or raw is None:
         raise SnapshotExpiredError(
-            f"generation {gen} of {uri} cannot be read: " + (f"the dataset is at generation {m.generation}"
-                                                             if gen > m.generation else
-                                                             "its data was garbage-collected (or predates the catalog)")
-            + f"; the oldest readable generation is {oldest} (`bulkload info --as-of {oldest}`)")
+            f"generation {gen} of {uri} cannot be read: "
+            + (
+                f"the dataset is at generation {m.generation}"
+                if gen > m.generation
+                else "its data was garbage-collected (or predates the catalog)"
+            )
+            + f"; the oldest readable generation is {oldest} (`bulkload info --as-of {oldest}`)"
+        )
     row = cg.decode(raw)
     end = row["next_seq"]
     rows = [BatchEntry(*cg.row_of(m._snap, v)) for k, v in m._snap.items("batches") if cg.unkey(k) < end]
@@ -88,7 +96,7 @@ def manifest_at(m, as_of, uri: str):
     rows.sort(key=lambda b: b.seq)
     old = Manifest.from_header(row["header"])
     old.batches = BatchRows(rows)
-    old.runs = list(m.runs)[:row["runs"]]
+    old.runs = list(m.runs)[: row["runs"]]
     old.files = m.files
     object.__setattr__(old, "_as_of", gen)
     return old

@@ -229,7 +229,7 @@ class RunList(_Rows):
                 raise cg.damaged(self.snap.cat.path, f"run number {n} is missing")
         try:
             run = Run.from_dict(cg.decode(raw))
-        except Exception:  # noqa: BLE001 - any undecodable run is damage
+        except Exception:
             raise cg.damaged(self.snap.cat.path, f"run number {n} is not a valid run") from None
         self.loaded[n] = (run, bytes(raw))
         return run
@@ -333,12 +333,12 @@ class RunList(_Rows):
         for k, _v in self.snap.items("by_source", prefix):
             if not k.startswith(prefix):
                 break
-            n = cg.unkey(k[len(prefix):])
+            n = cg.unkey(k[len(prefix) :])
             if n >= self._agg.last_replace:
                 numbers.append(n)
         since = [r for r in self.new if r.replace]
         if since:
-            return self.new[self.new.index(since[-1]):]
+            return self.new[self.new.index(since[-1]) :]
         return [self._run(n) for n in numbers] + list(self.new)
 
     def unfinished(self) -> list[Run]:
@@ -347,8 +347,9 @@ class RunList(_Rows):
             return [r for r in self._list if r.status in UNFINISHED]
         held = {n for n, (r, _raw) in self.loaded.items()}
         numbers = sorted(set(self._agg.unfinished) | held)
-        return [r for r in (self._run(n) for n in numbers) if r.status in UNFINISHED] + \
-            [r for r in self.new if r.status in UNFINISHED]
+        return [r for r in (self._run(n) for n in numbers) if r.status in UNFINISHED] + [
+            r for r in self.new if r.status in UNFINISHED
+        ]
 
     def compacted_after(self, run: Run) -> bool:
         """Is there a done compaction created after ``run``?"""
@@ -363,8 +364,9 @@ class RunList(_Rows):
             return False
         if self._agg.last_compact > n:
             return True
-        later = [r for m, (r, _raw) in self.loaded.items() if m > n] + \
-            [r for i, r in enumerate(self.new) if self._agg.runs + i > n]
+        later = [r for m, (r, _raw) in self.loaded.items() if m > n] + [
+            r for i, r in enumerate(self.new) if self._agg.runs + i > n
+        ]
         return any(r.kind == "compact" and r.status == "done" for r in later)
 
     def __repr__(self) -> str:

@@ -51,8 +51,16 @@ def sample_every(cell_size: int) -> int:
 
 def index_columns(cell: Layout) -> list[tuple[str, str]]:
     """(name, numpy dtype) of the index rows for a cell layout."""
-    cols = [("crow", "<i8"), ("ccol", "<i8"), ("piece", "<i4"), ("shard", "<i4"),
-            ("cells", "<i8"), ("nbytes", "<i8"), ("checksum", "<u8"), ("sample_every", "<i4")]
+    cols = [
+        ("crow", "<i8"),
+        ("ccol", "<i8"),
+        ("piece", "<i4"),
+        ("shard", "<i4"),
+        ("cells", "<i8"),
+        ("nbytes", "<i8"),
+        ("checksum", "<u8"),
+        ("sample_every", "<i4"),
+    ]
     for f in ranged_fields(cell):
         cols.append((f"min_{f.name}", f.spec.numpy_format))
         cols.append((f"max_{f.name}", f.spec.numpy_format))
@@ -90,9 +98,8 @@ def write_index(path: str, rows: np.ndarray, samples: np.ndarray | None = None) 
     table = pa.Table.from_arrays(arrays, names=names)
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
-        with pa.OSFile(tmp, "wb") as sink:
-            with pa.ipc.new_file(sink, table.schema) as w:
-                w.write_table(table)
+        with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
+            w.write_table(table)
         fd = os.open(tmp, os.O_RDONLY)
         try:
             os.fsync(fd)
@@ -105,8 +112,9 @@ def write_index(path: str, rows: np.ndarray, samples: np.ndarray | None = None) 
             os.unlink(tmp)
         except OSError:
             pass
-        raise StoreError(f"could not write the chunk index {path}: {e.strerror or e}; "
-                         "nothing was committed - free space and retry") from e
+        raise StoreError(
+            f"could not write the chunk index {path}: {e.strerror or e}; nothing was committed - free space and retry"
+        ) from e
 
 
 def read_index(path: str) -> dict[str, np.ndarray]:

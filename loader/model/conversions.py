@@ -108,8 +108,10 @@ def _arrow_of(values, field, what: str):
     try:
         return pa.array(values, from_pandas=True)
     except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
-        raise ConversionError(f"{what}: column {field.name!r} holds values of no single type ({e}); make it one "
-                              f"type that {field.type} holds") from None
+        raise ConversionError(
+            f"{what}: column {field.name!r} holds values of no single type ({e}); make it one "
+            f"type that {field.type} holds"
+        ) from None
 
 
 def _from_numpy(values: np.ndarray, field, what: str, first_row: int) -> np.ndarray:
@@ -130,8 +132,9 @@ def _from_numpy(values: np.ndarray, field, what: str, first_row: int) -> np.ndar
         return _fixed_bytes_from_numpy(values, field, what, first_row)
     if spec.count is not None:
         if values.ndim != 2 or values.shape[1] != spec.count or kind not in "biuf":
-            raise _wrong_type(field, what, f"{values.dtype.base} x {values.shape[1:]}" if values.ndim > 1
-                              else str(values.dtype))
+            raise _wrong_type(
+                field, what, f"{values.dtype.base} x {values.shape[1:]}" if values.ndim > 1 else str(values.dtype)
+            )
         one = np.dtype(spec.scalar_code)
         flat, row = convert_exactly(values.reshape(-1), one)
         if row is not None:
@@ -166,8 +169,14 @@ def _time_units(ints: np.ndarray, src: str, dst: str, field, what: str, first_ro
     if out is None:
         row = int(np.argmax(bad))
         kind = "M8" if field.spec.base == "datetime64" else "m8"
-        raise _inexact(field, what, first_row + row, str(ints[row:row + 1].view(f"{kind}[{src}]")[0]), f"{src} ({why})",
-                       fix=f"declare the field as {field.spec.base}[{src}]")
+        raise _inexact(
+            field,
+            what,
+            first_row + row,
+            str(ints[row : row + 1].view(f"{kind}[{src}]")[0]),
+            f"{src} ({why})",
+            fix=f"declare the field as {field.spec.base}[{src}]",
+        )
     return out
 
 
@@ -191,8 +200,9 @@ def _check_utf8(values: np.ndarray, field, what: str, first_row: int) -> None:
     import pyarrow as pa  # heavy: only a string field of bytes checks its values
 
     try:
-        pa.Array.from_buffers(pa.binary(field.spec.width), len(values),
-                              [None, pa.py_buffer(np.ascontiguousarray(values))]).cast(pa.string())
+        pa.Array.from_buffers(
+            pa.binary(field.spec.width), len(values), [None, pa.py_buffer(np.ascontiguousarray(values))]
+        ).cast(pa.string())
         return
     except pa.ArrowInvalid:
         pass
@@ -200,9 +210,11 @@ def _check_utf8(values: np.ndarray, field, what: str, first_row: int) -> None:
         try:
             v.decode("utf-8")
         except UnicodeDecodeError:
-            raise ConversionError(f"{what}: column {field.name!r}, row {first_row + row:,}: {v!r} is not UTF-8 text, "
-                                  f"which a {field.type} field holds; use bytes[{field.spec.width}] for raw bytes, "
-                                  "or decode the column first") from None
+            raise ConversionError(
+                f"{what}: column {field.name!r}, row {first_row + row:,}: {v!r} is not UTF-8 text, "
+                f"which a {field.type} field holds; use bytes[{field.spec.width}] for raw bytes, "
+                "or decode the column first"
+            ) from None
 
 
 def _from_arrow(col, field, what: str, first_row: int) -> tuple[np.ndarray, np.ndarray | None]:
@@ -224,7 +236,8 @@ def _from_arrow(col, field, what: str, first_row: int) -> tuple[np.ndarray, np.n
             raise ConversionError(
                 f"{what}: column {field.name!r}, row {first_row + row:,}: null, but field {field.name!r} is not "
                 "nullable; fill or drop the nulls (fillna, pyarrow.compute.fill_null), or declare it nullable: "
-                f"{field.name} = {{ type = \"{field.type}\", nullable = true }}")
+                f'{field.name} = {{ type = "{field.type}", nullable = true }}'
+            )
         valid = mask
     if spec.base in ("datetime64", "timedelta64"):
         is_it = pa.types.is_timestamp(t) if spec.base == "datetime64" else pa.types.is_duration(t)
@@ -241,14 +254,22 @@ def _from_arrow(col, field, what: str, first_row: int) -> tuple[np.ndarray, np.n
         lengths = _filled(pc.list_value_length(arr), spec.count).to_numpy(zero_copy_only=False)
         if (lengths != spec.count).any():
             row = int(np.argmax(lengths != spec.count))
-            raise _inexact(field, what, first_row + row, arr[row].as_py(), f"a list of {lengths[row]}",
-                           fix=f"give every row {spec.count} values")
+            raise _inexact(
+                field,
+                what,
+                first_row + row,
+                arr[row].as_py(),
+                f"a list of {lengths[row]}",
+                fix=f"give every row {spec.count} values",
+            )
         rows = np.arange(n) if valid is None else np.flatnonzero(valid)
         flat = (arr if valid is None else arr.filter(pa.array(valid))).flatten()  # the lists that are there
         if flat.null_count:
             row = int(rows[int(np.argmin(flat.is_valid().to_numpy(zero_copy_only=False))) // spec.count])
-            raise ConversionError(f"{what}: column {field.name!r}, row {first_row + row:,}: a list element is null; "
-                                  f"{field.type} holds numbers: fill the elements")
+            raise ConversionError(
+                f"{what}: column {field.name!r}, row {first_row + row:,}: a list element is null; "
+                f"{field.type} holds numbers: fill the elements"
+            )
         if not (pa.types.is_integer(flat.type) or pa.types.is_floating(flat.type)):
             raise _wrong_type(field, what, str(t))
         values = np.zeros((n, spec.count), flat.type.to_pandas_dtype())
@@ -287,7 +308,7 @@ def _fixed_bytes_from_arrow(arr, field, what: str, first_row: int, valid) -> np.
     offsets = np.frombuffer(arr.buffers()[1], np.int64, n + 1, arr.offset * 8)
     data = np.frombuffer(arr.buffers()[2], np.uint8) if arr.buffers()[2] is not None else np.zeros(0, np.uint8)
     out = np.zeros((n, width), np.uint8)
-    out[np.arange(width) < lengths[:, None]] = data[offsets[0]:offsets[-1]]
+    out[np.arange(width) < lengths[:, None]] = data[offsets[0] : offsets[-1]]
     values = out.view(f"S{width}").reshape(n)
     if field.spec.base == "string":
         if not text:
@@ -296,32 +317,42 @@ def _fixed_bytes_from_arrow(arr, field, what: str, first_row: int, valid) -> np.
         nul = ends & (lengths > 0)
         if nul.any():
             row = int(np.argmax(nul))
-            raise ConversionError(f"{what}: column {field.name!r}, row {first_row + row:,}: {arr[row].as_py()!r} ends "
-                                  f"in a NUL character, which a {field.type} field (zero-padded) cannot keep; strip "
-                                  f"it, or use bytes[{width}]")
+            raise ConversionError(
+                f"{what}: column {field.name!r}, row {first_row + row:,}: {arr[row].as_py()!r} ends "
+                f"in a NUL character, which a {field.type} field (zero-padded) cannot keep; strip "
+                f"it, or use bytes[{width}]"
+            )
     return values
 
 
 def _wrong_type(field, what: str, have: str) -> Exception:
     from ..errors import LayoutError
 
-    return LayoutError(f"{what}: column {field.name!r} is {have}, which cannot become field {field.name!r} "
-                       f"({field.type}); convert the column, or use a layout whose field {field.name!r} has its type")
+    return LayoutError(
+        f"{what}: column {field.name!r} is {have}, which cannot become field {field.name!r} "
+        f"({field.type}); convert the column, or use a layout whose field {field.name!r} has its type"
+    )
 
 
 def _inexact(field, what: str, row: int, value, have: str, fix: str | None = None) -> ConversionError:
-    fix = fix or (f"convert the column yourself, or use a layout whose field {field.name!r} has a type that holds "
-                  "it (e.g. int64 for integers beyond 2**53)")
-    return ConversionError(f"{what}: column {field.name!r}, row {row:,}: {value!r} cannot be held exactly by "
-                           f"{field.type} (converting the column from {have} would change it); {fix}")
+    fix = fix or (
+        f"convert the column yourself, or use a layout whose field {field.name!r} has a type that holds "
+        "it (e.g. int64 for integers beyond 2**53)"
+    )
+    return ConversionError(
+        f"{what}: column {field.name!r}, row {row:,}: {value!r} cannot be held exactly by "
+        f"{field.type} (converting the column from {have} would change it); {fix}"
+    )
 
 
 def _too_long(field, what: str, row: int, value) -> ConversionError:
     value = value.item() if isinstance(value, np.generic) else value
     size = len(value.encode() if isinstance(value, str) else value)
-    return ConversionError(f"{what}: column {field.name!r}, row {row:,}: {value!r} is {size} bytes, longer than "
-                           f"{field.type} holds; use a layout with {field.spec.base}[{size}] or more, or shorten "
-                           "the values")
+    return ConversionError(
+        f"{what}: column {field.name!r}, row {row:,}: {value!r} is {size} bytes, longer than "
+        f"{field.type} holds; use a layout with {field.spec.base}[{size}] or more, or shorten "
+        "the values"
+    )
 
 
 def column_field(name: str, col, what: str):
@@ -350,8 +381,10 @@ def column_field(name: str, col, what: str):
         from ..errors import LayoutError
 
         want = f"{found}[N]" if found in ("string", "bytes") else f"{found[:-2]}[k]"
-        raise LayoutError(f"{what}: column {name!r} is of variable length ({t}) and holds no value to measure; "
-                          f"pass the layout (layout=) with a field {name} = \"{want}\"")
+        raise LayoutError(
+            f"{what}: column {name!r} is of variable length ({t}) and holds no value to measure; "
+            f'pass the layout (layout=) with a field {name} = "{want}"'
+        )
     if found in ("string", "bytes"):
         longest = pc.max(pc.binary_length(col)).as_py() or 1
         found = f"{found}[{longest}]"
@@ -410,5 +443,7 @@ def uniform_length(col) -> int | None:
 def _no_type(name: str, what: str, have: str) -> Exception:
     from ..errors import LayoutError
 
-    return LayoutError(f"{what}: column {name!r} has {have}, which no layout type holds; convert it to a number, "
-                       "bool, datetime, duration, bytes or text column, or give layout= with its field")
+    return LayoutError(
+        f"{what}: column {name!r} has {have}, which no layout type holds; convert it to a number, "
+        "bool, datetime, duration, bytes or text column, or give layout= with its field"
+    )

@@ -46,8 +46,10 @@ UNITS = ("s", "ms", "us", "ns")
 #: largest N of bytes[N] / string[N] and k of T[k]
 MAX_WIDTH = 4096
 #: what a field may be, for messages
-TYPE_HELP = ("int8..int64, uint8..uint64, float16, float32, float64, bool, datetime64[s|ms|us|ns], "
-             "timedelta64[s|ms|us|ns], bytes[N], string[N], or a number type with [k] (e.g. float32[3])")
+TYPE_HELP = (
+    "int8..int64, uint8..uint64, float16, float32, float64, bool, datetime64[s|ms|us|ns], "
+    "timedelta64[s|ms|us|ns], bytes[N], string[N], or a number type with [k] (e.g. float32[3])"
+)
 
 _TYPE_RE = re.compile(r"^([a-z0-9]+)(?:\[\s*([^\]]*?)\s*\])?$")
 
@@ -90,8 +92,13 @@ class FieldType:
     @property
     def size(self) -> int:
         """Bytes of one value (packed)."""
-        one = self.width if self.base in ("bytes", "string") else (
-            1 if self.base == "bool" else 8 if self.base in ("datetime64", "timedelta64") else NUMBERS[self.base][1])
+        one = (
+            self.width
+            if self.base in ("bytes", "string")
+            else (
+                1 if self.base == "bool" else 8 if self.base in ("datetime64", "timedelta64") else NUMBERS[self.base][1]
+            )
+        )
         return one * (self.count or 1)
 
     @property
@@ -155,11 +162,11 @@ def _np():
     return np
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def parse_type(text: str) -> FieldType:
     """The FieldType a type string names; TypeSpecError saying why not and what would be."""
     if not isinstance(text, str):
-        raise TypeSpecError(f"a type is a string such as \"int32\" or \"datetime64[ns]\", not {text!r}")
+        raise TypeSpecError(f'a type is a string such as "int32" or "datetime64[ns]", not {text!r}')
     found = _TYPE_RE.match(text.strip())
     if found is None:
         raise TypeSpecError(f"type {text!r} is not a type name; use one of {TYPE_HELP}")
@@ -173,8 +180,10 @@ def parse_type(text: str) -> FieldType:
         return FieldType(f"{base}[{n}]", base, width=n)
     if base == "bool":
         if arg is not None:
-            raise TypeSpecError(f"type {text!r}: arrays are of number types only; declare one bool field per flag "
-                                "or a uint8/uint64 bit set")
+            raise TypeSpecError(
+                f"type {text!r}: arrays are of number types only; declare one bool field per flag "
+                "or a uint8/uint64 bit set"
+            )
         return FieldType("bool", "bool")
     if base in NUMBERS:
         if arg is None:

@@ -34,8 +34,19 @@ if TYPE_CHECKING:
     from .layouts import Layout
 
 _LG_BITS = {1: 0, 8: 3, 16: 4, 32: 5, 64: 6}
-_CAPNP_BITS = {"Bool": 1, "Int8": 8, "UInt8": 8, "Int16": 16, "UInt16": 16, "Int32": 32, "UInt32": 32,
-               "Float32": 32, "Int64": 64, "UInt64": 64, "Float64": 64}
+_CAPNP_BITS = {
+    "Bool": 1,
+    "Int8": 8,
+    "UInt8": 8,
+    "Int16": 16,
+    "UInt16": 16,
+    "Int32": 32,
+    "UInt32": 32,
+    "Float32": 32,
+    "Int64": 64,
+    "UInt64": 64,
+    "Float64": 64,
+}
 
 
 def capnp_bit_offsets(bits: list[int]) -> tuple[list[int], int]:
@@ -98,7 +109,7 @@ class Member:
         return _CAPNP_BITS[self.capnp_type]
 
 
-def validity_name(layout: "Layout") -> str:
+def validity_name(layout: Layout) -> str:
     """The Cap'n Proto name of the ``_validity`` group: ``validity``, unless a field has it."""
     names, i = set(layout.names), 0
     while True:
@@ -108,7 +119,7 @@ def validity_name(layout: "Layout") -> str:
         i += 1
 
 
-def capnp_members(layout: "Layout") -> tuple[tuple[Member, ...], int]:
+def capnp_members(layout: Layout) -> tuple[tuple[Member, ...], int]:
     """The stored elements of ``layout`` (packed offsets, Cap'n Proto types and bit offsets),
     in ordinal order, and the words of the data section."""
     elems: list[tuple[str, str, str, int]] = []  # key, field, capnp type, packed offset
@@ -146,7 +157,7 @@ def copy_runs(members: tuple[Member, ...]) -> list[tuple[int, int, int]]:
     return [tuple(r) for r in runs]
 
 
-def capnp_body(layout: "Layout") -> str:
+def capnp_body(layout: Layout) -> str:
     """The Record and Batch structs (and the annotations they use) of ``layout``."""
     members, _ = capnp_members(layout)
     by_field: dict[str, list[Member]] = {}
@@ -185,14 +196,18 @@ def capnp_body(layout: "Layout") -> str:
 
 
 _ANNOTATIONS = {
-    "layoutType": ("# the bulkload type of a field: datetime64[u] / timedelta64[u] are an Int64 count of\n"
-                   "# the unit u (since 1970-01-01 UTC for datetimes); bytes[N] / string[N] (UTF-8,\n"
-                   "# zero-padded) a group of N UInt8 b0..; T[k] a group of k T e0..; float16 a UInt16\n"
-                   "# holding the IEEE half-precision bits\n"
-                   "annotation layoutType(field, group) :Text;"),
+    "layoutType": (
+        "# the bulkload type of a field: datetime64[u] / timedelta64[u] are an Int64 count of\n"
+        "# the unit u (since 1970-01-01 UTC for datetimes); bytes[N] / string[N] (UTF-8,\n"
+        "# zero-padded) a group of N UInt8 b0..; T[k] a group of k T e0..; float16 a UInt16\n"
+        "# holding the IEEE half-precision bits\n"
+        "annotation layoutType(field, group) :Text;"
+    ),
     "tz": "# the time zone of a datetime field (values are UTC instants)\nannotation tz(field) :Text;",
-    "nullable": ("# a nullable field: bit j (byte j / 8, least significant bit first) of the validity\n"
-                 "# group is set when the j-th nullable field holds a value; a null field's bytes are 0\n"
-                 "annotation nullable(field, group) :Void;"),
+    "nullable": (
+        "# a nullable field: bit j (byte j / 8, least significant bit first) of the validity\n"
+        "# group is set when the j-th nullable field holds a value; a null field's bytes are 0\n"
+        "annotation nullable(field, group) :Void;"
+    ),
     "validity": "# the validity bits of the nullable fields\nannotation validity(group) :Void;",
 }

@@ -82,6 +82,7 @@ class Field:
     def dtype(self) -> np.dtype:
         """numpy type of the field (a sub-array type for T[k])."""
         import numpy as np  # start-up: a layout is read without numpy (info, --help); its dtype needs it
+
         return np.dtype(self.spec.numpy_format)
 
     @property
@@ -98,7 +99,7 @@ class Field:
         return [self.name, self.type, opts] if opts else [self.name, self.type]
 
     @classmethod
-    def from_list(cls, item) -> "Field":
+    def from_list(cls, item) -> Field:
         if len(item) == 2:
             return cls(str(item[0]), item[1])
         opts = dict(item[2])
@@ -143,8 +144,10 @@ class Layout:
         object.__setattr__(self, "fields", tuple(canonical))
         members = len(self.fields) + sum(f.spec.elements for f in self.fields) + self.validity_bytes
         if members > _MAX_CAPNP_FIELDS:
-            raise LayoutError(f"layout {self.name!r} has {members:,} stored elements (bytes, array values); "
-                              f"a Cap'n Proto struct holds at most {_MAX_CAPNP_FIELDS:,}: split the layout")
+            raise LayoutError(
+                f"layout {self.name!r} has {members:,} stored elements (bytes, array values); "
+                f"a Cap'n Proto struct holds at most {_MAX_CAPNP_FIELDS:,}: split the layout"
+            )
 
     # --- numpy --------------------------------------------------------------
     @functools.cached_property
@@ -152,6 +155,7 @@ class Layout:
         """Packed little-endian structured dtype of one raw record (``_validity`` last, as
         ``(u1, (ceil(k/8),))``, when k fields are nullable)."""
         import numpy as np  # start-up: a layout is read without numpy (info, --help); its dtype needs it
+
         spec = [(f.name, f.spec.numpy_format) for f in self.fields]
         if self.validity_bytes:
             spec.append((VALIDITY, "u1", (self.validity_bytes,)))
@@ -231,6 +235,7 @@ class Layout:
         """dtype of one element of a Cap'n Proto List(Record) (data section only): raw bytes
         (the serializer copies `capnp_runs` and `capnp_bools` between it and the records)."""
         import numpy as np  # start-up: a layout is read without numpy (info, --help); its dtype needs it
+
         return np.dtype((np.void, self.capnp_words * 8))
 
     @property
@@ -243,6 +248,7 @@ class Layout:
         # Cap'n Proto aborts the process when two different files share an id: derive it
         # from everything that goes into the file.
         import hashlib  # start-up: only a layout's Cap'n Proto schema needs it (OpenSSL's load: ~3 ms)
+
         h = hashlib.blake2b((self.name + "\n" + self.capnp_body()).encode(), digest_size=8).digest()
         return int.from_bytes(h, "big") | (1 << 63)
 
@@ -275,8 +281,10 @@ class Layout:
         ``_validity``: Arrow has real nulls)."""
         import pyarrow as pa  # heavy: only Arrow paths need the schema (capnp loads do without)
 
-        return pa.schema([pa.field(f.name, f.arrow_type, nullable=f.nullable) for f in self.fields],
-                         metadata={"bulkload.layout": self.name})
+        return pa.schema(
+            [pa.field(f.name, f.arrow_type, nullable=f.nullable) for f in self.fields],
+            metadata={"bulkload.layout": self.name},
+        )
 
     # --- persistence ----------------------------------------------------------
     def to_dict(self) -> dict:
@@ -287,7 +295,7 @@ class Layout:
         }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Layout":
+    def from_dict(cls, d: dict) -> Layout:
         """The layout a manifest or task describes (a registered one, e.g. ``docs``, by name)."""
         if d.get("variable_length"):
             return registered_layout(d["name"])
@@ -306,7 +314,7 @@ def _check_tz(tz, spec: FieldType, where: str) -> None:
     if spec.base != "datetime64":
         raise LayoutError(f"{where}: tz is for datetime64 fields, not {spec.name}; remove it")
     if not isinstance(tz, str) or not tz:
-        raise LayoutError(f"{where}: tz must be a time zone name such as \"UTC\" or \"+01:00\", not {tz!r}")
+        raise LayoutError(f'{where}: tz must be a time zone name such as "UTC" or "+01:00", not {tz!r}')
     if _OFFSET_TZ.match(tz):
         return
     import zoneinfo  # only a layout with a named time zone checks it
@@ -314,8 +322,10 @@ def _check_tz(tz, spec: FieldType, where: str) -> None:
     try:
         zoneinfo.ZoneInfo(tz)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise LayoutError(f"{where}: tz {tz!r} is not a known time zone; use an IANA name such as "
-                          "\"UTC\" or \"America/New_York\", or an offset such as \"+01:00\"") from None
+        raise LayoutError(
+            f"{where}: tz {tz!r} is not a known time zone; use an IANA name such as "
+            '"UTC" or "America/New_York", or an offset such as "+01:00"'
+        ) from None
 
 
 # --- layouts from numpy dtypes (in-memory records, user generators, .npy files) ---------------
@@ -333,40 +343,55 @@ def layout_from_dtype(dtype, name: str) -> Layout:
     ``align=True`` dtype with holes, a big-endian, nested or other field is a LayoutError
     naming the field and the fix); field names as a layout's."""
     import numpy as np  # start-up: a layout is read without numpy (info, --help); its dtype needs it
+
     dtype = np.dtype(dtype)
     if dtype.names is None:
-        raise LayoutError(f"dtype {dtype} has no named fields; records need a structured dtype, "
-                          "e.g. np.dtype([('x', '<i8'), ('y', '<f8')])")
+        raise LayoutError(
+            f"dtype {dtype} has no named fields; records need a structured dtype, "
+            "e.g. np.dtype([('x', '<i8'), ('y', '<f8')])"
+        )
     fields, offset = [], 0
     if VALIDITY in dtype.names:
-        raise LayoutError(f"dtype {dtype} has a {VALIDITY} field: records of a layout with nullable fields, which "
-                          "the dtype does not name; pass the layout (layout=, --layout)")
+        raise LayoutError(
+            f"dtype {dtype} has a {VALIDITY} field: records of a layout with nullable fields, which "
+            "the dtype does not name; pass the layout (layout=, --layout)"
+        )
     for fname in dtype.names:
         ftype, at = dtype.fields[fname][:2]
         fields.append(Field(fname, _type_of(fname, ftype)))
         if at != offset:
-            raise LayoutError(f"field {fname!r} is at byte offset {at}, but layouts are packed (it would be at "
-                              f"{offset}): the dtype is aligned or padded; {_REPACK}")
+            raise LayoutError(
+                f"field {fname!r} is at byte offset {at}, but layouts are packed (it would be at "
+                f"{offset}): the dtype is aligned or padded; {_REPACK}"
+            )
         offset += ftype.itemsize
     if dtype.itemsize != offset:
-        raise LayoutError(f"records of dtype {dtype} are {dtype.itemsize} bytes but its fields take {offset} "
-                          f"(trailing padding); {_REPACK}")
+        raise LayoutError(
+            f"records of dtype {dtype} are {dtype.itemsize} bytes but its fields take {offset} "
+            f"(trailing padding); {_REPACK}"
+        )
     return Layout(name, tuple(fields))
 
 
 def _type_of(fname: str, ftype: np.dtype) -> str:
     """The layout type of one dtype field, or a LayoutError naming the field."""
     if ftype.names is not None:
-        raise LayoutError(f"field {fname!r} is a nested record ({ftype}); layout fields are values: "
-                          "flatten it into one field per value")
+        raise LayoutError(
+            f"field {fname!r} is a nested record ({ftype}); layout fields are values: "
+            "flatten it into one field per value"
+        )
     one = ftype.subdtype[0] if ftype.subdtype is not None else ftype
     if one.byteorder == ">" or (one.byteorder == "=" and not _LITTLE):
-        raise LayoutError(f"field {fname!r} is big-endian ({one.str}); layouts are little-endian: "
-                          "arr.astype(arr.dtype.newbyteorder('<'))")
+        raise LayoutError(
+            f"field {fname!r} is big-endian ({one.str}); layouts are little-endian: "
+            "arr.astype(arr.dtype.newbyteorder('<'))"
+        )
     found = type_of_numpy(ftype)
     if found is None:
-        raise LayoutError(f"field {fname!r} has type {describe_dtype(ftype)}, which no layout field has; "
-                          f"a field is one of {TYPE_HELP}{_U_HINT if one.kind == 'U' else ''}")
+        raise LayoutError(
+            f"field {fname!r} has type {describe_dtype(ftype)}, which no layout field has; "
+            f"a field is one of {TYPE_HELP}{_U_HINT if one.kind == 'U' else ''}"
+        )
     return found
 
 
@@ -378,11 +403,12 @@ def describe_dtype(dtype: np.dtype) -> str:
     return str(dtype) if str(dtype) == dtype.str else f"{dtype} ({dtype.str})"
 
 
-def dtype_mismatch(dtype, layout: "Layout | np.dtype") -> str | None:
+def dtype_mismatch(dtype, layout: Layout | np.dtype) -> str | None:
     """Why records of ``dtype`` are not records of ``layout`` (or of that dtype) byte for
     byte: the first field whose name, type or offset differs, a missing or extra field,
     padding; None when they are."""
     import numpy as np  # start-up: a layout is read without numpy (info, --help); its dtype needs it
+
     dtype = np.dtype(dtype)
     want = layout.dtype if isinstance(layout, Layout) else np.dtype(layout)
     if dtype.names is None:
@@ -439,7 +465,6 @@ def known_layout(have: Layout) -> Layout:
 # --- a layout of a dtype's fields, converted by field (.npy files, Arrow / Parquet schemas) -------
 
 
-
 def layout_of_fields(dtype: np.dtype, name: str) -> Layout:
     """The layout named ``name`` whose fields are those of the structured ``dtype``, in
     its order (unlike `layout_from_dtype`, whose records must be the dtype's bytes as they are), each with the layout type of the same kind and size (any byte order,
@@ -448,17 +473,21 @@ def layout_of_fields(dtype: np.dtype, name: str) -> Layout:
     LayoutError naming the first field that has no layout type (U text, objects, other
     datetime units, nested records), or when ``dtype`` has no fields at all."""
     import numpy as np  # start-up: a layout is read without numpy (info, --help); its dtype needs it
+
     dtype = np.dtype(dtype)
     if dtype.names is None:
-        raise LayoutError(f"{dtype} is not a record type: a layout needs named fields (a structured dtype "
-                          "such as [('x', '<f8'), ('i', '<i4')], or a table's columns)")
+        raise LayoutError(
+            f"{dtype} is not a record type: a layout needs named fields (a structured dtype "
+            "such as [('x', '<f8'), ('i', '<i4')], or a table's columns)"
+        )
     fields = []
     for field_name in dtype.names:
         ftype = dtype.fields[field_name][0]
         type_name = type_of_numpy(ftype)
         if type_name is None:
-            raise LayoutError(f"field {field_name!r} has type {ftype}, which no layout type holds; a field is one "
-                              f"of {TYPE_HELP}")
+            raise LayoutError(
+                f"field {field_name!r} has type {ftype}, which no layout type holds; a field is one of {TYPE_HELP}"
+            )
         fields.append(Field(field_name, type_name))
     return Layout(name, tuple(fields))
 
@@ -487,11 +516,12 @@ def _find_registered(name: str):
     return _REGISTERED.get(name)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _load_capnp(text: str):
     # pycapnp loads from files; keep one file per distinct schema text for the process.
     import hashlib  # start-up: only a layout's Cap'n Proto schema needs them
     import tempfile
+
     d = Path(tempfile.gettempdir()) / f"bulkload-capnp-{os.getuid()}"
     d.mkdir(parents=True, exist_ok=True)
     name = "l" + hashlib.blake2b(text.encode(), digest_size=8).hexdigest() + ".capnp"
@@ -503,7 +533,7 @@ def _load_capnp(text: str):
     return _load_capnp_path(str(path))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _load_capnp_path(path: str):
     import capnp  # heavy: only Cap'n Proto readers of a layout's schema need pycapnp
 
@@ -526,8 +556,10 @@ def toml_text(raw: bytes, path, error: type[Exception]) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise error(f"{path}: not valid TOML: byte 0x{raw[e.start]:02x} at byte offset {e.start} is not UTF-8 "
-                    "(TOML files are UTF-8); save the file as UTF-8") from None
+        raise error(
+            f"{path}: not valid TOML: byte 0x{raw[e.start]:02x} at byte offset {e.start} is not UTF-8 "
+            "(TOML files are UTF-8); save the file as UTF-8"
+        ) from None
 
 
 def parse_layout_toml(text: str, origin: str) -> Layout:
@@ -537,10 +569,11 @@ def parse_layout_toml(text: str, origin: str) -> Layout:
         raise LayoutError(f"{origin}: not valid TOML: {e}") from None
     unknown = set(data) - {"name", "description", "fields"}
     if unknown:
-        raise LayoutError(f"{origin}: unknown key(s) {', '.join(sorted(unknown))}; "
-                          "a layout file has name, description and [fields]")
+        raise LayoutError(
+            f"{origin}: unknown key(s) {', '.join(sorted(unknown))}; a layout file has name, description and [fields]"
+        )
     if "name" not in data or not isinstance(data.get("fields"), dict):
-        raise LayoutError(f"{origin}: a layout file needs `name = \"...\"` and a [fields] table")
+        raise LayoutError(f'{origin}: a layout file needs `name = "..."` and a [fields] table')
     fields = [_toml_field(k, v, origin) for k, v in data["fields"].items()]
     try:
         return Layout(str(data["name"]), tuple(fields), str(data.get("description", "")))
@@ -560,10 +593,12 @@ def _toml_field(name: str, value, origin: str) -> Field:
         raise LayoutError(f"{origin}: field {name!r} must be a type name or a table, got {value!r}; write {example}")
     unknown = sorted(set(value) - set(_FIELD_KEYS))
     if unknown:
-        raise LayoutError(f"{origin}: field {name!r} has unknown key(s) {', '.join(unknown)}; a field table has "
-                          f"{', '.join(_FIELD_KEYS)} (e.g. {example})")
+        raise LayoutError(
+            f"{origin}: field {name!r} has unknown key(s) {', '.join(unknown)}; a field table has "
+            f"{', '.join(_FIELD_KEYS)} (e.g. {example})"
+        )
     if not isinstance(value.get("type"), str):
-        raise LayoutError(f"{origin}: field {name!r} needs `type = \"...\"`; write {example}")
+        raise LayoutError(f'{origin}: field {name!r} needs `type = "..."`; write {example}')
     nullable = value.get("nullable", False)
     if not isinstance(nullable, bool):
         raise LayoutError(f"{origin}: field {name!r}: nullable must be true or false, not {nullable!r}")
@@ -621,7 +656,7 @@ def get_layout(name_or_path: str | Layout) -> Layout:
     return _get_named(ref, tuple(str(d) for d in _search_dirs()))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _get_named(name: str, dirs: tuple[str, ...]) -> Layout:
     for d in [*map(Path, dirs), builtin_schema_dir()]:
         p = d / f"{name}.toml"
@@ -637,4 +672,3 @@ def _get_named(name: str, dirs: tuple[str, ...]) -> Layout:
         f"unknown layout {name!r}; known layouts: {', '.join(available_layouts()) or 'none'} "
         "(declare one in schemas/NAME.toml or pass a path to a .toml file)"
     )
-

@@ -193,7 +193,7 @@ class Manifest:
         return {**self.extra, **d}
 
     @classmethod
-    def from_json(cls, d: dict) -> "Manifest":
+    def from_json(cls, d: dict) -> Manifest:
         """The manifest of a decoded manifest.json that manifest_check accepts."""
         d = dict(d)
         d["batches"] = [BatchEntry(*row) for row in d.get("batches", [])]
@@ -204,7 +204,7 @@ class Manifest:
         return cls(**d, extra=extra)
 
     @classmethod
-    def from_header(cls, head: dict) -> "Manifest":
+    def from_header(cls, head: dict) -> Manifest:
         """The manifest of a catalog header (`header`), without its tables; keys this
         version does not know go to ``extra``."""
         d = dict(head)
@@ -248,8 +248,10 @@ def write_json_atomic(path: Path, obj) -> None:
         fsync_dir(str(path.parent))
     except OSError as e:
         tmp.unlink(missing_ok=True)
-        raise StoreError(f"could not write {path}: {e.strerror or e}; "
-                         "the previous manifest is intact - free space or fix permissions and retry") from e
+        raise StoreError(
+            f"could not write {path}: {e.strerror or e}; "
+            "the previous manifest is intact - free space or fix permissions and retry"
+        ) from e
 
 
 def open_manifest(root: str | os.PathLike, uri: str | None = None):
@@ -266,19 +268,22 @@ def open_manifest(root: str | os.PathLike, uri: str | None = None):
         if first is not None:
             return first
         if found:
-            what = (f"{MANIFEST} is a dangling link to {os.readlink(path)}" if os.path.islink(path)
-                    else f"no {MANIFEST}")
-            raise DamagedDatasetError(f"dataset {uri or root} is damaged: it holds bulkload data ({', '.join(found)}) "
-                                      f"but {what}; nothing was read or written - {recovery(root)}") from None
+            what = f"{MANIFEST} is a dangling link to {os.readlink(path)}" if os.path.islink(path) else f"no {MANIFEST}"
+            raise DamagedDatasetError(
+                f"dataset {uri or root} is damaged: it holds bulkload data ({', '.join(found)}) "
+                f"but {what}; nothing was read or written - {recovery(root)}"
+            ) from None
         raise DatasetNotFoundError(
             f"no dataset at {uri or root} (no {MANIFEST}); load one first with `bulkload load`"
         ) from None
     except NotADirectoryError:
-        raise DatasetNotFoundError(f"no dataset at {uri or root}: {root} is a file, not a dataset "
-                                   "directory; check the path") from None
+        raise DatasetNotFoundError(
+            f"no dataset at {uri or root}: {root} is a file, not a dataset directory; check the path"
+        ) from None
     except PermissionError as e:
-        raise NotReadableError(f"dataset {uri or root}: {path} cannot be read ({e.strerror}); "
-                               "fix its permissions or run as its owner") from None
+        raise NotReadableError(
+            f"dataset {uri or root}: {path} cannot be read ({e.strerror}); fix its permissions or run as its owner"
+        ) from None
     except OSError as e:
         raise _invalid(Path(path), f"it cannot be read ({e.strerror or e})", "$") from None
 
@@ -306,9 +311,11 @@ def _first_commit(root) -> _Pointer | None:
 def recovery(root: str | os.PathLike) -> str:
     """What to do about a dataset whose metadata is missing or unreadable."""
     root = str(root).rstrip("/")
-    return (f"restore {root}/{MANIFEST} from a backup; or move the directory aside (mv {root} {root}.damaged) "
-            f"and load into a new path; or rebuild it with `bulkload load SOURCE DATASET --replace`, which "
-            "discards the shards")
+    return (
+        f"restore {root}/{MANIFEST} from a backup; or move the directory aside (mv {root} {root}.damaged) "
+        f"and load into a new path; or rebuild it with `bulkload load SOURCE DATASET --replace`, which "
+        "discards the shards"
+    )
 
 
 def bulkload_data(root: str | os.PathLike) -> list[str]:
@@ -340,10 +347,15 @@ def check_store(m: Manifest, root: str | os.PathLike, uri: str | None) -> Manife
     scheme = uri.split("://", 1)[0] if uri and "://" in uri else None
     if scheme is None or not m.batches or _BACKEND.get(scheme) == _BACKEND.get(m.scheme, m.scheme):
         return m
-    right = f"mem://{os.path.basename(str(root).rstrip('/'))}" if m.scheme == "mem" else \
-        f"{m.scheme}://{uri.split('://', 1)[1]}"
-    raise DatasetMismatchError(f"dataset {uri} is a {m.scheme} dataset (its manifest says store {m.scheme!r}), not "
-                               f"{scheme}: nothing is wrong with it - open it as {right}")
+    right = (
+        f"mem://{os.path.basename(str(root).rstrip('/'))}"
+        if m.scheme == "mem"
+        else f"{m.scheme}://{uri.split('://', 1)[1]}"
+    )
+    raise DatasetMismatchError(
+        f"dataset {uri} is a {m.scheme} dataset (its manifest says store {m.scheme!r}), not "
+        f"{scheme}: nothing is wrong with it - open it as {right}"
+    )
 
 
 def read_manifest(f) -> Manifest:
@@ -363,8 +375,10 @@ def read_manifest(f) -> Manifest:
         obj = _loads(path, data)
     newer = obj.get("version") if isinstance(obj, dict) else None
     if isinstance(newer, int) and newer > VERSION:
-        raise NewerFormatError(f"{path} is a version-{newer} manifest, written by a newer bulkload; this bulkload "
-                               f"reads versions 1 and {VERSION}: nothing was read or written - upgrade bulkload")
+        raise NewerFormatError(
+            f"{path} is a version-{newer} manifest, written by a newer bulkload; this bulkload "
+            f"reads versions 1 and {VERSION}: nothing was read or written - upgrade bulkload"
+        )
     if isinstance(obj, dict) and "catalog" in obj:
         return _from_catalog(path, obj)
     found = problem(obj)
@@ -381,8 +395,9 @@ def _from_catalog(path: Path, pointer: dict) -> Manifest:
         raise _invalid(path, "its `catalog` is not a directory name", "$.catalog")
     m = catalog_manifest(str(path.parent / name))
     if pointer.get("dataset_id") != m.dataset_id:
-        raise cg.damaged(str(path.parent / name), f"it holds dataset {m.dataset_id}, {path} names "
-                         f"{pointer.get('dataset_id')}")
+        raise cg.damaged(
+            str(path.parent / name), f"it holds dataset {m.dataset_id}, {path} names {pointer.get('dataset_id')}"
+        )
     object.__setattr__(m, "_pointed", True)
     return m
 
@@ -428,9 +443,11 @@ def placed_here(m: Manifest, path: str) -> None:
         return
     for i, (at, here) in enumerate(zip(given, m.placement())):
         if at != here:
-            raise NewerFormatError(f"the catalog {path} places shard {i} at {at!r}, not in the dataset directory "
-                                   f"({here}): a newer bulkload wrote it; nothing was read - read it with that "
-                                   "bulkload")
+            raise NewerFormatError(
+                f"the catalog {path} places shard {i} at {at!r}, not in the dataset directory "
+                f"({here}): a newer bulkload wrote it; nothing was read - read it with that "
+                "bulkload"
+            )
 
 
 def attach(m: Manifest, cat, snap, agg) -> None:
@@ -452,8 +469,10 @@ def _loads(path: Path, data: bytes):
 
 
 def _invalid(path: Path, what: str, where: str) -> ManifestError:
-    return DamagedDatasetError(f"{path} is not a valid bulkload manifest: {what} (at {where}); nothing was "
-                         "written - restore the file from a backup (or re-create the dataset with --replace)")
+    return DamagedDatasetError(
+        f"{path} is not a valid bulkload manifest: {what} (at {where}); nothing was "
+        "written - restore the file from a backup (or re-create the dataset with --replace)"
+    )
 
 
 def read_dataset_id(root: str | os.PathLike) -> str | None:

@@ -120,8 +120,9 @@ def _rows_problem(rows: list[list], shards: int, keyed: bool) -> tuple[str, str]
     wrong = next((i for i, r in enumerate(rows) if len(r) != len(names)), None)
     if wrong is not None:
         what = "documents" if keyed else "fixed-size records"
-        return (f"a batch row of {what} has {len(names)} fields ({', '.join(names)}), this one has "
-                f"{len(rows[wrong])}"), f"$.batches[{wrong}]"
+        return (
+            f"a batch row of {what} has {len(names)} fields ({', '.join(names)}), this one has {len(rows[wrong])}"
+        ), f"$.batches[{wrong}]"
     try:
         typed = msgspec.convert(rows, list[_KeyedRow if keyed else _FixedRow])
     except msgspec.ValidationError as e:
@@ -131,15 +132,24 @@ def _rows_problem(rows: list[list], shards: int, keyed: bool) -> tuple[str, str]
         return f"checksum {typed[i][4]} is not a 64-bit value", f"$.batches[{i}][4]"
     i = next((i for i, t in enumerate(typed) if t[1] >= shards), None)
     if i is not None:
-        return (f"shard {typed[i][1]} does not exist (the dataset has {shards} shards: 0..{shards - 1})",
-                f"$.batches[{i}][1]")
+        return (
+            f"shard {typed[i][1]} does not exist (the dataset has {shards} shards: 0..{shards - 1})",
+            f"$.batches[{i}][1]",
+        )
     i = next((i for i in range(1, len(typed)) if typed[i][0] <= typed[i - 1][0]), None)
     if i is not None:
-        return (f"batch seq {typed[i][0]} does not follow seq {typed[i - 1][0]} (seqs must ascend)",
-                f"$.batches[{i}][0]")
-    i = None if keyed else next((i for i in range(1, len(typed))
-                                 if typed[i][2] != typed[i - 1][2] + typed[i - 1][3]), None)
+        return (
+            f"batch seq {typed[i][0]} does not follow seq {typed[i - 1][0]} (seqs must ascend)",
+            f"$.batches[{i}][0]",
+        )
+    i = (
+        None
+        if keyed
+        else next((i for i in range(1, len(typed)) if typed[i][2] != typed[i - 1][2] + typed[i - 1][3]), None)
+    )
     if i is not None:
-        return (f"batch seq {typed[i][0]} starts at record {typed[i][2]}, but the batch before it ends at "
-                f"record {typed[i - 1][2] + typed[i - 1][3]}"), f"$.batches[{i}][2]"
+        return (
+            f"batch seq {typed[i][0]} starts at record {typed[i][2]}, but the batch before it ends at "
+            f"record {typed[i - 1][2] + typed[i - 1][3]}"
+        ), f"$.batches[{i}][2]"
     return None

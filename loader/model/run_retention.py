@@ -44,7 +44,7 @@ import math
 import re
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from ..errors import UsageError
 from . import runs as run_rules
@@ -86,12 +86,14 @@ def instant(value, option: str, now: float | None = None) -> float | None:
             return _epoch(datetime.fromisoformat(value.strip()))
         except ValueError:
             pass
-    raise UsageError(f"{option} must be an age such as 30d, 12h or 90m, or an ISO-8601 instant such as "
-                     f"2026-11-01T08:00:00Z, not {value!r}")
+    raise UsageError(
+        f"{option} must be an age such as 30d, 12h or 90m, or an ISO-8601 instant such as "
+        f"2026-11-01T08:00:00Z, not {value!r}"
+    )
 
 
 def _epoch(d: datetime) -> float:
-    return (d if d.tzinfo is not None else d.replace(tzinfo=timezone.utc)).timestamp()
+    return (d if d.tzinfo is not None else d.replace(tzinfo=UTC)).timestamp()
 
 
 def check_choice(option: str, value: str | None, choices: tuple[str, ...]) -> str | None:
@@ -115,16 +117,23 @@ class RunFilter:
     limit: int | None = None
 
     @classmethod
-    def of(cls, status=None, kind=None, since=None, limit=None, now: float | None = None) -> "RunFilter":
-        return cls(check_choice("--status", status, STATUSES), check_choice("--kind", kind, KINDS),
-                   instant(since, "--since", now), check_count("--limit", limit, 1, MAX_KEEP))
+    def of(cls, status=None, kind=None, since=None, limit=None, now: float | None = None) -> RunFilter:
+        return cls(
+            check_choice("--status", status, STATUSES),
+            check_choice("--kind", kind, KINDS),
+            instant(since, "--since", now),
+            check_count("--limit", limit, 1, MAX_KEEP),
+        )
 
     def select(self, shown: list[Run]) -> list[Run]:
         """The runs (as `as_seen` shows them) that match, newest first, at most ``limit``."""
         out = []
         for r in reversed(shown):
-            if (self.status is None or r.status == self.status) and (self.kind is None or r.kind == self.kind) \
-                    and (self.since is None or (r.started or 0) >= self.since):
+            if (
+                (self.status is None or r.status == self.status)
+                and (self.kind is None or r.kind == self.kind)
+                and (self.since is None or (r.started or 0) >= self.since)
+            ):
                 out.append(r)
                 if self.limit is not None and len(out) >= self.limit:
                     break
@@ -172,7 +181,7 @@ def protected(m) -> dict[str, str]:
             why.setdefault(r.id, f"{r.status} and resumable: the same command resumes it")
             resumable_at = i if resumable_at is None else resumable_at
     if resumable_at is not None:
-        for r in all_runs[resumable_at + 1:]:
+        for r in all_runs[resumable_at + 1 :]:
             if r.kind == "compact" and r.status == "done":
                 why.setdefault(r.id, "a compaction after a resumable run: resume checks for it")
     current = run_rules.current(m)
@@ -215,5 +224,6 @@ def _loaded(r: Run) -> list[tuple]:
         return []
     if r.inputs is None:
         return [] if r.source is None else [(r.source, r.fingerprint, r.status, r.has("source_offset"))]
-    return [(e["source"], e.get("fingerprint"), "done", "://" not in e["source"])
-            for e in r.inputs if e.get("committed")]
+    return [
+        (e["source"], e.get("fingerprint"), "done", "://" not in e["source"]) for e in r.inputs if e.get("committed")
+    ]

@@ -122,8 +122,16 @@ class Run(JsonObject):
 
 def new_run(kind: str, **details) -> Run:
     """A run that starts now, in this process."""
-    return Run(id=uuid.uuid4().hex[:12], kind=kind, status="running", started=time.time(), ended=None,
-               host=os.uname().nodename, pid=os.getpid(), **details)  # = socket.gethostname(), lighter
+    return Run(
+        id=uuid.uuid4().hex[:12],
+        kind=kind,
+        status="running",
+        started=time.time(),
+        ended=None,
+        host=os.uname().nodename,
+        pid=os.getpid(),
+        **details,
+    )  # = socket.gethostname(), lighter
 
 
 UNFINISHED = ("running", "failed", "interrupted")
@@ -196,9 +204,14 @@ def compacted_since(m, run: Run) -> bool:
 
 def load_resumable(m, run: Run, **opts) -> bool:
     """Can this unfinished load run be resumed on the dataset as it is now?"""
-    return (run.status in UNFINISHED and bool(run.resumable)
-            and run.first_seq == m.next_seq and run.first_record == m.next_record
-            and options_match(run, **opts) and not compacted_since(m, run))
+    return (
+        run.status in UNFINISHED
+        and bool(run.resumable)
+        and run.first_seq == m.next_seq
+        and run.first_record == m.next_record
+        and options_match(run, **opts)
+        and not compacted_since(m, run)
+    )
 
 
 def supersede(m, keep: Run | None, by: str) -> list[str]:

@@ -34,14 +34,24 @@ _ISO_RE = re.compile(
     r"(Z|[+-]\d{2}:?\d{2})?$"
 )
 _DURATION_RE = re.compile(r"^(\d+)\s*(ns|us|µs|ms|s|min|m|h|d|w)$")
-_DURATION_NS = {"ns": 1, "us": 10**3, "µs": 10**3, "ms": 10**6, "s": 10**9, "m": 60 * 10**9,
-                "min": 60 * 10**9, "h": 3600 * 10**9, "d": 86400 * 10**9, "w": 7 * 86400 * 10**9}
+_DURATION_NS = {
+    "ns": 1,
+    "us": 10**3,
+    "µs": 10**3,
+    "ms": 10**6,
+    "s": 10**9,
+    "m": 60 * 10**9,
+    "min": 60 * 10**9,
+    "h": 3600 * 10**9,
+    "d": 86400 * 10**9,
+    "w": 7 * 86400 * 10**9,
+}
 #: ns in one unit of a numpy datetime64 / timedelta64 of a fixed unit
 _NUMPY_NS = {"W": 7 * 86400 * 10**9, "D": 86400 * 10**9, "h": 3600 * 10**9, "m": 60 * 10**9, **UNIT_NS}
 INSTANT_EXAMPLE = "2026-01-02T14:30:00Z"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def time_type(type_name: str) -> tuple[str, str] | None:
     """(``datetime64`` or ``timedelta64``, unit) of a layout type name, None for other types."""
     m = _TYPE_RE.match(str(type_name))
@@ -63,8 +73,10 @@ def instant_ns(value, what: str) -> int:
     kind = _numpy_time(value)
     if kind == "M":
         return _numpy_ns(value, what, "instant")
-    raise UsageError(f"{what}: {value!r} is not an instant; write an ISO-8601 time such as {INSTANT_EXAMPLE}, "
-                     "or give a numpy.datetime64, datetime or date")
+    raise UsageError(
+        f"{what}: {value!r} is not an instant; write an ISO-8601 time such as {INSTANT_EXAMPLE}, "
+        "or give a numpy.datetime64, datetime or date"
+    )
 
 
 def duration_ns(value, what: str) -> int:
@@ -72,23 +84,29 @@ def duration_ns(value, what: str) -> int:
     if isinstance(value, str):
         m = _DURATION_RE.match(value.strip())
         if not m:
-            raise UsageError(f"{what}: {value!r} is not a duration; write a whole number with a unit "
-                             "(ns, us, ms, s, min, h, d, w), e.g. 1h, 15min, 250ms")
+            raise UsageError(
+                f"{what}: {value!r} is not a duration; write a whole number with a unit "
+                "(ns, us, ms, s, min, h, d, w), e.g. 1h, 15min, 250ms"
+            )
         return int(m.group(1)) * _DURATION_NS[m.group(2)]
     if isinstance(value, _dt.timedelta):
         ns = (value.days * 86400 + value.seconds) * 10**9 + value.microseconds * 1000
         return ns + int(getattr(value, "nanoseconds", 0) or 0)
     if _numpy_time(value) == "m":
         return _numpy_ns(value, what, "duration")
-    raise UsageError(f"{what}: {value!r} is not a duration; write e.g. 1h, 15min or 250ms, or give a "
-                     "numpy.timedelta64 or datetime.timedelta")
+    raise UsageError(
+        f"{what}: {value!r} is not a duration; write e.g. 1h, 15min or 250ms, or give a "
+        "numpy.timedelta64 or datetime.timedelta"
+    )
 
 
 def _iso_ns(text: str, what: str) -> int:
     m = _ISO_RE.match(text)
     if not m:
-        raise UsageError(f"{what}: {text!r} is not an ISO-8601 instant; write YYYY-MM-DDTHH:MM[:SS[.fffffffff]] "
-                         f"with an optional Z or ±HH:MM (none: UTC), e.g. {INSTANT_EXAMPLE}")
+        raise UsageError(
+            f"{what}: {text!r} is not an ISO-8601 instant; write YYYY-MM-DDTHH:MM[:SS[.fffffffff]] "
+            f"with an optional Z or ±HH:MM (none: UTC), e.g. {INSTANT_EXAMPLE}"
+        )
     y, mo, d, h, mi, s, frac, zone = m.groups()
     try:
         stamp = _dt.datetime(int(y), int(mo), int(d), int(h or 0), int(mi or 0), int(s or 0))
@@ -134,8 +152,7 @@ def in_unit(ns: int, unit: str, what: str, *, ceil: bool = False, shown: str | N
     the value as the message names it (default: ``ns`` as an instant)."""
     per = UNIT_NS[unit]
     if ns % per and not ceil:
-        raise UsageError(f"{what}: {shown or format_ns(ns)} is not a whole number of {unit}; "
-                         f"the field holds {unit}")
+        raise UsageError(f"{what}: {shown or format_ns(ns)} is not a whole number of {unit}; the field holds {unit}")
     return -(-ns // per)
 
 
@@ -151,8 +168,9 @@ def duration_in_unit(value, unit: str, what: str, *, ceil: bool = False) -> int:
 
 def _count(value, unit: str, what: str, ceil: bool, noun: str) -> int:
     if isinstance(value, bool):
-        raise UsageError(f"{what}: {value!r} is not an {noun}" if noun == "instant" else
-                         f"{what}: {value!r} is not a {noun}")
+        raise UsageError(
+            f"{what}: {value!r} is not an {noun}" if noun == "instant" else f"{what}: {value!r} is not a {noun}"
+        )
     if isinstance(value, int) or type(value).__name__.startswith(("int", "uint")):
         return int(value)
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
@@ -187,4 +205,3 @@ def describe_coordinate(type_name: str, count: int, *, duration: bool = False) -
         return str(count)
     ns = int(count) * UNIT_NS[timed[1]]
     return format_duration(ns) if duration or timed[0] == "timedelta64" else format_ns(ns)
-

@@ -86,7 +86,7 @@ class Snapshot:
     pin: Pin | None = None
 
     @classmethod
-    def of(cls, ds: Dataset, arrays: dict | None = None) -> "Snapshot":
+    def of(cls, ds: Dataset, arrays: dict | None = None) -> Snapshot:
         m = ds.manifest
         header = dataclasses.replace(m, batches=[], runs=[], files={}, garbage=[], arrays=arrays or {})
         pin = Pin.take(ds.spec.root, m.generation) if ds.pinned else None  # ds holds G: race-free
@@ -113,8 +113,10 @@ class Snapshot:
             except DatasetNotFoundError as e:
                 raise _unseen_on_worker(root) or e from None
             if now.dataset_id != self.header.dataset_id:
-                raise DatasetReplacedError(f"dataset {self.uri} was replaced (load --replace) after this Dask "
-                                           "collection was built from it; open it again and build it again")
+                raise DatasetReplacedError(
+                    f"dataset {self.uri} was replaced (load --replace) after this Dask "
+                    "collection was built from it; open it again and build it again"
+                )
             current = now.generation == self.generation  # pinned while G is current: G's data is held
             m = dataclasses.replace(self.header, batches=list(batches))
             ds = Dataset(self.uri, pin=False, snapshot=(m, ident if current else None, pin if current else None))
@@ -145,8 +147,7 @@ def _unseen_on_worker(root: str):
         address = get_worker().address
     except (ImportError, ValueError):
         return None
-    return unseen(address, root, "does not exist there, but the collection was built from it",
-                  socket.gethostname())
+    return unseen(address, root, "does not exist there, but the collection was built from it", socket.gethostname())
 
 
 # --- DataFrame --------------------------------------------------------------------------------------
@@ -162,8 +163,9 @@ def dask_dataframe(ds: Dataset, partition_bytes: int | None = None):
     if not parts:
         return dd.from_pandas(meta, npartitions=1)
     divisions = [p[0].first for p in parts] + [parts[-1][-1].first + parts[-1][-1].count - 1]
-    return dd.from_map(_read_partition, parts, args=[Snapshot.of(ds)], meta=meta, divisions=divisions,
-                       label="bulkload-records")
+    return dd.from_map(
+        _read_partition, parts, args=[Snapshot.of(ds)], meta=meta, divisions=divisions, label="bulkload-records"
+    )
 
 
 def _partition_bytes(value) -> int:
@@ -226,8 +228,10 @@ def dask_array(ds: Dataset, array: str, attr, fill, chunks, box):
     da = _dask("dask.array", "to_dask_array")
     ai = array_index(ds, array)
     if ai.keep:
-        raise UsageError(f"array {array!r} keeps duplicate cells (a synthetic third dimension, --duplicates keep): "
-                         "it has no dense 2-D form; read it with read_box or to_dask_dataframe")
+        raise UsageError(
+            f"array {array!r} keeps duplicate cells (a synthetic third dimension, --duplicates keep): "
+            "it has no dense 2-D form; read it with read_box or to_dask_dataframe"
+        )
     attr = _attribute(ai, attr)
     dtype = ai.fields[attr].dtype
     fill = _fill(attr, dtype, fill)
@@ -236,8 +240,15 @@ def dask_array(ds: Dataset, array: str, attr, fill, chunks, box):
     grid = tuple(_cuts(lo, hi, size) for lo, hi, size in zip(starts, stops, sizes))
     spec = _BlockSpec(array, tuple(ai.dims), attr, dtype, fill, starts)
     snap = Snapshot.of(ds, {array: ai.summary})
-    return da.map_blocks(_read_block, snap, spec, chunks=grid, dtype=dtype, meta=np.empty((0, 0), dtype),
-                         token=f"bulkload-{array}-{attr}")
+    return da.map_blocks(
+        _read_block,
+        snap,
+        spec,
+        chunks=grid,
+        dtype=dtype,
+        meta=np.empty((0, 0), dtype),
+        token=f"bulkload-{array}-{attr}",
+    )
 
 
 def _attribute(ai: ArrayIndex, attr) -> str:
@@ -255,8 +266,10 @@ def _fill(attr: str, dtype: np.dtype, fill):
             return dtype.type("nan")
         if dtype.kind in "mM":  # a time attribute: NaT where no record is
             return dtype.type("NaT")
-        raise UsageError(f"attribute {attr!r} is {dtype.name}, which has no empty value: give fill= the value of "
-                         "cells without a record (e.g. fill=0 or fill=-1)")
+        raise UsageError(
+            f"attribute {attr!r} is {dtype.name}, which has no empty value: give fill= the value of "
+            "cells without a record (e.g. fill=0 or fill=-1)"
+        )
     if dtype.kind == "f" and isinstance(fill, (int, float, np.integer, np.floating)) and not isinstance(fill, bool):
         return dtype.type(fill)
     if dtype.kind == "b" and isinstance(fill, (bool, np.bool_)):
@@ -294,15 +307,19 @@ def _range(dim: str, given, start: int, stop: int, type_name: str) -> tuple[int,
         if isinstance(given, str):
             raise TypeError
     except (TypeError, ValueError):
-        raise UsageError(f"box: the range of {dim!r} must be (start, stop) integers, start <= stop "
-                         f"(half-open; None: the array's extent; a time dimension also takes instants), "
-                         f"not {given!r}") from None
+        raise UsageError(
+            f"box: the range of {dim!r} must be (start, stop) integers, start <= stop "
+            f"(half-open; None: the array's extent; a time dimension also takes instants), "
+            f"not {given!r}"
+        ) from None
     lo = start if lo is None else box_coordinate(dim, type_name, lo)
     hi = stop if hi is None else box_coordinate(dim, type_name, hi)
     if lo > hi:
-        raise UsageError(f"box: the range of {dim!r} must be (start, stop) integers, start <= stop "
-                         f"(half-open; None: the array's extent; a time dimension also takes instants), "
-                         f"not {given!r}")
+        raise UsageError(
+            f"box: the range of {dim!r} must be (start, stop) integers, start <= stop "
+            f"(half-open; None: the array's extent; a time dimension also takes instants), "
+            f"not {given!r}"
+        )
     return lo, hi
 
 
@@ -315,8 +332,10 @@ def _block_sizes(ai: ArrayIndex, chunks) -> tuple[int, int]:
     except (TypeError, ValueError):
         ok = False
     if not ok:
-        raise UsageError(f"chunks={chunks!r}: give two block sizes that are multiples of array {ai.name!r}'s "
-                         f"chunks {tuple(ai.chunks)}")
+        raise UsageError(
+            f"chunks={chunks!r}: give two block sizes that are multiples of array {ai.name!r}'s "
+            f"chunks {tuple(ai.chunks)}"
+        )
     return sizes
 
 

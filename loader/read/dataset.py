@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import TYPE_CHECKING, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from ..errors import CorruptBatchError, DatasetReplacedError, SnapshotExpiredError, UsageError, VerifyError
 from ..infra.lock import is_held
@@ -100,8 +101,10 @@ class Dataset(Verifying):
         """DatasetReplacedError when ``load --replace`` swapped in another dataset, else None."""
         if mf.read_dataset_id(self.spec.root) == self.manifest.dataset_id:
             return None
-        return DatasetReplacedError(f"dataset {self.uri} was replaced (load --replace) after it was "
-                                    "opened; open it again to read the new content")
+        return DatasetReplacedError(
+            f"dataset {self.uri} was replaced (load --replace) after it was "
+            "opened; open it again to read the new content"
+        )
 
     @property
     def pinned(self) -> bool:
@@ -121,8 +124,10 @@ class Dataset(Verifying):
         if self.pinned:  # the same dataset, our data pinned: remember this manifest as checked
             self._ident = now
             return None
-        return SnapshotExpiredError(f"dataset {self.uri} changed since this reader opened it (compact/finalize "
-                                    "removed data of its snapshot); open it again")
+        return SnapshotExpiredError(
+            f"dataset {self.uri} changed since this reader opened it (compact/finalize "
+            "removed data of its snapshot); open it again"
+        )
 
     def missing(self, problem: str):
         """The error for data of this snapshot that a store does not have: the dataset
@@ -157,8 +162,11 @@ class Dataset(Verifying):
         m = self.manifest
         if not m.batches:
             return 0
-        return sum(self.shard(i).nbytes() for i in range(m.shards)
-                   if i not in damaged and os.path.isdir(self.spec.shard_path(i)))
+        return sum(
+            self.shard(i).nbytes()
+            for i in range(m.shards)
+            if i not in damaged and os.path.isdir(self.spec.shard_path(i))
+        )
 
     def info(self) -> dict:
         """What the dataset holds (layout, format, counts, bytes, runs, arrays) and its
@@ -169,12 +177,26 @@ class Dataset(Verifying):
         if self.layout.variable_length:
             text = m.text_bytes
             return {
-                "dataset": self.uri, "path": self.spec.root, "layout": m.layout, "record_size": "variable",
-                "format": m.format, "compression": m.compression, "store": m.scheme, "shards": m.shards,
-                "records": m.records, "batches": len(m.batches), "batch_records": m.batch_records,
-                "record_bytes": text, "text_bytes": text, "stored_bytes": m.stored_bytes,
-                "disk_bytes": disk, **self._runs(), "arrays": m.arrays, "generation": m.generation,
-                "garbage": [g.to_dict() for g in m.garbage], "problems": problems,
+                "dataset": self.uri,
+                "path": self.spec.root,
+                "layout": m.layout,
+                "record_size": "variable",
+                "format": m.format,
+                "compression": m.compression,
+                "store": m.scheme,
+                "shards": m.shards,
+                "records": m.records,
+                "batches": len(m.batches),
+                "batch_records": m.batch_records,
+                "record_bytes": text,
+                "text_bytes": text,
+                "stored_bytes": m.stored_bytes,
+                "disk_bytes": disk,
+                **self._runs(),
+                "arrays": m.arrays,
+                "generation": m.generation,
+                "garbage": [g.to_dict() for g in m.garbage],
+                "problems": problems,
             }
         return {
             "dataset": self.uri,
@@ -248,9 +270,11 @@ class Dataset(Verifying):
                 raise UsageError(f"dataset {self.uri} holds documents: scan them by id, scan(ids=(lo, hi))")
             lo, hi = ids
             return self.docs.scan(0 if lo is None else lo, hi)
-        if ids is not None or isinstance(columns, int) and not isinstance(columns, bool):
-            raise UsageError(f"dataset {self.uri} holds fixed-size records, not documents: scan a record range "
-                             "with scan(records=(start, stop))")
+        if ids is not None or (isinstance(columns, int) and not isinstance(columns, bool)):
+            raise UsageError(
+                f"dataset {self.uri} holds fixed-size records, not documents: scan a record range "
+                "with scan(records=(start, stop))"
+            )
         from .scan import scan  # heavy (pyarrow): only Arrow readers need it
 
         return scan(self, columns, records, box, array, batch_rows)
@@ -266,8 +290,9 @@ class Dataset(Verifying):
     # --- reading -----------------------------------------------------------------
     def _fixed_only(self, what: str) -> None:
         if self.layout.variable_length:
-            raise UsageError(f"{what} reads fixed-size records; dataset {self.uri} holds documents: "
-                             "use get / get_many / scan")
+            raise UsageError(
+                f"{what} reads fixed-size records; dataset {self.uri} holds documents: use get / get_many / scan"
+            )
 
     def _value(self, b: mf.BatchEntry, rd: ValueReader | None = None):
         """The stored value of batch ``b``: a copy, or through ``rd`` (an open ValueReader of
@@ -289,8 +314,13 @@ class Dataset(Verifying):
         record count and first record checked against the manifest row."""
         start, recs = self.serializer.decode(self._checked_value(b))
         if len(recs) != b.count or start != b.first:
-            raise CorruptBatchError(batch_message(self.uri, b, f"the value holds {len(recs)} records from {start}, "
-                                                               f"the manifest says {b.count} from {b.first}"))
+            raise CorruptBatchError(
+                batch_message(
+                    self.uri,
+                    b,
+                    f"the value holds {len(recs)} records from {start}, the manifest says {b.count} from {b.first}",
+                )
+            )
         return recs
 
     def _records_into(self, out: np.ndarray, b: mf.BatchEntry, lo: int, hi: int) -> None:
@@ -358,7 +388,7 @@ class Dataset(Verifying):
         out = np.empty(stop - start, dtype=self.layout.dtype)
         for b in self.batches_covering(start, stop):
             lo, hi = max(start, b.first), min(stop, b.first + b.count)
-            self._records_into(out[lo - start: hi - start], b, lo - b.first, hi - b.first)
+            self._records_into(out[lo - start : hi - start], b, lo - b.first, hi - b.first)
         return out
 
     def to_arrow(self, columns=None, records=None):
@@ -394,7 +424,6 @@ class Dataset(Verifying):
         from .frames import sql
 
         return sql(self, query)
-
 
     # --- 2-D arrays (see redimension.py, query.py) ---------------------------------------
     def arrays(self) -> list[dict]:
@@ -439,16 +468,20 @@ def check_record_range(start: int, stop: int, n: int, uri: str) -> None:
     if start > n:
         raise UsageError(f"record range {start:,}..{stop:,} starts past the end: {where}")
     if stop < start:
-        meant = (f"{start:,}..{start + stop:,} would go past the end: {where}" if start + stop > n else
-                 f"for {stop:,} records from {start:,} use read_records({start}, {start + stop}); {where}")
-        raise UsageError(f"record range {start:,}..{stop:,}: stop is below start (the range is half-open "
-                         f"[start, stop), not (start, count)); {meant}")
+        meant = (
+            f"{start:,}..{start + stop:,} would go past the end: {where}"
+            if start + stop > n
+            else f"for {stop:,} records from {start:,} use read_records({start}, {start + stop}); {where}"
+        )
+        raise UsageError(
+            f"record range {start:,}..{stop:,}: stop is below start (the range is half-open "
+            f"[start, stop), not (start, count)); {meant}"
+        )
     if stop > n:
-        raise UsageError(f"record range {start:,}..{stop:,} goes past the end: {where}; "
-                         f"read at most to {n:,}")
+        raise UsageError(f"record range {start:,}..{stop:,} goes past the end: {where}; read at most to {n:,}")
 
 
-def open(uri: str, pin: bool = True, as_of=None) -> Dataset:  # noqa: A001 - the public API is loader.open
+def open(uri: str, pin: bool = True, as_of=None) -> Dataset:
     """A snapshot reader of the dataset at ``uri`` (close it, or use ``with``). ``pin=False``
     reads without pinning the snapshot: a compaction may then remove its data (reads
     raise SnapshotExpiredError), but the reader never holds garbage back. ``as_of`` (a

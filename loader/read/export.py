@@ -33,8 +33,7 @@ EXPORT_FORMATS = ("arrow", "parquet", "npy", "capnp", "csv", "jsonl")
 SCAN_FORMATS = ("arrow", "parquet", "csv", "jsonl", "npy")
 TEXT_FORMATS = ("csv", "jsonl")
 #: the --compression each format takes (None: none)
-COMPRESSIONS = {"arrow": ("none", "lz4", "zstd"),
-                "parquet": ("none", "snappy", "gzip", "brotli", "lz4", "zstd")}
+COMPRESSIONS = {"arrow": ("none", "lz4", "zstd"), "parquet": ("none", "snappy", "gzip", "brotli", "lz4", "zstd")}
 
 
 @dataclass(frozen=True)
@@ -52,6 +51,7 @@ class ExportReport:
 @dataclass(frozen=True)
 class Selection:
     """What a scan or export reads (see `Dataset.scan`); all None: every record."""
+
     columns: object = None
     records: object = None
     box: object = None
@@ -62,21 +62,32 @@ class Selection:
         return all(v is None for v in (self.columns, self.records, self.box, self.array))
 
 
-def check_options(fmt: str, formats=EXPORT_FORMATS, compression: str | None = None,
-                  row_group_rows: int | None = None) -> None:
+def check_options(
+    fmt: str, formats=EXPORT_FORMATS, compression: str | None = None, row_group_rows: int | None = None
+) -> None:
     """UsageError for an unknown format, or a --compression / --row-group-rows it does not take."""
     if fmt not in formats:
         raise UsageError(f"unknown format {fmt!r}; use one of {', '.join(formats)}")
     if compression is not None and compression not in COMPRESSIONS.get(fmt, ()):
         takes = COMPRESSIONS.get(fmt)
-        raise UsageError(f"--compression {compression} is not one of format {fmt}'s: "
-                         + (", ".join(takes) if takes else "it takes none"))
+        raise UsageError(
+            f"--compression {compression} is not one of format {fmt}'s: "
+            + (", ".join(takes) if takes else "it takes none")
+        )
     if row_group_rows is not None and (fmt != "parquet" or row_group_rows < 1):
         raise UsageError("--row-group-rows takes a positive number of rows, for --format parquet only")
 
 
-def export(ds: Dataset, out: str, fmt: str, sel: Selection | None = None, *, compression: str | None = None,
-           row_group_rows: int | None = None, formats=EXPORT_FORMATS) -> ExportReport:
+def export(
+    ds: Dataset,
+    out: str,
+    fmt: str,
+    sel: Selection | None = None,
+    *,
+    compression: str | None = None,
+    row_group_rows: int | None = None,
+    formats=EXPORT_FORMATS,
+) -> ExportReport:
     sel = sel or Selection()
     check_options(fmt, formats, compression, row_group_rows)
     if ds.layout.variable_length and fmt not in ("arrow", "parquet"):
@@ -84,11 +95,13 @@ def export(ds: Dataset, out: str, fmt: str, sel: Selection | None = None, *, com
     if ds.layout.variable_length and not sel.whole:
         raise UsageError(f"dataset {ds.uri} holds documents: columns, records and boxes select fixed-size records")
     if fmt == "capnp" and not sel.whole:
-        raise UsageError("--format capnp exports the whole dataset; use arrow, parquet, csv, jsonl or npy "
-                         "for a selection")
+        raise UsageError(
+            "--format capnp exports the whole dataset; use arrow, parquet, csv, jsonl or npy for a selection"
+        )
     refuse_dataset_paths(out, (ds.spec.root,))  # before reading: fail fast
-    reader = None if ds.layout.variable_length or fmt == "capnp" else ds.scan(
-        sel.columns, sel.records, sel.box, sel.array)
+    reader = (
+        None if ds.layout.variable_length or fmt == "capnp" else ds.scan(sel.columns, sel.records, sel.box, sel.array)
+    )
     rows = [0]
     with open_output(out, text=fmt in TEXT_FORMATS, protect=(ds.spec.root,)) as o:
         if reader is None:
@@ -198,13 +211,16 @@ def _npy(batches, schema, f, _c, _r, n: int | None = None, layout=None) -> None:
     from ..model.layouts import TYPES, VALIDITY, Field, Layout
 
     given = {} if layout is None else {fld.name: fld for fld in layout.fields}
-    sub = Layout(getattr(layout, "name", "export"), tuple(
-        given.get(fld.name) or Field(fld.name, np.dtype(fld.type.to_pandas_dtype()).name) for fld in schema))
+    sub = Layout(
+        getattr(layout, "name", "export"),
+        tuple(given.get(fld.name) or Field(fld.name, np.dtype(fld.type.to_pandas_dtype()).name) for fld in schema),
+    )
     dtype = sub.dtype
     held = batches if n is not None else list(batches)
     n = sum(b.num_rows for b in held) if n is None else n
-    np.lib.format.write_array_header_2_0(f, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
-                                             "shape": (n,)})
+    np.lib.format.write_array_header_2_0(
+        f, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": (n,)}
+    )
     for b in held:
         recs = np.empty(b.num_rows, dtype)
         if sub.validity_bytes:
@@ -231,11 +247,17 @@ def _capnp(ds: Dataset, f, _c, _r) -> None:
 
 def _docs(fmt: str):
     def write(ds: Dataset, f, compression, row_group_rows) -> None:
-        _WRITERS[fmt]((b for t in _doc_tables(ds) for b in t.to_batches()), ds.layout.arrow_schema, f,
-                      compression, row_group_rows)
+        _WRITERS[fmt](
+            (b for t in _doc_tables(ds) for b in t.to_batches()), ds.layout.arrow_schema, f, compression, row_group_rows
+        )
+
     return write
 
 
 _WRITERS = {"arrow": _arrow, "parquet": _parquet, "csv": _csv, "jsonl": _jsonl, "npy": _npy}
 #: formats written from the dataset itself (documents; capnp)
-_WHOLE = {"arrow": _docs("arrow"), "parquet": _docs("parquet"), "capnp": _capnp, }
+_WHOLE = {
+    "arrow": _docs("arrow"),
+    "parquet": _docs("parquet"),
+    "capnp": _capnp,
+}

@@ -20,7 +20,8 @@ overlap it are read: arrays/query.py), as one stream of batches.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from ..errors import CorruptBatchError, UsageError
 from ..infra import env
@@ -61,8 +62,10 @@ def check_columns(ds: Dataset, columns) -> list[str]:
     cols = [str(c).strip() for c in columns]
     bad = [c for c in cols if c not in names]
     if bad:
-        raise UsageError(f"column {bad[0]!r} is not a field of layout {ds.layout.name!r} of {ds.uri}; "
-                         f"its fields are {', '.join(names)}")
+        raise UsageError(
+            f"column {bad[0]!r} is not a field of layout {ds.layout.name!r} of {ds.uri}; "
+            f"its fields are {', '.join(names)}"
+        )
     if len(set(cols)) != len(cols):
         raise UsageError(f"columns {', '.join(cols)} name a field twice; give each once")
     if not cols:
@@ -82,8 +85,10 @@ def parse_records(records) -> tuple[int, int | None] | None:
                 raise ValueError
             return int(a) if a.strip() else 0, int(b) if b.strip() else None
         except ValueError:
-            raise UsageError(f"--records {records!r} is not a record range; give START:STOP "
-                             "(half-open, either side may be empty), e.g. 1000:2000") from None
+            raise UsageError(
+                f"--records {records!r} is not a record range; give START:STOP "
+                "(half-open, either side may be empty), e.g. 1000:2000"
+            ) from None
     try:
         a, b = records
     except (TypeError, ValueError):
@@ -111,8 +116,11 @@ def record_batches(ds: Dataset, names: list[str], start: int, stop: int, batch_r
         check_value(ds.uri, b, value)
         first, n, cols = ds.serializer.decode_columns(value, decode, out)
         if n != b.count or first != b.first:
-            raise CorruptBatchError(batch_message(ds.uri, b, f"the value holds {n} records from {first}, "
-                                                             f"the manifest says {b.count} from {b.first}"))
+            raise CorruptBatchError(
+                batch_message(
+                    ds.uri, b, f"the value holds {n} records from {first}, the manifest says {b.count} from {b.first}"
+                )
+            )
         return record_batch(cols, layout, names)
 
     def part(b, lo, hi):
@@ -155,8 +163,10 @@ def record_batches(ds: Dataset, names: list[str], start: int, stop: int, batch_r
                 if b is None:
                     break
                 if ds.closed:  # its pin is released: compact/finalize may remove what it reads
-                    raise UsageError(f"dataset {ds.uri} was closed before its scan was read; read the scan (or "
-                                     "collect the frame) before closing the dataset (inside its `with` block)")
+                    raise UsageError(
+                        f"dataset {ds.uri} was closed before its scan was read; read the scan (or "
+                        "collect the frame) before closing the dataset (inside its `with` block)"
+                    )
                 lo, hi = max(start, b.first) - b.first, min(stop, b.first + b.count) - b.first
                 if hi - lo < b.count:
                     pending.append(_Done(part(b, lo, hi)))
@@ -214,8 +224,9 @@ def scan(ds: Dataset, columns=None, records=None, box=None, array=None, batch_ro
     batch_rows = check_batch_rows(batch_rows)
     if box is not None or array is not None:
         if records is not None:
-            raise UsageError("scan reads either a record range (records=) or a box of an array (box=, array=), "
-                             "not both")
+            raise UsageError(
+                "scan reads either a record range (records=) or a box of an array (box=, array=), not both"
+            )
         return box_reader(ds, columns, box, array, batch_rows)
     names = check_columns(ds, columns)
     rng = parse_records(records)

@@ -110,8 +110,10 @@ def _npy_dtype(field) -> np.dtype:
         return np.dtype(f"S{t.byte_width}")
     if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
         return np.dtype(t.to_pandas_dtype())
-    raise UsageError(f"--format npy holds fixed-width values; column {field.name!r} is {t}: "
-                     "use --format arrow, parquet, csv or json for it, or cast it in the query")
+    raise UsageError(
+        f"--format npy holds fixed-width values; column {field.name!r} is {t}: "
+        "use --format arrow, parquet, csv or json for it, or cast it in the query"
+    )
 
 
 def as_text(batch, lists: bool):
@@ -130,7 +132,7 @@ def as_text(batch, lists: bool):
         t = col.type
         if pa.types.is_timestamp(t):
             col = pc.replace_substring(col.cast(pa.string()), " ", "T", max_replacements=1)
-        elif pa.types.is_temporal(t) and not pa.types.is_duration(t) or pa.types.is_decimal(t):
+        elif (pa.types.is_temporal(t) and not pa.types.is_duration(t)) or pa.types.is_decimal(t):
             col = col.cast(pa.string())
         elif pa.types.is_duration(t):
             col = col.cast(pa.int64())

@@ -40,6 +40,7 @@ class VerifyReport(EngineKeys):
 #: times `verify` starts over on a dataset that moved on while it was verified
 VERIFY_ATTEMPTS = 4
 
+
 class Verifying:
     """The verification methods of `Dataset` (it provides manifest, shard, serializer,
     docs, uri, moved_on and _opened_as)."""
@@ -111,10 +112,10 @@ class Verifying:
             except StoreError as e:
                 stopped = e
             if stopped is not None:
-                problems = problems + [{"shard": None, "batch": None, "first_record": None,
-                                        "problem": f"arrays: {stopped}"}]
-        return VerifyReport(self.uri, not problems, len(self.manifest.batches), self.manifest.records,
-                            problems)
+                problems = problems + [
+                    {"shard": None, "batch": None, "first_record": None, "problem": f"arrays: {stopped}"}
+                ]
+        return VerifyReport(self.uri, not problems, len(self.manifest.batches), self.manifest.records, problems)
 
     def _batch_problems(self, shards: set[int], flat) -> list[dict]:
         """The problems of the batches stored in ``shards`` (see `verify_part`)."""
@@ -129,12 +130,19 @@ class Verifying:
                 problem = self.docs.verify_batch(b) if b.keyed else self._batch_problem(b, flat)
             except StoreError as e:  # the shard is missing or damaged: one problem for it
                 broken.add(b.shard)
-                problems.append({"shard": b.shard, "batch": None, "first_record": None,
-                                 "batches": committed_shards(self.manifest)[b.shard], "problem": str(e)})
+                problems.append(
+                    {
+                        "shard": b.shard,
+                        "batch": None,
+                        "first_record": None,
+                        "batches": committed_shards(self.manifest)[b.shard],
+                        "problem": str(e),
+                    }
+                )
                 failed = e
             except DatasetReplacedError:
                 raise  # the dataset moved on: `verify` checks it again as it is now
-            except Exception as e:  # noqa: BLE001 - every failure is a finding
+            except Exception as e:
                 problem, failed = f"unreadable: {e}", e
             if failed is not None and flat is not None:  # the arrays built from it cannot be compared
                 flat.damaged(b.first, failed)
@@ -152,7 +160,7 @@ class Verifying:
             if problem is None:
                 try:
                     start, recs = self.serializer.decode(v)
-                except Exception as e:  # noqa: BLE001 - every failure is a finding
+                except Exception as e:
                     problem, error = f"undecodable: {e}", e
                 else:
                     if flat is not None:

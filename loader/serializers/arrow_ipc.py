@@ -43,9 +43,7 @@ class ArrowSerializer(Serializer):
     def __init__(self, layout: Layout, compression: str = "none"):
         super().__init__(layout, compression)
         self._schema = layout.arrow_schema
-        self._options = pa.ipc.IpcWriteOptions(
-            compression=None if self.compression == "none" else self.compression
-        )
+        self._options = pa.ipc.IpcWriteOptions(compression=None if self.compression == "none" else self.compression)
         self._base_meta = dict(self._schema.metadata or {})
         #: the fields that are single numbers, never null: their columns are the numpy values
         self._plain = {f.name for f in layout.fields if f.type in TYPES and not f.nullable}
@@ -63,9 +61,12 @@ class ArrowSerializer(Serializer):
         n = len(records)
         self.check_batch_records(n)
         start = self._check_start(start)
-        arrays = [from_numpy(records[f.name]) if f.name in self._plain else
-                  column_to_arrow(records[f.name], f, validity_of(records, self.layout, f.name))
-                  for f in self.layout.fields]
+        arrays = [
+            from_numpy(records[f.name])
+            if f.name in self._plain
+            else column_to_arrow(records[f.name], f, validity_of(records, self.layout, f.name))
+            for f in self.layout.fields
+        ]
         meta = dict(self._base_meta)
         meta[_START] = str(start).encode()
         meta[_COUNT] = str(n).encode()
@@ -79,12 +80,9 @@ class ArrowSerializer(Serializer):
     # --- decoding -----------------------------------------------------------
     def _schema_meta(self, schema: pa.Schema) -> tuple[int, int]:
         names = [f.name for f in schema]
-        if names != self.layout.names or any(
-            a.type != b.type for a, b in zip(schema, self._schema)
-        ):
+        if names != self.layout.names or any(a.type != b.type for a, b in zip(schema, self._schema)):
             raise _corrupt(
-                f"columns {', '.join(f'{f.name}:{f.type}' for f in schema)} do not match "
-                f"layout {self.layout.name!r}"
+                f"columns {', '.join(f'{f.name}:{f.type}' for f in schema)} do not match layout {self.layout.name!r}"
             )
         meta = schema.metadata or {}
         try:

@@ -41,9 +41,7 @@ MAX_START = 2**64 - 1
 def normalize_compression(compression: str | None) -> str:
     c = "none" if compression in (None, "", False) else str(compression).lower()
     if c not in COMPRESSIONS:
-        raise UsageError(
-            f"unknown compression {compression!r}; use one of {', '.join(COMPRESSIONS)}"
-        )
+        raise UsageError(f"unknown compression {compression!r}; use one of {', '.join(COMPRESSIONS)}")
     return c
 
 
@@ -175,10 +173,7 @@ class Serializer(ABC):
         dt = self.layout.dtype
         if records.dtype != dt:
             if records.dtype.names != dt.names:
-                raise UsageError(
-                    f"records have dtype {records.dtype}, expected layout "
-                    f"{self.layout.name!r} dtype {dt}"
-                )
+                raise UsageError(f"records have dtype {records.dtype}, expected layout {self.layout.name!r} dtype {dt}")
             out = np.empty(len(records), dt)
             for name in dt.names:
                 out[name] = records[name]

@@ -138,8 +138,7 @@ class CapnpMessage:
             off += words * 8
         if off != size:
             raise _corrupt(
-                f"segment table says {off} bytes, value has {size} "
-                f"({'truncated' if size < off else 'trailing bytes'})"
+                f"segment table says {off} bytes, value has {size} ({'truncated' if size < off else 'trailing bytes'})"
             )
         self.mv = mv
         self.segs = segs
@@ -302,8 +301,7 @@ class CapnpSerializer(Serializer):
         mv = byte_view(buf)
         if len(mv) < size:
             raise UsageError(
-                f"buffer of {len(mv)} bytes is too small for {n} records ({size} bytes); "
-                "use new_buffer(n)"
+                f"buffer of {len(mv)} bytes is too small for {n} records ({size} bytes); use new_buffer(n)"
             )
         if n:
             if self._framable:
@@ -330,8 +328,9 @@ class CapnpSerializer(Serializer):
         _start, n = header_fields(mv, self._stride)
         msg = bytearray(HEADER_BYTES + n * self._stride)
         msg[:HEADER_BYTES] = mv[:HEADER_BYTES]
-        shuffled.decompress_into(mv[HEADER_BYTES:], memoryview(msg)[HEADER_BYTES:], self._stride,
-                                 "corrupt Cap'n Proto batch value")
+        shuffled.decompress_into(
+            mv[HEADER_BYTES:], memoryview(msg)[HEADER_BYTES:], self._stride, "corrupt Cap'n Proto batch value"
+        )
         return msg
 
     def decode_into(self, value, out: np.ndarray) -> int | None:
@@ -342,8 +341,9 @@ class CapnpSerializer(Serializer):
         start, n = header_fields(mv, self._stride)
         if n != len(out):
             return None
-        shuffled.decompress_into(mv[HEADER_BYTES:], memoryview(out.view("u1")), self._stride,
-                                 "corrupt Cap'n Proto batch value")
+        shuffled.decompress_into(
+            mv[HEADER_BYTES:], memoryview(out.view("u1")), self._stride, "corrupt Cap'n Proto batch value"
+        )
         return start
 
     def decode(self, value) -> tuple[int, np.ndarray]:
@@ -365,8 +365,7 @@ class CapnpSerializer(Serializer):
                 return start, view
         else:
             # An older/smaller data section: the missing fields take their default, 0.
-            raw = np.ndarray((n, edw * 8), dtype=np.uint8, buffer=msg.mv, offset=off,
-                             strides=(stride, 1))
+            raw = np.ndarray((n, edw * 8), dtype=np.uint8, buffer=msg.mv, offset=off, strides=(stride, 1))
             view = np.zeros(n, dtype=self._cdtype)
             view.view(np.uint8).reshape(n, self._stride)[:, : edw * 8] = raw
         return start, self._as_records(view)
@@ -386,8 +385,9 @@ class CapnpSerializer(Serializer):
         lay = self.layout
         mv = byte_view(value)
         start, n = header_fields(mv, self._stride)
-        planes = shuffled.decompressed_planes(mv[HEADER_BYTES:], n * self._stride, self._stride,
-                                              "corrupt Cap'n Proto batch value")
+        planes = shuffled.decompressed_planes(
+            mv[HEADER_BYTES:], n * self._stride, self._stride, "corrupt Cap'n Proto batch value"
+        )
         cols, whole = {}, None
         for name in names:
             col = cols[name] = column_out(out, name, n, lay.dtype.fields[name][0])
@@ -397,7 +397,7 @@ class CapnpSerializer(Serializer):
             if span is not None:
                 at, w = span
                 dst = memoryview(col.reshape(-1).view(np.uint8))
-                shuffled.unshuffle(memoryview(planes)[at * n: (at + w) * n], dst, w)
+                shuffled.unshuffle(memoryview(planes)[at * n : (at + w) * n], dst, w)
             elif bit is not None:
                 plane = np.frombuffer(planes, np.uint8, n, (bit // 8) * n)
                 np.bitwise_and(plane >> (bit % 8), 1, out=col.view(np.uint8))
@@ -410,7 +410,7 @@ class CapnpSerializer(Serializer):
         """Copy ``records`` into ``body`` (n x data-section bytes): runs, then bools as bits."""
         raw = _bytes_of(records)
         for packed, at, size in self.layout.capnp_runs:
-            body[:, at:at + size] = raw[:, packed:packed + size]
+            body[:, at : at + size] = raw[:, packed : packed + size]
         for packed, bit in self.layout.capnp_bools:
             byte, mask = bit // 8, np.uint8(1 << (bit % 8))
             body[:, byte] = (body[:, byte] & ~mask) | np.where(raw[:, packed] != 0, mask, np.uint8(0))
@@ -421,7 +421,7 @@ class CapnpSerializer(Serializer):
         body = np.ascontiguousarray(view).view(np.uint8).reshape(len(view), self._stride)
         raw = out.view(np.uint8).reshape(len(out), self.layout.record_size)
         for packed, at, size in self.layout.capnp_runs:
-            raw[:, packed:packed + size] = body[:, at:at + size]
+            raw[:, packed : packed + size] = body[:, at : at + size]
         for packed, bit in self.layout.capnp_bools:
             raw[:, packed] = (body[:, bit // 8] >> (bit % 8)) & 1
         return out
@@ -469,6 +469,4 @@ def pycapnp_reader(layout: Layout, value):
             batch.start, len(batch.records)
     """
     words = len(memoryview(value).cast("B")) // 8 + 16
-    return layout.capnp_module().Batch.from_bytes(
-        value, traversal_limit_in_words=max(words, 8 * 1024 * 1024)
-    )
+    return layout.capnp_module().Batch.from_bytes(value, traversal_limit_in_words=max(words, 8 * 1024 * 1024))

@@ -86,12 +86,16 @@ def decompressed_planes(chunk, size: int, stride: int, what: str):
     heap.keep_freed_if_owned()  # two fresh buffers per batch: reuse freed heap (infra/heap.py)
     mv = memoryview(chunk).cast("B")
     if len(mv) < HEAD_BYTES or bytes(mv[:4]) != MAGIC:
-        raise VerifyError(f"{what}: the compressed records do not start with this version's framing "
-                          f"({MAGIC!r}); the value is damaged or was written by another bulkload version")
+        raise VerifyError(
+            f"{what}: the compressed records do not start with this version's framing "
+            f"({MAGIC!r}); the value is damaged or was written by another bulkload version"
+        )
     _magic, codec, cstride, csize = _HEAD.unpack_from(mv, 0)
     if codec not in _CODEC_NAMES or cstride != stride or csize != size:
-        raise VerifyError(f"{what}: compressed records say codec {codec}, {cstride}-byte records, {csize} bytes; "
-                          f"the batch header says {stride}-byte records, {size} bytes")
+        raise VerifyError(
+            f"{what}: compressed records say codec {codec}, {cstride}-byte records, {csize} bytes; "
+            f"the batch header says {stride}-byte records, {size} bytes"
+        )
     if not size:
         return None
     try:

@@ -30,10 +30,29 @@ from .many import ManyInputs, parse_sources
 from .parse import parse_source
 from .streams import StreamSource, stream_fd
 
-__all__ = ["MAX_RECORDS", "DirectorySource", "FileSource", "GenSource", "ManyInputs", "ObjectAdapter", "Source",
-           "SourcePlan", "StreamSource", "generator", "hash_file", "object_source", "open_input", "parse_count",
-           "parse_source", "parse_sources", "refuse_pseudo_file", "register_directory_source", "register_generator",
-           "register_object_source", "stream_fd"]
+__all__ = [
+    "MAX_RECORDS",
+    "DirectorySource",
+    "FileSource",
+    "GenSource",
+    "ManyInputs",
+    "ObjectAdapter",
+    "Source",
+    "SourcePlan",
+    "StreamSource",
+    "generator",
+    "hash_file",
+    "object_source",
+    "open_input",
+    "parse_count",
+    "parse_source",
+    "parse_sources",
+    "refuse_pseudo_file",
+    "register_directory_source",
+    "register_generator",
+    "register_object_source",
+    "stream_fd",
+]
 
 
 def __getattr__(name: str):

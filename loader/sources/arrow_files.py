@@ -61,16 +61,27 @@ def schema_fields(schema, path: str) -> tuple[tuple, tuple]:
         kind = f.type.value_type if pa.types.is_dictionary(f.type) else f.type  # dictionaries: decoded
         found = arrow_field_type(kind)
         found = (found, None) if isinstance(found, str) else found
-        columns.append((f.name, found if found is not None else (
-            f"column {f.name!r} has type {f.type}, which no layout type holds; a field is a number, bool, "
-            "timestamp, duration, binary or string, or a fixed-size list of numbers (cast or drop the column first)")))
+        columns.append(
+            (
+                f.name,
+                found
+                if found is not None
+                else (
+                    f"column {f.name!r} has type {f.type}, which no layout type holds; a field is a number, bool, "
+                    "timestamp, duration, binary or string, or a fixed-size list of numbers (cast or drop the column first)"
+                ),
+            )
+        )
     return split_fields(columns, path)
 
 
 def _plain(type_name: str) -> bool:
     """A column whose values lie in the file as the field's numpy values (no bits, no offsets)."""
-    return type_name in NUMBERS or parse_type(type_name).base in ("datetime64", "timedelta64") \
-        if type_name not in ("string", "bytes") and not type_name.endswith("[]") else False
+    return (
+        type_name in NUMBERS or parse_type(type_name).base in ("datetime64", "timedelta64")
+        if type_name not in ("string", "bytes") and not type_name.endswith("[]")
+        else False
+    )
 
 
 def _column(column):
@@ -85,9 +96,11 @@ def _column(column):
 
 
 def nulls_message(path: str, column: str, count: int, where: str) -> str:
-    return (f"{path}: column {column!r} holds {count:,} null(s) in {where}, but its field is not nullable - "
-            "fill or drop them first (pyarrow.compute.fill_null, drop_null), or declare the field nullable "
-            f"({column} = {{ type = \"...\", nullable = true }})")
+    return (
+        f"{path}: column {column!r} holds {count:,} null(s) in {where}, but its field is not nullable - "
+        "fill or drop them first (pyarrow.compute.fill_null, drop_null), or declare the field nullable "
+        f'({column} = {{ type = "...", nullable = true }})'
+    )
 
 
 def first_nulls(found: dict, path: str, column: str, count: int, where: str) -> None:
@@ -111,8 +124,7 @@ class _RowRanges:
             lo, hi = starts[i], starts[i + 1]
             if hi > lo:
                 upto = min(hi, end)
-                self.copy_into(records[pos - offset:upto - offset], _piece(self, i, names), pos - lo, upto - lo,
-                               pos)
+                self.copy_into(records[pos - offset : upto - offset], _piece(self, i, names), pos - lo, upto - lo, pos)
                 pos = upto
             i += 1
 
@@ -144,7 +156,7 @@ class ArrowIpcSource(_RowRanges, TypedFile):
     dictionaries: bool = False  # dictionary-encoded columns: batches read by pyarrow's reader
 
     @classmethod
-    def open(cls, path: str) -> "ArrowIpcSource":
+    def open(cls, path: str) -> ArrowIpcSource:
         import pyarrow as pa  # why: heavy; only a load of an Arrow file gets here
 
         try:
@@ -153,12 +165,15 @@ class ArrowIpcSource(_RowRanges, TypedFile):
         except (pa.ArrowException, OSError) as e:
             with open(path, "rb") as f:
                 feather_v1 = f.read(4) == b"FEA1"
-            hint = ("it is a Feather version 1 file: write it again with pyarrow.feather.write_feather (version 2)"
-                    if feather_v1 else "write it with pyarrow.ipc or pyarrow.feather")
+            hint = (
+                "it is a Feather version 1 file: write it again with pyarrow.feather.write_feather (version 2)"
+                if feather_v1
+                else "write it with pyarrow.ipc or pyarrow.feather"
+            )
             raise FileFormatError(f"{path} is not a valid Arrow IPC file ({str(e).strip()}); {hint}") from None
 
     @classmethod
-    def _plan(cls, path: str, mm) -> "ArrowIpcSource":
+    def _plan(cls, path: str, mm) -> ArrowIpcSource:
         import pyarrow as pa  # why: heavy; only a load of an Arrow file gets here
 
         schema, start = _open_reader(mm)
@@ -184,15 +199,27 @@ class ArrowIpcSource(_RowRanges, TypedFile):
                 first_nulls(nulls, path, name, batch.column(name).null_count, f"record batch {len(offsets)}")
             offsets.append(at)
             starts.append(starts[-1] + batch.num_rows)
-            values_at.append(tuple(_values_at(batch.column(name), whole) if _plain(t) else None
-                                   for name, t, _ in fields))
-        in_file = all(at is not None for batch in values_at for at in batch) and not nulls \
+            values_at.append(
+                tuple(_values_at(batch.column(name), whole) if _plain(t) else None for name, t, _ in fields)
+            )
+        in_file = (
+            all(at is not None for batch in values_at for at in batch)
+            and not nulls
             and all(_plain(t) for _, t, _ in fields)
-        return cls(path, fields, others, tuple(nulls.items()), starts[-1], tuple(starts), tuple(offsets),
-                   tuple(values_at) if in_file else None)
+        )
+        return cls(
+            path,
+            fields,
+            others,
+            tuple(nulls.items()),
+            starts[-1],
+            tuple(starts),
+            tuple(offsets),
+            tuple(values_at) if in_file else None,
+        )
 
     @classmethod
-    def _plan_decoded(cls, path: str, mm, fields, others) -> "ArrowIpcSource":
+    def _plan_decoded(cls, path: str, mm, fields, others) -> ArrowIpcSource:
         """A file with dictionary-encoded columns: its record batches read through pyarrow's
         reader (which holds the dictionaries); ``offsets``: the batches' indexes."""
         starts, nulls = [0], {}
@@ -200,8 +227,17 @@ class ArrowIpcSource(_RowRanges, TypedFile):
             for name, *_ in fields:
                 first_nulls(nulls, path, name, batch.column(name).null_count, f"record batch {i}")
             starts.append(starts[-1] + batch.num_rows)
-        return cls(path, fields, others, tuple(nulls.items()), starts[-1], tuple(starts),
-                   tuple(range(len(starts) - 1)), None, True)
+        return cls(
+            path,
+            fields,
+            others,
+            tuple(nulls.items()),
+            starts[-1],
+            tuple(starts),
+            tuple(range(len(starts) - 1)),
+            None,
+            True,
+        )
 
     def columns(self, i: int, names: tuple[str, ...]) -> dict:
         rows = self.row_starts[i + 1] - self.row_starts[i]
@@ -244,7 +280,7 @@ def _batches(mm):
 _decoding: dict = {}  # source -> (its batches iterator, index of the next one): a worker reads on
 
 
-def _decoded_batch(source: "ArrowIpcSource", i: int):
+def _decoded_batch(source: ArrowIpcSource, i: int):
     """Record batch ``i`` of a file with dictionaries (read on from the last one asked for)."""
     import pyarrow as pa  # why: heavy; only a worker reading an Arrow file gets here
 
@@ -266,7 +302,7 @@ def _values_at(array, whole) -> int | None:
         return 0
     values = array.buffers()[1]
     at = values.address - whole.address
-    return at if array.offset == 0 and 0 <= at and at + values.size <= whole.size else None
+    return at if array.offset == 0 and at >= 0 and at + values.size <= whole.size else None
 
 
 def _open_reader(mm) -> tuple[object, int]:
@@ -305,7 +341,7 @@ class ParquetSource(_RowRanges, TypedFile):
     unchecked: tuple[str, ...]
 
     @classmethod
-    def open(cls, path: str) -> "ParquetSource":
+    def open(cls, path: str) -> ParquetSource:
         import pyarrow as pa  # why: heavy; only a load of a Parquet file gets here
         import pyarrow.parquet as pq
 
@@ -313,8 +349,9 @@ class ParquetSource(_RowRanges, TypedFile):
             md = pq.ParquetFile(path).metadata
             fields, others = schema_fields(md.schema.to_arrow_schema(), path)
         except (pa.ArrowException, OSError) as e:
-            raise FileFormatError(f"{path} is not a valid Parquet file ({str(e).strip()}); write it with "
-                                  "pyarrow.parquet.write_table") from None
+            raise FileFormatError(
+                f"{path} is not a valid Parquet file ({str(e).strip()}); write it with pyarrow.parquet.write_table"
+            ) from None
         starts, unchecked, nulls = [0], set(), {}
         for g in range(md.num_row_groups):
             rg = md.row_group(g)
@@ -325,8 +362,15 @@ class ParquetSource(_RowRanges, TypedFile):
                 else:
                     first_nulls(nulls, path, name, stats.null_count, f"row group {g}")
             starts.append(starts[-1] + rg.num_rows)
-        return cls(path, fields, others, tuple(nulls.items()), starts[-1], tuple(starts),
-                   tuple(n for n, *_ in fields if n in unchecked))
+        return cls(
+            path,
+            fields,
+            others,
+            tuple(nulls.items()),
+            starts[-1],
+            tuple(starts),
+            tuple(n for n, *_ in fields if n in unchecked),
+        )
 
     def columns(self, i: int, names: tuple[str, ...]) -> dict:
         """Row group ``i``, decoded (nulls the footer did not count are looked for now)."""

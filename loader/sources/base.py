@@ -27,8 +27,8 @@ identifies it on a re-run: resume, "already loaded"), and for a directory lists 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Callable
 
 from ..errors import LayoutError, UsageError
 from ..model.layouts import Layout, fields_difference, get_layout
@@ -59,7 +59,7 @@ class Source:
     def uri(self) -> str:
         raise NotImplementedError
 
-    def plan(self, layout: Layout) -> "SourcePlan":
+    def plan(self, layout: Layout) -> SourcePlan:
         """Count and fingerprint the source (nothing is written)."""
         return SourcePlan(self, self.count(layout), self.fingerprint(layout))
 
@@ -84,9 +84,11 @@ class Source:
             own = get_layout(self.layout_name)
             if given is not None and given is not own and given.fields != own.fields:
                 named = f"another layout also named {given.name!r}" if given.name == own.name else repr(given.name)
-                raise LayoutError(f"{self.uri} generates records of layout {own.name!r}, but --layout gives {named} "
-                                  f"({fields_difference(own.fields, given.fields)}); a generator's records have its "
-                                  "own layout: drop --layout, or generate records of that layout")
+                raise LayoutError(
+                    f"{self.uri} generates records of layout {own.name!r}, but --layout gives {named} "
+                    f"({fields_difference(own.fields, given.fields)}); a generator's records have its "
+                    "own layout: drop --layout, or generate records of that layout"
+                )
             return own
         return given if given is not None or dataset is not None else self.inferred_layout()
 
@@ -101,7 +103,7 @@ class Source:
     def close(self) -> None:
         """The load is over, whatever its outcome: free what the source holds (shared memory)."""
 
-    def streams(self) -> tuple["Source", ...]:
+    def streams(self) -> tuple[Source, ...]:
         """The streams a run of this source reads, each by its own feeder (one; several
         inputs: each of them, many.py)."""
         return (self,)
@@ -118,7 +120,7 @@ class SourcePlan:
     fingerprint: str | None  # None: cannot be recognised again (a stream)
     entries: object = None  # a directory's listing, in id order (loader/docs/sources.py)
     skipped: tuple = field(default=())  # {"path", "reason"} of files left out while planning
-    parts: tuple["SourcePlan", ...] = ()  # several inputs (many.py): the plan of each, in order
+    parts: tuple[SourcePlan, ...] = ()  # several inputs (many.py): the plan of each, in order
 
     @property
     def uri(self) -> str:
@@ -130,7 +132,7 @@ class SourcePlan:
             return (int(self.entries[0][0]), int(self.entries[-1][0])) if len(self.entries) else None
         return self.source.id_span()
 
-    def with_entries(self, entries, skipped) -> "SourcePlan":
+    def with_entries(self, entries, skipped) -> SourcePlan:
         """This plan with fewer entries (e.g. ids already stored left out)."""
         return replace(self, entries=entries, total=len(entries), skipped=tuple(skipped))
 
@@ -158,7 +160,7 @@ class DirectorySource:
 
 _GENERATORS: dict[str, GeneratorParser] = {}
 _DIRECTORIES: dict[str, DirectorySource] = {}
-_FILE_TYPES: dict[str, "FileType"] = {}
+_FILE_TYPES: dict[str, FileType] = {}
 
 #: registry -> the built-in modules that register into it when imported
 _BUILTIN_MODULES = {"file types": ("arrow_files", "npy"), "objects": ("iterables", "shared")}
@@ -251,9 +253,11 @@ def object_source(obj: object) -> Source:
     for adapter in _OBJECTS:
         if adapter.takes(obj):
             return adapter.factory(obj)
-    raise UsageError(f"cannot load an object of type {type(obj).__qualname__}: the source is a string "
-                     "(gen://..., a file path, - for stdin), a numpy structured array, a pandas DataFrame, a "
-                     "pyarrow Table / RecordBatch / RecordBatchReader, or an iterable of those or of bytes")
+    raise UsageError(
+        f"cannot load an object of type {type(obj).__qualname__}: the source is a string "
+        "(gen://..., a file path, - for stdin), a numpy structured array, a pandas DataFrame, a "
+        "pyarrow Table / RecordBatch / RecordBatchReader, or an iterable of those or of bytes"
+    )
 
 
 def generator_parser(layout_name: str) -> GeneratorParser | None:

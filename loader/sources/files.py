@@ -86,12 +86,14 @@ def read_exactly(path: str, view: memoryview, pos: int) -> None:
             try:
                 k = os.preadv(f.fileno(), [view[got:]], pos + got)
             except OSError as e:
-                raise UnreadableInputError(f"{path}: read failed at byte offset {pos + got}: "
-                                           f"{e.strerror or e}") from None
+                raise UnreadableInputError(
+                    f"{path}: read failed at byte offset {pos + got}: {e.strerror or e}"
+                ) from None
             if k == 0:
                 raise SourceVanishedError(
                     f"{path}: the file shrank while being read (ended at byte offset "
-                    f"{pos + got}, {pos + want} expected); nothing from it was committed")
+                    f"{pos + got}, {pos + want} expected); nothing from it was committed"
+                )
             got += k
 
 
@@ -112,13 +114,15 @@ def open_input(path: str):
     try:
         return open(path, "rb", buffering=0)
     except FileNotFoundError:
-        raise SourceVanishedError(f"{path}: the file vanished while being read; "
-                                  "nothing from it was committed") from None
+        raise SourceVanishedError(
+            f"{path}: the file vanished while being read; nothing from it was committed"
+        ) from None
     except IsADirectoryError:
         raise UnreadableInputError(f"{path}: is a directory, not a file of records") from None
     except PermissionError:
-        raise UnreadableInputError(f"{path}: not readable (permission denied); "
-                                   "fix its permissions and re-run") from None
+        raise UnreadableInputError(
+            f"{path}: not readable (permission denied); fix its permissions and re-run"
+        ) from None
     except OSError as e:
         raise UnreadableInputError(f"{path}: cannot be opened: {e.strerror or e}") from None
 
@@ -144,9 +148,18 @@ def hash_file(path: str, chunk: int = 4 << 20) -> tuple[str, int]:
 
 #: statfs f_type of the kernel's pseudo filesystems: their files report sizes (often 0 or
 #: 4096) that have nothing to do with what reading them yields
-PSEUDO_FILESYSTEMS = {0x9FA0: "procfs", 0x62656572: "sysfs", 0x64626720: "debugfs", 0x74726163: "tracefs",
-                      0x73636673: "securityfs", 0x63677270: "cgroup2", 0x27E0EB: "cgroup",
-                      0x62656570: "configfs", 0xCAFE4A11: "bpf", 0xDE5E81E4: "efivarfs"}
+PSEUDO_FILESYSTEMS = {
+    0x9FA0: "procfs",
+    0x62656572: "sysfs",
+    0x64626720: "debugfs",
+    0x74726163: "tracefs",
+    0x73636673: "securityfs",
+    0x63677270: "cgroup2",
+    0x27E0EB: "cgroup",
+    0x62656570: "configfs",
+    0xCAFE4A11: "bpf",
+    0xDE5E81E4: "efivarfs",
+}
 _NOT_RECORDS = {stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
 
 
@@ -160,8 +173,10 @@ def refuse_pseudo_file(ref: str) -> None:
         fs = PSEUDO_FILESYSTEMS.get(_fs_type(ref))
         kind = f"on {fs} (its sizes are not the bytes it yields)" if fs else None
     if kind is not None:
-        raise SourceTypeError(f"source {ref} is {kind}, not a file of records; load a regular file, a FIFO "
-                              "or - (stdin), e.g. head -c BYTES DEVICE | bulkload load - DATASET")
+        raise SourceTypeError(
+            f"source {ref} is {kind}, not a file of records; load a regular file, a FIFO "
+            "or - (stdin), e.g. head -c BYTES DEVICE | bulkload load - DATASET"
+        )
 
 
 def _fs_type(path: str) -> int | None:
@@ -170,6 +185,4 @@ def _fs_type(path: str) -> int | None:
     buf = ctypes.create_string_buffer(256)  # struct statfs is 120 bytes on 64-bit Linux
     if libc.statfs(os.fsencode(path), buf) != 0:
         return None
-    return int.from_bytes(buf.raw[:ctypes.sizeof(ctypes.c_long)], sys.byteorder) & 0xFFFFFFFF
-
-
+    return int.from_bytes(buf.raw[: ctypes.sizeof(ctypes.c_long)], sys.byteorder) & 0xFFFFFFFF

@@ -59,14 +59,16 @@ class GenSource(Source):
 
 def parse_generated(ref: str, query: str, layout: Layout | None) -> GenSource:
     """``gen://NAME?QUERY`` of a layout with a built-in generator (NAME checked by the caller)."""
-    name = ref[len("gen://"):].partition("?")[0]
+    name = ref[len("gen://") :].partition("?")[0]
     q = query_options(query, f"source {ref!r}", "parameter")
     gen = GENERATORS.get(name)
     kinds = dict(gen.option_kinds) if gen else {}
     unknown = set(q) - {"n", "start", "impl", *kinds}
     if unknown:
-        raise UsageError(f"source {ref!r}: unknown parameter(s) {', '.join(sorted(unknown))}; "
-                         f"gen://{name} takes {', '.join(['n', 'start', 'impl', *kinds])}")
+        raise UsageError(
+            f"source {ref!r}: unknown parameter(s) {', '.join(sorted(unknown))}; "
+            f"gen://{name} takes {', '.join(['n', 'start', 'impl', *kinds])}"
+        )
     n, start = parse_range(ref, q, f"gen://{name}?n=1000000")
     impl = q.get("impl", "c")
     if impl not in ("c", "python"):

@@ -26,8 +26,9 @@ Only layouts in :data:`GENERATORS` can be generated; add an entry there to add o
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import BinaryIO, Callable
+from typing import BinaryIO
 
 import numpy as np
 
@@ -96,7 +97,7 @@ def _c_fill_scidb96(arr: np.ndarray, start: int) -> None:
 _PY_CHUNK = 16384
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _periodic_table(kind: str, dtype: str) -> np.ndarray:
     """Values of a periodic field for residues 0, 1, 2, ... repeated to cover any chunk
     starting at any residue: table[r + k] is the field of a record j with j % m == r,
@@ -129,9 +130,7 @@ def _py_fill_scidb96(arr: np.ndarray, start: int) -> None:
     j = np.empty(min(n, step), dtype=np.uint64)
     jd = np.empty(min(n, step), dtype=np.float64)
     ramp = np.arange(min(n, step), dtype=np.uint64)
-    tables = {
-        name: _periodic_table(name, "<f8" if name[0] == "d" else "<i4") for name in _PERIODIC
-    }
+    tables = {name: _periodic_table(name, "<f8" if name[0] == "d" else "<i4") for name in _PERIODIC}
     views = {name: arr[name] for name in arr.dtype.names}
     i1 = views["i1"].view(np.uint32)
     for lo in range(0, n, step):
@@ -154,15 +153,47 @@ def _py_fill_scidb96(arr: np.ndarray, start: int) -> None:
 
 # --- ticks ---------------------------------------------------------------------------------
 
-TICKS_DTYPE = np.dtype([("ts", "<M8[ns]"), ("sym", "S8"), ("price", "<f8"), ("size", "<i4"),
-                        ("bid", "<f4"), ("ask", "<f4"), ("flags", "u1"), ("halted", "?"),
-                        ("venue", "<i2"), ("_validity", "u1", (1,))])
+TICKS_DTYPE = np.dtype(
+    [
+        ("ts", "<M8[ns]"),
+        ("sym", "S8"),
+        ("price", "<f8"),
+        ("size", "<i4"),
+        ("bid", "<f4"),
+        ("ask", "<f4"),
+        ("flags", "u1"),
+        ("halted", "?"),
+        ("venue", "<i2"),
+        ("_validity", "u1", (1,)),
+    ]
+)
 TICKS_DEFAULT_T0 = 1767364200000000000  # 2026-01-02T14:30:00Z in ns since the epoch
 TICKS_DEFAULT_STEP = 1_000_000_000  # 1 s
-TICKS_SYMBOLS = np.array([b"AAPL", b"MSFT", b"GOOG", b"AMZN", b"NVDA", b"META", b"TSLA", b"BRK.B",
-                          b"JPM", b"V", b"XOM", b"UNH", b"JNJ", b"WMT", b"PG", b"MA"], dtype="S8")
-_TICKS_BASE = np.array([19000, 41000, 17500, 18500, 12000, 50000, 25000, 41500,
-                        20000, 28000, 11500, 52000, 15500, 6800, 16800, 46000], dtype=np.int32)
+TICKS_SYMBOLS = np.array(
+    [
+        b"AAPL",
+        b"MSFT",
+        b"GOOG",
+        b"AMZN",
+        b"NVDA",
+        b"META",
+        b"TSLA",
+        b"BRK.B",
+        b"JPM",
+        b"V",
+        b"XOM",
+        b"UNH",
+        b"JNJ",
+        b"WMT",
+        b"PG",
+        b"MA",
+    ],
+    dtype="S8",
+)
+_TICKS_BASE = np.array(
+    [19000, 41000, 17500, 18500, 12000, 50000, 25000, 41500, 20000, 28000, 11500, 52000, 15500, 6800, 16800, 46000],
+    dtype=np.int32,
+)
 _U = np.uint64
 _GOLDEN, _SALT1, _SALT2 = _U(0x9E3779B97F4A7C15), _U(0x632BE59BD9B4E019), _U(0x8CB92BA72F3D8DD7)
 _MIX1, _MIX2 = _U(0xBF58476D1CE4E5B9), _U(0x94D049BB133111EB)
@@ -182,19 +213,19 @@ def check_ticks(start: int, n: int, options: dict) -> dict:
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
             raise UsageError(f"ticks option {name} must be an integer of ns, got {v!r}")
     t0, step = int(t0), int(step)
-    if not -2**63 <= t0 < 2**63:
+    if not -(2**63) <= t0 < 2**63:
         raise UsageError(f"ticks option t0={t0} ns is outside datetime64[ns] (int64)")
     if not 1 <= step < 2**63:
         raise UsageError(f"ticks option step={step} ns must be at least 1 ns and below 2**63 ns")
     if n and t0 + (start + n) * step - 1 >= 2**63:
         raise UsageError(
             f"the timestamps of ticks records {start} .. {start}+{n}-1 (t0={t0} ns, step={step} ns) run past "
-            "datetime64[ns]'s last instant (2262-04-11); lower start, n or step, or an earlier t0")
+            "datetime64[ns]'s last instant (2262-04-11); lower start, n or step, or an earlier t0"
+        )
     return {"t0": t0, "step": step}
 
 
-def _c_fill_ticks(arr: np.ndarray, start: int, t0: int = TICKS_DEFAULT_T0,
-                  step: int = TICKS_DEFAULT_STEP) -> None:
+def _c_fill_ticks(arr: np.ndarray, start: int, t0: int = TICKS_DEFAULT_T0, step: int = TICKS_DEFAULT_STEP) -> None:
     c_generators("--impl python").fill_ticks(arr, start, t0, step)
 
 
@@ -217,8 +248,7 @@ def _mulhi(a: np.ndarray, b: int) -> np.ndarray:
     return a1 * b1 + (p01 >> _U(32)) + (p10 >> _U(32)) + (mid >> _U(32))
 
 
-def _py_fill_ticks(arr: np.ndarray, start: int, t0: int = TICKS_DEFAULT_T0,
-                   step: int = TICKS_DEFAULT_STEP) -> None:
+def _py_fill_ticks(arr: np.ndarray, start: int, t0: int = TICKS_DEFAULT_T0, step: int = TICKS_DEFAULT_STEP) -> None:
     rec = arr.view(TICKS_DTYPE)  # the layout's dtype may name its types differently: same bytes
     n = len(rec)
     _check_range(start, n)
@@ -258,9 +288,15 @@ SCIDB96_DTYPE = np.dtype([(f"d{k}", "<f8") for k in range(10)] + [(f"i{k}", "<i4
 
 GENERATORS: dict[str, Generator] = {
     "scidb96": Generator("scidb96", SCIDB96_DTYPE, _c_fill_scidb96, _py_fill_scidb96),
-    "ticks": Generator("ticks", TICKS_DTYPE, _c_fill_ticks, _py_fill_ticks, check_ticks,
-                       (("t0", "instant"), ("step", "duration")),
-                       (("t0", TICKS_DEFAULT_T0), ("step", TICKS_DEFAULT_STEP))),
+    "ticks": Generator(
+        "ticks",
+        TICKS_DTYPE,
+        _c_fill_ticks,
+        _py_fill_ticks,
+        check_ticks,
+        (("t0", "instant"), ("step", "duration")),
+        (("t0", TICKS_DEFAULT_T0), ("step", TICKS_DEFAULT_STEP)),
+    ),
 }
 
 
@@ -275,9 +311,7 @@ def generator_for(layout: str | Layout) -> tuple[Layout, Generator]:
     lay = get_layout(layout)
     gen = GENERATORS.get(lay.name)
     if gen is None:
-        raise UsageError(
-            f"no generator for layout {lay.name}; generators exist for: {', '.join(sorted(GENERATORS))}"
-        )
+        raise UsageError(f"no generator for layout {lay.name}; generators exist for: {', '.join(sorted(GENERATORS))}")
     if lay.dtype != gen.dtype:
         raise UsageError(
             f"layout {lay.name!r} declares {lay.dtype} but its generator writes {gen.dtype}; "
@@ -295,10 +329,7 @@ def _check_range(start: int, n: int) -> None:
     if start > MAX_END or (start == MAX_END and n):  # an empty range may end the numbering
         raise UsageError(f"start must be at most 2**64-1 (the last record index), got {start}")
     if int(start) + int(n) > MAX_END:
-        raise UsageError(
-            f"records {start} .. {start}+{n}-1 run past the last record index 2**64-1; "
-            "lower start or n"
-        )
+        raise UsageError(f"records {start} .. {start}+{n}-1 run past the last record index 2**64-1; lower start or n")
 
 
 def _check_impl(impl: str) -> None:
@@ -306,8 +337,9 @@ def _check_impl(impl: str) -> None:
         raise UsageError(f"unknown generator implementation {impl!r}; use one of: {', '.join(IMPLS)}")
 
 
-def fill(buf_array: np.ndarray, start: int, impl: str = "c", layout: str | Layout | None = None,
-         **options) -> np.ndarray:
+def fill(
+    buf_array: np.ndarray, start: int, impl: str = "c", layout: str | Layout | None = None, **options
+) -> np.ndarray:
     """Fill every record of ``buf_array`` with records ``start, start+1, ...``; returns it.
 
     ``buf_array`` is a 1-D C-contiguous writable array of the layout's dtype (the layout
@@ -326,8 +358,7 @@ def fill(buf_array: np.ndarray, start: int, impl: str = "c", layout: str | Layou
     if buf_array.dtype != lay.dtype or buf_array.ndim != 1:
         if buf_array.nbytes % lay.record_size:
             raise UsageError(
-                f"buffer of {buf_array.nbytes} bytes is not a whole number of "
-                f"{lay.record_size}-byte {lay.name} records"
+                f"buffer of {buf_array.nbytes} bytes is not a whole number of {lay.record_size}-byte {lay.name} records"
             )
         records = buf_array.reshape(-1).view(lay.dtype)
     else:

@@ -54,7 +54,7 @@ class IterSource(Source):
         if self.blocks is None:
             try:
                 self.blocks = iter(self.obj)
-            except Exception as e:  # noqa: BLE001 - the user's __iter__
+            except Exception as e:
                 raise GeneratorError(f"{self.uri}: iter() raised {type(e).__name__}: {e}") from None
         return self.blocks
 
@@ -104,7 +104,7 @@ class BlockReader:
             if not len(self.pending) and not self._take():
                 break
             k = min(len(out) - got, len(self.pending))
-            out[got:got + k] = self.pending[:k]
+            out[got : got + k] = self.pending[:k]
             self.pending, got, self.offset = self.pending[k:], got + k, self.offset + k
         return got
 
@@ -116,17 +116,24 @@ class BlockReader:
             block = _next_block(self.blocks, self.name, self.nblocks, at // rs)
             if block is None:
                 if at % rs:
-                    raise PartialRecordError(self.name, at - at % rs, rs, at % rs,
-                                             fix="yield whole records (bytes of a multiple of the record size)")
+                    raise PartialRecordError(
+                        self.name,
+                        at - at % rs,
+                        rs,
+                        at % rs,
+                        fix="yield whole records (bytes of a multiple of the record size)",
+                    )
                 return False
             what = f"{self.name} block {self.nblocks}"
             self.nblocks += 1
             if isinstance(block, BYTES) and self.layout_from is not None:
-                raise LayoutError(f"{what} is raw bytes, which have no layout of their own, and the run's layout "
-                                  f"{self.layout.name!r} was taken from {self.layout_from}; raw bytes are read only "
-                                  "under layout=, the dataset's layout or the default, never another block's: give "
-                                  "layout= of the raw records (every block must then hold them); nothing from this "
-                                  "run was committed")
+                raise LayoutError(
+                    f"{what} is raw bytes, which have no layout of their own, and the run's layout "
+                    f"{self.layout.name!r} was taken from {self.layout_from}; raw bytes are read only "
+                    "under layout=, the dataset's layout or the default, never another block's: give "
+                    "layout= of the raw records (every block must then hold them); nothing from this "
+                    "run was committed"
+                )
             raw = _raw_bytes(block, self.layout, what)
             if len(raw):
                 self.pending = raw
@@ -146,17 +153,21 @@ def _next_block(it, name: str, index: int, records: int):
         return None
     except BulkloadError:
         raise
-    except Exception as e:  # noqa: BLE001 - the user's iterable: its message, and where it stopped
-        raise GeneratorError(f"{name} raised {type(e).__name__}: {e} at block {index}, after {records:,} records; "
-                             "nothing from this run was committed") from None
+    except Exception as e:
+        raise GeneratorError(
+            f"{name} raised {type(e).__name__}: {e} at block {index}, after {records:,} records; "
+            "nothing from this run was committed"
+        ) from None
 
 
 def _raw_bytes(block, layout: Layout, what: str) -> memoryview:
     if isinstance(block, BYTES):
         return memoryview(block).cast("B")
     if not is_block(block):
-        raise GeneratorError(f"{what} is of type {type_name(block)}; an iterable given to load yields numpy structured "
-                             "arrays, DataFrames, Arrow tables / record batches, or bytes of raw records")
+        raise GeneratorError(
+            f"{what} is of type {type_name(block)}; an iterable given to load yields numpy structured "
+            "arrays, DataFrames, Arrow tables / record batches, or bytes of raw records"
+        )
     return memoryview(records_of(block, layout, what).view("u1"))
 
 

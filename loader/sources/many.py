@@ -97,10 +97,12 @@ class ManyInputs(Source):
 def _unlike(part: Source, run: Layout, why: str) -> str:
     """Why input ``part`` cannot be loaded by a run of layout ``run`` (``why``: where the
     run's layout comes from)."""
-    return (f"input {part.uri} holds records of {_own_layout(part)}, not of the run's layout "
-            f"{_describe(run, why)}; one run loads records of one layout, and a raw file is read "
-            "only under --layout, the dataset's layout or the default, never another input's: give --layout "
-            "of the raw files' records, or load the inputs of each layout with their own command")
+    return (
+        f"input {part.uri} holds records of {_own_layout(part)}, not of the run's layout "
+        f"{_describe(run, why)}; one run loads records of one layout, and a raw file is read "
+        "only under --layout, the dataset's layout or the default, never another input's: give --layout "
+        "of the raw files' records, or load the inputs of each layout with their own command"
+    )
 
 
 def _own_layout(part: Source) -> str:
@@ -127,15 +129,19 @@ def parse_sources(refs, layout: Layout | None = None, on_bad_file: str = "fail")
     if len(refs) == 1:
         return parse_source(refs[0], layout, on_bad_file)
     if directory_source(layout) is not None:
-        raise UsageError(f"layout {layout.name} loads one source per run (a directory or gen://); "
-                         f"got {len(refs)}: load each with its own command")
+        raise UsageError(
+            f"layout {layout.name} loads one source per run (a directory or gen://); "
+            f"got {len(refs)}: load each with its own command"
+        )
     parts = tuple(parse_source(ref, layout, on_bad_file) for ref in refs)
     _refuse_repeats(parts)
     streams = [p.uri for p in parts if not p.replayable]
     if streams and len(streams) < len(parts):
-        raise UsageError(f"{streams[0]} is a stream (read once, never resumed) and cannot be loaded in one run "
-                         "with files or gen:// (which a re-run resumes); load the streams and the others with "
-                         "separate commands")
+        raise UsageError(
+            f"{streams[0]} is a stream (read once, never resumed) and cannot be loaded in one run "
+            "with files or gen:// (which a re-run resumes); load the streams and the others with "
+            "separate commands"
+        )
     return ManyInputs(parts)
 
 
@@ -151,8 +157,9 @@ def expand(refs) -> list[str]:
             continue
         found = sorted(p for p in glob.glob(ref, recursive=True) if not os.path.isdir(p))
         if not found:
-            raise MissingPathError(f"no file matches {ref!r}; check the pattern (quote it so that bulkload, not "
-                                   "the shell, expands it)")
+            raise MissingPathError(
+                f"no file matches {ref!r}; check the pattern (quote it so that bulkload, not the shell, expands it)"
+            )
         out.extend(found)
     if not out:
         raise UsageError("no SOURCE given; name a file, a glob, gen://LAYOUT?n=N or - (stdin)")
@@ -163,6 +170,8 @@ def _refuse_repeats(parts: tuple[Source, ...]) -> None:
     seen: set[str] = set()
     for p in parts:
         if p.uri in seen:
-            raise UsageError(f"input {p.uri} is given more than once; a run loads each input once (use --new-run "
-                             "in another command to load it again)")
+            raise UsageError(
+                f"input {p.uri} is given more than once; a run loads each input once (use --new-run "
+                "in another command to load it again)"
+            )
         seen.add(p.uri)

@@ -81,6 +81,7 @@ def record_count(obj) -> int:
 
 # --- layouts --------------------------------------------------------------------------------
 
+
 def layout_of(obj, what: str) -> Layout:
     """The layout of an array's dtype or a table's column types (see the module docstring)."""
     if is_array(obj):
@@ -108,6 +109,7 @@ def inferred_layout(dtype: np.dtype, what: str) -> Layout:
 
 # --- checking and converting ----------------------------------------------------------------
 
+
 def check_array(arr: np.ndarray, layout: Layout, what: str) -> None:
     """LayoutError unless ``arr`` holds records of ``layout`` byte for byte."""
     why = dtype_mismatch(arr.dtype, layout)
@@ -120,12 +122,13 @@ def check_columns(obj, layout: Layout, what: str) -> None:
     cols = columns(obj, what)
     for f in layout.fields:
         if f.name not in cols:
-            raise LayoutError(f"{what} has no column {f.name!r} (layout {layout.name!r} has "
-                              f"{', '.join(layout.names)})")
+            raise LayoutError(f"{what} has no column {f.name!r} (layout {layout.name!r} has {', '.join(layout.names)})")
     for name in cols:
         if name not in layout.names:
-            raise LayoutError(f"{what}: column {name!r} is not a field of layout {layout.name!r}; select the "
-                              f"layout's columns ({', '.join(layout.names)}) or use a layout that has it")
+            raise LayoutError(
+                f"{what}: column {name!r} is not a field of layout {layout.name!r}; select the "
+                f"layout's columns ({', '.join(layout.names)}) or use a layout that has it"
+            )
 
 
 def convert_into(out: np.ndarray, obj, layout: Layout, what: str) -> None:

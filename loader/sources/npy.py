@@ -44,13 +44,15 @@ class NpySource(TypedFile):
     data_offset: int
 
     @classmethod
-    def open(cls, path: str) -> "NpySource":
+    def open(cls, path: str) -> NpySource:
         """Parse the header of ``path`` (FileFormatError / LayoutError if it is not an
         .npy file of records)."""
         dtype, shape, data_offset = read_header(path)
         if len(shape) != 1:
-            raise LayoutError(f"{path} holds an array of shape {shape}; records are a one-dimensional array "
-                              "(numpy.save a 1-D structured array)")
+            raise LayoutError(
+                f"{path} holds an array of shape {shape}; records are a one-dimensional array "
+                "(numpy.save a 1-D structured array)"
+            )
         if dtype.names is None:
             try:
                 layout_of_fields(dtype, stem(path))  # says why
@@ -66,9 +68,11 @@ class NpySource(TypedFile):
         fields) only as those records byte for byte: which bit is which field's is the layout's."""
         wanted = given or dataset
         if wanted is not None and VALIDITY in (self.dtype.names or ()) and self.dtype != wanted.dtype:
-            raise LayoutError(f"{self.path} has a {VALIDITY} field but its records are not those of layout "
-                              f"{wanted.name!r} byte for byte ({dtype_mismatch(self.dtype, wanted)}); its bits "
-                              "say which fields are null only in its own layout: load it with that layout")
+            raise LayoutError(
+                f"{self.path} has a {VALIDITY} field but its records are not those of layout "
+                f"{wanted.name!r} byte for byte ({dtype_mismatch(self.dtype, wanted)}); its bits "
+                "say which fields are null only in its own layout: load it with that layout"
+            )
         return super().records_layout(given, dataset)
 
     def check_size(self) -> None:
@@ -79,7 +83,8 @@ class NpySource(TypedFile):
             raise FileFormatError(
                 f"{self.path}: truncated: its header says {self.records:,} records of {self.dtype.itemsize} bytes "
                 f"from byte offset {self.data_offset}, but the file ends at byte offset {size} (record {whole:,} "
-                "is the first missing); nothing was loaded - write the file again")
+                "is the first missing); nothing was loaded - write the file again"
+            )
 
     def fingerprint(self, layout: Layout, records: int | None = None) -> str:
         """Of the first ``records`` records (default: all): like a raw file's, plus the dtype."""
@@ -96,7 +101,6 @@ class NpySource(TypedFile):
         stored = np.empty(len(records), self.dtype)
         read_exactly(self.path, memoryview(stored.view("u1")), pos)
         self.copy_into(records, stored, 0, len(records), offset)
-
 
     def column_pieces(self, name: str):
         for first in range(0, self.records, PIECE_RECORDS):
@@ -120,8 +124,9 @@ def read_header(path: str) -> tuple[np.dtype, tuple, int]:
             else:
                 raise ValueError(f"format version {version[0]}.{version[1]} is not one numpy writes (1.0, 2.0, 3.0)")
         except (ValueError, EOFError, SyntaxError, TypeError, MemoryError, RecursionError) as e:
-            raise FileFormatError(f"{path} is not a valid .npy file ({str(e).strip() or type(e).__name__}); "
-                                  "write it with numpy.save") from None
+            raise FileFormatError(
+                f"{path} is not a valid .npy file ({str(e).strip() or type(e).__name__}); write it with numpy.save"
+            ) from None
         return dtype, shape, f.tell()
 
 

@@ -30,7 +30,7 @@ def parse_source(ref: str, layout: Layout | None = None, on_bad_file: str = "fai
     if stream_fd(ref) is not None:
         return _stream_source(ref, layout)
     if ref.startswith("gen://"):
-        name, _, query = ref[len("gen://"):].partition("?")
+        name, _, query = ref[len("gen://") :].partition("?")
         if not name:
             raise UsageError(f"source {ref!r} names no layout; use gen://scidb96?n=N")
         if ":" in name:  # a module:function or c:library:symbol
@@ -54,9 +54,11 @@ def parse_source(ref: str, layout: Layout | None = None, on_bad_file: str = "fai
     if os.path.isdir(path):
         if directory is not None:
             return directory.factory(path, on_bad_file)
-        raise UsageError(f"source {ref} is a directory; use `bulkload load {ref} DATASET --layout docs` for a "
-                         f"directory of <id>.json documents, or `bulkload ingest DATASET --from {ref}` for "
-                         "files of raw records")
+        raise UsageError(
+            f"source {ref} is a directory; use `bulkload load {ref} DATASET --layout docs` for a "
+            f"directory of <id>.json documents, or `bulkload ingest DATASET --from {ref}` for "
+            "files of raw records"
+        )
     if directory is not None:
         raise UsageError(directory.file_refusal(ref))
     return _file_source(path, ref)
@@ -88,5 +90,3 @@ def _stream_source(path: str, layout: Layout | None):
         except OSError:
             raise MissingPathError(f"source {path}: file descriptor {fd} is not open") from None
     return StreamSource(path)
-
-

@@ -62,8 +62,10 @@ class CoordinatorMemory:
         try:
             procmem.read_from(self.pid, self.address + offset, view.ctypes.data, view.nbytes)
         except OSError as e:
-            raise InputError(f"{what}: cannot read the records from the loading process ({e.strerror}); "
-                             "nothing from this run was committed") from None
+            raise InputError(
+                f"{what}: cannot read the records from the loading process ({e.strerror}); "
+                "nothing from this run was committed"
+            ) from None
 
 
 class SharedRecords:
@@ -93,7 +95,7 @@ class SharedRecords:
         try:
             done = 0
             while done < self.nbytes and not self.stopped:
-                done += os.pwrite(self.fd, raw[done:done + CHUNK], HEADER + done)
+                done += os.pwrite(self.fd, raw[done : done + CHUNK], HEADER + done)
                 self.words[0] = done
             self.words[1] = DONE
         except BaseException:  # ENOMEM / ENOSPC of the shared memory; anything else: the readers must not wait on
@@ -116,8 +118,10 @@ class SharedRecords:
         end = offset + view.nbytes
         while self.words[0] < end:
             if self.words[1] == FAILED:
-                raise InputError(f"{what}: copying the records into shared memory failed (out of memory?); "
-                                 "nothing from this run was committed - free memory and load again")
+                raise InputError(
+                    f"{what}: copying the records into shared memory failed (out of memory?); "
+                    "nothing from this run was committed - free memory and load again"
+                )
             time.sleep(WAIT_S)
         got = 0
         while got < view.nbytes:

@@ -67,5 +67,3 @@ def stream_fd(path: str) -> int | None:
         return 0
     m = STREAM_PATH.fullmatch(path)
     return None if m is None else int(m.group(1) or m.group(2) or 0)
-
-

@@ -50,9 +50,14 @@ from .files import sample_digest
 #: what each suffix holds, and how to load it instead
 _TEXT = "convert it to Parquet or Arrow first (e.g. pyarrow.csv.read_csv, then pyarrow.parquet.write_table)"
 UNSUPPORTED_SUFFIXES = {
-    ".csv": ("CSV text", _TEXT), ".tsv": ("tab-separated text", _TEXT), ".txt": ("text", _TEXT),
-    ".json": ("JSON", _TEXT), ".jsonl": ("JSON lines", _TEXT), ".ndjson": ("JSON lines", _TEXT),
-    ".xml": ("XML", _TEXT), ".xlsx": ("an Excel workbook", _TEXT),
+    ".csv": ("CSV text", _TEXT),
+    ".tsv": ("tab-separated text", _TEXT),
+    ".txt": ("text", _TEXT),
+    ".json": ("JSON", _TEXT),
+    ".jsonl": ("JSON lines", _TEXT),
+    ".ndjson": ("JSON lines", _TEXT),
+    ".xml": ("XML", _TEXT),
+    ".xlsx": ("an Excel workbook", _TEXT),
     ".npz": ("a NumPy .npz archive", "save each array as its own .npy file (numpy.save)"),
     ".h5": ("HDF5", "export its table to .npy, Arrow or Parquet"),
     ".hdf5": ("HDF5", "export its table to .npy, Arrow or Parquet"),
@@ -70,9 +75,13 @@ UNSUPPORTED_SUFFIXES = {
     ".tgz": ("a compressed tar archive", "extract it into a pipe: tar -xzOf FILE | bulkload load - DATASET"),
 }
 #: content that is not records whatever the file's name (magics of 4 bytes or more)
-UNSUPPORTED_MAGICS = ((b"\x28\xb5\x2f\xfd", ".zst"), (b"\xfd7zXZ\x00", ".xz"), (b"PK\x03\x04", ".zip"),
-                      (b"\x89HDF\r\n\x1a\n", ".h5"))
-SUPPORTED = ("a file of raw records, .npy, Arrow IPC (.arrow, .feather) or Parquet (.parquet)")
+UNSUPPORTED_MAGICS = (
+    (b"\x28\xb5\x2f\xfd", ".zst"),
+    (b"\xfd7zXZ\x00", ".xz"),
+    (b"PK\x03\x04", ".zip"),
+    (b"\x89HDF\r\n\x1a\n", ".h5"),
+)
+SUPPORTED = "a file of raw records, .npy, Arrow IPC (.arrow, .feather) or Parquet (.parquet)"
 
 
 def refuse_unsupported(ref: str, suffix: str, head: bytes) -> None:
@@ -128,8 +137,10 @@ class TypedFile(Source):
         """The length of every list of the list column ``name``; LayoutError if they differ."""
         lengths = {uniform_length(values) for _, values in self.column_pieces(name)}
         if len(lengths) != 1 or None in lengths:
-            raise LayoutError(f"{self.path}: column {name!r} holds lists of different lengths (or over {MAX_WIDTH:,}); "
-                              f"a field holds k values: give --layout with {name} = \"T[k]\", or make them one length")
+            raise LayoutError(
+                f"{self.path}: column {name!r} holds lists of different lengths (or over {MAX_WIDTH:,}); "
+                f'a field holds k values: give --layout with {name} = "T[k]", or make them one length'
+            )
         return lengths.pop()
 
     def longest(self, name: str) -> int:
@@ -139,8 +150,10 @@ class TypedFile(Source):
 
         longest = max([pc.max(pc.binary_length(values)).as_py() or 0 for _, values in self.column_pieces(name)] or [0])
         if longest > MAX_WIDTH:
-            raise LayoutError(f"{self.path}: column {name!r} holds a value of {longest:,} bytes; a field holds at "
-                              f"most {MAX_WIDTH:,}: drop the column, or shorten its values")
+            raise LayoutError(
+                f"{self.path}: column {name!r} holds a value of {longest:,} bytes; a field holds at "
+                f"most {MAX_WIDTH:,}: drop the column, or shorten its values"
+            )
         return max(1, longest)
 
     def records_layout(self, given: Layout | None, dataset: Layout | None) -> Layout:
@@ -214,8 +227,13 @@ def split_fields(columns, path: str) -> tuple[tuple, tuple]:
     fields, others = [], []
     for name, dtype in columns:
         if name == VALIDITY:
-            others.append((name, f"it has a {VALIDITY} field: records of a layout with nullable fields, which the "
-                                 "file does not name; pass --layout"))
+            others.append(
+                (
+                    name,
+                    f"it has a {VALIDITY} field: records of a layout with nullable fields, which the "
+                    "file does not name; pass --layout",
+                )
+            )
             continue
         if isinstance(dtype, str):
             others.append((name, dtype))
@@ -247,7 +265,7 @@ def convertible(own: str, field: Field) -> bool:
     if own.endswith("[]"):  # lists of variable length: checked value by value
         return want.count is not None
     if own in VARIABLE or want.base in ("bytes", "string"):
-        return own in VARIABLE or parse_type(own).base in ("bytes", "string") and want.base in ("bytes", "string")
+        return own in VARIABLE or (parse_type(own).base in ("bytes", "string") and want.base in ("bytes", "string"))
     have = parse_type(own)
     if want.base in ("datetime64", "timedelta64"):
         return have.base == want.base
@@ -263,14 +281,17 @@ def check_fields(have: dict[str, str], wanted: Layout, what: str) -> None:
     for f in wanted.fields:
         own = have.get(f.name)
         if own is None:
-            raise LayoutError(f"{what} has no field {f.name!r} of layout {wanted.name!r} (its fields: "
-                              f"{', '.join(have) or 'none'}); load it into a dataset of its own layout, or give "
-                              "--layout of its fields")
+            raise LayoutError(
+                f"{what} has no field {f.name!r} of layout {wanted.name!r} (its fields: "
+                f"{', '.join(have) or 'none'}); load it into a dataset of its own layout, or give "
+                "--layout of its fields"
+            )
         if not convertible(own, f):
-            shown = f"{VARIABLE.get(own, 'lists')} of variable length" if own in VARIABLE or own.endswith("[]") \
-                else own
-            raise LayoutError(f"{what}: field {f.name!r} is {shown}, but layout {wanted.name!r} stores it as "
-                              f"{f.type}; load it into a dataset of its own layout")
+            shown = f"{VARIABLE.get(own, 'lists')} of variable length" if own in VARIABLE or own.endswith("[]") else own
+            raise LayoutError(
+                f"{what}: field {f.name!r} is {shown}, but layout {wanted.name!r} stores it as "
+                f"{f.type}; load it into a dataset of its own layout"
+            )
 
 
 def copy_fields(dst: np.ndarray, columns, lo: int, hi: int, what: str, first_row: int, layout: Layout) -> None:
@@ -286,8 +307,12 @@ def copy_fields(dst: np.ndarray, columns, lo: int, hi: int, what: str, first_row
         dst[VALIDITY] = 0
     for f in layout.fields:
         column = columns[f.name][lo:hi]
-        if isinstance(column, np.ndarray) and column.dtype == fields[f.name][0] and column.flags.c_contiguous \
-                and dst.flags.c_contiguous:
+        if (
+            isinstance(column, np.ndarray)
+            and column.dtype == fields[f.name][0]
+            and column.flags.c_contiguous
+            and dst.flags.c_contiguous
+        ):
             same[f.name] = column
             valid = None
         else:

@@ -82,8 +82,9 @@ class PyGenSource(Source):
 
     @property
     def uri(self) -> str:
-        return f"gen://{self.module}:{self.function}?n={self.n}&start={self.start}" + \
-            (f"&layout={self.layout}" if self.layout else "")
+        return f"gen://{self.module}:{self.function}?n={self.n}&start={self.start}" + (
+            f"&layout={self.layout}" if self.layout else ""
+        )
 
     @property
     def layout_name(self) -> str | None:
@@ -107,8 +108,10 @@ class PyGenSource(Source):
         try:
             return layout_of(self._probe(k, None), "")
         except LayoutError as e:
-            raise GeneratorError(f"generator {self.uri} for records [{self.start}, {self.start + k}) returned "
-                                 f"records that are no layout's: {e}; {NOTHING}") from None
+            raise GeneratorError(
+                f"generator {self.uri} for records [{self.start}, {self.start + k}) returned "
+                f"records that are no layout's: {e}; {NOTHING}"
+            ) from None
 
     def plan(self, layout: Layout) -> SourcePlan:
         """A probe call (one record) checks the generator against ``layout`` before any write."""
@@ -139,13 +142,15 @@ class PyGenSource(Source):
                 out = fn(lo, k)
         except (BulkloadError, KeyboardInterrupt):
             raise
-        except BaseException as e:  # noqa: BLE001 - the user's function (sys.exit too): its message, where
+        except BaseException as e:
             raise GeneratorError(f"{where} raised {type(e).__name__}: {e}; {NOTHING}") from None
         if not isinstance(out, np.ndarray) or out.shape != (k,):
-            got = (f"an array of shape {out.shape}" if isinstance(out, np.ndarray)
-                   else f"a value of type {type_name(out)}")
-            raise GeneratorError(f"{where} returned {got}; it must return a 1-D numpy structured array of "
-                                 f"{k} records; {NOTHING}")
+            got = (
+                f"an array of shape {out.shape}" if isinstance(out, np.ndarray) else f"a value of type {type_name(out)}"
+            )
+            raise GeneratorError(
+                f"{where} returned {got}; it must return a 1-D numpy structured array of {k} records; {NOTHING}"
+            )
         why = None if dtype is None else dtype_mismatch(out.dtype, dtype)
         if why is not None:
             raise GeneratorError(f"{where} returned records of another layout: {why}; {NOTHING}")
@@ -184,8 +189,7 @@ class CGenSource(Source):
         with pool.running(f"generator {self.uri} for records [{lo}, {lo + k})"):
             rc = c_function(self.path, self.symbol)(out.ctypes.data, lo, k)
         if rc != 0:
-            raise GeneratorError(f"generator {self.uri} returned {rc} (not 0) for records [{lo}, {lo + k}); "
-                                 f"{NOTHING}")
+            raise GeneratorError(f"generator {self.uri} returned {rc} (not 0) for records [{lo}, {lo + k}); {NOTHING}")
         if out is not records:
             records[...] = out
 
@@ -210,14 +214,17 @@ def _probe_worker(task: _Probe, outbox) -> np.ndarray:
 
 # --- parsing and resolving ------------------------------------------------------------------
 
+
 def parse_user_generator(ref: str, layout: Layout | None) -> Source:
     """``gen://c:PATH:SYMBOL?...`` or ``gen://PKG.MODULE:FUNCTION?...`` (the name has a colon)."""
-    name, _, query = ref[len("gen://"):].partition("?")
+    name, _, query = ref[len("gen://") :].partition("?")
     q = query_options(query, f"source {ref!r}", "parameter")
     unknown = set(q) - {"n", "start", "layout"}
     if unknown:
-        raise UsageError(f"source {ref!r}: unknown parameter(s) {', '.join(sorted(unknown))}; "
-                         "a user generator takes n, start and layout")
+        raise UsageError(
+            f"source {ref!r}: unknown parameter(s) {', '.join(sorted(unknown))}; "
+            "a user generator takes n, start and layout"
+        )
     in_uri = q.get("layout")
     if in_uri and layout is not None and get_layout(in_uri).name != layout.name:
         raise UsageError(f"source {ref!r} generates layout {in_uri!r} but --layout is {layout.name!r}")
@@ -260,12 +267,13 @@ def generator(fn, n: int, start: int = 0, layout: str | Layout | None = None) ->
 
     try:
         code = cloudpickle.dumps(fn)
-    except Exception as e:  # noqa: BLE001 - PicklingError, TypeError ("cannot pickle '_thread.lock'"), ...
-        raise UsageError(f"generator {ref}: cannot be sent to the workers ({type(e).__name__}: {e}); it may use "
-                         "only what can be pickled (no open files, locks or connections): open them inside "
-                         "the function") from None
-    return PyGenSource(module, function, n, start, lay, os.getcwd(), code,
-                       f"{module_hash(module)}+{function_hash(fn)}")
+    except Exception as e:
+        raise UsageError(
+            f"generator {ref}: cannot be sent to the workers ({type(e).__name__}: {e}); it may use "
+            "only what can be pickled (no open files, locks or connections): open them inside "
+            "the function"
+        ) from None
+    return PyGenSource(module, function, n, start, lay, os.getcwd(), code, f"{module_hash(module)}+{function_hash(fn)}")
 
 
 def _by_name(fn, module: str, function: str) -> bool:
@@ -278,7 +286,7 @@ def _by_name(fn, module: str, function: str) -> bool:
         return False
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def by_value(code: bytes, uri: str):
     """The function of cloudpickle's ``code`` (once per process). Rebuilding it imports the
     modules it uses by name, never the caller's ``__main__`` (its globals come with it)."""
@@ -286,28 +294,34 @@ def by_value(code: bytes, uri: str):
 
     try:
         return cloudpickle.loads(code)
-    except Exception as e:  # noqa: BLE001 - e.g. a module it uses that this process cannot import
-        raise GeneratorError(f"generator {uri} cannot be rebuilt in this worker ({type(e).__name__}: {e}); "
-                             f"the modules it uses must be importable there too; {NOTHING}") from None
+    except Exception as e:
+        raise GeneratorError(
+            f"generator {uri} cannot be rebuilt in this worker ({type(e).__name__}: {e}); "
+            f"the modules it uses must be importable there too; {NOTHING}"
+        ) from None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def python_function(module: str, function: str, search_dir: str):
     """The function ``module:function``, imported (``search_dir`` appended to sys.path).
     Never one of the running program's ``__main__`` (``gen://__main__:fn`` from the CLI):
     the workers never import it (infra/mainless.py); ``generator(fn)`` sends such a
     function by value."""
     if module in MAIN_MODULES:
-        raise UsageError(f"generator {module}:{function}: {module} is the program being run, which the workers "
-                         "never import; give the function itself, loader.generator(fn, n=...), which sends it "
-                         "by value, or name a function of a module")
+        raise UsageError(
+            f"generator {module}:{function}: {module} is the program being run, which the workers "
+            "never import; give the function itself, loader.generator(fn, n=...), which sends it "
+            "by value, or name a function of a module"
+        )
     if search_dir and search_dir not in sys.path:
         sys.path.append(search_dir)
     try:
         obj = importlib.import_module(module)
-    except (Exception, SystemExit) as e:  # noqa: BLE001 - ModuleNotFoundError, or what the module's code raised
-        raise UsageError(f"generator {module}:{function}: cannot import module {module!r} ({type(e).__name__}: "
-                         f"{e}); it must be importable from the working directory or PYTHONPATH") from None
+    except (Exception, SystemExit) as e:
+        raise UsageError(
+            f"generator {module}:{function}: cannot import module {module!r} ({type(e).__name__}: "
+            f"{e}); it must be importable from the working directory or PYTHONPATH"
+        ) from None
     for part in function.split("."):
         obj = getattr(obj, part, None)
         if obj is None:
@@ -317,19 +331,23 @@ def python_function(module: str, function: str, search_dir: str):
     return obj
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def c_function(path: str, symbol: str):
     """``int symbol(void *, uint64_t, uint64_t)`` of the shared library at ``path``."""
     try:
         lib = ctypes.CDLL(path)
     except OSError as e:
-        raise UsageError(f"generator gen://c:{path}:{symbol}: cannot load the library ({e}); give the path of "
-                         "a shared library (.so) built with -shared -fPIC") from None
+        raise UsageError(
+            f"generator gen://c:{path}:{symbol}: cannot load the library ({e}); give the path of "
+            "a shared library (.so) built with -shared -fPIC"
+        ) from None
     try:
         fn = getattr(lib, symbol)
     except AttributeError:
-        raise UsageError(f"generator gen://c:{path}:{symbol}: the library has no symbol {symbol!r} "
-                         "(check the name and that it is not static)") from None
+        raise UsageError(
+            f"generator gen://c:{path}:{symbol}: the library has no symbol {symbol!r} "
+            "(check the name and that it is not static)"
+        ) from None
     fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64]
     fn.restype = ctypes.c_int
     return fn
@@ -378,7 +396,8 @@ def function_hash(fn) -> str:
             for name in f.__code__.co_names:
                 v = g.get(name)
                 if isinstance(v, PLAIN + (tuple, frozenset)) or (
-                        isinstance(v, types.FunctionType) and v.__module__ == f.__module__):
+                    isinstance(v, types.FunctionType) and v.__module__ == f.__module__
+                ):
                     feed((name, v))
         else:
             h.update(type(obj).__qualname__.encode())

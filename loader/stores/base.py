@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 from ..errors import CorruptStoreError, KeyOrderError, NotReadableError, NotWritableError, UsageError
 
@@ -41,7 +41,7 @@ class ShardStore(ABC):
 
     @classmethod
     @abstractmethod
-    def open(cls, path: str, *, write: bool, options: dict | None = None) -> "ShardStore":
+    def open(cls, path: str, *, write: bool, options: dict | None = None) -> ShardStore:
         """Open (creating it when ``write``) the shard at ``path``.
 
         A second writer on the same shard raises DatasetBusyError. Readers never
@@ -75,8 +75,9 @@ class ShardStore(ABC):
         """The value (bytes or a buffer valid until the next call) or None."""
 
     @abstractmethod
-    def range(self, lo: bytes | None = None, hi: bytes | None = None,
-              table: str = "batches") -> Iterator[tuple[bytes, bytes]]:
+    def range(
+        self, lo: bytes | None = None, hi: bytes | None = None, table: str = "batches"
+    ) -> Iterator[tuple[bytes, bytes]]:
         """Items with lo <= key < hi in key order (None = unbounded)."""
 
     @abstractmethod
@@ -84,8 +85,7 @@ class ShardStore(ABC):
         """The first item whose key is >= key (copied out), or None."""
 
     @abstractmethod
-    def delete_range(self, lo: bytes | None = None, hi: bytes | None = None,
-                     table: str = "batches") -> int:
+    def delete_range(self, lo: bytes | None = None, hi: bytes | None = None, table: str = "batches") -> int:
         """Delete lo <= key < hi atomically; returns the count deleted."""
 
     @abstractmethod
@@ -143,9 +143,11 @@ def shard_label(path: str) -> str:
 
 def corrupt_store(path: str, what: str):
     """The CorruptStoreError of a damaged shard: which, what is wrong, what to do."""
-    return CorruptStoreError(f"{shard_label(path)} is damaged: {what}; its data cannot be trusted - restore "
-                             "the dataset from a backup, or rebuild it with `bulkload load SOURCE DATASET "
-                             "--replace`")
+    return CorruptStoreError(
+        f"{shard_label(path)} is damaged: {what}; its data cannot be trusted - restore "
+        "the dataset from a backup, or rebuild it with `bulkload load SOURCE DATASET "
+        "--replace`"
+    )
 
 
 def ascending(pairs, path: str, table: str, prev: bytes | None = None):
@@ -177,13 +179,11 @@ def make_shard_dir(path: str) -> None:
         ) from None
     except (FileExistsError, NotADirectoryError):
         raise NotWritableError(
-            f"cannot create shard directory {path}: a file is in the way; "
-            f"remove it or choose another dataset path"
+            f"cannot create shard directory {path}: a file is in the way; remove it or choose another dataset path"
         ) from None
     if not os.access(path, os.W_OK | os.X_OK):
         raise NotWritableError(
-            f"shard directory {path} is not writable; fix its permissions or "
-            f"choose another dataset path"
+            f"shard directory {path} is not writable; fix its permissions or choose another dataset path"
         )
 
 
@@ -208,5 +208,7 @@ def _denied(shard: str, path: str, write: bool) -> None:
     what = "read and write" if write else "read"
     cls = NotWritableError if write else NotReadableError
     where = shard_label(shard) if path == shard else f"{path}, in {shard_label(shard)}"
-    raise cls(f"permission denied: this user (uid {os.geteuid()}) may not {what} {where}; "
-              "that is not damage - fix its permissions (chmod/chown) or run as the dataset's owner")
+    raise cls(
+        f"permission denied: this user (uid {os.geteuid()}) may not {what} {where}; "
+        "that is not damage - fix its permissions (chmod/chown) or run as the dataset's owner"
+    )

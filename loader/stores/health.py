@@ -20,8 +20,9 @@ not import the model of a dataset. Pure checks: nothing here writes.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import xxhash
 
@@ -54,8 +55,8 @@ class BatchList(Protocol):
     @property
     def batches(self) -> Sequence[BatchRow]: ...
 
-REBUILD = ("restore the shard from a backup, or rebuild the dataset with "
-           "`bulkload load SOURCE DATASET --replace`")
+
+REBUILD = "restore the shard from a backup, or rebuild the dataset with `bulkload load SOURCE DATASET --replace`"
 
 
 @dataclass(frozen=True)
@@ -75,8 +76,10 @@ class ShardProblem:
         what = "is missing" if self.problem == "missing" else f"is damaged ({self.problem})"
         listed = "" if self.batches is None else f"{self.batches} "
         done = ", nothing was written" if writing else ""
-        return (f"shard {self.shard} ({self.path}) {what}, but the manifest lists {listed}committed batches in "
-                f"it; the dataset is damaged{done} - {REBUILD}")
+        return (
+            f"shard {self.shard} ({self.path}) {what}, but the manifest lists {listed}committed batches in "
+            f"it; the dataset is damaged{done} - {REBUILD}"
+        )
 
     def line(self) -> str:
         """One line for `bulkload info`."""
@@ -119,8 +122,10 @@ def require_shards(spec: StoreSpec, m: BatchList | None) -> None:
     if problems:
         err = problems[0].error(writing=True)
         if len(problems) > 1:
-            err.args = (f"{err.args[0]} (and {len(problems) - 1} more damaged shard(s): "
-                        f"{', '.join(str(p.shard) for p in problems[1:])})",)
+            err.args = (
+                f"{err.args[0]} (and {len(problems) - 1} more damaged shard(s): "
+                f"{', '.join(str(p.shard) for p in problems[1:])})",
+            )
         raise err
 
 
@@ -133,14 +138,15 @@ def check_value(uri: str, b: BatchRow, value) -> None:
     """Raise CorruptBatchError unless ``value`` has the size and xxh3 of manifest row ``b``."""
     if len(value) == b.nbytes and xxhash.xxh3_64_intdigest(value) == b.checksum:
         return
-    what = (f"{len(value)} bytes stored, {b.nbytes} in the manifest" if len(value) != b.nbytes
-            else "checksum mismatch")
+    what = f"{len(value)} bytes stored, {b.nbytes} in the manifest" if len(value) != b.nbytes else "checksum mismatch"
     raise CorruptBatchError(batch_message(uri, b, f"stored bytes changed ({what})"))
 
 
 def batch_message(uri: str, b: BatchRow, what: str) -> str:
     """The one-line message of a damaged batch: where it is, what is wrong, what to do."""
     where = f"documents {b.lo}..{b.hi}" if b.keyed else f"first record {b.first}"
-    return (f"shard {b.shard} batch {b.seq} ({where}) of {uri}: {what}; run `bulkload verify {uri}` to list "
-            "every damaged batch, then restore the dataset from a backup or rebuild it with "
-            "`bulkload load SOURCE DATASET --replace`")
+    return (
+        f"shard {b.shard} batch {b.seq} ({where}) of {uri}: {what}; run `bulkload verify {uri}` to list "
+        "every damaged batch, then restore the dataset from a backup or rebuild it with "
+        "`bulkload load SOURCE DATASET --replace`"
+    )

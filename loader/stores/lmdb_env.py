@@ -133,9 +133,7 @@ def open_env(path: str, *, write: bool, options: LmdbOptions) -> lmdb.Environmen
     if write:
         return _open_writer_env(path, existing, options)
     if not existing:
-        raise MissingPathError(
-            f"shard {path} has no data.mdb: it is not an LMDB shard (or was never written)"
-        )
+        raise MissingPathError(f"shard {path} has no data.mdb: it is not an LMDB shard (or was never written)")
     return _open_reader_env(path, existing, options)
 
 
@@ -143,9 +141,19 @@ def _open_writer_env(path: str, existing: int, options: LmdbOptions) -> lmdb.Env
     map_size = round_up(max(options.map_size, existing), 64 * 1024)
     try:
         return lmdb.open(
-            path, map_size=map_size, subdir=True, readonly=False, create=True,
-            sync=False, metasync=False, writemap=options.writemap, map_async=options.writemap,
-            meminit=False, readahead=options.readahead, max_dbs=options.max_dbs, lock=True,
+            path,
+            map_size=map_size,
+            subdir=True,
+            readonly=False,
+            create=True,
+            sync=False,
+            metasync=False,
+            writemap=options.writemap,
+            map_async=options.writemap,
+            meminit=False,
+            readahead=options.readahead,
+            max_dbs=options.max_dbs,
+            lock=True,
         )
     except lmdb.Error as e:
         raise StoreError(errno.EIO, f"cannot open LMDB shard {path} for writing: {e}") from e
@@ -158,8 +166,14 @@ def _open_reader_env(path: str, existing: int, options: LmdbOptions) -> lmdb.Env
         try:
             # the size stored in the file (or its current extent) is adopted by LMDB
             env = lmdb.open(
-                path, map_size=round_up(existing, MIB), subdir=True, readonly=True,
-                create=False, readahead=options.readahead, max_dbs=options.max_dbs, lock=True,
+                path,
+                map_size=round_up(existing, MIB),
+                subdir=True,
+                readonly=True,
+                create=False,
+                readahead=options.readahead,
+                max_dbs=options.max_dbs,
+                lock=True,
             )
         except lmdb.MapResizedError:
             # a writer grew the map between our stat and the open's first transaction
@@ -173,8 +187,9 @@ def _open_reader_env(path: str, existing: int, options: LmdbOptions) -> lmdb.Env
             return env
         env.close()  # swapped mid-open: its lock and data files may not belong together
         existing = max(existing, file_size(data))
-    raise StoreError(errno.EAGAIN, f"cannot open LMDB shard {path} for reading: its writer keeps "
-                                   "growing or compacting it; try again")
+    raise StoreError(
+        errno.EAGAIN, f"cannot open LMDB shard {path} for reading: its writer keeps growing or compacting it; try again"
+    )
 
 
 def take_writer_lock(path: str) -> int:
@@ -201,10 +216,7 @@ def take_writer_lock(path: str) -> int:
 
 def _busy_message(path: str, holder: str) -> str:
     who = f" (pid {holder})" if holder else ""
-    return (
-        f"shard {path} is being written by another job{who}; "
-        f"wait for that job to finish or stop it, then retry"
-    )
+    return f"shard {path} is being written by another job{who}; wait for that job to finish or stop it, then retry"
 
 
 # --- reading and the map ------------------------------------------------------------------
@@ -280,8 +292,10 @@ def mapped_pages(entry: EnvEntry, path: str, refresh: bool = False) -> Pages | N
         return entry.pages
     info = entry.env.info()
     old = entry.pages
-    base = old.base if old is not None and old.map_size == info["map_size"] else \
-        map_base(os.path.join(path, "data.mdb"))
-    entry.pages = None if base is None else Pages(base, info["map_size"], info["last_pgno"] + 1,
-                                                  entry.env.stat()["psize"])
+    base = (
+        old.base if old is not None and old.map_size == info["map_size"] else map_base(os.path.join(path, "data.mdb"))
+    )
+    entry.pages = (
+        None if base is None else Pages(base, info["map_size"], info["last_pgno"] + 1, entry.env.stat()["psize"])
+    )
     return entry.pages

@@ -77,8 +77,7 @@ def _meta_problem(data: str) -> str | None:
             psize = _META.unpack(head)[5]
             if psize < 512 or psize & (psize - 1):
                 return f"data.mdb's first meta page gives an impossible page size {psize}"
-            metas = [_META.unpack(head), _META.unpack(os.pread(f.fileno(), _META.size, psize).ljust(_META.size,
-                                                                                                  b"\0"))]
+            metas = [_META.unpack(head), _META.unpack(os.pread(f.fileno(), _META.size, psize).ljust(_META.size, b"\0"))]
     except DamagedDatasetError as e:  # a FIFO, a device: never opened (infra/regular.py)
         return e.what
     except OSError as e:
@@ -91,8 +90,10 @@ def _meta_problem(data: str) -> str | None:
     last_pg = max(metas, key=lambda m: m[7])[6]
     need = (last_pg + 1) * psize
     if size < need and not _past_end_free(data, max(range(2), key=lambda i: metas[i][7]), psize, size, last_pg):
-        return (f"data.mdb is truncated: {size} bytes, but its pages in use reach byte {need} "
-                f"(page {last_pg} of {psize} bytes)")
+        return (
+            f"data.mdb is truncated: {size} bytes, but its pages in use reach byte {need} "
+            f"(page {last_pg} of {psize} bytes)"
+        )
     return None
 
 
@@ -169,7 +170,7 @@ def _free_pages(fd: int, psize: int, end: int, root: int, depth: int) -> set[int
                     return None
                 value = os.pread(fd, n, ov * psize + 16)
             else:
-                value = page[at:at + n]
+                value = page[at : at + n]
             (count,) = struct.unpack_from("<Q", value, 0)
             if 8 + 8 * count > len(value):
                 return None
@@ -199,7 +200,7 @@ class Pages:
     """The pages in use of a data.mdb as this process maps it (base address, map size,
     bytes in use, page size), with a read-only memoryview of them to read nodes through."""
 
-    __slots__ = ("base", "map_size", "in_use", "psize", "view")
+    __slots__ = ("base", "in_use", "map_size", "psize", "view")
 
     def __init__(self, base: int, map_size: int, npages: int, psize: int):
         self.base, self.map_size, self.in_use, self.psize = base, map_size, npages * psize, psize
@@ -255,8 +256,11 @@ def _buffer_offset() -> int | None:
         return None
     probes = [bytearray(64), bytearray(64)]
     for off in range(16, 168, 8):
-        if all(ctypes.c_void_p.from_address(id(mv) + off).value == ctypes.addressof(ctypes.c_char.from_buffer(b))
-               for b in probes for mv in [memoryview(b)]):
+        if all(
+            ctypes.c_void_p.from_address(id(mv) + off).value == ctypes.addressof(ctypes.c_char.from_buffer(b))
+            for b in probes
+            for mv in [memoryview(b)]
+        ):
             return off
     return None
 

@@ -26,7 +26,7 @@ Reads only: nothing here writes, and a crash leaves nothing behind.
 from __future__ import annotations
 
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 import lmdb
 
@@ -90,7 +90,7 @@ class LmdbReads:
                 span = value_span(cur.key(), pages.base, pages.in_use, pages.psize)
                 if type(span) is tuple and not span[2]:  # in its leaf page: nothing to advise
                     start = span[0]
-                    value = pages.view[start: start + span[1]].tobytes()
+                    value = pages.view[start : start + span[1]].tobytes()
             if value is None:  # the rest, and the errors
                 value = bytes(self._value(cur, pages if pages is not None else self._pages()))
             return value if exact else (bytes(cur.key()), value)
@@ -103,7 +103,7 @@ class LmdbReads:
         finally:
             txn.abort()
 
-    def value_view(self, table: str) -> "LmdbValueView | None":
+    def value_view(self, table: str) -> LmdbValueView | None:
         """A zero-copy view of ``table`` under one read transaction (values valid until it
         is closed), or None when the table does not exist."""
         db = self._db(table, create=False)
@@ -148,7 +148,7 @@ class LmdbReads:
                 if touch and big and not self._opts.readahead:
                     touch = self._advise(start - OVERFLOW_HEAD, size + OVERFLOW_HEAD) != 0
                 if not touch:
-                    return pages.view[start: start + size]
+                    return pages.view[start : start + size]
         return cur.value()
 
     def _advise(self, offset: int, length: int) -> int | None:
@@ -198,8 +198,9 @@ class LmdbReads:
                 os.close(fd)
         return self._data_fd
 
-    def range(self, lo: bytes | None = None, hi: bytes | None = None,
-              table: str = "batches") -> Iterator[tuple[bytes, bytes]]:
+    def range(
+        self, lo: bytes | None = None, hi: bytes | None = None, table: str = "batches"
+    ) -> Iterator[tuple[bytes, bytes]]:
         """Items lo <= key < hi, copied out slice by slice.
 
         Each slice (up to 64 MiB or 4096 items) is read under its own read transaction,
@@ -225,8 +226,9 @@ class LmdbReads:
                 return
             after = out[-1][0]
 
-    def _slice(self, txn, db, lo: bytes | None, hi_b: bytes | None, after: bytes | None,
-               pages) -> tuple[list[tuple[bytes, bytes]], bool]:
+    def _slice(
+        self, txn, db, lo: bytes | None, hi_b: bytes | None, after: bytes | None, pages
+    ) -> tuple[list[tuple[bytes, bytes]], bool]:
         """(items copied out, whether the range ended) of one range() slice."""
         out: list[tuple[bytes, bytes]] = []
         nbytes = 0
@@ -266,10 +268,9 @@ class LmdbValueView:
     """Zero-copy reads of one table under one read transaction (see values.ValueReader):
     a value stays valid until `close`; each one's leaf node is checked first."""
 
-    __slots__ = ("store", "txn", "cursor", "pages", "table", "tree")
+    __slots__ = ("cursor", "pages", "store", "table", "tree", "txn")
 
-    def __init__(self, store: LmdbReads, txn: lmdb.Transaction, cursor: lmdb.Cursor, pages: Pages | None,
-                 table: str):
+    def __init__(self, store: LmdbReads, txn: lmdb.Transaction, cursor: lmdb.Cursor, pages: Pages | None, table: str):
         self.store, self.txn, self.cursor, self.pages, self.table = store, txn, cursor, pages, table
         self.tree = False  # the table's (root page, depth) in this transaction: looked up at the first untouched get
 
@@ -284,7 +285,7 @@ class LmdbValueView:
             found = self.find(key)
             if found is not None:
                 start, size, _ = found
-                return self.pages.view[start: start + size]
+                return self.pages.view[start : start + size]
         try:
             with reading(self.store.path):  # a damaged store: one error naming the shard
                 if not self.cursor.set_key(key):
@@ -317,8 +318,10 @@ class LmdbValueView:
         fd = self.store._data_file()
         if read_spans(fd, at0, len(value), spans, into, len(spans) > 1) != sum(n for _, n in spans):
             # the file is shorter than its pages in use (damaged meanwhile)
-            raise corrupt_store(self.store.path, f"data.mdb ended at byte {os.fstat(fd).st_size} inside a "
-                                                 f"value (bytes {at0}..{at0 + len(value)})")
+            raise corrupt_store(
+                self.store.path,
+                f"data.mdb ended at byte {os.fstat(fd).st_size} inside a value (bytes {at0}..{at0 + len(value)})",
+            )
         return True
 
     def prefetch(self, value, spans: list[tuple[int, int]]) -> None:
@@ -342,7 +345,7 @@ class LmdbValueView:
         if self.pages is None or length <= 0 or offset < 0 or offset + length > len(value):
             return None
         at = buffer_address(memoryview(value)) - self.pages.base
-        return at + offset if 0 <= at and at + len(value) <= self.pages.in_use else None
+        return at + offset if at >= 0 and at + len(value) <= self.pages.in_use else None
 
     def release(self, value) -> None:
         """Done with a value: drop its pages from this process's resident set."""

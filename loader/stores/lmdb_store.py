@@ -43,8 +43,8 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+from collections.abc import Iterable
 from itertools import chain
-from typing import Iterable
 
 import lmdb
 
@@ -84,8 +84,7 @@ GROWTH_ATTEMPTS = 64
 class LmdbStore(LmdbReads, ShardStore):
     scheme = "lmdb"
 
-    def __init__(self, path: str, entry: EnvEntry, *, write: bool, options: LmdbOptions,
-                 lock_fd: int | None):
+    def __init__(self, path: str, entry: EnvEntry, *, write: bool, options: LmdbOptions, lock_fd: int | None):
         self.path = path
         self._real = os.path.realpath(path)
         self._entry = entry
@@ -105,8 +104,15 @@ class LmdbStore(LmdbReads, ShardStore):
     READER_WRITES = ("lock.mdb",)
 
     @classmethod
-    def open(cls, path: str, *, write: bool, options: dict | None = None,
-             map_size: int | None = None, readahead: bool | None = None) -> "LmdbStore":
+    def open(
+        cls,
+        path: str,
+        *,
+        write: bool,
+        options: dict | None = None,
+        map_size: int | None = None,
+        readahead: bool | None = None,
+    ) -> LmdbStore:
         """Open the shard directory ``path``.
 
         Extra keyword options (beyond the interface): ``map_size`` (the writer's size
@@ -124,9 +130,7 @@ class LmdbStore(LmdbReads, ShardStore):
             recover_compaction(path)  # before the directory is (re)created: it may be the copy's
             make_shard_dir(path)
         elif not os.path.isdir(path):
-            raise MissingPathError(
-                f"shard {path} does not exist; check the dataset path (was it loaded?)"
-            )
+            raise MissingPathError(f"shard {path} does not exist; check the dataset path (was it loaded?)")
         lock_fd = take_writer_lock(path) if write else None
         try:
             entry = acquire_env(path, write=write, options=opts)
@@ -185,8 +189,7 @@ class LmdbStore(LmdbReads, ShardStore):
             except (lmdb.MapResizedError, lmdb.MapFullError):
                 raise
             except lmdb.Error as e:  # e.g. MDB_INCOMPATIBLE: the main B-tree is damaged
-                raise corrupt_store(self.path, f"LMDB cannot open table {table!r} ({type(e).__name__}: {e})") \
-                    from None
+                raise corrupt_store(self.path, f"LMDB cannot open table {table!r} ({type(e).__name__}: {e})") from None
         dbs[table] = db
         return db
 
@@ -233,8 +236,9 @@ class LmdbStore(LmdbReads, ShardStore):
         pending = chain([first], source)
         for _attempt in range(GROWTH_ATTEMPTS):
             try:
-                consumed = self._put_stream(db, table, chain(list(seen), checked(pending)),
-                                            seen[0][0] if seen else bytes(first[0]))
+                consumed = self._put_stream(
+                    db, table, chain(list(seen), checked(pending)), seen[0][0] if seen else bytes(first[0])
+                )
                 self._early_writeback(sum(len(k) + len(v) for k, v in seen) if seen else 0)
                 return consumed
             except lmdb.MapFullError:
@@ -269,8 +273,7 @@ class LmdbStore(LmdbReads, ShardStore):
                 )
         return consumed
 
-    def delete_range(self, lo: bytes | None = None, hi: bytes | None = None,
-                     table: str = "batches") -> int:
+    def delete_range(self, lo: bytes | None = None, hi: bytes | None = None, table: str = "batches") -> int:
         self._require_write("delete_range")
         db = self._db(table, create=False)
         if db is None:

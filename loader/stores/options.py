@@ -93,7 +93,7 @@ class LmdbOptions:
     }
 
     @classmethod
-    def parse(cls, options: Mapping) -> "LmdbOptions":
+    def parse(cls, options: Mapping) -> LmdbOptions:
         size = options.get("map_size")
         return cls(
             map_size=DEFAULT_MAP_SIZE if size is None else parse_size("map_size", size),
@@ -121,13 +121,10 @@ class RocksdbOptions:
     }
 
     @classmethod
-    def parse(cls, options: Mapping) -> "RocksdbOptions":
+    def parse(cls, options: Mapping) -> RocksdbOptions:
         compression = str(options.get("compression", "none")).lower()
         if compression not in ROCKSDB_COMPRESSIONS:
-            raise UsageError(
-                f"rocksdb option compression={compression!r} is unknown; use none, lz4, zstd or zstd-dict"
-            )
+            raise UsageError(f"rocksdb option compression={compression!r} is unknown; use none, lz4, zstd or zstd-dict")
         zstd_level = parse_int32("zstd_level", options.get("zstd_level", 3))
-        block_size = parse_int32("block_size", options["block_size"], minimum=1) if "block_size" in options \
-            else None
+        block_size = parse_int32("block_size", options["block_size"], minimum=1) if "block_size" in options else None
         return cls(compression, zstd_level, block_size)

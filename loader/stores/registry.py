@@ -43,7 +43,7 @@ def backend_for(scheme: str) -> type[ShardStore]:
     raise UnknownSchemeError(f"unknown store scheme {scheme!r}")
 
 
-def open_in_this_process(spec: "StoreSpec") -> bool:
+def open_in_this_process(spec: StoreSpec) -> bool:
     """Whether this process holds a shard of ``spec`` open: an LMDB shard has one
     environment per process (lmdb_env.py), so a writer opened here next to a reader fails."""
     if spec.scheme not in ("lmdb", "mem"):
@@ -61,13 +61,15 @@ def options_for(scheme: str) -> type[LmdbOptions] | type[RocksdbOptions]:
         raise UnknownSchemeError(f"unknown store scheme {scheme!r}") from None
 
 
-def open_writer(spec: "StoreSpec", shard: int, options: dict, wait: float = WRITER_WAIT) -> ShardStore:
+def open_writer(spec: StoreSpec, shard: int, options: dict, wait: float = WRITER_WAIT) -> ShardStore:
     """Open shard ``shard`` of ``spec`` for writing with ``options``. Workers of a job that
     was just killed may hold it for a moment while they notice and exit; give them
     ``wait`` seconds before raising DatasetBusyError."""
     if not os.path.isdir(spec.root):  # never re-create, empty, a dataset moved away while its job runs
-        raise MissingPathError(f"cannot open shard {shard} of {spec.uri}: the dataset directory {spec.root} does "
-                               "not exist (was it moved or removed?); check the dataset path")
+        raise MissingPathError(
+            f"cannot open shard {shard} of {spec.uri}: the dataset directory {spec.root} does "
+            "not exist (was it moved or removed?); check the dataset path"
+        )
     deadline = time.monotonic() + wait
     while True:
         try:

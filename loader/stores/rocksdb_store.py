@@ -43,8 +43,8 @@ import errno
 import itertools
 import os
 import time
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Iterable, Iterator
 
 from rocksdict import (
     AccessType,
@@ -137,7 +137,7 @@ class RocksdbStore(ShardStore):
     # --- opening -----------------------------------------------------------------
 
     @classmethod
-    def open(cls, path: str, *, write: bool, options: dict | None = None) -> "RocksdbStore":
+    def open(cls, path: str, *, write: bool, options: dict | None = None) -> RocksdbStore:
         options = RocksdbOptions.parse(options or {})
         path = os.path.abspath(path)
         opts = _options(options, write=write)
@@ -151,8 +151,7 @@ class RocksdbStore(ShardStore):
         else:
             if not exists:
                 raise MissingPathError(
-                    f"shard {path} is not a RocksDB database (no CURRENT file); "
-                    f"check the dataset path (was it loaded?)"
+                    f"shard {path} is not a RocksDB database (no CURRENT file); check the dataset path (was it loaded?)"
                 )
             access = AccessType.read_only(False)
         for attempt in range(1 if write else READ_OPEN_ATTEMPTS):
@@ -254,8 +253,7 @@ class RocksdbStore(ShardStore):
             raise
         except Exception as e:
             raise StoreError(
-                errno.EIO, f"put_sorted on {self.path} table {table!r} failed: {e}; "
-                f"nothing from this call was written"
+                errno.EIO, f"put_sorted on {self.path} table {table!r} failed: {e}; nothing from this call was written"
             ) from e
         finally:
             del writer
@@ -272,8 +270,9 @@ class RocksdbStore(ShardStore):
         with self._reading():
             return cf.get(bytes(key))
 
-    def range(self, lo: bytes | None = None, hi: bytes | None = None,
-              table: str = "batches") -> Iterator[tuple[bytes, bytes]]:
+    def range(
+        self, lo: bytes | None = None, hi: bytes | None = None, table: str = "batches"
+    ) -> Iterator[tuple[bytes, bytes]]:
         cf = self._cf(table, create=False)
         if cf is None:
             return
@@ -317,12 +316,10 @@ class RocksdbStore(ShardStore):
             yield
         except BulkloadError:
             raise
-        except Exception as e:  # noqa: BLE001 - rocksdict raises plain exceptions
-            raise corrupt_store(self.path, f"RocksDB cannot read it ({str(e).strip() or type(e).__name__})") \
-                from None
+        except Exception as e:
+            raise corrupt_store(self.path, f"RocksDB cannot read it ({str(e).strip() or type(e).__name__})") from None
 
-    def delete_range(self, lo: bytes | None = None, hi: bytes | None = None,
-                     table: str = "batches") -> int:
+    def delete_range(self, lo: bytes | None = None, hi: bytes | None = None, table: str = "batches") -> int:
         self._require_write("delete_range")
         cf = self._cf(table, create=False)
         if cf is None:
@@ -335,8 +332,7 @@ class RocksdbStore(ShardStore):
             n += 1
         if n:
             # one range tombstone: atomic; [first, last + 0x00) covers exactly those keys
-            cf.delete_range(first if lo is None else bytes(lo),
-                            last + b"\x00" if hi is None else bytes(hi))
+            cf.delete_range(first if lo is None else bytes(lo), last + b"\x00" if hi is None else bytes(hi))
         return n
 
     def drop_table(self, table: str) -> None:
@@ -353,8 +349,7 @@ class RocksdbStore(ShardStore):
     def tables(self) -> list[str]:
         if self._write:
             return sorted(self._known)
-        return sorted(n for n in Rdict.list_cf(self.path, Options(raw_mode=True))
-                      if n != "default")
+        return sorted(n for n in Rdict.list_cf(self.path, Options(raw_mode=True)) if n != "default")
 
     def sync(self) -> None:
         if not self._write:

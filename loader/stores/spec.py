@@ -49,7 +49,7 @@ class StoreSpec:
     def shard_path(self, i: int) -> str:
         return os.path.join(self.root, f"shard-{i:03d}")
 
-    def with_shards(self, k: int) -> "StoreSpec":
+    def with_shards(self, k: int) -> StoreSpec:
         return StoreSpec(self.scheme, self.root, k, self.options)
 
     @property
@@ -91,14 +91,10 @@ def parse_dataset_uri(uri: str) -> StoreSpec:
 def _split_uri(uri: str) -> tuple[str, str, str]:
     """(scheme, path, query) of a dataset URI whose scheme is known and path usable."""
     if "://" not in uri:
-        raise UnknownSchemeError(
-            f"dataset {uri!r} has no scheme; use lmdb://PATH, rocksdb://PATH or mem://NAME"
-        )
+        raise UnknownSchemeError(f"dataset {uri!r} has no scheme; use lmdb://PATH, rocksdb://PATH or mem://NAME")
     scheme, rest = uri.split("://", 1)
     if scheme not in SCHEMES:
-        raise UnknownSchemeError(
-            f"unknown dataset scheme {scheme!r} in {uri!r}; use lmdb://, rocksdb:// or mem://"
-        )
+        raise UnknownSchemeError(f"unknown dataset scheme {scheme!r} in {uri!r}; use lmdb://, rocksdb:// or mem://")
     path, _, query = rest.partition("?")
     if not path:
         raise UsageError(f"dataset {uri!r} has no path after {scheme}://")
@@ -126,7 +122,8 @@ def _root(uri: str, scheme: str, path: str) -> str:
     if not MEM_NAME.fullmatch(path):
         raise UsageError(
             f"dataset {uri!r}: mem://NAME takes one plain name of 1 to 128 letters, digits, '.', '_' "
-            f"or '-', not starting with '.' (it becomes {MEM_ROOT}/NAME), e.g. mem://scratch-1")
+            f"or '-', not starting with '.' (it becomes {MEM_ROOT}/NAME), e.g. mem://scratch-1"
+        )
     return os.path.join(MEM_ROOT, path)
 
 

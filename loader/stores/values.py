@@ -34,7 +34,7 @@ class ValueReader:
         self.table = table
         self.view = None  # the backend's zero-copy view while open, or None: values are copied
 
-    def __enter__(self) -> "ValueReader":
+    def __enter__(self) -> ValueReader:
         self.view = self.store.value_view(self.table)
         return self
 
@@ -53,7 +53,7 @@ class ValueReader:
         self.read_spans(value, spans, buf)
         parts, pos = [], 0
         for _, n in spans:
-            parts.append(buf[pos: pos + n])
+            parts.append(buf[pos : pos + n])
             pos += n
         return parts
 
@@ -69,7 +69,7 @@ class ValueReader:
                 raise ValueError(f"bytes {offset}..{offset + length} are outside a value of {len(value)}")
         pos = 0
         for offset, length in spans:
-            into[pos: pos + length] = memoryview(value)[offset: offset + length]
+            into[pos : pos + length] = memoryview(value)[offset : offset + length]
             pos += length
 
     def prefetch(self, value, spans: list[tuple[int, int]]) -> None:

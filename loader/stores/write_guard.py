@@ -33,18 +33,22 @@ def guard_write(spec: StoreSpec, s: int, fn):
     except BulkloadError as e:
         if isinstance(e, StoreError):
             text = e.strerror if e.strerror else str(e)
-            raise StoreError(f"{text}; the dataset is unchanged since its last commit - "
-                             "fix the cause and re-run the same command to resume") from None
+            raise StoreError(
+                f"{text}; the dataset is unchanged since its last commit - "
+                "fix the cause and re-run the same command to resume"
+            ) from None
         raise
     except Exception as e:  # lmdb.Error, rocksdict exceptions, OSError
         text = (str(e).strip() or type(e).__name__) + _full(spec.shard_path(s))
-        raise StoreError(f"shard {s} ({spec.shard_path(s)}): write failed: {text}; the dataset is "
-                         "unchanged since its last commit - free space (or raise the file size "
-                         "limit) and re-run the same command to resume") from None
+        raise StoreError(
+            f"shard {s} ({spec.shard_path(s)}): write failed: {text}; the dataset is "
+            "unchanged since its last commit - free space (or raise the file size "
+            "limit) and re-run the same command to resume"
+        ) from None
 
 
 def _full(path: str) -> str:
-    """" (No space left on device: ...)" when the filesystem of ``path`` is (nearly) full:
+    """ " (No space left on device: ...)" when the filesystem of ``path`` is (nearly) full:
     LMDB reports a write cut short by a full disk as an Input/output error."""
     try:
         free = free_bytes(existing_ancestor(path))
@@ -82,11 +86,11 @@ def reclaim_space(spec: StoreSpec, nshards: int) -> None:
             continue
         try:
             st = spec.open_shard(s, write=True)
-        except Exception:  # noqa: BLE001 - best effort: the shard stays as it is
+        except Exception:
             continue
         try:
             st.compact()
-        except Exception:  # noqa: BLE001 - no room for the copy: the next writer reuses the pages
+        except Exception:
             pass
         finally:
             st.close()

@@ -23,9 +23,21 @@ def gen_bytes(start, n):
 def test_shipped_scidb_pipeline_runs_small(tmp_path):
     pytest.importorskip("loader.arrays.finalize")
     out = tmp_path / "box.csv"
-    p = run_cli("run", REPO / "pipelines" / "scidb.toml", "--set", "load.source=gen://scidb96?n=30000",
-                "--set", f"job.dataset=lmdb://{tmp_path}/ds", "--set", "finalize.dims=i0:10,i1:1000",
-                "--set", "query.box=i0=0:5,i1=0:1000", "--set", f"query.out={out}", "--json")
+    p = run_cli(
+        "run",
+        REPO / "pipelines" / "scidb.toml",
+        "--set",
+        "load.source=gen://scidb96?n=30000",
+        "--set",
+        f"job.dataset=lmdb://{tmp_path}/ds",
+        "--set",
+        "finalize.dims=i0:10,i1:1000",
+        "--set",
+        "query.box=i0=0:5,i1=0:1000",
+        "--set",
+        f"query.out={out}",
+        "--json",
+    )
     assert p.returncode == 0, p.stderr
     rep = json.loads(p.stdout)
     assert [s["step"] for s in rep["steps"]] == ["load", "finalize", "query"]
@@ -34,9 +46,21 @@ def test_shipped_scidb_pipeline_runs_small(tmp_path):
     with loader.open(f"lmdb://{tmp_path}/ds") as ds:
         assert ds.read_records().tobytes() == gen_bytes(0, 30000) and "grid" in ds.manifest.arrays
     # again: the load step finds its run finished and loads nothing
-    p = run_cli("run", REPO / "pipelines" / "scidb.toml", "--set", "load.source=gen://scidb96?n=30000",
-                "--set", f"job.dataset=lmdb://{tmp_path}/ds", "--set", "finalize.dims=i0:10,i1:1000",
-                "--set", "query.box=i0=0:5,i1=0:1000", "--set", f"query.out={out}", "--json")
+    p = run_cli(
+        "run",
+        REPO / "pipelines" / "scidb.toml",
+        "--set",
+        "load.source=gen://scidb96?n=30000",
+        "--set",
+        f"job.dataset=lmdb://{tmp_path}/ds",
+        "--set",
+        "finalize.dims=i0:10,i1:1000",
+        "--set",
+        "query.box=i0=0:5,i1=0:1000",
+        "--set",
+        f"query.out={out}",
+        "--json",
+    )
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["steps"][0]["report"]["status"] == "already-loaded"
 
@@ -46,8 +70,7 @@ def test_shipped_ingest_pipeline_with_env_and_set(tmp_path):
     d.mkdir()
     (d / "a.bin").write_bytes(gen_bytes(0, 300))
     (d / "b.bin").write_bytes(gen_bytes(300, 200))
-    env = {"BULKLOAD_INGEST_FROM": str(d), "BULKLOAD_DATASET": f"lmdb://{tmp_path}/ds",
-           "BULKLOAD_BATCH_RECORDS": "100"}
+    env = {"BULKLOAD_INGEST_FROM": str(d), "BULKLOAD_DATASET": f"lmdb://{tmp_path}/ds", "BULKLOAD_BATCH_RECORDS": "100"}
     p = run_cli("--log-format", "json", "run", REPO / "pipelines" / "ingest.toml", env=env)
     assert p.returncode == 0, p.stderr
     events = [json.loads(ln) for ln in p.stderr.splitlines() if ln.startswith("{")]
@@ -55,8 +78,16 @@ def test_shipped_ingest_pipeline_with_env_and_set(tmp_path):
     with loader.open(f"lmdb://{tmp_path}/ds") as ds:
         assert ds.read_records().tobytes() == gen_bytes(0, 500) and ds.manifest.batch_records == 100
     # --set beats the environment: another dataset
-    p = run_cli("run", REPO / "pipelines" / "ingest.toml", "--set", f"dataset=lmdb://{tmp_path}/ds2",
-                "--set", "compact.enabled=true", "--json", env=env)
+    p = run_cli(
+        "run",
+        REPO / "pipelines" / "ingest.toml",
+        "--set",
+        f"dataset=lmdb://{tmp_path}/ds2",
+        "--set",
+        "compact.enabled=true",
+        "--json",
+        env=env,
+    )
     assert p.returncode == 0, p.stderr
     rep = json.loads(p.stdout)
     assert rep["dataset"] == f"lmdb://{tmp_path}/ds2" and [s["step"] for s in rep["steps"]] == ["ingest", "compact"]
@@ -65,33 +96,51 @@ def test_shipped_ingest_pipeline_with_env_and_set(tmp_path):
 def test_precedence_set_over_env_over_file_over_defaults(tmp_path):
     f = tmp_path / "p.toml"
     f.write_text('dataset = "lmdb://file"\nshards = 3\n[load]\nsource = "gen://scidb96?n=5"\n')
-    p = parse(str(f), ["job.shards=5"], env={"BULKLOAD_SHARDS": "4", "BULKLOAD_JOB_WORKERS": "2",
-                                               "BULKLOAD_DATASET": "lmdb://env"})
+    p = parse(
+        str(f),
+        ["job.shards=5"],
+        env={"BULKLOAD_SHARDS": "4", "BULKLOAD_JOB_WORKERS": "2", "BULKLOAD_DATASET": "lmdb://env"},
+    )
     job = p.config["job"]
     assert (job["shards"], job["workers"], job["dataset"], job["batch_records"]) == (5, 2, "lmdb://env", None)
-    assert p.origin["job.shards"] == "--set job.shards" and p.origin["job.dataset"] == "environment variable BULKLOAD_DATASET"
+    assert (
+        p.origin["job.shards"] == "--set job.shards"
+        and p.origin["job.dataset"] == "environment variable BULKLOAD_DATASET"
+    )
     assert p.config["load"]["new_run"] is False and p.steps == ["load"]
     # environment variables only touch sections the file has
     p = parse(str(f), [], env={"BULKLOAD_QUERY_BOX": "i0=0:1"})
     assert "query" not in p.config
 
 
-@pytest.mark.parametrize("text,message", [
-    ('[job]\ndataset = "lmdb://x"\nshards = 2\nshard = 3\n[load]\nsource = "-"\n',
-     "p.toml, line 4: unknown key 'shard' in [job]; known keys: dataset, layout"),
-    ('[job]\ndataset = "lmdb://x"\n\n[load]\nsource = "-"\nnew_run = "yes"\n',
-     "p.toml, line 6: key 'new_run' in [load] must be true or false, not 'yes'"),
-    ('[job]\ndataset = "lmdb://x"\nshards = "two"\n[load]\nsource = "-"\n',
-     "p.toml, line 3: key 'shards' in [job] must be an integer, not 'two'"),
-    ('[job]\ndataset = "lmdb://x"\n[load]\nsource = "-"\n[finalise]\ndims = "i0:1,i1:1"\n',
-     "p.toml, line 5: unknown section [finalise]; known sections: job, load, ingest"),
-    ('[job]\ndataset = "lmdb://x"\n[load]\nsource = "-"\n[ingest]\nfrom = "in"\n',
-     "needs exactly one of [load] (source = ...) or [ingest] (from = ...); it has both"),
-    ('[job]\ndataset = "lmdb://x"\n[load]\nnew_run = true\n',
-     "p.toml, line 3: [load] needs the key 'source'"),
-    ('[job]\ndataset = lmdb://x\n', "p.toml: not valid TOML: "),
-    ('[job]\nshards = 2\n[load]\nsource = "-"\n', "p.toml, line 1: [job] needs the key 'dataset'"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        (
+            '[job]\ndataset = "lmdb://x"\nshards = 2\nshard = 3\n[load]\nsource = "-"\n',
+            "p.toml, line 4: unknown key 'shard' in [job]; known keys: dataset, layout",
+        ),
+        (
+            '[job]\ndataset = "lmdb://x"\n\n[load]\nsource = "-"\nnew_run = "yes"\n',
+            "p.toml, line 6: key 'new_run' in [load] must be true or false, not 'yes'",
+        ),
+        (
+            '[job]\ndataset = "lmdb://x"\nshards = "two"\n[load]\nsource = "-"\n',
+            "p.toml, line 3: key 'shards' in [job] must be an integer, not 'two'",
+        ),
+        (
+            '[job]\ndataset = "lmdb://x"\n[load]\nsource = "-"\n[finalise]\ndims = "i0:1,i1:1"\n',
+            "p.toml, line 5: unknown section [finalise]; known sections: job, load, ingest",
+        ),
+        (
+            '[job]\ndataset = "lmdb://x"\n[load]\nsource = "-"\n[ingest]\nfrom = "in"\n',
+            "needs exactly one of [load] (source = ...) or [ingest] (from = ...); it has both",
+        ),
+        ('[job]\ndataset = "lmdb://x"\n[load]\nnew_run = true\n', "p.toml, line 3: [load] needs the key 'source'"),
+        ("[job]\ndataset = lmdb://x\n", "p.toml: not valid TOML: "),
+        ('[job]\nshards = 2\n[load]\nsource = "-"\n', "p.toml, line 1: [job] needs the key 'dataset'"),
+    ],
+)
 def test_pipeline_file_errors_name_the_key_and_line(tmp_path, text, message):
     f = tmp_path / "p.toml"
     f.write_text(text)
@@ -118,7 +167,9 @@ def test_set_and_env_errors(tmp_path):
         parse(str(f), ["load.sorce=x"], env={})
     with pytest.raises(PipelineError, match="--set 'shards': use --set section.key=value"):
         parse(str(f), ["shards"], env={})
-    with pytest.raises(PipelineError, match=r"environment variable BULKLOAD_WORKERS: key 'workers' in \[job\] must be an integer"):
+    with pytest.raises(
+        PipelineError, match=r"environment variable BULKLOAD_WORKERS: key 'workers' in \[job\] must be an integer"
+    ):
         parse(str(f), [], env={"BULKLOAD_WORKERS": "many"})
     p = run_cli("run", tmp_path / "missing.toml")
     assert p.returncode == 2 and "pipeline file" in p.stderr and "does not exist" in p.stderr

@@ -21,21 +21,46 @@ REPO = Path(__file__).resolve().parents[2]
 
 #: a bad value of every key (a wrong type where the key takes any value of its type)
 BAD = {
-    ("job", "dataset"): "nosuch://x", ("job", "layout"): "nosuchlayout", ("job", "format"): "feather",
-    ("job", "compression"): "brotli", ("job", "shards"): 0, ("job", "workers"): 0, ("job", "batch_records"): 0,
-    ("job", "checkpoint_seconds"): -1.0, ("job", "quiet"): "maybe", ("job", "name"): 7,
-    ("job", "engine"): "spark", ("job", "scheduler"): "nowhere", ("job", "keep_runs"): -1,
-    ("load", "source"): "gen://nosuchlayout?n=10", ("load", "new_run"): "maybe", ("load", "replace"): "maybe",
+    ("job", "dataset"): "nosuch://x",
+    ("job", "layout"): "nosuchlayout",
+    ("job", "format"): "feather",
+    ("job", "compression"): "brotli",
+    ("job", "shards"): 0,
+    ("job", "workers"): 0,
+    ("job", "batch_records"): 0,
+    ("job", "checkpoint_seconds"): -1.0,
+    ("job", "quiet"): "maybe",
+    ("job", "name"): 7,
+    ("job", "engine"): "spark",
+    ("job", "scheduler"): "nowhere",
+    ("job", "keep_runs"): -1,
+    ("load", "source"): "gen://nosuchlayout?n=10",
+    ("load", "new_run"): "maybe",
+    ("load", "replace"): "maybe",
     ("load", "enabled"): "maybe",
-    ("ingest", "from"): "no-such-dir", ("ingest", "pattern"): "", ("ingest", "on_bad_file"): "ignore",
+    ("ingest", "from"): "no-such-dir",
+    ("ingest", "pattern"): "",
+    ("ingest", "on_bad_file"): "ignore",
     ("ingest", "enabled"): "maybe",
-    ("compact", "target_batch_records"): 0, ("compact", "force"): "maybe", ("compact", "keep_snapshots"): -1,
+    ("compact", "target_batch_records"): 0,
+    ("compact", "force"): "maybe",
+    ("compact", "keep_snapshots"): -1,
     ("compact", "enabled"): "maybe",
-    ("finalize", "dims"): "i0:0,i1:10", ("finalize", "array"): "9grid", ("finalize", "duplicates"): "bogus",
-    ("finalize", "compact"): "maybe", ("finalize", "workers"): 0, ("finalize", "memory_budget"): "lots",
-    ("finalize", "compression"): "brotli", ("finalize", "keep_snapshots"): -1, ("finalize", "enabled"): "maybe",
-    ("query", "box"): "i0=a:b", ("query", "array"): "nosuch", ("query", "attrs"): "nosuch",
-    ("query", "format"): "xml", ("query", "out"): "no-such-dir/box.csv", ("query", "enabled"): "maybe",
+    ("finalize", "dims"): "i0:0,i1:10",
+    ("finalize", "array"): "9grid",
+    ("finalize", "duplicates"): "bogus",
+    ("finalize", "compact"): "maybe",
+    ("finalize", "workers"): 0,
+    ("finalize", "memory_budget"): "lots",
+    ("finalize", "compression"): "brotli",
+    ("finalize", "keep_snapshots"): -1,
+    ("finalize", "enabled"): "maybe",
+    ("query", "box"): "i0=a:b",
+    ("query", "array"): "nosuch",
+    ("query", "attrs"): "nosuch",
+    ("query", "format"): "xml",
+    ("query", "out"): "no-such-dir/box.csv",
+    ("query", "enabled"): "maybe",
 }
 KEYS = [(s, k) for s in SCHEMA for k in SCHEMA[s]]
 
@@ -74,8 +99,11 @@ def _toml(v) -> str:
 def tree(root: Path) -> dict:
     """Every file under root: (size, mtime_ns, content); not LMDB's reader tables
     (lock.mdb), which every reader writes."""
-    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns, p.read_bytes())
-            for p in sorted(root.rglob("*")) if p.is_file() and p.name != "lock.mdb"}
+    return {
+        str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns, p.read_bytes())
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != "lock.mdb"
+    }
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +169,11 @@ def test_shipped_pipelines_check_and_name_only_files_that_exist(tmp_path, name):
         for d in made.split():
             (tmp_path / d).mkdir(parents=True, exist_ok=True)
     shutil.copytree(REPO / "pipelines", tmp_path / "pipelines")
-    p = subprocess.run([tool("bulkload"), "run", "--check", f"pipelines/{name}"], cwd=tmp_path,
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [tool("bulkload"), "run", "--check", f"pipelines/{name}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stderr

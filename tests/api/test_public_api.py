@@ -22,16 +22,27 @@ from loader.read.export import ExportReport
 from loader.read.verifying import VerifyReport
 
 #: CLI command -> API function; CLI parameters that are presentation only
-COMMANDS = {"load": "load", "ingest": "ingest", "finalize": "finalize", "compact": "compact", "verify": "verify",
-            "export": "export", "query": "query", "info": "info", "run": "run"}
+COMMANDS = {
+    "load": "load",
+    "ingest": "ingest",
+    "finalize": "finalize",
+    "compact": "compact",
+    "verify": "verify",
+    "export": "export",
+    "query": "query",
+    "info": "info",
+    "run": "run",
+}
 PRESENTATION = {"json_out", "quiet"}
 #: CLI parameter names that differ from the API's (a negated flag, a Python keyword, a plural)
 RENAMED = {"no_compact": "compact", "set_": "sets", "pipeline": "path"}
 
 
 def test_every_public_name_resolves_and_import_stays_light():
-    code = ("import sys, loader; heavy = [m for m in ('pyarrow', 'lmdb', 'capnp', 'rocksdict', 'numpy') "
-            "if m in sys.modules]; print(heavy); print(sorted(n for n in loader.__all__ if n != '__version__'))")
+    code = (
+        "import sys, loader; heavy = [m for m in ('pyarrow', 'lmdb', 'capnp', 'rocksdict', 'numpy') "
+        "if m in sys.modules]; print(heavy); print(sorted(n for n in loader.__all__ if n != '__version__'))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
     assert out[0] == "[]"  # `import loader` imports no stage
     assert out[1] == str(sorted(api.PUBLIC))
@@ -49,8 +60,9 @@ def test_cli_options_are_the_api_keywords(command):
         if p.name in PRESENTATION:
             continue
         name = RENAMED.get(p.name, p.name)
-        assert name in params or p.name == "dataset" and "dataset_uri" in params, \
+        assert name in params or (p.name == "dataset" and "dataset_uri" in params), (
             f"bulkload {command}: option {p.name} has no keyword {name!r} in loader.{COMMANDS[command]}"
+        )
 
 
 def test_each_command_returns_its_typed_report(tmp_path):
@@ -88,8 +100,10 @@ def test_cli_json_is_the_reports_to_dict(tmp_path):
 
 def test_run_returns_a_pipeline_report(tmp_path):
     pipe = tmp_path / "p.toml"
-    pipe.write_text(f'[job]\ndataset = "lmdb://{tmp_path}/ds"\nshards = 2\nworkers = 1\n'
-                    '[load]\nsource = "gen://scidb96?n=1000"\n[compact]\n')
+    pipe.write_text(
+        f'[job]\ndataset = "lmdb://{tmp_path}/ds"\nshards = 2\nworkers = 1\n'
+        '[load]\nsource = "gen://scidb96?n=1000"\n[compact]\n'
+    )
     rep = loader.run(str(pipe), progress="none")
     assert [s["step"] for s in rep.steps] == ["load", "compact"] and rep.dataset.endswith("/ds")
     d = rep.to_dict()

@@ -2,7 +2,6 @@
 by default whatever the flat batches use: the same cells either way, the manifest says
 which, and every read path (box queries, verify, info) works on each combination."""
 
-
 import pytest
 from conftest import manifest_json, run_cli
 
@@ -37,8 +36,10 @@ def test_the_cli_and_pipeline_take_the_arrays_compression(tmp_path):
     p = run_cli("finalize", uri, "--dims", "i0:4,i1:5000", "--compression", "snappy")
     assert p.returncode == 2 and "snappy" in p.stderr and "Traceback" not in p.stderr, p.stderr
     job = tmp_path / "job.toml"
-    job.write_text(f'dataset = "lmdb://{tmp_path}/job-ds"\n[load]\nsource = "gen://scidb96?n={N}"\n'
-                   '[finalize]\ndims = "i0:4,i1:5000"\ncompression = "lz4"\n')
+    job.write_text(
+        f'dataset = "lmdb://{tmp_path}/job-ds"\n[load]\nsource = "gen://scidb96?n={N}"\n'
+        '[finalize]\ndims = "i0:4,i1:5000"\ncompression = "lz4"\n'
+    )
     p = run_cli("run", str(job))
     assert p.returncode == 0, p.stderr
     assert manifest_json(tmp_path / "job-ds")["arrays"]["grid"]["compression"] == "lz4"

@@ -59,8 +59,7 @@ def arrays(tmp_path_factory):
     out["keep"] = (dup, "grid")
     for name, fmt, comp in (("arrow", "arrow", "none"), ("lz4", "capnp", "lz4")):
         u = f"lmdb://{root}/{name}"
-        loader.load(f"gen://scidb96?n={N // 3}", u, shards=2, workers=1, format=fmt, compression=comp,
-                    progress="none")
+        loader.load(f"gen://scidb96?n={N // 3}", u, shards=2, workers=1, format=fmt, compression=comp, progress="none")
         finalize(u, dims="i0:10,i1:5000", array="grid", workers=1, progress="none")
         out[name] = (u, "grid")
     return out
@@ -90,8 +89,12 @@ bounds = st.integers(-3, N + 3)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(name=st.sampled_from(["grid", "tall", "keep", "arrow", "lz4"]), r=st.tuples(st.integers(-2, 102),
-       st.integers(0, 104)), c=st.tuples(bounds, st.integers(0, 3000)), attrs=st.sampled_from([None, ["d3", "i2"]]))
+@given(
+    name=st.sampled_from(["grid", "tall", "keep", "arrow", "lz4"]),
+    r=st.tuples(st.integers(-2, 102), st.integers(0, 104)),
+    c=st.tuples(bounds, st.integers(0, 3000)),
+    attrs=st.sampled_from([None, ["d3", "i2"]]),
+)
 def test_any_box_read_in_parts_is_the_box_read_whole(arrays, name, r, c, attrs):
     uri, array = arrays[name]
     d0 = "i2" if name == "tall" else "i0"
@@ -243,5 +246,6 @@ def test_verify_finds_a_sample_that_does_not_match_its_piece(tmp_path):
     write_index(path, rows, samples)
     with loader.open(uri) as ds:
         rep = ds.verify()
-    assert [p["problem"] for p in rep.problems] == ["array 'grid': chunk (0,1,0): its sample in the index does not match "
-                                                      "its cells"]
+    assert [p["problem"] for p in rep.problems] == [
+        "array 'grid': chunk (0,1,0): its sample in the index does not match its cells"
+    ]

@@ -57,9 +57,12 @@ def test_neighbouring_chunks_land_on_different_shards():
 REC = np.dtype([("x", "<i8"), ("y", "<i4"), ("v", "<f8")])
 
 
-@given(st.lists(st.tuples(st.integers(-(2**40), 2**40), st.integers(-(2**31), 2**31 - 1)), min_size=1, max_size=300),
-       st.sampled_from([1, 2, 3, 10, 1000, 2**62]), st.sampled_from([1, 5, 64, 2**40]),
-       st.integers(0, 2))
+@given(
+    st.lists(st.tuples(st.integers(-(2**40), 2**40), st.integers(-(2**31), 2**31 - 1)), min_size=1, max_size=300),
+    st.sampled_from([1, 2, 3, 10, 1000, 2**62]),
+    st.sampled_from([1, 5, 64, 2**40]),
+    st.integers(0, 2),
+)
 def test_batch_chunks_counts_records_per_chunk_in_key_order(xy, l0, l1, spread):
     recs = np.zeros(len(xy), REC)
     recs["x"] = [p[0] for p in xy]

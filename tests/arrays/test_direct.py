@@ -30,8 +30,12 @@ def window_chunks(win) -> list[tuple]:
     return [(crmin + o // nc, ccmin + o % nc) for o in np.flatnonzero(win.lut).tolist()]
 
 
-@given(st.lists(st.lists(CHUNK, min_size=1, max_size=30), min_size=1, max_size=12),
-       st.integers(1, 4), st.integers(1, 3), st.integers(1, 60))
+@given(
+    st.lists(st.lists(CHUNK, min_size=1, max_size=30), min_size=1, max_size=12),
+    st.integers(1, 4),
+    st.integers(1, 3),
+    st.integers(1, 60),
+)
 def test_windows_cover_each_shards_chunks_once_in_key_order(batches, nshards, workers, cap):
     entries, flat = scan_rows(batches)
     plan, why = plan_direct(entries, flat, nshards, workers, cap, (10, 10), strict=True)
@@ -63,7 +67,7 @@ def test_scattered_records_spill_in_auto_mode_only():
     entries, flat = scan_rows(batches)
     plan, why = plan_direct(entries, flat, 1, 1, 40, (10, 10))
     assert plan is None and why == "each worker would read 8.0 records per record it owns"
-    assert 8.0 > DIRECT_MAX_SCAN_RATIO
+    assert DIRECT_MAX_SCAN_RATIO < 8.0
     plan, why = plan_direct(entries, flat, 1, 1, 40, (10, 10), strict=True)
     assert len(plan[0]) == 8 and why == "8 windows, 8.00 records read per record owned"
 
@@ -71,8 +75,10 @@ def test_scattered_records_spill_in_auto_mode_only():
 def test_nothing_to_plan_and_boxes_too_wide():
     assert plan_direct(np.empty(0, ENTRY_DTYPE), [], 2, 2, 10, (1, 1)) == ({}, "empty")
     entries, flat = scan_rows([[(0, 0), (1, 1)]])
-    assert plan_direct(entries, flat, 1, 1, 10, (2**31, 2**31), strict=True) == \
-        (None, "chunk windows too wide for one sort key")
+    assert plan_direct(entries, flat, 1, 1, 10, (2**31, 2**31), strict=True) == (
+        None,
+        "chunk windows too wide for one sort key",
+    )
     entries, flat = scan_rows([[(0, 0), (0, 1 << 23)]])  # a window of 2**23 + 1 chunk columns
     assert plan_direct(entries, flat, 1, 1, 10, (1, 1), strict=True)[0] is None
 

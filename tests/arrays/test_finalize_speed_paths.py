@@ -39,8 +39,15 @@ ENCODINGS = [("capnp", "lz4"), ("capnp", "zstd"), ("capnp", "none"), ("arrow", "
 
 def load(uri, fmt="capnp", compression="lz4", batch_records=700):
     """N scidb96 records in batches that straddle chunk boundaries (700 vs 1000 columns)."""
-    loader.load(f"gen://scidb96?n={N}", uri, shards=2, workers=2, batch_records=batch_records, format=fmt,
-                compression=compression)
+    loader.load(
+        f"gen://scidb96?n={N}",
+        uri,
+        shards=2,
+        workers=2,
+        batch_records=batch_records,
+        format=fmt,
+        compression=compression,
+    )
 
 
 def small_and_pooled(uri, monkeypatch, **kw):

@@ -12,8 +12,13 @@ from loader.model.layouts import get_layout
 def test_values_never_change():
     """Manifests store hash sums: the function is frozen (values from the pre-split code)."""
     raw = np.arange(5 * 19, dtype=np.uint8).reshape(5, 19)
-    assert record_hashes(raw).tolist() == [11111293403811913900, 2042353075610612205, 5377713158359986492,
-                                           16309000592575895057, 17336036550527292361]
+    assert record_hashes(raw).tolist() == [
+        11111293403811913900,
+        2042353075610612205,
+        5377713158359986492,
+        16309000592575895057,
+        17336036550527292361,
+    ]
     assert hash_sum(raw) == 15282908633466596783
     assert hash_sum(np.arange(3 * 16, dtype=np.uint8).reshape(3, 16)) == 1072290442769699240
 
@@ -24,7 +29,7 @@ def test_sum_depends_on_the_multiset_only(size, n, rnd):
     raw = rng.integers(0, 256, (n, size), dtype=np.uint8)
     perm = raw[rng.permutation(n)]
     assert hash_sum(perm) == hash_sum(raw)
-    halves = (hash_sum(raw[: n // 2]) + hash_sum(raw[n // 2:])) % 2**64
+    halves = (hash_sum(raw[: n // 2]) + hash_sum(raw[n // 2 :])) % 2**64
     assert halves == hash_sum(raw)  # sums of parts add up (chunks, pieces, batches)
     if n:
         changed = raw.copy()
@@ -40,7 +45,7 @@ def test_a_record_of_its_size_then_zeros_hashes_to_zero():
     so a sum cannot tell how many copies of it there are (hypothesis found [1] of size 1)."""
     for size in (1, 8, 16, 96):
         rec = np.zeros((1, size), np.uint8)
-        rec[0, :min(8, size)] = np.frombuffer(np.uint64(size).tobytes()[:min(8, size)], np.uint8)
+        rec[0, : min(8, size)] = np.frombuffer(np.uint64(size).tobytes()[: min(8, size)], np.uint8)
         assert record_hashes(rec)[0] == 0
         rec[0, -1] ^= 1  # any other record of that size hashes to something else
         assert record_hashes(rec)[0] != 0

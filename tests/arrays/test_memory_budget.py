@@ -23,10 +23,18 @@ def flat(tmp_path_factory):
 @pytest.mark.parametrize("budget_mib", [128, 192])
 def test_workers_stay_within_the_budget(flat, strategy, budget_mib):
     root, uri = flat
-    rep = finalize(uri, dims="i0:10,i1:100000", array=f"{strategy}{budget_mib}", workers=2, strategy=strategy,
-                   memory_budget=budget_mib * MIB, compact=False)
+    rep = finalize(
+        uri,
+        dims="i0:10,i1:100000",
+        array=f"{strategy}{budget_mib}",
+        workers=2,
+        strategy=strategy,
+        memory_budget=budget_mib * MIB,
+        compact=False,
+    )
     assert rep.records == N and rep.strategy == strategy
     assert (rep.windows or rep.spill_runs) > 2  # the budget, not the data, sized the buffers
     assert 0 < rep.worker_max_rss_bytes <= budget_mib * MIB, (
-        f"a worker peaked at {rep.worker_max_rss_bytes / MIB:.0f} MiB under a {budget_mib} MiB budget")
+        f"a worker peaked at {rep.worker_max_rss_bytes / MIB:.0f} MiB under a {budget_mib} MiB budget"
+    )
     assert rep.worker_peak_rss_bytes >= rep.worker_max_rss_bytes

@@ -33,9 +33,20 @@ def expected(i0, i1):
     return sel[np.lexsort((sel, sel % 10))]
 
 
-@pytest.mark.parametrize("i0,i1", [((0, 10), (0, N)), ((2, 5), (990, 1020)), ((3, 4), (1234, 1235)),
-                                   ((0, 10), (499, 501)), ((1, 9), (-100, 2500)), ((7, 8), (0, N)),
-                                   ((5, 5), (0, N)), ((0, 10), (N, N + 100)), ((-5, 0), (0, N))])
+@pytest.mark.parametrize(
+    "i0,i1",
+    [
+        ((0, 10), (0, N)),
+        ((2, 5), (990, 1020)),
+        ((3, 4), (1234, 1235)),
+        ((0, 10), (499, 501)),
+        ((1, 9), (-100, 2500)),
+        ((7, 8), (0, N)),
+        ((5, 5), (0, N)),
+        ((0, 10), (N, N + 100)),
+        ((-5, 0), (0, N)),
+    ],
+)
 def test_read_box_matches_row_major_model(grid, i0, i1):
     with loader.open(grid) as ds:
         tb = ds.read_box(i0=i0, i1=i1)
@@ -77,15 +88,28 @@ def test_parse_box():
     assert parse_box("i0=2:5,i1=1000000:1001000") == {"i0": (2, 5), "i1": (1000000, 1001000)}
     assert parse_box(" i0 = -3:-1 , i1=:7") == {"i0": (-3, -1), "i1": (None, 7)}
     assert parse_box("i1=5:") == {"i1": (5, None)}
-    for bad, msg in [("", "empty"), ("i0=2", "DIM=START:STOP"), ("i0=a:b", "DIM=START:STOP"),
-                     ("i0=1:2,i0=3:4", "given twice"), ("i0=1:2;i1=3:4", "DIM=START:STOP"),
-                     ("=1:2", "DIM=START:STOP"), ("i0=1.5:2", "DIM=START:STOP")]:
+    for bad, msg in [
+        ("", "empty"),
+        ("i0=2", "DIM=START:STOP"),
+        ("i0=a:b", "DIM=START:STOP"),
+        ("i0=1:2,i0=3:4", "given twice"),
+        ("i0=1:2;i1=3:4", "DIM=START:STOP"),
+        ("=1:2", "DIM=START:STOP"),
+        ("i0=1.5:2", "DIM=START:STOP"),
+    ]:
         with pytest.raises(UsageError, match=msg):
             parse_box(bad)
 
 
-@pytest.mark.parametrize("box,msg", [("i0=2", "not DIM=START:STOP"), ("i0=x:5", "not DIM=START:STOP"),
-                                     ("i9=1:2", "'i9' is not one of them"), ("", "--box is empty")])
+@pytest.mark.parametrize(
+    "box,msg",
+    [
+        ("i0=2", "not DIM=START:STOP"),
+        ("i0=x:5", "not DIM=START:STOP"),
+        ("i9=1:2", "'i9' is not one of them"),
+        ("", "--box is empty"),
+    ],
+)
 def test_cli_query_bad_box_exit_2(grid, box, msg):
     r = run_cli("query", grid, "--box", box)
     assert r.returncode == 2
@@ -105,9 +129,11 @@ def test_cli_query_formats(grid, tmp_path):
     r = run_cli("query", grid, "--box", box, "--json")
     rows = json.loads(r.stdout)
     assert [x["i1"] for x in rows] == j.tolist() and set(rows[0]) >= {"i0", "i1", "d9"}
-    for fmt, read in [("arrow", lambda p: pa.ipc.open_file(p).read_all()),
-                      ("parquet", pq.read_table),
-                      ("npy", lambda p: pa.table({n: np.load(p)[n] for n in np.load(p).dtype.names}))]:
+    for fmt, read in [
+        ("arrow", lambda p: pa.ipc.open_file(p).read_all()),
+        ("parquet", pq.read_table),
+        ("npy", lambda p: pa.table({n: np.load(p)[n] for n in np.load(p).dtype.names})),
+    ]:
         out = tmp_path / f"q.{fmt}"
         r = run_cli("query", grid, "--box", box, "--format", fmt, "--out", out)
         assert r.returncode == 0, r.stderr

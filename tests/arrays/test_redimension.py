@@ -117,20 +117,27 @@ def dataset_uri(tmp_path, store):
 
 # no shrinking: each example loads and finalizes real stores (seconds); the failing
 # example is printed as drawn
-@settings(max_examples=int(os.environ.get("BULKLOAD_PROP_EXAMPLES", "10")), deadline=None, suppress_health_check=list(HealthCheck),
-          phases=(Phase.explicit, Phase.reuse, Phase.generate))
-@given(seed=st.integers(0, 2**32 - 1),
-       lname=st.sampled_from(sorted(LAYOUTS)),
-       store=st.sampled_from(["lmdb", "rocksdb"]),
-       fmt=st.sampled_from(["capnp", "arrow"]),
-       n=st.integers(1, 400),
-       chunks=st.tuples(st.sampled_from([1, 2, 3, 5, 16, 10**9]), st.sampled_from([1, 4, 7, 64, 10**9])),
-       center=st.tuples(st.integers(-1000, 1000), st.integers(-10**6, 10**6)),
-       spread=st.tuples(st.integers(0, 30), st.integers(0, 40)),
-       budget=st.sampled_from([4096, 1 << 22]),
-       strategy=st.sampled_from(["auto", "direct", "spill"]))
-def test_redimension_matches_numpy_model(tmp_path_factory, seed, lname, store, fmt, n, chunks, center,
-                                         spread, budget, strategy):
+@settings(
+    max_examples=int(os.environ.get("BULKLOAD_PROP_EXAMPLES", "10")),
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    phases=(Phase.explicit, Phase.reuse, Phase.generate),
+)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    lname=st.sampled_from(sorted(LAYOUTS)),
+    store=st.sampled_from(["lmdb", "rocksdb"]),
+    fmt=st.sampled_from(["capnp", "arrow"]),
+    n=st.integers(1, 400),
+    chunks=st.tuples(st.sampled_from([1, 2, 3, 5, 16, 10**9]), st.sampled_from([1, 4, 7, 64, 10**9])),
+    center=st.tuples(st.integers(-1000, 1000), st.integers(-(10**6), 10**6)),
+    spread=st.tuples(st.integers(0, 30), st.integers(0, 40)),
+    budget=st.sampled_from([4096, 1 << 22]),
+    strategy=st.sampled_from(["auto", "direct", "spill"]),
+)
+def test_redimension_matches_numpy_model(
+    tmp_path_factory, seed, lname, store, fmt, n, chunks, center, spread, budget, strategy
+):
     tmp_path = tmp_path_factory.mktemp("prop")
     rng = np.random.default_rng(seed)
     layout = get_layout(layout_file(tmp_path, lname))
@@ -139,16 +146,22 @@ def test_redimension_matches_numpy_model(tmp_path_factory, seed, lname, store, f
     src = tmp_path / "recs.bin"
     write_records(src, recs)
     uri = dataset_uri(tmp_path, store)
-    loader.load(str(src), uri, layout=layout_file(tmp_path, lname), format=fmt, shards=2, workers=2,
-                batch_records=int(rng.integers(7, 120)))
+    loader.load(
+        str(src),
+        uri,
+        layout=layout_file(tmp_path, lname),
+        format=fmt,
+        shards=2,
+        workers=2,
+        batch_records=int(rng.integers(7, 120)),
+    )
     dims = f"{d0}:{chunks[0]},{d1}:{chunks[1]}"
     for policy in ("error", "first", "last", "keep"):
         cells, syn, has_dup = model(recs, d0, d1, policy)
         name = f"a{policy}"
         if policy == "error" and has_dup:
             with pytest.raises(DuplicateCellError) as ei:
-                finalize(uri, dims=dims, array=name, workers=2, memory_budget=budget, compact=False,
-                         strategy=strategy)
+                finalize(uri, dims=dims, array=name, workers=2, memory_budget=budget, compact=False, strategy=strategy)
             m = re.search(rf"cell \({d0}=(-?\d+), {d1}=(-?\d+)\).*records (\d+) and (\d+)", str(ei.value))
             assert m, str(ei.value)
             r, c, i, j = map(int, m.groups())
@@ -156,8 +169,16 @@ def test_redimension_matches_numpy_model(tmp_path_factory, seed, lname, store, f
             with loader.open(uri) as ds:
                 assert name not in ds.manifest.arrays  # nothing committed
             continue
-        rep = finalize(uri, dims=dims, array=name, duplicates=policy, workers=2, memory_budget=budget,
-                       compact=(policy == "first"), strategy=strategy)
+        rep = finalize(
+            uri,
+            dims=dims,
+            array=name,
+            duplicates=policy,
+            workers=2,
+            memory_budget=budget,
+            compact=(policy == "first"),
+            strategy=strategy,
+        )
         assert strategy == "auto" or rep.strategy == strategy or rep.strategy_reason.startswith("chunk")
         assert rep.cells == len(cells)
         assert rep.dropped == n - len(cells)
@@ -172,8 +193,10 @@ def test_redimension_matches_numpy_model(tmp_path_factory, seed, lname, store, f
             tb = ds.read_box(array=name, attrs=["v"], **{d0: (None, None)})
             assert tb.column_names == [d0, d1, "v"] + (["syn"] if keep else [])
             summary = ds.manifest.arrays[name]
-            assert summary["bounds"] == {d0: [int(cells[d0].min()), int(cells[d0].max())],
-                                         d1: [int(cells[d1].min()), int(cells[d1].max())]}
+            assert summary["bounds"] == {
+                d0: [int(cells[d0].min()), int(cells[d0].max())],
+                d1: [int(cells[d1].min()), int(cells[d1].max())],
+            }
     with loader.open(uri) as ds:
         rep = ds.verify()
         assert rep.ok, rep.problems
@@ -229,8 +252,7 @@ def test_memory_budget_forces_spill_runs_and_results_match(tmp_path):
     # a few chunks
     assert small.strategy == "spill" and small.spill_runs > 50
     # forced direct within the same budget: many small windows, no spill run
-    sd = finalize(uri, dims="i0:3,i1:700", array="sdirect", workers=2, memory_budget=32 * 1024,
-                  strategy="direct")
+    sd = finalize(uri, dims="i0:3,i1:700", array="sdirect", workers=2, memory_budget=32 * 1024, strategy="direct")
     assert sd.strategy == "direct" and sd.spill_runs == 0 and sd.windows > 50
     for r in (big, small, sd):
         assert r.worker_peak_rss_bytes > 0
@@ -238,8 +260,9 @@ def test_memory_budget_forces_spill_runs_and_results_match(tmp_path):
         a, b = ds.read_box("big"), ds.read_box("small")
         assert a.equals(b) and a.num_rows == 20000
         assert ds.read_box("sdirect").equals(a)
-        assert ds.read_box("small", i0=(1, 2), i1=(699, 1401)).column("i1").to_pylist() == \
-            [i for i in range(699, 1401) if i % 10 == 1]
+        assert ds.read_box("small", i0=(1, 2), i1=(699, 1401)).column("i1").to_pylist() == [
+            i for i in range(699, 1401) if i % 10 == 1
+        ]
         assert ds.verify().ok
 
 
@@ -309,24 +332,34 @@ def test_parse_dims_errors():
     lay = get_layout("scidb96")
     assert parse_dims("i0:10,i1:100000", lay) == (("i0", "i1"), (10, 100000))
     assert parse_dims([("i3", 2), ("i0", 1)], lay) == (("i3", "i0"), (2, 1))
-    for bad, msg in [("i0:10", "exactly two"), ("i0:10,i1:1,i2:1", "exactly two"),
-                     ("zz:10,i1:5", "unknown field 'zz'"), ("d0:10,i1:5", "'d0' is float64"),
-                     ("i0:10,i0:5", "given twice"), ("i0:0,i1:5", "positive"),
-                     ("i0:-3,i1:5", "positive"), ("i0:x,i1:5", "not an integer"),
-                     ("i0,i1", "FIELD:CHUNK"), ("", "FIELD:CHUNK")]:
+    for bad, msg in [
+        ("i0:10", "exactly two"),
+        ("i0:10,i1:1,i2:1", "exactly two"),
+        ("zz:10,i1:5", "unknown field 'zz'"),
+        ("d0:10,i1:5", "'d0' is float64"),
+        ("i0:10,i0:5", "given twice"),
+        ("i0:0,i1:5", "positive"),
+        ("i0:-3,i1:5", "positive"),
+        ("i0:x,i1:5", "not an integer"),
+        ("i0,i1", "FIELD:CHUNK"),
+        ("", "FIELD:CHUNK"),
+    ]:
         with pytest.raises(UsageError, match=msg):
             parse_dims(bad, lay)
 
 
-@pytest.mark.parametrize("args,msg", [
-    (["--dims", "nope:10,i1:5"], "unknown field 'nope'"),
-    (["--dims", "d3:10,i1:5"], "not an integer"),
-    (["--dims", "i1:10,i1:5"], "given twice"),
-    (["--dims", "i0:0,i1:5"], "positive integer"),
-    (["--dims", "i0:10"], "exactly two"),
-    (["--duplicates", "sometimes"], "--duplicates 'sometimes' is unknown"),
-    (["--array", "no good"], "array name"),
-])
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["--dims", "nope:10,i1:5"], "unknown field 'nope'"),
+        (["--dims", "d3:10,i1:5"], "not an integer"),
+        (["--dims", "i1:10,i1:5"], "given twice"),
+        (["--dims", "i0:0,i1:5"], "positive integer"),
+        (["--dims", "i0:10"], "exactly two"),
+        (["--duplicates", "sometimes"], "--duplicates 'sometimes' is unknown"),
+        (["--array", "no good"], "array name"),
+    ],
+)
 def test_cli_finalize_bad_input_exit_2(tmp_path, args, msg):
     uri = f"lmdb://{tmp_path}/ds"
     loader.load("gen://scidb96?n=100", uri, shards=1)
@@ -343,8 +376,11 @@ def test_cli_finalize_collision_exit_1_and_json(tmp_path):
     loader.load("gen://scidb96?n=2000", uri, shards=2, batch_records=500)
     r = run_cli("finalize", uri, "--dims", "i2:10,i3:10", "-q")
     assert r.returncode == 1
-    assert re.fullmatch(r"bulkload: error: cell \(i2=\d+, i3=\d+\) of array 'grid' is set by records \d+ and \d+; "
-                        r"nothing was committed .*\n", r.stderr), r.stderr
+    assert re.fullmatch(
+        r"bulkload: error: cell \(i2=\d+, i3=\d+\) of array 'grid' is set by records \d+ and \d+; "
+        r"nothing was committed .*\n",
+        r.stderr,
+    ), r.stderr
     r = run_cli("finalize", uri, "--dims", "i0:10,i1:300", "--json", "--workers", "2")
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)

@@ -10,8 +10,12 @@ from loader.arrays.build_emit import ROW_RADIX_LIMIT, _ordered_by_rows
 
 
 @settings(max_examples=300, deadline=None)
-@given(rows=st.lists(st.integers(0, 70_000), min_size=1, max_size=400), l1=st.sampled_from([1, 7, 1000]),
-       ordered=st.booleans(), seed=st.integers(0, 2**32 - 1))
+@given(
+    rows=st.lists(st.integers(0, 70_000), min_size=1, max_size=400),
+    l1=st.sampled_from([1, 7, 1000]),
+    ordered=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
 def test_row_radix_order_is_the_argsort_order(rows, l1, ordered, seed):
     rng = np.random.default_rng(seed)
     rows = np.array(rows, np.int64)

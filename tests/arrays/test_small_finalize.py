@@ -57,23 +57,31 @@ def copy_of(uri, tmp_path, name):
     return f"{scheme}://{tmp_path / name}"
 
 
-@pytest.mark.parametrize("strategy,dims,duplicates", [
-    ("direct", DIMS, "error"),
-    ("spill", DIMS, "error"),
-    ("auto", "i0:4,i2:16", "keep"),  # i2 repeats: many records per cell
-])
+@pytest.mark.parametrize(
+    "strategy,dims,duplicates",
+    [
+        ("direct", DIMS, "error"),
+        ("spill", DIMS, "error"),
+        ("auto", "i0:4,i2:16", "keep"),  # i2 repeats: many records per cell
+    ],
+)
 def test_small_finalize_builds_the_pooled_array(store_uri, tmp_path, monkeypatch, strategy, dims, duplicates):
     load_small(store_uri)
     small = finalize(store_uri, dims=dims, duplicates=duplicates, workers=2, strategy=strategy, compact=False)
     assert small.in_process and small.workers["build"] == 2
     want_small = array_state(store_uri)
     monkeypatch.setattr(fin, "SMALL_FINALIZE_BYTES", 0)  # the same dataset, through the pool
-    pooled = finalize(store_uri, dims=dims, duplicates=duplicates, workers=2, strategy=strategy, compact=False,
-                      force=True)  # the same array, up to date: rebuilt on request
+    pooled = finalize(
+        store_uri, dims=dims, duplicates=duplicates, workers=2, strategy=strategy, compact=False, force=True
+    )  # the same array, up to date: rebuilt on request
     assert not pooled.in_process
     assert array_state(store_uri) == want_small
-    assert (small.strategy, small.windows, small.spill_runs, small.workers) == \
-        (pooled.strategy, pooled.windows, pooled.spill_runs, pooled.workers)
+    assert (small.strategy, small.windows, small.spill_runs, small.workers) == (
+        pooled.strategy,
+        pooled.windows,
+        pooled.spill_runs,
+        pooled.workers,
+    )
 
 
 def test_large_or_tight_finalize_keeps_the_pool(tmp_path, monkeypatch):
@@ -92,8 +100,12 @@ def test_large_or_tight_finalize_keeps_the_pool(tmp_path, monkeypatch):
 
 def run_faulted(args, fault):
     """The CLI with BULKLOAD_FAULT=fault: (exit code, stderr, every process it started)."""
-    p = subprocess.Popen([tool("bulkload"), *map(str, args)], stderr=subprocess.PIPE, text=True,
-                         env=dict(os.environ, BULKLOAD_FAULT=fault))
+    p = subprocess.Popen(
+        [tool("bulkload"), *map(str, args)],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, BULKLOAD_FAULT=fault),
+    )
     _, err = p.communicate(timeout=120)
     return p.returncode, err
 
@@ -211,8 +223,9 @@ def test_sigterm_during_a_small_finalize_keeps_the_arrays(tmp_path, fault_base):
     if "had finished" in err:  # the signal came during the commit, which was written whole
         assert array_state(uri) == refs["direct"]
         return
-    assert lines[0].endswith("interrupted by SIGTERM; the arrays are unchanged; re-run the same command to "
-                             "finalize"), err
+    assert lines[0].endswith("interrupted by SIGTERM; the arrays are unchanged; re-run the same command to finalize"), (
+        err
+    )
     assert array_state(uri) == before
     with loader.open(uri) as ds:
         assert ds.manifest.runs[-1].status == "interrupted"

@@ -13,17 +13,30 @@ from loader.model.layouts import Field, Layout, get_layout
 
 SCIDB96 = get_layout("scidb96")
 #: every integer type a dimension may have, one float, and a uint64 (refused: coordinates are int64)
-WIDE = Layout("wide", (Field("a8", "int8"), Field("u16", "uint16"), Field("a32", "int32"),
-                       Field("b64", "int64"), Field("u32", "uint32"), Field("f", "float32"),
-                       Field("big", "uint64")), "test layout")
+WIDE = Layout(
+    "wide",
+    (
+        Field("a8", "int8"),
+        Field("u16", "uint16"),
+        Field("a32", "int32"),
+        Field("b64", "int64"),
+        Field("u32", "uint32"),
+        Field("f", "float32"),
+        Field("big", "uint64"),
+    ),
+    "test layout",
+)
 
 
-@pytest.mark.parametrize("dims,want", [
-    ("i0:10,i1:100000", (("i0", "i1"), (10, 100000))),
-    (" i3 : 7 , i2:1 ", (("i3", "i2"), (7, 1))),  # spaces around names and lengths
-    ([("i1", 1), ("i0", 2**63 - 1)], (("i1", "i0"), (1, 2**63 - 1))),
-    ((("i2", "5"), ("i3", 3.0)), (("i2", "i3"), (5, 3))),  # whole numbers in other types
-])
+@pytest.mark.parametrize(
+    "dims,want",
+    [
+        ("i0:10,i1:100000", (("i0", "i1"), (10, 100000))),
+        (" i3 : 7 , i2:1 ", (("i3", "i2"), (7, 1))),  # spaces around names and lengths
+        ([("i1", 1), ("i0", 2**63 - 1)], (("i1", "i0"), (1, 2**63 - 1))),
+        ((("i2", "5"), ("i3", 3.0)), (("i2", "i3"), (5, 3))),  # whole numbers in other types
+    ],
+)
 def test_parse_dims_accepts_text_and_pairs(dims, want):
     assert parse_dims(dims, SCIDB96) == want
 
@@ -33,20 +46,26 @@ def test_every_integer_type_is_a_dimension(a, b):
     assert parse_dims(f"{a}:3,{b}:4", WIDE) == ((a, b), (3, 4))
 
 
-@pytest.mark.parametrize("dims,msg", [
-    ("f:10,a8:5", "'f' is float32, not an integer or a time; dimensions must be integer or datetime64/timedelta64 fields (a8, u16, a32, b64, u32, big)"),
-    ("a8:2.5,u16:1", "chunk length '2.5' of 'a8' is not an integer"),
-    ([("a8", 2.5), ("u16", 1)], "chunk length 2.5 of 'a8' is not an integer"),
-    ("a8:9223372036854775808,u16:1", "must be a positive integer below 2**63, got 9223372036854775808"),
-    ([("a8", -1), ("u16", 1)], "must be a positive integer below 2**63, got -1"),
-    ("a8:1,,u16:1", "'' is not FIELD:CHUNK"),
-    ("a8:,u16:1", "'a8:' is not FIELD:CHUNK"),
-    (":3,u16:1", "':3' is not FIELD:CHUNK"),
-    (42, "give 'FIELD:CHUNK,FIELD:CHUNK' or [(field, chunk), ...]"),
-    ([("a8",)], "give 'FIELD:CHUNK,FIELD:CHUNK' or [(field, chunk), ...]"),
-    ([("a8", 1)], "exactly two dimensions (got 1)"),
-    ("nope:1,a8:1", "unknown field 'nope'; layout 'wide' has a8, u16, a32, b64, u32, f, big"),
-])
+@pytest.mark.parametrize(
+    "dims,msg",
+    [
+        (
+            "f:10,a8:5",
+            "'f' is float32, not an integer or a time; dimensions must be integer or datetime64/timedelta64 fields (a8, u16, a32, b64, u32, big)",
+        ),
+        ("a8:2.5,u16:1", "chunk length '2.5' of 'a8' is not an integer"),
+        ([("a8", 2.5), ("u16", 1)], "chunk length 2.5 of 'a8' is not an integer"),
+        ("a8:9223372036854775808,u16:1", "must be a positive integer below 2**63, got 9223372036854775808"),
+        ([("a8", -1), ("u16", 1)], "must be a positive integer below 2**63, got -1"),
+        ("a8:1,,u16:1", "'' is not FIELD:CHUNK"),
+        ("a8:,u16:1", "'a8:' is not FIELD:CHUNK"),
+        (":3,u16:1", "':3' is not FIELD:CHUNK"),
+        (42, "give 'FIELD:CHUNK,FIELD:CHUNK' or [(field, chunk), ...]"),
+        ([("a8",)], "give 'FIELD:CHUNK,FIELD:CHUNK' or [(field, chunk), ...]"),
+        ([("a8", 1)], "exactly two dimensions (got 1)"),
+        ("nope:1,a8:1", "unknown field 'nope'; layout 'wide' has a8, u16, a32, b64, u32, f, big"),
+    ],
+)
 def test_parse_dims_errors_name_the_problem(dims, msg):
     with pytest.raises(UsageError) as ei:
         parse_dims(dims, WIDE)
@@ -111,8 +130,13 @@ def test_only_scidb96_has_default_dims():
             make_spec(layout, None, "grid", "error")
 
 
-@pytest.mark.parametrize("fields", [[("i0", "<i8"), ("i1", "<i8"), ("v", "<f8")],  # scidb96's dim names
-                                    [("x", "<i4"), ("y", "<i4"), ("v", "<f8")]])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        [("i0", "<i8"), ("i1", "<i8"), ("v", "<f8")],  # scidb96's dim names
+        [("x", "<i4"), ("y", "<i4"), ("v", "<f8")],
+    ],
+)
 def test_finalize_without_dims_of_another_layout_asks_for_them(tmp_path, fields):
     arr = np.zeros(100, dtype=fields)
     arr[fields[0][0]] = np.arange(100)
@@ -131,6 +155,8 @@ def test_finalize_without_dims_of_another_layout_asks_for_them(tmp_path, fields)
 
 def _pipeline(tmp_path, uri):
     f = tmp_path / "p.toml"
-    f.write_text(f'[job]\ndataset = "{uri}"\n[load]\nsource = "gen://scidb96?n=10"\nenabled = false\n'
-                 '[ingest]\nfrom = "."\npattern = "none"\n[finalize]\n')
+    f.write_text(
+        f'[job]\ndataset = "{uri}"\n[load]\nsource = "gen://scidb96?n=10"\nenabled = false\n'
+        '[ingest]\nfrom = "."\npattern = "none"\n[finalize]\n'
+    )
     return f

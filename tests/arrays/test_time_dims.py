@@ -79,9 +79,12 @@ INSTANTS = st.integers(-600, N + 600).map(lambda s: T0 + np.timedelta64(s * 10**
 
 
 @settings(max_examples=60, deadline=None)
-@given(lo=INSTANTS, span=st.integers(0, 4 * 3600), sizes=st.one_of(st.none(), st.tuples(st.integers(0, 3300),
-                                                                                          st.integers(0, 3300))),
-       spelling=st.sampled_from(["iso", "numpy", "datetime"]))
+@given(
+    lo=INSTANTS,
+    span=st.integers(0, 4 * 3600),
+    sizes=st.one_of(st.none(), st.tuples(st.integers(0, 3300), st.integers(0, 3300))),
+    spelling=st.sampled_from(["iso", "numpy", "datetime"]),
+)
 def test_any_time_box_equals_a_numpy_filter_of_the_records(dataset, lo, span, sizes, spelling):
     uri, recs = dataset
     hi = lo + np.timedelta64(span, "s")
@@ -122,7 +125,8 @@ def test_the_cli_box_takes_iso_instants_with_dot_dot(dataset):
     want = brute(recs, "2026-01-02T15:00", "2026-01-02T15:10:30", 100, 1000)
     assert len(rows) == len(want) > 0
     assert sorted((r["ts"], r["size"], r["sym"]) for r in rows) == [  # exact ISO text, symbols as text
-        (str(t), int(z), s.decode()) for t, z, s in zip(want["ts"], want["size"], want["sym"])]
+        (str(t), int(z), s.decode()) for t, z, s in zip(want["ts"], want["size"], want["sym"])
+    ]
     r = run_cli("query", uri, "--box", "ts=2026-01-02T14:30..2026-01-02T14:30:01,size=1500:1501", "--attrs", "sym")
     assert r.returncode == 0 and r.stdout.splitlines()[1].split() == ["2026-01-02", "14:30:00", "1500", "XOM"]
     r = run_cli("query", uri, "--box", "ts=..2026-01-02T14:30:05Z", "--format", "csv")
@@ -141,8 +145,9 @@ def test_to_dask_array_takes_instant_bounds(dataset):
     pytest.importorskip("dask")
     uri, recs = dataset
     with loader.open(uri) as ds:
-        x = ds.to_dask_array("grid", attr="price", box={"ts": ("2026-01-02T15:00", "2026-01-02T15:01"),
-                                                         "size": (0, 3300)})
+        x = ds.to_dask_array(
+            "grid", attr="price", box={"ts": ("2026-01-02T15:00", "2026-01-02T15:01"), "size": (0, 3300)}
+        )
         got = x.compute(scheduler="threads")
     assert got.shape == (60, 3300)
     want = brute(recs, "2026-01-02T15:00", "2026-01-02T15:01", 0, 3300)
@@ -152,12 +157,15 @@ def test_to_dask_array_takes_instant_bounds(dataset):
     np.testing.assert_array_equal(got, expect)
 
 
-@pytest.mark.parametrize("box, message", [
-    ({"ts": ("yesterday", None)}, "'yesterday' is not an ISO-8601 instant"),
-    ({"ts": (np.datetime64("NaT"), None)}, "NaT is not an instant"),
-    ({"ts": (3.5, None)}, "3.5 is not an instant"),
-    ({"size": ("2026-01-02", None)}, "range for 'size' must have integer bounds"),
-])
+@pytest.mark.parametrize(
+    "box, message",
+    [
+        ({"ts": ("yesterday", None)}, "'yesterday' is not an ISO-8601 instant"),
+        ({"ts": (np.datetime64("NaT"), None)}, "NaT is not an instant"),
+        ({"ts": (3.5, None)}, "3.5 is not an instant"),
+        ({"size": ("2026-01-02", None)}, "range for 'size' must have integer bounds"),
+    ],
+)
 def test_bad_time_bounds_are_usage_errors(dataset, box, message):
     uri, _ = dataset
     with pytest.raises(UsageError) as e:
@@ -165,15 +173,20 @@ def test_bad_time_bounds_are_usage_errors(dataset, box, message):
     assert message in str(e.value)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["query", "--box", "ts=yesterday..tomorrow"], "'yesterday' is not an ISO-8601 instant"),
-    (["query", "--box", "ts=2026-01-02T15:00"], "is not DIM=START:STOP with integer bounds or DIM=LO..HI"),
-    (["finalize", "--dims", "ts:1.5h,size:10", "--array", "x"], "'1.5h' is not a duration"),
-    (["finalize", "--dims", "ts:1500ms,size:10", "--array", "x"], "is not a whole number of s"),
-    (["finalize", "--dims", "sym:10,size:10", "--array", "x"],
-     "field 'sym' is bytes[8], not an integer or a time; dimensions must be integer or datetime64/timedelta64 "
-     "fields (ts, size)"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["query", "--box", "ts=yesterday..tomorrow"], "'yesterday' is not an ISO-8601 instant"),
+        (["query", "--box", "ts=2026-01-02T15:00"], "is not DIM=START:STOP with integer bounds or DIM=LO..HI"),
+        (["finalize", "--dims", "ts:1.5h,size:10", "--array", "x"], "'1.5h' is not a duration"),
+        (["finalize", "--dims", "ts:1500ms,size:10", "--array", "x"], "is not a whole number of s"),
+        (
+            ["finalize", "--dims", "sym:10,size:10", "--array", "x"],
+            "field 'sym' is bytes[8], not an integer or a time; dimensions must be integer or datetime64/timedelta64 "
+            "fields (ts, size)",
+        ),
+    ],
+)
 def test_bad_time_dims_and_boxes_exit_2_in_one_line(dataset, args, message):
     uri, _ = dataset
     r = run_cli(args[0], uri, *args[1:])
@@ -183,7 +196,9 @@ def test_bad_time_dims_and_boxes_exit_2_in_one_line(dataset, args, message):
 
 def test_parse_box_keeps_instants_as_text_and_integers_as_integers():
     assert parse_box("ts=2026-01-02T15:00:00.5..2026-01-02T16:00Z,size=1:5") == {
-        "ts": ("2026-01-02T15:00:00.5", "2026-01-02T16:00Z"), "size": (1, 5)}
+        "ts": ("2026-01-02T15:00:00.5", "2026-01-02T16:00Z"),
+        "size": (1, 5),
+    }
     assert parse_box("size=-3..7, ts=..2026-01-02") == {"size": (-3, 7), "ts": (None, "2026-01-02")}
 
 
@@ -199,9 +214,12 @@ def test_to_dask_array_of_a_bool_attribute_on_a_time_box(dataset):
     pytest.importorskip("dask")
     uri, recs = dataset
     with loader.open(uri) as ds:
-        x = ds.to_dask_array("grid", attr="halted", fill=False,
-                             box={"ts": (np.datetime64("2026-01-02T14:30"), np.datetime64("2026-01-02T16:30")),
-                                  "size": (0, 3300)})
+        x = ds.to_dask_array(
+            "grid",
+            attr="halted",
+            fill=False,
+            box={"ts": (np.datetime64("2026-01-02T14:30"), np.datetime64("2026-01-02T16:30")), "size": (0, 3300)},
+        )
         got = x.compute(scheduler="threads")
         with pytest.raises(UsageError, match="attribute 'halted' is bool, which has no empty value"):
             ds.to_dask_array("grid", attr="halted")
@@ -211,7 +229,8 @@ def test_to_dask_array_of_a_bool_attribute_on_a_time_box(dataset):
     want = want[want["halted"]]
     assert len(want) > 0
     assert sorted(zip(rows.tolist(), cols.tolist())) == sorted(
-        zip((want["ts"] - np.datetime64("2026-01-02T14:30", "s")).astype(np.int64).tolist(), want["size"].tolist()))
+        zip((want["ts"] - np.datetime64("2026-01-02T14:30", "s")).astype(np.int64).tolist(), want["size"].tolist())
+    )
 
 
 @pytest.fixture(scope="module", params=["capnp", "arrow"])
@@ -226,8 +245,11 @@ def ticks(request, tmp_path_factory):
 
 
 @settings(max_examples=25, deadline=None)
-@given(lo=st.integers(-600, N + 600), span=st.integers(0, 3 * 3600), sizes=st.tuples(st.integers(0, 3300),
-                                                                                      st.integers(0, 3300)))
+@given(
+    lo=st.integers(-600, N + 600),
+    span=st.integers(0, 3 * 3600),
+    sizes=st.tuples(st.integers(0, 3300), st.integers(0, 3300)),
+)
 def test_ticks_boxes_on_time_equal_a_numpy_filter_with_their_nulls(ticks, lo, span, sizes):
     uri, recs = ticks
     lo = T0 + np.timedelta64(lo * 10**9 + 123_456_789, "ns")  # ns bounds on a ns field: exact

@@ -84,13 +84,16 @@ def test_a_sound_array_verifies(grid):
         assert ds.verify().ok
 
 
-@pytest.mark.parametrize("damage,delta,expect", [
-    (lambda c: c[::-1], 0, "cells are not in strict row-major order"),
-    (lambda c: np.concatenate([c[:1], c[:1], c[1:]]), 1, "cells are not in strict row-major order"),
-    (lambda c: _set(c, "i1", c["i1"] + 100), 0, "holds cells outside the chunk"),
-    (lambda c: _set(c, "d0", c["d0"] + 1), 0, "the multiset of cells does not match the flat records"),
-    (lambda c: c[1:], -1, "holds 1999 cells (+0 dropped duplicates), built from 2000 records"),
-])
+@pytest.mark.parametrize(
+    "damage,delta,expect",
+    [
+        (lambda c: c[::-1], 0, "cells are not in strict row-major order"),
+        (lambda c: np.concatenate([c[:1], c[:1], c[1:]]), 1, "cells are not in strict row-major order"),
+        (lambda c: _set(c, "i1", c["i1"] + 100), 0, "holds cells outside the chunk"),
+        (lambda c: _set(c, "d0", c["d0"] + 1), 0, "the multiset of cells does not match the flat records"),
+        (lambda c: c[1:], -1, "holds 1999 cells (+0 dropped duplicates), built from 2000 records"),
+    ],
+)
 def test_changed_cells_with_a_consistent_index_are_found(grid, damage, delta, expect):
     where, s = rewrite_piece(grid, "grid", damage, cells_delta=delta)
     found = problems(grid)
@@ -101,8 +104,9 @@ def test_changed_cells_with_a_consistent_index_are_found(grid, damage, delta, ex
 
 def test_cell_count_size_and_checksum_against_the_index(grid):
     where, _ = rewrite_piece(grid, "grid", lambda c: c[1:], cells_delta=0)
-    assert problems(grid) == [f"array 'grid': chunk {where}: holds {_cells(grid, where) - 1} cells, "
-                              f"the index says {_cells(grid, where)}"]
+    assert problems(grid) == [
+        f"array 'grid': chunk {where}: holds {_cells(grid, where) - 1} cells, the index says {_cells(grid, where)}"
+    ]
 
 
 def test_a_value_the_index_does_not_describe(grid):
@@ -131,8 +135,9 @@ def test_missing_piece_index_and_shard(grid):
     s = int(idx["shard"][0])
     where = f"({int(idx['crow'][0])},{int(idx['ccol'][0])},{int(idx['piece'][0])})"
     st = parse_dataset_uri(grid).with_shards(2).open_shard(s, write=True)
-    st.delete_range(chunk_key(idx["crow"][0], idx["ccol"][0], 0), chunk_key(idx["crow"][0], idx["ccol"][0], 1),
-                    table=a["table"])
+    st.delete_range(
+        chunk_key(idx["crow"][0], idx["ccol"][0], 0), chunk_key(idx["crow"][0], idx["ccol"][0], 1), table=a["table"]
+    )
     st.sync()
     st.close()
     found = problems(grid)
@@ -154,4 +159,3 @@ def _cells(uri, where):
     crow, ccol, piece = map(int, where.strip("()").split(","))
     i = np.flatnonzero((idx["crow"] == crow) & (idx["ccol"] == ccol) & (idx["piece"] == piece))[0]
     return int(idx["cells"][i])
-

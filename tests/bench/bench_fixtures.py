@@ -4,9 +4,9 @@ small N in a temporary directory, its work directory and mem:// datasets removed
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from loader.bench.plan import make_plan
 from loader.bench.runner import Bench

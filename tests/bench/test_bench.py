@@ -23,9 +23,25 @@ pytest.importorskip("matplotlib")
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
-    p = subprocess.run([BULKLOAD, "bench", "--suite", "quick", "--n", "20000", "--repeats", "1",
-                        "--out", str(out), "--json", "--quiet"],
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [
+            BULKLOAD,
+            "bench",
+            "--suite",
+            "quick",
+            "--n",
+            "20000",
+            "--repeats",
+            "1",
+            "--out",
+            str(out),
+            "--json",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     return out, json.loads(p.stdout)
 
@@ -48,10 +64,25 @@ def test_figures_and_limits(quick):
     _, res = quick
     figs = res["figures"]
     # the reference limits and the headline loads are always measured
-    for fid in ("gen-devnull", "gen-file", "gen-file-fsync", "gen-shm", "gen-parallel-shm", "gen-pipe",
-                "npsave-fsync", "npload", "cold-read", "load-lmdb-capnp-w1", "load-rocksdb-capnp",
-                "load-mem-capnp", "load-stdin-capnp", "load-lmdb-arrow-zstd",
-                "peer-lmdb-per-record", "peer-rocksdict-writebatch", "peer-pycapnp-builder"):
+    for fid in (
+        "gen-devnull",
+        "gen-file",
+        "gen-file-fsync",
+        "gen-shm",
+        "gen-parallel-shm",
+        "gen-pipe",
+        "npsave-fsync",
+        "npload",
+        "cold-read",
+        "load-lmdb-capnp-w1",
+        "load-rocksdb-capnp",
+        "load-mem-capnp",
+        "load-stdin-capnp",
+        "load-lmdb-arrow-zstd",
+        "peer-lmdb-per-record",
+        "peer-rocksdict-writebatch",
+        "peer-pycapnp-builder",
+    ):
         f = figs[fid]
         assert f["status"] == "ok", (fid, f.get("reason"))
         assert f["mb_s"]["min"] <= f["mb_s"]["median"] <= f["mb_s"]["max"]
@@ -71,8 +102,7 @@ def test_figures_and_limits(quick):
             assert f["reason"]
             assert f["id"] in {s["id"] for s in res["skipped"]}
     target_ids = {t["id"] for t in res["targets"]}
-    assert {"load-vs-disk", "load-vs-arcticdb", "load-vs-naive-lmdb", "load-2w-vs-1w",
-            "finalize-400"} <= target_ids
+    assert {"load-vs-disk", "load-vs-arcticdb", "load-vs-naive-lmdb", "load-2w-vs-1w", "finalize-400"} <= target_ids
     for t in res["targets"]:
         assert t["status"] in ("pass", "short") or t["status"].startswith("not measured")
 
@@ -94,15 +124,21 @@ def test_markdown_and_plots(quick):
 
 
 def test_bad_options(tmp_path):
-    p = subprocess.run([BULKLOAD, "bench", "--suite", "huge", "--out", str(tmp_path)],
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [BULKLOAD, "bench", "--suite", "huge", "--out", str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
     assert p.returncode == 2 and "unknown suite" in p.stderr
-    p = subprocess.run([BULKLOAD, "bench", "--n", "10", "--out", str(tmp_path)],
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [BULKLOAD, "bench", "--n", "10", "--out", str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
     assert p.returncode == 2 and "--n" in p.stderr
 
 
 def test_an_unknown_workload_is_a_usage_error(tmp_path):
-    p = subprocess.run([BULKLOAD, "bench", "--workloads", "scidb96,trades", "--out", str(tmp_path)],
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [BULKLOAD, "bench", "--workloads", "scidb96,trades", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 2 and "unknown workload(s) trades; use scidb96, ticks" in p.stderr

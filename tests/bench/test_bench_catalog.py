@@ -22,17 +22,44 @@ from loader.bench.figures import Figure
 BULKLOAD = str(Path(sys.executable).parent / "bulkload")
 PNG = b"\x89PNG\r\n\x1a\n"
 OPS = ("append", "open", "commit", "info", "verify")
-TARGETS = {"catalog-append-50ms", "catalog-open-20ms", "catalog-info-300ms", "catalog-append-flat",
-           "catalog-commit-flat", "catalog-open-flat", "catalog-verify-rss-flat", "catalog-load-br100-3x",
-           "catalog-load-default-noise"}
+TARGETS = {
+    "catalog-append-50ms",
+    "catalog-open-20ms",
+    "catalog-info-300ms",
+    "catalog-append-flat",
+    "catalog-commit-flat",
+    "catalog-open-flat",
+    "catalog-verify-rss-flat",
+    "catalog-load-br100-3x",
+    "catalog-load-default-noise",
+}
 
 pytest.importorskip("matplotlib")
 
 
 def bench(out: Path, *args: str) -> dict:
-    p = subprocess.run([BULKLOAD, "bench", "--suite", "catalog", "--max-batches", "200", "--records", "20000",
-                        "--repeats", "1", "--out", str(out), "--json", "--quiet", *args],
-                       capture_output=True, text=True, timeout=180)
+    p = subprocess.run(
+        [
+            BULKLOAD,
+            "bench",
+            "--suite",
+            "catalog",
+            "--max-batches",
+            "200",
+            "--records",
+            "20000",
+            "--repeats",
+            "1",
+            "--out",
+            str(out),
+            "--json",
+            "--quiet",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout)
 
@@ -125,8 +152,12 @@ def test_an_unreadable_baseline_is_a_usage_error_before_anything_runs(tmp_path, 
         path.write_text("{")
     elif kind == "fifo":
         os.mkfifo(path)  # never opened: it would block
-    p = subprocess.run([BULKLOAD, "bench", "--suite", "catalog", "--baseline", str(path),
-                        "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [BULKLOAD, "bench", "--suite", "catalog", "--baseline", str(path), "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--baseline" in p.stderr, p.stderr
     assert not (tmp_path / "out").exists()
 
@@ -136,8 +167,13 @@ def test_a_baseline_from_outside_a_git_checkout_still_gives_the_load_targets(git
     def load(fid: str, seconds: float) -> Figure:
         return Figure(fid, "catalog-load", fid, 20000, samples=[{"seconds": seconds}])
 
-    before = {"git": git, "figures": {fid: {"status": "ok", "records": 20000, "seconds": {"median": s}}
-                                      for fid, s in (("catalog-load-br100", 3.0), ("catalog-load-default", 1.0))}}
+    before = {
+        "git": git,
+        "figures": {
+            fid: {"status": "ok", "records": 20000, "seconds": {"median": s}}
+            for fid, s in (("catalog-load-br100", 3.0), ("catalog-load-default", 1.0))
+        },
+    }
     now = {f.id: f for f in (load("catalog-load-br100", 0.5), load("catalog-load-default", 1.0))}
     ts = {t.id: t for t in catalog_targets(now, before)}
     assert (ts["catalog-load-br100-3x"].ratio, ts["catalog-load-br100-3x"].status) == (6.0, "pass")
@@ -145,9 +181,16 @@ def test_a_baseline_from_outside_a_git_checkout_still_gives_the_load_targets(git
     assert "baseline git ?" in ts["catalog-load-br100-3x"].note
 
 
-@pytest.mark.parametrize("max_batches, expected", [(None, (1_000, 10_000, 100_000, 1_000_000)),
-                                                   (10_000, (1_000, 10_000)), (50_000, (1_000, 10_000, 50_000)),
-                                                   (300, (30, 300)), (5, (5,))])
+@pytest.mark.parametrize(
+    "max_batches, expected",
+    [
+        (None, (1_000, 10_000, 100_000, 1_000_000)),
+        (10_000, (1_000, 10_000)),
+        (50_000, (1_000, 10_000, 50_000)),
+        (300, (30, 300)),
+        (5, (5,)),
+    ],
+)
 def test_max_batches_keeps_the_sizes_up_to_it_and_at_least_two(max_batches, expected):
     assert sizes((1_000, 10_000, 100_000, 1_000_000), max_batches) == expected
 
@@ -189,9 +232,29 @@ def test_a_size_that_cannot_be_built_fails_with_its_reason_and_the_suite_goes_on
 
 
 def test_before_runs_the_other_codes_loads_interleaved_and_they_are_the_targets_before(tmp_path):
-    p = subprocess.run([BULKLOAD, "bench", "--suite", "catalog", "--max-batches", "2", "--records", "20000",
-                        "--repeats", "2", "--out", str(tmp_path), "--json", "--quiet", "--before", BULKLOAD],
-                       capture_output=True, text=True, timeout=180)
+    p = subprocess.run(
+        [
+            BULKLOAD,
+            "bench",
+            "--suite",
+            "catalog",
+            "--max-batches",
+            "2",
+            "--records",
+            "20000",
+            "--repeats",
+            "2",
+            "--out",
+            str(tmp_path),
+            "--json",
+            "--quiet",
+            "--before",
+            BULKLOAD,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert p.returncode == 0, p.stderr
     res = json.loads(p.stdout)
     assert R.validate(res) == [] and res["parameters"]["before"] == BULKLOAD

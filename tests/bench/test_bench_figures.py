@@ -17,8 +17,9 @@ N = 1_000_000  # 96 MB of records
 
 
 def fig(id="f", seconds=(1.0,), records=N, **kw) -> Figure:
-    return Figure(id, kw.pop("group", "load"), kw.pop("title", id), records,
-                  samples=[{"seconds": s} for s in seconds], **kw)
+    return Figure(
+        id, kw.pop("group", "load"), kw.pop("title", id), records, samples=[{"seconds": s} for s in seconds], **kw
+    )
 
 
 def test_throughput_figure_statistics():
@@ -32,9 +33,17 @@ def test_throughput_figure_statistics():
 
 
 def test_latency_figure_and_rss_statistics():
-    f = Figure("q", "query", "q", N, kind="latency",
-               samples=[{"seconds": 0.002, "peak_tree_rss_bytes": 10, "peak_tree_anon_bytes": 4},
-                        {"seconds": 0.001, "peak_tree_rss_bytes": 30, "report_peak_rss_bytes": 7}])
+    f = Figure(
+        "q",
+        "query",
+        "q",
+        N,
+        kind="latency",
+        samples=[
+            {"seconds": 0.002, "peak_tree_rss_bytes": 10, "peak_tree_anon_bytes": 4},
+            {"seconds": 0.001, "peak_tree_rss_bytes": 30, "report_peak_rss_bytes": 7},
+        ],
+    )
     d = f.to_dict({})
     assert d["latency_ms"] == {"median": 1.5, "min": 1.0, "max": 2.0} and "mb_s" not in d
     assert d["peak_tree_rss_bytes"] == {"median": 20, "min": 10, "max": 30}
@@ -61,8 +70,11 @@ def test_ratio_to_the_limit_measured_in_the_same_run():
     assert d["limit"] == "disk"
     assert d["ratio_to_limit"] == pytest.approx({"median": 144 / 576, "min": 96 / 576, "max": 192 / 576})
     # a limit that was skipped, failed, has no samples, or is not in the run: no ratio
-    for lim in (fig("disk", status="skipped", reason="x"), fig("disk", status="failed", reason="x"),
-                fig("disk", seconds=())):
+    for lim in (
+        fig("disk", status="skipped", reason="x"),
+        fig("disk", status="failed", reason="x"),
+        fig("disk", seconds=()),
+    ):
         assert f.to_dict({"disk": lim})["ratio_to_limit"] is None
     assert f.to_dict({})["ratio_to_limit"] is None
 
@@ -79,8 +91,11 @@ def test_mb_s_median_only_of_ok_throughput_figures():
 # --- targets -----------------------------------------------------------------------------
 
 
-@given(a=st.lists(st.floats(0.01, 100), min_size=1, max_size=5),
-       b=st.lists(st.floats(0.01, 100), min_size=1, max_size=5), target=st.floats(0.1, 10))
+@given(
+    a=st.lists(st.floats(0.01, 100), min_size=1, max_size=5),
+    b=st.lists(st.floats(0.01, 100), min_size=1, max_size=5),
+    target=st.floats(0.1, 10),
+)
 def test_a_ratio_target_is_computed_from_the_two_figures(a, b, target):
     num, den = fig("num", seconds=a), fig("den", seconds=b)
     t = ratio_target("t", "num / den", num, den, target)
@@ -88,15 +103,26 @@ def test_a_ratio_target_is_computed_from_the_two_figures(a, b, target):
     assert t.value == round(va, 3) and t.reference == round(vb, 3)
     assert abs(t.ratio - va / vb) <= 5e-4 + 1e-12  # rounded to 3 places (a tie like 1.1875 may go either way)
     assert t.passed == (va / vb >= target) and t.status == ("pass" if t.passed else "short")
-    assert t.to_dict() == {"id": "t", "what": "num / den", "value": t.value, "reference": t.reference,
-                           "ratio": t.ratio, "target": target, "pass": t.passed, "status": t.status}
+    assert t.to_dict() == {
+        "id": "t",
+        "what": "num / den",
+        "value": t.value,
+        "reference": t.reference,
+        "ratio": t.ratio,
+        "target": target,
+        "pass": t.passed,
+        "status": t.status,
+    }
 
 
 def test_a_target_over_a_figure_not_measured_is_not_measured_naming_it():
     num = fig("num")
-    for den, status in ((fig("peer", status="skipped", reason="not installed"), "not measured (peer)"),
-                        (fig("peer", status="failed", reason="boom"), "not measured (peer)"),
-                        (None, "not measured"), (fig("peer", seconds=()), "not measured")):
+    for den, status in (
+        (fig("peer", status="skipped", reason="not installed"), "not measured (peer)"),
+        (fig("peer", status="failed", reason="boom"), "not measured (peer)"),
+        (None, "not measured"),
+        (fig("peer", seconds=()), "not measured"),
+    ):
         t = ratio_target("t", "w", num, den, 1.0)
         assert t.to_dict() == {"id": "t", "what": "w", "target": 1.0, "ratio": None, "pass": None, "status": status}
     both = ratio_target("t", "w", fig("a", status="failed", reason="x"), fig("b", status="skipped", reason="y"), 1)
@@ -118,8 +144,16 @@ def test_query_target_against_2_ms():
 
 def test_finalize_worker_rss_against_the_budget():
     def fin(*peaks):
-        return Figure("finalize-w2", "finalize", "f", N, samples=[
-            {"seconds": 1, "report_memory_budget": 512 << 20, "report_worker_max_rss_bytes": p} for p in peaks])
+        return Figure(
+            "finalize-w2",
+            "finalize",
+            "f",
+            N,
+            samples=[
+                {"seconds": 1, "report_memory_budget": 512 << 20, "report_worker_max_rss_bytes": p} for p in peaks
+            ],
+        )
+
     ok, over = budget_target(fin(400 << 20, 500 << 20)), budget_target(fin(400 << 20, 600 << 20))
     assert (ok.value, ok.reference, ok.ratio, ok.status) == (500 << 20, 512 << 20, 1.024, "pass")
     assert (over.value, over.status, over.note) == (600 << 20, "short", "600 MiB under 512 MiB")
@@ -128,29 +162,63 @@ def test_finalize_worker_rss_against_the_budget():
 
 def test_rss_targets_from_the_samples():
     def rss(n, anon, vm):
-        return Figure(f"rss-load-n{n}", "rss", "r", n, samples=[
-            {"seconds": 1, "peak_tree_anon_bytes": a, "peak_tree_rss_bytes": v} for a, v in zip(anon, vm)])
+        return Figure(
+            f"rss-load-n{n}",
+            "rss",
+            "r",
+            n,
+            samples=[{"seconds": 1, "peak_tree_anon_bytes": a, "peak_tree_rss_bytes": v} for a, v in zip(anon, vm)],
+        )
+
     one_gib, flat = rss_targets(rss(1000, (400 << 20, 500 << 20), (1, 2)), rss(9000, (600 << 20,), (3 << 30,)))
-    assert one_gib.to_dict() == {"id": "rss-1gib", "what": "peak RSS (private, all processes) of the n=9,000 "
-                                 "load / 1 GiB", "value": 600 << 20, "reference": GIB,
-                                 "ratio": round(GIB / (600 << 20), 3), "target": 1.0, "pass": True,
-                                 "status": "pass", "note": "VmRSS incl. file-backed pages: 3,072 MiB"}
-    assert (flat.id, flat.value, flat.reference, flat.ratio, flat.status) == \
-        ("rss-flat", 600 << 20, 500 << 20, 1.2, "pass")
+    assert one_gib.to_dict() == {
+        "id": "rss-1gib",
+        "what": "peak RSS (private, all processes) of the n=9,000 load / 1 GiB",
+        "value": 600 << 20,
+        "reference": GIB,
+        "ratio": round(GIB / (600 << 20), 3),
+        "target": 1.0,
+        "pass": True,
+        "status": "pass",
+        "note": "VmRSS incl. file-backed pages: 3,072 MiB",
+    }
+    assert (flat.id, flat.value, flat.reference, flat.ratio, flat.status) == (
+        "rss-flat",
+        600 << 20,
+        500 << 20,
+        1.2,
+        "pass",
+    )
     _, too_big = rss_targets(rss(1000, (100 << 20,), (1,)), rss(9000, (2 << 30,), (1,)))
     assert too_big.status == "short" and too_big.target == 1.25
 
 
 def test_targets_of_a_run_in_report_order():
-    figs = {f.id: f for f in (fig("load-lmdb-capnp-w2", seconds=(0.5,)), fig("load-lmdb-capnp-w1"),
-                              fig("load-lmdb-default", seconds=(0.1,)),
-                              fig("gen-file-fsync", seconds=(0.25,), group="limits"),
-                              fig("peer-arcticdb-write-build", status="skipped", reason="not installed"))}
+    figs = {
+        f.id: f
+        for f in (
+            fig("load-lmdb-capnp-w2", seconds=(0.5,)),
+            fig("load-lmdb-capnp-w1"),
+            fig("load-lmdb-default", seconds=(0.1,)),
+            fig("gen-file-fsync", seconds=(0.25,), group="limits"),
+            fig("peer-arcticdb-write-build", status="skipped", reason="not installed"),
+        )
+    }
     rows = [t.to_dict() for t in targets(figs, 2, None)]
-    assert [r["id"] for r in rows] == ["load-vs-disk", "load-vs-arcticdb", "load-bytes-vs-arcticdb",
-                                       "load-vs-naive-lmdb", "load-2w-vs-1w",
-                                       "arrow-vs-disk", "rocksdb-vs-disk", "mem-vs-lmdb", "finalize-400",
-                                       "finalize-2w-vs-1w", "finalize-worker-rss", "query-2ms"]
+    assert [r["id"] for r in rows] == [
+        "load-vs-disk",
+        "load-vs-arcticdb",
+        "load-bytes-vs-arcticdb",
+        "load-vs-naive-lmdb",
+        "load-2w-vs-1w",
+        "arrow-vs-disk",
+        "rocksdb-vs-disk",
+        "mem-vs-lmdb",
+        "finalize-400",
+        "finalize-2w-vs-1w",
+        "finalize-worker-rss",
+        "query-2ms",
+    ]
     by = {r["id"]: r for r in rows}
     assert (by["load-vs-disk"]["ratio"], by["load-vs-disk"]["status"]) == (0.5, "pass")
     assert (by["load-2w-vs-1w"]["ratio"], by["load-2w-vs-1w"]["status"]) == (2.0, "pass")
@@ -158,10 +226,20 @@ def test_targets_of_a_run_in_report_order():
     assert by["load-bytes-vs-arcticdb"]["status"] == "not measured (peer-arcticdb-write-build)"
     assert by["mem-vs-lmdb"]["status"] == "not measured"
     # the rss pair only when both of its loads were measured
-    small, big = (Figure(f"rss-load-n{n}", "rss", "r", n, samples=[
-        {"seconds": 1, "peak_tree_anon_bytes": 5, "peak_tree_rss_bytes": 6}]) for n in (1000, 2000))
-    assert [t.id for t in targets(figs | {small.id: small, big.id: big}, 2, (1000, 2000))][-2:] == \
-        ["rss-1gib", "rss-flat"]
+    small, big = (
+        Figure(
+            f"rss-load-n{n}",
+            "rss",
+            "r",
+            n,
+            samples=[{"seconds": 1, "peak_tree_anon_bytes": 5, "peak_tree_rss_bytes": 6}],
+        )
+        for n in (1000, 2000)
+    )
+    assert [t.id for t in targets(figs | {small.id: small, big.id: big}, 2, (1000, 2000))][-2:] == [
+        "rss-1gib",
+        "rss-flat",
+    ]
     big.status, big.reason = "failed", "x"
     assert targets(figs | {small.id: small, big.id: big}, 2, (1000, 2000))[-1].id == "query-2ms"
 

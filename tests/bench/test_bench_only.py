@@ -11,13 +11,25 @@ from conftest import run_cli
 
 from loader.bench.report import validate
 
-LIMITS = {"gen-devnull", "gen-parallel-devnull", "gen-pipe", "gen-file", "gen-file-fsync", "gen-shm",
-          "gen-parallel-shm", "c-fill", "npsave-fsync", "npload", "cold-read"}
+LIMITS = {
+    "gen-devnull",
+    "gen-parallel-devnull",
+    "gen-pipe",
+    "gen-file",
+    "gen-file-fsync",
+    "gen-shm",
+    "gen-parallel-shm",
+    "c-fill",
+    "npsave-fsync",
+    "npload",
+    "cold-read",
+}
 
 
 def bench(tmp_path, *args):
-    p = run_cli("bench", "--n", 1000, "--repeats", 1, "--out", tmp_path / "out", "--json", "--quiet", *args,
-                timeout=180)
+    p = run_cli(
+        "bench", "--n", 1000, "--repeats", 1, "--out", tmp_path / "out", "--json", "--quiet", *args, timeout=180
+    )
     assert p.returncode == 0, p.stderr
     res = json.loads(p.stdout)
     assert validate(res) == []

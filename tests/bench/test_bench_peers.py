@@ -27,21 +27,32 @@ from loader.bench.versus import section_versus
 
 from .bench_fixtures import opened_bench
 
-OPTIONAL = ["peer-arcticdb-write-build", "peer-arcticdb-write", "peer-arcticdb-read", "peer-tiledb-write",
-            "peer-tiledb-box"]
+OPTIONAL = [
+    "peer-arcticdb-write-build",
+    "peer-arcticdb-write",
+    "peer-arcticdb-read",
+    "peer-tiledb-write",
+    "peer-tiledb-box",
+]
 NAIVE = ["peer-lmdb-per-record", "peer-lmdb-blob", "peer-rocksdict-writebatch", "peer-pycapnp-builder"]
 
 
-@pytest.mark.parametrize("hidden, skipped", [
-    (("arcticdb",), OPTIONAL[:3]), (("pandas",), OPTIONAL[:3]), (("tiledb",), OPTIONAL[3:]),
-    (("arcticdb", "tiledb", "pandas"), OPTIONAL)])
+@pytest.mark.parametrize(
+    "hidden, skipped",
+    [
+        (("arcticdb",), OPTIONAL[:3]),
+        (("pandas",), OPTIONAL[:3]),
+        (("tiledb",), OPTIONAL[3:]),
+        (("arcticdb", "tiledb", "pandas"), OPTIONAL),
+    ],
+)
 def test_a_peer_not_installed_is_skipped_and_its_target_not_measured(tmp_path, monkeypatch, hidden, skipped):
     for module in hidden:
         monkeypatch.setitem(sys.modules, module, None)  # find_spec() is None: as if not installed
     with opened_bench(tmp_path, only=set(skipped)) as b:  # ArcticDB and TileDB: the versus section
         section_peers(b)
         section_versus(b)
-        assert list(b.figures)[:len(NAIVE)] == NAIVE
+        assert list(b.figures)[: len(NAIVE)] == NAIVE
         assert [x for x in b.figures if x.startswith("peer-") and x not in NAIVE] == OPTIONAL
         for fid in skipped:
             f = b.figures[fid]
@@ -50,8 +61,7 @@ def test_a_peer_not_installed_is_skipped_and_its_target_not_measured(tmp_path, m
         assert all(b.figures[x].reason == "not selected" for x in NAIVE)
         rows = {t.id: t.to_dict() for t in targets(b.figures, b.cores, None)}
         if "peer-arcticdb-write" in skipped:
-            assert rows["load-vs-arcticdb"]["status"] == \
-                "not measured (load-lmdb-default, peer-arcticdb-write-build)"
+            assert rows["load-vs-arcticdb"]["status"] == "not measured (load-lmdb-default, peer-arcticdb-write-build)"
             assert rows["load-vs-arcticdb"]["ratio"] is None and rows["load-vs-arcticdb"]["pass"] is None
 
 
@@ -102,11 +112,16 @@ print(json.dumps(sorted(m for m in ("matplotlib", "arcticdb", "tiledb", "pandas"
 """
 
 
-@pytest.mark.parametrize("modules, allowed", [
-    (["loader.bench.child", "loader.bench.processes"], []),  # what every child benchmark process imports
-    (["loader.bench", "loader.bench.suite", "loader.bench.report", "loader.bench.peers", "loader.bench.plots"],
-     ["psutil"]),  # the suite itself
-])
+@pytest.mark.parametrize(
+    "modules, allowed",
+    [
+        (["loader.bench.child", "loader.bench.processes"], []),  # what every child benchmark process imports
+        (
+            ["loader.bench", "loader.bench.suite", "loader.bench.report", "loader.bench.peers", "loader.bench.plots"],
+            ["psutil"],
+        ),  # the suite itself
+    ],
+)
 def test_the_optional_and_heavy_libraries_are_imported_only_when_used(modules, allowed):
     p = subprocess.run([sys.executable, "-c", IMPORTED, *modules], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr

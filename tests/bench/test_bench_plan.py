@@ -59,8 +59,19 @@ def test_unknown_suite():
 
 def test_parameters_json_leaves_the_sections_out():
     d = suite_params("quick", n=5000).to_dict()
-    assert list(d) == ["n", "repeats", "n_naive", "n_builder", "n_tiledb", "n_arctic", "query_reps", "rss_n",
-                     "compressed", "random_tasks", "workloads"]
+    assert list(d) == [
+        "n",
+        "repeats",
+        "n_naive",
+        "n_builder",
+        "n_tiledb",
+        "n_arctic",
+        "query_reps",
+        "rss_n",
+        "compressed",
+        "random_tasks",
+        "workloads",
+    ]
     assert d["n"] == 5000
 
 

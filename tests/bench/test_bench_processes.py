@@ -16,12 +16,14 @@ from loader.bench.processes import cached_fraction, child_cmd, evict, rm, run_ch
 MIB = 1 << 20
 
 # a grandchild (under sh) that holds 200 MiB of private memory for half a second
-HOLD = "import sys, time; b = bytearray(200 << 20); b[::4096] = b'x' * len(b[::4096]); print('held'); " \
-       "sys.stdout.flush(); time.sleep(0.5)"
+HOLD = (
+    "import sys, time; b = bytearray(200 << 20); b[::4096] = b'x' * len(b[::4096]); print('held'); "
+    "sys.stdout.flush(); time.sleep(0.5)"
+)
 
 
 def test_peak_rss_of_the_whole_tree():
-    p = run_sampled(["sh", "-c", f"{sys.executable} -c \"{HOLD}\"; echo done >&2"])
+    p = run_sampled(["sh", "-c", f'{sys.executable} -c "{HOLD}"; echo done >&2'])
     assert (p.rc, p.out, p.err) == (0, "held\n", "done\n")
     assert p.peak_tree_anon_bytes >= 180 * MIB  # the grandchild's memory counts
     assert p.peak_tree_rss_bytes >= p.peak_tree_anon_bytes and p.wall_s > 0
@@ -55,8 +57,7 @@ def test_a_failing_child_is_a_runtime_error_with_its_stderr(tmp_path):
 
 @pytest.mark.parametrize("argv", [[], ["nope"]])
 def test_the_child_module_without_a_known_kind_is_a_usage_error(argv):
-    p = subprocess.run([sys.executable, "-m", "loader.bench.child", *argv], capture_output=True, text=True,
-                       timeout=60)
+    p = subprocess.run([sys.executable, "-m", "loader.bench.child", *argv], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.startswith("usage: python -m loader.bench.child KIND [ARGS-JSON]; KIND is one of cfill, ")
     assert set(CHILDREN) <= set(p.stderr.split(": ")[-1].replace(",", " ").split())

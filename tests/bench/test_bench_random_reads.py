@@ -37,14 +37,31 @@ def test_every_target_reads_the_records_asked_for(tmp_path):
 
 
 def test_the_script_runs_and_reports_the_target(tmp_path):
-    p = subprocess.run([sys.executable, str(SCRIPT), "--n", "2000", "--repeats", "1", "--tasks", "5",
-                        "--out", str(tmp_path), "--json"], capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--n",
+            "2000",
+            "--repeats",
+            "1",
+            "--tasks",
+            "5",
+            "--out",
+            str(tmp_path),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr
     res = json.loads(p.stdout)
     assert validate(res) == [] and (tmp_path / "random_reads.json").exists()
     figs = {k: f for k, f in res["figures"].items() if f["group"] == "random"}
-    assert len(figs) == 12 + len(DISK_THREADS) and all(f["status"] == "ok" for f in figs.values()), \
-        {k: f.get("reason") for k, f in figs.items()}
+    assert len(figs) == 12 + len(DISK_THREADS) and all(f["status"] == "ok" for f in figs.values()), {
+        k: f.get("reason") for k, f in figs.items()
+    }
     assert all(f["samples"][0]["records"] == f["records"] for k, f in figs.items() if "-disk-" not in k)
     assert all(figs[f"random-disk-t{t}"]["samples"][0]["reads"] == 5 * 4 for t in DISK_THREADS)
     md = (tmp_path / "random_reads.md").read_text()

@@ -18,8 +18,17 @@ from loader.bench.records import generate_records
 
 from .bench_fixtures import opened_bench
 
-NAMES = ("full", "column", "range", "arcticdb", "duckdb", "parquet", "groupby-scan", "groupby-duckdb",
-         *(f"cli-{f}" for f in reads.CLI_FORMATS))
+NAMES = (
+    "full",
+    "column",
+    "range",
+    "arcticdb",
+    "duckdb",
+    "parquet",
+    "groupby-scan",
+    "groupby-duckdb",
+    *(f"cli-{f}" for f in reads.CLI_FORMATS),
+)
 
 
 def test_reads_and_ticks_are_sections_of_the_quick_and_full_suites():
@@ -66,8 +75,12 @@ def test_reads_section_measures_every_read_and_peer_with_targets(tmp_path):
 def test_reads_peers_not_installed_are_skipped_never_estimated(tmp_path, monkeypatch):
     for module in ("arcticdb", "duckdb"):
         monkeypatch.setitem(sys.modules, module, None)  # find_spec() is None: as if not installed
-    with opened_bench(tmp_path, n=1000, repeats=1, only={"reads-scidb96-arcticdb", "reads-scidb96-duckdb",
-                                                         "reads-scidb96-groupby-scan"}) as b:
+    with opened_bench(
+        tmp_path,
+        n=1000,
+        repeats=1,
+        only={"reads-scidb96-arcticdb", "reads-scidb96-duckdb", "reads-scidb96-groupby-scan"},
+    ) as b:
         reads.section_reads(b)
     for fid in ("reads-scidb96-arcticdb", "reads-scidb96-duckdb", "reads-scidb96-groupby-scan"):
         assert (b.figures[fid].status, b.figures[fid].reason) == ("skipped", NOT_INSTALLED)
@@ -80,7 +93,7 @@ def test_random_records_are_seeded_random_values_of_the_scidb96_layout():
     a, b = reads.random_records(5000), reads.random_records(5000)
     assert a.dtype == generate_records(1).dtype and a.tobytes() == b.tobytes()
     assert not np.array_equal(a, generate_records(5000))
-    assert 0 <= a["d0"].min() and a["d0"].max() < 1 and len(np.unique(a["i0"])) > 4000
+    assert a["d0"].min() >= 0 and a["d0"].max() < 1 and len(np.unique(a["i0"])) > 4000
 
 
 def test_seconds_target_is_how_many_times_faster_or_at_most():
@@ -99,12 +112,23 @@ def test_ticks_section_skips_cleanly_without_gen_ticks(tmp_path, monkeypatch):
     with opened_bench(tmp_path, n=1000, repeats=1) as b:
         ticks.section_ticks(b)
     ids = [f for f in b.figures if f.startswith("ticks-")]
-    assert ids == ["ticks-load", "ticks-arcticdb-write", "ticks-arcticdb-read", "ticks-parquet-write", "ticks-read",
-                   "ticks-box"]
+    assert ids == [
+        "ticks-load",
+        "ticks-arcticdb-write",
+        "ticks-arcticdb-read",
+        "ticks-parquet-write",
+        "ticks-read",
+        "ticks-box",
+    ]
     assert all((b.figures[f].status, b.figures[f].reason) == ("skipped", ticks.UNAVAILABLE) for f in ids)
     goals = ticks.ticks_targets(b.figures)
-    assert [t.id for t in goals] == ["ticks-load-vs-arcticdb", "ticks-load-vs-parquet", "ticks-read-vs-arcticdb",
-                                     "ticks-bytes-vs-arcticdb", "ticks-box-1ms"]
+    assert [t.id for t in goals] == [
+        "ticks-load-vs-arcticdb",
+        "ticks-load-vs-parquet",
+        "ticks-read-vs-arcticdb",
+        "ticks-bytes-vs-arcticdb",
+        "ticks-box-1ms",
+    ]
     assert all(t.ratio is None and t.status.startswith("not measured") for t in goals)
     assert b.figures["ticks-load"].to_dict(b.figures)["bytes"] == 1000 * 41
 
@@ -115,8 +139,20 @@ def test_ticks_section_is_left_out_with_the_ticks_workload(tmp_path):
     assert {b.figures[f].reason for f in b.figures if f.startswith("ticks-")} == {ticks.NOT_IN_WORKLOADS}
 
 
-TICKS_DTYPE = np.dtype([("ts", "<M8[ns]"), ("sym", "S8"), ("price", "<f8"), ("size", "<i4"), ("bid", "<f4"),
-                        ("ask", "<f4"), ("flags", "u1"), ("halted", "?"), ("venue", "<i2"), ("_validity", "u1", (1,))])
+TICKS_DTYPE = np.dtype(
+    [
+        ("ts", "<M8[ns]"),
+        ("sym", "S8"),
+        ("price", "<f8"),
+        ("size", "<i4"),
+        ("bid", "<f4"),
+        ("ask", "<f4"),
+        ("flags", "u1"),
+        ("halted", "?"),
+        ("venue", "<i2"),
+        ("_validity", "u1", (1,)),
+    ]
+)
 
 
 def _ticks_like(n: int):
@@ -133,9 +169,14 @@ def test_ticks_peers_get_typed_columns_from_the_records(tmp_path):
     assert TICKS_DTYPE.itemsize == 41
     a = _ticks_like(10)
     t = ticks.ticks_table(a)
-    assert str(t.schema.field("ts").type) == "timestamp[ns]" and str(t.schema.field("sym").type) == "fixed_size_binary[8]"
+    assert (
+        str(t.schema.field("ts").type) == "timestamp[ns]" and str(t.schema.field("sym").type) == "fixed_size_binary[8]"
+    )
     assert "_validity" not in t.column_names and t.column("venue").null_count == 5
-    assert t.column("venue").to_pylist()[:2] == [None, 1] and t.column("sym").to_pylist()[:2] == [b"AAPL\0\0\0\0", b"MSFT\0\0\0\0"]
+    assert t.column("venue").to_pylist()[:2] == [None, 1] and t.column("sym").to_pylist()[:2] == [
+        b"AAPL\0\0\0\0",
+        b"MSFT\0\0\0\0",
+    ]
     if installed("pandas"):
         df = ticks.ticks_frame(a)
         assert df.index.name == "ts" and str(df.index.dtype) == "datetime64[ns]" and len(df) == 10
@@ -156,8 +197,14 @@ def test_ticks_section_measures_load_peers_read_and_box_when_gen_ticks_exists(tm
         ticks.section_ticks(b)
         assert not list(b.work.iterdir())  # the section's datasets and peer files removed
     arctic = installed("arcticdb") and installed("pandas")
-    for fid in ("ticks-load", "ticks-arcticdb-write", "ticks-arcticdb-read", "ticks-parquet-write", "ticks-read",
-                "ticks-box"):
+    for fid in (
+        "ticks-load",
+        "ticks-arcticdb-write",
+        "ticks-arcticdb-read",
+        "ticks-parquet-write",
+        "ticks-read",
+        "ticks-box",
+    ):
         f = b.figures[fid]
         if "arcticdb" in fid and not arctic:
             assert (f.status, f.reason) == ("skipped", NOT_INSTALLED)

@@ -19,8 +19,26 @@ def test_a_bench_script_answers_help(script):
 
 
 def test_the_documents_benchmark_runs_on_a_tiny_input(tmp_path):
-    p = subprocess.run([sys.executable, str(BENCH / "docs.py"), "--parts", "pipeline", "--n", "2000", "--repeats", "1",
-                        "--lookups", "20", "--dir", str(tmp_path / "work"), "--out", str(tmp_path / "docs.json")],
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "docs.py"),
+            "--parts",
+            "pipeline",
+            "--n",
+            "2000",
+            "--repeats",
+            "1",
+            "--lookups",
+            "20",
+            "--dir",
+            str(tmp_path / "work"),
+            "--out",
+            str(tmp_path / "docs.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     assert (tmp_path / "docs.json").stat().st_size > 0

@@ -20,16 +20,28 @@ from loader.bench.runner import MEM_ROOT
 
 from .bench_fixtures import opened_bench
 
-LIMITS = ["gen-devnull", "gen-parallel-devnull", "gen-pipe", "gen-file", "gen-file-fsync", "gen-shm",
-          "gen-parallel-shm", "c-fill", "npsave-fsync", "npload", "cold-read"]
+LIMITS = [
+    "gen-devnull",
+    "gen-parallel-devnull",
+    "gen-pipe",
+    "gen-file",
+    "gen-file-fsync",
+    "gen-shm",
+    "gen-parallel-shm",
+    "c-fill",
+    "npsave-fsync",
+    "npload",
+    "cold-read",
+]
 
 
 def test_repeat_records_samples_and_a_failure_is_the_figures_reason(tmp_path):
     with opened_bench(tmp_path, repeats=3) as b:
         calls = []
         f = b.fig("one", "load", "one", 1000)
-        b.repeat(f, lambda i: {"seconds": 0.1234567891, "i": i}, setup=calls.append,
-                 teardown=lambda: calls.append("down"))
+        b.repeat(
+            f, lambda i: {"seconds": 0.1234567891, "i": i}, setup=calls.append, teardown=lambda: calls.append("down")
+        )
         assert calls == [0, 1, 2, "down"] and f.status == "ok"
         assert [s["i"] for s in f.samples] == [0, 1, 2]
         assert all(s["seconds"] == 0.123457 and "loadavg_1m" in s for s in f.samples)
@@ -38,6 +50,7 @@ def test_repeat_records_samples_and_a_failure_is_the_figures_reason(tmp_path):
             if i == 1:
                 raise ValueError("boom")
             return {"seconds": 1.0}
+
         g = b.fig("two", "load", "two", 1000)
         b.repeat(g, boom, teardown=lambda: calls.append("down again"))
         assert (g.status, g.reason, len(g.samples), calls[-1]) == ("failed", "ValueError: boom", 1, "down again")
@@ -94,8 +107,15 @@ def test_parallel_generators_cover_the_records_and_leave_no_file(tmp_path, dirna
 def test_load_once_loads_the_records_into_each_store(tmp_path, scheme, stdin):
     with opened_bench(tmp_path, n=3000) as b:
         uri = b.dataset(scheme, f"ds-{scheme}")
-        s = load_once(b, 3000, uri, workers=2, format="arrow" if scheme == "rocksdb" else "capnp",
-                      compression="zstd" if scheme == "rocksdb" else "none", stdin=stdin)
+        s = load_once(
+            b,
+            3000,
+            uri,
+            workers=2,
+            format="arrow" if scheme == "rocksdb" else "capnp",
+            compression="zstd" if scheme == "rocksdb" else "none",
+            stdin=stdin,
+        )
         assert s["seconds"] > 0 and s["wall_s"] >= s["seconds"] and s["peak_tree_rss_bytes"] > 0
         assert s["workers"] == 2 and s["stored_bytes"] > 0
         with loader.open(uri) as ds:
@@ -105,9 +125,8 @@ def test_load_once_loads_the_records_into_each_store(tmp_path, scheme, stdin):
 
 
 def test_a_failing_load_carries_bulkloads_own_error(tmp_path):
-    with opened_bench(tmp_path) as b:
-        with pytest.raises(RuntimeError, match="bulkload: error: .*/proc/no-such-dir/ds"):
-            load_once(b, 1000, "lmdb:///proc/no-such-dir/ds", workers=1)
+    with opened_bench(tmp_path) as b, pytest.raises(RuntimeError, match="bulkload: error: .*/proc/no-such-dir/ds"):
+        load_once(b, 1000, "lmdb:///proc/no-such-dir/ds", workers=1)
 
 
 def test_the_load_section_declares_every_configuration(tmp_path):
@@ -118,8 +137,12 @@ def test_the_load_section_declares_every_configuration(tmp_path):
         f = b.figures["load-mem-capnp"]
         assert f.status == "ok" and f.limit == "gen-shm" and f.params == {"scheme": "mem", "shards": b.cores}
         assert b.figures["load-lmdb-arrow-zstd"].reason == "not selected"
-        assert b.figures["load-lmdb-arrow-zstd"].params == {"scheme": "lmdb", "format": "arrow", "compression": "zstd",
-                                                            "shards": b.cores}
+        assert b.figures["load-lmdb-arrow-zstd"].params == {
+            "scheme": "lmdb",
+            "format": "arrow",
+            "compression": "zstd",
+            "shards": b.cores,
+        }
         assert b.figures["load-stdin-capnp"].params["stdin"] is True
         assert not b.ds_root(b.dataset("mem", "load-mem-capnp")).exists()  # the teardown removed it
 

@@ -32,12 +32,30 @@ def test_interleave_goes_round_robin_and_samples_the_disk_between_rounds(tmp_pat
                 if i == fail_at:
                     raise OSError("disk gone")
                 return {"seconds": 0.5, "other_s": 0.25}
+
             return sample
-        rows = [Row(one("a"), [(a, "seconds")]), Row(one("c", fail_at=1), [(c, "seconds")]),
-                Row(one("d"), [(d, "other_s")]), Row(one("never"), [(None, "seconds")])]
+
+        rows = [
+            Row(one("a"), [(a, "seconds")]),
+            Row(one("c", fail_at=1), [(c, "seconds")]),
+            Row(one("d"), [(d, "other_s")]),
+            Row(one("never"), [(None, "seconds")]),
+        ]
         b.interleave(rows, between=lambda phase: calls.append(phase))
-        assert calls == ["round 1", ("a", 0), ("c", 0), ("d", 0), "round 2", ("a", 1), ("c", 1), ("d", 1),
-                         "round 3", ("a", 2), ("d", 2), "after"]
+        assert calls == [
+            "round 1",
+            ("a", 0),
+            ("c", 0),
+            ("d", 0),
+            "round 2",
+            ("a", 1),
+            ("c", 1),
+            ("d", 1),
+            "round 3",
+            ("a", 2),
+            ("d", 2),
+            "after",
+        ]
         assert [s["round"] for s in a.samples] == [1, 2, 3] and [s["seconds"] for s in d.samples] == [0.25] * 3
         assert (c.status, c.reason, len(c.samples)) == ("failed", "OSError: disk gone", 1)
 
@@ -55,8 +73,13 @@ def test_versus_rows_are_measured_interleaved_with_bytes_on_disk(tmp_path, monke
     with _versus(tmp_path, monkeypatch, hidden=HIDDEN, only=rows | {"gen-file-fsync", "peers", "peer-tiledb-box"}) as b:
         section_versus(b)
         ids = bulkload_ids(b.cores, b.p.compressed)
-        assert ids == ["load-lmdb-default", "load-lmdb-capnp-lz4", "load-lmdb-capnp-zstd",
-                       "load-file-warm", "load-file-cold"]
+        assert ids == [
+            "load-lmdb-default",
+            "load-lmdb-capnp-lz4",
+            "load-lmdb-capnp-zstd",
+            "load-file-warm",
+            "load-file-cold",
+        ]
         assert b.figures["load-lmdb-capnp-lz4"].reason == "not selected"
         for fid in [x for x in ids if x in rows]:
             f = b.figures[fid]
@@ -73,9 +96,16 @@ def test_versus_rows_are_measured_interleaved_with_bytes_on_disk(tmp_path, monke
         # default options: no --workers (in-process at this size), lz4; the bytes are each dataset's own
         head = b.figures["load-lmdb-default"]
         assert head.workers is None and all(s["in_process"] and s["compression"] == "lz4" for s in head.samples)
-        assert all(s["compression"] == "zstd" and not s["in_process"] for s in b.figures["load-lmdb-capnp-zstd"].samples)
-        for fid in ("peer-arcticdb-write-build", "peer-arcticdb-write", "peer-arcticdb-read", "peer-tiledb-write",
-                    "peer-tiledb-box"):
+        assert all(
+            s["compression"] == "zstd" and not s["in_process"] for s in b.figures["load-lmdb-capnp-zstd"].samples
+        )
+        for fid in (
+            "peer-arcticdb-write-build",
+            "peer-arcticdb-write",
+            "peer-arcticdb-read",
+            "peer-tiledb-write",
+            "peer-tiledb-box",
+        ):
             assert (b.figures[fid].status, b.figures[fid].reason) == ("skipped", NOT_INSTALLED)
         assert comparisons(b.figures, ids, b.cores) == []  # no peer measured: no ratio made up
         assert list(b.work.iterdir()) == []  # every dataset and the records file removed
@@ -93,11 +123,20 @@ def test_a_figure_measured_by_the_versus_section_is_not_measured_again(tmp_path,
         assert b.figures["load-lmdb-arrow-none"].status == "ok"  # the load section's own figure
 
 
-@pytest.mark.skipif(not (installed("arcticdb") and installed("pandas") and installed("tiledb")),
-                    reason="the [peers] extra is not installed")
+@pytest.mark.skipif(
+    not (installed("arcticdb") and installed("pandas") and installed("tiledb")),
+    reason="the [peers] extra is not installed",
+)
 def test_the_peers_are_measured_in_the_same_rounds_and_compared(tmp_path, monkeypatch):
-    only = {"load-lmdb-default", "load-lmdb-capnp-w1", "peer-arcticdb-write-build", "peer-arcticdb-write",
-            "peer-arcticdb-read", "peer-tiledb-write", "peer-tiledb-box"}
+    only = {
+        "load-lmdb-default",
+        "load-lmdb-capnp-w1",
+        "peer-arcticdb-write-build",
+        "peer-arcticdb-write",
+        "peer-arcticdb-read",
+        "peer-tiledb-write",
+        "peer-tiledb-box",
+    }
     with _versus(tmp_path, monkeypatch, only=only) as b:
         section_versus(b)
         head = b.figures["load-lmdb-default"]
@@ -109,8 +148,11 @@ def test_the_peers_are_measured_in_the_same_rounds_and_compared(tmp_path, monkey
             assert s["seconds"] == pytest.approx(s["build_s"] + s["write_s"], abs=1e-5) and s["seconds"] > w["seconds"]
             assert s["disk_bytes"] > 0
         rows = {(c["bulkload"], c["peer"]): c for c in comparisons(b.figures, [head.id], b.cores)}
-        assert set(rows) == {(head.id, "peer-arcticdb-write-build"), (head.id, "peer-arcticdb-write"),
-                             (head.id, "peer-tiledb-write")}
+        assert set(rows) == {
+            (head.id, "peer-arcticdb-write-build"),
+            (head.id, "peer-arcticdb-write"),
+            (head.id, "peer-tiledb-write"),
+        }
         c = rows[(head.id, "peer-arcticdb-write-build")]
         assert len(c["round_ratios"]) == 2 and c["round_ratio"]["min"] <= c["round_ratio"]["max"]
         assert c["ratio"] == pytest.approx(c["bulkload_mb_s"]["median"] / c["peer_mb_s"]["median"], abs=1e-3)
@@ -120,8 +162,14 @@ def test_the_peers_are_measured_in_the_same_rounds_and_compared(tmp_path, monkey
 
 def test_a_comparison_pairs_samples_of_the_same_round():
     def fig(fid, secs, rounds):
-        return Figure(fid, "load", fid, 1000, samples=[{"seconds": s, "round": r, "disk_bytes": 100 * r}
-                                                       for s, r in zip(secs, rounds)])
+        return Figure(
+            fid,
+            "load",
+            fid,
+            1000,
+            samples=[{"seconds": s, "round": r, "disk_bytes": 100 * r} for s, r in zip(secs, rounds)],
+        )
+
     ours = fig("load-lmdb-capnp-w2", (1.0, 2.0, 4.0), (1, 2, 3))
     peer = fig("peer-arcticdb-write-build", (2.0, 2.0), (1, 3))  # round 2 failed or was left out
     c = comparisons({f.id: f for f in (ours, peer)}, [ours.id], 2)[0]

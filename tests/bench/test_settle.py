@@ -18,8 +18,9 @@ print(next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if 
 
 
 def _peak_rss(nbytes: int) -> int:
-    return int(subprocess.run([sys.executable, "-c", PROBE, str(nbytes)], check=True,
-                              capture_output=True, text=True).stdout)
+    return int(
+        subprocess.run([sys.executable, "-c", PROBE, str(nbytes)], check=True, capture_output=True, text=True).stdout
+    )
 
 
 def test_settle_touches_three_times_the_records_a_sample_moves():

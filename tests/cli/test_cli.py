@@ -18,32 +18,35 @@ def one_line_error(p, code: int, text: str) -> None:
     assert text in lines[0], lines[0]
 
 
-@pytest.mark.parametrize("args,code,text", [
-    (["generate", "-1"], 2, "N must be a non-negative integer, got '-1'"),
-    (["generate", "abc"], 2, "N must be a non-negative integer, got 'abc'"),
-    (["generate", "1.5"], 2, "N must be a non-negative integer, got '1.5'"),
-    (["generate", "1e30"], 2, "N is too large (1e30)"),
-    (["generate", "5", "--start", "-3"], 2, "--start must be a non-negative integer"),
-    (["generate", "5", "--start", str(2**64 - 2)], 2, "--start + N exceeds 2**64"),
-    (["generate", "5", "--layout", "nope"], 2, "unknown layout 'nope'; known layouts: "),
-    (["generate", "5", "--impl", "java"], 2, "--impl must be c or python"),
-    (["generate", "5", "--out", "/nonexistent/dir/x.bin"], 2, "cannot write /nonexistent/dir/x.bin"),
-    (["load", "foo://x", "lmdb:///tmp/never"], 2, "unknown source scheme in 'foo://x'"),
-    (["load", "gen://scidb96?n=10", "s3://bucket/x"], 2, "unknown dataset scheme 's3'"),
-    (["load", "gen://scidb96?n=10", "/tmp/plain/path"], 2, "has no scheme; use lmdb://PATH"),
-    (["load", "gen://nope?n=10", "lmdb:///tmp/never"], 2, "unknown layout 'nope'"),
-    (["load", "gen://scidb96", "lmdb:///tmp/never"], 2, "needs n=COUNT"),
-    (["load", "gen://scidb96?n=-5", "lmdb:///tmp/never"], 2, "n must be a non-negative integer"),
-    (["load", "/nonexistent/recs.bin", "lmdb:///tmp/never"], 2, "source file /nonexistent/recs.bin does not exist"),
-    (["load", "gen://scidb96?n=10", "lmdb:///nonexistent/dir/ds"], 2, "directory /nonexistent/dir does not exist"),
-    (["load", "gen://scidb96?n=10", "lmdb:///proc/ds"], 2, "cannot create dataset lmdb:///proc/ds"),
-    (["load", "gen://scidb96?n=10", "lmdb:///tmp/never", "--format", "xml"], 2, "unknown format 'xml'"),
-    (["load", "gen://scidb96?n=10", "lmdb:///tmp/never", "--compression", "gzip"], 2, "unknown compression 'gzip'"),
-    (["load", "gen://scidb96?n=10", "lmdb:///tmp/never", "--workers", "0"], 2, "--workers must be at least 1"),
-    (["load", "gen://scidb96?n=10", "lmdb:///tmp/never", "--layout", "nope"], 2, "unknown layout 'nope'"),
-    (["info", "lmdb:///nonexistent/ds"], 2, "no dataset at lmdb:///nonexistent/ds"),
-    (["verify", "mem://no-such-dataset-here"], 2, "no dataset at mem://no-such-dataset-here"),
-])
+@pytest.mark.parametrize(
+    "args,code,text",
+    [
+        (["generate", "-1"], 2, "N must be a non-negative integer, got '-1'"),
+        (["generate", "abc"], 2, "N must be a non-negative integer, got 'abc'"),
+        (["generate", "1.5"], 2, "N must be a non-negative integer, got '1.5'"),
+        (["generate", "1e30"], 2, "N is too large (1e30)"),
+        (["generate", "5", "--start", "-3"], 2, "--start must be a non-negative integer"),
+        (["generate", "5", "--start", str(2**64 - 2)], 2, "--start + N exceeds 2**64"),
+        (["generate", "5", "--layout", "nope"], 2, "unknown layout 'nope'; known layouts: "),
+        (["generate", "5", "--impl", "java"], 2, "--impl must be c or python"),
+        (["generate", "5", "--out", "/nonexistent/dir/x.bin"], 2, "cannot write /nonexistent/dir/x.bin"),
+        (["load", "foo://x", "lmdb:///tmp/never"], 2, "unknown source scheme in 'foo://x'"),
+        (["load", "gen://scidb96?n=10", "s3://bucket/x"], 2, "unknown dataset scheme 's3'"),
+        (["load", "gen://scidb96?n=10", "/tmp/plain/path"], 2, "has no scheme; use lmdb://PATH"),
+        (["load", "gen://nope?n=10", "lmdb:///tmp/never"], 2, "unknown layout 'nope'"),
+        (["load", "gen://scidb96", "lmdb:///tmp/never"], 2, "needs n=COUNT"),
+        (["load", "gen://scidb96?n=-5", "lmdb:///tmp/never"], 2, "n must be a non-negative integer"),
+        (["load", "/nonexistent/recs.bin", "lmdb:///tmp/never"], 2, "source file /nonexistent/recs.bin does not exist"),
+        (["load", "gen://scidb96?n=10", "lmdb:///nonexistent/dir/ds"], 2, "directory /nonexistent/dir does not exist"),
+        (["load", "gen://scidb96?n=10", "lmdb:///proc/ds"], 2, "cannot create dataset lmdb:///proc/ds"),
+        (["load", "gen://scidb96?n=10", "lmdb:///tmp/never", "--format", "xml"], 2, "unknown format 'xml'"),
+        (["load", "gen://scidb96?n=10", "lmdb:///tmp/never", "--compression", "gzip"], 2, "unknown compression 'gzip'"),
+        (["load", "gen://scidb96?n=10", "lmdb:///tmp/never", "--workers", "0"], 2, "--workers must be at least 1"),
+        (["load", "gen://scidb96?n=10", "lmdb:///tmp/never", "--layout", "nope"], 2, "unknown layout 'nope'"),
+        (["info", "lmdb:///nonexistent/ds"], 2, "no dataset at lmdb:///nonexistent/ds"),
+        (["verify", "mem://no-such-dataset-here"], 2, "no dataset at mem://no-such-dataset-here"),
+    ],
+)
 def test_errors_are_one_line_with_exit_code(args, code, text):
     one_line_error(run_cli(*args), code, text)
 
@@ -93,8 +96,15 @@ def test_version_prints_the_package_version():
     assert p.returncode == 0 and p.stdout == f"bulkload {version('bulkload')}\n" and p.stderr == ""
 
 
-@pytest.mark.parametrize("option", [["--log-format", "json"], ["--log-format=json"], ["--engine", "spark"],
-                                    ["--engine=dask", "--scheduler", "nowhere"]])
+@pytest.mark.parametrize(
+    "option",
+    [
+        ["--log-format", "json"],
+        ["--log-format=json"],
+        ["--engine", "spark"],
+        ["--engine=dask", "--scheduler", "nowhere"],
+    ],
+)
 def test_group_options_are_accepted_after_the_command(tmp_path, option):
     """--log-format, --engine and --scheduler work after the subcommand as before it."""
     uri = f"lmdb://{tmp_path}/ds"

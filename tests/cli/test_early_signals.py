@@ -31,8 +31,13 @@ def dataset(tmp_path_factory):
 
 @pytest.mark.parametrize("command", ["info", "load", "verify", "compact", "help"])
 def test_sigint_at_start_up_is_a_quiet_exit_130(dataset, tmp_path, command):
-    args = {"info": ["info", dataset], "verify": ["verify", dataset], "compact": ["compact", dataset],
-            "load": ["load", "gen://scidb96?n=1000", f"lmdb://{tmp_path}/new", "-q"], "help": ["--help"]}[command]
+    args = {
+        "info": ["info", dataset],
+        "verify": ["verify", dataset],
+        "compact": ["compact", dataset],
+        "load": ["load", "gen://scidb96?n=1000", f"lmdb://{tmp_path}/new", "-q"],
+        "help": ["--help"],
+    }[command]
     for delay in DELAYS_MS:
         p = subprocess.Popen([tool("bulkload"), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(delay / 1000)

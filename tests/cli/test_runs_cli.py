@@ -58,8 +58,9 @@ def test_runs_are_listed_newest_first_and_filtered(tmp_path):
     # a dataset is always SCHEME://PATH: one at ./prune (or ./list) is never taken for the sub-command
     os.symlink(tmp_path / "ds", tmp_path / "prune")
     for words in (["lmdb://prune"], ["list", "lmdb://prune"]):
-        p = subprocess.run([tool("bulkload"), "runs", *words, "--json"], capture_output=True, text=True,
-                           cwd=tmp_path, timeout=60)
+        p = subprocess.run(
+            [tool("bulkload"), "runs", *words, "--json"], capture_output=True, text=True, cwd=tmp_path, timeout=60
+        )
         assert p.returncode == 0, p.stderr
         assert [r["id"] for r in json.loads(p.stdout)] == [r.id for r in listed]
 

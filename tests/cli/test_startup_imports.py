@@ -28,16 +28,31 @@ HEAVY = {"numpy", "pyarrow", "capnp", "rocksdict", "pandas", "pydantic", "rich"}
 
 def imported(*args) -> set[str]:
     """Top-level packages of every module the command imported (it must succeed)."""
-    p = subprocess.run([sys.executable, "-X", "importtime", tool("bulkload"), *map(str, args)],
-                       capture_output=True, text=True, timeout=120, env=dict(os.environ, BULKLOAD_DEBUG="0"))
+    p = subprocess.run(
+        [sys.executable, "-X", "importtime", tool("bulkload"), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, BULKLOAD_DEBUG="0"),
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     names = re.findall(r"^import time:\s+\d+ \|\s+\d+ \|\s+(\S+)", p.stderr, re.M)
     assert "loader.cli.main" in names
     return {n.split(".")[0] for n in names}
 
 
-@pytest.mark.parametrize("args", [["--help"], [], ["load", "--help"], ["info", "--help"], ["finalize", "--help"],
-                                  ["query", "--help"], ["bench", "--help"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        [],
+        ["load", "--help"],
+        ["info", "--help"],
+        ["finalize", "--help"],
+        ["query", "--help"],
+        ["bench", "--help"],
+    ],
+)
 def test_help_imports_no_heavy_library(args):
     found = imported(*args) if args else imported("--help")
     assert not found & HEAVY, found & HEAVY
@@ -71,19 +86,24 @@ def test_a_load_still_imports_what_it_uses(datasets, tmp_path):
     assert {"numpy", "lmdb"} <= found
 
 
-@pytest.mark.parametrize("args,option,value", [
-    (["load", "gen://scidb96?n=1", "mem://x", "--shards", "abc"], "--shards", "abc"),
-    (["load", "gen://scidb96?n=1", "mem://x", "--workers", "2.5"], "--workers", "2.5"),
-    (["finalize", "lmdb:///nonexistent", "--dims", "i0:1,i1:1", "--workers", "x"], "--workers", "x"),
-])
+@pytest.mark.parametrize(
+    "args,option,value",
+    [
+        (["load", "gen://scidb96?n=1", "mem://x", "--shards", "abc"], "--shards", "abc"),
+        (["load", "gen://scidb96?n=1", "mem://x", "--workers", "2.5"], "--workers", "2.5"),
+        (["finalize", "lmdb:///nonexistent", "--dims", "i0:1,i1:1", "--workers", "x"], "--workers", "x"),
+    ],
+)
 def test_a_bad_number_is_one_usage_line(args, option, value):
     p = subprocess.run([tool("bulkload"), *args], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
-    assert p.stderr.startswith(f"bulkload: error: Invalid value for '{option}': '{value}' is not a valid integer; "
-                               f"see 'bulkload {args[0]} --help'"), p.stderr
+    assert p.stderr.startswith(
+        f"bulkload: error: Invalid value for '{option}': '{value}' is not a valid integer; "
+        f"see 'bulkload {args[0]} --help'"
+    ), p.stderr
 
 
-ENV_GEN = '''
+ENV_GEN = """
 import os
 from loader.model.layouts import get_layout
 from loader.sources.generators import generate
@@ -92,7 +112,7 @@ def records(start, n):
     with open(os.environ["SEEN_FILE"], "w") as f:
         f.write(os.environ.get("OPENBLAS_NUM_THREADS", "unset"))
     return generate(get_layout("scidb96"), start, n)
-'''
+"""
 
 
 @pytest.mark.parametrize("given,seen", [(None, "1"), ("3", "3")])
@@ -101,10 +121,16 @@ def test_the_command_starts_numpy_with_one_blas_thread_unless_told(tmp_path, giv
     unless the user set it; a user generator, run by the load, sees the value."""
     (tmp_path / "envgen.py").write_text(ENV_GEN)
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
-    env.update(PYTHONPATH=str(tmp_path), SEEN_FILE=str(tmp_path / "seen"), **({"OPENBLAS_NUM_THREADS": given}
-                                                                             if given else {}))
-    p = subprocess.run([tool("bulkload"), "load", "gen://envgen:records?n=10&layout=scidb96",
-                        f"lmdb://{tmp_path}/ds", "-q"], capture_output=True, text=True, env=env, timeout=60)
+    env.update(
+        PYTHONPATH=str(tmp_path), SEEN_FILE=str(tmp_path / "seen"), **({"OPENBLAS_NUM_THREADS": given} if given else {})
+    )
+    p = subprocess.run(
+        [tool("bulkload"), "load", "gen://envgen:records?n=10&layout=scidb96", f"lmdb://{tmp_path}/ds", "-q"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stderr
     assert (tmp_path / "seen").read_text() == seen
 
@@ -114,26 +140,54 @@ def test_the_command_starts_numpy_with_one_blas_thread_unless_told(tmp_path, giv
 #: generators), the other formats' and stores' libraries, the plug-ins, the arrays and
 #: readers, and what only some paths of the standard library need (a swap, a schema file)
 NOT_IN_SMALL_LOAD = {
-    "multiprocessing", "loader.infra.procmem", "loader.sources.shared", "loader.sources.iterables",
-    "loader.sources.arrow_files", "loader.sources.npy", "loader.sources.typed", "loader.sources.user_gen",
-    "pyarrow", "capnp", "rocksdict", "blosc2", "pandas", "pydantic", "rich", "dask", "psutil", "hypothesis",
-    "loader.docs", "loader.arrays", "loader.read", "socket", "hashlib", "tempfile", "ctypes.util",
-    "importlib.resources", "importlib.metadata",
+    "multiprocessing",
+    "loader.infra.procmem",
+    "loader.sources.shared",
+    "loader.sources.iterables",
+    "loader.sources.arrow_files",
+    "loader.sources.npy",
+    "loader.sources.typed",
+    "loader.sources.user_gen",
+    "pyarrow",
+    "capnp",
+    "rocksdict",
+    "blosc2",
+    "pandas",
+    "pydantic",
+    "rich",
+    "dask",
+    "psutil",
+    "hypothesis",
+    "loader.docs",
+    "loader.arrays",
+    "loader.read",
+    "socket",
+    "hashlib",
+    "tempfile",
+    "ctypes.util",
+    "importlib.resources",
+    "importlib.metadata",
 }
 
-AT_EXIT = ("import atexit, runpy, sys\n"
-           "out = sys.argv.pop(1)\n"
-           "atexit.register(lambda: open(out, 'w').write('\\n'.join(sorted(sys.modules))))\n"
-           "sys.argv.pop(0)\n"
-           "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+AT_EXIT = (
+    "import atexit, runpy, sys\n"
+    "out = sys.argv.pop(1)\n"
+    "atexit.register(lambda: open(out, 'w').write('\\n'.join(sorted(sys.modules))))\n"
+    "sys.argv.pop(0)\n"
+    "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+)
 
 
 def loaded_at_exit(tmp_path, *args) -> set[str]:
     """Every module loaded when the real `bulkload` script exits (it must succeed); unlike
     importtime, this also sees modules imported by attribute (``from pkg import mod``)."""
     out = tmp_path / "modules.txt"
-    p = subprocess.run([sys.executable, "-c", AT_EXIT, str(out), tool("bulkload"), *map(str, args)],
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-c", AT_EXIT, str(out), tool("bulkload"), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     names = set(out.read_text().split())
     assert "loader.cli.main" in names
@@ -141,8 +195,13 @@ def loaded_at_exit(tmp_path, *args) -> set[str]:
 
 
 def unwanted(names: set[str]) -> set[str]:
-    return {n for n in names if n in NOT_IN_SMALL_LOAD or n.split(".")[0] in NOT_IN_SMALL_LOAD
-            or any(n.startswith(m + ".") for m in NOT_IN_SMALL_LOAD)}
+    return {
+        n
+        for n in names
+        if n in NOT_IN_SMALL_LOAD
+        or n.split(".")[0] in NOT_IN_SMALL_LOAD
+        or any(n.startswith(m + ".") for m in NOT_IN_SMALL_LOAD)
+    }
 
 
 @pytest.mark.parametrize("records", [1000, 7])
@@ -173,7 +232,7 @@ def test_the_guard_sees_what_other_loads_import(tmp_path):
 
 #: an atexit handler in the command's process (the user's code never runs there: a user
 #: generator runs in a worker, sources/user_gen.py), registered as Python starts
-FREEZE_SITE = '''
+FREEZE_SITE = """
 import atexit, gc, os, sys
 
 def _report():
@@ -182,7 +241,7 @@ def _report():
             f.write(str(gc.get_freeze_count()))
 
 atexit.register(_report)
-'''
+"""
 
 
 def test_the_command_leaves_its_objects_to_the_exit(tmp_path):
@@ -191,19 +250,32 @@ def test_the_command_leaves_its_objects_to_the_exit(tmp_path):
     load is whole."""
     (tmp_path / "sitecustomize.py").write_text(FREEZE_SITE)
     env = dict(os.environ, PYTHONPATH=str(tmp_path), FROZEN_FILE=str(tmp_path / "frozen"))
-    p = subprocess.run([tool("bulkload"), "load", "gen://scidb96?n=10",
-                        f"lmdb://{tmp_path}/ds", "-q"], capture_output=True, text=True, env=env, timeout=60)
+    p = subprocess.run(
+        [tool("bulkload"), "load", "gen://scidb96?n=10", f"lmdb://{tmp_path}/ds", "-q"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stderr
     assert int((tmp_path / "frozen").read_text()) > 10_000
     with loader.open(f"lmdb://{tmp_path}/ds") as d:
         assert d.records == 10
 
 
-@pytest.mark.parametrize("args,built", [
-    (["load", "gen://scidb96?n=1", "mem://x"], {"load"}), (["info", "--help"], {"info"}),
-    (["finalize", "lmdb:///x"], {"finalize"}), (["--help"], None), ([], None), (["lod"], None),
-    (["--log-format", "json", "info", "x"], None), (["runs", "lmdb:///x"], {"runs"}),
-])
+@pytest.mark.parametrize(
+    "args,built",
+    [
+        (["load", "gen://scidb96?n=1", "mem://x"], {"load"}),
+        (["info", "--help"], {"info"}),
+        (["finalize", "lmdb:///x"], {"finalize"}),
+        (["--help"], None),
+        ([], None),
+        (["lod"], None),
+        (["--log-format", "json", "info", "x"], None),
+        (["runs", "lmdb:///x"], {"runs"}),
+    ],
+)
 def test_the_command_builds_only_the_command_it_runs(args, built):
     """typer builds a command's parameters from its signature before parsing: `bulkload CMD`
     builds CMD's alone; anything else (help, a group option first, a typo) gets every command."""

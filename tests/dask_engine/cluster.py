@@ -20,8 +20,10 @@ def local_cluster(n_workers: int = 2):
 
     remove_leaked_semaphores()
     before = semaphores()
-    with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None) as c, \
-            Client(c) as client:
+    with (
+        LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None) as c,
+        Client(c) as client,
+    ):
         record_semaphores(semaphores() - before)
         yield client, c
     record_semaphores(set())
@@ -150,7 +152,7 @@ def run_in_thread(fn):
     def target():
         try:
             out["value"] = fn()
-        except BaseException as e:  # noqa: BLE001 - handed to the test
+        except BaseException as e:
             out["error"] = e
 
     ctx = contextvars.copy_context()

@@ -50,8 +50,9 @@ def test_worker_killed_mid_ingest_of_files(tmp_path, client):
     ref = f"rocksdb://{tmp_path}/ref"
     loader.ingest(ref, str(src), **opts)
     uri, root = f"rocksdb://{tmp_path}/ds", str(tmp_path / "ds")
-    rep, _ = killed_run(client, uri, root, lambda: loader.ingest(uri, str(src), **opts),
-                        lambda: pending_rows(root) >= 4)
+    rep, _ = killed_run(
+        client, uri, root, lambda: loader.ingest(uri, str(src), **opts), lambda: pending_rows(root) >= 4
+    )
     assert rep.records == 120000 and len(rep.files) == 4
     same_state(dataset_state(ref, arrays=False), dataset_state(uri, arrays=False))
 
@@ -63,8 +64,9 @@ def test_worker_killed_mid_ingest_of_documents(tmp_path, client):
     ref = f"lmdb://{tmp_path}/ref"
     loader.ingest(ref, str(src), **opts)
     uri, root = f"lmdb://{tmp_path}/ds", str(tmp_path / "ds")
-    rep, _ = killed_run(client, uri, root, lambda: loader.ingest(uri, str(src), **opts),
-                        lambda: pending_rows(root) >= 4)
+    rep, _ = killed_run(
+        client, uri, root, lambda: loader.ingest(uri, str(src), **opts), lambda: pending_rows(root) >= 4
+    )
     assert len(rep.files) == 6000
     assert stored_docs(ref)[:2] == stored_docs(uri)[:2]
 

@@ -51,8 +51,11 @@ def test_a_killed_coordinator_leaves_the_last_commit_and_its_tasks_stop(tmp_path
     env = dict(os.environ, BULKLOAD_CHECKPOINT_SECONDS="0")
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        wait_until(lambda: pending_rows(root) >= 4 and lease_holders(root) or p.poll() is not None, 60,
-                   "the load never got under way")
+        wait_until(
+            lambda: (pending_rows(root) >= 4 and lease_holders(root)) or p.poll() is not None,
+            60,
+            "the load never got under way",
+        )
         assert p.poll() is None, "the load ended before it could be killed: make it longer"
         os.kill(p.pid, signal.SIGKILL)
     finally:

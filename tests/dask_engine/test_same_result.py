@@ -81,8 +81,11 @@ def test_an_error_raised_in_a_dask_task_is_the_runs_error(tmp_path, client):
         messages.append(str(e.value).replace(str(tmp_path / engine), "DS"))
         same_state(before, dataset_state(uri))
     for text in messages:  # whichever task failed first: the same line
-        assert re.fullmatch(r"cell \(i0=0, i1=\d+\) of array 'grid' is set by records (\d+) and \d+; nothing "
-                            r"was committed - choose --duplicates first, last or keep, or fix the data", text), text
+        assert re.fullmatch(
+            r"cell \(i0=0, i1=\d+\) of array 'grid' is set by records (\d+) and \d+; nothing "
+            r"was committed - choose --duplicates first, last or keep, or fix the data",
+            text,
+        ), text
 
 
 def test_a_stream_or_a_mem_dataset_on_dask_is_a_usage_error(tmp_path, client):
@@ -106,16 +109,20 @@ def test_python_reports_have_the_keys_of_the_cli_json_on_either_engine(tmp_path,
         kw = {"client": client} if engine == "dask" else {}
         flags = ["--engine", "dask", "--scheduler", client.scheduler.address] if engine == "dask" else []
         py, cli = f"lmdb://{tmp_path}/py-{engine}", f"lmdb://{tmp_path}/cli-{engine}"
-        ours = {"load": loader.load("gen://scidb96?n=2000", py, shards=2, workers=2, batch_records=500, **kw),
-                "ingest": loader.ingest(py, str(src), **kw),
-                "finalize": loader.finalize(py, dims="i0:5,i1:1000", workers=1, compact=False, **kw),
-                "compact": loader.compact(py, force=True, workers=1, **kw),
-                "verify": loader.verify(py, **kw)}
-        theirs = {"load": ["load", "gen://scidb96?n=2000", cli, "--shards", 2, "--workers", 2, "--batch-records", 500],
-                  "ingest": ["ingest", cli, "--from", src],
-                  "finalize": ["finalize", cli, "--dims", "i0:5,i1:1000", "--workers", 1, "--no-compact"],
-                  "compact": ["compact", cli, "--force", "--workers", 1],
-                  "verify": ["verify", cli]}
+        ours = {
+            "load": loader.load("gen://scidb96?n=2000", py, shards=2, workers=2, batch_records=500, **kw),
+            "ingest": loader.ingest(py, str(src), **kw),
+            "finalize": loader.finalize(py, dims="i0:5,i1:1000", workers=1, compact=False, **kw),
+            "compact": loader.compact(py, force=True, workers=1, **kw),
+            "verify": loader.verify(py, **kw),
+        }
+        theirs = {
+            "load": ["load", "gen://scidb96?n=2000", cli, "--shards", 2, "--workers", 2, "--batch-records", 500],
+            "ingest": ["ingest", cli, "--from", src],
+            "finalize": ["finalize", cli, "--dims", "i0:5,i1:1000", "--workers", 1, "--no-compact"],
+            "compact": ["compact", cli, "--force", "--workers", 1],
+            "verify": ["verify", cli],
+        }
         for name, args in theirs.items():
             p = run_cli(*flags, *args, "--json")
             assert p.returncode == 0, p.stderr

@@ -54,14 +54,21 @@ def service(request):
 @pytest.fixture
 def idle_scheduler():
     """The address of a real distributed.Scheduler (its own process) with no workers."""
-    code = ("import asyncio\nfrom distributed import Scheduler\n"
-            "async def main():\n"
-            "    async with Scheduler(host='127.0.0.1', port=0, dashboard_address=None) as s:\n"
-            "        print(s.address, flush=True)\n"
-            "        await asyncio.get_running_loop().run_in_executor(None, input)\n"
-            "asyncio.run(main())\n")
-    p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL, text=True)
+    code = (
+        "import asyncio\nfrom distributed import Scheduler\n"
+        "async def main():\n"
+        "    async with Scheduler(host='127.0.0.1', port=0, dashboard_address=None) as s:\n"
+        "        print(s.address, flush=True)\n"
+        "        await asyncio.get_running_loop().run_in_executor(None, input)\n"
+        "asyncio.run(main())\n"
+    )
+    p = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         yield p.stdout.readline().strip()
     finally:
@@ -82,8 +89,17 @@ def snapshot(path):
 @pytest.mark.parametrize("service", [b"\xff" * 4096, b""], ids=["garbage", "silent"], indirect=True)
 def test_a_service_that_is_not_a_dask_scheduler_is_one_line_within_seconds(tmp_path, service):
     start = time.monotonic()
-    p = run_cli("--engine", "dask", "--scheduler", service, "load", "gen://scidb96?n=100",
-                f"lmdb://{tmp_path}/ds", env=FAST, timeout=60)
+    p = run_cli(
+        "--engine",
+        "dask",
+        "--scheduler",
+        service,
+        "load",
+        "gen://scidb96?n=100",
+        f"lmdb://{tmp_path}/ds",
+        env=FAST,
+        timeout=60,
+    )
     assert time.monotonic() - start < 20
     assert p.returncode == 1, p.stderr
     assert p.stderr.startswith("bulkload: error: ") and service in p.stderr, p.stderr
@@ -97,12 +113,15 @@ def test_a_scheduler_without_workers_is_named_within_seconds_and_nothing_is_writ
     before = snapshot(tmp_path / "old")
     for uri in (new, old):
         start = time.monotonic()
-        p = run_cli("--engine", "dask", "--scheduler", idle_scheduler, "load", "gen://scidb96?n=100", uri,
-                    env=FAST, timeout=60)
+        p = run_cli(
+            "--engine", "dask", "--scheduler", idle_scheduler, "load", "gen://scidb96?n=100", uri, env=FAST, timeout=60
+        )
         assert time.monotonic() - start < 20
         assert p.returncode == 1, p.stderr
-        assert p.stderr == (f"bulkload: error: the Dask scheduler at {idle_scheduler} has no workers (waited 2 s); "
-                            f"start some (dask worker {idle_scheduler}) or raise BULKLOAD_DASK_TIMEOUT\n")
+        assert p.stderr == (
+            f"bulkload: error: the Dask scheduler at {idle_scheduler} has no workers (waited 2 s); "
+            f"start some (dask worker {idle_scheduler}) or raise BULKLOAD_DASK_TIMEOUT\n"
+        )
     assert not (tmp_path / "new").exists()
     assert snapshot(tmp_path / "old") == before
     from distributed import Client
@@ -153,9 +172,22 @@ def _stray(pids) -> list[int]:
 def test_a_stop_signal_while_the_engine_starts_ends_the_command_within_2_s(tmp_path, service, where):
     scheduler = service if where == "silent service" else where
     env = dict(os.environ, BULKLOAD_DASK_TIMEOUT="60")
-    p = subprocess.Popen([tool("bulkload"), "--engine", "dask", "--scheduler", scheduler, "load",
-                          "gen://scidb96?n=100", f"lmdb://{tmp_path}/ds"], stderr=subprocess.PIPE, text=True,
-                         env=env, start_new_session=True)
+    p = subprocess.Popen(
+        [
+            tool("bulkload"),
+            "--engine",
+            "dask",
+            "--scheduler",
+            scheduler,
+            "load",
+            "gen://scidb96?n=100",
+            f"lmdb://{tmp_path}/ds",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
     deadline, started = time.monotonic() + 30, set()
     while time.monotonic() < deadline and p.poll() is None:  # the cluster's processes are starting
         started = _descendants(p.pid)  # (16 on 2 cores take seconds to start)

@@ -16,7 +16,8 @@ def test_unguarded_script_on_a_local_cluster_loads_once(tmp_path):
     (tmp_path / "script.py").write_text(
         "import loader\n"
         f"r = loader.load('gen://scidb96?n=1000', {uri!r}, shards=2, engine='dask', scheduler='local:2')\n"
-        "print(r.records)\n")
+        "print(r.records)\n"
+    )
     p = subprocess.run([sys.executable, "script.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert "Traceback" not in p.stderr, p.stderr
     assert p.returncode == 0 and p.stdout.split() == ["1000"]
@@ -37,7 +38,8 @@ def test_generator_defined_in_an_unguarded_script_loads_once_on_dask(tmp_path):
         "    assert not hasattr(sys.modules['__main__'], 'SCRIPT_MARK'), 'a worker imported the script'\n"
         "    return np.arange(start, start + n, dtype=np.int64).astype([('key', '<i8')])\n"
         f"r = loader.load(loader.generator(gen, n=1000, start=3), {uri!r}, shards=2, engine='dask', "
-        "scheduler='local:2')\nprint(r.records)\n")
+        "scheduler='local:2')\nprint(r.records)\n"
+    )
     p = subprocess.run([sys.executable, "script.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert "Traceback" not in p.stderr, p.stderr
     assert p.returncode == 0 and p.stdout.splitlines() == ["top-level code ran", "1000"]

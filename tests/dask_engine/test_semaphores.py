@@ -25,8 +25,14 @@ with local_cluster(1):
 
 
 def test_the_semaphores_of_a_killed_test_cluster_are_removed_by_the_next_one(tmp_path):
-    p = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                         start_new_session=True, text=True, cwd=tmp_path)
+    p = subprocess.Popen(
+        [sys.executable, "-c", CHILD],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        text=True,
+        cwd=tmp_path,
+    )
     try:
         assert p.stdout.readline().strip() == "ready"
     finally:

@@ -98,8 +98,9 @@ def test_verify_on_dask_reports_what_a_local_verify_reports(tmp_path, client, st
     damage_pieces(uri, "k")
     local, dask = reports(uri, client)
     assert not local["ok"] and len(local["problems"]) == 5, local["problems"]
-    assert local["problems"][2]["problem"] == ("array 'grid': not compared with the flat records it was built "
-                                               "from: some of them are damaged")
+    assert local["problems"][2]["problem"] == (
+        "array 'grid': not compared with the flat records it was built from: some of them are damaged"
+    )
     assert dask == local  # the same problems, in the same order
     assert not (tmp_path / "ds" / ".leases").exists()
 
@@ -119,10 +120,15 @@ def test_verify_through_the_cli_on_a_local_cluster(tmp_path):
     p = run_cli("--engine", "dask", "--scheduler", "local:1", "verify", uri, "--json", timeout=90)
     assert p.returncode == 1, p.stderr
     rep = json.loads(p.stdout)
-    assert (rep["engine"], rep["scheduler"], rep["tasks_retried"], len(rep["engine_workers"])) == \
-        ("dask", "local:1", 0, 1)
-    assert [(x["shard"], x["problem"]) for x in rep["problems"]] == \
-        [(x["shard"], x["problem"]) for x in loader.verify(uri).problems]
+    assert (rep["engine"], rep["scheduler"], rep["tasks_retried"], len(rep["engine_workers"])) == (
+        "dask",
+        "local:1",
+        0,
+        1,
+    )
+    assert [(x["shard"], x["problem"]) for x in rep["problems"]] == [
+        (x["shard"], x["problem"]) for x in loader.verify(uri).problems
+    ]
 
 
 PIPELINE = """\
@@ -167,8 +173,9 @@ def test_flags_and_variables_win_over_the_file_and_the_api_over_everything(tmp_p
     # BULKLOAD_ENGINE (what `bulkload --engine local run` sets) wins over the file
     assert "engine" not in loader.run(path, progress="none", env={"BULKLOAD_ENGINE": "local"}).to_dict()
     addr = client.scheduler.address
-    rep = loader.run(path, ["job.scheduler=" + addr], progress="none", env={"BULKLOAD_ENGINE": "local"},
-                     engine="dask").to_dict()  # the API's engine over the variable, --set over the file
+    rep = loader.run(
+        path, ["job.scheduler=" + addr], progress="none", env={"BULKLOAD_ENGINE": "local"}, engine="dask"
+    ).to_dict()  # the API's engine over the variable, --set over the file
     assert (rep["engine"], rep["scheduler"]) == ("dask", addr)
     rep = loader.run(path, progress="none", env={}, client=client).to_dict()  # a client over the file's scheduler
     assert rep["scheduler"] == addr
@@ -177,11 +184,16 @@ def test_flags_and_variables_win_over_the_file_and_the_api_over_everything(tmp_p
     assert "engine" not in json.loads(p.stdout)
 
 
-@pytest.mark.parametrize("line,message", [
-    ('engine = "spark"', "p.toml, line 6: [job] engine must be local or dask, not 'spark'"),
-    ('engine = "dask"\nscheduler = "nowhere"',
-     "p.toml, line 7: [job] scheduler must be tcp://HOST:PORT (or tls, ws, wss, ucx, inproc://), or local:N (N >= 1), not 'nowhere'"),
-])
+@pytest.mark.parametrize(
+    "line,message",
+    [
+        ('engine = "spark"', "p.toml, line 6: [job] engine must be local or dask, not 'spark'"),
+        (
+            'engine = "dask"\nscheduler = "nowhere"',
+            "p.toml, line 7: [job] scheduler must be tcp://HOST:PORT (or tls, ws, wss, ucx, inproc://), or local:N (N >= 1), not 'nowhere'",
+        ),
+    ],
+)
 def test_a_bad_engine_key_names_its_line(tmp_path, line, message):
     path = pipeline(tmp_path, "p", line + "\n")
     with pytest.raises(PipelineError) as e:

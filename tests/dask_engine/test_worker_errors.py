@@ -36,8 +36,13 @@ def one_worker(scheduler, argv, env=None, cwd=None):
     """A worker process of ``scheduler`` started by ``argv`` (the scheduler's only worker)."""
     from distributed import Client
 
-    p = subprocess.Popen(argv + [scheduler.scheduler_address, "--no-nanny", "--nthreads", "1", "--no-dashboard"],
-                         env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        argv + [scheduler.scheduler_address, "--no-nanny", "--nthreads", "1", "--no-dashboard"],
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         with Client(scheduler) as c:
             c.wait_for_workers(1, timeout=60)
@@ -50,8 +55,20 @@ def one_worker(scheduler, argv, env=None, cwd=None):
 
 
 def cli_fails(scheduler, uri, *message):
-    p = run_cli("--engine", "dask", "--scheduler", scheduler.scheduler_address, "load", "gen://scidb96?n=2000", uri,
-                "--shards", 2, "--workers", 1, timeout=90)
+    p = run_cli(
+        "--engine",
+        "dask",
+        "--scheduler",
+        scheduler.scheduler_address,
+        "load",
+        "gen://scidb96?n=2000",
+        uri,
+        "--shards",
+        2,
+        "--workers",
+        1,
+        timeout=90,
+    )
     assert p.returncode == 1, p.stderr
     assert p.stderr.startswith("bulkload: error: ") and len(p.stderr.strip().splitlines()) == 1, p.stderr
     for text in message:
@@ -61,8 +78,12 @@ def cli_fails(scheduler, uri, *message):
 def test_a_worker_that_cannot_import_bulkload(tmp_path, scheduler):
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(SITE)}  # dask, not bulkload (its .pth is not read)
     with one_worker(scheduler, [sys.executable, "-S", "-m", "distributed.cli.dask_worker"], env=env, cwd=tmp_path):
-        cli_fails(scheduler, f"lmdb://{tmp_path}/ds", "cannot import bulkload (No module named 'loader')",
-                  "pip install 'bulkload[dask]'")
+        cli_fails(
+            scheduler,
+            f"lmdb://{tmp_path}/ds",
+            "cannot import bulkload (No module named 'loader')",
+            "pip install 'bulkload[dask]'",
+        )
     assert not (tmp_path / "ds").exists()
 
 
@@ -70,15 +91,19 @@ def test_a_worker_that_cannot_import_bulkload(tmp_path, scheduler):
 def test_a_worker_that_cannot_see_the_dataset(tmp_path, scheduler):
     shared = tmp_path / "shared"
     shared.mkdir()
-    worker = f"mount -t tmpfs none {shared} && exec {VENV_BIN / 'dask'} worker \"$@\""
+    worker = f'mount -t tmpfs none {shared} && exec {VENV_BIN / "dask"} worker "$@"'
     with one_worker(scheduler, ["unshare", "-m", "--propagation", "private", "sh", "-c", worker, "sh"]):
         for uri in (f"lmdb://{shared}/ds", f"rocksdb://{shared}/old"):
             if "old" in uri:
                 loader.load("gen://scidb96?n=100", uri)
                 before = manifest_json(shared / "old")
-            cli_fails(scheduler, uri, "cannot see the dataset's directory",
-                      str(shared / "old") if "old" in uri else f"{shared} (it is another directory there)",
-                      "a filesystem every worker sees at the same path")
+            cli_fails(
+                scheduler,
+                uri,
+                "cannot see the dataset's directory",
+                str(shared / "old") if "old" in uri else f"{shared} (it is another directory there)",
+                "a filesystem every worker sees at the same path",
+            )
     assert sorted(os.listdir(shared)) == ["old"]
     assert manifest_json(shared / "old") == before
 
@@ -92,9 +117,12 @@ def test_a_read_on_a_worker_that_cannot_see_the_dataset_names_the_worker_and_the
     uri = f"lmdb://{shared}/ds"
     loader.load("gen://scidb96?n=1000", uri, batch_records=500)
     loader.finalize(uri, dims="i0:5,i1:1000", workers=1, compact=False)
-    worker = f"mount -t tmpfs none {shared} && exec {VENV_BIN / 'dask'} worker \"$@\""
-    with one_worker(scheduler, ["unshare", "-m", "--propagation", "private", "sh", "-c", worker, "sh"]), \
-            Client(scheduler) as client, loader.open(uri) as ds:
+    worker = f'mount -t tmpfs none {shared} && exec {VENV_BIN / "dask"} worker "$@"'
+    with (
+        one_worker(scheduler, ["unshare", "-m", "--propagation", "private", "sh", "-c", worker, "sh"]),
+        Client(scheduler) as client,
+        loader.open(uri) as ds,
+    ):
         (address,) = client.scheduler_info()["workers"]
         for collection in (ds.to_dask_dataframe(), ds.to_dask_array("grid", attr="i3", fill=-7)):
             with pytest.raises(EngineError) as e:
@@ -109,9 +137,27 @@ def test_a_relative_dataset_reaches_a_worker_in_another_directory(tmp_path, sche
     elsewhere.mkdir()
     (tmp_path / "rel").mkdir()
     with one_worker(scheduler, [str(VENV_BIN / "dask"), "worker"], cwd=elsewhere):
-        p = subprocess.run([str(VENV_BIN / "bulkload"), "--engine", "dask", "--scheduler", scheduler.scheduler_address,
-                            "load", "gen://scidb96?n=2000", "lmdb://rel/ds", "--shards", "2", "--workers", "1", "-q"],
-                           cwd=tmp_path, capture_output=True, text=True, timeout=90)
+        p = subprocess.run(
+            [
+                str(VENV_BIN / "bulkload"),
+                "--engine",
+                "dask",
+                "--scheduler",
+                scheduler.scheduler_address,
+                "load",
+                "gen://scidb96?n=2000",
+                "lmdb://rel/ds",
+                "--shards",
+                "2",
+                "--workers",
+                "1",
+                "-q",
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
         assert p.returncode == 0, p.stderr
     assert loader.verify(f"lmdb://{tmp_path}/rel/ds").records == 2000
     assert not (elsewhere / "rel").exists()

@@ -53,4 +53,3 @@ def test_worker_killed_mid_load_is_retried_and_the_result_is_identical(tmp_path,
     assert ex.retried >= 1
     same_state(dataset_state(ref), dataset_state(uri))
     client.wait_for_workers(2, timeout=30)
-

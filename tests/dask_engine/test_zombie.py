@@ -30,11 +30,28 @@ def cluster():
     """A scheduler (here, worker-ttl 3 s) and three worker processes without nannies."""
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=0, processes=True, dashboard_address=None,
-                      scheduler_kwargs={"worker_ttl": "3s"}) as c, Client(c) as client:
-        procs = [subprocess.Popen([DASK, "worker", c.scheduler_address, "--no-nanny", "--nthreads", "1",
-                                   "--no-dashboard", "--name", f"z{i}"], stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL) for i in range(3)]
+    with (
+        LocalCluster(n_workers=0, processes=True, dashboard_address=None, scheduler_kwargs={"worker_ttl": "3s"}) as c,
+        Client(c) as client,
+    ):
+        procs = [
+            subprocess.Popen(
+                [
+                    DASK,
+                    "worker",
+                    c.scheduler_address,
+                    "--no-nanny",
+                    "--nthreads",
+                    "1",
+                    "--no-dashboard",
+                    "--name",
+                    f"z{i}",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for i in range(3)
+        ]
         try:
             client.wait_for_workers(3, timeout=60)
             yield client, procs

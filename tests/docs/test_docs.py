@@ -24,8 +24,9 @@ from loader.docs.values import (
 )
 from loader.errors import UsageError, VerifyError
 
-SETTINGS = settings(max_examples=25, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 
 
 def test_layout_and_arrow():
@@ -95,13 +96,14 @@ def test_raw_round_trip(created, text):
 
 @pytest.mark.parametrize("fmt", ["capnp", "raw"])
 def test_batch_encoding_matches_single(fmt):
-    b = DocBatch.concat([generate_docs(9, 0, 200),
-                         DocBatch.from_records([(10**6, -5, b""), (10**6 + 1, 7, "é\u20ac".encode())])])
+    b = DocBatch.concat(
+        [generate_docs(9, 0, 200), DocBatch.from_records([(10**6, -5, b""), (10**6 + 1, 7, "é\u20ac".encode())])]
+    )
     vals = encode_batch(b, fmt)
     buf, off = encode_batch_buffer(b, fmt)
     for i, (doc_id, ca, t) in enumerate(b.records()):
         one = encode_doc_capnp(doc_id, ca, t) if fmt == "capnp" else encode_doc_raw(ca, t)
-        assert vals[i] == one == buf[off[i]:off[i + 1]]
+        assert vals[i] == one == buf[off[i] : off[i + 1]]
     assert decode_values(b.ids.tolist(), vals, fmt).equals(b)
     assert encode_batch(DocBatch.empty(), fmt) == []
     with pytest.raises(UsageError, match="format"):
@@ -109,6 +111,7 @@ def test_batch_encoding_matches_single(fmt):
 
 
 # --- zdict -------------------------------------------------------------------------------------
+
 
 def test_zdict_round_trip_and_beats_plain():
     b = generate_docs(21, 0, 3000)

@@ -52,8 +52,13 @@ def test_doc_index_finds_exactly_the_batches_that_hold_an_id(spans, x, width):
 
 def test_check_id():
     assert [check_id(v) for v in (0, "42", 7.0, MAX_ID, str(MAX_ID))] == [0, 42, 7, MAX_ID, MAX_ID]
-    for bad, why in [("x", "'x' is not an integer"), (None, "None is not an integer"), ("1.5", "'1.5' is not an "
-                     "integer"), (-1, "-1 is out of range"), (MAX_ID + 1, f"{MAX_ID + 1} is out of range")]:
+    for bad, why in [
+        ("x", "'x' is not an integer"),
+        (None, "None is not an integer"),
+        ("1.5", "'1.5' is not an integer"),
+        (-1, "-1 is out of range"),
+        (MAX_ID + 1, f"{MAX_ID + 1} is out of range"),
+    ]:
         with pytest.raises(UsageError, match=f"document id {why}"):
             check_id(bad)
 
@@ -71,25 +76,33 @@ def test_stored_ids_are_refused_per_file_or_for_a_range(store_uri, tmp_path, fmt
     write_json_dir(generate_docs(SEED, 150, 100), tmp_path / "in")  # ids 150..249: 150..199 are stored
     listing, _ = scan_json_dir(tmp_path / "in")
     src = JsonDirSource(str(tmp_path / "in"))
-    with pytest.raises(BadFileError, match=r"/150\.json: duplicate id 150: a document with this id is already "
-                       r"stored in the dataset \(and 49 more bad file\(s\)\); nothing was loaded"):
+    with pytest.raises(
+        BadFileError,
+        match=r"/150\.json: duplicate id 150: a document with this id is already "
+        r"stored in the dataset \(and 49 more bad file\(s\)\); nothing was loaded",
+    ):
         stored_duplicates(spec, m, src, listing, [], "fail")
     earlier = [{"path": str(tmp_path / "in" / "0.json"), "reason": "an earlier one"}]
     entries, skipped = stored_duplicates(spec, m, src, listing, earlier, "skip")
     assert entries.ids.tolist() == list(range(200, 250))
-    assert [s["path"] for s in skipped] == sorted([earlier[0]["path"]] + [str(tmp_path / "in" / f"{i}.json")
-                                                                          for i in range(150, 200)])
+    assert [s["path"] for s in skipped] == sorted(
+        [earlier[0]["path"]] + [str(tmp_path / "in" / f"{i}.json") for i in range(150, 200)]
+    )
     # compare (ingest): handed the stored ids' files; what it returns is bad, the rest is left out
     seen = []
-    entries, skipped = stored_duplicates(spec, m, src, listing, [], "skip",
-                                         compare=lambda found: seen.extend(found) or [])
+    entries, skipped = stored_duplicates(
+        spec, m, src, listing, [], "skip", compare=lambda found: seen.extend(found) or []
+    )
     assert [i for i, _ in seen] == list(range(150, 200)) and entries.ids.tolist() == list(range(200, 250))
     assert skipped == []
     # only new ids: nothing read, nothing refused
     assert stored_duplicates(spec, m, src, listing[50:], [], "fail")[0] == listing[50:]
     # a generator: its range overlaps (DuplicateIdError) or not
-    with pytest.raises(DuplicateIdError, match=r"gen://docs\?n=10&start=195&seed=0: ids 195\.\.204 overlap "
-                       r"documents already stored in .* \(e\.g\. id 195\); nothing was loaded"):
+    with pytest.raises(
+        DuplicateIdError,
+        match=r"gen://docs\?n=10&start=195&seed=0: ids 195\.\.204 overlap "
+        r"documents already stored in .* \(e\.g\. id 195\); nothing was loaded",
+    ):
         stored_duplicates(spec, m, GenDocsSource(10, 195), None, [], "fail")
     assert stored_duplicates(spec, m, GenDocsSource(10, 200), None, [], "fail") == (None, [])
 
@@ -106,9 +119,17 @@ def test_blocks_from_yields_the_blocks_that_hold_a_range(tmp_path, scheme):
         spans = [(int(reader.columns(v)[0][0]), id_of_key(k)) for k, v in every]  # (first, last) id
         gaps = [(a[1] + 1, z[0] - 1) for a, z in zip(spans, spans[1:]) if z[0] > a[1] + 1]  # between batches
         assert len(every) > 2 and gaps
-        for lo, hi in [(0, MAX_ID), (spans[1][0], spans[1][0]), (spans[0][1], spans[1][0]), (spans[1][1] + 1, 10**9),
-                       (spans[-1][1] + 1, MAX_ID), (spans[0][0] + 1, spans[-1][1] - 1), *gaps,
-                       (gaps[0][0], gaps[0][0]), (gaps[0][1], gaps[0][1] + 1)]:
+        for lo, hi in [
+            (0, MAX_ID),
+            (spans[1][0], spans[1][0]),
+            (spans[0][1], spans[1][0]),
+            (spans[1][1] + 1, 10**9),
+            (spans[-1][1] + 1, MAX_ID),
+            (spans[0][0] + 1, spans[-1][1] - 1),
+            *gaps,
+            (gaps[0][0], gaps[0][0]),
+            (gaps[0][1], gaps[0][1] + 1),
+        ]:
             want = [kv for kv, (first, last) in zip(every, spans) if last >= lo and first <= hi]
             assert [(bytes(k), bytes(v)) for k, v in blocks_from(st, b.table, lo, hi)] == want, (lo, hi)
     finally:
@@ -134,7 +155,10 @@ def test_batch_docs_reads_a_range_back_and_checks_a_whole_batch(store_uri, fmt):
     finally:
         st.close()
     with loader.open(store_uri) as ds:
-        with pytest.raises(CorruptBatchError, match=rf"shard {b.shard} batch {b.seq} \(documents {b.lo}\.\.{b.hi}\) of .*: stored bytes changed \(checksum mismatch\)"):
+        with pytest.raises(
+            CorruptBatchError,
+            match=rf"shard {b.shard} batch {b.seq} \(documents {b.lo}\.\.{b.hi}\) of .*: stored bytes changed \(checksum mismatch\)",
+        ):
             DocReader(ds).batch_docs(b, b.lo, b.hi)
 
 
@@ -150,9 +174,27 @@ def test_discard_run_drops_a_runs_documents_from_every_shard(store_uri, tmp_path
     ids = np.arange(1, 2 * N, 2) if interleaved else np.arange(2 * N, 3 * N)  # a dictionary per (shard, table)
     write_json_dir(every.take(ids), tmp_path / "in")
     env = dict(os.environ, BULKLOAD_FAULT="checkpoint:3", BULKLOAD_CHECKPOINT_SECONDS="0")
-    p = subprocess.run([tool("bulkload"), "load", str(tmp_path / "in"), store_uri, "--layout", "docs", "--shards",
-                        "2", "--workers", "1", "--batch-records", "40", "-q"], env=env, capture_output=True,
-                       text=True, timeout=120)
+    p = subprocess.run(
+        [
+            tool("bulkload"),
+            "load",
+            str(tmp_path / "in"),
+            store_uri,
+            "--layout",
+            "docs",
+            "--shards",
+            "2",
+            "--workers",
+            "1",
+            "--batch-records",
+            "40",
+            "-q",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == -9, p.stderr
     with loader.open(store_uri) as ds:
         m, killed = ds.manifest, ds.manifest.runs[-1]
@@ -176,7 +218,7 @@ def test_discard_run_drops_a_runs_documents_from_every_shard(store_uri, tmp_path
     for s in range(m.shards):
         st = spec.open_shard(s, write=False)
         try:
-            assert doc_tables(st) == [committed] and load_dictionary(st, killed.table) is None or not interleaved
+            assert (doc_tables(st) == [committed] and load_dictionary(st, killed.table) is None) or not interleaved
             assert (load_dictionary(st, committed) is not None) == (spec.scheme != "rocksdb")
         finally:
             st.close()

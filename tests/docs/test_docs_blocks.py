@@ -38,19 +38,19 @@ def batches(draw):
         ids.append(min(ids[-1] + g, 2**64 - 1 - (n - len(ids)) + 1))
     ids = sorted(set(ids))
     texts = [draw(st.binary(max_size=draw(st.sampled_from([0, 10, 3000, 9000])))) for _ in ids]
-    cas = draw(st.one_of(st.lists(I64, min_size=len(ids), max_size=len(ids)),
-                         st.just([7] * len(ids))))
+    cas = draw(st.one_of(st.lists(I64, min_size=len(ids), max_size=len(ids)), st.just([7] * len(ids))))
     return DocBatch.from_records(zip(ids, cas, texts))
 
 
 def _reference_columns(batch: DocBatch, i: int, j: int, flags: int) -> bytes:
     """The header and columns of block i..j-1 as the module doc of docs_blocks lays them out."""
+
     def width(m):
         return 1 if m < 2**8 else 2 if m < 2**16 else 4 if m < 2**32 else 8
 
     ids = [int(x) for x in batch.ids[i:j]]
     cas = [int(x) for x in batch.created_at[i:j]]
-    lens = [int(x) for x in np.diff(batch.offsets[i:j + 1])]
+    lens = [int(x) for x in np.diff(batch.offsets[i : j + 1])]
     deltas = [b - a for a, b in zip(ids, ids[1:])]
     wi = 0 if all(d == 1 for d in deltas) else width(max(deltas))
     wl = width(max(lens))
@@ -132,12 +132,12 @@ def test_a_document_larger_than_a_block():
 
 def test_corrupt_values_raise_verify_error():
     batch = generate_docs(2, 0, 50)
-    (_k, v), = Packer().pack(batch)[:1]
+    ((_k, v),) = Packer().pack(batch)[:1]
     r = BlockReader()
     with pytest.raises(VerifyError, match="header alone"):
         r.decode(v[:10])
     with pytest.raises(VerifyError, match="do not fit"):
-        r.decode(v[:HEADER_BYTES + 3])
+        r.decode(v[: HEADER_BYTES + 3])
     bad = bytearray(v)
     bad[4] = 3  # id width 3 does not exist
     with pytest.raises(VerifyError, match="corrupt document block header"):

@@ -52,6 +52,7 @@ def manifest_state(uri):
 
 # --- planning --------------------------------------------------------------------------------
 
+
 def entry(lo, hi, docs, seq=0):
     return BatchEntry(seq, 0, 0, docs, 0, 0, lo, hi, docs, "docs-x", 0)
 
@@ -69,6 +70,7 @@ def test_components_and_windows():
 
 # --- folds -------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("scheme,fmt", [("lmdb", "block"), ("rocksdb", "block"), ("lmdb", "raw"), ("rocksdb", "raw")])
 def test_fold_interleaved_runs(tmp_path, scheme, fmt):
     uri = f"{scheme}://{tmp_path}/ds"
@@ -78,7 +80,9 @@ def test_fold_interleaved_runs(tmp_path, scheme, fmt):
     assert rep["status"] == "done" and rep["documents_rewritten"] == len(want)
     assert (rep["tables_before"], rep["tables_after"]) == (3, 1)
     assert rep["text_bytes_rewritten"] == want.text_nbytes
-    assert all(s["status"] == "folded" and s["windows"] >= 4 and s["components"] >= 2 for s in rep["shards"]), rep["shards"]
+    assert all(s["status"] == "folded" and s["windows"] >= 4 and s["components"] >= 2 for s in rep["shards"]), rep[
+        "shards"
+    ]
     assert rep["bytes_before"] > 0 and rep["bytes_after"] > 0
     tables = shard_tables(uri)
     assert tables == [[f"docs-{rep['run_id']}"]] * 2
@@ -113,8 +117,7 @@ def test_split_windows_and_several_components(tmp_path):
     write_json_dir(docs.slice(150, 160), d1)
     loader.load(str(d1), uri, layout="docs", shards=1, workers=1, batch_records=400, progress="none")
     far = generate_docs(SEED, 10_000, 30)
-    loader.load(f"gen://docs?n=30&seed={SEED}&start=10000", uri, shards=1, workers=1, batch_records=10,
-                progress="none")
+    loader.load(f"gen://docs?n=30&seed={SEED}&start=10000", uri, shards=1, workers=1, batch_records=10, progress="none")
     rep = compact(uri, target_batch_records=10).to_dict()
     s = rep["shards"][0]
     assert s["status"] == "folded" and s["components"] == 4 and s["splits"] >= 1 and s["windows"] >= 7
@@ -156,6 +159,7 @@ def test_cli_compact_output(tmp_path):
 
 # --- kills -----------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("fault", ["w0.fold:2", "docs-folded:1", "docs-switched:1", "docs-dropping:1"])
 def test_killed_compaction_then_rerun_or_load(tmp_path, fault):
     uri = f"lmdb://{tmp_path}/ds"
@@ -189,8 +193,13 @@ def test_killed_compaction_then_rerun_or_load(tmp_path, fault):
 def test_killed_before_switch_then_compact_again(tmp_path):
     uri = f"rocksdb://{tmp_path}/ds"
     want = interleaved(tmp_path, uri, runs=2, n=160, fmt="raw")
-    p = subprocess.run([tool("bulkload"), "compact", uri, "-q"], env=dict(os.environ, BULKLOAD_FAULT="docs-folded:1"),
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [tool("bulkload"), "compact", uri, "-q"],
+        env=dict(os.environ, BULKLOAD_FAULT="docs-folded:1"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == -9, p.stderr
     assert all(len(t) == 3 for t in shard_tables(uri))
     rep = compact(uri).to_dict()
@@ -201,17 +210,21 @@ def test_killed_before_switch_then_compact_again(tmp_path):
 
 # --- the LMDB table limit --------------------------------------------------------------------------
 
+
 def test_table_limit_then_compact_then_load(tmp_path):
     uri = f"lmdb://{tmp_path}/ds?max_dbs=3"
     loader.load(f"gen://docs?n=50&seed={SEED}&start=1000", uri, **KW)  # meta, docs-1
     loader.load(f"gen://docs?n=50&seed={SEED}&start=0", uri, **KW)  # below: docs-2
-    with pytest.raises(UsageError, match=r"or run `bulkload compact DATASET` to fold them into one table per shard, then load again"):
+    with pytest.raises(
+        UsageError, match=r"or run `bulkload compact DATASET` to fold them into one table per shard, then load again"
+    ):
         loader.load(f"gen://docs?n=50&seed={SEED}&start=100", uri, **KW)
     rep = compact(uri).to_dict()
     assert (rep["tables_before"], rep["tables_after"]) == (2, 1)
     loader.load(f"gen://docs?n=50&seed={SEED}&start=100", uri, **KW)  # now it fits
-    want = sort_by_id(DocBatch.concat(
-        [generate_docs(SEED, 1000, 50), generate_docs(SEED, 0, 50), generate_docs(SEED, 100, 50)]))
+    want = sort_by_id(
+        DocBatch.concat([generate_docs(SEED, 1000, 50), generate_docs(SEED, 0, 50), generate_docs(SEED, 100, 50)])
+    )
     check(uri, want)
 
 
@@ -224,8 +237,13 @@ def test_a_killed_load_before_compaction_is_loaded_again_after_it(tmp_path):
     late = generate_docs(SEED, 200, 200).take(np.arange(0, 200, 2))  # above the stored ids: the shared table
     write_json_dir(late, d)
     env = dict(os.environ, BULKLOAD_FAULT="checkpoint:2", BULKLOAD_CHECKPOINT_SECONDS="0")
-    p = subprocess.run([tool("bulkload"), "load", str(d), uri, "--shards", "2", "--workers", "2", "--batch-records",
-                        "20", "-q"], env=env, capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [tool("bulkload"), "load", str(d), uri, "--shards", "2", "--workers", "2", "--batch-records", "20", "-q"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == -9, p.stderr
     rep = compact(uri).to_dict()
     assert rep["status"] == "done" and all(len(t) == 1 for t in shard_tables(uri))

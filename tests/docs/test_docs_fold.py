@@ -39,8 +39,16 @@ def shard_with_runs(spec, runs):
 
 
 def fold_task(spec, rows, target, keep=()):
-    return FoldTask(store=spec, worker=0, shards=(0,), manifest=HEAD | {"scheme": spec.scheme}, rows=tuple(rows),
-                    table="docs-folded", target=target, keep_tables=keep)
+    return FoldTask(
+        store=spec,
+        worker=0,
+        shards=(0,),
+        manifest=HEAD | {"scheme": spec.scheme},
+        rows=tuple(rows),
+        table="docs-folded",
+        target=target,
+        keep_tables=keep,
+    )
 
 
 def test_fold_shard_rewrites_every_document_id_sorted(store_uri):
@@ -70,6 +78,9 @@ def test_fold_shard_rewrites_every_document_id_sorted(store_uri):
 def test_an_id_stored_by_two_batches_stops_the_fold(store_uri):
     spec = parse_dataset_uri(store_uri).with_shards(1)
     rows = shard_with_runs(spec, [("docs-a", 0, 100), ("docs-b", 90, 30)])  # ids 90..99 in both
-    with pytest.raises(VerifyError, match=rf"^shard 0 of {store_uri}: id 90 is stored by two batches; nothing was "
-                       r"changed - run `bulkload verify` and reload the affected documents$"):
+    with pytest.raises(
+        VerifyError,
+        match=rf"^shard 0 of {store_uri}: id 90 is stored by two batches; nothing was "
+        r"changed - run `bulkload verify` and reload the affected documents$",
+    ):
         fold_shard(fold_task(spec, rows, 1000), 0)

@@ -13,8 +13,9 @@ from loader.docs.gen import CREATED_MAX, CREATED_MIN, TEXT_MAX, generate_docs
 from loader.errors import UsageError
 from loader.sources import _gen
 
-SETTINGS = settings(max_examples=25, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 U64 = 2**64
 #: a large sample for the statistical tests, made once (C: ~20 MB of text, ~10 ms)
 STATS_DOCS = 20_000
@@ -26,6 +27,7 @@ def sample():
 
 
 # --- a plain-Python model written from the module docstring ------------------------------
+
 
 def _m(z: int) -> int:
     z ^= z >> 30
@@ -105,8 +107,7 @@ def test_numpy_redraws_documents_left_short(monkeypatch):
 
 
 def test_c_constants_match():
-    assert (_gen.DOCS_TEXT_MAX, _gen.DOCS_CREATED_MIN, _gen.DOCS_CREATED_MAX) == (
-        TEXT_MAX, CREATED_MIN, CREATED_MAX)
+    assert (_gen.DOCS_TEXT_MAX, _gen.DOCS_CREATED_MIN, _gen.DOCS_CREATED_MAX) == (TEXT_MAX, CREATED_MIN, CREATED_MAX)
 
 
 def test_c_api_checks_its_buffers():
@@ -125,6 +126,7 @@ def test_c_api_checks_its_buffers():
 
 
 # --- split invariance, ranges, errors ---------------------------------------------------
+
 
 @SETTINGS
 @given(seed=st.integers(0, 2**63), n=st.integers(0, 5000), data=st.data())
@@ -183,6 +185,7 @@ def test_generate_rejects_bad_arguments():
 
 
 # --- statistics ------------------------------------------------------------------------------
+
 
 def test_lengths_are_uniform_over_0_to_text_max(sample):
     lengths = sample.lengths

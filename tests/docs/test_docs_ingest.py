@@ -95,22 +95,28 @@ def test_changed_file_is_a_bad_file(tmp_path):
     put(src, N, 30)  # new files, and an ingested one rewritten with other content:
     rewrite(src / "5.json", b'{"text": "a new version", "created_at": 5}')
     before = manifest_state(uri)
-    with pytest.raises(BadFileError, match=r"/5\.json: already ingested, but its content changed \(created_at "
-                       r"\d+ -> 5, text of \d+ -> 13 bytes differs\); documents are immutable once stored - give "
-                       r"the new version a new id .*; nothing was loaded"):
+    with pytest.raises(
+        BadFileError,
+        match=r"/5\.json: already ingested, but its content changed \(created_at "
+        r"\d+ -> 5, text of \d+ -> 13 bytes differs\); documents are immutable once stored - give "
+        r"the new version a new id .*; nothing was loaded",
+    ):
         ingest(uri, str(src), **KW)
     assert manifest_state(uri) == before  # fail: nothing of the run, not even a run record
     rep = ingest(uri, str(src), on_bad_file="skip", **KW)
     assert (rep.files, rep.already) == (files(N, 30), N - 1)
     assert [(s["name"], s["reason"][:43]) for s in rep.skipped] == [
-        ("5.json", "already ingested, but its content changed (")]
+        ("5.json", "already ingested, but its content changed (")
+    ]
     assert scan(uri).equals(docs(0, N + 30))  # the stored version stays
     rep = ingest(uri, str(src), on_bad_file="skip", **KW)  # looked at again by every run
     assert (rep.status, rep.already, [s["name"] for s in rep.skipped]) == ("nothing-to-do", N + 29, ["5.json"])
     # the same document with another formatting and a new mtime: already ingested
     d = docs(5, 1)
-    rewrite(src / "5.json", json.dumps({"created_at": int(d.created_at[0]), "text": d.text_of(0).decode()},
-                                       indent=2).encode())
+    rewrite(
+        src / "5.json",
+        json.dumps({"created_at": int(d.created_at[0]), "text": d.text_of(0).decode()}, indent=2).encode(),
+    )
     before = manifest_state(uri)
     rep = ingest(uri, str(src), **KW)
     assert (rep.status, rep.already, rep.skipped) == ("nothing-to-do", N + 30, [])
@@ -178,8 +184,7 @@ def test_bad_json(tmp_path):
     # the skipped file's batch is not in the ledger: the bad file is reported again, not "already"
     assert ledgers(uri)[-1]["exclude"] == [[50, 100]]
     rep = ingest(uri, str(src), on_bad_file="skip", **KW)
-    assert (rep.status, rep.already, [s["name"] for s in rep.skipped]) == ("nothing-to-do", N + 99,
-                                                                             [f"{N + 60}.json"])
+    assert (rep.status, rep.already, [s["name"] for s in rep.skipped]) == ("nothing-to-do", N + 99, [f"{N + 60}.json"])
     put(src, N + 60, 1)  # fixed: loaded by the next run
     rep = ingest(uri, str(src), **KW)
     assert (rep.files, rep.already, rep.skipped) == (files(N + 60, 1), N + 99, [])
@@ -193,7 +198,14 @@ def test_cli(tmp_path):
     assert p.returncode == 0, p.stderr
     rep = json.loads(p.stdout)
     assert {k: rep[k] for k in ("status", "layout", "files", "records", "already", "skipped", "deferred")} == {
-        "status": "done", "layout": "docs", "files": files(0, N), "records": N, "already": 0, "skipped": [], "deferred": []}
+        "status": "done",
+        "layout": "docs",
+        "files": files(0, N),
+        "records": N,
+        "already": 0,
+        "skipped": [],
+        "deferred": [],
+    }
     assert rep["run_id"] and rep["seconds"] > 0
     p = run_cli("ingest", uri, "--from", src)
     assert p.returncode == 0, p.stderr
@@ -202,16 +214,18 @@ def test_cli(tmp_path):
     rewrite(src / "1.json", b'{"text": "b", "created_at": 2}')
     p = run_cli("ingest", uri, "--from", src, "-q")
     assert p.returncode == 1
-    assert "1.json: already ingested, but its content changed" in p.stderr and "give the new version a new id" \
-        in p.stderr and "Traceback" not in p.stderr
+    assert (
+        "1.json: already ingested, but its content changed" in p.stderr
+        and "give the new version a new id" in p.stderr
+        and "Traceback" not in p.stderr
+    )
     p = run_cli("ingest", uri, "--from", src, "--on-bad-file", "skip")
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("ingested 20 document(s) (") and "299 already ingested, 1 skipped" in p.stdout
     assert "  skipped 1.json: already ingested, but its content changed" in p.stdout
     p = run_cli("ingest", uri, "--from", src, "--on-bad-file", "skip", "--json", "-q")
     rep = json.loads(p.stdout)
-    assert (rep["status"], rep["already"], [s["name"] for s in rep["skipped"]]) == ("nothing-to-do", N + 19,
-                                                                                    ["1.json"])
+    assert (rep["status"], rep["already"], [s["name"] for s in rep["skipped"]]) == ("nothing-to-do", N + 19, ["1.json"])
     p = run_cli("ingest", uri, "--from", src, "--pattern", "*.json")
     assert p.returncode == 2 and "--pattern does not apply to documents" in p.stderr
     p = run_cli("ingest", uri, "--from", src, "--on-bad-file", "maybe")
@@ -246,8 +260,13 @@ def test_kill_then_rerun_is_byte_identical(tmp_path, point):
     ingest(ref, str(src), **KW)
     mid = point.startswith("checkpoint")
     env = dict(os.environ, BULKLOAD_FAULT=point, BULKLOAD_CHECKPOINT_SECONDS="0" if mid else "600")
-    p = subprocess.run([tool("bulkload"), "ingest", uri, "--from", str(src), *CLI_KW, "-q"], env=env,
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [tool("bulkload"), "ingest", uri, "--from", str(src), *CLI_KW, "-q"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == -9, p.stderr
     with loader.open(uri) as ds:  # killed: nothing of the run visible, its ledger not named
         assert ds.records == 100 and bool(ds.manifest.runs[-1].pending) == mid

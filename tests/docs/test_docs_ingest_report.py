@@ -18,8 +18,23 @@ from loader.model.layouts import get_layout
 from loader.sources.generators import generate
 
 KW = dict(shards=2, workers=2, batch_records=40, progress="none")
-COMMON = {"dataset", "directory", "run_id", "status", "files", "skipped", "deferred", "already", "records",
-          "batches", "bytes", "resumed_records", "seconds", "mb_per_s", "error"}
+COMMON = {
+    "dataset",
+    "directory",
+    "run_id",
+    "status",
+    "files",
+    "skipped",
+    "deferred",
+    "already",
+    "records",
+    "batches",
+    "bytes",
+    "resumed_records",
+    "seconds",
+    "mb_per_s",
+    "error",
+}
 
 
 def docs_dir(d, ids):
@@ -62,8 +77,10 @@ def test_cli_json_keys_and_text_of_both(tmp_path):
     docs_dir(tmp_path / "docs", range(30))
     records_dir(tmp_path / "bin", {"a.bin": 30, "b.bin": 12})
     d_uri, r_uri = f"lmdb://{tmp_path}/d", f"lmdb://{tmp_path}/r"
-    for uri, d, extra, key, nfiles in [(d_uri, "docs", ["--layout", "docs"], "layout", 30),
-                                       (r_uri, "bin", [], "pattern", 2)]:  # (both have "layout")
+    for uri, d, extra, key, nfiles in [
+        (d_uri, "docs", ["--layout", "docs"], "layout", 30),
+        (r_uri, "bin", [], "pattern", 2),
+    ]:  # (both have "layout")
         p = run_cli("ingest", uri, "--from", tmp_path / d, *extra, "--json", "-q", "--shards", "2")
         assert p.returncode == 0, p.stderr
         rep = json.loads(p.stdout)
@@ -76,5 +93,6 @@ def test_cli_json_keys_and_text_of_both(tmp_path):
     records_dir(tmp_path / "more", {"c.bin": 12})
     (tmp_path / "more" / "c.bin").rename(tmp_path / "bin" / "c.bin")
     p = run_cli("ingest", r_uri, "--from", tmp_path / "bin", "--shards", "2")
-    assert p.returncode == 0 and p.stdout.startswith("ingested 1 file(s), 12 records of layout scidb96 ("), \
+    assert p.returncode == 0 and p.stdout.startswith("ingested 1 file(s), 12 records of layout scidb96 ("), (
         p.stdout + p.stderr
+    )

@@ -34,11 +34,13 @@ from loader.docs.json_dir import (
 from loader.docs.sources import JsonDirSource, _load_plan, listing_fingerprint, save_plan
 from loader.errors import BadFileError, InputError, UsageError
 
-SETTINGS = settings(max_examples=150, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 
 
 # --- JSON directory source ------------------------------------------------------------------
+
 
 def _write(d, name, content):
     p = d / name
@@ -65,16 +67,25 @@ BAD_FILES = [
     ("5.json", '{"text": "a", "created_at": "2024"}', "'created_at' must be an integer (epoch seconds), got a string"),
     ("6.json", '{"text": 5, "created_at": 1}', "'text' must be a string, got an integer"),
     ("7.json", '{"text": "a", "created_at": 1.5}', "got a number with a fraction"),
-    ("8.json", '[1, 2]', "expected a JSON object"),
+    ("8.json", "[1, 2]", "expected a JSON object"),
     ("9.json", '{"text": "\\ud800", "created_at": 1}', "not valid UTF-8"),
     ("10.json", '{"text": "a", "created_at": true}', "got a boolean"),
-    ("11.json", '', "invalid JSON"),
-    ("12.json", '{"text": "a", "created_at": 18446744073709551616}', "'created_at' 18446744073709551616 is out of the "
-                                                                       "int64 range"),
-    ("13.json", '{"text": "a", "created_at": -9223372036854775809}', "'created_at' -9223372036854775809 is out of the "
-                                                                        "int64 range"),
-    ("14.json", '{"text": "a", "created_at": 9223372036854775808}', "'created_at' 9223372036854775808 is out of the "
-                                                                       "int64 range"),
+    ("11.json", "", "invalid JSON"),
+    (
+        "12.json",
+        '{"text": "a", "created_at": 18446744073709551616}',
+        "'created_at' 18446744073709551616 is out of the int64 range",
+    ),
+    (
+        "13.json",
+        '{"text": "a", "created_at": -9223372036854775809}',
+        "'created_at' -9223372036854775809 is out of the int64 range",
+    ),
+    (
+        "14.json",
+        '{"text": "a", "created_at": 9223372036854775808}',
+        "'created_at' 9223372036854775808 is out of the int64 range",
+    ),
     ("15.json", '{"text": "a", "created_at": 1e3}', "got 1000.0 (written with a decimal point or an exponent)"),
 ]
 
@@ -121,6 +132,7 @@ def test_bad_names_and_duplicates(tmp_path):
 
 # --- the listing: C scanner vs the Python reference ------------------------------------------
 
+
 def _scan_reference(directory):
     """The pure-Python listing scan_json_dir replaced (os.scandir, regex, sort of tuples)."""
     directory = os.fspath(directory)
@@ -151,10 +163,31 @@ OK = orjson.dumps({"text": "x", "created_at": 1})
 
 def _odd_dir(d):
     """A directory with every kind of name and entry the listing must sort out."""
-    names = ["0.json", "00.json", "1.json", "7.json", "007.json", "07.json", "7.json\n", "8.json\n",
-             "abc.json", "-3.json", "1.JSON", "5.json.bak", " 5.json", "\uff15.json", "12a.json",
-             ".json", "json", f"{2**64 - 1}.json", f"{2**64}.json", f"0{2**64 - 1}.json",
-             "99999999999999999999999.json", "18446744073709551616.json", "100.json"]
+    names = [
+        "0.json",
+        "00.json",
+        "1.json",
+        "7.json",
+        "007.json",
+        "07.json",
+        "7.json\n",
+        "8.json\n",
+        "abc.json",
+        "-3.json",
+        "1.JSON",
+        "5.json.bak",
+        " 5.json",
+        "\uff15.json",
+        "12a.json",
+        ".json",
+        "json",
+        f"{2**64 - 1}.json",
+        f"{2**64}.json",
+        f"0{2**64 - 1}.json",
+        "99999999999999999999999.json",
+        "18446744073709551616.json",
+        "100.json",
+    ]
     for n in names:
         (d / n).write_bytes(OK)
     (d / os.fsdecode(b"\xff\xfe.json")).write_bytes(OK)  # not UTF-8: os.fsdecode's surrogates
@@ -200,10 +233,17 @@ def test_scan_trailing_slash_and_empty(tmp_path):
 
 
 @SETTINGS
-@given(names=st.lists(st.one_of(
-    st.integers(0, 2**64 + 5).map(lambda i: f"{i}.json"),
-    st.integers(0, 300).map(lambda i: f"0{i}.json"),
-    st.text(st.sampled_from("0123456789.jsonJ-x\n "), min_size=1, max_size=8)), max_size=25, unique=True))
+@given(
+    names=st.lists(
+        st.one_of(
+            st.integers(0, 2**64 + 5).map(lambda i: f"{i}.json"),
+            st.integers(0, 300).map(lambda i: f"0{i}.json"),
+            st.text(st.sampled_from("0123456789.jsonJ-x\n "), min_size=1, max_size=8),
+        ),
+        max_size=25,
+        unique=True,
+    )
+)
 def test_scan_property(names):
     with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as d:
         for n in names:
@@ -219,8 +259,15 @@ def test_listing_slices_pickle_and_compare(tmp_path):
     _odd_dir(tmp_path)
     got, _ = scan_json_dir(tmp_path, on_bad_file="skip")
     ref = list(got)
-    for s in (slice(None), slice(2, 5), slice(3, None), slice(-3, None), slice(5, 2), slice(None, None, 2),
-              slice(None, None, -1)):
+    for s in (
+        slice(None),
+        slice(2, 5),
+        slice(3, None),
+        slice(-3, None),
+        slice(5, 2),
+        slice(None, None, 2),
+        slice(None, None, -1),
+    ):
         assert list(got[s]) == ref[s]
     assert isinstance(got[1:3], DirListing)
     back = pickle.loads(pickle.dumps(got))
@@ -250,6 +297,7 @@ def test_listing_take_and_stat(tmp_path):
 
 
 # --- the batched reader -------------------------------------------------------------------------
+
 
 def test_read_batch_layout(tmp_path):
     contents = [b'{"text": "a", "created_at": 1}', b"", b"  {}\n", b"{", b" x ", b'\t{"a":1}\r\n', b"}{"]
@@ -286,16 +334,22 @@ def test_read_without_noatime_permission(tmp_path):
     write_json_dir(docs, tmp_path)
     for p in tmp_path.iterdir():
         os.chown(p, 65534, 65534)
-    code = ("import sys; from loader.docs.json_dir import parse_json_files, scan_json_dir; "
-            "b, e = parse_json_files(scan_json_dir(sys.argv[1])[0]); print(b.ids.tolist(), e)")
-    p = subprocess.run(["setpriv", "--inh-caps=-fowner", "--bounding-set=-fowner", sys.executable, "-c", code,
-                        str(tmp_path)], capture_output=True, text=True, timeout=60)
+    code = (
+        "import sys; from loader.docs.json_dir import parse_json_files, scan_json_dir; "
+        "b, e = parse_json_files(scan_json_dir(sys.argv[1])[0]); print(b.ids.tolist(), e)"
+    )
+    p = subprocess.run(
+        ["setpriv", "--inh-caps=-fowner", "--bounding-set=-fowner", sys.executable, "-c", code, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 0 and p.stdout.strip() == "[0, 1, 2] []", p.stderr
 
 
 def test_large_empty_and_vanished_files(tmp_path):
     big = "".join(chr(32 + i % 90) for i in range(3 << 19)) + "\u00e9\u4e2d\U0001f600"  # > 1.5 MiB
-    docs = DocBatch.from_records([(1, 5, big.encode()), (2, -(2**63), b""), (3, 2**63 - 1, b"\\\"\n")])
+    docs = DocBatch.from_records([(1, 5, big.encode()), (2, -(2**63), b""), (3, 2**63 - 1, b'\\"\n')])
     write_json_dir(docs, tmp_path)
     entries, _ = scan_json_dir(tmp_path)
     before = dict(J.PARSE_COUNTS)
@@ -307,7 +361,9 @@ def test_large_empty_and_vanished_files(tmp_path):
     got, errors = parse_json_files(entries, on_bad_file="skip")
     assert got.ids.tolist() == [1, 3] and got.text_of(0) == big.encode()
     assert [(os.path.basename(e.path), e.reason.split(":")[0]) for e in errors] == [
-        ("2.json", "cannot read"), ("4.json", "invalid JSON")]
+        ("2.json", "cannot read"),
+        ("4.json", "invalid JSON"),
+    ]
     assert errors[0].reason == "cannot read: No such file or directory"
     (tmp_path / "5.json").mkdir()  # listed by hand: read(2) fails
     _, errors = parse_json_files([(5, str(tmp_path / "5.json"))], on_bad_file="skip")
@@ -324,7 +380,7 @@ def test_fast_path_is_used_for_good_input(tmp_path):
     got2, _ = parse_json_files(list(entries))  # (id, path) pairs
     got3, _ = parse_json_files([p for _, p in entries][:100])  # plain paths
     assert got2.equals(b) and got3.equals(b.slice(0, 100))
-    assert J.PARSE_COUNTS == {"fast": before["fast"] + 3, "per_file": before["per_file"]}
+    assert {"fast": before["fast"] + 3, "per_file": before["per_file"]} == J.PARSE_COUNTS
     # a duplicate within one call goes file by file, which keeps the first
     got, errors = parse_json_files([entries[0], entries[1], entries[0]], on_bad_file="skip")
     assert got.ids.tolist() == [0, 1] and "duplicate id 0" in errors[0].reason
@@ -343,7 +399,7 @@ def test_chunks(tmp_path, monkeypatch):
     got, errors = parse_json_files(entries, on_bad_file="skip")
     assert got.equals(b.take(np.array([0, 1, 2, 3, 4, 6, 7, 8, 10])))
     assert [os.path.basename(e.path) for e in errors] == ["5.json", "9.json"]
-    assert J.PARSE_COUNTS == {"fast": before["fast"] + 1, "per_file": before["per_file"] + 2}
+    assert {"fast": before["fast"] + 1, "per_file": before["per_file"] + 2} == J.PARSE_COUNTS
     with pytest.raises(BadFileError, match=r"5\.json: invalid document: missing field\(s\) 'created_at', 'text' "):
         parse_json_files(entries[1:], on_bad_file="fail")
     # a duplicate across chunks (given by hand): the whole call goes file by file
@@ -373,8 +429,11 @@ def test_plan_round_trip_and_fingerprint(tmp_path):
     assert source.read_docs(1, 2)[0].equals(want.slice(1, 3)) and source.id_at(3) == 12
     # a plain list of (id, path) plans and fingerprints the same
     save_plan(plan + "2", list(entries))
-    assert [a.tolist() if hasattr(a, "tolist") else a for a in _load_plan(plan + "2")] == \
-        [ids.tolist(), pos.tolist(), names]
+    assert [a.tolist() if hasattr(a, "tolist") else a for a in _load_plan(plan + "2")] == [
+        ids.tolist(),
+        pos.tolist(),
+        names,
+    ]
     fp = listing_fingerprint(entries)
     assert fp == listing_fingerprint(list(entries)) and fp.startswith("files=4;")
     renamed = [(i, p.replace("007.json", "7.json")) for i, p in entries]
@@ -405,8 +464,8 @@ ADVERSARIAL = [
     [b'{"text": "a', b'b", "created_at": 1}'],
     [b'{"text": "}', b'", "created_at": 1}'],
     # nested values split over files
-    [b'{"text": "a", "created_at": 1, "x": {', b'}}'],
-    [b'{"text": "a", "created_at": 1, "x": [', b']}'],
+    [b'{"text": "a", "created_at": 1, "x": {', b"}}"],
+    [b'{"text": "a", "created_at": 1, "x": [', b"]}"],
     # msgspec and orjson differ: only the per-file path may decide
     [b'{"text": 1, "text": "b", "created_at": 1}', GOOD],
     [b'{"text": "a", "created_at": 9223372036854775808}', GOOD],
@@ -417,7 +476,7 @@ ADVERSARIAL = [
     [b'{"text": "\\ud800", "created_at": 1}', GOOD],
     [b'{"text": "\xed\xa0\x80", "created_at": 1}', GOOD],
     [b'{"text": "\xff", "created_at": 1}', GOOD],
-    [b'\xef\xbb\xbf' + GOOD, GOOD],
+    [b"\xef\xbb\xbf" + GOOD, GOOD],
     [GOOD + b"\x0c", GOOD],
     [GOOD + b"\x00", GOOD],
     [b'{"text": "a\tb", "created_at": 1}', GOOD],
@@ -485,9 +544,37 @@ def test_fast_path_rejects_what_per_file_rejects(tmp_path, contents):
         assert fast is not None
 
 
-PIECES = [b"{", b"}", b"[", b"]", b",", b":", b" ", b"\n", b"\t", b'"', b'"text"', b'"created_at"', b'"x"',
-          b'"a"', b'"\\n"', b'"}"', b'"{,\\"', b"1", b"-2", b"1.0", b"1e2", b"true", b"null", b"9223372036854775808",
-          b"\xc3\xa9", b"\xff", b"\\ud800", GOOD, b'{"text": "b", "created_at": 2}']
+PIECES = [
+    b"{",
+    b"}",
+    b"[",
+    b"]",
+    b",",
+    b":",
+    b" ",
+    b"\n",
+    b"\t",
+    b'"',
+    b'"text"',
+    b'"created_at"',
+    b'"x"',
+    b'"a"',
+    b'"\\n"',
+    b'"}"',
+    b'"{,\\"',
+    b"1",
+    b"-2",
+    b"1.0",
+    b"1e2",
+    b"true",
+    b"null",
+    b"9223372036854775808",
+    b"\xc3\xa9",
+    b"\xff",
+    b"\\ud800",
+    GOOD,
+    b'{"text": "b", "created_at": 2}',
+]
 
 
 def _doc(text, created):
@@ -504,11 +591,14 @@ file_content = st.one_of(
     st.builds(_doc_any, st.text(max_size=5), st.integers(-(2**65), 2**65), st.sampled_from([b"", b" ", b"\r\n\t"])),
     st.lists(st.sampled_from(PIECES), max_size=12).map(b"".join),  # mostly bad
     st.tuples(st.builds(_doc, st.text(max_size=5), st.integers(0, 9)), st.integers(0, 40)).map(
-        lambda t: t[0][:t[1]]),  # a prefix of a good file
+        lambda t: t[0][: t[1]]
+    ),  # a prefix of a good file
     st.tuples(st.builds(_doc, st.text(max_size=5), st.integers(0, 9)), st.integers(0, 40)).map(
-        lambda t: t[0][t[1]:]),  # a suffix
+        lambda t: t[0][t[1] :]
+    ),  # a suffix
     st.lists(st.builds(_doc, st.text(max_size=3), st.integers(0, 9)), min_size=2, max_size=3).map(
-        lambda ds: b",".join(ds)),  # two or three documents in one file
+        lambda ds: b",".join(ds)
+    ),  # two or three documents in one file
     st.binary(max_size=12),
 )
 

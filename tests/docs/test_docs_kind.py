@@ -46,27 +46,46 @@ def test_choose_table_shares_the_top_table_only_above_every_stored_id():
 
 def test_the_lmdb_table_limit_is_checked_before_a_run(tmp_path):
     k = kind()
-    m = Manifest(DOCS.to_dict(), "block", "zstd", "lmdb", 1, 100,
-                 batches=[entry(i * 10, i * 10 + 9, f"docs-{i}") for i in range(6)])
+    m = Manifest(
+        DOCS.to_dict(),
+        "block",
+        "zstd",
+        "lmdb",
+        1,
+        100,
+        batches=[entry(i * 10, i * 10 + 9, f"docs-{i}") for i in range(6)],
+    )
     for base in (f"lmdb://{tmp_path}/ds", "mem://kind-limit"):
         k.check_table_limit(parse_dataset_uri(base + "?max_dbs=7"), m, "docs-5")  # 6 tables + meta
         k.check_table_limit(parse_dataset_uri(base + "?max_dbs=8"), m, "docs-new")  # 7 + meta
-        with pytest.raises(UsageError, match=r"already holds 6 document runs whose ids interleave .* at most "
-                           r"max_dbs=7 per shard\): open the dataset with \?max_dbs=28"):
+        with pytest.raises(
+            UsageError,
+            match=r"already holds 6 document runs whose ids interleave .* at most "
+            r"max_dbs=7 per shard\): open the dataset with \?max_dbs=28",
+        ):
             k.check_table_limit(parse_dataset_uri(base + "?max_dbs=7"), m, "docs-new")
     k.check_table_limit(parse_dataset_uri(f"rocksdb://{tmp_path}/ds"), m, "docs-new")  # no such limit
 
 
-@pytest.mark.parametrize("fmt,compression,scheme,blocks,zdict,options", [
-    ("block", "zstd", "lmdb", True, False, ()),
-    ("block", "zstd", "rocksdb", True, False, ()),
-    ("raw", "zstd", "lmdb", False, True, ()),
-    ("raw", "zstd", "mem", False, True, ()),
-    ("capnp", "zstd", "rocksdb", False, False, (("block_size", "16384"), ("compression", "zstd-dict"),
-                                                 ("zstd_level", "1"))),
-    ("raw", "none", "lmdb", False, False, ()),
-    ("raw", "none", "rocksdb", False, False, ()),
-])
+@pytest.mark.parametrize(
+    "fmt,compression,scheme,blocks,zdict,options",
+    [
+        ("block", "zstd", "lmdb", True, False, ()),
+        ("block", "zstd", "rocksdb", True, False, ()),
+        ("raw", "zstd", "lmdb", False, True, ()),
+        ("raw", "zstd", "mem", False, True, ()),
+        (
+            "capnp",
+            "zstd",
+            "rocksdb",
+            False,
+            False,
+            (("block_size", "16384"), ("compression", "zstd-dict"), ("zstd_level", "1")),
+        ),
+        ("raw", "none", "lmdb", False, False, ()),
+        ("raw", "none", "rocksdb", False, False, ()),
+    ],
+)
 def test_how_each_format_and_store_compresses(fmt, compression, scheme, blocks, zdict, options):
     k = kind(fmt, compression)
     assert (k.blocks, k.value_compression(scheme), k.store_options(scheme)) == (blocks, zdict, options)
@@ -93,11 +112,18 @@ def test_min_stored_bytes(tmp_path):
 
 # --- the worker side, on real stores -----------------------------------------------------------
 
+
 def task(spec, n, table, *, start=0, b=50, keep=(), clear_from=-1, resume=(), fmt="block", compression="zstd"):
     """A real LoadTask of a generated run of n documents from id ``start`` (one worker)."""
     plan = Plan((Segment(GenDocsSource(n, start), n, 0, 0),), b, spec.shards)
-    write = WriteSettings(store=spec, layout=DOCS.to_dict(), format=fmt, compression=compression,
-                          checkpoints=Checkpoints(600, 1 << 30), table=RunTable(table, keep, clear_from))
+    write = WriteSettings(
+        store=spec,
+        layout=DOCS.to_dict(),
+        format=fmt,
+        compression=compression,
+        checkpoints=Checkpoints(600, 1 << 30),
+        table=RunTable(table, keep, clear_from),
+    )
     return LoadTask(worker=0, workers=1, plan=plan, write=write, resume=resume)
 
 
@@ -112,15 +138,17 @@ def write_batches(t, store, s, prepare=True):
     for seq, first, count, source, off in t.planned_batches():
         if seq % t.nshards != s:
             continue
-        items, row, _text, _errors = writer.encode(seq, first, count, writer.produce(seq, first, count, source, off),
-                                                   s, store)
+        items, row, _text, _errors = writer.encode(
+            seq, first, count, writer.produce(seq, first, count, source, off), s, store
+        )
         store.put_sorted(items, table=t.table)
         rows.append(row)
     return rows
 
 
-@pytest.mark.parametrize("fmt,compression", [("block", "zstd"), ("block", "none"), ("raw", "zstd"),
-                                             ("raw", "none"), ("capnp", "zstd")])
+@pytest.mark.parametrize(
+    "fmt,compression", [("block", "zstd"), ("block", "none"), ("raw", "zstd"), ("raw", "none"), ("capnp", "zstd")]
+)
 def test_encoded_batches_read_back_with_their_row_checksum(store_uri, fmt, compression):
     spec = parse_dataset_uri(store_uri).with_shards(2)
     os.makedirs(spec.root, exist_ok=True)
@@ -132,11 +160,18 @@ def test_encoded_batches_read_back_with_their_row_checksum(store_uri, fmt, compr
             assert [r[0] % 2 for r in rows] == [s] * len(rows) and rows
             for seq, shard, first, count, checksum, nbytes, lo, hi, n, table, text in rows:
                 want = generate_docs(0, first, count)
-                assert (shard, lo, hi, n, table, text) == (s, first, first + count - 1, count, "docs-run",
-                                                           want.text_nbytes)
+                assert (shard, lo, hi, n, table, text) == (
+                    s,
+                    first,
+                    first + count - 1,
+                    count,
+                    "docs-run",
+                    want.text_nbytes,
+                )
                 assert range_checksum(st, table, lo, hi, fmt == "block") == (checksum, n, nbytes)
             assert (load_dictionary(st, "docs-run") is not None) == kind(fmt, compression).value_compression(
-                spec.scheme)
+                spec.scheme
+            )
         finally:
             st.close()
 

@@ -41,8 +41,11 @@ def test_a_ledger_reads_back_as_written(tmp_path_factory, rows, data):
     write_ledger(path, ids, sizes, mtimes, n_plan)
     led, got_plan = read_ledger(path)
     assert got_plan == n_plan
-    assert (led.ids.tolist(), led.sizes.tolist(), led.mtimes.tolist()) == (ids.tolist(), sizes.tolist(),
-                                                                           mtimes.tolist())
+    assert (led.ids.tolist(), led.sizes.tolist(), led.mtimes.tolist()) == (
+        ids.tolist(),
+        sizes.tolist(),
+        mtimes.tolist(),
+    )
     assert os.listdir(os.path.dirname(path)) == ["x.ledger"]  # no temporary file left
 
 
@@ -53,7 +56,7 @@ def test_every_damaged_or_cut_ledger_reads_as_none(tmp_path):
     assert read_ledger(path) is not None and len(good) == 32 + 3 * 24
     for at in range(len(good)):  # one bit flipped anywhere
         with open(path, "wb") as f:
-            f.write(good[:at] + bytes([good[at] ^ 0x10]) + good[at + 1:])
+            f.write(good[:at] + bytes([good[at] ^ 0x10]) + good[at + 1 :])
         assert read_ledger(path) is None, at
     for cut in (0, 8, 31, 32, len(good) - 1):  # cut short
         with open(path, "wb") as f:
@@ -70,8 +73,7 @@ def test_the_newest_entry_of_an_id_wins_and_unchanged_compares_all_three():
     old = Ledger(np.array([1, 5, 9], np.uint64), np.array([10, 50, 90]), np.array([1, 5, 9]))
     new = Ledger(np.array([5, 7], np.uint64), np.array([55, 70]), np.array([6, 7]))
     led = Ledger.latest([old, new])
-    assert (led.ids.tolist(), led.sizes.tolist(), led.mtimes.tolist()) == ([1, 5, 7, 9], [10, 55, 70, 90],
-                                                                           [1, 6, 7, 9])
+    assert (led.ids.tolist(), led.sizes.tolist(), led.mtimes.tolist()) == ([1, 5, 7, 9], [10, 55, 70, 90], [1, 6, 7, 9])
     ids = np.array([1, 5, 5, 7, 8, 9, 10], np.uint64)
     got = led.unchanged(ids, np.array([10, 55, 50, 70, 0, 90, 0]), np.array([1, 6, 5, 8, 0, 9, 0]))
     assert got.tolist() == [True, True, False, False, False, True, False]
@@ -81,13 +83,17 @@ def test_the_newest_entry_of_an_id_wins_and_unchanged_compares_all_three():
 def test_load_ledger_applies_exclusions_and_skips_damaged_files(tmp_path):
     root = str(tmp_path)
     os.makedirs(os.path.join(root, LEDGER_DIR))
-    at = lambda name: os.path.join(root, LEDGER_DIR, name)  # noqa: E731
+    at = lambda name: os.path.join(root, LEDGER_DIR, name)
     write_ledger(at("a.ledger"), np.arange(10, dtype=np.uint64), np.full(10, 1), np.full(10, 1), 10)
     write_ledger(at("b.ledger"), np.arange(5, 15, dtype=np.uint64), np.full(10, 2), np.full(10, 2), 10)
     with open(at("c.ledger"), "wb") as f:
         f.write(b"BLDOCLG1" + bytes(40))  # damaged
-    refs = [{"file": "a.ledger", "exclude": [[2, 4]]}, {"file": "b.ledger", "exclude": [[0, 1], [9, 10]]},
-            {"file": "c.ledger"}, {"file": "gone.ledger"}]
+    refs = [
+        {"file": "a.ledger", "exclude": [[2, 4]]},
+        {"file": "b.ledger", "exclude": [[0, 1], [9, 10]]},
+        {"file": "c.ledger"},
+        {"file": "gone.ledger"},
+    ]
     led = load_ledger(root, manifest(refs))
     assert led.ids.tolist() == [0, 1, 4] + list(range(5, 14))  # a minus 2, 3; b minus 5 and 14 -> a's 5
     assert led.sizes.tolist() == [1, 1, 1, 1] + [2] * 8
@@ -114,8 +120,7 @@ def test_a_runs_ledger_reuses_an_attempts_stats_and_deletes_unnamed_files(tmp_pa
     name3, mine3 = write_run_ledger(root, m, "files=10;names=cd", plan, [], newer)
     assert name3 != name and mine3.sizes.tolist() == [i * 10 + 1 for i in range(10, 20)]
     assert sorted(os.listdir(os.path.join(root, LEDGER_DIR))) == sorted([name, name3])
-    name4, _ = write_run_ledger(root, manifest([{"file": name}, {"file": name3}]), "files=10;names=cd", plan, [],
-                                newer)
+    name4, _ = write_run_ledger(root, manifest([{"file": name}, {"file": name3}]), "files=10;names=cd", plan, [], newer)
     assert name4 not in (name, name3) and name4.startswith(name3[:-7] + "-")
 
 

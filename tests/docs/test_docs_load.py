@@ -41,8 +41,7 @@ def loaded(tmp_path_factory):
     return out
 
 
-@pytest.fixture(params=[("lmdb", "block"), ("rocksdb", "block"), ("lmdb", "raw"), ("rocksdb", "raw")],
-                ids="-".join)
+@pytest.fixture(params=[("lmdb", "block"), ("rocksdb", "block"), ("lmdb", "raw"), ("rocksdb", "raw")], ids="-".join)
 def ds_uri(request, loaded):
     return loaded[request.param]
 
@@ -135,6 +134,7 @@ def test_cli_get(loaded):
 
 # --- JSON directories -------------------------------------------------------------------
 
+
 def write_bad(d, name, content: bytes):
     with open(os.path.join(d, name), "wb") as f:
         f.write(content)
@@ -148,8 +148,21 @@ def test_json_dir_load(tmp_path):
     want = want.take(keep)
     write_json_dir(want, src)
     uri = f"rocksdb://{tmp_path}/ds"
-    p = run_cli("load", src, uri, "--layout", "docs", "--shards", "2", "--workers", "2",
-                "--batch-records", "100", "--json", "-q")
+    p = run_cli(
+        "load",
+        src,
+        uri,
+        "--layout",
+        "docs",
+        "--shards",
+        "2",
+        "--workers",
+        "2",
+        "--batch-records",
+        "100",
+        "--json",
+        "-q",
+    )
     assert p.returncode == 0, p.stderr
     rep = json.loads(p.stdout)
     assert rep["records"] == len(want) and rep["skipped"] == [] and rep["bytes"] == want.text_nbytes
@@ -202,8 +215,21 @@ def test_bad_files_skip(tmp_path):
     for name, content, _ in BAD:
         write_bad(src, name, content)
     uri = f"lmdb://{tmp_path}/ds"
-    p = run_cli("load", src, uri, "--layout", "docs", "--on-bad-file", "skip", "--shards", "2",
-                "--batch-records", "50", "--json", "-q")
+    p = run_cli(
+        "load",
+        src,
+        uri,
+        "--layout",
+        "docs",
+        "--on-bad-file",
+        "skip",
+        "--shards",
+        "2",
+        "--batch-records",
+        "50",
+        "--json",
+        "-q",
+    )
     assert p.returncode == 0, p.stderr
     rep = json.loads(p.stdout)
     skipped = {os.path.basename(f["path"]): f["reason"] for f in rep["skipped"]}
@@ -232,8 +258,11 @@ def test_duplicate_ids_already_stored(tmp_path):
     # a directory: per-file errors
     src = tmp_path / "in"
     write_json_dir(DocBatch.from_records([(299, 1, b"x"), (300, 2, b"y"), (5, 3, b"z")]), src)
-    with pytest.raises(BadFileError, match=r"/5\.json: duplicate id 5: a document with this id is already "
-                       r"stored in the dataset \(and 1 more bad file\(s\)\); nothing was loaded"):
+    with pytest.raises(
+        BadFileError,
+        match=r"/5\.json: duplicate id 5: a document with this id is already "
+        r"stored in the dataset \(and 1 more bad file\(s\)\); nothing was loaded",
+    ):
         loader.load(str(src), uri, layout="docs", **KW)
     rep = loader.load(str(src), uri, layout="docs", on_bad_file="skip", **KW)
     assert rep.records == 1
@@ -281,8 +310,9 @@ def test_resume_after_kill_is_byte_identical(tmp_path):
     assert p.returncode == 0, p.stderr
     uri = f"lmdb://{tmp_path}/ds"
     env = dict(os.environ, BULKLOAD_FAULT="checkpoint:4", BULKLOAD_CHECKPOINT_SECONDS="0")
-    p = subprocess.run([tool("bulkload"), args[0], args[1], uri, *args[2:]], env=env, capture_output=True,
-                       text=True, timeout=120)
+    p = subprocess.run(
+        [tool("bulkload"), args[0], args[1], uri, *args[2:]], env=env, capture_output=True, text=True, timeout=120
+    )
     assert p.returncode == -9, p.stderr
     with loader.open(uri) as ds:  # killed: nothing visible, the run is resumable
         assert ds.records == 0
@@ -343,8 +373,14 @@ def test_runs_above_the_stored_ids_share_a_table(tmp_path, scheme):
     assert all(len(t) == 1 for t in shard_tables(uri))
     loader.load(gen_uri(100, start=700), uri, **KW)  # between stored ids: a table of its own
     assert len(set().union(*shard_tables(uri))) == 2
-    want = DocBatch.concat([generate_docs(SEED, 0, 600), generate_docs(SEED, 700, 100),
-                            generate_docs(SEED, 1000, 300), generate_docs(SEED, 2000, 150)])
+    want = DocBatch.concat(
+        [
+            generate_docs(SEED, 0, 600),
+            generate_docs(SEED, 700, 100),
+            generate_docs(SEED, 1000, 300),
+            generate_docs(SEED, 2000, 150),
+        ]
+    )
     with loader.open(uri) as ds:
         assert ds.verify().ok and ds.records == 1150
         assert ds.scan().equals(want)
@@ -368,8 +404,9 @@ def test_a_failed_run_leaves_nothing_in_a_shared_table(tmp_path):
     loader.load(str(src), uri, layout="docs", **KW)
     with loader.open(uri) as ds:
         assert ds.verify().ok and ds.records == 1299
-        assert ds.scan(600, 1300).equals(generate_docs(SEED, 600, 700).take(
-            np.array([i for i in range(700) if i != 650])))
+        assert ds.scan(600, 1300).equals(
+            generate_docs(SEED, 600, 700).take(np.array([i for i in range(700) if i != 650]))
+        )
 
 
 def test_a_killed_run_in_a_shared_table_is_cleared_by_the_next_one(tmp_path):
@@ -378,8 +415,25 @@ def test_a_killed_run_in_a_shared_table_is_cleared_by_the_next_one(tmp_path):
     for u in (uri, ref):
         loader.load(gen_uri(600), u, **KW)
     env = dict(os.environ, BULKLOAD_FAULT="checkpoint:2", BULKLOAD_CHECKPOINT_SECONDS="0")
-    p = subprocess.run([tool("bulkload"), "load", gen_uri(900, start=1000), uri, "--shards", "2", "--workers", "2",
-                        "--batch-records", str(B), "-q"], env=env, capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [
+            tool("bulkload"),
+            "load",
+            gen_uri(900, start=1000),
+            uri,
+            "--shards",
+            "2",
+            "--workers",
+            "2",
+            "--batch-records",
+            str(B),
+            "-q",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == -9, p.stderr
     assert len(_all_items(uri)) > len(_all_items(ref))  # the killed run left blocks behind
     # another source above the stored ids: it shares the table and clears the leftovers first

@@ -30,8 +30,9 @@ N, B = 300, 50
 def load(uri, fmt, tmp_path):
     """N documents with the even ids 0, 2, ... (a directory of <id>.json files)."""
     write_json_dir(generate_docs(3, 0, 2 * N).take(np.arange(0, 2 * N, 2)), tmp_path / "in")
-    loader.load(str(tmp_path / "in"), uri, layout="docs", format=fmt, shards=2, workers=1, batch_records=B,
-                progress="none")
+    loader.load(
+        str(tmp_path / "in"), uri, layout="docs", format=fmt, shards=2, workers=1, batch_records=B, progress="none"
+    )
     with loader.open(uri) as ds:
         return ds.manifest.batches
 
@@ -58,10 +59,15 @@ def test_each_batch_range_is_its_manifest_row_and_damage_is_named(store_uri, fmt
         k, v = next(iter(st.range(key_of(first.lo), key_of(first.hi + 1), table=first.table)))
         k, v = bytes(k), bytes(v)
         st.put_sorted([(k, v[:-1] + bytes([v[-1] ^ 1]))], table=first.table)  # same size, one bit
-        assert range_problem(st, first, blocks) == f"checksum mismatch (stored bytes changed) in ids {first.lo}..{first.hi}"
+        assert (
+            range_problem(st, first, blocks)
+            == f"checksum mismatch (stored bytes changed) in ids {first.lo}..{first.hi}"
+        )
         st.put_sorted([(k, v + b"x")], table=first.table)  # one byte more
-        assert range_problem(st, first, blocks) == f"size {first.nbytes + 1} != {first.nbytes} in the manifest " \
-                                                   f"(ids {first.lo}..{first.hi})"
+        assert (
+            range_problem(st, first, blocks) == f"size {first.nbytes + 1} != {first.nbytes} in the manifest "
+            f"(ids {first.lo}..{first.hi})"
+        )
         st.delete_range(k, k + b"\0", table=first.table)  # a value gone: fewer documents
         problem = range_problem(st, first, blocks)
         assert problem.endswith(f"documents stored under ids {first.lo}..{first.hi}, the manifest says {first.docs}")
@@ -74,8 +80,9 @@ def test_each_batch_range_is_its_manifest_row_and_damage_is_named(store_uri, fmt
         _k, v = next(iter(st.range(key_of(last.lo), key_of(last.hi + 1), table=last.table)))
         st.put_sorted([(key_of(last.lo + 1), bytes(v))], table=last.table)  # a copy of the first value
         more = block_count(bytes(v)) if blocks else 1
-        assert range_problem(st, last, blocks) == (f"{last.docs + more} documents stored under ids "
-                                                   f"{last.lo}..{last.hi}, the manifest says {last.docs}")
+        assert range_problem(st, last, blocks) == (
+            f"{last.docs + more} documents stored under ids {last.lo}..{last.hi}, the manifest says {last.docs}"
+        )
     finally:
         st.close()
 

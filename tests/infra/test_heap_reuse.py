@@ -29,8 +29,9 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 
 
 def _faults(tmp_path, mode: str) -> int:
-    out = subprocess.run([sys.executable, "-c", PROBE, mode, str(tmp_path / mode)],
-                         check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, mode, str(tmp_path / mode)], check=True, capture_output=True, text=True
+    )
     return int(out.stdout)
 
 

@@ -36,8 +36,7 @@ def assert_loaded_once(p: subprocess.CompletedProcess, uri: str) -> None:
 
 
 def python(args: list[str], cwd, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=cwd, input=stdin, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run([sys.executable, *args], cwd=cwd, input=stdin, capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.parametrize("workers", [None, 1, 2])
@@ -67,9 +66,11 @@ def test_every_kind_of_main_program_loads_once(tmp_path, how):
 
 def test_worker_processes_have_no_main_module_of_the_caller(tmp_path):
     """The preparation data a worker gets names no main module (the mechanism itself)."""
-    code = ("from loader.infra import mainless\n"
-            "d = mainless.preparation_data('w')\n"
-            "print(sorted(set(d) & set(mainless.MAIN_KEYS)), d['sys_argv'])\n")
+    code = (
+        "from loader.infra import mainless\n"
+        "d = mainless.preparation_data('w')\n"
+        "print(sorted(set(d) & set(mainless.MAIN_KEYS)), d['sys_argv'])\n"
+    )
     (tmp_path / "script.py").write_text(code)
     p = python(["script.py"], tmp_path)
     assert p.returncode == 0, p.stderr
@@ -104,13 +105,16 @@ def reference(start: int, n: int, body: int = 0):
     return out
 
 
-def run_gen_program(tmp_path, how: str, uri: str, workers: int | None = 2, body: int = 0, start: int = 0,
-                    extra: str = "") -> subprocess.CompletedProcess:
+def run_gen_program(
+    tmp_path, how: str, uri: str, workers: int | None = 2, body: int = 0, start: int = 0, extra: str = ""
+) -> subprocess.CompletedProcess:
     """GEN_PROGRAM loading gen(start, N) into ``uri``, run as ``how``: a script with or without
     the ``__main__`` guard, ``python -c`` or a script on stdin; it prints the report."""
     w = "" if workers is None else f", workers={workers}"
-    load = (f"r = loader.load(loader.generator(gen, n={N}, start={start}), {uri!r}, shards=2{w}{extra})\n"
-            "print(r.status, r.records, r.source)\n")
+    load = (
+        f"r = loader.load(loader.generator(gen, n={N}, start={start}), {uri!r}, shards=2{w}{extra})\n"
+        "print(r.status, r.records, r.source)\n"
+    )
     prog = GEN_PROGRAM.replace("BODY", str(body))
     if how == "guarded":
         prog += "if __name__ == '__main__':\n" + "".join(f"    {line}\n" for line in load.splitlines())
@@ -154,7 +158,10 @@ def test_generator_in_main_rerun_is_already_loaded_and_a_changed_body_is_a_new_r
     for p in said:
         assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
     assert [p.stdout.splitlines()[-1].split()[:2] for p in said] == [
-        ["loaded", str(N)], ["already-loaded", "0"], ["loaded", str(N)]]
+        ["loaded", str(N)],
+        ["already-loaded", "0"],
+        ["loaded", str(N)],
+    ]
     assert runs_of(uri) == (2 * N, [("load", "done"), ("load", "done")])
     assert records_in(uri).tobytes() == reference(0, N).tobytes() + reference(0, N, body=1).tobytes()
 

@@ -10,7 +10,7 @@ import time
 
 #: a coordinator that starts a worker through the pool's forkserver and dies half-way
 #: through sending it its start-up data (as a SIGKILL of `bulkload compact` can land)
-HALF_START = '''
+HALF_START = """
 import os, signal, sys, time
 from multiprocessing import forkserver
 from loader.infra import pool
@@ -23,15 +23,16 @@ if sys.argv[1] == "die":
     os.kill(os.getpid(), signal.SIGKILL)
 os.close(w)
 time.sleep(4)  # alive while the worker fails
-'''
+"""
 
 
 def half_started_worker(tmp_path, how: str) -> str:
     """stderr of the coordinator and its half-started worker, once the worker has exited."""
     (tmp_path / "half_start.py").write_text(HALF_START)
     with open(tmp_path / "stderr", "w") as err:
-        p = subprocess.Popen([sys.executable, "half_start.py", how], cwd=tmp_path, stdout=subprocess.PIPE,
-                             stderr=err, text=True)
+        p = subprocess.Popen(
+            [sys.executable, "half_start.py", how], cwd=tmp_path, stdout=subprocess.PIPE, stderr=err, text=True
+        )
         worker = int(p.stdout.readline())
         deadline = time.monotonic() + 20
         while os.path.exists(f"/proc/{worker}") and time.monotonic() < deadline:

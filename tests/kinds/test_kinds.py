@@ -22,15 +22,19 @@ SCIDB = get_layout("scidb96")
 
 
 def test_fixed_layouts_get_the_builtin_kind_without_importing_plugins():
-    code = ("import sys; from loader.kinds import kind_for; from loader.model.layouts import get_layout; "
-            "print(kind_for(get_layout('scidb96')).name, 'loader.docs' in sys.modules)")
+    code = (
+        "import sys; from loader.kinds import kind_for; from loader.model.layouts import get_layout; "
+        "print(kind_for(get_layout('scidb96')).name, 'loader.docs' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["fixed", "False"]
 
 
 def test_the_documents_kind_is_found_by_loading_its_plugin():
-    code = ("import sys; from loader.kinds import kind_for; from loader.model.layouts import get_layout; "
-            "print(kind_for(get_layout('docs')).name, 'loader.docs' in sys.modules)")
+    code = (
+        "import sys; from loader.kinds import kind_for; from loader.model.layouts import get_layout; "
+        "print(kind_for(get_layout('docs')).name, 'loader.docs' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["docs", "True"]
 

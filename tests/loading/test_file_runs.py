@@ -60,27 +60,35 @@ class Model:
         done = next(((r, b) for r, b in reversed(self.runs) if r.status == "done"), None)
         last, planned = self.runs[-1]
         end = last.source_offset + last.total
-        if last.status == "interrupted" and end <= self.n and bytes(self.data[:end * RS]) == planned:
+        if last.status == "interrupted" and end <= self.n and bytes(self.data[: end * RS]) == planned:
             return "resume", last.source_offset, last.total
         if done is None:
             return "new", 0, self.n
         run, planned = done
         end = run.source_offset + run.total
-        if end > self.n or bytes(self.data[:end * RS]) != planned:
+        if end > self.n or bytes(self.data[: end * RS]) != planned:
             return None
         return ("already-loaded", end, 0) if end == self.n else ("appended", end, self.n - end)
 
     def record(self, status: str, offset: int, count: int, fingerprint: str) -> None:
         run = new_run("load", source=self.path, fingerprint=fingerprint)
         run.update(status=status, source_offset=offset, total=count, resumable=True)
-        self.runs.append((run, bytes(self.data[:(offset + count) * RS])))
+        self.runs.append((run, bytes(self.data[: (offset + count) * RS])))
 
 
 def plan(model: Model, new_run: bool = False):
-    m = mf.Manifest(layout=LAYOUT.to_dict(), format="capnp", compression="none", scheme="lmdb", shards=1,
-                    batch_records=10, runs=[r for r, _ in model.runs])
-    return plan_file_run(m, FileSource(model.path), LAYOUT, new_run=new_run, considered=lambda r: True,
-                         resumable=lambda r: True)
+    m = mf.Manifest(
+        layout=LAYOUT.to_dict(),
+        format="capnp",
+        compression="none",
+        scheme="lmdb",
+        shards=1,
+        batch_records=10,
+        runs=[r for r, _ in model.runs],
+    )
+    return plan_file_run(
+        m, FileSource(model.path), LAYOUT, new_run=new_run, considered=lambda r: True, resumable=lambda r: True
+    )
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -112,7 +120,7 @@ def test_the_extent_of_each_run_follows_the_files_history(tmp_path, first, steps
         elif step[0] == "rewrite" and step[1] < model.n:
             model.data[step[1] * RS] ^= 0xFF
         elif step[0] == "truncate" and step[1] < model.n:
-            del model.data[step[1] * RS:]
+            del model.data[step[1] * RS :]
         model.write()
 
 
@@ -128,7 +136,8 @@ def test_a_file_changed_while_it_is_loaded_is_named(tmp_path):
         f.seek(96 * 3)
         f.write(b"x")
     msg = changed_while_loading(src, LAYOUT, fp, 50)
-    assert msg == (f"{path} changed while it was being loaded (its first 50 records are not the ones the run "
-                   "started with)")
+    assert msg == (
+        f"{path} changed while it was being loaded (its first 50 records are not the ones the run started with)"
+    )
     os.unlink(path)
     assert "changed while it was being loaded" in changed_while_loading(src, LAYOUT, fp, 50)

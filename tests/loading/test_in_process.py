@@ -65,12 +65,20 @@ def test_the_limit_is_bytes_of_records_by_compression(tmp_path, compression, lim
     """Just at the limit: in-process; one byte over it, workers given, or a caller's engine: not."""
     assert in_process_limit(compression) == limit
     spec = parse_dataset_uri(f"lmdb://{tmp_path}/ds")
-    settings = RunSettings(layout=LAY, format="capnp", compression=compression, shards=2, workers=2,
-                           batch_records=1000, workers_given=False)
+    settings = RunSettings(
+        layout=LAY,
+        format="capnp",
+        compression=compression,
+        shards=2,
+        workers=2,
+        batch_records=1000,
+        workers_given=False,
+    )
     assert type(executor_for(spec, settings, limit)) is executors.InProcessExecutor
     assert type(executor_for(spec, settings, limit + 1)) is executors.LocalExecutor
-    given = RunSettings(layout=LAY, format="capnp", compression=compression, shards=2, workers=2,
-                        batch_records=1000, workers_given=True)
+    given = RunSettings(
+        layout=LAY, format="capnp", compression=compression, shards=2, workers=2, batch_records=1000, workers_given=True
+    )
     assert type(executor_for(spec, given, 1)) is executors.LocalExecutor
 
 
@@ -78,8 +86,9 @@ def test_documents_keep_the_16_mib_limit(tmp_path):
     from loader.model.layouts import get_layout as layout_of
 
     spec = parse_dataset_uri(f"lmdb://{tmp_path}/docs")
-    docs = RunSettings(layout=layout_of("docs"), format="block", compression="zstd", shards=2, workers=2,
-                       batch_records=1000)
+    docs = RunSettings(
+        layout=layout_of("docs"), format="block", compression="zstd", shards=2, workers=2, batch_records=1000
+    )
     assert in_process_limit("zstd", keyed=True) == 16 << 20
     assert type(executor_for(spec, docs, 16 << 20)) is executors.InProcessExecutor
     assert type(executor_for(spec, docs, (16 << 20) + 1)) is executors.LocalExecutor
@@ -110,8 +119,10 @@ def run_killed(args, fault):
 
 
 #: workers' points (the second worker's too: tasks run in turn) and the coordinator's
-KILLS = {"lmdb": ["batch:2", "w0.flush:2", "w1.sync:1", "checkpoint:2", "saved:4"],
-         "rocksdb": ["flush:3", "w1.batch:2", "save:3", "commit:1"]}
+KILLS = {
+    "lmdb": ["batch:2", "w0.flush:2", "w1.sync:1", "checkpoint:2", "saved:4"],
+    "rocksdb": ["flush:3", "w1.batch:2", "save:3", "commit:1"],
+}
 
 
 @pytest.mark.parametrize("scheme", sorted(KILLS))
@@ -127,10 +138,10 @@ def test_killed_in_process_load_resumes_byte_identical(tmp_path, scheme):
         assert code == -signal.SIGKILL, (fault, code, err)  # in-process: the point kills the one process
         if os.path.exists(tmp_path / f"ds{i}" / "manifest.json"):
             rows, data = snapshot(uri)
-            assert len(rows) in (0, len(want[0])) and (rows, data) == (want[0][:len(rows)], want[1][:len(data)])
+            assert len(rows) in (0, len(want[0])) and (rows, data) == (want[0][: len(rows)], want[1][: len(data)])
         p = run_cli(*cmd, "--json", env=FAST)
         assert p.returncode == 0, (fault, p.stderr)
-        rep = json.loads(p.stdout[p.stdout.index("{"):])
+        rep = json.loads(p.stdout[p.stdout.index("{") :])
         assert rep["in_process"] is True or rep["status"] == "already-loaded", (fault, rep)
         assert snapshot(uri) == want, fault
 
@@ -163,8 +174,19 @@ def _checkpointed(manifest) -> bool:
 def test_stop_signal_stops_an_in_process_load_and_the_same_command_resumes(tmp_path, signame):
     env = dict(os.environ, **FAST)
     uri = f"lmdb://{tmp_path}/ds"
-    cmd = [tool("bulkload"), "load", f"gen://scidb96?n={SLOW_N}", uri, "--shards", "2",
-           "--batch-records", "20000", "--compression", "none", "-q"]
+    cmd = [
+        tool("bulkload"),
+        "load",
+        f"gen://scidb96?n={SLOW_N}",
+        uri,
+        "--shards",
+        "2",
+        "--batch-records",
+        "20000",
+        "--compression",
+        "none",
+        "-q",
+    ]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     # the moment: the run has checkpointed batches (so it is under way, not finished); the
     # process is stopped there so that the signal lands mid-load however fast the machine
@@ -194,11 +216,13 @@ def test_small_load_from_python_leaves_signal_handlers_alone(tmp_path):
     """In-process tasks do not ignore the stop signals of their host (proc.start_worker).
     The host sets its own handlers first: a shell's background job inherits SIGINT ignored,
     and Python then installs no handler of its own."""
-    code = ("import signal, loader; on_term = lambda *a: None; signal.signal(signal.SIGTERM, on_term); "
-            "signal.signal(signal.SIGINT, signal.default_int_handler); "
-            f"r = loader.load('gen://scidb96?n=500', 'lmdb://{tmp_path}/ds'); "
-            "assert r.in_process, r; assert signal.getsignal(signal.SIGTERM) is on_term, 'SIGTERM'; "
-            "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, 'SIGINT'; print('ok')")
+    code = (
+        "import signal, loader; on_term = lambda *a: None; signal.signal(signal.SIGTERM, on_term); "
+        "signal.signal(signal.SIGINT, signal.default_int_handler); "
+        f"r = loader.load('gen://scidb96?n=500', 'lmdb://{tmp_path}/ds'); "
+        "assert r.in_process, r; assert signal.getsignal(signal.SIGTERM) is on_term, 'SIGTERM'; "
+        "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, 'SIGINT'; print('ok')"
+    )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
 

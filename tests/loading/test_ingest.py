@@ -46,8 +46,9 @@ def test_ingest_each_file_once_in_name_order(tmp_path, incoming, store_uri):
     put(incoming, "003.bin", 2000, 0)  # empty: fine, 0 records
     put(incoming, "notes.txt", 0, 3)  # not matching the pattern
     (incoming / ".004.bin").write_bytes(gen_bytes(0, 5))  # being written under a dot name
-    p = run_cli("ingest", store_uri, "--from", incoming, "--pattern", "*.bin", "--batch-records", 500,
-                "--shards", 2, "--json")
+    p = run_cli(
+        "ingest", store_uri, "--from", incoming, "--pattern", "*.bin", "--batch-records", 500, "--shards", 2, "--json"
+    )
     assert p.returncode == 0, p.stderr
     rep = json.loads(p.stdout)
     assert [f["name"] for f in rep["files"]] == ["001.bin", "002.bin", "003.bin"]

@@ -25,8 +25,15 @@ def gen_bytes(start, n):
 
 @pytest.mark.parametrize("fmt,comp", [("capnp", "none"), ("capnp", "lz4"), ("arrow", "none"), ("arrow", "zstd")])
 def test_gen_load_reads_back_byte_identical(store_uri, fmt, comp):
-    rep = loader.load("gen://scidb96?n=25000&start=7", store_uri, format=fmt, compression=comp,
-                      shards=3, workers=2, batch_records=1000)
+    rep = loader.load(
+        "gen://scidb96?n=25000&start=7",
+        store_uri,
+        format=fmt,
+        compression=comp,
+        shards=3,
+        workers=2,
+        batch_records=1000,
+    )
     assert (rep.records, rep.batches, rep.shards, rep.workers) == (25000, 25, 3, 2)
     with loader.open(store_uri) as ds:
         assert ds.read_records(0, 25000).tobytes() == gen_bytes(7, 25000)
@@ -63,9 +70,13 @@ def test_file_source(tmp_path, store_uri):
 
 def test_stdin_pipe_from_bulkload_gen(lmdb_uri):
     gen = subprocess.Popen([tool("bulkload-gen"), "12345", "5"], stdout=subprocess.PIPE)
-    p = subprocess.run([tool("bulkload"), "load", "-", lmdb_uri, "--batch-records", "1000",
-                        "--shards", "2", "--json"], stdin=gen.stdout, capture_output=True, text=True,
-                       timeout=120)
+    p = subprocess.run(
+        [tool("bulkload"), "load", "-", lmdb_uri, "--batch-records", "1000", "--shards", "2", "--json"],
+        stdin=gen.stdout,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     gen.stdout.close()
     gen.wait()
     assert p.returncode == 0, p.stderr
@@ -112,16 +123,22 @@ def test_worker_failure_stops_the_job_and_commits_nothing(tmp_path):
     with pytest.raises(WorkerError, match="worker 1 failed"):
         loader.load("gen://scidb96?n=2000000", uri, batch_records=1000)
     assert time.monotonic() - t < 30
-    assert not [c for c in psutil.Process().children(recursive=True)
-                if "bulkload-worker" in " ".join(c.cmdline()) and c.status() != psutil.STATUS_ZOMBIE]
+    assert not [
+        c
+        for c in psutil.Process().children(recursive=True)
+        if "bulkload-worker" in " ".join(c.cmdline()) and c.status() != psutil.STATUS_ZOMBIE
+    ]
     m = manifest_json(root)
     assert len(m["batches"]) == 10 and m["runs"][-1]["status"] == "failed"
     assert "worker 1 failed" in m["runs"][-1]["error"]
 
 
 def test_ctrl_c_stops_everything_and_commits_nothing(lmdb_uri):
-    p = subprocess.Popen([tool("bulkload"), "load", "gen://scidb96?n=200000000", lmdb_uri, "--quiet",
-                          "--batch-records", "1000"], stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [tool("bulkload"), "load", "gen://scidb96?n=200000000", lmdb_uri, "--quiet", "--batch-records", "1000"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     root = parse_dataset_uri(lmdb_uri).root
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not os.path.exists(os.path.join(root, "shard-000", "data.mdb")):
@@ -157,12 +174,18 @@ def test_a_user_layout_named_like_a_built_in_is_told_apart_and_never_ignored(tmp
     loader.load("gen://scidb96?n=10", lmdb_uri)
     p = run_cli("load", raw, lmdb_uri, "--layout", mine)
     assert p.returncode == 2 and "(not 'scidb96')" not in p.stderr, p.stderr
-    assert "already holds records with layout 'scidb96' whose field 1 is d0:float64, not x:int64 as in the other " \
-           "layout named 'scidb96'" in p.stderr
+    assert (
+        "already holds records with layout 'scidb96' whose field 1 is d0:float64, not x:int64 as in the other "
+        "layout named 'scidb96'" in p.stderr
+    )
     new = f"lmdb://{tmp_path}/new"
     p = run_cli("load", "gen://scidb96?n=10", new, "--layout", mine)
-    assert p.returncode == 2 and "gen://scidb96?n=10&start=0 generates records of layout 'scidb96', but --layout " \
-           "gives another layout also named 'scidb96' (field 1 is d0:float64, not x:int64)" in p.stderr, p.stderr
+    assert (
+        p.returncode == 2
+        and "gen://scidb96?n=10&start=0 generates records of layout 'scidb96', but --layout "
+        "gives another layout also named 'scidb96' (field 1 is d0:float64, not x:int64)"
+        in p.stderr
+    ), p.stderr
     assert not os.path.exists(tmp_path / "new")
     pts = tmp_path / "pts.toml"
     pts.write_text('name = "pts"\n[fields]\nx = "int64"\n')
@@ -197,7 +220,8 @@ def test_flipped_byte_is_found_by_verify(tmp_path):
     with loader.open(uri) as ds:
         rep = ds.verify()
     assert not rep.ok and rep.problems == [
-        {"shard": 1, "batch": 3, "first_record": 3000, "problem": "checksum mismatch (stored bytes changed)"}]
+        {"shard": 1, "batch": 3, "first_record": 3000, "problem": "checksum mismatch (stored bytes changed)"}
+    ]
     p = run_cli("verify", uri)
     assert p.returncode == 1 and "shard 1 batch 3" in p.stderr
 

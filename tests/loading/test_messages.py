@@ -56,8 +56,15 @@ def test_workers_checkpoint_and_return_typed_receipts(store_uri):
     matching its stored value."""
     n, b, k = 3_000, 250, 3
     spec = parse_dataset_uri(store_uri).with_shards(k)
-    settings = RunSettings(layout=SCIDB, format="capnp", compression="none", shards=k, workers=2, batch_records=b,
-                           checkpoints=Checkpoints(0.0, 0))  # a checkpoint per batch
+    settings = RunSettings(
+        layout=SCIDB,
+        format="capnp",
+        compression="none",
+        shards=k,
+        workers=2,
+        batch_records=b,
+        checkpoints=Checkpoints(0.0, 0),
+    )  # a checkpoint per batch
     prepare_root(spec)
     m = fresh_manifest(None, spec, settings, b)
     run = new_run("load", source="gen")

@@ -26,11 +26,18 @@ from loader.stores.spec import parse_dataset_uri
 SCIDB = get_layout("scidb96")
 
 
-def manifest(*, batches: bool = True, format="arrow", compression="lz4", shards=5, batch_records=777,
-             scheme="lmdb") -> mf.Manifest:
+def manifest(
+    *, batches: bool = True, format="arrow", compression="lz4", shards=5, batch_records=777, scheme="lmdb"
+) -> mf.Manifest:
     """A manifest of a dataset holding one batch (or none) with these options."""
-    m = mf.Manifest(layout=SCIDB.to_dict(), format=format, compression=compression, scheme=scheme, shards=shards,
-                    batch_records=batch_records)
+    m = mf.Manifest(
+        layout=SCIDB.to_dict(),
+        format=format,
+        compression=compression,
+        scheme=scheme,
+        shards=shards,
+        batch_records=batch_records,
+    )
     if batches:
         m.batches.append(mf.BatchEntry(0, 0, 0, 10, 123, 960))
     return m
@@ -39,33 +46,54 @@ def manifest(*, batches: bool = True, format="arrow", compression="lz4", shards=
 def resolved(uri: str, existing=None, layout=None, **given) -> tuple:
     settings, spec = resolve_options(parse_dataset_uri(uri), existing, layout, Request(**given))
     assert spec.shards == settings.shards
-    return (settings.format, settings.compression, settings.shards, settings.workers, settings.batch_records,
-            settings.batch_records_given)
+    return (
+        settings.format,
+        settings.compression,
+        settings.shards,
+        settings.workers,
+        settings.batch_records,
+        settings.batch_records_given,
+    )
 
 
 CPUS = default_workers()
 
 
-@pytest.mark.parametrize("uri, existing, given, want", [
-    # nothing given, no dataset: the kind's defaults (Cap'n Proto: lz4), a shard and a worker per core
-    ("lmdb:///x/ds", None, {}, ("capnp", "lz4", min(CPUS, MAX_SHARDS), CPUS, DEFAULT_BATCH_RECORDS, False)),
-    # the default compression is the format's: Arrow's is none
-    ("lmdb:///x/ds", None, dict(format="arrow"), ("arrow", "none", min(CPUS, MAX_SHARDS), CPUS,
-                                                  DEFAULT_BATCH_RECORDS, False)),
-    # explicit options
-    ("lmdb:///x/ds", None, dict(format="arrow", compression="zstd", shards=3, workers=2, batch_records=50),
-     ("arrow", "zstd", 3, 2, 50, True)),
-    # the URI's shards; the same number given explicitly agrees with it
-    ("rocksdb:///x/ds?shards=3", None, {}, ("capnp", "lz4", 3, CPUS, DEFAULT_BATCH_RECORDS, False)),
-    ("rocksdb:///x/ds?shards=3", None, dict(shards=3), ("capnp", "lz4", 3, CPUS, DEFAULT_BATCH_RECORDS, False)),
-    # an existing dataset's options, unless given
-    ("lmdb:///x/ds", manifest(), {}, ("arrow", "lz4", 5, CPUS, 777, False)),
-    ("lmdb:///x/ds", manifest(), dict(batch_records=50, workers=1), ("arrow", "lz4", 5, 1, 50, True)),
-    ("lmdb:///x/ds?shards=2", manifest(), {}, ("arrow", "lz4", 2, CPUS, 777, False)),
-    # an empty dataset is redefined: its options are not inherited
-    ("lmdb:///x/ds", manifest(batches=False), {}, ("capnp", "lz4", min(CPUS, MAX_SHARDS), CPUS,
-                                                   DEFAULT_BATCH_RECORDS, False)),
-])
+@pytest.mark.parametrize(
+    "uri, existing, given, want",
+    [
+        # nothing given, no dataset: the kind's defaults (Cap'n Proto: lz4), a shard and a worker per core
+        ("lmdb:///x/ds", None, {}, ("capnp", "lz4", min(CPUS, MAX_SHARDS), CPUS, DEFAULT_BATCH_RECORDS, False)),
+        # the default compression is the format's: Arrow's is none
+        (
+            "lmdb:///x/ds",
+            None,
+            dict(format="arrow"),
+            ("arrow", "none", min(CPUS, MAX_SHARDS), CPUS, DEFAULT_BATCH_RECORDS, False),
+        ),
+        # explicit options
+        (
+            "lmdb:///x/ds",
+            None,
+            dict(format="arrow", compression="zstd", shards=3, workers=2, batch_records=50),
+            ("arrow", "zstd", 3, 2, 50, True),
+        ),
+        # the URI's shards; the same number given explicitly agrees with it
+        ("rocksdb:///x/ds?shards=3", None, {}, ("capnp", "lz4", 3, CPUS, DEFAULT_BATCH_RECORDS, False)),
+        ("rocksdb:///x/ds?shards=3", None, dict(shards=3), ("capnp", "lz4", 3, CPUS, DEFAULT_BATCH_RECORDS, False)),
+        # an existing dataset's options, unless given
+        ("lmdb:///x/ds", manifest(), {}, ("arrow", "lz4", 5, CPUS, 777, False)),
+        ("lmdb:///x/ds", manifest(), dict(batch_records=50, workers=1), ("arrow", "lz4", 5, 1, 50, True)),
+        ("lmdb:///x/ds?shards=2", manifest(), {}, ("arrow", "lz4", 2, CPUS, 777, False)),
+        # an empty dataset is redefined: its options are not inherited
+        (
+            "lmdb:///x/ds",
+            manifest(batches=False),
+            {},
+            ("capnp", "lz4", min(CPUS, MAX_SHARDS), CPUS, DEFAULT_BATCH_RECORDS, False),
+        ),
+    ],
+)
 def test_resolution_order(uri, existing, given, want):
     assert resolved(uri, existing, **given) == want
 
@@ -74,18 +102,30 @@ def test_the_layout_comes_from_the_argument_the_dataset_or_the_default():
     spec, request = parse_dataset_uri("lmdb:///x/ds"), Request()
     assert resolve_options(spec, None, None, request)[0].layout == SCIDB
     docs = get_layout("docs")
-    m = mf.Manifest(layout=docs.to_dict(), format="msgpack", compression="zstd", scheme="lmdb", shards=2,
-                    batch_records=100)
+    m = mf.Manifest(
+        layout=docs.to_dict(), format="msgpack", compression="zstd", scheme="lmdb", shards=2, batch_records=100
+    )
     settings = resolve_options(spec, m, None, request)[0]
     assert settings.layout.name == "docs" and settings.kind().keyed
     assert settings.format == settings.kind().default_format  # an empty docs dataset: the kind's defaults
 
 
-@pytest.mark.parametrize("option, value", [
-    ("shards", 0), ("shards", MAX_SHARDS + 1), ("shards", -1), ("shards", 1.5), ("shards", True), ("shards", "3"),
-    ("workers", 0), ("workers", MAX_WORKERS + 1), ("workers", 2.0),
-    ("batch_records", 0), ("batch_records", 10**12),
-])
+@pytest.mark.parametrize(
+    "option, value",
+    [
+        ("shards", 0),
+        ("shards", MAX_SHARDS + 1),
+        ("shards", -1),
+        ("shards", 1.5),
+        ("shards", True),
+        ("shards", "3"),
+        ("workers", 0),
+        ("workers", MAX_WORKERS + 1),
+        ("workers", 2.0),
+        ("batch_records", 0),
+        ("batch_records", 10**12),
+    ],
+)
 def test_bad_counts_are_refused_naming_the_option(option, value):
     flag = "--" + option.replace("_", "-")
     with pytest.raises(UsageError, match=f"^{flag} must be at least 1 and at most"):
@@ -100,10 +140,13 @@ def test_batch_records_is_bounded_by_the_format():
         resolved("lmdb:///x/ds", batch_records=top + 1)
 
 
-@pytest.mark.parametrize("given, message", [
-    (dict(format="parquet"), "unknown format 'parquet'; use one of capnp, arrow"),
-    (dict(compression="brotli"), "unknown compression 'brotli'"),
-])
+@pytest.mark.parametrize(
+    "given, message",
+    [
+        (dict(format="parquet"), "unknown format 'parquet'; use one of capnp, arrow"),
+        (dict(compression="brotli"), "unknown compression 'brotli'"),
+    ],
+)
 def test_unknown_or_unsupported_formats(given, message):
     with pytest.raises(UsageError, match=message):
         resolved("lmdb:///x/ds", **given)
@@ -134,7 +177,8 @@ def test_compatible_datasets_and_the_mismatch_message():
     assert str(e.value) == (
         "dataset rocksdb:///x/ds already holds records with layout 'scidb96' (not 'docs'), format 'arrow' (not "
         "'capnp'), compression 'lz4' (not 'zstd'), 5 shards (not 2), store lmdb (not rocksdb); load into a new "
-        "dataset, or drop the conflicting option to append")
+        "dataset, or drop the conflicting option to append"
+    )
 
 
 def test_settings_derive_workers_kind_and_run_options():
@@ -184,8 +228,9 @@ def test_prepare_root(tmp_path):
         prepare_root(parse_dataset_uri(f"lmdb://{tmp_path}/file/ds"))
     with pytest.raises(UsageError, match=f"dataset path {tmp_path}/file exists and is not a directory"):
         prepare_root(parse_dataset_uri(f"lmdb://{tmp_path}/file"))
-    mf.Manifest(layout=SCIDB.to_dict(), format="capnp", compression="none", scheme="lmdb", shards=1,
-                batch_records=10).save(tmp_path / "ds")
+    mf.Manifest(
+        layout=SCIDB.to_dict(), format="capnp", compression="none", scheme="lmdb", shards=1, batch_records=10
+    ).save(tmp_path / "ds")
     with pytest.raises(NestedDatasetError, match="lies inside"):
         prepare_root(parse_dataset_uri(f"lmdb://{tmp_path}/ds/inner"))
     assert not os.path.exists(tmp_path / "ds" / "inner")

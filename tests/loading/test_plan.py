@@ -28,8 +28,13 @@ def brute_rows(segments, b, k):
 
 
 @settings(max_examples=300, deadline=None)
-@given(b=st.integers(1, 7), k=st.integers(1, 6), first=st.integers(0, 5),
-       counts=st.lists(st.integers(0, 30), max_size=4), data=st.data())
+@given(
+    b=st.integers(1, 7),
+    k=st.integers(1, 6),
+    first=st.integers(0, 5),
+    counts=st.lists(st.integers(0, 30), max_size=4),
+    data=st.data(),
+)
 def test_plan_matches_the_enumeration(b, k, first, counts, data):
     segments, seq, rec = [], first, 3 * first
     for c in counts:
@@ -47,9 +52,12 @@ def test_plan_matches_the_enumeration(b, k, first, counts, data):
         for res in ((), resume):  # (): every worker starts at the plan's first seq
             task = LoadTask(worker=worker, workers=w, plan=plan, write=None, resume=res)
             got = [(q, f, c, off) for q, f, c, _src, off in task.planned_batches()]
-            assert got == [(q, *want[q][1:], 7 + (q - s.first_seq) * b)
-                           for s in segments for q in range(s.first_seq, s.first_seq + s.nbatches(b))
-                           if q % k % w == worker and q >= (res[q % k] if res else first)]
+            assert got == [
+                (q, *want[q][1:], 7 + (q - s.first_seq) * b)
+                for s in segments
+                for q in range(s.first_seq, s.first_seq + s.nbatches(b))
+                if q % k % w == worker and q >= (res[q % k] if res else first)
+            ]
 
 
 def test_planning_a_huge_plan_is_instant(tmp_path):

@@ -31,8 +31,14 @@ def progress_events(stderr: str) -> list[dict]:
 
 def bulkload(*args, stdin=None, seconds="0.2"):
     env = dict(os.environ, BULKLOAD_PROGRESS_SECONDS=seconds)
-    return subprocess.Popen([tool("bulkload"), "--log-format", "json", *map(str, args)], stdin=stdin,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen(
+        [tool("bulkload"), "--log-format", "json", *map(str, args)],
+        stdin=stdin,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
 
 
 @pytest.mark.parametrize("via", ["stdin", "fifo"])
@@ -58,8 +64,19 @@ def test_a_slow_stream_logs_growing_record_counts_before_it_ends(tmp_path, via):
 
 def test_a_well_compressed_load_logs_records_before_it_ends(tmp_path):
     n = 4_000_000
-    p = bulkload("load", f"gen://scidb96?n={n}", f"lmdb://{tmp_path}/ds", "--workers", 1, "--shards", 1,
-                 "--compression", "lz4", "--json", seconds="0.05")  # it lasts about 0.5 s
+    p = bulkload(
+        "load",
+        f"gen://scidb96?n={n}",
+        f"lmdb://{tmp_path}/ds",
+        "--workers",
+        1,
+        "--shards",
+        1,
+        "--compression",
+        "lz4",
+        "--json",
+        seconds="0.05",
+    )  # it lasts about 0.5 s
     out, err = p.communicate(timeout=120)
     assert p.returncode == 0, err
     assert json.loads(out)["stored_bytes"] < 16 << 20  # one group per shard: written at the end

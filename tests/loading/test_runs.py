@@ -36,7 +36,12 @@ def test_every_load_is_a_run_and_info_lists_them(tmp_path):
     assert len(runs) == 1
     r = runs[0]
     assert (r["kind"], r["status"], r["records"], r["batches"], r["source"]) == (
-        "load", "done", 3000, 3, "gen://scidb96?n=3000&start=0")
+        "load",
+        "done",
+        3000,
+        3,
+        "gen://scidb96?n=3000&start=0",
+    )
     assert r["started"] <= r["ended"] and r["id"] == rep.run_id and "pending" not in r
     p = run_cli("info", uri)
     assert p.returncode == 0 and rep.run_id in p.stdout and "done" in p.stdout
@@ -94,8 +99,13 @@ def test_a_crashed_stdin_load_commits_nothing_and_is_not_resumed(tmp_path):
     uri = f"lmdb://{tmp_path}/ds"
     loader.load("gen://scidb96?n=100", uri, batch_records=100)
     env = dict(os.environ, BULKLOAD_FAULT="checkpoint:2", BULKLOAD_CHECKPOINT_SECONDS="0")
-    p = subprocess.run([tool("bulkload"), "load", "-", uri, "--batch-records", "100", "-q"],
-                       input=gen_bytes(100, 2000), capture_output=True, env=env, timeout=60)
+    p = subprocess.run(
+        [tool("bulkload"), "load", "-", uri, "--batch-records", "100", "-q"],
+        input=gen_bytes(100, 2000),
+        capture_output=True,
+        env=env,
+        timeout=60,
+    )
     assert p.returncode == -signal.SIGKILL
     with loader.open(uri) as ds:
         assert ds.records == 100 and ds.verify().ok
@@ -137,8 +147,12 @@ def test_replace_starts_over_atomically_and_old_readers_keep_reading(tmp_path):
 
 def test_info_shows_the_runs_a_replace_started_over_as_replaced(tmp_path):
     uri = f"lmdb://{tmp_path}/ds"
-    for args in (["gen://scidb96?n=300"], ["gen://scidb96?n=200&start=300"], ["gen://scidb96?n=50", "--replace"],
-                 ["gen://scidb96?n=5&start=50"]):
+    for args in (
+        ["gen://scidb96?n=300"],
+        ["gen://scidb96?n=200&start=300"],
+        ["gen://scidb96?n=50", "--replace"],
+        ["gen://scidb96?n=5&start=50"],
+    ):
         assert run_cli("load", args[0], uri, *args[1:], "-q").returncode == 0
     runs = json.loads(run_cli("info", uri, "--json").stdout)["runs"]
     assert [r["status"] for r in runs] == ["replaced", "replaced", "done", "done"]
@@ -192,8 +206,7 @@ with DatasetLock(sys.argv[1]) as lock:
 def test_a_dead_holders_lock_is_taken_over(tmp_path):
     uri = f"lmdb://{tmp_path}/ds"
     loader.load("gen://scidb96?n=100", uri)
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path / "ds")], stdout=subprocess.PIPE,
-                              text=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path / "ds")], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "locked"
     p = run_cli("load", "gen://scidb96?n=100&start=100", uri)
     assert p.returncode == 3
@@ -232,8 +245,9 @@ print(json.dumps(states))
 def test_readers_are_never_blocked_and_see_only_committed_state(tmp_path, scheme):
     uri = f"{scheme}://{tmp_path}/ds"
     loader.load("gen://scidb96?n=1000", uri, batch_records=1000, shards=2)
-    poller = subprocess.Popen([sys.executable, "-c", POLLER, uri, "31000"], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
+    poller = subprocess.Popen(
+        [sys.executable, "-c", POLLER, uri, "31000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     # a slow ingest-like job: three runs, checkpointing every batch
     for i in range(3):
         loader.load(f"gen://scidb96?n=10000&start={1000 + i * 10000}", uri, checkpoint_seconds=0)

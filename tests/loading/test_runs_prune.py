@@ -234,8 +234,10 @@ def test_a_cron_loop_with_keep_runs_stays_bounded(tmp_path):
     uri = f"lmdb://{tmp_path}/ds"
     f = tmp_path / "grow.bin"
     p = tmp_path / "cron.toml"
-    p.write_text(f'[job]\ndataset = "{uri}"\nshards = 1\nworkers = 1\nbatch_records = 10\nkeep_runs = 10\nquiet = true\n'
-                 f'[load]\nsource = "{f}"\n')
+    p.write_text(
+        f'[job]\ndataset = "{uri}"\nshards = 1\nworkers = 1\nbatch_records = 10\nkeep_runs = 10\nquiet = true\n'
+        f'[load]\nsource = "{f}"\n'
+    )
     d = tmp_path / "in"
     d.mkdir()
     for i in range(50):
@@ -247,8 +249,23 @@ def test_a_cron_loop_with_keep_runs_stays_bounded(tmp_path):
     ing = f"lmdb://{tmp_path}/ing"
     for i in range(5):
         (d / f"{i:03d}.bin").write_bytes(gen_bytes(i * 5, 5))
-        q = run_cli("ingest", ing, "--from", d, "--pattern", "*.bin", "--keep-runs", 2, "-q",
-                    "--batch-records", 10, "--shards", 1, "--workers", 1)
+        q = run_cli(
+            "ingest",
+            ing,
+            "--from",
+            d,
+            "--pattern",
+            "*.bin",
+            "--keep-runs",
+            2,
+            "-q",
+            "--batch-records",
+            10,
+            "--shards",
+            1,
+            "--workers",
+            1,
+        )
         assert q.returncode == 0, q.stderr
         assert len(loader.runs(ing)) == min(i + 1, 2)
     with loader.open(uri) as ds:
@@ -330,8 +347,12 @@ def test_a_stop_signal_during_prune_leaves_the_old_or_the_new_list(tmp_path):
     for k, delay in enumerate((0.05, 0.15, 0.25, 0.35, 0.5, 0.8)):
         before = ids(uri)
         keep = 6 - k
-        p = subprocess.Popen([tool("bulkload"), "runs", "prune", uri, "--keep", str(keep)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p = subprocess.Popen(
+            [tool("bulkload"), "runs", "prune", uri, "--keep", str(keep)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         time.sleep(delay)
         p.send_signal(signal.SIGTERM)
         _, err = p.communicate(timeout=60)

@@ -64,7 +64,7 @@ def one_error_line(err, prefix="bulkload: error: "):
     assert "Traceback" not in err and "Error:" not in err.replace("bulkload: error:", ""), err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(prefix), err
-    return lines[0][len(prefix):]
+    return lines[0][len(prefix) :]
 
 
 def make_fifo(path):
@@ -100,8 +100,16 @@ def assert_all_gone(procs, timeout=10):
 # --- stream sources -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("scheme,n,writer", [("lmdb", 0, "gen"), ("rocksdb", 1, "python"), ("mem", 2500, "gen"),
-                                             ("rocksdb", 4321, "gen"), ("lmdb", 3000, "python")])
+@pytest.mark.parametrize(
+    "scheme,n,writer",
+    [
+        ("lmdb", 0, "gen"),
+        ("rocksdb", 1, "python"),
+        ("mem", 2500, "gen"),
+        ("rocksdb", 4321, "gen"),
+        ("lmdb", 3000, "python"),
+    ],
+)
 def test_fifo_source_loads_the_same_as_the_file(tmp_path, scheme, n, writer):
     """A FIFO fed by `bulkload-gen N > p &` (SciDB's binary-load example) or by a Python thread."""
     name = f"sig-{os.getpid()}-{n}"
@@ -212,8 +220,17 @@ class ShmView:
 
     def __init__(self, tmp_path):
         self.holder = subprocess.Popen(
-            ["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=512m tmpfs /dev/shm && echo ready && "
-             "exec sleep 3600"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            [
+                "unshare",
+                "-m",
+                "sh",
+                "-c",
+                "mount -t tmpfs -o size=512m tmpfs /dev/shm && echo ready && exec sleep 3600",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         ok = self.holder.stdout.readline().strip() == "ready"
         if not ok:  # no privilege for a mount namespace: look at the real /dev/shm
             self.holder.wait(timeout=10)
@@ -270,10 +287,13 @@ def shm_scenario(view, tmp_path, name):
         assert p.returncode == (1 if name == "stdin-partial" else 0), p.stderr
         errs.append(p.stderr.decode())
     elif name == "pool":  # every pool of the package: load, finalize (scan/partition/build), compact
-        for args in (["load", "gen://scidb96?n=30000", uri, "--batch-records", 700, "--shards", 2],
-                     ["load", "gen://scidb96?n=30000&start=30000", uri], ["finalize", uri, "--dims", "i0:5,i1:500"],
-                     ["finalize", uri, "--dims", "i0:3,i1:1000", "--array", "g2", "--strategy", "spill"],
-                     ["compact", uri, "--target-batch-records", 20000, "--force"]):
+        for args in (
+            ["load", "gen://scidb96?n=30000", uri, "--batch-records", 700, "--shards", 2],
+            ["load", "gen://scidb96?n=30000&start=30000", uri],
+            ["finalize", uri, "--dims", "i0:5,i1:500"],
+            ["finalize", uri, "--dims", "i0:3,i1:1000", "--array", "g2", "--strategy", "spill"],
+            ["compact", uri, "--target-batch-records", 20000, "--force"],
+        ):
             p = view.run(bl(*args, "--quiet"))
             assert p.returncode == 0, p.stderr
             errs.append(p.stderr.decode())
@@ -316,12 +336,14 @@ def test_no_run_leaves_anything_in_dev_shm(shm, tmp_path, name):
 N_LOAD = 1_000_000
 INGEST_FILES = [(f"f{i:02d}.bin", i * 100_000, 100_000) for i in range(10)]
 #: what each command says it committed when a signal stopped it (or that it had just finished)
-OUTCOME = {"load": r"nothing from this run was committed; re-run the same command to resume it",
-           "ingest": r"(none of its 10 file\(s\) was committed; re-run the same command to resume|"
-                     r"(?P<files>\d+) of 10 file\(s\) \((?P<records>[\d,]+) records\) were committed; re-run the "
-                     r"same command to load the rest)",
-           "finalize": r"the arrays are unchanged; re-run the same command to finalize",
-           "compact": r"no record changed \(compaction only rewrites them\); re-run the same command to compact"}
+OUTCOME = {
+    "load": r"nothing from this run was committed; re-run the same command to resume it",
+    "ingest": r"(none of its 10 file\(s\) was committed; re-run the same command to resume|"
+    r"(?P<files>\d+) of 10 file\(s\) \((?P<records>[\d,]+) records\) were committed; re-run the "
+    r"same command to load the rest)",
+    "finalize": r"the arrays are unchanged; re-run the same command to finalize",
+    "compact": r"no record changed \(compaction only rewrites them\); re-run the same command to compact",
+}
 
 
 def wait_for_run(root, kind, timeout=60):
@@ -339,10 +361,12 @@ def wait_for_run(root, kind, timeout=60):
 
 
 def command(kind, uri, d):
-    return {"load": ["load", f"gen://scidb96?n={N_LOAD}", uri, "--shards", 2, "--batch-records", 5000],
-            "ingest": ["ingest", uri, "--from", d, "--shards", 2, "--batch-records", 5000],
-            "finalize": ["finalize", uri, "--dims", "i0:10,i1:5000", "--no-compact"],
-            "compact": ["compact", uri, "--target-batch-records", 50_000]}[kind] + ["--quiet"]
+    return {
+        "load": ["load", f"gen://scidb96?n={N_LOAD}", uri, "--shards", 2, "--batch-records", 5000],
+        "ingest": ["ingest", uri, "--from", d, "--shards", 2, "--batch-records", 5000],
+        "finalize": ["finalize", uri, "--dims", "i0:10,i1:5000", "--no-compact"],
+        "compact": ["compact", uri, "--target-batch-records", 50_000],
+    }[kind] + ["--quiet"]
 
 
 def timed(args, root, kind, env=None):
@@ -366,8 +390,12 @@ def signal_base(tmp_path_factory):
     # finalize / compact start from a dataset of small batches
     seed = base / "seed"
     seed.mkdir()
-    assert run_cli("load", f"gen://scidb96?n={N_LOAD}", f"lmdb://{seed}/ds", "--shards", 2,
-                   "--batch-records", 5000, "--quiet").returncode == 0
+    assert (
+        run_cli(
+            "load", f"gen://scidb96?n={N_LOAD}", f"lmdb://{seed}/ds", "--shards", 2, "--batch-records", 5000, "--quiet"
+        ).returncode
+        == 0
+    )
     out = {}
     for kind in ("load", "ingest", "finalize", "compact"):
         ref = base / f"ref-{kind}"
@@ -393,8 +421,11 @@ def state(uri, kind):
 
 def signal_scenarios():
     rng = random.Random(SEED)
-    return [pytest.param(kind, sig, rng.uniform(0.1, 0.6), id=f"{kind}-SIG{sig}")
-            for kind in ("load", "ingest", "finalize", "compact") for sig in SIGNALS]
+    return [
+        pytest.param(kind, sig, rng.uniform(0.1, 0.6), id=f"{kind}-SIG{sig}")
+        for kind in ("load", "ingest", "finalize", "compact")
+        for sig in SIGNALS
+    ]
 
 
 @pytest.mark.parametrize("kind,sig,at", signal_scenarios())
@@ -409,12 +440,15 @@ def test_stop_signal_interrupts_the_run_and_the_same_command_resumes(tmp_path, s
             shutil.copytree(base / "seed" / "ds", tmp_path / "ds")
         p = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
         wait_for_run(tmp_path / "ds", kind)
-        time.sleep(at * seconds / 2 ** attempt)  # a moment within the run, drawn from its measured length
+        time.sleep(at * seconds / 2**attempt)  # a moment within the run, drawn from its measured length
         kids = descendants(p.pid)
         p.send_signal(SIGNALS[sig])
         _, err = p.communicate(timeout=120)
-        finished_first = (p.returncode in (0, -SIGNALS[sig]) and not err
-                          and [r for r in runs_of(uri) if r["kind"] == kind][-1]["status"] == "done")
+        finished_first = (
+            p.returncode in (0, -SIGNALS[sig])
+            and not err
+            and [r for r in runs_of(uri) if r["kind"] == kind][-1]["status"] == "done"
+        )
         if not finished_first:
             break
     assert p.returncode == 128 + SIGNALS[sig], (p.returncode, err)
@@ -431,8 +465,9 @@ def test_stop_signal_interrupts_the_run_and_the_same_command_resumes(tmp_path, s
     if kind == "ingest":  # what it says was committed is what is
         with loader.open(uri) as ds:
             files = [e for e in ds.manifest.files.values() if e["run"] == last["id"]]
-            assert (len(files), ds.records) == ((int(said["files"]), int(said["records"].replace(",", "")))
-                                                if said["files"] else (0, 0))
+            assert (len(files), ds.records) == (
+                (int(said["files"]), int(said["records"].replace(",", ""))) if said["files"] else (0, 0)
+            )
     again = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
     assert state(uri, kind) == want
@@ -445,12 +480,21 @@ def test_sigterm_to_the_whole_process_group_is_an_interruption(tmp_path, kind):
     g = None
     if kind == "stdin":
         g = subprocess.Popen([tool("bulkload-gen"), "100000000"], stdout=subprocess.PIPE)
-        p = subprocess.Popen(bl("load", "-", uri, "--quiet", "--workers", "2"), stdin=g.stdout,
-                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+        p = subprocess.Popen(
+            bl("load", "-", uri, "--quiet", "--workers", "2"),
+            stdin=g.stdout,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         g.stdout.close()
     else:
-        p = subprocess.Popen(bl("load", "gen://scidb96?n=100000000", uri, "--quiet", "--workers", "2"),
-                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+        p = subprocess.Popen(
+            bl("load", "gen://scidb96?n=100000000", uri, "--quiet", "--workers", "2"),
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
     wait_for_run(tmp_path / "ds", "load")
     deadline = time.monotonic() + 30  # the resource tracker, the forkserver and 2 workers
     while len(kids := descendants(p.pid)) < 4 and time.monotonic() < deadline:
@@ -475,11 +519,13 @@ def test_a_stop_signal_after_the_command_ended_leaves_its_exit_code(tmp_path, si
     import sys
 
     uri = f"lmdb://{tmp_path}/ds"
-    code = ("import atexit, os, signal, sys\n"
-            f"atexit.register(lambda: os.kill(os.getpid(), signal.SIG{sig}))\n"
-            f"sys.argv = ['bulkload', 'load', 'gen://scidb96?n=1000', {uri!r}, '--quiet']\n"
-            "from loader.cli.main import main\n"
-            "main()\n")
+    code = (
+        "import atexit, os, signal, sys\n"
+        f"atexit.register(lambda: os.kill(os.getpid(), signal.SIG{sig}))\n"
+        f"sys.argv = ['bulkload', 'load', 'gen://scidb96?n=1000', {uri!r}, '--quiet']\n"
+        "from loader.cli.main import main\n"
+        "main()\n"
+    )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert (p.returncode, p.stderr) == (0, "")
     assert runs_of(uri)[-1]["status"] == "done" and loader.open(uri).records == 1000
@@ -505,11 +551,17 @@ def test_signals_during_the_cleanup_do_not_abort_it(tmp_path):
 
 
 def test_import_and_api_install_no_signal_handlers(tmp_path):
-    code = ("import signal; before = [signal.getsignal(s) for s in (2, 15, 1)]; import loader; "
-            f"loader.load('gen://scidb96?n=2000', 'lmdb://{tmp_path}/ds', workers=2, shards=2); "
-            "assert [signal.getsignal(s) for s in (2, 15, 1)] == before, 'changed'")
-    p = subprocess.run([os.path.join(os.path.dirname(tool("bulkload")), "python"), "-c", code],
-                       capture_output=True, text=True, timeout=120)
+    code = (
+        "import signal; before = [signal.getsignal(s) for s in (2, 15, 1)]; import loader; "
+        f"loader.load('gen://scidb96?n=2000', 'lmdb://{tmp_path}/ds', workers=2, shards=2); "
+        "assert [signal.getsignal(s) for s in (2, 15, 1)] == before, 'changed'"
+    )
+    p = subprocess.run(
+        [os.path.join(os.path.dirname(tool("bulkload")), "python"), "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
 
 
@@ -527,8 +579,11 @@ def test_worker_killed_during_ingest_names_the_committed_files(tmp_path):
     p = subprocess.run(bl(*map(str, args)), capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode == 1
     msg = one_error_line(p.stderr)
-    m = re.fullmatch(r"worker 1 \(pid \d+\) was killed by signal 9 before it finished; (\d+) of 10 file\(s\) "
-                     r"\(([\d,]+) records\) were committed; re-run the same command to load the rest", msg)
+    m = re.fullmatch(
+        r"worker 1 \(pid \d+\) was killed by signal 9 before it finished; (\d+) of 10 file\(s\) "
+        r"\(([\d,]+) records\) were committed; re-run the same command to load the rest",
+        msg,
+    )
     assert m, msg
     nfiles, nrec = int(m.group(1)), int(m.group(2).replace(",", ""))
     with loader.open(uri) as ds:
@@ -544,12 +599,16 @@ def test_worker_killed_during_ingest_names_the_committed_files(tmp_path):
 def test_worker_killed_during_load_says_nothing_was_committed(tmp_path):
     uri = f"rocksdb://{tmp_path}/ds"
     env = {"BULKLOAD_FAULT": "w0.flush:3", "BULKLOAD_CHECKPOINT_SECONDS": "0"}
-    p = run_cli("load", "gen://scidb96?n=20000", uri, "--shards", 2, "--workers", 2, "--batch-records", 500,
-                "--quiet", env=env)
+    p = run_cli(
+        "load", "gen://scidb96?n=20000", uri, "--shards", 2, "--workers", 2, "--batch-records", 500, "--quiet", env=env
+    )
     assert p.returncode == 1
     msg = one_error_line(p.stderr)
-    assert re.fullmatch(r"worker 0 \(pid \d+\) was killed by signal 9 before it finished; nothing from this "
-                        r"run was committed; re-run the same command to resume it", msg), msg
+    assert re.fullmatch(
+        r"worker 0 \(pid \d+\) was killed by signal 9 before it finished; nothing from this "
+        r"run was committed; re-run the same command to resume it",
+        msg,
+    ), msg
     assert loader.open(uri).records == 0 and runs_of(uri)[-1]["error"] == msg
 
 
@@ -569,12 +628,10 @@ def test_a_signal_during_a_commit_is_raised_after_it(own_handlers, sig):
     from loader.infra.interrupts import held, stop_on_signals
 
     done = []
-    with pytest.raises(Interrupted) as exc:
-        with stop_on_signals():
-            with held(lambda: "run R had finished"):
-                os.kill(os.getpid(), SIGNALS[sig])
-                time.sleep(0.05)  # the handler runs in here: the signal is held, not raised
-                done.append("manifest written")
+    with pytest.raises(Interrupted) as exc, stop_on_signals(), held(lambda: "run R had finished"):
+        os.kill(os.getpid(), SIGNALS[sig])
+        time.sleep(0.05)  # the handler runs in here: the signal is held, not raised
+        done.append("manifest written")
     assert done == ["manifest written"]
     assert exc.value.signo == SIGNALS[sig] and str(exc.value) == f"interrupted by SIG{sig}; run R had finished"
     assert exc.value.exit_code == 128 + SIGNALS[sig]
@@ -586,10 +643,8 @@ def test_a_held_signal_wins_over_the_error_it_caused(own_handlers):
     from loader.errors import Interrupted
     from loader.infra.interrupts import held, stop_on_signals
 
-    with pytest.raises(Interrupted) as exc:
-        with stop_on_signals():
-            with held(lambda: "unused"):
-                os.kill(os.getpid(), signal.SIGHUP)
-                time.sleep(0.05)
-                raise EOFError("unexpected EOF")
+    with pytest.raises(Interrupted) as exc, stop_on_signals(), held(lambda: "unused"):
+        os.kill(os.getpid(), signal.SIGHUP)
+        time.sleep(0.05)
+        raise EOFError("unexpected EOF")
     assert str(exc.value) == "interrupted by SIGHUP" and isinstance(exc.value.__cause__, EOFError)

@@ -84,7 +84,7 @@ def trial(body, tracer) -> tuple[bool, object]:
         sys.settrace(tracer)
         try:
             out["result"] = body()
-        except BaseException as e:  # noqa: BLE001 - the outcome under test
+        except BaseException as e:
             out["result"] = e
         finally:
             sys.settrace(None)
@@ -100,6 +100,7 @@ SYNC = ("threading.py", "queue.py", "loading/worker.py", "infra/threads.py")
 
 def consume(items: int):
     """Iterate a _Producer of ``items`` batches to its end; its thread after the ``with``."""
+
     def body():
         with _Producer(iter(range(items))) as produced:
             for _ in produced:
@@ -141,11 +142,10 @@ def test_a_stopped_producer_thread_ends():
             started.set()
             yield i
 
-    with pytest.raises(Stop):
-        with _Producer(batches()) as produced:
-            started.wait(1)
-            time.sleep(0.05)  # the bound is reached: the thread waits for room
-            raise Stop
+    with pytest.raises(Stop), _Producer(batches()) as produced:
+        started.wait(1)
+        time.sleep(0.05)  # the bound is reached: the thread waits for room
+        raise Stop
     assert produced.ended(TRIAL_S)
 
 
@@ -202,12 +202,14 @@ def threads_settle(baseline: int) -> bool:
 
 def _raising(tracer, exc_type):
     """``tracer`` raising ``exc_type`` instead of Stop."""
+
     def wrapped(frame, event, arg):
         try:
             inner = tracer(frame, event, arg)
         except Stop:
             raise exc_type from None
         return None if inner is None else wrapped
+
     return wrapped
 
 

@@ -21,9 +21,9 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from run_scenarios import BULKLOAD, run_all  # noqa: E402
+from run_scenarios import BULKLOAD, run_all
 
-from loader.stores.spec import parse_dataset_uri  # noqa: E402
+from loader.stores.spec import parse_dataset_uri
 
 
 def main(out: Path) -> None:

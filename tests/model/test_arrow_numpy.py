@@ -56,7 +56,7 @@ with loader.open({flat!r}) as ds:
     assert ds.to_arrow().num_rows == 3000
 with loader.open({arrow!r}) as ds:
     assert len(ds.read_records(10, 20)) == 10
-loader.export({flat!r}, {str(tmp_path / 'x.parquet')!r}, format="parquet")
+loader.export({flat!r}, {str(tmp_path / "x.parquet")!r}, format="parquet")
 print('pandas' in sys.modules)
 """
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

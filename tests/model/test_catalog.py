@@ -35,8 +35,11 @@ def gen_bytes(start, n):
 
 
 def tree(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*"))
-            if p.is_file() and p.name not in ("lock.mdb", "writer.lock", ".lock") and ".readers" not in p.parts}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name not in ("lock.mdb", "writer.lock", ".lock") and ".readers" not in p.parts
+    }
 
 
 def one_line(p, code=1) -> str:
@@ -107,8 +110,12 @@ def test_a_damaged_catalog_is_named_with_exit_1_and_nothing_is_written(dataset, 
     root, uri = dataset
     DAMAGES[damage](root / "catalog")
     before = tree(root)
-    for args in (["info", uri], ["verify", uri], ["load", "gen://scidb96?n=10&start=1500", uri, "-q"],
-                 ["compact", uri, "-q"]):
+    for args in (
+        ["info", uri],
+        ["verify", uri],
+        ["load", "gen://scidb96?n=10&start=1500", uri, "-q"],
+        ["compact", uri, "-q"],
+    ):
         line = one_line(run_cli(*args))
         assert "catalog" in line and "damaged" in line and "backup" in line, (args, line)
     with pytest.raises(DamagedDatasetError, match="catalog"):
@@ -184,7 +191,8 @@ def test_a_catalog_that_places_a_shard_elsewhere_is_refused_naming_it(dataset):
         "    head = cg.decode(txn.get(b'header', db=meta))\n"
         "    assert head['placement'][0] == 'shard-000', head\n"
         "    head['placement'][0] = 'host-b:/disk1/shard-000'\n"
-        "    txn.put(b'header', cg.encode(head), db=meta)\n")
+        "    txn.put(b'header', cg.encode(head), db=meta)\n"
+    )
     subprocess.run([sys.executable, "-c", edit, str(root / "catalog")], check=True)
     before = tree(root)
     line = one_line(run_cli("info", uri))

@@ -44,6 +44,7 @@ def v1(golden, tmp_path):
         dst = tmp_path / name
         shutil.copytree(golden / name, dst)
         return dst
+
     return place
 
 
@@ -56,12 +57,19 @@ def content(uri: str) -> dict:
     with loader.open(uri) as ds:
         m = ds.manifest
         s = ds.scan() if ds.layout.variable_length else ds.read_records(0, m.records)
-        dig = hashlib.sha256(s.tobytes() if isinstance(s, np.ndarray) else
-                             json.dumps(s, sort_keys=True, default=str).encode()).hexdigest()
-        return {"records": m.records, "batches": [b.row() for b in m.batches],
-                "runs": [r.to_dict() for r in m.runs], "garbage": [g.to_dict() for g in m.garbage],
-                "arrays": sorted(m.arrays), "scan_sha256": dig, "generation": m.generation,
-                "dataset_id": m.dataset_id}
+        dig = hashlib.sha256(
+            s.tobytes() if isinstance(s, np.ndarray) else json.dumps(s, sort_keys=True, default=str).encode()
+        ).hexdigest()
+        return {
+            "records": m.records,
+            "batches": [b.row() for b in m.batches],
+            "runs": [r.to_dict() for r in m.runs],
+            "garbage": [g.to_dict() for g in m.garbage],
+            "arrays": sorted(m.arrays),
+            "scan_sha256": dig,
+            "generation": m.generation,
+            "dataset_id": m.dataset_id,
+        }
 
 
 def tree(root: Path) -> dict[str, str]:
@@ -89,7 +97,10 @@ def _upgraded_same(golden, root: Path, name: str, generations: int = 1) -> dict:
     got = content(f"lmdb://{root}")
     want = expected(golden, name)
     assert json.loads((root / "manifest.json").read_text()) == {
-        "version": 2, "catalog": "catalog", "dataset_id": want["dataset_id"]}
+        "version": 2,
+        "catalog": "catalog",
+        "dataset_id": want["dataset_id"],
+    }
     assert (root / "catalog" / "data.mdb").is_file() and not list(root.glob("catalog.tmp-*"))
     return got
 
@@ -98,17 +109,24 @@ def _upgraded_same(golden, root: Path, name: str, generations: int = 1) -> dict:
 def test_the_first_load_upgrades_a_version_1_dataset_and_keeps_its_content(golden, v1, name):
     root = v1(name)
     want = expected(golden, name)
-    p = run_cli("load", f"gen://scidb96?n=100&start={want['records']}", f"lmdb://{root}", "--batch-records", 50,
-                "--new-run", "-q")
+    p = run_cli(
+        "load",
+        f"gen://scidb96?n=100&start={want['records']}",
+        f"lmdb://{root}",
+        "--batch-records",
+        50,
+        "--new-run",
+        "-q",
+    )
     assert p.returncode == 0, p.stderr
     got = _upgraded_same(golden, root, name)
     assert got["records"] == want["records"] + 100
-    assert got["batches"][:len(want["batches"])] == want["batches"]
+    assert got["batches"][: len(want["batches"])] == want["batches"]
     old = want["runs"]
     if name == "interrupted":  # the next writer records the dead job's run so
-        assert [r["status"] for r in got["runs"][:len(old)]] == ["done", "interrupted"]
+        assert [r["status"] for r in got["runs"][: len(old)]] == ["done", "interrupted"]
     else:
-        assert got["runs"][:len(old)] == old
+        assert got["runs"][: len(old)] == old
     with loader.open(f"lmdb://{root}") as ds:
         assert ds.verify().ok
         recs = ds.read_records(0, want["records"])
@@ -162,14 +180,13 @@ def test_a_documents_load_upgrades_a_version_1_dataset(golden, v1):
     p = run_cli("load", "gen://docs?n=10&seed=4&start=1000", f"lmdb://{root}", "--layout", "docs", "-q")
     assert p.returncode == 0, p.stderr
     got = _upgraded_same(golden, root, "docs")
-    assert got["records"] == want["records"] + 10 and got["batches"][:len(want["batches"])] == want["batches"]
+    assert got["records"] == want["records"] + 10 and got["batches"][: len(want["batches"])] == want["batches"]
     with loader.open(f"lmdb://{root}") as ds:
         assert ds.verify().ok and ds.get(1000).id == 1000
 
 
 @pytest.mark.parametrize("fault", ["catalog-built:1", "catalog-renamed:1", "pointer:1"])
-def test_an_upgrade_killed_at_any_step_leaves_a_readable_dataset_and_the_next_write_finishes_it(
-        golden, v1, fault):
+def test_an_upgrade_killed_at_any_step_leaves_a_readable_dataset_and_the_next_write_finishes_it(golden, v1, fault):
     root = v1("fixed")
     want = expected(golden, "fixed")
     uri = f"lmdb://{root}"

@@ -41,8 +41,7 @@ def index_rows(cell, n: int, rng) -> np.ndarray:
 def test_index_round_trip(tmp_path, policy, n):
     cell = cell_layout(get_layout("scidb96"), policy)
     cols = index_columns(cell)
-    assert [c for c, _ in cols[:8]] == ["crow", "ccol", "piece", "shard", "cells", "nbytes", "checksum",
-                                        "sample_every"]
+    assert [c for c, _ in cols[:8]] == ["crow", "ccol", "piece", "shard", "cells", "nbytes", "checksum", "sample_every"]
     assert len(cols) == 8 + 2 * len(cell.fields)
     assert (("max_syn", "<u4") in cols) == (policy == "keep")
     rng = np.random.default_rng(n)
@@ -58,7 +57,7 @@ def test_index_round_trip(tmp_path, policy, n):
     rows["cells"], rows["sample_every"] = rng.integers(0, 500, n), rng.integers(1, 50, n)
     counts = sample_counts(rows)
     samples = np.zeros(int(counts.sum()), [("r", "<i8"), ("c", "<i8")])
-    samples["r"], samples["c"] = rng.integers(-2**63, 2**63 - 1, (2, len(samples)), endpoint=True)
+    samples["r"], samples["c"] = rng.integers(-(2**63), 2**63 - 1, (2, len(samples)), endpoint=True)
     write_index(str(path), rows, samples)
     got = read_index(str(path))
     assert list(got) == [*rows.dtype.names, "sample_off", *SAMPLE_COLUMNS]
@@ -102,8 +101,13 @@ def test_index_garbage_keeps_live_and_held_files(tmp_path):
     root = str(tmp_path)
     collect_index_garbage(root, _manifest())  # no arrays/ directory yet: nothing to do
     os.makedirs(tmp_path / INDEX_DIR)
-    names = ["array-live-1.arrow", "array-old-1.arrow", "array-crashed-2.arrow",
-             "array-crashed-2.arrow.tmp-123", "README"]
+    names = [
+        "array-live-1.arrow",
+        "array-old-1.arrow",
+        "array-crashed-2.arrow",
+        "array-crashed-2.arrow.tmp-123",
+        "README",
+    ]
     for name in names:
         (tmp_path / INDEX_DIR / name).write_bytes(b"x")
     m = _manifest()
@@ -114,5 +118,11 @@ def test_index_garbage_keeps_live_and_held_files(tmp_path):
 
 
 def _manifest() -> mf.Manifest:
-    return mf.Manifest(layout=get_layout("scidb96").to_dict(), format="capnp", compression="none",
-                       scheme="lmdb", shards=1, batch_records=10)
+    return mf.Manifest(
+        layout=get_layout("scidb96").to_dict(),
+        format="capnp",
+        compression="none",
+        scheme="lmdb",
+        shards=1,
+        batch_records=10,
+    )

@@ -15,8 +15,25 @@ from loader.model.conversions import casts_exactly, convert_exactly
 
 TYPES = ["i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f4", "f8"]
 #: values at the edges of exactness, mixed into the random ones
-EDGES = [0, 1, -1, 0.5, 2**24 + 1, 2**31, 2**53, 2**53 + 1, 2**63 - 1, 2**64 - 1, -(2**63), 0.1, 1e300,
-         float("nan"), float("inf"), 2.0**63, -(2.0**63)]
+EDGES = [
+    0,
+    1,
+    -1,
+    0.5,
+    2**24 + 1,
+    2**31,
+    2**53,
+    2**53 + 1,
+    2**63 - 1,
+    2**64 - 1,
+    -(2**63),
+    0.1,
+    1e300,
+    float("nan"),
+    float("inf"),
+    2.0**63,
+    -(2.0**63),
+]
 
 
 def kept(value, dst: np.dtype) -> bool:

@@ -16,8 +16,7 @@ I64 = st.integers(-(2**63) + 1, 2**63 - 1)
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(I64, min_size=1, max_size=8), st.sampled_from(list(SCALE)), st.sampled_from(list(SCALE)),
-       st.booleans())
+@given(st.lists(I64, min_size=1, max_size=8), st.sampled_from(list(SCALE)), st.sampled_from(list(SCALE)), st.booleans())
 def test_times_change_unit_only_when_every_value_is_whole_and_in_range(values, src, dst, arrow):
     a, b = SCALE[src], SCALE[dst]
     ok = [v * b % a == 0 and -(2**63) < v * b // a < 2**63 for v in values]
@@ -44,7 +43,9 @@ def test_bytes_fit_or_name_the_first_value_too_long(values, width, arrow):
         got, _ = field_values(col, field, "w")
         assert got.tolist() == [v.rstrip(b"\x00") for v in stored]
         return
-    with pytest.raises(ConversionError, match=rf"row {long.index(True)}: .* is \d+ bytes, longer than bytes\[{width}\]"):
+    with pytest.raises(
+        ConversionError, match=rf"row {long.index(True)}: .* is \d+ bytes, longer than bytes\[{width}\]"
+    ):
         field_values(col, field, "w")
 
 
@@ -58,17 +59,22 @@ def test_nulls_become_validity_or_are_refused(values, nullable):
             field_values(col, field, "w")
         return
     got, valid = field_values(col, field, "w")
-    assert [None if valid is not None and not ok else int(v) for v, ok in
-            zip(got, valid if valid is not None else [True] * len(values))] == values
+    assert [
+        None if valid is not None and not ok else int(v)
+        for v, ok in zip(got, valid if valid is not None else [True] * len(values))
+    ] == values
     assert all(int(v) == 0 for v, x in zip(got, values) if x is None)
 
 
-@pytest.mark.parametrize("col,field", [
-    (np.array([1, 2], "i8"), Field("x", "bool")),  # 2 is no bool
-    (pa.array(["a"]), Field("x", "int32")),
-    (np.array([1.5], "f8"), Field("x", "datetime64[s]")),
-    (pa.array([1], pa.timestamp("s")), Field("x", "timedelta64[s]")),
-])
+@pytest.mark.parametrize(
+    "col,field",
+    [
+        (np.array([1, 2], "i8"), Field("x", "bool")),  # 2 is no bool
+        (pa.array(["a"]), Field("x", "int32")),
+        (np.array([1.5], "f8"), Field("x", "datetime64[s]")),
+        (pa.array([1], pa.timestamp("s")), Field("x", "timedelta64[s]")),
+    ],
+)
 def test_values_or_types_that_cannot_be_a_field_are_refused(col, field):
     with pytest.raises((ConversionError, LayoutError), match="column 'x'"):
         field_values(col, field, "w")

@@ -10,7 +10,7 @@ from loader.errors import LayoutError
 from loader.model.field_types import parse_type
 from loader.model.layouts import Field, Layout, layout_from_dtype, layout_of_fields, parse_layout_toml
 
-TICKS_TOML = '''name = "tk"
+TICKS_TOML = """name = "tk"
 [fields]
 ts = { type = "datetime64[ns]", tz = "UTC" }
 d = "timedelta64[us]"
@@ -22,19 +22,40 @@ h = "float16"
 venue = { type = "int16", nullable = true }
 px = "float64"
 flag = { type = "bool", nullable = true }
-'''
+"""
 
 
 def test_every_type_has_its_numpy_dtype_and_arrow_type():
     lay = parse_layout_toml(TICKS_TOML, "tk.toml")
-    assert lay.dtype == np.dtype([("ts", "<M8[ns]"), ("d", "<m8[us]"), ("ok", "?"), ("sym", "S8"),
-                                  ("name", "S12"), ("v", "<f4", (3,)), ("h", "<f2"), ("venue", "<i2"),
-                                  ("px", "<f8"), ("flag", "?"), ("_validity", "u1", (1,))])
+    assert lay.dtype == np.dtype(
+        [
+            ("ts", "<M8[ns]"),
+            ("d", "<m8[us]"),
+            ("ok", "?"),
+            ("sym", "S8"),
+            ("name", "S12"),
+            ("v", "<f4", (3,)),
+            ("h", "<f2"),
+            ("venue", "<i2"),
+            ("px", "<f8"),
+            ("flag", "?"),
+            ("_validity", "u1", (1,)),
+        ]
+    )
     assert lay.record_size == lay.dtype.itemsize == 8 + 8 + 1 + 8 + 12 + 12 + 2 + 2 + 8 + 1 + 1
     s = lay.arrow_schema
-    assert [f.type for f in s] == [pa.timestamp("ns", "UTC"), pa.duration("us"), pa.bool_(), pa.binary(8),
-                                   pa.string(), pa.list_(pa.float32(), 3), pa.float16(), pa.int16(), pa.float64(),
-                                   pa.bool_()]
+    assert [f.type for f in s] == [
+        pa.timestamp("ns", "UTC"),
+        pa.duration("us"),
+        pa.bool_(),
+        pa.binary(8),
+        pa.string(),
+        pa.list_(pa.float32(), 3),
+        pa.float16(),
+        pa.int16(),
+        pa.float64(),
+        pa.bool_(),
+    ]
     assert [f.nullable for f in s] == [False] * 7 + [True, False, True]
     assert lay.nullable_names == ("venue", "flag")
     assert "_validity" not in s.names and lay.names == [n for n in lay.dtype.names if n != "_validity"]
@@ -44,7 +65,10 @@ def test_type_names_are_canonical_and_round_trip_through_the_manifest_dict():
     lay = Layout("x", (Field("ts", "datetime64[ ns ]", tz="Europe/Paris"), Field("q", "int8", nullable=True)))
     assert lay.fields[0].type == "datetime64[ns]"
     assert Layout.from_dict(lay.to_dict()) == lay
-    assert lay.to_dict()["fields"] == [["ts", "datetime64[ns]", {"tz": "Europe/Paris"}], ["q", "int8", {"nullable": True}]]
+    assert lay.to_dict()["fields"] == [
+        ["ts", "datetime64[ns]", {"tz": "Europe/Paris"}],
+        ["q", "int8", {"nullable": True}],
+    ]
     assert lay.describe_fields() == "ts:datetime64[ns](Europe/Paris), q:int8?"
 
 
@@ -57,23 +81,32 @@ def test_validity_has_one_bit_per_nullable_field_in_whole_bytes():
     assert Layout("n", (Field("a", "int8"),)).validity_bytes == 0
 
 
-@pytest.mark.parametrize("entry,msg", [
-    ('a = "float128"', r"x\.toml: layout 'x': field 'a': unknown type 'float128'; use one of int8"),
-    ('a = "bytes[0]"', r"field 'a': type 'bytes\[0\]': the count must be 1\.\.4096"),
-    ('a = "string[N]"', r"field 'a': type 'string\[N\]': string\[N\] needs a byte count N"),
-    ('a = "bytes"', r"field 'a': type 'bytes': bytes\[N\] needs a byte count N, e\.g\. bytes\[8\]"),
-    ('a = "datetime64"', r"field 'a': type 'datetime64' needs a unit: datetime64\[s\]"),
-    ('a = "datetime64[D]"', r"needs a unit"),
-    ('a = "bool[3]"', r"field 'a': type 'bool\[3\]': arrays are of number types only"),
-    ('a = "int32[5000]"', r"the count must be 1\.\.4096"),
-    ('a = { type = "int16", tz = "UTC" }', r"field 'a': tz is for datetime64 fields, not int16; remove it"),
-    ('a = { type = "datetime64[s]", tz = "Mars/Olympus" }', r"field 'a': tz 'Mars/Olympus' is not a known time zone"),
-    ('a = { type = "int16", nullable = "yes" }', r"field 'a': nullable must be true or false"),
-    ('a = { type = "int16", null = true }', r"field 'a' has unknown key\(s\) null; a field table has type, nullable, tz"),
-    ('a = { nullable = true }', r"field 'a' needs `type = \"...\"`"),
-    ('a = 3', r"field 'a' must be a type name or a table"),
-    ('_validity = "uint8"', r"field name '_validity' is not allowed"),
-])
+@pytest.mark.parametrize(
+    "entry,msg",
+    [
+        ('a = "float128"', r"x\.toml: layout 'x': field 'a': unknown type 'float128'; use one of int8"),
+        ('a = "bytes[0]"', r"field 'a': type 'bytes\[0\]': the count must be 1\.\.4096"),
+        ('a = "string[N]"', r"field 'a': type 'string\[N\]': string\[N\] needs a byte count N"),
+        ('a = "bytes"', r"field 'a': type 'bytes': bytes\[N\] needs a byte count N, e\.g\. bytes\[8\]"),
+        ('a = "datetime64"', r"field 'a': type 'datetime64' needs a unit: datetime64\[s\]"),
+        ('a = "datetime64[D]"', r"needs a unit"),
+        ('a = "bool[3]"', r"field 'a': type 'bool\[3\]': arrays are of number types only"),
+        ('a = "int32[5000]"', r"the count must be 1\.\.4096"),
+        ('a = { type = "int16", tz = "UTC" }', r"field 'a': tz is for datetime64 fields, not int16; remove it"),
+        (
+            'a = { type = "datetime64[s]", tz = "Mars/Olympus" }',
+            r"field 'a': tz 'Mars/Olympus' is not a known time zone",
+        ),
+        ('a = { type = "int16", nullable = "yes" }', r"field 'a': nullable must be true or false"),
+        (
+            'a = { type = "int16", null = true }',
+            r"field 'a' has unknown key\(s\) null; a field table has type, nullable, tz",
+        ),
+        ("a = { nullable = true }", r"field 'a' needs `type = \"...\"`"),
+        ("a = 3", r"field 'a' must be a type name or a table"),
+        ('_validity = "uint8"', r"field name '_validity' is not allowed"),
+    ],
+)
 def test_a_bad_field_is_one_layout_error_naming_the_file_the_field_and_the_fix(entry, msg):
     with pytest.raises(LayoutError, match=msg) as e:
         parse_layout_toml(f'name = "x"\n[fields]\n{entry}\n', "x.toml")
@@ -87,8 +120,19 @@ def test_timezones_may_be_names_or_offsets():
 
 # --- Cap'n Proto ----------------------------------------------------------------------------
 
-_SLOT_BITS = {"bool": 1, "int8": 8, "uint8": 8, "int16": 16, "uint16": 16, "int32": 32, "uint32": 32,
-              "float32": 32, "int64": 64, "uint64": 64, "float64": 64}
+_SLOT_BITS = {
+    "bool": 1,
+    "int8": 8,
+    "uint8": 8,
+    "int16": 16,
+    "uint16": 16,
+    "int32": 32,
+    "uint32": 32,
+    "float32": 32,
+    "int64": 64,
+    "uint64": 64,
+    "float64": 64,
+}
 
 
 def _pycapnp_bit_offsets(schema, prefix="") -> dict:
@@ -142,8 +186,23 @@ def test_layouts_of_whole_words_stay_framable():
     check_capnp_offsets(lay)
 
 
-_TYPES = st.sampled_from(["int8", "uint16", "int32", "float64", "float16", "bool", "datetime64[us]",
-                          "timedelta64[s]", "bytes[3]", "string[5]", "float32[3]", "int64[2]", "uint8[7]"])
+_TYPES = st.sampled_from(
+    [
+        "int8",
+        "uint16",
+        "int32",
+        "float64",
+        "float16",
+        "bool",
+        "datetime64[us]",
+        "timedelta64[s]",
+        "bytes[3]",
+        "string[5]",
+        "float32[3]",
+        "int64[2]",
+        "uint8[7]",
+    ]
+)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -155,22 +214,42 @@ def test_capnp_offsets_match_pycapnp_for_any_layout(fields):
 
 # --- inference from numpy dtypes -------------------------------------------------------------
 
+
 def test_numpy_dtypes_of_every_type_infer_their_layout_types():
-    dt = np.dtype([("ts", "<M8[ns]"), ("d", "<m8[ms]"), ("ok", "?"), ("sym", "S8"), ("v", "<f4", (3,)),
-                   ("h", "<f2"), ("q", "<i4")])
+    dt = np.dtype(
+        [
+            ("ts", "<M8[ns]"),
+            ("d", "<m8[ms]"),
+            ("ok", "?"),
+            ("sym", "S8"),
+            ("v", "<f4", (3,)),
+            ("h", "<f2"),
+            ("q", "<i4"),
+        ]
+    )
     lay = layout_from_dtype(dt, "r")
-    assert [f.type for f in lay.fields] == ["datetime64[ns]", "timedelta64[ms]", "bool", "bytes[8]",
-                                            "float32[3]", "float16", "int32"]
+    assert [f.type for f in lay.fields] == [
+        "datetime64[ns]",
+        "timedelta64[ms]",
+        "bool",
+        "bytes[8]",
+        "float32[3]",
+        "float16",
+        "int32",
+    ]
     assert lay.dtype == dt
     assert [f.type for f in layout_of_fields(dt.newbyteorder(">"), "r").fields] == [f.type for f in lay.fields]
 
 
-@pytest.mark.parametrize("ftype,msg", [
-    ("<U4", r"field 'a' has type <U4.*numpy U text is 4 bytes a character: declare a layout with string\[N\]"),
-    ("<M8[D]", r"field 'a' has type datetime64\[D\]"),
-    (("<f4", (2, 2)), r"field 'a' has type \('<f4', \(2, 2\)\)"),
-    ("O", r"field 'a' has type object"),
-])
+@pytest.mark.parametrize(
+    "ftype,msg",
+    [
+        ("<U4", r"field 'a' has type <U4.*numpy U text is 4 bytes a character: declare a layout with string\[N\]"),
+        ("<M8[D]", r"field 'a' has type datetime64\[D\]"),
+        (("<f4", (2, 2)), r"field 'a' has type \('<f4', \(2, 2\)\)"),
+        ("O", r"field 'a' has type object"),
+    ],
+)
 def test_a_numpy_field_of_no_layout_type_is_refused_naming_it(ftype, msg):
     with pytest.raises(LayoutError, match=msg):
         layout_from_dtype(np.dtype([("a", ftype)]), "r")

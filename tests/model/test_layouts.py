@@ -55,7 +55,7 @@ def test_capnp_record_data_section_is_the_numpy_record_byte_for_byte():
         setattr(recs[0], k, v)
     raw = msg.to_bytes()
     # segment table (8) + root pointer (8) + start (8) + list pointer (8) + tag (8) = 40
-    data = raw[40:40 + 96]
+    data = raw[40 : 40 + 96]
     arr = np.zeros(1, dtype=lay.dtype)
     for k, v in vals.items():
         arr[k] = v
@@ -63,11 +63,14 @@ def test_capnp_record_data_section_is_the_numpy_record_byte_for_byte():
     assert len(raw) == 40 + 96
 
 
-@pytest.mark.parametrize("types", [
-    ["int32", "float64", "int32"],
-    ["uint8", "int16", "uint8", "float32", "int64"],
-    ["float64", "float64", "int32", "int32"],
-])
+@pytest.mark.parametrize(
+    "types",
+    [
+        ["int32", "float64", "int32"],
+        ["uint8", "int16", "uint8", "float32", "int64"],
+        ["float64", "float64", "int32", "int32"],
+    ],
+)
 def test_capnp_offsets_match_pycapnp(types):
     lay = Layout("odd", tuple(Field(f"f{i}", t) for i, t in enumerate(types)))
     mod = lay.capnp_module()
@@ -77,17 +80,19 @@ def test_capnp_offsets_match_pycapnp(types):
         v = i + 1 if "int" in t else i + 1.5
         setattr(msg, f"f{i}", v)
         one = np.array([v], dtype=lay.field(f"f{i}").dtype).view(np.uint8)
-        arr[m.bit // 8: m.bit // 8 + len(one)] = one
+        arr[m.bit // 8 : m.bit // 8 + len(one)] = one
     raw = msg.to_bytes()
     # segment table (8) + root pointer (8) + data section
-    assert raw[16:16 + lay.capnp_words * 8] == arr.tobytes()
+    assert raw[16 : 16 + lay.capnp_words * 8] == arr.tobytes()
     assert lay.framable == (types == ["float64", "float64", "int32", "int32"])
 
 
 def test_user_layout_from_schemas_dir(tmp_path, monkeypatch):
     d = tmp_path / "schemas"
     d.mkdir()
-    (d / "tick.toml").write_text('name = "tick"\n[fields]\nts = "int64"\nprice = "float64"\nqty = "int32"\nside = "int32"\n')
+    (d / "tick.toml").write_text(
+        'name = "tick"\n[fields]\nts = "int64"\nprice = "float64"\nqty = "int32"\nside = "int32"\n'
+    )
     monkeypatch.chdir(tmp_path)
     lay = get_layout("tick")
     assert lay.record_size == 24 and lay.framable
@@ -99,13 +104,16 @@ def test_unknown_layout_lists_known_ones():
         get_layout("nope")
 
 
-@pytest.mark.parametrize("text,msg", [
-    ('name = "x"\n[fields]\na = "float128"\n', "unknown type 'float128'"),
-    ('name = "x"\n[fields]\nmy_field = "int32"\n', "not allowed"),
-    ('name = "x"\n[fields]\n', "declares no fields"),
-    ('name = "x"\nfoo = 1\n[fields]\na = "int8"\n', "unknown key"),
-    ('name = "x"\n[fields\n', "not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "text,msg",
+    [
+        ('name = "x"\n[fields]\na = "float128"\n', "unknown type 'float128'"),
+        ('name = "x"\n[fields]\nmy_field = "int32"\n', "not allowed"),
+        ('name = "x"\n[fields]\n', "declares no fields"),
+        ('name = "x"\nfoo = 1\n[fields]\na = "int8"\n', "unknown key"),
+        ('name = "x"\n[fields\n', "not valid TOML"),
+    ],
+)
 def test_bad_layout_files(text, msg):
     with pytest.raises(LayoutError, match=msg):
         parse_layout_toml(text, "t.toml")
@@ -128,7 +136,13 @@ def test_a_layout_file_that_is_not_utf8_is_a_usage_error(tmp_path):
     assert "unexpected error" not in p.stderr
     (tmp_path / "schemas").mkdir()
     (tmp_path / "schemas" / "bad.toml").write_bytes(bad.read_bytes())
-    p = run_cli("generate", "3", "--layout", "bad", "--out", tmp_path / "out.bin",
-                env={"BULKLOAD_SCHEMAS": str(tmp_path / "schemas")})
+    p = run_cli(
+        "generate",
+        "3",
+        "--layout",
+        "bad",
+        "--out",
+        tmp_path / "out.bin",
+        env={"BULKLOAD_SCHEMAS": str(tmp_path / "schemas")},
+    )
     assert p.returncode == 2 and "schemas/bad.toml: not valid TOML" in p.stderr, p.stderr
-

@@ -22,13 +22,26 @@ def test_check_count_refuses_the_rest_naming_the_option(value):
 
 def test_check_count_leaves_a_missing_value_to_the_default():
     assert check_count("--shards", None, 1, MAX_SHARDS) is None
-    assert 1 <= default_workers()
+    assert default_workers() >= 1
 
 
-@pytest.mark.parametrize("text,want", [
-    ("4096", 4096), (" 7 ", 7), ("512m", 512 << 20), ("2g", 2 << 30), ("2G", 2 << 30), ("64MiB", 64 << 20),
-    ("64mib", 64 << 20), ("1.5k", 1536), ("1kb", 1024), ("1t", 1 << 40), (4096, 4096), ("0", 0),
-])
+@pytest.mark.parametrize(
+    "text,want",
+    [
+        ("4096", 4096),
+        (" 7 ", 7),
+        ("512m", 512 << 20),
+        ("2g", 2 << 30),
+        ("2G", 2 << 30),
+        ("64MiB", 64 << 20),
+        ("64mib", 64 << 20),
+        ("1.5k", 1536),
+        ("1kb", 1024),
+        ("1t", 1 << 40),
+        (4096, 4096),
+        ("0", 0),
+    ],
+)
 def test_parse_size(text, want):
     assert parse_size(text) == want
 

@@ -82,8 +82,18 @@ def test_the_fixtures_hold_every_kind_of_run_and_entry():
     seen = {(r["kind"], r["status"]) for r in runs}
     assert seen >= {("load", s) for s in ("done", "failed", "running", "superseded")}
     assert seen >= {("ingest", s) for s in ("done", "failed", "running")} | {("finalize", "failed")}
-    assert {"attempts", "replace", "plan", "skipped", "table", "source_offset", "superseded_by", "shards_folded",
-            "strategy", "deferred"} <= {k for r in runs for k in r}
+    assert {
+        "attempts",
+        "replace",
+        "plan",
+        "skipped",
+        "table",
+        "source_offset",
+        "superseded_by",
+        "shards_folded",
+        "strategy",
+        "deferred",
+    } <= {k for r in runs for k in r}
     kinds = {g["kind"] for n in NAMES for g in json.loads(golden(n))["garbage"]}
     assert kinds == {"batches", "array", "doc-tables"}
 
@@ -96,8 +106,9 @@ def test_main_manifests_decode_typed_and_encode_to_the_same_bytes(name, tmp_path
     assert all(type(r) is Run for r in m.runs) and all(type(g) is GarbageEntry for g in m.garbage)
     assert all(type(e) is PlanFile for r in m.runs for e in r.plan or [])
     raw = json.loads(data)
-    assert [(r.id, r.kind, r.status, r.error, r.records) for r in m.runs] == \
-        [(r["id"], r["kind"], r["status"], r.get("error"), r.get("records")) for r in raw["runs"]]
+    assert [(r.id, r.kind, r.status, r.error, r.records) for r in m.runs] == [
+        (r["id"], r["kind"], r["status"], r.get("error"), r.get("records")) for r in raw["runs"]
+    ]
     assert encoded(m) == data
     m.save(root)  # the real writer (into the catalog): the same JSON but for the generation and version
     raw["generation"] += 1
@@ -137,6 +148,7 @@ def test_commands_write_runs_and_entries_as_main_did(written_now):
 
 
 # --- what a newer version wrote ---------------------------------------------------------------
+
 
 def test_keys_and_garbage_kinds_of_a_newer_version_stay_where_they_are(tmp_path):
     """A run's unknown keys are written back in place; an entry of an unknown kind stays
@@ -196,8 +208,11 @@ def corrupt(data: bytes, where: str, field: str) -> tuple[bytes, str]:
     return json.dumps(m).encode(), f"run {run['id'] if field != 'id' else f'#{i}'}"
 
 
-CASES = ([("runs", f) for f in Run._fields] + [("plan", f) for f in PlanFile._fields]
-         + [("garbage", f) for f in GarbageEntry._fields])
+CASES = (
+    [("runs", f) for f in Run._fields]
+    + [("plan", f) for f in PlanFile._fields]
+    + [("garbage", f) for f in GarbageEntry._fields]
+)
 
 
 @pytest.mark.parametrize("where,field", CASES)
@@ -213,14 +228,24 @@ def test_a_wrong_type_in_any_field_names_the_run_and_the_field(where, field, tmp
     assert "got `object`" in msg and "is not a valid bulkload manifest" in msg
 
 
-@pytest.mark.parametrize("command", [["info", "{uri}", "--json"], ["verify", "{uri}"],
-                                     ["load", "gen://scidb96?n=10", "{uri}", "-q"], ["compact", "{uri}"]])
-@pytest.mark.parametrize("field,value,expected", [
-    ("records", "12", "field `records`: Expected `int`, got `str`"),
-    ("ended", "late", "field `ended`: Expected `float | null`, got `str`"),
-    ("pending", [{}], "field `pending[0]`: Expected `array`, got `object`"),
-    ("status", None, "field `status`: Expected `str`, got `null`"),
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["info", "{uri}", "--json"],
+        ["verify", "{uri}"],
+        ["load", "gen://scidb96?n=10", "{uri}", "-q"],
+        ["compact", "{uri}"],
+    ],
+)
+@pytest.mark.parametrize(
+    "field,value,expected",
+    [
+        ("records", "12", "field `records`: Expected `int`, got `str`"),
+        ("ended", "late", "field `ended`: Expected `float | null`, got `str`"),
+        ("pending", [{}], "field `pending[0]`: Expected `array`, got `object`"),
+        ("status", None, "field `status`: Expected `str`, got `null`"),
+    ],
+)
 def test_the_cli_exits_1_with_one_line_and_writes_nothing(tmp_path, command, field, value, expected):
     data = golden("load-resumed")
     m = json.loads(data)

@@ -32,13 +32,23 @@ def test_iso_text_of_any_ns_instant_is_numpys_value(ns):
     assert instant_ns(format_ns(ns), "t") == ns
 
 
-@pytest.mark.parametrize("value", [
-    "2026-01-02T14:30:00Z", "2026-01-02T14:30Z", "2026-01-02 14:30:00", "2026-01-02T15:30:00+01:00",
-    "2026-01-02T09:30-0500", "2026-01-02T14:30:00.000000000", np.datetime64("2026-01-02T14:30", "m"),
-    np.datetime64("2026-01-02T14:30:00.000", "ms"), dt.datetime(2026, 1, 2, 14, 30),
-    dt.datetime(2026, 1, 2, 16, 30, tzinfo=dt.timezone(dt.timedelta(hours=2))),
-    pd.Timestamp("2026-01-02T14:30:00"), pd.Timestamp("2026-01-02T09:30:00", tz="America/New_York"),
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "2026-01-02T14:30:00Z",
+        "2026-01-02T14:30Z",
+        "2026-01-02 14:30:00",
+        "2026-01-02T15:30:00+01:00",
+        "2026-01-02T09:30-0500",
+        "2026-01-02T14:30:00.000000000",
+        np.datetime64("2026-01-02T14:30", "m"),
+        np.datetime64("2026-01-02T14:30:00.000", "ms"),
+        dt.datetime(2026, 1, 2, 14, 30),
+        dt.datetime(2026, 1, 2, 16, 30, tzinfo=dt.timezone(dt.timedelta(hours=2))),
+        pd.Timestamp("2026-01-02T14:30:00"),
+        pd.Timestamp("2026-01-02T09:30:00", tz="America/New_York"),
+    ],
+)
 def test_every_spelling_of_one_instant(value):
     assert instant_ns(value, "t") == int(np.datetime64("2026-01-02T14:30", "ns").astype(np.int64))
 
@@ -60,12 +70,23 @@ def test_counts_of_a_unit_round_up_only_when_asked():
     assert instant_in_unit("1969-12-31T23:59:59.5", "s", "t", ceil=True) == 0
 
 
-@pytest.mark.parametrize("value, ns", [
-    ("1h", 3600 * 10**9), ("15min", 900 * 10**9), ("15m", 900 * 10**9), ("250ms", 250 * 10**6),
-    ("100us", 100_000), ("7ns", 7), ("1d", 86400 * 10**9), ("2w", 14 * 86400 * 10**9), (" 90s ", 90 * 10**9),
-    (np.timedelta64(3, "h"), 3 * 3600 * 10**9), (dt.timedelta(minutes=2), 120 * 10**9),
-    (pd.Timedelta(5, "ns"), 5),
-])
+@pytest.mark.parametrize(
+    "value, ns",
+    [
+        ("1h", 3600 * 10**9),
+        ("15min", 900 * 10**9),
+        ("15m", 900 * 10**9),
+        ("250ms", 250 * 10**6),
+        ("100us", 100_000),
+        ("7ns", 7),
+        ("1d", 86400 * 10**9),
+        ("2w", 14 * 86400 * 10**9),
+        (" 90s ", 90 * 10**9),
+        (np.timedelta64(3, "h"), 3 * 3600 * 10**9),
+        (dt.timedelta(minutes=2), 120 * 10**9),
+        (pd.Timedelta(5, "ns"), 5),
+    ],
+)
 def test_durations(value, ns):
     assert duration_ns(value, "d") == ns
 
@@ -77,16 +98,19 @@ def test_duration_counts_of_a_unit():
         duration_in_unit("1500ms", "s", "chunk")
 
 
-@pytest.mark.parametrize("fn, value, message", [
-    (instant_ns, "yesterday", "is not an ISO-8601 instant"),
-    (instant_ns, "2026-13-01", "is not a valid instant"),
-    (instant_ns, "2026-01-01T10:00+25:00", "impossible UTC offset"),
-    (instant_ns, np.datetime64("NaT"), "NaT is not an instant"),
-    (instant_ns, 3.5, "is not an instant"),
-    (duration_ns, "1.5h", "is not a duration"),
-    (duration_ns, "-1h", "is not a duration"),
-    (duration_ns, np.datetime64("2026-01-01"), "is not a duration"),
-])
+@pytest.mark.parametrize(
+    "fn, value, message",
+    [
+        (instant_ns, "yesterday", "is not an ISO-8601 instant"),
+        (instant_ns, "2026-13-01", "is not a valid instant"),
+        (instant_ns, "2026-01-01T10:00+25:00", "impossible UTC offset"),
+        (instant_ns, np.datetime64("NaT"), "NaT is not an instant"),
+        (instant_ns, 3.5, "is not an instant"),
+        (duration_ns, "1.5h", "is not a duration"),
+        (duration_ns, "-1h", "is not a duration"),
+        (duration_ns, np.datetime64("2026-01-01"), "is not a duration"),
+    ],
+)
 def test_mistakes_are_usage_errors_saying_what_to_write(fn, value, message):
     with pytest.raises(UsageError, match="^where: ") as e:
         fn(value, "where")
@@ -103,7 +127,12 @@ def test_durations_and_coordinates_are_shown_as_written():
     from loader.model.times import describe_coordinate, format_duration
 
     assert [format_duration(n) for n in (3600 * 10**9, 900 * 10**9, 250 * 10**6, 7, 86400 * 10**9)] == [
-        "1h", "15min", "250ms", "7ns", "1d"]
+        "1h",
+        "15min",
+        "250ms",
+        "7ns",
+        "1d",
+    ]
     assert describe_coordinate("datetime64[s]", 3600, duration=True) == "1h"
     assert describe_coordinate("datetime64[s]", 1767364200) == "2026-01-02T14:30:00Z"
     assert describe_coordinate("timedelta64[ms]", 1500) == "1500ms"

@@ -54,8 +54,10 @@ def dense_from_records(recs: np.ndarray, attr: str, fill, box) -> np.ndarray:
 def default_box(ds) -> tuple:
     """The documented default: from the corner of the array's first chunk to its last cell."""
     a = ds.manifest.arrays["grid"]
-    return tuple(((lo // d["chunk"]) * d["chunk"], hi + 1)
-                 for d, (lo, hi) in zip(a["dims"], (a["bounds"]["i0"], a["bounds"]["i1"])))
+    return tuple(
+        ((lo // d["chunk"]) * d["chunk"], hi + 1)
+        for d, (lo, hi) in zip(a["dims"], (a["bounds"]["i0"], a["bounds"]["i1"]))
+    )
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +89,9 @@ def test_dataframe_equals_read_records_whatever_the_partition_size(datasets, whi
             got = df.compute(**THREADS)
             pd.testing.assert_frame_equal(got, want, check_index_type=False)
         df = ds.to_dask_dataframe(partition_bytes=1)
-        pd.testing.assert_frame_equal(df.loc[1990:2260].compute(**THREADS), want.loc[1990:2260],
-                                      check_index_type=False)  # divisions select partitions
+        pd.testing.assert_frame_equal(
+            df.loc[1990:2260].compute(**THREADS), want.loc[1990:2260], check_index_type=False
+        )  # divisions select partitions
 
 
 @pytest.mark.parametrize("which", ["lmdb-capnp", "rocksdb-arrow"])
@@ -123,8 +126,14 @@ def test_a_box_at_the_arrays_edges_equals_the_records(datasets, box):
 
 
 @settings(max_examples=20, deadline=None)
-@given(s0=st.integers(-6, 12), n0=st.integers(0, 9), s1=st.integers(-400, 3300), n1=st.integers(0, 700),
-       k0=st.integers(1, 3), k1=st.integers(1, 3))
+@given(
+    s0=st.integers(-6, 12),
+    n0=st.integers(0, 9),
+    s1=st.integers(-400, 3300),
+    n1=st.integers(0, 700),
+    k0=st.integers(1, 3),
+    k1=st.integers(1, 3),
+)
 def test_any_box_and_block_size_equals_the_records(datasets, s0, n0, s1, n1, k0, k1):
     box = ((s0, s0 + n0), (s1, s1 + n1))
     with loader.open(datasets["lmdb-capnp"]) as ds:
@@ -144,8 +153,9 @@ def test_an_empty_dataset_and_an_empty_array(store, tmp_path):
             assert len(got) == 0 and got.dtypes.equals(records_frame(ds.read_records()).dtypes)
             assert ds.to_dask_array("grid", attr="d0").compute(**THREADS).shape == (0, 0)
             box = {"i0": (0, 3), "i1": (5, 7)}
-            np.testing.assert_array_equal(ds.to_dask_array("grid", attr="i2", fill=7, box=box).compute(**THREADS),
-                                          np.full((3, 2), 7, np.int32))
+            np.testing.assert_array_equal(
+                ds.to_dask_array("grid", attr="i2", fill=7, box=box).compute(**THREADS), np.full((3, 2), 7, np.int32)
+            )
     finally:
         if store == "mem":
             import shutil
@@ -184,8 +194,9 @@ def test_a_commit_between_build_and_compute_reads_the_snapshot_it_was_built_from
     loader.compact(uri, force=True)
     with loader.open(uri) as now:
         assert not now.manifest.garbage and now.verify().ok
-        pd.testing.assert_frame_equal(now.to_dask_dataframe().compute(**THREADS),
-                                      records_frame(now.read_records()), check_index_type=False)
+        pd.testing.assert_frame_equal(
+            now.to_dask_dataframe().compute(**THREADS), records_frame(now.read_records()), check_index_type=False
+        )
 
 
 @pytest.mark.parametrize("store", ["lmdb", "rocksdb"])
@@ -198,8 +209,11 @@ def test_an_unpinned_collection_whose_data_was_collected_says_build_it_again(sto
     loader.compact(uri, target_batch_records=1000, force=True, workers=1)  # no pin: old batches deleted
     loader.finalize(uri, dims="i0:5,i1:1000", workers=1)  # and the old array build
     for collection in (df, x):
-        with pytest.raises(SnapshotExpiredError, match="changed since this Dask collection was built from it "
-                           r"\(generation \d+, now \d+\).*build the collection again"):
+        with pytest.raises(
+            SnapshotExpiredError,
+            match="changed since this Dask collection was built from it "
+            r"\(generation \d+, now \d+\).*build the collection again",
+        ):
             collection.compute(**THREADS)
 
 
@@ -219,21 +233,27 @@ def test_a_replaced_dataset_says_replaced(tmp_path):
 # --- errors -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("call, message", [
-    (dict(attr=None), r"array 'grid' needs attr= one of d0, d1, .*, i3"),
-    (dict(attr="nope"), r"array 'grid' has no attribute 'nope': one of d0"),
-    (dict(attr="i0"), "has no attribute 'i0'"),  # a dimension is not an attribute
-    (dict(attr="i2"), r"attribute 'i2' is int32, which has no empty value: give fill="),
-    (dict(attr="i2", fill=2**31), r"fill=2147483648 is not a int32 value"),
-    (dict(attr="i2", fill=1.5), r"fill=1.5 is not a int32 value"),
-    (dict(attr="d0", fill="x"), r"fill='x' is not a float64 value"),
-    (dict(attr="d0", chunks=(6, 300)), r"chunks=\(6, 300\): give two block sizes that are multiples of .*\(4, 300\)"),
-    (dict(attr="d0", chunks=(4,)), "multiples of array 'grid'"),
-    (dict(attr="d0", box={"x": (0, 1)}), "has dimensions i0, i1, not x"),
-    (dict(attr="d0", box={"i0": (5, 1)}), r"the range of 'i0' must be \(start, stop\) integers, start <= stop"),
-    (dict(attr="d0", box={"i0": 3}), r"the range of 'i0' must be"),
-    (dict(array="other", attr="d0"), "has no array 'other'; arrays: grid"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (dict(attr=None), r"array 'grid' needs attr= one of d0, d1, .*, i3"),
+        (dict(attr="nope"), r"array 'grid' has no attribute 'nope': one of d0"),
+        (dict(attr="i0"), "has no attribute 'i0'"),  # a dimension is not an attribute
+        (dict(attr="i2"), r"attribute 'i2' is int32, which has no empty value: give fill="),
+        (dict(attr="i2", fill=2**31), r"fill=2147483648 is not a int32 value"),
+        (dict(attr="i2", fill=1.5), r"fill=1.5 is not a int32 value"),
+        (dict(attr="d0", fill="x"), r"fill='x' is not a float64 value"),
+        (
+            dict(attr="d0", chunks=(6, 300)),
+            r"chunks=\(6, 300\): give two block sizes that are multiples of .*\(4, 300\)",
+        ),
+        (dict(attr="d0", chunks=(4,)), "multiples of array 'grid'"),
+        (dict(attr="d0", box={"x": (0, 1)}), "has dimensions i0, i1, not x"),
+        (dict(attr="d0", box={"i0": (5, 1)}), r"the range of 'i0' must be \(start, stop\) integers, start <= stop"),
+        (dict(attr="d0", box={"i0": 3}), r"the range of 'i0' must be"),
+        (dict(array="other", attr="d0"), "has no array 'other'; arrays: grid"),
+    ],
+)
 def test_bad_arguments_are_one_line_usage_errors(datasets, call, message):
     with loader.open(datasets["lmdb-capnp"]) as ds:
         with pytest.raises((UsageError, KeyError), match=message):
@@ -278,5 +298,7 @@ with loader.open({datasets["rocksdb-arrow"]!r}) as ds:
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
     assert len(lines) == 2, p.stdout
-    assert lines[0].startswith("to_dask_dataframe needs dask.dataframe (") and "pip install 'bulkload[dask]'" in lines[0]
+    assert (
+        lines[0].startswith("to_dask_dataframe needs dask.dataframe (") and "pip install 'bulkload[dask]'" in lines[0]
+    )
     assert lines[1].startswith("to_dask_array needs dask.array (") and lines[1].endswith("pip install 'bulkload[dask]'")

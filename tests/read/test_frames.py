@@ -3,9 +3,9 @@ numpy's; a Polars filter on the record column reads only the batches of that ran
 row limit stops the scan; `bulkload sql` runs DuckDB and says how to install it when it is
 missing."""
 
-import duckdb  # noqa: E402 - extras that `make test` installs
+import duckdb
 import numpy as np
-import polars as pl  # noqa: E402
+import polars as pl
 import pytest
 from conftest import run_cli
 
@@ -26,8 +26,12 @@ def test_a_polars_filter_on_the_record_column_reads_only_the_batches_of_that_ran
         recs = ds.read_records()
         reads = counted(ds)
         lf = ds.to_polars(record_column="record")
-        got = lf.filter((pl.col("record") >= 1200) & (pl.col("record") < 1900) & (pl.col("d0") > 1500)) \
-            .select(pl.col("d3").sum()).collect().item()
+        got = (
+            lf.filter((pl.col("record") >= 1200) & (pl.col("record") < 1900) & (pl.col("d0") > 1500))
+            .select(pl.col("d3").sum())
+            .collect()
+            .item()
+        )
         part = recs[1200:1900]
         assert got == part["d3"][part["d0"] > 1500].sum()
         assert sorted(reads) == sorted(b.seq for b in ds.batches_covering(1200, 1900)) and len(reads) == 2

@@ -48,8 +48,16 @@ CONFIGS = {
 
 
 def _load(uri: str, fmt: str = "capnp", compression: str = "none", n: int = N, batch: int = BATCH) -> str:
-    loader.load(f"gen://scidb96?n={n}", uri, shards=2, workers=1, batch_records=batch, format=fmt,
-                compression=compression, progress="none")
+    loader.load(
+        f"gen://scidb96?n={n}",
+        uri,
+        shards=2,
+        workers=1,
+        batch_records=batch,
+        format=fmt,
+        compression=compression,
+        progress="none",
+    )
     return uri
 
 
@@ -86,8 +94,7 @@ def test_any_range_reads_exactly_the_records_of_a_whole_read(datasets, data):
     # starts near batch boundaries as often as anywhere
     edge = st.sampled_from([b * BATCH + d for b in range(N // BATCH + 1) for d in (-1, 0, 1)])
     start = data.draw(st.one_of(st.integers(0, N), edge).filter(lambda s: 0 <= s <= N), label="start")
-    stop = data.draw(st.one_of(st.integers(start, min(N, start + 2 * BATCH)), st.just(min(N, start + 1))),
-                     label="stop")
+    stop = data.draw(st.one_of(st.integers(start, min(N, start + 2 * BATCH)), st.just(min(N, start + 1))), label="stop")
     modes = [""] if uri.startswith("rocksdb") else ["", "?readahead=0"]  # partial reads: random-read mode only
     mode = data.draw(st.sampled_from(modes), label="mode")
     with loader.open(uri + mode) as ds:
@@ -105,8 +112,8 @@ def test_decode_part_is_the_slice_of_decode_for_any_layout(data):
     lo = data.draw(st.integers(0, len(recs)), label="lo")
     hi = data.draw(st.integers(lo, len(recs)), label="hi")
     spans = ser.part_spans(lo, hi, len(value), len(recs))
-    assert all(0 <= off and off + n <= len(value) for off, n in spans)
-    parts = [value[off: off + n] for off, n in spans]
+    assert all(off >= 0 and off + n <= len(value) for off, n in spans)
+    parts = [value[off : off + n] for off, n in spans]
     got = ser.decode_part(parts, len(value), 77, len(recs))
     assert got.tobytes() == ser.decode(value)[1][lo:hi].tobytes()
     assert ser.decode_part(parts, len(value), 78, len(recs)) is None  # another start
@@ -192,7 +199,7 @@ def test_an_overwritten_header_is_an_error_naming_the_batch(lmdb_ds, at, mode):
     with loader.open(uri + mode) as ds:
         with pytest.raises(CorruptBatchError, match=_where(uri, b) + r"stored bytes changed \(checksum mismatch\)"):
             ds.read_records(b.first + 7, b.first + 8)
-        assert ds.read_records(b.first - 3, b.first).tobytes() == lmdb_ds[2][b.first - 3: b.first].tobytes()
+        assert ds.read_records(b.first - 3, b.first).tobytes() == lmdb_ds[2][b.first - 3 : b.first].tobytes()
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -203,10 +210,15 @@ def test_a_value_of_the_wrong_length_is_an_error_naming_the_batch(lmdb_ds, cut, 
     short = value[: max(0, len(value) - cut)]
     for stored in (short, value + bytes(96)):
         _rewrite(uri, b, bytes(stored))
-        with loader.open(uri + mode) as ds:
-            with pytest.raises(CorruptBatchError, match=_where(uri, b) + rf"stored bytes changed \({len(stored)} "
-                               rf"bytes stored, {b.nbytes} in the manifest\)"):
-                ds.read_records(b.first, b.first + 1)
+        with (
+            loader.open(uri + mode) as ds,
+            pytest.raises(
+                CorruptBatchError,
+                match=_where(uri, b) + rf"stored bytes changed \({len(stored)} "
+                rf"bytes stored, {b.nbytes} in the manifest\)",
+            ),
+        ):
+            ds.read_records(b.first, b.first + 1)
 
 
 def _rewrite_row(uri: str, b, value: bytes) -> None:
@@ -225,16 +237,22 @@ def _rewrite_row(uri: str, b, value: bytes) -> None:
 def test_a_start_or_count_that_disagrees_with_the_manifest_is_an_error(lmdb_ds, what, mode):
     uri, b, whole = lmdb_ds
     ser = get_serializer("capnp", "scidb96")
-    recs = whole[b.first: b.first + b.count]
+    recs = whole[b.first : b.first + b.count]
     value = bytes(ser.encode(recs, b.first + 1) if what == "start" else ser.encode(recs[:-1], b.first))
     _rewrite_row(uri, b, value)
     held = (b.count, b.first + 1) if what == "start" else (b.count - 1, b.first)
     with loader.open(uri + mode) as ds:
         # partial reads (the last one past the end of a value one record short) and a whole read
-        for lo, hi in ((b.first + 10, b.first + 11), (b.first + b.count - 1, b.first + b.count),
-                       (b.first, b.first + b.count)):
-            with pytest.raises(CorruptBatchError, match=_where(uri, b) + rf"the value holds {held[0]} records "
-                               rf"from {held[1]}, the manifest says {b.count} from {b.first};"):
+        for lo, hi in (
+            (b.first + 10, b.first + 11),
+            (b.first + b.count - 1, b.first + b.count),
+            (b.first, b.first + b.count),
+        ):
+            with pytest.raises(
+                CorruptBatchError,
+                match=_where(uri, b) + rf"the value holds {held[0]} records "
+                rf"from {held[1]}, the manifest says {b.count} from {b.first};",
+            ):
                 ds.read_records(lo, hi)
 
 
@@ -251,8 +269,8 @@ def test_damage_inside_records_not_read_is_left_to_whole_reads_and_verify(lmdb_d
             with pytest.raises(CorruptBatchError, match=_where(uri, b) + r"stored bytes changed \(checksum mismatch\)"):
                 ds.read_records(b.first + lo, b.first + lo + 1)
     with loader.open(uri + "?readahead=0") as ds:
-        assert ds.read_records(b.first + 101, b.first + 200).tobytes() == whole[b.first + 101: b.first + 200].tobytes()
-        assert ds.read_records(b.first + 100, b.first + 101).tobytes() != whole[b.first + 100: b.first + 101].tobytes()
+        assert ds.read_records(b.first + 101, b.first + 200).tobytes() == whole[b.first + 101 : b.first + 200].tobytes()
+        assert ds.read_records(b.first + 100, b.first + 101).tobytes() != whole[b.first + 100 : b.first + 101].tobytes()
         with pytest.raises(CorruptBatchError, match=_where(uri, b) + r"stored bytes changed \(checksum mismatch\)"):
             ds.read_records(b.first, b.first + b.count)
         with pytest.raises(CorruptBatchError, match=_where(uri, b)):

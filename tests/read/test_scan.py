@@ -17,8 +17,11 @@ N = 5000
 KW = dict(shards=2, workers=1, batch_records=700, progress="none")
 
 
-@pytest.fixture(scope="module", params=[("capnp", "lz4"), ("capnp", "none"), ("capnp", "zstd"), ("arrow", "none"),
-                                        ("arrow", "zstd")], ids=lambda p: "-".join(p))
+@pytest.fixture(
+    scope="module",
+    params=[("capnp", "lz4"), ("capnp", "none"), ("capnp", "zstd"), ("arrow", "none"), ("arrow", "zstd")],
+    ids=lambda p: "-".join(p),
+)
 def uri(request, tmp_path_factory):
     fmt, comp = request.param
     u = f"lmdb://{tmp_path_factory.mktemp('scan')}/ds"
@@ -184,10 +187,23 @@ def test_a_scan_s_resident_memory_stays_a_few_batches(tmp_path, fmt, threads):
     import sys
 
     u = f"lmdb://{tmp_path}/ds"
-    loader.load("gen://scidb96?n=500000", u, format=fmt, compression="none", shards=1, workers=1,
-                batch_records=10000, progress="none")
-    p = subprocess.run([sys.executable, "-c", RSS_SCRIPT, u], capture_output=True, text=True, timeout=120,
-                       env=dict(__import__("os").environ, BULKLOAD_SCAN_THREADS=threads))
+    loader.load(
+        "gen://scidb96?n=500000",
+        u,
+        format=fmt,
+        compression="none",
+        shards=1,
+        workers=1,
+        batch_records=10000,
+        progress="none",
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", RSS_SCRIPT, u],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(__import__("os").environ, BULKLOAD_SCAN_THREADS=threads),
+    )
     assert p.returncode == 0, p.stderr
     rows, grew_kib = map(int, p.stdout.split())
     assert rows == 490000 and grew_kib < 16 * 1024  # 48 MB read; a batch is 0.96 MB
@@ -195,8 +211,7 @@ def test_a_scan_s_resident_memory_stays_a_few_batches(tmp_path, fmt, threads):
 
 @pytest.mark.parametrize("fmt", ["capnp", "arrow"])
 def test_scan_reads_every_backend(store_uri, fmt):
-    loader.load("gen://scidb96?n=2500", store_uri, format=fmt, shards=2, workers=1, batch_records=300,
-                progress="none")
+    loader.load("gen://scidb96?n=2500", store_uri, format=fmt, shards=2, workers=1, batch_records=300, progress="none")
     with loader.open(store_uri) as ds:
         want = ds.read_records()
         t = ds.scan(columns=["d5", "i0"], records=(250, 2400)).read_all()

@@ -57,8 +57,7 @@ def small_batches(uri, loads=6, each=500):
 
 
 def batch_keys(uri):
-    return sorted(int.from_bytes(k, "big") for ks in each_shard(uri, lambda st: [k for k, _ in st.range()])
-                  for k in ks)
+    return sorted(int.from_bytes(k, "big") for ks in each_shard(uri, lambda st: [k for k, _ in st.range()]) for k in ks)
 
 
 def cli(*args, env=None):
@@ -86,8 +85,12 @@ def uri_of(tmp_path):
 def shard_files(uri):
     """(directory inode, file name) of every file of every shard: what a compaction replaces."""
     root = root_of(uri)
-    return {(os.stat(os.path.join(root, d)).st_ino, f) for d in os.listdir(root) if d.startswith("shard-")
-            for f in os.listdir(os.path.join(root, d))}
+    return {
+        (os.stat(os.path.join(root, d)).st_ino, f)
+        for d in os.listdir(root)
+        if d.startswith("shard-")
+        for f in os.listdir(os.path.join(root, d))
+    }
 
 
 def pins(uri):
@@ -181,8 +184,16 @@ def interleaved_docs(tmp_path, uri, runs=3, n=300, fmt=None):
     for r in range(runs):
         d = tmp_path / f"in{r}"
         write_json_dir(docs.take(np.arange(r, n, runs)), d)
-        loader.load(str(d), uri, layout="docs", shards=2, workers=2, batch_records=40, progress="none",
-                    **({"format": fmt} if fmt else {}))
+        loader.load(
+            str(d),
+            uri,
+            layout="docs",
+            shards=2,
+            workers=2,
+            batch_records=40,
+            progress="none",
+            **({"format": fmt} if fmt else {}),
+        )
     return docs
 
 
@@ -200,8 +211,9 @@ def test_reader_keeps_its_documents_through_a_fold(tmp_path, scheme, fmt, uri_of
         assert ds.scan().equals(want)
         assert [ds.get(i).text for i in (0, 7, 299)] == [want.text_of(i).decode() for i in (0, 7, 299)]
         assert ds.verify().ok
-    assert each_shard(uri, doc_tables) == [sorted(set(t) | {f"docs-{manifest(uri)['runs'][-1]['id']}"})
-                                           for t in old_tables]
+    assert each_shard(uri, doc_tables) == [
+        sorted(set(t) | {f"docs-{manifest(uri)['runs'][-1]['id']}"}) for t in old_tables
+    ]
     lazy.close()
     warm.close()
     compact(uri)  # nothing to fold, but a writer: it drops the old tables
@@ -352,10 +364,17 @@ def test_verify_and_readers_in_a_loop_never_fail_while_compact_and_finalize_run(
     uri = f"{scheme}://{tmp_path}/ds"
     n = small_batches(uri, loads=4, each=5000)
     stop = tmp_path / "stop"
-    loops = [subprocess.Popen([sys.executable, "-c", VERIFY_LOOP, tool("bulkload"), uri, str(stop)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
-             subprocess.Popen([sys.executable, "-c", READ_LOOP, uri, str(stop)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)]
+    loops = [
+        subprocess.Popen(
+            [sys.executable, "-c", VERIFY_LOOP, tool("bulkload"), uri, str(stop)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        ),
+        subprocess.Popen(
+            [sys.executable, "-c", READ_LOOP, uri, str(stop)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        ),
+    ]
     try:
         time.sleep(0.5)
         for i, dims in enumerate([DIMS_A, DIMS_B, DIMS_A]):
@@ -419,11 +438,14 @@ with DatasetLock(sys.argv[1]):
 """
 
 
-@pytest.mark.parametrize("cmd,fault,kind", [
-    (["compact", "{ds}", "--target-batch-records", "1000"], "merged:1", "compact"),
-    (["finalize", "{ds}", "--dims", DIMS_A, "--no-compact"], "built:1", "finalize"),
-    (["finalize", "{ds}", "--dims", DIMS_A], "merged:1", "compact"),  # finalize's own compaction
-])
+@pytest.mark.parametrize(
+    "cmd,fault,kind",
+    [
+        (["compact", "{ds}", "--target-batch-records", "1000"], "merged:1", "compact"),
+        (["finalize", "{ds}", "--dims", DIMS_A, "--no-compact"], "built:1", "finalize"),
+        (["finalize", "{ds}", "--dims", DIMS_A], "merged:1", "compact"),  # finalize's own compaction
+    ],
+)
 def test_killed_compact_or_finalize_shows_interrupted(tmp_path, cmd, fault, kind):
     uri = f"lmdb://{tmp_path}/ds"
     for i in range(3):  # batches of 300 in a dataset of 1000-record batches: compaction merges them

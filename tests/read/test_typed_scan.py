@@ -40,8 +40,9 @@ def records():
 def uri(request, tmp_path_factory, toml, records):
     fmt, comp = request.param
     u = f"lmdb://{tmp_path_factory.mktemp('typed')}/ds"
-    loader.load(records, u, layout=toml, format=fmt, compression=comp, batch_records=10, shards=2, workers=1,
-                progress="none")
+    loader.load(
+        records, u, layout=toml, format=fmt, compression=comp, batch_records=10, shards=2, workers=1, progress="none"
+    )
     return u
 
 
@@ -103,15 +104,17 @@ def test_polars_and_duckdb_read_typed_fields_with_their_nulls(uri, records):
         assert t.num_rows == nulls and ts.unit == "ns" and ts.tz in ("UTC", "Etc/UTC")
         assert t.schema.field("name").type == pa.string() and t.schema.field("ok").type == pa.bool_()
         assert ds.sql("SELECT count(*) AS n FROM data WHERE flag").column("n")[0].as_py() == int(
-            (records["flag"] & (records["_validity"][:, 0] & 2 != 0)).sum())
+            (records["flag"] & (records["_validity"][:, 0] & 2 != 0)).sum()
+        )
 
 
 def test_bulkload_scan_writes_typed_values_as_csv_jsonl_and_parquet(zstd_uri, records, tmp_path):
     valid = records["_validity"][:, 0] & 1 != 0
     p = run_cli("scan", zstd_uri, "--format", "parquet", "--out", tmp_path / "t.parquet")
     assert p.returncode == 0, p.stderr
-    assert pq.read_table(tmp_path / "t.parquet").equals(records_to_arrow(records, LAYOUT).replace_schema_metadata(
-        pq.read_table(tmp_path / "t.parquet").schema.metadata))
+    assert pq.read_table(tmp_path / "t.parquet").equals(
+        records_to_arrow(records, LAYOUT).replace_schema_metadata(pq.read_table(tmp_path / "t.parquet").schema.metadata)
+    )
 
     p = run_cli("scan", zstd_uri, "--format", "jsonl", "--columns", "ts,d,sym,name,v,ok,venue,h", "--out", "-")
     assert p.returncode == 0, p.stderr
@@ -160,7 +163,6 @@ def test_a_scan_to_npy_of_a_nullable_field_keeps_its_nulls_as_validity(zstd_uri,
     assert np.load(tmp_path / "all.npy").tobytes() == records.tobytes()
 
 
-
 def test_bulkload_sql_writes_typed_results_as_csv_json_and_npy(zstd_uri, records, tmp_path):
     pytest.importorskip("duckdb")
     query = "SELECT ts, sym, v, venue, ts::DATE AS day FROM data ORDER BY ts LIMIT 5"
@@ -193,5 +195,8 @@ def test_text_outputs_write_bytes_as_their_text_and_escape_what_is_not_utf8():
 
     col = pa.array([b"AAPL\0\0\0\0", b"\xffA\0\0\0\0\0\0", None], pa.binary(8))
     t = as_text(pa.table({"sym": col, "v": pa.array([[1.5], [2.0], None], pa.list_(pa.float32(), 1))}), lists=True)
-    assert t.column("sym").to_pylist() == ["AAPL", "\\xffA", None] and t.column("v").to_pylist() == ["[1.5]", "[2.0]",
-                                                                                                       None]
+    assert t.column("sym").to_pylist() == ["AAPL", "\\xffA", None] and t.column("v").to_pylist() == [
+        "[1.5]",
+        "[2.0]",
+        None,
+    ]

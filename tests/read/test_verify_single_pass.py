@@ -44,6 +44,7 @@ def batch_reads(monkeypatch):
             if table == "batches":
                 reads[(self.path, bytes(key))] += 1
             return orig(self, key, table)
+
         return get
 
     def view_get(orig):
@@ -51,6 +52,7 @@ def batch_reads(monkeypatch):
             if self.view is not None and self.table == "batches":  # else store.get counts it
                 reads[(self.store.path, bytes(key))] += 1
             return orig(self, key)
+
         return get
 
     monkeypatch.setattr(LmdbReads, "get", store_get(LmdbReads.get))
@@ -100,8 +102,10 @@ def test_the_dask_task_reads_its_shards_batches_once(tmp_path, store, batch_read
         m = ds.manifest
         local = ds.verify().to_dict()
         batch_reads.clear()
-        results = [check_shard(ShardCheck(ds.uri, s, replace(m, batches=[b for b in m.batches if b.shard == s])),
-                               None) for s in range(m.shards)]
+        results = [
+            check_shard(ShardCheck(ds.uri, s, replace(m, batches=[b for b in m.batches if b.shard == s])), None)
+            for s in range(m.shards)
+        ]
         assert normalized(batch_reads) == normalized(every_batch_once(uri))
         dask = ds.verify_report([p for batches, _ in results for p in batches], [parts for _, parts in results])
     assert dask.to_dict() == local and local["ok"]
@@ -130,8 +134,11 @@ def damage(uri, pick, how):
     return b
 
 
-BATCH_PROBLEM = {"flipped": "checksum mismatch (stored bytes changed)", "deleted": "missing from the store",
-                 "cut": "size {short} != {nbytes} in the manifest"}
+BATCH_PROBLEM = {
+    "flipped": "checksum mismatch (stored bytes changed)",
+    "deleted": "missing from the store",
+    "cut": "size {short} != {nbytes} in the manifest",
+}
 
 
 def report_of(uri):
@@ -140,8 +147,14 @@ def report_of(uri):
 
 
 def array_row(name):
-    return {"array": name, "chunk": "-", "shard": "-", "batch": "-", "first_record": "-",
-            "problem": f"array {name!r}: {NOT_COMPARED}"}
+    return {
+        "array": name,
+        "chunk": "-",
+        "shard": "-",
+        "batch": "-",
+        "first_record": "-",
+        "problem": f"array {name!r}: {NOT_COMPARED}",
+    }
 
 
 @pytest.mark.parametrize("how", ["flipped", "deleted", "cut"])
@@ -153,15 +166,17 @@ def test_a_damaged_batch_is_reported_with_every_array_built_from_it(tmp_path, st
     rep = report_of(uri)
     problem = BATCH_PROBLEM[how].format(short=b.nbytes - 64, nbytes=b.nbytes)
     assert not rep["ok"]
-    assert rep["problems"] == [{"shard": b.shard, "batch": b.seq, "first_record": b.first, "problem": problem},
-                               array_row("grid"), array_row("k")]
+    assert rep["problems"] == [
+        {"shard": b.shard, "batch": b.seq, "first_record": b.first, "problem": problem},
+        array_row("grid"),
+        array_row("k"),
+    ]
     p = run_cli("verify", uri)
     assert p.returncode == 1 and "Traceback" not in p.stderr
     assert f"array 'k': {NOT_COMPARED}" in p.stdout + p.stderr
 
 
-@pytest.mark.parametrize("where,arrays", [("below both", ["grid", "k"]), ("below k only", ["k"]),
-                                          ("above both", [])])
+@pytest.mark.parametrize("where,arrays", [("below both", ["grid", "k"]), ("below k only", ["k"]), ("above both", [])])
 def test_only_the_arrays_built_from_a_damaged_batch_are_not_compared(tmp_path, where, arrays):
     """grid is built from the first N records, k from the first N + MORE; then MORE more
     are loaded: a damaged batch matters to the arrays whose records it holds."""
@@ -176,8 +191,9 @@ def test_only_the_arrays_built_from_a_damaged_batch_are_not_compared(tmp_path, w
         assert {a: s["built_from_records"] for a, s in ds.manifest.arrays.items()} == {"grid": N, "k": N + MORE}
     b = damage(uri, lambda bs: next(b for b in bs if lo <= b.first < hi), "flipped")
     rep = report_of(uri)
-    assert [p["problem"] for p in rep["problems"]] == \
-        [BATCH_PROBLEM["flipped"]] + [f"array {a!r}: {NOT_COMPARED}" for a in arrays]
+    assert [p["problem"] for p in rep["problems"]] == [BATCH_PROBLEM["flipped"]] + [
+        f"array {a!r}: {NOT_COMPARED}" for a in arrays
+    ]
     assert rep["problems"][0]["batch"] == b.seq
 
 
@@ -195,17 +211,17 @@ def test_a_batch_merged_across_an_arrays_records_is_summed_in_part(tmp_path):
         assert straddling, [(b.first, b.count) for b in ds.manifest.batches]
         assert ds.verify().ok
     damage(uri, lambda bs: straddling[0], "flipped")
-    assert [p["problem"] for p in report_of(uri)["problems"]] == \
-        [BATCH_PROBLEM["flipped"], f"array 'grid': {NOT_COMPARED}"]
+    assert [p["problem"] for p in report_of(uri)["problems"]] == [
+        BATCH_PROBLEM["flipped"],
+        f"array 'grid': {NOT_COMPARED}",
+    ]
 
 
 def test_verify_of_a_finalized_dataset_does_not_import_pandas(tmp_path):
     pytest.importorskip("pandas")  # only then could pyarrow import it
     uri = f"lmdb://{tmp_path}/ds"
     two_arrays(uri, more=0)
-    code = ("import sys, loader\n"
-            f"assert loader.verify({uri!r}).ok\n"
-            "print('pandas' in sys.modules)\n")
+    code = f"import sys, loader\nassert loader.verify({uri!r}).ok\nprint('pandas' in sys.modules)\n"
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "False"

@@ -29,7 +29,14 @@ SETTINGS = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-CODECS = [("capnp", "none"), ("capnp", "lz4"), ("capnp", "zstd"), ("arrow", "none"), ("arrow", "lz4"), ("arrow", "zstd")]
+CODECS = [
+    ("capnp", "none"),
+    ("capnp", "lz4"),
+    ("capnp", "zstd"),
+    ("arrow", "none"),
+    ("arrow", "lz4"),
+    ("arrow", "zstd"),
+]
 
 ODD_LAYOUTS = [
     Layout("odd1", (Field("a", "int32"), Field("b", "float64"), Field("c", "int32"))),
@@ -55,12 +62,26 @@ def _specials(np_code: str) -> list:
     dt = np.dtype(np_code)
     if dt.kind == "f":
         fi = np.finfo(dt)
-        bits = {4: ("<u4", [0x7FC00000, 0xFFC00000, 0x7F800001, 0x7FA00000]),  # qNaN, -qNaN, sNaN
-                8: ("<u8", [0x7FF8000000000000, 0xFFF8000000000000, 0x7FF0000000000001,
-                            0x7FF4000000000000])}[dt.itemsize]
+        bits = {
+            4: ("<u4", [0x7FC00000, 0xFFC00000, 0x7F800001, 0x7FA00000]),  # qNaN, -qNaN, sNaN
+            8: ("<u8", [0x7FF8000000000000, 0xFFF8000000000000, 0x7FF0000000000001, 0x7FF4000000000000]),
+        }[dt.itemsize]
         nans = list(np.array(bits[1], dtype=bits[0]).view(dt))
-        return nans + [dt.type(v) for v in (np.inf, -np.inf, -0.0, 0.0, fi.max, fi.min, fi.tiny,
-                                            fi.smallest_subnormal, -fi.smallest_subnormal, 1.0)]
+        return nans + [
+            dt.type(v)
+            for v in (
+                np.inf,
+                -np.inf,
+                -0.0,
+                0.0,
+                fi.max,
+                fi.min,
+                fi.tiny,
+                fi.smallest_subnormal,
+                -fi.smallest_subnormal,
+                1.0,
+            )
+        ]
     ii = np.iinfo(dt)
     return [dt.type(v) for v in {ii.min, ii.max, 0, 1, ii.max - 1, ii.min + 1, -1 if ii.min else 2}]
 
@@ -75,8 +96,7 @@ def record_arrays(draw, layout: Layout, max_n: int = 300):
     if n:
         for f in layout.fields:
             code = TYPES[f.type][0]
-            picks = draw(st.lists(st.tuples(st.integers(0, n - 1), st.sampled_from(_specials(code))),
-                                  max_size=8))
+            picks = draw(st.lists(st.tuples(st.integers(0, n - 1), st.sampled_from(_specials(code))), max_size=8))
             for row, value in picks:
                 records[f.name][row] = value
     return records
@@ -153,8 +173,13 @@ def test_capnp_framable_is_zero_copy():
     assert bytes(value[HEADER_BYTES:]) == view.tobytes()
     # the exact header of DESIGN §2
     assert struct.unpack_from("<IIQQQQ", value) == (
-        0, 4 + n * 12, (1 << 32) | (1 << 48), 12345, 1 | (7 << 32) | (n * 12 << 35),
-        (n << 2) | (12 << 32))
+        0,
+        4 + n * 12,
+        (1 << 32) | (1 << 48),
+        12345,
+        1 | (7 << 32) | (n * 12 << 35),
+        (n << 2) | (12 << 32),
+    )
     start, got = ser.decode(value)
     assert start == 12345
     assert np.shares_memory(got, np.frombuffer(buf, np.uint8))  # zero-copy read
@@ -315,16 +340,16 @@ def _patch(value: bytes, offset: int, fmt: str, v: int) -> bytes:
 @pytest.mark.parametrize(
     "offset,fmt,v,match",
     [
-        (0, "<I", 3, "segment table says"),                 # claims 4 segments
-        (0, "<I", 100000, "segments"),                      # absurd segment count
-        (4, "<I", 1000, "truncated"),                       # segment size too big
-        (4, "<I", 2, "trailing bytes"),                     # segment size too small
-        (8, "<Q", 1 | (1 << 32), "not a struct pointer"),   # root is a list pointer
+        (0, "<I", 3, "segment table says"),  # claims 4 segments
+        (0, "<I", 100000, "segments"),  # absurd segment count
+        (4, "<I", 1000, "truncated"),  # segment size too big
+        (4, "<I", 2, "trailing bytes"),  # segment size too small
+        (8, "<Q", 1 | (1 << 32), "not a struct pointer"),  # root is a list pointer
         (8, "<Q", 3, "capability"),
         (8, "<Q", (1 << 32) | (1 << 48) | (1000 << 2), "outside segment|past the end"),
         (24, "<Q", 1 | (5 << 32) | (3 << 35), "element size 5"),
         (24, "<Q", 1 | (7 << 32) | (10000 << 35), "past the end"),
-        (24, "<Q", 0, None),                                # null list: empty batch, fine
+        (24, "<Q", 0, None),  # null list: empty batch, fine
         (32, "<Q", (100 << 2) | (12 << 32), "tag says 100 elements"),
         (32, "<Q", 1 | (3 << 2) | (12 << 32), "not a struct tag"),
         (24, "<Q", 2 | (5 << 32), "far pointer to segment 5"),
@@ -347,8 +372,7 @@ def test_corrupt_arrow_value_raises(compression):
     for bad in (b"", b"garbage" * 10, value[: len(value) // 2], value[:-9]):
         with pytest.raises(VerifyError, match="corrupt Arrow batch value"):
             ser.decode(bad)
-    other = get_serializer("arrow", ODD_LAYOUTS[0], compression).encode(
-        np.zeros(3, ODD_LAYOUTS[0].dtype), 0)
+    other = get_serializer("arrow", ODD_LAYOUTS[0], compression).encode(np.zeros(3, ODD_LAYOUTS[0].dtype), 0)
     with pytest.raises(VerifyError, match="do not match layout 'scidb96'"):
         ser.decode(other)
     with pytest.raises(VerifyError):
@@ -421,8 +445,10 @@ def test_damaged_compressed_capnp_values_are_verify_errors(comp):
         "truncated chunk": (value[:-3], "do not decompress"),
         "short header": (value[:20], "shorter than a compressed batch's header"),
         "zeroed chunk": (value[:40] + b"\0" * (len(value) - 40), "do not start with this version's framing"),
-        "another header": (bytes(ser.encode(generate("scidb96", 0, 999), 0))[:40] + value[40:],
-                           "96000 bytes; the batch header says 96-byte records, 95904 bytes"),
+        "another header": (
+            bytes(ser.encode(generate("scidb96", 0, 999), 0))[:40] + value[40:],
+            "96000 bytes; the batch header says 96-byte records, 95904 bytes",
+        ),
         "another stride": (value[:48] + (97).to_bytes(4, "little") + value[52:], "97-byte records"),
         "unknown codec": (value[:44] + b"\x09" + value[45:], "say codec 9"),
         "cut inside the head": (value[:50], "do not start with this version's framing"),

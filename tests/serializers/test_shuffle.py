@@ -22,12 +22,15 @@ def test_shuffle_is_numpys_transpose_and_unshuffle_its_inverse(stride, n, seed):
     assert bytes(back) == src
 
 
-@pytest.mark.parametrize("args, error, message", [
-    ((b"abcd", bytearray(4), 0), ValueError, "stride must be >= 1"),
-    ((b"abcd", bytearray(5), 2), ValueError, "must be the same size"),
-    ((b"abcde", bytearray(5), 2), ValueError, "not a whole number of 2-byte records"),
-    ((b"abcd", b"efgh", 2), TypeError, None),  # a read-only destination
-])
+@pytest.mark.parametrize(
+    "args, error, message",
+    [
+        ((b"abcd", bytearray(4), 0), ValueError, "stride must be >= 1"),
+        ((b"abcd", bytearray(5), 2), ValueError, "must be the same size"),
+        ((b"abcde", bytearray(5), 2), ValueError, "not a whole number of 2-byte records"),
+        ((b"abcd", b"efgh", 2), TypeError, None),  # a read-only destination
+    ],
+)
 def test_shuffle_refuses_what_it_cannot_do(args, error, message):
     for fn in (_shuffle.shuffle, _shuffle.unshuffle):
         with pytest.raises(error, match=message):
@@ -35,8 +38,12 @@ def test_shuffle_refuses_what_it_cannot_do(args, error, message):
 
 
 @settings(max_examples=60, deadline=None)
-@given(stride=st.integers(1, 200), n=st.integers(0, 3000), comp=st.sampled_from(["lz4", "zstd"]),
-       seed=st.integers(0, 2**32 - 1))
+@given(
+    stride=st.integers(1, 200),
+    n=st.integers(0, 3000),
+    comp=st.sampled_from(["lz4", "zstd"]),
+    seed=st.integers(0, 2**32 - 1),
+)
 def test_a_compressed_region_decompresses_to_itself(stride, n, comp, seed):
     rng = np.random.default_rng(seed)
     src = (rng.integers(0, 4, n * stride, dtype=np.uint8) * rng.integers(0, 2, 1, dtype=np.uint8)).tobytes()

@@ -109,7 +109,9 @@ def test_closed_pipe_in_a_shell_pipeline():
         pytest.skip("no bash")
     r = subprocess.run(
         [bash, "-c", f"'{GEN}' 10000000 | head -c 100 | wc -c; echo rc=${{PIPESTATUS[0]}}"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert r.stdout.split() == ["100", f"rc={EXIT_CLOSED}"]
     assert r.stderr == ""
@@ -120,9 +122,7 @@ def test_write_error_exits_1_with_reason():
     with open("/dev/full", "wb") as full:
         r = subprocess.run([GEN, "1000"], stdout=full, stderr=subprocess.PIPE, timeout=60)
     assert r.returncode == 1
-    assert r.stderr.decode().strip() == (
-        "bulkload-gen: cannot write to standard output: No space left on device"
-    )
+    assert r.stderr.decode().strip() == ("bulkload-gen: cannot write to standard output: No space left on device")
 
 
 def test_write_to_a_file(tmp_path):

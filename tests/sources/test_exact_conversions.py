@@ -23,8 +23,18 @@ from model.test_conversions import EDGES, TYPES, column, kept
 import loader
 from loader.errors import BulkloadError, LayoutError
 
-NAMES = {"i1": "int8", "i2": "int16", "i4": "int32", "i8": "int64", "u1": "uint8", "u2": "uint16", "u4": "uint32",
-         "u8": "uint64", "f4": "float32", "f8": "float64"}
+NAMES = {
+    "i1": "int8",
+    "i2": "int16",
+    "i4": "int32",
+    "i8": "int64",
+    "u1": "uint8",
+    "u2": "uint16",
+    "u4": "uint32",
+    "u8": "uint64",
+    "f4": "float32",
+    "f8": "float64",
+}
 
 
 def write(kind: str, path, values: np.ndarray):
@@ -86,8 +96,11 @@ def test_int64_beyond_2_53_is_not_rounded_into_float64(tmp_path, kind):
     layout = tmp_path / "f.toml"
     layout.write_text('name = "f"\n[fields]\nx = "float64"\n')
     values = np.array([1, 2**53, 2**53 + 1, 5], np.int64)
-    with pytest.raises(BulkloadError, match=r"column 'x', row 2: 9007199254740993 cannot be held exactly by "
-                                            r"float64 \(converting the column from int64"):
+    with pytest.raises(
+        BulkloadError,
+        match=r"column 'x', row 2: 9007199254740993 cannot be held exactly by "
+        r"float64 \(converting the column from int64",
+    ):
         loader.load(write(kind, tmp_path / f"c.{kind}", values), f"lmdb://{tmp_path}/ds", layout=str(layout))
     rep = loader.load(write(kind, tmp_path / f"d.{kind}", values[:2]), f"lmdb://{tmp_path}/ok", layout=str(layout))
     assert rep.records == 2

@@ -40,7 +40,6 @@ from .source_helpers import LAY, cli, error_line, records, snapshot
 FORMATS = ("npy", "arrow", "feather", "arrows", "parquet")
 
 
-
 def table_of(arr: np.ndarray) -> pa.Table:
     return pa.table({name: arr[name].astype(arr.dtype[name].newbyteorder("=")) for name in arr.dtype.names})
 
@@ -61,8 +60,6 @@ def write_as(fmt: str, path, arr: np.ndarray, piece: int = 1000) -> str:
         with new(path, table.schema) as w:
             w.write_table(table, max_chunksize=piece)
     return path
-
-
 
 
 # --- byte-identical to the raw file -----------------------------------------------------------
@@ -103,8 +100,11 @@ def test_compressed_and_uneven_pieces_and_empty_ones(tmp_path, fmt):
         opts = pa.ipc.IpcWriteOptions(compression="zstd")
         with pa.ipc.new_file(path, table.schema, options=opts) as w:
             for a, b in zip(cuts, cuts[1:]):
-                w.write_batch(table.slice(a, b - a).combine_chunks().to_batches()[0] if b > a
-                              else pa.RecordBatch.from_pylist([], schema=table.schema))
+                w.write_batch(
+                    table.slice(a, b - a).combine_chunks().to_batches()[0]
+                    if b > a
+                    else pa.RecordBatch.from_pylist([], schema=table.schema)
+                )
     uri = f"rocksdb://{tmp_path}/ds"
     loader.load(path, uri, workers=2, shards=2, batch_records=256)
     assert snapshot(uri)[1] == arr.tobytes()
@@ -134,8 +134,15 @@ FIELD_NAME = st.from_regex(r"[a-z][A-Za-z0-9]{0,6}", fullmatch=True)
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(FIELD_NAME, st.sampled_from(TYPE_NAMES), st.sampled_from("<>=")), min_size=1, max_size=8,
-                unique_by=lambda f: f[0]), st.booleans())
+@given(
+    st.lists(
+        st.tuples(FIELD_NAME, st.sampled_from(TYPE_NAMES), st.sampled_from("<>=")),
+        min_size=1,
+        max_size=8,
+        unique_by=lambda f: f[0],
+    ),
+    st.booleans(),
+)
 def test_dtype_and_layout_round_trip(fields, aligned):
     """Any structured dtype of layout types (any byte order, packed or aligned) gives the
     layout of its fields; a layout's own dtype gives the layout back."""
@@ -146,11 +153,17 @@ def test_dtype_and_layout_round_trip(fields, aligned):
     assert layout.dtype.itemsize == sum(TYPES[t][1] for _, t, _ in fields)
 
 
-@pytest.mark.parametrize("dtype,field", [
-    ([("a", "<i4"), ("b", "<M8[D]")], "'b' has type datetime64[D]"),
-    ([("a", "<i4", (3, 2))], "'a' has type ('<i4', (3, 2))"), ([("t", "<M8[5s]")], "'t' has type datetime64[5s]"),
-    ([("s", "U4")], "'s' has type <U4"), ([("o", "O")], "'o' has type object"), ([("c", "<c16")], "'c'"),
-])
+@pytest.mark.parametrize(
+    "dtype,field",
+    [
+        ([("a", "<i4"), ("b", "<M8[D]")], "'b' has type datetime64[D]"),
+        ([("a", "<i4", (3, 2))], "'a' has type ('<i4', (3, 2))"),
+        ([("t", "<M8[5s]")], "'t' has type datetime64[5s]"),
+        ([("s", "U4")], "'s' has type <U4"),
+        ([("o", "O")], "'o' has type object"),
+        ([("c", "<c16")], "'c'"),
+    ],
+)
 def test_dtypes_that_are_not_layouts_name_the_field(dtype, field):
     with pytest.raises(LayoutError, match="no layout type holds") as e:
         layout_of_fields(np.dtype(dtype), "x")
@@ -169,8 +182,9 @@ def test_other_byte_orders_padding_and_wider_types_are_converted(tmp_path, fmt):
     arr = np.zeros(n, dtype)
     for name in dtype.names:
         arr[name] = rng.integers(0, 30000, n)
-    (tmp_path / "wide.toml").write_text('name = "wide"\n[fields]\nd = "float64"\na = "int64"\nb = "float64"\n'
-                                        'c = "uint32"\n')
+    (tmp_path / "wide.toml").write_text(
+        'name = "wide"\n[fields]\nd = "float64"\na = "int64"\nb = "float64"\nc = "uint32"\n'
+    )
     src = write_as(fmt, tmp_path / f"x.{fmt}", arr, 400)
     uri = f"lmdb://{tmp_path}/own"
     loader.load(src, uri, batch_records=333, workers=2, shards=2)
@@ -223,8 +237,12 @@ def test_a_crashed_load_of_a_file_resumes_to_the_same_dataset(tmp_path, fmt):
     uri, ref = f"lmdb://{tmp_path}/ds", f"lmdb://{tmp_path}/ref"
     loader.load(src, ref, batch_records=100, shards=2, workers=2)
     env = dict(os.environ, BULKLOAD_FAULT="checkpoint:5", BULKLOAD_CHECKPOINT_SECONDS="0")
-    p = subprocess.run([tool("bulkload"), "load", src, uri, "--batch-records", "100", "--shards", "2", "-q"],
-                       capture_output=True, env=env, timeout=120)
+    p = subprocess.run(
+        [tool("bulkload"), "load", src, uri, "--batch-records", "100", "--shards", "2", "-q"],
+        capture_output=True,
+        env=env,
+        timeout=120,
+    )
     assert p.returncode == -9
     p = run_cli("load", src, uri, "--json")
     assert p.returncode == 0, p.stderr
@@ -249,12 +267,25 @@ def bad_files(tmp_path) -> list[tuple]:
         out.append((str(p), code, texts))
 
     good = records(0, 50)
-    add("huge.parquet", lambda p: pq.write_table(pa.table({"a": [1, 2], "name": ["x", "y" * 5000]}), p), 2,
-        "column 'name' holds a value of 5,000 bytes; a field holds at most 4,096")
-    add("days.arrow", lambda p: write_as("arrow", p, pa.table({"a": [1, 2], "d": pa.array([1, 2], pa.date32())})), 2,
-        "column 'd' has type date32[day]", "no layout type holds")
-    add("when.feather", lambda p: feather.write_feather(pa.table({"t": pa.array([1, 2], pa.time32("s"))}), p), 2,
-        "column 't' has type time32[s]")
+    add(
+        "huge.parquet",
+        lambda p: pq.write_table(pa.table({"a": [1, 2], "name": ["x", "y" * 5000]}), p),
+        2,
+        "column 'name' holds a value of 5,000 bytes; a field holds at most 4,096",
+    )
+    add(
+        "days.arrow",
+        lambda p: write_as("arrow", p, pa.table({"a": [1, 2], "d": pa.array([1, 2], pa.date32())})),
+        2,
+        "column 'd' has type date32[day]",
+        "no layout type holds",
+    )
+    add(
+        "when.feather",
+        lambda p: feather.write_feather(pa.table({"t": pa.array([1, 2], pa.time32("s"))}), p),
+        2,
+        "column 't' has type time32[s]",
+    )
     add("days.npy", lambda p: np.save(p, np.zeros(3, [("h", "<M8[D]")])), 2, "field 'h' has type datetime64[D]")
     add("snake.npy", lambda p: np.save(p, np.zeros(3, [("a_b", "<i4")])), 2, "field name 'a_b' is not allowed")
     add("plain.npy", lambda p: np.save(p, np.zeros(3)), 2, "float64 is not a record type")
@@ -264,21 +295,42 @@ def bad_files(tmp_path) -> list[tuple]:
     np.save(npy, good)
     data = npy.read_bytes()
     header = len(data) - good.nbytes
-    add("cut.npy", data[:header + 96 * 20 + 7], 1, f"from byte offset {header}",
-        f"ends at byte offset {header + 96 * 20 + 7}", "record 20 is the first missing")
-    add("cut.parquet", open(write_as("parquet", tmp_path / "p.parquet", good), "rb").read()[:-30], 1,
-        "is not a valid Parquet file")
-    add("cut.arrow", open(write_as("arrow", tmp_path / "a.arrow", good), "rb").read()[:-30], 1,
-        "is not a valid Arrow IPC file")
+    add(
+        "cut.npy",
+        data[: header + 96 * 20 + 7],
+        1,
+        f"from byte offset {header}",
+        f"ends at byte offset {header + 96 * 20 + 7}",
+        "record 20 is the first missing",
+    )
+    add(
+        "cut.parquet",
+        open(write_as("parquet", tmp_path / "p.parquet", good), "rb").read()[:-30],
+        1,
+        "is not a valid Parquet file",
+    )
+    add(
+        "cut.arrow",
+        open(write_as("arrow", tmp_path / "a.arrow", good), "rb").read()[:-30],
+        1,
+        "is not a valid Arrow IPC file",
+    )
     add("raw.parquet", good.tobytes(), 1, "is not a valid Parquet file")
     add("raw.npy", good.tobytes(), 1, "is not a valid .npy file")
     add("old.feather", b"FEA1" + bytes(200), 1, "Feather version 1")
-    for suffix, what in [(".csv", "CSV text"), (".json", "JSON"), (".npz", "a NumPy .npz archive"),
-                         (".gz", "gzip-compressed"), (".zst", "zstd-compressed"), (".h5", "HDF5")]:
+    for suffix, what in [
+        (".csv", "CSV text"),
+        (".json", "JSON"),
+        (".npz", "a NumPy .npz archive"),
+        (".gz", "gzip-compressed"),
+        (".zst", "zstd-compressed"),
+        (".h5", "HDF5"),
+    ]:
         add("x" + suffix, good.tobytes(), 2, f"is {what}, not records")
-    for i, (magic, what) in enumerate([(b"\x28\xb5\x2f\xfd", "zstd-compressed"), (b"PK\x03\x04", "a zip archive"),
-                                       (b"\x89HDF\r\n\x1a\n", "HDF5")]):
-        add(f"magic{i}.bin", magic + good.tobytes()[len(magic):], 2, f"is {what} (by its content)")
+    for i, (magic, what) in enumerate(
+        [(b"\x28\xb5\x2f\xfd", "zstd-compressed"), (b"PK\x03\x04", "a zip archive"), (b"\x89HDF\r\n\x1a\n", "HDF5")]
+    ):
+        add(f"magic{i}.bin", magic + good.tobytes()[len(magic) :], 2, f"is {what} (by its content)")
     return out
 
 
@@ -300,15 +352,18 @@ def test_every_bad_file_is_one_line_with_its_exit_code_and_nothing_is_written(tm
 
 
 @pytest.mark.parametrize("fmt,where", [("parquet", "row group 0"), ("arrow", "record batch 0")])
-def test_nulls_into_a_field_that_is_not_nullable_are_refused_and_a_new_dataset_makes_it_nullable(tmp_path, fmt,
-                                                                                                where):
+def test_nulls_into_a_field_that_is_not_nullable_are_refused_and_a_new_dataset_makes_it_nullable(tmp_path, fmt, where):
     nulls = pa.table({"a": pa.array([1, None, 3], pa.int32()), "b": [1.0, 2.0, 3.0]})
     path = str(tmp_path / f"nulls.{fmt}")
     pq.write_table(nulls, path, row_group_size=2) if fmt == "parquet" else write_as("arrow", path, nulls, 2)
     lay = tmp_path / "ab.toml"
     lay.write_text('name = "ab"\n[fields]\na = "int32"\nb = "float64"\n')
-    error_line(run_cli("load", path, f"lmdb://{tmp_path}/strict", "--layout", lay), 1,
-               f"column 'a' holds 1 null(s) in {where}, but its field is not nullable", "declare the field nullable")
+    error_line(
+        run_cli("load", path, f"lmdb://{tmp_path}/strict", "--layout", lay),
+        1,
+        f"column 'a' holds 1 null(s) in {where}, but its field is not nullable",
+        "declare the field nullable",
+    )
     assert not os.path.exists(tmp_path / "strict")
     assert run_cli("load", path, f"lmdb://{tmp_path}/own").returncode == 0
     with loader.open(f"lmdb://{tmp_path}/own") as ds:
@@ -327,7 +382,9 @@ def test_nulls_found_only_when_a_row_group_is_decoded_commit_nothing(tmp_path):
     uri = f"rocksdb://{tmp_path}/ds"
     loader.load("gen://scidb96?n=100", uri)
     before = snapshot(uri)
-    error_line(run_cli("load", path, uri, "--batch-records", 250, "-q"), 1, "column 'd1' holds 1 null(s) in row group 2")
+    error_line(
+        run_cli("load", path, uri, "--batch-records", 250, "-q"), 1, "column 'd1' holds 1 null(s) in row group 2"
+    )
     assert snapshot(uri) == before
 
 
@@ -342,12 +399,16 @@ def test_a_file_without_a_field_of_the_dataset_or_with_a_value_its_type_loses_is
     wide = arr["i0"].astype(np.int64)
     wide[7] = 2**40
     pq.write_table(table_of(arr).set_column(10, "i0", pa.array(wide)), tmp_path / "lossy.parquet")
-    error_line(run_cli("load", tmp_path / "lossy.parquet", uri), 1,
-               "lossy.parquet: column 'i0', row 7: 1099511627776 cannot be held exactly by int32")
+    error_line(
+        run_cli("load", tmp_path / "lossy.parquet", uri),
+        1,
+        "lossy.parquet: column 'i0', row 7: 1099511627776 cannot be held exactly by int32",
+    )
     np.save(tmp_path / "other.npy", np.zeros(4, [("x", "<i4")]))
     error_line(run_cli("load", tmp_path / "other.npy", uri), 2, "has no field 'd0'")
-    error_line(run_cli("load", tmp_path / "other.npy", f"lmdb://{tmp_path}/new", "--layout", "scidb96"), 2,
-               "has no field 'd0'")
+    error_line(
+        run_cli("load", tmp_path / "other.npy", f"lmdb://{tmp_path}/new", "--layout", "scidb96"), 2, "has no field 'd0'"
+    )
     assert snapshot(uri) == before and not os.path.exists(tmp_path / "new" / "manifest.json")
 
 
@@ -362,8 +423,10 @@ def test_an_empty_file_loads_zero_records(tmp_path, fmt):
 def test_raw_and_generated_loads_do_not_import_pyarrow(tmp_path):
     """pyarrow is heavy: only a load of an Arrow or Parquet file (or an Arrow dataset) imports it."""
     (tmp_path / "r.bin").write_bytes(records(0, 10).tobytes())
-    code = (f"import sys, loader; loader.load({str(tmp_path / 'r.bin')!r}, 'lmdb://{tmp_path}/a'); "
-            f"loader.load('gen://scidb96?n=5', 'lmdb://{tmp_path}/b'); print('pyarrow' in sys.modules)")
+    code = (
+        f"import sys, loader; loader.load({str(tmp_path / 'r.bin')!r}, 'lmdb://{tmp_path}/a'); "
+        f"loader.load('gen://scidb96?n=5', 'lmdb://{tmp_path}/b'); print('pyarrow' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "False", out.stderr
 
@@ -380,8 +443,23 @@ def test_the_files_benchmark_runs_at_a_tiny_n(tmp_path):
     """bench/files.py end to end at N = 20,000 (the lead runs it at 20M): every path, its ratios."""
     out = tmp_path / "files.json"
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    p = subprocess.run([sys.executable, os.path.join(root, "bench", "files.py"), "--n", "20000", "--repeats", "1",
-                        "--dir", str(tmp_path), "--out", str(out)], capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(root, "bench", "files.py"),
+            "--n",
+            "20000",
+            "--repeats",
+            "1",
+            "--dir",
+            str(tmp_path),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr
     result = json.loads(out.read_text())
     assert set(result["paths"]) == {"raw", "npy", "arrow", "fifo-1", "fifo-2"}
@@ -400,10 +478,12 @@ def test_a_worker_reads_an_uncompressed_arrow_file_or_an_npy_without_pyarrow(tmp
     arr = records(0, 3000)
     source = parse_sources(write_as(fmt, tmp_path / f"x.{fmt}", arr, 700))
     (tmp_path / "source.pickle").write_bytes(pickle.dumps(source))
-    code = ("import pickle, sys, numpy as np; from loader.model.layouts import get_layout; "
-            f"s = pickle.loads(open({str(tmp_path / 'source.pickle')!r}, 'rb').read()); "
-            "out = np.empty(1500, get_layout('scidb96').dtype); s.fill(out, 1234); "
-            "sys.stdout.buffer.write(out.tobytes()); sys.stderr.write(str('pyarrow' in sys.modules))")
+    code = (
+        "import pickle, sys, numpy as np; from loader.model.layouts import get_layout; "
+        f"s = pickle.loads(open({str(tmp_path / 'source.pickle')!r}, 'rb').read()); "
+        "out = np.empty(1500, get_layout('scidb96').dtype); s.fill(out, 1234); "
+        "sys.stdout.buffer.write(out.tobytes()); sys.stderr.write(str('pyarrow' in sys.modules))"
+    )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
     assert p.stdout == arr[1234:2734].tobytes() and p.stderr == b"False", p.stderr
 
@@ -437,8 +517,14 @@ def test_dictionary_encoded_number_columns_load_as_their_values(tmp_path):
         for b in batches:
             w.write_batch(b)
     pq.write_table(table, tmp_path / "d.parquet", row_group_size=4)
-    sources = [str(tmp_path / "d.arrow"), str(tmp_path / "d.arrows"), str(tmp_path / "d.parquet"), table, batches,
-               table.to_pandas()]
+    sources = [
+        str(tmp_path / "d.arrow"),
+        str(tmp_path / "d.arrows"),
+        str(tmp_path / "d.parquet"),
+        table,
+        batches,
+        table.to_pandas(),
+    ]
     for i, source in enumerate(sources):
         uri = f"lmdb://{tmp_path}/ds{i}"
         if isinstance(source, str):

@@ -52,10 +52,7 @@ def test_any_split_concatenates_to_one_run(r, data):
     bounds = [0, *cuts, n]
     whole = generate("scidb96", start, n, impl="c").tobytes()
     for impl in ("c", "python"):
-        pieces = [
-            generate("scidb96", start + a, b - a, impl=impl).tobytes()
-            for a, b in zip(bounds, bounds[1:])
-        ]
+        pieces = [generate("scidb96", start + a, b - a, impl=impl).tobytes() for a, b in zip(bounds, bounds[1:])]
         assert b"".join(pieces) == whole
 
 
@@ -63,10 +60,20 @@ def expected_record(j: int) -> tuple:
     """Record j from the definition, with Python ints (exact) and floats (correctly rounded)."""
     dj = float(j)
     return (
-        dj, 2.0 * dj, dj - 1.0, dj * dj,
-        float(j % 55), float(j % 113), float(j % 17), float(j % 3), float(j % 577),
+        dj,
+        2.0 * dj,
+        dj - 1.0,
+        dj * dj,
+        float(j % 55),
+        float(j % 113),
+        float(j % 17),
+        float(j % 3),
+        float(j % 577),
         881.0 * dj,
-        j % 10, (j % 2**32) - (2**32 if j % 2**32 >= 2**31 else 0), (17 * j) % 100, (113 * j) % 100,
+        j % 10,
+        (j % 2**32) - (2**32 if j % 2**32 >= 2**31 else 0),
+        (17 * j) % 100,
+        (113 * j) % 100,
     )
 
 
@@ -251,4 +258,5 @@ def test_empty_range_may_start_after_the_last_record(impl):
     """Splitting [2**64-5, 2**64) can leave an empty last piece that starts at 2**64."""
     assert len(generate("scidb96", 2**64, 0, impl=impl)) == 0
     assert generate("scidb96", 2**64 - 5, 5, impl=impl).tobytes() == b"".join(
-        generate("scidb96", s, k, impl=impl).tobytes() for s, k in ((2**64 - 5, 5), (2**64, 0)))
+        generate("scidb96", s, k, impl=impl).tobytes() for s, k in ((2**64 - 5, 5), (2**64, 0))
+    )

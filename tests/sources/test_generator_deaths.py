@@ -16,7 +16,7 @@ import loader
 
 from .test_user_generators import compile_c, records_of
 
-DYING_PY = '''
+DYING_PY = """
 import ctypes, os, sys
 from loader.sources.generators import generate
 
@@ -49,7 +49,7 @@ def _dying(how):
 
 sys_exit, os_exit, segfault, abort, base_exception = map(_dying, ["sys_exit", "os_exit", "segfault", "abort",
                                                                   "base_exception"])
-'''
+"""
 
 DYING_C = """
 #include <stdint.h>
@@ -84,9 +84,14 @@ def load_dying(tmp_path: Path, source: str, workers: list, die_from: int) -> sub
     ds = f"lmdb://{tmp_path}/ds"
     loader.load("gen://scidb96?n=500", ds, shards=1)
     before = records_of(ds)
-    p = subprocess.run([tool("bulkload"), "load", source, ds, "--batch-records", "1000", "-q", *workers],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=60,
-                       env={"PATH": "/usr/bin:/bin", "DIE_FROM": str(die_from)})
+    p = subprocess.run(
+        [tool("bulkload"), "load", source, ds, "--batch-records", "1000", "-q", *workers],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "DIE_FROM": str(die_from)},
+    )
     assert records_of(ds) == before  # the dataset stays at its last commit
     return p
 

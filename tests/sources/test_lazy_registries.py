@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-PLUGIN_FIRST = '''
+PLUGIN_FIRST = """
 import sys, numpy as np
 from loader.sources import ObjectAdapter, object_source, register_object_source
 from loader.sources.base import FileType, file_type, register_file_type
@@ -21,9 +21,9 @@ register_file_type((".mine",), FileType("mine", b"MINE", lambda p: ("mine", p)))
 arr = np.zeros(3, dtype=[("a", "<i8")])
 print(type(object_source(arr)).__name__, object_source(Mine())[0])
 print(file_type(".npy", b"").name, file_type(".mine", b"").name, file_type(".x", b"MINE...").name)
-'''
+"""
 
-CONCURRENT = '''
+CONCURRENT = """
 import threading, numpy as np
 from loader.sources import object_source
 arr = np.zeros(3, dtype=[("a", "<i8")])
@@ -37,7 +37,7 @@ threads = [threading.Thread(target=one) for _ in range(4)]
 [t.start() for t in threads]
 [t.join() for t in threads]
 print(sorted(found))
-'''
+"""
 
 
 def run(code: str) -> list[str]:

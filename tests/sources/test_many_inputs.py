@@ -45,7 +45,6 @@ def runs_of(uri):
         return ds.info()["runs"]
 
 
-
 PARTS = [(0, 1234), (50_000, 1), (7, 2999), (1_000_000, 0), (123, 1000)]  # (start, n) of each input
 
 
@@ -78,8 +77,7 @@ def test_many_files_load_like_their_concatenation(tmp_path, store_uri):
     ref = f"lmdb://{tmp_path}/ref"
     opts = dict(workers=workers, shards=shards, batch_records=batch)
     loader.load(concatenated(tmp_path), ref, **opts)
-    p = run_cli("load", *files, store_uri, "--workers", workers, "--shards", shards, "--batch-records", batch,
-                "--json")
+    p = run_cli("load", *files, store_uri, "--workers", workers, "--shards", shards, "--batch-records", batch, "--json")
     assert p.returncode == 0, p.stderr
     rep = json.loads(p.stdout)
     assert rep["records"] == sum(n for _, n in PARTS) and rep["status"] == "loaded"
@@ -110,11 +108,20 @@ def test_files_npy_parquet_and_gen_in_one_run(tmp_path):
     np.save(tmp_path / "b.npy", records(700, 900))
     pq.write_table(pa.table({n: records(1600, 650)[n] for n in LAY.names}), tmp_path / "c.parquet", row_group_size=200)
     uri = f"rocksdb://{tmp_path}/ds"
-    rep = loader.load([a, str(tmp_path / "b.npy"), "gen://scidb96?n=350&start=2250", str(tmp_path / "c.parquet")],
-                      uri, workers=2, shards=2, batch_records=300)
+    rep = loader.load(
+        [a, str(tmp_path / "b.npy"), "gen://scidb96?n=350&start=2250", str(tmp_path / "c.parquet")],
+        uri,
+        workers=2,
+        shards=2,
+        batch_records=300,
+    )
     assert rep.records == 2600
-    expected = records(0, 700).tobytes() + records(700, 900).tobytes() + records(2250, 350).tobytes() \
+    expected = (
+        records(0, 700).tobytes()
+        + records(700, 900).tobytes()
+        + records(2250, 350).tobytes()
         + records(1600, 650).tobytes()
+    )
     assert snapshot(uri)[1] == expected
 
 
@@ -146,8 +153,13 @@ def test_inputs_loaded_alone_before_are_left_out_and_a_grown_one_loads_its_new_r
         f.write(records(5000, 150).tobytes())
     rep = loader.load([a, b, c, "gen://scidb96?n=100&start=9000"], uri)
     assert rep.records == 600 + 150 + 600
-    expected = (records(600, 600).tobytes() + records(9000, 100).tobytes() + records(0, 600).tobytes()
-                + records(5000, 150).tobytes() + records(1200, 600).tobytes())
+    expected = (
+        records(600, 600).tobytes()
+        + records(9000, 100).tobytes()
+        + records(0, 600).tobytes()
+        + records(5000, 150).tobytes()
+        + records(1200, 600).tobytes()
+    )
     assert snapshot(uri)[1] == expected
     entries = runs_of(uri)[-1]["inputs"]
     assert [(e["source_offset"], e["total"]) for e in entries] == [(0, 600), (600, 150), (0, 600)]
@@ -171,20 +183,23 @@ def test_a_crashed_run_keeps_its_committed_inputs_and_resumes_with_one_more(tmp_
     extra = write_raw(tmp_path / "parts" / "p09.bin", 6000, 321)
     loader.load(files + [extra], ref, batch_records=100, shards=2, workers=2)
     env = dict(os.environ, BULKLOAD_FAULT="checkpoint:40", BULKLOAD_CHECKPOINT_SECONDS="0")
-    p = subprocess.run([tool("bulkload"), "load", *files, uri, "--batch-records", "100", "--shards", "2", "-q"],
-                       capture_output=True, env=env, timeout=120)
+    p = subprocess.run(
+        [tool("bulkload"), "load", *files, uri, "--batch-records", "100", "--shards", "2", "-q"],
+        capture_output=True,
+        env=env,
+        timeout=120,
+    )
     assert p.returncode == -signal.SIGKILL
     run = runs_of(uri)[-1]
     committed = [e["source"] for e in run["inputs"] if e["committed"]]
-    assert run["status"] == "interrupted" and 1 <= len(committed) < 4 and committed == files[:len(committed)]
+    assert run["status"] == "interrupted" and 1 <= len(committed) < 4 and committed == files[: len(committed)]
     with loader.open(uri) as ds:  # what is committed is whole inputs
-        assert ds.read_records().tobytes() == snapshot_of_concat(tmp_path, parts[:len(committed)])
+        assert ds.read_records().tobytes() == snapshot_of_concat(tmp_path, parts[: len(committed)])
     p = run_cli("load", *files, extra, uri, "--json")
     assert p.returncode == 0, p.stderr
     rep = json.loads(p.stdout)
     assert rep["status"] == "resumed" and rep["run_id"] == run["id"] and rep["resumed_records"] > 0
     assert snapshot(uri) == snapshot(ref)
-
 
 
 def test_a_worker_killed_during_a_run_of_several_inputs_says_what_was_committed(tmp_path):
@@ -194,11 +209,13 @@ def test_a_worker_killed_during_a_run_of_several_inputs_says_what_was_committed(
     p = run_cli("load", *files, uri, "--batch-records", 100, "--shards", 2, "--workers", 2, "-q", env=env)
     line = error_line(p, 1, "worker 0", "was killed by signal", "of its 3 inputs", "re-run the same command")
     committed = [e for e in runs_of(uri)[-1]["inputs"] if e["committed"]]
-    assert (f"{len(committed)} of its 3 inputs were committed" if committed
-            else "none of its 3 inputs was committed") in line
+    assert (
+        f"{len(committed)} of its 3 inputs were committed" if committed else "none of its 3 inputs was committed"
+    ) in line
     p = run_cli("load", *files, uri, "--json")
     assert p.returncode == 0 and json.loads(p.stdout)["status"] == "resumed", p.stderr
     assert snapshot(uri)[1] == snapshot_of_concat(tmp_path, [(0, 1000), (1000, 1000), (2000, 1000)])
+
 
 # --- FIFOs, each read in parallel ------------------------------------------------------------------
 
@@ -211,9 +228,14 @@ def fifo_writer(fifo: str, start: int, n: int, how: str) -> subprocess.Popen:
     return subprocess.Popen([tool("bulkload"), "generate", str(n), "--start", str(start), "--out", fifo])
 
 
-@pytest.mark.parametrize("scheme,ranges", [("lmdb", [(0, 2500), (1_000_000, 3100)]),
-                                           ("rocksdb", [(0, 0), (10, 4321), (5000, 1), (7000, 2000)]),
-                                           ("mem", [(0, 3000), (5000, 1), (10_000, 2222)])])
+@pytest.mark.parametrize(
+    "scheme,ranges",
+    [
+        ("lmdb", [(0, 2500), (1_000_000, 3100)]),
+        ("rocksdb", [(0, 0), (10, 4321), (5000, 1), (7000, 2000)]),
+        ("mem", [(0, 3000), (5000, 1), (10_000, 2222)]),
+    ],
+)
 def test_many_fifos_are_read_in_parallel_every_record_once(tmp_path, scheme, ranges):
     fifos = []
     for i in range(len(ranges)):
@@ -224,8 +246,9 @@ def test_many_fifos_are_read_in_parallel_every_record_once(tmp_path, scheme, ran
     writers = [fifo_writer(f, s, n, "gen" if i % 2 else "generate") for i, (f, (s, n)) in enumerate(zip(fifos, ranges))]
     try:
         for attempt in (1, 2):  # every load of a FIFO is a new run
-            p = run_cli("load", *fifos, uri, "--shards", 3, "--workers", 2, "--batch-records", 500, "--json",
-                        timeout=120)
+            p = run_cli(
+                "load", *fifos, uri, "--shards", 3, "--workers", 2, "--batch-records", 500, "--json", timeout=120
+            )
             assert p.returncode == 0, p.stderr
             rep = json.loads(p.stdout)
             assert rep["records"] == sum(n for _, n in ranges) and rep["status"] == "loaded"
@@ -299,9 +322,12 @@ def test_inputs_that_cannot_make_one_run_are_refused_before_anything_is_written(
         ((a, str(tmp_path / "p")), 2, f"{tmp_path / 'p'} is a stream", "separate commands"),
         ((a, b, str(tmp_path / "." / "a.bin")), 2, f"input {a} is given more than once"),
         ((a, other, "--layout", "scidb96"), 2, "other.npy has no field 'd0' of layout 'scidb96'"),
-        ((other, "gen://scidb96?n=5"), 2, "input gen://scidb96?n=5&start=0 holds records of layout 'scidb96' (96 "
-                                          "bytes: ", "not of the run's layout 'other' (4 bytes: that of "
-                                          f"{other}, the first input)"),
+        (
+            (other, "gen://scidb96?n=5"),
+            2,
+            "input gen://scidb96?n=5&start=0 holds records of layout 'scidb96' (96 bytes: ",
+            f"not of the run's layout 'other' (4 bytes: that of {other}, the first input)",
+        ),
         ((a, str(tmp_path / "nothing*.bin")), 2, "no file matches", "nothing*.bin"),
         ((a, str(tmp_path / "bad.bin")), 1, f"{tmp_path / 'bad.bin'}: partial record at byte offset {3 * RS}"),
         ((a, str(tmp_path / "missing.bin")), 2, "missing.bin does not exist"),
@@ -334,16 +360,32 @@ def test_a_raw_file_is_never_read_under_a_sibling_inputs_layout(tmp_path):
     uri = f"lmdb://{tmp_path}/ds"
     for typed in typed_inputs(tmp_path).values():
         for args in ((raw, typed), (typed, raw)):
-            error_line(run_cli("load", *args, uri), 2, f"input {typed} holds records of layout 'pts' (24 bytes",
-                       "not of the run's layout 'scidb96' (96 bytes: the default, for the raw file", "--layout")
-            error_line(run_cli("load", *args, uri, "--layout", "scidb96"), 2, f"input {typed} holds records of "
-                       "layout 'pts'", "not of the run's layout 'scidb96' (96 bytes: given by --layout)")
+            error_line(
+                run_cli("load", *args, uri),
+                2,
+                f"input {typed} holds records of layout 'pts' (24 bytes",
+                "not of the run's layout 'scidb96' (96 bytes: the default, for the raw file",
+                "--layout",
+            )
+            error_line(
+                run_cli("load", *args, uri, "--layout", "scidb96"),
+                2,
+                f"input {typed} holds records of layout 'pts'",
+                "not of the run's layout 'scidb96' (96 bytes: given by --layout)",
+            )
             assert not os.path.exists(tmp_path / "ds"), args
-    error_line(run_cli("load", raw, "gen://docs?n=3", uri), 2, "holds records of layout 'docs'",
-               "not of the run's layout 'scidb96'")
+    error_line(
+        run_cli("load", raw, "gen://docs?n=3", uri),
+        2,
+        "holds records of layout 'docs'",
+        "not of the run's layout 'scidb96'",
+    )
     assert not os.path.exists(tmp_path / "ds")
-    error_line(run_cli("load", raw, str(tmp_path / "pts.npy"), uri, "--layout", str(tmp_path / "none.toml")), 2,
-               "none.toml does not exist")
+    error_line(
+        run_cli("load", raw, str(tmp_path / "pts.npy"), uri, "--layout", str(tmp_path / "none.toml")),
+        2,
+        "none.toml does not exist",
+    )
     # the default layout, or one given, with inputs that hold it: loaded, and the summary names it
     p = run_cli("load", raw, "gen://scidb96?n=3&start=4", uri)
     assert p.returncode == 0, p.stderr
@@ -356,8 +398,9 @@ def test_an_appended_raw_file_takes_the_datasets_layout_and_the_summary_names_it
     raw = write_raw(tmp_path / "raw.bin", 0, 4)
     uri = f"lmdb://{tmp_path}/ds"
     assert loader.load(typed["npy"], uri).layout == "pts"
-    error_line(run_cli("load", raw, uri, "--layout", "scidb96"), 2, "already holds records with layout 'pts' "
-               "(not 'scidb96')")
+    error_line(
+        run_cli("load", raw, uri, "--layout", "scidb96"), 2, "already holds records with layout 'pts' (not 'scidb96')"
+    )
     p = run_cli("load", raw, typed["parquet"], uri, "--json")  # the dataset's layout: pts for both
     assert p.returncode == 0, p.stderr
     rep = json.loads(p.stdout)
@@ -383,8 +426,11 @@ def test_raw_bytes_in_an_iterable_never_take_another_blocks_layout(tmp_path):
     raw = records(0, 4).tobytes()
     pts = np.zeros(16, PTS)
     for blocks in ([pts, raw], [pd.DataFrame(pts), raw], [pa.table({n: pts[n] for n in PTS.names}), raw]):
-        with pytest.raises(loader.errors.LayoutError, match="block 1 is raw bytes, which have no layout of their "
-                           "own, and the run's layout 'records' was taken from block 0"):
+        with pytest.raises(
+            loader.errors.LayoutError,
+            match="block 1 is raw bytes, which have no layout of their "
+            "own, and the run's layout 'records' was taken from block 0",
+        ):
             loader.load(blocks, f"lmdb://{tmp_path}/ds")
     with loader.open(f"lmdb://{tmp_path}/ds") as ds:
         assert ds.info()["records"] == 0

@@ -66,14 +66,18 @@ def sharing(request, monkeypatch):
     if request.param == "shared copy":
         monkeypatch.setattr(shared.procmem, "workers_can_read", lambda: False)
         real = shared.SharedRecords.copy_in_background
-        monkeypatch.setattr(shared.SharedRecords, "copy_in_background",
-                            lambda self, recs: (copies.append(recs.nbytes), real(self, recs)))
+        monkeypatch.setattr(
+            shared.SharedRecords,
+            "copy_in_background",
+            lambda self, recs: (copies.append(recs.nbytes), real(self, recs)),
+        )
     yield request.param
     if request.param == "shared copy":
         assert copies, "the shared copy was not used"
 
 
 # --- whole numpy arrays ------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("workers, shards, batch", [(1, 1, 10_000), (2, 3, 777), (3, 2, 1)])
 def test_array_loads_what_gen_scidb96_loads(dataset, sharing, workers, shards, batch):
@@ -97,11 +101,14 @@ def test_array_and_gen_scidb96_append_to_one_dataset(tmp_path, sharing):
     assert stored(ds) == generate("scidb96", 0, 3000).tobytes()
 
 
-@pytest.mark.parametrize("make", [
-    lambda: generate("scidb96", 0, 2 * N)[::2],  # strided: not C-contiguous
-    lambda: generate("scidb96", 0, N).reshape(100, -1),  # 2-D: loaded in C order
-    lambda: np.rec.array(generate("scidb96", 0, N)),  # a subclass
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: generate("scidb96", 0, 2 * N)[::2],  # strided: not C-contiguous
+        lambda: generate("scidb96", 0, N).reshape(100, -1),  # 2-D: loaded in C order
+        lambda: np.rec.array(generate("scidb96", 0, N)),  # a subclass
+    ],
+)
 def test_arrays_of_other_shapes(tmp_path, make):
     arr = make()
     loader.load(arr, f"lmdb://{tmp_path}/ds", batch_records=999)
@@ -116,7 +123,11 @@ def test_a_custom_dtype_is_a_layout_of_its_own(dataset):
     assert rep.layout == "records"
     with loader.open(dataset) as ds:
         assert ds.layout.dtype == dt and [(f.name, f.type) for f in ds.layout.fields] == [
-            ("x", "int64"), ("y", "float32"), ("z", "uint8"), ("w", "int16")]
+            ("x", "int64"),
+            ("y", "float32"),
+            ("z", "uint8"),
+            ("w", "int16"),
+        ]
     assert stored(dataset) == arr.tobytes()
 
 
@@ -187,8 +198,9 @@ def test_an_empty_array_loads_nothing(tmp_path):
 # --- layouts: inferred from a dtype, or checked against the one given --------------------------
 
 FIELD_NAMES = st.from_regex(r"[a-z][A-Za-z0-9]{0,5}", fullmatch=True)
-FIELDS = st.lists(st.tuples(FIELD_NAMES, st.sampled_from(sorted(TYPES))), min_size=1, max_size=8,
-                  unique_by=lambda f: f[0])
+FIELDS = st.lists(
+    st.tuples(FIELD_NAMES, st.sampled_from(sorted(TYPES))), min_size=1, max_size=8, unique_by=lambda f: f[0]
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -223,16 +235,26 @@ def test_aligned_dtypes_load_only_without_holes(fields):
 
 
 WRONG_DTYPES = {
-    "renamed": ([(f"d{k}", "<f8") for k in range(9)] + [("e9", "<f8")] + [(f"i{k}", "<i4") for k in range(4)],
-                "field 9 is 'e9', the layout's is 'd9'"),
-    "other type": ([(f"d{k}", "<f8") for k in range(10)] + [("i0", "<i8")] + [(f"i{k}", "<i4") for k in range(1, 4)],
-                   "field 'i0' is int64 (<i8), the layout's is int32 (<i4)"),
-    "big-endian": ([("d0", ">f8")] + [(f"d{k}", "<f8") for k in range(1, 10)] + [(f"i{k}", "<i4") for k in range(4)],
-                   "field 'd0' is >f8, the layout's is float64 (<f8)"),
-    "missing": ([(f"d{k}", "<f8") for k in range(10)] + [(f"i{k}", "<i4") for k in range(3)],
-                "field 'i3' (int32 (<i4)) is missing"),
-    "extra": ([(f"d{k}", "<f8") for k in range(10)] + [(f"i{k}", "<i4") for k in range(5)],
-              "field 'i4' is not in the layout"),
+    "renamed": (
+        [(f"d{k}", "<f8") for k in range(9)] + [("e9", "<f8")] + [(f"i{k}", "<i4") for k in range(4)],
+        "field 9 is 'e9', the layout's is 'd9'",
+    ),
+    "other type": (
+        [(f"d{k}", "<f8") for k in range(10)] + [("i0", "<i8")] + [(f"i{k}", "<i4") for k in range(1, 4)],
+        "field 'i0' is int64 (<i8), the layout's is int32 (<i4)",
+    ),
+    "big-endian": (
+        [("d0", ">f8")] + [(f"d{k}", "<f8") for k in range(1, 10)] + [(f"i{k}", "<i4") for k in range(4)],
+        "field 'd0' is >f8, the layout's is float64 (<f8)",
+    ),
+    "missing": (
+        [(f"d{k}", "<f8") for k in range(10)] + [(f"i{k}", "<i4") for k in range(3)],
+        "field 'i3' (int32 (<i4)) is missing",
+    ),
+    "extra": (
+        [(f"d{k}", "<f8") for k in range(10)] + [(f"i{k}", "<i4") for k in range(5)],
+        "field 'i4' is not in the layout",
+    ),
 }
 
 
@@ -247,8 +269,14 @@ def test_layout_given_names_the_first_field_that_differs(tmp_path, case):
 
 
 def test_offsets_and_padding_are_checked_too(tmp_path):
-    padded = np.dtype({"names": SCIDB96.names, "formats": [SCIDB96.dtype.fields[n][0] for n in SCIDB96.names],
-                       "offsets": [SCIDB96.dtype.fields[n][1] for n in SCIDB96.names], "itemsize": 104})
+    padded = np.dtype(
+        {
+            "names": SCIDB96.names,
+            "formats": [SCIDB96.dtype.fields[n][0] for n in SCIDB96.names],
+            "offsets": [SCIDB96.dtype.fields[n][1] for n in SCIDB96.names],
+            "itemsize": 104,
+        }
+    )
     with pytest.raises(LayoutError, match=r"records are 104 bytes, the layout's 96 \(trailing padding\)"):
         loader.load(np.zeros(3, padded), f"lmdb://{tmp_path}/a", layout="scidb96")
     moved = np.dtype([("a", "u1"), ("b", "<f8")], align=True)
@@ -268,18 +296,26 @@ def test_the_datasets_layout_is_the_check_when_none_is_given(tmp_path):
 
 # --- DataFrames and Arrow tables ----------------------------------------------------------------
 
+
 def frame(n=N, start=0):
     return pd.DataFrame(generate("scidb96", start, n))
 
 
-@pytest.mark.parametrize("make, layout", [
-    (lambda: frame(), None),
-    (lambda: frame()[list(reversed(SCIDB96.names))], "scidb96"),  # another column order: matched by name
-    (lambda: pa.Table.from_pandas(frame(), preserve_index=False), None),
-    (lambda: pa.concat_tables([pa.Table.from_pandas(frame(N // 3, k * (N // 3)), preserve_index=False)
-                               for k in range(3)]), None),  # several chunks
-    (lambda: pa.RecordBatch.from_pandas(frame(), preserve_index=False), None),
-])
+@pytest.mark.parametrize(
+    "make, layout",
+    [
+        (lambda: frame(), None),
+        (lambda: frame()[list(reversed(SCIDB96.names))], "scidb96"),  # another column order: matched by name
+        (lambda: pa.Table.from_pandas(frame(), preserve_index=False), None),
+        (
+            lambda: pa.concat_tables(
+                [pa.Table.from_pandas(frame(N // 3, k * (N // 3)), preserve_index=False) for k in range(3)]
+            ),
+            None,
+        ),  # several chunks
+        (lambda: pa.RecordBatch.from_pandas(frame(), preserve_index=False), None),
+    ],
+)
 def test_tables_load_what_gen_scidb96_loads(dataset, sharing, make, layout):
     rep = loader.load(make(), dataset, workers=2, batch_records=4096, layout=layout)
     assert rep.records == N and rep.layout == "scidb96"
@@ -300,12 +336,15 @@ def test_columns_are_converted_when_no_value_changes(tmp_path):
     assert got.tobytes() == want.tobytes()
 
 
-@pytest.mark.parametrize("column, values, says", [
-    ("i1", [2**40], "column 'i1', row 7: 1099511627776 cannot be held exactly by int32"),
-    ("i0", [0.5], "column 'i0', row 7: 0.5 cannot be held exactly by int32"),
-    ("i3", [float("nan")], "column 'i3', row 7: nan cannot be held exactly by int32"),
-    ("i2", [-(2**31) - 1], "column 'i2', row 7: -2147483649 cannot be held exactly by int32"),
-])
+@pytest.mark.parametrize(
+    "column, values, says",
+    [
+        ("i1", [2**40], "column 'i1', row 7: 1099511627776 cannot be held exactly by int32"),
+        ("i0", [0.5], "column 'i0', row 7: 0.5 cannot be held exactly by int32"),
+        ("i3", [float("nan")], "column 'i3', row 7: nan cannot be held exactly by int32"),
+        ("i2", [-(2**31) - 1], "column 'i2', row 7: -2147483649 cannot be held exactly by int32"),
+    ],
+)
 def test_a_lossy_column_names_column_and_row(tmp_path, column, values, says):
     ds = f"lmdb://{tmp_path}/ds"
     loader.load("gen://scidb96?n=100", ds)
@@ -327,24 +366,35 @@ def test_float64_that_float32_rounds_is_lossy(tmp_path):
     assert rep.records == 2
 
 
-@pytest.mark.parametrize("make, what", [
-    (lambda df: df.astype({"i2": "Int64"}).assign(i2=lambda d: d["i2"].mask(d.index == 3)),
-     "python://pandas.DataFrame?n=10: column 'i2', row 3: null, but field 'i2' is not nullable"),
-    (lambda df: pa.Table.from_pandas(df, preserve_index=False).set_column(
-        12, "i2", pa.array([None] + list(range(9)), pa.int32())),
-     "python://pyarrow.Table?n=10: column 'i2', row 0: null, but field 'i2' is not nullable"),
-])
+@pytest.mark.parametrize(
+    "make, what",
+    [
+        (
+            lambda df: df.astype({"i2": "Int64"}).assign(i2=lambda d: d["i2"].mask(d.index == 3)),
+            "python://pandas.DataFrame?n=10: column 'i2', row 3: null, but field 'i2' is not nullable",
+        ),
+        (
+            lambda df: pa.Table.from_pandas(df, preserve_index=False).set_column(
+                12, "i2", pa.array([None] + list(range(9)), pa.int32())
+            ),
+            "python://pyarrow.Table?n=10: column 'i2', row 0: null, but field 'i2' is not nullable",
+        ),
+    ],
+)
 def test_nulls_name_the_column(tmp_path, make, what):
     with pytest.raises(ConversionError) as e:
         loader.load(make(frame(10)), f"lmdb://{tmp_path}/ds", layout="scidb96")
     assert str(e.value).startswith(what) and "fill or drop the nulls" in str(e.value)
 
 
-@pytest.mark.parametrize("change, says", [
-    (lambda df: df.drop(columns=["d4"]), "has no column 'd4'"),
-    (lambda df: df.assign(extra=1), "column 'extra' is not a field of layout 'scidb96'"),
-    (lambda df: df.assign(d4="text"), "column 'd4' is (large_)?string, which cannot become field 'd4' "),
-])
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (lambda df: df.drop(columns=["d4"]), "has no column 'd4'"),
+        (lambda df: df.assign(extra=1), "column 'extra' is not a field of layout 'scidb96'"),
+        (lambda df: df.assign(d4="text"), "column 'd4' is (large_)?string, which cannot become field 'd4' "),
+    ],
+)
 def test_missing_extra_and_non_number_columns(tmp_path, change, says):
     with pytest.raises(LayoutError, match=says):
         loader.load(change(frame(10)), f"lmdb://{tmp_path}/ds", layout="scidb96")
@@ -355,12 +405,15 @@ def test_a_tables_layout_is_inferred_from_its_columns(tmp_path):
     rep = loader.load(table, f"lmdb://{tmp_path}/ds")
     with loader.open(f"lmdb://{tmp_path}/ds") as ds:
         assert rep.layout == "records" and [(f.name, f.type) for f in ds.layout.fields] == [
-            ("a", "int16"), ("b", "float32")]
+            ("a", "int16"),
+            ("b", "float32"),
+        ]
     with pytest.raises(LayoutError, match=r"column 's' has Arrow type date32\[day\], which no layout type holds"):
         loader.load(pa.table({"s": pa.array([1], pa.date32())}), f"lmdb://{tmp_path}/other")
 
 
 # --- iterables: streams ------------------------------------------------------------------------
+
 
 def blocks(sizes, make=lambda a: a):
     start = 0
@@ -369,15 +422,21 @@ def blocks(sizes, make=lambda a: a):
         start += k
 
 
-@pytest.mark.parametrize("make", [
-    lambda: blocks([7000, 0, 1, 12999, 10000]),  # arrays, an empty one among them
-    lambda: blocks([10000, 20000], lambda a: pd.DataFrame(a)),
-    lambda: blocks([15000, 15000], lambda a: pa.RecordBatch.from_pandas(pd.DataFrame(a))),
-    lambda: pa.Table.from_pandas(frame(), preserve_index=False).to_reader(max_chunksize=4444),
-    lambda: [RECORDS.tobytes()[:1000], memoryview(RECORDS.tobytes()[1000:2_000_001]),
-             bytearray(RECORDS.tobytes()[2_000_001:])],  # bytes cut across records
-    lambda: RECORDS.tobytes(),  # one bytes object: one block
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: blocks([7000, 0, 1, 12999, 10000]),  # arrays, an empty one among them
+        lambda: blocks([10000, 20000], lambda a: pd.DataFrame(a)),
+        lambda: blocks([15000, 15000], lambda a: pa.RecordBatch.from_pandas(pd.DataFrame(a))),
+        lambda: pa.Table.from_pandas(frame(), preserve_index=False).to_reader(max_chunksize=4444),
+        lambda: [
+            RECORDS.tobytes()[:1000],
+            memoryview(RECORDS.tobytes()[1000:2_000_001]),
+            bytearray(RECORDS.tobytes()[2_000_001:]),
+        ],  # bytes cut across records
+        lambda: RECORDS.tobytes(),  # one bytes object: one block
+    ],
+)
 def test_iterables_load_what_gen_scidb96_loads(dataset, make):
     rep = loader.load(make(), dataset, workers=2, shards=3, batch_records=2500)
     assert rep.records == N and rep.layout == "scidb96"
@@ -409,15 +468,20 @@ def test_a_generator_that_raises_names_where_and_commits_nothing(tmp_path):
     loader.load(RECORDS[:10], ds)
     with pytest.raises(GeneratorError) as e:
         loader.load(gen(), ds, batch_records=1000)
-    assert str(e.value) == ("python://generator raised RuntimeError: sensor went away at block 2, after 8,000 "
-                            "records; nothing from this run was committed")
+    assert str(e.value) == (
+        "python://generator raised RuntimeError: sensor went away at block 2, after 8,000 "
+        "records; nothing from this run was committed"
+    )
     assert stored(ds) == RECORDS[:10].tobytes()
 
 
-@pytest.mark.parametrize("bad, error, says", [
-    (np.zeros(3, [("x", "<f8")]), LayoutError, "block 1 does not hold records of layout 'scidb96': field 0"),
-    (42, GeneratorError, "block 1 is of type int"),
-])
+@pytest.mark.parametrize(
+    "bad, error, says",
+    [
+        (np.zeros(3, [("x", "<f8")]), LayoutError, "block 1 does not hold records of layout 'scidb96': field 0"),
+        (42, GeneratorError, "block 1 is of type int"),
+    ],
+)
 def test_a_bad_block_is_named(tmp_path, bad, error, says):
     with pytest.raises(error, match=says):
         loader.load(iter([RECORDS[:10], bad]), f"lmdb://{tmp_path}/ds")
@@ -430,14 +494,33 @@ def test_something_that_is_no_source(tmp_path):
 
 # --- the benchmark -------------------------------------------------------------------------------
 
+
 def test_memory_benchmark_at_tiny_n(tmp_path):
     """bench/memory.py runs its rows interleaved and writes its figures and ratios (only at a
     tiny N here: the lead runs it big)."""
     bench = Path(__file__).resolve().parents[2] / "bench" / "memory.py"
     out = tmp_path / "memory.json"
-    r = subprocess.run([sys.executable, str(bench), "--n", "20000", "--repeat", "1", "--workers", "2", "--shards",
-                        "2", "--dir", str(tmp_path / "work"), "--out", str(out)],
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(bench),
+            "--n",
+            "20000",
+            "--repeat",
+            "1",
+            "--workers",
+            "2",
+            "--shards",
+            "2",
+            "--dir",
+            str(tmp_path / "work"),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     result = json.loads(out.read_text())
     figures = result["figures"]

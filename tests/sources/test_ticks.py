@@ -32,7 +32,7 @@ def ticks_ranges(draw, max_n=3000):
     """(start, n, t0, step) whose timestamps stay within int64."""
     n = draw(st.integers(0, max_n))
     step = draw(st.one_of(st.integers(1, 10**9), st.just(TICKS_DEFAULT_STEP), st.integers(1, 2**20)))
-    t0 = draw(st.one_of(st.just(T0_2026), st.integers(-2**62, 2**62)))
+    t0 = draw(st.one_of(st.just(T0_2026), st.integers(-(2**62), 2**62)))
     top = min(2**40, (2**63 - 1 - t0) // step - n)  # ts of the last record < 2**63
     start = draw(st.one_of(st.integers(0, top), st.integers(0, 3 * max_n), st.integers(max(0, top - 50), top)))
     return start, n, t0, step
@@ -55,7 +55,7 @@ def test_c_generator_is_byte_identical_to_the_numpy_reference(r):
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.integers(0, 2000), st.integers(0, 2**64 - 1), st.integers(-2**63, 2**63 - 1), st.integers(1, 2**64 - 1))
+@given(st.integers(0, 2000), st.integers(0, 2**64 - 1), st.integers(-(2**63), 2**63 - 1), st.integers(1, 2**64 - 1))
 def test_c_and_numpy_agree_modulo_2_64_at_any_index(n, start, t0, step):
     """The definition is total (uint64 arithmetic wraps): the two agree even where the
     source refuses the range (timestamps past int64)."""
@@ -75,8 +75,10 @@ def test_any_split_of_a_range_gives_the_same_bytes(r, data):
     bounds = [0, *cuts, n]
     whole = generate("ticks", start, n, t0=t0, step=step).tobytes()
     for impl in ("c", "python"):
-        pieces = [generate("ticks", start + a, b - a, impl=impl, t0=t0, step=step).tobytes()
-                  for a, b in zip(bounds, bounds[1:])]
+        pieces = [
+            generate("ticks", start + a, b - a, impl=impl, t0=t0, step=step).tobytes()
+            for a, b in zip(bounds, bounds[1:])
+        ]
         assert b"".join(pieces) == whole
 
 
@@ -116,22 +118,24 @@ def test_gen_uri_takes_an_iso_t0_and_a_duration_step():
     assert src.uri == "gen://ticks?n=100&start=7&t0=2026-03-01T11:00:00Z&step=250000000ns"
     recs = np.empty(100, TICKS_DTYPE)
     src.fill(recs, 0)
-    want = generate("ticks", 7, 100, t0=int(np.datetime64("2026-03-01T11:00", "ns").astype(np.int64)),
-                    step=250_000_000)
+    want = generate("ticks", 7, 100, t0=int(np.datetime64("2026-03-01T11:00", "ns").astype(np.int64)), step=250_000_000)
     assert recs.tobytes() == want.tobytes()
     # the defaults leave the URI as it was: one URI (and one fingerprint) per range
     assert parse_source("gen://ticks?n=5&t0=2026-01-02T14:30Z&step=1s").uri == "gen://ticks?n=5&start=0"
     assert parse_source(src.uri).uri == src.uri
 
 
-@pytest.mark.parametrize("query, message", [
-    ("n=5&t0=yesterday", "'yesterday' is not an ISO-8601 instant"),
-    ("n=5&t0=2026-02-30T00:00", "is not a valid instant"),
-    ("n=5&step=0s", "step=0 ns must be at least 1 ns"),
-    ("n=5&step=1x", "'1x' is not a duration"),
-    ("n=5&seed=3", "unknown parameter(s) seed; gen://ticks takes n, start, impl, t0, step"),
-    ("n=10&start=9223372036", "run past datetime64[ns]'s last instant"),
-])
+@pytest.mark.parametrize(
+    "query, message",
+    [
+        ("n=5&t0=yesterday", "'yesterday' is not an ISO-8601 instant"),
+        ("n=5&t0=2026-02-30T00:00", "is not a valid instant"),
+        ("n=5&step=0s", "step=0 ns must be at least 1 ns"),
+        ("n=5&step=1x", "'1x' is not a duration"),
+        ("n=5&seed=3", "unknown parameter(s) seed; gen://ticks takes n, start, impl, t0, step"),
+        ("n=10&start=9223372036", "run past datetime64[ns]'s last instant"),
+    ],
+)
 def test_bad_ticks_options_are_usage_errors(tmp_path, query, message):
     with pytest.raises(UsageError, match=None) as e:
         parse_source(f"gen://ticks?{query}")
@@ -149,14 +153,17 @@ def test_bulkload_gen_writes_the_same_ticks():
     assert out.stdout == generate("ticks", 0, 100, impl="python", t0=-5, step=7).tobytes()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--layout", "trades", "5"], "unknown layout (use scidb96 or ticks): 'trades'"),
-    (["--t0", "5", "5"], "--t0 and --step are options of --layout ticks"),
-    (["--layout", "ticks", "--step", "0", "5"], "--step must be an unsigned decimal integer of ns, at least 1"),
-    (["--layout", "ticks", "--t0", "9223372036854775808", "5"], "--t0 must be a signed decimal integer"),
-    (["--layout"], "option needs a value"),
-    (["--seed", "1", "5"], "unknown option: '--seed'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--layout", "trades", "5"], "unknown layout (use scidb96 or ticks): 'trades'"),
+        (["--t0", "5", "5"], "--t0 and --step are options of --layout ticks"),
+        (["--layout", "ticks", "--step", "0", "5"], "--step must be an unsigned decimal integer of ns, at least 1"),
+        (["--layout", "ticks", "--t0", "9223372036854775808", "5"], "--t0 must be a signed decimal integer"),
+        (["--layout"], "option needs a value"),
+        (["--seed", "1", "5"], "unknown option: '--seed'"),
+    ],
+)
 def test_bulkload_gen_bad_ticks_arguments_exit_2(args, message):
     r = subprocess.run([GEN, *args], capture_output=True, timeout=60)
     assert r.returncode == 2 and r.stdout == b""
@@ -164,8 +171,10 @@ def test_bulkload_gen_bad_ticks_arguments_exit_2(args, message):
 
 
 def test_a_plus_of_a_utc_offset_may_be_written_as_is_in_the_uri():
-    assert (parse_source("gen://ticks?n=1&t0=2026-03-01T12:00:00+01:00").uri
-            == parse_source("gen://ticks?n=1&t0=2026-03-01T11:00Z").uri)
+    assert (
+        parse_source("gen://ticks?n=1&t0=2026-03-01T12:00:00+01:00").uri
+        == parse_source("gen://ticks?n=1&t0=2026-03-01T11:00Z").uri
+    )
 
 
 def test_ticks_load_from_a_raw_file_stdin_and_npy_as_generated(tmp_path):
@@ -178,8 +187,11 @@ def test_ticks_load_from_a_raw_file_stdin_and_npy_as_generated(tmp_path):
     raw.write_bytes(want.tobytes())
     np.save(tmp_path / "t.npy", want)
     stdin = subprocess.run([GEN, "--layout", "ticks", "25000"], capture_output=True, check=True).stdout
-    for name, args, inp in (("raw", [raw, "--layout", "ticks"], None), ("npy", [tmp_path / "t.npy", "--layout", "ticks"], None),
-                            ("stdin", ["-", "--layout", "ticks"], stdin)):
+    for name, args, inp in (
+        ("raw", [raw, "--layout", "ticks"], None),
+        ("npy", [tmp_path / "t.npy", "--layout", "ticks"], None),
+        ("stdin", ["-", "--layout", "ticks"], stdin),
+    ):
         r = run_cli("load", args[0], f"lmdb://{tmp_path}/{name}", *args[1:], "--workers", 2, "-q", input=inp)
         assert r.returncode == 0, (name, r.stderr)
         with loader.open(f"lmdb://{tmp_path}/{name}") as ds:

@@ -33,7 +33,7 @@ def sample(n: int = 40, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     r = np.zeros(n, LAYOUT.dtype)
     r["ts"] = (1_700_000_000_000_000_000 + rng.integers(0, 10**12, n)).astype("M8[ns]")
-    r["d"] = rng.integers(-10**9, 10**9, n).astype("m8[us]")
+    r["d"] = rng.integers(-(10**9), 10**9, n).astype("m8[us]")
     r["ok"] = rng.integers(0, 2, n).astype(bool)
     r["sym"] = [b"AAPL", b"MSFT\x00\x01", b"12345678", b""] * (n // 4)
     r["name"] = ["Zürich".encode(), b"", "日本".encode(), b"abcdefghijkl"] * (n // 4)
@@ -171,14 +171,24 @@ def refused(kind: str, src, field_type: str, tmp_path, code: int, *texts):
 @pytest.mark.parametrize("kind", CONVERTING)
 def test_int64_beyond_2_53_is_not_a_float64(tmp_path, kind):
     src = one_column(kind, np.array([1, 2**53 + 1], np.int64), tmp_path)
-    refused(kind, src, '"float64"', tmp_path, 1, "column 'x', row 1: 9007199254740993 cannot be held exactly by float64")
+    refused(
+        kind, src, '"float64"', tmp_path, 1, "column 'x', row 1: 9007199254740993 cannot be held exactly by float64"
+    )
 
 
 @pytest.mark.parametrize("kind", CONVERTING)
 def test_a_time_that_is_not_a_whole_unit_is_refused(tmp_path, kind):
     src = one_column(kind, np.array([1000, 1001], "M8[ns]"), tmp_path)
-    refused(kind, src, '"datetime64[us]"', tmp_path, 1, "column 'x', row 1:", "a fraction of a us",
-            "declare the field as datetime64[ns]")
+    refused(
+        kind,
+        src,
+        '"datetime64[us]"',
+        tmp_path,
+        1,
+        "column 'x', row 1:",
+        "a fraction of a us",
+        "declare the field as datetime64[ns]",
+    )
 
 
 @pytest.mark.parametrize("kind", CONVERTING)
@@ -190,8 +200,15 @@ def test_a_coarser_time_that_overflows_the_finer_unit_is_refused(tmp_path, kind)
 @pytest.mark.parametrize("kind", CONVERTING)
 def test_bytes_longer_than_the_field_are_refused(tmp_path, kind):
     src = one_column(kind, np.array([b"abc", b"abcdefghi"], "S9"), tmp_path)
-    refused(kind, src, '"bytes[8]"', tmp_path, 1, "column 'x', row 1: b'abcdefghi' is 9 bytes, longer than bytes[8]",
-            "use a layout with bytes[9]")
+    refused(
+        kind,
+        src,
+        '"bytes[8]"',
+        tmp_path,
+        1,
+        "column 'x', row 1: b'abcdefghi' is 9 bytes, longer than bytes[8]",
+        "use a layout with bytes[9]",
+    )
 
 
 @pytest.mark.parametrize("kind", ["parquet", "arrow", "pandas", "table"])
@@ -203,8 +220,15 @@ def test_text_longer_than_the_field_in_utf8_is_refused(tmp_path, kind):
 @pytest.mark.parametrize("kind", CONVERTING)
 def test_bytes_that_are_not_utf8_are_not_a_string(tmp_path, kind):
     src = one_column(kind, np.array([b"ok", b"\xff\xfe"], "S2"), tmp_path)
-    refused(kind, src, '"string[4]"', tmp_path, 1, "column 'x', row 1: b'\\xff\\xfe' is not UTF-8 text",
-            "use bytes[4] for raw bytes")
+    refused(
+        kind,
+        src,
+        '"string[4]"',
+        tmp_path,
+        1,
+        "column 'x', row 1: b'\\xff\\xfe' is not UTF-8 text",
+        "use bytes[4] for raw bytes",
+    )
 
 
 @pytest.mark.parametrize("kind", ["parquet", "arrow", "pandas", "table"])
@@ -218,8 +242,16 @@ def test_a_null_into_a_field_that_is_not_nullable_is_refused(tmp_path, kind):
     src = one_column(kind, [1, None, 3], tmp_path, pa.int32())
     if kind == "pandas":  # (pandas' own nullable integers: a float column's NaN is a value, as in numpy)
         src = pd.DataFrame({"x": pd.array([1, None, 3], "Int32")})
-    refused(kind, src, '"int32"', tmp_path, 1, "column 'x'", "null(s)" if kind in ("parquet", "arrow") else "row 1: null",
-            "nullable")
+    refused(
+        kind,
+        src,
+        '"int32"',
+        tmp_path,
+        1,
+        "column 'x'",
+        "null(s)" if kind in ("parquet", "arrow") else "row 1: null",
+        "nullable",
+    )
 
 
 @pytest.mark.parametrize("kind", ["parquet", "arrow", "pandas", "table"])
@@ -236,11 +268,23 @@ def test_a_column_of_another_kind_is_a_usage_error(tmp_path, kind):
 
 def test_exact_conversions_are_done(tmp_path):
     """Another unit when exact, shorter bytes padded, a list of k numbers into T[k], 0/1 into bool."""
-    table = pa.table({"t": pa.array([0, 5_000_000], pa.timestamp("us", "Europe/Paris")),
-                      "b": pa.array([b"a", b"abcd"]), "v": pa.array([[1, 2], [3, 4]], pa.list_(pa.int16())),
-                      "f": pa.array([0, 1], pa.int8())})
-    lay = Layout("c", (Field("t", "datetime64[ns]", tz="Europe/Paris"), Field("b", "bytes[4]"),
-                       Field("v", "float64[2]"), Field("f", "bool")))
+    table = pa.table(
+        {
+            "t": pa.array([0, 5_000_000], pa.timestamp("us", "Europe/Paris")),
+            "b": pa.array([b"a", b"abcd"]),
+            "v": pa.array([[1, 2], [3, 4]], pa.list_(pa.int16())),
+            "f": pa.array([0, 1], pa.int8()),
+        }
+    )
+    lay = Layout(
+        "c",
+        (
+            Field("t", "datetime64[ns]", tz="Europe/Paris"),
+            Field("b", "bytes[4]"),
+            Field("v", "float64[2]"),
+            Field("f", "bool"),
+        ),
+    )
     uri = f"lmdb://{tmp_path}/ds"
     loader.load(table, uri, layout=lay)
     with loader.open(uri) as ds:
@@ -254,9 +298,9 @@ def test_exact_conversions_are_done(tmp_path):
 
 # --- every serializer, compression and store ----------------------------------------------------
 
+
 @pytest.mark.parametrize("store", ["lmdb", "rocksdb"])
-@pytest.mark.parametrize("fmt,compression", [("capnp", "none"), ("capnp", "zstd"), ("arrow", "none"),
-                                             ("arrow", "lz4")])
+@pytest.mark.parametrize("fmt,compression", [("capnp", "none"), ("capnp", "zstd"), ("arrow", "none"), ("arrow", "lz4")])
 def test_every_serializer_compression_and_store_round_trips_typed_records(tmp_path, toml, store, fmt, compression):
     records = sample(64, seed=3)
     uri = f"{store}://{tmp_path}/ds"
@@ -288,6 +332,7 @@ def test_pycapnp_reads_a_typed_batch_by_the_generated_schema(tmp_path):
 
 # --- exports, read back by DuckDB and Polars ------------------------------------------------------
 
+
 def test_exports_are_read_back_with_their_types_by_duckdb_and_polars(tmp_path, toml):
     import duckdb
     import polars as pl
@@ -306,7 +351,9 @@ def test_exports_are_read_back_with_their_types_by_duckdb_and_polars(tmp_path, t
     assert types["sym"] == "BLOB" and types["venue"] == "SMALLINT"
     assert types["v"] == "FLOAT[]"  # Parquet has no fixed-size list: a list of float (DuckDB reads no Arrow schema)
     assert types["d"] == "BIGINT"  # Parquet has no duration: its int64 (pyarrow and Polars read the Arrow type)
-    nulls = con.sql(f"SELECT count(*) FROM read_parquet('{tmp_path / 'out.parquet'}') WHERE venue IS NULL").fetchall()[0][0]
+    nulls = con.sql(f"SELECT count(*) FROM read_parquet('{tmp_path / 'out.parquet'}') WHERE venue IS NULL").fetchall()[
+        0
+    ][0]
     assert nulls == int((records["_validity"][:, 0] & 1 == 0).sum())
     for frame in (pl.read_parquet(tmp_path / "out.parquet"), pl.read_ipc(tmp_path / "out.arrow")):
         assert frame.schema["ts"] == pl.Datetime("ns", "UTC") and frame.schema["ok"] == pl.Boolean
@@ -325,14 +372,30 @@ def test_dask_dataframe_has_the_native_types(tmp_path, toml):
         want = ds.to_pandas()
     assert str(frame["ts"].dtype) == "datetime64[ns, UTC]" and str(frame["venue"].dtype) == "Int16"
     # (dask's convert-string option turns object columns, the bytes too, into strings)
-    pd.testing.assert_frame_equal(frame.reset_index(drop=True).drop(columns=["sym", "v"]),
-                                  want.drop(columns=["sym", "v"]), check_index_type=False, check_dtype=False)
+    pd.testing.assert_frame_equal(
+        frame.reset_index(drop=True).drop(columns=["sym", "v"]),
+        want.drop(columns=["sym", "v"]),
+        check_index_type=False,
+        check_dtype=False,
+    )
 
 
 # --- hypothesis: random layouts of the new types round-trip ---------------------------------------
 
-_TYPES = st.sampled_from(["bool", "datetime64[ms]", "timedelta64[ns]", "bytes[3]", "string[5]", "float32[2]",
-                          "int64[3]", "float16", "uint8", "float64"])
+_TYPES = st.sampled_from(
+    [
+        "bool",
+        "datetime64[ms]",
+        "timedelta64[ns]",
+        "bytes[3]",
+        "string[5]",
+        "float32[2]",
+        "int64[3]",
+        "float16",
+        "uint8",
+        "float64",
+    ]
+)
 _TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=2)
 
 
@@ -349,8 +412,9 @@ def typed_records(draw):
         if f.type == "bool":
             recs[f.name] = recs[f.name].view(np.uint8) & 1
         elif f.type == "string[5]":
-            recs[f.name] = [draw(_TEXT).encode()[:5].rstrip(b"\x80\xbf").decode("utf-8", "ignore").encode()
-                            for _ in range(n)]
+            recs[f.name] = [
+                draw(_TEXT).encode()[:5].rstrip(b"\x80\xbf").decode("utf-8", "ignore").encode() for _ in range(n)
+            ]
         elif f.type == "float16" or f.type == "float32[2]":
             recs[f.name] = np.nan_to_num(recs[f.name])  # NaN payloads need not survive Arrow; values do
         elif f.type.startswith("datetime") or f.type.startswith("timedelta"):
@@ -360,8 +424,11 @@ def typed_records(draw):
     return lay, recs
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                  HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(case=typed_records(), fmt=st.sampled_from(["capnp", "arrow"]))
 def test_random_typed_layouts_round_trip_through_numpy_arrow_and_pandas(tmp_path_factory, case, fmt):
     lay, recs = case
@@ -385,8 +452,10 @@ def test_a_pipeline_loads_and_compacts_typed_records(tmp_path, toml):
     src = source_of("parquet", records, LAYOUT, tmp_path)
     uri = f"rocksdb://{tmp_path}/ds"
     pipe = tmp_path / "typed.toml"
-    pipe.write_text(f'[job]\ndataset = "{uri}"\nlayout = "{toml}"\nformat = "arrow"\nbatch_records = 8\n'
-                    f'[load]\nsource = "{src}"\n[compact]\nforce = true\ntarget_batch_records = 40\n')
+    pipe.write_text(
+        f'[job]\ndataset = "{uri}"\nlayout = "{toml}"\nformat = "arrow"\nbatch_records = 8\n'
+        f'[load]\nsource = "{src}"\n[compact]\nforce = true\ntarget_batch_records = 40\n'
+    )
     p = run_cli("run", pipe)
     assert p.returncode == 0, p.stderr
     with loader.open(uri) as ds:
@@ -401,7 +470,7 @@ def test_an_array_with_validity_but_no_layout_asks_for_the_layout(tmp_path):
     p = run_cli("load", tmp_path / "n.npy", f"lmdb://{tmp_path}/ds")
     assert p.returncode == 2 and "it has a _validity field" in p.stderr and "pass --layout" in p.stderr
     other = tmp_path / "other.toml"  # the same fields in another order: copied by field, its bits would be lost
-    other.write_text(TOML.replace('px = "float64"\n', '').replace('[fields]\n', '[fields]\npx = "float64"\n'))
+    other.write_text(TOML.replace('px = "float64"\n', "").replace("[fields]\n", '[fields]\npx = "float64"\n'))
     p = run_cli("load", tmp_path / "n.npy", f"lmdb://{tmp_path}/ds", "--layout", other)
     assert p.returncode == 2 and "has a _validity field but its records are not those of layout 'tk'" in p.stderr
     assert not (tmp_path / "ds").exists()
@@ -410,8 +479,11 @@ def test_an_array_with_validity_but_no_layout_asks_for_the_layout(tmp_path):
 def test_a_streams_text_column_needs_its_width_from_the_layout(tmp_path):
     schema = pa.schema([("s", pa.string())])
     reader = pa.RecordBatchReader.from_batches(schema, iter([pa.record_batch([pa.array(["ab", "cde"])], schema)]))
-    with pytest.raises(LayoutError, match=r"column 's' is of variable length \(string\) and holds no value to measure; "
-                                          r"pass the layout \(layout=\) with a field s = \"string\[N\]\""):
+    with pytest.raises(
+        LayoutError,
+        match=r"column 's' is of variable length \(string\) and holds no value to measure; "
+        r"pass the layout \(layout=\) with a field s = \"string\[N\]\"",
+    ):
         loader.load(reader, f"lmdb://{tmp_path}/ds")
     reader = pa.RecordBatchReader.from_batches(schema, iter([pa.record_batch([pa.array(["ab", "cde"])], schema)]))
     loader.load(reader, f"lmdb://{tmp_path}/ds", layout=Layout("s", (Field("s", "string[3]"),)))

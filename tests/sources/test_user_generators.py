@@ -47,8 +47,11 @@ def compile_c(source: Path, out: Path) -> Path:
     gcc = shutil.which("gcc") or shutil.which("cc")
     if gcc is None:
         pytest.fail("no C compiler (gcc/cc): the C generator tests need one, as `pip install` does")
-    subprocess.run([gcc, "-O2", "-shared", "-fPIC", "-ffp-contract=off", "-Wall", "-Werror", "-o", str(out),
-                    str(source)], check=True, capture_output=True)
+    subprocess.run(
+        [gcc, "-O2", "-shared", "-fPIC", "-ffp-contract=off", "-Wall", "-Werror", "-o", str(out), str(source)],
+        check=True,
+        capture_output=True,
+    )
     return out
 
 
@@ -69,8 +72,14 @@ def failing_lib(tmp_path_factory) -> Path:
 
 def bulkload_in(cwd, *args, env=None):
     """`bulkload ARGS` run in directory ``cwd`` (where a user's module or library is)."""
-    return subprocess.run([tool("bulkload"), *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=120,
-                          env=None if env is None else dict(os.environ, **env))
+    return subprocess.run(
+        [tool("bulkload"), *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=None if env is None else dict(os.environ, **env),
+    )
 
 
 @pytest.fixture(params=["lmdb", "rocksdb", "mem"])
@@ -87,8 +96,10 @@ def two_datasets(request, tmp_path):
 
 # --- C ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("n, start", [(25_000, 0), (7_001, 2**32 - 3_000), (3_000, 2**53 - 1_500),
-                                      (1_000, 2**63 - 1_000)])
+
+@pytest.mark.parametrize(
+    "n, start", [(25_000, 0), (7_001, 2**32 - 3_000), (3_000, 2**53 - 1_500), (1_000, 2**63 - 1_000)]
+)
 def test_c_example_loads_what_gen_scidb96_loads(example_lib, two_datasets, n, start):
     user, builtin = two_datasets
     c_uri = f"gen://c:{example_lib}:scidb96_gen?n={n}&start={start}&layout=scidb96"
@@ -119,8 +130,17 @@ def test_c_generator_error_code_names_the_range_and_commits_nothing(failing_lib,
     ds = f"lmdb://{tmp_path}/ds"
     loader.load("gen://scidb96?n=500", ds, shards=1)
     before = records_of(ds)
-    r = run_cli("load", f"gen://c:{failing_lib}:fill_until_3000?n=5000&layout=scidb96", ds, "--batch-records",
-                "1000", "--workers", "1", "--shards", "1")
+    r = run_cli(
+        "load",
+        f"gen://c:{failing_lib}:fill_until_3000?n=5000&layout=scidb96",
+        ds,
+        "--batch-records",
+        "1000",
+        "--workers",
+        "1",
+        "--shards",
+        "1",
+    )
     assert r.returncode == 1
     line = r.stderr.strip().splitlines()[-1]
     assert "fill_until_3000" in line and "returned 7" in line and "records [3000, 4000)" in line, line
@@ -128,20 +148,23 @@ def test_c_generator_error_code_names_the_range_and_commits_nothing(failing_lib,
     assert records_of(ds) == before
 
 
-@pytest.mark.parametrize("source, message", [
-    ("gen://c:{missing}:scidb96_gen?n=10&layout=scidb96", "cannot load the library"),
-    ("gen://c:{lib}:no_such_symbol?n=10&layout=scidb96", "has no symbol 'no_such_symbol'"),
-    ("gen://c:{lib}:scidb96_gen?n=10", "needs layout=NAME"),
-    ("gen://c:{lib}:scidb96_gen?n=10&layout=no_such_layout", "unknown layout"),
-    ("gen://c:{lib}:scidb96_gen?layout=scidb96", "needs n=COUNT"),
-    ("gen://c:{lib}:scidb96_gen?n=10&layout=scidb96&seed=3", "unknown parameter(s) seed"),
-    ("gen://no_such_module_xyz:records?n=10", "cannot import module 'no_such_module_xyz'"),
-    ("gen://usergen_mod:no_such_function?n=10", "has no 'no_such_function'"),
-    ("gen://usergen_mod:DTYPE?n=10", "not a function"),
-    ("gen://usergen_mod:records?n=-1", "n must be a non-negative integer"),
-    ("gen://usergen_mod:records?n=1e30", "n is too large"),
-    ("gen://usergen_mod:records?n=10&start=18446744073709551615", "start is too large"),
-])
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        ("gen://c:{missing}:scidb96_gen?n=10&layout=scidb96", "cannot load the library"),
+        ("gen://c:{lib}:no_such_symbol?n=10&layout=scidb96", "has no symbol 'no_such_symbol'"),
+        ("gen://c:{lib}:scidb96_gen?n=10", "needs layout=NAME"),
+        ("gen://c:{lib}:scidb96_gen?n=10&layout=no_such_layout", "unknown layout"),
+        ("gen://c:{lib}:scidb96_gen?layout=scidb96", "needs n=COUNT"),
+        ("gen://c:{lib}:scidb96_gen?n=10&layout=scidb96&seed=3", "unknown parameter(s) seed"),
+        ("gen://no_such_module_xyz:records?n=10", "cannot import module 'no_such_module_xyz'"),
+        ("gen://usergen_mod:no_such_function?n=10", "has no 'no_such_function'"),
+        ("gen://usergen_mod:DTYPE?n=10", "not a function"),
+        ("gen://usergen_mod:records?n=-1", "n must be a non-negative integer"),
+        ("gen://usergen_mod:records?n=1e30", "n is too large"),
+        ("gen://usergen_mod:records?n=10&start=18446744073709551615", "start is too large"),
+    ],
+)
 def test_a_generator_that_cannot_be_found_is_a_usage_error(example_lib, tmp_path, source, message):
     (tmp_path / "usergen_mod.py").write_text("import numpy as np\nDTYPE = np.dtype([('x', '<i8')])\n")
     src = source.format(lib=example_lib, missing=tmp_path / "missing.so")
@@ -153,13 +176,25 @@ def test_a_generator_that_cannot_be_found_is_a_usage_error(example_lib, tmp_path
 
 # --- Python ------------------------------------------------------------------------------------
 
+
 def test_module_from_the_working_directory_in_the_workers_too(tmp_path):
     """gen://MODULE:FUNCTION from the CLI: the module is a file in the working directory (not
     on sys.path of `bulkload`), imported by the coordinator and by every worker."""
     (tmp_path / "mygen.py").write_text(Path(ex.__file__).read_text())
     ds = f"lmdb://{tmp_path}/ds"
-    r = bulkload_in(tmp_path, "load", "gen://mygen:records?n=30000&start=5", ds, "--workers", "2", "--shards", "4",
-                    "--batch-records", "1000", "--json")
+    r = bulkload_in(
+        tmp_path,
+        "load",
+        "gen://mygen:records?n=30000&start=5",
+        ds,
+        "--workers",
+        "2",
+        "--shards",
+        "4",
+        "--batch-records",
+        "1000",
+        "--json",
+    )
     assert r.returncode == 0, r.stderr
     assert records_of(ds) == ex.records(5, 30000).tobytes()
     with loader.open(ds) as d:
@@ -178,8 +213,9 @@ def test_python_generator_rerun_is_already_loaded_and_changed_code_is_a_new_run(
 
     assert status() == "loaded"
     assert status() == "already-loaded"
-    mod.write_text(mod.read_text().replace('out["mod7"], out["flag"] = j % 7, j % 2',
-                                           'out["mod7"], out["flag"] = j % 5, j % 2'))
+    mod.write_text(
+        mod.read_text().replace('out["mod7"], out["flag"] = j % 7, j % 2', 'out["mod7"], out["flag"] = j % 5, j % 2')
+    )
     assert status() == "loaded"  # another generator: its records are loaded as a new run
     with loader.open(ds) as d:
         assert d.manifest.records == 4000
@@ -190,8 +226,18 @@ def test_a_killed_load_of_a_python_generator_resumes(tmp_path):
     dataset is the one an uninterrupted load writes."""
     (tmp_path / "resgen.py").write_text(Path(ex.__file__).read_text())
     ds = f"rocksdb://{tmp_path}/ds"
-    args = ("load", "gen://resgen:records?n=20000&start=3", ds, "--shards", 2, "--workers", 2,
-            "--batch-records", 500, "--json")
+    args = (
+        "load",
+        "gen://resgen:records?n=20000&start=3",
+        ds,
+        "--shards",
+        2,
+        "--workers",
+        2,
+        "--batch-records",
+        500,
+        "--json",
+    )
     killed = bulkload_in(tmp_path, *args, env={"BULKLOAD_FAULT": "w0.flush:5", "BULKLOAD_CHECKPOINT_SECONDS": "0"})
     assert killed.returncode == 1 and "killed by signal 9" in killed.stderr
     again = bulkload_in(tmp_path, *args)
@@ -208,24 +254,33 @@ def test_generator_function_from_python_with_a_declared_layout(store_uri):
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(workers=st.integers(1, 3), shards=st.integers(1, 5), batch=st.integers(1, 4000),
-       n=st.integers(0, 9000), start=st.integers(0, MAX_RECORDS))
+@given(
+    workers=st.integers(1, 3),
+    shards=st.integers(1, 5),
+    batch=st.integers(1, 4000),
+    n=st.integers(0, 9000),
+    start=st.integers(0, MAX_RECORDS),
+)
 def test_python_generator_is_split_invariant(tmp_path_factory, workers, shards, batch, n, start):
     """Whatever the workers, shards and batch size, the records are fn(start, n)'s, in order."""
     d = tmp_path_factory.mktemp("split")
     uri = f"lmdb://{d}/ds"
-    rep = loader.load(loader.generator(ex.records, n=n, start=start), uri, workers=workers, shards=shards,
-                      batch_records=batch)
+    rep = loader.load(
+        loader.generator(ex.records, n=n, start=start), uri, workers=workers, shards=shards, batch_records=batch
+    )
     assert rep.records == n
     assert records_of(uri) == ex.records(start, n).tobytes()
 
 
-@pytest.mark.parametrize("fn, says", [
-    (ex.raises_from_1000, "raised ValueError: no records past 999"),
-    (ex.one_short, "returned an array of shape"),
-    (ex.other_dtype, "field 'half' is float32"),
-    (ex.not_an_array, "returned a value of type list"),
-])
+@pytest.mark.parametrize(
+    "fn, says",
+    [
+        (ex.raises_from_1000, "raised ValueError: no records past 999"),
+        (ex.one_short, "returned an array of shape"),
+        (ex.other_dtype, "field 'half' is float32"),
+        (ex.not_an_array, "returned a value of type list"),
+    ],
+)
 @pytest.mark.parametrize("scheme", ["lmdb", "rocksdb"])
 def test_a_misbehaving_python_generator_names_itself_and_the_range(tmp_path, fn, says, scheme):
     ds = f"{scheme}://{tmp_path}/ds"
@@ -242,8 +297,16 @@ def test_a_misbehaving_python_generator_names_itself_and_the_range(tmp_path, fn,
 
 def test_a_misbehaving_generator_from_the_cli_is_one_line_exit_1(tmp_path):
     (tmp_path / "badgen.py").write_text(Path(ex.__file__).read_text())
-    r = bulkload_in(tmp_path, "load", "gen://badgen:raises_from_1000?n=5000", f"lmdb://{tmp_path}/ds",
-                    "--batch-records", "1000", "--workers", "1")
+    r = bulkload_in(
+        tmp_path,
+        "load",
+        "gen://badgen:raises_from_1000?n=5000",
+        f"lmdb://{tmp_path}/ds",
+        "--batch-records",
+        "1000",
+        "--workers",
+        "1",
+    )
     assert r.returncode == 1
     errors = [ln for ln in r.stderr.splitlines() if "error" in ln]
     assert len(errors) == 1 and "gen://badgen:raises_from_1000?n=5000&start=0 for records [1000, 2000)" in errors[0]
@@ -255,8 +318,10 @@ def test_a_misbehaving_generator_from_the_cli_is_one_line_exit_1(tmp_path):
 def test_records_that_are_no_layout_are_a_generator_error(tmp_path):
     with pytest.raises(GeneratorError) as e:
         loader.load(loader.generator(ex.strings, n=10, start=3), f"lmdb://{tmp_path}/ds")
-    assert str(e.value).startswith("generator gen://sources.usergen_example:strings?n=10&start=3 for records [3, 4) "
-                                   "returned records that are no layout's: field 'name' has type <U3")
+    assert str(e.value).startswith(
+        "generator gen://sources.usergen_example:strings?n=10&start=3 for records [3, 4) "
+        "returned records that are no layout's: field 'name' has type <U3"
+    )
 
 
 def test_layout_given_is_checked_against_the_records(tmp_path):
@@ -267,10 +332,12 @@ def test_layout_given_is_checked_against_the_records(tmp_path):
 
 def scaled(scale):
     """A closure: ex.records with half multiplied by ``scale``."""
+
     def gen(start, n):
         out = ex.records(start, n)
         out["half"] *= scale
         return out
+
     return gen
 
 
@@ -313,12 +380,16 @@ def test_load_help_shows_the_generator_forms():
     assert "gen://PKG.MODULE:FUNCTION" in out and "gen://c:PATH:SYMBOL" in out
 
 
-
 def test_several_inputs_take_a_python_generators_own_layout(tmp_path):
     """Without --layout, a run of several inputs takes the layout the first input's records
     declare, as a lone source does (the source's records_layout decides for both)."""
     uri = f"lmdb://{tmp_path}/ds"
-    rep = loader.load(["gen://sources.usergen_example:records?n=300", "gen://sources.usergen_example:records?n=200&start=300"],
-                      uri, workers=2, shards=2, batch_records=64)
+    rep = loader.load(
+        ["gen://sources.usergen_example:records?n=300", "gen://sources.usergen_example:records?n=200&start=300"],
+        uri,
+        workers=2,
+        shards=2,
+        batch_records=64,
+    )
     assert rep.layout == "records" and rep.records == 500
     assert records_of(uri) == ex.records(0, 500).tobytes()

@@ -16,8 +16,12 @@ from loader.stores.spec import StoreSpec, parse_dataset_uri
 
 #: (scheme, URI query) of every backend configuration the suites run: LMDB's non-default
 #: write path (a writable map) counts as one
-BACKENDS = {"lmdb": ("lmdb", ""), "lmdb-writemap": ("lmdb", "?writemap=1"), "rocksdb": ("rocksdb", ""),
-            "mem": ("mem", "")}
+BACKENDS = {
+    "lmdb": ("lmdb", ""),
+    "lmdb-writemap": ("lmdb", "?writemap=1"),
+    "rocksdb": ("rocksdb", ""),
+    "mem": ("mem", ""),
+}
 
 
 def make_spec(backend: str, tmp_path) -> StoreSpec:
@@ -36,8 +40,7 @@ def v(i: int, tag: bytes = b"v") -> bytes:
 
 
 def writer(spec: StoreSpec, **options):
-    return spec.backend.open(spec.shard_path(0), write=True,
-                             options={**dict(spec.options), **options})
+    return spec.backend.open(spec.shard_path(0), write=True, options={**dict(spec.options), **options})
 
 
 def reader(spec: StoreSpec, **options):

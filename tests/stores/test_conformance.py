@@ -32,7 +32,6 @@ class StoreTests:
 
     # --- basic operations ---------------------------------------------------------------
 
-
     def test_put_get_range(self, spec):
         with writer(spec) as s:
             assert s.scheme == spec.scheme
@@ -59,13 +58,11 @@ class StoreTests:
             assert s.get(k(1), table="nope") is None
             assert list(s.range(table="nope")) == []
 
-
     def test_bytes_like_values_and_generators(self, spec):
         with writer(spec) as s:
             items = ((k(i), memoryview(bytearray(v(i)))) for i in range(10))
             assert s.put_sorted(items) == 10
             assert s.get(k(3)) == b"v3"
-
 
     def test_big_endian_keys_sort_numerically(self, spec):
         nums = [0, 1, 255, 256, 1000, 65535, 65536, 2**32, 2**40, 2**63]
@@ -76,8 +73,12 @@ class StoreTests:
             got = [int.from_bytes(a, "big") for a, _ in s.range()]
             assert got == sorted(nums)
             assert [int.from_bytes(a, "big") for a, _ in s.range(k(256), k(2**32 + 1))] == [
-                256, 1000, 65535, 65536, 2**32]
-
+                256,
+                1000,
+                65535,
+                65536,
+                2**32,
+            ]
 
     def test_tables_are_independent(self, spec):
         with writer(spec) as s:
@@ -97,7 +98,6 @@ class StoreTests:
             s.put_sorted([(k(1), b"c")], table="chunks_x")
             assert s.get(k(1), table="chunks_x") == b"c"
 
-
     def test_overwrite_when_keys_not_above_last(self, spec):
         with writer(spec) as s:
             s.put_sorted([(k(i), v(i)) for i in range(10, 20)])
@@ -108,7 +108,6 @@ class StoreTests:
             # same key rewritten by itself
             s.put_sorted([(k(19), b"last")])
             assert s.get(k(19)) == b"last"
-
 
     @pytest.mark.parametrize("bad", [[20, 21, 19], [20, 21, 21], [5, 25, 24]])
     def test_non_ascending_call_raises_and_writes_nothing(self, spec, bad):
@@ -125,7 +124,6 @@ class StoreTests:
             # the store is still usable after the failed call
             assert s.put_sorted([(k(30), b"ok")]) == 1
 
-
     def test_delete_range(self, spec):
         with writer(spec) as s:
             s.put_sorted([(k(i), v(i)) for i in range(20)])
@@ -141,7 +139,6 @@ class StoreTests:
             # and writing again after deleting everything
             s.put_sorted([(k(1), b"x")])
             assert s.get(k(1)) == b"x"
-
 
     def test_reopen_after_close_sees_data(self, spec):
         s = writer(spec)
@@ -160,11 +157,9 @@ class StoreTests:
             s.put_sorted([(k(50), b"v50")])
             assert len(list(s.range())) == 51
 
-
     def test_reader_missing_shard(self, spec):
         with pytest.raises(MissingPathError):
             reader(spec)
-
 
     def test_reader_while_writer_open(self, spec):
         w = writer(spec)
@@ -183,7 +178,6 @@ class StoreTests:
         finally:
             w.close()
 
-
     def test_second_writer_is_busy(self, spec):
         w = writer(spec)
         try:
@@ -197,7 +191,6 @@ class StoreTests:
             w.close()
         # once the writer is gone, another process may write
         assert in_child(try_open_writer, spec.scheme, spec.shard_path(0))[0] == "opened"
-
 
     def test_compact_sync_nbytes(self, spec):
         payload = os.urandom(50_000)
@@ -221,7 +214,6 @@ class StoreTests:
             assert r.get(k(500)) == b"after"
             assert r.nbytes() > 0
 
-
     def test_not_writable(self, spec, tmp_path):
         blocker = tmp_path / "file"
         blocker.write_text("x")
@@ -237,7 +229,6 @@ class StoreTests:
                     spec.backend.open(str(ro / "ds" / "shard-000"), write=True)
             finally:
                 ro.chmod(0o700)
-
 
     # --- the description workers receive ------------------------------------------------
 

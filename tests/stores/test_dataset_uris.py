@@ -17,16 +17,28 @@ from loader.stores.registry import OPTIONS, SCHEMES, backend_for
 from loader.stores.spec import MAX_SHARDS, MEM_NAME, MEM_ROOT, StoreSpec, is_mem_path, parse_dataset_uri
 
 #: a value each backend option takes, and one it cannot use (with the text its error names)
-GOOD = {"map_size": "1g", "writemap": "1", "readahead": "0", "max_dbs": "8",
-        "compression": "zstd", "zstd_level": "5", "block_size": "16384"}
-BAD = {"map_size": ("abc", "not a size"), "writemap": ("maybe", "not a boolean"),
-       "readahead": ("2", "not a boolean"), "max_dbs": ("0", "must be at least 1"),
-       "compression": ("brotli", "is unknown"), "zstd_level": ("high", "not an integer"),
-       "block_size": ("0", "out of range")}
+GOOD = {
+    "map_size": "1g",
+    "writemap": "1",
+    "readahead": "0",
+    "max_dbs": "8",
+    "compression": "zstd",
+    "zstd_level": "5",
+    "block_size": "16384",
+}
+BAD = {
+    "map_size": ("abc", "not a size"),
+    "writemap": ("maybe", "not a boolean"),
+    "readahead": ("2", "not a boolean"),
+    "max_dbs": ("0", "must be at least 1"),
+    "compression": ("brotli", "is unknown"),
+    "zstd_level": ("high", "not an integer"),
+    "block_size": ("0", "out of range"),
+}
 
 
 def uri_of(scheme: str, tmp_path, query: str = "") -> str:
-    return (f"mem://uri-test{query}" if scheme == "mem" else f"{scheme}://{tmp_path}/ds{query}")
+    return f"mem://uri-test{query}" if scheme == "mem" else f"{scheme}://{tmp_path}/ds{query}"
 
 
 def test_unknown_scheme_messages():
@@ -78,22 +90,28 @@ def test_an_option_of_another_backend_is_unknown_and_the_known_ones_are_listed(s
 
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_an_option_given_twice_is_refused(scheme, tmp_path):
-    for query in ("?shards=2&shards=2", f"?{next(iter(OPTIONS[scheme].DECLARED))}=1&"
-                  f"{next(iter(OPTIONS[scheme].DECLARED))}=1"):
+    for query in (
+        "?shards=2&shards=2",
+        f"?{next(iter(OPTIONS[scheme].DECLARED))}=1&{next(iter(OPTIONS[scheme].DECLARED))}=1",
+    ):
         with pytest.raises(UsageError, match="is given more than once; give each option once"):
             parse_dataset_uri(uri_of(scheme, tmp_path, query))
 
 
-@given(scheme=st.sampled_from(SCHEMES), shards=st.one_of(st.none(), st.integers(1, MAX_SHARDS)),
-       chosen=st.sets(st.sampled_from(sorted(GOOD))))
+@given(
+    scheme=st.sampled_from(SCHEMES),
+    shards=st.one_of(st.none(), st.integers(1, MAX_SHARDS)),
+    chosen=st.sets(st.sampled_from(sorted(GOOD))),
+)
 def test_good_uris_parse_to_a_spec_that_names_the_same_dataset(scheme, shards, chosen):
     declared = OPTIONS[scheme].DECLARED
     opts = {n: GOOD[n] for n in chosen if n in declared}
     query = "&".join([f"shards={shards}"] * (shards is not None) + [f"{n}={v}" for n, v in opts.items()])
     where = "ds-1" if scheme == "mem" else "/data/ds-1"
     spec = parse_dataset_uri(f"{scheme}://{where}" + (f"?{query}" if query else ""))
-    assert spec == StoreSpec(scheme, os.path.join(MEM_ROOT, "ds-1") if scheme == "mem" else "/data/ds-1",
-                             shards, tuple(sorted(opts.items())))
+    assert spec == StoreSpec(
+        scheme, os.path.join(MEM_ROOT, "ds-1") if scheme == "mem" else "/data/ds-1", shards, tuple(sorted(opts.items()))
+    )
     assert parse_dataset_uri(spec.uri).root == spec.root  # the URI a report prints opens the same
     OPTIONS[scheme].parse(dict(spec.options))  # what workers receive parses again
 
@@ -112,11 +130,16 @@ def test_paths_are_absolute_and_home_is_expanded(tmp_path, monkeypatch):
     assert parse_dataset_uri("lmdb://a/../b/./ds").root == str(tmp_path / "b" / "ds")
 
 
-@pytest.mark.parametrize("uri,text", [("lmdb://", "has no path after lmdb://"),
-                                      ("rocksdb://?shards=2", "has no path after rocksdb://"),
-                                      ("lmdb://a\tb", "printable UTF-8"),
-                                      ("lmdb://a\0b", "printable UTF-8"),
-                                      ("lmdb://" + os.fsdecode(b"bad-\xff"), "printable UTF-8")])
+@pytest.mark.parametrize(
+    "uri,text",
+    [
+        ("lmdb://", "has no path after lmdb://"),
+        ("rocksdb://?shards=2", "has no path after rocksdb://"),
+        ("lmdb://a\tb", "printable UTF-8"),
+        ("lmdb://a\0b", "printable UTF-8"),
+        ("lmdb://" + os.fsdecode(b"bad-\xff"), "printable UTF-8"),
+    ],
+)
 def test_a_path_must_be_given_and_printable_utf8(uri, text):
     with pytest.raises(UsageError, match=re.escape(text)):
         parse_dataset_uri(uri)

@@ -68,8 +68,7 @@ def test_lmdb_one_environment_per_path(lmdb_spec):
 def test_lmdb_readahead_option(lmdb_spec):
     with writer(lmdb_spec) as w:
         w.put_sorted([(k(1), b"x")])
-    store = lmdb_spec.backend.open(lmdb_spec.shard_path(0), write=False,
-                                   options={"readahead": "0"})
+    store = lmdb_spec.backend.open(lmdb_spec.shard_path(0), write=False, options={"readahead": "0"})
     with store:
         assert store.get(k(1)) == b"x"
         assert store.env.flags()["readahead"] is False
@@ -205,8 +204,11 @@ def test_a_leaf_node_pointing_past_the_file_is_an_error_not_a_signal(lmdb_spec, 
         w.sync()
     data = os.path.join(lmdb_spec.shard_path(0), "data.mdb")
     raw = open(data, "rb").read()
-    nodes = [at for at in range(len(raw)) if raw.startswith(marker, at)
-             and int.from_bytes(raw[at - 2:at], "little") == len(marker)]  # the node's key size
+    nodes = [
+        at
+        for at in range(len(raw))
+        if raw.startswith(marker, at) and int.from_bytes(raw[at - 2 : at], "little") == len(marker)
+    ]  # the node's key size
     assert nodes
     with open(data, "r+b") as f:
         for at in nodes:  # every copy of the node (a page LMDB freed may hold an old one)
@@ -214,8 +216,9 @@ def test_a_leaf_node_pointing_past_the_file_is_an_error_not_a_signal(lmdb_spec, 
             f.write(b"\x10\x00")
     script = tmp_path / "read.py"
     script.write_text(READ_DAMAGED_NODE)
-    p = subprocess.run([sys.executable, str(script), lmdb_spec.shard_path(0), marker.hex()],
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, str(script), lmdb_spec.shard_path(0), marker.hex()], capture_output=True, text=True, timeout=60
+    )
     assert p.returncode == 0, (p.returncode, p.stderr[-2000:])  # < 0: killed by a signal
     lines = p.stdout.splitlines()
     assert [line.split()[0] for line in lines] == ["get", "seek", "range", "reader"]
@@ -242,14 +245,17 @@ def test_a_busy_shard_names_the_pid_of_its_writer(lmdb_spec, tmp_path):
 
     from loader.errors import DatasetBusyError
 
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_WRITER, lmdb_spec.shard_path(0)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_WRITER, lmdb_spec.shard_path(0)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "ready"
         with pytest.raises(DatasetBusyError) as ei:
             writer(lmdb_spec)
-        assert f"shard {lmdb_spec.shard_path(0)} is being written by another job (pid {holder.pid})" \
-            in str(ei.value)
+        assert f"shard {lmdb_spec.shard_path(0)} is being written by another job (pid {holder.pid})" in str(ei.value)
         with reader(lmdb_spec) as r:  # readers never wait for the writer
             assert list(r.range()) == []
     finally:

@@ -31,22 +31,27 @@ def _reference(buf: bytes, at: int, n: int, in_use: int, psize: int):
 
 
 @settings(max_examples=400, deadline=None)
-@given(data=st.data(), n=st.integers(0, 64), header=st.binary(min_size=8, max_size=8),
-       pgno=st.one_of(st.integers(0, PAGES + 1), st.integers(0, 2**64 - 1)),
-       used=st.integers(1, PAGES))
+@given(
+    data=st.data(),
+    n=st.integers(0, 64),
+    header=st.binary(min_size=8, max_size=8),
+    pgno=st.one_of(st.integers(0, PAGES + 1), st.integers(0, 2**64 - 1)),
+    used=st.integers(1, PAGES),
+)
 def test_value_span_reads_the_node_as_lmdb_lays_it_out(data, n, header, pgno, used):
     size = PAGES * PSIZE
     at = data.draw(st.integers(0, size - n - 8))
     buf = bytearray(size)
     if at >= 8:
-        buf[at - 8: at] = header
+        buf[at - 8 : at] = header
         if data.draw(st.booleans()):  # a plausible node: its key size, a value that may fit
-            buf[at - 8: at] = struct.pack("<HHHH", data.draw(st.integers(0, 2 * size)), 0,
-                                          data.draw(st.sampled_from([0, 1])), n)
-    buf[at + n: at + n + 8] = pgno.to_bytes(8, "little")
+            buf[at - 8 : at] = struct.pack(
+                "<HHHH", data.draw(st.integers(0, 2 * size)), 0, data.draw(st.sampled_from([0, 1])), n
+            )
+    buf[at + n : at + n + 8] = pgno.to_bytes(8, "little")
     base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
     pages = Pages(base, size, used, PSIZE)  # the pages in use may end before the buffer does
-    key = memoryview(buf)[at: at + n]
+    key = memoryview(buf)[at : at + n]
     want = _reference(bytes(buf), at, n, used * PSIZE, PSIZE)
     got = pages.value_span(key)
     if want == 1:
@@ -56,6 +61,6 @@ def test_value_span_reads_the_node_as_lmdb_lays_it_out(data, n, header, pgno, us
     else:
         assert got == want
         start, length, _ = got
-        assert 0 <= start and start + length <= used * PSIZE
+        assert start >= 0 and start + length <= used * PSIZE
     key.release()
     del pages

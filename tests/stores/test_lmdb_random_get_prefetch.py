@@ -85,10 +85,12 @@ def test_readahead_off_advises_only_what_is_not_in_the_page_cache(lmdb_spec):
     data = os.path.join(lmdb_spec.shard_path(0), "data.mdb")
     off, length = 4 << 20, 3 * ADV  # three pieces inside the values, away from the file's ends
     end = off + length - 1
-    cases = [((off, end), 0),  # the value's ends: taken as warm, its middle faults page by page
-             ((off + 2 * ADV, end), 2),  # the last piece's ends: the other two are asked for
-             ((off + ADV, off + 2 * ADV - 1, end), 2),  # the middle piece's: the first and last
-             ((), 3)]  # none: every piece
+    cases = [
+        ((off, end), 0),  # the value's ends: taken as warm, its middle faults page by page
+        ((off + 2 * ADV, end), 2),  # the last piece's ends: the other two are asked for
+        ((off + ADV, off + 2 * ADV - 1, end), 2),  # the middle piece's: the first and last
+        ((), 3),
+    ]  # none: every piece
     with reader(lmdb_spec, readahead="0") as st:
         fd = os.open(data, os.O_RDONLY)
         try:

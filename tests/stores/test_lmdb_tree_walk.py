@@ -118,8 +118,11 @@ def test_a_damaged_tree_is_found_the_same_or_handed_to_lmdb(lmdb_spec, seed):
     data = os.path.join(lmdb_spec.shard_path(0), "data.mdb")
     with open(data, "r+b") as f:
         raw = f.read()
-        tree = [p for p in range(2, len(raw) // 4096)
-                if struct.unpack_from("<H", raw, p * 4096 + 10)[0] & 0xFF in (_P_BRANCH, _P_LEAF)]
+        tree = [
+            p
+            for p in range(2, len(raw) // 4096)
+            if struct.unpack_from("<H", raw, p * 4096 + 10)[0] & 0xFF in (_P_BRANCH, _P_LEAF)
+        ]
         for _ in range(40):
             p = int(rng.choice(tree))
             at = p * 4096 + int(rng.integers(8, 4096))

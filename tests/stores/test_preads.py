@@ -51,7 +51,7 @@ def test_read_spans_reads_what_the_file_holds(data_file, case, advise, spare):
     total = sum(n for _, n in spans)
     into = bytearray(b"\xee" * (total + spare))
     assert read_spans(fd, at, size, spans, memoryview(into), advise) == total
-    assert bytes(into[:total]) == b"".join(raw[at + o: at + o + n] for o, n in spans)
+    assert bytes(into[:total]) == b"".join(raw[at + o : at + o + n] for o, n in spans)
     assert into[total:] == b"\xee" * spare  # nothing past the spans is written
 
 
@@ -64,14 +64,17 @@ def test_a_span_outside_the_value_is_refused_before_anything_is_read(data_file, 
     assert into == b"\xee" * 200
 
 
-@pytest.mark.parametrize("args, error", [
-    ((0, 100, [(0, 50)], bytearray(49), False), ValueError),  # a buffer too small
-    ((0, 100, [(0, 5)], b"read-only", False), BufferError),  # a buffer it cannot write
-    ((0, 100, [[0, 5]], bytearray(5), False), TypeError),  # a span that is not a tuple
-    ((0, 100, [(0, 5, 1)], bytearray(5), False), TypeError),
-    ((0, 100, None, bytearray(5), False), TypeError),
-    ((-1, 100, [(0, 5)], bytearray(5), False), ValueError),  # a negative position
-])
+@pytest.mark.parametrize(
+    "args, error",
+    [
+        ((0, 100, [(0, 50)], bytearray(49), False), ValueError),  # a buffer too small
+        ((0, 100, [(0, 5)], b"read-only", False), BufferError),  # a buffer it cannot write
+        ((0, 100, [[0, 5]], bytearray(5), False), TypeError),  # a span that is not a tuple
+        ((0, 100, [(0, 5, 1)], bytearray(5), False), TypeError),
+        ((0, 100, None, bytearray(5), False), TypeError),
+        ((-1, 100, [(0, 5)], bytearray(5), False), ValueError),  # a negative position
+    ],
+)
 def test_bad_arguments_are_errors_not_crashes(data_file, args, error):
     fd, _ = data_file
     with pytest.raises(error):
@@ -155,8 +158,9 @@ def test_a_data_file_cut_short_under_a_reader_is_a_corrupt_store(lmdb_spec, tmp_
         w.sync()
     script = tmp_path / "cut.py"
     script.write_text(CUT_SHORT)
-    p = subprocess.run([sys.executable, str(script), lmdb_spec.shard_path(0), k(2).hex()],
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, str(script), lmdb_spec.shard_path(0), k(2).hex()], capture_output=True, text=True, timeout=60
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     lines = p.stdout.splitlines()
     assert [line.split()[0] for line in lines] == ["view", "parts"], lines

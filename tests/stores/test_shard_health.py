@@ -63,7 +63,8 @@ def test_a_missing_shard_is_named_with_its_batches_and_stops_a_writer(dataset):
     assert str(ei.value) == (
         f"shard 1 ({spec.shard_path(1)}) is missing, but the manifest lists {n1} committed batches in it; "
         "the dataset is damaged, nothing was written - restore the shard from a backup, or rebuild the "
-        "dataset with `bulkload load SOURCE DATASET --replace`")
+        "dataset with `bulkload load SOURCE DATASET --replace`"
+    )
     assert "nothing was written" not in str(p.error())  # a reader's message
     assert check_shard(spec, 1).batches is None  # a worker's check does not count
 
@@ -137,4 +138,5 @@ def test_a_document_batch_is_named_by_its_ids(tmp_path):
         b = ds.manifest.batches[0]
     assert b.keyed
     assert batch_message(uri, b, "gone").startswith(
-        f"shard {b.shard} batch {b.seq} (documents {b.lo}..{b.hi}) of {uri}: gone; ")
+        f"shard {b.shard} batch {b.seq} (documents {b.lo}..{b.hi}) of {uri}: gone; "
+    )

@@ -49,8 +49,7 @@ def test_backends_are_imported_only_when_a_store_of_theirs_is_opened(tmp_path):
     imports rocksdict (the coordinating process)."""
     import json
 
-    p = subprocess.run([sys.executable, "-c", IMPORTS, str(tmp_path)], capture_output=True, text=True,
-                       timeout=120)
+    p = subprocess.run([sys.executable, "-c", IMPORTS, str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
     assert json.loads(p.stdout) == {"parse": [], "lmdb load": ["lmdb"]}
 
@@ -67,8 +66,9 @@ st.close()
 
 def _holder(spec, seconds: float) -> subprocess.Popen:
     """A process that holds shard 0's writer for ``seconds`` (once it says ready)."""
-    p = subprocess.Popen([sys.executable, "-c", HOLD, spec.scheme, spec.shard_path(0), str(seconds)],
-                         stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-c", HOLD, spec.scheme, spec.shard_path(0), str(seconds)], stdout=subprocess.PIPE, text=True
+    )
     assert p.stdout.readline().strip() == "ready"
     return p
 

@@ -27,6 +27,12 @@ def finalized(tmp_path_factory) -> dict[str, Path]:
 def digest(root: Path) -> dict[str, str]:
     """sha256 of every shard and array file (lock files and RocksDB logs aside: an open may
     touch them)."""
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink() and p.parent != root
-            and p.name not in ("lock.mdb", "writer.lock", "LOCK") and "LOG" not in p.name}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+        and not p.is_symlink()
+        and p.parent != root
+        and p.name not in ("lock.mdb", "writer.lock", "LOCK")
+        and "LOG" not in p.name
+    }

@@ -30,8 +30,10 @@ def plain(tmp_path_factory):
     return uri
 
 
-@pytest.mark.parametrize("store, fmt, comp", [("lmdb", "capnp", "lz4"), ("rocksdb", "capnp", "zstd"),
-                                              ("rocksdb", "capnp", "lz4"), ("lmdb", "arrow", "lz4")])
+@pytest.mark.parametrize(
+    "store, fmt, comp",
+    [("lmdb", "capnp", "lz4"), ("rocksdb", "capnp", "zstd"), ("rocksdb", "capnp", "lz4"), ("lmdb", "arrow", "lz4")],
+)
 def test_a_compressed_dataset_reads_as_the_plain_one(plain, tmp_path, store, fmt, comp):
     uri = f"{store}://{tmp_path}/ds"
     _build(uri, fmt, comp)
@@ -64,7 +66,8 @@ def test_a_damaged_compressed_value_is_a_verify_problem(tmp_path):
         st.close()
     rep = loader.verify(uri)
     assert not rep.ok and [(p["batch"], p["problem"]) for p in rep.problems] == [
-        (2, "checksum mismatch (stored bytes changed)")]
+        (2, "checksum mismatch (stored bytes changed)")
+    ]
     out = run_cli("export", uri, "--out", str(tmp_path / "x.arrow"))  # reading it: an error, no traceback
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
     assert "shard 0 batch 2 (first record 2000)" in out.stderr and "checksum mismatch" in out.stderr, out.stderr

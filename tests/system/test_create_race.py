@@ -21,8 +21,15 @@ def test_two_loads_creating_one_dataset_race_to_busy_or_done_never_usage(tmp_pat
     outcomes = []
     for i in range(ROUNDS):
         uri = f"lmdb://{tmp_path}/ds{i}"
-        procs = [subprocess.Popen([tool("bulkload"), *map(str, args[:2]), uri, *map(str, args[2:])],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        procs = [
+            subprocess.Popen(
+                [tool("bulkload"), *map(str, args[:2]), uri, *map(str, args[2:])],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
         res = [(p.wait(timeout=120), p.stderr.read()) for p in procs]
         codes = sorted(c for c, _ in res)
         assert codes in ([0, 0], [0, 3]), res
@@ -52,8 +59,12 @@ main()
 
 def test_a_dataset_directory_made_by_another_job_in_the_race_window_is_used(tmp_path):
     target = str(tmp_path / "ds")
-    p = subprocess.run([sys.executable, "-c", OTHER_JOB_WINS, target, "load", "gen://scidb96?n=200",
-                        f"lmdb://{target}", "-q"], capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-c", OTHER_JOB_WINS, target, "load", "gen://scidb96?n=200", f"lmdb://{target}", "-q"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     with loader.open(f"lmdb://{target}") as ds:
         assert ds.verify().ok and ds.read_records().tobytes() == gen_bytes(0, 200)

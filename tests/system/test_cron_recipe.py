@@ -82,11 +82,13 @@ def test_json_log_format_makes_every_stderr_line_json(tmp_path):
     assert p.returncode == 0, p.stderr
     assert [r["file"] for r in json_lines(p.stderr) if r["level"] == "warning"] == ["b.bin"]
     # errors: the command's, a parsing error, and the option given after the command
-    for args, code in ((["--log-format", "json", "ingest", uri, "--from", d, "--on-bad-file", "fail"], 1),
-                       (["--log-format", "json", "info", f"lmdb://{tmp_path}/nope"], 2),
-                       (["--log-format", "json", "load", "--no-such-option"], 2),
-                       (["info", f"lmdb://{tmp_path}/nope", "--log-format", "json"], 2),
-                       (["--log-format", "json", "--engine", "spark", "info", uri], 2)):
+    for args, code in (
+        (["--log-format", "json", "ingest", uri, "--from", d, "--on-bad-file", "fail"], 1),
+        (["--log-format", "json", "info", f"lmdb://{tmp_path}/nope"], 2),
+        (["--log-format", "json", "load", "--no-such-option"], 2),
+        (["info", f"lmdb://{tmp_path}/nope", "--log-format", "json"], 2),
+        (["--log-format", "json", "--engine", "spark", "info", uri], 2),
+    ):
         p = run_cli(*args)
         assert p.returncode == code, (args, p.stderr)
         last = json_lines(p.stderr)[-1]

@@ -56,7 +56,8 @@ def _commands(uri: str, tmp: Path) -> dict[str, list]:
 @pytest.mark.parametrize("damage", sorted(DAMAGES))
 @pytest.mark.parametrize("scheme", ["lmdb", "rocksdb"])
 def test_every_command_names_a_dataset_without_readable_manifest_and_writes_nothing(
-        finalized, tmp_path, scheme, damage):
+    finalized, tmp_path, scheme, damage
+):
     root = tmp_path / "ds"
     shutil.copytree(finalized[scheme], root)
     manifest = root / "manifest.json"

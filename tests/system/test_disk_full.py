@@ -83,8 +83,9 @@ def test_a_finalize_that_runs_out_midway_gives_the_space_back(fs):
 
 def test_a_compact_that_cannot_fit_is_refused_before_it_writes(fs):
     uri = f"lmdb://{fs}/ds"
-    p = run_cli("load", "gen://scidb96?n=200000", uri, "--shards", "2", "-q", "--batch-records", "500",
-                "--compression", "none")  # ~19 MB
+    p = run_cli(
+        "load", "gen://scidb96?n=200000", uri, "--shards", "2", "-q", "--batch-records", "500", "--compression", "none"
+    )  # ~19 MB
     assert p.returncode == 0, p.stderr
     before = used(fs)
     line = failed_line(run_cli("compact", uri, "-q", "--target-batch-records", "10000"))

@@ -33,8 +33,7 @@ SEED = 20240605
 N = 12_000
 B = 500
 SHARDS = 3
-FILES = [("a.bin", 0, 2600), ("b.bin", 2600, 0), ("c.bin", 2600, 3100), ("d.bin", 5700, 900),
-         ("e.bin", 6600, 4000)]
+FILES = [("a.bin", 0, 2600), ("b.bin", 2600, 0), ("c.bin", 2600, 3100), ("d.bin", 5700, 900), ("e.bin", 6600, 4000)]
 FAST = {"BULKLOAD_CHECKPOINT_SECONDS": "0"}
 
 COORD_POINTS = ["save", "saved", "checkpoint", "commit"]
@@ -46,13 +45,36 @@ def gen_bytes(start, n):
 
 
 def load_cmd(uri):
-    return ["load", f"gen://scidb96?n={N}&start=5", uri, "--batch-records", B, "--shards", SHARDS,
-            "--workers", 2, "--quiet"]
+    return [
+        "load",
+        f"gen://scidb96?n={N}&start=5",
+        uri,
+        "--batch-records",
+        B,
+        "--shards",
+        SHARDS,
+        "--workers",
+        2,
+        "--quiet",
+    ]
 
 
 def ingest_cmd(uri, d):
-    return ["ingest", uri, "--from", d, "--pattern", "*.bin", "--batch-records", B, "--shards", SHARDS,
-            "--workers", 2, "--quiet"]
+    return [
+        "ingest",
+        uri,
+        "--from",
+        d,
+        "--pattern",
+        "*.bin",
+        "--batch-records",
+        B,
+        "--shards",
+        SHARDS,
+        "--workers",
+        2,
+        "--quiet",
+    ]
 
 
 def make_dir(d):
@@ -81,8 +103,9 @@ def run_killed(args, fault, extra_env=None):
     """Run the CLI with a fault armed; returns (returncode, stderr); waits for every
     process of the job (workers included) to be gone."""
     env = dict(os.environ, BULKLOAD_FAULT=fault, **FAST, **(extra_env or {}))
-    p = subprocess.Popen([tool("bulkload"), *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         env=env, text=True)
+    p = subprocess.Popen(
+        [tool("bulkload"), *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True
+    )
     kids = []
     try:
         proc = psutil.Process(p.pid)
@@ -129,9 +152,14 @@ def scenarios(seed=SEED, count=24):
 
 
 #: the catalog's commit (written, not committed) and the steps of its first build
-CATALOG_SCENARIOS = [(100, "load", "catalog-commit:1"), (101, "load", "catalog-commit:4"),
-                     (102, "ingest", "catalog-commit:3"), (103, "load", "catalog-built:1"),
-                     (104, "ingest", "catalog-renamed:1"), (105, "load", "pointer:1")]
+CATALOG_SCENARIOS = [
+    (100, "load", "catalog-commit:1"),
+    (101, "load", "catalog-commit:4"),
+    (102, "ingest", "catalog-commit:3"),
+    (103, "load", "catalog-built:1"),
+    (104, "ingest", "catalog-renamed:1"),
+    (105, "load", "pointer:1"),
+]
 
 
 @pytest.mark.parametrize("i,kind,fault", scenarios() + CATALOG_SCENARIOS)
@@ -147,8 +175,8 @@ def test_kill_then_rerun_is_byte_identical(tmp_path, reference, i, kind, fault):
     if os.path.exists(tmp_path / "ds" / "manifest.json"):
         rows, data, files = snapshot(uri)
         # whole committed units only: a prefix of the uninterrupted result
-        assert rows == want_rows[:len(rows)]
-        assert data == want_bytes[:len(data)]
+        assert rows == want_rows[: len(rows)]
+        assert data == want_bytes[: len(data)]
         if kind == "load":
             assert len(rows) in (0, len(want_rows))
         else:
@@ -170,8 +198,10 @@ def test_kill_then_rerun_is_byte_identical(tmp_path, reference, i, kind, fault):
 def test_resume_keeps_durable_batches_and_appends_after_existing(tmp_path):
     """A worker killed mid-run: the re-run keeps what was durable and writes the rest."""
     uri = f"lmdb://{tmp_path}/ds"
-    assert run_cli("load", "gen://scidb96?n=1000&start=0", uri, "--batch-records", B, "--shards", SHARDS,
-                   "-q").returncode == 0
+    assert (
+        run_cli("load", "gen://scidb96?n=1000&start=0", uri, "--batch-records", B, "--shards", SHARDS, "-q").returncode
+        == 0
+    )
     args = ["load", "gen://scidb96?n=9000&start=1000", uri, "--workers", 2, "--quiet"]
     code, err = run_killed(args, "w0.flush:6")
     assert code == 1 and "killed by signal 9" in err
@@ -282,9 +312,10 @@ def fc_base(tmp_path_factory):
     return base, before, refs
 
 
-@pytest.mark.parametrize("cmd,fault", [
-    pytest.param(c, f, id=f"{c[0]}-{f}", marks=[pytest.mark.soak] if f in FC_SOAK else [])
-    for c, f in FC_SCENARIOS])
+@pytest.mark.parametrize(
+    "cmd,fault",
+    [pytest.param(c, f, id=f"{c[0]}-{f}", marks=[pytest.mark.soak] if f in FC_SOAK else []) for c, f in FC_SCENARIOS],
+)
 def test_finalize_and_compact_killed_then_rerun_is_byte_identical(tmp_path, request, cmd, fault):
     if fault in FC_SOAK and "soak" not in (request.config.getoption("-m") or ""):
         pytest.skip("soak run: select it with -m soak")
@@ -312,8 +343,9 @@ def test_finalize_and_compact_killed_then_rerun_is_byte_identical(tmp_path, requ
     assert arrays.keys() == want[2].keys() and all(arrays[a].equals(want[2][a]) for a in arrays)
     root = tmp_path / "ds"
     leftovers = [p for p in os.listdir(root) if p.startswith(".finalize-")]
-    leftovers += [p for p in os.listdir(root / "arrays") if p != os.path.basename(
-        manifest_json(root)["arrays"]["grid"]["index"])]
+    leftovers += [
+        p for p in os.listdir(root / "arrays") if p != os.path.basename(manifest_json(root)["arrays"]["grid"]["index"])
+    ]
     assert not leftovers
     assert not [p for p in os.listdir(root) if p.endswith((".compacting", ".replaced"))]
     with loader.open(uri) as ds:  # no table of a crashed or replaced build is left behind
@@ -350,9 +382,12 @@ print(sorted(seen))
 def test_lmdb_map_grows_while_a_reader_reads(tmp_path):
     uri = f"lmdb://{tmp_path}/ds?map_size=64k"
     loader.load("gen://scidb96?n=500", uri, shards=1, workers=1, batch_records=100, compression="none")
-    reader = subprocess.Popen([sys.executable, "-c", READER, uri, "200500"], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
-    rep = loader.load("gen://scidb96?n=200000&start=500", uri, batch_records=2000, checkpoint_seconds=0)  # uncompressed: the dataset's
+    reader = subprocess.Popen(
+        [sys.executable, "-c", READER, uri, "200500"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    rep = loader.load(
+        "gen://scidb96?n=200000&start=500", uri, batch_records=2000, checkpoint_seconds=0
+    )  # uncompressed: the dataset's
     out, err = reader.communicate(timeout=90)
     assert reader.returncode == 0, err
     assert rep.map_grows >= 3
@@ -365,6 +400,7 @@ def _limit_fsize(nbytes):
     def pre():
         resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, nbytes))
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes fail with EFBIG instead
+
     return pre
 
 
@@ -375,11 +411,18 @@ def test_file_size_limit_is_a_clean_error_and_the_rerun_succeeds(tmp_path, schem
     assert run_cli("load", "gen://scidb96?n=2000", uri, "--shards", 2, "--compression", "none", "-q").returncode == 0
     before = snapshot(uri)
     args = [tool("bulkload"), "load", "gen://scidb96?n=60000&start=2000", uri, "--quiet"]
-    p = subprocess.run(args, capture_output=True, text=True, timeout=120, preexec_fn=_limit_fsize(256 << 10),
-                       env=dict(os.environ, **FAST))
+    p = subprocess.run(
+        args,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_limit_fsize(256 << 10),
+        env=dict(os.environ, **FAST),
+    )
     assert p.returncode == 1, p.stderr
-    lines = [ln for ln in p.stderr.splitlines() if ln.strip() and "resource_tracker" not in ln
-             and "warnings.warn" not in ln]
+    lines = [
+        ln for ln in p.stderr.splitlines() if ln.strip() and "resource_tracker" not in ln and "warnings.warn" not in ln
+    ]
     assert len(lines) == 1 and lines[0].startswith("bulkload: error: "), p.stderr
     assert "File too large" in lines[0] or "file size" in lines[0].lower() or "EFBIG" in lines[0], lines[0]
     assert snapshot(uri) == before

@@ -47,7 +47,8 @@ def _usage_error(r, name: str, *words: str) -> None:
 
 @pytest.mark.parametrize("actual,opened_as", [("rocksdb", "lmdb"), ("lmdb", "rocksdb")])
 def test_a_dataset_opened_with_the_wrong_scheme_is_a_usage_error_naming_the_right_uri(
-        finalized, tmp_path, actual, opened_as):
+    finalized, tmp_path, actual, opened_as
+):
     root = tmp_path / "ds"
     shutil.copytree(finalized[actual], root)
     before = digest(root)
@@ -81,8 +82,10 @@ def test_a_shard_or_manifest_this_user_may_not_read_is_a_permission_error_not_da
         root = top / "ds"
         shutil.copytree(finalized[scheme], root)
         if os.geteuid() == 0:
-            uid, gid = int(subprocess.check_output(["id", "-u", "nobody"])), int(subprocess.check_output(
-                ["id", "-g", "nobody"]))
+            uid, gid = (
+                int(subprocess.check_output(["id", "-u", "nobody"])),
+                int(subprocess.check_output(["id", "-g", "nobody"])),
+            )
             for p in [top, *top.rglob("*")]:
                 os.chown(p, uid, gid)
         before = digest(root)
@@ -90,8 +93,13 @@ def test_a_shard_or_manifest_this_user_may_not_read_is_a_permission_error_not_da
         os.chmod(root / unreadable, 0)
         uri = f"{scheme}://{root}"
         for name, args in _commands(uri, top / "out.bin").items():
-            r = subprocess.run(_as_other_user([tool("bulkload"), *map(str, args)]), capture_output=True, text=True,
-                               timeout=60, env=dict(os.environ, HOME=str(top)))
+            r = subprocess.run(
+                _as_other_user([tool("bulkload"), *map(str, args)]),
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env=dict(os.environ, HOME=str(top)),
+            )
             _usage_error(r, name, "ermission denied", unreadable, "fix its permissions")
         os.chmod(root / unreadable, mode)
         assert digest(root) == before
@@ -100,8 +108,9 @@ def test_a_shard_or_manifest_this_user_may_not_read_is_a_permission_error_not_da
 
 
 def _feed(p: subprocess.Popen, records: int, start: int) -> None:
-    data = subprocess.run([tool("bulkload"), "generate", str(records), "--start", str(start)], capture_output=True,
-                          check=True).stdout
+    data = subprocess.run(
+        [tool("bulkload"), "generate", str(records), "--start", str(start)], capture_output=True, check=True
+    ).stdout
     try:
         p.stdin.write(data)
         p.stdin.flush()
@@ -114,9 +123,13 @@ def test_a_dataset_moved_during_a_load_is_a_usage_error_and_resumes_once_moved_b
     root, elsewhere = tmp_path / "ds", tmp_path / "moved"
     uri = f"{scheme}://{root}"
     run_cli("load", "gen://scidb96?n=1000", uri, "--shards", "2", "-q", check=True)
-    p = subprocess.Popen([tool("bulkload"), "load", "-", uri, "--layout", "scidb96", "--batch-records", "1000", "-q"],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         env=dict(os.environ, BULKLOAD_CHECKPOINT_SECONDS="0"))
+    p = subprocess.Popen(
+        [tool("bulkload"), "load", "-", uri, "--layout", "scidb96", "--batch-records", "1000", "-q"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dict(os.environ, BULKLOAD_CHECKPOINT_SECONDS="0"),
+    )
     try:
         _feed(p, 5000, 1000)
         deadline = time.monotonic() + 20

@@ -187,8 +187,9 @@ def output_commands(grid_ds):
     }
 
 
-@pytest.mark.parametrize("command", ["export-npy", "export-arrow", "export-parquet", "query-csv", "query-npy",
-                                     "generate"])
+@pytest.mark.parametrize(
+    "command", ["export-npy", "export-arrow", "export-parquet", "query-csv", "query-npy", "generate"]
+)
 def test_outputs_never_replace_what_is_not_a_regular_file(command, grid_ds, tmp_path):
     args = output_commands(grid_ds)[command]
     regular = tmp_path / "regular"
@@ -254,8 +255,9 @@ def test_output_errors_through_the_real_binary(grid_ds, tmp_path):
     full = full_device(tmp_path)
     error_line(run_cli("export", grid_ds, "--out", full, "--format", "npy"), 1, "No space left on device")
     error_line(run_cli("generate", "10", "--out", tmp_path), 2, "is a directory")
-    error_line(run_cli("query", grid_ds, "--box", "i0=0:5", "--format", "csv", "--out", full), 1,
-               "No space left on device")
+    error_line(
+        run_cli("query", grid_ds, "--box", "i0=0:5", "--format", "csv", "--out", full), 1, "No space left on device"
+    )
     assert stat.S_ISCHR(os.lstat(full).st_mode)
 
 
@@ -272,13 +274,21 @@ def test_no_dataset_inside_another(scheme, tmp_path):
     finalize(uri, dims="i0:10,i1:100", workers=1)
     empty = tmp_path / "incoming"
     empty.mkdir()
-    inside = [outer / "shard-000" / "inner", outer / "arrays" / "inner", outer / "inner", outer / "shard-001",
-              outer / "a" / "b"]
+    inside = [
+        outer / "shard-000" / "inner",
+        outer / "arrays" / "inner",
+        outer / "inner",
+        outer / "shard-001",
+        outer / "a" / "b",
+    ]
     before = tree(outer)
     for p in inside:
         inner = f"{scheme}://{p}"
-        for args in (["load", "gen://scidb96?n=10", inner], ["ingest", inner, "--from", empty],
-                     ["load", "gen://docs?n=10", inner]):
+        for args in (
+            ["load", "gen://scidb96?n=10", inner],
+            ["ingest", inner, "--from", empty],
+            ["load", "gen://docs?n=10", inner],
+        ):
             error_line(cli(*args), 2, "lies inside", str(outer))
         assert tree(outer) == before
     # a dataset that got inside another some other way (e.g. moved there) is not written either
@@ -287,8 +297,11 @@ def test_no_dataset_inside_another(scheme, tmp_path):
     moved = outer / "shard-000" / "moved"
     shutil.move(str(tmp_path / "elsewhere"), moved)
     before = tree(outer)
-    for args in (["finalize", f"{scheme}://{moved}", "--dims", "i0:10,i1:100"], ["compact", f"{scheme}://{moved}"],
-                 ["load", "gen://scidb96?n=10", f"{scheme}://{moved}"]):
+    for args in (
+        ["finalize", f"{scheme}://{moved}", "--dims", "i0:10,i1:100"],
+        ["compact", f"{scheme}://{moved}"],
+        ["load", "gen://scidb96?n=10", f"{scheme}://{moved}"],
+    ):
         error_line(cli(*args), 2, "lies inside")
     assert tree(outer) == before
     shutil.rmtree(moved)
@@ -319,8 +332,12 @@ def test_lock_file_that_is_a_directory(scheme, tmp_path):
         os.unlink(root / ".lock")
         (root / ".lock").mkdir()
         before = tree(root)
-        for args in (["load", "gen://scidb96?n=10", uri], ["ingest", uri, "--from", tmp_path],
-                     ["compact", uri], ["finalize", uri, "--dims", "i0:10,i1:100"]):
+        for args in (
+            ["load", "gen://scidb96?n=10", uri],
+            ["ingest", uri, "--from", tmp_path],
+            ["compact", uri],
+            ["finalize", uri, "--dims", "i0:10,i1:100"],
+        ):
             error_line(run_cli(*args), 2, f"{root / '.lock'} is a directory")
         assert tree(root) == before
         (root / ".lock").rmdir()
@@ -337,20 +354,37 @@ def test_dataset_path_that_is_a_file(tmp_path, grid_ds):
     f.write_bytes(b"not a dataset")
     for scheme in ("lmdb", "rocksdb"):
         uri = f"{scheme}://{f}"
-        for args in (["info", uri], ["verify", uri], ["export", uri, "--out", tmp_path / "x"],
-                     ["query", uri, "--box", "i0=0:1"], ["compact", uri], ["finalize", uri], ["get", uri, "1"]):
+        for args in (
+            ["info", uri],
+            ["verify", uri],
+            ["export", uri, "--out", tmp_path / "x"],
+            ["query", uri, "--box", "i0=0:1"],
+            ["compact", uri],
+            ["finalize", uri],
+            ["get", uri, "1"],
+        ):
             error_line(run_cli(*args) if args[0] == "info" else cli(*args), 2, "is a file")
         error_line(cli("load", "gen://scidb96?n=10", uri), 2, "not a directory")
     assert f.read_bytes() == b"not a dataset"
 
 
-@pytest.mark.parametrize("var,value", [
-    ("BULKLOAD_CHECKPOINT_SECONDS", "abc"), ("BULKLOAD_CHECKPOINT_SECONDS", "-1"),
-    ("BULKLOAD_CHECKPOINT_SECONDS", "nan"), ("BULKLOAD_CHECKPOINT_SECONDS", "inf"),
-    ("BULKLOAD_CHECKPOINT_BYTES", "abc"), ("BULKLOAD_CHECKPOINT_BYTES", "-5"), ("BULKLOAD_CHECKPOINT_BYTES", "1.5"),
-    ("BULKLOAD_FAULT", "abc:x"), ("BULKLOAD_FAULT", ":3"), ("BULKLOAD_FAULT", "flush:0"), ("BULKLOAD_FAULT", "a:²"),
-    ("BULKLOAD_DEBUG", "maybe"),
-])
+@pytest.mark.parametrize(
+    "var,value",
+    [
+        ("BULKLOAD_CHECKPOINT_SECONDS", "abc"),
+        ("BULKLOAD_CHECKPOINT_SECONDS", "-1"),
+        ("BULKLOAD_CHECKPOINT_SECONDS", "nan"),
+        ("BULKLOAD_CHECKPOINT_SECONDS", "inf"),
+        ("BULKLOAD_CHECKPOINT_BYTES", "abc"),
+        ("BULKLOAD_CHECKPOINT_BYTES", "-5"),
+        ("BULKLOAD_CHECKPOINT_BYTES", "1.5"),
+        ("BULKLOAD_FAULT", "abc:x"),
+        ("BULKLOAD_FAULT", ":3"),
+        ("BULKLOAD_FAULT", "flush:0"),
+        ("BULKLOAD_FAULT", "a:²"),
+        ("BULKLOAD_DEBUG", "maybe"),
+    ],
+)
 def test_environment_garbage_is_exit_2_naming_the_variable(var, value, tmp_path):
     uri = f"lmdb://{tmp_path}/ds"
     error_line(run_cli("load", "gen://scidb96?n=10", uri, env={var: value}), 2, var)
@@ -423,9 +457,12 @@ def test_dataset_paths_must_be_printable_utf8(scheme, tmp_path):
     assert os.listdir(tmp_path) == []
 
 
-COUNT_OPTIONS = {"load": ["--shards", "--workers", "--batch-records"], "ingest": ["--shards", "--workers",
-                                                                                "--batch-records"],
-                 "finalize": ["--workers"], "compact": ["--workers", "--target-batch-records"]}
+COUNT_OPTIONS = {
+    "load": ["--shards", "--workers", "--batch-records"],
+    "ingest": ["--shards", "--workers", "--batch-records"],
+    "finalize": ["--workers"],
+    "compact": ["--workers", "--target-batch-records"],
+}
 
 
 @pytest.mark.parametrize("value", ["0", "-1", str(10**30), "1.5", "abc", ""])
@@ -436,23 +473,35 @@ def test_counts_are_checked_on_every_command(value, tmp_path, grid_ds):
     before = tree(Path(parse_dataset_uri(grid_ds).root))
     for command, options in COUNT_OPTIONS.items():
         for opt in options:
-            args = {"load": ["load", "gen://scidb96?n=10", new], "ingest": ["ingest", new, "--from", src],
-                    "finalize": ["finalize", grid_ds, "--dims", "i0:10,i1:100"],
-                    "compact": ["compact", grid_ds]}[command]
+            args = {
+                "load": ["load", "gen://scidb96?n=10", new],
+                "ingest": ["ingest", new, "--from", src],
+                "finalize": ["finalize", grid_ds, "--dims", "i0:10,i1:100"],
+                "compact": ["compact", grid_ds],
+            }[command]
             error_line(cli(*args, opt, value), 2, opt if value.lstrip("-").isdigit() else "")
     assert not (tmp_path / "ds").exists()
     assert tree(Path(parse_dataset_uri(grid_ds).root)) == before
 
 
-@pytest.mark.parametrize("key,value,text", [
-    ("job.shards", "0", "--shards"), ("job.workers", "0", "--workers"), ("job.batch_records", "0", "--batch-records"),
-    ("job.shards", "-1", "--shards"), ("job.batch_records", str(10**12), "--batch-records"),
-    ("finalize.workers", "0", "--workers"), ("job.shards", "abc", "shards"),
-])
+@pytest.mark.parametrize(
+    "key,value,text",
+    [
+        ("job.shards", "0", "--shards"),
+        ("job.workers", "0", "--workers"),
+        ("job.batch_records", "0", "--batch-records"),
+        ("job.shards", "-1", "--shards"),
+        ("job.batch_records", str(10**12), "--batch-records"),
+        ("finalize.workers", "0", "--workers"),
+        ("job.shards", "abc", "shards"),
+    ],
+)
 def test_counts_are_checked_in_pipelines(key, value, text, tmp_path):
     p = tmp_path / "job.toml"
-    p.write_text(f'[job]\ndataset = "lmdb://{tmp_path}/ds"\n[load]\nsource = "gen://scidb96?n=100"\n'
-                 '[finalize]\ndims = "i0:10,i1:100"\n')
+    p.write_text(
+        f'[job]\ndataset = "lmdb://{tmp_path}/ds"\n[load]\nsource = "gen://scidb96?n=100"\n'
+        '[finalize]\ndims = "i0:10,i1:100"\n'
+    )
     if key.startswith("finalize"):  # a dataset for the finalize step to refuse (its load step: nothing to do)
         assert cli("run", p, "--set", "finalize.enabled=false", "--quiet").exit_code == 0
     before = tree(tmp_path)
@@ -469,11 +518,21 @@ def test_sources_that_are_not_files_of_records(tmp_path):
     os.mknod(chr_dev, stat.S_IFCHR | 0o600, os.makedev(1, 5))
     blk_dev = tmp_path / "blk-dev"
     os.mknod(blk_dev, stat.S_IFBLK | 0o600, os.makedev(7, 200))
-    sys_file = next(p for p in ("/sys/kernel/mm/transparent_hugepage/enabled", "/sys/kernel/uevent_seqnum",
-                                "/sys/power/state") if os.path.exists(p))
-    cases = [("/dev/zero", "a character device"), ("/dev/null", "a character device"),
-             (chr_dev, "a character device"), (blk_dev, "a block device"), (sock_path, "a socket"),
-             ("/proc/cpuinfo", "procfs"), ("/proc/self/status", "procfs"), (sys_file, "sysfs")]
+    sys_file = next(
+        p
+        for p in ("/sys/kernel/mm/transparent_hugepage/enabled", "/sys/kernel/uevent_seqnum", "/sys/power/state")
+        if os.path.exists(p)
+    )
+    cases = [
+        ("/dev/zero", "a character device"),
+        ("/dev/null", "a character device"),
+        (chr_dev, "a character device"),
+        (blk_dev, "a block device"),
+        (sock_path, "a socket"),
+        ("/proc/cpuinfo", "procfs"),
+        ("/proc/self/status", "procfs"),
+        (sys_file, "sysfs"),
+    ]
     try:
         for src, kind in cases:
             error_line(cli("load", src, f"lmdb://{tmp_path}/ds"), 2, str(src), kind)
@@ -502,17 +561,26 @@ def run_measured(args, timeout=60):
     """(CompletedProcess, peak RSS bytes) of the real command, started by a small process."""
     from conftest import tool
 
-    out = subprocess.run([sys.executable, "-c", _MEASURE, tool("bulkload"), *map(str, args)],
-                         capture_output=True, text=True, timeout=timeout, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _MEASURE, tool("bulkload"), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=True,
+    )
     code, stdout, stderr, maxrss = json.loads(out.stdout)
     return subprocess.CompletedProcess(args, code, stdout, stderr), maxrss * 1024
 
 
-@pytest.mark.parametrize("source,extra", [
-    ("gen://scidb96?n=1e15", []), ("gen://scidb96?n=9223372036854775807", []),
-    ("gen://scidb96?n=1e15", ["--format", "arrow", "--compression", "zstd"]),
-    ("gen://docs?n=1e15", []),
-])
+@pytest.mark.parametrize(
+    "source,extra",
+    [
+        ("gen://scidb96?n=1e15", []),
+        ("gen://scidb96?n=9223372036854775807", []),
+        ("gen://scidb96?n=1e15", ["--format", "arrow", "--compression", "zstd"]),
+        ("gen://docs?n=1e15", []),
+    ],
+)
 def test_absurd_counts_are_refused_up_front_in_bounded_memory(source, extra, tmp_path):
     t0 = time.monotonic()
     p, rss = run_measured(["load", source, f"lmdb://{tmp_path}/ds", *extra])
@@ -535,17 +603,25 @@ def tmpfs(tmp_path):
         subprocess.run(["umount", str(mnt)], check=True)
 
 
-@pytest.mark.parametrize("source,extra", [
-    ("gen://scidb96?n=200000", ["--compression", "none"]),  # 18.3 MiB of records
-    ("gen://scidb96?n=200000", ["--format", "arrow"]),
-    ("gen://scidb96?n=3e9", []),  # compressed by default: 268 GiB / 32768 (the most any codec compresses)
-    ("gen://scidb96?n=3e9", ["--format", "arrow", "--compression", "zstd"]),  # 268 GiB / 32768
-    ("gen://docs?n=20000", []),  # ~15 MiB of text at its entropy
-    ("gen://docs?n=20000", ["--compression", "none"]),
-])
+@pytest.mark.parametrize(
+    "source,extra",
+    [
+        ("gen://scidb96?n=200000", ["--compression", "none"]),  # 18.3 MiB of records
+        ("gen://scidb96?n=200000", ["--format", "arrow"]),
+        ("gen://scidb96?n=3e9", []),  # compressed by default: 268 GiB / 32768 (the most any codec compresses)
+        ("gen://scidb96?n=3e9", ["--format", "arrow", "--compression", "zstd"]),  # 268 GiB / 32768
+        ("gen://docs?n=20000", []),  # ~15 MiB of text at its entropy
+        ("gen://docs?n=20000", ["--compression", "none"]),
+    ],
+)
 def test_a_load_that_cannot_fit_is_refused_before_writing(source, extra, tmpfs):
-    line = error_line(cli("load", source, f"lmdb://{tmpfs}/ds", *extra), 1, "needs at least",
-                      f"free on {tmpfs}", "nothing was written")
+    line = error_line(
+        cli("load", source, f"lmdb://{tmpfs}/ds", *extra),
+        1,
+        "needs at least",
+        f"free on {tmpfs}",
+        "nothing was written",
+    )
     assert "8.0 MiB free" in line
     assert os.listdir(tmpfs) == []
     r = cli("load", "gen://scidb96?n=1000", f"lmdb://{tmpfs}/ds", "--shards", "1", "--workers", "1")
@@ -561,8 +637,9 @@ def test_resume_needs_only_the_space_of_what_is_left(tmp_path, monkeypatch):
     loader.load("gen://scidb96?n=5000", uri, shards=1, workers=1, compression="none")
     seen = []
     real = space.check_space
-    monkeypatch.setattr(space, "check_space", lambda root, needed, what: (seen.append(needed),
-                                                                          real(root, needed, what)))
+    monkeypatch.setattr(
+        space, "check_space", lambda root, needed, what: (seen.append(needed), real(root, needed, what))
+    )
     rep = loader.load("gen://scidb96?n=5000", uri, shards=1, workers=1)
     assert rep.status == "already-loaded" and seen == [0]
     loader.load("gen://scidb96?n=5000&start=5000", uri, shards=1, workers=1)
@@ -571,8 +648,9 @@ def test_resume_needs_only_the_space_of_what_is_left(tmp_path, monkeypatch):
 
 # --- a fuzz of bad invocations ---------------------------------------------------------------------
 
-SAFE_TEXT = st.text(st.characters(blacklist_characters="/~\0", blacklist_categories=("Cs",)), max_size=20) \
-    .filter(lambda s: not s.startswith("-"))
+SAFE_TEXT = st.text(st.characters(blacklist_characters="/~\0", blacklist_categories=("Cs",)), max_size=20).filter(
+    lambda s: not s.startswith("-")
+)
 
 
 def bad_invocations(ds: str, tmp: str) -> dict[str, list[list[str]]]:
@@ -580,32 +658,67 @@ def bad_invocations(ds: str, tmp: str) -> dict[str, list[list[str]]]:
     out_dir, fifo_free, full = tmp, f"{tmp}/no-dir/x", full_device(tmp)
     new = f"lmdb://{tmp}/new-ds"
     return {
-        "load": [["load", "gen://scidb96?n=abc", new], ["load", "gen://scidb96?n=1&n=2", new],
-                 ["load", "gen://x?n=1", new], ["load", "gen://scidb96?n=1", "mem://.."],
-                 ["load", "gen://scidb96?n=1", "lmdb://x?foo=1"], ["load", "gen://scidb96?n=1", new, "--shards", "0"],
-                 ["load", "/dev/zero", new], ["load", "/proc/cpuinfo", new], ["load", "gen://scidb96?n=1e15", new],
-                 ["load", "gen://scidb96?n=1", new, "--format", "xml"], ["load", "gen://scidb96?n=1", ds, "--shards", "5"],
-                 ["load", "gen://scidb96?n=1", f"{ds.split('?')[0]}/shard-000/x"], ["load", tmp, new],
-                 ["load", "gen://scidb96?n=1", new, "--on-bad-file", "maybe"], ["load", "-", "mem://a/b"]],
-        "ingest": [["ingest", new, "--from", f"{tmp}/nope"], ["ingest", new, "--from", tmp, "--pattern", ""],
-                   ["ingest", new, "--from", tmp, "--workers", "-2"], ["ingest", "mem://.", "--from", tmp]],
+        "load": [
+            ["load", "gen://scidb96?n=abc", new],
+            ["load", "gen://scidb96?n=1&n=2", new],
+            ["load", "gen://x?n=1", new],
+            ["load", "gen://scidb96?n=1", "mem://.."],
+            ["load", "gen://scidb96?n=1", "lmdb://x?foo=1"],
+            ["load", "gen://scidb96?n=1", new, "--shards", "0"],
+            ["load", "/dev/zero", new],
+            ["load", "/proc/cpuinfo", new],
+            ["load", "gen://scidb96?n=1e15", new],
+            ["load", "gen://scidb96?n=1", new, "--format", "xml"],
+            ["load", "gen://scidb96?n=1", ds, "--shards", "5"],
+            ["load", "gen://scidb96?n=1", f"{ds.split('?')[0]}/shard-000/x"],
+            ["load", tmp, new],
+            ["load", "gen://scidb96?n=1", new, "--on-bad-file", "maybe"],
+            ["load", "-", "mem://a/b"],
+        ],
+        "ingest": [
+            ["ingest", new, "--from", f"{tmp}/nope"],
+            ["ingest", new, "--from", tmp, "--pattern", ""],
+            ["ingest", new, "--from", tmp, "--workers", "-2"],
+            ["ingest", "mem://.", "--from", tmp],
+        ],
         "info": [["info", "lmdb://"], ["info", "mem://"], ["info", f"lmdb://{tmp}/nope"], ["info", "zarr://x"]],
         "verify": [["verify", "mem://no-such"], ["verify", "rocksdb://?shards=1"]],
-        "export": [["export", ds, "--out", out_dir], ["export", ds, "--out", full],
-                   ["export", ds, "--out", fifo_free], ["export", ds, "--out", f"{tmp}/x", "--format", "xml"],
-                   ["export", "mem://a/b", "--out", f"{tmp}/x"]],
-        "query": [["query", ds, "--box", "i0=5"], ["query", ds, "--box", "i0=0:1", "--format", "xml"],
-                  ["query", ds, "--box", "i0=0:1", "--array", "nope"], ["query", ds, "--box", "zz=0:1"],
-                  ["query", ds, "--box", "i0=0:1", "--out", full, "--format", "csv"],
-                  ["query", ds, "--box", "i0=0:1", "--attrs", "nope"]],
-        "finalize": [["finalize", ds, "--dims", "i0:0,i1:1"], ["finalize", ds, "--dims", "d0:5,i1:1"],
-                     ["finalize", ds, "--duplicates", "some"], ["finalize", ds, "--memory-budget", "inf"],
-                     ["finalize", ds, "--strategy", "fast"], ["finalize", ds, "--workers", "0"]],
-        "compact": [["compact", ds, "--workers", "0"], ["compact", ds, "--target-batch-records", "-1"],
-                    ["compact", "lmdb://x?shards=zero"]],
-        "generate": [["generate", "-1"], ["generate", "1e30"], ["generate", "5", "--impl", "java"],
-                     ["generate", "5", "--out", full], ["generate", "5", "--out", out_dir],
-                     ["generate", "5", "--layout", "nope"]],
+        "export": [
+            ["export", ds, "--out", out_dir],
+            ["export", ds, "--out", full],
+            ["export", ds, "--out", fifo_free],
+            ["export", ds, "--out", f"{tmp}/x", "--format", "xml"],
+            ["export", "mem://a/b", "--out", f"{tmp}/x"],
+        ],
+        "query": [
+            ["query", ds, "--box", "i0=5"],
+            ["query", ds, "--box", "i0=0:1", "--format", "xml"],
+            ["query", ds, "--box", "i0=0:1", "--array", "nope"],
+            ["query", ds, "--box", "zz=0:1"],
+            ["query", ds, "--box", "i0=0:1", "--out", full, "--format", "csv"],
+            ["query", ds, "--box", "i0=0:1", "--attrs", "nope"],
+        ],
+        "finalize": [
+            ["finalize", ds, "--dims", "i0:0,i1:1"],
+            ["finalize", ds, "--dims", "d0:5,i1:1"],
+            ["finalize", ds, "--duplicates", "some"],
+            ["finalize", ds, "--memory-budget", "inf"],
+            ["finalize", ds, "--strategy", "fast"],
+            ["finalize", ds, "--workers", "0"],
+        ],
+        "compact": [
+            ["compact", ds, "--workers", "0"],
+            ["compact", ds, "--target-batch-records", "-1"],
+            ["compact", "lmdb://x?shards=zero"],
+        ],
+        "generate": [
+            ["generate", "-1"],
+            ["generate", "1e30"],
+            ["generate", "5", "--impl", "java"],
+            ["generate", "5", "--out", full],
+            ["generate", "5", "--out", out_dir],
+            ["generate", "5", "--layout", "nope"],
+        ],
         "get": [["get", ds, "1"], ["get", "mem://nope", "x"]],
         "run": [["run", f"{tmp}/none.toml"], ["run", "/dev/null"], ["run", "/etc/hostname", "--set", "x"]],
         "bench": [["bench", "--suite", "nope"], ["bench", "--n", "5"], ["bench", "--out", "/etc/hostname"]],

@@ -48,8 +48,11 @@ def test_idle_compact_and_finalize_of_an_up_to_date_array_write_nothing(tmp_path
     assert json.loads(p.stdout)["status"] == "done" and json.loads(p.stdout)["compact"]["status"] == "done"
     runs, before = runs_of(uri), state(path)
     time.sleep(0.01)
-    for args in (["compact", uri], ["finalize", uri, "--dims", DIMS], ["finalize", uri, "--dims", DIMS,
-                                                                         "--no-compact"]):
+    for args in (
+        ["compact", uri],
+        ["finalize", uri, "--dims", DIMS],
+        ["finalize", uri, "--dims", DIMS, "--no-compact"],
+    ):
         p = run_cli(*args, "--json")
         assert p.returncode == 0, p.stderr
         rep = json.loads(p.stdout)
@@ -72,8 +75,10 @@ def test_idle_compact_and_finalize_of_an_up_to_date_array_write_nothing(tmp_path
 def test_idle_pipeline_ticks_add_no_runs(tmp_path):
     path = tmp_path / "ds"
     f = tmp_path / "job.toml"
-    f.write_text(f'[job]\ndataset = "lmdb://{path}"\nquiet = true\n[load]\nsource = "gen://scidb96?n=3000"\n'
-                 f'[compact]\n[finalize]\ndims = "{DIMS}"\n')
+    f.write_text(
+        f'[job]\ndataset = "lmdb://{path}"\nquiet = true\n[load]\nsource = "gen://scidb96?n=3000"\n'
+        f'[compact]\n[finalize]\ndims = "{DIMS}"\n'
+    )
     assert run_cli("run", f).returncode == 0
     runs, before = runs_of(f"lmdb://{path}"), state(path)
     for _ in range(3):

@@ -91,8 +91,7 @@ def ds_root(tmp_path):
         shutil.rmtree(p, ignore_errors=True)
 
 
-def make_dataset(root: Path, scheme: str = "lmdb", n: int = 2000, shards: int = 2, batch: int = 100,
-                 **opts) -> str:
+def make_dataset(root: Path, scheme: str = "lmdb", n: int = 2000, shards: int = 2, batch: int = 100, **opts) -> str:
     uri = uri_of(root, scheme)
     opts.setdefault("compression", "none")  # the tests find a record's bytes in the store files
     loader.load(f"gen://scidb96?n={n}", uri, shards=shards, workers=2, batch_records=batch, **opts)
@@ -124,11 +123,35 @@ def cli(*args) -> subprocess.CompletedProcess:
 
 # --- manifests that are not valid (issue items 4 and 12) ---------------------------------------
 
-REQUIRED = ["layout", "format", "compression", "scheme", "shards", "batch_records", "batches", "runs", "arrays",
-            "dataset_id", "created", "version"]
-WRONG_TYPE = {"layout": "scidb96", "format": 5, "compression": None, "scheme": [], "shards": "2",
-              "batch_records": 1.5, "batches": {}, "runs": {"id": "x"}, "arrays": [], "dataset_id": 7,
-              "created": "yesterday", "version": "1", "files": []}
+REQUIRED = [
+    "layout",
+    "format",
+    "compression",
+    "scheme",
+    "shards",
+    "batch_records",
+    "batches",
+    "runs",
+    "arrays",
+    "dataset_id",
+    "created",
+    "version",
+]
+WRONG_TYPE = {
+    "layout": "scidb96",
+    "format": 5,
+    "compression": None,
+    "scheme": [],
+    "shards": "2",
+    "batch_records": 1.5,
+    "batches": {},
+    "runs": {"id": "x"},
+    "arrays": [],
+    "dataset_id": 7,
+    "created": "yesterday",
+    "version": "1",
+    "files": [],
+}
 
 
 def mutations(text: str):
@@ -141,35 +164,60 @@ def mutations(text: str):
             m = json.loads(text)
             fn(m, x)
             return json.dumps(m)
+
         return apply
 
-    def drop_key(m, k): del m[k]
-    def wrong_type(m, k): m[k] = WRONG_TYPE[k]
-    def short_row(m, i): m["batches"][i] = m["batches"][i][:-1]
-    def long_row(m, i): m["batches"][i] = m["batches"][i] + [0]
-    def shard_out(m, x): m["batches"][x[0]][1] = m["shards"] + x[1]
-    def seq_back(m, i): m["batches"][i + 1][0] = m["batches"][i][0]
-    def swap_rows(m, i): m["batches"][i], m["batches"][i + 1] = m["batches"][i + 1], m["batches"][i]
-    def negative(m, x): m["batches"][x[0]][x[1]] = -1
-    def str_field(m, x): m["batches"][x[0]][x[1]] = "7"
-    def run_no_id(m, i): del m["runs"][i]["id"]
-    def run_not_obj(m, i): m["runs"][i] = "done"
-    def bad_field_type(m, x): m["layout"]["fields"][x] = ["d0", "complex128"]
+    def drop_key(m, k):
+        del m[k]
+
+    def wrong_type(m, k):
+        m[k] = WRONG_TYPE[k]
+
+    def short_row(m, i):
+        m["batches"][i] = m["batches"][i][:-1]
+
+    def long_row(m, i):
+        m["batches"][i] = m["batches"][i] + [0]
+
+    def shard_out(m, x):
+        m["batches"][x[0]][1] = m["shards"] + x[1]
+
+    def seq_back(m, i):
+        m["batches"][i + 1][0] = m["batches"][i][0]
+
+    def swap_rows(m, i):
+        m["batches"][i], m["batches"][i + 1] = m["batches"][i + 1], m["batches"][i]
+
+    def negative(m, x):
+        m["batches"][x[0]][x[1]] = -1
+
+    def str_field(m, x):
+        m["batches"][x[0]][x[1]] = "7"
+
+    def run_no_id(m, i):
+        del m["runs"][i]["id"]
+
+    def run_not_obj(m, i):
+        m["runs"][i] = "done"
+
+    def bad_field_type(m, x):
+        m["layout"]["fields"][x] = ["d0", "complex128"]
+
     rows, runs = st.integers(0, nb - 1), st.integers(0, len(d["runs"]) - 1)
     return st.one_of(
         st.sampled_from(REQUIRED).map(lambda k: (f"no {k}", with_(drop_key)(k))),
         st.sampled_from(sorted(WRONG_TYPE)).map(lambda k: (f"{k} of a wrong type", with_(wrong_type)(k))),
         st.integers(0, len(text) - 1).map(lambda i: (f"cut at byte {i}", text[:i])),
         st.sampled_from(["[]", "null", '"manifest"', "1", "", "\x00\xff", '{"layout": ']).map(
-            lambda t: (f"replaced by {t!r}", t)),
+            lambda t: (f"replaced by {t!r}", t)
+        ),
         rows.map(lambda i: (f"row {i} short", with_(short_row)(i))),
         rows.map(lambda i: (f"row {i} long", with_(long_row)(i))),
         st.tuples(rows, st.integers(0, 5)).map(lambda x: (f"row {x[0]} shard out of range", with_(shard_out)(x))),
         st.integers(0, nb - 2).map(lambda i: (f"seq {i + 1} repeats", with_(seq_back)(i))),
         st.integers(0, nb - 2).map(lambda i: (f"rows {i}, {i + 1} swapped", with_(swap_rows)(i))),
         st.tuples(rows, st.integers(0, 5)).map(lambda x: (f"row {x[0]} field {x[1]} negative", with_(negative)(x))),
-        st.tuples(rows, st.integers(0, 5)).map(lambda x: (f"row {x[0]} field {x[1]} a string",
-                                                          with_(str_field)(x))),
+        st.tuples(rows, st.integers(0, 5)).map(lambda x: (f"row {x[0]} field {x[1]} a string", with_(str_field)(x))),
         runs.map(lambda i: (f"run {i} without id", with_(run_no_id)(i))),
         runs.map(lambda i: (f"run {i} not an object", with_(run_not_obj)(i))),
         st.integers(0, 13).map(lambda i: (f"layout field {i} of an unknown type", with_(bad_field_type)(i))),
@@ -183,16 +231,25 @@ def commands(uri: str, tmp: Path) -> list[list]:
         write_records(src / "a.bin", 0, 10)
     job = tmp / "job.toml"
     job.write_text(f'[job]\ndataset = "{uri}"\n\n[load]\nsource = "gen://scidb96?n=10"\n')
-    return [["info", uri], ["info", uri, "--json"], ["verify", uri], ["export", uri, "--out", tmp / "x.arrow"],
-            ["load", "gen://scidb96?n=10", uri, "-q"], ["load", src / "a.bin", uri, "-q"],
-            ["ingest", uri, "--from", src, "-q"], ["finalize", uri, "--dims", "i0:5,i1:500", "-q"],
-            ["compact", uri, "-q"], ["query", uri, "--box", "i0=0:2"], ["get", uri, "1"], ["run", job, "-q"]]
+    return [
+        ["info", uri],
+        ["info", uri, "--json"],
+        ["verify", uri],
+        ["export", uri, "--out", tmp / "x.arrow"],
+        ["load", "gen://scidb96?n=10", uri, "-q"],
+        ["load", src / "a.bin", uri, "-q"],
+        ["ingest", uri, "--from", src, "-q"],
+        ["finalize", uri, "--dims", "i0:5,i1:500", "-q"],
+        ["compact", uri, "-q"],
+        ["query", uri, "--box", "i0=0:2"],
+        ["get", uri, "1"],
+        ["run", job, "-q"],
+    ]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
-def test_an_invalid_manifest_is_one_line_error_for_every_command_and_nothing_is_written(
-        data, base_dataset, tmp_path):
+def test_an_invalid_manifest_is_one_line_error_for_every_command_and_nothing_is_written(data, base_dataset, tmp_path):
     text = json.dumps({**manifest_json(base_dataset), "version": 1})  # as a version-1 manifest
     what, bad = data.draw(mutations(text), label="mutation")
     root = copy_dataset(base_dataset, tmp_path)
@@ -202,21 +259,34 @@ def test_an_invalid_manifest_is_one_line_error_for_every_command_and_nothing_is_
     uri = f"lmdb://{root}"
     for args in commands(uri, tmp_path):
         p = cli(*args)
-        one_line_error(p, 1, f"{root}/manifest.json is not a valid bulkload manifest: ",
-                       "nothing was written - restore the file from a backup")
+        one_line_error(
+            p,
+            1,
+            f"{root}/manifest.json is not a valid bulkload manifest: ",
+            "nothing was written - restore the file from a backup",
+        )
         assert tree_digest(root) == before, (what, args)
     with pytest.raises(ManifestError, match="manifest.json is not a valid bulkload manifest"):
         loader.open(uri)
 
 
 @pytest.mark.parametrize("scheme", ["lmdb", "rocksdb"])
-@pytest.mark.parametrize("mutate,where", [
-    (lambda m: m.pop("batches"), "missing required field `batches`"),
-    (lambda m: m["batches"][3].__setitem__(1, 9), "shard 9 does not exist (the dataset has 2 shards: 0..1) (at $.batches[3][1])"),
-    (lambda m: m["batches"][4].pop(), "has 5 (at $.batches[4])"),
-    (lambda m: m["batches"][5].__setitem__(0, 2), "batch seq 2 does not follow seq 4 (seqs must ascend) (at $.batches[5][0])"),
-    (lambda m: m["runs"][0].pop("status"), "missing required field `status` (at $.runs[0])"),
-])
+@pytest.mark.parametrize(
+    "mutate,where",
+    [
+        (lambda m: m.pop("batches"), "missing required field `batches`"),
+        (
+            lambda m: m["batches"][3].__setitem__(1, 9),
+            "shard 9 does not exist (the dataset has 2 shards: 0..1) (at $.batches[3][1])",
+        ),
+        (lambda m: m["batches"][4].pop(), "has 5 (at $.batches[4])"),
+        (
+            lambda m: m["batches"][5].__setitem__(0, 2),
+            "batch seq 2 does not follow seq 4 (seqs must ascend) (at $.batches[5][0])",
+        ),
+        (lambda m: m["runs"][0].pop("status"), "missing required field `status` (at $.runs[0])"),
+    ],
+)
 def test_invalid_manifest_real_cli_names_the_problem_and_its_place(tmp_path, scheme, mutate, where):
     root = tmp_path / "ds"
     uri = make_dataset(root, scheme, n=1000)
@@ -284,11 +354,21 @@ def test_a_missing_shard_stops_every_writer_and_is_named_by_info(tmp_path, ds_ro
     src.mkdir()
     write_records(src / "a.bin", 5000, 20)
     word = "missing" if how == "rmtree" else "damaged (no "
-    for args in (["load", "gen://scidb96?n=10&start=1000", uri, "-q"], ["load", src / "a.bin", uri, "-q"],
-                 ["ingest", uri, "--from", src, "-q"], ["finalize", uri, "--dims", "i0:5,i1:500", "-q"],
-                 ["compact", uri, "-q"], ["compact", uri, "--force", "-q"]):
-        one_line_error(cli(*args), 1, f"shard 1 ({root}/shard-001) is {word}",
-                       "but the manifest lists 5 committed batches in it", "nothing was written")
+    for args in (
+        ["load", "gen://scidb96?n=10&start=1000", uri, "-q"],
+        ["load", src / "a.bin", uri, "-q"],
+        ["ingest", uri, "--from", src, "-q"],
+        ["finalize", uri, "--dims", "i0:5,i1:500", "-q"],
+        ["compact", uri, "-q"],
+        ["compact", uri, "--force", "-q"],
+    ):
+        one_line_error(
+            cli(*args),
+            1,
+            f"shard 1 ({root}/shard-001) is {word}",
+            "but the manifest lists 5 committed batches in it",
+            "nothing was written",
+        )
         assert tree_digest(root) == before, args  # not re-created, nothing else touched
     p = run_cli("info", uri)
     assert p.returncode == 1
@@ -312,8 +392,11 @@ def test_a_missing_shard_stops_a_docs_ingest(tmp_path):
     (d / "1000.json").write_text(json.dumps({"text": "hello", "created_at": 1}))
     shutil.rmtree(root / "shard-000")
     before = tree_digest(root)
-    for args in (["ingest", uri, "--from", d, "-q"], ["load", d, uri, "--layout", "docs", "-q"],
-                 ["compact", uri, "-q"]):
+    for args in (
+        ["ingest", uri, "--from", d, "-q"],
+        ["load", d, uri, "--layout", "docs", "-q"],
+        ["compact", uri, "-q"],
+    ):
         one_line_error(run_cli(*args), 1, f"shard 0 ({root}/shard-000) is missing", "nothing was written")
     assert tree_digest(root) == before
     one_line_error(run_cli("get", uri, "5"), 1, "shard 0 (")
@@ -327,27 +410,30 @@ READ_CMDS = {
     "info": lambda uri, tmp: ["info", uri],
     "query": lambda uri, tmp: ["query", uri, "--box", "i0=0:5", "--format", "csv"],
 }
-READ_RECORDS = ("import loader,sys\nwith loader.open(sys.argv[1]) as ds: ds.read_records()\n")
+READ_RECORDS = "import loader,sys\nwith loader.open(sys.argv[1]) as ds: ds.read_records()\n"
 
 
 def read_records_proc(uri: str) -> subprocess.CompletedProcess:
     """read_records in a child process (a signal would kill pytest itself); an error is one
     line on stderr, as the CLI prints it."""
-    code = ("import sys\nfrom loader.errors import BulkloadError\n"
-            "try:\n    " + READ_RECORDS.replace("\n", "\n    ").rstrip() + "\n"
-            "except BulkloadError as e:\n    print('bulkload: error:', e, file=sys.stderr); sys.exit(1)\n")
+    code = (
+        "import sys\nfrom loader.errors import BulkloadError\n"
+        "try:\n    " + READ_RECORDS.replace("\n", "\n    ").rstrip() + "\n"
+        "except BulkloadError as e:\n    print('bulkload: error:', e, file=sys.stderr); sys.exit(1)\n"
+    )
     return subprocess.run([sys.executable, "-c", code, uri], capture_output=True, text=True, timeout=120)
 
 
 def btree_page_offsets(data: bytes, rng: random.Random, n: int) -> list[int]:
     """n offsets of used bytes (header or nodes) of LMDB branch / leaf pages (page >= 2)."""
-    pages = [i for i in range(2, len(data) // 4096)
-             if int.from_bytes(data[i * 4096 + 10:i * 4096 + 12], "little") & 0x03]
+    pages = [
+        i for i in range(2, len(data) // 4096) if int.from_bytes(data[i * 4096 + 10 : i * 4096 + 12], "little") & 0x03
+    ]
     out = []
     for _ in range(n):
         pg = rng.choice(pages)
-        lower = int.from_bytes(data[pg * 4096 + 12:pg * 4096 + 14], "little")
-        upper = int.from_bytes(data[pg * 4096 + 14:pg * 4096 + 16], "little")
+        lower = int.from_bytes(data[pg * 4096 + 12 : pg * 4096 + 14], "little")
+        upper = int.from_bytes(data[pg * 4096 + 14 : pg * 4096 + 16], "little")
         used = list(range(0, min(lower, 4096))) + list(range(min(upper, 4096), 4096))
         out.append(pg * 4096 + rng.choice(used))
     return out
@@ -467,8 +553,12 @@ def test_a_changed_value_fails_every_whole_batch_read_naming_shard_and_batch(tmp
     _flip_value_byte(root, 0, needle)
     where = "shard 0 batch 12 (first record 1200)"
     with loader.open(uri) as ds:
-        for read in (lambda: ds.read_records(), lambda: ds.read_records(1200, 1201), lambda: list(ds.iter_batches()),
-                     lambda: ds.to_arrow()):
+        for read in (
+            lambda: ds.read_records(),
+            lambda: ds.read_records(1200, 1201),
+            lambda: list(ds.iter_batches()),
+            lambda: ds.to_arrow(),
+        ):
             with pytest.raises(CorruptBatchError, match=re.escape(f"{where} of {uri}: stored bytes changed")):
                 read()
         assert len(ds.read_records(0, 1200)) == 1200  # the batches before it are fine
@@ -479,9 +569,14 @@ def test_a_changed_value_fails_every_whole_batch_read_naming_shard_and_batch(tmp
     assert p.returncode == 1 and where in p.stderr
 
 
-@pytest.mark.parametrize("args", [["compact", "--target-batch-records", "500"],
-                                  ["finalize", "--dims", "i0:5,i1:500", "--strategy", "direct", "--no-compact"],
-                                  ["finalize", "--dims", "i0:5,i1:500", "--strategy", "spill"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["compact", "--target-batch-records", "500"],
+        ["finalize", "--dims", "i0:5,i1:500", "--strategy", "direct", "--no-compact"],
+        ["finalize", "--dims", "i0:5,i1:500", "--strategy", "spill"],
+    ],
+)
 def test_a_changed_value_is_not_rebuilt_into_merged_batches_or_arrays(tmp_path, args):
     """compact's merge (decode + encode, or a batch copied as it is) and finalize (both
     strategies) read whole batches too: a changed one stops them before it gets a new,
@@ -506,8 +601,7 @@ def test_a_changed_document_fails_scan_and_export_naming_shard_and_batch(tmp_pat
     d = tmp_path / "in"
     d.mkdir()
     for i in range(300):
-        (d / f"{i}.json").write_text(json.dumps({"text": f"document {i:05d} says hello to the world",
-                                                 "created_at": i}))
+        (d / f"{i}.json").write_text(json.dumps({"text": f"document {i:05d} says hello to the world", "created_at": i}))
     loader.load(str(d), uri, layout="docs", format=fmt, compression="none", shards=2, batch_records=100)
     _flip_value_byte(root, 1, b"document 00150 says hello")  # batch 1 (ids 100..199)
     where = "shard 1 batch 1 (documents 100..199)"
@@ -547,8 +641,9 @@ def test_a_skipped_bad_document_is_reported_and_nothing_new_is_written(tmp_path,
         p = run_cli("load", d, uri, "--layout", "docs", "--on-bad-file", "skip", "-q", "--shards", "2")
         assert p.returncode == 0, p.stderr
     else:
-        rep = run_cli("ingest", uri, "--from", d, "--layout", "docs", "--on-bad-file", "skip", "--shards", "2",
-                      "--json", "-q")
+        rep = run_cli(
+            "ingest", uri, "--from", d, "--layout", "docs", "--on-bad-file", "skip", "--shards", "2", "--json", "-q"
+        )
         assert rep.returncode == 0 and json.loads(rep.stdout)["records"] == 5, rep.stderr
     manifest = manifest_json(tmp_path / "docs")
     for _ in range(2):  # every later run: nothing new, the bad file reported, nothing written
@@ -635,8 +730,12 @@ def test_records_appended_during_a_load_are_left_for_the_next_run(tmp_path, sche
     f, uri = _file_dataset(tmp_path, scheme, 20_000)
     from conftest import tool
 
-    p = subprocess.Popen([tool("bulkload"), "load", str(f), uri, "--shards", "2", "--batch-records", "100", "-q"],
-                         env=dict(os.environ, **SLOW), stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [tool("bulkload"), "load", str(f), uri, "--shards", "2", "--batch-records", "100", "-q"],
+        env=dict(os.environ, **SLOW),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     size = 20_000
     while p.poll() is None and size < 60_000:  # a producer appends whole records while the load runs
         _append(f, size, 500)
@@ -645,7 +744,7 @@ def test_records_appended_during_a_load_are_left_for_the_next_run(tmp_path, sche
     assert p.wait(timeout=120) == 0, p.stderr.read()
     planned = manifest_json(tmp_path / "ds")["runs"][-1]["total"]
     assert 20_000 <= planned < size  # appends went on after the run planned its extent
-    assert_holds(uri, f.read_bytes()[:planned * RS])  # exactly the records it planned
+    assert_holds(uri, f.read_bytes()[: planned * RS])  # exactly the records it planned
     rep = json.loads(_load(f, uri).stdout)
     assert (rep["status"], rep["records"]) == ("appended", size - planned)
     assert_holds(uri, f.read_bytes())
@@ -682,8 +781,13 @@ def test_a_file_changed_since_it_was_loaded_is_refused_until_new_run_or_replace(
     root = tmp_path / "ds"
     before = tree_digest(root)
     p = _load(f, uri)
-    one_line_error(p, 1, f"{f} changed since run ", "nothing was loaded - use --new-run to load all of it again "
-                   "as new records, or --replace to start the dataset over with it")
+    one_line_error(
+        p,
+        1,
+        f"{f} changed since run ",
+        "nothing was loaded - use --new-run to load all of it again "
+        "as new records, or --replace to start the dataset over with it",
+    )
     assert tree_digest(root) == before
     assert_holds(uri, loaded)
     assert json.loads(_load(f, uri, "--new-run").stdout)["status"] == "loaded"
@@ -703,8 +807,12 @@ def test_a_file_changed_while_it_is_loaded_is_not_committed(tmp_path, scheme, ch
     before = manifest_json(root)["batches"]
     from conftest import tool
 
-    p = subprocess.Popen([tool("bulkload"), "load", str(f), uri, "-q", "--batch-records", "100"],
-                         env=dict(os.environ, **SLOW), stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [tool("bulkload"), "load", str(f), uri, "-q", "--batch-records", "100"],
+        env=dict(os.environ, **SLOW),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     while True:  # the first checkpoint of the run: it is loading
         m = manifest_json(root)
         if m["runs"][-1].get("source") == str(f) and m["runs"][-1].get("pending"):
@@ -734,7 +842,7 @@ def test_an_interrupted_run_of_a_grown_file_resumes_its_extent_then_the_rest_is_
     _append(f, 3000, 1234)
     rep = json.loads(_load(f, uri).stdout)
     assert (rep["status"], rep["records"]) == ("resumed", 3000) and 0 < rep["resumed_records"] < 3000
-    assert_holds(uri, f.read_bytes()[:3000 * RS])
+    assert_holds(uri, f.read_bytes()[: 3000 * RS])
     rep = json.loads(_load(f, uri).stdout)
     assert (rep["status"], rep["records"]) == ("appended", 1234)
     assert_holds(uri, f.read_bytes())

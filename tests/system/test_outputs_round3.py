@@ -133,8 +133,19 @@ def alias(kind: str, base: Path):
         raise AssertionError(kind)
 
 
-ALIASES = ["direct", "shard-file", "new-name", "dir-symlink", "file-symlink", "dotdot", "bind-root", "bind-shard",
-           "other-dataset", "other-shard", "replacing"]
+ALIASES = [
+    "direct",
+    "shard-file",
+    "new-name",
+    "dir-symlink",
+    "file-symlink",
+    "dotdot",
+    "bind-root",
+    "bind-shard",
+    "other-dataset",
+    "other-shard",
+    "replacing",
+]
 
 
 def writers(base: Path) -> dict[str, list[str]]:
@@ -184,10 +195,13 @@ def test_the_python_api_writes_into_no_dataset(site, kind):
 
 def test_a_pipeline_query_out_inside_a_dataset_is_refused_before_any_step(site, tmp_path):
     before = snapshot(site)
-    for dataset, out in ((tmp_path / "new", tmp_path / "new" / "manifest.json"),
-                         (tmp_path / "new", site / "ds" / "shard-000" / "q.csv")):
+    for dataset, out in (
+        (tmp_path / "new", tmp_path / "new" / "manifest.json"),
+        (tmp_path / "new", site / "ds" / "shard-000" / "q.csv"),
+    ):
         toml = tmp_path / "p.toml"
-        toml.write_text(textwrap.dedent(f"""\
+        toml.write_text(
+            textwrap.dedent(f"""\
             dataset = "lmdb://{dataset}"
             [load]
             source = "gen://scidb96?n=100"
@@ -196,7 +210,8 @@ def test_a_pipeline_query_out_inside_a_dataset_is_refused_before_any_step(site, 
             [query]
             box = "i0=0:5"
             out = "{out}"
-            """))
+            """)
+        )
         r = run_cli("run", toml)
         assert r.returncode == 2, r.stderr
         assert INSIDE in r.stderr and "[query] out" in r.stderr and "Traceback" not in r.stderr
@@ -292,16 +307,26 @@ def test_a_full_stdout_is_the_one_line_disk_full_error(site, command, tmp_path):
     intact(site, before)
 
 
-@pytest.mark.parametrize("command", ["generate 2000000", "export {ds} --format npy --out -",
-                                     "export {ds} --format arrow --out /dev/stdout",
-                                     "query {ds} --box i0=0:10 --format csv", "query {ds} --box i0=0:10 --format npy",
-                                     "info {ds} --json"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        "generate 2000000",
+        "export {ds} --format npy --out -",
+        "export {ds} --format arrow --out /dev/stdout",
+        "query {ds} --box i0=0:10 --format csv",
+        "query {ds} --box i0=0:10 --format npy",
+        "info {ds} --json",
+    ],
+)
 def test_a_closed_stdout_pipe_ends_quietly_with_exit_0(site, command):
     bash = shutil.which("bash")
     cmd = command.format(ds=f"lmdb://{site / 'ds'}")
-    r = subprocess.run([bash, "-c", f"'{tool('bulkload')}' {cmd} | head -c 10 > /dev/null; "
-                                    f"echo rc=${{PIPESTATUS[0]}}"],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [bash, "-c", f"'{tool('bulkload')}' {cmd} | head -c 10 > /dev/null; echo rc=${{PIPESTATUS[0]}}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.stdout.split() == ["rc=0"], r
     assert r.stderr == ""
 
@@ -311,12 +336,16 @@ def test_binary_data_is_never_written_to_a_terminal(site):
     import pty
 
     ds = f"lmdb://{site / 'ds'}"
-    for args in (["export", ds, "--format", "npy", "--out", "-"], ["generate", "10"],
-                 ["query", ds, "--box", "i0=0:5", "--format", "npy", "--out", "-"]):
+    for args in (
+        ["export", ds, "--format", "npy", "--out", "-"],
+        ["generate", "10"],
+        ["query", ds, "--box", "i0=0:5", "--format", "npy", "--out", "-"],
+    ):
         leader, follower = pty.openpty()
         try:
-            r = subprocess.run([tool("bulkload"), *args], stdout=follower, stderr=subprocess.PIPE, text=True,
-                               timeout=60)
+            r = subprocess.run(
+                [tool("bulkload"), *args], stdout=follower, stderr=subprocess.PIPE, text=True, timeout=60
+            )
         finally:
             os.close(follower)
             os.close(leader)

@@ -83,8 +83,10 @@ def test_every_writing_command_discards_a_killed_replace_build(tmp_path, writer)
     ds = tmp_path / "ds"
     (tmp_path / "empty").mkdir()
     assert run_cli("load", "gen://scidb96?n=3000", f"lmdb://{ds}", "-q").returncode == 0
-    code, _ = run_killed(["load", "gen://scidb96?n=4000&start=100", f"lmdb://{ds}", "--replace",
-                          "--batch-records", 500, "-q"], "checkpoint:3")
+    code, _ = run_killed(
+        ["load", "gen://scidb96?n=4000&start=100", f"lmdb://{ds}", "--replace", "--batch-records", 500, "-q"],
+        "checkpoint:3",
+    )
     assert code == -signal.SIGKILL
     build = tmp_path / ".ds.replacing"
     assert build.is_dir()

@@ -101,8 +101,12 @@ def test_a_query_waiting_on_nothing_obeys_sigterm(finalized, tmp_path):
     index = _target(root, "INDEX")
     index.unlink()
     os.mkfifo(index)
-    p = subprocess.Popen([tool("bulkload"), "query", f"lmdb://{root}", "--box", "i0=0:10,i1=0:1000"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [tool("bulkload"), "query", f"lmdb://{root}", "--box", "i0=0:10,i1=0:1000"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(1.0)
     if p.poll() is None:
         p.send_signal(signal.SIGTERM)
