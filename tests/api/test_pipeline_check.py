@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import run_cli, tool
+from helpers import run_cli, tool
 
 import loader
 from loader.api.pipeline import SCHEMA

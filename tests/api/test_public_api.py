@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 from typer.main import get_command
 
 import loader

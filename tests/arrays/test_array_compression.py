@@ -3,7 +3,7 @@ by default whatever the flat batches use: the same cells either way, the manifes
 which, and every read path (box queries, verify, info) works on each combination."""
 
 import pytest
-from conftest import manifest_json, run_cli
+from helpers import manifest_json, run_cli
 
 import loader
 

@@ -4,7 +4,7 @@
 import json
 
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 
 import loader
 from loader.arrays.finalize import finalize

@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 
 import loader
 from loader.arrays.finalize import finalize

@@ -8,7 +8,7 @@ import uuid
 
 import numpy as np
 import pytest
-from conftest import manifest_json, run_cli
+from helpers import manifest_json, run_cli
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 

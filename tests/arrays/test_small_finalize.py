@@ -21,7 +21,7 @@ import time
 
 import psutil
 import pytest
-from conftest import manifest_json, run_cli, tool
+from helpers import manifest_json, run_cli, tool
 
 import loader
 from loader.arrays import finalize as fin

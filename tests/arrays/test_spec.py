@@ -4,7 +4,7 @@ import pickle
 
 import numpy as np
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 
 import loader
 from loader.arrays.spec import POLICIES, ArraySpec, cell_layout, check_array_name, make_spec, parse_dims

@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.lib import recfunctions as rf

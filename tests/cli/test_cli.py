@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 
 from loader.model.layouts import get_layout
 from loader.sources.generators import generate

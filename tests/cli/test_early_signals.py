@@ -15,7 +15,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import tool
+from helpers import tool
 
 import loader
 

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 
 import loader
 from loader.docs.batch import DocBatch

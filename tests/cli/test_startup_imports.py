@@ -17,7 +17,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import tool
+from helpers import tool
 
 import loader
 from loader.model.layouts import get_layout

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 
 import loader
 

@@ -8,7 +8,7 @@ import glob
 import os
 
 import pytest
-from conftest import stored_docs
+from helpers import stored_docs
 
 import loader
 from loader.api.engine import engine_for, engine_info

@@ -9,7 +9,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import manifest_json, tool
+from helpers import manifest_json, tool
 
 import loader
 

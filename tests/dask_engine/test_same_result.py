@@ -8,7 +8,7 @@ import json
 import re
 
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 
 import loader
 from loader.errors import DuplicateCellError, UsageError

@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from conftest import run_cli, tool
+from helpers import run_cli, tool
 
 import loader
 from loader.errors import EngineError

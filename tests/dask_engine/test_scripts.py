@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from conftest import run_cli
+from helpers import run_cli
 
 import loader
 

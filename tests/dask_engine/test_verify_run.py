@@ -11,7 +11,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 
 import loader
 from loader.api.engine import engine_for

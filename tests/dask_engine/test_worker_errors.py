@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import manifest_json, run_cli
+from helpers import manifest_json, run_cli
 
 import loader
 from loader.errors import EngineError

@@ -10,7 +10,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import tool
+from helpers import tool
 from hypothesis import given
 from hypothesis import strategies as st
 

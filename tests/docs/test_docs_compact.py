@@ -10,7 +10,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import manifest_json, run_cli, shard_tables, tool
+from helpers import manifest_json, run_cli, shard_tables, tool
 
 import loader
 from loader.docs.batch import DocBatch, sort_by_id

@@ -9,7 +9,7 @@ import os
 import subprocess
 
 import pytest
-from conftest import manifest_json, run_cli, stored_docs, tool
+from helpers import manifest_json, run_cli, stored_docs, tool
 
 import loader
 import loader.docs.ledger as docs_ledger

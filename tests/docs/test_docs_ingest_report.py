@@ -9,7 +9,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 
 from loader.docs.gen import generate_docs
 from loader.docs.json_dir import write_json_dir

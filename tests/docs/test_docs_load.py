@@ -10,7 +10,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import each_shard, run_cli, shard_tables, stored_docs, tool
+from helpers import each_shard, run_cli, shard_tables, stored_docs, tool
 
 import loader
 from loader.docs.batch import DocBatch, key_of

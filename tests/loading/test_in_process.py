@@ -18,7 +18,7 @@ import sys
 import time
 
 import pytest
-from conftest import manifest_json, run_cli, tool
+from helpers import manifest_json, run_cli, tool
 
 import loader
 from loader.errors import BulkloadError

@@ -4,7 +4,7 @@ import json
 import os
 
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 
 import loader
 import loader.loading.ingest as ingest_mod

@@ -7,7 +7,7 @@ import time
 import numpy as np
 import psutil
 import pytest
-from conftest import manifest_json, run_cli, tool
+from helpers import manifest_json, run_cli, tool
 
 import loader
 from loader.errors import DatasetBusyError, DatasetMismatchError, PartialRecordError, WorkerError

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import tool
+from helpers import tool
 
 from loader.infra.progress import Progress
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import manifest_json, run_cli, tool, write_manifest_json
+from helpers import manifest_json, run_cli, tool, write_manifest_json
 
 import loader
 from loader.errors import ChangedInputError, DatasetBusyError, DatasetReplacedError

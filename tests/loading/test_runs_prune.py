@@ -14,7 +14,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import run_cli, tool
+from helpers import run_cli, tool
 
 import loader
 from loader.errors import DatasetBusyError, DatasetNotFoundError, UsageError

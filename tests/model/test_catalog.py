@@ -19,7 +19,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 
 import loader
 from loader.errors import DamagedDatasetError, NewerFormatError

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_cli, tool
+from helpers import run_cli, tool
 
 import loader
 from loader.model import manifest as mf

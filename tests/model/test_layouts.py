@@ -4,7 +4,7 @@ import re
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 
 from loader.errors import LayoutError, UnknownLayoutError
 from loader.model.layouts import Field, Layout, builtin_schema_dir, get_layout, parse_layout_toml

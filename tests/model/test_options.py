@@ -1,7 +1,7 @@
 """model/options.py: whole-number options within bounds, and sizes."""
 
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 
 import loader
 from loader.errors import UsageError

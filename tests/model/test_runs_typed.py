@@ -28,7 +28,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import manifest_json, run_cli, write_manifest_json
+from helpers import manifest_json, run_cli, write_manifest_json
 
 import loader
 from loader.errors import ManifestError

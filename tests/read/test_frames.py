@@ -7,7 +7,7 @@ import duckdb
 import numpy as np
 import polars as pl
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 
 import loader
 from loader.read.scan import READAHEAD, scan_threads

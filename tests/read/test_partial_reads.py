@@ -22,7 +22,7 @@ import resource
 import numpy as np
 import pytest
 import xxhash
-from conftest import manifest_json, write_manifest_json
+from helpers import manifest_json, write_manifest_json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

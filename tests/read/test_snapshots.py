@@ -20,7 +20,7 @@ import uuid
 
 import numpy as np
 import pytest
-from conftest import each_shard, manifest_json, run_cli, tool
+from helpers import each_shard, manifest_json, run_cli, tool
 
 import loader
 from loader.arrays.finalize import finalize

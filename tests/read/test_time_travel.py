@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 
 import loader
 from loader.errors import SnapshotExpiredError

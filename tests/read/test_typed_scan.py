@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 from sources.test_typed_fields import LAYOUT, sample
 
 import loader

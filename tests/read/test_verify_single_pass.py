@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import replace
 
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 
 import loader
 from loader.api.verify_tasks import ShardCheck, check_shard

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.feather as feather
 import pyarrow.parquet as pq
 import pytest
-from conftest import run_cli, tool
+from helpers import run_cli, tool
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

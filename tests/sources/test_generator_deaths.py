@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import tool
+from helpers import tool
 
 import loader
 

@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import run_cli, tool
+from helpers import run_cli, tool
 
 import loader
 

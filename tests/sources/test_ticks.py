@@ -6,7 +6,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

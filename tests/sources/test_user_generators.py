@@ -13,7 +13,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import run_cli, tool
+from helpers import run_cli, tool
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -19,7 +19,7 @@ from .store_helpers import BACKENDS, in_child, k, make_spec, read_all, reader, t
 
 
 class StoreTests:
-    """The tests every backend passes; a subclass names its backend (conftest.BACKENDS)."""
+    """The tests every backend passes; a subclass names its backend (store_helpers.BACKENDS)."""
 
     backend: str
 

@@ -7,8 +7,7 @@ import hashlib
 from pathlib import Path
 
 import pytest
-
-from tests.conftest import run_cli
+from helpers import run_cli
 
 
 @pytest.fixture(scope="module")

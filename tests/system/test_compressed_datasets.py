@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pyarrow.feather as feather
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 
 import loader
 from loader.model.placement import batch_key

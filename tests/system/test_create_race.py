@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 
-from conftest import tool
+from helpers import tool
 
 import loader
 

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import run_cli, tool
+from helpers import run_cli, tool
 
 from loader.model.layouts import get_layout
 from loader.sources.generators import generate

@@ -15,8 +15,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers import run_cli
 
-from tests.conftest import run_cli
 from tests.system import damaged_datasets
 from tests.system.damaged_datasets import digest
 

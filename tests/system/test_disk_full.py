@@ -12,7 +12,7 @@ import shutil
 import subprocess
 
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 
 import loader
 

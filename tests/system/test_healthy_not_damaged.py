@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import manifest_json, run_cli, tool
 
-from tests.conftest import manifest_json, run_cli, tool
 from tests.system import damaged_datasets
 from tests.system.damaged_datasets import digest
 

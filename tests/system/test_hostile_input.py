@@ -29,7 +29,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -559,7 +559,7 @@ print(json.dumps([p.returncode, p.stdout, p.stderr, resource.getrusage(resource.
 
 def run_measured(args, timeout=60):
     """(CompletedProcess, peak RSS bytes) of the real command, started by a small process."""
-    from conftest import tool
+    from helpers import tool
 
     out = subprocess.run(
         [sys.executable, "-c", _MEASURE, tool("bulkload"), *map(str, args)],

@@ -8,7 +8,7 @@ import os
 import time
 
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 
 import loader
 

@@ -21,7 +21,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import manifest_json, run_cli, write_manifest_json
+from helpers import manifest_json, run_cli, write_manifest_json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -728,7 +728,7 @@ def test_records_appended_after_a_load_are_loaded_once_by_the_next_run(tmp_path,
 @pytest.mark.parametrize("scheme", ["lmdb", "rocksdb"])
 def test_records_appended_during_a_load_are_left_for_the_next_run(tmp_path, scheme):
     f, uri = _file_dataset(tmp_path, scheme, 20_000)
-    from conftest import tool
+    from helpers import tool
 
     p = subprocess.Popen(
         [tool("bulkload"), "load", str(f), uri, "--shards", "2", "--batch-records", "100", "-q"],
@@ -805,7 +805,7 @@ def test_a_file_changed_while_it_is_loaded_is_not_committed(tmp_path, scheme, ch
     loader.load("gen://scidb96?n=500", uri, shards=2, batch_records=100)
     root = tmp_path / "ds"
     before = manifest_json(root)["batches"]
-    from conftest import tool
+    from helpers import tool
 
     p = subprocess.Popen(
         [tool("bulkload"), "load", str(f), uri, "-q", "--batch-records", "100"],

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import run_cli, tool
+from helpers import run_cli, tool
 
 import loader
 from loader.errors import OutputInDatasetError

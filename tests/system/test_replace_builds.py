@@ -6,7 +6,7 @@ import os
 import signal
 
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 
 import loader
 

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import run_cli, tool
 
-from tests.conftest import run_cli, tool
 from tests.system import damaged_datasets
 
 SPECIALS = {

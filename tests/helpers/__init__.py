@@ -1,0 +1,20 @@
+"""Helpers shared by the tests (fixtures stay in tests/conftest.py): the installed `bulkload`
+command and tools (`run_cli`, `tool`), a dataset's metadata as JSON (`manifest_json`,
+`write_manifest_json`), documents and shards (`stored_docs`, `each_shard`, `shard_tables`)
+and `wait_until`, the poll with a deadline that replaces fixed sleeps."""
+
+from .cli import BIN, run_cli, tool
+from .datasets import each_shard, manifest_json, shard_tables, stored_docs, write_manifest_json
+from .waiting import wait_until
+
+__all__ = [
+    "BIN",
+    "each_shard",
+    "manifest_json",
+    "run_cli",
+    "shard_tables",
+    "stored_docs",
+    "tool",
+    "wait_until",
+    "write_manifest_json",
+]
