@@ -266,10 +266,10 @@ def markdown(result: dict, plots: list[str] | None = None) -> str:
 
 
 def write_outputs(result: dict, out: str | Path, name: str = "bench") -> dict:
-    """Write NAME.json, NAME.md and the plots into ``out``; returns their paths."""
+    """Write NAME.json, NAME.md and the plots (NAME-*.png) into ``out``; returns their paths."""
     out = Path(output_dir(str(out)))
     try:
-        made = plots(result, out, "" if name == "bench" else f"{name}-", name)
+        made = plots(result, out, f"{name}-", name)
     except ImportError as e:
         made = []
         result.setdefault("warnings", []).append(f"no plots: matplotlib not installed ({e})")
@@ -282,7 +282,8 @@ def write_outputs(result: dict, out: str | Path, name: str = "bench") -> dict:
 
 def history_line(result: dict, label: str | None = None) -> dict:
     """A run in one line of ``history.jsonl``: suite, start, duration, short git commit,
-    ``label`` and every target's value, reference, ratio, needed and status."""
+    ``label``, every target's value, reference, ratio, needed and status, and every measured
+    figure's medians (`figure_medians`)."""
     git = result["git"].get("commit")
     return {
         "suite": result["suite"],
@@ -300,6 +301,23 @@ def history_line(result: dict, label: str | None = None) -> dict:
             }
             for t in result["targets"]
         },
+        "figures": figure_medians(result),
+    }
+
+
+def figure_medians(result: dict) -> dict:
+    """Of each ``ok`` figure of a result: its records and the median of each of its stats
+    (MB/s, records/s, seconds, milliseconds, RSS ...) to 4 significant digits: what a history
+    line keeps of it."""
+
+    def short(v: object) -> object:
+        return float(f"{v:.4g}") if isinstance(v, float) else v
+
+    return {
+        fid: {"records": f.get("records")}
+        | {k: short(v["median"]) for k, v in f.items() if isinstance(v, dict) and "median" in v}
+        for fid, f in result.get("figures", {}).items()
+        if f.get("status") == "ok"
     }
 
 

@@ -40,10 +40,13 @@ Sections (a suite runs them in this order; the suites and their sizes are in `pl
              a small append, an open, `info`, `verify`'s memory; the 20M load with 100-record
              batches vs the default load (`catalog`).
 
-Output (`report.write_outputs`): ``bench.json`` (schema ``bulkload-bench`` version
-:data:`report.SCHEMA_VERSION`), ``bench.md`` (tables), ``throughput.png``, ``scaling.png``,
-``rss.png`` (the catalog suite: ``catalog.json``, ``catalog.md``, ``catalog.png``); and one
-line per run appended to ``history.jsonl`` in the same directory (`report.append_history`).
+Output (`report.write_outputs`), NAME the suite's (`output_name`: ``quick``, ``full``,
+``catalog``; a run of some sections, e.g. ``reads-ticks``): ``NAME.json`` (schema
+``bulkload-bench`` version :data:`report.SCHEMA_VERSION`), ``NAME.md`` (tables),
+``NAME-throughput.png``, ``NAME-scaling.png``, ``NAME-rss.png`` (the catalog suite: one plot,
+``catalog.png``), each replacing the run before's; and one line per run appended to
+``history.jsonl`` in the same directory (`report.append_history`). Nothing else: a run
+writes no per-run copies, the history keeps every run's figures.
 
 Invariants: the result (`BenchResult.to_dict`) holds every figure declared, measured or
 with the reason it was not, and the targets computed from them (`targets`).
@@ -211,6 +214,15 @@ def baseline(path: str | None) -> dict | None:
         raise ValueError(f"--baseline {path}: cannot read a bench result from it ({e})") from None
 
 
+def output_name(suite: str, sections: tuple[str, ...] | None = None, only: object = None) -> str:
+    """The name of a run's files: the suite's (``quick``); a run of some sections, theirs
+    joined (``reads-ticks``); a run of some figures, ``SUITE-figures``: a partial run never
+    replaces the whole suite's latest files."""
+    if only:
+        return f"{suite}-figures"
+    return "-".join(sections) if sections else suite
+
+
 def run(
     suite: str = "quick",
     *,
@@ -224,13 +236,12 @@ def run(
 ) -> dict:
     """Run a suite and write its outputs (NAME.json, NAME.md, plots) into ``out``, and append
     its line (with ``label``) to ``out``/history.jsonl; returns the result, with the paths
-    written under ``outputs``. NAME: ``bench`` for the quick and full suites, else the
-    suite's name. ``kw``: ``work``, ``sections``, ``only`` and overrides of the suite's
+    written under ``outputs``. NAME: `output_name` unless given. ``kw``: ``work``, ``sections``, ``only`` and overrides of the suite's
     sizes (`plan.SuiteParams`)."""
     if kw.get("baseline") is not None:
         baseline(kw["baseline"])  # an unreadable baseline is a usage error before anything runs
     plan = make_plan(suite, n=n, repeats=repeats, out=out, **kw)
     result = run_plan(plan, log).to_dict()
-    result["outputs"] = write_outputs(result, out, name or ("bench" if suite in ("quick", "full") else suite))
+    result["outputs"] = write_outputs(result, out, name or output_name(suite, kw.get("sections"), kw.get("only")))
     result["outputs"]["history"] = append_history(result, out, label)
     return result

@@ -27,7 +27,9 @@ def register(app: typer.Typer) -> None:
             help="Records of the main figures (default: the suite's; quick 1,000,000, full and catalog 20,000,000).",
         ),
         repeats: int | None = typer.Option(None, "--repeats", help="Runs per figure (default 3)."),
-        out: str = typer.Option("bench-results", "--out", help="Directory for bench.json, bench.md and the plots."),
+        out: str = typer.Option(
+            "bench-results", "--out", help="Directory for SUITE.json, SUITE.md, the plots and history.jsonl."
+        ),
         work: str | None = typer.Option(
             None,
             "--work",

@@ -23,6 +23,9 @@ pytest.importorskip("matplotlib")
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
+    # the record of an earlier run: its latest files and its history line
+    (out / "quick.json").write_text('{"earlier": true}')
+    (out / "history.jsonl").write_text(json.dumps({"suite": "quick", "label": "earlier"}) + "\n")
     p = subprocess.run(
         [
             BULKLOAD,
@@ -50,7 +53,7 @@ def test_json_schema(quick):
     out, res = quick
     assert res["schema"] == R.SCHEMA and res["schema_version"] == R.SCHEMA_VERSION
     assert R.validate(res) == []
-    on_disk = json.loads((out / "bench.json").read_text())
+    on_disk = json.loads((out / "quick.json").read_text())
     assert on_disk["figures"].keys() == res["figures"].keys()
     m = res["machine"]
     assert m["cores"] >= 1 and m["memory_bytes"] > 0 and m["cpu_model"] and m["kernel"]
@@ -109,18 +112,31 @@ def test_figures_and_limits(quick):
 
 def test_markdown_and_plots(quick):
     out, res = quick
-    md = (out / "bench.md").read_text()
+    md = (out / "quick.md").read_text()
     assert "## Targets" in md and "## Reference limits" in md and "bulkload-gen -> file + fsync" in md
     # issue 31's reads and issue 30's ticks: their tables and targets in the quick suite
     assert "## Reads against ArcticDB, DuckDB and Parquet" in md and "## gen://ticks against ArcticDB" in md
     goals = {t["id"]: t for t in res["targets"]}
     assert goals["reads-scidb96-column-vs-full"]["status"] in ("pass", "short") and "ticks-box-1ms" in goals
-    for name in ("throughput.png", "scaling.png", "rss.png"):
+    for name in ("quick-throughput.png", "quick-scaling.png", "quick-rss.png"):
         p = out / name
         assert p.exists() and p.stat().st_size > 1000
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert name in res["plots"]
     assert not list(out.glob(".bench-work-*")), "the work directory is removed"
+
+
+def test_a_run_replaces_the_latest_files_and_appends_one_history_line(quick):
+    out, res = quick
+    pngs = ["quick-rss.png", "quick-scaling.png", "quick-throughput.png"]
+    assert sorted(p.name for p in out.iterdir()) == sorted(["history.jsonl", "quick.json", "quick.md", *pngs])
+    assert "earlier" not in json.loads((out / "quick.json").read_text())  # replaced, no per-run copy beside it
+    earlier, line = (json.loads(x) for x in (out / "history.jsonl").read_text().splitlines())
+    assert earlier["label"] == "earlier" and line["suite"] == "quick" and line["started"] == res["started"]
+    assert set(line["targets"]) == {t["id"] for t in res["targets"]}
+    ok = {k: f for k, f in res["figures"].items() if f["status"] == "ok"}
+    assert set(line["figures"]) == set(ok)
+    assert line["figures"]["gen-pipe"]["mb_s"] == pytest.approx(ok["gen-pipe"]["mb_s"]["median"], rel=1e-3)
 
 
 def test_bad_options(tmp_path):

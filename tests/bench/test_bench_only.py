@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import run_cli
+from helpers import run_cli
 
 from loader.bench.report import validate
 
@@ -43,6 +43,8 @@ def test_only_a_section(tmp_path):
     assert res["skipped"] == []
     assert list((tmp_path / "work").iterdir()) == []  # the run's work directory was there, and is gone
     assert res["machine"]["filesystem"]["path"].startswith(str(tmp_path / "work"))
+    named = {"history.jsonl", "limits.json", "limits.md"}  # a section's run is named after it, not the suite
+    assert named <= {p.name for p in (tmp_path / "out").iterdir()} and not (tmp_path / "out" / "quick.json").exists()
 
 
 def test_only_figure_ids(tmp_path):
@@ -52,6 +54,6 @@ def test_only_figure_ids(tmp_path):
     assert {"finalize-w1", "peer-lmdb-per-record", "load-lmdb-capnp-w1"} <= set(figs)  # every section declared
     assert all(f["reason"] == "not selected" for k, f in figs.items() if k not in ("gen-pipe", "load-mem-capnp"))
     assert figs["load-mem-capnp"]["ratio_to_limit"] is None  # its limit (gen-shm) was not measured
-    md = (tmp_path / "out" / "bench.md").read_text()
+    md = (tmp_path / "out" / "quick-figures.md").read_text()  # a partial run: not quick.md
     assert "## Skipped or failed" not in md and "| bulkload-gen | cat > /dev/null |" not in md
     assert "| bulkload-gen \\| cat > /dev/null | 1,000 |" in md

@@ -195,7 +195,7 @@ def test_markdown_tables(tmp_path):
     )
 
 
-@pytest.mark.parametrize("name, prefix", [("bench", ""), ("load", "load-")])
+@pytest.mark.parametrize("name, prefix", [("quick", "quick-"), ("load", "load-")])
 def test_write_outputs_and_re_render_from_the_json(tmp_path, name, prefix):
     pytest.importorskip("matplotlib")
     res = result_of(tmp_path)
