@@ -11,8 +11,6 @@ Python API (see loader/api/__init__.py for every function and its report)::
 
 import importlib
 
-__version__ = "0.1.0"
-
 __all__ = [
     "__version__",
     "compact",
@@ -32,6 +30,10 @@ __all__ = [
 
 
 def __getattr__(name):  # lazy: keep `import loader` (and worker start-up) light
+    if name == "__version__":  # the installed distribution's, from pyproject.toml's version
+        from importlib.metadata import version
+
+        return version("bulkload")
     api = importlib.import_module("loader.api")
     if name in api.PUBLIC:
         return getattr(api, name)

@@ -52,6 +52,20 @@ def test_every_public_name_resolves_and_import_stays_light():
         loader.no_such_command  # noqa: B018
 
 
+def test_version_is_the_installed_distributions_and_read_lazily():
+    """loader.__version__ is the installed metadata's version (pyproject.toml's, the one
+    source, as `bulkload --version` prints it), read only when asked for."""
+    from importlib.metadata import version
+
+    code = "import sys, loader; print('importlib.metadata' in sys.modules); print(loader.__version__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", version("bulkload")]
+    assert "__version__" in loader.__all__ and loader.__version__ == version("bulkload")
+    # no copy of the version in the code: another installed version is the one it says
+    other = "import importlib.metadata as m; m.version = lambda d: '9.8.7'; import loader; print(loader.__version__)"
+    assert subprocess.run([sys.executable, "-c", other], capture_output=True, text=True).stdout == "9.8.7\n"
+
+
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_cli_options_are_the_api_keywords(command):
     cli = get_command(app).commands[command]
