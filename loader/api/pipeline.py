@@ -271,7 +271,7 @@ def _finish(path: str, lines: dict[str, int], config: dict[str, dict]) -> None:
     """Defaults, required keys, and exactly one of [load] / [ingest]."""
     config.setdefault("job", {})
     for section, values in config.items():
-        for k, (typ, default) in SCHEMA[section].items():
+        for k, (_typ, default) in SCHEMA[section].items():
             if k in values:
                 continue
             if default is REQUIRED:

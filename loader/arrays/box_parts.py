@@ -93,7 +93,7 @@ def read_parts(ai, box, todo: list) -> dict:
             rd.prefetch(v, spans[i])  # the header too: the lookup read none of the piece's pages
     d0, d1 = ai.dims
     out = {}
-    for i, rd, v, ranges in todo:
+    for i, rd, v, _ranges in todo:
         if i not in spans:
             continue
         head_n = spans[i][0][1]

@@ -313,7 +313,7 @@ def read_box(ds, array: str = "grid", attrs=None, ranges: dict | None = None) ->
     cols = ai.columns(attrs)
     schema, types = ai.schema(cols)
     nullable = [c for c in cols if c in ai.nullable]
-    gather = cols + [VALIDITY] if nullable else cols  # the bits of the nullable columns asked for
+    gather = [*cols, VALIDITY] if nullable else cols  # the bits of the nullable columns asked for
     box = _Box(lo0, hi0, lo1, hi1)
     if lo0 >= hi0 or lo1 >= hi1 or not len(ai.rmin):
         return schema.empty_table()

@@ -68,7 +68,7 @@ def cell_layout(layout: Layout, policy: str) -> Layout:
         return layout
     return Layout(
         f"{layout.name}_syn",
-        layout.fields + (Field("syn", "uint32"),),
+        (*layout.fields, Field("syn", "uint32")),
         f"cells of {layout.name} with a synthetic dimension syn",
     )
 
@@ -190,7 +190,7 @@ def default_dims(layout: Layout) -> str:
     raise UsageError(
         f"layout {layout.name!r} has no default dims; give --dims FIELD:CHUNK,FIELD:CHUNK "
         f"with two of its integer or time fields ({', '.join(ints) or 'none in this layout'}), "
-        "e.g. --dims " + ",".join(f"{n}:1000" for n in (ints + ["FIELD", "FIELD"])[:2])
+        "e.g. --dims " + ",".join(f"{n}:1000" for n in ([*ints, "FIELD", "FIELD"])[:2])
     )
 
 

@@ -81,7 +81,7 @@ def _size(nbytes: int) -> str:
 
 
 def catalog_rows(rows: list[dict]) -> list[str]:
-    """The Markdown table: a row per size; the build, then every operation's median (min – max);
+    """The Markdown table: a row per size; the build, then every operation's median (min - max);
     a figure not measured shows its status (its reason is in the report's "Skipped or failed")."""
     head = "| batches | runs | metadata | build s | " + " | ".join(f"{t} ({u})" for _, t, _, _, u in COLUMNS) + " |"
     lines = [head, "|" + "---:|" * (4 + len(COLUMNS))]

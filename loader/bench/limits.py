@@ -202,9 +202,9 @@ def parallel_gen(gen: str, n: int, k: int, dirname: str | None) -> float:
             fp = Path(dirname) / f"bulkload-bench-{os.getpid()}.{w}"
             files.append(fp)
             rm(fp)
-            o = open(fp, "wb")
+            o = open(fp, "wb")  # noqa: SIM115 - the child's stdout, closed once it has ended
         else:
-            o = open(os.devnull, "wb")
+            o = open(os.devnull, "wb")  # noqa: SIM115 - as above
         procs.append((subprocess.Popen([gen, str(cnt), str(w * per)], stdout=o), o))
     for p, o in procs:
         p.wait()

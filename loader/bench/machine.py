@@ -48,9 +48,10 @@ def filesystem_of(path: str | Path) -> dict:
     best = None
     for part in psutil.disk_partitions(all=True):
         mp = part.mountpoint
-        if real == mp or real.startswith(mp.rstrip("/") + "/") or mp == "/":
-            if best is None or len(mp) > len(best.mountpoint):
-                best = part
+        if (real == mp or real.startswith(mp.rstrip("/") + "/") or mp == "/") and (
+            best is None or len(mp) > len(best.mountpoint)
+        ):
+            best = part
     out = {"path": real}
     if best is not None:
         out.update(type=best.fstype, device=best.device, mountpoint=best.mountpoint)

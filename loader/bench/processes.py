@@ -87,7 +87,7 @@ class TreeSampler:
     def _sample(self) -> None:
         ps = self._psutil
         try:
-            procs = [self.root] + self.root.children(recursive=True)
+            procs = [self.root, *self.root.children(recursive=True)]
         except ps.Error:
             return
         rss = anon = 0

@@ -267,7 +267,7 @@ def read_targets(figs: dict[str, Figure]) -> list[Target]:
     out = []
     for kind in KINDS:
 
-        def g(name: str) -> Figure | None:
+        def g(name: str, kind: str = kind) -> Figure | None:
             return figs.get(f"reads-{kind}-{name}")
 
         if g("full") is None:

@@ -124,7 +124,7 @@ def register(app: typer.Typer) -> None:
             )
         except (ValueError, RuntimeError) as e:
             print(f"bulkload: error: {e}", file=sys.stderr)
-            raise typer.Exit(2)
+            raise typer.Exit(2) from None
         if json_out:
             print(json.dumps(result, indent=1, default=str))
         else:

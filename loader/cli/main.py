@@ -96,7 +96,7 @@ def handle_errors(fn):
             fail(str(stop), stop.exit_code)
         except BrokenPipeError:  # the reader went away (| head): quiet, as other tools
             silence_stdout()
-            raise typer.Exit(0)
+            raise typer.Exit(0) from None
         except (typer.Exit, typer.Abort, TyperException):
             raise
         except Exception as e:

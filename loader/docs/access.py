@@ -145,7 +145,7 @@ class DocReader:
             if item is not None and id_of_key(item[0]) <= b.hi:
                 got = self.blocks.find(item[1], doc_id)
                 if got is not None:
-                    return (doc_id,) + got
+                    return (doc_id, *got)
             return None
         v = self._store(b).get(key_of(doc_id), table=b.table)
         return None if v is None else self.decode(b, doc_id, v)

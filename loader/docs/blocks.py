@@ -194,7 +194,7 @@ class BlockReader:
 
     def columns(self, value) -> tuple[np.ndarray, np.ndarray, np.ndarray, memoryview, int]:
         """(ids, created_at, offsets (n+1, into the texts), the value, texts offset in it)."""
-        n, wi, wl, wc, flags, first, base, mv = _parse(value)
+        n, wi, wl, wc, _flags, first, base, mv = _parse(value)
         p = HEADER_BYTES
         if wi:
             d = np.frombuffer(mv, _DTYPES[wi], n - 1, p).astype(np.uint64)

@@ -25,6 +25,7 @@ window was put, not yet synced). Nothing here touches the manifest.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -81,7 +82,7 @@ def windows(comp: list, target: int) -> list[tuple[int, int]]:
         delta[b.hi + 1] = delta.get(b.hi + 1, 0.0) - d
     points = sorted(delta)
     cuts, j, est, dens = [], 1, 0.0, 0.0
-    for p, q in zip(points, points[1:]):
+    for p, q in itertools.pairwise(points):
         dens += delta[p]
         seg = dens * (q - p)
         while j < n and est + seg >= j * total / n:
@@ -91,8 +92,8 @@ def windows(comp: list, target: int) -> list[tuple[int, int]]:
                 cuts.append(x)
             j += 1
         est += seg
-    bounds = [lo] + cuts + [hi + 1]
-    return [(a, z - 1) for a, z in zip(bounds, bounds[1:])]
+    bounds = [lo, *cuts, hi + 1]
+    return [(a, z - 1) for a, z in itertools.pairwise(bounds)]
 
 
 # --- shards -----------------------------------------------------------------------------------
@@ -276,7 +277,7 @@ class _ShardFolder:
         pieces = max(1, round(len(batch) / self.task.target))
         cuts = [len(batch) * i // pieces for i in range(pieces + 1)]
         items = []
-        for i, j in zip(cuts, cuts[1:]):
+        for i, j in itertools.pairwise(cuts):
             got, row, nb, _ = self.writer.encode(0, 0, j - i, (batch.slice(i, j), []), self.s, self.st)
             items += got
             self.rows.append(row)

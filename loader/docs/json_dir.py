@@ -150,7 +150,7 @@ class DirListing(Sequence):
         if not self.odd:
             return zip(ids, map(lambda i: f"{prefix}{i}.json", ids))
         odd = self.odd
-        return ((i, prefix + (odd[k] if k in odd else f"{i}.json")) for k, i in enumerate(ids))
+        return ((i, prefix + (odd.get(k, f"{i}.json"))) for k, i in enumerate(ids))
 
     def __eq__(self, other):
         if isinstance(other, DirListing):

@@ -212,4 +212,4 @@ def commit_ledger(
             pass
         else:
             refs, ref = [], {"file": mname, "run": run.id, "files": len(merged.ids), "plan": 0, "exclude": []}
-    m.extra[LEDGER_KEY] = refs + [ref]
+    m.extra[LEDGER_KEY] = [*refs, ref]

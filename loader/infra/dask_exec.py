@@ -125,7 +125,9 @@ class Lease:
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise WorkerError(f"an earlier attempt still holds {self.lock} after {LEASE_WAIT_S:.0f} s")
+                    raise WorkerError(
+                        f"an earlier attempt still holds {self.lock} after {LEASE_WAIT_S:.0f} s"
+                    ) from None
                 time.sleep(0.05)
         attempt = int(os.pread(self.fd, 32, 0) or b"0") + 1
         os.ftruncate(self.fd, 0)

@@ -18,6 +18,8 @@ Batch -> shard is seq mod K for every kind (model/placement.py).
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..errors import UsageError
 from ..model.plugins import load_plugins
 
@@ -62,7 +64,7 @@ class Kind:
     default_format = ""
     default_compression = "none"
     #: a format's own default compression, where it differs from default_compression
-    default_compressions: dict[str, str] = {}
+    default_compressions: ClassVar[dict[str, str]] = {}
     #: ingest / compact are the kind's own (`ingest_directory`, `compact_dataset`)
     own_ingest = False
     own_compaction = False

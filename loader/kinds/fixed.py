@@ -7,6 +7,8 @@ checksum: xxh3_64 of the value.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import xxhash
 
 from ..model.placement import batch_key
@@ -27,7 +29,7 @@ class FixedKind(Kind):
     #: Cap'n Proto: records shuffled by byte, then LZ4 (serializers/shuffled.py): ~2 % of the
     #: bytes of scidb96 at ~2 GB/s per core, so a durable load writes ~1/50 of what it would;
     #: Arrow IPC's own LZ4 keeps ~38 % and is slower than none, so Arrow stays uncompressed
-    default_compressions = {"capnp": "lz4"}
+    default_compressions: ClassVar[dict[str, str]] = {"capnp": "lz4"}
 
     @classmethod
     def check(cls, layout, fmt: str, compression: str) -> None:

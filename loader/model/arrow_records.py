@@ -103,7 +103,7 @@ def schema_of(layout: Layout, names: list[str]):
 def decoded_names(layout: Layout, names: list[str]) -> list[str]:
     """The columns to decode for the fields ``names``: with ``_validity`` when one of them is
     nullable (its nulls are bits there)."""
-    return names + [VALIDITY] if any(n in layout.nullable_names for n in names) else names
+    return [*names, VALIDITY] if any(n in layout.nullable_names for n in names) else names
 
 
 def column_to_arrow(values: np.ndarray, field: Field, valid: np.ndarray | None):

@@ -175,7 +175,7 @@ def _put_rows(txn, cat, rows) -> None:
         if not items:
             continue
         with txn.cursor(db=db) as cur:
-            consumed, added = cur.putmulti(items, append=True)
+            _consumed, added = cur.putmulti(items, append=True)
         if added != len(items):  # out of order: every item the slow way (put overwrites)
             for k, v in items:
                 txn.put(k, v, db=db)

@@ -98,7 +98,7 @@ class BatchEntry:
         base = [self.seq, self.shard, self.first, self.count, self.checksum, self.nbytes]
         if self.table is None:
             return base
-        return base + [self.lo, self.hi, self.docs, self.table, self.text_bytes]
+        return [*base, self.lo, self.hi, self.docs, self.table, self.text_bytes]
 
 
 @dataclass

@@ -59,7 +59,7 @@ class _Shape(msgspec.Struct):
 
 
 FIXED_ROW = ("seq", "shard", "first", "count", "checksum", "nbytes")
-KEYED_ROW = FIXED_ROW + ("lo", "hi", "docs", "table", "text_bytes")
+KEYED_ROW = (*FIXED_ROW, "lo", "hi", "docs", "table", "text_bytes")
 _N = Annotated[int, msgspec.Meta(ge=0)]
 _FixedRow = tuple[_N, _N, _N, _N, int, _N]
 _KeyedRow = tuple[_N, _N, _N, _N, int, _N, _N | None, _N | None, _N, str, _N]

@@ -45,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import itertools
 import socket
 from collections import OrderedDict
 
@@ -344,7 +345,7 @@ def _cuts(start: int, stop: int, size: int) -> tuple[int, ...]:
     if start >= stop:
         return (0,)
     edges = [start, *range((start // size + 1) * size, stop, size), stop]
-    return tuple(b - a for a, b in zip(edges, edges[1:]))
+    return tuple(b - a for a, b in itertools.pairwise(edges))
 
 
 def _read_block(snap: Snapshot, spec: _BlockSpec, block_info=None) -> np.ndarray:

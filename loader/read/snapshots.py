@@ -93,4 +93,4 @@ def _ident(f, m: mf.Manifest) -> tuple:
     manifest file ``f`` that ``m`` was read from."""
     if getattr(m, "_catalog", None) is not None:
         return (m.dataset_id, m.generation)
-    return file_ident(os.fstat(f.fileno())) + (m.generation,)
+    return (*file_ident(os.fstat(f.fileno())), m.generation)

@@ -112,8 +112,9 @@ class Verifying:
             except StoreError as e:
                 stopped = e
             if stopped is not None:
-                problems = problems + [
-                    {"shard": None, "batch": None, "first_record": None, "problem": f"arrays: {stopped}"}
+                problems = [
+                    *problems,
+                    {"shard": None, "batch": None, "first_record": None, "problem": f"arrays: {stopped}"},
                 ]
         return VerifyReport(self.uri, not problems, len(self.manifest.batches), self.manifest.records, problems)
 

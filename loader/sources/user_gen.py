@@ -395,13 +395,13 @@ def function_hash(fn) -> str:
             g = f.__globals__
             for name in f.__code__.co_names:
                 v = g.get(name)
-                if isinstance(v, PLAIN + (tuple, frozenset)) or (
+                if isinstance(v, (*PLAIN, tuple, frozenset)) or (
                     isinstance(v, types.FunctionType) and v.__module__ == f.__module__
                 ):
                     feed((name, v))
         else:
             h.update(type(obj).__qualname__.encode())
-            call = getattr(type(obj), "__call__", None)
+            call = getattr(type(obj), "__call__", None)  # noqa: B004 - the class's own __call__, not callable()
             if isinstance(call, types.FunctionType):
                 feed(call)
 

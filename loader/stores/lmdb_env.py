@@ -161,7 +161,7 @@ def _open_writer_env(path: str, existing: int, options: LmdbOptions) -> lmdb.Env
 
 def _open_reader_env(path: str, existing: int, options: LmdbOptions) -> lmdb.Environment:
     data = os.path.join(path, "data.mdb")
-    for attempt in range(READER_OPEN_ATTEMPTS):
+    for _attempt in range(READER_OPEN_ATTEMPTS):
         where = path_ident(path)
         try:
             # the size stored in the file (or its current extent) is adopted by LMDB

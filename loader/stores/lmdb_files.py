@@ -58,7 +58,7 @@ def data_file_problem(data: str) -> str | None:
     """Why an LMDB ``data.mdb`` cannot be mapped safely, or None: both meta pages must be
     LMDB meta pages, and the file must reach the last page in use - a truncated file is
     refused here rather than met as a SIGBUS when a read touches the missing pages."""
-    for attempt in range(2):  # a meta page being rewritten right now: look again once
+    for _attempt in range(2):  # a meta page being rewritten right now: look again once
         found = _meta_problem(data)
         if found is None:
             return None
@@ -82,7 +82,7 @@ def _meta_problem(data: str) -> str | None:
         return e.what
     except OSError as e:
         return f"data.mdb cannot be read ({e.strerror or e})"
-    for i, (pgno, _pad, flags, magic, version, _psize, last_pg, _txnid) in enumerate(metas):
+    for i, (pgno, _pad, flags, magic, version, _psize, _last_pg, _txnid) in enumerate(metas):
         if size < (i + 1) * psize:
             return f"data.mdb is truncated ({size} bytes: not even its two meta pages of {psize} bytes)"
         if pgno != i or not flags & _P_META or magic != _MAGIC or version != _VERSION:
