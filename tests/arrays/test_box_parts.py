@@ -18,6 +18,7 @@ piece that can hold the box's cells, found from the index's sample of the piece
 
 from __future__ import annotations
 
+import itertools
 import os
 
 import numpy as np
@@ -143,7 +144,7 @@ def test_part_ranges_hold_every_cell_of_the_box(arrays):
             ranges = box_parts.part_ranges(ai, i, box)
             if ranges is None:
                 continue
-            assert all(a < b for a, b in ranges) and all(b1 < a2 for (_, b1), (a2, _) in zip(ranges, ranges[1:]))
+            assert all(a < b for a, b in ranges) and all(b1 < a2 for (_, b1), (a2, _) in itertools.pairwise(ranges))
             with ValueReader(ds.shard(int(ai.shard[i])), ai.table) as rd:
                 cells = query._columns(ai, rd.get(ai.keys[i]))
                 rv, cv = cells["i0"], cells["i1"]

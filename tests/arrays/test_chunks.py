@@ -72,9 +72,9 @@ def test_batch_chunks_counts_records_per_chunk_in_key_order(xy, l0, l1, spread):
     elif spread == 2:  # a narrow domain: the bincount path
         recs["x"] %= 50
         recs["y"] %= 40
-    want = Counter((x // l0, y // l1) for x, y in zip(recs["x"].tolist(), recs["y"].tolist()))
+    want = Counter((x // l0, y // l1) for x, y in zip(recs["x"].tolist(), recs["y"].tolist(), strict=True))
     crow, ccol, count = batch_chunks(recs, ("x", "y"), (l0, l1))
-    got = list(zip(crow.tolist(), ccol.tolist()))
+    got = list(zip(crow.tolist(), ccol.tolist(), strict=True))
     assert got == sorted(want) and count.tolist() == [want[c] for c in got]
 
 

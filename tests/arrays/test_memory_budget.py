@@ -22,7 +22,7 @@ def flat(tmp_path_factory):
 @pytest.mark.parametrize("strategy", ["direct", "spill"])
 @pytest.mark.parametrize("budget_mib", [128, 192])
 def test_workers_stay_within_the_budget(flat, strategy, budget_mib):
-    root, uri = flat
+    _root, uri = flat
     rep = finalize(
         uri,
         dims="i0:10,i1:100000",

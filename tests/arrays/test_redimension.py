@@ -67,10 +67,7 @@ def model(recs, d0, d1, policy):
             if same[i]:
                 syn[i] = syn[i - 1] + 1
         return cells, syn, same.any()
-    if policy == "first":
-        keep = ~same
-    else:
-        keep = ~np.r_[same[1:], False]
+    keep = ~same if policy == "first" else ~np.r_[same[1:], False]
     return recs[order[keep]], None, same.any()
 
 
@@ -394,7 +391,7 @@ def test_cli_finalize_collision_exit_1_and_json(tmp_path):
     assert "i0 0..9, i1 0..1999" in line[0] and "duplicates error" in line[0] and "STALE" not in line[0]
     loader.load("gen://scidb96?n=10&start=2000", uri)
     r = run_cli("info", uri)
-    assert "STALE" in [ln for ln in r.stdout.splitlines() if ln.startswith("array")][0], r.stdout
+    assert "STALE" in next(ln for ln in r.stdout.splitlines() if ln.startswith("array")), r.stdout
     r = run_cli("finalize", uri, "--dims", "i0:10,i1:300", "--strategy", "sometimes")
     assert r.returncode == 2 and "strategy 'sometimes' is unknown" in r.stderr
 

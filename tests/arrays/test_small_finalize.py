@@ -12,6 +12,7 @@ the calling process (executors.ThreadExecutor), even with ``workers`` given:
   unchanged, and the same command resumes.
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -196,17 +197,15 @@ def running_finalize(root) -> bool:
 def test_sigterm_during_a_small_finalize_keeps_the_arrays(tmp_path, fault_base):
     src, before, refs = fault_base["lmdb"]
     args = [tool("bulkload"), "finalize", None, *map(str, CLI_FIN)]
-    for attempt in range(20):  # stop it while its run is `running` (a fast machine may finish first)
+    for _attempt in range(20):  # stop it while its run is `running` (a fast machine may finish first)
         shutil.rmtree(tmp_path / "ds", ignore_errors=True)
         uri = copy_of(src, tmp_path, "ds")
         args[2] = uri
         p = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
         while p.poll() is None and not running_finalize(tmp_path / "ds"):
             time.sleep(0.001)
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(p.pid, signal.SIGSTOP)  # hold it inside the run, then stop it there
-        except ProcessLookupError:
-            pass
         stopped_inside = running_finalize(tmp_path / "ds")
         if stopped_inside:  # threads only: no forkserver, no worker process
             assert psutil.Process(p.pid).children(recursive=True) == []

@@ -109,7 +109,7 @@ def test_spec_and_cell_layout(policy):
     assert spec.layout_obj.to_dict() == SCIDB96.to_dict()
     cell = spec.cell_layout()
     if policy == "keep":
-        assert cell.names == SCIDB96.names + ["syn"] and cell.record_size == SCIDB96.record_size + 4
+        assert cell.names == [*SCIDB96.names, "syn"] and cell.record_size == SCIDB96.record_size + 4
         assert cell.dtype["syn"] == np.dtype("<u4")
     else:
         assert cell.to_dict() == SCIDB96.to_dict()

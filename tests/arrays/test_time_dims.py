@@ -125,7 +125,7 @@ def test_the_cli_box_takes_iso_instants_with_dot_dot(dataset):
     want = brute(recs, "2026-01-02T15:00", "2026-01-02T15:10:30", 100, 1000)
     assert len(rows) == len(want) > 0
     assert sorted((r["ts"], r["size"], r["sym"]) for r in rows) == [  # exact ISO text, symbols as text
-        (str(t), int(z), s.decode()) for t, z, s in zip(want["ts"], want["size"], want["sym"])
+        (str(t), int(z), s.decode()) for t, z, s in zip(want["ts"], want["size"], want["sym"], strict=True)
     ]
     r = run_cli("query", uri, "--box", "ts=2026-01-02T14:30..2026-01-02T14:30:01,size=1500:1501", "--attrs", "sym")
     assert r.returncode == 0 and r.stdout.splitlines()[1].split() == ["2026-01-02", "14:30:00", "1500", "XOM"]
@@ -134,7 +134,7 @@ def test_the_cli_box_takes_iso_instants_with_dot_dot(dataset):
 
 
 def test_a_fraction_of_a_second_rounds_up_as_the_half_open_box_does(dataset):
-    uri, recs = dataset
+    uri, _recs = dataset
     with loader.open(uri) as ds:
         a = ds.read_box(ts=("2026-01-02T15:00:00.5", "2026-01-02T15:00:09.5"))
         b = ds.read_box(ts=("2026-01-02T15:00:01", "2026-01-02T15:00:10"))
@@ -228,8 +228,12 @@ def test_to_dask_array_of_a_bool_attribute_on_a_time_box(dataset):
     want = brute(recs, "2026-01-02T14:30", "2026-01-02T16:30")
     want = want[want["halted"]]
     assert len(want) > 0
-    assert sorted(zip(rows.tolist(), cols.tolist())) == sorted(
-        zip((want["ts"] - np.datetime64("2026-01-02T14:30", "s")).astype(np.int64).tolist(), want["size"].tolist())
+    assert sorted(zip(rows.tolist(), cols.tolist(), strict=True)) == sorted(
+        zip(
+            (want["ts"] - np.datetime64("2026-01-02T14:30", "s")).astype(np.int64).tolist(),
+            want["size"].tolist(),
+            strict=True,
+        )
     )
 
 
@@ -263,7 +267,7 @@ def test_ticks_boxes_on_time_equal_a_numpy_filter_with_their_nulls(ticks, lo, sp
         np.testing.assert_array_equal(got[c].to_numpy(zero_copy_only=False)[order], want[c])
     valid = want["_validity"][:, 0] == 1
     venue = got["venue"].to_pylist()
-    assert [venue[i] for i in order] == [int(v) if ok else None for v, ok in zip(want["venue"], valid)]
+    assert [venue[i] for i in order] == [int(v) if ok else None for v, ok in zip(want["venue"], valid, strict=True)]
 
 
 def test_a_nullable_field_is_not_a_dimension(ticks):
@@ -284,7 +288,7 @@ def test_finalize_says_a_time_dimensions_chunk_and_bounds_as_written(dataset):
 def test_the_spill_and_direct_builds_of_a_time_array_are_the_same_and_verify(ticks):
     from loader.arrays.finalize import finalize
 
-    uri, recs = ticks
+    uri, _recs = ticks
     for strategy in ("spill", "direct"):
         finalize(uri, dims="ts:30min,size:500", array=strategy, workers=2, strategy=strategy, compact=False)
     with loader.open(uri) as ds:

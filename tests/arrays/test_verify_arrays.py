@@ -95,7 +95,7 @@ def test_a_sound_array_verifies(grid):
     ],
 )
 def test_changed_cells_with_a_consistent_index_are_found(grid, damage, delta, expect):
-    where, s = rewrite_piece(grid, "grid", damage, cells_delta=delta)
+    where, _s = rewrite_piece(grid, "grid", damage, cells_delta=delta)
     found = problems(grid)
     assert len(found) == 1 and expect in found[0] and found[0].startswith("array 'grid': ")
     if "chunk" in expect or "order" in expect:

@@ -135,7 +135,7 @@ def test_each_run_appends_one_history_line(runs):
     out, first, second = runs
     lines = [json.loads(x) for x in (out / "history.jsonl").read_text().splitlines()]
     assert [x["label"] for x in lines] == ["first", "second"]
-    for line, res in zip(lines, (first, second)):
+    for line, res in zip(lines, (first, second), strict=True):
         assert line["suite"] == "catalog" and line["started"] == res["started"]
         commit = res["git"]["commit"]  # None outside a git checkout
         assert line["git"] == (commit[:7] + ("-dirty" if res["git"]["dirty"] else "") if commit else None)

@@ -167,7 +167,10 @@ def test_rss_targets_from_the_samples():
             "rss",
             "r",
             n,
-            samples=[{"seconds": 1, "peak_tree_anon_bytes": a, "peak_tree_rss_bytes": v} for a, v in zip(anon, vm)],
+            samples=[
+                {"seconds": 1, "peak_tree_anon_bytes": a, "peak_tree_rss_bytes": v}
+                for a, v in zip(anon, vm, strict=True)
+            ],
         )
 
     one_gib, flat = rss_targets(rss(1000, (400 << 20, 500 << 20), (1, 2)), rss(9000, (600 << 20,), (3 << 30,)))

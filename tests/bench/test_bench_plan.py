@@ -98,5 +98,5 @@ def test_workloads_default_to_both_and_scidb96_is_always_measured():
     assert suite_params("quick").workloads == ("scidb96", "ticks")
     assert suite_params("quick", workloads=("ticks",)).workloads == ("scidb96", "ticks")
     assert suite_params("full", workloads=("scidb96",)).workloads == ("scidb96",)
-    with pytest.raises(ValueError, match="unknown workload.s. trades; use scidb96, ticks"):
+    with pytest.raises(ValueError, match=r"unknown workload.s. trades; use scidb96, ticks"):
         suite_params("quick", workloads=("trades",))

@@ -4,6 +4,7 @@ file chores between runs - real processes, real files, real /dev/full. Never tim
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -51,7 +52,7 @@ def test_a_failing_child_is_a_runtime_error_with_its_stderr(tmp_path):
     missing = tmp_path / "missing.npy"
     with pytest.raises(RuntimeError, match=f"FileNotFoundError: .*{missing.name}"):
         run_child("npload", path=str(missing))
-    with pytest.raises(RuntimeError, match="usage: python -m loader.bench.child KIND"):
+    with pytest.raises(RuntimeError, match=re.escape("usage: python -m loader.bench.child KIND")):
         run_child("no_such_kind")
 
 
@@ -75,7 +76,9 @@ def test_run_gen_writes_the_records_and_reports_a_failed_write(tmp_path):
 
 def test_tool_finds_the_programs_next_to_the_interpreter():
     assert tool("bulkload") == str(Path(sys.executable).parent / "bulkload")
-    with pytest.raises(RuntimeError, match="no-such-program-x is not installed; run `pip install -e .` first"):
+    with pytest.raises(
+        RuntimeError, match=re.escape("no-such-program-x is not installed; run `pip install -e .` first")
+    ):
         tool("no-such-program-x")
 
 

@@ -125,7 +125,7 @@ def test_load_once_loads_the_records_into_each_store(tmp_path, scheme, stdin):
 
 
 def test_a_failing_load_carries_bulkloads_own_error(tmp_path):
-    with opened_bench(tmp_path) as b, pytest.raises(RuntimeError, match="bulkload: error: .*/proc/no-such-dir/ds"):
+    with opened_bench(tmp_path) as b, pytest.raises(RuntimeError, match=r"bulkload: error: .*/proc/no-such-dir/ds"):
         load_once(b, 1000, "lmdb:///proc/no-such-dir/ds", workers=1)
 
 

@@ -144,7 +144,7 @@ def test_the_peers_are_measured_in_the_same_rounds_and_compared(tmp_path, monkey
         for f in (head, build, write, b.figures["peer-arcticdb-read"], b.figures["peer-tiledb-write"]):
             assert f.status == "ok", (f.id, f.reason)
             assert [s["round"] for s in f.samples] == [1, 2]
-        for s, w in zip(build.samples, write.samples):  # one child, both figures: build + write > write
+        for s, w in zip(build.samples, write.samples, strict=True):  # one child, both figures: build + write > write
             assert s["seconds"] == pytest.approx(s["build_s"] + s["write_s"], abs=1e-5) and s["seconds"] > w["seconds"]
             assert s["disk_bytes"] > 0
         rows = {(c["bulkload"], c["peer"]): c for c in comparisons(b.figures, [head.id], b.cores)}
@@ -167,7 +167,7 @@ def test_a_comparison_pairs_samples_of_the_same_round():
             "load",
             fid,
             1000,
-            samples=[{"seconds": s, "round": r, "disk_bytes": 100 * r} for s, r in zip(secs, rounds)],
+            samples=[{"seconds": s, "round": r, "disk_bytes": 100 * r} for s, r in zip(secs, rounds, strict=True)],
         )
 
     ours = fig("load-lmdb-capnp-w2", (1.0, 2.0, 4.0), (1, 2, 3))

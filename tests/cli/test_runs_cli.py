@@ -34,7 +34,7 @@ def test_runs_are_listed_newest_first_and_filtered(tmp_path):
     uri = f"lmdb://{tmp_path}/ds"
     appended_loads(tmp_path, uri, 3)
     t_mid = time.time()
-    time.sleep(0.05)
+    time.sleep(0.05)  # the subject: the compaction starts after t_mid
     loader.compact(uri, force=True)
     listed = loader.runs(uri)
     assert [r.kind for r in listed] == ["compact", "load", "load", "load"]

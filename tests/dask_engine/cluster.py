@@ -113,10 +113,8 @@ def lease_holders(root) -> dict[str, int]:
     process running that attempt (not its nanny)."""
     by_inode = {}
     for path in glob.glob(os.path.join(root, ".leases", "*.lock")):
-        try:
+        with contextlib.suppress(FileNotFoundError):
             by_inode[os.stat(path).st_ino] = path
-        except FileNotFoundError:
-            pass
     held = {}
     with open("/proc/locks") as f:
         for line in f:

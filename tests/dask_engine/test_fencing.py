@@ -20,7 +20,7 @@ def test_a_newer_attempt_fences_the_older_one(tmp_path):
     got = {}
     t = threading.Thread(target=lambda: got.setdefault("attempt", new.acquire()))
     t.start()
-    time.sleep(0.3)
+    time.sleep(0.3)  # the subject: the newer attempt still waits after a while
     assert t.is_alive() and "attempt" not in got  # at most one writer: it waits for the lock
     with pytest.raises(Superseded):
         old.check()  # the zombie's next message is refused

@@ -9,7 +9,7 @@ import subprocess
 import time
 
 import pytest
-from helpers import manifest_json, tool
+from helpers import manifest_json, tool, wait_until
 
 import loader
 
@@ -36,13 +36,6 @@ def shard_files(root) -> dict:
     return out
 
 
-def wait_until(cond, timeout, what):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.02)
-
-
 def test_a_killed_coordinator_leaves_the_last_commit_and_its_tasks_stop(tmp_path, client):
     ref = f"lmdb://{tmp_path}/ref"
     loader.load(SOURCE, ref, shards=2, workers=2, batch_records=500)
@@ -54,7 +47,7 @@ def test_a_killed_coordinator_leaves_the_last_commit_and_its_tasks_stop(tmp_path
         wait_until(
             lambda: (pending_rows(root) >= 4 and lease_holders(root)) or p.poll() is not None,
             60,
-            "the load never got under way",
+            "the load to get under way (4 batches pending, leases held)",
         )
         assert p.poll() is None, "the load ended before it could be killed: make it longer"
         os.kill(p.pid, signal.SIGKILL)
@@ -62,16 +55,16 @@ def test_a_killed_coordinator_leaves_the_last_commit_and_its_tasks_stop(tmp_path
         p.wait(30)
     committed = manifest_json(root)
     at_kill = shard_files(root)
-    wait_until(lambda: not lease_holders(root), 30, "the dead coordinator's tasks kept their leases")
+    wait_until(lambda: not lease_holders(root), 30, "the dead coordinator's tasks to give up their leases")
     grown = sum(v[0] for v in shard_files(root).values()) - sum(v[0] for v in at_kill.values())
     # they stop at their next message (a group of batches), not after their whole share (~19 MB)
     assert grown < 3_000_000, f"the orphaned tasks wrote {grown} bytes after the coordinator died"
     before = shard_files(root)
-    time.sleep(1.5)
+    time.sleep(1.5)  # the subject: nothing happens for a while (a stray task would write by now)
     assert shard_files(root) == before  # nobody writes any more
     assert manifest_json(root) == committed  # the last commit, untouched
     with loader.open(uri) as ds:
         assert ds.verify().ok
-    again = subprocess.run(cmd + ["--json"], env=env, capture_output=True, text=True, timeout=120)
+    again = subprocess.run([*cmd, "--json"], env=env, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr
     same_state(dataset_state(ref), dataset_state(uri))

@@ -89,7 +89,7 @@ def test_an_error_raised_in_a_dask_task_is_the_runs_error(tmp_path, client):
 
 
 def test_a_stream_or_a_mem_dataset_on_dask_is_a_usage_error(tmp_path, client):
-    with pytest.raises(UsageError, match="a stream .* cannot run on the dask engine"):
+    with pytest.raises(UsageError, match=r"a stream .* cannot run on the dask engine"):
         loader.load("-", f"lmdb://{tmp_path}/s", layout="scidb96", stdin=io.BytesIO(b"\0" * 960), client=client)
     # an in-memory array lives in the coordinator's memory: no Dask worker can read it
     with pytest.raises(UsageError, match="in-memory object cannot run on the dask engine"):

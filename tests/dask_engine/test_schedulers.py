@@ -3,6 +3,7 @@ sends garbage, or nothing), a real scheduler without workers, a stop signal whil
 local:N cluster starts or while the handshake waits. Each ends within seconds as one line,
 before anything is written (real sockets on 127.0.0.1, a real distributed.Scheduler)."""
 
+import contextlib
 import os
 import signal
 import socket
@@ -12,7 +13,7 @@ import threading
 import time
 
 import pytest
-from helpers import run_cli, tool
+from helpers import run_cli, tool, wait_until
 
 import loader
 from loader.errors import EngineError
@@ -36,10 +37,8 @@ def service(request):
                 continue
             held.append(conn)
             if request.param:
-                try:
+                with contextlib.suppress(OSError):
                     conn.sendall(request.param)
-                except OSError:
-                    pass
 
     t = threading.Thread(target=serve, daemon=True)
     t.start()
@@ -203,6 +202,5 @@ def test_a_stop_signal_while_the_engine_starts_ends_the_command_within_2_s(tmp_p
         os.killpg(p.pid, signal.SIGKILL) if p.poll() is None else None
     assert time.monotonic() - start < 2.5
     assert (p.returncode, err) == (143, "bulkload: error: interrupted by SIGTERM\n")
-    time.sleep(0.5)
-    assert not _stray(started)
+    wait_until(lambda: not _stray(started), 10, "the cluster's processes to exit")
     assert not (tmp_path / "ds").exists()

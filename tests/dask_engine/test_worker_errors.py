@@ -37,7 +37,7 @@ def one_worker(scheduler, argv, env=None, cwd=None):
     from distributed import Client
 
     p = subprocess.Popen(
-        argv + [scheduler.scheduler_address, "--no-nanny", "--nthreads", "1", "--no-dashboard"],
+        [*argv, scheduler.scheduler_address, "--no-nanny", "--nthreads", "1", "--no-dashboard"],
         env=env,
         cwd=cwd,
         stdout=subprocess.DEVNULL,

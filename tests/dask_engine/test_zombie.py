@@ -6,6 +6,7 @@ the retry waits for the zombie's lease lock; the zombie stops at its next messag
 retry took its lease) without sending it - and the result equals an undisturbed run,
 verifies, and the retry is counted."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -58,10 +59,8 @@ def cluster():
         finally:
             for p in procs:
                 for sig in (signal.SIGCONT, signal.SIGKILL):
-                    try:
+                    with contextlib.suppress(ProcessLookupError):
                         os.kill(p.pid, sig)
-                    except ProcessLookupError:
-                        pass
                 p.wait(30)
 
 
@@ -70,10 +69,8 @@ def want_files(root) -> dict:
     out = {}
     for name in os.listdir(leases) if os.path.isdir(leases) else ():
         if name.endswith(".want"):
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 out[name] = Path(leases, name).read_text()
-            except FileNotFoundError:
-                pass
     return out
 
 
@@ -103,7 +100,7 @@ def test_a_paused_attempt_that_resumes_after_its_retry_started_changes_nothing(t
             while want_files(root).get(want) == before[want]:
                 assert time.monotonic() < deadline, "Dask never started the task again"
                 time.sleep(0.05)
-            time.sleep(0.5)
+            time.sleep(0.5)  # the subject: the retry keeps waiting for the zombie's lock a while
             assert lease_holders(root).get(lock) == paused
             assert ex.retried == 0  # the retry waits for the zombie's lock: one writer at a time
             written = {f: os.path.getsize(f) for f in Path(root).glob("shard*/data.mdb")}

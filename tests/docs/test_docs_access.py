@@ -5,6 +5,7 @@ failed run's documents dropped from every shard - on real stores."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 
@@ -117,7 +118,7 @@ def test_blocks_from_yields_the_blocks_that_hold_a_range(tmp_path, scheme):
     try:
         every = [(bytes(k), bytes(v)) for k, v in st.range(table=b.table)]
         spans = [(int(reader.columns(v)[0][0]), id_of_key(k)) for k, v in every]  # (first, last) id
-        gaps = [(a[1] + 1, z[0] - 1) for a, z in zip(spans, spans[1:]) if z[0] > a[1] + 1]  # between batches
+        gaps = [(a[1] + 1, z[0] - 1) for a, z in itertools.pairwise(spans) if z[0] > a[1] + 1]  # between batches
         assert len(every) > 2 and gaps
         for lo, hi in [
             (0, MAX_ID),
@@ -130,7 +131,7 @@ def test_blocks_from_yields_the_blocks_that_hold_a_range(tmp_path, scheme):
             (gaps[0][0], gaps[0][0]),
             (gaps[0][1], gaps[0][1] + 1),
         ]:
-            want = [kv for kv, (first, last) in zip(every, spans) if last >= lo and first <= hi]
+            want = [kv for kv, (first, last) in zip(every, spans, strict=True) if last >= lo and first <= hi]
             assert [(bytes(k), bytes(v)) for k, v in blocks_from(st, b.table, lo, hi)] == want, (lo, hi)
     finally:
         st.close()
@@ -154,12 +155,14 @@ def test_batch_docs_reads_a_range_back_and_checks_a_whole_batch(store_uri, fmt):
         st.put_sorted([(bytes(k), bytes(v) + b"\0")], table=b.table)
     finally:
         st.close()
-    with loader.open(store_uri) as ds:
-        with pytest.raises(
+    with (
+        loader.open(store_uri) as ds,
+        pytest.raises(
             CorruptBatchError,
             match=rf"shard {b.shard} batch {b.seq} \(documents {b.lo}\.\.{b.hi}\) of .*: stored bytes changed \(checksum mismatch\)",
-        ):
-            DocReader(ds).batch_docs(b, b.lo, b.hi)
+        ),
+    ):
+        DocReader(ds).batch_docs(b, b.lo, b.hi)
 
 
 @pytest.mark.parametrize("interleaved", [False, True])

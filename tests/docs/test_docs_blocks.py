@@ -3,6 +3,7 @@ page filling, corrupt values."""
 
 from __future__ import annotations
 
+import itertools
 import struct
 
 import numpy as np
@@ -39,7 +40,7 @@ def batches(draw):
     ids = sorted(set(ids))
     texts = [draw(st.binary(max_size=draw(st.sampled_from([0, 10, 3000, 9000])))) for _ in ids]
     cas = draw(st.one_of(st.lists(I64, min_size=len(ids), max_size=len(ids)), st.just([7] * len(ids))))
-    return DocBatch.from_records(zip(ids, cas, texts))
+    return DocBatch.from_records(zip(ids, cas, texts, strict=True))
 
 
 def _reference_columns(batch: DocBatch, i: int, j: int, flags: int) -> bytes:
@@ -51,7 +52,7 @@ def _reference_columns(batch: DocBatch, i: int, j: int, flags: int) -> bytes:
     ids = [int(x) for x in batch.ids[i:j]]
     cas = [int(x) for x in batch.created_at[i:j]]
     lens = [int(x) for x in np.diff(batch.offsets[i : j + 1])]
-    deltas = [b - a for a, b in zip(ids, ids[1:])]
+    deltas = [b - a for a, b in itertools.pairwise(ids)]
     wi = 0 if all(d == 1 for d in deltas) else width(max(deltas))
     wl = width(max(lens))
     base = min(cas)

@@ -4,6 +4,7 @@ the manifest switch, and the LMDB table limit lifted by a fold."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -63,7 +64,7 @@ def test_components_and_windows():
     assert [[(b.lo, b.hi) for b in c] for c in comps] == [[(0, 99), (1, 100)], [(150, 210), (200, 299)]]
     w = windows(comps[0], 25)
     assert len(w) == 4 and w[0][0] == 0 and w[-1][1] == 100
-    assert all(a <= z and z + 1 == a2 for (a, z), (a2, _) in zip(w, w[1:]))
+    assert all(a <= z and z + 1 == a2 for (a, z), (a2, _) in itertools.pairwise(w))
     assert windows(comps[1], 1000) == [(150, 299)]
     assert windows([entry(5, 5, 1)], 1) == [(5, 5)]
 
@@ -121,7 +122,7 @@ def test_split_windows_and_several_components(tmp_path):
     rep = compact(uri, target_batch_records=10).to_dict()
     s = rep["shards"][0]
     assert s["status"] == "folded" and s["components"] == 4 and s["splits"] >= 1 and s["windows"] >= 7
-    want = sort_by_id(DocBatch.concat(parts + [far]))
+    want = sort_by_id(DocBatch.concat([*parts, far]))
     check(uri, want)
     with loader.open(uri) as ds:  # batches of about the target (a window of up to 4x is cut in pieces)
         assert max(b.docs for b in ds.manifest.batches) <= 15 and len(ds.manifest.batches) >= 12

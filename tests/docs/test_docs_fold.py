@@ -67,7 +67,7 @@ def test_fold_shard_rewrites_every_document_id_sorted(store_uri):
         assert doc_tables(st) == ["docs-a", "docs-b", "docs-folded", "docs-held"]
         assert max(id_of_key(k) for k, _ in st.range(table="docs-a")) == 99  # the tail is gone
         assert [id_of_key(k) for k, _ in st.range(table="docs-folded")] == want.ids.tolist()
-        for seq, shard, first, count, checksum, nbytes, lo, hi, n, table, text in got.rows:
+        for seq, shard, first, _count, checksum, nbytes, lo, hi, n, table, _text in got.rows:
             assert (seq, shard, first, table, n) == (0, 0, 0, "docs-folded", 20)
             assert range_checksum(st, table, lo, hi, False) == (checksum, n, nbytes)
         assert sum(r[8] for r in got.rows) == 160

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -134,7 +136,7 @@ def test_generate_is_split_invariant(seed, n, data):
     whole = generate_docs(seed, 0, n)
     cuts = sorted(data.draw(st.lists(st.integers(0, n), max_size=4)))
     bounds = [0, *cuts, n]
-    parts = [generate_docs(seed, a, b - a) for a, b in zip(bounds, bounds[1:])]
+    parts = [generate_docs(seed, a, b - a) for a, b in itertools.pairwise(bounds)]
     assert DocBatch.concat(parts).equals(whole)
     assert len(whole) == n
     assert np.array_equal(whole.ids, np.arange(n, dtype=np.uint64))
@@ -147,7 +149,7 @@ def test_generate_is_split_invariant_near_the_anchors(seed, r, data):
     whole = generate_docs(seed, start, n)
     cuts = sorted(data.draw(st.lists(st.integers(0, n), max_size=3)))
     bounds = [0, *cuts, n]
-    parts = [generate_docs(seed, start + a, b - a) for a, b in zip(bounds, bounds[1:])]
+    parts = [generate_docs(seed, start + a, b - a) for a, b in itertools.pairwise(bounds)]
     assert DocBatch.concat(parts).equals(whole)
     assert whole.ids.tolist() == list(range(start, start + n))
 

@@ -158,7 +158,7 @@ def test_encoded_batches_read_back_with_their_row_checksum(store_uri, fmt, compr
         try:
             rows = write_batches(t, st, s)
             assert [r[0] % 2 for r in rows] == [s] * len(rows) and rows
-            for seq, shard, first, count, checksum, nbytes, lo, hi, n, table, text in rows:
+            for _seq, shard, first, count, checksum, nbytes, lo, hi, n, table, text in rows:
                 want = generate_docs(0, first, count)
                 assert (shard, lo, hi, n, table, text) == (
                     s,

@@ -6,6 +6,7 @@ earlier attempt's stats of the same plan and deletes the files no manifest names
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -52,7 +53,7 @@ def test_a_ledger_reads_back_as_written(tmp_path_factory, rows, data):
 def test_every_damaged_or_cut_ledger_reads_as_none(tmp_path):
     path = str(tmp_path / "x.ledger")
     write_ledger(path, np.array([3, 7, 9], np.uint64), np.array([10, 20, 30]), np.array([1, 2, 3]), 2)
-    good = open(path, "rb").read()
+    good = Path(path).read_bytes()
     assert read_ledger(path) is not None and len(good) == 32 + 3 * 24
     for at in range(len(good)):  # one bit flipped anywhere
         with open(path, "wb") as f:
@@ -95,7 +96,7 @@ def test_load_ledger_applies_exclusions_and_skips_damaged_files(tmp_path):
         {"file": "gone.ledger"},
     ]
     led = load_ledger(root, manifest(refs))
-    assert led.ids.tolist() == [0, 1, 4] + list(range(5, 14))  # a minus 2, 3; b minus 5 and 14 -> a's 5
+    assert led.ids.tolist() == [0, 1, 4, *range(5, 14)]  # a minus 2, 3; b minus 5 and 14 -> a's 5
     assert led.sizes.tolist() == [1, 1, 1, 1] + [2] * 8
     assert load_ledger(root, None).ids.tolist() == []
 
@@ -106,7 +107,7 @@ def test_a_runs_ledger_reuses_an_attempts_stats_and_deletes_unnamed_files(tmp_pa
     stat_of = StatOf(listed, np.arange(20) * 10, np.arange(20) * 100)
     plan, verified = np.arange(10, 20, dtype=np.uint64), [3, 1]
     name, mine = write_run_ledger(root, None, "files=10;names=ab", plan, verified, stat_of)
-    assert mine.ids.tolist() == list(range(10, 20)) + [1, 3]
+    assert mine.ids.tolist() == [*list(range(10, 20)), 1, 3]
     assert mine.sizes.tolist() == [i * 10 for i in range(10, 20)] + [10, 30]
     assert read_ledger(os.path.join(root, LEDGER_DIR, name))[1] == 10
     # a second attempt at the same plan (files touched since): the first attempt's stats stay

@@ -34,7 +34,7 @@ def stored_docs(uri: str) -> tuple[list[Any], list[Any], Any]:
 
     with loader.open(uri) as ds:
         assert ds.verify().ok
-        rows = [b.row()[:9] + [b.row()[10]] for b in ds.manifest.batches]
+        rows = [[*b.row()[:9], b.row()[10]] for b in ds.manifest.batches]
         items: list[Any] = []
         for b in ds.manifest.batches:
             items.extend(ds.shard(b.shard).range(key_of(b.lo), key_of(b.hi + 1), table=b.table))

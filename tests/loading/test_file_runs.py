@@ -98,11 +98,11 @@ def test_the_extent_of_each_run_follows_the_files_history(tmp_path, first, steps
     model.data += model.new_records(first)
     model.write()
     src = FileSource(model.path)
-    for step in [("load",)] + steps:
+    for step in [("load",), *steps]:
         if step[0] in ("load", "crash"):
             want = model.expected()
             if want is None:
-                with pytest.raises(ChangedInputError, match="changed since run .* use --new-run"):
+                with pytest.raises(ChangedInputError, match=r"changed since run .* use --new-run"):
                     plan(model)
                 got = plan(model, new_run=True)  # what the message says to do
                 want = ("new", 0, model.n)

@@ -204,7 +204,7 @@ def test_stop_signal_stops_an_in_process_load_and_the_same_command_resumes(tmp_p
     with loader.open(uri) as ds:
         runs = ds.info()["runs"]
         assert runs[-1]["status"] == "interrupted" and ds.manifest.records == 0
-    done = subprocess.run(cmd[:-1] + ["--json"], capture_output=True, text=True, env=env, timeout=120)
+    done = subprocess.run([*cmd[:-1], "--json"], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     rep = json.loads(done.stdout)
     assert rep["status"] == "resumed" and rep["in_process"] is True and rep["records"] == SLOW_N

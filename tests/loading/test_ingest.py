@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import pytest
 from helpers import run_cli
@@ -143,7 +144,7 @@ def test_file_vanishing_mid_read(tmp_path, incoming, monkeypatch):
         return real_hash(path, *a)
 
     monkeypatch.setattr(scan_mod, "hash_file", vanish)
-    with pytest.raises(SourceVanishedError, match="b.bin: the file vanished while being read"):
+    with pytest.raises(SourceVanishedError, match=re.escape("b.bin: the file vanished while being read")):
         ingest(uri, str(incoming))
     assert records(uri) == gen_bytes(0, 10)
     # vanishing while the workers read it (after it was fingerprinted)

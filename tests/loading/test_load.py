@@ -7,7 +7,7 @@ import time
 import numpy as np
 import psutil
 import pytest
-from helpers import manifest_json, run_cli, tool
+from helpers import manifest_json, run_cli, tool, wait_until
 
 import loader
 from loader.errors import DatasetBusyError, DatasetMismatchError, PartialRecordError, WorkerError
@@ -140,16 +140,17 @@ def test_ctrl_c_stops_everything_and_commits_nothing(lmdb_uri):
         text=True,
     )
     root = parse_dataset_uri(lmdb_uri).root
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not os.path.exists(os.path.join(root, "shard-000", "data.mdb")):
-        time.sleep(0.05)
-    time.sleep(0.5)
-    kids = psutil.Process(p.pid).children(recursive=True)
+    wait_until(lambda: os.path.exists(os.path.join(root, "shard-000", "data.mdb")), 30, "the load's first shard")
+    kids = wait_until(
+        lambda: k if len(k := psutil.Process(p.pid).children(recursive=True)) >= 4 else None,
+        30,
+        "the load's tracker, forkserver and 2 workers",
+    )
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=30)
     assert p.returncode == 130, err
     assert "interrupted" in err
-    gone, alive = psutil.wait_procs(kids, timeout=10)
+    _gone, alive = psutil.wait_procs(kids, timeout=10)
     assert not alive
     with loader.open(lmdb_uri) as ds:
         # a signal, not an error: the run is interrupted and the same command resumes it

@@ -202,7 +202,7 @@ def test_checkpoint_settings(monkeypatch):
     assert checkpoint_settings() == Checkpoints(0.0, 4096)
     assert checkpoint_settings(2.5, 7) == Checkpoints(2.5, 7)  # explicit > environment
     for seconds, nbytes in ((-1, None), (float("inf"), None), (None, -1)):
-        with pytest.raises(UsageError, match="checkpoint interval .* both must be >= 0"):
+        with pytest.raises(UsageError, match=r"checkpoint interval .* both must be >= 0"):
             checkpoint_settings(seconds, nbytes)
 
 

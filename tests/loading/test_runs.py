@@ -75,7 +75,7 @@ def test_a_changed_file_is_refused_until_new_run(tmp_path):
     assert loader.load(str(f), uri).records == 1000
     assert loader.load(str(f), uri).status == "already-loaded"
     f.write_bytes(gen_bytes(0, 999) + gen_bytes(5, 1))  # same size, other content
-    with pytest.raises(ChangedInputError, match="changed since run .* loaded it"):
+    with pytest.raises(ChangedInputError, match=r"changed since run .* loaded it"):
         loader.load(str(f), uri)
     rep = loader.load(str(f), uri, new_run=True)
     assert rep.status == "loaded" and rep.records == 1000
@@ -129,7 +129,7 @@ def test_replace_starts_over_atomically_and_old_readers_keep_reading(tmp_path):
     assert rep.status == "loaded" and rep.records == 1500
     # a reader with open shards still reads its snapshot; one opening a shard now is told
     assert old.read_records(0, 1000).tobytes() == gen_bytes(0, 1000)
-    with pytest.raises(DatasetReplacedError, match="was replaced .* open it again"):
+    with pytest.raises(DatasetReplacedError, match=r"was replaced .* open it again"):
         lazy.read_records(0, 10)
     old.close()
     lazy.close()
@@ -218,9 +218,8 @@ def test_a_dead_holders_lock_is_taken_over(tmp_path):
     assert p.returncode == 0, p.stderr
     with loader.open(uri) as ds:
         assert ds.read_records().tobytes() == gen_bytes(0, 200)
-    with DatasetLock(str(tmp_path / "ds")):  # and it was released again
-        with pytest.raises(DatasetBusyError):
-            DatasetLock(str(tmp_path / "ds")).acquire()
+    with DatasetLock(str(tmp_path / "ds")), pytest.raises(DatasetBusyError):  # and it was released again
+        DatasetLock(str(tmp_path / "ds")).acquire()
 
 
 POLLER = r"""

@@ -81,7 +81,7 @@ def test_prune_by_count_keeps_the_newest(tmp_path):
 def test_prune_by_age_removes_only_runs_that_ended_before(tmp_path):
     uri = f"lmdb://{tmp_path}/ds"
     f = appended_loads(tmp_path, uri, 3)
-    time.sleep(0.05)
+    time.sleep(0.05)  # the subject: runs that ended before the cutoff, and after it
     cutoff = time.time()
     time.sleep(0.05)
     grow(f, 150, 50)
@@ -318,7 +318,7 @@ def test_prune_after_a_job_on_a_busy_dataset_is_a_warning(tmp_path, capfd):
     err = capfd.readouterr().err
     assert "not pruned" in err and "the next run prunes them" in err and len(ids(uri)) == 3
     rep = loader.load("gen://scidb96?n=10&start=5000", uri, keep_runs=1, **SMALL)
-    assert rep.status == "loaded" and ids(uri) == [rep.run_id] + ids(uri)[1:] and len(ids(uri)) == 2
+    assert rep.status == "loaded" and ids(uri) == [rep.run_id, *ids(uri)[1:]] and len(ids(uri)) == 2
 
 
 def test_documents_ingest_after_pruning_skips_what_it_stored_and_reports_what_was_bad(tmp_path):

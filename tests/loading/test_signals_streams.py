@@ -28,7 +28,7 @@ import time
 
 import psutil
 import pytest
-from helpers import manifest_json, run_cli, tool
+from helpers import manifest_json, run_cli, tool, wait_until
 
 import loader
 from loader.errors import BulkloadError
@@ -89,6 +89,11 @@ def descendants(pid):
         return psutil.Process(pid).children(recursive=True)
     except psutil.NoSuchProcess:
         return []
+
+
+def at_least(n: int, procs: list) -> list | None:
+    """``procs`` when there are ``n`` or more (a `wait_until` condition), else None."""
+    return procs if len(procs) >= n else None
 
 
 def assert_all_gone(procs, timeout=10):
@@ -156,7 +161,7 @@ def test_fifo_partial_trailing_record_names_the_offset_and_commits_nothing(tmp_p
 def test_stdin_paths_are_streams_and_every_load_is_a_new_run(tmp_path, path):
     uri = f"lmdb://{tmp_path}/ds"
     data = gen_bytes(0, 2345)
-    for i in (1, 2):
+    for _i in (1, 2):
         p = run_cli("load", path, uri, "--shards", 2, "--batch-records", B, "--json", input=data)
         assert p.returncode == 0, p.stderr
         rep = json.loads(p.stdout)
@@ -325,8 +330,8 @@ def shm_scenario(view, tmp_path, name):
 def test_no_run_leaves_anything_in_dev_shm(shm, tmp_path, name):
     before = shm.entries()
     errs = shm_scenario(shm, tmp_path, name)
-    time.sleep(0.3)  # a resource tracker of a dead run may still be unlinking
-    assert shm.entries() == before
+    # a resource tracker of a dead run may still be unlinking: what it leaves after 10 s stays
+    wait_until(lambda: shm.entries() == before, 10, f"/dev/shm back to its entries before the {name} runs")
     for err in errs:
         assert "Traceback" not in err and "KeyError" not in err and "leaked" not in err, err
 
@@ -348,16 +353,14 @@ OUTCOME = {
 
 def wait_for_run(root, kind, timeout=60):
     """Wait until the manifest of ``root`` shows a ``running`` run of ``kind``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def running() -> bool:
         try:
-            m = manifest_json(root)
-            if any(r.get("kind") == kind and r.get("status") == "running" for r in m["runs"]):
-                return
+            return any(r.get("kind") == kind and r.get("status") == "running" for r in manifest_json(root)["runs"])
         except (OSError, ValueError, KeyError, BulkloadError):
-            pass
-        time.sleep(0.005)
-    raise AssertionError(f"no running {kind} run in {root}")
+            return False
+
+    wait_until(running, timeout, f"a running {kind} run in {root}", every=0.005)
 
 
 def command(kind, uri, d):
@@ -496,10 +499,8 @@ def test_sigterm_to_the_whole_process_group_is_an_interruption(tmp_path, kind):
             start_new_session=True,
         )
     wait_for_run(tmp_path / "ds", "load")
-    deadline = time.monotonic() + 30  # the resource tracker, the forkserver and 2 workers
-    while len(kids := descendants(p.pid)) < 4 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.2)
+    kids = wait_until(lambda: at_least(4, descendants(p.pid)), 30, "the tracker, the forkserver and 2 workers")
+    time.sleep(0.2)  # a moment into the load: a signal during the start-up is test_early_signals' subject
     os.killpg(p.pid, signal.SIGTERM)
     _, err = p.communicate(timeout=60)
     if g is not None:
@@ -535,14 +536,13 @@ def test_signals_during_the_cleanup_do_not_abort_it(tmp_path):
     uri = f"lmdb://{tmp_path}/ds"
     p = subprocess.Popen(bl("load", "gen://scidb96?n=100000000", uri, "--quiet"), stderr=subprocess.PIPE, text=True)
     wait_for_run(tmp_path / "ds", "load")
-    time.sleep(0.3)
-    kids = descendants(p.pid)
+    kids = wait_until(lambda: at_least(4, descendants(p.pid)), 30, "the tracker, the forkserver and 2 workers")
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
         try:
             p.send_signal(s)
         except ProcessLookupError:
             break
-        time.sleep(0.01)
+        time.sleep(0.01)  # the subject: signals 10 ms apart, during the cleanup of the first
     _, err = p.communicate(timeout=60)
     assert p.returncode == 143, err
     assert one_error_line(err).startswith("interrupted by SIGTERM")
@@ -645,6 +645,6 @@ def test_a_held_signal_wins_over_the_error_it_caused(own_handlers):
 
     with pytest.raises(Interrupted) as exc, stop_on_signals(), held(lambda: "unused"):
         os.kill(os.getpid(), signal.SIGHUP)
-        time.sleep(0.05)
+        time.sleep(0.05)  # the handler runs in here: the signal is held, not raised
         raise EOFError("unexpected EOF")
     assert str(exc.value) == "interrupted by SIGHUP" and isinstance(exc.value.__cause__, EOFError)

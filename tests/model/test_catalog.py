@@ -137,7 +137,7 @@ def test_a_newer_manifest_version_is_refused_naming_both_versions(dataset):
 
 
 def test_a_reader_keeps_its_generation_while_a_writer_commits(dataset):
-    root, uri = dataset
+    _root, uri = dataset
     with loader.open(uri) as ds:
         loader.load("gen://scidb96?n=500&start=1500", uri, workers=1, batch_records=100)
         assert ds.records == 1500 and len(list(ds.manifest.batches)) == 15

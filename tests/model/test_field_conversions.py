@@ -61,9 +61,9 @@ def test_nulls_become_validity_or_are_refused(values, nullable):
     got, valid = field_values(col, field, "w")
     assert [
         None if valid is not None and not ok else int(v)
-        for v, ok in zip(got, valid if valid is not None else [True] * len(values))
+        for v, ok in zip(got, valid if valid is not None else [True] * len(values), strict=True)
     ] == values
-    assert all(int(v) == 0 for v, x in zip(got, values) if x is None)
+    assert all(int(v) == 0 for v, x in zip(got, values, strict=True) if x is None)
 
 
 @pytest.mark.parametrize(

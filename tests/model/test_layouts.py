@@ -76,7 +76,7 @@ def test_capnp_offsets_match_pycapnp(types):
     mod = lay.capnp_module()
     msg = mod.Record.new_message()
     arr = np.zeros(lay.capnp_words * 8, dtype=np.uint8)
-    for i, (t, m) in enumerate(zip(types, lay.capnp_members)):
+    for i, (t, m) in enumerate(zip(types, lay.capnp_members, strict=True)):
         v = i + 1 if "int" in t else i + 1.5
         setattr(msg, f"f{i}", v)
         one = np.array([v], dtype=lay.field(f"f{i}").dtype).view(np.uint8)

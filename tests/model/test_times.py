@@ -112,7 +112,7 @@ def test_duration_counts_of_a_unit():
     ],
 )
 def test_mistakes_are_usage_errors_saying_what_to_write(fn, value, message):
-    with pytest.raises(UsageError, match="^where: ") as e:
+    with pytest.raises(UsageError, match=r"^where: ") as e:
         fn(value, "where")
     assert message in str(e.value)
 

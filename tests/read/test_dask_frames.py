@@ -56,7 +56,7 @@ def default_box(ds) -> tuple:
     a = ds.manifest.arrays["grid"]
     return tuple(
         ((lo // d["chunk"]) * d["chunk"], hi + 1)
-        for d, (lo, hi) in zip(a["dims"], (a["bounds"]["i0"], a["bounds"]["i1"]))
+        for d, (lo, hi) in zip(a["dims"], (a["bounds"]["i0"], a["bounds"]["i1"]), strict=True)
     )
 
 
@@ -121,7 +121,7 @@ EDGE_BOXES = [
 def test_a_box_at_the_arrays_edges_equals_the_records(datasets, box):
     with loader.open(datasets["rocksdb-arrow"]) as ds:
         assert ds.manifest.arrays["grid"]["bounds"] == {"i0": [0, 9], "i1": [5, 3004]}
-        x = ds.to_dask_array("grid", attr="i3", fill=0, box=dict(zip(("i0", "i1"), box)))
+        x = ds.to_dask_array("grid", attr="i3", fill=0, box=dict(zip(("i0", "i1"), box, strict=True)))
         np.testing.assert_array_equal(x.compute(**THREADS), dense_from_records(ds.read_records(), "i3", 0, box))
 
 
@@ -266,16 +266,20 @@ def test_bad_arguments_are_one_line_usage_errors(datasets, call, message):
 def test_documents_and_keep_arrays_are_refused(tmp_path):
     docs = f"lmdb://{tmp_path}/docs"
     loader.load("gen://docs?n=50", docs)
-    with loader.open(docs) as ds:
-        with pytest.raises(UsageError, match="to_dask_dataframe reads fixed-size records; .* holds documents"):
-            ds.to_dask_dataframe()
+    with (
+        loader.open(docs) as ds,
+        pytest.raises(UsageError, match=r"to_dask_dataframe reads fixed-size records; .* holds documents"),
+    ):
+        ds.to_dask_dataframe()
     keep = f"lmdb://{tmp_path}/keep"
     loader.load("gen://scidb96?n=300", keep, shards=1)
     loader.load("gen://scidb96?n=300", keep, new_run=True)  # every cell twice
     loader.finalize(keep, dims=DIMS, duplicates="keep", workers=1)
-    with loader.open(keep) as ds:
-        with pytest.raises(UsageError, match="keeps duplicate cells .* read it with read_box or to_dask_dataframe"):
-            ds.to_dask_array("grid", attr="d0")
+    with (
+        loader.open(keep) as ds,
+        pytest.raises(UsageError, match=r"keeps duplicate cells .* read it with read_box or to_dask_dataframe"),
+    ):
+        ds.to_dask_array("grid", attr="d0")
 
 
 def test_without_dask_reads_work_and_the_dask_methods_say_what_to_install(datasets):

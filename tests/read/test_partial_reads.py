@@ -72,7 +72,7 @@ def datasets(tmp_path_factory):
         with loader.open(uri) as ds:
             out[name] = (uri, ds.read_records())
     yield out
-    for name, (uri, _) in out.items():
+    for uri, _ in out.values():
         if uri.startswith("mem://"):
             import shutil
 
@@ -289,9 +289,11 @@ def test_a_missing_batch_is_an_error_naming_it(lmdb_ds, mode):
         st.sync()
     finally:
         st.close()
-    with loader.open(uri + mode) as ds:
-        with pytest.raises(CorruptBatchError, match=_where(uri, b) + "missing from the store"):
-            ds.read_records(b.first + 1, b.first + 2)
+    with (
+        loader.open(uri + mode) as ds,
+        pytest.raises(CorruptBatchError, match=_where(uri, b) + "missing from the store"),
+    ):
+        ds.read_records(b.first + 1, b.first + 2)
 
 
 def test_a_big_value_is_fetched_whole_in_advance_not_page_by_page(tmp_path):

@@ -15,12 +15,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import uuid
+from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import each_shard, manifest_json, run_cli, tool
+from helpers import each_shard, manifest_json, run_cli, tool, wait_until
 
 import loader
 from loader.arrays.finalize import finalize
@@ -267,7 +267,7 @@ def test_unpinned_reader_is_told_to_reopen_never_a_verify_error(tmp_path):
     assert not ds.pinned and pins(uri) == []
     cli("compact", uri, "--target-batch-records", 1000)  # merges: the old batches are deleted at once
     cli("finalize", uri, "--dims", DIMS_B, "--workers", 2, "-q")  # rebuilds the array
-    with pytest.raises(SnapshotExpiredError, match="changed since this reader opened it .* open it again"):
+    with pytest.raises(SnapshotExpiredError, match=r"changed since this reader opened it .* open it again"):
         ds.read_records(0, 10)
     with pytest.raises(DatasetReplacedError, match="open it again"):  # the same family as --replace
         ds.read_box(i1=(0, 10))
@@ -297,7 +297,7 @@ def test_a_manifest_written_onto_a_reused_inode_still_tells_the_reader_to_reopen
     keep.write_bytes(path.read_bytes())  # the new manifest, in the reader's inode
     os.replace(keep, path)
     assert os.stat(path).st_ino == os.stat(tmp_path / "ds" / "manifest.json").st_ino
-    with pytest.raises(SnapshotExpiredError, match="changed since this reader opened it .* open it again"):
+    with pytest.raises(SnapshotExpiredError, match=r"changed since this reader opened it .* open it again"):
         ds.read_records(0, 10)
     ds.close()
 
@@ -308,7 +308,7 @@ def test_array_index_after_replace_says_replaced(tmp_path):
     finalize(uri, dims=DIMS_A, workers=2)
     ds = loader.open(uri)
     loader.load("gen://scidb96?n=1000&start=5", uri, replace=True)
-    with pytest.raises(DatasetReplacedError, match="was replaced .* open it again"):
+    with pytest.raises(DatasetReplacedError, match=r"was replaced .* open it again"):
         ds.read_box(i1=(0, 100))
     rep = ds.verify()  # the new dataset, verified
     assert rep.ok and rep.records == 1000
@@ -339,6 +339,7 @@ runs = []
 while not os.path.exists(stop):
     p = subprocess.run([bulkload, "verify", uri], capture_output=True, text=True)
     runs.append([p.returncode, p.stdout[-300:], p.stderr[-300:]])
+    open(stop + ".verify", "w").close()  # one round done
 print(json.dumps(runs))
 """
 
@@ -355,6 +356,7 @@ while not os.path.exists(stop):
             assert ds.read_box(i1=(0, ds.manifest.arrays["grid"]["built_from_records"])).num_rows == \
                 ds.manifest.arrays["grid"]["built_from_records"]
     seen.append(n)
+    open(stop + ".read", "w").close()  # one round done
 print(json.dumps(seen))
 """
 
@@ -376,11 +378,12 @@ def test_verify_and_readers_in_a_loop_never_fail_while_compact_and_finalize_run(
         ),
     ]
     try:
-        time.sleep(0.5)
+        for loop in ("verify", "read"):
+            wait_until(lambda loop=loop: Path(f"{stop}.{loop}").exists(), 60, f"the {loop} loop's first round")
         for i, dims in enumerate([DIMS_A, DIMS_B, DIMS_A]):
             compact(uri, target_batch_records=[2000, 5000, 20000][i], force=True)
             finalize(uri, dims=dims, workers=2, compact=False)
-            for j in range(3):  # small appends: more batches to merge and a stale array
+            for _j in range(3):  # small appends: more batches to merge and a stale array
                 loader.load(f"gen://scidb96?n=300&start={n}", uri, batch_records=100)
                 n += 300
     finally:

@@ -35,7 +35,7 @@ def history(tmp_path):
 
 def test_as_of_reads_the_dataset_as_it_stood_after_that_commit(history):
     uri, gens, runs = history
-    for i, (g, run) in enumerate(zip(gens, runs)):
+    for i, (g, run) in enumerate(zip(gens, runs, strict=True)):
         for as_of in (g, run, str(g)):
             with loader.open(uri, as_of=as_of) as ds:
                 assert ds.records == 400 * (i + 1) and ds.manifest.generation == g

@@ -126,7 +126,7 @@ def test_bulkload_scan_writes_typed_values_as_csv_jsonl_and_parquet(zstd_uri, re
     assert r1["sym"] == "MSFT\x00\x01" and rows[3]["sym"] == ""  # the text up to the zero padding
     assert r1["name"] == "" and rows[0]["name"] == "Zürich" and r1["ok"] is bool(records["ok"][1])
     assert r1["v"] == pytest.approx(records["v"][1].tolist())
-    assert [r["venue"] for r in rows] == [int(v) if ok else None for v, ok in zip(records["venue"], valid)]
+    assert [r["venue"] for r in rows] == [int(v) if ok else None for v, ok in zip(records["venue"], valid, strict=True)]
 
     p = run_cli("scan", zstd_uri, "--format", "csv", "--columns", "ts,sym,v,ok,venue", "--records", "0:4", "--out", "-")
     assert p.returncode == 0, p.stderr
@@ -144,11 +144,11 @@ def test_duckdb_reads_the_csv_of_typed_values_back_with_their_types(zstd_uri, re
     p = run_cli("scan", zstd_uri, "--format", "csv", "--columns", "ts,ok,venue,name", "--out", tmp_path / "t.csv")
     assert p.returncode == 0, p.stderr
     rel = duckdb.connect().sql(f"SELECT * FROM read_csv('{tmp_path / 't.csv'}')")
-    types = dict(zip(rel.columns, map(str, rel.types)))
+    types = dict(zip(rel.columns, map(str, rel.types), strict=True))
     assert types["ts"].startswith("TIMESTAMP") and types["ok"] == "BOOLEAN" and types["name"] == "VARCHAR"
     got = rel.fetchall()
     valid = records["_validity"][:, 0] & 1 != 0
-    assert [r[2] for r in got] == [int(v) if ok else None for v, ok in zip(records["venue"], valid)]
+    assert [r[2] for r in got] == [int(v) if ok else None for v, ok in zip(records["venue"], valid, strict=True)]
 
 
 def test_a_scan_to_npy_of_a_nullable_field_keeps_its_nulls_as_validity(zstd_uri, records, tmp_path):
@@ -178,7 +178,9 @@ def test_bulkload_sql_writes_typed_results_as_csv_json_and_npy(zstd_uri, records
     assert p.returncode == 0, p.stderr
     cells = list(csv.reader(io.StringIO(p.stdout)))
     assert cells[0] == ["ts", "sym", "v", "venue", "day"] and len(cells) == 6
-    assert [json.loads(c[2]) == pytest.approx(records["v"][i].tolist()) for c, i in zip(cells[1:], order)] == [True] * 5
+    assert [
+        json.loads(c[2]) == pytest.approx(records["v"][i].tolist()) for c, i in zip(cells[1:], order, strict=True)
+    ] == [True] * 5
     p = run_cli("sql", zstd_uri, "SELECT ts, ok, px FROM data", "--format", "npy", "--out", tmp_path / "q.npy")
     assert p.returncode == 0, p.stderr
     got = np.load(tmp_path / "q.npy")

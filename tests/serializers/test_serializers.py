@@ -55,7 +55,7 @@ field_names = st.from_regex(r"[a-z][A-Za-z0-9]{0,6}", fullmatch=True)
 def layouts(draw):
     names = draw(st.lists(field_names, min_size=1, max_size=8, unique=True))
     types = draw(st.lists(st.sampled_from(sorted(TYPES)), min_size=len(names), max_size=len(names)))
-    return Layout("rand", tuple(Field(n, t) for n, t in zip(names, types)))
+    return Layout("rand", tuple(Field(n, t) for n, t in zip(names, types, strict=True)))
 
 
 def _specials(np_code: str) -> list:
@@ -398,7 +398,7 @@ def test_capnp_batch_size_limit():
     m = max_records(SCIDB96)
     assert HEADER_BYTES + m * 96 <= MAX_BATCH_BYTES < HEADER_BYTES + (m + 1) * 96
     get_serializer("capnp", SCIDB96, batch_records=m)
-    with pytest.raises(UsageError, match="traversal limit.*--batch-records"):
+    with pytest.raises(UsageError, match=r"traversal limit.*--batch-records"):
         get_serializer("capnp", SCIDB96, batch_records=m + 1)
     tiny = Layout("tiny", (Field("a", "uint8"),))
     ser = get_serializer("capnp", tiny)
@@ -454,6 +454,6 @@ def test_damaged_compressed_capnp_values_are_verify_errors(comp):
         "cut inside the head": (value[:50], "do not start with this version's framing"),
         "not our framing": (b"\1" + value[1:], "not this layout's 40-byte framing"),
     }
-    for what, (bad, message) in damaged.items():
+    for _what, (bad, message) in damaged.items():
         with pytest.raises(VerifyError, match=message):
             ser.decode(bad)

@@ -16,10 +16,12 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -94,12 +96,12 @@ def test_compressed_and_uneven_pieces_and_empty_ones(tmp_path, fmt):
     path = str(tmp_path / f"x.{fmt}")
     if fmt == "parquet":
         with pq.ParquetWriter(path, table.schema, compression="zstd") as w:
-            for a, b in zip(cuts, cuts[1:]):
+            for a, b in itertools.pairwise(cuts):
                 w.write_table(table.slice(a, b - a))
     else:
         opts = pa.ipc.IpcWriteOptions(compression="zstd")
         with pa.ipc.new_file(path, table.schema, options=opts) as w:
-            for a, b in zip(cuts, cuts[1:]):
+            for a, b in itertools.pairwise(cuts):
                 w.write_batch(
                     table.slice(a, b - a).combine_chunks().to_batches()[0]
                     if b > a
@@ -305,13 +307,13 @@ def bad_files(tmp_path) -> list[tuple]:
     )
     add(
         "cut.parquet",
-        open(write_as("parquet", tmp_path / "p.parquet", good), "rb").read()[:-30],
+        Path(write_as("parquet", tmp_path / "p.parquet", good)).read_bytes()[:-30],
         1,
         "is not a valid Parquet file",
     )
     add(
         "cut.arrow",
-        open(write_as("arrow", tmp_path / "a.arrow", good), "rb").read()[:-30],
+        Path(write_as("arrow", tmp_path / "a.arrow", good)).read_bytes()[:-30],
         1,
         "is not a valid Arrow IPC file",
     )

@@ -1,6 +1,7 @@
 """The record generators: C (loader._gen) and numpy agree byte for byte, for any range."""
 
 import io
+import itertools
 
 import numpy as np
 import pytest
@@ -52,7 +53,7 @@ def test_any_split_concatenates_to_one_run(r, data):
     bounds = [0, *cuts, n]
     whole = generate("scidb96", start, n, impl="c").tobytes()
     for impl in ("c", "python"):
-        pieces = [generate("scidb96", start + a, b - a, impl=impl).tobytes() for a, b in zip(bounds, bounds[1:])]
+        pieces = [generate("scidb96", start + a, b - a, impl=impl).tobytes() for a, b in itertools.pairwise(bounds)]
         assert b"".join(pieces) == whole
 
 

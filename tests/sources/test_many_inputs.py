@@ -143,7 +143,7 @@ def test_a_rerun_with_one_more_file_loads_only_that_file(tmp_path):
 
 
 def test_inputs_loaded_alone_before_are_left_out_and_a_grown_one_loads_its_new_records(tmp_path):
-    a, b, c = (write_raw(tmp_path / f"{x}.bin", s, 600) for x, s in zip("abc", (0, 600, 1200)))
+    a, b, c = (write_raw(tmp_path / f"{x}.bin", s, 600) for x, s in zip("abc", (0, 600, 1200), strict=True))
     uri = f"lmdb://{tmp_path}/ds"
     loader.load(b, uri, batch_records=250)
     loader.load("gen://scidb96?n=100&start=9000", uri)
@@ -181,7 +181,7 @@ def test_a_crashed_run_keeps_its_committed_inputs_and_resumes_with_one_more(tmp_
     files = raw_parts(tmp_path, parts)
     uri, ref = f"lmdb://{tmp_path}/ds", f"lmdb://{tmp_path}/ref"
     extra = write_raw(tmp_path / "parts" / "p09.bin", 6000, 321)
-    loader.load(files + [extra], ref, batch_records=100, shards=2, workers=2)
+    loader.load([*files, extra], ref, batch_records=100, shards=2, workers=2)
     env = dict(os.environ, BULKLOAD_FAULT="checkpoint:40", BULKLOAD_CHECKPOINT_SECONDS="0")
     p = subprocess.run(
         [tool("bulkload"), "load", *files, uri, "--batch-records", "100", "--shards", "2", "-q"],
@@ -243,7 +243,10 @@ def test_many_fifos_are_read_in_parallel_every_record_once(tmp_path, scheme, ran
         fifos.append(str(tmp_path / f"p{i}"))
     name = f"fifos-{os.getpid()}-{len(ranges)}"
     uri = f"mem://{name}" if scheme == "mem" else f"{scheme}://{tmp_path}/ds"
-    writers = [fifo_writer(f, s, n, "gen" if i % 2 else "generate") for i, (f, (s, n)) in enumerate(zip(fifos, ranges))]
+    writers = [
+        fifo_writer(f, s, n, "gen" if i % 2 else "generate")
+        for i, (f, (s, n)) in enumerate(zip(fifos, ranges, strict=True))
+    ]
     try:
         for attempt in (1, 2):  # every load of a FIFO is a new run
             p = run_cli(
@@ -254,7 +257,7 @@ def test_many_fifos_are_read_in_parallel_every_record_once(tmp_path, scheme, ran
             assert rep["records"] == sum(n for _, n in ranges) and rep["status"] == "loaded"
             assert all(w.wait(timeout=30) == 0 for w in writers)
             if attempt == 1:
-                writers = [fifo_writer(f, s, n, "gen") for f, (s, n) in zip(fifos, ranges)]
+                writers = [fifo_writer(f, s, n, "gen") for f, (s, n) in zip(fifos, ranges, strict=True)]
         with loader.open(uri) as ds:
             assert ds.verify().ok
             got = ds.read_records()

@@ -375,7 +375,7 @@ def test_float64_that_float32_rounds_is_lossy(tmp_path):
         ),
         (
             lambda df: pa.Table.from_pandas(df, preserve_index=False).set_column(
-                12, "i2", pa.array([None] + list(range(9)), pa.int32())
+                12, "i2", pa.array([None, *list(range(9))], pa.int32())
             ),
             "python://pyarrow.Table?n=10: column 'i2', row 0: null, but field 'i2' is not nullable",
         ),

@@ -2,6 +2,7 @@
 options; any split of a range gives the same records; record i is what generators/ticks.h
 defines; the gen:// options and bulkload-gen --layout ticks."""
 
+import itertools
 import subprocess
 
 import numpy as np
@@ -77,7 +78,7 @@ def test_any_split_of_a_range_gives_the_same_bytes(r, data):
     for impl in ("c", "python"):
         pieces = [
             generate("ticks", start + a, b - a, impl=impl, t0=t0, step=step).tobytes()
-            for a, b in zip(bounds, bounds[1:])
+            for a, b in itertools.pairwise(bounds)
         ]
         assert b"".join(pieces) == whole
 

@@ -346,7 +346,7 @@ def test_exports_are_read_back_with_their_types_by_duckdb_and_polars(tmp_path, t
     assert np.load(tmp_path / "out.npy").tobytes() == records.tobytes()
     con = duckdb.connect()
     rel = con.sql(f"SELECT * FROM read_parquet('{tmp_path / 'out.parquet'}')")
-    types = dict(zip(rel.columns, map(str, rel.types)))
+    types = dict(zip(rel.columns, map(str, rel.types), strict=True))
     assert types["ts"] == "TIMESTAMPTZ_NS" and types["ok"] == "BOOLEAN" and types["name"] == "VARCHAR"
     assert types["sym"] == "BLOB" and types["venue"] == "SMALLINT"
     assert types["v"] == "FLOAT[]"  # Parquet has no fixed-size list: a list of float (DuckDB reads no Arrow schema)

@@ -233,7 +233,7 @@ class StoreTests:
     # --- the description workers receive ------------------------------------------------
 
     def test_store_spec_pickles_and_parses(self, tmp_path, monkeypatch):
-        scheme, query = BACKENDS[self.backend]
+        scheme, _query = BACKENDS[self.backend]
         monkeypatch.chdir(tmp_path)
         where = "name" if scheme == "mem" else "rel/data"
         opt = "block_size=8192" if scheme == "rocksdb" else "readahead=0"  # an option of the backend

@@ -80,7 +80,7 @@ def test_a_bad_option_value_is_refused_naming_the_dataset_and_the_option(scheme,
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_an_option_of_another_backend_is_unknown_and_the_known_ones_are_listed(scheme, tmp_path):
     foreign = sorted(set(GOOD) - set(OPTIONS[scheme].DECLARED))
-    for name in foreign + ["foo"]:
+    for name in [*foreign, "foo"]:
         with pytest.raises(UsageError) as ei:
             parse_dataset_uri(uri_of(scheme, tmp_path, f"?{name}=1"))
         msg = str(ei.value)
@@ -160,5 +160,5 @@ def test_a_mem_name_is_one_plain_path_component(name):
 
 @pytest.mark.parametrize("name", [".hidden", "a/b", "..", "x" * 129, "a b"])
 def test_mem_names_that_are_not_plain_are_refused_with_an_example(name):
-    with pytest.raises(UsageError, match="mem://NAME takes one plain name .* e.g. mem://scratch-1"):
+    with pytest.raises(UsageError, match=r"mem://NAME takes one plain name .* e.g. mem://scratch-1"):
         parse_dataset_uri(f"mem://{name}")

@@ -6,6 +6,7 @@ value is touched, and a compaction interrupted by a crash finished or rolled bac
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -203,7 +204,7 @@ def test_a_leaf_node_pointing_past_the_file_is_an_error_not_a_signal(lmdb_spec, 
         w.put_sorted([(k(1), b"x" * 100), (marker, b"y" * size)])
         w.sync()
     data = os.path.join(lmdb_spec.shard_path(0), "data.mdb")
-    raw = open(data, "rb").read()
+    raw = Path(data).read_bytes()
     nodes = [
         at
         for at in range(len(raw))

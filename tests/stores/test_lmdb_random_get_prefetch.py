@@ -53,7 +53,7 @@ def test_readahead_off_get_prefetches_the_whole_value_in_one_request(lmdb_spec, 
             if view:
                 view.close()
         assert len(spans) == 3  # a value in its leaf page, or none: no advice
-        for i, (off, n) in zip((2, 0, 1), spans):
+        for i, (off, n) in zip((2, 0, 1), spans, strict=True):
             assert n == len(vals[i]) + 16 and _value_at(lmdb_spec, off, len(vals[i])) == vals[i]
 
 
@@ -173,7 +173,7 @@ def test_readahead_off_never_takes_a_cold_value_for_a_warm_one(lmdb_spec):
         with reader(lmdb_spec, readahead="0") as st:
             asked = []
             real = st._advise
-            st._advise = lambda off, n: asked.append(real(off, n)) or asked[-1]
+            st._advise = lambda off, n, asked=asked, real=real: asked.append(real(off, n)) or asked[-1]
             assert st.get(k(1)) == big
             assert asked == [len(big) // (512 << 10) + 1]  # every piece, the overflow header's too
 

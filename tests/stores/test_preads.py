@@ -10,6 +10,7 @@ CorruptStoreError naming the byte where it ended."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -59,7 +60,7 @@ def test_read_spans_reads_what_the_file_holds(data_file, case, advise, spare):
 def test_a_span_outside_the_value_is_refused_before_anything_is_read(data_file, span):
     fd, _ = data_file
     into = bytearray(b"\xee" * 200)
-    with pytest.raises((ValueError, OverflowError), match="outside a value of 100|int too big"):
+    with pytest.raises((ValueError, OverflowError), match=r"outside a value of 100|int too big"):
         read_spans(fd, 1000, 100, [(0, 5), span], into, True)
     assert into == b"\xee" * 200
 
@@ -184,7 +185,7 @@ def test_a_copied_value_is_read_and_checked_the_same_way(tmp_path):
             assert rd.view is None
             assert [bytes(p) for p in rd.read_parts(v, [(0, 2), (8, 2), (5, 0)])] == [b"01", b"89", b""]
             into = bytearray(b"\xee" * 7)
-            with pytest.raises(ValueError, match="bytes 8..13 are outside a value of 10"):
+            with pytest.raises(ValueError, match=re.escape("bytes 8..13 are outside a value of 10")):
                 rd.read_spans(v, [(0, 2), (8, 5)], memoryview(into))
             assert into == b"\xee" * 7  # refused before anything is copied
     finally:

@@ -94,7 +94,7 @@ def snapshot(uri):
 
 
 def wait_gone(procs, timeout=15):
-    gone, alive = psutil.wait_procs(procs, timeout=timeout)
+    _gone, alive = psutil.wait_procs(procs, timeout=timeout)
     for p in alive:
         p.kill()
 
@@ -117,7 +117,7 @@ def run_killed(args, fault, extra_env=None):
             time.sleep(0.02)
     except psutil.NoSuchProcess:
         pass
-    out, err = p.communicate(timeout=120)
+    _out, err = p.communicate(timeout=120)
     wait_gone(kids)
     return p.returncode, err
 
@@ -256,8 +256,8 @@ def test_replace_killed_after_swap_is_complete(tmp_path):
 # that finalize rebuilds with other dims (so the old build's table is dropped).
 
 FIN = ["finalize", "{ds}", "--dims", "i0:3,i1:700", "--workers", 2, "--no-compact", "-q"]
-FIN_SPILL = FIN + ["--strategy", "spill", "--memory-budget", "64k"]
-FIN_SMALL = FIN + ["--memory-budget", "64k"]  # 64 KiB chunk groups: several puts per shard
+FIN_SPILL = [*FIN, "--strategy", "spill", "--memory-budget", "64k"]
+FIN_SMALL = [*FIN, "--memory-budget", "64k"]  # 64 KiB chunk groups: several puts per shard
 FIN_COMPACT = [a for a in FIN if a != "--no-compact"]
 COMPACT = ["compact", "{ds}", "--workers", 2, "-q"]
 

@@ -9,15 +9,15 @@ tests run as root: root reads whatever the mode bits say).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
-from helpers import manifest_json, run_cli, tool
+from helpers import manifest_json, run_cli, tool, wait_until
 
 from tests.system import damaged_datasets
 from tests.system.damaged_datasets import digest
@@ -132,16 +132,11 @@ def test_a_dataset_moved_during_a_load_is_a_usage_error_and_resumes_once_moved_b
     )
     try:
         _feed(p, 5000, 1000)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and "running" not in [r["status"] for r in manifest_json(root)["runs"]]:
-            time.sleep(0.05)
-        time.sleep(0.3)
+        wait_until(lambda: manifest_json(root)["runs"][-1]["status"] == "running", 20, "the load's run to start")
         os.rename(root, elsewhere)
         _feed(p, 5000, 6000)
-        try:
+        with contextlib.suppress(BrokenPipeError):
             p.stdin.close()
-        except BrokenPipeError:
-            pass
         err = p.stderr.read().decode()
         p.wait(timeout=60)
     finally:

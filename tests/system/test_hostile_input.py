@@ -755,8 +755,8 @@ def test_fuzz_bad_invocations_never_trace_back(fuzz_env, data):
 
 def test_every_bad_invocation_through_the_real_binary(fuzz_env):
     """One of each command's bad invocations from the installed command: its real stderr."""
-    tmp, table = fuzz_env
-    for command, invocations in sorted(table.items()):
+    _tmp, table = fuzz_env
+    for _command, invocations in sorted(table.items()):
         p = run_cli(*invocations[0])
         assert p.returncode in (1, 2), (invocations[0], p.returncode, p.stderr)
         assert "Traceback" not in p.stderr, p.stderr

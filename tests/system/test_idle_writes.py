@@ -47,7 +47,7 @@ def test_idle_compact_and_finalize_of_an_up_to_date_array_write_nothing(tmp_path
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["status"] == "done" and json.loads(p.stdout)["compact"]["status"] == "done"
     runs, before = runs_of(uri), state(path)
-    time.sleep(0.01)
+    time.sleep(0.01)  # the subject: a rewrite after this would show a later mtime
     for args in (
         ["compact", uri],
         ["finalize", uri, "--dims", DIMS],

@@ -170,7 +170,7 @@ def refused(r, path) -> None:
 def test_no_command_writes_into_a_dataset_however_the_path_is_spelled(site, kind):
     before = snapshot(site)
     with alias(kind, site) as out:
-        for name, args in writers(site).items():
+        for _name, args in writers(site).items():
             refused(run_cli(*args, out), out)
     intact(site, before)
 
