@@ -105,7 +105,7 @@ def main() -> None:
         print(f"== query {box}")
         cmd = [str(BIN / "bulkload"), "query", f"lmdb://{ds}", "--box", box] + (["--attrs", attrs] if attrs else [])
         out = sh(cmd, stdout=subprocess.PIPE, text=True).stdout.splitlines()
-        print("\n".join(out[:6] + ["  ..."] + out[-1:]))
+        print("\n".join([*out[:6], "  ...", *out[-1:]]))
         queries.append((box, attrs, warm_query_ms(f"lmdb://{ds}", box, attrs)))
 
     sh([str(BIN / "bulkload"), "info", f"lmdb://{ds}"])
@@ -169,7 +169,7 @@ def ticks_demo(n: int, data: Path, shards: int) -> None:
         stdout=subprocess.PIPE,
         text=True,
     ).stdout.splitlines()
-    print("\n".join(out[:6] + ["  ..."] + out[-1:]))
+    print("\n".join([*out[:6], "  ...", *out[-1:]]))
     ms, cells = warm_query_ms(f"lmdb://{ds}", TICKS_BOX, None)
 
     from rich.console import Console

@@ -120,7 +120,7 @@ def lmdb_store(path: Path, keys: list[bytes], values: list[bytes], dict_bytes: b
         meta = env.open_db(b"meta", txn=txn)
         txn.put(b"zstd-dict", dict_bytes, db=meta)
         docs = env.open_db(b"docs", txn=txn)
-        consumed, added = txn.cursor(db=docs).putmulti(zip(keys, values), append=True)
+        consumed, added = txn.cursor(db=docs).putmulti(zip(keys, values, strict=True), append=True)
         assert consumed == added == len(keys), (consumed, added)
     env.sync(True)
     env.close()
@@ -176,7 +176,7 @@ def rocks_store(path: Path, keys: list[bytes], values: list[bytes], opts) -> flo
     sst = str(path / "ingest.sst")
     w = SstFileWriter(opts)
     w.open(sst)
-    for k, v in zip(keys, values):
+    for k, v in zip(keys, values, strict=True):
         w[k] = v
     w.finish()
     ing = IngestExternalFileOptions()
@@ -426,7 +426,7 @@ def main(argv=None) -> int:
                 compress_MB_s=text_bytes / tc / 1e6,
                 write_s=tw,
             )
-            lat[name] = latency(lambda: LmdbReader(path, fmt), path, ids, batch)
+            lat[name] = latency(lambda path=path, fmt=fmt: LmdbReader(path, fmt), path, ids, batch)
             row(f"  get {name}", **{f"{m}_{k}": v for m, d_ in lat[name].items() for k, v in d_.items()})
             shutil.rmtree(path)
 
@@ -440,7 +440,12 @@ def main(argv=None) -> int:
             sizes[name] = {"bytes": size, "ratio": size / limit, "write_s": tw}
             row(name, ratio=size / limit, MB=size / 1e6, write_s=tw)
             if (dict_bytes, block_kib) in ((16384, 4), (16384, 16)):
-                lat[name] = latency(lambda: RocksReader(path, rocks_options(dict_bytes, block_kib)), path, ids, batch)
+                lat[name] = latency(
+                    lambda path=path, d=dict_bytes, b=block_kib: RocksReader(path, rocks_options(d, b)),
+                    path,
+                    ids,
+                    batch,
+                )
                 row(f"  get {name}", **{f"{m}_{k}": v for m, d_ in lat[name].items() for k, v in d_.items()})
             shutil.rmtree(path)
         del raw_values, keys
@@ -456,7 +461,7 @@ def main(argv=None) -> int:
                 r = pipe_load(f"gen://docs?n={n}&seed={SEED}", uri, format=fmt)
                 size = disk_bytes(path)
                 r.update(bytes=size, ratio=size / limit)
-                r["get"] = latency(lambda: PipeReader(uri), path, ids, batch)
+                r["get"] = latency(lambda uri=uri: PipeReader(uri), path, ids, batch)
                 pipe[name] = r
                 row(name, s=r["s"], MB_s=r["MB_s"], ratio=r["ratio"], MB=size / 1e6)
                 row(f"  get {name}", **{f"{m}_{k}": v for m, d_ in r["get"].items() for k, v in d_.items()})
@@ -496,14 +501,16 @@ def main(argv=None) -> int:
                     for scheme in ("lmdb", "rocksdb"):
                         timed(
                             f"pipe-json-{scheme}",
-                            lambda: pipe_load(str(jdir), f"{scheme}://{root / 'p'}", layout="docs")["s"],
+                            lambda scheme=scheme: pipe_load(str(jdir), f"{scheme}://{root / 'p'}", layout="docs")["s"],
                             root / "p",
                         )
                     timed("naive-gen-lmdb", lambda: naive_gen_lmdb(jn, root / "n"), root / "n")
                     for scheme in ("lmdb", "rocksdb"):
                         timed(
                             f"pipe-gen-{scheme}",
-                            lambda: pipe_load(f"gen://docs?n={jn}&seed={SEED}", f"{scheme}://{root / 'p'}")["s"],
+                            lambda scheme=scheme: pipe_load(
+                                f"gen://docs?n={jn}&seed={SEED}", f"{scheme}://{root / 'p'}"
+                            )["s"],
                             root / "p",
                         )
                     print(f"  round {rep + 1}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in times.items()), flush=True)

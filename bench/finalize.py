@@ -62,7 +62,7 @@ class TreeSampler:
             if ph is None:
                 continue
             rss = uss = 0
-            procs = [self.me] + self.me.children(recursive=True)
+            procs = [self.me, *self.me.children(recursive=True)]
             for p in procs:
                 try:
                     mi = p.memory_full_info()

@@ -47,7 +47,7 @@ def bench_docs(n: int, repeats: int) -> dict:
     out = {"docs": n, "text_bytes": nbytes, "paths": {}}
     for impl in ("c", "numpy"):
         generate_docs(DOCS_SEED, 0, min(n, 1000), impl=impl)  # warm up
-        times = timed(lambda: generate_docs(DOCS_SEED, 0, n, impl=impl), repeats)
+        times = timed(lambda impl=impl: generate_docs(DOCS_SEED, 0, n, impl=impl), repeats)
         rates = sorted(nbytes / t / 1e6 for t in times)
         name = f"docs-{impl}"
         out["paths"][name] = {

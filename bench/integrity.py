@@ -185,9 +185,9 @@ def manifest_read(root: str, repeats: int) -> dict:
     for n in (10_000, 100_000):
         d["batches"] = [[s, s % 2, s * row[3], row[3], row[4], row[5]] for s in range(n)]
         text = json.dumps(d)
-        dec = median_s(lambda: json.loads(text), repeats)
-        val = median_s(lambda: problem(json.loads(text)), repeats)
-        full = median_s(lambda: mf.Manifest.from_json(json.loads(text)), repeats)
+        dec = median_s(lambda text=text: json.loads(text), repeats)
+        val = median_s(lambda text=text: problem(json.loads(text)), repeats)
+        full = median_s(lambda text=text: mf.Manifest.from_json(json.loads(text)), repeats)
         out[n] = {
             "json_ms": round(dec * 1e3, 1),
             "json_and_check_ms": round(val * 1e3, 1),
