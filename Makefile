@@ -32,8 +32,12 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy
 
+# the suite in TEST_WORKERS processes (pytest-xdist; auto: one per core), a test file per
+# process at a time (--dist loadfile: a module's fixtures are built once)
+TEST_WORKERS ?= auto
+
 test: lint
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
 
 bench: install
 	$(VENV)/bin/bulkload bench --suite quick
