@@ -40,7 +40,7 @@ test: lint
 	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
 
 bench: install
-	$(VENV)/bin/bulkload bench --suite quick
+	$(VENV)/bin/bulkload bench --suite quick --out bench/results $(BENCH_ARGS)
 
 # issue 29's targets: metadata costs at 1k..1M batch rows, the 20M load with 100-record batches
 # (~15 min at full size; smaller: make bench-catalog BENCH_ARGS="--max-batches 10000 --records 1000000")
