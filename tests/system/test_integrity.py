@@ -21,7 +21,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from helpers import manifest_json, run_cli, write_manifest_json
+from helpers import manifest_json, run_cli, wait_until, write_manifest_json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -29,7 +29,7 @@ from typer.testing import CliRunner
 import loader
 from loader.arrays.finalize import finalize
 from loader.cli.main import app
-from loader.errors import CorruptBatchError, ManifestError
+from loader.errors import BulkloadError, CorruptBatchError, ManifestError
 from loader.model.layouts import get_layout
 from loader.sources.generators import generate
 
@@ -725,6 +725,14 @@ def test_records_appended_after_a_load_are_loaded_once_by_the_next_run(tmp_path,
     assert_holds(uri, f.read_bytes())
 
 
+def _running(root: Path) -> bool:
+    """Whether the dataset's last run is a running one (a load records it once planned)."""
+    try:
+        return manifest_json(root)["runs"][-1]["status"] == "running"
+    except (OSError, ValueError, KeyError, IndexError, BulkloadError):
+        return False
+
+
 @pytest.mark.parametrize("scheme", ["lmdb", "rocksdb"])
 def test_records_appended_during_a_load_are_left_for_the_next_run(tmp_path, scheme):
     f, uri = _file_dataset(tmp_path, scheme, 20_000)
@@ -736,11 +744,14 @@ def test_records_appended_during_a_load_are_left_for_the_next_run(tmp_path, sche
         stderr=subprocess.PIPE,
         text=True,
     )
+    root = tmp_path / "ds"
+    wait_until(lambda: p.poll() is not None or _running(root), 60, "the load's run to start (its extent planned)")
+    assert p.poll() is None, "the load ended before records could be appended: make it longer"
     size = 20_000
     while p.poll() is None and size < 60_000:  # a producer appends whole records while the load runs
         _append(f, size, 500)
         size += 500
-        time.sleep(0.01)
+        time.sleep(0.01)  # the subject: appends spread over the load
     assert p.wait(timeout=120) == 0, p.stderr.read()
     planned = manifest_json(tmp_path / "ds")["runs"][-1]["total"]
     assert 20_000 <= planned < size  # appends went on after the run planned its extent
