@@ -45,7 +45,7 @@ def one_worker(scheduler, argv, env=None, cwd=None):
     )
     try:
         with Client(scheduler) as c:
-            c.wait_for_workers(1, timeout=60)
+            c.wait_for_workers(1, timeout=120)
         yield
     finally:
         p.kill()

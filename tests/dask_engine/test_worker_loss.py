@@ -52,4 +52,4 @@ def test_worker_killed_mid_load_is_retried_and_the_result_is_identical(tmp_path,
     assert out["value"].records == 120000
     assert ex.retried >= 1
     same_state(dataset_state(ref), dataset_state(uri))
-    client.wait_for_workers(2, timeout=30)
+    client.wait_for_workers(2, timeout=120)

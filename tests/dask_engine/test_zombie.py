@@ -54,7 +54,7 @@ def cluster():
             for i in range(3)
         ]
         try:
-            client.wait_for_workers(3, timeout=60)
+            client.wait_for_workers(3, timeout=120)
             yield client, procs
         finally:
             for p in procs:
