@@ -7,7 +7,7 @@ import mkdocs_gen_files
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from reference import PAGES  # noqa: E402
+from reference import PAGES
 
 for path, page in PAGES.items():
     with mkdocs_gen_files.open(path, "w") as f:

@@ -35,8 +35,10 @@ READER = "loader.read.dataset.Dataset"
 
 
 def cell(text: object) -> str:
-    """``text`` as one cell of a Markdown table: one line, pipes escaped."""
-    return " ".join(str(text).split()).replace("|", "\\|")
+    """``text`` as one cell of a Markdown table: one line, pipes escaped - but not inside a
+    code span, where Python-Markdown's tables keep them (and would show the backslash)."""
+    parts = " ".join(str(text).split()).split("`")
+    return "`".join(part if i % 2 else part.replace("|", "\\|") for i, part in enumerate(parts))
 
 
 # --- the command line -------------------------------------------------------------------
@@ -176,6 +178,15 @@ def error_classes() -> list[type]:
         obj
         for obj in vars(errors).values()
         if isinstance(obj, type) and issubclass(obj, BaseException) and obj.__module__ == errors.__name__
+    ]
+
+
+def undocumented(classes: list[type]) -> list[str]:
+    """The classes without their own cause (docstring) or their own ``fix``."""
+    return [
+        c.__name__
+        for c in classes
+        if not (c.__dict__.get("__doc__") or "").strip() or not str(c.__dict__.get("fix", "")).strip()
     ]
 
 
