@@ -621,7 +621,7 @@ MESSAGES: tuple[Message, ...] = (
         _INPUT,
         "`dimension 'k': record R holds 9223372036854775808, beyond the int64 coordinates of an array (at most 2**63-1); nothing was written - use another dimension, or load the records with that field below 2**63`",
         InputError,
-        "`finalize --dims` on a uint64 field holding a value >= 2**63",
+        "`finalize --dims` on a uint64 field holding a value >= `2**63`",
         "another dimension, or smaller values",
     ),
     Message(
@@ -853,7 +853,7 @@ MESSAGES: tuple[Message, ...] = (
         _INPUT,
         "`FILE: column 'x', row R: V cannot be held exactly by float64 (converting the column from int64 would change it); ...` (nothing written)",
         ConversionError,
-        "a column (.npy, Arrow, Parquet, DataFrame, Arrow table) holding a value its field's type cannot hold: an integer beyond 2**53 into float64 (2**24 into float32), a fraction, NaN or out-of-range value into an integer, a negative into an unsigned, a float64 that float32 rounds",
+        "a column (.npy, Arrow, Parquet, DataFrame, Arrow table) holding a value its field's type cannot hold: an integer beyond `2**53` into float64 (`2**24` into float32), a fraction, NaN or out-of-range value into an integer, a negative into an unsigned, a float64 that float32 rounds",
         "convert the column yourself, or use a layout whose field type holds it",
     ),
     Message(

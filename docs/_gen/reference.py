@@ -18,6 +18,7 @@ class is on its page, so a new one cannot go undocumented.
 from __future__ import annotations
 
 import inspect
+import re
 from typing import Any
 
 #: the reports the public functions return, and the reader's classes (mkdocstrings paths)
@@ -34,10 +35,17 @@ REPORTS = (
 READER = "loader.read.dataset.Dataset"
 
 
+def plain(text: str) -> str:
+    """Plain text (a command's or an option's help) as Markdown that shows it as written:
+    ``<id>`` is not an HTML tag, ``*`` and ``_`` no emphasis, ``[x]`` no link."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return re.sub(r"([\\`*_\[\]])", r"\\\1", text)
+
+
 def cell(text: object) -> str:
     """``text`` as one cell of a Markdown table: one line, pipes escaped - but not inside a
     code span, where Python-Markdown's tables keep them (and would show the backslash)."""
-    parts = " ".join(str(text).split()).split("`")
+    parts = re.split(r"(?<!\\)`", " ".join(str(text).split()))
     return "`".join(part if i % 2 else part.replace("|", "\\|") for i, part in enumerate(parts))
 
 
@@ -97,7 +105,7 @@ def cli_page() -> str:
         lines += [f"## `{path}`", ""]
         help_text = inspect.cleandoc(command.help or "").replace("\b\n", "")
         if help_text:
-            lines += [help_text, ""]
+            lines += [plain(help_text), ""]
         lines += ["```text", _usage(path, command), "```", ""]
         params = [p for p in command.params if not getattr(p, "hidden", False)]
         if params:
@@ -111,7 +119,7 @@ def cli_page() -> str:
                         name += " (required)"
                     if getattr(p, "multiple", False):
                         name += " (repeatable)"
-                lines.append(f"| {name} | {cell(_default(p))} | {cell(p.help or '')} |")
+                lines.append(f"| {name} | {cell(_default(p))} | {cell(plain(p.help or ''))} |")
             lines.append("")
         subs = [name for name in getattr(command, "commands", {})]
         if subs:
