@@ -123,7 +123,8 @@ def cli_page() -> str:
             lines.append("")
         subs = [name for name in getattr(command, "commands", {})]
         if subs:
-            lines += ["Commands: " + ", ".join(f"`{path} {name}`" for name in subs) + ".", ""]
+            links = (f"[`{path} {name}`](#{path.replace(' ', '-')}-{name})" for name in subs)
+            lines += ["Commands: " + ", ".join(links) + ".", ""]
     return "\n".join(lines)
 
 
