@@ -252,7 +252,7 @@ def errors_page() -> str:
         lines += [f"### {cls.__name__}", "", f"Exit code **{exit_code_of(cls)}**; subclass of {bases}.", ""]
         doc = inspect.cleandoc(cls.__dict__.get("__doc__") or "")
         lines += [f"**Cause:** {doc}", ""]
-        lines += [f"**Fix:** {inspect.cleandoc(cls.fix)}", ""]
+        lines += [f"**Fix:** {inspect.cleandoc(str(getattr(cls, 'fix', '')))}", ""]
         count = sum(1 for m in errors.MESSAGES if m.error is cls)
         if count:
             lines += [f"Messages: {count} in the tables above.", ""]
