@@ -17,6 +17,7 @@ def test_the_pages_are_found():
     assert {"README.md", "docs/index.md", "docs/getting-started.md", "docs/guides/layouts.md"} <= names
 
 
+@pytest.mark.timeout(900)  # a page of several blocks on a loaded machine; each block has its own limit
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(REPO).as_posix())
 def test_every_example_of_the_page_runs(page, tmp_path):
     name = page.relative_to(REPO).as_posix()
