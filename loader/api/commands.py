@@ -7,6 +7,8 @@ report (or, for `query`, the cells as a pyarrow Table). The CLI's ``verify``, ``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..arrays import query as array_query
 from ..infra import executors
 from ..infra.outputs import refuse_dataset_paths
@@ -42,7 +44,7 @@ def export(
     array: str | None = None,
     compression: str | None = None,
     row_group_rows: int | None = None,
-    formats=EXPORT_FORMATS,
+    formats: Sequence[str] | None = None,
 ) -> ExportReport:
     """Write the records (or the ``columns`` of ``records`` / of a ``box`` of ``array``: see
     `Dataset.scan`), in order, to ``out`` as arrow, parquet, csv, jsonl, npy or capnp."""
@@ -54,7 +56,7 @@ def export(
             Selection(columns, records, box, array),
             compression=compression,
             row_group_rows=row_group_rows,
-            formats=formats,
+            formats=EXPORT_FORMATS if formats is None else formats,
         )
 
 

@@ -13,8 +13,8 @@ executor is used - nothing written yet - the scheduler is checked within seconds
 seconds (EngineError naming the address); then every worker (infra/dask_exec.check_workers):
 it can import bulkload and sees the dataset's directory - else a one-line EngineError.
 
-`with_engine` gives a run (``loader.load``, ``ingest``, ``finalize``, ``compact``: see
-api/__init__.py) those three extra keywords. dask is imported only here and only when the engine is dask. Leases of Dask
+`on_engine` runs a call of the API (``loader.load``, ``ingest``, ``finalize``, ``compact``,
+``verify``: api/public.py, whose signatures show those three keywords) there. dask is imported only here and only when the engine is dask. Leases of Dask
 attempts live in ``<dataset>/.leases`` (a directory every worker sees: the dataset's).
 
 Crash behaviour: a LocalCluster started here (in a process group of its own) is closed on
@@ -24,8 +24,9 @@ the way out, and killed at once on a stop signal; a remote client is closed only
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from ..errors import EngineError, UsageError
 from ..infra import env, executors
@@ -34,6 +35,7 @@ from ..model.options import MAX_WORKERS, check_count
 from ..stores.spec import parse_dataset_uri
 
 LEASES = ".leases"
+R = TypeVar("R")
 
 
 @contextlib.contextmanager
@@ -128,17 +130,15 @@ def _connect():
     return dask_connect
 
 
-def with_engine(run, dataset_arg: int = 0):
-    """``run`` with the keywords ``client``, ``engine``, ``scheduler`` (its dataset is its
-    positional argument ``dataset_arg``, or the keyword ``dataset`` / ``dataset_uri``); a run
-    off the local pool says so in its report (model/engine_keys.py: the keys of ``--json``)."""
-
-    @functools.wraps(run)
-    def call(*args, client=None, engine: str | None = None, scheduler: str | None = None, **kw):
-        dataset = args[dataset_arg] if len(args) > dataset_arg else kw.get("dataset", kw.get("dataset_uri"))
-        with engine_for(dataset, client, engine, scheduler) as ex:
-            report = run(*args, **kw)
-            info = engine_info(ex)
-        return report.with_engine(info) if info and isinstance(report, EngineKeys) else report
-
-    return call
+def on_engine(
+    dataset: str, call: Callable[[], R], client: Any = None, engine: str | None = None, scheduler: str | None = None
+) -> R:
+    """``call()`` on the executor that ``client`` / ``engine`` / ``scheduler`` choose (see the
+    module docstring); a run off the local pool says so in its report (model/engine_keys.py:
+    the keys of ``--json``)."""
+    with engine_for(dataset, client, engine, scheduler) as ex:
+        report = call()
+        info = engine_info(ex)
+    if info and isinstance(report, EngineKeys):
+        return report.with_engine(info)  # type: ignore[no-any-return]
+    return report

@@ -37,11 +37,9 @@ from ..model.options import size_option
 from ..model.run_retention import check_keep
 from ..read.tables import check_format
 from ..stores.spec import parse_dataset_uri
-from .pipeline import REQUIRED, SCHEMA, Pipeline
+from .pipeline import REQUIRED, SCHEMA, Pipeline, job_keys, step_arguments
 
 Key = tuple[str, str]  # (section, key)
-#: the [job] keys the load and the ingest take
-_JOB_KEYS = ("layout", "format", "compression", "shards", "workers", "batch_records", "checkpoint_seconds")
 #: named when a step fails with every key at its default
 _BASE_KEY = {"load": "source", "ingest": "from", "compact": "target_batch_records", "finalize": "dims", "query": "box"}
 
@@ -62,7 +60,7 @@ def check(p: Pipeline) -> None:
     dataset = _blamed(p, [("job", "dataset")], "job", lambda v: parse_dataset_uri(v["job"]["dataset"]))
     _blamed(p, [("job", "keep_runs")], "job", lambda v: check_keep("keep_runs", v["job"].get("keep_runs")))
     source = "load" if "load" in p.steps else "ingest"
-    keys = [(source, k) for k in SCHEMA[source] if k != "enabled"] + [("job", k) for k in _JOB_KEYS]
+    keys = [(source, k) for k in SCHEMA[source] if k != "enabled"] + [("job", k) for k in job_keys(source)]
     settings = _blamed(p, keys, source, lambda v: _SOURCE_CHECKS[source](v, p.config["job"]["dataset"]))
     t = _Target(settings.layout, settings.format, settings.compression, _arrays_now(dataset, p))
     for step in p.steps:
@@ -81,7 +79,10 @@ def _blamed(p: Pipeline, keys: list[Key], step: str, call: Callable[[dict], obje
             raise
         error = e
     # every key at its default; required keys (which have none) keep their values
-    values = {s: {k: p.config[s].get(k) if d is REQUIRED else d for k, (_, d) in SCHEMA[s].items()} for s in p.config}
+    values = {
+        s: {k: p.config[s].get(k) if key.default is REQUIRED else key.default for k, key in SCHEMA[s].items()}
+        for s in p.config
+    }
     failed = _fails(call, values)
     if failed is not None:
         _raise(p, (step, _BASE_KEY.get(step, keys[0][1])), failed)
@@ -111,15 +112,15 @@ def _raise(p: Pipeline, key: Key, error: BulkloadError):
 
 
 def _load(v: dict, dataset: str):
-    job, cfg = v["job"], v["load"]
-    return load_mod.check(cfg["source"], dataset, replace=cfg["replace"], **{k: job[k] for k in _JOB_KEYS})
+    kw = step_arguments(v, "load")
+    del kw["new_run"], kw["dataset"]  # what a load checks before it writes does not depend on new_run
+    return load_mod.check(kw.pop("source"), dataset, **kw)
 
 
 def _ingest(v: dict, dataset: str):
-    job, cfg = v["job"], v["ingest"]
-    return ingest_mod.check(
-        dataset, cfg["from"], pattern=cfg["pattern"], on_bad_file=cfg["on_bad_file"], **{k: job[k] for k in _JOB_KEYS}
-    )
+    kw = step_arguments(v, "ingest")
+    del kw["dataset"]
+    return ingest_mod.check(dataset, kw.pop("from_dir"), **kw)
 
 
 def _compact(v: dict, t: _Target) -> None:
@@ -128,23 +129,23 @@ def _compact(v: dict, t: _Target) -> None:
 
 
 def _finalize(v: dict, t: _Target) -> None:
-    cfg = v["finalize"]
-    budget = size_option(cfg["memory_budget"] or None, "memory_budget", UsageError)
-    workers = v["job"]["workers"] if cfg["workers"] is None else cfg["workers"]
+    kw = step_arguments(v, "finalize")
+    budget = size_option(kw["memory_budget"] or None, "memory_budget", UsageError)
     plan = plan_finalize(
         t.layout,
         t.format,
         FinalizeOptions(
-            cfg["dims"],
-            cfg["array"],
-            cfg["duplicates"],
-            workers,
-            cfg["compact"],
+            kw["dims"],
+            kw["array"],
+            kw["duplicates"],
+            kw["workers"],
+            kw["compact"],
             "none",
             budget,
-            "auto",
-            cfg["compression"],
-            keep_snapshots=cfg["keep_snapshots"],
+            kw["strategy"],
+            kw["compression"],
+            force=kw["force"],
+            keep_snapshots=kw["keep_snapshots"],
         ),
     )
     a = plan.array

@@ -30,6 +30,7 @@ from ..infra.env import flag
 from ..infra.interrupts import ignore_stop_signals, stop_on_signals
 from ..infra.outputs import guard_stdout, open_output, silence_stdout, stdout_failed
 from ..model.runs import Run
+from .options import api_command, group_option
 from .params import plain_params
 
 
@@ -172,19 +173,8 @@ def main_options(
         "--log-format",
         help="Log lines on stderr: text or json (before or after the command, like --engine and --scheduler).",
     ),
-    engine: str | None = typer.Option(
-        None,
-        "--engine",
-        help="Where load, ingest, finalize, compact, "
-        "verify and run run their tasks: local (the process pool, default) or dask (also BULKLOAD_ENGINE).",
-    ),
-    scheduler: str | None = typer.Option(
-        None,
-        "--scheduler",
-        help="Dask scheduler: tcp://HOST:PORT, or "
-        "local:N for a LocalCluster of N worker processes (also "
-        "BULKLOAD_SCHEDULER).",
-    ),
+    engine: str | None = group_option(api.load, "engine"),
+    scheduler: str | None = group_option(api.load, "scheduler"),
     version: bool = typer.Option(
         False, "--version", is_eager=True, callback=show_version, help="Print bulkload's version and exit."
     ),
@@ -232,78 +222,24 @@ def generate(
         write_records(lay, first, count, o.file, impl=impl)
 
 
-@app.command()
+@app.command("load")
 @handle_errors
+@api_command(api.load)
 def load(
-    source: list[str] | None = typer.Argument(
-        None,
-        show_default=False,
-        help="One or more of: gen://LAYOUT?n=N&start=S; a file of raw records, an .npy file, an Arrow IPC "
-        "file (.arrow, .feather) or a Parquet file (.parquet); a quoted glob ('parts/*.bin', in name "
-        "order); - for stdin, a FIFO, /dev/stdin, /dev/fd/N; or (--layout docs) a directory of <id>.json "
-        "documents. Several inputs are loaded by one run in the order given, each committed whole and "
-        "recognised on a re-run (loaded before: left out). Streams (stdin, FIFOs) are not replayable: "
-        "every load of them is a new run, never resumed, and nothing of a failed one is committed (re-run "
-        "the producers); several FIFOs are read in parallel, their batches numbered as they arrive. A generator of "
-        "yours: gen://PKG.MODULE:FUNCTION?n=N&start=S[&layout=NAME] (FUNCTION(start, n) returns a numpy "
-        "structured array; the module is imported from the working directory or PYTHONPATH) or "
-        "gen://c:PATH:SYMBOL?n=N&start=S&layout=NAME (a shared library's int SYMBOL(void *buf, uint64_t "
-        "start, uint64_t n) writes the records into buf and returns 0); each worker generates its own ranges.",
-    ),
-    dataset: str = typer.Argument(..., help="lmdb://PATH, rocksdb://PATH or mem://NAME (with ?shards=K)."),
-    layout: str | None = typer.Option(
-        None, "--layout", help="Layout of the records (default: the source's or scidb96)."
-    ),
-    format: str | None = typer.Option(
-        None, "--format", help="capnp (default) or arrow; documents: block (default), raw or capnp."
-    ),
-    compression: str | None = typer.Option(
-        None, "--compression", help="none, lz4 or zstd (arrow); documents: zstd (default) or none."
-    ),
-    shards: int | None = typer.Option(None, "--shards", help="Shard count (default: cores)."),
-    workers: int | None = typer.Option(None, "--workers", help="Worker processes (default: cores)."),
-    batch_records: int | None = typer.Option(None, "--batch-records", help="Records per batch (default 10000)."),
-    new_run: bool = typer.Option(False, "--new-run", help="Load the source again even if it was loaded before."),
-    replace: bool = typer.Option(False, "--replace", help="Start the dataset over with this source (atomic swap)."),
-    on_bad_file: str = typer.Option(
-        "fail",
-        "--on-bad-file",
-        help="Documents: fail (exit 1 naming the file, nothing loaded) or skip (load the rest, list it in the report).",
-    ),
-    keep_runs: int | None = typer.Option(
-        None,
-        "--keep-runs",
-        help="After the load succeeded, prune the "
-        "run records to the N newest (and the protected ones: bulkload runs prune).",
-    ),
+    options: dict,
     json_out: bool = typer.Option(False, "--json", help="Print the run report as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
-):
+) -> None:
     """Load records into a dataset (appending to it if it exists).
 
     Re-running the same command resumes an interrupted run, or loads nothing if it
     finished; --new-run loads the source again; --replace starts the dataset over.
     A stream (stdin, a FIFO) cannot be replayed: each load of it is a new run."""
+    source = options["source"]
     if not source:  # `load X`: X is taken for the dataset (click fills the last argument first)
         fail("Missing argument 'dataset'; see 'bulkload load --help'", EXIT_USAGE)
-    report, used = on_engine(
-        dataset,
-        lambda: api.load(
-            source if len(source) > 1 else source[0],
-            dataset,
-            layout=layout,
-            format=format,
-            compression=compression,
-            shards=shards,
-            workers=workers,
-            batch_records=batch_records,
-            progress=progress_mode(quiet),
-            new_run=new_run,
-            replace=replace,
-            on_bad_file=on_bad_file,
-            keep_runs=keep_runs,
-        ),
-    )
+    options["source"] = source if len(source) > 1 else source[0]
+    report, used = on_engine(options["dataset"], lambda: api.load(**options, progress=progress_mode(quiet)))
     if json_out:
         emit_json(report.to_dict() | used)
     elif not quiet:
@@ -331,20 +267,12 @@ def load(
             print(f"  skipped {f['path']}: {f['reason']}")
 
 
-@app.command()
+@app.command("info")
 @handle_errors
-def info(
-    dataset: str = typer.Argument(...),
-    json_out: bool = typer.Option(False, "--json", help="Print as JSON."),
-    as_of: str = typer.Option(
-        None,
-        "--as-of",
-        help="The dataset as it stood after this commit: a generation "
-        "number or a run id (while its data was not garbage-collected).",
-    ),
-):
+@api_command(api.info)
+def info(options: dict, json_out: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
     """Describe a dataset: layout, format, shards, records, bytes, runs."""
-    with api.open(dataset, as_of=as_of) as ds:
+    with api.open(options["dataset"], as_of=options["as_of"]) as ds:
         d = ds.info()
         arrays = ds.arrays() if d.get("arrays") and not d["problems"] else []
     if json_out:
@@ -406,13 +334,12 @@ def _exit_if_damaged(d: dict) -> None:
         raise typer.Exit(EXIT_FAILED)
 
 
-@app.command()
+@app.command("verify")
 @handle_errors
-def verify(
-    dataset: str = typer.Argument(...), json_out: bool = typer.Option(False, "--json", help="Print the report as JSON.")
-):
+@api_command(api.verify)
+def verify(options: dict, json_out: bool = typer.Option(False, "--json", help="Print the report as JSON.")) -> None:
     """Recompute every stored batch's checksum and count; exit 1 on any mismatch."""
-    rep, used = on_engine(dataset, lambda: api.verify(dataset))
+    rep, used = on_engine(options["dataset"], lambda: api.verify(**options))
     if json_out:
         emit_json(rep.to_dict() | used)
     else:
