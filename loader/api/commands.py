@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from ..arrays import query as array_query
 from ..infra import executors
 from ..infra.outputs import refuse_dataset_paths
+from ..model.optspec import DEFAULT_ARRAY
 from ..model.run_retention import RunFilter
 from ..model.runs import Run
 from ..read.dataset import open as open_dataset
@@ -64,7 +65,7 @@ def query(
     dataset: str,
     box: str | dict,
     *,
-    array: str = "grid",
+    array: str = DEFAULT_ARRAY,
     attrs: str | None = None,
     format: str | None = None,
     out: str | None = None,
