@@ -51,12 +51,13 @@ if TYPE_CHECKING:
         verify,
     )
 
+else:  # a type checker sees the names above, and no __getattr__ that would accept any other
 
-def __getattr__(name: str) -> object:  # lazy: keep `import loader` (and worker start-up) light
-    if name in __all__:
-        from .api import public
+    def __getattr__(name: str) -> object:  # lazy: keep `import loader` (and worker start-up) light
+        if name in __all__:
+            from .api import public
 
-        value = getattr(public, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'loader' has no attribute {name!r}")
+            value = getattr(public, name)
+            globals()[name] = value
+            return value
+        raise AttributeError(f"module 'loader' has no attribute {name!r}")

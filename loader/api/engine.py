@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from types import ModuleType
 from typing import Any, TypeVar
 
 from ..errors import EngineError, UsageError
@@ -39,7 +40,9 @@ R = TypeVar("R")
 
 
 @contextlib.contextmanager
-def engine_for(dataset: str, client=None, engine: str | None = None, scheduler: str | None = None):
+def engine_for(
+    dataset: str, client: Any = None, engine: str | None = None, scheduler: str | None = None
+) -> Iterator[Any]:
     """The executor the runs inside the block use (see the module docstring)."""
     name = (engine or ("dask" if client is not None else "")).strip().lower()
     if not name and not scheduler and executors.current_or_none() is not None:
@@ -63,7 +66,7 @@ def engine_for(dataset: str, client=None, engine: str | None = None, scheduler: 
             yield ex
 
 
-def engine_info(ex) -> dict:
+def engine_info(ex: Any) -> dict[str, Any]:
     """What a ``--json`` report adds for a run off the local pool: engine, scheduler, workers
     used, tasks retried ({} for the local pool: its reports stay the report's ``to_dict()``)."""
     if ex.local:
@@ -88,7 +91,7 @@ def _dask_root(dataset: str) -> str:
 
 
 @contextlib.contextmanager
-def _dask_client(client, scheduler: str):
+def _dask_client(client: Any, scheduler: str) -> Iterator[tuple[Any, str]]:
     """(client, scheduler address) for the block: ``client``, or one opened on ``scheduler``
     (a handshake first, bounded: infra/dask_connect.py); either with a worker at least."""
     if client is not None:
@@ -114,14 +117,14 @@ def _dask_client(client, scheduler: str):
             connect.probe(scheduler, timeout)
             target = scheduler
         try:
-            dask_client = stack.enter_context(Client(target, timeout=max(timeout, 1.0)))
+            dask_client = stack.enter_context(Client(target, timeout=max(timeout, 1.0)))  # type: ignore[no-untyped-call]
         except (OSError, TimeoutError) as e:
             raise EngineError(f"cannot reach the Dask scheduler at {scheduler}: {e}; {connect.ADVICE}") from None
         connect.wait_for_workers(dask_client, scheduler, timeout)
         yield dask_client, scheduler
 
 
-def _connect():
+def _connect() -> ModuleType:
     """infra/dask_connect.py (UsageError when dask[distributed] is not installed)."""
     try:  # imported here: dask is needed only when the engine is dask
         from ..infra import dask_connect

@@ -47,7 +47,7 @@ import os
 import re
 import time
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
@@ -128,10 +128,10 @@ TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true
 @dataclass
 class Pipeline:
     path: str
-    config: dict[str, dict]  # section -> key -> value (defaults filled in)
+    config: dict[str, dict[str, Any]]  # section -> key -> value (defaults filled in)
     origin: dict[str, str]  # "section.key" -> where the value came from
 
-    def get(self, section: str, key: str):
+    def get(self, section: str, key: str) -> Any:
         return self.config.get(section, {}).get(key)
 
     @property
@@ -165,7 +165,7 @@ def _where(path: str, lines: dict[str, int], name: str) -> str:
     return f"{path}, line {n}" if n else path
 
 
-def _convert(value, typ: type, name: str, where: str, from_text: bool):
+def _convert(value: Any, typ: type, name: str, where: str, from_text: bool) -> Any:
     """``value`` as ``typ`` (from an environment variable or --set: parsed from text), else
     PipelineError "WHERE: key NAME must be ..." (``name``: "'k' in [section]")."""
     if from_text and not isinstance(value, typ):
@@ -192,7 +192,7 @@ def _convert(value, typ: type, name: str, where: str, from_text: bool):
     return value
 
 
-def parse(path: str, sets: list[str] | None = None, env: dict | None = None) -> Pipeline:
+def parse(path: str, sets: list[str] | None = None, env: Mapping[str, str] | None = None) -> Pipeline:
     """Read a pipeline file and apply, over its values, the environment and ``--set``;
     then defaults and the rules (required keys, exactly one of [load] / [ingest])."""
     data, lines = _read(path)
@@ -203,7 +203,7 @@ def parse(path: str, sets: list[str] | None = None, env: dict | None = None) -> 
     return Pipeline(path, config, origin)
 
 
-def _read(path: str) -> tuple[dict, dict[str, int]]:
+def _read(path: str) -> tuple[dict[str, Any], dict[str, int]]:
     """(the TOML data, key_lines of its text)."""
     try:
         with open(path, "rb") as f:
@@ -220,9 +220,11 @@ def _read(path: str) -> tuple[dict, dict[str, int]]:
     return data, key_lines(text)
 
 
-def _from_file(path: str, data: dict, lines: dict[str, int]) -> tuple[dict[str, dict], dict[str, str]]:
+def _from_file(
+    path: str, data: dict[str, Any], lines: dict[str, int]
+) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """The file's sections and keys, checked against SCHEMA; (config, origin)."""
-    config: dict[str, dict] = {}
+    config: dict[str, dict[str, Any]] = {}
     origin: dict[str, str] = {}
     for key, value in data.items():
         if isinstance(value, dict):
@@ -247,7 +249,7 @@ def _from_file(path: str, data: dict, lines: dict[str, int]) -> tuple[dict[str, 
     return config, origin
 
 
-def _from_env(config: dict[str, dict], origin: dict[str, str], env) -> None:
+def _from_env(config: dict[str, dict[str, Any]], origin: dict[str, str], env: Mapping[str, str]) -> None:
     """BULKLOAD_SECTION_KEY (and BULKLOAD_KEY for [job]) of the sections the file has."""
     for section in list(config):
         for k, key in SCHEMA[section].items():
@@ -264,7 +266,7 @@ def _from_env(config: dict[str, dict], origin: dict[str, str], env) -> None:
                     break
 
 
-def _from_sets(config: dict[str, dict], origin: dict[str, str], sets: list[str]) -> None:
+def _from_sets(config: dict[str, dict[str, Any]], origin: dict[str, str], sets: list[str]) -> None:
     """``--set section.key=value`` (a bare key means job.key; a section may be added)."""
     for item in sets:
         if "=" not in item:
@@ -285,7 +287,7 @@ def _from_sets(config: dict[str, dict], origin: dict[str, str], sets: list[str])
         origin[f"{section}.{k}"] = f"--set {name}"
 
 
-def _finish(path: str, lines: dict[str, int], config: dict[str, dict]) -> None:
+def _finish(path: str, lines: dict[str, int], config: dict[str, dict[str, Any]]) -> None:
     """Defaults, required keys, and exactly one of [load] / [ingest]."""
     config.setdefault("job", {})
     for section, values in config.items():
@@ -313,13 +315,13 @@ class PipelineReport:
     pipeline: str
     path: str
     dataset: str
-    steps: list[dict] = field(default_factory=list)  # {"step", "seconds", "report": the step's to_dict()}
+    steps: list[dict[str, Any]] = field(default_factory=list)  # {"step", "seconds", "report": the step's to_dict()}
     seconds: float = 0.0
-    engine: dict = field(default_factory=dict)  # off the local pool: engine, scheduler, workers, retries
+    engine: dict[str, Any] = field(default_factory=dict)  # off the local pool: engine, scheduler, workers, retries
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        used = d.pop("engine")
+        used: dict[str, Any] = d.pop("engine")
         return d | used
 
 
@@ -328,8 +330,8 @@ def run(
     sets: list[str] | None = None,
     *,
     progress: str = "auto",
-    env: dict | None = None,
-    client=None,
+    env: Mapping[str, str] | None = None,
+    client: Any = None,
     engine: str | None = None,
     scheduler: str | None = None,
     check: bool = False,
@@ -373,7 +375,9 @@ def check_steps(p: Pipeline) -> None:
     check(p)
 
 
-def _engine_choice(p: Pipeline, client, engine: str | None, scheduler: str | None) -> tuple:
+def _engine_choice(
+    p: Pipeline, client: Any, engine: str | None, scheduler: str | None
+) -> tuple[str | None, str | None]:
     """(engine, scheduler) for engine_for: the caller's, else the [job] keys (checked)."""
     job = p.config["job"]
     for key, ok, what in (
@@ -435,7 +439,7 @@ def _name(p: Pipeline) -> str:
     return p.config["job"].get("name") or os.path.splitext(os.path.basename(p.path))[0]
 
 
-def _event(progress: str, message: str, **fields) -> None:
+def _event(progress: str, message: str, **fields: Any) -> None:
     logs.note(progress == "none", message, **fields)
 
 
@@ -463,24 +467,24 @@ def step_arguments(config: dict[str, dict[str, Any]], step: str) -> dict[str, An
     return out
 
 
-def _step_load(kw: dict[str, Any], progress: str) -> dict:
+def _step_load(kw: dict[str, Any], progress: str) -> dict[str, Any]:
     return load(kw.pop("source"), kw.pop("dataset"), progress=progress, **kw).to_dict()
 
 
-def _step_ingest(kw: dict[str, Any], progress: str) -> dict:
+def _step_ingest(kw: dict[str, Any], progress: str) -> dict[str, Any]:
     return ingest(kw.pop("dataset"), kw.pop("from_dir"), progress=progress, **kw).to_dict()
 
 
-def _step_compact(kw: dict[str, Any], progress: str) -> dict:
+def _step_compact(kw: dict[str, Any], progress: str) -> dict[str, Any]:
     return compact(kw.pop("dataset"), progress=progress, **kw).to_dict()
 
 
-def _step_finalize(kw: dict[str, Any], progress: str) -> dict:
+def _step_finalize(kw: dict[str, Any], progress: str) -> dict[str, Any]:
     budget = size_option(kw.pop("memory_budget") or None, "memory_budget", PipelineError)
     return finalize(kw.pop("dataset"), progress=progress, memory_budget=budget, **kw).to_dict()
 
 
-def _step_query(kw: dict[str, Any], progress: str) -> dict:
+def _step_query(kw: dict[str, Any], progress: str) -> dict[str, Any]:
     out_file, fmt = kw["out"], kw["format"]
     table = query(**(kw | {"format": fmt if out_file else None}))
     out = {"box": kw["box"], "array": kw["array"], "rows": table.num_rows}

@@ -20,8 +20,10 @@ Reads only: nothing here writes (a source's layout may be read, as the load woul
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..arrays.finalize import FinalizeOptions, plan_finalize
 from ..arrays.query import box_columns, check_box_dims, parse_box
@@ -36,10 +38,15 @@ from ..model.layouts import Layout
 from ..model.options import size_option
 from ..model.run_retention import check_keep
 from ..read.tables import check_format
-from ..stores.spec import parse_dataset_uri
+from ..stores.spec import StoreSpec, parse_dataset_uri
 from .pipeline import REQUIRED, SCHEMA, Pipeline, job_keys, step_arguments
 
+if TYPE_CHECKING:
+    from ..loading.job import RunSettings
+
 Key = tuple[str, str]  # (section, key)
+Config = dict[str, dict[str, Any]]  # section -> key -> value
+ArrayShape = tuple[list[str], Layout, bool]  # an array's dims, cell layout, duplicates kept
 #: named when a step fails with every key at its default
 _BASE_KEY = {"load": "source", "ingest": "from", "compact": "target_batch_records", "finalize": "dims", "query": "box"}
 
@@ -51,7 +58,7 @@ class _Target:
     layout: Layout
     format: str
     compression: str
-    arrays: dict = field(default_factory=dict)  # name -> (dims, cell layout, keep)
+    arrays: dict[str, ArrayShape] = field(default_factory=dict)  # name -> (dims, cell layout, keep)
 
 
 def check(p: Pipeline) -> None:
@@ -66,10 +73,10 @@ def check(p: Pipeline) -> None:
     for step in p.steps:
         if step in _STEP_CHECKS:
             keys = [(step, k) for k in SCHEMA[step] if k != "enabled"]
-            _blamed(p, keys, step, lambda v, step=step: _STEP_CHECKS[step](v, t))
+            _blamed(p, keys, step, functools.partial(_STEP_CHECKS[step], t=t))
 
 
-def _blamed(p: Pipeline, keys: list[Key], step: str, call: Callable[[dict], object]):
+def _blamed(p: Pipeline, keys: list[Key], step: str, call: Callable[[Config], Any]) -> Any:
     """call(values) with the pipeline's values; when it raises a usage error, the key to
     blame: the first of ``keys`` whose value, added to the defaults, makes it fail."""
     try:
@@ -94,7 +101,7 @@ def _blamed(p: Pipeline, keys: list[Key], step: str, call: Callable[[dict], obje
     _raise(p, keys[0], error)
 
 
-def _fails(call: Callable[[dict], object], values: dict) -> BulkloadError | None:
+def _fails(call: Callable[[Config], Any], values: Config) -> BulkloadError | None:
     try:
         call(values)
     except BulkloadError as e:
@@ -103,7 +110,7 @@ def _fails(call: Callable[[dict], object], values: dict) -> BulkloadError | None
     return None
 
 
-def _raise(p: Pipeline, key: Key, error: BulkloadError):
+def _raise(p: Pipeline, key: Key, error: BulkloadError) -> NoReturn:
     section, name = key
     where = p.origin.get(f"{section}.{name}")
     where = p.path if where is None else where if where.startswith(p.path) else f"{p.path}: {where}"
@@ -111,24 +118,24 @@ def _raise(p: Pipeline, key: Key, error: BulkloadError):
     raise PipelineError(f"{where}: [{section}] {name} = {value!r}: {error}; nothing was run") from None
 
 
-def _load(v: dict, dataset: str):
+def _load(v: Config, dataset: str) -> RunSettings:
     kw = step_arguments(v, "load")
     del kw["new_run"], kw["dataset"]  # what a load checks before it writes does not depend on new_run
     return load_mod.check(kw.pop("source"), dataset, **kw)
 
 
-def _ingest(v: dict, dataset: str):
+def _ingest(v: Config, dataset: str) -> RunSettings:
     kw = step_arguments(v, "ingest")
     del kw["dataset"]
     return ingest_mod.check(dataset, kw.pop("from_dir"), **kw)
 
 
-def _compact(v: dict, t: _Target) -> None:
+def _compact(v: Config, t: _Target) -> None:
     check_compact(t.layout, t.format, t.compression, v["compact"]["target_batch_records"], v["job"]["workers"])
     check_keep_snapshots(v["compact"]["keep_snapshots"])
 
 
-def _finalize(v: dict, t: _Target) -> None:
+def _finalize(v: Config, t: _Target) -> None:
     kw = step_arguments(v, "finalize")
     budget = size_option(kw["memory_budget"] or None, "memory_budget", UsageError)
     plan = plan_finalize(
@@ -152,7 +159,7 @@ def _finalize(v: dict, t: _Target) -> None:
     t.arrays[a.name] = (list(a.dims), a.cell_layout(), a.policy == "keep")
 
 
-def _query(v: dict, t: _Target) -> None:
+def _query(v: Config, t: _Target) -> None:
     cfg = v["query"]
     ranges = parse_box(cfg["box"])
     check_format(cfg["format"])
@@ -169,7 +176,7 @@ def _query(v: dict, t: _Target) -> None:
         check_output(cfg["out"])
 
 
-def _arrays_now(spec, p: Pipeline) -> dict:
+def _arrays_now(spec: StoreSpec, p: Pipeline) -> dict[str, ArrayShape]:
     """The arrays the dataset has now (none if it does not exist or [load] replaces it)."""
     if p.get("load", "replace") or not mf.exists(spec.root):
         return {}

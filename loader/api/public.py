@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from ..arrays.report import FinalizeReport
     from ..loading.ingest import IngestReport
     from ..loading.report import LoadReport
-    from ..maintain.report import CompactReport, PruneReport
+    from ..maintain.report import CompactReport
+    from ..maintain.run_prune import PruneReport
     from ..model.layouts import Layout
     from ..model.runs import Run
     from ..read.dataset import Dataset
@@ -108,15 +109,12 @@ OnBadFile = Annotated[
 ]
 
 
-def _keep_runs(job: str) -> Any:
-    return Annotated[
-        int | None,
-        Opt(
-            help=f"After the {job} succeeded, prune the run records to the N newest (and the protected ones: "
-            "bulkload runs prune).",
-            section="job",
-        ),
-    ]
+def _keep_runs(job: str) -> Opt:
+    return Opt(
+        help=f"After the {job} succeeded, prune the run records to the N newest (and the protected ones: "
+        "bulkload runs prune).",
+        section="job",
+    )
 
 
 def _job(
@@ -180,7 +178,7 @@ def load(
     new_run: Annotated[bool, Opt(help="Load the source again even if it was loaded before.")] = False,
     replace: Annotated[bool, Opt(help="Start the dataset over with this source (atomic swap).")] = False,
     on_bad_file: OnBadFile = "fail",
-    keep_runs: _keep_runs("load") = None,
+    keep_runs: Annotated[int | None, _keep_runs("load")] = None,
     progress: Progress = "none",
     stdin: Annotated[
         Any, Opt(help="The binary stream that source '-' reads (default: standard input).", flag=None, key=None)
@@ -284,7 +282,7 @@ def ingest(
     shards: Shards = None,
     workers: Workers = None,
     batch_records: BatchRecords = None,
-    keep_runs: _keep_runs("ingest") = None,
+    keep_runs: Annotated[int | None, _keep_runs("ingest")] = None,
     progress: Progress = "none",
     checkpoint_seconds: CheckpointSeconds = None,
     checkpoint_bytes: CheckpointBytes = None,

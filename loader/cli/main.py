@@ -17,11 +17,14 @@ import gc
 import json
 import os
 import sys
+from collections.abc import Sequence
+from typing import Any, cast
 
 import typer
 from typer.core import TyperGroup
 from typer.exceptions import TyperException
 from typer.main import get_command_name
+from typer.models import CommandInfo
 
 from .. import api
 from ..errors import EXIT_FAILED, EXIT_USAGE, BulkloadError, Interrupted, OutputError
@@ -39,15 +42,24 @@ class OneLineErrors(TyperGroup):
     one line ``bulkload: error: ...; see 'bulkload CMD --help'`` and exit 2 like every other
     usage error, instead of click's usage block."""
 
-    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
         plain_params(self)  # start-up: values converted without pydantic (params.py)
+        given = {"windows_expand_args": windows_expand_args, **extra}
         if not standalone_mode:
-            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **given)
         try:
-            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **given)
         except TyperException as e:
             if type(e).__name__ == "NoArgsIsHelpError":  # bare `bulkload`: the help text
-                e.show()
+                cast(Any, e).show()
                 sys.exit(e.exit_code)
             ctx = getattr(e, "ctx", None)
             hint = f"; see '{ctx.command_path} --help'" if ctx is not None else ""
@@ -93,8 +105,8 @@ def handle_errors(fn):
                 silence_stdout()
             fail(str(e), e.exit_code)
         except KeyboardInterrupt as e:
-            stop = Interrupted.of(e)
-            fail(str(stop), stop.exit_code)
+            interrupted = Interrupted.of(e)
+            fail(str(interrupted), interrupted.exit_code)
         except BrokenPipeError:  # the reader went away (| head): quiet, as other tools
             silence_stdout()
             raise typer.Exit(0)
@@ -113,11 +125,12 @@ def wrapped_stop(e: BaseException) -> KeyboardInterrupt | None:
     """The stop signal (KeyboardInterrupt) that ``e`` wraps - as its cause or context, as
     Python wraps an error raised inside ``__set_name__`` in a RuntimeError - or None."""
     seen = set()
-    while e is not None and id(e) not in seen:
-        if isinstance(e, KeyboardInterrupt):
-            return e
-        seen.add(id(e))
-        e = e.__cause__ or e.__context__
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
     return None
 
 
@@ -219,7 +232,8 @@ def generate(
         fail(f"--impl must be c or python, not {impl!r}", EXIT_USAGE)
     lay = get_layout(layout)
     with open_output(out or "-") as o:
-        write_records(lay, first, count, o.file, impl=impl)
+        binary: Any = o.file  # binary: open_output opens files in "wb" mode
+        write_records(lay, first, count, binary, impl=impl)
 
 
 @app.command("load")
@@ -402,7 +416,7 @@ def options_first(args: list[str]) -> list[str]:
     """``args`` with the group options (`GROUP_OPTIONS`) given after the command moved before
     it (``bulkload run P --log-format json`` = ``bulkload --log-format json run P``); the
     format is set at once, so that even a parsing error is a JSON line when asked for."""
-    names = {c.name or get_command_name(c.callback.__name__) for c in app.registered_commands}
+    names = {command_name(c) for c in app.registered_commands}
     names |= {g.name for g in app.registered_groups if g.name}
     i = 0
     while i < len(args) and args[i] not in names:  # the group's own options before the command
@@ -425,13 +439,16 @@ def options_first(args: list[str]) -> list[str]:
     return out
 
 
+def command_name(c: CommandInfo) -> str:
+    """The name a registered command is called by."""
+    return c.name or get_command_name(getattr(c.callback, "__name__", ""))
+
+
 def app_for(args: list[str]) -> typer.Typer:
     """``app`` with only the command that ``args`` begins with (start-up: typer builds every
     command's parameters from its signature before it parses, ~0.5 ms a command), or ``app``
     itself when the first word is no command (--help, a group option, a typo to suggest for)."""
-    chosen = [
-        c for c in app.registered_commands if args and (c.name or get_command_name(c.callback.__name__)) == args[0]
-    ]
+    chosen = [c for c in app.registered_commands if args and command_name(c) == args[0]]
     groups = [g for g in app.registered_groups if args and g.name == args[0]]  # e.g. `runs`
     if not chosen and not groups:
         return app
