@@ -13,6 +13,8 @@ The functions are loader/api/public.py's, resolved on first use so that ``import
 ``TYPE_CHECKING`` imports below.
 """
 
+# ruff: noqa: F405 - the names of __all__ come from api/public.py, lazily (or by the import below)
+
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs ~2 ms of every start-up
 
 __version__ = "0.1.0"
@@ -35,21 +37,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from .api.public import (
-        compact,
-        export,
-        finalize,
-        generator,
-        info,
-        ingest,
-        load,
-        open,
-        prune_runs,
-        query,
-        run,
-        runs,
-        verify,
-    )
+    from .api.public import *  # noqa: F403 - the names of __all__
 
 else:  # a type checker sees the names above, and no __getattr__ that would accept any other
 

@@ -27,36 +27,5 @@ a worker process or ``bulkload --help`` never imports the stages it does not use
 
 from __future__ import annotations
 
-from .public import (
-    PUBLIC,
-    compact,
-    export,
-    finalize,
-    generator,
-    info,
-    ingest,
-    load,
-    open,
-    prune_runs,
-    query,
-    run,
-    runs,
-    verify,
-)
-
-__all__ = [
-    "PUBLIC",
-    "compact",
-    "export",
-    "finalize",
-    "generator",
-    "info",
-    "ingest",
-    "load",
-    "open",
-    "prune_runs",
-    "query",
-    "run",
-    "runs",
-    "verify",
-]
+from .public import *  # noqa: F403 - the public functions (public.__all__)
+from .public import PUBLIC as PUBLIC

@@ -754,6 +754,22 @@ def generator(
 
 
 #: the public functions, by name (loader/__init__.py, loader/api/__init__.py)
+__all__ = [
+    "compact",
+    "export",
+    "finalize",
+    "generator",
+    "info",
+    "ingest",
+    "load",
+    "open",
+    "prune_runs",
+    "query",
+    "run",
+    "runs",
+    "verify",
+]
+PUBLIC = tuple(__all__)
 PUBLIC = (
     "compact",
     "export",
@@ -771,15 +787,5 @@ PUBLIC = (
 )
 #: the commands whose options are declared here: public name -> its function
 COMMANDS: dict[str, Callable[..., Any]] = {
-    "load": load,
-    "ingest": ingest,
-    "finalize": finalize,
-    "compact": compact,
-    "verify": verify,
-    "export": export,
-    "query": query,
-    "info": info,
-    "runs": runs,
-    "prune_runs": prune_runs,
-    "run": run,
+    name: globals()[name] for name in PUBLIC if name not in ("open", "generator")
 }
