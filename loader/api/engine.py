@@ -143,5 +143,6 @@ def on_engine(
         report = call()
         info = engine_info(ex)
     if info and isinstance(report, EngineKeys):
-        return report.with_engine(info)  # type: ignore[no-any-return]
+        tagged: R = report.with_engine(info)
+        return tagged
     return report
