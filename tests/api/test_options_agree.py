@@ -117,6 +117,17 @@ def test_each_command_line_option_is_its_api_keyword(path):
     assert cli_disagreements(cli_command(path), fn, skip) == []
 
 
+def test_scan_differs_from_export_only_where_it_says_so():
+    """`bulkload scan` is export's view of a stream: a required --format of fewer formats,
+    and its own --out help (cli/scan.py's override) - nothing else."""
+    assert cli_disagreements(cli_command(("scan",)), public.export) == [
+        "scan out: help 'Output file; - for stdout (nothing but the data goes there).' != "
+        "'Output file; - for stdout (the report then goes to stderr).'",
+        "scan format: help 'arrow, parquet, csv, jsonl or npy.' != 'arrow, parquet, csv, jsonl, npy or capnp.'",
+        "scan format: default None != 'arrow'",
+    ]
+
+
 def test_each_pipeline_key_is_a_step_keyword():
     assert pipeline_disagreements(SCHEMA) == []
     assert set(SCHEMA) == {"job", *STEP_FUNCTIONS}
