@@ -48,7 +48,7 @@ JobDataset = Annotated[
     str, Opt(help="lmdb://PATH, rocksdb://PATH or mem://NAME (with ?shards=K).", argument=True, section="job")
 ]
 #: the dataset a command works on
-Dataset_ = Annotated[str, Opt(help=DATASET_HELP, argument=True, section="job")]
+DatasetWithHelp = Annotated[str, Opt(help=DATASET_HELP, argument=True, section="job")]
 #: the dataset, with no help on the command line (as `bulkload compact --help` shows it)
 DatasetArg = Annotated[str, Opt(argument=True, section="job")]
 
@@ -335,7 +335,7 @@ def ingest(
 
 
 def finalize(
-    dataset: Dataset_,
+    dataset: DatasetWithHelp,
     dims: Annotated[
         str | Sequence[tuple[str, int]] | None,
         Opt(
@@ -619,7 +619,7 @@ def info(
 
 
 def runs(
-    dataset: Dataset_,
+    dataset: DatasetWithHelp,
     status: Annotated[
         str | None,
         Opt(
@@ -655,7 +655,7 @@ def runs(
 
 
 def prune_runs(
-    dataset: Dataset_,
+    dataset: DatasetWithHelp,
     keep: Annotated[int | None, Opt(help="Keep the N newest runs (and every protected run).")] = None,
     older_than: Annotated[
         "str | float | datetime.datetime | None",
@@ -770,21 +770,6 @@ __all__ = [
     "verify",
 ]
 PUBLIC = tuple(__all__)
-PUBLIC = (
-    "compact",
-    "export",
-    "finalize",
-    "generator",
-    "info",
-    "ingest",
-    "load",
-    "open",
-    "prune_runs",
-    "query",
-    "run",
-    "runs",
-    "verify",
-)
 #: the commands whose options are declared here: public name -> its function
 COMMANDS: dict[str, Callable[..., Any]] = {
     name: globals()[name] for name in PUBLIC if name not in ("open", "generator")
