@@ -44,6 +44,7 @@ from ..model.chunk_index import (
 )
 from ..model.layouts import Layout
 from ..model.options import MAX_WORKERS, check_count, default_workers
+from ..model.optspec import DEFAULT_ARRAY
 from ..model.runs import Run, new_run, save_stopped
 from ..model.runs import stop as stop_run
 from ..serializers import get_serializer
@@ -61,7 +62,7 @@ from .job import ArrayJob
 from .partition import PartitionTask, partition_worker
 from .report import FinalizeReport, IndexTotals, stage_figures, worker_peak_rss
 from .scan import ENTRY_DTYPE, MAX_SCAN_ENTRIES, ScanTask, scan_worker
-from .spec import DEFAULT_ARRAY, ArraySpec, make_spec
+from .spec import ArraySpec, make_spec
 
 STRATEGIES = ("auto", "direct", "spill")
 #: bytes of memory per worker: its whole process (peak RSS), from 128 MiB up
