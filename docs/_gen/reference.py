@@ -134,13 +134,10 @@ def cli_page() -> str:
 def public_functions() -> dict[str, str]:
     """loader's public name -> the dotted path mkdocstrings documents it at."""
     import loader
+    from loader.api import public  # the real functions behind loader's lazy names
 
-    try:  # the names resolve lazily through loader.api's table: document where they live
-        from loader.api import PUBLIC
-    except ImportError:
-        PUBLIC = {}
     return {
-        name: ".".join(PUBLIC[name]) if name in PUBLIC else f"loader.{name}"
+        name: f"loader.api.public.{name}" if name in public.__all__ else f"loader.{name}"
         for name in loader.__all__
         if not name.startswith("_")
     }
@@ -277,15 +274,17 @@ def pipeline_page() -> str:
         "",
     ]
     for section, keys in pipeline.SCHEMA.items():
-        lines += [f"## `[{section}]`", "", "| key | type | default |", "|---|---|---|"]
-        for key, (typ, default) in keys.items():
+        lines += [f"## `[{section}]`", "", "| key | type | default | help |", "|---|---|---|---|"]
+        for key, k in keys.items():
+            typ, default = k.type, k.default
             if default is pipeline.REQUIRED:
                 shown = "**required**"
             elif default is None:
                 shown = "(the command's default)"
             else:
                 shown = f"`{str(default).lower() if isinstance(default, bool) else default}`"
-            lines.append(f"| `{key}` | {pipeline.TYPE_NAMES.get(typ, typ.__name__)} | {shown} |")
+            kind = pipeline.TYPE_NAMES.get(typ, typ.__name__)
+            lines.append(f"| `{key}` | {kind} | {shown} | {cell(plain(k.help or ''))} |")
         lines.append("")
     return "\n".join(lines)
 
