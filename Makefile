@@ -42,13 +42,15 @@ test: lint
 # The stores' and serializers' suites against the C extensions built with AddressSanitizer and
 # UBSan (setup.py: BULKLOAD_SANITIZE, objects in build/sanitize), installed (not editable: the
 # source tree keeps the plain build) into their own venv. Python itself is not built with ASan,
-# so libasan is preloaded; PYTHONSAFEPATH keeps the source tree's `loader` off sys.path (tests
-# and the processes they start import the installed one); CPython leaks at exit by design.
+# so libasan is preloaded; PYTHONMALLOC=malloc puts every Python object in ASan's sight (pymalloc's
+# arenas would hide an overrun of a small bytes or bytearray); PYTHONSAFEPATH keeps the source
+# tree's `loader` off sys.path (tests and the processes they start import the installed one);
+# CPython leaks at exit by design.
 SAN_VENV  ?= .venv-sanitize
 SAN_PY    := $(SAN_VENV)/bin/python
 SAN_STAMP := $(SAN_VENV)/.installed-stamp
 SAN_CC     = $(shell python3 -c "import sysconfig; print(sysconfig.get_config_var('CC').split()[0])")
-SAN_ENV    = LD_PRELOAD=$(shell $(SAN_CC) -print-file-name=libasan.so) PYTHONSAFEPATH=1 \
+SAN_ENV    = LD_PRELOAD=$(shell $(SAN_CC) -print-file-name=libasan.so) PYTHONSAFEPATH=1 PYTHONMALLOC=malloc \
 	ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
 $(SAN_STAMP): pyproject.toml setup.py $(C_SOURCES)
@@ -59,7 +61,7 @@ $(SAN_STAMP): pyproject.toml setup.py $(C_SOURCES)
 
 test-sanitize: $(SAN_STAMP)
 	$(SAN_ENV) $(SAN_PY) -c "import loader.stores._lmdbnode as m; assert '$(SAN_VENV)' in m.__file__, m.__file__"
-	$(SAN_ENV) $(SAN_PY) -m pytest -q -p no:cacheprovider tests/stores tests/serializers
+	$(SAN_ENV) $(SAN_PY) -m pytest -q -p no:cacheprovider --capture=sys tests/stores tests/serializers
 
 bench: install
 	$(VENV)/bin/bulkload bench --suite quick
