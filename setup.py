@@ -129,5 +129,7 @@ setup(
     ],
     scripts=GEN_PROGRAM_SOURCES,
     cmdclass={"build_scripts": build_generator_program},
+    # the extensions' C sources lie in the packages: in the sdist, not installed beside the modules
+    exclude_package_data={"": ["*.c"]},
     options={"build": {"build_base": BUILD_BASE}},
 )
