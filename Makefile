@@ -2,7 +2,11 @@
 #   make demo   generate -> load -> verify (-> finalize -> query) with a throughput table; then
 #               gen://ticks (TICKS_N records) -> load -> finalize on time -> a one-hour box query
 #   make test   create .venv, install bulkload with its test extras, check the code (ruff: pyflakes
-#               and import order; lint-imports: the layers of loader/), run the whole suite
+#               and import order; lint-imports: the layers of loader/), build the documentation
+#               site, run the whole suite (tests/site runs every example of README.md and docs/)
+#   make docs   build the documentation site into site/ (MkDocs, warnings are errors)
+#   make test-sanitize  tests/stores and tests/serializers against the C extensions built with
+#               ASan and UBSan, in .venv-sanitize (a few minutes; not part of make test)
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 N      ?= 20000000
@@ -12,13 +16,13 @@ STAMP  := $(VENV)/.installed-stamp
 # every C source: the generator library and bulkload-gen (generators/), each extension beside its package
 C_SOURCES := $(wildcard generators/*.c generators/*.h loader/*/*.c)
 
-.PHONY: install demo test test-sanitize lint typecheck bench bench-catalog clean
+.PHONY: install demo test test-sanitize lint typecheck docs bench bench-catalog clean
 
 # the test venv: C warnings are errors (setup.py: BULKLOAD_WERROR; a plain pip install keeps them warnings)
 $(STAMP): pyproject.toml setup.py $(C_SOURCES)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	BULKLOAD_WERROR=1 $(PY) -m pip install -q -e ".[test,bench,dask,duckdb,polars]"
+	BULKLOAD_WERROR=1 $(PY) -m pip install -q -e ".[test,bench,dask,duckdb,polars,docs]"
 	touch $@
 
 install: $(STAMP)
@@ -28,15 +32,21 @@ demo: install
 	$(PY) bench/demo.py --n $(N) --ticks-n $(TICKS_N) --data data
 
 lint: install
-	$(VENV)/bin/ruff check loader tests bench examples setup.py
-	$(VENV)/bin/ruff format --check loader tests bench examples setup.py
+	$(VENV)/bin/ruff check loader tests bench examples docs/_gen setup.py
+	$(VENV)/bin/ruff format --check loader tests bench examples docs/_gen setup.py
 	cd $(CURDIR) && $(VENV)/bin/lint-imports
 
 # issue 32: joins `lint` once every package checks clean
 typecheck: install
 	$(VENV)/bin/mypy
 
-test: lint
+# mkdocs.yml; the reference pages are generated from the code at build time (docs/_gen/).
+# (The two variables silence a plugin's banner about a future MkDocs 2, which the extra excludes;
+# no --quiet: it hides the warnings from --strict, which then passes a broken link.)
+docs: install
+	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(VENV)/bin/mkdocs build --strict --site-dir site
+
+test: lint docs
 	$(PY) -m pytest -q -p no:cacheprovider
 
 # The stores' and serializers' suites against the C extensions built with AddressSanitizer and
@@ -72,4 +82,4 @@ bench-catalog: install
 	$(VENV)/bin/bulkload bench --suite catalog --out bench/results $(BENCH_ARGS)
 
 clean:
-	rm -rf build *.egg-info data bench/out $(SAN_VENV)
+	rm -rf build *.egg-info data bench/out site $(SAN_VENV)
