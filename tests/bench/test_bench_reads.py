@@ -67,11 +67,10 @@ def test_reads_section_measures_every_read_and_peer_with_targets(tmp_path):
         assert (t["status"] in ("pass", "short")) == measured, t
     g = goals["reads-random-groupby-vs-duckdb"]
     if peer["duckdb"]:
-        assert (
-            g["at_most"] and g["unit"] == "s" and g["ratio"] == pytest.approx(g["value"] / g["reference"], 1e-2, 1e-3)
-        )
-    r = goals["reads-scidb96-range-vs-full"]  # ratios are rounded to 3 decimals: +-0.0005 of a small one
-    assert r["ratio"] == pytest.approx(r["reference"] / r["value"], 1e-2, 1e-3) and r["target"] == 50.0
+        assert g["at_most"] and g["unit"] == "s" and g["ratio"] == pytest.approx(g["value"] / g["reference"], 1e-2)
+    r = goals["reads-scidb96-range-vs-full"]
+    # the ratio is stored to 3 decimals: under load a tiny run's range can be slower than its full read
+    assert r["ratio"] == pytest.approx(r["reference"] / r["value"], rel=1e-2, abs=1e-3) and r["target"] == 50.0
 
 
 def test_reads_peers_not_installed_are_skipped_never_estimated(tmp_path, monkeypatch):
