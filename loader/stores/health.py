@@ -89,11 +89,11 @@ class ShardProblem:
         cls = MissingShardError if self.missing else CorruptStoreError
         return cls(self.message(writing))
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
-def committed_shards(m: BatchList) -> Counter:
+def committed_shards(m: BatchList) -> Counter[int]:
     """shard -> number of committed batches holding records in it."""
     agg = getattr(m.batches, "agg", None)  # a manifest: its aggregates (O(1) in a catalog)
     if agg is not None:
@@ -134,7 +134,7 @@ def existing_shards(m: BatchList | None) -> tuple[int, ...]:
     return tuple(sorted(committed_shards(m))) if m is not None else ()
 
 
-def check_value(uri: str, b: BatchRow, value) -> None:
+def check_value(uri: str, b: BatchRow, value: bytes | memoryview) -> None:
     """Raise CorruptBatchError unless ``value`` has the size and xxh3 of manifest row ``b``."""
     if len(value) == b.nbytes and xxhash.xxh3_64_intdigest(value) == b.checksum:
         return
