@@ -19,16 +19,17 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Protocol, Self, TypeVar
+from typing import TYPE_CHECKING, Protocol, Self, TypeVar
 
 from ..errors import CorruptStoreError, KeyOrderError, NotReadableError, NotWritableError, UsageError
+
+if TYPE_CHECKING:
+    from ..infra.bytes_like import BytesLike
 
 #: a value handed to `ShardStore.put_sorted` (any bytes-like object, kept as it is)
 V = TypeVar("V")
 #: a value read: bytes (copied out) or a buffer into the store (zero-copy)
 Value = bytes | memoryview
-#: a key or value written (`ShardStore.put_sorted`): bytes or a bytes-like object
-BytesLike = bytes | bytearray | memoryview
 
 
 class ValueView(Protocol):

@@ -9,7 +9,7 @@ import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import chain
-from typing import Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Literal, TypeVar, overload
 
 import lmdb
 
@@ -17,7 +17,7 @@ from ..errors import DamagedDatasetError, MissingPathError, StoreError
 from ..infra import faults
 from ..infra.fsatomic import exchange, fsync_dir
 from ..infra.regular import open_regular
-from .base import BytesLike, ShardStore, ascending, corrupt_store, make_shard_dir, require_access
+from .base import ShardStore, ascending, corrupt_store, make_shard_dir, require_access
 from .lmdb_env import (
     EnvEntry,
     acquire_env,
@@ -39,6 +39,9 @@ from .lmdb_files import (
 from .lmdb_reads import LmdbReads
 from .options import LmdbOptions
 from .spec import is_mem_path
+
+if TYPE_CHECKING:
+    from ..infra.bytes_like import BytesLike
 
 #: a writer starts the disk writes of its commits every this many bytes (_early_writeback)
 WRITEBACK_BYTES = 32 << 20

@@ -10,7 +10,7 @@ import os
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Literal, overload
+from typing import TYPE_CHECKING, Literal, overload
 
 from rocksdict import (
     AccessType,
@@ -34,9 +34,12 @@ from ..errors import (
     UsageError,
 )
 from ..infra.regular import open_regular_file, require_regular_entries
-from .base import BytesLike, ShardStore, ascending, corrupt_store, make_shard_dir, require_access
+from .base import ShardStore, ascending, corrupt_store, make_shard_dir, require_access
 from .health import REBUILD
 from .options import RocksdbOptions
+
+if TYPE_CHECKING:
+    from ..infra.bytes_like import BytesLike
 
 _COMPRESSION = {
     "none": DBCompressionType.none,
