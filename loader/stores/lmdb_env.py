@@ -244,7 +244,7 @@ class reading:
     def __exit__(
         self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> Literal[False]:
-        if isinstance(e, lmdb.Error):
+        if kind is not None and isinstance(e, lmdb.Error):
             damaged(self.path, e)
         return False
 

@@ -314,12 +314,13 @@ class LmdbValueView:
         because LMDB's lookup reads the first page of the value - with the page cache
         cold, a disk read the caller would wait for before it could ask for the pages it
         needs. Anything the walk does not expect is asked of LMDB, which names damage."""
-        pages = self.pages
-        if not touch and pages is not None:
-            found = self._find(key, pages)
-            if found is not None:
-                start, size, _ = found
-                return pages.view[start : start + size]
+        if not touch:
+            pages = self.pages
+            if pages is not None:
+                found = self._find(key, pages)
+                if found is not None:
+                    start, size, _ = found
+                    return pages.view[start : start + size]
         try:
             with reading(self.store.path):  # a damaged store: one error naming the shard
                 if not self.cursor.set_key(key):
