@@ -17,11 +17,6 @@ PACKAGES = ["loader/stores", "loader/serializers", "loader/sources", "loader/arr
 
 #: (file, error code, what the message says): errors caused outside these packages
 PENDING = [
-    # the C extensions have no .pyi stubs yet (the C-extension move writes them)
-    ("loader/stores/lmdb_files.py", "import-not-found", "loader.stores._lmdbnode"),
-    ("loader/stores/lmdb_reads.py", "import-not-found", "loader.stores._lmdbnode"),
-    ("loader/stores/lmdb_reads.py", "import-not-found", "loader.stores._preads"),
-    ("loader/serializers/shuffled.py", "attr-defined", "_shuffle"),
     # loader.model: Layout.capnp_module is unannotated; Manifest.batches / .runs are declared
     # BatchRows / RunList but also hold plain lists (the model's types fix them)
     ("loader/serializers/capnp_framing.py", "no-untyped-call", '"capnp_module"'),
