@@ -456,7 +456,7 @@ class Dataset(Verifying):
         return list_arrays(self)
 
     def read_box(
-        self, array: str = DEFAULT_ARRAY, attrs: list[str] | None = None, **ranges: tuple[object, object]
+        self, array: str = DEFAULT_ARRAY, attrs: Columns | None = None, **ranges: tuple[object, object]
     ) -> pa.Table:
         """Cells of ``array`` inside the half-open box, e.g. ``read_box(i0=(2, 5), i1=(0, 100))``,
         as a pyarrow.Table: dimension columns, then attributes, in row-major cell order."""
