@@ -20,7 +20,7 @@ into a dataset (the one exported or any other). Nothing but the data goes to it.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import IO, TYPE_CHECKING, Any
 
@@ -72,7 +72,7 @@ class Selection:
 
 def check_options(
     fmt: str,
-    formats: tuple[str, ...] = EXPORT_FORMATS,
+    formats: Sequence[str] = EXPORT_FORMATS,
     compression: str | None = None,
     row_group_rows: int | None = None,
 ) -> None:
@@ -97,7 +97,7 @@ def export(
     *,
     compression: str | None = None,
     row_group_rows: int | None = None,
-    formats: tuple[str, ...] = EXPORT_FORMATS,
+    formats: Sequence[str] = EXPORT_FORMATS,
 ) -> ExportReport:
     sel = sel or Selection()
     check_options(fmt, formats, compression, row_group_rows)
