@@ -170,9 +170,9 @@ def compact_docs(
         for r in rows:
             r.update(tables_after=r["tables_before"], bytes_after=r["bytes_before"], documents=0, compacted=False)
         return _report(base, rows, m, None, None, time.perf_counter() - t0)
-    run = _start_run(spec, m, plan)
+    run, table = _start_run(spec, m, plan)
     try:
-        folds = _fold(spec, m, plan, run.table, progress, workers)
+        folds = _fold(spec, m, plan, table, progress, workers)
         _switch(spec, m, plan, run, folds)
     except BaseException as e:
         if run.status != "done":
@@ -191,16 +191,16 @@ def compact_docs(
     return _report(base, rows, m, run.id, folds, seconds)
 
 
-def _start_run(spec: StoreSpec, m: mf.Manifest, plan: CompactPlan) -> Run:
+def _start_run(spec: StoreSpec, m: mf.Manifest, plan: CompactPlan) -> tuple[Run, str]:
     """Record the compaction's run (and its new table) in the manifest; unfinished loads
-    and ingests are superseded."""
+    and ingests are superseded. (the run, its table)"""
     run = runs.new_run("compact", target_batch_records=plan.target, layout="docs", shards_folded=plan.folded)
     table = plan.kind.run_table(run.id)
     run.table = table
     runs.supersede(m, None, by=run.id)  # their pending batches may sit in tables dropped below
     m.runs.append(run)
     m.save(spec.root)
-    return run
+    return run, table
 
 
 def _fold(spec: StoreSpec, m: mf.Manifest, plan: CompactPlan, table: str, progress: str, workers: int | None) -> Folds:

@@ -216,7 +216,7 @@ class Verifying:
         with ValueReader(self.shard(b.shard), "batches") as rd:
             v = rd.get(batch_key(b.seq))
             problem, error = self._stored_problem(b, v, flat)
-            if problem is None:
+            if problem is None and v is not None:  # (a missing value is a problem)
                 try:
                     start, recs = self.serializer.decode(v)
                 except Exception as e:
