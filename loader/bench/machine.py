@@ -51,7 +51,7 @@ def filesystem_of(path: str | Path) -> dict:
         if real == mp or real.startswith(mp.rstrip("/") + "/") or mp == "/":
             if best is None or len(mp) > len(best.mountpoint):
                 best = part
-    out = {"path": real}
+    out: dict[str, object] = {"path": real}
     if best is not None:
         out.update(type=best.fstype, device=best.device, mountpoint=best.mountpoint)
     try:

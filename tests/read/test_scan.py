@@ -122,6 +122,17 @@ def test_bad_scan_arguments_are_usage_errors(uri):
             ds.scan(0, 10)
 
 
+def test_columns_that_name_no_fields_are_usage_errors_not_tracebacks(tmp_path):
+    u = f"lmdb://{tmp_path}/ds"
+    loader.load(f"gen://scidb96?n={N}", u, **KW)
+    loader.finalize(u, dims="i0:4,i1:500", workers=1, progress="none")
+    with loader.open(u) as ds:
+        with pytest.raises(UsageError, match="columns=True names no fields"):
+            ds.scan(columns=True)
+        with pytest.raises(UsageError, match="columns=7.5 names no fields"):
+            ds.scan(box="i0=1:3,i1=0:900", columns=7.5)
+
+
 def test_a_damaged_batch_fails_the_scan_naming_shard_and_batch(tmp_path):
     u = f"lmdb://{tmp_path}/ds"
     loader.load(f"gen://scidb96?n={N}", u, **KW)
