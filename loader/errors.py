@@ -344,6 +344,8 @@ class DamagedDatasetError(ManifestError):
     fix = (
         "restore the file from a backup; or move the directory aside and load a new one; or rebuild it with `--replace`"
     )
+    #: the problem alone ("data.mdb is a FIFO, not a regular file"), for a caller's own message
+    what: str = ""
 
 
 class NewerFormatError(ManifestError):

@@ -23,6 +23,7 @@ from typing import Any
 from ..errors import BulkloadError, StoreError, WorkerError
 from ..infra import executors
 from ..model import manifest as mf
+from ..model.catalog_rows import BatchRows, FileMap, RunList
 from ..read.dataset import Dataset
 from ..read.dataset import open as open_dataset
 from ..read.snapshots import manifest_ident
@@ -55,7 +56,7 @@ def check_shard(task: ShardCheck, outbox: Any) -> tuple[list[dict[str, Any]], di
 
 def _verify_snapshot(ds: Dataset) -> VerifyReport:
     m = ds.manifest
-    slim = replace(m, runs=[], files={}, garbage=[])
+    slim = replace(m, runs=RunList([]), files=FileMap({}), garbage=[])
     rows: list[list[mf.BatchEntry]] = [[] for _ in range(m.shards)]
     position: dict[int, int] = {}
     first_of_shard: dict[int, int] = {}
@@ -63,7 +64,7 @@ def _verify_snapshot(ds: Dataset) -> VerifyReport:
         rows[b.shard].append(b)
         position[b.seq] = i
         first_of_shard.setdefault(b.shard, i)
-    tasks = [ShardCheck(ds.uri, s, replace(slim, batches=rows[s])) for s in range(m.shards)]
+    tasks = [ShardCheck(ds.uri, s, replace(slim, batches=BatchRows(rows[s]))) for s in range(m.shards)]
     try:
         results = executors.run(check_shard, tasks)
     except WorkerError as e:

@@ -120,4 +120,4 @@ def _buffer(size: int) -> memoryview:
     buf = getattr(_BUFFERS, "buf", None)
     if buf is None or len(buf) < size:
         buf = _BUFFERS.buf = np.empty(max(size, 1 << 20), np.uint8)
-    return memoryview(buf)[:size]
+    return buf.data[:size]

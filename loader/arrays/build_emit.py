@@ -33,6 +33,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import xxhash
@@ -45,6 +46,10 @@ from ..stores.write_guard import guard_write
 from .chunks import chunk_key
 from .hashes import hash_sum
 from .records import coordinates, field_min_max, void_view
+
+if TYPE_CHECKING:
+    from ..stores.base import ShardStore
+    from .decoded import RecordIndices
 
 GROUP_BYTES = 64 << 20
 #: an LMDB shard is written in at least this many groups (when its values allow)
@@ -98,13 +103,13 @@ class ChunkEmitter:
         self.group_bytes = 0
         self.budget_group = max(64 << 10, min(GROUP_BYTES, task.budget // 8))
         self.group_limit = self.budget_group
-        self.st = None
+        self.st: ShardStore | None = None
         self.shard = -1
-        self.wb = None
+        self.wb: Writeback | None = None
         self.spare: list[np.ndarray] = []  # buffers of written pieces, reused (`_buffer`)
         self.in_group: list[np.ndarray] = []  # buffers of the pieces in the group
 
-    def start_shard(self, st, s: int, incoming: int) -> None:
+    def start_shard(self, st: ShardStore, s: int, incoming: int) -> None:
         """Write shard ``s`` (open as ``st``), which receives ``incoming`` cells, next."""
         self.st, self.shard = st, s
         self.wb = Writeback(os.path.join(st.path, "data.mdb")) if getattr(st, "scheme", "") in ("lmdb", "mem") else None
@@ -120,8 +125,9 @@ class ChunkEmitter:
     def flush_group(self) -> None:
         if self.group:
             t = time.perf_counter()
-            group = self.group
-            guard_write(self.task.job.store, self.shard, lambda: self.st.put_sorted(group, table=self.task.table))
+            group, st = self.group, self.st
+            assert st is not None, "groups are written to the shard started (start_shard)"
+            guard_write(self.task.job.store, self.shard, lambda: st.put_sorted(group, table=self.task.table))
             self.group, self.group_bytes = [], 0
             self.spare, self.in_group = self.in_group, []  # the store has copied them
             if self.wb is not None:
@@ -157,7 +163,12 @@ class ChunkEmitter:
         return qr
 
     def emit(
-        self, w: np.ndarray, ridx: np.ndarray, key: np.ndarray | None, box: tuple | None, rows: np.ndarray | None = None
+        self,
+        w: np.ndarray,
+        ridx: np.ndarray | RecordIndices,
+        key: np.ndarray | None,
+        box: tuple | None,
+        rows: np.ndarray | None = None,
     ) -> None:
         """Write the chunks of window `w` (records of whole chunks; ``ridx`` their record
         indices). With ``key`` (see `keys`) the chunk and cell order come from it; without,
@@ -166,15 +177,18 @@ class ChunkEmitter:
         (records kept by a small finalize's scan, decoded.py) without a copy of the window."""
         t = time.perf_counter()
         if rows is not None:
+            assert key is not None, "rows come with their key"
             cells = self._sorted_by_key(key, ridx, rows)
             cells = _Cells(rows[cells.order], cells.cid, cells.dup, cells.chunk_rc)
         else:
+            assert isinstance(ridx, np.ndarray), "computed record indices come with rows"
             cells = self._sorted_by_key(key, ridx) if key is not None else self._sorted_by_coords(w, ridx)
         order, cid, syn = self._apply_policy(w, ridx, cells)
         bnd = np.flatnonzero(cid[1:] != cid[:-1]) + 1
         cstarts = np.r_[0, bnd].tolist()
         cends = np.r_[bnd, len(order)].tolist()
         if cells.chunk_rc is None:
+            assert box is not None, "a window without its chunks' coordinates gives its box"
             crmin, ccmin, nc = box
             ck = cid[np.r_[0, bnd]] if len(order) else cid[:0]
             ch_r, ch_c = (ck // nc + crmin).tolist(), (ck % nc + ccmin).tolist()
@@ -195,17 +209,24 @@ class ChunkEmitter:
                     t = time.perf_counter()
         self.timings["encode_s"] += time.perf_counter() - t
 
-    def _sorted_by_key(self, key: np.ndarray, ridx: np.ndarray, rows: np.ndarray | None = None) -> _Cells:
+    def _sorted_by_key(
+        self, key: np.ndarray, ridx: np.ndarray | RecordIndices, rows: np.ndarray | None = None
+    ) -> _Cells:
         """The cells of the window in order (positions in ``key``); ``ridx`` the record
         indices of the window (with ``rows``: ``ridx[rows]`` are)."""
         l0, l1 = self.chunks
         order, sk = _ordered_by_rows(key, l1)
-        if order is None:
+        if order is None or sk is None:  # (both or neither)
             order = np.argsort(key)
             sk = key[order]
         dup = sk[1:] == sk[:-1]
         if dup.any():  # duplicates: record-index order within each cell
-            order = np.lexsort((ridx if rows is None else ridx[rows], key))
+            if rows is None:
+                assert isinstance(ridx, np.ndarray), "computed record indices come with rows"
+                by_record = ridx
+            else:
+                by_record = ridx[rows]
+            order = np.lexsort((by_record, key))
             sk = key[order]
             dup = sk[1:] == sk[:-1]
         return _Cells(order, sk // (l0 * l1), dup, None)
@@ -228,7 +249,7 @@ class ChunkEmitter:
         newc = np.r_[True, (sr[1:] != sr[:-1]) | (sc[1:] != sc[:-1])]
         return _Cells(order, np.cumsum(newc) - 1, dup, (sr[newc].tolist(), sc[newc].tolist()))
 
-    def _apply_policy(self, w: np.ndarray, ridx: np.ndarray, cells: _Cells):
+    def _apply_policy(self, w: np.ndarray, ridx: np.ndarray | RecordIndices, cells: _Cells):
         """(order, chunk number, syn) of the cells to store under the duplicates policy."""
         order, cid, dup = cells.order, cells.cid, cells.dup
         if not dup.any():
@@ -250,7 +271,7 @@ class ChunkEmitter:
         self.stats.dropped_hash = (self.stats.dropped_hash + hash_sum(np.ascontiguousarray(w[dropped]))) % 2**64
         return order[keepm], cid[keepm], None
 
-    def _duplicate_error(self, w: np.ndarray, ridx: np.ndarray, order: np.ndarray, i: int) -> None:
+    def _duplicate_error(self, w: np.ndarray, ridx: np.ndarray | RecordIndices, order: np.ndarray, i: int) -> None:
         d0, d1 = self.dims
         a_idx, b_idx = int(ridx[order[i]]), int(ridx[order[i + 1]])
         raise DuplicateCellError(
@@ -274,7 +295,7 @@ class ChunkEmitter:
         m = len(idx)
         cser = self.cser
         if self.framed:  # no zero-fill: every byte is written below
-            buf, view = cser.new_buffer(m, into=self._buffer(cser.message_size(m)))
+            buf, view = cser.new_buffer(m, into=self._buffer(cser.message_size(m)).data)
         else:
             buf, view = cser.new_buffer(m)
         if self.keep:
@@ -307,7 +328,7 @@ ROW_RADIX_LIMIT = 1 << 16
 ROW_ORDER_PROBE = 1 << 16
 
 
-def _ordered_by_rows(key: np.ndarray, l1: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+def _ordered_by_rows(key: np.ndarray, l1: int) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
     """(order, key[order]) when sorting by row alone (a stable radix sort of 16-bit row
     numbers, ~5x faster than an argsort of the key) leaves the keys ascending: the columns
     of each row already come in order, as when a dimension follows the record order. Else
@@ -332,9 +353,10 @@ class Writeback:
     the durability point, ``sync()`` at the end, finds little left to write. Only an
     optimisation: durability still comes from ``sync()``."""
 
-    _fn = None
+    _fn: ctypes._NamedFuncPointer | Literal[False] | None = None  # libc's sync_file_range (False: none)
 
-    def __init__(self, path: str):
+    def __init__(self, path: str) -> None:
+        self.fd: int | None
         try:
             self.fd = open_regular(path)
         except (OSError, DamagedDatasetError):
@@ -349,18 +371,20 @@ class Writeback:
                 Writeback._fn = False
         self.wake = threading.Event()
         self.stop = False
-        self.thread = None
+        self.thread: threading.Thread | None = None
         if self.fd is not None and Writeback._fn:
-            self.thread = threading.Thread(target=self._run, name="writeback", daemon=True)
+            self.thread = threading.Thread(
+                target=self._run, args=(Writeback._fn, self.fd), name="writeback", daemon=True
+            )
             self.thread.start()
 
-    def _run(self) -> None:
+    def _run(self, sync_file_range: ctypes._NamedFuncPointer, fd: int) -> None:
         while True:
             self.wake.wait()
             self.wake.clear()
             if self.stop:
                 return
-            Writeback._fn(self.fd, 0, 0, 2)  # SYNC_FILE_RANGE_WRITE: the whole file
+            sync_file_range(fd, 0, 0, 2)  # SYNC_FILE_RANGE_WRITE: the whole file
 
     def start(self) -> None:
         if self.thread is not None:

@@ -90,9 +90,9 @@ class DirectSource:
         if self.decoded is not None:
             recs = self.decoded.slot(bi)
             sel = None if whole else self._selected(recs, win)
-            m = b.count if whole else len(sel)
+            m = b.count if sel is None else len(sel)
             off = int(self.decoded.offsets[bi])
-            self.idx[pos : pos + m] = np.arange(off, off + m) if whole else sel + off
+            self.idx[pos : pos + m] = np.arange(off, off + m) if sel is None else sel + off
             self.em.keys(recs, win.box, out=self.key[pos : pos + m], sel=sel)
             return pos + m
         # a reader of the shard this worker writes shares its env
@@ -206,8 +206,8 @@ class SpillSource:
             self.wridx = np.empty(len(self.win), np.int64)
         sel = np.flatnonzero((g.uid >= a) & (g.uid < b))
         pos = 0
-        wmv = memoryview(void_view(self.win)).cast("B")
-        imv = memoryview(self.wridx).cast("B")
+        wmv = void_view(self.win).data.cast("B")
+        imv = self.wridx.data.cast("B")
         for ri in np.unique(g.run[sel]):
             rsel = sel[g.run[sel] == ri]
             lo = int(g.start[rsel].min())

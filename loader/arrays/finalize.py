@@ -9,6 +9,7 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -375,8 +376,9 @@ def _build_array(b: _Build) -> np.ndarray:
         if full:
             reclaim_space(b.spec, b.m.shards)
         err = e
-        if isinstance(e, WorkerError) and e.raised(InputError, StoreError, NoSpaceError):
-            err = e.error  # the worker's own error: it names the cell or record, the shard or the file
+        if isinstance(e, WorkerError):
+            # the worker's own error: it names the cell or record, the shard or the file
+            err = e.raised(InputError, StoreError, NoSpaceError) or e
         err = stop_run(b.run, err, UNCHANGED)
         save_stopped(b.m, b.spec.root)
         raise err from None
@@ -473,7 +475,9 @@ def _build(b: _Build) -> None:
             budget=plan.buffers,
             max_piece=plan.max_piece,
             batches=tuple(b.flat) if direct else (),
-            windows={s: b.windows.get(s, []) for s in range(m.shards) if s % nbuild == w} if direct else None,
+            windows={s: b.windows.get(s, []) for s in range(m.shards) if s % nbuild == w}
+            if b.windows is not None  # (direct)
+            else None,
         )
         for w in range(nbuild)
     ]
@@ -607,13 +611,15 @@ def _report(b: _Build, summary: dict, totals: IndexTotals, t_start: float) -> Fi
     )
 
 
-def _split_batches(batches: list, nparts: int) -> list[list]:
+def _split_batches(batches: Iterable[mf.BatchEntry], nparts: int) -> list[list[mf.BatchEntry]]:
     """Contiguous groups of batches (in record order) with about equal record counts."""
     bs = sorted(batches, key=lambda b: b.first)
     if not bs:
         return [[]]
     total = sum(b.count for b in bs)
-    out, cur, acc = [], [], 0
+    out: list[list[mf.BatchEntry]] = []
+    cur: list[mf.BatchEntry] = []
+    acc = 0
     for b in bs:
         cur.append(b)
         acc += b.count

@@ -208,9 +208,9 @@ class _Partitioner:
                 part = order[i : i + len(scratch)]
                 out = void_view(scratch[: len(part)])
                 np.take(src, part, out=out, mode="clip")
-                f.write(memoryview(out).cast("B"))
+                f.write(out.data.cast("B"))
         with open(base + ".idx", "wb") as f:
-            f.write(memoryview(self.ridx[:n][order]).cast("B"))
+            f.write(self.ridx[:n][order].data.cast("B"))
         d = np.empty(len(groups.count), DIR_DTYPE)
         d["shard"], d["crow"], d["ccol"], d["count"] = groups.shard, groups.crow, groups.ccol, groups.count
         d["start"] = np.cumsum(groups.count) - groups.count

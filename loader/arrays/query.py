@@ -330,16 +330,17 @@ def read_box(ds, array: str = DEFAULT_ARRAY, attrs=None, ranges: dict | None = N
         for i in hit.tolist():
             by_shard.setdefault(int(ai.shard[i]), []).append(i)
         got: dict[int, object] = {}
-        in_parts = []  # (index row, reader, untouched value, cell ranges): read in parts
+        # (index row, reader, untouched value, cell ranges): read in parts
+        in_parts: list[tuple[int, ValueReader, object, list[tuple[int, int]]]] = []
         partly = can_read_parts(ds, ai)
         for s, items in by_shard.items():
             rd = _reader(ds, s, ai.table)
             readers.append(rd)
             for i in items:
-                ranges = part_ranges(ai, i, box) if partly and rd.view is not None else None
-                got[i] = _get(ds, ai, rd, i, touch=ranges is None)
-                if ranges is not None:
-                    in_parts.append((i, rd, got[i], ranges))
+                cell_ranges = part_ranges(ai, i, box) if partly and rd.view is not None else None
+                got[i] = _get(ds, ai, rd, i, touch=cell_ranges is None)
+                if cell_ranges is not None:
+                    in_parts.append((i, rd, got[i], cell_ranges))
         cut = read_parts(ai, box, in_parts) if in_parts else {}
         for i, rd, _, _ in in_parts:
             if i not in cut:  # its header is not what the index says: read it whole
@@ -369,7 +370,7 @@ def read_box(ds, array: str = DEFAULT_ARRAY, attrs=None, ranges: dict | None = N
     # several chunk columns side by side: restore global row-major order
     cr = ai.crow[contributing]
     if len(contributing) > 1 and len(np.unique(cr)) < len(np.unique(np.stack([cr, ai.ccol[contributing]]), axis=1)[0]):
-        keys = (coordinates(out[d1]), coordinates(out[d0]))
+        keys: tuple[np.ndarray, ...] = (coordinates(out[d1]), coordinates(out[d0]))
         keys = (out["syn"], *keys) if ai.keep else keys
         order = np.lexsort(keys)
         out = {c: a[order] for c, a in out.items()}
@@ -427,7 +428,7 @@ def _columns(ai: ArrayIndex, value):
     """name -> 1-D numpy array over the piece's cells (zero-copy where the format allows)."""
     if ai.format == "arrow" and ai.ser.compression == "none" and ai.cell.numbers_only:
         reader = pa.ipc.open_stream(pa.py_buffer(value))
-        cols = {}
+        cols: dict[str, list[np.ndarray]] = {}
         for batch in reader:
             for j, name in enumerate(batch.schema.names):
                 cols.setdefault(name, []).append(to_numpy(batch.column(j)))

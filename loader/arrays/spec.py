@@ -100,7 +100,7 @@ def _dim_pairs(dims) -> list[tuple[str, object]]:
             return [(str(n), c) for n, c in dims]
         except (TypeError, ValueError):
             raise UsageError(f"dims {dims!r}: give 'FIELD:CHUNK,FIELD:CHUNK' or [(field, chunk), ...]") from None
-    pairs = []
+    pairs: list[tuple[str, object]] = []
     for p in (p.strip() for p in dims.split(",")):
         name, sep, chunk = p.partition(":")
         if not sep or not name.strip() or not chunk.strip():

@@ -29,7 +29,7 @@ import xxhash
 from ..errors import BulkloadError, VerifyError
 from ..model.chunk_index import index_path, read_index
 from ..model.layouts import Layout
-from ..serializers import get_serializer
+from ..serializers import Serializer, get_serializer
 from ..stores.values import ValueReader
 from .chunks import chunk_key
 from .hashes import hash_sum
@@ -144,7 +144,8 @@ class _ArrayCheck:
 
     def __init__(self, ds, name: str, summary: dict):
         self.ds, self.name, self.a = ds, name, summary
-        self.cell = self.ser = None  # once the index is read
+        self.cell: Layout | None = None  # once the index is read
+        self.ser: Serializer | None = None
         self.sizes = (0, 0)  # (cell, flat record) sizes in bytes, once the index is read
         (self.d0, self.l0), (self.d1, self.l1) = [(d["name"], d["chunk"]) for d in summary["dims"]]
         self.keep = summary["policy"] == "keep"
@@ -156,14 +157,21 @@ class _ArrayCheck:
         self.problems.append(_row(self.name, problem, chunk, shard))
 
     def part(self, shards: set[int], flat: FlatSums) -> dict:
-        out = {"index_error": None, "problems": self.problems, "cells": 0, "hsum": 0, "flat": 0, "flat_error": None}
+        out: dict[str, object] = {
+            "index_error": None,
+            "problems": self.problems,
+            "cells": 0,
+            "hsum": 0,
+            "flat": 0,
+            "flat_error": None,
+        }
         try:
             idx = read_index(index_path(self.ds.spec.root, self.a))
         except BulkloadError as e:
             return out | {"index_error": str(e)}
         self.cell = Layout.from_dict(self.a["cell_layout"])
         self.sizes = (self.cell.record_size, self.ds.layout.record_size)  # a sum over the fields: once
-        self.ser = get_serializer(self.a["format"], self.cell, self.a["compression"])
+        self.ser = ser = get_serializer(self.a["format"], self.cell, self.a["compression"])
         by_shard: dict[int, list[int]] = {}
         for i in range(len(idx["crow"])):
             by_shard.setdefault(int(idx["shard"][i]), []).append(i)
@@ -176,21 +184,21 @@ class _ArrayCheck:
                 self.bad(f"shard {s}: {e}", shard=s)
                 continue
             for i in rows:
-                self._check_piece(st, s, idx, i)
+                self._check_piece(st, s, idx, i, ser)
         out.update(cells=self.cells, hsum=self.hsum)
         if not self.problems:  # raised by combine_arrays if the check needs it
             out["flat"], out["flat_error"] = flat.of(int(self.a["built_from_records"]))
         return out
 
-    def _check_piece(self, st, s: int, idx: dict, i: int) -> None:
+    def _check_piece(self, st, s: int, idx: dict, i: int, ser: Serializer) -> None:
         crow, ccol, piece = int(idx["crow"][i]), int(idx["ccol"][i]), int(idx["piece"][i])
         where = f"({crow},{ccol},{piece})"
         with ValueReader(st, self.a["table"]) as rd:  # the cells are checked in place, while it is open
             v = rd.get(chunk_key(crow, ccol, piece))
             problem = self._value_problem(v, where, s, idx, i)
-            if problem is None:
+            if problem is None and v is not None:  # (a missing value is a problem)
                 try:
-                    _, cells = self.ser.decode(v)
+                    _, cells = ser.decode(v)
                     cells = np.ascontiguousarray(cells)
                 except Exception as e:
                     problem = f"chunk {where}: undecodable: {e}"

@@ -11,12 +11,13 @@ import statistics
 import subprocess
 import time
 from pathlib import Path
+from typing import TypeGuard
 
 from .figures import Figure
 from .loads import load_once
 from .processes import disk_bytes, rm, run_child, run_sampled, tail
 from .records import LAYOUT
-from .runner import Bench, Row
+from .runner import Bench, Row, each_round
 from .targets import Target
 
 GROUP = "catalog"  # the per-size figures
@@ -86,7 +87,7 @@ def section_catalog(b: Bench) -> None:
     if any(f is not None for f in [*figs.values(), *builds.values()]):
         _measure_sizes(b, bs, figs, builds)
     if any(f is not None for f in loads.values()):
-        b.interleave([Row(lambda i, k=k: _load(b, k), [(f, "seconds")]) for k, f in loads.items()])
+        b.interleave([Row(each_round(_load, b, k), [(f, "seconds")]) for k, f in loads.items()])
 
 
 def _measure_sizes(b: Bench, bs: tuple[int, ...], figs: dict, builds: dict) -> None:
@@ -113,11 +114,11 @@ def _measure_sizes(b: Bench, bs: tuple[int, ...], figs: dict, builds: dict) -> N
     for n, uri in uris.items():
         rows += [
             Row(
-                lambda i, uri=uri, n=n: _ops(b, uri, warm, figs["commit", n]),
+                each_round(_ops, b, uri, warm, figs["commit", n]),
                 [(figs[op, n], OPS[op][1]) for op in ("append", "open", "commit")],
             ),
-            Row(lambda i, uri=uri: _timed_cli(b, ["info", uri]), [(figs["info", n], "wall_s")]),
-            Row(lambda i, uri=uri: _timed_cli(b, ["verify", uri, "--json"]), [(figs["verify", n], "wall_s")]),
+            Row(each_round(_timed_cli, b, ["info", uri]), [(figs["info", n], "wall_s")]),
+            Row(each_round(_timed_cli, b, ["verify", uri, "--json"]), [(figs["verify", n], "wall_s")]),
         ]
     b.interleave(rows)
     for uri in [warm, *uris.values()]:
@@ -323,7 +324,7 @@ def catalog_targets(figs: dict[str, Figure], baseline: dict | None = None) -> li
     return out
 
 
-def _ok(f: Figure | None) -> bool:
+def _ok(f: Figure | None) -> TypeGuard[Figure]:
     return f is not None and f.status == "ok" and bool(f.samples)
 
 
@@ -457,10 +458,11 @@ def _faster(
 
 def _baseline_seconds(baseline: dict | None, fid: str, records: int) -> tuple[float | None, str]:
     """The median seconds of figure ``fid`` in a baseline result, if it measured the same records."""
-    f = (baseline or {}).get("figures", {}).get(fid)
+    base = baseline or {}
+    f = base.get("figures", {}).get(fid)
     if not f or f.get("status") != "ok" or f.get("records") != records or not f.get("seconds"):
         return None, ""
-    return f["seconds"]["median"], f"baseline git {((baseline.get('git') or {}).get('commit') or '?')[:12]}"
+    return f["seconds"]["median"], f"baseline git {((base.get('git') or {}).get('commit') or '?')[:12]}"
 
 
 # ============================================================================================

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 
 from . import catalog, finalize, limits, peers, randreads, reads, ticks
 
-CHILDREN = {
+CHILDREN: dict[str, Callable[..., dict]] = {
     "cfill": limits.child_cfill,
     "npsave": limits.child_npsave,
     "npload": limits.child_npload,

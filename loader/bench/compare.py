@@ -28,7 +28,7 @@ def comparisons(figs: dict[str, Figure], bulkload: list[str], cores: int) -> lis
 
 def compare(ours: Figure | None, peer: Figure | None) -> dict | None:
     a, b = mb_s_median(ours), mb_s_median(peer)
-    if a is None or b is None:
+    if a is None or b is None or ours is None or peer is None:
         return None
     rounds = _round_ratios(ours, peer)
     ours_bytes, peer_bytes = _median_bytes(ours), _median_bytes(peer)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
+from typing import Any
 
 from .records import MB, RECORD_SIZE
 
@@ -50,8 +51,8 @@ class Figure:
         """Statistics of one sample key over the samples that have it (non-zero)."""
         return stats([s[key] for s in self.samples if s.get(key)])
 
-    def to_dict(self, limits: dict[str, Figure]) -> dict:
-        d = {
+    def to_dict(self, limits: dict[str, Figure]) -> dict[str, Any]:
+        d: dict[str, Any] = {
             "id": self.id,
             "group": self.group,
             "title": self.title,

@@ -25,7 +25,7 @@ from .figures import Figure
 from .loads import load_once
 from .processes import rm, run_child, settle
 from .records import DIMS, box
-from .runner import Bench
+from .runner import Bench, each_round
 
 
 def section_finalize(b: Bench) -> None:
@@ -51,7 +51,7 @@ def section_finalize(b: Bench) -> None:
     for w, f in figs.items():
         b.repeat(
             f,
-            lambda i, w=w: b.child_sample("finalize", uri=f"lmdb://{copy}", dims=DIMS, workers=w),
+            each_round(b.child_sample, "finalize", uri=f"lmdb://{copy}", dims=DIMS, workers=w),
             setup=lambda i: _fresh_copy(base, copy),
         )
     _measure_queries(b, queries, figs, base, copy)
@@ -122,7 +122,7 @@ def _measure_queries(b: Bench, queries: list, figs: dict, base, copy) -> None:
             for f, _ in queries:
                 b.skip(f, f"finalize failed: {e}")
     for f, qbox in queries:
-        b.repeat(f, lambda i, qbox=qbox: b.child_sample("query", uri=f"lmdb://{copy}", box=qbox, reps=b.p.query_reps))
+        b.repeat(f, each_round(b.child_sample, "query", uri=f"lmdb://{copy}", box=qbox, reps=b.p.query_reps))
 
 
 # ============================================================================================
@@ -170,13 +170,13 @@ def child_query(uri: str, box: dict, reps: int = 200, array: str = "grid") -> di
 
     ranges = {k: tuple(v) for k, v in box.items()}
     with open_ds(uri) as ds:
-        tab = ds.read_box(array=array, **ranges)  # warm-up: opens the shards and the index
+        tab = ds.read_box(array, None, **ranges)  # warm-up: opens the shards and the index
         for _ in range(3):
-            ds.read_box(array=array, **ranges)
+            ds.read_box(array, None, **ranges)
         lat = []
         for _ in range(reps):
             t = time.perf_counter()
-            tab = ds.read_box(array=array, **ranges)
+            tab = ds.read_box(array, None, **ranges)
             lat.append(time.perf_counter() - t)
     return {
         "seconds": statistics.median(lat),

@@ -124,7 +124,12 @@ def _numpy_limits(b: Bench) -> None:
 
     f = b.fig("npsave-fsync", "limits", "np.save + fsync of the same bytes", n, note="ArcticDB's hardware-limit method")
     npy = b.work / "limit.npy"
-    b.repeat(f, lambda i: b.child_sample("npsave", path=str(npy), n=n), setup=lambda i: (rm(npy), settle()))
+
+    def fresh(i: int) -> None:
+        rm(npy)
+        settle()
+
+    b.repeat(f, lambda i: b.child_sample("npsave", path=str(npy), n=n), setup=fresh)
     f = b.fig("npload", "limits", "np.load (warm page cache)", n, note="ArcticDB's read limit")
     b.repeat(f, lambda i: b.child_sample("npload", path=str(npy)))
     f = b.fig(
@@ -263,7 +268,7 @@ def child_coldread(path: str) -> dict:
     try:
         os.fsync(fd)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        got, s = _read_into(fd, memoryview(buf), size)
+        got, s = _read_into(fd, buf.data, size)
     finally:
         os.close(fd)
     return {"seconds": s, "bytes_read": got}

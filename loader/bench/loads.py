@@ -17,6 +17,7 @@ mem://) and are removed by the runner; a killed run may leave them.
 
 from __future__ import annotations
 
+import functools
 import json
 import shlex
 import time
@@ -256,7 +257,7 @@ def load_once(
             "source_cached_before": round(before, 4),
             "prepare_s": round(prepare_s, 3),
         }
-        if resident is not None
+        if resident is not None and before is not None  # a source file
         else {}
     )
 
@@ -294,9 +295,9 @@ def section_load(b: Bench) -> None:
             record_size=WORKLOADS[cfg.layout],
         )
         uri = b.dataset(cfg.scheme, cfg.id)
-        b.repeat(
-            f,
-            lambda i, cfg=cfg, uri=uri: load_once(
+
+        def one(i: int, cfg: LoadConfig = cfg, uri: str = uri) -> dict:
+            return load_once(
                 b,
                 n,
                 uri,
@@ -305,9 +306,9 @@ def section_load(b: Bench) -> None:
                 compression=cfg.compression or "none",
                 stdin=bool(cfg.stdin),
                 layout=cfg.layout,
-            ),
-            teardown=lambda uri=uri: rm(b.ds_root(uri)),
-        )
+            )
+
+        b.repeat(f, one, teardown=functools.partial(_remove, b, uri))
 
 
 def section_scaling(b: Bench) -> None:
@@ -327,9 +328,11 @@ def section_scaling(b: Bench) -> None:
             params={"scheme": "lmdb", "shards": b.cores},
         )
         uri = b.dataset("lmdb", fid)
-        b.repeat(
-            f, lambda i, w=w, uri=uri: load_once(b, n, uri, workers=w), teardown=lambda uri=uri: rm(b.ds_root(uri))
-        )
+
+        def one(i: int, w: int = w, uri: str = uri) -> dict:
+            return load_once(b, n, uri, workers=w)
+
+        b.repeat(f, one, teardown=functools.partial(_remove, b, uri))
 
 
 def section_rss(b: Bench) -> None:
@@ -348,8 +351,13 @@ def section_rss(b: Bench) -> None:
             note="peak RSS of the whole job (all processes)",
         )
         uri = b.dataset("lmdb", f"rss{n}")
-        b.repeat(
-            f,
-            lambda i, n=n, uri=uri: load_once(b, n, uri, workers=b.cores),
-            teardown=lambda uri=uri: rm(b.ds_root(uri)),
-        )
+
+        def one(i: int, n: int = n, uri: str = uri) -> dict:
+            return load_once(b, n, uri, workers=b.cores)
+
+        b.repeat(f, one, teardown=functools.partial(_remove, b, uri))
+
+
+def _remove(b: Bench, uri: str) -> None:
+    """Remove the dataset at ``uri`` (a figure's teardown)."""
+    rm(b.ds_root(uri))

@@ -52,7 +52,7 @@ def filesystem_of(path: str | Path) -> dict:
             best is None or len(mp) > len(best.mountpoint)
         ):
             best = part
-    out = {"path": real}
+    out: dict[str, object] = {"path": real}
     if best is not None:
         out.update(type=best.fstype, device=best.device, mountpoint=best.mountpoint)
     try:

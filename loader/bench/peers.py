@@ -79,12 +79,15 @@ def _naive_peers(b: Bench) -> None:
         ),
     ):
         f = b.fig(fid, "peers", title, recs, limit="gen-file-fsync", note=note, workers=1)
-        b.repeat(
-            f,
-            lambda i, kind=kind, recs=recs: b.child_sample(kind, path=str(d), n=recs),
-            setup=lambda i: (rm(d), settle()),
-            teardown=lambda: rm(d),
-        )
+
+        def one(i: int, kind: str = kind, recs: int = recs) -> dict:
+            return b.child_sample(kind, path=str(d), n=recs)
+
+        def setup(i: int) -> None:
+            rm(d)
+            settle()
+
+        b.repeat(f, one, setup=setup, teardown=lambda: rm(d))
 
 
 # ============================================================================================
@@ -150,7 +153,7 @@ def child_capnp_builder(path: str, n: int) -> dict:
     lay = get_layout(LAYOUT)
     mod = lay.capnp_module()
     rows = generate_records(n).tolist()
-    names = list(lay.dtype.names)
+    names = list(lay.dtype.names or ())  # a structured dtype: always named
     t = time.perf_counter()
     msg = mod.Batch.new_message()
     msg.start = 0
@@ -175,7 +178,7 @@ def child_arcticdb(path: str, n: int) -> dict:
     t = time.perf_counter()
     # the fastest build: one column per field, views of the records (pd.DataFrame(records)
     # of a structured array converts row by row: ~290 MB/s, which would handicap the peer)
-    df = pd.DataFrame({name: records[name] for name in records.dtype.names}, copy=False)
+    df = pd.DataFrame({name: records[name] for name in records.dtype.names or ()}, copy=False)
     b = time.perf_counter() - t
     del records
     out = arctic_write_read(lib, "records", [df], path, n)
@@ -214,7 +217,7 @@ def child_tiledb(path: str, n: int, box: dict, reps: int = 50) -> dict:
     import tiledb  # optional: the [peers] extra; heavy
 
     arr = generate_records(n)
-    attrs_names = [x for x in arr.dtype.names if x not in ("i0", "i1")]
+    attrs_names = [x for x in arr.dtype.names or () if x not in ("i0", "i1")]
     cols = {x: np.ascontiguousarray(arr[x]) for x in attrs_names}
     i0, i1 = np.ascontiguousarray(arr["i0"]), np.ascontiguousarray(arr["i1"])
     hi = int(i1.max())

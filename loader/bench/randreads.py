@@ -27,12 +27,12 @@ def workload(n: int, tasks: int = 1000, count: int = 4, span: int = 1, width: in
 
 def section_random(b: Bench) -> None:
     n, wl = b.p.n, workload(b.p.n, b.p.random_tasks)
-    rows = []
+    maybe: list[Row | None] = []
     for mode in ("records", "box"):
         for threads in (1, 2):
-            rows += [_row(b, mode, threads, target, wl) for target in TARGETS]
-    rows += [_disk_row(b, threads, wl["tasks"] * wl["count"]) for threads in DISK_THREADS]
-    rows = [r for r in rows if r is not None]
+            maybe += [_row(b, mode, threads, target, wl) for target in TARGETS]
+    maybe += [_disk_row(b, threads, wl["tasks"] * wl["count"]) for threads in DISK_THREADS]
+    rows = [r for r in maybe if r is not None]
     if not rows:
         return
     ds, raw = b.work / "random-ds", b.work / "random.bin"

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from .figures import Figure
@@ -50,7 +51,7 @@ from .loads import load_once
 from .peers import NOT_INSTALLED, arctic_library, installed
 from .processes import rm, run_sampled, settle, tail
 from .records import RECORD_SIZE
-from .runner import Bench, Row
+from .runner import Bench, Row, each_round
 from .targets import Target, ratio_target
 
 KINDS = {"scidb96": "gen://scidb96", "random": "random values, same layout (seeded numpy)"}
@@ -70,7 +71,7 @@ def record_range(n: int) -> tuple[int, int]:
 
 def section_reads(b: Bench) -> None:
     n = b.p.n
-    rows: list[Row] = []
+    rows: list[KindRow] = []
     kinds = {}
     for kind in KINDS:
         d = b.work / f"reads-{kind}"
@@ -122,12 +123,12 @@ def prepare(b: Bench, kind: str, d: Path, n: int) -> None:
 class KindRow(Row):
     """A row of one kind of records (so that a failed preparation fails only its rows)."""
 
-    def __init__(self, kind: str, one, outputs):
+    def __init__(self, kind: str, one: Callable[[int], dict], outputs: list[tuple[Figure | None, str]]):
         super().__init__(one, outputs)
         self.kind = kind
 
 
-def _rows(b: Bench, kind: str, d: Path, n: int) -> list[Row | None]:
+def _rows(b: Bench, kind: str, d: Path, n: int) -> list[KindRow | None]:
     lo, hi = record_range(n)
     ds = f"lmdb://{d / 'ds'}"
     what = KINDS[kind]
@@ -143,7 +144,7 @@ def _rows(b: Bench, kind: str, d: Path, n: int) -> list[Row | None]:
             params={"kind": kind, "records_from": what, "interleaved": True, **kw},
         )
 
-    def child_row(f: Figure | None, have: bool, **args) -> Row | None:
+    def child_row(f: Figure | None, have: bool, **args) -> KindRow | None:
         if f is None:
             return None
         if not have:
@@ -198,9 +199,7 @@ def _rows(b: Bench, kind: str, d: Path, n: int) -> list[Row | None]:
             "reads before it in the round",
             format=fmt,
         )
-        rows.append(
-            None if f is None else KindRow(kind, lambda i, fmt=fmt: cli_sample(b, ds, fmt, n), [(f, "seconds")])
-        )
+        rows.append(None if f is None else KindRow(kind, each_round(cli_sample, b, ds, fmt, n), [(f, "seconds")]))
     return rows
 
 
@@ -338,7 +337,7 @@ def random_records(n: int, seed: int = RANDOM_SEED):
 
     rng = np.random.default_rng(seed)
     arr = empty_records(n)
-    for name in arr.dtype.names:
+    for name in arr.dtype.names or ():
         t = arr.dtype[name]
         arr[name] = rng.random(n) if t.kind == "f" else rng.integers(-(2**31), 2**31, n, dtype=t)
     return arr
@@ -353,10 +352,10 @@ def child_reads_prepare(records: str, n: int, dir: str, raw: str, arcticdb: bool
     from .records import generate_records
 
     kind = records
-    records = random_records(n) if kind == "random" else generate_records(n)
+    recs = random_records(n) if kind == "random" else generate_records(n)
     if kind == "random":
-        records.tofile(raw)
-    table = pa.table({name: records[name] for name in records.dtype.names})
+        recs.tofile(raw)
+    table = pa.table({name: recs[name] for name in recs.dtype.names or ()})
     d = Path(dir)
     pq.write_table(table, d / "records.parquet", compression="zstd")
     if duckdb:
@@ -371,7 +370,7 @@ def child_reads_prepare(records: str, n: int, dir: str, raw: str, arcticdb: bool
 
         del table
         lib = arctic_library(str(d / "arctic"), n * RECORD_SIZE * 3)
-        lib.write("records", pd.DataFrame({name: records[name] for name in records.dtype.names}, copy=False))
+        lib.write("records", pd.DataFrame({name: recs[name] for name in recs.dtype.names or ()}, copy=False))
     return {"seconds": 0.0}
 
 
@@ -389,7 +388,7 @@ def child_reads(
         s = time.perf_counter() - t
     finally:
         close()
-    want = (hi - lo) if what == "range" else n
+    want = ((n if hi is None else hi) - (lo or 0)) if what == "range" else n  # None: open (`scan`)
     if rows == want or (what.startswith("groupby") and rows > 0):  # a GROUP BY: its groups
         return {"seconds": s, "rows": rows}
     raise RuntimeError(f"{what}: read {rows} rows, expected {want}")
@@ -415,7 +414,11 @@ def _reader(what: str, uri: str, d: Path, column, lo, hi):
             con.register("data", ds.scan(columns=GROUP_COLUMNS))
             return con.sql(GROUP_BY).to_arrow_table().num_rows
 
-        return grouped, lambda: (con.close(), ds.close())
+        def close() -> None:
+            con.close()
+            ds.close()
+
+        return grouped, close
     if what == "arcticdb":
         from arcticdb import Arctic  # optional: the [peers] extra; heavy
 

@@ -11,6 +11,10 @@ Crash behaviour: nothing here writes anything; `generate_records` only fills mem
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 RECORD_SIZE = 96
 LAYOUT = "scidb96"
@@ -36,7 +40,7 @@ def box(n: int, width: int = 1000) -> dict:
     return {"i0": [0, 10], "i1": [lo, lo + width]}
 
 
-def empty_records(n: int):
+def empty_records(n: int) -> np.ndarray:
     """An uninitialised numpy structured array for ``n`` records."""
     # heavy: numpy and the layouts are imported only by the child processes that need records
     import numpy as np
@@ -46,14 +50,14 @@ def empty_records(n: int):
     return np.empty(n, dtype=get_layout(LAYOUT).dtype)
 
 
-def record_filler() -> Callable[[object], None]:
+def record_filler() -> Callable[[np.ndarray], object]:
     """The in-process C generator, imported now: ``fill(arr)`` generates records 0..len(arr)."""
     from ..sources.generators import generate  # heavy: pulls numpy in (children only)
 
     return lambda arr: generate(LAYOUT, 0, len(arr), impl="c", out=arr)
 
 
-def generate_records(n: int):
+def generate_records(n: int) -> np.ndarray:
     """``n`` records generated in-process by the C generator (a numpy structured array)."""
     arr = empty_records(n)
     record_filler()(arr)

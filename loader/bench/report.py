@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from ..infra.outputs import output_dir, write_output
 from .catalog_table import catalog_rows, load_rows
@@ -84,7 +85,9 @@ def _target_row(t: dict) -> str:
     needed = f"{'≤' if t.get('at_most') or t['id'] == 'rss-flat' else '≥'} {t['target']}"
     if t.get("ratio") is None:
         return f"| {_cell(t['what'])} | | | | {needed} | {t['status']} |"
-    val, ref, unit = t.get("value"), t.get("reference"), t.get("unit")
+    val: Any = t.get("value")  # a result's JSON: a number here (the ratio is)
+    ref: Any = t.get("reference")
+    unit = t.get("unit")
     if unit == "bytes" or (
         unit is None and (t["id"].startswith("rss") or "-bytes-" in t["id"] or t["id"].endswith("-rss"))
     ):
@@ -134,7 +137,7 @@ def _throughput_row(f: dict) -> str:
     if f["status"] != "ok":
         return f"| {_cell(f['title'])} | {f['records']:,} | | | | | | | {f['status']}: {_cell(f['reason'])} |"
     med, rng = _fmt_mb(f.get("mb_s"))
-    rs = f.get("records_s")
+    rs: Any = f.get("records_s")  # a result's JSON: a throughput figure's stats
     r = f.get("ratio_to_limit")
     rss, anon = f.get("peak_tree_rss_bytes"), f.get("peak_tree_anon_bytes")
     mem = ""

@@ -19,15 +19,22 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .figures import Figure
 from .plan import Plan
 from .processes import find_bulkload_gen, rm, run_child, tool
 
 MEM_ROOT = Path("/dev/shm/bulkload")
+
+
+def each_round(fn: Callable[..., dict], *args: Any, **kw: Any) -> Callable[[int], dict]:
+    """``fn(*args, **kw)`` as a measurement ``one(i)``, the same in every round i (its
+    arguments taken now, not when it runs: a loop's current values)."""
+    return lambda i: fn(*args, **kw)
 
 
 @dataclass
@@ -58,16 +65,23 @@ class Bench:
         self.gen = find_bulkload_gen()
         self.bulkload = tool("bulkload")
         self.mem_names: list[str] = []
-        self.work: Path | None = None  # the run's work directory: open_work
+        self._work: Path | None = None  # the run's work directory: open_work
 
     # --- the work directory -------------------------------------------------------------
     def open_work(self) -> Path:
-        self.work = Path(tempfile.mkdtemp(prefix=".bench-work-", dir=self.plan.work_parent))
-        return self.work
+        self._work = Path(tempfile.mkdtemp(prefix=".bench-work-", dir=self.plan.work_parent))
+        return self._work
+
+    @property
+    def work(self) -> Path:
+        """The run's work directory (`open_work` makes it)."""
+        if self._work is None:
+            raise RuntimeError("the bench work directory is not open: call open_work first")
+        return self._work
 
     def close_work(self) -> None:
-        if self.work is not None:
-            rm(self.work)
+        if self._work is not None:
+            rm(self._work)
         for name in self.mem_names:
             rm(MEM_ROOT / name)
 
@@ -109,7 +123,7 @@ class Bench:
         self,
         f: Figure | None,
         one: Callable[[int], dict],
-        setup: Callable[[int], None] | None = None,
+        setup: Callable[[int], object] | None = None,  # its result is not used
         teardown: Callable[[], None] | None = None,
     ) -> None:
         """Run ``one(i)`` ``repeats`` times; it returns a sample dict with "seconds"."""
@@ -135,7 +149,7 @@ class Bench:
         s["loadavg_1m"] = round(os.getloadavg()[0], 2)  # the machine is shared: show it
         f.samples.append({k: (round(v, 6) if isinstance(v, float) else v) for k, v in s.items()})
 
-    def interleave(self, rows: list[Row], between: Callable[[str], None] | None = None) -> None:
+    def interleave(self, rows: Sequence[Row], between: Callable[[str], None] | None = None) -> None:
         """Round-robin: in round r (1..repeats) one sample of each row in turn, so that every
         row sees the same machine; ``between(phase)`` runs before each round ("round r")
         and after the last ("after"). A row whose sample raises fails all its figures and

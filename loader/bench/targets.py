@@ -186,7 +186,7 @@ def budget_target(fin: Figure | None) -> Target:
         if fin is not None and fin.status == "ok"
         else []
     )
-    if not rss:
+    if not rss or fin is None:
         return Target("finalize-worker-rss", what, 1.0, "not measured")
     peak, budget = max(rss), fin.samples[0]["report_memory_budget"]
     return Target.measured(
@@ -263,6 +263,7 @@ def targets(figs: dict[str, Figure], cores: int, rss_n: tuple[int, ...] | None, 
     out.append(query_target(figs.get("query-box-1000")))
     out += random_read_targets(figs)
     rss = [figs.get(f"rss-load-n{n}") for n in (rss_n or ())]
-    if len(rss) == 2 and all(x is not None and x.status == "ok" for x in rss):
-        out += rss_targets(*rss)
+    ok = [x for x in rss if x is not None and x.status == "ok"]
+    if len(rss) == 2 and len(ok) == 2:
+        out += rss_targets(ok[0], ok[1])
     return out

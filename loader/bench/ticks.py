@@ -110,10 +110,16 @@ def section_ticks(b: Bench) -> None:
         rows.append(Row(_peer(b, "ticks_arcticdb", d / "peer", n), [(a_write, "write_s"), (a_read, "read_s")]))
     if pq_write is not None:
         rows.append(Row(_peer(b, "ticks_parquet", d / "peer", n), [(pq_write, "write_s")]))
-    on_ds = [
-        Row(lambda i: (settle(), b.child_sample("ticks_read", uri=ds))[1], [(read, "seconds")]),
-        Row(lambda i: (settle(), b.child_sample("ticks_box", uri=ds, reps=b.p.query_reps))[1], [(box, "seconds")]),
-    ]
+
+    def read_once(i: int) -> dict:
+        settle()
+        return b.child_sample("ticks_read", uri=ds)
+
+    def box_once(i: int) -> dict:
+        settle()
+        return b.child_sample("ticks_box", uri=ds, reps=b.p.query_reps)
+
+    on_ds = [Row(read_once, [(read, "seconds")]), Row(box_once, [(box, "seconds")])]
     on_ds = [r for r in on_ds if r.active()]
     if on_ds:
         try:

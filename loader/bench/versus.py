@@ -20,8 +20,8 @@ RECORDS_FILE = "records.bin"
 
 def section_versus(b: Bench) -> None:
     records = b.work / RECORDS_FILE
-    rows = [*_load_rows(b), _arcticdb_row(b), _tiledb_row(b), *_compressed_rows(b), *_file_rows(b, records)]
-    rows = [r for r in rows if r is not None]
+    maybe = [*_load_rows(b), _arcticdb_row(b), _tiledb_row(b), *_compressed_rows(b), *_file_rows(b, records)]
+    rows = [r for r in maybe if r is not None]
     keep = any(f.id.startswith("load-file") for r in rows for f, _ in r.outputs if f is not None)
     b.interleave(rows, between=lambda phase: disk_sample(b, phase, records, keep=keep and phase != "after"))
     rm(records)
@@ -121,7 +121,7 @@ def _read_through(path: Path) -> None:
 
 
 def _arcticdb_row(b: Bench) -> Row | None:
-    na, d = b.p.n_arctic, b.work / "peer"
+    na, d = b.p.n_arctic or b.p.n, b.work / "peer"  # plan.py: n_arctic defaults to n
     kw = dict(limit="gen-file-fsync", workers=1)
     outputs = [
         (

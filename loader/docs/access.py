@@ -36,7 +36,7 @@ from .batch import DocBatch, id_of_key, key_of, sort_by_id
 from .blocks import BlockReader, block_first_id
 from .json_dir import FileError, bad_file_error
 from .layout import DOCS
-from .tables import META_TABLE, drop_doc_table
+from .tables import META_TABLE, drop_doc_table, keyed_span
 from .values import decode_value
 
 MAX_ID = 2**64 - 1
@@ -52,12 +52,16 @@ class DocIndex:
     """The committed keyed batches (with documents), sorted by their lowest id."""
 
     def __init__(self, batches: Iterable[mf.BatchEntry]):
-        self.batches = sorted((b for b in batches if b.keyed and b.docs), key=lambda b: (b.lo, b.seq))
-        self.los = [b.lo for b in self.batches]
-        self.maxhi = []  # running max of hi: stops the backwards walk early
+        keyed = sorted(
+            ((keyed_span(b), b) for b in batches if b.keyed and b.docs), key=lambda sb: (sb[0].lo, sb[1].seq)
+        )
+        self.batches = [b for _, b in keyed]
+        self.los = [sp.lo for sp, _ in keyed]
+        self.his = [sp.hi for sp, _ in keyed]
+        self.maxhi: list[int] = []  # running max of hi: stops the backwards walk early
         m = -1
-        for b in self.batches:
-            m = max(m, b.hi)
+        for hi in self.his:
+            m = max(m, hi)
             self.maxhi.append(m)
 
     def candidates(self, doc_id: int) -> list[mf.BatchEntry]:
@@ -65,7 +69,7 @@ class DocIndex:
         out = []
         i = bisect.bisect_right(self.los, doc_id) - 1
         while i >= 0 and self.maxhi[i] >= doc_id:
-            if self.batches[i].hi >= doc_id:
+            if self.his[i] >= doc_id:
                 out.append(self.batches[i])
             i -= 1
         return out
@@ -73,7 +77,7 @@ class DocIndex:
     def overlapping(self, a: int, z: int) -> list[mf.BatchEntry]:
         """Batches whose id range meets a..z (inclusive), by lowest id."""
         j = bisect.bisect_right(self.los, z)
-        return [b for b in self.batches[:j] if b.hi >= a]
+        return [b for b, hi in zip(self.batches[:j], self.his[:j]) if hi >= a]
 
 
 class DocReader:
@@ -94,13 +98,14 @@ class DocReader:
         """The shard holding batch b, once its table is known to be there (a table of
         this snapshot that is gone: the dataset moved on, or a VerifyError)."""
         st = self.ds.shard(b.shard)
-        if (b.shard, b.table) not in self._present:
-            if not st.has_table(b.table):
+        table = keyed_span(b).table
+        if (b.shard, table) not in self._present:
+            if not st.has_table(table):
                 raise self.ds.missing(
-                    f"table {b.table} of batch {b.seq} is missing from shard {b.shard} of "
+                    f"table {table} of batch {b.seq} is missing from shard {b.shard} of "
                     f"{self.ds.uri}; run `bulkload verify` and reload the dataset"
                 )
-            self._present.add((b.shard, b.table))
+            self._present.add((b.shard, table))
         return st
 
     def _decompressor(self, shard: int, table: str):
@@ -118,7 +123,7 @@ class DocReader:
 
     def decode(self, b: mf.BatchEntry, doc_id: int, value) -> tuple[int, int, bytes]:
         if self.zdict:
-            value = self._decompressor(b.shard, b.table).decompress(value)
+            value = self._decompressor(b.shard, keyed_span(b).table).decompress(value)
         return decode_value(value, self.format, doc_id)
 
     def _lookup(self, doc_id: int):
@@ -140,14 +145,15 @@ class DocReader:
         """(id, created_at, text) of doc_id in batch b, or None. (A get does not check the
         batch's range checksum - that reads the whole batch; the block format's zstd frame
         has a checksum of the texts.)"""
+        sp = keyed_span(b)
         if self.blocks is not None:
-            item = self._store(b).seek(key_of(doc_id), table=b.table)
-            if item is not None and id_of_key(item[0]) <= b.hi:
+            item = self._store(b).seek(key_of(doc_id), table=sp.table)
+            if item is not None and id_of_key(item[0]) <= sp.hi:
                 got = self.blocks.find(item[1], doc_id)
                 if got is not None:
                     return (doc_id, *got)
             return None
-        v = self._store(b).get(key_of(doc_id), table=b.table)
+        v = self._store(b).get(key_of(doc_id), table=sp.table)
         return None if v is None else self.decode(b, doc_id, v)
 
     def batch_docs(self, b: mf.BatchEntry, lo: int, hi: int) -> DocBatch:
@@ -155,9 +161,10 @@ class DocReader:
         is the whole batch, its items are checked against the manifest's range checksum
         first (CorruptBatchError naming shard and batch)."""
         shard = self._store(b)
-        whole = (lo, hi) == (b.lo, b.hi)
+        sp = keyed_span(b)
+        whole = (lo, hi) == (sp.lo, sp.hi)
         if self.blocks is not None:
-            items = list(blocks_from(shard, b.table, lo, hi))
+            items = list(blocks_from(shard, sp.table, lo, hi))
             if whole:
                 self._check_range(b, items)
             parts = []
@@ -166,7 +173,7 @@ class DocReader:
                 a, z = np.searchsorted(d.ids, np.uint64(lo)), np.searchsorted(d.ids, np.uint64(hi), side="right")
                 parts.append(d.slice(int(a), int(z)))
             return DocBatch.concat(parts).compact()
-        items = list(shard.range(key_of(lo), None if hi >= MAX_ID else key_of(hi + 1), table=b.table))
+        items = list(shard.range(key_of(lo), None if hi >= MAX_ID else key_of(hi + 1), table=sp.table))
         if whole:
             self._check_range(b, items)
         recs = []
@@ -214,7 +221,8 @@ class DocReader:
         if stop == a:
             return DocBatch.empty()
         z = stop - 1
-        parts = [self.batch_docs(b, max(a, b.lo), min(z, b.hi)) for b in self.index.overlapping(a, z)]
+        spans = [(b, keyed_span(b)) for b in self.index.overlapping(a, z)]
+        parts = [self.batch_docs(b, max(a, sp.lo), min(z, sp.hi)) for b, sp in spans]
         out = DocBatch.concat(parts)
         if len(parts) > 1:  # interleaved loads: restore id order
             out = sort_by_id(out)
@@ -227,8 +235,9 @@ class DocReader:
         h = xxhash.xxh3_64()
         n = nbytes = 0
         err = None  # the first decoding failure (the checksum is still computed to the end)
+        sp = keyed_span(b)
         for k, v in self.ds.shard(b.shard).range(
-            key_of(b.lo), None if b.hi >= MAX_ID else key_of(b.hi + 1), table=b.table
+            key_of(sp.lo), None if sp.hi >= MAX_ID else key_of(sp.hi + 1), table=sp.table
         ):
             h.update(k)
             h.update(v)
@@ -254,7 +263,7 @@ class DocReader:
             self.decode(b, key_id, v)
             return 0
         d = self.blocks.decode(v)
-        if not (b.lo <= int(d.ids[0]) and int(d.ids[-1]) == key_id):
+        if not (keyed_span(b).lo <= int(d.ids[0]) and int(d.ids[-1]) == key_id):
             raise VerifyError(f"the block under key {key_id} holds ids {int(d.ids[0])}..{int(d.ids[-1])}")
         return len(d)
 
@@ -316,7 +325,8 @@ def stored_duplicates(spec, m: mf.Manifest, src, entries, skipped: list, on_bad_
         a, z = span
     dups: set[int] = set()
     for b in index.overlapping(a, z):
-        lo, hi = max(a, b.lo), min(z, b.hi)
+        sp = keyed_span(b)
+        lo, hi = max(a, sp.lo), min(z, sp.hi)
         if entries is not None:  # narrow to the entries' ids in the batch's range (new ids: none)
             j = int(np.searchsorted(ids, np.uint64(lo)))
             jz = int(np.searchsorted(ids, np.uint64(hi), side="right"))
@@ -329,14 +339,14 @@ def stored_duplicates(spec, m: mf.Manifest, src, entries, skipped: list, on_bad_
                 reader = BlockReader()
                 stored = [
                     i
-                    for _k, v in blocks_from(st, b.table, lo, hi)
+                    for _k, v in blocks_from(st, sp.table, lo, hi)
                     for i in reader.columns(v)[0].tolist()
                     if lo <= i <= hi
                 ]
             else:
                 stored = [
                     id_of_key(k)
-                    for k, _ in st.range(key_of(lo), None if hi >= MAX_ID else key_of(hi + 1), table=b.table)
+                    for k, _ in st.range(key_of(lo), None if hi >= MAX_ID else key_of(hi + 1), table=sp.table)
                 ]
         finally:
             st.close()

@@ -122,7 +122,7 @@ class DocBatch:
         offsets = np.zeros(len(idx) + 1, np.int64)
         np.cumsum(lengths, out=offsets[1:])
         starts = self.offsets[:-1][idx]
-        buf = memoryview(self.text)
+        buf = self.text.data
         text = np.frombuffer(b"".join([buf[s : s + n] for s, n in zip(starts.tolist(), lengths.tolist())]), np.uint8)
         return DocBatch(self.ids[idx], self.created_at[idx], offsets, text)
 

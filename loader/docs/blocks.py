@@ -113,6 +113,7 @@ class Packer:
             fill = (est[j] - base) / (p * LMDB_PAGE)
             if best is None or fill >= best[0]:
                 best = (fill, j, room)
+        assert best is not None  # _counts holds at least one page count (pages >= 1)
         return best[1], best[2]
 
     def _block(self, i: int, j: int) -> bytes:
@@ -120,7 +121,7 @@ class Packer:
         head = block_columns(*self._cols, i, j, FLAG_ZSTD if self.compress else 0)
         text = b.text[self._off[i] : self._off[j]]
         if self.compress:
-            body = self._z.compress(text)
+            body = self._z.compress(text.data)
             if len(text):
                 self._ratio = len(body) / len(text)
         else:
@@ -190,6 +191,7 @@ class BlockReader:
 
     def _texts(self, mv: memoryview, p: int, total: int, flags: int) -> np.ndarray:
         body = mv[p:]
+        out: bytes | memoryview
         if flags & FLAG_ZSTD:
             try:
                 out = self._d.decompress(body)

@@ -45,6 +45,7 @@ from ..maintain.compact import UNCHANGED, WASTE_FACTOR, WASTE_SLACK, per_shard, 
 from ..maintain.garbage import collect_garbage, held_tables, retire_doc_tables
 from ..model import manifest as mf
 from ..model import runs
+from ..model.catalog_rows import BatchRows
 from ..model.options import default_workers
 from ..model.runs import Run
 from ..stores.spec import StoreSpec
@@ -169,9 +170,9 @@ def compact_docs(
         for r in rows:
             r.update(tables_after=r["tables_before"], bytes_after=r["bytes_before"], documents=0, compacted=False)
         return _report(base, rows, m, None, None, time.perf_counter() - t0)
-    run = _start_run(spec, m, plan)
+    run, table = _start_run(spec, m, plan)
     try:
-        folds = _fold(spec, m, plan, run.table, progress, workers)
+        folds = _fold(spec, m, plan, table, progress, workers)
         _switch(spec, m, plan, run, folds)
     except BaseException as e:
         if run.status != "done":
@@ -190,16 +191,16 @@ def compact_docs(
     return _report(base, rows, m, run.id, folds, seconds)
 
 
-def _start_run(spec: StoreSpec, m: mf.Manifest, plan: CompactPlan) -> dict:
+def _start_run(spec: StoreSpec, m: mf.Manifest, plan: CompactPlan) -> tuple[Run, str]:
     """Record the compaction's run (and its new table) in the manifest; unfinished loads
-    and ingests are superseded."""
+    and ingests are superseded. (the run, its table)"""
     run = runs.new_run("compact", target_batch_records=plan.target, layout="docs", shards_folded=plan.folded)
     table = plan.kind.run_table(run.id)
     run.table = table
     runs.supersede(m, None, by=run.id)  # their pending batches may sit in tables dropped below
     m.runs.append(run)
     m.save(spec.root)
-    return run
+    return run, table
 
 
 def _fold(spec: StoreSpec, m: mf.Manifest, plan: CompactPlan, table: str, progress: str, workers: int | None) -> Folds:
@@ -254,9 +255,9 @@ def _new_entries(m: mf.Manifest, plan: CompactPlan, folds: Folds) -> list[mf.Bat
             new.append(mf.BatchEntry(*row))
     new.sort(key=lambda b: b.seq)
     rec = m.next_record
-    for b in new:
-        b.first, b.count = rec, b.docs
-        rec += b.docs
+    for b in new:  # keyed rows: `records` are their documents
+        b.first, b.count = rec, b.records
+        rec += b.records
     return new
 
 
@@ -265,14 +266,14 @@ def _switch(spec: StoreSpec, m: mf.Manifest, plan: CompactPlan, run: Run, folds:
     tables listed as garbage, the run done."""
     new = _new_entries(m, plan, folds)
     docs_before = sum(b.records for b in m.batches if b.shard in plan.why)
-    if sum(b.docs for b in new) != docs_before:
+    if sum(b.records for b in new) != docs_before:
         raise StoreError(
-            f"compaction read {sum(b.docs for b in new)} of the {docs_before} documents of "
+            f"compaction read {sum(b.records for b in new)} of the {docs_before} documents of "
             f"shards {plan.folded}; nothing was committed - run `bulkload verify`"
         )
     for s in plan.folded:
         retire_doc_tables(m, s, {b.table for b in m.batches if b.shard == s and b.keyed and b.docs})
-    m.batches = [b for b in m.batches if b.shard not in plan.why] + new
+    m.batches = BatchRows([b for b in m.batches if b.shard not in plan.why] + new)
     run.update(
         status="done",
         ended=time.time(),

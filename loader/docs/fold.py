@@ -37,6 +37,7 @@ from ..infra import faults
 from ..infra.proc import peak_rss, start_worker
 from ..kinds import kind_for
 from ..model import manifest as mf
+from ..model.catalog_rows import BatchRows
 from ..stores import registry
 from ..stores.options import DEFAULT_MAX_DBS
 from ..stores.spec import StoreSpec
@@ -81,7 +82,8 @@ def windows(comp: list, target: int) -> list[tuple[int, int]]:
         delta[b.lo] = delta.get(b.lo, 0.0) + d
         delta[b.hi + 1] = delta.get(b.hi + 1, 0.0) - d
     points = sorted(delta)
-    cuts, j, est, dens = [], 1, 0.0, 0.0
+    cuts: list[int] = []
+    j, est, dens = 1, 0.0, 0.0
     for p, q in itertools.pairwise(points):
         dens += delta[p]
         seg = dens * (q - p)
@@ -204,7 +206,7 @@ def fold_shard(task: FoldTask, s: int, report=lambda n: None) -> ShardFold:
     """Rewrite shard s's committed documents into task.table (see the module docstring)."""
     t0 = time.perf_counter()
     batches = [mf.BatchEntry(*r) for r in task.rows if r[1] == s]
-    m = mf.Manifest(**task.manifest, batches=batches)
+    m = mf.Manifest(**task.manifest, batches=BatchRows(batches))
     st = open_writer(task.store, s, task.store_options, len({b.table for b in batches}))
     try:
         dropped = clear_leftovers(st, batches, task.keep_tables)  # includes a killed compaction's table
@@ -246,7 +248,7 @@ class _ShardFolder:
             if split is not None:  # the estimate was far off: read it again in halves
                 self.splits += 1
                 todo += [(split, z), (a, split - 1)]
-            elif len(batch):
+            elif batch is not None and len(batch):  # not split: read
                 self._write(batch)
 
     def _read(self, comp: list, a: int, z: int) -> tuple[DocBatch | None, int | None]:

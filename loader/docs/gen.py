@@ -134,7 +134,7 @@ def _numpy_chunk(seed: int, start: int, n: int) -> tuple[np.ndarray, np.ndarray,
             w = w.reshape(-1)
             accept = w < np.uint32(_CHAR_LIMIT)
             accept[2 * base[skip == 1]] = False
-            before = np.cumsum(accept) - accept  # accepted words before each word
+            before: np.ndarray = np.cumsum(accept) - accept  # accepted words before each word
             got = before[2 * (base + m) - 1] + accept[2 * (base + m) - 1] - before[2 * base]
             short = got < need
             if not short.any():
@@ -163,7 +163,8 @@ def _generate_numpy(seed: int, start: int, n: int) -> tuple[np.ndarray, np.ndarr
     parts = [_numpy_chunk(seed, start + s, min(_NUMPY_CHUNK, n - s)) for s in range(0, n, _NUMPY_CHUNK)]
     if len(parts) == 1:
         return parts[0]
-    return tuple(np.concatenate(p) for p in zip(*parts))
+    created, lengths, chars = (np.concatenate(p) for p in zip(*parts))
+    return created, lengths, chars
 
 
 def _generate_c(seed: int, start: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

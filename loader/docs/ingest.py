@@ -183,12 +183,13 @@ class _Comparer:
     the stored documents; returns the changed ones as FileErrors, records the equal ones."""
 
     def __init__(self, uri: str, equal: list[int]):
-        self.uri, self.equal, self.ds = uri, equal, None
+        self.uri, self.equal = uri, equal
+        self.ds: Dataset | None = None
 
-    def __call__(self, found: list[tuple[int, str]]) -> list:
+    def __call__(self, found: list[tuple[int, str]]) -> list[FileError]:
         if self.ds is None:
             self.ds = Dataset(self.uri)
-        errors = []
+        errors: list[FileError] = []
         for a in range(0, len(found), _COMPARE_CHUNK):
             chunk = found[a : a + _COMPARE_CHUNK]
             batch, bad = parse_json_files(chunk, "skip")

@@ -20,9 +20,10 @@ import functools
 import json
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 import numpy as np
@@ -31,6 +32,9 @@ import orjson
 from ..errors import BadFileError, MissingPathError, UsageError
 from . import _docsio
 from .batch import DocBatch
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 # --- the JSON directory source ------------------------------------------------------------
 
@@ -301,7 +305,7 @@ class _Read:
     in it, the errno of a failed open/read (0 if none) and whether its content is braced
     (first and last non-whitespace bytes ``{`` and ``}``)."""
 
-    buffer: object
+    buffer: Buffer
     spans: np.ndarray
     errnos: np.ndarray
     braced: np.ndarray
@@ -405,15 +409,17 @@ class _Chunks:
 
     def __init__(self, directory, ids: np.ndarray, names: list | None):
         self.directory, self.ids, self.names = directory, ids, names
-        self._at, self._read = -1, None
+        self._at = -1
+        self._read: _Read | None = None
 
     def chunk(self, c: int) -> _Read:
-        if c != self._at:
+        read = self._read
+        if c != self._at or read is None:
             a, z = c * CHUNK_FILES, (c + 1) * CHUNK_FILES
-            self._read = None  # let the C reader reuse its buffer
-            self._read = _Read.of(self.directory, self.ids[a:z], None if self.names is None else self.names[a:z])
+            self._read = read = None  # let the C reader reuse its buffer
+            read = self._read = _Read.of(self.directory, self.ids[a:z], None if self.names is None else self.names[a:z])
             self._at = c
-        return self._read
+        return read
 
     def reason_or_content(self, k: int) -> str | bytes:
         read = self.chunk(k // CHUNK_FILES)
@@ -436,10 +442,10 @@ def parse_json_files(paths: Iterable, on_bad_file: str = "fail") -> tuple[DocBat
     if isinstance(paths, DirListing):
         ids = paths.ids
         chunks = _Chunks(paths.directory, ids, paths.names() if paths.odd else None)
-        items = None  # made per chunk, only for a chunk parsed file by file
+        files: list[_Item] | DirListing = paths  # items made per chunk, only for a chunk parsed file by file
         clean = True
     else:
-        items = []  # (id | bad-name reason, path, index into the read files | None)
+        items: list[_Item] = []
         read_ids: list[int] = []
         read_paths: list[str] = []
         for item in paths:
@@ -447,20 +453,20 @@ def parse_json_files(paths: Iterable, on_bad_file: str = "fail") -> tuple[DocBat
                 doc_id, path = int(item[0]), os.fspath(item[1])
             else:
                 path = os.fspath(item)
-                doc_id = id_from_name(os.path.basename(path))
-                if isinstance(doc_id, str):
-                    items.append((doc_id, path, None))
+                named = id_from_name(os.path.basename(path))
+                if isinstance(named, str):  # not an id: why
+                    items.append((named, path, None))
                     continue
+                doc_id = named
             items.append((doc_id, path, len(read_ids)))
             read_ids.append(doc_id)
             read_paths.append(path)
         ids = np.array(read_ids, np.uint64)
         chunks = _Chunks(None, ids, read_paths)
         clean = len(items) == len(read_ids)  # no bad name: item k is file k
+        files = items
     if not (clean and _unique(ids)):  # bad names or duplicates: all file by file
-        return _parse_each(
-            items if items is not None else _listing_items(paths, 0, len(paths)), chunks, on_bad_file, [], {}
-        )
+        return _parse_each(_items(files, 0, len(files)), chunks, on_bad_file, [], {})
     parts: list[DocBatch] = []
     errors: list[FileError] = []
     for c, a in enumerate(range(0, len(ids), CHUNK_FILES)):
@@ -469,14 +475,21 @@ def parse_json_files(paths: Iterable, on_bad_file: str = "fail") -> tuple[DocBat
         if batch is not None:
             PARSE_COUNTS["fast"] += 1
         else:  # the ids are unique: no duplicate can span chunks
-            batch, _ = _parse_each(
-                items[a:z] if items is not None else _listing_items(paths, a, z), chunks, on_bad_file, errors, {}
-            )
+            batch, _ = _parse_each(_items(files, a, z), chunks, on_bad_file, errors, {})
         parts.append(batch)
     return DocBatch.concat(parts), errors
 
 
-def _listing_items(listing: DirListing, a: int, z: int):
+#: a file to parse: (id | why its name is not one, path, index into the files read | None)
+_Item = tuple[int | str, str, int | None]
+
+
+def _items(files: list[_Item] | DirListing, a: int, z: int) -> Iterable[_Item]:
+    """Items a..z-1 of ``files``: listed, or (a DirListing) made now."""
+    return files[a:z] if isinstance(files, list) else _listing_items(files, a, z)
+
+
+def _listing_items(listing: DirListing, a: int, z: int) -> Iterator[_Item]:
     prefix = os.path.join(listing.directory, "")
     for k, i in enumerate(listing.ids[a:z].tolist(), a):
         yield i, prefix + listing.name_at(k), k

@@ -197,7 +197,8 @@ class DocsWriter:
         self.kind, self.task = kind, task
         self.table = task.table
         self.zdict = kind.value_compression(task.store.scheme)
-        self.compressors: dict[int, object] = {}  # per shard: zdict.Compressor or docs_blocks.Packer
+        self.compressors: dict[int, zdict.Compressor] = {}  # per shard (one value per document)
+        self.packers: dict[int, Packer] = {}  # per shard (blocks)
 
     def prepare(self, s: int, store) -> None:
         # tables of runs that never committed (failed, superseded, killed) are leftovers
@@ -234,9 +235,9 @@ class DocsWriter:
         if len(dup):
             raise DuplicateIdError(f"duplicate id {int(dup[0])} within this load; nothing was loaded")
         if self.kind.blocks:
-            p = self.compressors.get(s)
+            p = self.packers.get(s)
             if p is None:
-                p = self.compressors[s] = Packer(compress=self.kind.compression == "zstd")
+                p = self.packers[s] = Packer(compress=self.kind.compression == "zstd")
             blocks = p.pack(batch)
             keys = keys_of(np.fromiter((k for k, _ in blocks), np.uint64, len(blocks)))
             values = [v for _, v in blocks]

@@ -12,13 +12,39 @@ which nothing reads.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, NamedTuple
+
 import xxhash
 
+from ..errors import ManifestError
 from .batch import key_of
 from .blocks import block_count
 
+if TYPE_CHECKING:
+    from ..model.manifest import BatchEntry
+
 DOC_TABLE_PREFIX = "docs-"
 META_TABLE = "meta"
+
+
+class KeyedSpan(NamedTuple):
+    """Where a keyed batch's documents are: ids ``lo..hi`` (inclusive) in ``table``."""
+
+    lo: int
+    hi: int
+    table: str
+
+
+def keyed_span(b: BatchEntry) -> KeyedSpan:
+    """The id range and table of a keyed batch's manifest row (the row's optional fields,
+    which a keyed row always has; ManifestError for a row without them)."""
+    lo, hi, table = b.lo, b.hi, b.table
+    if lo is None or hi is None or table is None:
+        raise ManifestError(
+            f"batch {b.seq} (shard {b.shard}) is read as documents but its manifest row has no id range "
+            "or table; run `bulkload verify` and reload the dataset"
+        )
+    return KeyedSpan(lo, hi, table)
 
 
 def range_checksum(store, table: str, lo: int, hi: int, blocks: bool) -> tuple[int, int, int]:

@@ -200,7 +200,7 @@ def encode_batch_buffer(batch: DocBatch, fmt: str) -> tuple[bytes, np.ndarray]:
     value i is ``buf[offsets[i]:offsets[i+1]]`` (e.g. for zstandard's BufferWithSegments)."""
     h, k, t, o, pads = _value_parts(batch, fmt)
     n = len(o) - 1
-    parts = []
+    parts: list[bytes] = []
     add = parts.append
     z = _ZEROS
     for i in range(n):

@@ -31,7 +31,7 @@ def sample(values: Sequence, max_bytes: int = DEFAULT_SAMPLE_BYTES) -> list[byte
     mean = max(1, sum(len(v) for v in probe) // len(probe))
     want = max(1, min(n, max_bytes // mean))
     step = n / want
-    out = []
+    out: list[bytes] = []
     for j in range(want):
         v = bytes(values[int(j * step)])
         total += len(v)
@@ -45,11 +45,11 @@ def train(samples: Sequence[bytes], dict_size: int = DEFAULT_DICT_SIZE, level: i
     """A zstd dictionary (bytes) trained on samples; b"" when there is too little to train on."""
     if dict_size < 256:
         raise UsageError(f"zstd dictionary size {dict_size} is too small (at least 256 bytes)")
-    samples = [bytes(s) for s in samples if len(s)]
-    if len(samples) < MIN_SAMPLES or sum(map(len, samples)) < 4 * dict_size:
+    data: list[bytes | bytearray | memoryview] = [bytes(s) for s in samples if len(s)]
+    if len(data) < MIN_SAMPLES or sum(map(len, data)) < 4 * dict_size:
         return b""
     try:
-        d = zstandard.train_dictionary(dict_size, samples, level=level)
+        d = zstandard.train_dictionary(dict_size, data, level=level)
     except zstandard.ZstdError:
         return b""  # e.g. "Src size is incorrect": nothing learnable; plain zstd then
     return d.as_bytes()
@@ -100,7 +100,7 @@ class Compressor:
         """Compress many values; threads > 0 (or -1: all CPUs) runs zstd's own threads."""
         if threads and len(values) > 1:
             out = self._c.multi_compress_to_buffer([bytes(v) for v in values], threads=threads)
-            return [seg.tobytes() for seg in out]
+            return [out[i].tobytes() for i in range(len(out))]
         c = self._c.compress
         return [c(v) for v in values]
 

@@ -94,7 +94,7 @@ class Feeder:
         except BaseException as e:
             pool.fail(e)  # before the workers can finish: the run must fail
         finally:
-            if owned:
+            if owned and stream is not None:
                 stream.close()
             with self.lock:
                 self.streams -= 1

@@ -66,16 +66,16 @@ def plan_file_run(
     done = next((r for r in reversed(mine) if r.status == "done"), None)
     last = mine[-1]
     if last is not done and last.status in runs.UNFINISHED and resumable(last):
-        end = extent_end(last)
-        if end <= n and src.fingerprint(layout, end) == last.fingerprint:
-            return FilePlan("resume", int(last.source_offset or 0), int(last.total or 0), last.fingerprint, last)
+        end, fp = extent_end(last), last.fingerprint
+        if end <= n and fp is not None and src.fingerprint(layout, end) == fp:
+            return FilePlan("resume", int(last.source_offset or 0), int(last.total or 0), fp, last)
     if done is None:  # only runs that never committed: the file is new to the dataset
         return FilePlan("new", 0, n, src.fingerprint(layout, n), None)
-    end = extent_end(done)
-    if end > n or src.fingerprint(layout, end) != done.fingerprint:
+    end, fp = extent_end(done), done.fingerprint
+    if end > n or fp is None or src.fingerprint(layout, end) != fp:
         raise ChangedInputError(changed_message(src.uri, done, end, n, layout.record_size))
     if n == end:
-        return FilePlan("already-loaded", end, 0, done.fingerprint, done)
+        return FilePlan("already-loaded", end, 0, fp, done)
     return FilePlan("appended", end, n - end, src.fingerprint(layout, n), done)
 
 

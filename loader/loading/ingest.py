@@ -27,6 +27,7 @@ do writes nothing (a cron job every minute does not grow the manifest).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -252,6 +253,18 @@ def _set_bad_aside(report: IngestReport, scan: Scan, on_bad_file: str, progress:
 
 
 @dataclass
+class _Started:
+    """An attempt of the run as `_IngestRun.start` set it up: the run record (the interrupted
+    one, restarted, or a new one), its plan, resume points, file units and committer."""
+
+    run: Run
+    plan: Plan
+    resume: tuple
+    units: list
+    committer: Committer
+
+
+@dataclass
 class _Attempt:
     """How an attempt at the run ended (`_IngestRun.attempt`)."""
 
@@ -278,12 +291,6 @@ class _IngestRun:
         self.spec, self.settings, self.m, self.report = spec, settings, m, report
         self.directory, self.pattern, self.on_bad_file, self.b = directory, pattern, on_bad_file, b
         self.excluded: set[str] = set()  # bad files the workers found (skip)
-        # the current attempt's (`start`)
-        self.run_record: Run | None = None
-        self.plan: Plan | None = None
-        self.resume: tuple = ()
-        self.units: list = []
-        self.committer: Committer | None = None
 
     def run(
         self, prev: Run | None, kept_plan: list[PlanFile], new: list[Candidate], first_bad: InputError | None
@@ -296,14 +303,14 @@ class _IngestRun:
                 self.b,
                 self.settings.layout.record_size,
             )
-            self.start(prev, plan, len(kept_plan))
-            got = self.attempt(plan)
+            st = self.start(prev, plan, len(kept_plan))
+            got = self.attempt(st, plan)
             if got.retry is None:
-                return self.commit(got, first_bad)
-            new, kept_plan, prev = got.retry, [], self.run_record  # the rest is renumbered: nothing kept
-            self.run_record.pending = []
+                return self.commit(st, got, first_bad)
+            new, kept_plan, prev = got.retry, [], st.run  # the rest is renumbered: nothing kept
+            st.run.pending = []
 
-    def start(self, prev: Run | None, plan: list[PlanFile], nkept: int) -> None:
+    def start(self, prev: Run | None, plan: list[PlanFile], nkept: int) -> _Started:
         """The run record (the interrupted one, restarted, or a new one) and its committer."""
         m, settings, progress = self.m, self.settings, self.settings.progress
         if prev is not None:
@@ -320,13 +327,13 @@ class _IngestRun:
             run.update(batch_records=self.b, resumable=True, **settings.run_options())
             m.runs.append(run)
         run.update(plan=plan, first_seq=m.next_seq, first_record=m.next_record, workers=settings.nworkers)
-        self.run_record, self.report.run_id = run, run.id
+        self.report.run_id = run.id
         gone = runs.supersede(m, run, by=run.id)
         if gone:
             log(progress, f"discarding the unfinished run(s) {', '.join(gone)}", superseded=gone)
-        self.plan = Plan(tuple(segments_of(plan, self.directory)), self.b, settings.shards, m.next_seq, m.next_record)
+        work_plan = Plan(tuple(segments_of(plan, self.directory)), self.b, settings.shards, m.next_seq, m.next_record)
         if prev is not None:
-            self.resume, keep = resume_points(self.spec, self.plan, run.pending or [])
+            resume, keep = resume_points(self.spec, work_plan, run.pending or [])
             self.report.resumed_records = sum(e.count for e in keep)
             log(
                 progress,
@@ -336,7 +343,7 @@ class _IngestRun:
                 event="resume",
             )
         else:
-            self.resume, keep = (), []
+            resume, keep = (), []
         log(
             progress,
             f"ingest {len(plan)} file(s) from {self.directory} into {self.spec.uri}: run {run.id}",
@@ -344,16 +351,16 @@ class _IngestRun:
             files=[e.name for e in plan],
             event="start",
         )
-        self.units = [file_unit(e, self.b, run.id, self.directory) for e in plan]
-        self.committer = Committer(self.spec.root, m, run, self.units, keep)
+        units = [file_unit(e, self.b, run.id, self.directory) for e in plan]
+        return _Started(run, work_plan, resume, units, Committer(self.spec.root, m, run, units, keep))
 
-    def attempt(self, plan: list[PlanFile]) -> _Attempt:
+    def attempt(self, st: _Started, plan: list[PlanFile]) -> _Attempt:
         """Run the workers. A bad file under ``skip`` is set aside (retry the files after
         it); an error that is not bad input stops the run (raised, the run recorded)."""
-        committer, run, settings = self.committer, self.run_record, self.settings
+        committer, run, settings = st.committer, st.run, self.settings
         try:
             committer.save()
-            work = Work(settings, self.plan, settings.nworkers, "ingest", self.resume)
+            work = Work(settings, st.plan, settings.nworkers, "ingest", st.resume)
             return _Attempt(receipts=execute(self.spec, self.m, committer, work))
         except BaseException as e:
             _collect(self.report, committer)
@@ -374,17 +381,16 @@ class _IngestRun:
             committed = {u.name for u in committer.committed_units}
             return _Attempt(retry=listing_for(plan, self.directory, committed, self.excluded))
 
-    def finished(self) -> str:
+    def finished(self, run: Run) -> str:
         report = self.report
-        return (
-            f"run {self.run_record.id} had finished: {len(report.files)} file(s) ({report.records:,} "
-            "records) were committed"
-        )
+        return f"run {run.id} had finished: {len(report.files)} file(s) ({report.records:,} records) were committed"
 
-    def commit(self, got: _Attempt, first_bad: InputError | None) -> IngestReport:
+    def commit(self, st: _Started, got: _Attempt, first_bad: InputError | None) -> IngestReport:
         """Commit the files whose batches are all durable; record the run; the report."""
-        run, report, committer, units = self.run_record, self.report, self.committer, self.units
-        with interrupts.held(self.finished):  # the commit is written whole; a stop signal waits for it
+        run, report, committer, units = st.run, self.report, st.committer, st.units
+        with interrupts.held(
+            functools.partial(self.finished, run)
+        ):  # the commit is written whole; a stop signal waits for it
             faults.hit("commit")
             committer.finish(got.receipts)
             _collect(report, committer)
@@ -428,7 +434,7 @@ class _IngestRun:
         )
         if isinstance(got.late, KeyboardInterrupt):
             late = Interrupted.of(got.late)
-            late.outcome = self.finished()
+            late.outcome = self.finished(run)
             raise late from None
         if first_bad is not None:
             raise first_bad
@@ -465,7 +471,7 @@ def _collect(report: IngestReport, committer: Committer) -> None:
 def _bad_input(e: WorkerError, directory: str) -> tuple[str | None, InputError | None]:
     """A worker failed on a source file: (its name, the input error it raised)."""
     err = e.raised(PartialRecordError, SourceVanishedError, UnreadableInputError)
-    if err is None:
+    if not isinstance(err, InputError):  # None: not one of them
         return None, None
     path = str(err).split(":", 1)[0]  # these errors name their file first
     name = os.path.relpath(path, directory) if path.startswith(directory + os.sep) else None

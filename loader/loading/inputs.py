@@ -59,20 +59,20 @@ def match_inputs(
     layout,
     *,
     new_run: bool,
-    considered: Callable[[dict], bool],
-    resumable: Callable[[dict], bool],
+    considered: Callable[[Run], bool],
+    resumable: Callable[[Run], bool],
 ) -> InputsMatch:
     """Which of ``planned.parts`` a run loads (ChangedInputError: a file changed since
     it was loaded). ``considered(run)``: the runs that describe the dataset (a --replace
     build: its own); ``resumable(run)``: can an interrupted run be taken up again."""
     todo, loaded_by, loaded = [], [], 0
     for part in planned.parts:
-        entry, prev = _match_one(m, part, layout, new_run, considered)
-        if entry is not None:
-            todo.append(entry)
+        got = _match_one(m, part, layout, new_run, considered)
+        if isinstance(got, Run):
+            loaded_by.append(got.id)
+            loaded += int(got.total or 0)
         else:
-            loaded_by.append(prev.id)
-            loaded += int(prev.total or 0)
+            todo.append(got)
     resume = None if new_run or m is None else _interrupted(m, todo, considered, resumable)
     if resume is not None:
         rest = unloaded(resume)
@@ -80,23 +80,24 @@ def match_inputs(
     return InputsMatch(todo, resume, loaded_by, loaded)
 
 
-def _match_one(m, part: SourcePlan, layout, new_run: bool, considered) -> tuple[dict | None, Run | None]:
-    """(the entry of ``part`` to load, None) or (None, the run that already loaded it)."""
+def _match_one(m, part: SourcePlan, layout, new_run: bool, considered) -> dict | Run:
+    """The entry of ``part`` to load, or the run that already loaded it."""
     src = part.source
     if m is None or new_run:
-        return entry(src.uri, part.fingerprint, 0, part.total), None
+        return entry(src.uri, part.fingerprint, 0, part.total)
     if src.by_extent:
         fplan = plan_file_run(m, src, layout, new_run=False, considered=considered, resumable=lambda r: False)
         if fplan.status == "already-loaded":
-            return None, fplan.prev
-        return entry(src.uri, fplan.fingerprint, fplan.offset, fplan.count), None
+            assert fplan.prev is not None  # the finished run that loaded it (file_runs.py)
+            return fplan.prev
+        return entry(src.uri, fplan.fingerprint, fplan.offset, fplan.count)
     prev = last_loaded(m, src.uri, part.fingerprint, considered)
     if prev is not None and prev.status == "done":
-        return None, prev
-    return entry(src.uri, part.fingerprint, 0, part.total), None
+        return prev
+    return entry(src.uri, part.fingerprint, 0, part.total)
 
 
-def entry(source: str, fingerprint: str | None, offset: int, total: int) -> dict:
+def entry(source: str, fingerprint: str | None, offset: int, total: int | None) -> dict:
     """An input of a run (``run.inputs``), before it is numbered."""
     return {"source": source, "fingerprint": fingerprint, "source_offset": offset, "total": total}
 

@@ -136,12 +136,12 @@ def resolve_options(
     interval left to the caller: `checkpoint_settings`) and the dataset spec with its shards."""
     if layout is None:
         layout = existing.layout_obj if existing is not None else get_layout(DEFAULT_LAYOUT)
-    has = existing is not None and bool(existing.batches)
+    holding = existing if existing is not None and existing.batches else None  # a dataset holding records
     kind = kind_for(layout)
-    fmt = request.format or (existing.format if has else kind.default_format)
+    fmt = request.format or (holding.format if holding is not None else kind.default_format)
     if fmt not in FORMATS + kind.formats:
         raise UsageError(f"unknown format {fmt!r}; use one of {', '.join(kind.formats)}")
-    comp = request.compression or (existing.compression if has else kind.compression_for(fmt))
+    comp = request.compression or (holding.compression if holding is not None else kind.compression_for(fmt))
     if comp not in COMPRESSIONS:
         raise UsageError(f"unknown compression {comp!r}; use one of {', '.join(kind.compressions)}")
     kind.check(layout, fmt, comp)  # rejects unsupported combinations
@@ -152,8 +152,12 @@ def resolve_options(
     )
     if shards is not None and spec.shards is not None and shards != spec.shards:
         raise UsageError(f"--shards {shards} contradicts ?shards={spec.shards} in {spec.uri}")
-    k = shards or spec.shards or (existing.shards if has else None) or min(default_workers(), MAX_SHARDS)
-    b = batch_records if batch_records is not None else (existing.batch_records if has else DEFAULT_BATCH_RECORDS)
+    k = shards or spec.shards or (holding.shards if holding is not None else None) or min(default_workers(), MAX_SHARDS)
+    b = (
+        batch_records
+        if batch_records is not None
+        else (holding.batch_records if holding is not None else DEFAULT_BATCH_RECORDS)
+    )
     settings = RunSettings(
         layout=layout,
         format=fmt,
@@ -172,13 +176,14 @@ def resolve_options(
 
 def fresh_manifest(m: mf.Manifest | None, spec: StoreSpec, settings: RunSettings, batch_records: int) -> mf.Manifest:
     """A manifest for an empty dataset with these options (keeping its id and history)."""
-    keep = {"runs": m.runs, "dataset_id": m.dataset_id, "created": m.created, "extra": m.extra} if m else {}
-    return mf.Manifest(
+    fresh = mf.Manifest(
         layout=settings.layout.to_dict(),
         format=settings.format,
         compression=settings.compression,
         scheme=spec.scheme,
         shards=settings.shards,
         batch_records=batch_records,
-        **keep,
     )
+    if m is not None:
+        fresh.runs, fresh.dataset_id, fresh.created, fresh.extra = m.runs, m.dataset_id, m.created, m.extra
+    return fresh

@@ -34,6 +34,7 @@ from ..infra.paths import replacing_sibling
 from ..maintain.builds import build_dir, discard_build, drop_link_beside_link
 from ..model import manifest as mf
 from ..model import runs
+from ..model.catalog_rows import RunList
 from ..stores.spec import StoreSpec
 from .job import LoadJob
 from .options import existing_manifest, fresh_manifest, prepare_root
@@ -74,7 +75,7 @@ def load_replacing(spec: StoreSpec, m: mf.Manifest | None, job: LoadJob) -> Load
     with DatasetLock(sib.root):
         if sm is None:
             sm = fresh_manifest(None, sib, job.settings, job.settings.batch_records)
-            sm.runs = [r.copy() for r in (m.runs if m else [])]
+            sm.runs = RunList([r.copy() for r in (m.runs if m else [])])
         else:
             runs.mark_interrupted(sm)
         report = load_locked(sib, sm, dataclasses.replace(job, replace=True, replaces=old_id))

@@ -96,7 +96,7 @@ def match_previous(m: mf.Manifest | None, job: LoadJob) -> Match:
             considered=considered,
             resumable=lambda r: runs.load_resumable(m, r, **settings.run_options()),
         )
-        if fplan.status == "appended":
+        if fplan.status == "appended" and fplan.prev is not None:  # the finished run it continues
             log(
                 settings.progress,
                 f"{src.uri} grew since run {fplan.prev.id} loaded its first {fplan.offset:,} "
@@ -130,7 +130,7 @@ def _match_inputs(m: mf.Manifest | None, job: LoadJob, considered) -> Match:
         settings.layout,
         new_run=job.new_run,
         considered=considered,
-        resumable=lambda r: resumable_inputs(m, r, settings),
+        resumable=lambda r: m is not None and resumable_inputs(m, r, settings),
     )
     if found.loaded_by and found.todo:
         log(
@@ -334,10 +334,11 @@ class _LoadRun:
             return (), []
         resume, keep = resume_points(self.spec, plan, run.pending or [], self.kind)
         kept = sum(e.count for e in keep)
+        left = "" if self.total is None else f", {self.total - kept:,} records to load"  # None: a stream
         log(
             progress,
             f"resuming run {run.id} of {self.src.uri}: {len(keep):,} batches ({kept:,} records) "
-            f"already durable are kept, {self.total - kept:,} records to load",
+            f"already durable are kept{left}",
             run=run.id,
             kept_batches=len(keep),
             kept_records=kept,

@@ -51,7 +51,7 @@ class LoadTask:
     worker: int
     workers: int
     plan: Plan
-    write: WriteSettings | None
+    write: WriteSettings
     resume: tuple = ()  # per shard: first seq to write (its batches below are kept); () = plan.first_seq
     main_pid: int = 0
     fault: str = ""  # BULKLOAD_FAULT of the job (see infra/faults.py)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..errors import BulkloadError, StoreError, UsageError
@@ -65,10 +66,10 @@ WASTE_FACTOR = 1.25
 WASTE_SLACK = 8 << 20
 
 
-def plan_merge(batches: list, target: int) -> list[list]:
+def plan_merge(batches: Iterable[mf.BatchEntry], target: int) -> list[list[mf.BatchEntry]]:
     """Greedy groups of consecutive batches (record order) of at most ``target`` records."""
-    groups: list[list] = []
-    cur: list = []
+    groups: list[list[mf.BatchEntry]] = []
+    cur: list[mf.BatchEntry] = []
     acc = 0
     for b in sorted(batches, key=lambda b: b.first):
         if cur and acc + b.count > target:

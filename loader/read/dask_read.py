@@ -48,25 +48,34 @@ import importlib
 import itertools
 import socket
 from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..arrays.query import ArrayIndex, array_index, box_coordinate, read_box, use_index
-from ..errors import DatasetNotFoundError, DatasetReplacedError, SnapshotExpiredError, UsageError
+from ..errors import DatasetNotFoundError, DatasetReplacedError, EngineError, SnapshotExpiredError, UsageError
 from ..infra.pins import Pin
 from ..model import manifest as mf
+from ..model.catalog_rows import BatchRows, FileMap, RunList
 from ..stores.spec import parse_dataset_uri
 from .dataset import Dataset
 from .snapshots import read_snapshot
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from ..model.layouts import Layout
 
 #: default record bytes per DataFrame partition (whole batches, at least one)
 PARTITION_BYTES = 128 << 20
 #: array indexes a worker process keeps across tasks (one build's index is read once per process)
 _INDEX_CACHE_SIZE = 8
-_indexes: OrderedDict = OrderedDict()
+_indexes: OrderedDict[tuple[str, str, str], ArrayIndex] = OrderedDict()
 
 
-def _dask(module: str, what: str):
+def _dask(module: str, what: str) -> ModuleType:
     try:  # dask is imported only here: other readers and commands never load it
         return importlib.import_module(module)
     except ImportError as e:
@@ -87,9 +96,11 @@ class Snapshot:
     pin: Pin | None = None
 
     @classmethod
-    def of(cls, ds: Dataset, arrays: dict | None = None) -> Snapshot:
+    def of(cls, ds: Dataset, arrays: dict[str, Any] | None = None) -> Snapshot:
         m = ds.manifest
-        header = dataclasses.replace(m, batches=[], runs=[], files={}, garbage=[], arrays=arrays or {})
+        header = dataclasses.replace(
+            m, batches=BatchRows([]), runs=RunList([]), files=FileMap({}), garbage=[], arrays=arrays or {}
+        )
         pin = Pin.take(ds.spec.root, m.generation) if ds.pinned else None  # ds holds G: race-free
         return cls(ds.uri, header, pin)
 
@@ -97,14 +108,14 @@ class Snapshot:
     def generation(self) -> int:
         return self.header.generation
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "pin": None}
 
-    def __dask_tokenize__(self):
+    def __dask_tokenize__(self) -> tuple[str, str, str, int]:
         return ("bulkload-snapshot", self.uri, self.header.dataset_id, self.generation)
 
     @contextlib.contextmanager
-    def reader(self, batches=()):
+    def reader(self, batches: Iterable[mf.BatchEntry] = ()) -> Iterator[Dataset]:
         """A Dataset of this snapshot limited to ``batches`` (rows of G), in a task."""
         root = parse_dataset_uri(self.uri).root
         pin = Pin.take(root, self.generation)
@@ -119,7 +130,7 @@ class Snapshot:
                     "collection was built from it; open it again and build it again"
                 )
             current = now.generation == self.generation  # pinned while G is current: G's data is held
-            m = dataclasses.replace(self.header, batches=list(batches))
+            m = dataclasses.replace(self.header, batches=BatchRows(batches))
             ds = Dataset(self.uri, pin=False, snapshot=(m, ident if current else None, pin if current else None))
             try:
                 yield ds
@@ -136,7 +147,7 @@ class Snapshot:
                 pin.release()
 
 
-def _unseen_on_worker(root: str):
+def _unseen_on_worker(root: str) -> EngineError | None:
     """In a task on a Dask worker, the error naming that worker and ``root`` when the
     dataset is not there (its filesystem is not the one the collection was built on);
     None under another scheduler (threads, processes: the dataset is gone)."""
@@ -154,7 +165,7 @@ def _unseen_on_worker(root: str):
 # --- DataFrame --------------------------------------------------------------------------------------
 
 
-def dask_dataframe(ds: Dataset, partition_bytes: int | None = None):
+def dask_dataframe(ds: Dataset, partition_bytes: int | None = None) -> Any:
     """See the module docstring."""
     ds._fixed_only("to_dask_dataframe")
     dd = _dask("dask.dataframe", "to_dask_dataframe")
@@ -169,7 +180,7 @@ def dask_dataframe(ds: Dataset, partition_bytes: int | None = None):
     )
 
 
-def _partition_bytes(value) -> int:
+def _partition_bytes(value: object) -> int:
     if value is None:
         return PARTITION_BYTES
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -177,9 +188,9 @@ def _partition_bytes(value) -> int:
     return value
 
 
-def _partitions(batches: list, record_size: int, target: int) -> list[list]:
+def _partitions(batches: Iterable[mf.BatchEntry], record_size: int, target: int) -> list[list[mf.BatchEntry]]:
     """Consecutive batches grouped into runs of about ``target`` record bytes (>= 1 batch each)."""
-    parts: list[list] = []
+    parts: list[list[mf.BatchEntry]] = []
     size = target
     for b in batches:
         if size >= target:
@@ -190,7 +201,7 @@ def _partitions(batches: list, record_size: int, target: int) -> list[list]:
     return parts
 
 
-def _read_partition(rows: list, snap: Snapshot):
+def _read_partition(rows: list[mf.BatchEntry], snap: Snapshot) -> Any:
     """One partition: the records of ``rows`` (batches of G) as a pandas DataFrame."""
     import pandas as pd
 
@@ -201,7 +212,7 @@ def _read_partition(rows: list, snap: Snapshot):
     return _frame(pd, table, index, layout)
 
 
-def _frame(pd, table, index: np.ndarray, layout):
+def _frame(pd: ModuleType, table: pa.Table, index: np.ndarray, layout: Layout) -> Any:
     """A scan's Table as a DataFrame of the layout's pandas types (model/arrow_records.py)."""
     from ..model.arrow_records import frame_of_table
 
@@ -218,12 +229,19 @@ class _BlockSpec:
     array: str
     dims: tuple[str, str]
     attr: str
-    dtype: np.dtype
+    dtype: np.dtype[Any]
     fill: object
     origin: tuple[int, int]
 
 
-def dask_array(ds: Dataset, array: str, attr, fill, chunks, box):
+def dask_array(
+    ds: Dataset,
+    array: str,
+    attr: str | None,
+    fill: object,
+    chunks: Sequence[int] | None,
+    box: Mapping[str, tuple[object, object]] | None,
+) -> Any:
     """See the module docstring."""
     ds._fixed_only("to_dask_array")
     da = _dask("dask.array", "to_dask_array")
@@ -252,7 +270,7 @@ def dask_array(ds: Dataset, array: str, attr, fill, chunks, box):
     )
 
 
-def _attribute(ai: ArrayIndex, attr) -> str:
+def _attribute(ai: ArrayIndex, attr: str | None) -> str:
     if attr is None and len(ai.attrs) == 1:
         return ai.attrs[0]
     if attr is None or attr not in ai.attrs:
@@ -261,7 +279,7 @@ def _attribute(ai: ArrayIndex, attr) -> str:
     return attr
 
 
-def _fill(attr: str, dtype: np.dtype, fill):
+def _fill(attr: str, dtype: np.dtype[Any], fill: object) -> Any:
     if fill is None:
         if dtype.kind == "f":
             return dtype.type("nan")
@@ -282,7 +300,7 @@ def _fill(attr: str, dtype: np.dtype, fill):
     raise UsageError(f"fill={fill!r} is not a {dtype.name} value (the type of attribute {attr!r})")
 
 
-def _box(ai: ArrayIndex, box) -> tuple[tuple[int, int], tuple[int, int]]:
+def _box(ai: ArrayIndex, box: Mapping[str, tuple[object, object]] | None) -> tuple[tuple[int, int], tuple[int, int]]:
     """(start0, start1), (stop0, stop1) of the cells to read (see the module docstring)."""
     box = dict(box or {})
     unknown = [k for k in box if k not in ai.dims]
@@ -295,16 +313,18 @@ def _box(ai: ArrayIndex, box) -> tuple[tuple[int, int], tuple[int, int]]:
         start, stop = _range(dim, box.get(dim), (lo // chunk) * chunk, hi + 1, ai.fields[dim].type)
         starts.append(start)
         stops.append(max(start, stop))
-    return tuple(starts), tuple(stops)
+    return (starts[0], starts[1]), (stops[0], stops[1])
 
 
-def _range(dim: str, given, start: int, stop: int, type_name: str) -> tuple[int, int]:
+def _range(dim: str, given: object, start: int, stop: int, type_name: str) -> tuple[int, int]:
     """The half-open range of ``dim`` asked for, its bounds as read_box takes them (integers; of
     a time dimension also instants or durations: arrays/query.py `box_coordinate`)."""
     if given is None:
         return start, stop
     try:
-        lo, hi = given
+        if not isinstance(given, Iterable):
+            raise TypeError
+        given_lo, given_hi = given
         if isinstance(given, str):
             raise TypeError
     except (TypeError, ValueError):
@@ -313,8 +333,8 @@ def _range(dim: str, given, start: int, stop: int, type_name: str) -> tuple[int,
             f"(half-open; None: the array's extent; a time dimension also takes instants), "
             f"not {given!r}"
         ) from None
-    lo = start if lo is None else box_coordinate(dim, type_name, lo)
-    hi = stop if hi is None else box_coordinate(dim, type_name, hi)
+    lo = start if given_lo is None else box_coordinate(dim, type_name, given_lo)
+    hi = stop if given_hi is None else box_coordinate(dim, type_name, given_hi)
     if lo > hi:
         raise UsageError(
             f"box: the range of {dim!r} must be (start, stop) integers, start <= stop "
@@ -324,9 +344,9 @@ def _range(dim: str, given, start: int, stop: int, type_name: str) -> tuple[int,
     return lo, hi
 
 
-def _block_sizes(ai: ArrayIndex, chunks) -> tuple[int, int]:
+def _block_sizes(ai: ArrayIndex, chunks: Sequence[int] | None) -> tuple[int, int]:
     if chunks is None:
-        return tuple(ai.chunks)
+        return ai.chunks[0], ai.chunks[1]
     try:
         sizes = tuple(int(c) for c in chunks)
         ok = len(sizes) == 2 and all(s > 0 and s % c == 0 for s, c in zip(sizes, ai.chunks))
@@ -337,7 +357,7 @@ def _block_sizes(ai: ArrayIndex, chunks) -> tuple[int, int]:
             f"chunks={chunks!r}: give two block sizes that are multiples of array {ai.name!r}'s "
             f"chunks {tuple(ai.chunks)}"
         )
-    return sizes
+    return sizes[0], sizes[1]
 
 
 def _cuts(start: int, stop: int, size: int) -> tuple[int, ...]:
@@ -348,7 +368,7 @@ def _cuts(start: int, stop: int, size: int) -> tuple[int, ...]:
     return tuple(b - a for a, b in itertools.pairwise(edges))
 
 
-def _read_block(snap: Snapshot, spec: _BlockSpec, block_info=None) -> np.ndarray:
+def _read_block(snap: Snapshot, spec: _BlockSpec, block_info: dict[Any, Any]) -> np.ndarray:
     """One block: the cells of its box, ``spec.fill`` where there is none."""
     (r0, r1), (c0, c1) = block_info[None]["array-location"]
     lo0, lo1 = spec.origin[0] + r0, spec.origin[1] + c0

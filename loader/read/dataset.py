@@ -24,10 +24,17 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
-from ..errors import CorruptBatchError, DatasetReplacedError, SnapshotExpiredError, UsageError, VerifyError
+from ..errors import (
+    BulkloadError,
+    CorruptBatchError,
+    DatasetReplacedError,
+    SnapshotExpiredError,
+    UsageError,
+    VerifyError,
+)
 from ..infra.lock import is_held
 from ..kinds import kind_class
 from ..model import manifest as mf
@@ -39,18 +46,24 @@ from ..stores.base import ShardStore
 from ..stores.health import batch_message, check_shard, check_value, committed_shards, shard_problems
 from ..stores.spec import parse_dataset_uri
 from ..stores.values import ValueReader
-from .snapshots import manifest_ident, read_snapshot
-from .verifying import Verifying
+from .snapshots import Snapshot, manifest_ident, read_snapshot
+from .verifying import KeyedReader, Problem, Verifying
 
 #: the runs `info` shows (the newest; `bulkload runs` lists them all)
 INFO_RUNS = 20
 
 if TYPE_CHECKING:
     import numpy as np
+    import pyarrow as pa
+
+    from ..serializers.base import Serializer
+    from .scan import Box, Columns, RecordRange
 
 
 class Dataset(Verifying):
-    def __init__(self, uri: str, pin: bool = True, snapshot: tuple | None = None, as_of=None):
+    def __init__(
+        self, uri: str, pin: bool = True, snapshot: Snapshot | None = None, as_of: int | str | None = None
+    ) -> None:
         """The reader of the dataset at ``uri`` as it is now; or, given ``snapshot`` =
         (manifest, (device, inode) of its file while current or None, Pin or None), of that
         snapshot read earlier (a Dask task reading its graph's snapshot: read/dask_read.py)."""
@@ -60,15 +73,15 @@ class Dataset(Verifying):
         self.manifest, self._ident, self._pin = snapshot or read_snapshot(self.spec.root, uri, pin, as_of)
         self.layout = self.manifest.layout_obj
         self._shards: dict[int, ShardStore] = {}
-        self._docs = None
+        self._docs: KeyedReader | None = None
         self.closed = False
 
     @functools.cached_property
-    def serializer(self):
-        """The batches' serializer (None for documents: see loader/docs/access.py); made when
-        first needed: its module imports numpy, which `info` does without (start-up)."""
-        if self.layout.variable_length:
-            return None
+    def serializer(self) -> Serializer:
+        """The batches' serializer (UsageError for documents: they are read through `docs`,
+        loader/docs/access.py); made when first needed: its module imports numpy, which
+        `info` does without (start-up)."""
+        self._fixed_only("a serializer")
         return get_serializer(self.manifest.format, self.layout, self.manifest.compression)
 
     # --- handles -----------------------------------------------------------------
@@ -98,7 +111,7 @@ class Dataset(Verifying):
             self._shards[i] = st
         return st
 
-    def _replaced(self):
+    def _replaced(self) -> DatasetReplacedError | None:
         """DatasetReplacedError when ``load --replace`` swapped in another dataset, else None."""
         if mf.read_dataset_id(self.spec.root) == self.manifest.dataset_id:
             return None
@@ -112,7 +125,7 @@ class Dataset(Verifying):
         """Whether this reader holds a pin on its snapshot (loader/snapshots.py)."""
         return self._pin is not None
 
-    def moved_on(self):
+    def moved_on(self) -> BulkloadError | None:
         """Why data of this snapshot may be gone from the stores, as the error to raise
         (DatasetReplacedError, or SnapshotExpiredError for an unpinned reader after a
         manifest write), or None while the snapshot is whole."""
@@ -130,7 +143,7 @@ class Dataset(Verifying):
             "removed data of its snapshot); open it again"
         )
 
-    def missing(self, problem: str):
+    def missing(self, problem: str) -> BulkloadError:
         """The error for data of this snapshot that a store does not have: the dataset
         moved on (see `moved_on`), or else a VerifyError saying ``problem``."""
         return self.moved_on() or VerifyError(problem)
@@ -143,10 +156,10 @@ class Dataset(Verifying):
         if self._pin is not None:
             self._pin.release()
 
-    def __enter__(self):
+    def __enter__(self) -> Dataset:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # --- metadata ----------------------------------------------------------------
@@ -154,7 +167,7 @@ class Dataset(Verifying):
     def records(self) -> int:
         return self.manifest.records
 
-    def problems(self) -> list[dict]:
+    def problems(self) -> list[Problem]:
         """The shards the manifest lists committed batches in that are missing or damaged
         (integrity.py): shard, path, batches, problem."""
         return [p.to_dict() for p in shard_problems(self.spec, self.manifest)]
@@ -169,7 +182,7 @@ class Dataset(Verifying):
             if i not in damaged and os.path.isdir(self.spec.shard_path(i))
         )
 
-    def info(self) -> dict:
+    def info(self) -> dict[str, Any]:
         """What the dataset holds (layout, format, counts, bytes, runs, arrays) and its
         ``problems``: missing or damaged shards, see `problems`."""
         m = self.manifest
@@ -221,7 +234,7 @@ class Dataset(Verifying):
             "problems": problems,
         }
 
-    def _runs(self) -> dict:
+    def _runs(self) -> dict[str, Any]:
         """The last `INFO_RUNS` runs as `as_seen` shows them, how many there are and how many
         of each recorded status: `info` reads a window, whatever the length of the history
         (`bulkload runs` / `loader.runs` list them all)."""
@@ -236,22 +249,32 @@ class Dataset(Verifying):
 
     # --- documents (layout docs) ----------------------------------------------------
     @property
-    def docs(self):
+    def docs(self) -> KeyedReader:
         """The keyed reader of the layout's record kind (documents: loader/docs/access.py's
         DocReader); UsageError for fixed-size layouts."""
         if self._docs is None:
-            self._docs = kind_class(self.layout).reader(self)
+            reader: Callable[[Dataset], KeyedReader] = kind_class(self.layout).reader  # kinds/base.py: untyped
+            self._docs = reader(self)
         return self._docs
 
-    def get(self, doc_id: int):
+    def get(self, doc_id: int) -> Any:
         """The document with this id: Doc(id, created_at, text); NotFoundError "id N not found"."""
         return self.docs.get(doc_id)
 
-    def get_many(self, ids):
+    def get_many(self, ids: Iterable[int]) -> tuple[Any, list[int]]:
         """(DocBatch of the documents found, in the order asked; list of the ids not found)."""
         return self.docs.get_many(ids)
 
-    def scan(self, columns=None, records=None, box=None, array=None, batch_rows=None, *, ids=None):
+    def scan(
+        self,
+        columns: Columns | int | None = None,
+        records: RecordRange | int | None = None,
+        box: Box | None = None,
+        array: str | None = None,
+        batch_rows: int | None = None,
+        *,
+        ids: tuple[int | None, int | None] | None = None,
+    ) -> Any:
         """A streaming read of this snapshot: a ``pyarrow.RecordBatchReader`` (read/scan.py).
 
         ``columns``: the fields to decode (a list or ``"a,b"``; default all); ``records``:
@@ -265,11 +288,10 @@ class Dataset(Verifying):
         -> a DocBatch of the documents with lo <= id < hi (hi None: to the end), in id order
         (``.to_arrow()`` gives a pyarrow RecordBatch: id, created_at, text)."""
         if self.layout.variable_length:
-            if ids is None:
-                ids = (0 if columns is None else columns, records)
-            if any(v is not None for v in (box, array, batch_rows)) or not isinstance(ids, (tuple, list)):
+            span: object = (0 if columns is None else columns, records) if ids is None else ids
+            if any(v is not None for v in (box, array, batch_rows)) or not isinstance(span, (tuple, list)):
                 raise UsageError(f"dataset {self.uri} holds documents: scan them by id, scan(ids=(lo, hi))")
-            lo, hi = ids
+            lo, hi = span
             return self.docs.scan(0 if lo is None else lo, hi)
         if ids is not None or (isinstance(columns, int) and not isinstance(columns, bool)):
             raise UsageError(
@@ -295,7 +317,7 @@ class Dataset(Verifying):
                 f"{what} reads fixed-size records; dataset {self.uri} holds documents: use get / get_many / scan"
             )
 
-    def _value(self, b: mf.BatchEntry, rd: ValueReader | None = None):
+    def _value(self, b: mf.BatchEntry, rd: ValueReader | None = None) -> bytes | memoryview:
         """The stored value of batch ``b``: a copy, or through ``rd`` (an open ValueReader of
         its shard: zero-copy under LMDB, valid while ``rd`` is open)."""
         v = self.shard(b.shard).get(batch_key(b.seq)) if rd is None else rd.get(batch_key(b.seq))
@@ -303,7 +325,7 @@ class Dataset(Verifying):
             raise self.moved_on() or CorruptBatchError(batch_message(self.uri, b, "missing from the store"))
         return v
 
-    def _checked_value(self, b: mf.BatchEntry):
+    def _checked_value(self, b: mf.BatchEntry) -> bytes | memoryview:
         """The batch's stored value, after checking its size and xxh3 against the manifest
         row (CorruptBatchError naming shard and batch): memory speed, before any decode."""
         v = self._value(b)
@@ -392,7 +414,7 @@ class Dataset(Verifying):
             self._records_into(out[lo - start : hi - start], b, lo - b.first, hi - b.first)
         return out
 
-    def to_arrow(self, columns=None, records=None):
+    def to_arrow(self, columns: Columns | None = None, records: RecordRange | None = None) -> pa.Table:
         """The records (or ``columns`` of ``records``: see `scan`) as one pyarrow Table;
         documents: id, created_at, text."""
         import pyarrow as pa  # heavy: only Arrow output needs it
@@ -401,7 +423,7 @@ class Dataset(Verifying):
             return pa.Table.from_batches([self.scan().to_arrow()])
         return self.scan(columns, records).read_all()
 
-    def to_pandas(self, columns=None, records=None):
+    def to_pandas(self, columns: Columns | None = None, records: RecordRange | None = None) -> Any:
         """`to_arrow` as a pandas DataFrame (pandas must be installed): datetimes keep their
         zone, nullable number and bool fields take pandas' nullable dtypes (Int16, boolean)."""
         try:
@@ -412,7 +434,7 @@ class Dataset(Verifying):
 
         return frame_of_table(self.to_arrow(columns, records), self.layout)
 
-    def to_polars(self, record_column: str | None = None):
+    def to_polars(self, record_column: str | None = None) -> Any:
         """A ``polars.LazyFrame`` of this snapshot (read/frames.py): projection, filter and
         row-limit pushdown; ``record_column``: an extra column of record numbers, whose
         integer comparisons in a filter read only the batches of that range."""
@@ -420,20 +442,22 @@ class Dataset(Verifying):
 
         return to_polars(self, record_column)
 
-    def sql(self, query: str):
+    def sql(self, query: str) -> pa.Table:
         """The DuckDB ``query`` over the table ``data`` (this snapshot) as a pyarrow Table."""
         from .frames import sql
 
         return sql(self, query)
 
     # --- 2-D arrays (see redimension.py, query.py) ---------------------------------------
-    def arrays(self) -> list[dict]:
+    def arrays(self) -> list[dict[str, Any]]:
         """The 2-D arrays of this dataset: dims, chunking, bounds, cell counts."""
         from ..arrays.query import list_arrays  # heavy (pyarrow): only readers of arrays need it
 
         return list_arrays(self)
 
-    def read_box(self, array: str = DEFAULT_ARRAY, attrs: list[str] | None = None, **ranges):
+    def read_box(
+        self, array: str = DEFAULT_ARRAY, attrs: Columns | None = None, **ranges: tuple[object, object]
+    ) -> pa.Table:
         """Cells of ``array`` inside the half-open box, e.g. ``read_box(i0=(2, 5), i1=(0, 100))``,
         as a pyarrow.Table: dimension columns, then attributes, in row-major cell order."""
         from ..arrays.query import read_box  # heavy (pyarrow): only readers of arrays need it
@@ -441,7 +465,7 @@ class Dataset(Verifying):
         return read_box(self, array, attrs, ranges)
 
     # --- Dask collections (read/dask_read.py: dask is imported only there) ------------------
-    def to_dask_dataframe(self, partition_bytes: int | None = None):
+    def to_dask_dataframe(self, partition_bytes: int | None = None) -> Any:
         """The records of this snapshot as a lazy dask DataFrame: the layout's columns and
         dtypes, indexed by record number ("record", known divisions); each partition is a
         run of whole batches of about ``partition_bytes`` of records (default 128 MiB)."""
@@ -449,7 +473,14 @@ class Dataset(Verifying):
 
         return dask_dataframe(self, partition_bytes)
 
-    def to_dask_array(self, array: str = DEFAULT_ARRAY, attr: str | None = None, fill=None, chunks=None, box=None):
+    def to_dask_array(
+        self,
+        array: str = DEFAULT_ARRAY,
+        attr: str | None = None,
+        fill: object = None,
+        chunks: tuple[int, int] | None = None,
+        box: Mapping[str, tuple[object, object]] | None = None,
+    ) -> Any:
         """One attribute of a 2-D ``array`` of this snapshot as a lazy dask Array, one
         block per chunk of the array (``chunks``: multiples of them), empty cells ``fill``
         (default NaN; integer attributes need one); ``box`` {dim: (start, stop)} picks the
@@ -482,7 +513,7 @@ def check_record_range(start: int, stop: int, n: int, uri: str) -> None:
         raise UsageError(f"record range {start:,}..{stop:,} goes past the end: {where}; read at most to {n:,}")
 
 
-def open(uri: str, pin: bool = True, as_of=None) -> Dataset:
+def open(uri: str, pin: bool = True, as_of: int | str | None = None) -> Dataset:
     """A snapshot reader of the dataset at ``uri`` (close it, or use ``with``). ``pin=False``
     reads without pinning the snapshot: a compaction may then remove its data (reads
     raise SnapshotExpiredError), but the reader never holds garbage back. ``as_of`` (a

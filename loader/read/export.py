@@ -20,7 +20,9 @@ into a dataset (the one exported or any other). Nothing but the data goes to it.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,6 +30,12 @@ from ..errors import UsageError
 from ..infra.outputs import open_output, refuse_dataset_paths
 from ..serializers import get_serializer
 from .dataset import Dataset
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from ..model.layouts import Layout
+    from .scan import Box, Columns, RecordRange
 
 EXPORT_FORMATS = ("arrow", "parquet", "npy", "capnp", "csv", "jsonl")
 SCAN_FORMATS = ("arrow", "parquet", "csv", "jsonl", "npy")
@@ -44,7 +52,7 @@ class ExportReport:
     records: int
     bytes: int
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -52,9 +60,9 @@ class ExportReport:
 class Selection:
     """What a scan or export reads (see `Dataset.scan`); all None: every record."""
 
-    columns: object = None
-    records: object = None
-    box: object = None
+    columns: Columns | None = None
+    records: RecordRange | None = None
+    box: Box | None = None
     array: str | None = None
 
     @property
@@ -63,7 +71,10 @@ class Selection:
 
 
 def check_options(
-    fmt: str, formats=EXPORT_FORMATS, compression: str | None = None, row_group_rows: int | None = None
+    fmt: str,
+    formats: Sequence[str] = EXPORT_FORMATS,
+    compression: str | None = None,
+    row_group_rows: int | None = None,
 ) -> None:
     """UsageError for an unknown format, or a --compression / --row-group-rows it does not take."""
     if fmt not in formats:
@@ -86,7 +97,7 @@ def export(
     *,
     compression: str | None = None,
     row_group_rows: int | None = None,
-    formats=EXPORT_FORMATS,
+    formats: Sequence[str] = EXPORT_FORMATS,
 ) -> ExportReport:
     sel = sel or Selection()
     check_options(fmt, formats, compression, row_group_rows)
@@ -123,27 +134,30 @@ def known_rows(ds: Dataset, sel: Selection) -> int | None:
     return (ds.records if rng[1] is None else rng[1]) - rng[0]
 
 
-def _counted(reader, rows: list):
+def _counted(reader: Iterable[pa.RecordBatch], rows: list[int]) -> Iterator[pa.RecordBatch]:
     for b in reader:
         rows[0] += b.num_rows
         yield b
 
 
-def _doc_tables(ds: Dataset):
+def _doc_tables(ds: Dataset) -> Iterator[pa.Table]:
     """pyarrow Tables of the documents, in id order, batch by batch."""
     import pyarrow as pa  # heavy: npy and capnp exports do without it
 
     schema = ds.layout.arrow_schema
     pos = 0
     for b in ds.docs.index.batches:  # by lowest id; a scan covers overlapping batches too
-        if b.hi < pos:
+        lo, hi = b.lo, b.hi  # a keyed batch's ids: never None
+        if lo is None or hi is None or hi < pos:
             continue
-        chunk = ds.scan(ids=(max(b.lo, pos), b.hi + 1))
-        pos = b.hi + 1
+        chunk = ds.scan(ids=(max(lo, pos), hi + 1))
+        pos = hi + 1
         yield pa.Table.from_batches([chunk.to_arrow()], schema=schema)
 
 
-def _arrow(batches, schema, f, compression, _rows) -> None:
+def _arrow(
+    batches: Iterable[pa.RecordBatch], schema: pa.Schema, f: IO[bytes], compression: str | None, _rows: int | None
+) -> None:
     import pyarrow as pa  # heavy: npy and capnp exports do without it
 
     opts = pa.ipc.IpcWriteOptions(compression=None if compression in (None, "none") else compression)
@@ -152,7 +166,13 @@ def _arrow(batches, schema, f, compression, _rows) -> None:
             w.write(b)
 
 
-def _parquet(batches, schema, f, compression, row_group_rows) -> None:
+def _parquet(
+    batches: Iterable[pa.RecordBatch],
+    schema: pa.Schema,
+    f: IO[bytes],
+    compression: str | None,
+    row_group_rows: int | None,
+) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq  # heavy: only the parquet export
 
@@ -174,7 +194,7 @@ def _parquet(batches, schema, f, compression, row_group_rows) -> None:
             w.write_table(pa.Table.from_batches(held, schema), row_group_size=row_group_rows)
 
 
-def _csv(batches, schema, f, _c, _r) -> None:
+def _csv(batches: Iterable[pa.RecordBatch], schema: pa.Schema, f: IO[str], _c: str | None, _r: int | None) -> None:
     import pyarrow as pa
     import pyarrow.csv as pcsv  # only this format needs pyarrow's CSV module
 
@@ -192,14 +212,22 @@ def _csv(batches, schema, f, _c, _r) -> None:
         f.write(buf.getvalue().to_pybytes().decode())
 
 
-def _jsonl(batches, _schema, f, _c, _r) -> None:
+def _jsonl(batches: Iterable[pa.RecordBatch], _schema: pa.Schema, f: IO[str], _c: str | None, _r: int | None) -> None:
     from .tables import as_text  # with pyarrow: only text formats convert
 
     for b in batches:
         f.write("".join(json.dumps(r) + "\n" for r in as_text(b, lists=False).to_pylist()))
 
 
-def _npy(batches, schema, f, _c, _r, n: int | None = None, layout=None) -> None:
+def _npy(
+    batches: Iterable[pa.RecordBatch],
+    schema: pa.Schema,
+    f: IO[bytes],
+    _c: str | None,
+    _r: int | None,
+    n: int | None = None,
+    layout: Layout | None = None,
+) -> None:
     """The records of the selected fields in the layout's dtype (a nullable field's nulls
     in a trailing ``_validity``, bit j for the j-th nullable field selected: a whole-dataset
     export is `read_records`' bytes); a box's dimension columns as their numbers. ``n``: the
@@ -232,10 +260,10 @@ def _npy(batches, schema, f, _c, _r, n: int | None = None, layout=None) -> None:
             recs[fld.name], valid = field_values(col, fld, "export")
             if fld.nullable:
                 set_validity(recs, sub, fld.name, valid)
-        f.write(memoryview(recs.view(np.uint8)))
+        f.write(recs.view(np.uint8).data)
 
 
-def _capnp(ds: Dataset, f, _c, _r) -> None:
+def _capnp(ds: Dataset, f: IO[bytes], _c: str | None, _r: int | None) -> None:
     if ds.manifest.format == "capnp" and ds.manifest.compression == "none":
         for b in ds.manifest.batches:  # stored values are already standard messages
             f.write(ds._checked_value(b))
@@ -245,8 +273,8 @@ def _capnp(ds: Dataset, f, _c, _r) -> None:
         f.write(ser.encode(recs, first))
 
 
-def _docs(fmt: str):
-    def write(ds: Dataset, f, compression, row_group_rows) -> None:
+def _docs(fmt: str) -> _WholeWriter:
+    def write(ds: Dataset, f: IO[Any], compression: str | None, row_group_rows: int | None) -> None:
         _WRITERS[fmt](
             (b for t in _doc_tables(ds) for b in t.to_batches()), ds.layout.arrow_schema, f, compression, row_group_rows
         )
@@ -254,9 +282,14 @@ def _docs(fmt: str):
     return write
 
 
-_WRITERS = {"arrow": _arrow, "parquet": _parquet, "csv": _csv, "jsonl": _jsonl, "npy": _npy}
+#: a writer of scanned batches: (batches, schema, file, compression, row_group_rows)
+_BatchWriter = Callable[..., None]
+#: a writer of a whole dataset: (dataset, file, compression, row_group_rows)
+_WholeWriter = Callable[[Dataset, IO[Any], str | None, int | None], None]
+
+_WRITERS: dict[str, _BatchWriter] = {"arrow": _arrow, "parquet": _parquet, "csv": _csv, "jsonl": _jsonl, "npy": _npy}
 #: formats written from the dataset itself (documents; capnp)
-_WHOLE = {
+_WHOLE: dict[str, _WholeWriter] = {
     "arrow": _docs("arrow"),
     "parquet": _docs("parquet"),
     "capnp": _capnp,

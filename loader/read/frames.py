@@ -19,15 +19,19 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from .dataset import Dataset
 
 
-def _extra(module: str, what: str):
+def _extra(module: str, what: str) -> ModuleType:
     import importlib
 
     try:
@@ -38,7 +42,7 @@ def _extra(module: str, what: str):
         ) from None
 
 
-def to_polars(ds: Dataset, record_column: str | None = None):
+def to_polars(ds: Dataset, record_column: str | None = None) -> Any:
     """See the module docstring."""
     ds._fixed_only("to_polars")
     pl = _extra("polars", "to_polars")
@@ -52,7 +56,9 @@ def to_polars(ds: Dataset, record_column: str | None = None):
     if record_column is not None:
         schema[record_column] = pl.Int64
 
-    def source(with_columns, predicate, n_rows, batch_size):
+    def source(
+        with_columns: list[str] | None, predicate: Any, n_rows: int | None, batch_size: int | None
+    ) -> Iterator[Any]:
         wanted = list(with_columns) if with_columns is not None else list(schema)
         used = set(wanted) | (set(predicate.meta.root_names()) if predicate is not None else set())
         decode = [f for f in fields if f in used] or [fields[0]]
@@ -82,7 +88,7 @@ def to_polars(ds: Dataset, record_column: str | None = None):
 _BOUND_OPS = {"GtEq", "Gt", "Lt", "LtEq", "Eq"}
 
 
-def record_range(predicate, column: str | None, n: int) -> tuple[int, int]:
+def record_range(predicate: Any, column: str | None, n: int) -> tuple[int, int]:
     """The record range [a, b) within which ``predicate`` can hold, from its conjunction of
     integer comparisons of ``column``; (0, n) when it names none."""
     a, b = 0, n
@@ -97,7 +103,7 @@ def record_range(predicate, column: str | None, n: int) -> tuple[int, int]:
     return a, max(a, b)
 
 
-def _bounds(node, column: str):
+def _bounds(node: object, column: str) -> Iterator[tuple[int, int]]:
     """(lo, hi) half-open ranges of record numbers that each conjunct of ``node`` allows."""
     if not isinstance(node, dict):
         return
@@ -118,11 +124,12 @@ def _bounds(node, column: str):
     f = node.get("Function")
     if f and f.get("function") == {"Boolean": {"IsBetween": {"closed": "Both"}}}:
         col, lo, hi = f["input"]
-        if col == {"Column": column} and _int(lo) is not None and _int(hi) is not None:
-            yield _int(lo), _int(hi) + 1
+        start, last = _int(lo), _int(hi)
+        if col == {"Column": column} and start is not None and last is not None:
+            yield start, last + 1
 
 
-def _int(node):
+def _int(node: Any) -> int | None:
     """The integer of a literal node (``{"Literal": {"Dyn": {"Int": 5}}}`` or, as a source
     receives it, ``{"Literal": {"Scalar": {"Int64": 5}}}``), else None."""
     try:
@@ -135,7 +142,7 @@ def _int(node):
     return v if ok and isinstance(v, int) and not isinstance(v, bool) else None
 
 
-def sql(ds: Dataset, query: str):
+def sql(ds: Dataset, query: str) -> pa.Table:
     """The result of the DuckDB ``query`` over the table ``data`` (this snapshot's records),
     as a pyarrow Table; only the fields the query names are decoded."""
     ds._fixed_only("sql")

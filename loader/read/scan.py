@@ -20,8 +20,9 @@ overlap it are read: arrays/query.py), as one stream of batches.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ..errors import CorruptBatchError, UsageError
 from ..infra import env
@@ -30,7 +31,18 @@ from ..stores.health import batch_message, check_value
 from ..stores.values import ValueReader
 
 if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa
+
+    from ..model import manifest as mf
     from .dataset import Dataset
+
+#: the fields a scan decodes: names, or the CLI's ``"a,b"`` (None: all)
+Columns: TypeAlias = "str | Sequence[str]"
+#: a half-open record range: (start, stop) (None: open on that side), or the CLI's ``"a:b"``
+RecordRange: TypeAlias = "tuple[int | None, int | None] | str"
+#: a box of an array: {dim: (start, stop)}, or the CLI's ``"i0=2:5,i1=0:100"``
+Box: TypeAlias = "Mapping[str, tuple[object, object]] | str"
 
 #: batches in flight per decoding thread
 READAHEAD = 2
@@ -52,14 +64,16 @@ def scan_threads() -> int:
     return env.scan_threads()
 
 
-def check_columns(ds: Dataset, columns) -> list[str]:
-    """The field names asked for, in the order asked (None: all of the layout's);
+def check_columns(ds: Dataset, columns: object) -> list[str]:
+    """The field names asked for (`Columns`), in the order asked (None: all of the layout's);
     UsageError naming an unknown one and the layout's fields."""
     names = ds.layout.names
     if columns is None:
         return list(names)
     if isinstance(columns, str):
         columns = [c for c in columns.split(",") if c.strip()]
+    if not isinstance(columns, Iterable):
+        raise UsageError(f'columns={columns!r} names no fields; give a list of field names or "a,b"')
     cols = [str(c).strip() for c in columns]
     bad = [c for c in cols if c not in names]
     if bad:
@@ -74,8 +88,8 @@ def check_columns(ds: Dataset, columns) -> list[str]:
     return cols
 
 
-def parse_records(records) -> tuple[int, int | None] | None:
-    """``records``: None, (a, b) (b None: to the end) or the CLI's ``"a:b"`` (either side may
+def parse_records(records: object) -> tuple[int, int | None] | None:
+    """``records`` (`RecordRange`): None, (a, b) (b None: to the end) or the CLI's ``"a:b"`` (either side may
     be empty)."""
     if records is None:
         return None
@@ -91,13 +105,17 @@ def parse_records(records) -> tuple[int, int | None] | None:
                 "(half-open, either side may be empty), e.g. 1000:2000"
             ) from None
     try:
-        a, b = records
+        if not isinstance(records, Iterable):
+            raise TypeError
+        lo, hi = records
     except (TypeError, ValueError):
         raise UsageError(f"records={records!r} is not a record range; give (start, stop)") from None
-    return (0 if a is None else int(a)), (None if b is None else int(b))
+    return (0 if lo is None else int(lo)), (None if hi is None else int(hi))
 
 
-def record_batches(ds: Dataset, names: list[str], start: int, stop: int, batch_rows: int | None):
+def record_batches(
+    ds: Dataset, names: list[str], start: int, stop: int, batch_rows: int | None
+) -> Iterator[pa.RecordBatch]:
     """pyarrow RecordBatches of the fields ``names`` of records [start, stop), in order."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -109,11 +127,11 @@ def record_batches(ds: Dataset, names: list[str], start: int, stop: int, batch_r
     decode = decoded_names(layout, names)  # a nullable field's nulls are bits of _validity
     todo = ds.batches_covering(start, stop)
     threads = scan_threads()
-    pending: deque = deque()
+    pending: deque[_Done | Future[pa.RecordBatch]] = deque()
 
-    dtypes = [(n, layout.dtype.fields[n][0]) for n in decode]
+    dtypes = [(n, layout.dtype[n]) for n in decode]
 
-    def whole(b, value, out):
+    def whole(b: mf.BatchEntry, value: Any, out: dict[str, np.ndarray] | None) -> pa.RecordBatch:
         check_value(ds.uri, b, value)
         first, n, cols = ds.serializer.decode_columns(value, decode, out)
         if n != b.count or first != b.first:
@@ -124,7 +142,7 @@ def record_batches(ds: Dataset, names: list[str], start: int, stop: int, batch_r
             )
         return record_batch(cols, layout, names)
 
-    def part(b, lo, hi):
+    def part(b: mf.BatchEntry, lo: int, hi: int) -> pa.RecordBatch:
         out = np.empty(hi - lo, layout.dtype)
         ds._records_into(out, b, lo, hi)
         return record_batch({n: np.ascontiguousarray(out[n]) for n in decode}, layout, names)
@@ -135,7 +153,7 @@ def record_batches(ds: Dataset, names: list[str], start: int, stop: int, batch_r
 
     mapped = [0]  # bytes of values read through the map so far
 
-    def fetched(b):
+    def fetched(b: mf.BatchEntry) -> _Done | Future[pa.RecordBatch]:
         """Batch ``b`` decoded (or, with threads, being decoded) from its value read through
         a zero-copy view. Past `RESIDENT_BYTES` of values, each value's mapped pages are
         released once used: a scan's resident set stays bounded, not the part of the store
@@ -186,17 +204,17 @@ def record_batches(ds: Dataset, names: list[str], start: int, stop: int, batch_r
 class _Done:
     """A result computed in the calling thread, with a future's `result` / `cancel`."""
 
-    def __init__(self, value):
+    def __init__(self, value: pa.RecordBatch) -> None:
         self._value = value
 
-    def result(self):
+    def result(self) -> pa.RecordBatch:
         return self._value
 
     def cancel(self) -> bool:
         return False
 
 
-def _rows(batch, batch_rows: int | None) -> Iterator:
+def _rows(batch: pa.RecordBatch, batch_rows: int | None) -> Iterator[pa.RecordBatch]:
     if not batch_rows or batch.num_rows <= batch_rows:
         yield batch
         return
@@ -204,13 +222,13 @@ def _rows(batch, batch_rows: int | None) -> Iterator:
         yield batch.slice(at, batch_rows)
 
 
-def arrow_schema(ds: Dataset, names: list[str]):
+def arrow_schema(ds: Dataset, names: list[str]) -> pa.Schema:
     from ..model.arrow_records import schema_of
 
     return schema_of(ds.layout, names)
 
 
-def check_batch_rows(batch_rows) -> int | None:
+def check_batch_rows(batch_rows: object) -> int | None:
     if batch_rows is None:
         return None
     if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
@@ -218,8 +236,15 @@ def check_batch_rows(batch_rows) -> int | None:
     return batch_rows
 
 
-def scan(ds: Dataset, columns=None, records=None, box=None, array=None, batch_rows=None):
-    """See `Dataset.scan`."""
+def scan(
+    ds: Dataset,
+    columns: object = None,
+    records: object = None,
+    box: Box | None = None,
+    array: str | None = None,
+    batch_rows: object = None,
+) -> pa.RecordBatchReader:
+    """See `Dataset.scan` (``columns``, ``records``: checked here, `check_columns`, `parse_records`)."""
     import pyarrow as pa  # heavy: only Arrow readers need it
 
     batch_rows = check_batch_rows(batch_rows)
@@ -244,7 +269,9 @@ def scan(ds: Dataset, columns=None, records=None, box=None, array=None, batch_ro
     return pa.RecordBatchReader.from_batches(schema, record_batches(ds, names, start, stop, batch_rows))
 
 
-def box_reader(ds: Dataset, columns, box, array, batch_rows):
+def box_reader(
+    ds: Dataset, columns: object, box: Box | None, array: str | None, batch_rows: int | None
+) -> pa.RecordBatchReader:
     """The cells of ``box`` (a mapping {dim: (start, stop)} or the CLI's box string; None:
     the whole array) of ``array`` (default grid) with the ``columns`` asked for."""
     import pyarrow as pa
@@ -255,6 +282,8 @@ def box_reader(ds: Dataset, columns, box, array, batch_rows):
     ranges = parse_box(box) if isinstance(box, str) else dict(box or {})
     cols = None
     if columns is not None:
+        if not isinstance(columns, (str, Iterable)):
+            raise UsageError(f'columns={columns!r} names no fields; give a list of field names or "a,b"')
         cols = [c.strip() for c in columns.split(",")] if isinstance(columns, str) else list(columns)
     table = read_box(ds, array, cols, ranges)
     if cols is not None:

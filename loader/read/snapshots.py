@@ -36,14 +36,21 @@ when it closes).
 from __future__ import annotations
 
 import os
+from typing import IO, TypeAlias
 
 from ..errors import BulkloadError
 from ..infra.pins import PIN_ATTEMPTS, Pin, file_ident
 from ..model import catalog_history
 from ..model import manifest as mf
 
+#: what identifies a dataset's committed state (`manifest_ident`): (dataset id, generation), or
+#: (device, inode, generation) of a version-1 manifest file
+Ident: TypeAlias = tuple[str | int, ...]
+#: (manifest, its `Ident` while it was current or None, the Pin holding it or None): `read_snapshot`
+Snapshot: TypeAlias = tuple[mf.Manifest, Ident | None, Pin | None]
 
-def manifest_ident(root: str) -> tuple | None:
+
+def manifest_ident(root: str) -> Ident | None:
     """What identifies the dataset's committed state now, or None when it cannot be read:
     (dataset id, generation) of a catalog (a new read transaction: every commit increments
     the generation, a --replace changes the id); of a version-1 manifest (device, inode,
@@ -56,7 +63,7 @@ def manifest_ident(root: str) -> tuple | None:
         return None
 
 
-def read_snapshot(root: str, uri: str | None = None, pin: bool = True, as_of=None):
+def read_snapshot(root: str, uri: str | None = None, pin: bool = True, as_of: int | str | None = None) -> Snapshot:
     """(manifest, its `manifest_ident`, Pin or None) of the dataset at ``root`` now; or,
     ``as_of`` (a generation or a run id), of that earlier generation (catalog_history.py),
     pinned and then checked to be still readable."""
@@ -73,7 +80,7 @@ def read_snapshot(root: str, uri: str | None = None, pin: bool = True, as_of=Non
     return m, ident, None  # writers kept moving: read unpinned
 
 
-def _read_as_of(root: str, uri: str | None, pin: bool, as_of):
+def _read_as_of(root: str, uri: str | None, pin: bool, as_of: int | str) -> Snapshot:
     m, _ident_now, held = read_snapshot(root, uri, pin=False)
     old = catalog_history.manifest_at(m, as_of, uri or root)
     if old is m:
@@ -88,7 +95,7 @@ def _read_as_of(root: str, uri: str | None, pin: bool, as_of):
     return old, (old.dataset_id, old.generation), held
 
 
-def _ident(f, m: mf.Manifest) -> tuple:
+def _ident(f: IO[bytes], m: mf.Manifest) -> Ident:
     """(dataset id, generation) of a catalog; (device, inode, generation) of the version-1
     manifest file ``f`` that ``m`` was read from."""
     if getattr(m, "_catalog", None) is not None:

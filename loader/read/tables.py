@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
+from typing import IO, Any
 
 import numpy as np
 import pyarrow as pa
@@ -29,7 +31,7 @@ def check_format(fmt: str, given: str | None = None) -> None:
         raise UsageError(f"--format {given or fmt!r} is unknown; use one of {', '.join(QUERY_FORMATS)}")
 
 
-def write_table(table, fmt: str, out: str | None, protect: tuple[str, ...] = ()) -> None:
+def write_table(table: pa.Table, fmt: str, out: str | None, protect: tuple[str, ...] = ()) -> None:
     """``out`` None or ``-``: standard output; ``protect``: the dataset read (never written)."""
     check_format(fmt)
     binary = fmt in BINARY_FORMATS
@@ -37,12 +39,12 @@ def write_table(table, fmt: str, out: str | None, protect: tuple[str, ...] = ())
         _write(table, fmt, o.file)
 
 
-def _write(table, fmt: str, sink) -> None:
+def _write(table: pa.Table, fmt: str, sink: IO[Any]) -> None:
     _WRITERS[fmt](table, sink)
     sink.flush()
 
 
-def _text(table, sink) -> None:
+def _text(table: pa.Table, sink: IO[str]) -> None:
     cols = table.column_names
     cells = [[_cell(v) for v in table.column(c).to_pylist()] for c in cols]
     widths = [max([len(c)] + [len(v) for v in col]) for c, col in zip(cols, cells)]
@@ -52,13 +54,13 @@ def _text(table, sink) -> None:
     sink.write(f"({table.num_rows:,} cells)\n")
 
 
-def _cell(v) -> str:
+def _cell(v: object) -> str:
     if isinstance(v, bytes):  # bytes[N]: the text up to its zero padding, as JSON shows it
         return _json_bytes(v)
     return repr(v) if isinstance(v, float) else str(v)
 
 
-def _csv(table, sink) -> None:
+def _csv(table: pa.Table, sink: IO[str]) -> None:
     import pyarrow.csv as pcsv  # only this format needs pyarrow's CSV module
 
     buf = pa.BufferOutputStream()
@@ -66,30 +68,30 @@ def _csv(table, sink) -> None:
     sink.write(buf.getvalue().to_pybytes().decode())
 
 
-def _json(table, sink) -> None:
+def _json(table: pa.Table, sink: IO[str]) -> None:
     json.dump(as_text(table, lists=False).to_pylist(), sink)
     sink.write("\n")
 
 
-def _json_bytes(value):
+def _json_bytes(value: object) -> str:
     """A bytes[N] value in JSON: its text up to the zero padding (undecodable bytes escaped)."""
     if isinstance(value, bytes):
         return value.rstrip(b"\0").decode("utf-8", "backslashreplace")
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-def _arrow(table, sink) -> None:
+def _arrow(table: pa.Table, sink: IO[bytes]) -> None:
     with pa.ipc.new_file(sink, table.schema) as w:
         w.write_table(table)
 
 
-def _parquet(table, sink) -> None:
+def _parquet(table: pa.Table, sink: IO[bytes]) -> None:
     import pyarrow.parquet as pq  # only this format needs pyarrow's Parquet module
 
     pq.write_table(table, sink)
 
 
-def _npy(table, sink) -> None:
+def _npy(table: pa.Table, sink: IO[bytes]) -> None:
     arr = np.empty(table.num_rows, [(f.name, _npy_dtype(f)) for f in table.schema])
     for name in table.column_names:
         col = table.column(name)
@@ -99,7 +101,7 @@ def _npy(table, sink) -> None:
     sink.write(npy.getbuffer())
 
 
-def _npy_dtype(field) -> np.dtype:
+def _npy_dtype(field: pa.Field) -> np.dtype[Any]:
     """The numpy dtype of a result column in a .npy: numbers, bool, times (the zone dropped:
     numpy's are UTC), fixed-size bytes; anything else (text of varying length, lists) is a
     UsageError naming the column and the formats that hold it."""
@@ -109,14 +111,15 @@ def _npy_dtype(field) -> np.dtype:
     if pa.types.is_fixed_size_binary(t):
         return np.dtype(f"S{t.byte_width}")
     if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
-        return np.dtype(t.to_pandas_dtype())
+        dt: np.dtype[Any] = np.dtype(t.to_pandas_dtype())
+        return dt
     raise UsageError(
         f"--format npy holds fixed-width values; column {field.name!r} is {t}: "
         "use --format arrow, parquet, csv or json for it, or cast it in the query"
     )
 
 
-def as_text(batch, lists: bool):
+def as_text(batch: pa.RecordBatch | pa.Table, lists: bool) -> pa.RecordBatch | pa.Table:
     """``batch`` (or a Table) with the columns text formats (CSV, JSON) cannot hold as they
     are made text: timestamps as exact ISO 8601 (``2026-01-02T15:00:00.123456789``, ``Z``
     with a zone), dates, times and decimals as their text, durations as integers of their
@@ -155,4 +158,11 @@ def bytes_text(value: bytes) -> str:
     return value.rstrip(b"\0").decode("utf-8", "backslashreplace")
 
 
-_WRITERS = {"table": _text, "csv": _csv, "json": _json, "arrow": _arrow, "parquet": _parquet, "npy": _npy}
+_WRITERS: dict[str, Callable[[pa.Table, Any], None]] = {
+    "table": _text,
+    "csv": _csv,
+    "json": _json,
+    "arrow": _arrow,
+    "parquet": _parquet,
+    "npy": _npy,
+}

@@ -12,7 +12,9 @@ Crash behaviour: reads only.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 import xxhash
 
@@ -24,6 +26,37 @@ from ..stores.base import require_access
 from ..stores.health import batch_message, committed_shards
 from ..stores.values import ValueReader
 
+if TYPE_CHECKING:
+    from ..arrays.verify import FlatSums
+    from ..serializers.base import Serializer
+    from ..stores.base import ShardStore
+    from ..stores.spec import StoreSpec
+
+#: one finding of `verify` (shard, batch, first_record, problem; a keyed batch's ids), as JSON shows it
+Problem = dict[str, Any]
+
+
+class KeyedIndex(Protocol):
+    """The committed keyed batches of a snapshot (the documents plug-in's DocIndex)."""
+
+    batches: list[mf.BatchEntry]
+
+
+class KeyedReader(Protocol):
+    """What the core reads through a layout kind's keyed reader (`Dataset.docs`: the
+    documents plug-in's DocReader, loader/docs/access.py). Its documents are the plug-in's
+    types, which the core does not import: Any here."""
+
+    index: KeyedIndex
+
+    def get(self, doc_id: int) -> Any: ...
+
+    def get_many(self, ids: Iterable[int]) -> tuple[Any, list[int]]: ...
+
+    def scan(self, start_id: int = 0, stop_id: int | None = None) -> Any: ...
+
+    def verify_batch(self, b: mf.BatchEntry) -> str | None: ...
+
 
 @dataclass
 class VerifyReport(EngineKeys):
@@ -31,9 +64,9 @@ class VerifyReport(EngineKeys):
     ok: bool
     batches: int
     records: int
-    problems: list[dict] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self) | self.engine
 
 
@@ -45,7 +78,27 @@ class Verifying:
     """The verification methods of `Dataset` (it provides manifest, shard, serializer,
     docs, uri, moved_on and _opened_as)."""
 
-    def verify(self, check=None) -> VerifyReport:
+    if TYPE_CHECKING:  # provided by `Dataset`
+        manifest: mf.Manifest
+        spec: StoreSpec
+        uri: str
+        _opened_as: tuple[str, bool]
+
+        def __init__(self, uri: str, pin: bool = True) -> None: ...
+
+        @property
+        def serializer(self) -> Serializer: ...
+
+        @property
+        def docs(self) -> KeyedReader: ...
+
+        def shard(self, i: int, random_reads: bool = False) -> ShardStore: ...
+
+        def moved_on(self) -> Exception | None: ...
+
+        def close(self) -> None: ...
+
+    def verify(self, check: Callable[[Self], VerifyReport] | None = None) -> VerifyReport:
         """Recompute every batch's checksum and count; list what does not match.
 
         ``check(ds)`` gives the report of one snapshot (default `verify_snapshot`, in this
@@ -58,6 +111,7 @@ class Verifying:
         for s in range(self.manifest.shards):  # a shard this user may not read is a usage error, not a finding
             require_access(self.spec.shard_path(s), lock_files=self.spec.backend.READER_WRITES)
         ds = self
+        moved: Exception | None = None
         try:
             for _ in range(VERIFY_ATTEMPTS):
                 try:
@@ -70,6 +124,7 @@ class Verifying:
                 if ds is not self:
                     ds.close()
                 ds = type(self)(*self._opened_as)
+            assert moved is not None  # each attempt returned or found it moved on
             raise moved
         finally:
             if ds is not self:
@@ -80,7 +135,7 @@ class Verifying:
         problems, arrays = self.verify_part(range(self.manifest.shards))
         return self.verify_report(problems, [arrays])
 
-    def verify_part(self, shards) -> tuple[list[dict], dict | StoreError]:
+    def verify_part(self, shards: Iterable[int]) -> tuple[list[Problem], dict[str, dict[str, Any]] | StoreError]:
         """The checks of `verify` on what ``shards`` store: (the problems of their batches,
         in manifest order; their part of every array's check, arrays/verify.py
         `array_parts`, or the StoreError that stopped it). Each flat batch is read once:
@@ -100,15 +155,18 @@ class Verifying:
         except StoreError as e:
             return problems, e
 
-    def verify_report(self, problems: list[dict], array_parts: list) -> VerifyReport:
+    def verify_report(
+        self, problems: list[Problem], array_parts: list[dict[str, dict[str, Any]] | StoreError]
+    ) -> VerifyReport:
         """The report of this snapshot: the problems of its batches (in manifest order),
         then of its arrays, from the parts of their checks (`verify_part`, in shard order)."""
         if self.manifest.arrays:
             from ..arrays.verify import combine_arrays
 
             stopped = next((p for p in array_parts if isinstance(p, StoreError)), None)
+            parts = [p for p in array_parts if not isinstance(p, StoreError)]
             try:
-                problems = problems + (combine_arrays(self.manifest, array_parts) if stopped is None else [])
+                problems = problems + (combine_arrays(self.manifest, parts) if stopped is None else [])
             except StoreError as e:
                 stopped = e
             if stopped is not None:
@@ -118,15 +176,16 @@ class Verifying:
                 ]
         return VerifyReport(self.uri, not problems, len(self.manifest.batches), self.manifest.records, problems)
 
-    def _batch_problems(self, shards: set[int], flat) -> list[dict]:
+    def _batch_problems(self, shards: set[int], flat: FlatSums | None) -> list[Problem]:
         """The problems of the batches stored in ``shards`` (see `verify_part`)."""
-        problems = []
+        problems: list[Problem] = []
         broken: set[int] = set()
         for b in self.manifest.batches:
             if b.shard in broken or b.shard not in shards:
                 continue
             where = {"shard": b.shard, "batch": b.seq, "first_record": b.first}
-            failed = problem = None
+            failed: Exception | None = None
+            problem: str | None = None
             try:
                 problem = self.docs.verify_batch(b) if b.keyed else self._batch_problem(b, flat)
             except StoreError as e:  # the shard is missing or damaged: one problem for it
@@ -151,14 +210,14 @@ class Verifying:
                 problems.append({**where, **({"ids": [b.lo, b.hi]} if b.keyed else {}), "problem": problem})
         return problems
 
-    def _batch_problem(self, b: mf.BatchEntry, flat) -> str | None:
+    def _batch_problem(self, b: mf.BatchEntry, flat: FlatSums | None) -> str | None:
         """Why a fixed-size batch is not intact in its shard, or None. Its records, read
         in place, go to ``flat`` (the arrays' sums, when there are arrays); when they cannot
         be read, the error `iter_batches` would raise goes there instead."""
         with ValueReader(self.shard(b.shard), "batches") as rd:
             v = rd.get(batch_key(b.seq))
             problem, error = self._stored_problem(b, v, flat)
-            if problem is None:
+            if problem is None and v is not None:  # (a missing value is a problem)
                 try:
                     start, recs = self.serializer.decode(v)
                 except Exception as e:
@@ -173,7 +232,9 @@ class Verifying:
             flat.damaged(b.first, error)
         return problem
 
-    def _stored_problem(self, b: mf.BatchEntry, v, flat) -> tuple[str | None, BaseException | None]:
+    def _stored_problem(
+        self, b: mf.BatchEntry, v: bytes | memoryview | None, flat: FlatSums | None
+    ) -> tuple[str | None, BaseException | None]:
         """(what is wrong with batch b's stored value ``v``, the error reading it raises)."""
         if v is None:
             problem = "missing from the store"

@@ -30,7 +30,8 @@ def serializer_class(fmt: str) -> type[Serializer]:
     if key not in _REGISTRY:
         raise UsageError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
     module, cls = _REGISTRY[key]
-    return getattr(importlib.import_module(module, __name__), cls)
+    found: type[Serializer] = getattr(importlib.import_module(module, __name__), cls)
+    return found
 
 
 def get_serializer(

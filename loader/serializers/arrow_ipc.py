@@ -18,6 +18,9 @@ of another layout, raise `loader.errors.VerifyError`.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pyarrow as pa
 
@@ -27,6 +30,13 @@ from ..model.arrow_records import column_to_arrow, set_bit, set_validity, validi
 from ..model.conversions import field_values
 from ..model.layouts import TYPES, VALIDITY, Layout
 from .base import Serializer
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    from ..infra.bytes_like import BytesLike
+    from ..model.layouts import Field
+    from .base import Columns
 
 _START = b"bulkload.start"
 _COUNT = b"bulkload.count"
@@ -40,7 +50,7 @@ class ArrowSerializer(Serializer):
     name = "arrow"
     compressions = ("none", "lz4", "zstd")
 
-    def __init__(self, layout: Layout, compression: str = "none"):
+    def __init__(self, layout: Layout, compression: str = "none") -> None:
         super().__init__(layout, compression)
         self._schema = layout.arrow_schema
         self._options = pa.ipc.IpcWriteOptions(compression=None if self.compression == "none" else self.compression)
@@ -49,14 +59,14 @@ class ArrowSerializer(Serializer):
         self._plain = {f.name for f in layout.fields if f.type in TYPES and not f.nullable}
 
     # --- encoding -----------------------------------------------------------
-    def new_buffer(self, n: int) -> tuple[object, np.ndarray]:
+    def new_buffer(self, n: int) -> tuple[BytesLike, np.ndarray]:
         self.check_batch_records(n)
-        return None, np.zeros(n, dtype=self.layout.dtype)
+        return b"", np.zeros(n, dtype=self.layout.dtype)  # no buffer of its own: `encode` builds the stream
 
-    def encode_buffer(self, buf, records: np.ndarray, start: int):
+    def encode_buffer(self, buf: BytesLike, records: np.ndarray, start: int) -> BytesLike:
         return self.encode(records, start)
 
-    def encode(self, records: np.ndarray, start: int):
+    def encode(self, records: ArrayLike, start: int) -> BytesLike:
         records = self._check_records(records)
         n = len(records)
         self.check_batch_records(n)
@@ -75,7 +85,8 @@ class ArrowSerializer(Serializer):
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, schema, options=self._options) as writer:
             writer.write_batch(batch)
-        return sink.getvalue()
+        value: BytesLike = sink.getvalue()  # a pyarrow Buffer
+        return value
 
     # --- decoding -----------------------------------------------------------
     def _schema_meta(self, schema: pa.Schema) -> tuple[int, int]:
@@ -94,14 +105,14 @@ class ArrowSerializer(Serializer):
     def decode_copies(self) -> bool:
         return True  # `decode` assembles the columns into a new record array
 
-    def count(self, value) -> int:
+    def count(self, value: BytesLike) -> int:
         try:
             schema = pa.ipc.read_schema(pa.py_buffer(value))
         except (pa.ArrowInvalid, pa.ArrowException, OSError) as e:
             raise _corrupt(f"cannot read the schema message: {e}") from None
         return self._schema_meta(schema)[1]
 
-    def _read(self, value, fields: list[int] | None = None):
+    def _read(self, value: BytesLike, fields: list[int] | None = None) -> tuple[int, int, pa.Table]:
         """(start, count, Table) of a value: all columns, or only those at ``fields``
         (IPC ``included_fields``: the others' buffers are neither read nor decompressed)."""
         try:
@@ -120,7 +131,7 @@ class ArrowSerializer(Serializer):
             raise _corrupt(f"metadata says {n} records, the stream holds {table.num_rows}")
         return start, n, table
 
-    def decode(self, value) -> tuple[int, np.ndarray]:
+    def decode(self, value: BytesLike) -> tuple[int, np.ndarray]:
         start, n, table = self._read(value)
         out = np.empty(n, dtype=self.layout.dtype)
         if self.layout.validity_bytes:
@@ -137,7 +148,9 @@ class ArrowSerializer(Serializer):
                 out[f.name][at : at + len(chunk)] = to_numpy(chunk)
         return start, out
 
-    def decode_columns(self, value, names: list[str], out: dict | None = None) -> tuple[int, int, dict]:
+    def decode_columns(
+        self, value: BytesLike, names: list[str], out: Columns | None = None
+    ) -> tuple[int, int, Columns]:
         """Only the buffers of ``names`` are read (and decompressed); a plain number column
         is a zero-copy view of the stream's (or its decompressed) buffer, a typed one is
         converted (`field_values`). ``_validity`` among ``names``: built from the null
@@ -147,7 +160,7 @@ class ArrowSerializer(Serializer):
         if VALIDITY in names:
             want += [name for name in lay.nullable_names if name not in want]
         start, n, table = self._read(value, sorted(lay.names.index(name) for name in want))
-        cols = {}
+        cols: Columns = {}
         if VALIDITY in names:
             cols[VALIDITY] = np.zeros((n, lay.validity_bytes), np.uint8)
         for name in want:
@@ -163,7 +176,7 @@ class ArrowSerializer(Serializer):
         return start, n, {name: cols[name] for name in names}
 
     @staticmethod
-    def _typed(col, f):
+    def _typed(col: pa.ChunkedArray, f: Field) -> tuple[np.ndarray, np.ndarray | None]:
         """(values, valid mask or None) of a stored column of a field that is not a plain number."""
         try:
             return field_values(col, f, "stored batch")
@@ -171,12 +184,12 @@ class ArrowSerializer(Serializer):
             raise _corrupt(str(e)) from None
 
 
-def _no_nulls(col, name: str) -> None:
+def _no_nulls(col: pa.ChunkedArray, name: str) -> None:
     if col.null_count:
         raise _corrupt(f"column {name!r} has {col.null_count} nulls")
 
 
-def _chunks(col):
+def _chunks(col: pa.ChunkedArray) -> Iterator[tuple[pa.Array, int]]:
     at = 0
     for chunk in col.chunks:
         yield chunk, at

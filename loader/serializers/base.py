@@ -29,7 +29,15 @@ from ..errors import UsageError
 from ..model.layouts import Layout
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import numpy as np
+    from numpy.typing import ArrayLike, DTypeLike
+
+    from ..infra.bytes_like import BytesLike
+
+    #: a decoded value's columns: field name -> contiguous 1-D array (`decode_columns`)
+    Columns = dict[str, np.ndarray]
 
 #: Every compression name any serializer knows; each serializer accepts a subset.
 COMPRESSIONS = ("none", "lz4", "zstd")
@@ -53,7 +61,7 @@ class Serializer(ABC):
     #: compressions this format accepts
     compressions: tuple[str, ...] = ("none",)
 
-    def __init__(self, layout: Layout, compression: str = "none"):
+    def __init__(self, layout: Layout, compression: str = "none") -> None:
         self.layout = layout
         self.compression = normalize_compression(compression)
         if self.compression not in self.compressions:
@@ -68,7 +76,7 @@ class Serializer(ABC):
     def __repr__(self) -> str:
         return f"{type(self).__name__}(layout={self.layout.name!r}, compression={self.compression!r})"
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[Serializer], tuple[Layout, str]]:
         return (type(self), (self.layout, self.compression))
 
     # --- limits -------------------------------------------------------------
@@ -90,27 +98,28 @@ class Serializer(ABC):
 
     # --- encoding -----------------------------------------------------------
     @abstractmethod
-    def new_buffer(self, n: int) -> tuple[object, np.ndarray]:
-        """(buf, records): records is a writable array of layout.dtype with n rows."""
+    def new_buffer(self, n: int) -> tuple[BytesLike, np.ndarray]:
+        """(buf, records): records is a writable array of layout.dtype with n rows; buf is
+        the format's own (pass it to `encode_buffer` as it is)."""
 
     @abstractmethod
-    def encode_buffer(self, buf, records: np.ndarray, start: int):
+    def encode_buffer(self, buf: BytesLike, records: np.ndarray, start: int) -> BytesLike:
         """Encode the records (filled in place) of `new_buffer`, batch start `start`."""
 
-    def encode(self, records: np.ndarray, start: int):
+    def encode(self, records: ArrayLike, start: int) -> BytesLike:
         """Encode any array of the layout's records (copies into a new buffer)."""
-        records = self._check_records(records)
-        buf, view = self.new_buffer(len(records))
-        if len(records):
-            view[...] = records
+        recs = self._check_records(records)
+        buf, view = self.new_buffer(len(recs))
+        if len(recs):
+            view[...] = recs
         return self.encode_buffer(buf, view, start)
 
     # --- decoding -----------------------------------------------------------
     @abstractmethod
-    def decode(self, value) -> tuple[int, np.ndarray]:
+    def decode(self, value: BytesLike) -> tuple[int, np.ndarray]:
         """(start, records of layout.dtype); a zero-copy view where the format allows."""
 
-    def decode_into(self, value, out: np.ndarray) -> int | None:
+    def decode_into(self, value: BytesLike, out: np.ndarray) -> int | None:
         """Decode ``value`` into ``out`` (a contiguous array of layout.dtype) when it holds
         exactly ``len(out)`` records; returns its start, or None (``out`` untouched) when it
         holds another count. Formats that can decompress straight into ``out`` do."""
@@ -123,7 +132,9 @@ class Serializer(ABC):
             out[...] = recs
         return start
 
-    def decode_columns(self, value, names: list[str], out: dict | None = None) -> tuple[int, int, dict]:
+    def decode_columns(
+        self, value: BytesLike, names: list[str], out: Columns | None = None
+    ) -> tuple[int, int, Columns]:
         """(start, record count, {name: contiguous 1-D array}) of the fields ``names`` of a
         value: a scan's projection. ``out``: arrays to fill (name -> array), used when the
         value holds ``len`` of them records (a reader allocates them in its own thread: a
@@ -140,7 +151,7 @@ class Serializer(ABC):
         return self.compression != "none"
 
     @abstractmethod
-    def count(self, value) -> int:
+    def count(self, value: BytesLike) -> int:
         """Number of records in a stored value, reading only its header."""
 
     # --- reading a few records of a value (formats that store records flat) ---
@@ -157,14 +168,14 @@ class Serializer(ABC):
         inside the value."""
         return None
 
-    def decode_part(self, parts: list, size: int, start: int, count: int) -> np.ndarray | None:
+    def decode_part(self, parts: Sequence[memoryview], size: int, start: int, count: int) -> np.ndarray | None:
         """The records of ``parts`` - the bytes of the ranges `part_spans` named - of a value
         of ``size`` bytes said to hold ``count`` records from ``start``; None when the value's
         framing is not that (then read it whole)."""
         return None
 
     # --- helpers ------------------------------------------------------------
-    def _check_records(self, records) -> np.ndarray:
+    def _check_records(self, records: ArrayLike) -> np.ndarray:
         import numpy as np  # start-up: a serializer class is looked up without numpy (info); records need it
 
         records = np.asarray(records)
@@ -175,20 +186,20 @@ class Serializer(ABC):
             if records.dtype.names != dt.names:
                 raise UsageError(f"records have dtype {records.dtype}, expected layout {self.layout.name!r} dtype {dt}")
             out = np.empty(len(records), dt)
-            for name in dt.names:
+            for name in dt.names or ():
                 out[name] = records[name]
             records = out
         return records
 
     @staticmethod
-    def _check_start(start) -> int:
+    def _check_start(start: int) -> int:
         s = int(start)
         if not 0 <= s <= MAX_START:
             raise UsageError(f"batch start {start} is out of range 0..2**64-1")
         return s
 
 
-def column_out(out: dict | None, name: str, n: int, dtype) -> np.ndarray:
+def column_out(out: Columns | None, name: str, n: int, dtype: DTypeLike) -> np.ndarray:
     """``out[name]`` when it is an array of ``n`` values, else a new array (see decode_columns)."""
     import numpy as np  # start-up: numpy only when records are read
 
@@ -196,7 +207,7 @@ def column_out(out: dict | None, name: str, n: int, dtype) -> np.ndarray:
     return a if a is not None and len(a) == n else np.empty(n, dtype)
 
 
-def copy_into(col: np.ndarray, out: dict | None, name: str) -> np.ndarray:
+def copy_into(col: np.ndarray, out: Columns | None, name: str) -> np.ndarray:
     """The 1-D field view ``col`` copied into a contiguous array (``out[name]`` when it fits)."""
     import numpy as np  # start-up: numpy only when records are read
 

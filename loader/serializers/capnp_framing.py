@@ -5,6 +5,8 @@ The byte layout, limits and why: docs/reference/formats.md."""
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -12,6 +14,10 @@ from ..errors import UsageError, VerifyError
 from ..model.layouts import Layout
 from . import shuffled
 from .base import Serializer, column_out
+
+if TYPE_CHECKING:
+    from ..infra.bytes_like import BytesLike
+    from .base import Columns
 
 #: Largest message we write: pycapnp's default traversal limit, 8 Mi words.
 MAX_BATCH_BYTES = 8 * 1024 * 1024 * 8
@@ -36,7 +42,7 @@ def message_size(layout: Layout, n: int) -> int:
     return HEADER_BYTES + n * layout.capnp_words * 8
 
 
-def write_header(buf, n: int, words_per_record: int, start: int) -> int:
+def write_header(buf: bytearray | memoryview, n: int, words_per_record: int, start: int) -> int:
     """Write the 40-byte header of an n-record message into buf; return the message size."""
     body = n * words_per_record
     _HEADER.pack_into(
@@ -52,7 +58,7 @@ def write_header(buf, n: int, words_per_record: int, start: int) -> int:
     return HEADER_BYTES + body * 8
 
 
-def byte_view(value) -> memoryview:
+def byte_view(value: BytesLike) -> memoryview:
     """A flat view of ``value``'s bytes (any buffer; no copy)."""
     mv = memoryview(value)
     return mv if mv.ndim == 1 and mv.itemsize == 1 else mv.cast("B")
@@ -67,21 +73,21 @@ class CapnpMessage:
 
     __slots__ = ("mv", "segs")
 
-    def __init__(self, value):
+    def __init__(self, value: BytesLike) -> None:
         mv = byte_view(value)
         size = len(mv)
         if size < 8:
             raise _corrupt(f"{size} bytes is shorter than a segment table (8 bytes)")
-        nseg = _U32.unpack_from(mv, 0)[0] + 1
+        nseg: int = _U32.unpack_from(mv, 0)[0] + 1
         if nseg > _MAX_SEGMENTS:
             raise _corrupt(f"segment table claims {nseg} segments (at most {_MAX_SEGMENTS})")
         table = (4 + 4 * nseg + 7) & ~7
         if size < table:
             raise _corrupt(f"{size} bytes is shorter than its {nseg}-segment table ({table} bytes)")
-        segs = []
+        segs: list[tuple[int, int]] = []
         off = table
         for i in range(nseg):
-            words = _U32.unpack_from(mv, 4 + 4 * i)[0]
+            words: int = _U32.unpack_from(mv, 4 + 4 * i)[0]
             segs.append((off, words))
             off += words * 8
         if off != size:
@@ -95,14 +101,15 @@ class CapnpMessage:
         off, words = self.segs[seg]
         if not 0 <= idx < words:
             raise _corrupt(f"pointer to word {idx} outside segment {seg} ({words} words)")
-        return _U64.unpack_from(self.mv, off + idx * 8)[0]
+        word: int = _U64.unpack_from(self.mv, off + idx * 8)[0]
+        return word
 
     def check_span(self, seg: int, idx: int, n: int, what: str) -> None:
         words = self.segs[seg][1]
         if idx < 0 or idx + n > words:
             raise _corrupt(f"{what} (words {idx}..{idx + n}) runs past the end of segment {seg} ({words} words)")
 
-    def follow(self, seg: int, idx: int, what: str):
+    def follow(self, seg: int, idx: int, what: str) -> tuple[int, int, int] | None:
         """Resolve the pointer at (seg, idx): None if null, else (pointer word, seg, target)."""
         v = self.word(seg, idx)
         if v == 0:
@@ -138,7 +145,7 @@ def _signed30(v: int) -> int:
     return off - (1 << 30) if off & (1 << 29) else off
 
 
-def parse(value) -> tuple[int, CapnpMessage, int, int, int, int, int]:
+def parse(value: BytesLike) -> tuple[int, CapnpMessage, int, int, int, int, int]:
     """Follow a Batch message's pointers.
 
     Returns (start, message, n, seg, word index of the first element, element data
@@ -185,6 +192,12 @@ def header_fields(mv: memoryview, stride: int) -> tuple[int, int]:
     be our own framing."""
     if len(mv) < HEADER_BYTES:
         raise _corrupt(f"{len(mv)} bytes is shorter than a compressed batch's header ({HEADER_BYTES} bytes)")
+    nseg: int
+    words: int
+    root: int
+    start: int
+    lst: int
+    tag: int
     nseg, words, root, start, lst, tag = _HEADER.unpack_from(mv, 0)
     n, w = (tag >> 2) & 0x3FFFFFFF, tag >> 32
     if nseg != 0 or root != _ROOT_PTR or w * 8 != stride or words != 4 + n * w or lst >> 35 != n * w:
@@ -196,7 +209,7 @@ class CapnpSerializer(Serializer):
     name = "capnp"
     compressions = ("none", "lz4", "zstd")
 
-    def __init__(self, layout: Layout, compression: str = "none"):
+    def __init__(self, layout: Layout, compression: str = "none") -> None:
         super().__init__(layout, compression)
         self._words = layout.capnp_words
         self._stride = self._words * 8
@@ -204,7 +217,7 @@ class CapnpSerializer(Serializer):
         self._cdtype = layout.capnp_dtype
         #: where each field (and ``_validity``) lies in the data section (decode_columns):
         #: (byte offset, bytes) when in one piece, else None; a bool's bit offset
-        self._spans = {name: layout.capnp_span(name) for name in layout.dtype.names}
+        self._spans = {name: layout.capnp_span(name) for name in layout.dtype.names or ()}
         self._bits = {m.field: m.bit for m in layout.capnp_members if m.bits == 1}
 
     @property
@@ -222,13 +235,15 @@ class CapnpSerializer(Serializer):
         return message_size(self.layout, n)
 
     # --- encoding -----------------------------------------------------------
-    def new_buffer(self, n: int, into=None) -> tuple[object, np.ndarray]:
+    def new_buffer(self, n: int, into: BytesLike | None = None) -> tuple[bytearray | memoryview, np.ndarray]:
         """(buf, records). buf is the whole message (a bytearray, or `into`: any writable
-        buffer of at least `message_size(n)` bytes, e.g. shared memory, which must be
+        buffer of at least `message_size(n)` bytes, e.g. shared memory or an array's
+        ``.data``, which must be
         zero-filled for non-framable layouts). For a framable layout records is a view of
         buf's records region; otherwise a separate array that encode_buffer copies in."""
         self.check_batch_records(n)
         size = HEADER_BYTES + n * self._stride
+        buf: bytearray | memoryview
         if into is None:
             buf = bytearray(size)
         else:
@@ -241,7 +256,7 @@ class CapnpSerializer(Serializer):
             records = np.zeros(n, dtype=self.layout.dtype)
         return buf, records
 
-    def encode_buffer(self, buf, records: np.ndarray, start: int):
+    def encode_buffer(self, buf: BytesLike, records: np.ndarray, start: int) -> BytesLike:
         n = len(records)
         self.check_batch_records(n)
         start = self._check_start(start)
@@ -265,12 +280,12 @@ class CapnpSerializer(Serializer):
         return mv[:size] if len(mv) != size else mv
 
     # --- decoding -----------------------------------------------------------
-    def count(self, value) -> int:
+    def count(self, value: BytesLike) -> int:
         if self.compression != "none":
             return header_fields(byte_view(value), self._stride)[1]
         return parse(value)[2]
 
-    def _decompressed(self, value) -> bytearray:
+    def _decompressed(self, value: BytesLike) -> bytearray:
         """The standard message of a compressed value: its header + the records, decompressed."""
         mv = byte_view(value)
         _start, n = header_fields(mv, self._stride)
@@ -281,7 +296,7 @@ class CapnpSerializer(Serializer):
         )
         return msg
 
-    def decode_into(self, value, out: np.ndarray) -> int | None:
+    def decode_into(self, value: BytesLike, out: np.ndarray) -> int | None:
         """A compressed value of a framable layout is decompressed straight into ``out``."""
         if self.compression == "none" or not self._framable:
             return super().decode_into(value, out)
@@ -290,11 +305,11 @@ class CapnpSerializer(Serializer):
         if n != len(out):
             return None
         shuffled.decompress_into(
-            mv[HEADER_BYTES:], memoryview(out.view("u1")), self._stride, "corrupt Cap'n Proto batch value"
+            mv[HEADER_BYTES:], out.view("u1").data, self._stride, "corrupt Cap'n Proto batch value"
         )
         return start
 
-    def decode(self, value) -> tuple[int, np.ndarray]:
+    def decode(self, value: BytesLike) -> tuple[int, np.ndarray]:
         if self.compression != "none":
             value = self._decompressed(value)
         start, msg, n, seg, idx, edw, epc = parse(value)
@@ -318,7 +333,9 @@ class CapnpSerializer(Serializer):
             view.view(np.uint8).reshape(n, self._stride)[:, : edw * 8] = raw
         return start, self._as_records(view)
 
-    def decode_columns(self, value, names: list[str], out: dict | None = None) -> tuple[int, int, dict]:
+    def decode_columns(
+        self, value: BytesLike, names: list[str], out: Columns | None = None
+    ) -> tuple[int, int, Columns]:
         """A compressed value's records are stored byte-shuffled (shuffled.py): a field's
         bytes are a run of byte planes, so after decompression each field asked for is one
         `unshuffle` of its planes (C, the GIL released; 4- and 8-byte fields by SSE2)
@@ -336,15 +353,16 @@ class CapnpSerializer(Serializer):
         planes = shuffled.decompressed_planes(
             mv[HEADER_BYTES:], n * self._stride, self._stride, "corrupt Cap'n Proto batch value"
         )
-        cols, whole = {}, None
+        cols: Columns = {}
+        whole = None
         for name in names:
-            col = cols[name] = column_out(out, name, n, lay.dtype.fields[name][0])
-            if not n:
+            col = cols[name] = column_out(out, name, n, lay.dtype[name])
+            if planes is None:  # no records
                 continue
             span, bit = self._spans[name], self._bits.get(name)
             if span is not None:
                 at, w = span
-                dst = memoryview(col.reshape(-1).view(np.uint8))
+                dst = col.reshape(-1).view(np.uint8).data
                 shuffled.unshuffle(memoryview(planes)[at * n : (at + w) * n], dst, w)
             elif bit is not None:
                 plane = np.frombuffer(planes, np.uint8, n, (bit // 8) * n)
@@ -384,7 +402,7 @@ class CapnpSerializer(Serializer):
             return None
         return [(0, HEADER_BYTES), (HEADER_BYTES + lo * self._stride, (hi - lo) * self._stride)]
 
-    def decode_part(self, parts: list, size: int, start: int, count: int) -> np.ndarray | None:
+    def decode_part(self, parts: Sequence[memoryview], size: int, start: int, count: int) -> np.ndarray | None:
         """The records of ``parts`` (the bytes of `part_spans`: the header, then the records
         asked for) of an uncompressed value of ``size`` bytes said to hold ``count`` records
         from ``start``; None unless the value is exactly this layout's framing of them: its
@@ -408,7 +426,7 @@ def _bytes_of(records: np.ndarray) -> np.ndarray:
     return records.view(np.uint8).reshape(len(records), records.dtype.itemsize)
 
 
-def pycapnp_reader(layout: Layout, value):
+def pycapnp_reader(layout: Layout, value: BytesLike) -> Any:  # pycapnp is untyped: its reader is Any
     """A pycapnp Batch reader over a stored value, with a traversal limit that fits it.
 
     Use as a context manager::

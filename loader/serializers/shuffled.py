@@ -31,10 +31,14 @@ from __future__ import annotations
 
 import struct
 import threading
+from typing import TYPE_CHECKING
 
 from ..errors import VerifyError
 from ..infra import heap
 from . import _shuffle
+
+if TYPE_CHECKING:
+    from ..infra.bytes_like import BytesLike
 
 MAGIC = b"BLZ1"
 _HEAD = struct.Struct("<4sB3xIQ")
@@ -54,7 +58,7 @@ def _buffer(size: int) -> memoryview:
     return memoryview(buf)[:size]
 
 
-def compress(region, compression: str, stride: int) -> bytes:
+def compress(region: BytesLike, compression: str, stride: int) -> bytes:
     """``region`` (records of ``stride`` bytes) shuffled and compressed, with its 20-byte head."""
     heap.keep_freed_if_owned()  # a buffer per batch: reuse freed heap (infra/heap.py)
     size = len(region)
@@ -64,13 +68,15 @@ def compress(region, compression: str, stride: int) -> bytes:
     if compression == "lz4":
         import lz4.block  # ~1 ms; only compressed datasets need it
 
-        return head + lz4.block.compress(flat, store_size=False)
+        packed: bytes = lz4.block.compress(flat, store_size=False)
+        return head + packed
     import zstandard
 
-    return head + zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(flat)
+    framed: bytes = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(flat)
+    return head + framed
 
 
-def decompress_into(chunk, out, stride: int, what: str) -> None:
+def decompress_into(chunk: BytesLike, out: memoryview, stride: int, what: str) -> None:
     """Decompress ``chunk`` (from `compress`) into the writable buffer ``out``, which it
     must fill exactly with records of ``stride`` bytes."""
     flat = decompressed_planes(chunk, len(out), stride, what)
@@ -78,7 +84,7 @@ def decompress_into(chunk, out, stride: int, what: str) -> None:
         _shuffle.unshuffle(flat, out, stride)
 
 
-def decompressed_planes(chunk, size: int, stride: int, what: str):
+def decompressed_planes(chunk: BytesLike, size: int, stride: int, what: str) -> bytes | None:
     """The shuffled bytes of ``chunk`` (from `compress`), which must hold ``size`` bytes of
     records of ``stride`` bytes: byte k of record i at ``k * n + i`` (None when ``size`` is
     0). A field of ``w`` bytes at offset ``o`` of the records is then the planes
@@ -107,16 +113,18 @@ def decompressed_planes(chunk, size: int, stride: int, what: str):
     return flat
 
 
-def unshuffle(planes, out, stride: int) -> None:
+def unshuffle(planes: BytesLike, out: memoryview, stride: int) -> None:
     """``out`` (writable, ``len(planes)`` bytes) = records of ``stride`` bytes from ``planes``."""
     _shuffle.unshuffle(planes, out, stride)
 
 
-def _decoded(codec: str, data, size: int):
+def _decoded(codec: str, data: memoryview, size: int) -> bytes:
     if codec == "lz4":
         import lz4.block
 
-        return lz4.block.decompress(data, uncompressed_size=size)
+        flat: bytes = lz4.block.decompress(data, uncompressed_size=size)
+        return flat
     import zstandard
 
-    return zstandard.ZstdDecompressor().decompress(data, max_output_size=size)
+    whole: bytes = zstandard.ZstdDecompressor().decompress(data, max_output_size=size)
+    return whole

@@ -39,6 +39,7 @@ import functools
 import mmap
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -48,6 +49,9 @@ from ..model.conversions import arrow_field_type
 from ..model.field_types import NUMBERS, parse_type
 from .base import FileType, register_file_type
 from .typed import TypedFile, split_fields
+
+if TYPE_CHECKING:
+    from ..model.layouts import Layout
 
 
 def schema_fields(schema, path: str) -> tuple[tuple, tuple]:
@@ -114,6 +118,14 @@ class _RowRanges:
     ``row_starts[i]`` is the first row of piece i, ``row_starts[-1]`` the row count."""
 
     row_starts: tuple[int, ...]
+
+    if TYPE_CHECKING:  # provided by TypedFile, the other base of every such source
+
+        def filled_layout(self, records: np.ndarray) -> Layout: ...
+
+        def copy_into(
+            self, records: np.ndarray, columns: dict[str, np.ndarray], lo: int, hi: int, first_row: int
+        ) -> None: ...
 
     def fill(self, records: np.ndarray, offset: int) -> None:
         """Copy rows offset.. of the pieces they fall in into ``records``."""
@@ -185,7 +197,9 @@ class ArrowIpcSource(_RowRanges, TypedFile):
         reader = pa.BufferReader(whole)
         reader.seek(start)
         messages = pa.ipc.MessageReader.open_stream(reader)
-        starts, offsets, values_at, nulls = [0], [], [], {}
+        starts, values_at = [0], []
+        offsets: list[int] = []
+        nulls: dict[str, str] = {}
         while True:
             at = reader.tell()
             try:
@@ -215,14 +229,15 @@ class ArrowIpcSource(_RowRanges, TypedFile):
             starts[-1],
             tuple(starts),
             tuple(offsets),
-            tuple(values_at) if in_file else None,
+            tuple(tuple(at for at in batch if at is not None) for batch in values_at) if in_file else None,
         )
 
     @classmethod
     def _plan_decoded(cls, path: str, mm, fields, others) -> ArrowIpcSource:
         """A file with dictionary-encoded columns: its record batches read through pyarrow's
         reader (which holds the dictionaries); ``offsets``: the batches' indexes."""
-        starts, nulls = [0], {}
+        starts = [0]
+        nulls: dict[str, str] = {}
         for i, batch in enumerate(_batches(mm)):
             for name, *_ in fields:
                 first_nulls(nulls, path, name, batch.column(name).null_count, f"record batch {i}")
@@ -352,7 +367,8 @@ class ParquetSource(_RowRanges, TypedFile):
             raise FileFormatError(
                 f"{path} is not a valid Parquet file ({str(e).strip()}); write it with pyarrow.parquet.write_table"
             ) from None
-        starts, unchecked, nulls = [0], set(), {}
+        starts, unchecked = [0], set()
+        nulls: dict[str, str] = {}
         for g in range(md.num_row_groups):
             rg = md.row_group(g)
             for j in range(rg.num_columns):

@@ -27,8 +27,9 @@ identifies it on a re-run: resume, "already loaded"), and for a directory lists 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from ..errors import LayoutError, UsageError
 from ..model.layouts import Layout, fields_difference, get_layout
@@ -39,8 +40,23 @@ MAX_RECORDS = 2**63 - 1
 class Source:
     """What every source spec offers besides its own fields (see the module docstring)."""
 
-    #: a stream is read once and cannot be replayed: every load of it is a new run
-    replayable = True
+    if TYPE_CHECKING:  # read-only to users: a subclass may compute them (a property)
+
+        @property
+        def replayable(self) -> bool:
+            """A stream is read once and cannot be replayed: every load of it is a new run."""
+            ...
+
+        @property
+        def layout_name(self) -> str | None:
+            """The layout a generated source yields (None: the dataset's or --layout)."""
+            ...
+
+    else:
+        #: a stream is read once and cannot be replayed: every load of it is a new run
+        replayable = True
+        #: the layout a generated source yields (None: the dataset's or --layout)
+        layout_name: str | None = None
     #: its records live in the coordinator's memory (an in-memory object): only workers of
     #: the local pool can read them, never those of a distributed engine
     local_only = False
@@ -49,8 +65,6 @@ class Source:
     runs_user_code = False
     #: a re-run is matched by the extent it loaded (a file that grew loads its new records)
     by_extent = False
-    #: the layout a generated source yields (None: the dataset's or --layout)
-    layout_name: str | None = None
     #: raw bytes with no layout of their own (a file of raw records, a stream): read only
     #: under --layout, the dataset's layout or the default - never a sibling input's (many.py)
     raw_bytes = False
@@ -118,7 +132,7 @@ class SourcePlan:
     source: Source
     total: int | None  # records (documents) to load; None: a stream (counted as read)
     fingerprint: str | None  # None: cannot be recognised again (a stream)
-    entries: object = None  # a directory's listing, in id order (loader/docs/sources.py)
+    entries: Sequence[tuple[int, str]] | None = None  # a directory's listing, in id order (loader/docs/sources.py)
     skipped: tuple = field(default=())  # {"path", "reason"} of files left out while planning
     parts: tuple[SourcePlan, ...] = ()  # several inputs (many.py): the plan of each, in order
 

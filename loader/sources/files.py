@@ -74,7 +74,7 @@ class FileSource(Source):
         return f"size={size};sample={sample_digest(self.path, 0, size)}"
 
     def fill(self, records: np.ndarray, offset: int) -> None:
-        read_exactly(self.path, memoryview(records.view("u1")), offset * records.dtype.itemsize)
+        read_exactly(self.path, records.view("u1").data, offset * records.dtype.itemsize)
 
 
 def read_exactly(path: str, view: memoryview, pos: int) -> None:
@@ -170,7 +170,8 @@ def refuse_pseudo_file(ref: str) -> None:
     st = os.stat(ref)
     kind = _NOT_RECORDS.get(stat.S_IFMT(st.st_mode))
     if kind is None:
-        fs = PSEUDO_FILESYSTEMS.get(_fs_type(ref))
+        magic = _fs_type(ref)
+        fs = None if magic is None else PSEUDO_FILESYSTEMS.get(magic)
         kind = f"on {fs} (its sizes are not the bytes it yields)" if fs else None
     if kind is not None:
         raise SourceTypeError(

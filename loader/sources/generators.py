@@ -131,7 +131,7 @@ def _py_fill_scidb96(arr: np.ndarray, start: int) -> None:
     jd = np.empty(min(n, step), dtype=np.float64)
     ramp = np.arange(min(n, step), dtype=np.uint64)
     tables = {name: _periodic_table(name, "<f8" if name[0] == "d" else "<i4") for name in _PERIODIC}
-    views = {name: arr[name] for name in arr.dtype.names}
+    views = {name: arr[name] for name in arr.dtype.names or ()}
     i1 = views["i1"].view(np.uint32)
     for lo in range(0, n, step):
         k = min(step, n - lo)
@@ -434,7 +434,7 @@ def write_records(
         k = min(block_records, end - pos)
         block = buf[:k]
         fill_fn(block, pos, **opts)
-        view = memoryview(raw[: k * lay.record_size])
+        view = raw[: k * lay.record_size].data
         while len(view):
             w = fileobj.write(view)
             if w is None:  # a non-blocking raw stream that could not take it all

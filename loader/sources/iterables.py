@@ -85,6 +85,7 @@ class IterSource(Source):
 
     def open(self, stdin=None) -> tuple:
         """(a reader with readinto over the blocks, True: the feeder closes it)."""
+        assert self.layout is not None, "a stream is opened once its run planned it"
         return BlockReader(self._iterator(), self.layout, self.uri, self.layout_from), True
 
 
@@ -168,7 +169,7 @@ def _raw_bytes(block, layout: Layout, what: str) -> memoryview:
             f"{what} is of type {type_name(block)}; an iterable given to load yields numpy structured "
             "arrays, DataFrames, Arrow tables / record batches, or bytes of raw records"
         )
-    return memoryview(records_of(block, layout, what).view("u1"))
+    return records_of(block, layout, what).view("u1").data
 
 
 def _iterable(obj) -> bool:

@@ -71,13 +71,13 @@ class ManyInputs(Source):
             layout = get_layout(DEFAULT_LAYOUT)
             why = f"the default, for the raw file {raw.uri}, which has no layout of its own"
         for part in self.parts:
+            run = layout or dataset
             try:
                 own = part.records_layout(None if part.layout_name else layout, dataset)  # (a generator's own)
             except LayoutError as e:
-                if raw is None:
+                if raw is None or run is None:  # (with a raw input the run has a layout)
                     raise
-                raise LayoutError(_unlike(part, layout or dataset, why) + f" ({e})") from None
-            run = layout or dataset
+                raise LayoutError(_unlike(part, run, why) + f" ({e})") from None
             if run is not None and own is not None and own.fields != run.fields:
                 raise LayoutError(_unlike(part, run, why))
             if layout is None and own is not None:
@@ -86,7 +86,8 @@ class ManyInputs(Source):
 
     def plan(self, layout: Layout) -> SourcePlan:
         parts = tuple(p.plan(layout) for p in self.parts)
-        total = None if any(p.total is None for p in parts) else sum(p.total for p in parts)
+        totals = [p.total for p in parts if p.total is not None]
+        total = sum(totals) if len(totals) == len(parts) else None
         fingerprint = None
         if all(p.fingerprint is not None for p in parts):  # the inputs, in order (a --replace build's identity)
             h = xxhash.xxh3_128("\n".join(f"{p.uri}\t{p.fingerprint}" for p in parts).encode())
@@ -128,7 +129,7 @@ def parse_sources(refs, layout: Layout | None = None, on_bad_file: str = "fail")
     refs = expand(refs)
     if len(refs) == 1:
         return parse_source(refs[0], layout, on_bad_file)
-    if directory_source(layout) is not None:
+    if layout is not None and directory_source(layout) is not None:
         raise UsageError(
             f"layout {layout.name} loads one source per run (a directory or gen://); "
             f"got {len(refs)}: load each with its own command"

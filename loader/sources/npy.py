@@ -58,7 +58,7 @@ class NpySource(TypedFile):
                 layout_of_fields(dtype, stem(path))  # says why
             except LayoutError as e:
                 raise LayoutError(f"{path}: {e}") from None
-        fields, others = split_fields([(name, dtype.fields[name][0]) for name in dtype.names], path)
+        fields, others = split_fields([(name, dtype[name]) for name in dtype.names or ()], path)
         source = cls(path, fields, others, (), shape[0], dtype, data_offset)
         source.check_size()
         return source
@@ -96,16 +96,16 @@ class NpySource(TypedFile):
     def fill(self, records: np.ndarray, offset: int) -> None:
         pos = self.data_offset + offset * self.dtype.itemsize
         if records.dtype == self.dtype:  # the layout's own bytes: read in place, as a raw file
-            read_exactly(self.path, memoryview(records.view("u1")), pos)
+            read_exactly(self.path, records.view("u1").data, pos)
             return
         stored = np.empty(len(records), self.dtype)
-        read_exactly(self.path, memoryview(stored.view("u1")), pos)
+        read_exactly(self.path, stored.view("u1").data, pos)
         self.copy_into(records, stored, 0, len(records), offset)
 
     def column_pieces(self, name: str):
         for first in range(0, self.records, PIECE_RECORDS):
             stored = np.empty(min(PIECE_RECORDS, self.records - first), self.dtype)
-            read_exactly(self.path, memoryview(stored.view("u1")), self.data_offset + first * self.dtype.itemsize)
+            read_exactly(self.path, stored.view("u1").data, self.data_offset + first * self.dtype.itemsize)
             yield first, stored[name]
 
 

@@ -95,7 +95,7 @@ class SharedRecords:
         try:
             done = 0
             while done < self.nbytes and not self.stopped:
-                done += os.pwrite(self.fd, raw[done : done + CHUNK], HEADER + done)
+                done += os.pwrite(self.fd, raw[done : done + CHUNK].data, HEADER + done)
                 self.words[0] = done
             self.words[1] = DONE
         except BaseException:  # ENOMEM / ENOSPC of the shared memory; anything else: the readers must not wait on
@@ -125,7 +125,7 @@ class SharedRecords:
             time.sleep(WAIT_S)
         got = 0
         while got < view.nbytes:
-            got += os.preadv(self.fd, [view[got:]], HEADER + offset + got)
+            got += os.preadv(self.fd, [view[got:].data], HEADER + offset + got)
 
 
 def _attach(dup, nbytes: int) -> SharedRecords:
@@ -136,7 +136,7 @@ def _attach(dup, nbytes: int) -> SharedRecords:
 class SharedSource(Source):
     """What the workers of a `MemorySource`'s run read (`CoordinatorMemory` or `SharedRecords`)."""
 
-    records: object
+    records: CoordinatorMemory | SharedRecords
     label: str  # the URI of the object it came from
     n: int
     local_only = True  # read from the coordinator's memory (or a memfd of this host)
@@ -202,7 +202,8 @@ class MemorySource(Source):
     def fingerprint(self, layout: Layout) -> None:
         return None
 
-    def for_run(self, root: str, run_id: str, entries) -> SharedSource:
+    def for_run(self, root: str, run_id: str, entries: object) -> SharedSource:
+        assert self.reader is not None, "a run's source is made once its run planned it"
         return SharedSource(self.reader, self.uri, self.n)
 
     def close(self) -> None:

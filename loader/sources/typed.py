@@ -88,7 +88,9 @@ def refuse_unsupported(ref: str, suffix: str, head: bytes) -> None:
     """SourceTypeError if a file named ``*suffix`` starting with ``head`` holds something
     other than records."""
     by_content = next((s for magic, s in UNSUPPORTED_MAGICS if head.startswith(magic)), None)
-    found = UNSUPPORTED_SUFFIXES.get(suffix.lower()) or UNSUPPORTED_SUFFIXES.get(by_content)
+    found = UNSUPPORTED_SUFFIXES.get(suffix.lower()) or (
+        None if by_content is None else UNSUPPORTED_SUFFIXES.get(by_content)
+    )
     if found is not None:
         what, todo = found
         how = "" if suffix.lower() in UNSUPPORTED_SUFFIXES else " (by its content)"
@@ -105,7 +107,7 @@ class TypedFile(Source):
     it (``bound``: the workers fill records of it)."""
 
     path: str
-    fields: tuple[tuple[str, str], ...]
+    fields: tuple[tuple[str, str, str | None], ...]  # (name, type, tz)
     others: tuple[tuple[str, str], ...]
     nulls: tuple[tuple[str, str], ...]
     records: int
@@ -136,12 +138,13 @@ class TypedFile(Source):
     def list_length(self, name: str) -> int:
         """The length of every list of the list column ``name``; LayoutError if they differ."""
         lengths = {uniform_length(values) for _, values in self.column_pieces(name)}
-        if len(lengths) != 1 or None in lengths:
+        length = lengths.pop() if len(lengths) == 1 else None
+        if length is None:
             raise LayoutError(
                 f"{self.path}: column {name!r} holds lists of different lengths (or over {MAX_WIDTH:,}); "
                 f'a field holds k values: give --layout with {name} = "T[k]", or make them one length'
             )
-        return lengths.pop()
+        return length
 
     def longest(self, name: str) -> int:
         """Bytes of the longest value of the text / binary column ``name`` (at least 1);
@@ -303,6 +306,7 @@ def copy_fields(dst: np.ndarray, columns, lo: int, hi: int, what: str, first_row
     ``what``, the column and the row (``first_row``: the file's row ``lo``). The
     ``_validity`` bits are those of the columns' nulls."""
     same, fields = {}, dst.dtype.fields
+    assert fields is not None, "records of a layout are a structured array"
     if layout.validity_bytes:
         dst[VALIDITY] = 0
     for f in layout.fields:

@@ -241,9 +241,9 @@ def parse_user_generator(ref: str, layout: Layout | None) -> Source:
         return src
     module, _, function = name.partition(":")
     n, start = parse_range(ref, q, "gen://mypackage.records:generate?n=1000")
-    src = PyGenSource(module, function, n, start, given, os.getcwd())
-    python_function(src.module, src.function, src.search_dir)  # a missing module or function: refused now
-    return src
+    pysrc = PyGenSource(module, function, n, start, given, os.getcwd())
+    python_function(pysrc.module, pysrc.function, pysrc.search_dir)  # a missing module or function: refused now
+    return pysrc
 
 
 def generator(fn, n: int, start: int = 0, layout: str | Layout | None = None) -> PyGenSource:
@@ -316,7 +316,7 @@ def python_function(module: str, function: str, search_dir: str):
     if search_dir and search_dir not in sys.path:
         sys.path.append(search_dir)
     try:
-        obj = importlib.import_module(module)
+        obj: object = importlib.import_module(module)
     except (Exception, SystemExit) as e:
         raise UsageError(
             f"generator {module}:{function}: cannot import module {module!r} ({type(e).__name__}: "
@@ -389,7 +389,7 @@ def function_hash(fn) -> str:
             feed((obj.func, obj.args, tuple(sorted(obj.keywords.items()))))
         elif isinstance(obj, (types.FunctionType, types.MethodType)) and id(obj) not in seen:
             seen.add(id(obj))
-            f = getattr(obj, "__func__", obj)
+            f = obj.__func__ if isinstance(obj, types.MethodType) else obj
             feed((f.__code__, f.__defaults__, tuple(sorted((f.__kwdefaults__ or {}).items()))))
             feed(tuple(_cell_value(c) for c in f.__closure__ or ()))
             g = f.__globals__

@@ -18,9 +18,44 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Protocol, Self, TypeVar
 
 from ..errors import CorruptStoreError, KeyOrderError, NotReadableError, NotWritableError, UsageError
+
+if TYPE_CHECKING:
+    from ..infra.bytes_like import BytesLike
+
+#: a value handed to `ShardStore.put_sorted` (any bytes-like object, kept as it is)
+V = TypeVar("V")
+#: a value read: bytes (copied out) or a buffer into the store (zero-copy)
+Value = bytes | memoryview
+
+
+class ValueView(Protocol):
+    """A backend's zero-copy view of one table (`ShardStore.value_view`; values.py reads
+    through it): values are buffers into the store, valid until `close`."""
+
+    def get(self, key: bytes, touch: bool = True) -> memoryview | None:
+        """The value of ``key`` or None; ``touch=False``: none of its pages read yet."""
+        ...
+
+    def read_spans(self, value: Value, spans: list[tuple[int, int]], into: memoryview) -> bool:
+        """Copy each (offset, length) span of ``value`` into ``into``; False: ``value``
+        is not this view's (a copy), nothing was read."""
+        ...
+
+    def prefetch(self, value: Value, spans: list[tuple[int, int]]) -> None:
+        """Have the disk start reading each span of ``value`` (advice, no wait)."""
+        ...
+
+    def release(self, value: Value | None) -> None:
+        """Done with ``value``: drop its pages from this process's resident set."""
+        ...
+
+    def close(self) -> None:
+        """End the view: its values are no longer valid."""
+        ...
 
 
 class ShardStore(ABC):
@@ -41,7 +76,7 @@ class ShardStore(ABC):
 
     @classmethod
     @abstractmethod
-    def open(cls, path: str, *, write: bool, options: dict | None = None) -> ShardStore:
+    def open(cls, path: str, *, write: bool, options: Mapping[str, object] | None = None) -> ShardStore:
         """Open (creating it when ``write``) the shard at ``path``.
 
         A second writer on the same shard raises DatasetBusyError. Readers never
@@ -63,7 +98,7 @@ class ShardStore(ABC):
         return False
 
     @abstractmethod
-    def put_sorted(self, items: Iterable[tuple[bytes, bytes]], table: str = "batches") -> int:
+    def put_sorted(self, items: Iterable[tuple[BytesLike, BytesLike]], table: str = "batches") -> int:
         """Write items (keys strictly ascending) atomically: all of them or none.
 
         Keys above every key already in the table take the fast in-order path (LMDB
@@ -100,7 +135,7 @@ class ShardStore(ABC):
         """Whether ``table`` exists in this shard (as this handle sees it)."""
         return table in self.tables()
 
-    def value_view(self, table: str):
+    def value_view(self, table: str) -> ValueView | None:
         """A zero-copy view of ``table`` (``get(key)``, ``release(value)``, ``close()``)
         whose values stay valid until it is closed, or None when this backend copies
         values out (then `get` is the way to read); see values.py."""
@@ -126,10 +161,10 @@ class ShardStore(ABC):
         if not self._write:
             raise UsageError(f"{what} on shard {self.path}: it was opened read-only")
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -141,7 +176,7 @@ def shard_label(path: str) -> str:
     return f"shard {path}"
 
 
-def corrupt_store(path: str, what: str):
+def corrupt_store(path: str, what: str) -> CorruptStoreError:
     """The CorruptStoreError of a damaged shard: which, what is wrong, what to do."""
     return CorruptStoreError(
         f"{shard_label(path)} is damaged: {what}; its data cannot be trusted - restore "
@@ -150,7 +185,9 @@ def corrupt_store(path: str, what: str):
     )
 
 
-def ascending(pairs, path: str, table: str, prev: bytes | None = None):
+def ascending(
+    pairs: Iterable[tuple[BytesLike, V]], path: str, table: str, prev: bytes | None = None
+) -> Iterator[tuple[bytes, V]]:
     """Yield (bytes key, value) pairs, raising KeyOrderError unless keys strictly ascend."""
     for k, v in pairs:
         if type(k) is not bytes:

@@ -20,7 +20,7 @@ not import the model of a dataset. Pure checks: nothing here writes.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Protocol
 
@@ -34,13 +34,26 @@ from .spec import StoreSpec
 class BatchRow(Protocol):
     """What the checks read of a committed batch (model.manifest.BatchEntry)."""
 
-    seq: int
-    shard: int
-    first: int
-    checksum: int
-    nbytes: int
-    lo: int | None
-    hi: int | None
+    @property
+    def seq(self) -> int: ...
+
+    @property
+    def shard(self) -> int: ...
+
+    @property
+    def first(self) -> int: ...
+
+    @property
+    def checksum(self) -> int: ...
+
+    @property
+    def nbytes(self) -> int: ...
+
+    @property
+    def lo(self) -> int | None: ...
+
+    @property
+    def hi(self) -> int | None: ...
 
     @property
     def keyed(self) -> bool: ...
@@ -53,7 +66,7 @@ class BatchList(Protocol):
     """What the checks read of a manifest (model.manifest.Manifest)."""
 
     @property
-    def batches(self) -> Sequence[BatchRow]: ...
+    def batches(self) -> Iterable[BatchRow]: ...
 
 
 REBUILD = "restore the shard from a backup, or rebuild the dataset with `bulkload load SOURCE DATASET --replace`"
@@ -89,11 +102,11 @@ class ShardProblem:
         cls = MissingShardError if self.missing else CorruptStoreError
         return cls(self.message(writing))
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
-def committed_shards(m: BatchList) -> Counter:
+def committed_shards(m: BatchList) -> Counter[int]:
     """shard -> number of committed batches holding records in it."""
     agg = getattr(m.batches, "agg", None)  # a manifest: its aggregates (O(1) in a catalog)
     if agg is not None:
@@ -134,7 +147,7 @@ def existing_shards(m: BatchList | None) -> tuple[int, ...]:
     return tuple(sorted(committed_shards(m))) if m is not None else ()
 
 
-def check_value(uri: str, b: BatchRow, value) -> None:
+def check_value(uri: str, b: BatchRow, value: bytes | memoryview) -> None:
     """Raise CorruptBatchError unless ``value`` has the size and xxh3 of manifest row ``b``."""
     if len(value) == b.nbytes and xxhash.xxh3_64_intdigest(value) == b.checksum:
         return

@@ -29,7 +29,10 @@ import errno
 import fcntl
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Literal, TypeVar
 
 import lmdb
 
@@ -40,6 +43,8 @@ from .base import corrupt_store
 from .health import REBUILD
 from .lmdb_files import BIG_ENDIAN, Pages, data_file_problem, file_size, map_base
 from .options import LmdbOptions
+
+T = TypeVar("T")
 
 MIB = 1 << 20
 #: a reader's open is tried this many times while its writer grows or compacts the shard
@@ -54,7 +59,7 @@ class EnvEntry:
     writable: bool
     pid: int
     refs: int = 0
-    dbs: dict = field(default_factory=dict)  # table name -> _Database handle
+    dbs: dict[str, lmdb._Database] = field(default_factory=dict)  # table name -> handle
     pages: Pages | None = None  # data.mdb's pages in use as mapped here (`mapped_pages`)
 
 
@@ -230,14 +235,16 @@ class reading:
 
     __slots__ = ("path",)
 
-    def __init__(self, path: str):
+    def __init__(self, path: str) -> None:
         self.path = path
 
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind, e, tb) -> bool:
-        if kind is not None and issubclass(kind, lmdb.Error):
+    def __exit__(
+        self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> Literal[False]:
+        if kind is not None and isinstance(e, lmdb.Error):
             damaged(self.path, e)
         return False
 
@@ -250,7 +257,7 @@ def damaged(path: str, e: lmdb.Error) -> None:
         raise corrupt_store(path, f"LMDB cannot read it ({type(e).__name__}: {e})") from None
 
 
-def adopting_growth(entry: EnvEntry, fn):
+def adopting_growth(entry: EnvEntry, fn: Callable[[], T]) -> T:
     """fn() (which begins a read transaction), again after adopting the map size when
     the writer (another process) grew the map meanwhile."""
     for _ in range(8):

@@ -39,6 +39,7 @@ from ..infra.regular import open_regular
 from ._lmdbnode import buffer_offset
 from ._lmdbnode import find_value as _find_value
 from ._lmdbnode import value_span as _value_span
+from .base import Value
 
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 #: the node checks read LMDB's little-endian layout: off on big-endian machines
@@ -107,9 +108,9 @@ def trim_tail(data: str) -> int:
         return 0
     with open(data, "rb+", buffering=0) as f:
         head = os.pread(f.fileno(), _META.size, 0)
-        psize = _META.unpack(head)[5]
+        psize: int = _META.unpack(head)[5]
         metas = [_META.unpack(head), _META.unpack(os.pread(f.fileno(), _META.size, psize))]
-        need = (max(metas, key=lambda m: m[7])[6] + 1) * psize
+        need: int = (max(metas, key=lambda m: m[7])[6] + 1) * psize
         size = os.fstat(f.fileno()).st_size
         if size <= need:
             return 0
@@ -203,23 +204,23 @@ class Pages:
 
     __slots__ = ("base", "in_use", "map_size", "psize", "view")
 
-    def __init__(self, base: int, map_size: int, npages: int, psize: int):
+    def __init__(self, base: int, map_size: int, npages: int, psize: int) -> None:
         self.base, self.map_size, self.in_use, self.psize = base, map_size, npages * psize, psize
         self.view = memoryview((ctypes.c_char * self.in_use).from_address(base)).cast("B").toreadonly()
 
-    def node_problem(self, key) -> str | None:
+    def node_problem(self, key: memoryview) -> str | None:
         """Why the value of the leaf node whose key buffer (zero-copy) is given would lie
         outside the pages in use, or None."""
         found = self.value_span(key)
         return found if isinstance(found, str) else None
 
-    def value_span(self, key) -> tuple[int, int, bool] | str:
+    def value_span(self, key: memoryview) -> tuple[int, int, bool] | str:
         """(offset in data.mdb, size, whether it fills overflow pages - which then start
         `OVERFLOW_HEAD` bytes before it) of the value of the leaf node whose key buffer
         (zero-copy) is given, read from the node alone (none of the value's pages is
         touched), or why it would lie outside the pages in use. In C (_lmdbnode.c, ~0.15
         us): every get pays it."""
-        found = _value_span(key, self.base, self.in_use, self.psize)
+        found: tuple[int, int, bool] | int = _value_span(key, self.base, self.in_use, self.psize)
         if type(found) is tuple:
             return found
         if found == 1:
@@ -232,7 +233,8 @@ class Pages:
         found by walking its pages in the map, or None: not found, or anything unexpected
         on the way (ask LMDB then; it names damage). Unlike LMDB's lookup, this does not
         read the first page of a value in overflow pages (_lmdbnode.c)."""
-        return _find_value(key, self.base, self.in_use, self.psize, tree[0], tree[1])
+        found: tuple[int, int, bool] | None = _find_value(key, self.base, self.in_use, self.psize, tree[0], tree[1])
+        return found
 
 
 # A table's MDB_db record, the value of its name in the main B-tree: u32 pad, u16 flags,
@@ -240,11 +242,14 @@ class Pages:
 _TABLE = struct.Struct("<4xHH32xQ")
 
 
-def table_tree(record) -> tuple[int, int] | None:
+def table_tree(record: bytes | memoryview | None) -> tuple[int, int] | None:
     """(root page, depth) of a table from its MDB_db record, or None when `Pages.find`
     cannot walk it: empty, or keys not in LMDB's default order (any flag set)."""
     if record is None or len(record) != _TABLE.size:
         return None
+    flags: int
+    depth: int
+    root: int
     flags, depth, root = _TABLE.unpack(record)
     return (root, depth) if flags == 0 and depth > 0 else None
 
@@ -270,7 +275,7 @@ def map_base(data: str) -> int | None:
 # --- hints to the OS ----------------------------------------------------------------------
 
 
-def _libc():
+def _libc() -> ctypes.CDLL | None:
     try:
         return ctypes.CDLL(None, use_errno=True)
     except OSError:
@@ -282,17 +287,17 @@ _MADV_DONTNEED = 4
 _SYNC_FILE_RANGE_WRITE = 2
 
 
-def _sync_file_range():
+def _sync_file_range() -> ctypes._NamedFuncPointer | None:
     """libc's sync_file_range (Linux), or None."""
-    f = getattr(_LIBC, "sync_file_range", None)
+    f: ctypes._NamedFuncPointer | None = getattr(_LIBC, "sync_file_range", None)
     if f is not None:
         f.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
         f.restype = ctypes.c_int
     return f
 
 
-def _madvise():
-    f = getattr(_LIBC, "madvise", None)
+def _madvise() -> ctypes._NamedFuncPointer | None:
+    f: ctypes._NamedFuncPointer | None = getattr(_LIBC, "madvise", None)
     if f is not None:
         f.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
     return f
@@ -313,7 +318,7 @@ def writeback(fd: int) -> None:
         _SYNC_FILE_RANGE(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
 
 
-def release_pages(value) -> None:
+def release_pages(value: Value) -> None:
     """Drop the whole pages of a zero-copy value (a buffer into a read-only file mapping)
     from this process's resident set (``madvise(MADV_DONTNEED)``; the data stays in the
     page cache). Keeps the RSS of a pass over a store larger than RAM flat."""

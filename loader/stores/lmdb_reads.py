@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import TYPE_CHECKING, Literal, overload
 
 import lmdb
 
@@ -34,7 +35,7 @@ from ..infra.pagecache import page_cached
 from ..infra.regular import open_regular
 from ._lmdbnode import buffer_offset, value_span
 from ._preads import read_spans
-from .base import corrupt_store
+from .base import Value, corrupt_store
 from .lmdb_env import EnvEntry, damaged, mapped_pages, reading
 from .lmdb_files import OVERFLOW_HEAD, Pages, release_pages, table_tree
 from .options import LmdbOptions
@@ -50,13 +51,21 @@ ADVICE_BYTES = 512 << 10
 class LmdbReads:
     """The reading methods of LmdbStore, which provides the attributes declared here and
     ``_db(table, create=)`` (a table's handle or None), ``_dropped(table)`` (forget a
-    dropped table's handle) and ``_begin_read(buffers=)`` (a read transaction that adopts
-    a map grown by the writer)."""
+    dropped table's handle) and ``_begin_read()`` (a read transaction, values as buffers,
+    that adopts a map grown by the writer)."""
 
     path: str
     _entry: EnvEntry
     _opts: LmdbOptions
     _data_fd: int | None
+
+    if TYPE_CHECKING:  # provided by LmdbStore
+
+        def _db(self, table: str, *, create: bool) -> lmdb._Database | None: ...
+
+        def _dropped(self, table: str) -> None: ...
+
+        def _begin_read(self) -> lmdb.Transaction[memoryview]: ...
 
     def has_table(self, table: str) -> bool:
         return self._db(table, create=False) is not None
@@ -67,7 +76,13 @@ class LmdbReads:
     def seek(self, key: bytes, table: str = "batches") -> tuple[bytes, bytes] | None:
         return self._lookup(bytes(key), table, False)
 
-    def _lookup(self, key: bytes, table: str, exact: bool):
+    @overload
+    def _lookup(self, key: bytes, table: str, exact: Literal[True]) -> bytes | None: ...
+
+    @overload
+    def _lookup(self, key: bytes, table: str, exact: Literal[False]) -> tuple[bytes, bytes] | None: ...
+
+    def _lookup(self, key: bytes, table: str, exact: bool) -> bytes | tuple[bytes, bytes] | None:
         """The value of ``key`` (exact) or the first item at or after it, copied out, in a
         short read transaction; None when there is none or the table is absent (or was
         dropped by another process). Every document get is one: a value in its leaf page
@@ -79,13 +94,13 @@ class LmdbReads:
             db = self._db(table, create=False)
             if db is None:
                 return None
-        txn = self._begin_read(buffers=True)
+        txn = self._begin_read()
         try:
             cur = txn.cursor(db)
             if not (cur.set_key(key) if exact else cur.set_range(key)):
                 return None
             pages = entry.pages
-            value = None
+            value: bytes | None = None
             if pages is not None:
                 span = value_span(cur.key(), pages.base, pages.in_use, pages.psize)
                 if type(span) is tuple and not span[2]:  # in its leaf page: nothing to advise
@@ -109,7 +124,7 @@ class LmdbReads:
         db = self._db(table, create=False)
         if db is None:
             return None
-        txn = self._begin_read(buffers=True)
+        txn = self._begin_read()
         try:
             cursor = txn.cursor(db)
         except lmdb.BadDbiError:  # another process dropped the table: it reads as absent
@@ -126,7 +141,7 @@ class LmdbReads:
             return pages
         return mapped_pages(self._entry, self.path, refresh)
 
-    def _value(self, cur, pages: Pages | None, touch: bool = True):
+    def _value(self, cur: lmdb.Cursor[memoryview], pages: Pages | None, touch: bool = True) -> memoryview:
         """The cursor's value (zero-copy), once its leaf node says it lies inside the pages
         in use: py-lmdb touches every page of a value as it hands it out, and a damaged
         node (a flipped size or overflow page number) would point it past the end of the
@@ -140,7 +155,9 @@ class LmdbReads:
             span = pages.value_span(cur.key())
             if isinstance(span, str):  # the file may have grown, or the map moved, since: look again
                 pages = self._pages(refresh=True)
-                span = pages.value_span(cur.key()) if pages is not None else None
+                if pages is None:
+                    return cur.value()
+                span = pages.value_span(cur.key())
                 if isinstance(span, str):
                     raise corrupt_store(self.path, span)
             if span is not None:
@@ -213,7 +230,7 @@ class LmdbReads:
         hi_b = None if hi is None else bytes(hi)
         after: bytes | None = None  # last key yielded
         while True:
-            txn = self._begin_read(buffers=True)
+            txn = self._begin_read()
             try:
                 out, done = self._slice(txn, db, lo, hi_b, after, self._pages())
             except lmdb.BadDbiError:  # another process dropped the table: it reads as absent
@@ -227,7 +244,13 @@ class LmdbReads:
             after = out[-1][0]
 
     def _slice(
-        self, txn, db, lo: bytes | None, hi_b: bytes | None, after: bytes | None, pages
+        self,
+        txn: lmdb.Transaction[memoryview],
+        db: lmdb._Database,
+        lo: bytes | None,
+        hi_b: bytes | None,
+        after: bytes | None,
+        pages: Pages | None,
     ) -> tuple[list[tuple[bytes, bytes]], bool]:
         """(items copied out, whether the range ended) of one range() slice."""
         out: list[tuple[bytes, bytes]] = []
@@ -270,11 +293,21 @@ class LmdbValueView:
 
     __slots__ = ("cursor", "pages", "store", "table", "tree", "txn")
 
-    def __init__(self, store: LmdbReads, txn: lmdb.Transaction, cursor: lmdb.Cursor, pages: Pages | None, table: str):
-        self.store, self.txn, self.cursor, self.pages, self.table = store, txn, cursor, pages, table
-        self.tree = False  # the table's (root page, depth) in this transaction: looked up at the first untouched get
+    def __init__(
+        self,
+        store: LmdbReads,
+        txn: lmdb.Transaction[memoryview],
+        cursor: lmdb.Cursor[memoryview],
+        pages: Pages | None,
+        table: str,
+    ) -> None:
+        self.store, self.txn, self.pages, self.table = store, txn, pages, table
+        self.cursor = cursor
+        self.tree: tuple[int, int] | Literal[False] | None = (
+            False  # the table's (root page, depth) in this transaction: looked up at the first untouched get
+        )
 
-    def get(self, key: bytes, touch: bool = True):
+    def get(self, key: bytes, touch: bool = True) -> memoryview | None:
         """The value of ``key`` (a buffer into the map) or None. ``touch=False``: none of
         its pages is read until the caller reads its bytes (and only the pages it reads:
         `read_spans`); its node is found by walking the table's pages (`Pages.find`),
@@ -282,10 +315,12 @@ class LmdbValueView:
         cold, a disk read the caller would wait for before it could ask for the pages it
         needs. Anything the walk does not expect is asked of LMDB, which names damage."""
         if not touch:
-            found = self.find(key)
-            if found is not None:
-                start, size, _ = found
-                return self.pages.view[start : start + size]
+            pages = self.pages
+            if pages is not None:
+                found = self._find(key, pages)
+                if found is not None:
+                    start, size, _ = found
+                    return pages.view[start : start + size]
         try:
             with reading(self.store.path):  # a damaged store: one error naming the shard
                 if not self.cursor.set_key(key):
@@ -298,14 +333,15 @@ class LmdbValueView:
         """(offset in data.mdb, size, whether in overflow pages) of the value of ``key``,
         found by walking this table's pages in this transaction (`Pages.find`), or None:
         not found, or the walk met something it does not expect."""
-        if self.pages is None:
-            return None
+        return None if self.pages is None else self._find(key, self.pages)
+
+    def _find(self, key: bytes, pages: Pages) -> tuple[int, int, bool] | None:
         if self.tree is False:
             with reading(self.store.path):
                 self.tree = table_tree(self.txn.get(self.table.encode()))
-        return None if self.tree is None else self.pages.find(key, self.tree)
+        return None if self.tree is None else pages.find(key, self.tree)
 
-    def read_spans(self, value, spans: list[tuple[int, int]], into: memoryview) -> bool:
+    def read_spans(self, value: Value, spans: list[tuple[int, int]], into: memoryview) -> bool:
         """Bytes [offset, offset + length) of ``value`` for each span (inside it), one after
         another into ``into`` (as many bytes as the spans hold), read from data.mdb - only
         their pages, several spans asked of the disk together - with the GIL released once
@@ -324,7 +360,7 @@ class LmdbValueView:
             )
         return True
 
-    def prefetch(self, value, spans: list[tuple[int, int]]) -> None:
+    def prefetch(self, value: Value, spans: list[tuple[int, int]]) -> None:
         """Have the kernel start reading bytes [offset, offset + length) of ``value`` from
         data.mdb for each span (posix_fadvise WILLNEED, no wait), so that the `read_spans`
         of several parts asked for first reach the disk together; advice that fails is only
@@ -339,7 +375,7 @@ class LmdbValueView:
         except OSError:
             pass
 
-    def _file_offset(self, value, offset: int, length: int) -> int | None:
+    def _file_offset(self, value: Value, offset: int, length: int) -> int | None:
         """Where bytes [offset, offset + length) of a value in the map lie in data.mdb, or
         None when the value is not in the map as `pages` know it (a copy)."""
         if self.pages is None or length <= 0 or offset < 0 or offset + length > len(value):
@@ -347,11 +383,13 @@ class LmdbValueView:
         at = buffer_offset(value, self.pages.base)
         return at + offset if at >= 0 and at + len(value) <= self.pages.in_use else None
 
-    def release(self, value) -> None:
+    def release(self, value: Value | None) -> None:
         """Done with a value: drop its pages from this process's resident set."""
         if value is not None:
             release_pages(value)
 
     def close(self) -> None:
-        self.cursor = None
+        # drop the cursor before its transaction ends; a closed view is never read again
+        # (ValueReader forgets it), so its type stays non-optional for the reads
+        self.cursor = None  # type: ignore[assignment]
         self.txn.abort()

@@ -7,8 +7,9 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import chain
+from typing import TYPE_CHECKING, Literal, TypeVar, overload
 
 import lmdb
 
@@ -39,16 +40,21 @@ from .lmdb_reads import LmdbReads
 from .options import LmdbOptions
 from .spec import is_mem_path
 
+if TYPE_CHECKING:
+    from ..infra.bytes_like import BytesLike
+
 #: a writer starts the disk writes of its commits every this many bytes (_early_writeback)
 WRITEBACK_BYTES = 32 << 20
 #: attempts of a write call that keeps finding the map full after growing it
 GROWTH_ATTEMPTS = 64
 
+T = TypeVar("T")
+
 
 class LmdbStore(LmdbReads, ShardStore):
     scheme = "lmdb"
 
-    def __init__(self, path: str, entry: EnvEntry, *, write: bool, options: LmdbOptions, lock_fd: int | None):
+    def __init__(self, path: str, entry: EnvEntry, *, write: bool, options: LmdbOptions, lock_fd: int | None) -> None:
         self.path = path
         self._real = os.path.realpath(path)
         self._entry = entry
@@ -73,7 +79,7 @@ class LmdbStore(LmdbReads, ShardStore):
         path: str,
         *,
         write: bool,
-        options: dict | None = None,
+        options: Mapping[str, object] | None = None,
         map_size: int | None = None,
         readahead: bool | None = None,
     ) -> LmdbStore:
@@ -82,12 +88,12 @@ class LmdbStore(LmdbReads, ShardStore):
         Extra keyword options (beyond the interface): ``map_size`` (the writer's size
         hint, bytes) and ``readahead`` override the same-named entries of ``options``.
         """
-        options = dict(options or {})
+        given = dict(options or {})
         if map_size is not None:
-            options["map_size"] = map_size
+            given["map_size"] = map_size
         if readahead is not None:
-            options["readahead"] = readahead
-        opts = LmdbOptions.parse(options)
+            given["readahead"] = readahead
+        opts = LmdbOptions.parse(given)
         path = os.path.abspath(path)
         require_access(path, write, cls.READER_WRITES)  # a permission problem is not damage
         if write:
@@ -125,14 +131,21 @@ class LmdbStore(LmdbReads, ShardStore):
             raise StoreError(errno.EBADF, f"shard {self.path} is closed")
         return self._entry.env
 
-    def _begin_read(self, buffers: bool = False) -> lmdb.Transaction:
+    def _begin_read(self) -> lmdb.Transaction[memoryview]:
+        """A read transaction whose values are buffers into the map."""
         env = self.env
         try:  # the common case first: every single get begins one
-            return env.begin(write=False, buffers=buffers)
+            return env.begin(write=False, buffers=True)
         except lmdb.MapResizedError:
-            return adopting_growth(self._entry, lambda: env.begin(write=False, buffers=buffers))
+            return adopting_growth(self._entry, lambda: env.begin(write=False, buffers=True))
 
-    def _db(self, table: str, *, create: bool):
+    @overload
+    def _db(self, table: str, *, create: Literal[True]) -> lmdb._Database: ...
+
+    @overload
+    def _db(self, table: str, *, create: bool) -> lmdb._Database | None: ...
+
+    def _db(self, table: str, *, create: bool) -> lmdb._Database | None:
         """The named database handle, or None when it does not exist (and not create)."""
         dbs = self._entry.dbs
         db = dbs.get(table)
@@ -169,7 +182,7 @@ class LmdbStore(LmdbReads, ShardStore):
         grow_map(self._entry, self.path, need)
         self.grows += 1
 
-    def _with_growth(self, fn):
+    def _with_growth(self, fn: Callable[[], T]) -> T:
         for _ in range(GROWTH_ATTEMPTS):
             try:
                 return fn()
@@ -179,7 +192,7 @@ class LmdbStore(LmdbReads, ShardStore):
 
     # --- writing ------------------------------------------------------------------
 
-    def put_sorted(self, items: Iterable[tuple[bytes, bytes]], table: str = "batches") -> int:
+    def put_sorted(self, items: Iterable[tuple[BytesLike, BytesLike]], table: str = "batches") -> int:
         self._require_write("put_sorted")
         if isinstance(items, (list, tuple)):
             self._make_room(items)
@@ -189,9 +202,9 @@ class LmdbStore(LmdbReads, ShardStore):
         except StopIteration:
             return 0
         db = self._db(table, create=True)
-        seen: list[tuple[bytes, object]] = []  # kept to retry the call after growing
+        seen: list[tuple[bytes, BytesLike]] = []  # kept to retry the call after growing
 
-        def checked(pairs):
+        def checked(pairs: Iterable[tuple[BytesLike, BytesLike]]) -> Iterator[tuple[bytes, BytesLike]]:
             prev = seen[-1][0] if seen else None
             for k, v in ascending(pairs, self.path, table, prev):
                 seen.append((k, v))
@@ -210,7 +223,7 @@ class LmdbStore(LmdbReads, ShardStore):
                 self._grow(sum(len(k) + len(v) for k, v in seen))
         raise StoreError(errno.ENOSPC, f"shard {self.path}: LMDB map still full after growing")
 
-    def _make_room(self, items) -> None:
+    def _make_room(self, items: list[tuple[BytesLike, BytesLike]] | tuple[tuple[BytesLike, BytesLike], ...]) -> None:
         """A call of known size: grow once up front instead of failing a big transaction
         (and, under a writable map, allocate the file blocks it will write)."""
         need = sum(len(k) + len(v) for k, v in items)
@@ -221,7 +234,9 @@ class LmdbStore(LmdbReads, ShardStore):
         if self._write and self.env.flags().get("writemap"):
             reserve_blocks(self.path, used, need)
 
-    def _put_stream(self, db, table: str, stream, head: bytes) -> int:
+    def _put_stream(
+        self, db: lmdb._Database, table: str, stream: Iterable[tuple[bytes, BytesLike]], head: bytes
+    ) -> int:
         """Write ``stream`` (keys ascending, the first one ``head``) in one transaction:
         LMDB's append path when it starts above the table's last key, else overwrites."""
         with self.env.begin(write=True, db=db) as txn:
@@ -264,7 +279,7 @@ class LmdbStore(LmdbReads, ShardStore):
         if self._db(table, create=False) is None:
             return
 
-        def run():
+        def run() -> None:
             # mdb_drop(delete=1) closes the handle even when the commit then fails (map
             # full, freeing a big table's pages): take a fresh handle on every attempt
             db = self._db(table, create=False)
@@ -337,7 +352,8 @@ class LmdbStore(LmdbReads, ShardStore):
         close_env(self._real, entry)  # close our environment, then swap directories
         faults.hit("compact-copied")
         self._swap_in(new, old)
-        os.close(self._lock_fd)
+        if self._lock_fd is not None:  # a writer's (compact requires one)
+            os.close(self._lock_fd)
         self._lock_fd = new_lock
         self._entry = acquire_env(self.path, write=True, options=self._opts)
         self._real = os.path.realpath(self.path)
@@ -376,15 +392,16 @@ class LmdbStore(LmdbReads, ShardStore):
             return
         self._closed = True
         for name in ("_wb_fd", "_data_fd"):
-            if getattr(self, name) is not None:
-                os.close(getattr(self, name))
+            fd: int | None = getattr(self, name)
+            if fd is not None:
+                os.close(fd)
                 setattr(self, name, None)
         release_env(self._real, self._entry)
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             if not self._closed and self._entry.pid == os.getpid():
                 self.close()

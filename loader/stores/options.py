@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, SupportsIndex, SupportsInt
 
 from ..errors import UsageError
 
@@ -23,7 +23,7 @@ DEFAULT_MAX_DBS = 1024
 SIZE_SUFFIXES = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
-def parse_bool(name: str, value) -> bool:
+def parse_bool(name: str, value: object) -> bool:
     """A boolean option: a bool, or 1/0, true/false, yes/no, on/off ("" is false)."""
     if isinstance(value, bool):
         return value
@@ -35,7 +35,7 @@ def parse_bool(name: str, value) -> bool:
     raise UsageError(f"store option {name}={value!r} is not a boolean; use 1/0, true/false")
 
 
-def parse_size(name: str, value) -> int:
+def parse_size(name: str, value: object) -> int:
     """A positive size in bytes: an int, or a number with an optional k/m/g/t suffix
     (``64m``, ``1.5g``, ``2GiB``)."""
     if isinstance(value, int):
@@ -54,7 +54,7 @@ def parse_size(name: str, value) -> int:
     return n
 
 
-def parse_count(name: str, value) -> int:
+def parse_count(name: str, value: object) -> int:
     """A whole number of at least 1."""
     try:
         n = int(str(value).strip())
@@ -65,9 +65,11 @@ def parse_count(name: str, value) -> int:
     return n
 
 
-def parse_int32(name: str, value, minimum: int = -(1 << 31)) -> int:
+def parse_int32(name: str, value: object, minimum: int = -(1 << 31)) -> int:
     """A RocksDB integer option: minimum .. 2**31-1."""
     try:
+        if not isinstance(value, (str, bytes, SupportsInt, SupportsIndex)):
+            raise TypeError(value)
         n = int(value)
     except (TypeError, ValueError):
         raise UsageError(f"rocksdb option {name}={value!r} is not an integer") from None
@@ -93,7 +95,7 @@ class LmdbOptions:
     }
 
     @classmethod
-    def parse(cls, options: Mapping) -> LmdbOptions:
+    def parse(cls, options: Mapping[str, object]) -> LmdbOptions:
         size = options.get("map_size")
         return cls(
             map_size=DEFAULT_MAP_SIZE if size is None else parse_size("map_size", size),
@@ -121,7 +123,7 @@ class RocksdbOptions:
     }
 
     @classmethod
-    def parse(cls, options: Mapping) -> RocksdbOptions:
+    def parse(cls, options: Mapping[str, object]) -> RocksdbOptions:
         compression = str(options.get("compression", "none")).lower()
         if compression not in ROCKSDB_COMPRESSIONS:
             raise UsageError(f"rocksdb option compression={compression!r} is unknown; use none, lz4, zstd or zstd-dict")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from ..errors import DatasetBusyError, MissingPathError, UnknownSchemeError
@@ -61,7 +62,7 @@ def options_for(scheme: str) -> type[LmdbOptions] | type[RocksdbOptions]:
         raise UnknownSchemeError(f"unknown store scheme {scheme!r}") from None
 
 
-def open_writer(spec: StoreSpec, shard: int, options: dict, wait: float = WRITER_WAIT) -> ShardStore:
+def open_writer(spec: StoreSpec, shard: int, options: Mapping[str, object], wait: float = WRITER_WAIT) -> ShardStore:
     """Open shard ``shard`` of ``spec`` for writing with ``options``. Workers of a job that
     was just killed may hold it for a moment while they notice and exit; give them
     ``wait`` seconds before raising DatasetBusyError."""

@@ -8,8 +8,9 @@ import errno
 import itertools
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Literal, overload
 
 from rocksdict import (
     AccessType,
@@ -36,6 +37,9 @@ from ..infra.regular import open_regular_file, require_regular_entries
 from .base import ShardStore, ascending, corrupt_store, make_shard_dir, require_access
 from .health import REBUILD
 from .options import RocksdbOptions
+
+if TYPE_CHECKING:
+    from ..infra.bytes_like import BytesLike
 
 _COMPRESSION = {
     "none": DBCompressionType.none,
@@ -91,8 +95,10 @@ def _dir_bytes(path: str) -> int:
 
 class RocksdbStore(ShardStore):
     scheme = "rocksdb"
+    #: the column families (tables) of the database, as this handle knows them
+    _known: set[str]
 
-    def __init__(self, path: str, db: Rdict, opts: Options, *, write: bool):
+    def __init__(self, path: str, db: Rdict, opts: Options, *, write: bool) -> None:
         self.path = path
         self._db: Rdict | None = db
         self._opts = opts
@@ -102,10 +108,10 @@ class RocksdbStore(ShardStore):
     # --- opening -----------------------------------------------------------------
 
     @classmethod
-    def open(cls, path: str, *, write: bool, options: dict | None = None) -> RocksdbStore:
-        options = RocksdbOptions.parse(options or {})
+    def open(cls, path: str, *, write: bool, options: Mapping[str, object] | None = None) -> RocksdbStore:
+        parsed = RocksdbOptions.parse(options or {})
         path = os.path.abspath(path)
-        opts = _options(options, write=write)
+        opts = _options(parsed, write=write)
         require_access(path, write)  # a permission problem is not damage
         if os.path.isdir(path):  # RocksDB opens every file it finds there: no FIFO, no device
             require_regular_entries(path, advice=REBUILD)
@@ -121,7 +127,7 @@ class RocksdbStore(ShardStore):
             access = AccessType.read_only(False)
         for attempt in range(1 if write else READ_OPEN_ATTEMPTS):
             try:
-                cfs = cls._families(path, options, write) if exists else None
+                cfs = cls._families(path, parsed, write) if exists else None
                 db = Rdict(path, opts, column_families=cfs, access_type=access)
                 break
             except Exception as e:
@@ -141,7 +147,7 @@ class RocksdbStore(ShardStore):
         return store
 
     @staticmethod
-    def _families(path: str, options: RocksdbOptions, write: bool) -> dict:
+    def _families(path: str, options: RocksdbOptions, write: bool) -> dict[str, Options]:
         try:
             names = Rdict.list_cf(path, Options(raw_mode=True))
         except Exception as e:
@@ -176,6 +182,12 @@ class RocksdbStore(ShardStore):
             raise StoreError(errno.EBADF, f"shard {self.path} is closed")
         return self._db
 
+    @overload
+    def _cf(self, table: str, *, create: Literal[True]) -> Rdict: ...
+
+    @overload
+    def _cf(self, table: str, *, create: bool) -> Rdict | None: ...
+
     def _cf(self, table: str, *, create: bool) -> Rdict | None:
         cf = self._cfs.get(table)
         if cf is not None:
@@ -194,7 +206,7 @@ class RocksdbStore(ShardStore):
 
     # --- the interface ------------------------------------------------------------
 
-    def put_sorted(self, items: Iterable[tuple[bytes, bytes]], table: str = "batches") -> int:
+    def put_sorted(self, items: Iterable[tuple[BytesLike, BytesLike]], table: str = "batches") -> int:
         self._require_write("put_sorted")
         source = iter(items)
         try:
@@ -233,7 +245,8 @@ class RocksdbStore(ShardStore):
         if cf is None:
             return None
         with self._reading():
-            return cf.get(bytes(key))
+            value: bytes | None = cf.get(bytes(key))
+            return value
 
     def range(
         self, lo: bytes | None = None, hi: bytes | None = None, table: str = "batches"
@@ -274,7 +287,7 @@ class RocksdbStore(ShardStore):
             return it.key(), it.value()
 
     @contextmanager
-    def _reading(self):
+    def _reading(self) -> Iterator[None]:
         """RocksDB's errors on reading (Corruption: block checksum mismatch, a missing SST
         file, ...) become one CorruptStoreError naming the shard."""
         try:
@@ -289,9 +302,9 @@ class RocksdbStore(ShardStore):
         cf = self._cf(table, create=False)
         if cf is None:
             return 0
-        n, first, last = 0, None, None
+        n, first, last = 0, b"", b""
         for k, _v in self.range(lo, hi, table):
-            if first is None:
+            if not n:
                 first = k
             last = k
             n += 1
@@ -341,7 +354,9 @@ class RocksdbStore(ShardStore):
         try:
             self.sync()
             for table in sorted(self._known):
-                self._cf(table, create=False).compact_range(None, None, copts)
+                cf = self._cf(table, create=False)
+                if cf is not None:  # a known table: never None
+                    cf.compact_range(None, None, copts)
             self.db.compact_range(None, None, copts)
         except Exception as e:
             raise StoreError(errno.EIO, f"cannot compact shard {self.path}: {e}") from e
@@ -357,7 +372,7 @@ class RocksdbStore(ShardStore):
         finally:
             del db
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:

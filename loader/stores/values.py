@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from ..errors import CorruptBatchError
 from ..model.placement import batch_key
-from .base import ShardStore
-from .health import batch_message, check_value
+from .base import ShardStore, Value, ValueView
+from .health import BatchRow, batch_message, check_value
+from .spec import StoreSpec
 
 
 class ValueReader:
@@ -29,35 +30,36 @@ class ValueReader:
 
     __slots__ = ("store", "table", "view")
 
-    def __init__(self, store: ShardStore, table: str):
+    def __init__(self, store: ShardStore, table: str) -> None:
         self.store = store
         self.table = table
-        self.view = None  # the backend's zero-copy view while open, or None: values are copied
+        self.view: ValueView | None = None  # the backend's zero-copy view while open, or None: values are copied
 
     def __enter__(self) -> ValueReader:
         self.view = self.store.value_view(self.table)
         return self
 
-    def get(self, key: bytes, touch: bool = True):
+    def get(self, key: bytes, touch: bool = True) -> Value | None:
         """The value of ``key`` (zero-copy under LMDB) or None. ``touch=False`` (LMDB): none
         of its pages is read from the disk until its bytes are, and then only those pages."""
         if self.view is not None:
             return self.view.get(key, touch)
         return self.store.get(key, table=self.table)
 
-    def read_parts(self, value, spans: list[tuple[int, int]]) -> list[memoryview]:
+    def read_parts(self, value: Value, spans: list[tuple[int, int]]) -> list[memoryview]:
         """A copy of each (offset, length) span of ``value``. Of an untouched LMDB value
         only their pages are read, all of them asked of the disk before the first is waited
         for (`read_spans`): a record's read and its value's header reach the disk together."""
         buf = memoryview(bytearray(sum(n for _, n in spans)))
         self.read_spans(value, spans, buf)
-        parts, pos = [], 0
+        parts: list[memoryview] = []
+        pos = 0
         for _, n in spans:
             parts.append(buf[pos : pos + n])
             pos += n
         return parts
 
-    def read_spans(self, value, spans: list[tuple[int, int]], into: memoryview) -> None:
+    def read_spans(self, value: Value, spans: list[tuple[int, int]], into: memoryview) -> None:
         """The bytes of each (offset, length) span of ``value``, one after another into
         ``into`` (of an untouched LMDB value: only their pages are read from the disk)."""
         if self.view is not None and self.view.read_spans(value, spans, into):
@@ -72,25 +74,25 @@ class ValueReader:
             into[pos : pos + length] = memoryview(value)[offset : offset + length]
             pos += length
 
-    def prefetch(self, value, spans: list[tuple[int, int]]) -> None:
+    def prefetch(self, value: Value, spans: list[tuple[int, int]]) -> None:
         """Have the disk start reading each (offset, length) span of an untouched LMDB
         value, without waiting: the `read_spans` of parts asked for first are served
         together instead of one after another (nothing for copied values)."""
         if self.view is not None:
             self.view.prefetch(value, spans)
 
-    def release(self, value) -> None:
+    def release(self, value: Value | None) -> None:
         """Done with a zero-copy value: drop its pages from this process's resident set."""
         if self.view is not None:
             self.view.release(value)
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self.view is not None:
             self.view.close()
             self.view = None
 
 
-def read_batch(rd: ValueReader, store, b):
+def read_batch(rd: ValueReader, store: StoreSpec, b: BatchRow) -> Value:
     """The value of flat batch ``b`` (a `BatchEntry`; through ``rd``, a reader of its
     shard's ``batches``), checked against its size and xxh3: a changed batch must not be
     rebuilt into arrays or merged batches with a new checksum (CorruptBatchError)."""

@@ -19,14 +19,18 @@ the next writer to reuse; committed data is never touched.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import TypeVar
 
 from ..errors import BulkloadError, NoSpaceError, StoreError, WorkerError
 from ..infra.space import existing_ancestor, free_bytes, human, mount_point
 from .lmdb_files import trim_tail
 from .spec import StoreSpec
 
+T = TypeVar("T")
 
-def guard_write(spec: StoreSpec, s: int, fn):
+
+def guard_write(spec: StoreSpec, s: int, fn: Callable[[], T]) -> T:
     """fn() - a write to shard ``s`` of ``spec`` - with its failures as above."""
     try:
         return fn()
@@ -61,9 +65,8 @@ def _full(path: str) -> str:
 
 def out_of_space(e: BaseException) -> bool:
     """Did a run stop on a failed write: its own StoreError / NoSpaceError, or a worker's?"""
-    if isinstance(e, WorkerError):
-        e = e.error
-    return isinstance(e, (StoreError, NoSpaceError))
+    cause = e.error if isinstance(e, WorkerError) else e
+    return isinstance(cause, (StoreError, NoSpaceError))
 
 
 def trim_tails(spec: StoreSpec, nshards: int) -> None:

@@ -3,6 +3,8 @@
 arrays, documents by id; checksums checked on every batch read whole; `to_arrow`,
 `to_pandas` and `read_records` give the same records."""
 
+import re
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -120,6 +122,17 @@ def test_bad_scan_arguments_are_usage_errors(uri):
             ds.scan(batch_rows=0)
         with pytest.raises(UsageError, match="scan a record range with scan"):
             ds.scan(0, 10)
+
+
+def test_columns_that_name_no_fields_are_usage_errors_not_tracebacks(tmp_path):
+    u = f"lmdb://{tmp_path}/ds"
+    loader.load(f"gen://scidb96?n={N}", u, **KW)
+    loader.finalize(u, dims="i0:4,i1:500", workers=1, progress="none")
+    with loader.open(u) as ds:
+        with pytest.raises(UsageError, match="columns=True names no fields"):
+            ds.scan(columns=True)
+        with pytest.raises(UsageError, match=re.escape("columns=7.5 names no fields")):
+            ds.scan(box="i0=1:3,i1=0:900", columns=7.5)
 
 
 def test_a_damaged_batch_fails_the_scan_naming_shard_and_batch(tmp_path):
