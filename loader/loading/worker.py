@@ -29,6 +29,7 @@ coordinator died stops without writing more.
 
 from __future__ import annotations
 
+import functools
 import os
 import queue
 import time
@@ -97,7 +98,7 @@ def _open_stores(task: LoadTask, writer, stores: dict) -> None:
             if damage is not None:
                 raise damage.error(writing=True)
         stores[s] = st = open_writer(w.store, s, opts)
-        guard_write(w.store, s, lambda s=s, st=st: writer.prepare(s, st))
+        guard_write(w.store, s, functools.partial(writer.prepare, s, st))
 
 
 def _planned(task: LoadTask, writer, times: StageTimes):
