@@ -16,6 +16,7 @@ ENV = dict(os.environ, NO_MKDOCS_2_WARNING="1", DISABLE_MKDOCS_2_WARNING="true")
 
 def _copy_site(tmp_path: Path) -> Path:
     shutil.copy(REPO / "mkdocs.yml", tmp_path / "mkdocs.yml")
+    shutil.copy(REPO / "CHANGELOG.md", tmp_path / "CHANGELOG.md")  # docs/changelog.md includes it
     shutil.copytree(REPO / "docs", tmp_path / "docs", ignore=shutil.ignore_patterns("__pycache__"))
     return tmp_path
 

@@ -20,10 +20,10 @@ from loader.sources.generators import generate
 
 
 def readme_recipe() -> tuple[str, str]:
-    """The README's crontab lines (README "Cron": the SHELL= line and the job's line), as a
-    user pastes them; /srv/bulkload is the working directory."""
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    block = text.split("**Cron.**", 1)[1].split("```", 2)[1]
+    """The documented crontab lines (docs/guides/scheduled.md "Cron": the SHELL= line and the
+    job's line), as a user pastes them; /srv/bulkload is the working directory."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "scheduled.md").read_text()
+    block = text.split("## Cron", 1)[1].split("```", 2)[1]
     lines = [ln for ln in block.splitlines() if ln.strip()]
     shell = next(ln for ln in lines if ln.startswith("SHELL="))
     job = next(ln for ln in lines if ln.startswith("*/5 "))
