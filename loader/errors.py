@@ -227,6 +227,9 @@ class DamagedDatasetError(ManifestError):
     file inside a dataset that is not a regular file of plausible size: nothing reads or
     writes over it; the message says how to recover."""
 
+    #: set by infra/regular.py: the file and what is wrong with it, for a caller's own message
+    what: str
+
 
 class NewerFormatError(ManifestError):
     """The dataset was written by a newer bulkload (its manifest.json's ``version`` is
@@ -278,6 +281,9 @@ class MissingShardError(StoreError):
 
 class OutputError(BulkloadError, OSError):
     """An output file (--out) could not be written: disk full, I/O error."""
+
+    #: the path that could not be written (infra/outputs.py `write_error`)
+    output: str
 
     exit_code = EXIT_FAILED
 
