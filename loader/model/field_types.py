@@ -134,6 +134,13 @@ class FieldType:
         return self.byte_width if self.base in ("bytes", "string") else (self.count or 1)
 
     @property
+    def time_unit(self) -> str:
+        """The unit of datetime64[unit] / timedelta64[unit] (the parser sets it for those only)."""
+        if self.unit is None:
+            raise TypeError(f"type {self.name!r} has no unit: it is not datetime64 or timedelta64")
+        return self.unit
+
+    @property
     def byte_width(self) -> int:
         """N of bytes[N] / string[N] (the parser sets it for those types only)."""
         if self.width is None:
