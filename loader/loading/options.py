@@ -15,6 +15,7 @@ directory (load.py removes it again when the load is refused before it writes).
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from ..errors import DatasetMismatchError, ManifestError, MissingPathError, NotWritableError, UsageError
 from ..infra import env
@@ -172,7 +173,9 @@ def resolve_options(
 
 def fresh_manifest(m: mf.Manifest | None, spec: StoreSpec, settings: RunSettings, batch_records: int) -> mf.Manifest:
     """A manifest for an empty dataset with these options (keeping its id and history)."""
-    keep = {"runs": m.runs, "dataset_id": m.dataset_id, "created": m.created, "extra": m.extra} if m else {}
+    keep: dict[str, Any] = (
+        {"runs": m.runs, "dataset_id": m.dataset_id, "created": m.created, "extra": m.extra} if m else {}
+    )
     return mf.Manifest(
         layout=settings.layout.to_dict(),
         format=settings.format,

@@ -35,11 +35,11 @@ import time
 import typing
 import uuid
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Literal, Self, overload
+from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar, overload
 
 import msgspec
 
-from ..errors import BulkloadError, Interrupted, WorkerError
+from ..errors import BulkloadError, Interrupted, ManifestError, WorkerError
 from .json_object import Absent, JsonDict, JsonObject
 from .vocab import (
     UNFINISHED_STATUSES,
@@ -51,6 +51,8 @@ from .vocab import (
 
 if TYPE_CHECKING:
     from .manifest import Manifest
+
+T = TypeVar("T")
 
 
 class PlanFile(JsonObject):
@@ -223,6 +225,17 @@ def new_run(kind: str, **details: Any) -> Run:
         pid=os.getpid(),
         **details,
     )  # = socket.gethostname(), lighter
+
+
+def need(run: Run, name: str, value: T | None) -> T:
+    """``value``, run ``run``'s field ``name``, which its kind always records (a load run
+    its plan, a finalize run its strategy): ManifestError if the run lacks it."""
+    if value is None:
+        raise ManifestError(
+            f"run {run.id} ({run.kind}) has no `{name}`, which every {run.kind} run records: the "
+            "dataset's metadata is damaged; restore it from a backup, or rebuild the dataset with --replace"
+        )
+    return value
 
 
 UNFINISHED: tuple[UnfinishedStatus, ...] = UNFINISHED_STATUSES
