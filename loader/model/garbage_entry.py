@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import typing
 from collections.abc import Iterable
-from typing import Any, Literal, Self
+from typing import Any, Literal
 
 import msgspec
 
-from .json_object import Absent, JsonDict, JsonObject
+from .json_object import Absent, JsonObject
 from .vocab import GARBAGE_KINDS, GarbageKind
 
 BATCHES: GarbageKind = "batches"
@@ -40,14 +40,6 @@ class GarbageEntry(JsonObject):
 
     kind: str
     generation: Absent[int] = None  # of the manifest write that listed it
-
-    @classmethod
-    def class_of(cls, d: JsonDict) -> type[Self]:
-        """`GarbageEntry.from_dict` builds the entry of its kind's class."""
-        kind = d.get("kind")
-        found = ENTRY_CLASSES.get(kind) if cls is GarbageEntry and isinstance(kind, str) else None
-        # a subclass of GarbageEntry, which is Self here: mypy cannot tie the two
-        return cls if found is None else found  # type: ignore[return-value]
 
     @staticmethod
     def batches(below: int) -> BatchesGarbage:
@@ -94,6 +86,7 @@ ENTRY_CLASSES: dict[str, type[GarbageEntry]] = {
     ARRAY: ArrayGarbage,
     DOC_TABLES: DocTablesGarbage,
 }
+GarbageEntry._by_tag = ENTRY_CLASSES  # GarbageEntry.from_dict builds the entry of its kind's class
 
 
 def entry_shapes() -> Any:

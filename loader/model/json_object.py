@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import types
 import typing
+from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Self, TypeVar
 
 import msgspec
@@ -55,6 +56,8 @@ class JsonObject:
     #: the tag (value of `_tag_field`) of this class in a tagged union of shapes, if any
     _tag: ClassVar[str | None] = None
     _tag_field: ClassVar[str] = "kind"
+    #: on the base class of several kinds (runs, garbage entries): tag -> the kind's class
+    _by_tag: ClassVar[Mapping[str, type[JsonObject]]] = {}
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
@@ -125,9 +128,12 @@ class JsonObject:
 
     @classmethod
     def class_of(cls, d: JsonDict) -> type[Self]:
-        """The class of the object `from_dict` builds of ``d``: this one (a base class of
-        several kinds picks the kind's)."""
-        return cls
+        """The class of the object `from_dict` builds of ``d``: this one, or - this class
+        being the base of several kinds (`_by_tag`) - the class of ``d``'s kind, if known."""
+        tag = d.get(cls._tag_field) if "_by_tag" in cls.__dict__ else None
+        found = cls._by_tag.get(tag) if isinstance(tag, str) else None
+        # a subclass of cls (registered in its _by_tag), which is Self here: mypy cannot tie the two
+        return cls if found is None else found  # type: ignore[return-value]
 
     @classmethod
     def shape(cls) -> type[msgspec.Struct]:

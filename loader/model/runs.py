@@ -35,12 +35,12 @@ import time
 import typing
 import uuid
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 import msgspec
 
 from ..errors import BulkloadError, Interrupted, ManifestError, WorkerError
-from .json_object import Absent, JsonDict, JsonObject
+from .json_object import Absent, JsonObject
 from .vocab import (
     UNFINISHED_STATUSES,
     RunKind,
@@ -146,14 +146,6 @@ class Run(JsonObject):
     text_bytes_rewritten: Absent[int] = None
     fold_seconds: Absent[float] = None
 
-    @classmethod
-    def class_of(cls, d: JsonDict) -> type[Self]:
-        """`Run.from_dict` builds the run of its kind's class (unknown kinds: `Run`)."""
-        kind = d.get("kind")
-        found = RUN_CLASSES.get(kind) if cls is Run and isinstance(kind, str) else None
-        # a subclass of Run, which is Self here: mypy cannot tie the two
-        return cls if found is None else found  # type: ignore[return-value]
-
 
 class LoadRun(Run):
     """A ``bulkload load`` run."""
@@ -192,6 +184,7 @@ RUN_CLASSES: dict[str, type[Run]] = {
     "finalize": FinalizeRun,
     "compact": CompactRun,
 }
+Run._by_tag = RUN_CLASSES  # Run.from_dict builds the run of its kind's class
 
 
 def run_shapes() -> Any:
