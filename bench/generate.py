@@ -4,7 +4,7 @@
 
 Paths measured (MB/s = 10**6 bytes/s of 96-byte records; median and min-max of R runs):
 
-  c-fill            C generator in-process (loader._gen) into a preallocated numpy array
+  c-fill            C generator in-process (loader.sources._gen) into a preallocated numpy array
   gen-devnull       the `bulkload-gen` program > /dev/null (includes process start)
   gen-file          `bulkload-gen` > a new file in DIR (page cache, no fsync)
   gen-file-fsync    `bulkload-gen` > a new file in DIR, then fsync (the disk's limit)
@@ -12,7 +12,7 @@ Paths measured (MB/s = 10**6 bytes/s of 96-byte records; median and min-max of R
 
 Documents (``gen://docs``, layout docs; MB/s = 10**6 bytes/s of text, plus us per document):
 
-  docs-c            generate_docs(seed, 0, D, impl="c")      (loader._gen, generators/docs_gen.c)
+  docs-c            generate_docs(seed, 0, D, impl="c")      (loader.sources._gen, generators/docs_gen.c)
   docs-numpy        generate_docs(seed, 0, D, impl="numpy")  (the vectorised reference)
 
 Targets on the reference 2-core machine: c-fill >= 5000, gen-devnull >= 10000,

@@ -7,9 +7,14 @@ report (or, for `query`, the cells as a pyarrow Table). The CLI's ``verify``, ``
 
 from __future__ import annotations
 
+import datetime
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
 from ..arrays import query as array_query
 from ..infra import executors
 from ..infra.outputs import refuse_dataset_paths
+from ..model.optspec import DEFAULT_ARRAY
 from ..model.run_retention import RunFilter
 from ..model.runs import Run
 from ..read.dataset import open as open_dataset
@@ -17,6 +22,9 @@ from ..read.export import EXPORT_FORMATS, ExportReport, Selection
 from ..read.export import export as export_records
 from ..read.tables import check_format, write_table
 from ..read.verifying import VerifyReport
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 def verify(dataset: str) -> VerifyReport:
@@ -28,7 +36,8 @@ def verify(dataset: str) -> VerifyReport:
 
         return verify_on_executor(dataset)
     with open_dataset(dataset) as ds:
-        return ds.verify()
+        report: VerifyReport = ds.verify()
+    return report
 
 
 def export(
@@ -36,13 +45,13 @@ def export(
     out: str,
     format: str = "arrow",
     *,
-    columns=None,
-    records=None,
-    box=None,
+    columns: str | Sequence[str] | None = None,
+    records: str | tuple[int | None, int | None] | None = None,
+    box: str | dict[str, tuple[int, int]] | None = None,
     array: str | None = None,
     compression: str | None = None,
     row_group_rows: int | None = None,
-    formats=EXPORT_FORMATS,
+    formats: Sequence[str] | None = None,
 ) -> ExportReport:
     """Write the records (or the ``columns`` of ``records`` / of a ``box`` of ``array``: see
     `Dataset.scan`), in order, to ``out`` as arrow, parquet, csv, jsonl, npy or capnp."""
@@ -54,19 +63,19 @@ def export(
             Selection(columns, records, box, array),
             compression=compression,
             row_group_rows=row_group_rows,
-            formats=formats,
+            formats=EXPORT_FORMATS if formats is None else formats,
         )
 
 
 def query(
     dataset: str,
-    box: str | dict,
+    box: str | dict[str, tuple[int, int]],
     *,
-    array: str = "grid",
+    array: str = DEFAULT_ARRAY,
     attrs: str | None = None,
     format: str | None = None,
     out: str | None = None,
-):
+) -> pa.Table:
     """The cells of a half-open box of a 2-D array (``"i0=2:5,i1=0:1000"`` or
     ``{"i0": (2, 5), ...}``) as a pyarrow Table; with ``format``, also written to ``out``
     (standard output when ``out`` is None) as `bulkload query` writes it."""
@@ -83,16 +92,21 @@ def query(
     return table
 
 
-def info(dataset: str, as_of=None) -> dict:
+def info(dataset: str, as_of: int | str | None = None) -> dict[str, Any]:
     """What `bulkload info --json` prints: layout, format, shards, records, bytes, runs,
     arrays, problems (missing or damaged shards); ``as_of`` (a generation or a run id):
     of the dataset as it stood after that commit (`loader.open`'s ``as_of``)."""
     with open_dataset(dataset, as_of=as_of) as ds:
-        return ds.info()
+        described: dict[str, Any] = ds.info()
+    return described
 
 
 def runs(
-    dataset: str, status: str | None = None, kind: str | None = None, since=None, limit: int | None = None
+    dataset: str,
+    status: str | None = None,
+    kind: str | None = None,
+    since: str | float | datetime.datetime | None = None,
+    limit: int | None = None,
 ) -> list[Run]:
     """The dataset's run records, newest first, as `info` shows them (a dead job's
     ``running`` run ``interrupted``, the runs before the last --replace ``replaced``):

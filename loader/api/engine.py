@@ -13,8 +13,8 @@ executor is used - nothing written yet - the scheduler is checked within seconds
 seconds (EngineError naming the address); then every worker (infra/dask_exec.check_workers):
 it can import bulkload and sees the dataset's directory - else a one-line EngineError.
 
-`with_engine` gives a run (``loader.load``, ``ingest``, ``finalize``, ``compact``: see
-api/__init__.py) those three extra keywords. dask is imported only here and only when the engine is dask. Leases of Dask
+`on_engine` runs a call of the API (``loader.load``, ``ingest``, ``finalize``, ``compact``,
+``verify``: api/public.py, whose signatures show those three keywords) there. dask is imported only here and only when the engine is dask. Leases of Dask
 attempts live in ``<dataset>/.leases`` (a directory every worker sees: the dataset's).
 
 Crash behaviour: a LocalCluster started here (in a process group of its own) is closed on
@@ -24,8 +24,10 @@ the way out, and killed at once on a stop signal; a remote client is closed only
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
+from collections.abc import Callable, Iterator
+from types import ModuleType
+from typing import Any, TypeVar
 
 from ..errors import EngineError, UsageError
 from ..infra import env, executors
@@ -34,10 +36,13 @@ from ..model.options import MAX_WORKERS, check_count
 from ..stores.spec import parse_dataset_uri
 
 LEASES = ".leases"
+R = TypeVar("R")
 
 
 @contextlib.contextmanager
-def engine_for(dataset: str, client=None, engine: str | None = None, scheduler: str | None = None):
+def engine_for(
+    dataset: str, client: Any = None, engine: str | None = None, scheduler: str | None = None
+) -> Iterator[Any]:
     """The executor the runs inside the block use (see the module docstring)."""
     name = (engine or ("dask" if client is not None else "")).strip().lower()
     if not name and not scheduler and executors.current_or_none() is not None:
@@ -61,7 +66,7 @@ def engine_for(dataset: str, client=None, engine: str | None = None, scheduler: 
             yield ex
 
 
-def engine_info(ex) -> dict:
+def engine_info(ex: Any) -> dict[str, Any]:
     """What a ``--json`` report adds for a run off the local pool: engine, scheduler, workers
     used, tasks retried ({} for the local pool: its reports stay the report's ``to_dict()``)."""
     if ex.local:
@@ -86,7 +91,7 @@ def _dask_root(dataset: str) -> str:
 
 
 @contextlib.contextmanager
-def _dask_client(client, scheduler: str):
+def _dask_client(client: Any, scheduler: str) -> Iterator[tuple[Any, str]]:
     """(client, scheduler address) for the block: ``client``, or one opened on ``scheduler``
     (a handshake first, bounded: infra/dask_connect.py); either with a worker at least."""
     if client is not None:
@@ -112,14 +117,14 @@ def _dask_client(client, scheduler: str):
             connect.probe(scheduler, timeout)
             target = scheduler
         try:
-            dask_client = stack.enter_context(Client(target, timeout=max(timeout, 1.0)))
+            dask_client = stack.enter_context(Client(target, timeout=max(timeout, 1.0)))  # type: ignore[no-untyped-call]
         except (OSError, TimeoutError) as e:
             raise EngineError(f"cannot reach the Dask scheduler at {scheduler}: {e}; {connect.ADVICE}") from None
         connect.wait_for_workers(dask_client, scheduler, timeout)
         yield dask_client, scheduler
 
 
-def _connect():
+def _connect() -> ModuleType:
     """infra/dask_connect.py (UsageError when dask[distributed] is not installed)."""
     try:  # imported here: dask is needed only when the engine is dask
         from ..infra import dask_connect
@@ -128,17 +133,16 @@ def _connect():
     return dask_connect
 
 
-def with_engine(run, dataset_arg: int = 0):
-    """``run`` with the keywords ``client``, ``engine``, ``scheduler`` (its dataset is its
-    positional argument ``dataset_arg``, or the keyword ``dataset`` / ``dataset_uri``); a run
-    off the local pool says so in its report (model/engine_keys.py: the keys of ``--json``)."""
-
-    @functools.wraps(run)
-    def call(*args, client=None, engine: str | None = None, scheduler: str | None = None, **kw):
-        dataset = args[dataset_arg] if len(args) > dataset_arg else kw.get("dataset", kw.get("dataset_uri"))
-        with engine_for(dataset, client, engine, scheduler) as ex:
-            report = run(*args, **kw)
-            info = engine_info(ex)
-        return report.with_engine(info) if info and isinstance(report, EngineKeys) else report
-
-    return call
+def on_engine(
+    dataset: str, call: Callable[[], R], client: Any = None, engine: str | None = None, scheduler: str | None = None
+) -> R:
+    """``call()`` on the executor that ``client`` / ``engine`` / ``scheduler`` choose (see the
+    module docstring); a run off the local pool says so in its report (model/engine_keys.py:
+    the keys of ``--json``)."""
+    with engine_for(dataset, client, engine, scheduler) as ex:
+        report = call()
+        info = engine_info(ex)
+    if info and isinstance(report, EngineKeys):
+        tagged: R = report.with_engine(info)
+        return tagged
+    return report

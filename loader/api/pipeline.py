@@ -3,12 +3,18 @@
 A pipeline file names a dataset and the steps to run on it, in this order:
 
     [job]       dataset (required), layout, format, compression, shards, workers,
-                batch_records, checkpoint_seconds, quiet, engine, scheduler, keep_runs
-    [load]      source (required), new_run, replace            } exactly one
-    [ingest]    from (required), pattern, on_bad_file          } of these two
+                batch_records, keep_runs, checkpoint_seconds, engine, scheduler, quiet, name
+    [load]      source (required), new_run, replace, on_bad_file   } exactly one
+    [ingest]    from (required), pattern, on_bad_file              } of these two
     [compact]   target_batch_records, force, keep_snapshots, enabled   optional
-    [finalize]  dims, array, duplicates, compact, workers, memory_budget, compression, keep_snapshots, enabled
+    [finalize]  dims, array, duplicates, workers, compact, memory_budget, strategy,
+                compression, force, keep_snapshots, enabled
     [query]     box (required), array, attrs, format, out, enabled
+
+The keys are the options of the steps' public functions (api/public.py: `SCHEMA` is made
+from their signatures), with their defaults: a key is the API's keyword (``[ingest] from``:
+``from_dir``) and the CLI's option (``--from``); the options every step shares sit in
+[job]; ``[finalize] workers`` unset takes ``[job] workers``.
 
 A step runs when its section is present (and ``enabled`` is not false). Keys before
 the first section belong to [job]. Values come from, highest first: ``--set
@@ -41,7 +47,9 @@ import os
 import re
 import time
 import tomllib
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
+from typing import Any, NamedTuple
 
 from ..arrays.finalize import finalize
 from ..errors import BulkloadError, MissingPathError, PipelineError
@@ -54,67 +62,76 @@ from ..maintain.compact import compact
 from ..maintain.run_prune import prune_after_job
 from ..model.layouts import toml_text
 from ..model.options import size_option
+from ..model.optspec import options_of
 from ..stores.spec import parse_dataset_uri
+from . import public
 from .commands import query
 from .engine import engine_for, engine_info
 
-# section -> key -> (type, default); default None: optional; REQUIRED: must be given
-REQUIRED = object()
-SCHEMA: dict[str, dict[str, tuple[type, object]]] = {
-    "job": {
-        "dataset": (str, REQUIRED),
-        "layout": (str, None),
-        "format": (str, None),
-        "compression": (str, None),
-        "shards": (int, None),
-        "workers": (int, None),
-        "batch_records": (int, None),
-        "checkpoint_seconds": (float, None),
-        "quiet": (bool, False),
-        "name": (str, None),
-        "engine": (str, None),
-        "scheduler": (str, None),
-        "keep_runs": (int, None),
-    },
-    "load": {"source": (str, REQUIRED), "new_run": (bool, False), "replace": (bool, False), "enabled": (bool, True)},
-    "ingest": {"from": (str, REQUIRED), "pattern": (str, "*"), "on_bad_file": (str, "fail"), "enabled": (bool, True)},
-    "compact": {
-        "target_batch_records": (int, None),
-        "force": (bool, False),
-        "keep_snapshots": (int, None),
-        "enabled": (bool, True),
-    },
-    "finalize": {
-        "dims": (str, None),
-        "array": (str, "grid"),
-        "duplicates": (str, "error"),
-        "compact": (bool, True),
-        "workers": (int, None),
-        "memory_budget": (str, None),
-        "compression": (str, None),
-        "keep_snapshots": (int, None),
-        "enabled": (bool, True),
-    },
-    "query": {
-        "box": (str, REQUIRED),
-        "array": (str, "grid"),
-        "attrs": (str, None),
-        "format": (str, "csv"),
-        "out": (str, None),
-        "enabled": (bool, True),
-    },
+# The schema: section -> key -> Key, made from the public functions' signatures (api/public.py:
+# each keyword's Opt says its key, its table - the step's own or [job] - and its help), so that
+# a pipeline's keys, defaults and help are the API's and the CLI's (tests/api/test_options_agree.py).
+REQUIRED: Any = object()  # the default of a key that must be given
+
+
+class Key(NamedTuple):
+    """A pipeline key: its value type, default (REQUIRED: none), help, and the keyword of the
+    step's function it sets (None: the pipeline's own, e.g. ``[job] quiet``)."""
+
+    type: type
+    default: Any
+    help: str
+    keyword: str | None
+
+
+#: the steps, in the order they run: step -> the public function whose options it takes
+STEP_FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "load": public.load,
+    "ingest": public.ingest,
+    "compact": public.compact,
+    "finalize": public.finalize,
+    "query": public.query,
 }
-STEPS = ("load", "ingest", "compact", "finalize", "query")
+#: the [job] keys that the pipeline applies itself, once around every step (not a step's keyword)
+AROUND_STEPS = ("engine", "scheduler", "keep_runs")
+#: the pipeline's own keys (no function's keyword)
+JOB_OWN = {
+    "quiet": Key(bool, False, "No progress output (the CLI's --quiet).", None),
+    "name": Key(str, None, "The pipeline's name in its report and log lines (default: the file's name).", None),
+}
+ENABLED = Key(bool, True, "Run this step (false: leave it out).", None)
+
+
+def make_schema(functions: dict[str, Callable[..., Any]]) -> dict[str, dict[str, Key]]:
+    """The sections and keys of a pipeline whose steps take the options of ``functions``."""
+    job: dict[str, Key] = {}
+    steps: dict[str, dict[str, Key]] = {}
+    for step, fn in functions.items():
+        own = steps.setdefault(step, {})
+        for o in options_of(fn).values():
+            if o.key is None:
+                continue
+            key = Key(o.value_type(), REQUIRED if o.required else o.key_default, o.opt.help, o.name)
+            if o.opt.section == "job":
+                job.setdefault(o.key, key)
+            else:
+                own[o.key] = key
+        own["enabled"] = ENABLED
+    return {"job": job | JOB_OWN, **steps}
+
+
+SCHEMA = make_schema(STEP_FUNCTIONS)
+STEPS = tuple(STEP_FUNCTIONS)
 TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
 
 
 @dataclass
 class Pipeline:
     path: str
-    config: dict[str, dict]  # section -> key -> value (defaults filled in)
+    config: dict[str, dict[str, Any]]  # section -> key -> value (defaults filled in)
     origin: dict[str, str]  # "section.key" -> where the value came from
 
-    def get(self, section: str, key: str):
+    def get(self, section: str, key: str) -> Any:
         return self.config.get(section, {}).get(key)
 
     @property
@@ -148,7 +165,7 @@ def _where(path: str, lines: dict[str, int], name: str) -> str:
     return f"{path}, line {n}" if n else path
 
 
-def _convert(value, typ: type, name: str, where: str, from_text: bool):
+def _convert(value: Any, typ: type, name: str, where: str, from_text: bool) -> Any:
     """``value`` as ``typ`` (from an environment variable or --set: parsed from text), else
     PipelineError "WHERE: key NAME must be ..." (``name``: "'k' in [section]")."""
     if from_text and not isinstance(value, typ):
@@ -175,7 +192,7 @@ def _convert(value, typ: type, name: str, where: str, from_text: bool):
     return value
 
 
-def parse(path: str, sets: list[str] | None = None, env: dict | None = None) -> Pipeline:
+def parse(path: str, sets: list[str] | None = None, env: Mapping[str, str] | None = None) -> Pipeline:
     """Read a pipeline file and apply, over its values, the environment and ``--set``;
     then defaults and the rules (required keys, exactly one of [load] / [ingest])."""
     data, lines = _read(path)
@@ -186,7 +203,7 @@ def parse(path: str, sets: list[str] | None = None, env: dict | None = None) -> 
     return Pipeline(path, config, origin)
 
 
-def _read(path: str) -> tuple[dict, dict[str, int]]:
+def _read(path: str) -> tuple[dict[str, Any], dict[str, int]]:
     """(the TOML data, key_lines of its text)."""
     try:
         with open(path, "rb") as f:
@@ -203,9 +220,11 @@ def _read(path: str) -> tuple[dict, dict[str, int]]:
     return data, key_lines(text)
 
 
-def _from_file(path: str, data: dict, lines: dict[str, int]) -> tuple[dict[str, dict], dict[str, str]]:
+def _from_file(
+    path: str, data: dict[str, Any], lines: dict[str, int]
+) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """The file's sections and keys, checked against SCHEMA; (config, origin)."""
-    config: dict[str, dict] = {}
+    config: dict[str, dict[str, Any]] = {}
     origin: dict[str, str] = {}
     for key, value in data.items():
         if isinstance(value, dict):
@@ -224,16 +243,17 @@ def _from_file(path: str, data: dict, lines: dict[str, int]) -> tuple[dict[str, 
                 raise PipelineError(f"{where}: unknown key '{k}' in [{section}]; known keys: {', '.join(known)}")
             if isinstance(v, dict):
                 raise PipelineError(f"{where}: key '{k}' in [{section}] must be a value, not a table")
-            config.setdefault(section, {})[k] = _convert(v, known[k][0], f"'{k}' in [{section}]", where, False)
+            config.setdefault(section, {})[k] = _convert(v, known[k].type, f"'{k}' in [{section}]", where, False)
             origin[name] = where
         config.setdefault(section, {})
     return config, origin
 
 
-def _from_env(config: dict[str, dict], origin: dict[str, str], env) -> None:
+def _from_env(config: dict[str, dict[str, Any]], origin: dict[str, str], env: Mapping[str, str]) -> None:
     """BULKLOAD_SECTION_KEY (and BULKLOAD_KEY for [job]) of the sections the file has."""
     for section in list(config):
-        for k, (typ, _) in SCHEMA[section].items():
+        for k, key in SCHEMA[section].items():
+            typ = key.type
             names = [f"BULKLOAD_{section.upper()}_{k.upper()}"]
             if section == "job":
                 names.append(f"BULKLOAD_{k.upper()}")
@@ -246,7 +266,7 @@ def _from_env(config: dict[str, dict], origin: dict[str, str], env) -> None:
                     break
 
 
-def _from_sets(config: dict[str, dict], origin: dict[str, str], sets: list[str]) -> None:
+def _from_sets(config: dict[str, dict[str, Any]], origin: dict[str, str], sets: list[str]) -> None:
     """``--set section.key=value`` (a bare key means job.key; a section may be added)."""
     for item in sets:
         if "=" not in item:
@@ -262,16 +282,17 @@ def _from_sets(config: dict[str, dict], origin: dict[str, str], sets: list[str])
                 f"--set {item!r}: unknown key '{k}' in [{section}]; known keys: {', '.join(SCHEMA[section])}"
             )
         config.setdefault(section, {})[k] = _convert(
-            value, SCHEMA[section][k][0], f"'{k}' in [{section}]", f"--set {name}", True
+            value, SCHEMA[section][k].type, f"'{k}' in [{section}]", f"--set {name}", True
         )
         origin[f"{section}.{k}"] = f"--set {name}"
 
 
-def _finish(path: str, lines: dict[str, int], config: dict[str, dict]) -> None:
+def _finish(path: str, lines: dict[str, int], config: dict[str, dict[str, Any]]) -> None:
     """Defaults, required keys, and exactly one of [load] / [ingest]."""
     config.setdefault("job", {})
     for section, values in config.items():
-        for k, (typ, default) in SCHEMA[section].items():
+        for k, key in SCHEMA[section].items():
+            default = key.default
             if k in values:
                 continue
             if default is REQUIRED:
@@ -294,13 +315,13 @@ class PipelineReport:
     pipeline: str
     path: str
     dataset: str
-    steps: list[dict] = field(default_factory=list)  # {"step", "seconds", "report": the step's to_dict()}
+    steps: list[dict[str, Any]] = field(default_factory=list)  # {"step", "seconds", "report": the step's to_dict()}
     seconds: float = 0.0
-    engine: dict = field(default_factory=dict)  # off the local pool: engine, scheduler, workers, retries
+    engine: dict[str, Any] = field(default_factory=dict)  # off the local pool: engine, scheduler, workers, retries
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        used = d.pop("engine")
+        used: dict[str, Any] = d.pop("engine")
         return d | used
 
 
@@ -309,8 +330,8 @@ def run(
     sets: list[str] | None = None,
     *,
     progress: str = "auto",
-    env: dict | None = None,
-    client=None,
+    env: Mapping[str, str] | None = None,
+    client: Any = None,
     engine: str | None = None,
     scheduler: str | None = None,
     check: bool = False,
@@ -354,7 +375,9 @@ def check_steps(p: Pipeline) -> None:
     check(p)
 
 
-def _engine_choice(p: Pipeline, client, engine: str | None, scheduler: str | None) -> tuple:
+def _engine_choice(
+    p: Pipeline, client: Any, engine: str | None, scheduler: str | None
+) -> tuple[str | None, str | None]:
     """(engine, scheduler) for engine_for: the caller's, else the [job] keys (checked)."""
     job = p.config["job"]
     for key, ok, what in (
@@ -374,15 +397,6 @@ def _run_steps(p: Pipeline, progress: str) -> PipelineReport:
     job = p.config["job"]
     if job.get("quiet"):
         progress = "none"
-    common = dict(
-        layout=job["layout"],
-        format=job["format"],
-        compression=job["compression"],
-        shards=job["shards"],
-        workers=job["workers"],
-        batch_records=job["batch_records"],
-        checkpoint_seconds=job["checkpoint_seconds"],
-    )
     dataset = job["dataset"]
     name = _name(p)
     report = PipelineReport(pipeline=name, path=path, dataset=dataset)
@@ -392,7 +406,7 @@ def _run_steps(p: Pipeline, progress: str) -> PipelineReport:
         t = time.perf_counter()
         _event(progress, f"pipeline {name}: step {step}", pipeline=name, step=step, event="step-start")
         try:
-            out = _STEP[step](dataset, p.config[step], common, job, progress)
+            out = _STEP[step](step_arguments(p.config, step), progress)
         except BulkloadError as e:
             _event(
                 progress,
@@ -425,56 +439,57 @@ def _name(p: Pipeline) -> str:
     return p.config["job"].get("name") or os.path.splitext(os.path.basename(p.path))[0]
 
 
-def _event(progress: str, message: str, **fields) -> None:
+def _event(progress: str, message: str, **fields: Any) -> None:
     logs.note(progress == "none", message, **fields)
 
 
-def _step_load(dataset, cfg, common, job, progress) -> dict:
-    return load(
-        cfg["source"], dataset, progress=progress, new_run=cfg["new_run"], replace=cfg["replace"], **common
-    ).to_dict()
+def job_keys(step: str) -> list[str]:
+    """The [job] keys that ``step``'s function takes (not the dataset, not `AROUND_STEPS`)."""
+    return [
+        o.key
+        for o in options_of(STEP_FUNCTIONS[step]).values()
+        if o.key is not None and o.opt.section == "job" and o.key not in ("dataset", *AROUND_STEPS)
+    ]
 
 
-def _step_ingest(dataset, cfg, common, job, progress) -> dict:
-    return ingest(
-        dataset, cfg["from"], pattern=cfg["pattern"], on_bad_file=cfg["on_bad_file"], progress=progress, **common
-    ).to_dict()
+def step_arguments(config: dict[str, dict[str, Any]], step: str) -> dict[str, Any]:
+    """The keywords of ``step``'s function: its table's keys and the [job] keys it takes (an
+    unset key of an ``inherit`` option: the [job] key's value; not `AROUND_STEPS`)."""
+    job, own = config["job"], config[step]
+    out: dict[str, Any] = {}
+    for o in options_of(STEP_FUNCTIONS[step]).values():
+        if o.key is None or o.key in AROUND_STEPS:
+            continue
+        value = job[o.key] if o.opt.section == "job" else own[o.key]
+        if value is None and o.opt.inherit:
+            value = job.get(o.key)  # [finalize] workers: [job] workers (0 is refused, not a default)
+        out[o.name] = value
+    return out
 
 
-def _step_compact(dataset, cfg, common, job, progress) -> dict:
-    return compact(
-        dataset,
-        target_batch_records=cfg["target_batch_records"],
-        progress=progress,
-        workers=job["workers"],
-        force=cfg["force"],
-        keep_snapshots=cfg["keep_snapshots"],
-    ).to_dict()
+def _step_load(kw: dict[str, Any], progress: str) -> dict[str, Any]:
+    return load(kw.pop("source"), kw.pop("dataset"), progress=progress, **kw).to_dict()
 
 
-def _step_finalize(dataset, cfg, common, job, progress) -> dict:
-    budget = size_option(cfg["memory_budget"] or None, "memory_budget", PipelineError)
-    workers = job["workers"] if cfg["workers"] is None else cfg["workers"]  # 0 is refused, not a default
-    return finalize(
-        dataset,
-        dims=cfg["dims"],
-        array=cfg["array"],
-        duplicates=cfg["duplicates"],
-        workers=workers,
-        compact=cfg["compact"],
-        progress=progress,
-        memory_budget=budget,
-        compression=cfg["compression"],
-        keep_snapshots=cfg["keep_snapshots"],
-    ).to_dict()
+def _step_ingest(kw: dict[str, Any], progress: str) -> dict[str, Any]:
+    return ingest(kw.pop("dataset"), kw.pop("from_dir"), progress=progress, **kw).to_dict()
 
 
-def _step_query(dataset, cfg, common, job, progress) -> dict:
-    fmt = cfg["format"] if cfg["out"] else None
-    table = query(dataset, cfg["box"], array=cfg["array"], attrs=cfg["attrs"], format=fmt, out=cfg["out"])
-    out = {"box": cfg["box"], "array": cfg["array"], "rows": table.num_rows}
-    if cfg["out"]:
-        out.update(out_file=cfg["out"], format=cfg["format"])
+def _step_compact(kw: dict[str, Any], progress: str) -> dict[str, Any]:
+    return compact(kw.pop("dataset"), progress=progress, **kw).to_dict()
+
+
+def _step_finalize(kw: dict[str, Any], progress: str) -> dict[str, Any]:
+    budget = size_option(kw.pop("memory_budget") or None, "memory_budget", PipelineError)
+    return finalize(kw.pop("dataset"), progress=progress, memory_budget=budget, **kw).to_dict()
+
+
+def _step_query(kw: dict[str, Any], progress: str) -> dict[str, Any]:
+    out_file, fmt = kw["out"], kw["format"]
+    table = query(**(kw | {"format": fmt if out_file else None}))
+    out = {"box": kw["box"], "array": kw["array"], "rows": table.num_rows}
+    if out_file:
+        out.update(out_file=out_file, format=fmt)
     return out
 
 

@@ -20,8 +20,10 @@ Reads only: nothing here writes (a source's layout may be read, as the load woul
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..arrays.finalize import FinalizeOptions, plan_finalize
 from ..arrays.query import box_columns, check_box_dims, parse_box
@@ -36,12 +38,15 @@ from ..model.layouts import Layout
 from ..model.options import size_option
 from ..model.run_retention import check_keep
 from ..read.tables import check_format
-from ..stores.spec import parse_dataset_uri
-from .pipeline import REQUIRED, SCHEMA, Pipeline
+from ..stores.spec import StoreSpec, parse_dataset_uri
+from .pipeline import REQUIRED, SCHEMA, Pipeline, job_keys, step_arguments
+
+if TYPE_CHECKING:
+    from ..loading.job import RunSettings
 
 Key = tuple[str, str]  # (section, key)
-#: the [job] keys the load and the ingest take
-_JOB_KEYS = ("layout", "format", "compression", "shards", "workers", "batch_records", "checkpoint_seconds")
+Config = dict[str, dict[str, Any]]  # section -> key -> value
+ArrayShape = tuple[list[str], Layout, bool]  # an array's dims, cell layout, duplicates kept
 #: named when a step fails with every key at its default
 _BASE_KEY = {"load": "source", "ingest": "from", "compact": "target_batch_records", "finalize": "dims", "query": "box"}
 
@@ -53,7 +58,7 @@ class _Target:
     layout: Layout
     format: str
     compression: str
-    arrays: dict = field(default_factory=dict)  # name -> (dims, cell layout, keep)
+    arrays: dict[str, ArrayShape] = field(default_factory=dict)  # name -> (dims, cell layout, keep)
 
 
 def check(p: Pipeline) -> None:
@@ -62,16 +67,16 @@ def check(p: Pipeline) -> None:
     dataset = _blamed(p, [("job", "dataset")], "job", lambda v: parse_dataset_uri(v["job"]["dataset"]))
     _blamed(p, [("job", "keep_runs")], "job", lambda v: check_keep("keep_runs", v["job"].get("keep_runs")))
     source = "load" if "load" in p.steps else "ingest"
-    keys = [(source, k) for k in SCHEMA[source] if k != "enabled"] + [("job", k) for k in _JOB_KEYS]
+    keys = [(source, k) for k in SCHEMA[source] if k != "enabled"] + [("job", k) for k in job_keys(source)]
     settings = _blamed(p, keys, source, lambda v: _SOURCE_CHECKS[source](v, p.config["job"]["dataset"]))
     t = _Target(settings.layout, settings.format, settings.compression, _arrays_now(dataset, p))
     for step in p.steps:
         if step in _STEP_CHECKS:
             keys = [(step, k) for k in SCHEMA[step] if k != "enabled"]
-            _blamed(p, keys, step, lambda v, step=step: _STEP_CHECKS[step](v, t))
+            _blamed(p, keys, step, functools.partial(_STEP_CHECKS[step], t=t))
 
 
-def _blamed(p: Pipeline, keys: list[Key], step: str, call: Callable[[dict], object]):
+def _blamed(p: Pipeline, keys: list[Key], step: str, call: Callable[[Config], Any]) -> Any:
     """call(values) with the pipeline's values; when it raises a usage error, the key to
     blame: the first of ``keys`` whose value, added to the defaults, makes it fail."""
     try:
@@ -81,7 +86,10 @@ def _blamed(p: Pipeline, keys: list[Key], step: str, call: Callable[[dict], obje
             raise
         error = e
     # every key at its default; required keys (which have none) keep their values
-    values = {s: {k: p.config[s].get(k) if d is REQUIRED else d for k, (_, d) in SCHEMA[s].items()} for s in p.config}
+    values = {
+        s: {k: p.config[s].get(k) if key.default is REQUIRED else key.default for k, key in SCHEMA[s].items()}
+        for s in p.config
+    }
     failed = _fails(call, values)
     if failed is not None:
         _raise(p, (step, _BASE_KEY.get(step, keys[0][1])), failed)
@@ -93,7 +101,7 @@ def _blamed(p: Pipeline, keys: list[Key], step: str, call: Callable[[dict], obje
     _raise(p, keys[0], error)
 
 
-def _fails(call: Callable[[dict], object], values: dict) -> BulkloadError | None:
+def _fails(call: Callable[[Config], Any], values: Config) -> BulkloadError | None:
     try:
         call(values)
     except BulkloadError as e:
@@ -102,7 +110,7 @@ def _fails(call: Callable[[dict], object], values: dict) -> BulkloadError | None
     return None
 
 
-def _raise(p: Pipeline, key: Key, error: BulkloadError):
+def _raise(p: Pipeline, key: Key, error: BulkloadError) -> NoReturn:
     section, name = key
     where = p.origin.get(f"{section}.{name}")
     where = p.path if where is None else where if where.startswith(p.path) else f"{p.path}: {where}"
@@ -110,48 +118,48 @@ def _raise(p: Pipeline, key: Key, error: BulkloadError):
     raise PipelineError(f"{where}: [{section}] {name} = {value!r}: {error}; nothing was run") from None
 
 
-def _load(v: dict, dataset: str):
-    job, cfg = v["job"], v["load"]
-    return load_mod.check(cfg["source"], dataset, replace=cfg["replace"], **{k: job[k] for k in _JOB_KEYS})
+def _load(v: Config, dataset: str) -> RunSettings:
+    kw = step_arguments(v, "load")
+    del kw["new_run"], kw["dataset"]  # what a load checks before it writes does not depend on new_run
+    return load_mod.check(kw.pop("source"), dataset, **kw)
 
 
-def _ingest(v: dict, dataset: str):
-    job, cfg = v["job"], v["ingest"]
-    return ingest_mod.check(
-        dataset, cfg["from"], pattern=cfg["pattern"], on_bad_file=cfg["on_bad_file"], **{k: job[k] for k in _JOB_KEYS}
-    )
+def _ingest(v: Config, dataset: str) -> RunSettings:
+    kw = step_arguments(v, "ingest")
+    del kw["dataset"]
+    return ingest_mod.check(dataset, kw.pop("from_dir"), **kw)
 
 
-def _compact(v: dict, t: _Target) -> None:
+def _compact(v: Config, t: _Target) -> None:
     check_compact(t.layout, t.format, t.compression, v["compact"]["target_batch_records"], v["job"]["workers"])
     check_keep_snapshots(v["compact"]["keep_snapshots"])
 
 
-def _finalize(v: dict, t: _Target) -> None:
-    cfg = v["finalize"]
-    budget = size_option(cfg["memory_budget"] or None, "memory_budget", UsageError)
-    workers = v["job"]["workers"] if cfg["workers"] is None else cfg["workers"]
+def _finalize(v: Config, t: _Target) -> None:
+    kw = step_arguments(v, "finalize")
+    budget = size_option(kw["memory_budget"] or None, "memory_budget", UsageError)
     plan = plan_finalize(
         t.layout,
         t.format,
         FinalizeOptions(
-            cfg["dims"],
-            cfg["array"],
-            cfg["duplicates"],
-            workers,
-            cfg["compact"],
+            kw["dims"],
+            kw["array"],
+            kw["duplicates"],
+            kw["workers"],
+            kw["compact"],
             "none",
             budget,
-            "auto",
-            cfg["compression"],
-            keep_snapshots=cfg["keep_snapshots"],
+            kw["strategy"],
+            kw["compression"],
+            force=kw["force"],
+            keep_snapshots=kw["keep_snapshots"],
         ),
     )
     a = plan.array
     t.arrays[a.name] = (list(a.dims), a.cell_layout(), a.policy == "keep")
 
 
-def _query(v: dict, t: _Target) -> None:
+def _query(v: Config, t: _Target) -> None:
     cfg = v["query"]
     ranges = parse_box(cfg["box"])
     check_format(cfg["format"])
@@ -168,7 +176,7 @@ def _query(v: dict, t: _Target) -> None:
         check_output(cfg["out"])
 
 
-def _arrays_now(spec, p: Pipeline) -> dict:
+def _arrays_now(spec: StoreSpec, p: Pipeline) -> dict[str, ArrayShape]:
     """The arrays the dataset has now (none if it does not exist or [load] replaces it)."""
     if p.get("load", "replace") or not mf.exists(spec.root):
         return {}

@@ -9,27 +9,19 @@ failure of the job that succeeded: the next run prunes). A job that fails prunes
 
 from __future__ import annotations
 
-import functools
-import inspect
+from collections.abc import Callable
+from typing import TypeVar
 
 from ..maintain.run_prune import prune_after_job
 from ..model.run_retention import check_keep
 
+R = TypeVar("R")
 
-def with_keep_runs(run, dataset_arg: int = 0):
-    """``run`` with the keyword ``keep_runs`` (its dataset: positional argument
-    ``dataset_arg`` or the keyword ``dataset``); its signature says so."""
 
-    @functools.wraps(run)
-    def call(*args, keep_runs: int | None = None, **kw):
-        check_keep("--keep-runs", keep_runs)
-        report = run(*args, **kw)
-        if keep_runs is not None:
-            dataset = args[dataset_arg] if len(args) > dataset_arg else kw.get("dataset")
-            prune_after_job(dataset, keep_runs, kw.get("progress", "none"))
-        return report
-
-    sig = inspect.signature(run)
-    keep = inspect.Parameter("keep_runs", inspect.Parameter.KEYWORD_ONLY, default=None, annotation="int | None")
-    call.__signature__ = sig.replace(parameters=[*sig.parameters.values(), keep])
-    return call
+def keeping_runs(dataset: str, keep_runs: int | None, progress: str, call: Callable[[], R]) -> R:
+    """``call()`` (a job on ``dataset``), then - it succeeded - the prune to ``keep_runs`` runs."""
+    check_keep("--keep-runs", keep_runs)
+    report = call()
+    if keep_runs is not None:
+        prune_after_job(dataset, keep_runs, progress)
+    return report

@@ -18,6 +18,7 @@ Reads only; a task that dies is rerun by the executor (it has nothing to resume)
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ..errors import BulkloadError, StoreError, WorkerError
 from ..infra import executors
@@ -39,22 +40,25 @@ class ShardCheck:
 def verify_on_executor(dataset: str) -> VerifyReport:
     """`verify` with one task per shard on the executor in effect (see the module docstring)."""
     with open_dataset(dataset) as ds:
-        return ds.verify(_verify_snapshot)
+        report: VerifyReport = ds.verify(_verify_snapshot)
+    return report
 
 
-def check_shard(task: ShardCheck, outbox) -> tuple[list[dict], dict | StoreError]:
+def check_shard(task: ShardCheck, outbox: Any) -> tuple[list[dict[str, Any]], dict[str, Any] | StoreError]:
     """(problems of the shard's batches, in manifest order; its parts of the arrays, or the
     StoreError that stopped them) - `Dataset.verify_part`."""
     now = manifest_ident(parse_dataset_uri(task.uri).root)  # the manifest file it is now (moved_on)
     with Dataset(task.uri, pin=False, snapshot=(task.manifest, now, None)) as ds:  # the coordinator's snapshot
-        return ds.verify_part([task.shard])
+        found: tuple[list[dict[str, Any]], dict[str, Any] | StoreError] = ds.verify_part([task.shard])
+    return found
 
 
 def _verify_snapshot(ds: Dataset) -> VerifyReport:
     m = ds.manifest
     slim = replace(m, runs=[], files={}, garbage=[])
-    rows: list[list] = [[] for _ in range(m.shards)]
-    position, first_of_shard = {}, {}
+    rows: list[list[mf.BatchEntry]] = [[] for _ in range(m.shards)]
+    position: dict[int, int] = {}
+    first_of_shard: dict[int, int] = {}
     for i, b in enumerate(m.batches):  # one pass over the catalog's rows
         rows[b.shard].append(b)
         position[b.seq] = i

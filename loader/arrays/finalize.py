@@ -1,70 +1,6 @@
-"""Redimension: turn a dataset's flat records into a 2-D chunked, indexed array.
-
-``finalize(DATASET, dims="i0:10,i1:100000")`` makes two integer fields of the layout the
-coordinates of a 2-D array (first dim slowest: row-major), each with a chunk length. The
-domain is discovered, coordinates may be negative. Every field of the record (the two
-dims and all other fields, the *attributes*) is kept in the cell (spec.py).
-
-Storage
--------
-- A chunk ``(crow, ccol) = (floor(r / L0), floor(c / L1))`` holds its cells in row-major
-  order (then ``syn``). Its value is a batch of the *cell layout* in the dataset's format
-  (capnp or Arrow), written by the same serializers as flat batches. A chunk larger than
-  one value may hold (capnp: 64 MiB) is split into *pieces* 0, 1, ... of consecutive cells.
-- Keys and the chunk -> shard map: chunks.py. One table per array build
-  (``array-NAME-RUNID``) in each shard.
-- The chunk index (one row per piece) is an Arrow IPC file ``arrays/TABLE.arrow`` next to
-  the manifest (model/chunk_index.py), written atomically before the manifest switches to
-  it. The manifest's ``arrays[NAME]`` holds the summary (dims, chunk lengths, policy,
-  bounds, cells, chunks, format, ``built_from_records``, table and index file).
-- Rebuilding an array is atomic: the new build goes to a new table and index file, the
-  manifest switches and lists the old table and file as garbage in the same write; they
-  are deleted at once unless a reader still pins an older snapshot, else by a later
-  writer (maintain/garbage.py).
-
-The run (out of core, in pool workers)
---------------------------------------
-Every build worker w owns the output shards s with s mod W == w and writes each of its
-chunks once, in key order, in *windows*: runs of consecutive chunks (of one shard, in key
-order) whose records fit the worker's ``memory_budget``.
-
-0. scan (scan.py): W workers count the records of every chunk in every batch; from that
-   the coordinator cuts each shard's chunks into windows and lists, per window, the
-   batches holding its records (direct.py).
-1. *direct* (no spill files) when every worker would read at most
-   ``DIRECT_MAX_SCAN_RATIO`` records per record it owns (records of a chunk sit in few
-   batches, as when a dimension follows the record order - scidb96's i1): each build
-   worker reads its windows' batches itself (zero-copy). *spill* otherwise (or
-   ``strategy="spill"``; also when the scan finds the records too scattered): W workers
-   partition the records into spill runs in ``ROOT/.finalize-RUNID/`` (partition.py) that
-   the build merges chunk by chunk.
-2. build (build.py): sort each window's cells, apply the duplicates policy, encode every
-   chunk piece once and append it in key order; one sync per shard at the end.
-3. commit: merge the per-worker index rows, write the index file, switch the manifest.
-
-Memory is bounded by the budget (per worker) whatever N is, provided no single chunk is
-larger than the budget (a window always holds at least one whole chunk).
-
-A small finalize - at most SMALL_FINALIZE_BYTES of records, a third of one worker's
-buffer budget at most, on the local pool, no shard of the dataset open in this process
-(a reader's LMDB environment would make the build's writer fail), no fault aimed at one
-worker (``wN.POINT``: only a worker process can be killed alone) - runs each phase's
-tasks as threads of this process (executors.ThreadExecutor) instead of starting the
-forkserver and a process per worker, which costs ~0.2-0.3 s: most of the run at 1M
-records. The worker count stays the parallelism (threads; the sorts, copies, encoders and
-store I/O release the GIL); the tasks, plan, output and kill points are the same, and the
-report says ``in_process``. A kill point then kills the whole process, as a power cut.
-
-Crash safety: nothing the manifest refers to is modified before the switch; the new
-table, spill runs and index file of a crashed run are leftovers that the next finalize
-(or compact) removes (``collect_index_garbage``, the build workers' table sweep), and the
-re-run rebuilds the array from scratch. Kill points (faults.py): ``scanned``, ``spilled``,
-``built``, ``indexed``, ``switched`` here, ``spill``, ``chunks``, ``synced`` in workers.
-
-Duplicates (two records on one cell): ``error`` (default) names the cell and two record
-indices and commits nothing; ``first``/``last`` keep the record with the lowest/highest
-record index; ``keep`` keeps them all with ``syn`` = 0..k-1 in record-index order.
-"""
+"""Redimension: turn a dataset's flat records into a 2-D chunked, indexed array, out of core
+(scan -> direct or spill -> build -> commit). Storage, windows, small finalizes as threads,
+crash safety and kill points, duplicates: docs/design/finalize.md."""
 
 from __future__ import annotations
 
@@ -108,6 +44,7 @@ from ..model.chunk_index import (
 )
 from ..model.layouts import Layout
 from ..model.options import MAX_WORKERS, check_count, default_workers
+from ..model.optspec import DEFAULT_ARRAY
 from ..model.runs import Run, need, new_run, save_stopped
 from ..model.runs import stop as stop_run
 from ..serializers import get_serializer
@@ -125,7 +62,7 @@ from .job import ArrayJob
 from .partition import PartitionTask, partition_worker
 from .report import FinalizeReport, IndexTotals, stage_figures, worker_peak_rss
 from .scan import ENTRY_DTYPE, MAX_SCAN_ENTRIES, ScanTask, scan_worker
-from .spec import DEFAULT_ARRAY, ArraySpec, make_spec
+from .spec import ArraySpec, make_spec
 
 STRATEGIES = ("auto", "direct", "spill")
 #: bytes of memory per worker: its whole process (peak RSS), from 128 MiB up

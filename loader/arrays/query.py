@@ -33,6 +33,7 @@ from ..errors import NotFoundError, UsageError, VerifyError
 from ..model.arrow_numpy import from_numpy, to_numpy
 from ..model.chunk_index import index_path, read_index
 from ..model.layouts import VALIDITY, Layout
+from ..model.optspec import DEFAULT_ARRAY
 from ..model.times import duration_in_unit, instant_in_unit, time_type
 from ..serializers import get_serializer
 from ..stores.values import ValueReader
@@ -302,7 +303,7 @@ def _norm_range(dim: str, v, type_name: str) -> tuple[int, int]:
     return max(lo, lo_inf), min(hi, hi_inf)
 
 
-def read_box(ds, array: str = "grid", attrs=None, ranges: dict | None = None) -> pa.Table:
+def read_box(ds, array: str = DEFAULT_ARRAY, attrs=None, ranges: dict | None = None) -> pa.Table:
     """The cells of ``array`` inside the half-open box ``ranges`` ({dim: (start, stop)})."""
     ai = array_index(ds, array)
     ranges = dict(ranges or {})

@@ -28,14 +28,12 @@ from dataclasses import dataclass
 
 from ..errors import UsageError
 from ..model.layouts import TYPES, Field, Layout, builtin_schema_dir, parse_layout_toml
+from ..model.optspec import DEFAULT_DIMS
 from ..model.times import duration_in_unit, time_type
 
 POLICIES = ("error", "first", "last", "keep")
-DEFAULT_ARRAY = "grid"
 _NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
-_DIMS_EXAMPLE = "e.g. --dims i0:10,i1:100000"
-#: the dims finalize uses when none are given, per built-in layout (by name and fields)
-DEFAULT_DIMS = {"scidb96": "i0:10,i1:100000"}
+_DIMS_EXAMPLE = f"e.g. --dims {DEFAULT_DIMS['scidb96']}"
 
 
 @dataclass(frozen=True)

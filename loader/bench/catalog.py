@@ -1,50 +1,6 @@
-"""The ``catalog`` section (issue 29's targets): what the dataset's metadata costs as the
-dataset grows - a small append, an open, `bulkload info`, `bulkload verify`'s memory - at
-1,000 to 1,000,000 batch rows, and the 20M-record load with 100-record batches next to the
-default load.
-
-Measured through the public API and the CLI only (``loader.load``, ``loader.open``,
-``Dataset.read_records``, `bulkload load`, `info`, `verify`), so that the same suite runs on
-the code before and after a change of the catalog's format. The one exception is the bench
-helper that commits the many small runs and the isolated commit (`child_catalog_runs`,
-`child_catalog_ops`): they append runs through the manifest's own commit,
-``loader.model.manifest.load_manifest`` + ``Manifest.save`` under the dataset's lock
-(``loader.infra.lock.DatasetLock``); the result says so (parameters ``runs_helper``).
-
-Per size B (batch rows; `--max-batches` keeps the sizes up to it):
-
-- the dataset: `bulkload load gen://scidb96?n=B*10 --batch-records 10` (B batch rows through
-  the real load and commit path), then B/10 runs appended by the helper, ``runs_per_commit``
-  per commit (default: at most 100 commits: the code before the catalog rewrites the whole
-  manifest at each, so one commit per run would take hours at 100,000 runs);
-- per round, each size in turn (interleaved, ``repeats`` rounds, medians): one fresh child
-  process, warmed up on a small dataset (imports, first opens), times ``loader.open`` +
-  ``read_records`` of 10 records from the middle + close, then ``loader.load`` of one
-  1,000-record batch (``gen://scidb96?n=1000&start=END``, ``batch_records=1000``), then the
-  commit alone (one run appended: ``load_manifest`` and ``save`` timed apart); `bulkload
-  info` (wall time of the whole command, output to /dev/null); `bulkload verify` (peak RSS of
-  its process tree, VmRSS and private, sampled every 20 ms, and its wall time).
-
-Then the ``n``-record load (default 20,000,000, `--records`) with ``--batch-records 100``
-and with the default options, interleaved, medians (the report's own seconds: durable);
-with ``before`` (`--before CMD`: the code before's bulkload) the same two loads by that
-command too, in the same rounds.
-
-Targets (`catalog_targets`), at the largest size measured: append <= 50 ms, open + read <=
-20 ms, info <= 0.3 s; append, commit and open within 1.5 x of the smallest size at every
-size; verify's peak private RSS within 1.25 x of the smallest size's (the suite's
-"memory flat" bound); the 100-record-batch load 3 x faster than before and the default
-load within 10 % of before (before: the ``before`` command's loads in this run, else a
-``baseline`` result of this suite with the same ``n``, else - the first only, at 20M
-records - the issue's ~10 s).
-
-Invariants: every dataset is built once per run, in the run's work directory; every
-timing is a fresh process (a child or the CLI); a figure that cannot be measured is
-"failed" or "skipped" with its reason, and the targets on it are "not measured".
-
-Crash behaviour: the datasets live in the work directory, removed by the runner (a killed
-run leaves ``.bench-work-*``).
-"""
+"""The ``catalog`` section (issue 29's targets): what a dataset's metadata costs from 1,000 to
+1,000,000 batch rows, and the 20M load with 100-record batches beside the default load,
+through the public API and the CLI. The method and targets: docs/design/bench.md."""
 
 from __future__ import annotations
 

@@ -1,35 +1,6 @@
-"""The ``random`` section: cold random reads, the way the direct-mmap write-up measured them
-(random strided reads of a big array from a cold page cache, np.memmap against reads
-without readahead), on bulkload's own read paths.
-
-The data: ``n`` scidb96 records loaded into ``lmdb://`` (shards = cores) and finalized
-(``--dims i0:10,i1:100000``), and the same records as a raw file (``bulkload-gen``). One
-sample is ``tasks`` random reads in a fresh child process, from 1 or 2 threads, after the
-files it reads were evicted from the page cache (fsync + posix_fadvise DONTNEED):
-
-``records``  a task reads ``count`` pieces of ``span`` records, ``stride`` records apart
-             from a random start (the write-up's ``mm[id:id+300000:1000]``): each piece a
-             `Dataset.read_records(r, r+span)`, or ``np.array(mm[r:r+span])``
-``box``      a task is a box query of ``width`` cells at a random i1 (`Dataset.read_box`),
-             or the same records from the memmap (i1 is the record index)
-
-and each is measured for three targets, round-robin: ``raoff`` (the dataset opened with
-``?readahead=0``), ``raon`` (``?readahead=1``) and ``memmap`` (``np.memmap`` of the raw
-file, the kernel's default readahead). A sample records the bytes the process read from
-the disk (/proc/self/io ``read_bytes``): the readahead waste, or its absence; and the read
-requests the disk completed meanwhile (/sys/dev/block/../stat): what a task costs it.
-
-The disk's own limit for such reads is measured in the same rounds (``disk``): cold random
-``pread``s of 12 KiB (a box's run of cells in a chunk piece, ~100 cells, is one such
-request) at page-aligned offsets of the raw file, from 1, 2 and 8 threads.
-
-Invariants: the tasks of a round are the same for the three targets (seeded by the
-round); MB/s counts the records asked for, not the bytes read; nothing else runs in the
-child while it is timed.
-
-Crash behaviour: the dataset and the raw file live in the run's work directory and are
-removed at the end of the section (and with the work directory by the runner).
-"""
+"""The ``random`` section: cold random reads of records and boxes, readahead off vs on vs
+np.memmap of the raw records, 1 and 2 threads, with the disk's own limit in the same rounds.
+The method, invariants and crash behaviour: docs/design/bench.md."""
 
 from __future__ import annotations
 

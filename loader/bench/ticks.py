@@ -1,36 +1,6 @@
-"""The ``ticks`` section (issue 30's targets): ``n`` records of ``gen://ticks`` (41-byte
-market ticks: ns timestamp, 8-byte symbol, price, size, bid/ask, flags, a bool, a nullable
-venue) loaded by bulkload against ArcticDB's and a Parquet write of the same records, in
-one interleaved run.
-
-Round r (1..repeats) measures one sample of each row, in this order:
-
-``load``      ``bulkload load gen://ticks?n=N lmdb:// --shards C``, default options, durable
-              (the report's seconds), bytes on disk
-``arcticdb``  ArcticDB ``lib.write`` of the records as a DataFrame (a DatetimeIndex on ts,
-              the symbol a string column, venue its raw int16 values; built beforehand, not
-              timed) to ``lmdb://``, then ``lib.read`` (warm: right after the write); bytes on disk
-``parquet``   ``pyarrow.parquet.write_table`` (zstd) of the records as an Arrow table
-              (ts a timestamp, sym fixed_size_binary(8), venue nullable; built beforehand, not timed),
-              fsynced; bytes on disk
-``read``      `Dataset.to_arrow()` of the ticks dataset loaded once (untimed) before the
-              rounds: a fresh process, one untimed read, then the timed one (warm)
-``box``       a 1-hour box (``ts`` only; ``size`` unbounded) of that dataset finalized with
-              ``--dims ts:1h,size:1000``: a fresh process, one untimed query, then the median
-              of ``query_reps`` (warm)
-
-MB/s counts the layout's 41-byte records. The targets (`ticks_targets`): load >= 2 x
-ArcticDB's write and >= 2 x the Parquet write; read >= ArcticDB's read; bytes on disk <=
-ArcticDB's; the box <= 1 ms.
-
-Invariants: when this bulkload has no ``gen://ticks`` every figure is "skipped: not measured:
-gen://ticks not available" (and "not selected" when ``--workloads`` leaves ticks out), and
-nothing runs.
-
-Crash behaviour: the datasets and peer files live under ``ticks`` in the run's work directory,
-removed after each sample and at the end of the section (and with the work directory by the
-runner).
-"""
+"""The ``ticks`` section (issue 30's targets): ``gen://ticks`` loaded by bulkload against
+ArcticDB's and a Parquet write, its read and a 1-hour box, interleaved. The rows, targets,
+invariants and crash behaviour: docs/design/bench.md."""
 
 from __future__ import annotations
 

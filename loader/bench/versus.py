@@ -1,32 +1,6 @@
 """The ``versus`` section: bulkload against ArcticDB and TileDB on the same records, in one
-interleaved run, so that no ratio compares a quiet moment of the machine with a busy one.
-
-Round r (1..repeats) measures one sample of each row, in this order (`Bench.interleave`):
-
-``disk``        ``bulkload-gen`` -> the records file + fsync: a sample of the disk limit
-                ``gen-file-fsync`` (phase "round r"); one more after the last round ("after")
-``load``        ``bulkload load gen://scidb96?n=N lmdb:// --shards C``, default options (no
-                --workers / --format / --compression: capnp + lz4, in-process up to 1 GiB of
-                records), durable: the headline, ``load-lmdb-default``
-``arcticdb``    ArcticDB: DataFrame build from the records, ``lib.write`` to ``lmdb://``, read
-                (figures ``peer-arcticdb-write-build``, ``peer-arcticdb-write``,
-                ``peer-arcticdb-read``)
-``tiledb``      TileDB sparse 2-D write of ``n_tiledb`` records and a warm box read
-``compressed``  ``bulkload load`` of each ``FORMAT:COMPRESSION`` of the plan's ``compressed``
-``file``        ``bulkload load FILE`` of the records file with default options, read once
-                beforehand (page cache warm: ``load-file-warm``), then evicted with
-                posix_fadvise(DONTNEED) (``load-file-cold``, against the disk's cold-read limit)
-
-Each sample records the bytes its dataset takes on disk (``disk_bytes``: allocated
-blocks). `compare.comparisons` turns the figures into the ratios bulkload / peer.
-
-Invariants: every row sees the same records (scidb96 from the C generator; TileDB fewer of
-them, ``n_tiledb``); a peer that is not installed is "skipped: not installed", never
-estimated; a figure another section measured already is not measured here.
-
-Crash behaviour: the records file and every dataset live in the run's work directory and
-are removed after each sample and at the end (and with the work directory by the runner).
-"""
+interleaved run (disk, load, arcticdb, tiledb, compressed, file rows per round). The rows,
+invariants and crash behaviour: docs/design/bench.md."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ def _exit_at_start_up(signo, _frame) -> None:
 
 def main() -> None:
     """The `bulkload` command: quiet stop signals from here on, then cli/main.py's ``main``."""
-    import _signal  # built in and already loaded: importing `signal` builds enums (~1 ms)
+    import _signal  # type: ignore[import-not-found]  # built in and already loaded: importing `signal` builds enums (~1 ms)
 
     for signo in _NAMES:
         _signal.signal(signo, _exit_at_start_up)

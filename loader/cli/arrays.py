@@ -12,69 +12,18 @@ from .. import api
 from ..maintain.report import NOTHING_TO_DO
 from ..model.options import size_option
 from .main import emit_json, handle_errors, on_engine, progress_mode
+from .options import api_command
 
 
+@api_command(api.finalize)
 def finalize_cmd(
-    dataset: str = typer.Argument(..., help="lmdb://PATH, rocksdb://PATH or mem://NAME."),
-    dims: str | None = typer.Option(
-        None,
-        "--dims",
-        show_default=False,
-        help="Two integer or time fields with chunk lengths, row-major: "
-        "FIELD:CHUNK,FIELD:CHUNK, a time field's chunk a duration "
-        "(ts:1h,size:1000) (default: i0:10,i1:100000 for "
-        "scidb96; required for other layouts).",
-    ),
-    array: str = typer.Option("grid", "--array", help="Array name (several arrays may coexist)."),
-    duplicates: str = typer.Option("error", "--duplicates", help="error, first, last or keep."),
-    workers: int | None = typer.Option(
-        None,
-        "--workers",
-        help="Workers (default: cores): processes, or threads of this one for a dataset of at most 128 MiB.",
-    ),
-    no_compact: bool = typer.Option(False, "--no-compact", help="Skip compaction before redimensioning."),
-    memory_budget: str | None = typer.Option(None, "--memory-budget", help="Buffer bytes per worker (e.g. 512m, 2g)."),
-    strategy: str = typer.Option(
-        "auto",
-        "--strategy",
-        help="auto, direct (read windows of chunks straight from the batches) "
-        "or spill (partition into spill runs first).",
-    ),
-    compression: str | None = typer.Option(
-        None,
-        "--compression",
-        help="The array's chunk pieces: none (default, whatever the "
-        "records use: queries read them zero-copy), lz4 or zstd.",
-    ),
-    force: bool = typer.Option(False, "--force", help="Rebuild the array even if it is up to date."),
-    keep_snapshots: int | None = typer.Option(
-        None,
-        "--keep-snapshots",
-        help="From now on keep the data of the last K generations "
-        "readable (info --as-of); 0: only open readers keep it.",
-    ),
+    options: dict,
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
-):
+) -> None:
     """Compact, then redimension the records into a 2-D chunked array."""
-    budget = size_option(memory_budget, "--memory-budget")
-    rep, used = on_engine(
-        dataset,
-        lambda: api.finalize(
-            dataset,
-            dims=dims,
-            array=array,
-            duplicates=duplicates,
-            workers=workers,
-            compact=not no_compact,
-            progress=progress_mode(quiet),
-            memory_budget=budget,
-            strategy=strategy,
-            compression=compression,
-            force=force,
-            keep_snapshots=keep_snapshots,
-        ),
-    )
+    options["memory_budget"] = size_option(options["memory_budget"], "--memory-budget")
+    rep, used = on_engine(options["dataset"], lambda: api.finalize(**options, progress=progress_mode(quiet)))
     if json_out:
         emit_json(rep.to_dict() | used)
     elif not quiet and rep.status == NOTHING_TO_DO:
@@ -93,36 +42,16 @@ def finalize_cmd(
         )
 
 
+@api_command(api.compact)
 def compact_cmd(
-    dataset: str = typer.Argument(...),
-    target_batch_records: int | None = typer.Option(
-        None, "--target-batch-records", help="Records per merged batch (default: the dataset's batch size)."
-    ),
-    workers: int | None = typer.Option(None, "--workers", help="Worker processes (default: cores)."),
-    force: bool = typer.Option(False, "--force", help="Compact every shard even if it looks compact."),
-    keep_snapshots: int | None = typer.Option(
-        None,
-        "--keep-snapshots",
-        help="From now on keep the data of the last K generations "
-        "readable (info --as-of); 0: only open readers keep it.",
-    ),
+    options: dict,
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
-):
+) -> None:
     """Merge small batches into large ones and compact every shard store.
 
     Documents (layout docs): fold each shard's document tables into one (id-sorted)."""
-    rep, used = on_engine(
-        dataset,
-        lambda: api.compact(
-            dataset,
-            target_batch_records=target_batch_records,
-            progress=progress_mode(quiet),
-            workers=workers,
-            force=force,
-            keep_snapshots=keep_snapshots,
-        ),
-    )
+    rep, used = on_engine(options["dataset"], lambda: api.compact(**options, progress=progress_mode(quiet)))
     if json_out:
         emit_json(rep.to_dict() | used)
     elif not quiet and rep.layout == "docs":
@@ -158,21 +87,14 @@ def _print_docs_compact(rep: dict) -> None:
     )
 
 
-def query_cmd(
-    dataset: str = typer.Argument(...),
-    box: str = typer.Option(..., "--box", help="Half-open box, e.g. 'i0=2:5,i1=1000000:1001000'."),
-    array: str = typer.Option("grid", "--array", help="Array name."),
-    attrs: str | None = typer.Option(None, "--attrs", help="Attributes to return, e.g. d0,d3 (default: all)."),
-    format: str = typer.Option("table", "--format", help="table, csv, json, arrow, parquet or npy."),
-    out: str | None = typer.Option(None, "--out", help="Write to this file (default: stdout)."),
-    json_out: bool = typer.Option(False, "--json", help="Same as --format json."),
-):
+@api_command(api.query)
+def query_cmd(options: dict, json_out: bool = typer.Option(False, "--json", help="Same as --format json.")) -> None:
     """Read the cells of a box of a 2-D array."""
     from ..read.tables import check_format  # start-up: pyarrow loads only for `query`
 
-    fmt = "json" if json_out else format
-    check_format(fmt, format)
-    api.query(dataset, box, array=array, attrs=attrs, format=fmt, out=out)
+    fmt = "json" if json_out else options["format"]
+    check_format(fmt, options["format"])
+    api.query(**(options | {"format": fmt}))
 
 
 def print_arrays(arrays: list[dict]) -> None:

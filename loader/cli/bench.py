@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 import typer
 
@@ -103,7 +104,9 @@ def register(app: typer.Typer) -> None:
                 print(msg, file=sys.stderr, flush=True)
 
         try:
-            extra = {"workloads": tuple(w.strip() for w in workloads.split(",") if w.strip())} if workloads else {}
+            extra: dict[str, Any] = (
+                {"workloads": tuple(w.strip() for w in workloads.split(",") if w.strip())} if workloads else {}
+            )
             result = run(
                 suite,
                 n=n,

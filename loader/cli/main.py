@@ -17,11 +17,14 @@ import gc
 import json
 import os
 import sys
+from collections.abc import Sequence
+from typing import Any, cast
 
 import typer
 from typer.core import TyperGroup
 from typer.exceptions import TyperException
 from typer.main import get_command_name
+from typer.models import CommandInfo
 
 from .. import api
 from ..errors import EXIT_FAILED, EXIT_USAGE, BulkloadError, Interrupted, OutputError
@@ -30,6 +33,7 @@ from ..infra.env import flag
 from ..infra.interrupts import ignore_stop_signals, stop_on_signals
 from ..infra.outputs import guard_stdout, open_output, silence_stdout, stdout_failed
 from ..model.runs import Run
+from .options import api_command, group_option
 from .params import plain_params
 
 
@@ -38,15 +42,24 @@ class OneLineErrors(TyperGroup):
     one line ``bulkload: error: ...; see 'bulkload CMD --help'`` and exit 2 like every other
     usage error, instead of click's usage block."""
 
-    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
         plain_params(self)  # start-up: values converted without pydantic (params.py)
+        given = {"windows_expand_args": windows_expand_args, **extra}
         if not standalone_mode:
-            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **given)
         try:
-            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **given)
         except TyperException as e:
             if type(e).__name__ == "NoArgsIsHelpError":  # bare `bulkload`: the help text
-                e.show()
+                cast(Any, e).show()
                 sys.exit(e.exit_code)
             ctx = getattr(e, "ctx", None)
             hint = f"; see '{ctx.command_path} --help'" if ctx is not None else ""
@@ -92,8 +105,8 @@ def handle_errors(fn):
                 silence_stdout()
             fail(str(e), e.exit_code)
         except KeyboardInterrupt as e:
-            stop = Interrupted.of(e)
-            fail(str(stop), stop.exit_code)
+            interrupted = Interrupted.of(e)
+            fail(str(interrupted), interrupted.exit_code)
         except BrokenPipeError:  # the reader went away (| head): quiet, as other tools
             silence_stdout()
             raise typer.Exit(0)
@@ -112,11 +125,12 @@ def wrapped_stop(e: BaseException) -> KeyboardInterrupt | None:
     """The stop signal (KeyboardInterrupt) that ``e`` wraps - as its cause or context, as
     Python wraps an error raised inside ``__set_name__`` in a RuntimeError - or None."""
     seen = set()
-    while e is not None and id(e) not in seen:
-        if isinstance(e, KeyboardInterrupt):
-            return e
-        seen.add(id(e))
-        e = e.__cause__ or e.__context__
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
     return None
 
 
@@ -172,19 +186,8 @@ def main_options(
         "--log-format",
         help="Log lines on stderr: text or json (before or after the command, like --engine and --scheduler).",
     ),
-    engine: str | None = typer.Option(
-        None,
-        "--engine",
-        help="Where load, ingest, finalize, compact, "
-        "verify and run run their tasks: local (the process pool, default) or dask (also BULKLOAD_ENGINE).",
-    ),
-    scheduler: str | None = typer.Option(
-        None,
-        "--scheduler",
-        help="Dask scheduler: tcp://HOST:PORT, or "
-        "local:N for a LocalCluster of N worker processes (also "
-        "BULKLOAD_SCHEDULER).",
-    ),
+    engine: str | None = group_option(api.load, "engine"),
+    scheduler: str | None = group_option(api.load, "scheduler"),
     version: bool = typer.Option(
         False, "--version", is_eager=True, callback=show_version, help="Print bulkload's version and exit."
     ),
@@ -229,81 +232,28 @@ def generate(
         fail(f"--impl must be c or python, not {impl!r}", EXIT_USAGE)
     lay = get_layout(layout)
     with open_output(out or "-") as o:
-        write_records(lay, first, count, o.file, impl=impl)
+        binary: Any = o.file  # binary: open_output opens files in "wb" mode
+        write_records(lay, first, count, binary, impl=impl)
 
 
-@app.command()
+@app.command("load")
 @handle_errors
+@api_command(api.load)
 def load(
-    source: list[str] | None = typer.Argument(
-        None,
-        show_default=False,
-        help="One or more of: gen://LAYOUT?n=N&start=S; a file of raw records, an .npy file, an Arrow IPC "
-        "file (.arrow, .feather) or a Parquet file (.parquet); a quoted glob ('parts/*.bin', in name "
-        "order); - for stdin, a FIFO, /dev/stdin, /dev/fd/N; or (--layout docs) a directory of <id>.json "
-        "documents. Several inputs are loaded by one run in the order given, each committed whole and "
-        "recognised on a re-run (loaded before: left out). Streams (stdin, FIFOs) are not replayable: "
-        "every load of them is a new run, never resumed, and nothing of a failed one is committed (re-run "
-        "the producers); several FIFOs are read in parallel, their batches numbered as they arrive. A generator of "
-        "yours: gen://PKG.MODULE:FUNCTION?n=N&start=S[&layout=NAME] (FUNCTION(start, n) returns a numpy "
-        "structured array; the module is imported from the working directory or PYTHONPATH) or "
-        "gen://c:PATH:SYMBOL?n=N&start=S&layout=NAME (a shared library's int SYMBOL(void *buf, uint64_t "
-        "start, uint64_t n) writes the records into buf and returns 0); each worker generates its own ranges.",
-    ),
-    dataset: str = typer.Argument(..., help="lmdb://PATH, rocksdb://PATH or mem://NAME (with ?shards=K)."),
-    layout: str | None = typer.Option(
-        None, "--layout", help="Layout of the records (default: the source's or scidb96)."
-    ),
-    format: str | None = typer.Option(
-        None, "--format", help="capnp (default) or arrow; documents: block (default), raw or capnp."
-    ),
-    compression: str | None = typer.Option(
-        None, "--compression", help="none, lz4 or zstd (arrow); documents: zstd (default) or none."
-    ),
-    shards: int | None = typer.Option(None, "--shards", help="Shard count (default: cores)."),
-    workers: int | None = typer.Option(None, "--workers", help="Worker processes (default: cores)."),
-    batch_records: int | None = typer.Option(None, "--batch-records", help="Records per batch (default 10000)."),
-    new_run: bool = typer.Option(False, "--new-run", help="Load the source again even if it was loaded before."),
-    replace: bool = typer.Option(False, "--replace", help="Start the dataset over with this source (atomic swap)."),
-    on_bad_file: str = typer.Option(
-        "fail",
-        "--on-bad-file",
-        help="Documents: fail (exit 1 naming the file, nothing loaded) or skip (load the rest, list it in the report).",
-    ),
-    keep_runs: int | None = typer.Option(
-        None,
-        "--keep-runs",
-        help="After the load succeeded, prune the "
-        "run records to the N newest (and the protected ones: bulkload runs prune).",
-    ),
+    options: dict,
     json_out: bool = typer.Option(False, "--json", help="Print the run report as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
-):
+) -> None:
     """Load records into a dataset (appending to it if it exists).
 
     Re-running the same command resumes an interrupted run, or loads nothing if it
     finished; --new-run loads the source again; --replace starts the dataset over.
     A stream (stdin, a FIFO) cannot be replayed: each load of it is a new run."""
+    source = options["source"]
     if not source:  # `load X`: X is taken for the dataset (click fills the last argument first)
         fail("Missing argument 'dataset'; see 'bulkload load --help'", EXIT_USAGE)
-    report, used = on_engine(
-        dataset,
-        lambda: api.load(
-            source if len(source) > 1 else source[0],
-            dataset,
-            layout=layout,
-            format=format,
-            compression=compression,
-            shards=shards,
-            workers=workers,
-            batch_records=batch_records,
-            progress=progress_mode(quiet),
-            new_run=new_run,
-            replace=replace,
-            on_bad_file=on_bad_file,
-            keep_runs=keep_runs,
-        ),
-    )
+    options["source"] = source if len(source) > 1 else source[0]
+    report, used = on_engine(options["dataset"], lambda: api.load(**options, progress=progress_mode(quiet)))
     if json_out:
         emit_json(report.to_dict() | used)
     elif not quiet:
@@ -331,20 +281,12 @@ def load(
             print(f"  skipped {f['path']}: {f['reason']}")
 
 
-@app.command()
+@app.command("info")
 @handle_errors
-def info(
-    dataset: str = typer.Argument(...),
-    json_out: bool = typer.Option(False, "--json", help="Print as JSON."),
-    as_of: str = typer.Option(
-        None,
-        "--as-of",
-        help="The dataset as it stood after this commit: a generation "
-        "number or a run id (while its data was not garbage-collected).",
-    ),
-):
+@api_command(api.info)
+def info(options: dict, json_out: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
     """Describe a dataset: layout, format, shards, records, bytes, runs."""
-    with api.open(dataset, as_of=as_of) as ds:
+    with api.open(options["dataset"], as_of=options["as_of"]) as ds:
         d = ds.info()
         arrays = ds.arrays() if d.get("arrays") and not d["problems"] else []
     if json_out:
@@ -406,13 +348,12 @@ def _exit_if_damaged(d: dict) -> None:
         raise typer.Exit(EXIT_FAILED)
 
 
-@app.command()
+@app.command("verify")
 @handle_errors
-def verify(
-    dataset: str = typer.Argument(...), json_out: bool = typer.Option(False, "--json", help="Print the report as JSON.")
-):
+@api_command(api.verify)
+def verify(options: dict, json_out: bool = typer.Option(False, "--json", help="Print the report as JSON.")) -> None:
     """Recompute every stored batch's checksum and count; exit 1 on any mismatch."""
-    rep, used = on_engine(dataset, lambda: api.verify(dataset))
+    rep, used = on_engine(options["dataset"], lambda: api.verify(**options))
     if json_out:
         emit_json(rep.to_dict() | used)
     else:
@@ -475,7 +416,7 @@ def options_first(args: list[str]) -> list[str]:
     """``args`` with the group options (`GROUP_OPTIONS`) given after the command moved before
     it (``bulkload run P --log-format json`` = ``bulkload --log-format json run P``); the
     format is set at once, so that even a parsing error is a JSON line when asked for."""
-    names = {c.name or get_command_name(c.callback.__name__) for c in app.registered_commands}
+    names = {command_name(c) for c in app.registered_commands}
     names |= {g.name for g in app.registered_groups if g.name}
     i = 0
     while i < len(args) and args[i] not in names:  # the group's own options before the command
@@ -498,13 +439,16 @@ def options_first(args: list[str]) -> list[str]:
     return out
 
 
+def command_name(c: CommandInfo) -> str:
+    """The name a registered command is called by."""
+    return c.name or get_command_name(getattr(c.callback, "__name__", ""))
+
+
 def app_for(args: list[str]) -> typer.Typer:
     """``app`` with only the command that ``args`` begins with (start-up: typer builds every
     command's parameters from its signature before it parses, ~0.5 ms a command), or ``app``
     itself when the first word is no command (--help, a group option, a typo to suggest for)."""
-    chosen = [
-        c for c in app.registered_commands if args and (c.name or get_command_name(c.callback.__name__)) == args[0]
-    ]
+    chosen = [c for c in app.registered_commands if args and command_name(c) == args[0]]
     groups = [g for g in app.registered_groups if args and g.name == args[0]]  # e.g. `runs`
     if not chosen and not groups:
         return app

@@ -18,6 +18,8 @@ does not import pydantic, says so.
 from __future__ import annotations
 
 import typing
+from collections.abc import Callable
+from typing import Any
 
 _FLAG_WORDS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
@@ -27,7 +29,7 @@ def _flag(value) -> bool:
     return value if isinstance(value, bool) else _FLAG_WORDS[str(value).strip().lower()]
 
 
-_PLAIN = {str: str, int: int, bool: _flag}
+_PLAIN: dict[Any, Callable[[Any], Any]] = {str: str, int: int, bool: _flag}
 _NAMES = {str: "string", int: "integer", bool: "boolean"}
 
 

@@ -16,6 +16,7 @@ from typer.core import TyperGroup
 
 from .. import api
 from .main import emit_json, handle_errors, print_table
+from .options import api_command
 
 LIST = "list"
 
@@ -45,28 +46,14 @@ def _when(t: float | None) -> str:
 
 @runs_app.command(LIST)
 @handle_errors
+@api_command(api.runs)
 def list_cmd(
-    dataset: str = typer.Argument(..., help="lmdb://PATH, rocksdb://PATH or mem://NAME."),
-    status: str | None = typer.Option(
-        None,
-        "--status",
-        help="Only runs of this status: running, done, "
-        "failed, interrupted, superseded or replaced (as `info` shows them).",
-    ),
-    kind: str | None = typer.Option(None, "--kind", help="Only runs of this kind: load, ingest, finalize or compact."),
-    since: str | None = typer.Option(
-        None,
-        "--since",
-        help="Only runs started since: an age (30d, 12h, "
-        "90m) or an ISO-8601 instant (2026-11-01T08:00:00Z; no offset: UTC).",
-    ),
-    limit: int | None = typer.Option(None, "--limit", help="At most N runs (the newest)."),
-    json_out: bool = typer.Option(False, "--json", help="Print a JSON list of the runs."),
-):
+    options: dict, json_out: bool = typer.Option(False, "--json", help="Print a JSON list of the runs.")
+) -> None:
     """The dataset's runs, newest first: id, kind, status, started (UTC), seconds,
     records, the generation `info --as-of` reads it at while its data is kept (as-of), and
     the error (or the source)."""
-    found = api.runs(dataset, status=status, kind=kind, since=since, limit=limit)
+    found = api.runs(**options)
     if json_out:
         emit_json([r.to_dict() for r in found])
         return
@@ -93,24 +80,13 @@ def list_cmd(
 
 @runs_app.command("prune")
 @handle_errors
-def prune_cmd(
-    dataset: str = typer.Argument(..., help="lmdb://PATH, rocksdb://PATH or mem://NAME."),
-    keep: int | None = typer.Option(None, "--keep", help="Keep the N newest runs (and every protected run)."),
-    older_than: str | None = typer.Option(
-        None,
-        "--older-than",
-        help="Remove runs that ended before: an "
-        "age (30d, 12h, 90m) or an ISO-8601 instant. With --keep: "
-        "only runs outside the N newest and older than this.",
-    ),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Say what would be removed; write nothing."),
-    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
-):
+@api_command(api.prune_runs)
+def prune_cmd(options: dict, json_out: bool = typer.Option(False, "--json", help="Print the report as JSON.")) -> None:
     """Remove old run records. Never removed: a running run, a resumable interrupted or
     failed run (and a compaction after it), the newest run of each loaded source (a
     re-run of it is recognised by it) and the last --replace run. Records, ingested
     files and readers are not affected."""
-    rep = api.prune_runs(dataset, keep=keep, older_than=older_than, dry_run=dry_run)
+    rep = api.prune_runs(**options)
     if json_out:
         emit_json(rep.to_dict())
         return

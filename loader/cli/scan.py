@@ -13,68 +13,32 @@ import typer
 from .. import api
 from ..infra.outputs import writes_stdout
 from .main import handle_errors
+from .options import api_command
 
-COLUMNS = typer.Option(None, "--columns", help="Fields to read, e.g. d0,i1 (default: all).")
-RECORDS = typer.Option(None, "--records", help="Half-open record range START:STOP (either side may be empty).")
-BOX = typer.Option(None, "--box", help="A box of a finalized array, e.g. 'i0=2:5,i1=0:1000' (with --array).")
-ARRAY = typer.Option(None, "--array", help="The finalized 2-D array to read a box of (default grid).")
-COMPRESSION = typer.Option(
-    None, "--compression", help="arrow: none, lz4, zstd; parquet: none, snappy (default), gzip, brotli, lz4, zstd."
-)
-ROW_GROUP_ROWS = typer.Option(
-    None, "--row-group-rows", help="parquet: rows per row group (default: one row group per stored batch)."
-)
 QUIET = typer.Option(False, "--quiet", "-q", help="No status line.")
 JSON_OUT = typer.Option(False, "--json", help="Print the report as JSON (on stderr when the data goes to stdout).")
 
 
-def scan_cmd(
-    dataset: str = typer.Argument(...),
-    columns: str | None = COLUMNS,
-    records: str | None = RECORDS,
-    box: str | None = BOX,
-    array: str | None = ARRAY,
-    format: str = typer.Option(..., "--format", help="arrow, parquet, csv, jsonl or npy."),
-    out: str = typer.Option(..., "--out", help="Output file; - for stdout (nothing but the data goes there)."),
-    compression: str | None = COMPRESSION,
-    row_group_rows: int | None = ROW_GROUP_ROWS,
-    quiet: bool = QUIET,
-    json_out: bool = JSON_OUT,
-):
+@api_command(
+    api.export,
+    override={
+        "format": {"default": ..., "help": "arrow, parquet, csv, jsonl or npy.", "show_default": True},
+        "out": {"help": "Output file; - for stdout (nothing but the data goes there)."},
+    },
+)
+def scan_cmd(options: dict, quiet: bool = QUIET, json_out: bool = JSON_OUT) -> None:
     """Stream the records (or some columns, a record range, a box of an array) to a file."""
     from ..read.export import SCAN_FORMATS
 
-    rep = api.export(
-        dataset,
-        out,
-        format,
-        columns=columns,
-        records=records,
-        box=box,
-        array=array,
-        compression=compression,
-        row_group_rows=row_group_rows,
-        formats=SCAN_FORMATS,
-    )
-    _report(rep, out, quiet, json_out)
+    rep = api.export(**options, formats=SCAN_FORMATS)
+    _report(rep, options["out"], quiet, json_out)
 
 
-def export_cmd(
-    dataset: str = typer.Argument(...),
-    out: str = typer.Option(..., "--out", help="Output file; - for stdout (the report then goes to stderr)."),
-    format: str = typer.Option("arrow", "--format", help="arrow, parquet, csv, jsonl, npy or capnp."),
-    columns: str | None = COLUMNS,
-    records: str | None = RECORDS,
-    compression: str | None = COMPRESSION,
-    row_group_rows: int | None = ROW_GROUP_ROWS,
-    quiet: bool = QUIET,
-    json_out: bool = JSON_OUT,
-):
+@api_command(api.export, skip=("box", "array"))
+def export_cmd(options: dict, quiet: bool = QUIET, json_out: bool = JSON_OUT) -> None:
     """Write the flat records, in order, to a file."""
-    rep = api.export(
-        dataset, out, format, columns=columns, records=records, compression=compression, row_group_rows=row_group_rows
-    )
-    _report(rep, out, quiet, json_out)
+    rep = api.export(**options)
+    _report(rep, options["out"], quiet, json_out)
 
 
 def sql_cmd(

@@ -1,39 +1,6 @@
-"""The ``block`` value format of documents: many documents per stored value.
-
-One value per document (formats ``raw`` and ``capnp``) stores each document under its
-own key. That is simple, but small values cannot be stored compactly: compressed one by
-one they each pay zstd's entropy tables (a dictionary saves most of that), and in LMDB
-they fill 4 KiB leaf pages only ~80 % (bench/docs.py: 1.26x the zstd -3 limit, against
-1.05x for the values alone). A *block* holds a run of documents with consecutive
-positions in the id-sorted batch, stored under the 8-byte big-endian id of its **last**
-(highest) document, so that the block holding id X is the first one whose key is >= X
-(one cursor seek, `ShardStore.seek`). Blocks are cut so that a compressed value fills a
-whole number of LMDB pages (`pack`), so LMDB's overflow pages carry almost no slack.
-
-A block value (all integers little-endian)::
-
-    offset  bytes        what
-         0      4        n: documents in the block (u32, >= 1)
-         4      1        id width w_i: 0 when the ids are consecutive, else 1, 2, 4 or 8
-         5      1        length width w_l: 1, 2, 4 or 8
-         6      1        created_at width w_c: 0 when all equal, else 1, 2, 4 or 8
-         7      1        flags: bit 0 = the texts are one zstd frame (else stored as is)
-         8      8        first id (u64)
-        16      8        created_at base: the smallest created_at of the block (i64)
-        24   (n-1)w_i    id deltas ids[k] - ids[k-1], k = 1..n-1 (unsigned)
-         .      n w_l    text lengths in bytes (unsigned)
-         .      n w_c    created_at - base (unsigned)
-         .      ...      the texts concatenated, as one zstd frame (with its content size
-                         and checksum: a get notices a changed byte)
-                         or as is
-
-Only the texts are compressed: mixed into one frame with the binary columns they cost
-~2.6 % more (measured), while these fixed-width columns cost ~6 bytes per document
-(0.7 % of a 1 KB document). The whole value is also checksummed by the manifest (xxh3
-of key + value), which `verify` and a resume check.
-
-Pure: encodes and decodes values; nothing here writes a store or a file.
-"""
+"""The ``block`` value format of documents: many documents per stored value, under the id of
+the last one, cut to fill whole LMDB pages. Why, and the byte layout: docs/design/documents.md.
+Pure: encodes and decodes values; nothing here writes a store or a file."""
 
 from __future__ import annotations
 

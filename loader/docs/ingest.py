@@ -1,39 +1,6 @@
-"""`ingest` for documents (layout ``docs``): load the new ``<id>.json`` files of a directory.
-
-    bulkload ingest DATASET --from DIR [--layout docs] [--on-bad-file fail|skip]
-
-Made to run again and again (cron) over a directory where new files keep arriving and old
-ones stay. One run, with the dataset locked:
-
-1. lists DIR (as ``bulkload load DIR --layout docs``: every ``<id>.json``, dotfiles
-   excluded - write a file under a dotted name and rename it when complete) and stats
-   every file;
-2. a file whose id is in the *ledger* (below) with the same size and mtime is already
-   ingested: it is not read;
-3. of the other files, those whose id is stored in the dataset (ingested before and
-   touched since, or loaded by ``bulkload load``) are read and compared with the stored
-   document (`Dataset.get_many`): equal (created_at and text) -> already ingested;
-   different -> a bad file ("already ingested, but its content changed": documents are
-   immutable once stored, give the new version a new id), handled per --on-bad-file
-   like a bad file of ``load``: ``fail`` loads nothing, ``skip`` reports it;
-4. the rest (ids not stored) are loaded by the load machinery (loading.run.load_locked in
-   mode ``ingest``: the keyed record kind, plan file, workers, resume, one commit); a
-   bad new file is handled there as by ``load`` (fail: nothing is loaded; skip: left out
-   and reported). A file the last run skipped is parsed first: still bad, it is
-   reported without starting a run.
-
-A run with nothing new writes nothing. A killed run is resumed by the next one (same new
-files: same fingerprint), keeping its durable batches: the dataset ends byte-identical.
-
-**The ledger** (ledger.py) records what ingest stored, so that a repeated run costs one
-listing and one stat per file; it only saves reading: a file not in it is compared with
-the store.
-
-Crash behaviour: the documents are written by the load run (loading/run.py): they and the
-run's ledger (written and fsynced before the run) are named in the manifest by one write,
-the run's commit; before it, a killed run leaves nothing visible and is resumed by the
-next one. Sorting the files out reads only.
-"""
+"""`ingest` for documents (layout ``docs``): load the new ``<id>.json`` files of a directory,
+again and again (cron), through the load machinery. The steps, the ledger and crash
+behaviour: docs/design/documents.md."""
 
 from __future__ import annotations
 

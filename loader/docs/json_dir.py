@@ -120,9 +120,9 @@ class DirListing(Sequence):
 
     def stat(self) -> tuple[DirListing, np.ndarray, np.ndarray]:
         """(the files still there, their sizes, their mtimes in ns): one stat(2) each, in C."""
-        sizes, mtimes, errnos = _docsio.stat_batch(self.directory, self.ids, self.names() if self.odd else None)
+        raw_sizes, raw_mtimes, errnos = _docsio.stat_batch(self.directory, self.ids, self.names() if self.odd else None)
         there = np.frombuffer(errnos, np.int32) == 0
-        sizes, mtimes = np.frombuffer(sizes, np.int64), np.frombuffer(mtimes, np.int64)
+        sizes, mtimes = np.frombuffer(raw_sizes, np.int64), np.frombuffer(raw_mtimes, np.int64)
         if there.all():
             return self, sizes, mtimes
         return self.take(np.flatnonzero(there)), sizes[there], mtimes[there]

@@ -1,38 +1,6 @@
-"""Per-value zstd compression with a trained dictionary (zstandard).
-
-Small values (documents of 100 B .. a few kB) compress badly one by one: every zstd
-frame carries its own headers and, worse, its own entropy tables (the Huffman table of
-the literals is ~50-70 bytes per frame for text). A dictionary trained on a sample of
-the values carries those tables (and any common substrings) once, for every value of a
-shard. Frames are written lean: magicless (no 4-byte magic number), no checksum, no
-dictionary id (the shard stores the dictionary and knows it), with the content size.
-
-Usage::
-
-    d = train(sample(values))                 # bytes; store it with the shard
-    c = Compressor(d, level=3)                # picklable: (dict bytes, level)
-    stored = [c.compress(v) for v in values]  # or c.compress_many(values, threads=2)
-    Decompressor(d).decompress(stored[0]) == values[0]
-
-`Compressor` and `Decompressor` are built from bytes and pickle as their description,
-so a worker process gets one by pickling (no zstd handle crosses a process boundary).
-One instance must not be used from two threads at once (zstd contexts are not
-thread-safe); ``compress_many(threads=N)`` runs N threads inside zstd's C code.
-
-An empty dictionary (``b""``) means plain zstd (still magicless): `train` returns it
-when the sample is too small or has nothing to learn.
-
-Measured (bench/docs.py; 20,480 documents of random printable text 0..2000 chars, raw
-values, one value per frame, size relative to all the texts compressed as one zstd -3
-frame): plain per-value zstd 1.073x; with a dictionary 1.046x, whatever the level
-(1, 3, 9, 19: 1.0464 .. 1.0458) or the dictionary size (4 KiB .. 64 KiB: 1.0464 ..
-1.0459). Random text has no repeated strings; what the dictionary saves is the entropy
-tables. Level 1 compresses at ~300 MB/s per core here, level 3 at ~200, level 19 at ~30:
-the defaults are level 3 and a 16 KiB dictionary (real text does gain from the level
-and a larger dictionary; pass level=1 when compression speed matters more).
-
-Pure: nothing here writes a store or a file (kind.py stores the dictionaries).
-"""
+"""Per-value zstd compression with a trained dictionary (zstandard): lean magicless frames;
+`Compressor`/`Decompressor` pickle as their description. Why and what it saves:
+docs/design/documents.md. Pure: nothing here writes a store or a file."""
 
 from __future__ import annotations
 

@@ -1,41 +1,6 @@
-"""The Dask executor: a run's tasks as Dask tasks on a ``distributed.Client``'s workers.
-
-Imported only when the engine is dask (executors.py stays light). Each task runs
-``fn(task, outbox)`` in a thread of a Dask worker process (`_hosted`); what the local
-pool's pipes carry travels here through one ``distributed.Queue`` per run: every message
-is ``(task index, attempt, object)``, pickled, and ``Queue.put`` returns only once the
-scheduler holds it, so a task's messages are all queued before its result is.
-
-Attempts and fencing (at most one writer per task - hence per shard set - at any time):
-Dask reruns a task whose worker died, and a worker presumed dead may still run (a
-zombie). Before calling ``fn`` an attempt writes its token to ``<lease>.want`` and takes
-``flock`` on ``<lease>.lock`` (files under the run's lease directory, on the dataset's
-filesystem); the lock is held until ``fn`` returns and is released by the kernel when the
-process dies. Every message an attempt sends first checks that ``.want`` still holds its
-token: a newer attempt, or the coordinator stopping the run, replaces it, and the older
-attempt stops (`Superseded`) at its next message, writing nothing more that anyone sees.
-The lock file counts attempts. Holding the lock, an attempt announces itself
-(`Started`) and waits for the coordinator's go, which carries the task to run: for a
-retry, the caller's ``on_retry(task, messages)`` (e.g. resume after the batches the
-earlier attempts reported durable); every message of an earlier attempt precedes the
-announcement in the queue, and later ones are dropped.
-
-Orphans: an attempt also stops at its next message (and while it waits for its go or
-for an earlier attempt's lock) once Dask no longer wants its task - the scheduler
-releases the tasks of a client that is gone, and their state on the worker becomes
-cancelled. Every run holds an flock on ``<run id>.run`` in the lease directory while it
-lasts; a new run first revokes the leases of runs whose ``.run`` lock is free (their
-coordinator died) and waits until none of their attempts holds its lock (`hold_run`).
-`check_workers` (called before a Dask executor is used) makes sure every worker can
-import bulkload and sees the dataset's directory.
-
-Fail fast: the first error (a task that raised, a task Dask gave up on after its workers
-kept dying: ``KilledWorker``) cancels every task, marks every lease stopped and waits for
-the locks to be free (no attempt still writing) before it propagates. Crash behaviour:
-nothing here commits; a coordinator that dies leaves the dataset at its last commit and
-Dask cancels the tasks of a client that is gone (they stop at their next message; the
-next run waits for any that has not).
-"""
+"""The Dask executor: a run's tasks as Dask tasks on a ``distributed.Client``'s workers, with
+leases that fence zombie attempts and revoke orphans. Messages, attempts, orphans, fail fast
+and crash behaviour: docs/design/dask.md."""
 
 from __future__ import annotations
 

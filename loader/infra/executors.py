@@ -45,6 +45,7 @@ import threading
 import traceback
 from collections.abc import Callable
 from contextvars import ContextVar
+from typing import Any
 
 from ..errors import Interrupted, UsageError
 from . import faults
@@ -59,7 +60,7 @@ class LocalExecutor:
     scheduler = ""
     local = True
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.retried = 0  # the local pool never retries
         self.workers: set = set()
 
@@ -232,12 +233,12 @@ def require_local(what: str) -> None:
 _current: ContextVar = ContextVar("bulkload_executor", default=None)
 
 
-def current():
+def current() -> Any:
     """The executor in effect (a fresh local one by default)."""
     return _current.get() or LocalExecutor()
 
 
-def current_or_none():
+def current_or_none() -> Any:
     """The executor a caller chose with `using`, or None."""
     return _current.get()
 

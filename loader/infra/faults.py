@@ -1,48 +1,6 @@
-"""Scripted crash points for the fault-injection tests (tests/system/test_faults.py).
-
-``BULKLOAD_FAULT="POINT:N[,POINT:N...]"`` makes the process that reaches POINT for the
-N-th time kill itself with SIGKILL - no cleanup, no flush, exactly like a power cut of
-that process. The coordinator reads the variable once per job and hands the spec to its
-workers inside their tasks (workers are forked from the forkserver, whose environment is
-not the job's). Points (see `hit` calls):
-
-  coordinator  ``save`` (before a manifest write), ``saved`` (after it), ``checkpoint``
-               (a worker checkpoint arrived, before it is recorded), ``commit`` (before
-               the final commit), ``swap`` / ``swapped`` (around --replace's directory
-               exchange), ``hashed`` (ingest: a file was fingerprinted)
-  workers      ``flush`` (a group was written, not yet synced), ``sync`` (synced, not
-               yet reported), ``batch`` (a batch was serialized); prefix ``wN.`` to aim at
-               worker N only, e.g. ``w1.flush:3``
-
-  finalize     coordinator: ``scanned`` (chunk histogram done), ``spilled`` (spill runs
-               written), ``built`` (every chunk written and synced), ``indexed`` (index
-               file written, manifest not switched), ``switched`` (manifest switched, the
-               replaced build listed as garbage, not yet dropped), ``dropping`` (the
-               replaced build dropped from some shards only); workers: ``spill`` (a spill
-               run was written), ``chunks`` (a group of chunks was put, not yet synced),
-               ``synced`` (a shard's chunks synced, not yet reported)
-  compact      coordinator: ``merged`` (merged batches written, manifest not switched),
-               ``merge-switched`` (switched, old batches listed as garbage, not yet
-               deleted), ``deleting`` (old batches deleted from some shards only),
-               ``compact-copied`` (an LMDB shard's compacted copy is complete, not swapped
-               in), ``compact-swapped`` (swapped in, the old copy not yet removed);
-               workers: ``merge`` (a group of merged batches was put, not yet synced)
-  compact of documents (loader/docs_compact.py): coordinator ``docs-folded`` (new tables
-               synced, manifest not switched), ``docs-switched`` (switched, old tables
-               listed as garbage, not dropped), ``docs-dropping`` (old tables dropped from
-               some shards only); workers ``fold`` (a window was put, not yet synced)
-  catalog      (model/catalog*.py, every commit): ``catalog-commit`` (a commit's changes
-               written in its LMDB transaction, not committed); the first commit of a new
-               or version-1 dataset: ``catalog-built`` (built and synced beside, as
-               catalog.tmp-PID), ``catalog-renamed`` (renamed into place, manifest.json
-               not yet the pointer), ``pointer`` (before manifest.json is replaced)
-  garbage      (loader/garbage.py, in every writer): ``collect`` (entries no reader needs
-               are due, nothing deleted yet), ``collected`` (their data deleted, the
-               manifest still lists them); ``deleting`` / ``dropping`` /
-               ``docs-dropping`` above are its points between shards
-
-Unset (the normal case), `hit` is one dict lookup.
-"""
+"""Scripted crash points for the fault-injection tests (tests/system/test_faults.py):
+``BULKLOAD_FAULT="POINT:N[,POINT:N...]"`` SIGKILLs the process that reaches POINT for the
+N-th time. Every point and where it lies: docs/design/faults.md."""
 
 from __future__ import annotations
 

@@ -1,38 +1,6 @@
-"""Running a run's workers: one load task per worker, the pool, progress, checkpoints.
-
-`execute` runs the workers over a plan (plan.py) and `execute_stream` over a stream
-(feeder.py); both return the workers' receipts (messages.LoadReceipt). Checkpoints flow
-into the run's `commit.Committer` as they arrive; the caller then calls
-``committer.finish(receipts)`` and saves the run's final status.
-
-The tasks carry paths and settings only (task.py): every worker opens its own shards.
-
-A small run - at most `in_process_limit` bytes of records to write, its worker count not
-given by the caller, on the local pool, no shard of the dataset open in this process (an
-LMDB reader of the caller's would clash with a writer here) - runs the same tasks in the
-coordinator's process instead (executors.InProcessExecutor): starting the forkserver and
-a process per worker costs ~0.15-0.3 s on the reference 2-core machine. One process
-(its producer thread generating or reading, its own thread encoding and writing) was the
-faster one, measured there (scidb96, lmdb, 2 shards; a machine shared with other work):
-
-    records            1M        2M        5M        10M   (means of 2 interleaved runs)
-    uncompressed       ~340      ~410      -         -          MB/s in-process
-                       ~200      ~270      -         -          MB/s pool of 2
-    lz4                ~1,030    -         ~1,500    ~1,600     MB/s in-process
-                       ~220      -         ~950      ~1,030     MB/s pool of 2
-
-so the limit is 256 MiB of records for uncompressed values (disk-bound either way, the
-pool wins above ~2.5M records) and 1 GiB for compressed ones (CPU-bound: one process
-encodes at ~2 GB/s and writes ~1/50 of the bytes). Documents (keyed kinds: their encoding
-is Python and zstd per block, not measured at those sizes) keep the first limit measured,
-16 MiB. Same tasks, receipts, checkpoints and
-commit; its report says ``in_process``. Streams always use the pool (their size is not
-known in advance), and so does a run of the user's code (a generator: it may call
-``sys.exit`` / ``os._exit``, crash or abort, which must end a worker, reported like any
-worker's death, not the coordinator).
-Crash behaviour: see infra/pool.py - any failure, or a stop signal, kills every worker
-before the error propagates; what was committed is the committer's business.
-"""
+"""Running a run's workers: one load task per worker, the pool, progress, checkpoints; small
+runs in the coordinator's own process (the limits and the measurements behind them, crash
+behaviour: docs/design/loading.md)."""
 
 from __future__ import annotations
 

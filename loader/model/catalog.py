@@ -1,55 +1,6 @@
-"""The catalog: a dataset's metadata in an LMDB environment, ``ROOT/catalog/``.
-
-Why: a manifest.json rewritten whole at every commit and parsed whole at every open
-makes every operation cost O(history) (issue 29). LMDB gives what a catalog needs for
-free: a write transaction touches O(log n) pages per key it writes and is durable when it
-commits (``sync=True, metasync=True``); a read transaction is a consistent snapshot that
-a concurrent writer never disturbs (MVCC). So a commit writes only what changed, and an
-open reads two small keys.
-
-Named databases (keys of numbers: 8-byte big-endian, so that LMDB's order is theirs):
-
-- ``meta``: ``header`` -> the small manifest fields (layout, format, compression, scheme,
-  shards, batch_records, dataset_id, created, version, generation, arrays, garbage, and
-  keys written by newer code) as JSON; ``aggregates`` -> what readers must not sum over
-  the rows (`Aggregates`: records, stored and text bytes, batch count, next seq and
-  record, the last row, batches per shard, runs by status, the unfinished runs, the last
-  ``--replace`` and the last done compaction), kept exact by every commit.
-- ``batches``: seq -> the batch row (msgpack); ``by_first``: first record -> seq, for
-  the range lookups of fixed-size records (`covering`).
-- ``runs``: run number (creation order) -> the run's JSON; ``run_ids``: id -> number;
-  ``by_source``: source URI + NUL + number -> empty: the runs that loaded a source (alone or
-  as one of their inputs), what "was this loaded before?" reads instead of every run.
-- ``files``: ingested file name -> its JSON: the exactly-once index of ingest, kept apart
-  from the runs so that pruning runs never forgets a file.
-- ``commits``: generation -> {time, kind, run, records, batches, next_seq, runs, header}
-  after that commit; ``retired``: seq -> the row a commit removed (compaction), with the
-  generation that removed it: with ``meta`` ``readable_from`` (the oldest generation whose
-  data no garbage collection deleted) what time travel reads (catalog_history.py).
-
-One commit is ONE write transaction (`Catalog.commit`, called by ``Manifest.save``):
-appended rows, the runs and files that changed, the header, the aggregates, the commit
-row. A crash before it commits leaves the previous generation; after, the new one.
-
-The map starts at `MIN_MAP` (or twice the file) and a commit that fills it is written
-again with the map doubled: growing closes every transaction of the environment in this
-process, so the writer takes a new snapshot of the same generation (catalog_commit.py),
-and another reader of that catalog in the same process must open again (its reads say the
-catalog is damaged: a limitation, met only past MIN_MAP); readers in other processes adopt
-the grown map (``MapResizedError``). One ``Environment`` per catalog per process (`open_catalog`): cached by path and checked
-against the identity of ``data.mdb`` (we keep a descriptor of it open, so its inode
-cannot be reused while cached): a ``--replace`` that swaps in another directory gets a
-new environment. A directory the process cannot write (a read-only dataset) is opened
-with ``lock=False``: LMDB's reader table lives in lock.mdb, which it cannot write; such a
-reader is not seen by a writer, which may then reuse pages of the reader's snapshot: a
-read-only directory has no writer, so that costs nothing there (a writer with write access
-elsewhere would make such a reader's reads undefined: mount read-only, or copy).
-
-Damage: ``data.mdb`` is checked before it is mapped (both meta pages, and its size
-reaches the last page in use: a truncated file would be a SIGBUS, not an error); every
-LMDB error, undecodable value or missing key becomes one DamagedDatasetError naming
-the catalog and what to do (`damaged`).
-"""
+"""The catalog: a dataset's metadata in an LMDB environment, ``ROOT/catalog/``; one commit is
+one write transaction of what changed. Why LMDB, the tables, commits, map growth, read-only
+directories and damage: docs/design/catalog.md."""
 
 from __future__ import annotations
 

@@ -1,42 +1,6 @@
-"""Listing run records and choosing which ones a dataset may forget (retention).
-
-`bulkload runs DATASET` lists ``manifest.runs`` newest first, as `info` shows them
-(runs.py's `as_seen`), filtered by `select`. `bulkload runs prune` and a pipeline's
-``[job] keep_runs`` drop records chosen by `plan_prune`: those outside the ``keep``
-newest and (when given) older than a cutoff - except the **protected** ones (`protected`),
-which every rule below keeps whatever the policy says:
-
-- **resume**: a run still ``running`` (its job may be alive), and an unfinished run
-  (``failed`` / ``interrupted``) that can still be resumed (``resumable`` or ``pending``
-  batches: a later run supersedes it and clears both, runs.supersede); and every
-  ``compact`` run done after such a run (resume refuses a run a compaction followed,
-  runs.compacted_since - forgetting the compaction would let it resume onto rewritten
-  stores);
-- **exactly-once loads**: `load` recognises a source it loaded before by the run records of
-  the current content (loading/file_runs.py `source_runs` / `last_loaded`, inputs.py):
-  for each source, its newest run and its newest ``done`` run are kept (a run of several
-  inputs counts for each input it committed); for a source matched by content rather
-  than by extent (not a file path: ``gen://``, a directory), also per content
-  fingerprint. A file that grows (cron appends) keeps one or two runs; a load of ever-new
-  sources keeps one run per source - `ingest` is the command for those: it recognises
-  files by the ``files`` index, which is kept apart from the runs and never pruned (so
-  ingest runs need no protection for exactly-once; loading/ingest_plan.py compares a
-  ``files`` entry's run id only with the resumable run, which is protected). The newest
-  ``done`` ingest or load run of each source is also what a documents ingest reads for
-  the files it skipped last time (docs/ingest.py `_still_bad`);
-- **--replace**: the newest run built by ``--replace`` marks where the current content
-  starts (runs.current); it is kept. The runs before it (shown ``replaced``) describe no
-  record of the dataset and are never protected; the runs since it are pruned like any
-  other (their records stay in the dataset: a run record is history, the batches are the
-  data).
-
-Finalize and compact runs (of arrays and of documents) are read by nothing once they are
-finished (the arrays' summaries and the garbage list are kept apart), so they are pruned
-like any other. Readers never need run records (a pinned reader reads its own snapshot;
-`verify` and Dask readers read a manifest without runs), so pruning changes no record
-and no reader. Pure functions; the caller (maintain/run_prune.py) holds the writer lock
-and saves.
-"""
+"""Listing run records and choosing which ones a dataset may forget (retention): `select`,
+`plan_prune` and the `protected` runs (resume, exactly-once loads, --replace), explained in
+docs/design/runs.md. Pure functions; the caller holds the writer lock and saves."""
 
 from __future__ import annotations
 

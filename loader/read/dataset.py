@@ -31,6 +31,7 @@ from ..errors import CorruptBatchError, DatasetReplacedError, SnapshotExpiredErr
 from ..infra.lock import is_held
 from ..kinds import kind_class
 from ..model import manifest as mf
+from ..model.optspec import DEFAULT_ARRAY
 from ..model.placement import batch_key
 from ..model.runs import Run, as_seen
 from ..serializers import get_serializer
@@ -432,7 +433,7 @@ class Dataset(Verifying):
 
         return list_arrays(self)
 
-    def read_box(self, array: str = "grid", attrs: list[str] | None = None, **ranges):
+    def read_box(self, array: str = DEFAULT_ARRAY, attrs: list[str] | None = None, **ranges):
         """Cells of ``array`` inside the half-open box, e.g. ``read_box(i0=(2, 5), i1=(0, 100))``,
         as a pyarrow.Table: dimension columns, then attributes, in row-major cell order."""
         from ..arrays.query import read_box  # heavy (pyarrow): only readers of arrays need it
@@ -448,7 +449,7 @@ class Dataset(Verifying):
 
         return dask_dataframe(self, partition_bytes)
 
-    def to_dask_array(self, array: str = "grid", attr: str | None = None, fill=None, chunks=None, box=None):
+    def to_dask_array(self, array: str = DEFAULT_ARRAY, attr: str | None = None, fill=None, chunks=None, box=None):
         """One attribute of a 2-D ``array`` of this snapshot as a lazy dask Array, one
         block per chunk of the array (``chunks``: multiples of them), empty cells ``fill``
         (default NaN; integer attributes need one); ``box`` {dim: (start, stop)} picks the

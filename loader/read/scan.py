@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import CorruptBatchError, UsageError
 from ..infra import env
+from ..model.optspec import DEFAULT_ARRAY
 from ..stores.health import batch_message, check_value
 from ..stores.values import ValueReader
 
@@ -250,7 +251,7 @@ def box_reader(ds: Dataset, columns, box, array, batch_rows):
 
     from ..arrays.query import parse_box, read_box
 
-    array = array or "grid"
+    array = array or DEFAULT_ARRAY
     ranges = parse_box(box) if isinstance(box, str) else dict(box or {})
     cols = None
     if columns is not None:

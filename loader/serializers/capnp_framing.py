@@ -1,58 +1,6 @@
-"""Cap'n Proto batches by framing: a 40-byte header, then the records.
-
-The stored value is a standard, single-segment Cap'n Proto message (unpacked, with the
-usual segment table) whose root is::
-
-    struct Batch { start @0 :UInt64; records @1 :List(Record); }
-
-``Record`` holds the layout's fields (``Layout.capnp_text()``; schemas/ for shipped
-layouts). With W = ``layout.capnp_words`` and n records the message is::
-
-    offset  bytes  what
-         0      4  segment count - 1  = 0                    (u32 little-endian)
-         4      4  segment size in words = 4 + n*W           (u32)
-         8      8  root struct pointer: offset 0, 1 data word, 1 pointer
-        16      8  Batch.start (u64)
-        24      8  list pointer: offset 0, element size 7 (composite), n*W words
-        32      8  tag: struct "pointer" whose offset field is n; W data words, 0 pointers
-        40  n*W*8  the records' data sections
-
-When ``layout.framable`` (Cap'n Proto places every field at its packed offset and the
-record is a whole number of words, e.g. ``scidb96``) the records region *is* the raw
-records: `new_buffer` returns a bytearray holding the whole message and a numpy view of
-its records region, a producer fills the view, and `encode_buffer` writes the header:
-zero copies. Otherwise records are copied run by run (``layout.capnp_runs``: the
-stretches of elements consecutive in both; vectorised numpy) into the message, and each
-bool's byte becomes its bit (``layout.capnp_bools``; unused bits and bytes stay zero).
-Every field is in the data section (model/layout_capnp.py), so the framing below holds
-for every layout.
-
-Decoding follows the pointers rather than assuming the offsets above, so it also reads
-messages built by pycapnp's builder (which may use several segments and far pointers,
-and may place the fields anywhere). For a framable layout and a contiguous record list
-the result is a zero-copy ``np.frombuffer`` view of the value (read-only if the value is
-``bytes``; valid only as long as the value's memory, e.g. an LMDB read transaction).
-Malformed values raise `loader.errors.VerifyError` saying what is wrong.
-
-Limits. pycapnp (the C++ library) refuses, by default, to traverse more than 8 Mi words
-(64 MiB) of one message; `MAX_BATCH_BYTES` keeps every message we write within that so
-any reader with default settings can read it. `get_serializer(..., batch_records=B)`
-and `encode_buffer` raise `UsageError` for a batch that would exceed it. To read a
-bigger message with pycapnp, pass ``traversal_limit_in_words`` (see `pycapnp_reader`).
-
-Compression. ``"none"`` (default): the value is the standard message above, which any
-Cap'n Proto reader (and our zero-copy decoder) reads directly. ``"lz4"`` / ``"zstd"``: the
-value is the same 40-byte header followed by the records region shuffled by record and
-compressed (shuffled.py); decompressing what follows the header gives back the standard
-message. `count` reads the header alone; `decode` decompresses into a new buffer
-(no zero-copy view).
-
-Partial reads. `decode_part` gives records [lo, hi) of an uncompressed value from its
-header and those records' bytes alone (`part_spans` says where they lie), so that a
-reader of a few records of a batch reads only their pages; it accepts only a value whose
-size and 40 header bytes are exactly what `write_header` writes for the batch the caller
-expects (anything else: None, and the caller reads the value whole).
-"""
+"""Cap'n Proto batches by framing: a 40-byte header, then the records (zero copies when the
+layout is framable); compressed record regions (shuffled.py); partial reads of a few records.
+The byte layout, limits and why: docs/reference/formats.md."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ A Cap'n Proto batch with ``--compression lz4|zstd`` (capnp_framing.py) stores it
         12      8  bytes of the records region (u64)
         20      -  the codec's compressed bytes of the shuffled region
 
-The shuffle (C, generators/_shufflemodule.c) puts byte k of every record together, which
+The shuffle (C, _shufflemodule.c) puts byte k of every record together, which
 turns fixed-size numeric records into long runs: scidb96 records compress to ~2 % (LZ4)
 / ~1 % (zstd level 1) of their bytes, where a columnar LZ4 store (ArcticDB) keeps ~28 %.
 LZ4 is python-lz4's block format (no size prefix: the size is in this header), zstd is

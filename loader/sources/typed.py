@@ -319,12 +319,13 @@ def copy_fields(dst: np.ndarray, columns, lo: int, hi: int, what: str, first_row
             dst[f.name], valid = field_values(column, f, what, first_row)
         if f.nullable:
             set_validity(dst, layout, f.name, valid)
-    try:
-        from . import _gen  # the C extension: optional on a broken install (numpy does the same)
-    except ImportError:
-        _gen = None
-    if _gen is None or not same:
-        for name, column in same.items():
-            dst[name] = column
-        return
-    _gen.scatter_fields(dst, dst.dtype.itemsize, [(c, fields[n][1], c.dtype.itemsize) for n, c in same.items()])
+    if same:
+        try:
+            from . import _gen  # the C extension: optional on a broken install (numpy does the same)
+        except ImportError:
+            pass
+        else:
+            _gen.scatter_fields(dst, dst.dtype.itemsize, [(c, fields[n][1], c.dtype.itemsize) for n, c in same.items()])
+            return
+    for name, column in same.items():
+        dst[name] = column

@@ -32,11 +32,11 @@ import lmdb
 
 from ..infra.pagecache import page_cached
 from ..infra.regular import open_regular
-from ._lmdbnode import value_span
+from ._lmdbnode import buffer_offset, value_span
 from ._preads import read_spans
 from .base import corrupt_store
 from .lmdb_env import EnvEntry, damaged, mapped_pages, reading
-from .lmdb_files import OVERFLOW_HEAD, Pages, buffer_address, release_pages, table_tree
+from .lmdb_files import OVERFLOW_HEAD, Pages, release_pages, table_tree
 from .options import LmdbOptions
 
 # range() copies items out in slices of this many bytes (or items), each slice under its
@@ -344,7 +344,7 @@ class LmdbValueView:
         None when the value is not in the map as `pages` know it (a copy)."""
         if self.pages is None or length <= 0 or offset < 0 or offset + length > len(value):
             return None
-        at = buffer_address(memoryview(value)) - self.pages.base
+        at = buffer_offset(value, self.pages.base)
         return at + offset if at >= 0 and at + len(value) <= self.pages.in_use else None
 
     def release(self, value) -> None:

@@ -1,42 +1,6 @@
-"""LMDB shards (``lmdb://PATH`` and ``mem://NAME``, which is LMDB on /dev/shm).
-
-A shard is one LMDB environment directory (``data.mdb``, ``lock.mdb``, ``writer.lock``);
-a table is an LMDB named database. This module is the store and its writes; the reads
-are lmdb_reads.py (mixed in), the environment cache, the map and the writer lock
-lmdb_env.py, and the checks of data.mdb made without LMDB lmdb_files.py.
-
-Rules this module keeps:
-
-- ``putmulti(..., append=True)`` silently drops an out-of-order key, so keys are checked
-  to be strictly ascending as they stream by, and ``added == consumed`` is asserted.
-- The map never crashes a write when full: on ``MapFullError`` the write transaction is
-  aborted, the map grown with no transaction open, and the whole call retried.
-- A second writer (any process, this one included) is DatasetBusyError at once.
-- Damage (a truncated file, flipped bytes) is an error naming the shard, never a signal:
-  data.mdb is checked before it is mapped (lmdb_files), LMDB's read errors become
-  CorruptStoreError, and a value's leaf node is checked before py-lmdb touches the
-  value's pages (lmdb_reads).
-
-Durability: the writer commits with ``sync=False, metasync=False``; :meth:`sync` is the
-durability point (``env.sync(True)``). Until it returns, an OS crash may lose (and, as
-LMDB documents for MDB_NOSYNC, may damage) the transactions since the last sync; the
-loader only commits its manifest after syncing the shards. A crash during `compact` is
-finished or rolled back by the next writer's open (lmdb_files.recover_compaction).
-
-Options (options.LmdbOptions; strings from the dataset URI, or Python values):
-
-- ``map_size``: initial map size in bytes (default 64 MiB; suffixes k/m/g accepted). An
-  existing ``data.mdb`` larger than it wins.
-- ``writemap``: "0" (default) writes with ``pwrite``: ENOSPC is always a clean error and
-  the writer's memory stays flat, whatever the shard size. "1" maps the file writable
-  (MDB_WRITEMAP + MDB_MAPASYNC): ~1.2-2x the raw write throughput in store-only
-  measurements, but every page written stays resident in the writer's RSS (a 20M-record
-  load peaked at ~2 GB RSS vs ~0.3 GB), and a store into a hole of the sparse file on a
-  full filesystem is a SIGBUS, so calls of known size first ``posix_fallocate`` the
-  region. Durability is the same either way: ``sync()`` is the durability point.
-- ``readahead``: "0" turns OS readahead off (readers and writer).
-- ``max_dbs``: most tables per shard (default 1024; each document load adds one).
-"""
+"""LMDB shards (``lmdb://PATH`` and ``mem://NAME``, LMDB on /dev/shm): the store and its writes
+(reads: lmdb_reads.py; environments, map, writer lock: lmdb_env.py). The rules it keeps,
+durability and the URI options: docs/design/stores.md."""
 
 from __future__ import annotations
 

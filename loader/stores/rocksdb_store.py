@@ -1,41 +1,6 @@
-"""RocksDB shards (``rocksdb://PATH``) through rocksdict.
-
-A shard is one RocksDB database directory; a table is a column family (created on first
-write; the ``default`` family is never used for bulkload tables).
-
-Rules this module keeps:
-
-- ``Options(raw_mode=True)`` everywhere: keys and values are raw bytes and the comparator
-  is RocksDB's bytewise one (the default mode pickles values and installs its own).
-- ``put_sorted`` writes the call's items, in order, through ``SstFileWriter`` into a
-  temporary ``.sst`` file inside the shard directory and ingests it with
-  ``ingest_external_file`` (files moved, not copied): atomic per call, durable once it
-  returns (RocksDB syncs the ingested file and the MANIFEST). Keys that overlap existing
-  ones are fine: the ingested file gets a newer sequence number, so it overwrites.
-- A second read-write open fails on the database's LOCK file: that becomes
-  DatasetBusyError. Readers open read-only (no LOCK), never block, and see the state
-  committed when they opened (a read-only RocksDB instance does not follow later writes:
-  reopen to see newer data). A read-only instance keeps every SST file it uses open
-  (``max_open_files`` -1, RocksDB's default), so a compaction that deletes files does not
-  take them from it. A read-only open that races a writer (a file compacted away, a column
-  family dropped between listing and opening) is tried again a few times.
-- A rocksdict column-family handle keeps the whole database open: ``close`` drops every
-  handle this object holds so that the LOCK is released.
-
-Read errors (``Corruption: block checksum mismatch``, a missing SST file; also an
-iterator stopped by one, seen through its ``status()``) become CorruptStoreError naming
-the shard. ``check(path)``: CURRENT present and naming an existing MANIFEST.
-
-A crash during ``put_sorted`` leaves the database as it was (ingestion is atomic); its
-temporary ``ingest-PID-N.sst`` may stay in the shard directory (never part of the
-database; nothing removes it today).
-
-Options (options.RocksdbOptions): ``compression`` = none (default; values are already compact binary) | lz4 | zstd
-| zstd-dict (zstd with a dictionary trained per SST file: ``max_dict_bytes`` 16 KiB,
-trained on 100x that; set on the normal *and* bottommost options, since SstFileWriter and
-ingested files use the bottommost ones); ``zstd_level`` (default 3); ``block_size`` in
-bytes (RocksDB's default 4 KiB; small values compress better in 16 KiB blocks).
-"""
+"""RocksDB shards (``rocksdb://PATH``) through rocksdict: one database per shard, a column family
+per table, writes as ingested SST files. The rules it keeps, read errors, crash behaviour and
+the URI options: docs/design/stores.md."""
 
 from __future__ import annotations
 

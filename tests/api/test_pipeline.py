@@ -183,3 +183,22 @@ def test_a_failing_step_names_the_step_and_exits_with_its_code(tmp_path):
     p = run_cli("run", f)
     assert p.returncode == 1
     assert "bulkload: error: pipeline p, step load: " in p.stderr and "partial record at byte offset 96" in p.stderr
+
+
+def test_every_finalize_option_of_the_api_is_a_pipeline_key(tmp_path):
+    """[finalize] force and strategy (made from loader.finalize's signature) reach the step:
+    an up-to-date array is rebuilt with force = true, left alone without it."""
+    f = tmp_path / "p.toml"
+    text = (
+        f'dataset = "lmdb://{tmp_path}/ds"\nshards = 1\nworkers = 1\n[load]\nsource = "gen://scidb96?n=2000"\n'
+        '[finalize]\ndims = "i0:10,i1:1000"\nstrategy = "spill"\n'
+    )
+    f.write_text(text)
+    first = loader.run(str(f), progress="none")
+    assert first.steps[1]["report"]["status"] == "done"
+    again = loader.run(str(f), progress="none")
+    assert again.steps[1]["report"]["status"] == "nothing-to-do"
+    forced = loader.run(str(f), ["finalize.force=true"], progress="none")
+    assert forced.steps[1]["report"]["status"] == "done" and forced.steps[1]["report"]["cells"] == 2000
+    with pytest.raises(PipelineError, match=r"\[finalize\] strategy = 'sideways'"):
+        loader.run(str(f), ["finalize.strategy=sideways"], progress="none")

@@ -69,7 +69,8 @@ def test_reads_section_measures_every_read_and_peer_with_targets(tmp_path):
     if peer["duckdb"]:
         assert g["at_most"] and g["unit"] == "s" and g["ratio"] == pytest.approx(g["value"] / g["reference"], 1e-2)
     r = goals["reads-scidb96-range-vs-full"]
-    assert r["ratio"] == pytest.approx(r["reference"] / r["value"], 1e-2) and r["target"] == 50.0
+    # the ratio is stored to 3 decimals: under load a tiny run's range can be slower than its full read
+    assert r["ratio"] == pytest.approx(r["reference"] / r["value"], rel=1e-2, abs=1e-3) and r["target"] == 50.0
 
 
 def test_reads_peers_not_installed_are_skipped_never_estimated(tmp_path, monkeypatch):

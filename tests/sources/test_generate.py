@@ -1,4 +1,4 @@
-"""The record generators: C (loader._gen) and numpy agree byte for byte, for any range."""
+"""The record generators: C (loader.sources._gen) and numpy agree byte for byte, for any range."""
 
 import io
 

@@ -1,4 +1,4 @@
-/* loader._gen: the C record generators, called in-process on numpy (or any writable) buffers.
+/* loader.sources._gen: the C record generators, called in-process on numpy (or any writable) buffers.
  *
  *   fill_scidb96(buffer, start)          fill the whole buffer with records start, start+1, ...
  *   fill_scidb96_into(buffer, start, n)  fill the first n records of the buffer
@@ -333,42 +333,43 @@ done:
 
 static PyMethodDef methods[] = {
     {"fill_scidb96", fill_scidb96, METH_VARARGS,
-     "fill_scidb96(buffer, start) -> n\n\n"
+     "fill_scidb96($module, buffer, start, /)\n--\n\n"
      "Fill a writable C-contiguous buffer (size a multiple of 96) with scidb96 records\n"
      "start, start+1, ...; returns the number of records written. Releases the GIL."},
     {"fill_scidb96_into", fill_scidb96_into, METH_VARARGS,
-     "fill_scidb96_into(buffer, start, n) -> n\n\n"
+     "fill_scidb96_into($module, buffer, start, n, /)\n--\n\n"
      "Like fill_scidb96, but writes only the first n records of the buffer."},
     {"fill_ticks", fill_ticks, METH_VARARGS,
-     "fill_ticks(buffer, start, t0, step) -> n\n\n"
+     "fill_ticks($module, buffer, start, t0, step, /)\n--\n\n"
      "Fill a writable C-contiguous buffer (size a multiple of 41) with ticks records\n"
      "start, start+1, ... (t0: int64 ns since the epoch of record 0, step: ns between\n"
      "records, >= 1); returns the number of records written. Releases the GIL."},
     {"docs_meta", docs_meta, METH_VARARGS,
-     "docs_meta(seed, start, created_at, offsets) -> total\n\n"
+     "docs_meta($module, seed, start, created_at, offsets, /)\n--\n\n"
      "Fill created_at (n int64) and offsets (n+1 int64; offsets[0] = 0) for documents\n"
      "start .. start+n-1 of gen://docs stream seed, n = len(created_at); returns the total\n"
      "text length offsets[n]. Releases the GIL."},
     {"docs_text", docs_text, METH_VARARGS,
-     "docs_text(seed, start, n, text) -> written\n\n"
+     "docs_text($module, seed, start, n, text, /)\n--\n\n"
      "Write the texts of documents start .. start+n-1, one after the other, into the\n"
      "writable buffer text; returns the bytes written. ValueError if they do not fit.\n"
      "Releases the GIL."},
     {"scatter_fields", scatter_fields, METH_VARARGS,
-     "scatter_fields(records, record_size, fields) -> n\n\n"
+     "scatter_fields($module, records, record_size, fields, /)\n--\n\n"
      "Write the n = len(records) // record_size records of the writable C-contiguous buffer\n"
      "records from columns: fields is a list of (column, offset, size), each column a\n"
      "C-contiguous buffer of at least n values of size 1, 2, 4 or 8 bytes, written at byte\n"
-     "offset of each record. Releases the GIL."},
+     "offset of each record; returns n. Releases the GIL."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "loader._gen",
-    "C record generators (in-process). See generators/scidb96.h, generators/ticks.h and\n"
-    "generators/docs_gen.h "
-    "for the definitions.",
-    -1, methods, NULL, NULL, NULL, NULL,
+    .m_base = PyModuleDef_HEAD_INIT,
+    .m_name = "loader.sources._gen",
+    .m_doc = "C record generators (in-process). See generators/scidb96.h, generators/ticks.h and\n"
+             "generators/docs_gen.h for the definitions.",
+    .m_size = -1,
+    .m_methods = methods,
 };
 
 PyMODINIT_FUNC PyInit__gen(void)

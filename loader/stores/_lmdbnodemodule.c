@@ -26,10 +26,20 @@
  *       Page: u64 pgno, u16 pad, u16 flags (P_BRANCH 1, P_LEAF 2, P_LEAF2 0x20), u16
  *       lower, u16 upper, then u16 node offsets; (lower - 16) / 2 nodes. A branch node's
  *       child page is lo | hi << 16 | flags << 32; its first key is not compared.
+ *
+ *   buffer_offset(obj, base=0)
+ *       Where the first byte of the buffer of ``obj`` (bytes, a memoryview - read-only,
+ *       sliced or strided alike - or any object with the buffer protocol) lies relative to
+ *       address ``base``: its address minus ``base`` (negative when below it); with base 0,
+ *       its address. A zero-copy LMDB value's offset in data.mdb is buffer_offset(value,
+ *       map base). Asked through the buffer protocol (PyObject_GetBuffer), not read from
+ *       CPython's memoryview internals. TypeError for an object without a buffer,
+ *       ValueError for a released memoryview.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -58,7 +68,7 @@ static int leaf_value(const unsigned char *node, unsigned long long base, long l
     return (long long)h[3] != n || *start + *size > in_use ? 2 : 0;
 }
 
-static PyObject *value_span(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *value_span(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 4) {
         PyErr_SetString(PyExc_TypeError, "value_span(key, base, in_use, psize)");
@@ -116,7 +126,7 @@ static int key_cmp(const unsigned char *node, const uint16_t *h, const unsigned 
     return c ? c : (h[3] > n) - (h[3] < n);
 }
 
-static PyObject *find_value(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *find_value(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 6) {
         PyErr_SetString(PyExc_TypeError, "find_value(key, base, in_use, psize, root, depth)");
@@ -206,17 +216,54 @@ done:
     Py_RETURN_NONE;
 }
 
+static PyObject *buffer_offset(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "buffer_offset(obj, base=0)");
+        return NULL;
+    }
+    unsigned long long base = 0;
+    if (nargs == 2) {
+        base = PyLong_AsUnsignedLongLong(args[1]);
+        if (base == (unsigned long long)-1 && PyErr_Occurred())
+            return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_FULL_RO) < 0)
+        return NULL;
+    unsigned long long at = (unsigned long long)(uintptr_t)view.buf;
+    PyBuffer_Release(&view);
+    if (at >= base)
+        return PyLong_FromUnsignedLongLong(at - base);
+    if (base - at <= (unsigned long long)LLONG_MAX)
+        return PyLong_FromLongLong(-(long long)(base - at));
+    PyObject *address = PyLong_FromUnsignedLongLong(at);
+    if (address == NULL)
+        return NULL;
+    PyObject *offset = PyNumber_Subtract(address, args[1]);
+    Py_DECREF(address);
+    return offset;
+}
+
 static PyMethodDef methods[] = {
     {"value_span", (PyCFunction)(void (*)(void))value_span, METH_FASTCALL,
-     "value_span(key, base, in_use, psize) -> (offset, size, big) | 1 (key outside) | 2 (value outside)"},
+     "value_span($module, key, base, in_use, psize, /)\n--\n\n"
+     "-> (offset, size, big) | 1 (key outside) | 2 (value outside)"},
     {"find_value", (PyCFunction)(void (*)(void))find_value, METH_FASTCALL,
-     "find_value(key, base, in_use, psize, root, depth) -> (offset, size, big) | None (ask LMDB)"},
+     "find_value($module, key, base, in_use, psize, root, depth, /)\n--\n\n"
+     "-> (offset, size, big) | None (ask LMDB)"},
+    {"buffer_offset", (PyCFunction)(void (*)(void))buffer_offset, METH_FASTCALL,
+     "buffer_offset($module, obj, base=0, /)\n--\n\n"
+     "-> the address of the first byte of obj's buffer minus base"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "loader.stores._lmdbnode",
-    "Where an LMDB leaf node's value lies, from the node alone.", -1, methods,
+    .m_base = PyModuleDef_HEAD_INIT,
+    .m_name = "loader.stores._lmdbnode",
+    .m_doc = "Where an LMDB leaf node's value lies, from the node alone.",
+    .m_size = -1,
+    .m_methods = methods,
 };
 
 PyMODINIT_FUNC PyInit__lmdbnode(void)

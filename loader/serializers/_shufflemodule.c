@@ -258,15 +258,20 @@ static PyObject *py_unshuffle(PyObject *self, PyObject *args)
 
 static PyMethodDef methods[] = {
     {"shuffle", py_shuffle, METH_VARARGS,
-     "shuffle(src, dst, stride): dst[k*n + i] = src[i*stride + k] for n records of stride bytes."},
+     "shuffle($module, src, dst, stride, /)\n--\n\n"
+     "dst[k*n + i] = src[i*stride + k] for n records of stride bytes."},
     {"unshuffle", py_unshuffle, METH_VARARGS,
-     "unshuffle(src, dst, stride): the inverse of shuffle, dst[i*stride + k] = src[k*n + i]."},
+     "unshuffle($module, src, dst, stride, /)\n--\n\n"
+     "The inverse of shuffle, dst[i*stride + k] = src[k*n + i]."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "loader.serializers._shuffle",
-    "The byte shuffle of fixed-size records (see generators/_shufflemodule.c).", -1, methods,
+    .m_base = PyModuleDef_HEAD_INIT,
+    .m_name = "loader.serializers._shuffle",
+    .m_doc = "The byte shuffle of fixed-size records (see loader/serializers/_shufflemodule.c).",
+    .m_size = -1,
+    .m_methods = methods,
 };
 
 PyMODINIT_FUNC PyInit__shuffle(void)

@@ -1,4 +1,4 @@
-/* loader._docsio: listing and reading a directory of <id>.json documents (layout docs),
+/* loader.docs._docsio: listing and reading a directory of <id>.json documents (layout docs),
  * and the columns of a document block.
  *
  *   scan_dir(path) -> (ids, odd)
@@ -34,7 +34,7 @@
  *
  *   block_columns(ids, created_at, offsets, i, j, flags) -> bytes
  *       The header and fixed-width columns of a block of documents i..j-1 of an
- *       id-sorted batch (the value layout is in loader/docs_blocks.py).
+ *       id-sorted batch (the value layout is in loader/docs/blocks.py).
  *
  * The GIL is released while reading the directory and the files.
  */
@@ -93,7 +93,7 @@ static PySequenceMethods buffer_as_sequence = {.sq_length = (lenfunc)buffer_leng
 
 static PyTypeObject BufferType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "loader._docsio.Buffer",
+    .tp_name = "loader.docs._docsio.Buffer",
     .tp_doc = "The bytes read by read_batch (read-only; use memoryview / numpy.frombuffer).",
     .tp_basicsize = sizeof(BufferObject),
     .tp_dealloc = (destructor)buffer_dealloc,
@@ -183,7 +183,7 @@ static void format_name(uint64_t id, char *out)
 
 /* --- scan_dir ------------------------------------------------------------------------ */
 
-static PyObject *scan_dir(PyObject *self, PyObject *args)
+static PyObject *scan_dir(PyObject *Py_UNUSED(self), PyObject *args)
 {
     PyObject *pathobj, *path = NULL, *ids = NULL, *odd = NULL, *result = NULL;
     Bytes idbuf = {0}, names = {0};
@@ -419,7 +419,7 @@ static int batch_dir(BatchArgs *a, int *err)
     return fd;
 }
 
-static PyObject *read_batch(PyObject *self, PyObject *args, PyObject *kwargs)
+static PyObject *read_batch(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwargs)
 {
     PyObject *result = NULL;
     PyObject *spans = NULL, *errnos = NULL, *flags = NULL;
@@ -539,7 +539,7 @@ done:
     return result;
 }
 
-static PyObject *stat_batch(PyObject *self, PyObject *args, PyObject *kwargs)
+static PyObject *stat_batch(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwargs)
 {
     PyObject *result = NULL, *sizes = NULL, *mtimes = NULL, *errnos = NULL;
     BatchArgs a;
@@ -623,7 +623,7 @@ static int u64_buffer(Py_buffer *b, const char *what, Py_ssize_t n)
     return 0;
 }
 
-static PyObject *block_columns(PyObject *self, PyObject *args)
+static PyObject *block_columns(PyObject *Py_UNUSED(self), PyObject *args)
 {
     Py_buffer ids = {0}, cas = {0}, off = {0};
     Py_ssize_t i, j, n, k;
@@ -697,22 +697,28 @@ done:
 
 static PyMethodDef methods[] = {
     {"scan_dir", scan_dir, METH_VARARGS,
-     "scan_dir(path) -> (ids: bytes of native uint64, odd: list of str); see the module doc."},
+     "scan_dir($module, path, /)\n--\n\n"
+     "-> (ids: bytes of native uint64, odd: list of str); see the module doc."},
     {"read_batch", (PyCFunction)(void (*)(void))read_batch, METH_VARARGS | METH_KEYWORDS,
-     "read_batch(dir, ids, names=None) -> (buffer, spans, errnos, braced); see the module doc."},
+     "read_batch($module, dir, ids, names=None)\n--\n\n"
+     "-> (buffer, spans, errnos, braced); see the module doc."},
     {"stat_batch", (PyCFunction)(void (*)(void))stat_batch, METH_VARARGS | METH_KEYWORDS,
-     "stat_batch(dir, ids, names=None) -> (sizes, mtimes_ns, errnos): bytes of native int64, int64,\n"
+     "stat_batch($module, dir, ids, names=None)\n--\n\n"
+     "-> (sizes, mtimes_ns, errnos): bytes of native int64, int64,\n"
      "int32 per file (named as in read_batch); stat(2) follows symlinks; a failed stat: errno, 0, 0."},
     {"block_columns", block_columns, METH_VARARGS,
-     "block_columns(ids, created_at, offsets, i, j, flags) -> bytes: the header and columns of the\n"
-     "document block i..j-1 (loader/docs_blocks.py has the layout); native uint64/int64 buffers."},
+     "block_columns($module, ids, created_at, offsets, i, j, flags, /)\n--\n\n"
+     "-> bytes: the header and columns of the\n"
+     "document block i..j-1 (loader/docs/blocks.py has the layout); native uint64/int64 buffers."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "loader._docsio",
-    "Listing and reading a directory of <id>.json documents (see generators/_docsiomodule.c).",
-    -1, methods,
+    .m_base = PyModuleDef_HEAD_INIT,
+    .m_name = "loader.docs._docsio",
+    .m_doc = "Listing and reading a directory of <id>.json documents (see loader/docs/_docsiomodule.c).",
+    .m_size = -1,
+    .m_methods = methods,
 };
 
 PyMODINIT_FUNC PyInit__docsio(void)

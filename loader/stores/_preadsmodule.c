@@ -24,7 +24,7 @@
 #include <stdint.h>
 #include <unistd.h>
 
-static PyObject *read_spans(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *read_spans(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 6) {
         PyErr_SetString(PyExc_TypeError, "read_spans(fd, at, size, spans, into, advise)");
@@ -125,13 +125,17 @@ fail:
 
 static PyMethodDef methods[] = {
     {"read_spans", (PyCFunction)(void (*)(void))read_spans, METH_FASTCALL,
-     "read_spans(fd, at, size, spans, into, advise) -> bytes read"},
+     "read_spans($module, fd, at, size, spans, into, advise, /)\n--\n\n"
+     "-> bytes read"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "loader.stores._preads",
-    "The spans of a value in a file, read with one release of the GIL.", -1, methods,
+    .m_base = PyModuleDef_HEAD_INIT,
+    .m_name = "loader.stores._preads",
+    .m_doc = "The spans of a value in a file, read with one release of the GIL.",
+    .m_size = -1,
+    .m_methods = methods,
 };
 
 PyMODINIT_FUNC PyInit__preads(void)
