@@ -1018,6 +1018,13 @@ MESSAGES: tuple[Message, ...] = (
     ),
     Message(
         _DATASETS,
+        "`run ID (KIND) has no `FIELD`, which every KIND run records: the dataset's metadata is damaged; restore it from a backup, or rebuild the dataset with --replace`",
+        ManifestError,
+        "a run lacks a field its kind always records (a load or ingest run its plan: `first_seq`, `first_record`, `batch_records`, `records`, `batches`; a finalize run its `strategy`), met when that run is resumed or committed",
+        "restore the dataset's metadata from a backup, or `load ... --replace`",
+    ),
+    Message(
+        _DATASETS,
         "`P.toml, line N: [finalize] memory_budget = '12q': memory_budget '12q' is not a size (e.g. 512m, 2g); nothing was run`",
         PipelineError,
         "a pipeline's `memory_budget` that is not a size",
