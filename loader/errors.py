@@ -347,6 +347,9 @@ class DamagedDatasetError(ManifestError):
     #: the problem alone ("data.mdb is a FIFO, not a regular file"), for a caller's own message
     what: str = ""
 
+    #: set by infra/regular.py: the file and what is wrong with it, for a caller's own message
+    what: str
+
 
 class NewerFormatError(ManifestError):
     """The dataset was written by a newer bulkload (its manifest.json's ``version`` is
@@ -411,6 +414,9 @@ class OutputError(BulkloadError, OSError):
     """An output file (--out) could not be written: disk full, I/O error."""
 
     fix = "free space (or fix the output path) and re-run"
+
+    #: the path that could not be written (infra/outputs.py `write_error`)
+    output: str
 
     exit_code = EXIT_FAILED
 
@@ -1011,6 +1017,13 @@ MESSAGES: tuple[Message, ...] = (
         ManifestError,
         "a field of a run, of an ingest run's plan file or of a garbage entry has the wrong type (or a run lacks `id`, `kind`, `status`)",
         "restore the manifest, or `load ... --replace`",
+    ),
+    Message(
+        _DATASETS,
+        "`run ID (KIND) has no `FIELD`, which every KIND run records: the dataset's metadata is damaged; restore it from a backup, or rebuild the dataset with --replace`",
+        ManifestError,
+        "a run lacks a field its kind always records (a load or ingest run its plan: `first_seq`, `first_record`, `batch_records`, `records`, `batches`; a finalize run its `strategy`), met when that run is resumed or committed",
+        "restore the dataset's metadata from a backup, or `load ... --replace`",
     ),
     Message(
         _DATASETS,
