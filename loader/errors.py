@@ -344,11 +344,9 @@ class DamagedDatasetError(ManifestError):
     fix = (
         "restore the file from a backup; or move the directory aside and load a new one; or rebuild it with `--replace`"
     )
-    #: the problem alone ("data.mdb is a FIFO, not a regular file"), for a caller's own message
+    #: the problem alone ("data.mdb is a FIFO, not a regular file"), for a caller's own message;
+    #: set by infra/regular.py
     what: str = ""
-
-    #: set by infra/regular.py: the file and what is wrong with it, for a caller's own message
-    what: str
 
 
 class NewerFormatError(ManifestError):

@@ -15,7 +15,6 @@ directory (load.py removes it again when the load is refused before it writes).
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from ..errors import DatasetMismatchError, ManifestError, MissingPathError, NotWritableError, UsageError
 from ..infra import env

@@ -146,8 +146,11 @@ class Catalog:
         """Close the environment and its data file (no snapshot of it is open): a process
         keeps no catalog open that it no longer reads (a file system can be unmounted)."""
         with _LOCK:
-            for k in [k for k, c in _CATALOGS.items() if c is self]:
-                del _CATALOGS[k]
+            # a copy: a snapshot's __del__, run by a garbage collection in this thread (the lock
+            # is re-entrant), may release another catalog while this loop runs
+            for k, c in _CATALOGS.copy().items():
+                if c is self:
+                    _CATALOGS.pop(k, None)
             if self.pid == os.getpid():
                 with contextlib.suppress(lmdb.Error, OSError):
                     self.env.close()
@@ -229,7 +232,7 @@ def open_catalog(path: str, create: bool = False) -> Catalog:
         if cat is not None and cat.pid == os.getpid() and _same(cat, data):
             cat.refs += 1
             return cat
-        moved = next((c for c in _CATALOGS.values() if c.pid == os.getpid() and _same(c, data)), None)
+        moved = next((c for c in _CATALOGS.copy().values() if c.pid == os.getpid() and _same(c, data)), None)
         if moved is not None:  # the same files under another path (a --replace swapped directories)
             moved.path = path
             _CATALOGS[real] = moved
