@@ -583,6 +583,13 @@ MESSAGES: tuple[Message, ...] = (
     ),
     Message(
         _INPUT,
+        '`columns=X names no fields; give a list of field names or "a,b"`',
+        UsageError,
+        "`scan`/`export`/`to_arrow` got a `columns` value that is neither a list of names nor a string",
+        "pass a list of field names or one comma-separated string",
+    ),
+    Message(
+        _INPUT,
         "`bulkload sql needs duckdb, which is not installed: pip install 'bulkload[duckdb]' (or pip install duckdb)` (same for to_polars / polars)",
         UsageError,
         "the optional extra is missing",
