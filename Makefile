@@ -1,8 +1,8 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   generate -> load -> verify (-> finalize -> query) with a throughput table; then
 #               gen://ticks (TICKS_N records) -> load -> finalize on time -> a one-hour box query
-#   make test   create .venv, install bulkload with its test extras, check the code (ruff: pyflakes
-#               and import order; lint-imports: the layers of loader/), build the documentation
+#   make test   create .venv, install bulkload with its test extras, check the code (ruff: lint and
+#               format; lint-imports: the layers of loader/; mypy: types), build the documentation
 #               site, run the whole suite (tests/site runs every example of README.md and docs/)
 #   make docs   build the documentation site into site/ (MkDocs, warnings are errors)
 #   make test-sanitize  tests/stores and tests/serializers against the C extensions built with
@@ -16,7 +16,7 @@ STAMP  := $(VENV)/.installed-stamp
 # every C source: the generator library and bulkload-gen (generators/), each extension beside its package
 C_SOURCES := $(wildcard generators/*.c generators/*.h loader/*/*.c)
 
-.PHONY: install demo test test-sanitize lint typecheck docs bench bench-catalog clean
+.PHONY: install demo test test-sanitize lint docs bench bench-catalog clean
 
 # the test venv: C warnings are errors (setup.py: BULKLOAD_WERROR; a plain pip install keeps them warnings)
 $(STAMP): pyproject.toml setup.py $(C_SOURCES)
@@ -35,9 +35,6 @@ lint: install
 	$(VENV)/bin/ruff check loader tests bench examples docs/_gen setup.py
 	$(VENV)/bin/ruff format --check loader tests bench examples docs/_gen setup.py
 	cd $(CURDIR) && $(VENV)/bin/lint-imports
-
-# issue 32: joins `lint` once every package checks clean
-typecheck: install
 	$(VENV)/bin/mypy
 
 # mkdocs.yml; the reference pages are generated from the code at build time (docs/_gen/).

@@ -344,7 +344,8 @@ class DamagedDatasetError(ManifestError):
     fix = (
         "restore the file from a backup; or move the directory aside and load a new one; or rebuild it with `--replace`"
     )
-    #: the problem alone ("data.mdb is a FIFO, not a regular file"), for a caller's own message
+    #: the problem alone ("data.mdb is a FIFO, not a regular file"), for a caller's own message;
+    #: set by infra/regular.py
     what: str = ""
 
 
@@ -411,6 +412,9 @@ class OutputError(BulkloadError, OSError):
     """An output file (--out) could not be written: disk full, I/O error."""
 
     fix = "free space (or fix the output path) and re-run"
+
+    #: the path that could not be written (infra/outputs.py `write_error`)
+    output: str
 
     exit_code = EXIT_FAILED
 
@@ -576,6 +580,13 @@ MESSAGES: tuple[Message, ...] = (
         UsageError,
         "scan/export options a format does not take",
         "a format's own options",
+    ),
+    Message(
+        _INPUT,
+        '`columns=X names no fields; give a list of field names or "a,b"`',
+        UsageError,
+        "`scan`/`export`/`to_arrow` got a `columns` value that is neither a list of names nor a string",
+        "pass a list of field names or one comma-separated string",
     ),
     Message(
         _INPUT,
@@ -1011,6 +1022,13 @@ MESSAGES: tuple[Message, ...] = (
         ManifestError,
         "a field of a run, of an ingest run's plan file or of a garbage entry has the wrong type (or a run lacks `id`, `kind`, `status`)",
         "restore the manifest, or `load ... --replace`",
+    ),
+    Message(
+        _DATASETS,
+        "`run ID (KIND) has no `FIELD`, which every KIND run records: the dataset's metadata is damaged; restore it from a backup, or rebuild the dataset with --replace`",
+        ManifestError,
+        "a run lacks a field its kind always records (a load or ingest run its plan: `first_seq`, `first_record`, `batch_records`, `records`, `batches`; a finalize run its `strategy`), met when that run is resumed or committed",
+        "restore the dataset's metadata from a backup, or `load ... --replace`",
     ),
     Message(
         _DATASETS,

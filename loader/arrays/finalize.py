@@ -46,7 +46,7 @@ from ..model.chunk_index import (
 from ..model.layouts import Layout
 from ..model.options import MAX_WORKERS, check_count, default_workers
 from ..model.optspec import DEFAULT_ARRAY
-from ..model.runs import Run, new_run, save_stopped
+from ..model.runs import Run, need, new_run, save_stopped
 from ..model.runs import stop as stop_run
 from ..serializers import get_serializer
 from ..stores.health import require_shards
@@ -594,7 +594,7 @@ def _report(b: _Build, summary: dict, totals: IndexTotals, t_start: float) -> Fi
         dropped=summary["dropped"],
         bounds=totals.bounds,
         stored_bytes=totals.bytes,
-        strategy=b.run.strategy,
+        strategy=need(b.run, "strategy", b.run.strategy),
         strategy_reason=b.why,
         windows=sum(len(v) for v in b.windows.values()) if b.windows is not None else None,
         spill_runs=len(b.runs),

@@ -21,13 +21,12 @@ from __future__ import annotations
 import bisect
 import os
 from collections.abc import Iterable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import xxhash
 
 from ..errors import CorruptBatchError, DuplicateIdError, NotFoundError, UsageError, VerifyError
-from ..kinds import kind_for
 from ..model import manifest as mf
 from ..stores.health import batch_message
 from ..stores.registry import open_writer
@@ -39,7 +38,17 @@ from .layout import DOCS
 from .tables import META_TABLE, drop_doc_table, keyed_span
 from .values import decode_value
 
+if TYPE_CHECKING:
+    from .kind import DocsKind
+
 MAX_ID = 2**64 - 1
+
+
+def docs_kind(layout: object, fmt: str, compression: str) -> DocsKind:
+    """The documents' record kind (kinds.kind_for's, typed as the documents' own)."""
+    from .kind import DocsKind  # kind.py imports this module
+
+    return DocsKind(layout, fmt, compression)
 
 
 class Doc(NamedTuple):
@@ -87,7 +96,7 @@ class DocReader:
         self.ds = ds
         m = ds.manifest
         self.format = m.format
-        kind = kind_for(ds.layout, m.format, m.compression)
+        kind = docs_kind(ds.layout, m.format, m.compression)
         self.zdict = kind.value_compression(m.scheme)
         self.blocks = BlockReader() if kind.blocks else None
         self.index = DocIndex(m.batches)
@@ -335,7 +344,7 @@ def stored_duplicates(spec, m: mf.Manifest, src, entries, skipped: list, on_bad_
             lo, hi = int(ids[j]), int(ids[jz - 1])
         st = spec.open_shard(b.shard, write=False)
         try:
-            if kind_for(DOCS, m.format, m.compression).blocks:
+            if docs_kind(DOCS, m.format, m.compression).blocks:
                 reader = BlockReader()
                 stored = [
                     i

@@ -70,7 +70,7 @@ def plan_shards(m: mf.Manifest, target: int, force: bool) -> dict[int, str]:
         if not bs:
             continue
         tables = {b.table for b in bs}
-        docs = sum(b.docs for b in bs)
+        docs = sum(b.docs or 0 for b in bs)  # (bs: the rows with documents)
         if len(tables) > 1:
             out[s] = f"{len(tables)} document tables"
         elif len(bs) > BATCH_WASTE * -(-docs // target) + 1:

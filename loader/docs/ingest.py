@@ -162,7 +162,7 @@ def _still_bad(m: mf.Manifest | None, directory: str, new, skipped: list, on_bad
         if r.kind in ("ingest", "load") and r.source == directory and r.status == "done":
             last = r
             break
-    was_bad = {f["path"] for f in last.skipped or []} if last is not None else set()
+    was_bad = {f["path"] for f in last.skipped or [] if isinstance(f, dict)} if last is not None else set()
     if not was_bad:
         return new, skipped
     retry = [e for e in new if e[1] in was_bad]

@@ -37,6 +37,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import IO
 
 from distributed.comm import connect
 from distributed.security import Security
@@ -139,27 +140,35 @@ def local_cluster(n: int):
     _end(host, graceful=True)
 
 
-def _first_line(host: subprocess.Popen) -> str:
+def _first_line(host: subprocess.Popen[bytes]) -> str:
     """The host's first stdout line ("" if it exited first), waited for in short slices."""
+    out = _pipe(host.stdout)
     while True:
-        ready, _, _ = select.select([host.stdout], [], [], 0.1)
+        ready, _, _ = select.select([out], [], [], 0.1)
         if ready:
-            return host.stdout.readline().decode(errors="replace").strip()
+            return out.readline().decode(errors="replace").strip()
         if host.poll() is not None:
             return ""
 
 
-def _end(host: subprocess.Popen, graceful: bool) -> None:
+def _pipe(f: IO[bytes] | None) -> IO[bytes]:
+    """A pipe of the host, which is started with stdin and stdout pipes."""
+    if f is None:
+        raise ValueError("the Dask host was started without its pipes")
+    return f
+
+
+def _end(host: subprocess.Popen[bytes], graceful: bool) -> None:
     """End the host: close its stdin (graceful: it closes its cluster, up to CLOSE_WAIT_S),
     then SIGKILL whatever is left of its process group (`_kill_group`), and reap the host."""
     with contextlib.suppress(OSError):
-        host.stdin.close()
+        _pipe(host.stdin).close()
     if graceful:
         with contextlib.suppress(subprocess.TimeoutExpired):
             host.wait(CLOSE_WAIT_S)
     _kill_group(host.pid)
     host.wait()
-    host.stdout.close()
+    _pipe(host.stdout).close()
 
 
 def _kill_group(pgid: int) -> None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import os
+from typing import Literal, overload
 
 from ..errors import EnvironmentVariableError
 from . import faults
@@ -39,7 +40,11 @@ CHECKPOINT_SECONDS = 10.0
 CHECKPOINT_BYTES = 1 << 30
 
 
-def number(name: str, default: float, *, integer: bool = False) -> float | int:
+@overload
+def number(name: str, default: float, *, integer: Literal[False] = False) -> float: ...
+@overload
+def number(name: str, default: int, *, integer: Literal[True]) -> int: ...
+def number(name: str, default: float, *, integer: bool = False) -> float:
     """The non-negative finite number in ``$name`` (``1e9`` and ``1_000`` style), else ``default``."""
     text = os.environ.get(name)
     if text is None:

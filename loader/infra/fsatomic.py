@@ -4,9 +4,12 @@ and `path_ident`, which tells whether a path was swapped or replaced since it wa
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import Literal
 
 _AT_FDCWD, _RENAME_EXCHANGE = -100, 2
-_renameat2 = None
+#: libc's renameat2 (a ctypes function), once looked up; False: the libc has none
+_renameat2: Callable[..., int] | Literal[False] | None = None
 
 
 def exchange(a: str, b: str) -> bool:
@@ -28,7 +31,7 @@ def exchange(a: str, b: str) -> bool:
             _renameat2 = fn
         except (OSError, AttributeError):
             _renameat2 = False
-    if not _renameat2:
+    if _renameat2 is False or _renameat2 is None:
         return False
     return _renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0
 

@@ -36,7 +36,16 @@ from contextlib import contextmanager
 from ..errors import Interrupted
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-_held = {"depth": 0, "signo": None}  # inside held(): the signal that arrived meanwhile
+
+
+class _Held:
+    """The nesting depth of held() blocks, and the signal that arrived inside them."""
+
+    depth = 0
+    signo: int | None = None
+
+
+_held = _Held()
 
 
 def ignore_stop_signals() -> None:
@@ -50,8 +59,8 @@ def _raise_once(signo: int, frame) -> None:
         threading.Timer(0.01, os.kill, (os.getpid(), signo)).start()
         return
     ignore_stop_signals()  # the cleanup that follows must run to its end
-    if _held["depth"]:
-        _held["signo"] = signo
+    if _held.depth:
+        _held.signo = signo
         return
     raise Interrupted(signo)
 
@@ -69,7 +78,7 @@ def held(outcome: Callable[[], str]):
     ``Interrupted(signo, outcome())``; if the block raised (e.g. the forkserver died of the
     same signal), raise ``Interrupted(signo)`` from that error. (No effect without the CLI's
     handlers.)"""
-    _held["depth"] += 1
+    _held.depth += 1
     try:
         yield
     except BaseException as exc:
@@ -84,10 +93,10 @@ def held(outcome: Callable[[], str]):
 
 def _release() -> int | None:
     """Leave a held() block: the signal held by the outermost one, if any."""
-    _held["depth"] -= 1
-    if _held["depth"]:
+    _held.depth -= 1
+    if _held.depth:
         return None
-    signo, _held["signo"] = _held["signo"], None
+    signo, _held.signo = _held.signo, None
     return signo
 
 
@@ -98,7 +107,7 @@ def stop_on_signals():
         yield
         return
     previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
-    _held.update(depth=0, signo=None)
+    _held.depth, _held.signo = 0, None
     for s in STOP_SIGNALS:
         signal.signal(s, _raise_once)
     try:

@@ -118,7 +118,7 @@ def _open_lock_file(path: Path) -> int:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as e:
-        what = {errno.EISDIR: "is a directory", errno.ELOOP: "is a symlink"}.get(e.errno)
+        what = {errno.EISDIR: "is a directory", errno.ELOOP: "is a symlink"}.get(e.errno or 0)
         if what:
             raise NotWritableError(f"lock file {path} {what}, not bulkload's lock; remove it and retry") from None
         raise NotWritableError(

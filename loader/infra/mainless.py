@@ -41,6 +41,8 @@ def preparation_data(name: str) -> dict:
 
 
 class _Popen(popen_forkserver.Popen):
+    _fds: list[int]  # set by popen_forkserver.Popen.__init__ (typeshed does not list it)
+
     def _launch(self, process_obj):  # CPython's, with preparation_data() (module docstring)
         prep_data = preparation_data(process_obj._name)
         buf = io.BytesIO()
@@ -52,7 +54,8 @@ class _Popen(popen_forkserver.Popen):
             mp_context.set_spawning_popen(None)
         self.sentinel, w = forkserver.connect_to_new_process(self._fds)
         _parent_w = os.dup(w)
-        self.finalizer = util.Finalize(self, util.close_fds, (_parent_w, self.sentinel))
+        # CPython's multiprocessing.util.close_fds (3.11-3.13), which typeshed does not list
+        self.finalizer = util.Finalize(self, util.close_fds, (_parent_w, self.sentinel))  # type: ignore[attr-defined]
         with open(w, "wb", closefd=True) as f:
             f.write(buf.getbuffer())
         self.pid = forkserver.read_signed(self.sentinel)

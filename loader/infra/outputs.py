@@ -169,6 +169,7 @@ class Output:
             raise write_error(self.path, e) from None
         self.file.close()
         _refuse_non_regular(self.target, self.path)
+        assert self.tmp is not None  # a file that is not a stream is written beside its name
         os.replace(self.tmp, self.target)
         fsync_dir(os.path.dirname(self.target))
 
@@ -201,7 +202,7 @@ def open_output(path: str, *, text: bool = False, protect: Iterable[str] = ()) -
 def write_output(path: str, data: str | bytes) -> None:
     """Write a whole text (or bytes) to ``path`` through `open_output`."""
     with open_output(path, text=isinstance(data, str)) as out:
-        out.file.write(data)
+        out.file.write(data)  # type: ignore[arg-type]  # text=True gives a text file exactly for a str
 
 
 def descriptor_of(path: str) -> int | None:
@@ -268,7 +269,7 @@ def _guarded(protect: Iterable[str]) -> tuple[set[tuple[int, int]], set[str]]:
         names.add(os.path.realpath(root))
         level = [root]
         for _ in range(3):
-            below = []
+            below: list[str] = []
             for d in level:
                 try:
                     st = os.stat(d)
@@ -378,7 +379,9 @@ def guard_stdout() -> None:
     if not _is_fd1(old):
         return  # not the real descriptor (a test harness's capture)
     buffered = io.BufferedWriter(_CountingRaw(1, STDOUT, owned=False))
-    sys.stdout = io.TextIOWrapper(buffered, encoding=old.encoding, errors=old.errors, line_buffering=old.line_buffering)
+    sys.stdout = io.TextIOWrapper(
+        buffered, encoding=old.encoding, errors=old.errors, line_buffering=bool(old.line_buffering)
+    )
 
 
 def silence_stdout() -> None:

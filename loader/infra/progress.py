@@ -19,9 +19,13 @@ from __future__ import annotations
 import sys
 import time
 import weakref
+from typing import TYPE_CHECKING
 
 from . import env, logs
 from .threads import TaskThread
+
+if TYPE_CHECKING:
+    from rich.progress import Progress as RichProgress
 
 #: seconds between redraws of the bar (rich's default rate)
 REFRESH_S = 0.1
@@ -42,7 +46,7 @@ class Progress:
         self.interval = env.progress_seconds() if interval is None else interval
         self.t0 = time.perf_counter()
         self._last_log = self.t0
-        self._bar = None
+        self._bar: RichProgress | None = None
         self._redrawing = False
         self._redraws: TaskThread | None = None
 
@@ -61,7 +65,7 @@ class Progress:
         from rich.progress import BarColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
         from rich.progress import Progress as RichProgress
 
-        self._bar = RichProgress(
+        self._bar = bar = RichProgress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
             TextColumn("{task.fields[done]}"),
@@ -72,8 +76,8 @@ class Progress:
             transient=False,
             auto_refresh=False,
         )
-        self._bar.start()
-        self._task = self._bar.add_task(self.label, total=self.total, rate="", done=self._done())
+        bar.start()
+        self._task = bar.add_task(self.label, total=self.total, rate="", done=self._done())
         self._redrawing = True
         self._redraws = TaskThread(_redraw, weakref.ref(self))
         self._redraws.start()
@@ -94,7 +98,7 @@ class Progress:
         self.records += records
         self.bytes += records * self.record_size if nbytes is None else nbytes
         now = time.perf_counter()
-        if self.mode == "bar":
+        if self.mode == "bar" and self._bar is not None:
             rps, mbs = self.rates()
             self._bar.update(self._task, completed=self.records, done=self._done(), rate=_rates(rps, mbs, "  "))
         elif self.mode == "log" and now - self._last_log >= self.interval:

@@ -16,6 +16,7 @@ Nothing here writes.
 from __future__ import annotations
 
 import fcntl
+import io
 import os
 import stat
 
@@ -91,7 +92,7 @@ def open_regular(
     return fd
 
 
-def open_regular_file(path: str, max_bytes: int | None = None, advice: str = DEFAULT_ADVICE):
+def open_regular_file(path: str, max_bytes: int | None = None, advice: str = DEFAULT_ADVICE) -> io.BufferedReader:
     """`open_regular` as a Python binary file object named ``path``."""
     return open(path, "rb", opener=lambda p, _flags: open_regular(p, max_bytes, advice=advice))
 

@@ -59,7 +59,7 @@ def mount_point(path: str) -> str:
     return path
 
 
-def human(n: int) -> str:
+def human(n: float) -> str:
     for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
         if n < 1024 or unit == "EiB":
             return f"{n:,} bytes" if unit == "bytes" else f"{n:,.1f} {unit}"

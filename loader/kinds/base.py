@@ -18,7 +18,7 @@ Batch -> shard is seq mod K for every kind (model/placement.py).
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar, Protocol, overload
 
 from ..errors import UsageError
 from ..model.plugins import load_plugins
@@ -35,7 +35,15 @@ def register_kind(cls: type[Kind]) -> type[Kind]:
     return cls
 
 
-def kind_class(layout) -> type[Kind]:
+class RecordLayout(Protocol):
+    """What picks a record kind: a layout (model/layouts.py `Layout`, or a plug-in's own,
+    e.g. the documents' `DocsLayout`); its ``kind`` name, if any, says which (else fixed)."""
+
+    @property
+    def name(self) -> str: ...
+
+
+def kind_class(layout: RecordLayout) -> type[Kind]:
     """The kind class of a layout (plug-ins loaded on a miss)."""
     name = getattr(layout, "kind", "fixed")
     while name not in _KINDS and load_plugins():
@@ -48,10 +56,17 @@ def kind_class(layout) -> type[Kind]:
         ) from None
 
 
-def kind_for(layout, fmt: str | None = None, compression: str | None = None):
-    """The record kind of a layout (the class when fmt is None, else an instance)."""
+@overload
+def kind_for(layout: RecordLayout) -> type[Kind]: ...
+@overload
+def kind_for(layout: RecordLayout, fmt: str, compression: str | None = None) -> Kind: ...
+def kind_for(layout: RecordLayout, fmt: str | None = None, compression: str | None = None) -> type[Kind] | Kind:
+    """The record kind of a layout (the class when fmt is None, else an instance; no
+    compression: the format's default)."""
     cls = kind_class(layout)
-    return cls if fmt is None else cls(layout, fmt, compression)
+    if fmt is None:
+        return cls
+    return cls(layout, fmt, cls.compression_for(fmt) if compression is None else compression)
 
 
 class Kind:
@@ -113,6 +128,16 @@ class Kind:
     def min_stored_bytes(self, source, records: int) -> int:
         """A lower bound of the bytes ``records`` records of ``source`` take in the stores
         (the up-front space check, infra/space.py)."""
+        raise NotImplementedError
+
+    # --- the kind's own commands (`own_ingest`, `own_compaction`) --------------------------
+    def ingest_directory(self, spec: Any, directory: str, *, pattern: str, **options: Any) -> Any:
+        """`bulkload ingest` of the kind's own files (when `own_ingest`)."""
+        raise NotImplementedError
+
+    def compact_dataset(self, spec: Any, m: Any, **options: Any) -> dict[str, Any]:
+        """`bulkload compact` of the kind's own tables (when `own_compaction`): its report
+        (maintain/report.py `CompactReport.from_kind`)."""
         raise NotImplementedError
 
     def vet_new(self, spec, m, planned):

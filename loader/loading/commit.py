@@ -36,6 +36,7 @@ from ..errors import BulkloadError
 from ..infra import faults
 from ..kinds import FixedKind
 from ..model import manifest as mf
+from ..model import runs
 from ..model.manifest import BatchEntry
 from ..model.runs import Run
 from ..stores.spec import StoreSpec
@@ -174,8 +175,8 @@ class Committer:
         self.m.batches.extend(entries)
         if entries:
             self.m.mark_arrays_stale()
-        self.run.records += sum(e.records for e in entries)
-        self.run.batches += len(entries)
+        self.run.records = runs.need(self.run, "records", self.run.records) + sum(e.records for e in entries)
+        self.run.batches = runs.need(self.run, "batches", self.run.batches) + len(entries)
         if u.on_commit is not None:
             u.on_commit(self.m, u)
         self.committed_units.append(u)

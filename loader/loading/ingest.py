@@ -224,7 +224,7 @@ def _ingest(spec: StoreSpec, settings: RunSettings, directory: str, pattern: str
                 already=report.already,
             )
             return report
-        b = prev.batch_records if prev is not None else settings.batch_records
+        b = runs.need(prev, "batch_records", prev.batch_records) if prev is not None else settings.batch_records
         if m is None or not m.batches:
             m = fresh_manifest(m, spec, settings, b)
         ingest_run = _IngestRun(spec, settings, m, report, directory, pattern, on_bad_file, b)

@@ -141,7 +141,7 @@ def start(run: Run, match: InputsMatch, b: int) -> None:
         last = mine[-1]
         number(more, last["first_seq"] + -(-last["total"] // b), last["first_record"] + last["total"], b)
     else:
-        number(more, run.first_seq, run.first_record, b)
+        number(more, runs.need(run, "first_seq", run.first_seq), runs.need(run, "first_record", run.first_record), b)
     run.inputs = (run.inputs or []) + more
     run.total = sum(e["total"] for e in run.inputs)
 

@@ -119,7 +119,7 @@ def make_report(
         wbytes = text_bytes_of(written)
         nbytes = wbytes + text_bytes_of(keep)
         if records is not None:
-            nbytes = run.text_bytes if run.has("text_bytes") else nbytes
+            nbytes = run.text_bytes if run.text_bytes is not None else nbytes  # present: never null
     else:
         rs = settings.layout.record_size
         wbytes, nbytes = nwritten * rs, nrec * rs

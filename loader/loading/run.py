@@ -94,7 +94,7 @@ def match_previous(m: mf.Manifest | None, job: LoadJob) -> Match:
             settings.layout,
             new_run=job.new_run,
             considered=considered,
-            resumable=lambda r: runs.load_resumable(m, r, **settings.run_options()),
+            resumable=lambda r: m is not None and runs.load_resumable(m, r, **settings.run_options()),
         )
         if fplan.status == "appended" and fplan.prev is not None:  # the finished run it continues
             log(
@@ -164,7 +164,11 @@ class _LoadRun:
         self.spec, self.job, self.match, self.settings = spec, job, match, job.settings
         self.kind = job.settings.kind()
         self.resume = self._resumable(m, match.prev)
-        self.b = self.resume.batch_records if self.resume is not None else self.settings.batch_records
+        self.b = (
+            runs.need(self.resume, "batch_records", self.resume.batch_records)
+            if self.resume is not None
+            else self.settings.batch_records
+        )
         self.m = m if m is not None and m.batches else fresh_manifest(m, spec, self.settings, self.b)
         self.planned, self.total, self.skipped = job.planned, match.total, list(job.planned.skipped)
         if job.mode == "load":  # what the dataset may not take twice (documents: ids already stored)
@@ -317,7 +321,9 @@ class _LoadRun:
         )
         run = self.run_record
         first_seq, first_record = (
-            (entries[0]["first_seq"], entries[0]["first_record"]) if entries else (run.first_seq, run.first_record)
+            (entries[0]["first_seq"], entries[0]["first_record"])
+            if entries
+            else (runs.need(run, "first_seq", run.first_seq), runs.need(run, "first_record", run.first_record))
         )
         return Plan(segments, self.b, self.settings.shards, first_seq, first_record)
 
@@ -382,7 +388,13 @@ class _LoadRun:
         receipts, self.total = execute_stream(self.spec, self.m, committer, work, self.src, self.job.stdin)
         run = self.run_record
         committer.units = [
-            Unit(self.src.uri, run.first_seq, sum(len(rc.batches) for rc in receipts), run.first_record, self.total)
+            Unit(
+                self.src.uri,
+                runs.need(run, "first_seq", run.first_seq),
+                sum(len(rc.batches) for rc in receipts),
+                runs.need(run, "first_record", run.first_record),
+                self.total,
+            )
         ]
         run.total = self.total
         return receipts

@@ -38,6 +38,7 @@ from ..infra.space import check_space
 from ..kinds import kind_for
 from ..model import manifest as mf
 from ..model import runs
+from ..model.catalog_rows import BatchRows
 from ..model.chunk_index import TABLE_PREFIX, index_path, read_index
 from ..model.options import MAX_WORKERS, check_count, default_workers
 from ..model.placement import batch_key
@@ -269,7 +270,7 @@ def _merge(spec, m: mf.Manifest, groups: list[list], progress: str, workers: int
     if len(written) != len(plan):
         raise StoreError(f"compaction wrote {len(written)} of {len(plan)} batches; nothing was committed")
     faults.hit("merged")
-    m.batches = written
+    m.batches = BatchRows(written)
     retire_batches(m, first_seq)  # the old batches: everything below the first new key
     m.save(spec.root)  # the switch
     faults.hit("merge-switched")

@@ -45,13 +45,22 @@ from ..kinds import kind_for
 from ..model import manifest as mf
 from ..model import runs
 from ..model.chunk_index import INDEX_DIR, TABLE_PREFIX
-from ..model.garbage_entry import ARRAY, BATCHES, DOC_TABLES, KINDS, GarbageEntry
+from ..model.garbage_entry import (
+    ARRAY,
+    BATCHES,
+    DOC_TABLES,
+    KINDS,
+    ArrayGarbage,
+    BatchesGarbage,
+    DocTablesGarbage,
+    GarbageEntry,
+)
 from ..model.options import check_count
 from ..model.placement import batch_key
 from ..stores.registry import open_writer
 from .builds import discard_dead_build
 
-_FAULT_BETWEEN_SHARDS = {BATCHES: "deleting", ARRAY: "dropping", DOC_TABLES: "docs-dropping"}
+_FAULT_BETWEEN_SHARDS: dict[str, str] = {BATCHES: "deleting", ARRAY: "dropping", DOC_TABLES: "docs-dropping"}
 
 
 # --- recording (in the switch's manifest write) ---------------------------------------------
@@ -78,16 +87,16 @@ def retire_doc_tables(m: mf.Manifest, shard: int, tables) -> None:
 def held_tables(m: mf.Manifest | None) -> set[str]:
     out: set[str] = set()
     for e in m.garbage if m is not None else ():
-        if e.kind == ARRAY:
+        if isinstance(e, ArrayGarbage):
             out.add(e.table)
-        elif e.kind == DOC_TABLES:
+        elif isinstance(e, DocTablesGarbage):
             out.update(e.tables)
     return out
 
 
 def held_files(m: mf.Manifest) -> set[str]:
     """Base names of the index files the garbage list holds."""
-    return {os.path.basename(e.index) for e in m.garbage if e.kind == ARRAY}
+    return {os.path.basename(e.index) for e in m.garbage if isinstance(e, ArrayGarbage)}
 
 
 def holds_batches(m: mf.Manifest) -> bool:
@@ -180,13 +189,13 @@ def start_writing(spec, m: mf.Manifest | None, *, progress: str = "none", replac
 def _delete(spec, record_kind, e: GarbageEntry, steps) -> bool:
     """Delete one entry's data; False when some shard could not be done (kept for later)."""
     kind = e.kind
-    shards = [e.shard] if kind == DOC_TABLES else range(spec.shards)
+    shards = [e.shard] if isinstance(e, DocTablesGarbage) else range(spec.shards)
     ok = True
     for s in shards:
         if next(steps):
             faults.hit(_FAULT_BETWEEN_SHARDS[kind])
         ok &= _in_shard(spec, s, lambda st: _delete_in(st, record_kind, e))
-    if kind == ARRAY:
+    if isinstance(e, ArrayGarbage):
         try:
             os.unlink(os.path.join(spec.root, e.index))
         except FileNotFoundError:
@@ -197,11 +206,11 @@ def _delete(spec, record_kind, e: GarbageEntry, steps) -> bool:
 
 
 def _delete_in(st, record_kind, e: GarbageEntry) -> None:
-    if e.kind == BATCHES:
+    if isinstance(e, BatchesGarbage):
         st.delete_range(None, batch_key(e.below))
-    elif e.kind == ARRAY:
+    elif isinstance(e, ArrayGarbage):
         st.drop_table(e.table)
-    else:  # tables of the record kind (documents: with their zstd dictionaries)
+    elif isinstance(e, DocTablesGarbage):  # tables of the record kind (documents: with their zstd dictionaries)
         for t in e.tables:
             record_kind.drop_table(st, t)
     st.sync()

@@ -23,6 +23,7 @@ from ..infra import faults, interrupts, logs
 from ..infra.lock import DatasetLock
 from ..model import manifest as mf
 from ..model import runs
+from ..model.catalog_rows import RunList
 from ..model.run_retention import check_keep, instant, plan_prune
 from ..stores.spec import parse_dataset_uri
 from .garbage import start_writing
@@ -119,7 +120,7 @@ def prune_locked(
     if plan.removed and not dry_run:
         done = f"the prune was written: {len(plan.removed)} run record(s) removed"
         with interrupts.held(lambda: done):  # the new list is written whole, or not at all
-            m.runs = plan.kept
+            m.runs = RunList(plan.kept)
             m.save(spec.root)
     verb = "would remove" if dry_run else "removed"
     logs.note(

@@ -13,12 +13,17 @@ buffer; `to_numpy(column)` returns a read-only view of the column's buffer.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 _NUMERIC = "iuf"  # integer, unsigned, floating: Arrow's fixed-width primitive layout
 
 
-def from_numpy(a: np.ndarray, type=None):
+def from_numpy(a: np.ndarray, type: pa.DataType | None = None) -> pa.Array:
     """``a`` (1-D) as a pyarrow Array; zero-copy for contiguous native-endian numbers (other
     byte orders are converted: pyarrow refuses them). ~2 us a column (a box query builds
     one per attribute): the Arrow type of each dtype is looked up once."""
@@ -40,11 +45,11 @@ def from_numpy(a: np.ndarray, type=None):
 
 
 #: native numeric dtype -> its Arrow type (pa.from_numpy_dtype costs ~0.8 us a call)
-_ARROW_TYPES: dict = {}
-_pa = None  # pyarrow, once a conversion imported it
+_ARROW_TYPES: dict[np.dtype[Any], pa.DataType] = {}
+_pa: Any = None  # pyarrow (untyped), once a conversion imported it
 
 
-def decode_dictionary(column):
+def decode_dictionary(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
     """An Arrow column (or chunked column) with its dictionary encoding undone (its values,
     of the dictionary's value type); any other column as it is."""
     import pyarrow as pa  # heavy: only Arrow input converts
@@ -56,7 +61,7 @@ def decode_dictionary(column):
     return column.dictionary_decode()
 
 
-def to_numpy(column) -> np.ndarray:
+def to_numpy(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """A numeric Arrow column (or chunked column) as a numpy array, zero-copy when it is
     one chunk without nulls."""
     import pyarrow as pa  # heavy: only Arrow input converts
@@ -64,7 +69,8 @@ def to_numpy(column) -> np.ndarray:
     column = decode_dictionary(column)
     arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     if arr.null_count or not (pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type)):
-        return arr.to_numpy(zero_copy_only=False)  # not a column bulkload wrote
+        out: np.ndarray = arr.to_numpy(zero_copy_only=False)  # not a column bulkload wrote
+        return out
     dtype = np.dtype(arr.type.to_pandas_dtype())
     if len(arr) == 0:
         return np.empty(0, dtype)

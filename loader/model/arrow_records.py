@@ -21,19 +21,26 @@ no I/O; pyarrow is imported by the callers' first use.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
 
 from .layouts import TYPES, VALIDITY, Field, Layout
 
 
-def validity_of(records: np.ndarray, layout: Layout, name: str) -> np.ndarray | None:
+def validity_of(records: np.ndarray | Mapping[str, np.ndarray], layout: Layout, name: str) -> np.ndarray | None:
     """The bool mask of the records whose nullable field ``name`` holds a value (None: the
     field is not nullable)."""
     if name not in layout.nullable_names:
         return None
     j = layout.nullable_names.index(name)
-    return (records[VALIDITY][:, j // 8] >> (j % 8)) & 1 != 0
+    mask: np.ndarray = (records[VALIDITY][:, j // 8] >> (j % 8)) & 1 != 0
+    return mask
 
 
 def set_validity(records: np.ndarray, layout: Layout, name: str, valid: np.ndarray | None) -> None:
@@ -54,14 +61,16 @@ def set_bit(validity: np.ndarray, layout: Layout, name: str, valid: np.ndarray |
     validity[:, j // 8] = col | bit if valid is None else np.where(valid, col | bit, col & ~bit)
 
 
-def records_to_arrow(records: np.ndarray, layout: Layout):
+def records_to_arrow(records: np.ndarray, layout: Layout) -> pa.Table:
     """A pyarrow Table of ``layout.arrow_schema`` holding ``records`` (see the module docstring)."""
     import pyarrow as pa  # heavy: only Arrow output converts
 
     return pa.Table.from_batches([record_batch(records, layout)])
 
 
-def record_batch(columns, layout: Layout, names: list[str] | None = None):
+def record_batch(
+    columns: np.ndarray | Mapping[str, np.ndarray], layout: Layout, names: list[str] | None = None
+) -> pa.RecordBatch:
     """A pyarrow RecordBatch of the fields ``names`` (None: all) of ``columns``: a record
     array of ``layout.dtype``, or a mapping name -> column holding ``_validity`` too when a
     nullable field is among ``names``. The one conversion of decoded records to Arrow
@@ -82,17 +91,19 @@ def record_batch(columns, layout: Layout, names: list[str] | None = None):
 
 
 @functools.lru_cache(maxsize=256)
-def _batch_plan(layout: Layout, names: tuple[str, ...]):
+def _batch_plan(
+    layout: Layout, names: tuple[str, ...]
+) -> tuple[pa.Schema, list[tuple[str, pa.DataType, Field | None]]]:
     """(schema, [(name, Arrow type, None for a plain number field else the Field)]) of a
     `record_batch` of ``names``: looked up once, not per batch (a scan makes one a batch)."""
-    plan = []
+    plan: list[tuple[str, pa.DataType, Field | None]] = []
     for name in names:
         f = layout.field(name)
         plan.append((name, f.arrow_type, None if f.type in TYPES and not f.nullable else f))
     return schema_of(layout, list(names)), plan
 
 
-def schema_of(layout: Layout, names: list[str]):
+def schema_of(layout: Layout, names: list[str]) -> pa.Schema:
     """The Arrow schema of the fields ``names`` of ``layout`` (all: ``layout.arrow_schema``)."""
     import pyarrow as pa  # heavy: only Arrow output converts
 
@@ -106,7 +117,7 @@ def decoded_names(layout: Layout, names: list[str]) -> list[str]:
     return [*names, VALIDITY] if any(n in layout.nullable_names for n in names) else names
 
 
-def column_to_arrow(values: np.ndarray, field: Field, valid: np.ndarray | None):
+def column_to_arrow(values: np.ndarray, field: Field, valid: np.ndarray | None) -> pa.Array:
     """One field's values (``values``: the numpy column) as an Arrow array of its type."""
     import pyarrow as pa  # heavy: only Arrow output converts
 
@@ -117,7 +128,7 @@ def column_to_arrow(values: np.ndarray, field: Field, valid: np.ndarray | None):
         bits = np.packbits(np.ascontiguousarray(values).view(np.uint8) != 0, bitorder="little")
         return pa.Array.from_buffers(t, n, [mask, pa.py_buffer(bits)], nulls)
     if spec.base == "string":
-        return _strings(np.ascontiguousarray(values), spec.width, mask, nulls)
+        return _strings(np.ascontiguousarray(values), spec.byte_width, mask, nulls)
     data = pa.py_buffer(np.ascontiguousarray(values).view(np.uint8))  # (datetimes have no buffer format)
     if spec.count is not None:
         child = pa.Array.from_buffers(t.value_type, n * spec.count, [None, data])
@@ -125,7 +136,7 @@ def column_to_arrow(values: np.ndarray, field: Field, valid: np.ndarray | None):
     return pa.Array.from_buffers(t, n, [mask, data], nulls)
 
 
-def _strings(values: np.ndarray, width: int, mask, nulls: int):
+def _strings(values: np.ndarray, width: int, mask: pa.Buffer | None, nulls: int) -> pa.Array:
     """Zero-padded UTF-8 values of ``width`` bytes as an Arrow utf8 array (padding dropped)."""
     import pyarrow as pa  # heavy: only Arrow output converts
 
@@ -145,7 +156,7 @@ def _strings(values: np.ndarray, width: int, mask, nulls: int):
     return big.cast(pa.string())  # raises: a column over 2 GiB of text does not fit one utf8 array
 
 
-def _pandas_nullable(field: Field):
+def _pandas_nullable(field: Field) -> Any:  # a pandas ExtensionDtype
     """The pandas nullable dtype of a nullable number or bool field (None: pyarrow's own)."""
     if not field.nullable or not (field.spec.is_number or field.spec.base == "bool"):
         return None
@@ -155,7 +166,7 @@ def _pandas_nullable(field: Field):
     return pd.api.types.pandas_dtype(name)
 
 
-def frame_of_records(records: np.ndarray, layout: Layout, index=None):
+def frame_of_records(records: np.ndarray, layout: Layout, index: Any = None) -> pd.DataFrame:
     """``records`` as a pandas DataFrame (see the module docstring); ``index``: its index."""
     import pandas as pd  # only pandas output needs it
 
@@ -164,7 +175,7 @@ def frame_of_records(records: np.ndarray, layout: Layout, index=None):
     return frame_of_table(records_to_arrow(records, layout), layout, index)
 
 
-def frame_of_table(table, layout: Layout, index=None):
+def frame_of_table(table: pa.Table, layout: Layout, index: Any = None) -> pd.DataFrame:
     """A Table of (some of) ``layout``'s fields as a pandas DataFrame: pyarrow's conversion
     (datetimes keep their zone), with pandas' nullable dtypes for nullable number and bool
     fields; ``index``: its index."""

@@ -10,7 +10,9 @@ import shutil
 import struct
 import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import lmdb
 import msgspec
@@ -29,30 +31,33 @@ _KEY = struct.Struct(">Q")
 _ENC = msgspec.json.Encoder()
 _PACK = msgspec.msgpack.Encoder()
 _UNPACK = msgspec.msgpack.Decoder()
+T = TypeVar("T")
 
 
 def key(n: int) -> bytes:
     return _KEY.pack(n)
 
 
-def unkey(b: bytes) -> int:
-    return _KEY.unpack(b)[0]
+def unkey(b: bytes | memoryview) -> int:
+    n: int = _KEY.unpack(b)[0]
+    return n
 
 
-def encode(obj) -> bytes:
+def encode(obj: object) -> bytes:
     return _ENC.encode(obj)
 
 
-def decode(b) -> object:
+def decode(b: bytes) -> object:
     return msgspec.json.decode(b)
 
 
-def pack_row(row: list) -> bytes:
+def pack_row(row: Sequence[object]) -> bytes:
     return _PACK.encode(row)
 
 
-def unpack_row(b) -> list:
-    return _UNPACK.decode(b)
+def unpack_row(b: bytes | memoryview) -> list[Any]:
+    row: list[Any] = _UNPACK.decode(b)
+    return row
 
 
 class Aggregates(msgspec.Struct, kw_only=True):
@@ -64,7 +69,7 @@ class Aggregates(msgspec.Struct, kw_only=True):
     batches: int = 0
     next_seq: int = 0
     next_record: int = 0
-    last: list | None = None  # the last batch row
+    last: list[Any] | None = None  # the last batch row
     shard_batches: dict[str, int] = {}  # shard -> batches holding records
     runs: int = 0  # runs in the table: numbers 0..runs-1 (creation order)
     runs_by_status: dict[str, int] = {}
@@ -124,7 +129,7 @@ class Catalog:
 
     path: str
     env: lmdb.Environment
-    dbs: dict
+    dbs: dict[str, Any]  # name -> the LMDB database handle
     fd: int  # data.mdb, held open: its inode identifies this environment
     pid: int = field(default_factory=os.getpid)
     writable: bool = True
@@ -141,8 +146,11 @@ class Catalog:
         """Close the environment and its data file (no snapshot of it is open): a process
         keeps no catalog open that it no longer reads (a file system can be unmounted)."""
         with _LOCK:
-            for k in [k for k, c in _CATALOGS.items() if c is self]:
-                del _CATALOGS[k]
+            # a copy: a snapshot's __del__, run by a garbage collection in this thread (the lock
+            # is re-entrant), may release another catalog while this loop runs
+            for k, c in _CATALOGS.copy().items():
+                if c is self:
+                    _CATALOGS.pop(k, None)
             if self.pid == os.getpid():
                 with contextlib.suppress(lmdb.Error, OSError):
                     self.env.close()
@@ -164,7 +172,7 @@ class Catalog:
         self.env.set_mapsize(2 * self.env.info()["map_size"])
 
     @contextlib.contextmanager
-    def writing(self):
+    def writing(self) -> Iterator[lmdb.Transaction]:
         """One durable write transaction; lmdb errors become StoreError / DamagedDatasetError."""
         if not self.writable:
             raise NotReadableError(f"{self.path} cannot be written (a read-only directory); nothing was written")
@@ -224,7 +232,7 @@ def open_catalog(path: str, create: bool = False) -> Catalog:
         if cat is not None and cat.pid == os.getpid() and _same(cat, data):
             cat.refs += 1
             return cat
-        moved = next((c for c in _CATALOGS.values() if c.pid == os.getpid() and _same(c, data)), None)
+        moved = next((c for c in _CATALOGS.copy().values() if c.pid == os.getpid() and _same(c, data)), None)
         if moved is not None:  # the same files under another path (a --replace swapped directories)
             moved.path = path
             _CATALOGS[real] = moved
@@ -268,19 +276,21 @@ def open_catalog(path: str, create: bool = False) -> Catalog:
 class Snap:
     """A read transaction of a catalog: one consistent generation."""
 
-    def __init__(self, cat: Catalog, txn):
+    def __init__(self, cat: Catalog, txn: lmdb.Transaction):
         self.cat, self.txn = cat, txn
         self.closed = False
         with _LOCK:
             cat.refs += 1
 
-    def get(self, db: str, k: bytes):
+    def get(self, db: str, k: bytes) -> bytes | None:
         try:
-            return self.txn.get(k, db=self.cat.dbs[db])
+            # bytes, not buffers: the snapshot's transaction is begun with buffers=False
+            raw: bytes | None = self.txn.get(k, db=self.cat.dbs[db])  # type: ignore[assignment]
+            return raw
         except lmdb.Error as e:
             raise damaged(self.cat.path, f"LMDB: {e}") from None
 
-    def json(self, db: str, k: bytes, what: str):
+    def json(self, db: str, k: bytes, what: str) -> object:
         raw = self.get(db, k)
         if raw is None:
             raise damaged(self.cat.path, f"{what} is missing")
@@ -289,7 +299,7 @@ class Snap:
         except msgspec.DecodeError:
             raise damaged(self.cat.path, f"{what} is not valid JSON") from None
 
-    def header(self) -> dict:
+    def header(self) -> dict[str, Any]:
         h = self.json("meta", b"header", "the header")
         if not isinstance(h, dict):
             raise damaged(self.cat.path, "the header is not a JSON object")
@@ -298,11 +308,13 @@ class Snap:
     def aggregates(self) -> Aggregates:
         raw = self.get("meta", b"aggregates")
         try:
+            if raw is None:
+                raise TypeError
             return msgspec.json.decode(raw, type=Aggregates)
         except (msgspec.DecodeError, TypeError):
             raise damaged(self.cat.path, "the aggregates are missing or not valid") from None
 
-    def items(self, db: str, start: bytes | None = None, reverse: bool = False):
+    def items(self, db: str, start: bytes | None = None, reverse: bool = False) -> Iterator[tuple[bytes, bytes]]:
         """(key, value) of ``db`` in key order (``reverse``: descending), from ``start``."""
         try:
             with self.txn.cursor(db=self.cat.dbs[db]) as cur:
@@ -314,11 +326,11 @@ class Snap:
                 else:
                     ok = cur.set_range(start) if start is not None else cur.first()
                     it = cur.iternext(keys=True, values=True) if ok else iter(())
-                yield from it
+                yield from it  # type: ignore[misc]  # bytes, not buffers: begun with buffers=False
         except lmdb.Error as e:
             raise damaged(self.cat.path, f"LMDB: {e}") from None
 
-    def floor(self, db: str, k: bytes):
+    def floor(self, db: str, k: bytes) -> tuple[bytes, bytes] | None:
         """The (key, value) with the largest key <= ``k``, or None."""
         return next(self.items(db, k, reverse=True), None)
 
@@ -334,7 +346,7 @@ class Snap:
             if self.cat.refs == 0:
                 self.cat.release()
 
-    def __del__(self):
+    def __del__(self) -> None:
         with contextlib.suppress(Exception):
             self.close()
 
@@ -343,7 +355,7 @@ def source_key(source: str, n: int) -> bytes:
     return source.encode() + b"\0" + key(n)
 
 
-def row_of(snap: Snap, raw) -> list:
+def row_of(snap: Snap, raw: bytes) -> list[Any]:
     try:
         return unpack_row(raw)
     except msgspec.DecodeError:
@@ -353,7 +365,7 @@ def row_of(snap: Snap, raw) -> list:
 # --- writing: building a catalog in place ---------------------------------------------------
 
 
-def build(root: str, fill) -> Catalog:
+def build(root: str, fill: Callable[[lmdb.Transaction, Catalog], object]) -> Catalog:
     """A new catalog at ``ROOT/catalog`` (with a reference for the caller, as
     `open_catalog`), made complete before it appears: written by
     ``fill(txn, cat)`` into ``catalog.tmp-PID``, synced, then renamed into place.
@@ -379,7 +391,7 @@ def build(root: str, fill) -> Catalog:
     return cat
 
 
-def write(cat: Catalog, fn):
+def write(cat: Catalog, fn: Callable[[lmdb.Transaction], T]) -> T:
     """``fn(txn)`` in one durable write transaction, again with a larger map while it fills it."""
     while True:
         try:

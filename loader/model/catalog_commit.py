@@ -26,16 +26,26 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+import lmdb
 
 from ..errors import StoreError
 from ..infra import faults
 from ..infra.paths import MANIFEST
 from . import catalog as cg
 from .catalog_rows import BatchRows, FileMap, RunList, add_rows, summarize
-from .runs import UNFINISHED
+from .runs import UNFINISHED, Run
+
+if TYPE_CHECKING:
+    from .manifest import BatchEntry, Manifest
+
+T = TypeVar("T")
+#: a run number -> (the run, its JSON as written)
+Written = dict[int, tuple[Run, bytes]]
 
 
-def commit(m, root: str) -> None:
+def commit(m: Manifest, root: str) -> None:
     from .manifest import attach, write_json_atomic
 
     opened = None  # a catalog this commit opened (not m's own): its reference, given back at the end
@@ -49,9 +59,9 @@ def commit(m, root: str) -> None:
             except cg.MapFull:
                 cat.grow()  # closes m's read transaction: the same generation, read again
                 _resnap(m, cat.snapshot())
-    elif getattr(m, "_catalog", None) is not None and getattr(m, "_as_of", None) is None:
+    elif (read_from := _catalog_of(m)) is not None and getattr(m, "_as_of", None) is None:
         raise StoreError(
-            f"the catalog {m._catalog.path} this job read is no longer the one of {root} (the "
+            f"the catalog {read_from.path} this job read is no longer the one of {root} (the "
             "dataset directory was moved or replaced meanwhile); nothing was committed"
         )
     else:
@@ -59,14 +69,14 @@ def commit(m, root: str) -> None:
         if os.path.isdir(path) and getattr(m, "_pointed", False) is False and _pointer_of(root) is None:
             cg.set_aside(root)  # a catalog no pointer names (stale): never the dataset
         if os.path.isdir(path):
-            cat = cg.open_catalog(path)
+            found = cat = cg.open_catalog(path)
             try:
-                agg = cg.write(cat, lambda txn: _hit(_write_all(m, txn, cat, clear=True)))
+                agg = cg.write(found, lambda txn: _hit(_write_all(m, txn, found, clear=True)))
             except BaseException:
-                cat.unref()
+                found.unref()
                 raise
         else:
-            out = {}
+            out: dict[str, cg.Aggregates] = {}
             cat = cg.build(root, lambda txn, c: out.setdefault("agg", _write_all(m, txn, c, clear=False)))
             agg = out["agg"]
         opened = cat  # our reference, given up once m's new snapshot holds the catalog
@@ -86,16 +96,30 @@ def commit(m, root: str) -> None:
         opened.unref()
 
 
-def _hit(agg):
+def _hit(agg: T) -> T:
     faults.hit("catalog-commit")  # written, not committed
     return agg
 
 
 #: the runs a commit wrote, by manifest: handed to the manifest's new RunList
-_written_runs: dict[int, dict] = {}
+_written_runs: dict[int, Written] = {}
 
 
-def _resnap(m, snap) -> None:
+def _catalog_of(m: Manifest) -> cg.Catalog | None:
+    """The catalog ``m`` was read from (None: a version-1 manifest, a new dataset)."""
+    cat: cg.Catalog | None = getattr(m, "_catalog", None)
+    return cat
+
+
+def _snap_of(m: Manifest) -> cg.Snap:
+    """The snapshot of the catalog ``m`` was read from (a delta commit writes on it)."""
+    snap: cg.Snap | None = getattr(m, "_snap", None)
+    if snap is None:
+        raise TypeError("the manifest was not read from a catalog")
+    return snap
+
+
+def _resnap(m: Manifest, snap: cg.Snap) -> None:
     """Point ``m`` and its tables at ``snap`` (the generation they were read from)."""
     for table in (m.batches, m.runs, m.files):
         if table.snap is getattr(m, "_snap", None):
@@ -103,9 +127,9 @@ def _resnap(m, snap) -> None:
     object.__setattr__(m, "_snap", snap)
 
 
-def _own_catalog(m, root: str):
+def _own_catalog(m: Manifest, root: str) -> cg.Catalog | None:
     """``m``'s catalog if it is the one at ``root`` now and ``m`` was read from it."""
-    cat = getattr(m, "_catalog", None)
+    cat = _catalog_of(m)
     if cat is None or cat.pid != os.getpid():
         return None
     return cat if cg._same(cat, os.path.join(root, cg.CATALOG, "data.mdb")) else None
@@ -118,11 +142,11 @@ def _pointer_of(root: str) -> str | None:
     return read_pointer(root)
 
 
-def _header(m) -> bytes:
+def _header(m: Manifest) -> bytes:
     return cg.encode(m.header())
 
 
-def _commit_row(m, agg: cg.Aggregates) -> bytes:
+def _commit_row(m: Manifest, agg: cg.Aggregates) -> bytes:
     last = m.runs[-1] if len(m.runs) else None
     return cg.encode(
         {
@@ -138,7 +162,7 @@ def _commit_row(m, agg: cg.Aggregates) -> bytes:
     )
 
 
-def _retire(m, txn, cat, kept: set[int]) -> None:
+def _retire(m: Manifest, txn: lmdb.Transaction, cat: cg.Catalog, kept: set[int]) -> None:
     """The rows of the table now that the new one does not keep: kept in ``retired`` with
     the generation that removed them (time travel reads them while their data lives)."""
     db = cat.dbs["batches"]
@@ -148,10 +172,10 @@ def _retire(m, txn, cat, kept: set[int]) -> None:
                 txn.put(k, cg.pack_row([*cg.unpack_row(raw), m.generation]), db=cat.dbs["retired"])
 
 
-def _note_collected(m, txn, cat) -> None:
+def _note_collected(m: Manifest, txn: lmdb.Transaction, cat: cg.Catalog) -> None:
     """Garbage entries gone from the list were collected: the data of generations below
     theirs is gone - ``readable_from`` (the oldest generation time travel can read)."""
-    old = m._snap.header().get("garbage", [])
+    old = _snap_of(m).header().get("garbage", [])
     now = [g.to_dict() for g in m.garbage]
     gone = [g.get("generation", 0) for g in old if g not in now]
     if gone:
@@ -164,7 +188,7 @@ def _note_collected(m, txn, cat) -> None:
             txn.delete(k, db=cat.dbs["retired"])
 
 
-def _put_rows(txn, cat, rows) -> None:
+def _put_rows(txn: lmdb.Transaction, cat: cg.Catalog, rows: list[BatchEntry]) -> None:
     """Batch rows (and ``by_first`` keys of fixed-size records) in seq order: appended
     at the end of the table (putmulti append: LMDB's fast path), or - a key that is not
     above every key there, which putmulti(append) would silently drop (DESIGN.md 5) -
@@ -181,7 +205,7 @@ def _put_rows(txn, cat, rows) -> None:
                 txn.put(k, v, db=db)
 
 
-def _write_all(m, txn, cat, clear: bool) -> cg.Aggregates:
+def _write_all(m: Manifest, txn: lmdb.Transaction, cat: cg.Catalog, clear: bool) -> cg.Aggregates:
     """Every table of ``m`` (iterated: any backing) into the catalog."""
     if clear:
         for name in cg.DBS:
@@ -197,15 +221,17 @@ def _write_all(m, txn, cat, clear: bool) -> cg.Aggregates:
     return agg
 
 
-def _put_runs_all(m, txn, cat, runs, agg: cg.Aggregates) -> None:
-    written = {}
+def _put_runs_all(m: Manifest, txn: lmdb.Transaction, cat: cg.Catalog, runs: list[Run], agg: cg.Aggregates) -> None:
+    written: Written = {}
     for n, r in enumerate(runs):
         _put_new_run(txn, cat, agg, n, r, written)
     agg.runs = len(runs)
     _written_runs[id(m)] = written
 
 
-def _put_new_run(txn, cat, agg: cg.Aggregates, n: int, run, written: dict) -> None:
+def _put_new_run(
+    txn: lmdb.Transaction, cat: cg.Catalog, agg: cg.Aggregates, n: int, run: Run, written: Written
+) -> None:
     """Run ``run`` as number ``n``: its JSON, id and sources indexed, counted."""
     now = cg.encode(run.to_dict())
     txn.put(cg.key(n), now, db=cat.dbs["runs"])
@@ -215,7 +241,7 @@ def _put_new_run(txn, cat, agg: cg.Aggregates, n: int, run, written: dict) -> No
     written[n] = (run, now)
 
 
-def _index_sources(txn, cat, n: int, r) -> None:
+def _index_sources(txn: lmdb.Transaction, cat: cg.Catalog, n: int, r: Run) -> None:
     """``by_source``: run ``n`` loaded its source, and each of its inputs' (catalog.py)."""
     sources = {r.source} | {e.get("source") for e in r.inputs or [] if isinstance(e, dict)}
     for source in sources - {None}:
@@ -223,7 +249,7 @@ def _index_sources(txn, cat, n: int, r) -> None:
             txn.put(cg.source_key(source, n), b"", db=cat.dbs["by_source"])
 
 
-def _count_run(agg: cg.Aggregates, n: int, r, sign: int) -> None:
+def _count_run(agg: cg.Aggregates, n: int, r: Run, sign: int) -> None:
     agg.runs_by_status[r.status] = agg.runs_by_status.get(r.status, 0) + sign
     if not agg.runs_by_status[r.status]:
         del agg.runs_by_status[r.status]
@@ -238,7 +264,7 @@ def _count_run(agg: cg.Aggregates, n: int, r, sign: int) -> None:
         agg.unfinished.remove(n)
 
 
-def _write_delta(m, txn, cat) -> cg.Aggregates:
+def _write_delta(m: Manifest, txn: lmdb.Transaction, cat: cg.Catalog) -> cg.Aggregates:
     rows: BatchRows = m.batches
     _note_collected(m, txn, cat)
     if rows.rewrite or rows.snap is not getattr(m, "_snap", None):
@@ -248,12 +274,12 @@ def _write_delta(m, txn, cat) -> cg.Aggregates:
         listed = list(rows)
         _put_rows(txn, cat, listed)
         agg = summarize(listed)
-        runs_agg = m._snap.aggregates()
+        runs_agg = _snap_of(m).aggregates()
         for f in ("runs", "runs_by_status", "unfinished", "last_replace", "last_compact"):
             setattr(agg, f, getattr(runs_agg, f))
     else:
         _put_rows(txn, cat, rows.new)
-        agg = m._snap.aggregates()
+        agg = _snap_of(m).aggregates()
         add_rows(agg, rows.new)
     runs: RunList = m.runs
     if runs.rewrite or runs.snap is not getattr(m, "_snap", None):
@@ -262,13 +288,13 @@ def _write_delta(m, txn, cat) -> cg.Aggregates:
         agg.runs, agg.runs_by_status, agg.unfinished, agg.last_replace, agg.last_compact = 0, {}, [], -1, -1
         _put_runs_all(m, txn, cat, list(runs), agg)
     else:
-        written = {}
+        written: Written = {}
         for n, (run, raw) in list(runs.loaded.items()):
             now = cg.encode(run.to_dict())
             if now != raw:
-                from .runs import Run
-
-                _count_run(agg, n, Run.from_dict(cg.decode(raw)), -1)
+                before = cg.decode(raw)  # read as a run (catalog_rows.RunList._run): an object
+                assert isinstance(before, dict)
+                _count_run(agg, n, Run.from_dict(before), -1)
                 _count_run(agg, n, run, +1)
                 txn.put(cg.key(n), now, db=cat.dbs["runs"])
                 _index_sources(txn, cat, n, run)
@@ -290,7 +316,7 @@ def _write_delta(m, txn, cat) -> cg.Aggregates:
     return agg
 
 
-def _finish(m, txn, cat, agg: cg.Aggregates) -> None:
+def _finish(m: Manifest, txn: lmdb.Transaction, cat: cg.Catalog, agg: cg.Aggregates) -> None:
     agg.unfinished.sort()
     meta = cat.dbs["meta"]
     txn.put(b"header", _header(m), db=meta)

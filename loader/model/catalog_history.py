@@ -21,40 +21,69 @@ The runs of G are the runs created up to G, in their state now; the files, today
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ..errors import SnapshotExpiredError
 from . import catalog as cg
-from .catalog_rows import BatchRows
+from .catalog_rows import BatchRows, RunList
+
+if TYPE_CHECKING:
+    from .manifest import Manifest
 
 
-def oldest_readable(m) -> int:
+def _snap(m: Manifest) -> cg.Snap | None:
+    """The catalog snapshot of ``m`` (None: a version-1 manifest, which keeps no history)."""
+    snap: cg.Snap | None = getattr(m, "_snap", None)
+    return snap
+
+
+def oldest_readable(m: Manifest) -> int:
     """The oldest generation of the catalog-backed manifest ``m`` that can be read."""
-    snap = m._snap
+    snap = _snap(m)
+    if snap is None:  # version 1: no history
+        return m.generation
     raw = snap.get("meta", b"readable_from")
     first = next(snap.items("commits"), None)
-    return max(int(cg.decode(raw)) if raw else 0, cg.unkey(first[0]) if first else m.generation)
+    return max(_int(cg.decode(raw)) if raw else 0, cg.unkey(first[0]) if first else m.generation)
 
 
-def readable_runs(m) -> dict[str, int]:
+def _int(value: object) -> int:
+    if not isinstance(value, int):
+        raise TypeError(f"{value!r} is not a generation")
+    return value
+
+
+def _commit(raw: bytes) -> dict[str, Any]:
+    """A commit row of the catalog's ``commits`` table (a JSON object)."""
+    row = cg.decode(raw)
+    if not isinstance(row, dict):
+        raise TypeError(f"a commit row is not a JSON object: {row!r}")
+    return row
+
+
+def readable_runs(m: Manifest) -> dict[str, int]:
     """Run id -> the generation of its last commit, for the commits that can still be read
     (`bulkload runs` shows it; a version-1 dataset keeps no history: none)."""
-    if getattr(m, "_snap", None) is None:
+    snap = _snap(m)
+    if snap is None:
         return {}
     out = {}
-    for k, raw in m._snap.items("commits", cg.key(oldest_readable(m))):
-        run = cg.decode(raw).get("run")
+    for k, raw in snap.items("commits", cg.key(oldest_readable(m))):
+        run = _commit(raw).get("run")
         if run is not None:
             out[run] = cg.unkey(k)
     return out
 
 
-def generation_of(m, as_of) -> int:
+def generation_of(m: Manifest, as_of: int | str) -> int:
     """The generation ``as_of`` names: a generation number, or a run id (the last commit
     that run made)."""
     if isinstance(as_of, int) or (isinstance(as_of, str) and as_of.isdigit()):
         return int(as_of)
-    if getattr(m, "_snap", None) is not None:
-        for k, raw in m._snap.items("commits", reverse=True):
-            if cg.decode(raw).get("run") == as_of:
+    snap = _snap(m)
+    if snap is not None:
+        for k, raw in snap.items("commits", reverse=True):
+            if _commit(raw).get("run") == as_of:
                 return cg.unkey(k)
     raise SnapshotExpiredError(
         f"no commit of run {as_of!r} is in the catalog of this dataset (a run id of "
@@ -62,20 +91,21 @@ def generation_of(m, as_of) -> int:
     )
 
 
-def manifest_at(m, as_of, uri: str):
+def manifest_at(m: Manifest, as_of: int | str, uri: str) -> Manifest:
     """The manifest of generation ``as_of`` of the dataset whose current manifest is ``m``."""
     from .manifest import BatchEntry, Manifest
 
     gen = generation_of(m, as_of)
     if gen == m.generation:
         return m
-    if getattr(m, "_snap", None) is None:  # version 1: no history
+    snap = _snap(m)
+    if snap is None:  # version 1: no history
         raise SnapshotExpiredError(
             f"generation {gen} of {uri} cannot be read: the dataset keeps no history before "
             f"its catalog; the oldest readable generation is {m.generation}"
         )
     oldest = oldest_readable(m)
-    raw = m._snap.get("commits", cg.key(gen))
+    raw = snap.get("commits", cg.key(gen))
     if gen > m.generation or gen < oldest or raw is None:
         raise SnapshotExpiredError(
             f"generation {gen} of {uri} cannot be read: "
@@ -86,17 +116,17 @@ def manifest_at(m, as_of, uri: str):
             )
             + f"; the oldest readable generation is {oldest} (`bulkload info --as-of {oldest}`)"
         )
-    row = cg.decode(raw)
+    row = _commit(raw)
     end = row["next_seq"]
-    rows = [BatchEntry(*cg.row_of(m._snap, v)) for k, v in m._snap.items("batches") if cg.unkey(k) < end]
-    for k, v in m._snap.items("retired"):
-        r = cg.row_of(m._snap, v)
+    rows = [BatchEntry(*cg.row_of(snap, v)) for k, v in snap.items("batches") if cg.unkey(k) < end]
+    for k, v in snap.items("retired"):
+        r = cg.row_of(snap, v)
         if cg.unkey(k) < end and r[-1] > gen:
             rows.append(BatchEntry(*r[:-1]))
     rows.sort(key=lambda b: b.seq)
     old = Manifest.from_header(row["header"])
     old.batches = BatchRows(rows)
-    old.runs = list(m.runs)[: row["runs"]]
+    old.runs = RunList(list(m.runs)[: row["runs"]])
     old.files = m.files
     object.__setattr__(old, "_as_of", gen)
     return old

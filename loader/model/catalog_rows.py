@@ -26,19 +26,27 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, ClassVar, Generic, Self, TypeVar, overload
 
 from . import catalog as cg
+from .json_object import JsonDict
 from .runs import UNFINISHED, Run
 
+if TYPE_CHECKING:
+    from .manifest import BatchEntry
 
-def summarize(rows) -> cg.Aggregates:
+T = TypeVar("T")
+
+
+def summarize(rows: Iterable[BatchEntry]) -> cg.Aggregates:
     """The aggregates of batch rows (a list: a version-1 manifest, a rewrite)."""
     agg = cg.Aggregates()
     add_rows(agg, rows)
     return agg
 
 
-def add_rows(agg: cg.Aggregates, rows) -> None:
+def add_rows(agg: cg.Aggregates, rows: Iterable[BatchEntry]) -> None:
     """Add appended batch rows to ``agg`` (the last row only is kept as a row)."""
     shards = Counter(agg.shard_batches)
     last = None
@@ -56,26 +64,61 @@ def add_rows(agg: cg.Aggregates, rows) -> None:
         agg.next_seq, agg.next_record = last.seq + 1, last.first + last.count
 
 
-class _Rows:
-    """What BatchRows and RunList share: a list (``_list``) or a snapshot plus ``new``."""
+class _Rows(Generic[T]):
+    """What BatchRows and RunList share: a list (``_list``) or a snapshot (``snap``, with
+    its aggregates ``_agg``) plus ``new``. The host class reads its rows: `__len__`,
+    `__iter__`, `_decode` (a stored row) and `_at` (a row by position)."""
 
-    _list: list | None
-    new: list
+    _list: list[T] | None
+    new: list[T]
+    snap: cg.Snap | None
+    _agg: cg.Aggregates | None
+    _table: ClassVar[str]  # the catalog table of the rows
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[T]:
+        raise NotImplementedError
+
+    def _decode(self, key: bytes, raw: bytes) -> T:
+        raise NotImplementedError
+
+    def _at(self, i: int) -> T:
+        raise NotImplementedError
+
+    @property
+    def _snap(self) -> cg.Snap:
+        """The snapshot of a table backed by a catalog (``_list`` None)."""
+        if self.snap is None:
+            raise TypeError(f"{type(self).__name__} holds a list, not a catalog snapshot")
+        return self.snap
+
+    @property
+    def _aggs(self) -> cg.Aggregates:
+        """The aggregates of the snapshot of a table backed by a catalog."""
+        if self._agg is None:
+            raise TypeError(f"{type(self).__name__} holds a list, not a catalog snapshot")
+        return self._agg
 
     def __bool__(self) -> bool:
         return len(self) > 0
 
-    def __reversed__(self):
+    def __reversed__(self) -> Iterator[T]:
         if self._list is not None:
             return reversed(list(self._list))
         return self._reversed()
 
-    def _reversed(self):
+    def _reversed(self) -> Iterator[T]:
         yield from reversed(list(self.new))
-        for k, raw in self.snap.items(self._table, reverse=True):
+        for k, raw in self._snap.items(self._table, reverse=True):
             yield self._decode(k, raw)
 
-    def __getitem__(self, i):
+    @overload
+    def __getitem__(self, i: int) -> T: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[T]: ...
+    def __getitem__(self, i: int | slice) -> T | list[T]:
         if self._list is not None:
             return self._list[i]
         if isinstance(i, slice):
@@ -87,112 +130,122 @@ class _Rows:
             raise IndexError(f"{type(self).__name__} index out of range")
         return self._at(i)
 
-    def append(self, item) -> None:
+    def append(self, item: T) -> None:
         (self._list if self._list is not None else self.new).append(item)
 
-    def extend(self, items) -> None:
+    def extend(self, items: Iterable[T]) -> None:
         (self._list if self._list is not None else self.new).extend(items)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[Self], tuple[list[T]]]:
         return (type(self), (list(self),))
 
-    def __eq__(self, other) -> bool:
-        return list(self) == list(other)
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Iterable) and list(self) == list(other)
 
-    __hash__ = None
+    # a table is mutable: unhashable, as a list (defining __eq__ sets __hash__ to None)
 
 
-class BatchRows(_Rows):
+class BatchRows(_Rows["BatchEntry"]):
     """The batch rows of a manifest (see the module docstring)."""
 
-    def __init__(self, rows=None, snap: cg.Snap | None = None, agg: cg.Aggregates | None = None):
+    def __init__(
+        self, rows: Iterable[BatchEntry] | None = None, snap: cg.Snap | None = None, agg: cg.Aggregates | None = None
+    ):
         from .manifest import BatchEntry  # the row type lives with the manifest
 
         self._entry = BatchEntry
         self.snap = snap
         self.rewrite = snap is None  # a list: the whole table is (re)written by the next commit
         self._list = list(rows or []) if snap is None else None
-        self.new: list = []  # rows appended since the snapshot
+        self.new = []  # rows appended since the snapshot
         self._agg = agg if snap is not None else None
         self._firsts: list[int] | None = None
-        self._with_new: tuple | None = None  # (len(new), aggregates with them): `agg`
+        self._with_new: tuple[int, cg.Aggregates] | None = None  # (len(new), aggregates with them): `agg`
 
     # --- aggregates ---------------------------------------------------------------------
     @property
     def agg(self) -> cg.Aggregates:
         if self._list is not None:
             return summarize(self._list)
+        stored = self._aggs
         if not self.new:
-            return self._agg
+            return stored
         cached = self._with_new
         if cached is not None and cached[0] == len(self.new):
             return cached[1]
-        agg = cg.Aggregates(**{f: getattr(self._agg, f) for f in self._agg.__struct_fields__})
+        agg = cg.Aggregates(**{f: getattr(stored, f) for f in stored.__struct_fields__})
         add_rows(agg, self.new)  # a new shard_batches dict: self._agg's stays as read
         self._with_new = (len(self.new), agg)  # rows are only appended: their count says what it holds
         return agg
 
     def __len__(self) -> int:
-        return len(self._list) if self._list is not None else self._agg.batches + len(self.new)
+        return len(self._list) if self._list is not None else self._aggs.batches + len(self.new)
 
     @property
-    def last(self):
+    def last(self) -> BatchEntry | None:
         if self._list is not None:
             return self._list[-1] if self._list else None
         if self.new:
             return self.new[-1]
-        return self._entry(*self._agg.last) if self._agg.last is not None else None
+        last = self._aggs.last
+        return self._entry(*last) if last is not None else None
 
     # --- reading --------------------------------------------------------------------------
-    def __iter__(self):
+    def __iter__(self) -> Iterator[BatchEntry]:
         if self._list is not None:
             yield from list(self._list)
             return
-        for _k, raw in self.snap.items("batches"):
-            yield self._row(raw)
+        snap = self._snap
+        for _k, raw in snap.items("batches"):
+            yield self._row(snap, raw)
         yield from list(self.new)
 
-    def _row(self, raw):
+    def _row(self, snap: cg.Snap, raw: bytes | None) -> BatchEntry:
+        if raw is None:
+            raise cg.damaged(snap.cat.path, "an index names a batch row that is missing")
         try:
-            return self._entry(*cg.row_of(self.snap, raw))
+            return self._entry(*cg.row_of(snap, raw))
         except TypeError:
-            raise cg.damaged(self.snap.cat.path, "a batch row has the wrong fields") from None
+            raise cg.damaged(snap.cat.path, "a batch row has the wrong fields") from None
 
     _table = "batches"
 
-    def _decode(self, _key, raw):
-        return self._row(raw)
+    def _decode(self, key: bytes, raw: bytes) -> BatchEntry:
+        return self._row(self._snap, raw)
 
-    def _at(self, i: int):
+    def _at(self, i: int) -> BatchEntry:
         if i == len(self) - 1:
-            return self.last
-        if i >= self._agg.batches:
-            return self.new[i - self._agg.batches]
+            last = self.last
+            if last is not None:
+                return last
+        stored = self._aggs.batches
+        if i >= stored:
+            return self.new[i - stored]
         for j, b in enumerate(self):  # by position: rare (callers look rows up by record or seq)
             if j == i:
                 return b
         raise IndexError(i)
 
-    def covering(self, a: int, b: int) -> list:
+    def covering(self, a: int, b: int) -> list[BatchEntry]:
         """The rows (fixed-size records) holding records of [a, b), in record order."""
         if b <= a:
             return []
+        out: list[BatchEntry] = []
         if self._list is not None:
             if self._firsts is None or len(self._firsts) != len(self._list):
                 self._firsts = [r.first for r in self._list]
             i = max(0, bisect.bisect_right(self._firsts, a) - 1)
-            out = []
             for r in self._list[i:]:
                 if r.first >= b:
                     break
                 if r.first + r.count > a:
                     out.append(r)
             return out
-        out = []
-        start = self.snap.floor("by_first", cg.key(a))
+        snap = self._snap
+        start = snap.floor("by_first", cg.key(a))
         start_key = start[0] if start is not None else None
-        for _k, seq in self.snap.items("by_first", start_key):
-            r = self._row(self.snap.get("batches", seq))
+        for _k, seq in snap.items("by_first", start_key):
+            r = self._row(snap, snap.get("batches", seq))
             if r.first >= b:
                 break
             if r.first + r.count > a:
@@ -205,50 +258,56 @@ class BatchRows(_Rows):
         return f"BatchRows({len(self)} rows{', catalog' if self.snap else ''})"
 
 
-class RunList(_Rows):
+class RunList(_Rows[Run]):
     """The runs of a manifest in creation order (see the module docstring)."""
 
-    def __init__(self, runs=None, snap: cg.Snap | None = None, agg: cg.Aggregates | None = None):
+    def __init__(
+        self, runs: Iterable[Run] | None = None, snap: cg.Snap | None = None, agg: cg.Aggregates | None = None
+    ):
         self.snap = snap
         self.rewrite = snap is None
         self._list = list(runs or []) if snap is None else None
         self._agg = agg
         self.loaded: dict[int, tuple[Run, bytes]] = {}  # number -> (the Run handed out, its JSON as read)
-        self.new: list[Run] = []
+        self.new = []
 
     def __len__(self) -> int:
-        return len(self._list) if self._list is not None else self._agg.runs + len(self.new)
+        return len(self._list) if self._list is not None else self._aggs.runs + len(self.new)
 
-    def _run(self, n: int, raw=None) -> Run:
+    def _run(self, n: int, raw: bytes | None = None) -> Run:
         held = self.loaded.get(n)
         if held is not None:
             return held[0]
+        snap = self._snap
         if raw is None:
-            raw = self.snap.get("runs", cg.key(n))
+            raw = snap.get("runs", cg.key(n))
             if raw is None:
-                raise cg.damaged(self.snap.cat.path, f"run number {n} is missing")
+                raise cg.damaged(snap.cat.path, f"run number {n} is missing")
         try:
-            run = Run.from_dict(cg.decode(raw))
+            d = cg.decode(raw)
+            if not isinstance(d, dict):
+                raise TypeError(d)
+            run = Run.from_dict(d)
         except Exception:
-            raise cg.damaged(self.snap.cat.path, f"run number {n} is not a valid run") from None
+            raise cg.damaged(snap.cat.path, f"run number {n} is not a valid run") from None
         self.loaded[n] = (run, bytes(raw))
         return run
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Run]:
         if self._list is not None:
             yield from list(self._list)
             return
-        for k, raw in self.snap.items("runs"):
+        for k, raw in self._snap.items("runs"):
             yield self._run(cg.unkey(k), raw)
         yield from list(self.new)
 
     _table = "runs"
 
-    def _decode(self, key, raw):
+    def _decode(self, key: bytes, raw: bytes) -> Run:
         return self._run(cg.unkey(key), raw)
 
-    def _at(self, i: int):
-        stored = self._agg.runs
+    def _at(self, i: int) -> Run:
+        stored = self._aggs.runs
         return self.new[i - stored] if i >= stored else self._run(i)
 
     # --- indexed questions (model/runs.py) ---------------------------------------------------
@@ -258,7 +317,7 @@ class RunList(_Rows):
             return next((i for i, r in enumerate(self._list) if r is run), None)
         found = next((n for n, (r, _raw) in self.loaded.items() if r is run), None)
         if found is None:
-            found = next((self._agg.runs + i for i, r in enumerate(self.new) if r is run), None)
+            found = next((self._aggs.runs + i for i, r in enumerate(self.new) if r is run), None)
         return found
 
     def since_replace(self) -> list[Run]:
@@ -271,8 +330,8 @@ class RunList(_Rows):
         for i in range(len(self.new) - 1, -1, -1):
             if self.new[i].replace:
                 return self.new[i:]
-        start = max(self._agg.last_replace, 0)
-        return [self._run(cg.unkey(k), raw) for k, raw in self.snap.items("runs", cg.key(start))] + list(self.new)
+        start = max(self._aggs.last_replace, 0)
+        return [self._run(cg.unkey(k), raw) for k, raw in self._snap.items("runs", cg.key(start))] + list(self.new)
 
     def tail(self, n: int) -> tuple[list[Run], int]:
         """The last ``n`` runs, oldest first, and the creation number of the first of them
@@ -281,8 +340,8 @@ class RunList(_Rows):
             first = max(0, len(self._list) - n)
             return self._list[first:], first
         new = list(self.new)[-n:] if n else []
-        stored = []
-        for _k, raw in self.snap.items("runs", reverse=True):
+        stored: list[Run] = []
+        for _k, raw in self._snap.items("runs", reverse=True):
             if len(stored) + len(new) >= n:
                 break
             stored.append(self._run(cg.unkey(_k), raw))
@@ -295,19 +354,19 @@ class RunList(_Rows):
             return next((i for i in range(len(self._list) - 1, -1, -1) if self._list[i].replace), -1)
         for i in range(len(self.new) - 1, -1, -1):
             if self.new[i].replace:
-                return self._agg.runs + i
-        return self._agg.last_replace
+                return self._aggs.runs + i
+        return self._aggs.last_replace
 
     def by_status(self) -> dict[str, int]:
         """How many runs have each status, as recorded (the aggregates; a list: counted)."""
         if self._list is not None:
             return dict(Counter(r.status for r in self._list))
-        out = dict(self._agg.runs_by_status)
+        out = dict(self._aggs.runs_by_status)
         for r in self.new:
             out[r.status] = out.get(r.status, 0) + 1
         return out
 
-    def recent(self):
+    def recent(self) -> Iterator[Run]:
         """The runs since the last ``--replace`` (inclusive), newest first, read lazily:
         a caller that stops at the run it looks for reads no older one."""
         if self._list is not None:
@@ -317,9 +376,10 @@ class RunList(_Rows):
             yield r
             if r.replace:
                 return
-        for k, raw in self.snap.items("runs", reverse=True):
+        last_replace = self._aggs.last_replace
+        for k, raw in self._snap.items("runs", reverse=True):
             n = cg.unkey(k)
-            if n < self._agg.last_replace:
+            if n < last_replace:
                 return
             yield self._run(n, raw)
 
@@ -330,11 +390,12 @@ class RunList(_Rows):
             return self.since_replace()
         prefix = source.encode() + b"\0"
         numbers = []
-        for k, _v in self.snap.items("by_source", prefix):
+        last_replace = self._aggs.last_replace
+        for k, _v in self._snap.items("by_source", prefix):
             if not k.startswith(prefix):
                 break
             n = cg.unkey(k[len(prefix) :])
-            if n >= self._agg.last_replace:
+            if n >= last_replace:
                 numbers.append(n)
         since = [r for r in self.new if r.replace]
         if since:
@@ -346,7 +407,7 @@ class RunList(_Rows):
         if self._list is not None:
             return [r for r in self._list if r.status in UNFINISHED]
         held = {n for n, (r, _raw) in self.loaded.items()}
-        numbers = sorted(set(self._agg.unfinished) | held)
+        numbers = sorted(set(self._aggs.unfinished) | held)
         return [r for r in (self._run(n) for n in numbers) if r.status in UNFINISHED] + [
             r for r in self.new if r.status in UNFINISHED
         ]
@@ -362,10 +423,11 @@ class RunList(_Rows):
                 elif after and r.kind == "compact" and r.status == "done":
                     return True
             return False
-        if self._agg.last_compact > n:
+        stored = self._aggs
+        if stored.last_compact > n:
             return True
         later = [r for m, (r, _raw) in self.loaded.items() if m > n] + [
-            r for i, r in enumerate(self.new) if self._agg.runs + i > n
+            r for i, r in enumerate(self.new) if stored.runs + i > n
         ]
         return any(r.kind == "compact" and r.status == "done" for r in later)
 
@@ -376,46 +438,58 @@ class RunList(_Rows):
 class FileMap:
     """The ingested files (name -> its JSON): dict-like, one key read at a time."""
 
-    def __init__(self, files=None, snap: cg.Snap | None = None, count: int = 0):
+    def __init__(self, files: dict[str, JsonDict] | None = None, snap: cg.Snap | None = None, count: int = 0):
         self.snap = snap
         self.rewrite = snap is None
         self._dict = dict(files or {}) if snap is None else None
-        self.new: dict = {}
+        self.new: dict[str, JsonDict] = {}
 
-    def get(self, name: str, default=None):
+    @property
+    def _snap(self) -> cg.Snap:
+        if self.snap is None:
+            raise TypeError("FileMap holds a dict, not a catalog snapshot")
+        return self.snap
+
+    def get(self, name: str, default: JsonDict | None = None) -> JsonDict | None:
         if self._dict is not None:
             return self._dict.get(name, default)
         if name in self.new:
             return self.new[name]
-        raw = self.snap.get("files", name.encode())
-        return default if raw is None else cg.decode(raw)
+        raw = self._snap.get("files", name.encode())
+        return default if raw is None else self._decode(raw)
 
-    def __contains__(self, name) -> bool:
-        return self.get(name) is not None
+    def _decode(self, raw: bytes) -> JsonDict:
+        d = cg.decode(raw)
+        if not isinstance(d, dict):
+            raise cg.damaged(self._snap.cat.path, "an ingested file's entry is not a JSON object")
+        return d
 
-    def __getitem__(self, name: str):
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.get(name) is not None
+
+    def __getitem__(self, name: str) -> JsonDict:
         found = self.get(name)
         if found is None:
             raise KeyError(name)
         return found
 
-    def __setitem__(self, name: str, value: dict) -> None:
+    def __setitem__(self, name: str, value: JsonDict) -> None:
         (self._dict if self._dict is not None else self.new)[name] = value
 
-    def items(self):
+    def items(self) -> list[tuple[str, JsonDict]]:
         if self._dict is not None:
             return list(self._dict.items())
-        out = {k.decode(): cg.decode(v) for k, v in self.snap.items("files")}
+        out = {k.decode(): self._decode(v) for k, v in self._snap.items("files")}
         out.update(self.new)
         return list(out.items())
 
-    def keys(self):
+    def keys(self) -> list[str]:
         return [k for k, _v in self.items()]
 
-    def values(self):
+    def values(self) -> list[JsonDict]:
         return [v for _k, v in self.items()]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter(self.keys())
 
     def __len__(self) -> int:
@@ -424,13 +498,15 @@ class FileMap:
     def __bool__(self) -> bool:
         if self._dict is not None:
             return bool(self._dict)
-        return bool(self.new) or next(self.snap.items("files"), None) is not None
+        return bool(self.new) or next(self._snap.items("files"), None) is not None
 
-    def __eq__(self, other) -> bool:
-        return dict(self.items()) == dict(other.items() if hasattr(other, "items") else other)
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, FileMap | dict):
+            return dict(self.items()) == dict(other.items())
+        return isinstance(other, Iterable) and dict(self.items()) == dict(other)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[FileMap], tuple[dict[str, JsonDict]]]:
         return (FileMap, (dict(self.items()),))
 
     def __repr__(self) -> str:
-        return f"FileMap({'catalog' if self.snap else len(self._dict)})"
+        return f"FileMap({'catalog' if self.snap else len(self._dict or {})})"

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import mmap
 import os
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +34,7 @@ from ..infra.fsatomic import fsync_dir
 from ..infra.paths import ARRAYS
 from ..infra.regular import open_regular
 from .arrow_numpy import from_numpy, to_numpy
-from .layouts import Layout
+from .layouts import Field, Layout
 
 TABLE_PREFIX = "array-"
 INDEX_DIR = ARRAYS
@@ -62,12 +63,12 @@ def index_columns(cell: Layout) -> list[tuple[str, str]]:
         ("sample_every", "<i4"),
     ]
     for f in ranged_fields(cell):
-        cols.append((f"min_{f.name}", f.spec.numpy_format))
-        cols.append((f"max_{f.name}", f.spec.numpy_format))
+        cols.append((f"min_{f.name}", f.spec.scalar_code))  # ranged fields: single values
+        cols.append((f"max_{f.name}", f.spec.scalar_code))
     return cols
 
 
-def ranged_fields(cell: Layout) -> list:
+def ranged_fields(cell: Layout) -> list[Field]:
     """The cell fields the index keeps the min/max of: the single values that order (numbers,
     bool, times); not bytes, strings or arrays."""
     return [f for f in cell.fields if f.spec.count is None and f.spec.base not in ("bytes", "string")]
@@ -78,8 +79,9 @@ def index_file(table: str) -> str:
     return os.path.join(INDEX_DIR, f"{table}.arrow")
 
 
-def index_path(root: str, summary: dict) -> str:
-    return os.path.join(root, summary["index"])
+def index_path(root: str, summary: dict[str, Any]) -> str:
+    index: str = summary["index"]
+    return os.path.join(root, index)
 
 
 def write_index(path: str, rows: np.ndarray, samples: np.ndarray | None = None) -> None:
@@ -88,8 +90,8 @@ def write_index(path: str, rows: np.ndarray, samples: np.ndarray | None = None) 
     ``ceil(cells / sample_every)`` of them) as the list columns SAMPLE_COLUMNS."""
     import pyarrow as pa  # heavy: only finalize writes an index
 
-    arrays = [from_numpy(rows[n]) for n in rows.dtype.names]
-    names = list(rows.dtype.names)
+    names = list(rows.dtype.names or ())
+    arrays = [from_numpy(rows[n]) for n in names]
     if samples is not None:
         off = from_numpy(np.concatenate([[0], np.cumsum(sample_counts(rows))]).astype(np.int64))
         for name, field in zip(SAMPLE_COLUMNS, ("r", "c")):
@@ -144,10 +146,11 @@ def read_index(path: str) -> dict[str, np.ndarray]:
     return out
 
 
-def sample_counts(rows) -> np.ndarray:
+def sample_counts(rows: np.ndarray) -> np.ndarray:
     """How many samples each index row's piece has: ceil(cells / sample_every)."""
     every = np.maximum(1, rows["sample_every"].astype(np.int64))
-    return -(-rows["cells"].astype(np.int64) // every)
+    counts: np.ndarray = -(-rows["cells"].astype(np.int64) // every)
+    return counts
 
 
 def warm_up_writer() -> None:

@@ -17,10 +17,17 @@ turn a changed row into a ConversionError naming the column, the row and the val
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from ..errors import ConversionError
 from .field_types import MAX_WIDTH, NUMBERS, UNITS, type_of_numpy
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from .layouts import Field
 
 
 def casts_exactly(src: np.dtype, dst: np.dtype) -> bool:
@@ -58,14 +65,16 @@ def _changed(values: np.ndarray, converted: np.ndarray, dst: np.dtype) -> np.nda
     if dst.kind in "iu":  # floats to integers: whole, and within [min, max + 1) (powers of two: exact)
         info = np.iinfo(dst)
         inside = (values >= float(info.min)) & (values < float(info.max) + 1)
-        return ~(inside & (np.trunc(values) == values))
+        outside: np.ndarray = ~(inside & (np.trunc(values) == values))
+        return outside
     back = converted.astype(values.dtype)  # to floats: whatever does not come back unchanged
     same = back == values
     if values.dtype.kind == "f":
         same |= np.isnan(back) & np.isnan(values)
     if values.dtype.kind in "iu":  # 2**63 - 1 -> 2.0**63, which need not convert back to a different integer
         same &= converted < float(np.iinfo(values.dtype).max) + 1
-    return ~same
+    changed: np.ndarray = ~same
+    return changed
 
 
 # --- any column into a layout field (numbers, times, bool, bytes, strings, arrays, nulls) ----------
@@ -74,7 +83,7 @@ _UNIT_SCALE = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}
 _NAT = np.iinfo(np.int64).min
 
 
-def field_values(col, field, what: str, first_row: int = 0) -> tuple[np.ndarray, np.ndarray | None]:
+def field_values(col: Any, field: Field, what: str, first_row: int = 0) -> tuple[np.ndarray, np.ndarray | None]:
     """(values of ``field``'s dtype, mask of the rows that hold a value or None when all do)
     of a column: a numpy array, an Arrow Array / ChunkedArray, or a pandas Series.
 
@@ -93,7 +102,7 @@ def field_values(col, field, what: str, first_row: int = 0) -> tuple[np.ndarray,
     return _from_arrow(col, field, what, first_row)
 
 
-def _pandas_column(col, field, what: str):
+def _pandas_column(col: Any, field: Field, what: str) -> Any:  # numpy or Arrow
     """A pandas Series as numpy (plain number and bool columns: NaN stays a value) or Arrow
     (everything else: datetimes with or without a zone, nullable Int64 / boolean, text)."""
     dtype = col.dtype
@@ -102,7 +111,7 @@ def _pandas_column(col, field, what: str):
     return _arrow_of(col, field, what)
 
 
-def _arrow_of(values, field, what: str):
+def _arrow_of(values: Any, field: Field, what: str) -> pa.Array:
     import pyarrow as pa  # heavy: only columns of text, objects or pandas extension types get here
 
     try:
@@ -114,7 +123,7 @@ def _arrow_of(values, field, what: str):
         ) from None
 
 
-def _from_numpy(values: np.ndarray, field, what: str, first_row: int) -> np.ndarray:
+def _from_numpy(values: np.ndarray, field: Field, what: str, first_row: int) -> np.ndarray:
     spec = field.spec
     kind = values.dtype.kind
     if spec.base in ("datetime64", "timedelta64"):
@@ -124,7 +133,7 @@ def _from_numpy(values: np.ndarray, field, what: str, first_row: int) -> np.ndar
         unit = np.datetime_data(values.dtype)[0]
         if unit not in _UNIT_SCALE:
             raise _wrong_type(field, what, str(values.dtype))
-        ints = _time_units(values.view(np.int64), unit, spec.unit, field, what, first_row)
+        ints = _time_units(values.view(np.int64), unit, spec.time_unit, field, what, first_row)
         return ints.view(field.dtype)
     if spec.base in ("bytes", "string"):
         if kind != "S":
@@ -149,7 +158,7 @@ def _from_numpy(values: np.ndarray, field, what: str, first_row: int) -> np.ndar
     return converted
 
 
-def _time_units(ints: np.ndarray, src: str, dst: str, field, what: str, first_row: int) -> np.ndarray:
+def _time_units(ints: np.ndarray, src: str, dst: str, field: Field, what: str, first_row: int) -> np.ndarray:
     """int64 counts of ``src`` units as counts of ``dst`` units, exactly (NaT stays NaT)."""
     if src == dst:
         return ints
@@ -180,8 +189,8 @@ def _time_units(ints: np.ndarray, src: str, dst: str, field, what: str, first_ro
     return out
 
 
-def _fixed_bytes_from_numpy(values: np.ndarray, field, what: str, first_row: int) -> np.ndarray:
-    width, n = field.spec.width, len(values)
+def _fixed_bytes_from_numpy(values: np.ndarray, field: Field, what: str, first_row: int) -> np.ndarray:
+    width, n = field.spec.byte_width, len(values)
     have = values.dtype.itemsize
     if have > width:
         raw = np.ascontiguousarray(values).view(np.uint8).reshape(n, have)
@@ -195,7 +204,7 @@ def _fixed_bytes_from_numpy(values: np.ndarray, field, what: str, first_row: int
     return out
 
 
-def _check_utf8(values: np.ndarray, field, what: str, first_row: int) -> None:
+def _check_utf8(values: np.ndarray, field: Field, what: str, first_row: int) -> None:
     """ConversionError naming the first value of a string field that is not UTF-8."""
     import pyarrow as pa  # heavy: only a string field of bytes checks its values
 
@@ -217,7 +226,7 @@ def _check_utf8(values: np.ndarray, field, what: str, first_row: int) -> None:
             ) from None
 
 
-def _from_arrow(col, field, what: str, first_row: int) -> tuple[np.ndarray, np.ndarray | None]:
+def _from_arrow(col: Any, field: Field, what: str, first_row: int) -> tuple[np.ndarray, np.ndarray | None]:
     import pyarrow as pa  # heavy: only Arrow columns get here
     import pyarrow.compute as pc
 
@@ -244,7 +253,7 @@ def _from_arrow(col, field, what: str, first_row: int) -> tuple[np.ndarray, np.n
         if not is_it:
             raise _wrong_type(field, what, str(t))
         ints = _filled(arr.cast(pa.int64()), 0).to_numpy()
-        out = _time_units(ints, t.unit, spec.unit, field, what, first_row)
+        out = _time_units(ints, t.unit, spec.time_unit, field, what, first_row)
         return out.view(field.dtype), valid
     if spec.base in ("bytes", "string"):
         return _fixed_bytes_from_arrow(arr, field, what, first_row, valid), valid
@@ -281,17 +290,19 @@ def _from_arrow(col, field, what: str, first_row: int) -> tuple[np.ndarray, np.n
     return _from_numpy(values, field, what, first_row), valid
 
 
-def _filled(arr, value):
+def _filled(arr: pa.Array, value: object) -> pa.Array:
     """``arr`` with its nulls replaced by ``value``."""
     return arr.fill_null(value) if arr.null_count else arr
 
 
-def _fixed_bytes_from_arrow(arr, field, what: str, first_row: int, valid) -> np.ndarray:
+def _fixed_bytes_from_arrow(
+    arr: pa.Array, field: Field, what: str, first_row: int, valid: np.ndarray | None
+) -> np.ndarray:
     """binary / string / fixed_size_binary values zero-padded to the field's width."""
     import pyarrow as pa  # heavy: only Arrow columns get here
     import pyarrow.compute as pc
 
-    t, width, n = arr.type, field.spec.width, len(arr)
+    t, width, n = arr.type, field.spec.byte_width, len(arr)
     text = pa.types.is_string(t) or pa.types.is_large_string(t)
     if not (text or pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)):
         raise _wrong_type(field, what, str(t))
@@ -325,7 +336,7 @@ def _fixed_bytes_from_arrow(arr, field, what: str, first_row: int, valid) -> np.
     return values
 
 
-def _wrong_type(field, what: str, have: str) -> Exception:
+def _wrong_type(field: Field, what: str, have: str) -> Exception:
     from ..errors import LayoutError
 
     return LayoutError(
@@ -334,7 +345,7 @@ def _wrong_type(field, what: str, have: str) -> Exception:
     )
 
 
-def _inexact(field, what: str, row: int, value, have: str, fix: str | None = None) -> ConversionError:
+def _inexact(field: Field, what: str, row: int, value: object, have: str, fix: str | None = None) -> ConversionError:
     fix = fix or (
         f"convert the column yourself, or use a layout whose field {field.name!r} has a type that holds "
         "it (e.g. int64 for integers beyond 2**53)"
@@ -345,7 +356,7 @@ def _inexact(field, what: str, row: int, value, have: str, fix: str | None = Non
     )
 
 
-def _too_long(field, what: str, row: int, value) -> ConversionError:
+def _too_long(field: Field, what: str, row: int, value: str | bytes | np.generic) -> ConversionError:
     value = value.item() if isinstance(value, np.generic) else value
     size = len(value.encode() if isinstance(value, str) else value)
     return ConversionError(
@@ -355,7 +366,7 @@ def _too_long(field, what: str, row: int, value) -> ConversionError:
     )
 
 
-def column_field(name: str, col, what: str):
+def column_field(name: str, col: Any, what: str) -> Field:
     """The layout field a column of an in-memory table holds (a numpy array, a pandas Series,
     an Arrow array): its own type (text and binary: bytes[N] / string[N] of the longest
     value), nullable when it holds a null; LayoutError naming the column if no type holds it."""
@@ -364,10 +375,10 @@ def column_field(name: str, col, what: str):
     if type(col).__module__.split(".")[0] == "pandas":
         col = _pandas_column(col, Field(name, "int8"), what)
     if isinstance(col, np.ndarray) and col.dtype.kind not in "UO":
-        found = type_of_numpy(col.dtype if col.ndim == 1 else np.dtype((col.dtype, col.shape[1:])))
-        if found is None:
+        own = type_of_numpy(col.dtype if col.ndim == 1 else np.dtype((col.dtype, col.shape[1:])))
+        if own is None:
             raise _no_type(name, what, str(col.dtype))
-        return Field(name, found)
+        return Field(name, own)
     if isinstance(col, np.ndarray):
         col = _arrow_of(col, Field(name, "int8"), what)
     import pyarrow.compute as pc
@@ -401,7 +412,7 @@ def column_field(name: str, col, what: str):
     return Field(name, type_name, bool(col.null_count), tz)
 
 
-def arrow_field_type(t):
+def arrow_field_type(t: pa.DataType) -> tuple[str, str | None] | str | None:
     """(layout type, tz) of an Arrow type, ``string`` / ``bytes`` for text / binary of variable
     length, None when no layout type holds it."""
     import pyarrow as pa  # heavy: only Arrow columns get here
@@ -432,7 +443,7 @@ def arrow_field_type(t):
     return None
 
 
-def uniform_length(col) -> int | None:
+def uniform_length(col: Any) -> int | None:
     """The length every list of an Arrow list column has (nulls aside), None if they differ."""
     import pyarrow.compute as pc  # heavy: only Arrow list columns get here
 

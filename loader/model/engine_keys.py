@@ -13,13 +13,13 @@ Pure data: nothing to crash.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar, Self
 
 
 class EngineKeys:
-    engine: ClassVar[dict] = {}
+    engine: ClassVar[dict[str, Any]] = {}
 
-    def with_engine(self, info: dict):
+    def with_engine(self, info: dict[str, Any]) -> Self:
         """This report, saying it ran on ``info``'s engine (its ``to_dict()`` adds the keys)."""
         object.__setattr__(self, "engine", dict(info))  # reports may be frozen dataclasses
         return self

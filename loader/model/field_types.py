@@ -26,6 +26,13 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .vocab import TIME_UNITS
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from numpy.typing import DTypeLike
 
 #: number type name -> (numpy code, size in bytes, Cap'n Proto type, is integer)
 TYPES: dict[str, tuple[str, int, str, bool]] = {
@@ -42,7 +49,7 @@ TYPES: dict[str, tuple[str, int, str, bool]] = {
 }
 #: number types beyond TYPES (Cap'n Proto has no 16-bit float: its bits are a UInt16)
 NUMBERS: dict[str, tuple[str, int, str, bool]] = {**TYPES, "float16": ("<f2", 2, "UInt16", False)}
-UNITS = ("s", "ms", "us", "ns")
+UNITS = TIME_UNITS
 #: largest N of bytes[N] / string[N] and k of T[k]
 MAX_WIDTH = 4096
 #: what a field may be, for messages
@@ -85,7 +92,7 @@ class FieldType:
         return f"|S{self.width}"
 
     @property
-    def numpy_format(self):
+    def numpy_format(self) -> str | tuple[str, tuple[int]]:
         """The format of this field in a structured dtype: a code, or (code, (k,))."""
         return self.scalar_code if self.count is None else (self.scalar_code, (self.count,))
 
@@ -93,7 +100,7 @@ class FieldType:
     def size(self) -> int:
         """Bytes of one value (packed)."""
         one = (
-            self.width
+            self.byte_width
             if self.base in ("bytes", "string")
             else (
                 1 if self.base == "bool" else 8 if self.base in ("datetime64", "timedelta64") else NUMBERS[self.base][1]
@@ -124,10 +131,24 @@ class FieldType:
     @property
     def elements(self) -> int:
         """Stored elements of one value: k of T[k], N of bytes/string, else 1."""
-        return self.width if self.base in ("bytes", "string") else (self.count or 1)
+        return self.byte_width if self.base in ("bytes", "string") else (self.count or 1)
+
+    @property
+    def time_unit(self) -> str:
+        """The unit of datetime64[unit] / timedelta64[unit] (the parser sets it for those only)."""
+        if self.unit is None:
+            raise TypeError(f"type {self.name!r} has no unit: it is not datetime64 or timedelta64")
+        return self.unit
+
+    @property
+    def byte_width(self) -> int:
+        """N of bytes[N] / string[N] (the parser sets it for those types only)."""
+        if self.width is None:
+            raise TypeError(f"type {self.name!r} has no width: it is not bytes[N] or string[N]")
+        return self.width
 
     # --- Arrow ------------------------------------------------------------------------------
-    def arrow_type(self, tz: str | None = None):
+    def arrow_type(self, tz: str | None = None) -> pa.DataType:
         import pyarrow as pa  # heavy: only Arrow paths need a field's Arrow type
 
         if self.base == "bool":
@@ -140,7 +161,9 @@ class FieldType:
             return pa.binary(self.width)
         if self.base == "string":
             return pa.string()
-        one = {"float16": pa.float16()}.get(self.base) or pa.from_numpy_dtype(_np().dtype(NUMBERS[self.base][0]))
+        import numpy as np
+
+        one = {"float16": pa.float16()}.get(self.base) or pa.from_numpy_dtype(np.dtype(NUMBERS[self.base][0]))
         return one if self.count is None else pa.list_(one, self.count)
 
     # --- Cap'n Proto --------------------------------------------------------------------------
@@ -154,12 +177,6 @@ class FieldType:
         if self.base in ("bytes", "string"):
             return "UInt8"
         return NUMBERS[self.base][2]
-
-
-def _np():
-    import numpy as np  # start-up: a layout is parsed without numpy (info, --help)
-
-    return np
 
 
 @functools.cache
@@ -202,11 +219,12 @@ def _width(text: str, arg: str | None, need: str) -> int:
     return n
 
 
-def type_of_numpy(ftype) -> str | None:
+def type_of_numpy(ftype: DTypeLike) -> str | None:
     """The type name of one numpy field type (its kind and size, any byte order), or None
     when no layout type holds it (U strings, objects, other datetime units, nested,
     multi-dimensional sub-arrays)."""
-    np = _np()
+    import numpy as np  # start-up: a layout is parsed without numpy (info, --help)
+
     ftype = np.dtype(ftype)
     count = None
     if ftype.subdtype is not None:
@@ -223,7 +241,7 @@ def type_of_numpy(ftype) -> str | None:
     if kind == "b":
         return "bool"
     if kind in "Mm":
-        unit = np.datetime_data(ftype)
+        unit = np.datetime_data(ftype.str)
         if unit[1] != 1 or unit[0] not in UNITS:
             return None
         return f"{'datetime64' if kind == 'M' else 'timedelta64'}[{unit[0]}]"

@@ -154,7 +154,7 @@ def copy_runs(members: tuple[Member, ...]) -> list[tuple[int, int, int]]:
             runs[-1][2] += size
         else:
             runs.append([m.packed, m.bit // 8, size])
-    return [tuple(r) for r in runs]
+    return [(r[0], r[1], r[2]) for r in runs]
 
 
 def capnp_body(layout: Layout) -> str:

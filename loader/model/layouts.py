@@ -39,9 +39,10 @@ import os
 import re
 import sys
 import tomllib
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import LayoutError, UnknownLayoutError, UsageError
 from .field_types import NUMBERS, TYPE_HELP, TYPES, FieldType, TypeSpecError, parse_type, type_of_numpy
@@ -50,6 +51,8 @@ from .plugins import load_plugins
 
 if TYPE_CHECKING:
     import numpy as np
+    import pyarrow as pa
+    from numpy.typing import DTypeLike
 
 __all__ = ["NUMBERS", "TYPES", "Field", "FieldType", "Layout", "capnp_offsets", "get_layout", "parse_type"]
 
@@ -86,20 +89,20 @@ class Field:
         return np.dtype(self.spec.numpy_format)
 
     @property
-    def arrow_type(self):
+    def arrow_type(self) -> pa.DataType:
         return self.spec.arrow_type(self.tz)
 
     def describe(self) -> str:
         """``venue:int16?``, ``ts:datetime64[ns](UTC)``: how info and messages show a field."""
         return f"{self.name}:{self.type}" + (f"({self.tz})" if self.tz else "") + ("?" if self.nullable else "")
 
-    def to_list(self) -> list:
+    def to_list(self) -> list[Any]:
         """[name, type], or [name, type, {nullable, tz}] when it has either (manifests)."""
         opts = {k: v for k, v in (("nullable", self.nullable), ("tz", self.tz)) if v}
         return [self.name, self.type, opts] if opts else [self.name, self.type]
 
     @classmethod
-    def from_list(cls, item) -> Field:
+    def from_list(cls, item: Sequence[Any]) -> Field:
         if len(item) == 2:
             return cls(str(item[0]), item[1])
         opts = dict(item[2])
@@ -156,7 +159,7 @@ class Layout:
         ``(u1, (ceil(k/8),))``, when k fields are nullable)."""
         import numpy as np  # start-up: a layout is read without numpy (info, --help); its dtype needs it
 
-        spec = [(f.name, f.spec.numpy_format) for f in self.fields]
+        spec: list[tuple[Any, ...]] = [(f.name, f.spec.numpy_format) for f in self.fields]
         if self.validity_bytes:
             spec.append((VALIDITY, "u1", (self.validity_bytes,)))
         return np.dtype(spec)
@@ -262,7 +265,7 @@ class Layout:
             f"@{self.capnp_id:#x};\n\n" + self.capnp_body()
         )
 
-    def capnp_module(self):
+    def capnp_module(self) -> Any:  # a pycapnp schema module (untyped)
         """The loaded pycapnp schema module (has .Record and .Batch).
 
         The shipped schemas/NAME.capnp is used when it matches (one file per id per
@@ -276,7 +279,7 @@ class Layout:
 
     # --- Arrow ----------------------------------------------------------------
     @functools.cached_property
-    def arrow_schema(self):
+    def arrow_schema(self) -> pa.Schema:
         """The Arrow schema of the records: native types, nullable fields nullable (no
         ``_validity``: Arrow has real nulls)."""
         import pyarrow as pa  # heavy: only Arrow paths need the schema (capnp loads do without)
@@ -287,7 +290,7 @@ class Layout:
         )
 
     # --- persistence ----------------------------------------------------------
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "description": self.description,
@@ -295,7 +298,7 @@ class Layout:
         }
 
     @classmethod
-    def from_dict(cls, d: dict) -> Layout:
+    def from_dict(cls, d: dict[str, Any]) -> Layout:
         """The layout a manifest or task describes (a registered one, e.g. ``docs``, by name)."""
         if d.get("variable_length"):
             return registered_layout(d["name"])
@@ -309,7 +312,7 @@ _MAX_CAPNP_FIELDS = 65000
 _OFFSET_TZ = re.compile(r"^[+-]\d\d:\d\d$")
 
 
-def _check_tz(tz, spec: FieldType, where: str) -> None:
+def _check_tz(tz: object, spec: FieldType, where: str) -> None:
     """LayoutError unless ``tz`` is a time zone (IANA name or +HH:MM) of a datetime64 field."""
     if spec.base != "datetime64":
         raise LayoutError(f"{where}: tz is for datetime64 fields, not {spec.name}; remove it")
@@ -334,7 +337,7 @@ _LITTLE = sys.byteorder == "little"
 _REPACK = "repack it: numpy.lib.recfunctions.repack_fields(arr)"
 
 
-def layout_from_dtype(dtype, name: str) -> Layout:
+def layout_from_dtype(dtype: DTypeLike, name: str) -> Layout:
     """The layout named ``name`` whose records are exactly the bytes of ``dtype``.
 
     A layout is packed and little-endian, so the dtype must be too: every field of a
@@ -345,7 +348,7 @@ def layout_from_dtype(dtype, name: str) -> Layout:
     import numpy as np  # start-up: a layout is read without numpy (info, --help); its dtype needs it
 
     dtype = np.dtype(dtype)
-    if dtype.names is None:
+    if dtype.names is None or dtype.fields is None:
         raise LayoutError(
             f"dtype {dtype} has no named fields; records need a structured dtype, "
             "e.g. np.dtype([('x', '<i8'), ('y', '<f8')])"
@@ -356,8 +359,9 @@ def layout_from_dtype(dtype, name: str) -> Layout:
             f"dtype {dtype} has a {VALIDITY} field: records of a layout with nullable fields, which "
             "the dtype does not name; pass the layout (layout=, --layout)"
         )
+    dtype_fields = dtype.fields
     for fname in dtype.names:
-        ftype, at = dtype.fields[fname][:2]
+        ftype, at = dtype_fields[fname][:2]
         fields.append(Field(fname, _type_of(fname, ftype)))
         if at != offset:
             raise LayoutError(
@@ -403,7 +407,7 @@ def describe_dtype(dtype: np.dtype) -> str:
     return str(dtype) if str(dtype) == dtype.str else f"{dtype} ({dtype.str})"
 
 
-def dtype_mismatch(dtype, layout: Layout | np.dtype) -> str | None:
+def dtype_mismatch(dtype: DTypeLike, layout: Layout | np.dtype) -> str | None:
     """Why records of ``dtype`` are not records of ``layout`` (or of that dtype) byte for
     byte: the first field whose name, type or offset differs, a missing or extra field,
     padding; None when they are."""
@@ -411,31 +415,34 @@ def dtype_mismatch(dtype, layout: Layout | np.dtype) -> str | None:
 
     dtype = np.dtype(dtype)
     want = layout.dtype if isinstance(layout, Layout) else np.dtype(layout)
-    if dtype.names is None:
-        return f"dtype {dtype} has no named fields (the layout's first is {want.names[0]!r})"
-    for i, wname in enumerate(want.names):
-        (wtype, wat) = want.fields[wname][:2]
-        if i >= len(dtype.names):
+    want_names = want.names or ()
+    want_fields: Mapping[str, tuple[Any, ...]] = want.fields or {}
+    if dtype.names is None or dtype.fields is None:
+        return f"dtype {dtype} has no named fields (the layout's first is {want_names[0]!r})"
+    names, fields = dtype.names, dtype.fields
+    for i, wname in enumerate(want_names):
+        (wtype, wat) = want_fields[wname][:2]
+        if i >= len(names):
             return f"field {wname!r} ({describe_dtype(wtype)}) is missing"
-        name = dtype.names[i]
-        (ftype, at) = dtype.fields[name][:2]
+        name = names[i]
+        (ftype, at) = fields[name][:2]
         if name != wname:
             return f"field {i} is {name!r}, the layout's is {wname!r}"
         if ftype != wtype:
             return f"field {name!r} is {describe_dtype(ftype)}, the layout's is {describe_dtype(wtype)}"
         if at != wat:
             return f"field {name!r} is at byte offset {at}, the layout's at {wat} (aligned or padded); {_REPACK}"
-    if len(dtype.names) > len(want.names):
-        return f"field {dtype.names[len(want.names)]!r} is not in the layout"
+    if len(names) > len(want_names):
+        return f"field {names[len(want_names)]!r} is not in the layout"
     if dtype.itemsize != want.itemsize:
         return f"records are {dtype.itemsize} bytes, the layout's {want.itemsize} (trailing padding); {_REPACK}"
     return None
 
 
-def declared_layout_with(dtype) -> Layout | None:
+def declared_layout_with(dtype: DTypeLike) -> Layout | None:
     """The first declared layout (``$BULKLOAD_SCHEMAS``, ./schemas, the shipped ones, by
     name) whose records are exactly ``dtype``'s bytes, or None."""
-    names = set()
+    names: set[str] = set()
     for d in [*_search_dirs(), builtin_schema_dir()]:
         if d.is_dir():
             names.update(p.stem for p in d.glob("*.toml"))
@@ -475,14 +482,15 @@ def layout_of_fields(dtype: np.dtype, name: str) -> Layout:
     import numpy as np  # start-up: a layout is read without numpy (info, --help); its dtype needs it
 
     dtype = np.dtype(dtype)
-    if dtype.names is None:
+    if dtype.names is None or dtype.fields is None:
         raise LayoutError(
             f"{dtype} is not a record type: a layout needs named fields (a structured dtype "
             "such as [('x', '<f8'), ('i', '<i4')], or a table's columns)"
         )
     fields = []
+    dtype_fields = dtype.fields
     for field_name in dtype.names:
-        ftype = dtype.fields[field_name][0]
+        ftype = dtype_fields[field_name][0]
         type_name = type_of_numpy(ftype)
         if type_name is None:
             raise LayoutError(
@@ -494,15 +502,17 @@ def layout_of_fields(dtype: np.dtype, name: str) -> Layout:
 
 # --- layouts registered by plug-ins (e.g. the documents' ``docs``) ---------------------------
 
-_REGISTERED: dict[str, object] = {}
+#: a plug-in's layout object duck-types Layout (e.g. docs/layout.py's DocsLayout)
+_REGISTERED: dict[str, Layout] = {}
 
 
-def register_layout(layout) -> None:
+def register_layout(layout: object) -> None:
     """Make a plug-in's layout object findable by name (``--layout NAME``, manifests)."""
-    _REGISTERED[layout.name] = layout
+    registered = cast(Layout, layout)  # a plug-in's own class, which duck-types Layout
+    _REGISTERED[registered.name] = registered
 
 
-def registered_layout(name: str):
+def registered_layout(name: str) -> Layout:
     """The registered layout ``name`` (plug-ins loaded on a miss); UnknownLayoutError if none."""
     found = _find_registered(name)
     if found is None:
@@ -510,14 +520,14 @@ def registered_layout(name: str):
     return found
 
 
-def _find_registered(name: str):
+def _find_registered(name: str) -> Layout | None:
     while name not in _REGISTERED and load_plugins():
         pass
     return _REGISTERED.get(name)
 
 
 @functools.cache
-def _load_capnp(text: str):
+def _load_capnp(text: str) -> Any:  # a pycapnp schema module (untyped)
     # pycapnp loads from files; keep one file per distinct schema text for the process.
     import hashlib  # start-up: only a layout's Cap'n Proto schema needs them
     import tempfile
@@ -534,13 +544,13 @@ def _load_capnp(text: str):
 
 
 @functools.cache
-def _load_capnp_path(path: str):
+def _load_capnp_path(path: str) -> Any:  # a pycapnp schema module (untyped)
     import capnp  # heavy: only Cap'n Proto readers of a layout's schema need pycapnp
 
     return capnp.load(path, imports=[])
 
 
-def read_toml_text(path, error: type[Exception]) -> str:
+def read_toml_text(path: str | os.PathLike[str], error: type[Exception]) -> str:
     """The text of the TOML file ``path``; ``error`` (a UsageError: exit 2) if it cannot be
     read or is not UTF-8."""
     try:
@@ -550,7 +560,7 @@ def read_toml_text(path, error: type[Exception]) -> str:
     return toml_text(raw, path, error)
 
 
-def toml_text(raw: bytes, path, error: type[Exception]) -> str:
+def toml_text(raw: bytes, path: object, error: type[Exception]) -> str:
     """``raw``, the bytes of the TOML file ``path``, as text; ``error`` naming the byte
     offset if they are not UTF-8 (as TOML requires)."""
     try:
@@ -584,7 +594,7 @@ def parse_layout_toml(text: str, origin: str) -> Layout:
 _FIELD_KEYS = ("type", "nullable", "tz")
 
 
-def _toml_field(name: str, value, origin: str) -> Field:
+def _toml_field(name: str, value: object, origin: str) -> Field:
     """A [fields] entry: ``name = "TYPE"`` or ``name = { type = "TYPE", nullable = true, tz = "UTC" }``."""
     if isinstance(value, str):
         return Field(name, value)
@@ -613,10 +623,12 @@ def _search_dirs() -> list[Path]:
 
 def builtin_schema_dir() -> Path:
     # what importlib.resources.files says of a package in a directory, without its ~3 ms of imports (start-up)
-    return Path(importlib.import_module("loader.schemas").__file__).parent
+    schemas = importlib.import_module("loader.schemas").__file__
+    assert schemas is not None  # a regular package, shipped with its __init__.py
+    return Path(schemas).parent
 
 
-def fields_difference(have, other) -> str:
+def fields_difference(have: Iterable[Field | Sequence[Any]], other: Iterable[Field | Sequence[Any]]) -> str:
     """How the fields ``have`` differ from ``other`` (each a sequence of (name, type) pairs
     or Fields): the first field that differs, for messages about two layouts of one name."""
     a = [(f if isinstance(f, Field) else Field.from_list(f)).describe() for f in have]
@@ -632,7 +644,7 @@ DEFAULT_LAYOUT = "scidb96"
 
 
 def available_layouts() -> list[str]:
-    names = set()
+    names: set[str] = set()
     for d in [*_search_dirs(), builtin_schema_dir()]:
         if d.is_dir():
             names.update(p.stem for p in d.glob("*.toml"))
@@ -643,8 +655,10 @@ def available_layouts() -> list[str]:
 
 def get_layout(name_or_path: str | Layout) -> Layout:
     """Find a layout by name or by path to its .toml file."""
-    if isinstance(name_or_path, Layout) or getattr(name_or_path, "variable_length", False):
+    if isinstance(name_or_path, Layout):
         return name_or_path
+    if getattr(name_or_path, "variable_length", False):  # a plug-in's layout object (duck-types Layout)
+        return cast(Layout, name_or_path)
     ref = str(name_or_path)
     if ref in _REGISTERED:  # a plug-in's layout, e.g. the documents' docs
         return _REGISTERED[ref]

@@ -40,6 +40,7 @@ import time
 import uuid
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import msgspec
 
@@ -94,8 +95,8 @@ class BatchEntry:
         """Records (documents) stored by this batch."""
         return self.count if self.docs is None else self.docs
 
-    def row(self) -> list:
-        base = [self.seq, self.shard, self.first, self.count, self.checksum, self.nbytes]
+    def row(self) -> list[int | str | None]:
+        base: list[int | str | None] = [self.seq, self.shard, self.first, self.count, self.checksum, self.nbytes]
         if self.table is None:
             return base
         return [*base, self.lo, self.hi, self.docs, self.table, self.text_bytes]
@@ -103,24 +104,29 @@ class BatchEntry:
 
 @dataclass
 class Manifest:
-    layout: dict
+    layout: dict[str, Any]
     format: str
     compression: str
     scheme: str
     shards: int
     batch_records: int
-    batches: BatchRows = field(default_factory=list)
-    runs: RunList = field(default_factory=list)
-    arrays: dict = field(default_factory=dict)
-    files: FileMap = field(default_factory=dict)  # ingested inputs: name -> {size, xxh3, run, ...}
+    batches: BatchRows = field(default_factory=BatchRows)
+    runs: RunList = field(default_factory=RunList)
+    arrays: dict[str, dict[str, Any]] = field(default_factory=dict)
+    files: FileMap = field(default_factory=FileMap)  # ingested inputs: name -> {size, xxh3, run, ...}
     dataset_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     created: float = field(default_factory=time.time)
     version: int = VERSION
     generation: int = 0  # incremented by every save: what readers pin (snapshots.py)
     garbage: list[GarbageEntry] = field(default_factory=list)  # kept for older readers (maintain/garbage.py)
-    extra: dict = field(default_factory=dict)  # keys written by newer code: kept as they are
+    extra: dict[str, Any] = field(default_factory=dict)  # keys written by newer code: kept as they are
+    if TYPE_CHECKING:  # set on a manifest read from a catalog (`attach`, `_from_catalog`), never fields
+        _catalog: cg.Catalog | None = field(default=None, init=False)
+        _snap: cg.Snap | None = field(default=None, init=False)
+        _pointed: bool = field(default=False, init=False)
+        _as_of: int | None = field(default=None, init=False)
 
-    def __setattr__(self, name: str, value) -> None:
+    def __setattr__(self, name: str, value: Any) -> None:
         # the tables are always BatchRows / RunList / FileMap: a list or dict assigned whole
         # (a fresh manifest, compaction, pruning) is rewritten by the next commit
         if name == "batches" and not isinstance(value, BatchRows):
@@ -131,7 +137,7 @@ class Manifest:
             value = FileMap(value)
         object.__setattr__(self, name, value)
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         """Pickled (a task's manifest): the fields; the tables as lists (their own
         reduce), never the catalog handle or its read transaction."""
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
@@ -163,7 +169,7 @@ class Manifest:
     def text_bytes(self) -> int:
         return self.batches.agg.text_bytes
 
-    def header(self) -> dict:
+    def header(self) -> dict[str, Any]:
         """The small fields (everything but batches, runs and files): the catalog's header."""
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("extra", *_TABLES)}
         d["garbage"] = [g.to_dict() for g in self.garbage]
@@ -182,7 +188,7 @@ class Manifest:
         return [f"shard-{i:03d}" for i in range(self.shards)]
 
     # --- persistence -----------------------------------------------------------
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """The JSON object of a version-1 manifest.json: keys written by newer code first,
         then every field in order; batches as rows, runs and garbage entries as their objects."""
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
@@ -193,7 +199,7 @@ class Manifest:
         return {**self.extra, **d}
 
     @classmethod
-    def from_json(cls, d: dict) -> Manifest:
+    def from_json(cls, d: dict[str, Any]) -> Manifest:
         """The manifest of a decoded manifest.json that manifest_check accepts."""
         d = dict(d)
         d["batches"] = [BatchEntry(*row) for row in d.get("batches", [])]
@@ -204,7 +210,7 @@ class Manifest:
         return cls(**d, extra=extra)
 
     @classmethod
-    def from_header(cls, head: dict) -> Manifest:
+    def from_header(cls, head: dict[str, Any]) -> Manifest:
         """The manifest of a catalog header (`header`), without its tables; keys this
         version does not know go to ``extra``."""
         d = dict(head)
@@ -213,7 +219,7 @@ class Manifest:
         extra = {k: d.pop(k) for k in list(d) if k not in known}
         return cls(**d, extra=extra)
 
-    def save(self, root: str | os.PathLike) -> None:
+    def save(self, root: str | os.PathLike[str]) -> None:
         """The commit: one durable write transaction of the catalog (catalog_commit.py)
         with what changed; the first save of a version-1 dataset (or a new one) builds the
         catalog and then points manifest.json at it."""
@@ -237,7 +243,7 @@ class Manifest:
 _TABLES = ("batches", "runs", "files")
 
 
-def write_json_atomic(path: Path, obj) -> None:
+def write_json_atomic(path: Path, obj: object) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         with open(tmp, "w") as f:
@@ -254,7 +260,7 @@ def write_json_atomic(path: Path, obj) -> None:
         ) from e
 
 
-def open_manifest(root: str | os.PathLike, uri: str | None = None):
+def open_manifest(root: str | os.PathLike[str], uri: str | None = None) -> BinaryIO:
     """The manifest file, open for reading (binary): a regular file of plausible size
     (infra/regular.py). DatasetNotFoundError when there is none and the directory holds no
     bulkload data; DamagedDatasetError when it holds some (shards, arrays) but no readable
@@ -296,7 +302,7 @@ class _Pointer(io.BytesIO):
         self.name = path
 
 
-def _first_commit(root) -> _Pointer | None:
+def _first_commit(root: str | os.PathLike[str]) -> _Pointer | None:
     """A catalog without manifest.json that holds generation 1: the first commit of a new
     dataset, killed after its catalog was renamed into place and before manifest.json
     was written - that is the dataset (its next writer writes the pointer). Any other
@@ -308,7 +314,7 @@ def _first_commit(root) -> _Pointer | None:
     return _Pointer(str(Path(root) / MANIFEST), m.dataset_id) if m.generation == 1 else None
 
 
-def recovery(root: str | os.PathLike) -> str:
+def recovery(root: str | os.PathLike[str]) -> str:
     """What to do about a dataset whose metadata is missing or unreadable."""
     root = str(root).rstrip("/")
     return (
@@ -318,7 +324,7 @@ def recovery(root: str | os.PathLike) -> str:
     )
 
 
-def bulkload_data(root: str | os.PathLike) -> list[str]:
+def bulkload_data(root: str | os.PathLike[str]) -> list[str]:
     """The entries of ``root`` that hold bulkload data (``shard-*``, ``arrays``, ``catalog``), sorted:
     what a directory without a readable manifest must not lose."""
     try:
@@ -328,7 +334,7 @@ def bulkload_data(root: str | os.PathLike) -> list[str]:
     return sorted(n for n in names if n in (ARRAYS, cg.CATALOG) or (n.startswith("shard-") and n[6:].isdigit()))
 
 
-def load_manifest(root: str | os.PathLike, uri: str | None = None) -> Manifest:
+def load_manifest(root: str | os.PathLike[str], uri: str | None = None) -> Manifest:
     """The manifest of the dataset at ``root``, checked (manifest_check.py): a file that is
     not a valid manifest raises ManifestError naming it and the problem."""
     with open_manifest(root, uri) as f:
@@ -339,26 +345,24 @@ def load_manifest(root: str | os.PathLike, uri: str | None = None) -> Manifest:
 _BACKEND = {"lmdb": "lmdb", "mem": "lmdb", "rocksdb": "rocksdb"}
 
 
-def check_store(m: Manifest, root: str | os.PathLike, uri: str | None) -> Manifest:
+def check_store(m: Manifest, root: str | os.PathLike[str], uri: str | None) -> Manifest:
     """``m``, unless ``uri`` names its dataset with the scheme of another store: opening
     RocksDB shards as LMDB ones (or the reverse) would call every shard damaged (an empty
     dataset may be redefined by a load: loading/options.check_compatible). A usage
     error (DatasetMismatchError, exit 2) naming the URI to use."""
-    scheme = uri.split("://", 1)[0] if uri and "://" in uri else None
-    if scheme is None or not m.batches or _BACKEND.get(scheme) == _BACKEND.get(m.scheme, m.scheme):
+    if uri is None or "://" not in uri:
         return m
-    right = (
-        f"mem://{os.path.basename(str(root).rstrip('/'))}"
-        if m.scheme == "mem"
-        else f"{m.scheme}://{uri.split('://', 1)[1]}"
-    )
+    scheme, place = uri.split("://", 1)
+    if not m.batches or _BACKEND.get(scheme) == _BACKEND.get(m.scheme, m.scheme):
+        return m
+    right = f"mem://{os.path.basename(str(root).rstrip('/'))}" if m.scheme == "mem" else f"{m.scheme}://{place}"
     raise DatasetMismatchError(
         f"dataset {uri} is a {m.scheme} dataset (its manifest says store {m.scheme!r}), not "
         f"{scheme}: nothing is wrong with it - open it as {right}"
     )
 
 
-def read_manifest(f) -> Manifest:
+def read_manifest(f: BinaryIO) -> Manifest:
     """The manifest in the open (binary) file ``f``, checked (see `load_manifest`): a
     version-2 pointer opens the catalog beside it (a snapshot of its last commit); a
     version-1 manifest is read whole - unless the catalog an upgrade built from it is
@@ -389,7 +393,7 @@ def read_manifest(f) -> Manifest:
     return m if upgraded is None else upgraded
 
 
-def _from_catalog(path: Path, pointer: dict) -> Manifest:
+def _from_catalog(path: Path, pointer: dict[str, Any]) -> Manifest:
     name = pointer.get("catalog")
     if not isinstance(name, str) or "/" in name or name in ("", ".", ".."):
         raise _invalid(path, "its `catalog` is not a directory name", "$.catalog")
@@ -450,7 +454,7 @@ def placed_here(m: Manifest, path: str) -> None:
             )
 
 
-def attach(m: Manifest, cat, snap, agg) -> None:
+def attach(m: Manifest, cat: cg.Catalog, snap: cg.Snap, agg: cg.Aggregates) -> None:
     """Back ``m``'s tables by ``snap`` (a read transaction of ``cat``) and ``agg``."""
     m.batches = BatchRows(snap=snap, agg=agg)
     m.runs = RunList(snap=snap, agg=agg)
@@ -459,7 +463,7 @@ def attach(m: Manifest, cat, snap, agg) -> None:
     object.__setattr__(m, "_snap", snap)
 
 
-def _loads(path: Path, data: bytes):
+def _loads(path: Path, data: bytes) -> object:
     try:
         return json.loads(data)
     except UnicodeDecodeError as e:
@@ -475,27 +479,29 @@ def _invalid(path: Path, what: str, where: str) -> ManifestError:
     )
 
 
-def read_dataset_id(root: str | os.PathLike) -> str | None:
+def read_dataset_id(root: str | os.PathLike[str]) -> str | None:
     """The id of the dataset now at ``root`` (changes when --replace swaps in a new one)."""
     try:
-        return json.loads(read_regular(str(Path(root) / MANIFEST))).get("dataset_id")
+        ident = json.loads(read_regular(str(Path(root) / MANIFEST))).get("dataset_id")  # not an object: AttributeError
+        return ident if isinstance(ident, str) else None
     except FileNotFoundError:
         first = _first_commit(root)
-        return None if first is None else json.loads(first.getvalue())["dataset_id"]
+        return None if first is None else str(json.loads(first.getvalue())["dataset_id"])
     except (OSError, ValueError, AttributeError):  # DamagedDatasetError is a ValueError
         return None
 
 
-def read_pointer(root: str | os.PathLike) -> str | None:
+def read_pointer(root: str | os.PathLike[str]) -> str | None:
     """The dataset id of the version-2 pointer at ``root``, or None (none, or version 1)."""
     try:
         obj = msgspec.json.decode(read_regular(str(Path(root) / MANIFEST)))
     except (OSError, ValueError, msgspec.DecodeError):
         return None
-    return obj.get("dataset_id") if isinstance(obj, dict) and "catalog" in obj else None
+    ident = obj.get("dataset_id") if isinstance(obj, dict) and "catalog" in obj else None
+    return ident if isinstance(ident, str) else None
 
 
-def exists(root: str | os.PathLike) -> bool:
+def exists(root: str | os.PathLike[str]) -> bool:
     """Is there a dataset at ``root`` - or something that must be read as one: a manifest
     in any form (a FIFO, a dangling link: `load_manifest` names what is wrong), or bulkload
     data without one (damaged: never a new dataset to write over)."""

@@ -24,15 +24,17 @@ on disk is unchanged: this module only reads. Pure functions, no I/O.
 
 from __future__ import annotations
 
+import functools
 import re
-from typing import Annotated
+import types
+from typing import Annotated, Any
 
 import msgspec
 
 from ..errors import BulkloadError
-from .garbage_entry import GarbageEntry
+from .garbage_entry import ENTRY_CLASSES, GarbageEntry, entry_shapes
 from .layouts import Layout
-from .runs import Run
+from .runs import RUN_CLASSES, Run, run_shapes
 
 
 class _Layout(msgspec.Struct):
@@ -49,13 +51,31 @@ class _Shape(msgspec.Struct):
     shards: Annotated[int, msgspec.Meta(ge=1, le=1024)]
     batch_records: Annotated[int, msgspec.Meta(ge=1)]
     batches: list[list[int | str | None]]
-    runs: list[Run.shape()]
-    arrays: dict[str, dict]
+    arrays: dict[str, dict[str, Any]]
     dataset_id: str
     created: float
     version: int
-    files: dict[str, dict] = {}
-    garbage: list[GarbageEntry.shape()] = []
+    files: dict[str, dict[str, Any]] = {}
+
+
+@functools.cache
+def _shape(known_runs: bool, known_garbage: bool) -> type[msgspec.Struct]:
+    """The manifest's shape: its runs (entries) a tagged union of one Struct per kind when
+    all are of kinds this version knows, else checked for the fields of every kind only
+    (a newer version's run or entry is kept as it is)."""
+    run = run_shapes() if known_runs else Run.shape()
+    entry = entry_shapes() if known_garbage else GarbageEntry.shape()
+    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = [
+        ("runs", types.GenericAlias(list, run)),
+        ("garbage", types.GenericAlias(list, entry), []),
+    ]
+    return msgspec.defstruct("_ManifestShape", fields, bases=(_Shape,), kw_only=True)
+
+
+def _kinds_known(items: object, classes: dict[str, Any]) -> bool:
+    return isinstance(items, list) and all(
+        isinstance(x, dict) and isinstance(x.get("kind"), str) and x["kind"] in classes for x in items
+    )
 
 
 FIXED_ROW = ("seq", "shard", "first", "count", "checksum", "nbytes")
@@ -65,13 +85,16 @@ _FixedRow = tuple[_N, _N, _N, _N, int, _N]
 _KeyedRow = tuple[_N, _N, _N, _N, int, _N, _N | None, _N | None, _N, str, _N]
 
 
-def problem(obj) -> tuple[str, str] | None:
+def problem(obj: object) -> tuple[str, str] | None:
     """(what is wrong, JSON path) of a decoded manifest, or None if it is valid."""
+    d: dict[str, Any] = obj if isinstance(obj, dict) else {}
     try:
-        shape = msgspec.convert(obj, _Shape)
+        known = _kinds_known(d.get("runs", []), RUN_CLASSES), _kinds_known(d.get("garbage", []), ENTRY_CLASSES)
+        shape = msgspec.convert(obj, _shape(*known))
+        assert isinstance(shape, _Shape)  # its subclass, made by _shape
     except msgspec.ValidationError as e:
-        return _named(obj, *_split(e))
-    found = _layout_problem(obj["layout"])
+        return _named(d, *_split(e))
+    found = _layout_problem(d["layout"])
     if found is not None:
         return found
     return _rows_problem(shape.batches, shape.shards, shape.layout.variable_length)
@@ -86,7 +109,7 @@ def _split(e: msgspec.ValidationError, root: str = "$") -> tuple[str, str]:
 _IN_LIST = re.compile(r"^\$\.(runs|garbage)\[(\d+)\]\.?(.*)$")
 
 
-def _named(obj: dict, what: str, where: str) -> tuple[str, str]:
+def _named(obj: dict[str, Any], what: str, where: str) -> tuple[str, str]:
     """A problem inside a run or a garbage entry says which one (a run by its id) and
     which of its fields."""
     found = _IN_LIST.match(where)
@@ -105,7 +128,7 @@ def _named(obj: dict, what: str, where: str) -> tuple[str, str]:
     return (f"{label}, field `{field}`: {what}" if field else f"{label}: {what}"), where
 
 
-def _layout_problem(layout: dict) -> tuple[str, str] | None:
+def _layout_problem(layout: dict[str, Any]) -> tuple[str, str] | None:
     try:
         Layout.from_dict(layout)
     except (BulkloadError, KeyError, TypeError, ValueError) as e:
@@ -113,7 +136,7 @@ def _layout_problem(layout: dict) -> tuple[str, str] | None:
     return None
 
 
-def _rows_problem(rows: list[list], shards: int, keyed: bool) -> tuple[str, str] | None:
+def _rows_problem(rows: list[list[Any]], shards: int, keyed: bool) -> tuple[str, str] | None:
     """Types and ranges of every batch row (msgspec, in C), then the relations between
     rows (plain Python, without numpy's import: 10,000 rows take a few milliseconds)."""
     names = KEYED_ROW if keyed else FIXED_ROW
@@ -124,7 +147,9 @@ def _rows_problem(rows: list[list], shards: int, keyed: bool) -> tuple[str, str]
             f"a batch row of {what} has {len(names)} fields ({', '.join(names)}), this one has {len(rows[wrong])}"
         ), f"$.batches[{wrong}]"
     try:
-        typed = msgspec.convert(rows, list[_KeyedRow if keyed else _FixedRow])
+        typed: list[tuple[int, int, int, int, int, *tuple[object, ...]]] = (
+            msgspec.convert(rows, list[_KeyedRow]) if keyed else msgspec.convert(rows, list[_FixedRow])
+        )
     except msgspec.ValidationError as e:
         return _split(e, root="$.batches")
     i = next((i for i, t in enumerate(typed) if not 0 <= t[4] < 2**64), None)

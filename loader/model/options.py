@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import operator
 import os
+from typing import SupportsIndex
 
 from ..errors import UsageError
 
@@ -26,15 +27,15 @@ def default_workers() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def check_count(option: str, value, lo: int, hi: int) -> int | None:
+def check_count(option: str, value: object, lo: int, hi: int) -> int | None:
     """``value`` (None: not given) if it is a whole number in lo..hi, else UsageError
     naming the option: 0, negative, huge and non-integer values never fall back to a default."""
     if value is None:
         return None
     try:
-        if isinstance(value, bool):
+        if isinstance(value, bool) or not isinstance(value, SupportsIndex):
             raise TypeError
-        n = operator.index(value)
+        n: int | None = operator.index(value)
     except TypeError:
         n = None
     if n is None or not lo <= n <= hi:
@@ -42,7 +43,7 @@ def check_count(option: str, value, lo: int, hi: int) -> int | None:
     return n
 
 
-def size_option(value, option: str, error: type[UsageError] = UsageError) -> int | None:
+def size_option(value: object, option: str, error: type[UsageError] = UsageError) -> int | None:
     """``value`` (None: not given) in bytes, or ``error`` naming the option: "OPTION 'x' is
     not a size (e.g. 512m, 2g)"."""
     if value is None:
@@ -53,7 +54,7 @@ def size_option(value, option: str, error: type[UsageError] = UsageError) -> int
         raise error(f"{option} {value!r} is not a size (e.g. 512m, 2g)") from None
 
 
-def parse_size(text) -> int:
+def parse_size(text: object) -> int:
     """Bytes of a size: a number with an optional unit k, m, g, t (binary; ``b``, ``ib``
     suffixes allowed, any case). Raises ValueError when ``text`` is not one."""
     s = str(text).strip().lower().removesuffix("b").removesuffix("i")

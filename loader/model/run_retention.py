@@ -9,15 +9,20 @@ import re
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 from . import runs as run_rules
 from .options import check_count
 from .runs import Run
+from .vocab import RUN_KINDS, SHOWN_STATUSES, RunKind, ShownStatus
+
+if TYPE_CHECKING:
+    from .manifest import Manifest
 
 #: statuses a listing may filter on (as `info` shows them)
-STATUSES = ("running", "done", "failed", "interrupted", "superseded", run_rules.REPLACED)
-KINDS = ("load", "ingest", "finalize", "compact")
+STATUSES: tuple[ShownStatus, ...] = SHOWN_STATUSES
+KINDS: tuple[RunKind, ...] = RUN_KINDS
 #: relative ages: 30d, 12h, 90m, 45s, 2w
 AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
@@ -30,7 +35,7 @@ def age_seconds(text: str) -> float | None:
     return float(m.group(1)) * AGE_UNITS[m.group(2)] if m else None
 
 
-def instant(value, option: str, now: float | None = None) -> float | None:
+def instant(value: object, option: str, now: float | None = None) -> float | None:
     """The instant (epoch seconds) that ``value`` names: a relative age before ``now``
     (``30d``, ``12h``, ``90m``), an ISO-8601 instant (``2026-11-01``,
     ``2026-11-01T08:00:00+01:00``; without an offset: UTC), a datetime or epoch seconds.
@@ -66,7 +71,7 @@ def check_choice(option: str, value: str | None, choices: tuple[str, ...]) -> st
     return value
 
 
-def check_keep(option: str, keep) -> int | None:
+def check_keep(option: str, keep: object) -> int | None:
     return check_count(option, keep, 0, MAX_KEEP)
 
 
@@ -81,7 +86,14 @@ class RunFilter:
     limit: int | None = None
 
     @classmethod
-    def of(cls, status=None, kind=None, since=None, limit=None, now: float | None = None) -> RunFilter:
+    def of(
+        cls,
+        status: str | None = None,
+        kind: str | None = None,
+        since: object = None,
+        limit: object = None,
+        now: float | None = None,
+    ) -> RunFilter:
         return cls(
             check_choice("--status", status, STATUSES),
             check_choice("--kind", kind, KINDS),
@@ -115,14 +127,16 @@ class PrunePlan:
     protected: dict[str, str]
 
 
-def plan_prune(m, keep: int | None = None, older_than: float | None = None) -> PrunePlan:
+def plan_prune(m: Manifest, keep: int | None = None, older_than: float | None = None) -> PrunePlan:
     """Which runs of manifest ``m`` to drop: those outside the ``keep`` newest (None: no
     count limit) and, when ``older_than`` (epoch seconds) is given, that ended (or, never
     ended, started) before it - unless `protected`."""
     all_runs = list(m.runs)
     guard = protected(m)
     first_kept = len(all_runs) - keep if keep is not None else len(all_runs)
-    kept, removed, why = [], [], {}
+    kept: list[Run] = []
+    removed: list[Run] = []
+    why: dict[str, str] = {}
     for i, r in enumerate(all_runs):
         when = r.ended if r.ended is not None else r.started
         drop = i < first_kept and (older_than is None or when is None or when < older_than)
@@ -133,7 +147,7 @@ def plan_prune(m, keep: int | None = None, older_than: float | None = None) -> P
     return PrunePlan(kept, removed, why)
 
 
-def protected(m) -> dict[str, str]:
+def protected(m: Manifest) -> dict[str, str]:
     """The runs of ``m`` no prune may drop, id -> why (see the module docstring)."""
     all_runs = list(m.runs)
     why: dict[str, str] = {}
@@ -160,24 +174,24 @@ def _source_runs(current: list[Run]) -> dict[str, str]:
     """The runs that say which sources the current content already holds: for each key
     (a source; a source with a content fingerprint when it is matched by content), its
     newest run and its newest done run."""
-    newest: dict[tuple, str] = {}
-    newest_done: dict[tuple, str] = {}
+    newest: dict[tuple[str, ...], str] = {}
+    newest_done: dict[tuple[str, ...], str] = {}
     for r in current:
         for source, fingerprint, status, by_extent in _loaded(r):
-            keys = [("source", source)]
+            keys: list[tuple[str, ...]] = [("source", source)]
             if not by_extent and fingerprint is not None:
                 keys.append(("content", source, fingerprint))
             for key in keys:
                 newest[key] = r.id
                 if status == "done":
                     newest_done[key] = r.id
-    out = {}
+    out: dict[str, str] = {}
     for key, rid in list(newest_done.items()) + list(newest.items()):
         out.setdefault(rid, f"the newest run of source {key[1]}: a re-run of it is recognised by it")
     return out
 
 
-def _loaded(r: Run) -> list[tuple]:
+def _loaded(r: Run) -> list[tuple[str, str | None, str, bool]]:
     """(source, fingerprint, status, matched by extent) of what run ``r`` loaded: a run of
     one source; each committed input of a run of several (a finished run each, as
     loading/file_runs.py's `source_runs` sees them). Ingest runs: their source (the

@@ -18,20 +18,41 @@ committed). ``replaced`` is never stored: `info` shows it for the runs before th
 Only runs since the last ``--replace`` (inclusive) describe the current content; the
 runs before stay listed as the dataset's history.
 
-A run is a typed JSON object (model/json_object.py): its keys stay in the order they were
-first written, absent ones read as None, and its JSON is exactly what the code wrote
-before runs were typed (tests/model/test_runs_typed.py proves it on manifests made by
-that code). Pure functions on the manifest in memory; the caller saves it.
+A run is a typed JSON object (model/json_object.py) of its kind's class - `LoadRun`,
+`IngestRun`, `FinalizeRun`, `CompactRun` (`AnyRun`); a run of a kind this version does not
+know (written by a newer one) is a plain `Run`, kept as it is. Its keys stay in the order
+they were first written, absent ones read as None, and its JSON is exactly what the code
+wrote before runs were typed (tests/model/test_runs_typed.py proves it on manifests made by
+that code). The manifest's shape validates runs as a tagged union of msgspec Structs, one
+per kind (`run_shapes`), on the ``kind`` key. Pure functions on the manifest in memory; the
+caller saves it.
 """
 
 from __future__ import annotations
 
 import os
 import time
+import typing
 import uuid
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
-from ..errors import BulkloadError, Interrupted, WorkerError
-from .json_object import JsonObject
+import msgspec
+
+from ..errors import BulkloadError, Interrupted, ManifestError, WorkerError
+from .json_object import Absent, JsonObject
+from .vocab import (
+    UNFINISHED_STATUSES,
+    RunKind,
+    RunStatus,
+    ShownStatus,
+    UnfinishedStatus,
+)
+
+if TYPE_CHECKING:
+    from .manifest import Manifest
+
+T = TypeVar("T")
 
 
 class PlanFile(JsonObject):
@@ -48,81 +69,146 @@ class PlanFile(JsonObject):
 
 
 class Run(JsonObject):
-    """One run in ``manifest.runs``. Which fields a run has depends on its kind and on
-    what happened to it; absent ones read as None."""
+    """A run in ``manifest.runs``: the fields any run may have (which ones it has depends
+    on its kind and on what happened to it; absent ones read as None). Runs of the known
+    kinds are of the kind's subclass; a run of an unknown kind (a newer version's) is of
+    this class.
+
+    Every field is declared here, not on the kind's class: the commands read the fields
+    of a run before they know its kind (the catalog's indexes, `info`, resume), where an
+    absent field reads as None."""
 
     # every run
     id: str
-    kind: str  # load | ingest | finalize | compact
-    status: str  # running | done | failed | interrupted | superseded
-    started: float = None
+    kind: str
+    status: str  # RunStatus (ShownStatus in listings); a newer version's status is kept
+    started: Absent[float] = None
     ended: float | None = None
-    host: str = None
-    pid: int = None
+    host: Absent[str] = None
+    pid: Absent[int] = None
     workers: int | None = None
     error: str | None = None
     as_of: int | None = None  # listings only, never stored: the generation its last commit can be read at
-    records: int = None  # committed by the run (documents: documents)
-    seconds: float = None
+    records: Absent[int] = None  # committed by the run (documents: documents)
+    seconds: Absent[float] = None
     # load and ingest runs: the source, the options a resume must share (runs.options_match)
-    source: str = None
+    source: Absent[str] = None
     fingerprint: str | None = None
-    format: str = None
-    compression: str = None
-    layout: str = None  # also of a documents compaction ("docs")
-    shards: int = None
-    batch_records: int = None
-    resumable: bool = None
+    format: Absent[str] = None
+    compression: Absent[str] = None
+    layout: Absent[str] = None  # also of a documents compaction ("docs")
+    shards: Absent[int] = None
+    batch_records: Absent[int] = None
+    resumable: Absent[bool] = None
     # ... their plan: batches first_seq.. from record first_record, `total` records
-    first_seq: int = None
-    first_record: int = None
+    first_seq: Absent[int] = None
+    first_record: Absent[int] = None
     total: int | None = None
-    source_offset: int = None  # a file: its first record the run loads (loading/file_runs.py)
-    inputs: list[dict] = None  # several inputs: one entry each (loading/inputs.py)
-    replace: bool = None  # built by --replace (loading/replace.py) ...
+    source_offset: Absent[int] = None  # a file: its first record the run loads (loading/file_runs.py)
+    inputs: Absent[list[dict[str, Any]]] = None  # several inputs: one entry each (loading/inputs.py)
+    replace: Absent[bool] = None  # built by --replace (loading/replace.py) ...
     replaces: str | None = None  # ... of the dataset with this id
-    table: str = None  # documents: the table the run writes
-    clear_from: int = None
+    table: Absent[str] = None  # documents: the table the run writes
+    clear_from: Absent[int] = None
     # ... while unfinished: batch rows durable but not committed (loading/commit.py)
-    pending: list[list[int | str | None]] = None
-    batches: int = None
-    skipped: list[dict | str] = None  # bad files: {path, reason} (documents), names (ingest)
-    text_bytes: int = None
-    written_records: int = None
-    kept_records: int = None
-    map_grows: int = None
-    attempts: int = None  # resumed runs
-    resumed: list[float] = None
-    superseded_by: str = None
+    pending: Absent[list[list[int | str | None]]] = None
+    batches: Absent[int] = None
+    skipped: Absent[list[dict[str, Any] | str]] = None  # bad files: {path, reason} (documents), names (ingest)
+    text_bytes: Absent[int] = None
+    written_records: Absent[int] = None
+    kept_records: Absent[int] = None
+    map_grows: Absent[int] = None
+    attempts: Absent[int] = None  # resumed runs
+    resumed: Absent[list[float]] = None
+    superseded_by: Absent[str] = None
     # ingest runs of raw files (loading/ingest.py)
-    directory: str = None
-    pattern: str = None
-    plan: list[PlanFile] = None
-    files: int = None
-    deferred: list[str] = None
+    directory: Absent[str] = None
+    pattern: Absent[str] = None
+    plan: Absent[list[PlanFile]] = None
+    files: Absent[int] = None
+    deferred: Absent[list[str]] = None
     # finalize runs (arrays/finalize.py)
-    array: str = None
-    dims: str = None
-    duplicates: str = None
-    strategy: str = None
-    cells: int = None
-    chunks: int = None
-    spill_runs: int = None
+    array: Absent[str] = None
+    dims: Absent[str] = None
+    duplicates: Absent[str] = None  # DuplicatesPolicy
+    strategy: Absent[str] = None  # FinalizeStrategy
+    cells: Absent[int] = None
+    chunks: Absent[int] = None
+    spill_runs: Absent[int] = None
     # compact runs (maintain/compact.py; documents: docs/compact.py)
-    target_batch_records: int = None
-    batches_before: int = None
-    batches_after: int = None
-    bytes_before: int = None
-    bytes_after: int = None
-    shards_folded: list[int] = None
-    documents_rewritten: int = None
-    text_bytes_rewritten: int = None
-    fold_seconds: float = None
+    target_batch_records: Absent[int] = None
+    batches_before: Absent[int] = None
+    batches_after: Absent[int] = None
+    bytes_before: Absent[int] = None
+    bytes_after: Absent[int] = None
+    shards_folded: Absent[list[int]] = None
+    documents_rewritten: Absent[int] = None
+    text_bytes_rewritten: Absent[int] = None
+    fold_seconds: Absent[float] = None
 
 
-def new_run(kind: str, **details) -> Run:
-    """A run that starts now, in this process."""
-    return Run(
+class LoadRun(Run):
+    """A ``bulkload load`` run."""
+
+    _tag = "load"
+    kind: Literal["load"]
+
+
+class IngestRun(Run):
+    """A ``bulkload ingest`` run: of raw files (loading/ingest.py) or documents."""
+
+    _tag = "ingest"
+    kind: Literal["ingest"]
+
+
+class FinalizeRun(Run):
+    """A ``bulkload finalize`` run (arrays/finalize.py)."""
+
+    _tag = "finalize"
+    kind: Literal["finalize"]
+
+
+class CompactRun(Run):
+    """A ``bulkload compact`` run (maintain/compact.py; documents: docs/compact.py)."""
+
+    _tag = "compact"
+    kind: Literal["compact"]
+
+
+#: a run of a kind this version knows
+AnyRun = LoadRun | IngestRun | FinalizeRun | CompactRun
+#: the class of each kind of run
+RUN_CLASSES: dict[str, type[Run]] = {
+    "load": LoadRun,
+    "ingest": IngestRun,
+    "finalize": FinalizeRun,
+    "compact": CompactRun,
+}
+Run._by_tag = RUN_CLASSES  # Run.from_dict builds the run of its kind's class
+
+
+def run_shapes() -> Any:
+    """The tagged union (on ``kind``) of the msgspec Structs of the known kinds of runs:
+    the type of each run in a manifest whose runs are all of known kinds."""
+    shapes: tuple[type[msgspec.Struct], ...] = tuple(cls.shape() for cls in RUN_CLASSES.values())
+    return typing.Union[shapes]  # noqa: UP007  # a union built at runtime
+
+
+@overload
+def new_run(kind: Literal["load"], **details: Any) -> LoadRun: ...
+@overload
+def new_run(kind: Literal["ingest"], **details: Any) -> IngestRun: ...
+@overload
+def new_run(kind: Literal["finalize"], **details: Any) -> FinalizeRun: ...
+@overload
+def new_run(kind: Literal["compact"], **details: Any) -> CompactRun: ...
+@overload
+def new_run(kind: RunKind, **details: Any) -> AnyRun: ...
+@overload
+def new_run(kind: str, **details: Any) -> Run: ...
+def new_run(kind: str, **details: Any) -> Run:
+    """A run that starts now, in this process, of its kind's class."""
+    return RUN_CLASSES.get(kind, Run)(
         id=uuid.uuid4().hex[:12],
         kind=kind,
         status="running",
@@ -134,29 +220,40 @@ def new_run(kind: str, **details) -> Run:
     )  # = socket.gethostname(), lighter
 
 
-UNFINISHED = ("running", "failed", "interrupted")
+def need(run: Run, name: str, value: T | None) -> T:
+    """``value``, run ``run``'s field ``name``, which its kind always records (a load run
+    its plan, a finalize run its strategy): ManifestError if the run lacks it."""
+    if value is None:
+        raise ManifestError(
+            f"run {run.id} ({run.kind}) has no `{name}`, which every {run.kind} run records: the "
+            "dataset's metadata is damaged; restore it from a backup, or rebuild the dataset with --replace"
+        )
+    return value
+
+
+UNFINISHED: tuple[UnfinishedStatus, ...] = UNFINISHED_STATUSES
 #: how `info` shows a run of the dataset a --replace started over (`as_seen`)
-REPLACED = "replaced"
+REPLACED: ShownStatus = "replaced"
 
 
-def current(m) -> list[Run]:
+def current(m: Manifest) -> list[Run]:
     """The runs that describe the dataset's current content (since the last --replace):
     the catalog indexes the last --replace, so this reads only those runs."""
     return m.runs.since_replace()
 
 
-def recent(m):
+def recent(m: Manifest) -> Iterator[Run]:
     """`current` newest first, read lazily (stop at the run you look for)."""
     return m.runs.recent()
 
 
-def mark_interrupted(m) -> bool:
+def mark_interrupted(m: Manifest) -> bool:
     """Runs still ``running`` while we hold the lock belong to a job that died (the
     catalog indexes the unfinished runs: the others are not read)."""
     return _interrupt(m.runs.unfinished())
 
 
-def as_seen(m, job_running: bool, last: int | None = None) -> list[Run]:
+def as_seen(m: Manifest, job_running: bool, last: int | None = None) -> list[Run]:
     """The runs (the ``last`` ones only, reading only those) as a reader reports them:
     while no job holds the dataset lock (``job_running`` False), a run still ``running`` is
     one whose job died: shown ``interrupted`` (the next writer records it so). Runs before
@@ -183,7 +280,7 @@ def _interrupt(runs: list[Run]) -> bool:
     return changed
 
 
-def last_matching(m, kind: str, source: str, fingerprint: str | None) -> Run | None:
+def last_matching(m: Manifest, kind: str, source: str, fingerprint: str | None) -> Run | None:
     if fingerprint is None:
         return None
     for r in recent(m):
@@ -192,17 +289,17 @@ def last_matching(m, kind: str, source: str, fingerprint: str | None) -> Run | N
     return None
 
 
-def options_match(run: Run, **opts) -> bool:
+def options_match(run: Run, **opts: object) -> bool:
     return all(getattr(run, k) == v for k, v in opts.items())
 
 
-def compacted_since(m, run: Run) -> bool:
+def compacted_since(m: Manifest, run: Run) -> bool:
     """A compaction after ``run`` may have rewritten the stores: its pending rows are void
     (the catalog indexes the last done compaction)."""
     return m.runs.compacted_after(run)
 
 
-def load_resumable(m, run: Run, **opts) -> bool:
+def load_resumable(m: Manifest, run: Run, **opts: object) -> bool:
     """Can this unfinished load run be resumed on the dataset as it is now?"""
     return (
         run.status in UNFINISHED
@@ -214,9 +311,9 @@ def load_resumable(m, run: Run, **opts) -> bool:
     )
 
 
-def supersede(m, keep: Run | None, by: str) -> list[str]:
-    """Unfinished runs other than ``keep`` lose their pending batches (the new run's
-    workers delete them); returns their ids."""
+def supersede(m: Manifest, keep: Run | None, by: str) -> list[str]:
+    """Unfinished load and ingest runs other than ``keep`` lose their pending batches (the
+    new run's workers delete them); returns their ids."""
     ids = []
     for r in m.runs.unfinished():
         if r is keep or r.status not in UNFINISHED or r.kind not in ("load", "ingest"):
@@ -244,7 +341,7 @@ def restart(run: Run) -> None:
     run.resumed = [*(run.resumed or []), time.time()]
 
 
-def finish(run: Run, status: str, **fields) -> None:
+def finish(run: Run, status: RunStatus, **fields: Any) -> None:
     run.update(status=status, ended=time.time(), **fields)
     if status == "done":
         run.drop("pending")
@@ -262,7 +359,7 @@ def fail(run: Run, exc: BaseException) -> None:
     run.update(status="failed", ended=time.time(), error=err)
 
 
-def save_stopped(m, root: str) -> None:
+def save_stopped(m: Manifest, root: str) -> None:
     """Save manifest ``m`` that records a stopped run. If that write fails too (the full
     disk that stopped the run), the run's own error is still the one to raise: the
     manifest on disk is the previous one, whose run the next writer finds unfinished."""

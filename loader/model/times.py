@@ -21,7 +21,9 @@ from __future__ import annotations
 import calendar
 import datetime as _dt
 import functools
+import operator
 import re
+from typing import Any, SupportsIndex
 
 from ..errors import UsageError
 
@@ -58,7 +60,7 @@ def time_type(type_name: str) -> tuple[str, str] | None:
     return (m.group(1), m.group(2)) if m else None
 
 
-def instant_ns(value, what: str) -> int:
+def instant_ns(value: object, what: str) -> int:
     """ns since 1970-01-01T00:00Z of an instant (see the module doc); UsageError naming
     ``what`` when it is not one."""
     if isinstance(value, str):
@@ -79,7 +81,7 @@ def instant_ns(value, what: str) -> int:
     )
 
 
-def duration_ns(value, what: str) -> int:
+def duration_ns(value: object, what: str) -> int:
     """ns of a duration (see the module doc); UsageError naming ``what`` when it is not one."""
     if isinstance(value, str):
         m = _DURATION_RE.match(value.strip())
@@ -123,13 +125,13 @@ def _iso_ns(text: str, what: str) -> int:
     return ns
 
 
-def _numpy_time(value) -> str | None:
+def _numpy_time(value: object) -> str | None:
     """``M`` for a numpy.datetime64, ``m`` for a numpy.timedelta64, else None."""
     dtype = getattr(value, "dtype", None)
     return dtype.kind if dtype is not None and getattr(value, "ndim", 1) == 0 and dtype.kind in "Mm" else None
 
 
-def _numpy_ns(value, what: str, noun: str) -> int:
+def _numpy_ns(value: Any, what: str, noun: str) -> int:  # a numpy datetime64 / timedelta64 scalar
     import numpy as np  # only a numpy value gets here
 
     if np.isnat(value):
@@ -156,23 +158,25 @@ def in_unit(ns: int, unit: str, what: str, *, ceil: bool = False, shown: str | N
     return -(-ns // per)
 
 
-def instant_in_unit(value, unit: str, what: str, *, ceil: bool = False) -> int:
+def instant_in_unit(value: object, unit: str, what: str, *, ceil: bool = False) -> int:
     """An instant (or a bare integer: already a count of ``unit``) as a count of ``unit``."""
     return _count(value, unit, what, ceil, "instant")
 
 
-def duration_in_unit(value, unit: str, what: str, *, ceil: bool = False) -> int:
+def duration_in_unit(value: object, unit: str, what: str, *, ceil: bool = False) -> int:
     """A duration (or a bare integer: already a count of ``unit``) as a count of ``unit``."""
     return _count(value, unit, what, ceil, "duration")
 
 
-def _count(value, unit: str, what: str, ceil: bool, noun: str) -> int:
+def _count(value: object, unit: str, what: str, ceil: bool, noun: str) -> int:
     if isinstance(value, bool):
         raise UsageError(
             f"{what}: {value!r} is not an {noun}" if noun == "instant" else f"{what}: {value!r} is not a {noun}"
         )
-    if isinstance(value, int) or type(value).__name__.startswith(("int", "uint")):
+    if isinstance(value, int):
         return int(value)
+    if type(value).__name__.startswith(("int", "uint")) and isinstance(value, SupportsIndex):  # numpy's
+        return operator.index(value)
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
         return int(value)
     if noun == "instant":

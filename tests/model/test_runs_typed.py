@@ -33,8 +33,8 @@ from helpers import manifest_json, run_cli, write_manifest_json
 import loader
 from loader.errors import ManifestError
 from loader.model import manifest as mf
-from loader.model.garbage_entry import GarbageEntry
-from loader.model.runs import PlanFile, Run, new_run
+from loader.model.garbage_entry import ENTRY_CLASSES
+from loader.model.runs import RUN_CLASSES, IngestRun, LoadRun, PlanFile, Run, new_run
 
 from .run_scenarios import run_all
 
@@ -103,8 +103,9 @@ def test_main_manifests_decode_typed_and_encode_to_the_same_bytes(name, tmp_path
     data = golden(name)
     root, _ = place(tmp_path, data)
     m = read(root / "manifest.json")
-    assert all(type(r) is Run for r in m.runs) and all(type(g) is GarbageEntry for g in m.garbage)
-    assert all(type(e) is PlanFile for r in m.runs for e in r.plan or [])
+    assert all(type(r) is RUN_CLASSES[r.kind] for r in m.runs)
+    assert all(type(g) is ENTRY_CLASSES[g.kind] for g in m.garbage)
+    assert all(type(e) is PlanFile for r in m.runs if isinstance(r, IngestRun) for e in r.plan or [])
     raw = json.loads(data)
     assert [(r.id, r.kind, r.status, r.error, r.records) for r in m.runs] == [
         (r["id"], r["kind"], r["status"], r.get("error"), r.get("records")) for r in raw["runs"]
@@ -174,6 +175,7 @@ def test_keys_and_garbage_kinds_of_a_newer_version_stay_where_they_are(tmp_path)
 
 def test_fields_are_typed_and_keep_the_order_they_were_set():
     run = new_run("load", source="x")
+    assert type(run) is LoadRun
     assert list(run.to_dict())[:8] == ["id", "kind", "status", "started", "ended", "host", "pid", "source"]
     run.records = 3
     run.error = None
@@ -195,30 +197,35 @@ def test_fields_are_typed_and_keep_the_order_they_were_set():
 WRONG = {"bad": 1}  # an object: the wrong type for every field
 
 
-def corrupt(data: bytes, where: str, field: str) -> tuple[bytes, str]:
-    """The manifest with ``field`` of a run (``where`` = runs), of a run's first plan file
-    (plan) or of a garbage entry (garbage) set to WRONG; the label the error must give."""
+def corrupt(data: bytes, where: str, field: str, kind: str) -> tuple[bytes, str]:
+    """The manifest with ``field`` of a run of ``kind`` (``where`` = runs), of a run's first
+    plan file (plan) or of a garbage entry of ``kind`` (garbage) set to WRONG; the label
+    the error must give."""
     m = json.loads(data)
     if where == "garbage":
-        m["garbage"][0][field] = WRONG
-        return json.dumps(m).encode(), "garbage entry #0"
-    i = max(j for j, r in enumerate(m["runs"]) if r["kind"] == "ingest") if where == "plan" else len(m["runs"]) // 2
+        i = next(j for j, g in enumerate(m["garbage"]) if g["kind"] == kind)
+        m["garbage"][i][field] = WRONG
+        return json.dumps(m).encode(), f"garbage entry #{i}"
+    i = max(j for j, r in enumerate(m["runs"]) if r["kind"] == ("ingest" if where == "plan" else kind))
     run = m["runs"][i]
     (run["plan"][0] if where == "plan" else run)[field] = WRONG
     return json.dumps(m).encode(), f"run {run['id'] if field != 'id' else f'#{i}'}"
 
 
+#: a manifest holding a run (entry) of each kind
+GOLDEN_OF = {"load": "load-resumed", "ingest": "ingest-resumed", "finalize": "finalize-compact-garbage"}
+GOLDEN_OF |= {"compact": "finalize-compact-garbage", "batches": "finalize-compact-garbage"}
+GOLDEN_OF |= {"array": "finalize-compact-garbage", "doc-tables": "docs-compact-garbage"}
 CASES = (
-    [("runs", f) for f in Run._fields]
-    + [("plan", f) for f in PlanFile._fields]
-    + [("garbage", f) for f in GarbageEntry._fields]
+    [("runs", f, kind) for kind, cls in RUN_CLASSES.items() for f in cls._fields]
+    + [("plan", f, "ingest") for f in PlanFile._fields]
+    + [("garbage", f, kind) for kind, cls in ENTRY_CLASSES.items() for f in cls._fields]
 )
 
 
-@pytest.mark.parametrize("where,field", CASES)
-def test_a_wrong_type_in_any_field_names_the_run_and_the_field(where, field, tmp_path):
-    base = golden("finalize-compact-garbage" if where == "garbage" else "ingest-resumed")
-    data, label = corrupt(base, where, field)
+@pytest.mark.parametrize("where,field,kind", CASES)
+def test_a_wrong_type_in_any_field_names_the_run_and_the_field(where, field, kind, tmp_path):
+    data, label = corrupt(golden(GOLDEN_OF[kind]), where, field, kind)
     root, _ = place(tmp_path, data)
     with pytest.raises(ManifestError) as e:
         read(root / "manifest.json")
@@ -257,3 +264,20 @@ def test_the_cli_exits_1_with_one_line_and_writes_nothing(tmp_path, command, fie
     assert p.returncode == 1 and len(lines) == 1 and lines[0].startswith("bulkload: error: "), p.stderr
     assert f"run {m['runs'][1]['id']} (load), {expected}" in lines[0], lines[0]
     assert (root / "manifest.json").read_bytes() == (tmp_path / "before" / "manifest.json").read_bytes()
+
+
+def test_a_run_of_a_kind_this_version_does_not_know_is_kept_as_it_is(tmp_path):
+    """Runs decode as a tagged union of one type per kind; a newer version's kind is a
+    plain `Run`, validated for the fields every kind shares, and written back unchanged."""
+    m = json.loads(golden("load-resumed"))
+    m["runs"].append({**m["runs"][0], "kind": "future", "id": "f1", "future": [1]})
+    data = json.dumps(m, separators=(",", ":")).encode()
+    root, _ = place(tmp_path, data)
+    got = read(root / "manifest.json")
+    assert [type(r) for r in got.runs] == [LoadRun, LoadRun, LoadRun, Run]
+    assert encoded(got) == data
+    m["runs"][-1]["records"] = "12"
+    (tmp_path / "bad").mkdir()
+    root2, _ = place(tmp_path / "bad", json.dumps(m).encode())
+    with pytest.raises(ManifestError, match=r"run f1 \(future\), field `records`: Expected `int`"):
+        read(root2 / "manifest.json")
