@@ -143,6 +143,28 @@ def public_functions() -> dict[str, str]:
     }
 
 
+def keyword_table(path: str) -> list[str]:
+    """The keywords of a public function as the one declaration gives them (model/optspec.py):
+    each one's command-line option, pipeline key, default and help."""
+    import importlib
+    import inspect as ins
+
+    from loader.model.optspec import options_of
+
+    module, _, attr = path.rpartition(".")
+    try:
+        options = options_of(getattr(importlib.import_module(module), attr))
+    except (TypeError, ValueError):  # not declared with Opt (e.g. loader.generator)
+        return []
+    rows = ["| keyword | command line | pipeline key | default | help |", "|---|---|---|---|---|"]
+    for o in options.values():
+        cli = "argument" if o.opt.argument else (f"`{o.flag}`" if o.flag else "-")
+        key = f"`[{o.opt.section or attr}] {o.key}`" if o.key else "-"
+        default = "required" if o.default is ins.Parameter.empty else f"`{o.default!r}`"
+        rows.append(f"| `{o.name}` | {cli} | {key} | {default} | {cell(plain(o.opt.help))} |")
+    return [*rows, ""]
+
+
 def api_page() -> str:
     lines = [
         "# Python API",
@@ -166,6 +188,7 @@ def api_page() -> str:
             f'      heading: "loader.{name}"',
             "      show_root_toc_entry: true",
             "",
+            *keyword_table(path),
         ]
     lines += ["## Reading a dataset", "", f"::: {READER}", "", "## Reports", ""]
     for path in REPORTS:
