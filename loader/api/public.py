@@ -19,6 +19,17 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from ..model.optspec import DEFAULT_ARRAY, DEFAULT_DIMS, Opt
+from ..model.vocab import (
+    BadFilePolicy,
+    Compression,
+    DuplicatesPolicy,
+    EngineName,
+    ExportFormat,
+    FinalizeStrategy,
+    ProgressMode,
+    QueryFormat,
+    RecordFormat,
+)
 
 if TYPE_CHECKING:
     import datetime
@@ -53,13 +64,13 @@ DatasetWithHelp = Annotated[str, Opt(help=DATASET_HELP, argument=True, section="
 DatasetArg = Annotated[str, Opt(argument=True, section="job")]
 
 Format = Annotated[
-    str | None, Opt(help="capnp (default) or arrow; documents: block (default), raw or capnp.", section="job")
+    RecordFormat | None, Opt(help="capnp (default) or arrow; documents: block (default), raw or capnp.", section="job")
 ]
 Shards = Annotated[int | None, Opt(help="Shard count (default: cores).", section="job")]
 Workers = Annotated[int | None, Opt(help="Worker processes (default: cores).", section="job")]
 BatchRecords = Annotated[int | None, Opt(help="Records per batch (default 10000).", section="job")]
 Progress = Annotated[
-    str,
+    ProgressMode,
     Opt(
         help="auto (a bar on a terminal, else log lines), bar, log or none (the CLI's --quiet)",
         flag=None,
@@ -75,7 +86,7 @@ CheckpointBytes = Annotated[
 ]
 Client = Annotated[Any, Opt(help="A distributed.Client to run the tasks on (the dask engine).", flag=None, key=None)]
 Engine = Annotated[
-    str | None,
+    EngineName | None,
     Opt(
         help="Where load, ingest, finalize, compact, verify and run run their tasks: local (the process pool, "
         "default) or dask (also BULKLOAD_ENGINE).",
@@ -102,7 +113,7 @@ KeepSnapshots = Annotated[
     ),
 ]
 OnBadFile = Annotated[
-    str,
+    BadFilePolicy,
     Opt(
         help="Documents: fail (exit 1 naming the file, nothing loaded) or skip (load the rest, list it in the report)."
     ),
@@ -169,7 +180,7 @@ def load(
     ] = None,
     format: Format = None,
     compression: Annotated[
-        str | None,
+        Compression | None,
         Opt(help="none, lz4 or zstd (arrow); documents: zstd (default) or none.", section="job"),
     ] = None,
     shards: Shards = None,
@@ -268,7 +279,9 @@ def ingest(
         str,
         Opt(help="Shell pattern of the file names, e.g. '*.bin' (not for documents: every <id>.json is read)."),
     ] = "*",
-    on_bad_file: Annotated[str, Opt(help="fail (exit 1 naming the file) or skip (report it, load the rest).")] = "fail",
+    on_bad_file: Annotated[
+        BadFilePolicy, Opt(help="fail (exit 1 naming the file) or skip (report it, load the rest).")
+    ] = "fail",
     layout: Annotated[
         str | None,
         Opt(
@@ -278,7 +291,7 @@ def ingest(
         ),
     ] = None,
     format: Format = None,
-    compression: Annotated[str | None, Opt(help="none, lz4 or zstd (arrow).", section="job")] = None,
+    compression: Annotated[Compression | None, Opt(help="none, lz4 or zstd (arrow).", section="job")] = None,
     shards: Shards = None,
     workers: Workers = None,
     batch_records: BatchRecords = None,
@@ -346,7 +359,7 @@ def finalize(
         ),
     ] = None,
     array: Annotated[str, Opt(help="Array name (several arrays may coexist).")] = DEFAULT_ARRAY,
-    duplicates: Annotated[str, Opt(help="error, first, last or keep.")] = "error",
+    duplicates: Annotated[DuplicatesPolicy, Opt(help="error, first, last or keep.")] = "error",
     workers: Annotated[
         int | None,
         Opt(
@@ -360,14 +373,14 @@ def finalize(
     progress: Progress = "none",
     memory_budget: Annotated[int | str | None, Opt(help="Buffer bytes per worker (e.g. 512m, 2g).")] = None,
     strategy: Annotated[
-        str,
+        FinalizeStrategy,
         Opt(
             help="auto, direct (read windows of chunks straight from the batches) or spill (partition into "
             "spill runs first)."
         ),
     ] = "auto",
     compression: Annotated[
-        str | None,
+        Compression | None,
         Opt(
             help="The array's chunk pieces: none (default, whatever the records use: queries read them "
             "zero-copy), lz4 or zstd."
@@ -506,7 +519,7 @@ Records = Annotated[
 def export(
     dataset: DatasetArg,
     out: Annotated[str, Opt(help="Output file; - for stdout (the report then goes to stderr).", flag="--out")],
-    format: Annotated[str, Opt(help="arrow, parquet, csv, jsonl, npy or capnp.")] = "arrow",
+    format: Annotated[ExportFormat, Opt(help="arrow, parquet, csv, jsonl, npy or capnp.")] = "arrow",
     *,
     columns: Columns = None,
     records: Records = None,
@@ -572,7 +585,7 @@ def query(
     array: Annotated[str, Opt(help="Array name.")] = DEFAULT_ARRAY,
     attrs: Annotated[str | None, Opt(help="Attributes to return, e.g. d0,d3 (default: all).")] = None,
     format: Annotated[
-        str | None,
+        QueryFormat | None,
         Opt(help="table, csv, json, arrow, parquet or npy.", cli_default="table", key_default="csv"),
     ] = None,
     out: Annotated[str | None, Opt(help="Write to this file (default: stdout).")] = None,

@@ -18,7 +18,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import typer
 from typer.core import TyperGroup
@@ -35,6 +35,9 @@ from ..infra.outputs import guard_stdout, open_output, silence_stdout, stdout_fa
 from ..model.runs import Run
 from .options import api_command, group_option
 from .params import plain_params
+
+if TYPE_CHECKING:
+    from ..model.vocab import ProgressMode
 
 
 class OneLineErrors(TyperGroup):
@@ -166,7 +169,7 @@ def on_engine(dataset: str, call) -> tuple:
         return call(), engine_info(ex)
 
 
-def progress_mode(quiet: bool) -> str:
+def progress_mode(quiet: bool) -> ProgressMode:
     return "none" if quiet else "auto"
 
 

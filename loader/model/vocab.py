@@ -54,6 +54,12 @@ BadFilePolicy = Literal["fail", "skip"]
 #: units of datetime64 / timedelta64 fields
 TimeUnit = Literal["s", "ms", "us", "ns"]
 
+# --- how a command runs ------------------------------------------------------------------
+#: progress reporting (infra/progress.py); the CLI's --quiet is "none"
+ProgressMode = Literal["auto", "bar", "log", "none"]
+#: where a run's tasks run (api/engine.py)
+EngineName = Literal["local", "dask"]
+
 # --- outputs ---------------------------------------------------------------------------
 #: formats `bulkload export` writes
 ExportFormat = Literal["arrow", "parquet", "npy", "capnp", "csv", "jsonl"]
@@ -67,6 +73,8 @@ SERIALIZER_FORMATS: tuple[SerializerFormat, ...] = get_args(SerializerFormat)
 DOCUMENT_FORMATS: tuple[DocumentFormat, ...] = get_args(DocumentFormat)
 RECORD_FORMATS: tuple[RecordFormat, ...] = get_args(RecordFormat)
 COMPRESSIONS: tuple[Compression, ...] = get_args(Compression)
+PROGRESS_MODES: tuple[ProgressMode, ...] = get_args(ProgressMode)
+ENGINE_NAMES: tuple[EngineName, ...] = get_args(EngineName)
 ROCKSDB_COMPRESSIONS: tuple[RocksdbCompression, ...] = get_args(RocksdbCompression)
 STORE_SCHEMES: tuple[StoreScheme, ...] = get_args(StoreScheme)
 STORE_BACKENDS: tuple[StoreBackend, ...] = get_args(StoreBackend)

@@ -7,6 +7,7 @@ from typing import get_args
 from loader.arrays.finalize import STRATEGIES
 from loader.arrays.spec import POLICIES
 from loader.docs.kind import DocsKind
+from loader.infra.env import ENGINES
 from loader.kinds.fixed import FixedKind
 from loader.loading.options import BAD_FILE_POLICIES
 from loader.model import field_types, garbage_entry, run_retention, runs, vocab
@@ -41,3 +42,4 @@ def test_runtime_lists_of_allowed_values_match_the_vocabularies() -> None:
     assert run_retention.KINDS == vocab.RUN_KINDS
     assert run_retention.STATUSES == vocab.SHOWN_STATUSES
     assert runs.UNFINISHED == vocab.UNFINISHED_STATUSES
+    assert ENGINES == vocab.ENGINE_NAMES
