@@ -5,7 +5,9 @@
 - ``m`` backed by this dataset's catalog (read from it): one write transaction with the
   appended batch rows (and their ``by_first`` keys), the runs whose JSON changed and the
   new ones, the new files, the header, the aggregates and the commit row - O(change). A
-  table assigned whole (compaction's rows, pruned runs) is rewritten in that transaction.
+  table assigned whole (compaction's rows, pruned runs) is rewritten in that transaction;
+  batch rows are streamed through it (the old ones retired by a walk in seq order beside
+  the new ones, written in chunks of `ROWS_CHUNK`), so a commit holds no list of them.
 - otherwise (a version-1 manifest, a new dataset, a fresh manifest over an emptied one):
   the whole manifest is written - into the dataset's catalog in one transaction when it
   has one; else a catalog is built beside (``catalog.tmp-PID``), synced, renamed into
@@ -23,8 +25,10 @@ manifest.json is replaced), ``catalog-commit`` (a delta written, not committed).
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -34,7 +38,7 @@ from ..errors import StoreError
 from ..infra import faults
 from ..infra.paths import MANIFEST
 from . import catalog as cg
-from .catalog_rows import BatchRows, FileMap, RunList, add_rows, summarize
+from .catalog_rows import BatchRows, FileMap, RunList, add_rows
 from .runs import UNFINISHED, Run
 
 if TYPE_CHECKING:
@@ -43,6 +47,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 #: a run number -> (the run, its JSON as written)
 Written = dict[int, tuple[Run, bytes]]
+#: batch rows put per putmulti when a table is written whole
+ROWS_CHUNK = 4096
 
 
 def commit(m: Manifest, root: str) -> None:
@@ -162,13 +168,18 @@ def _commit_row(m: Manifest, agg: cg.Aggregates) -> bytes:
     )
 
 
-def _retire(m: Manifest, txn: lmdb.Transaction, cat: cg.Catalog, kept: set[int]) -> None:
-    """The rows of the table now that the new one does not keep: kept in ``retired`` with
-    the generation that removed them (time travel reads them while their data lives)."""
+def _retire(m: Manifest, txn: lmdb.Transaction, cat: cg.Catalog, kept: Iterator[int]) -> None:
+    """The rows of the table now that the new one does not keep (``kept``: its seqs in
+    ascending order, walked beside the table's): kept in ``retired`` with the generation
+    that removed them (time travel reads them while their data lives)."""
     db = cat.dbs["batches"]
+    nxt = next(kept, None)
     with txn.cursor(db=db) as cur:
         for k, raw in cur:
-            if cg.unkey(k) not in kept:
+            seq = cg.unkey(k)
+            while nxt is not None and nxt < seq:
+                nxt = next(kept, None)
+            if nxt != seq:
                 txn.put(k, cg.pack_row([*cg.unpack_row(raw), m.generation]), db=cat.dbs["retired"])
 
 
@@ -183,9 +194,10 @@ def _note_collected(m: Manifest, txn: lmdb.Transaction, cat: cg.Catalog) -> None
         oldest = max([int(was or 0), *gone])
         txn.put(b"readable_from", cg.encode(oldest), db=cat.dbs["meta"])
         with txn.cursor(db=cat.dbs["retired"]) as cur:  # rows no readable generation lists any more
-            dead = [k for k, raw in cur if cg.unpack_row(raw)[-1] <= oldest]
-        for k in dead:
-            txn.delete(k, db=cat.dbs["retired"])
+            ok = cur.first()
+            while ok and cur.key():  # deleted as walked (no list: a compaction retires every row)
+                # (delete moves to the next item; b"" past the end, keys are never empty)
+                ok = cur.delete() if cg.unpack_row(cur.value())[-1] <= oldest else cur.next()
 
 
 def _put_rows(txn: lmdb.Transaction, cat: cg.Catalog, rows: list[BatchEntry]) -> None:
@@ -205,14 +217,22 @@ def _put_rows(txn: lmdb.Transaction, cat: cg.Catalog, rows: list[BatchEntry]) ->
                 txn.put(k, v, db=db)
 
 
+def _put_all_rows(txn: lmdb.Transaction, cat: cg.Catalog, rows: Iterable[BatchEntry]) -> cg.Aggregates:
+    """A whole table's rows (any number, in chunks) into the emptied tables; their aggregates."""
+    agg = cg.Aggregates()
+    it = iter(rows)
+    while chunk := list(itertools.islice(it, ROWS_CHUNK)):
+        _put_rows(txn, cat, chunk)
+        add_rows(agg, chunk)
+    return agg
+
+
 def _write_all(m: Manifest, txn: lmdb.Transaction, cat: cg.Catalog, clear: bool) -> cg.Aggregates:
     """Every table of ``m`` (iterated: any backing) into the catalog."""
     if clear:
         for name in cg.DBS:
             txn.drop(cat.dbs[name], delete=False)
-    rows = list(m.batches)
-    _put_rows(txn, cat, rows)
-    agg = summarize(rows)
+    agg = _put_all_rows(txn, cat, m.batches)
     runs = list(m.runs)
     _put_runs_all(m, txn, cat, runs, agg)
     for name, value in m.files.items():
@@ -268,12 +288,10 @@ def _write_delta(m: Manifest, txn: lmdb.Transaction, cat: cg.Catalog) -> cg.Aggr
     rows: BatchRows = m.batches
     _note_collected(m, txn, cat)
     if rows.rewrite or rows.snap is not getattr(m, "_snap", None):
-        _retire(m, txn, cat, {b.seq for b in rows})
+        _retire(m, txn, cat, rows.seqs())
         txn.drop(cat.dbs["batches"], delete=False)
         txn.drop(cat.dbs["by_first"], delete=False)
-        listed = list(rows)
-        _put_rows(txn, cat, listed)
-        agg = summarize(listed)
+        agg = _put_all_rows(txn, cat, rows)
         runs_agg = _snap_of(m).aggregates()
         for f in ("runs", "runs_by_status", "unfinished", "last_replace", "last_compact"):
             setattr(agg, f, getattr(runs_agg, f))

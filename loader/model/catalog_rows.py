@@ -10,7 +10,8 @@ assignment) while a catalog-backed one reads only what it is asked for:
   record) from the aggregates, O(1); iteration streams the rows in seq order from the read
   transaction; `covering(a, b)` finds the rows of a record range by ``by_first``,
   O(log n + k); appended rows are pending until the commit, which writes only them; a
-  whole assignment (compaction) rewrites the table at the commit.
+  whole assignment rewrites the table at the commit; `BatchRows.streamed` (compaction's
+  merged rows) is a whole table read from a source at each pass, never held as a list.
 - `RunList`: runs in creation order, read one by one (forward or `reversed`, stopping
   early), each Run object handed out kept (the same object on every read) with the JSON it
   was read as: the commit writes the runs whose JSON changed and the appended ones; the
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, ClassVar, Generic, Self, TypeVar, overload
 
 from . import catalog as cg
@@ -161,12 +162,23 @@ class BatchRows(_Rows["BatchEntry"]):
         self._agg = agg if snap is not None else None
         self._firsts: list[int] | None = None
         self._with_new: tuple[int, cg.Aggregates] | None = None  # (len(new), aggregates with them): `agg`
+        self._source: Callable[[], Iterator[BatchEntry]] | None = None  # `streamed`
+
+    @classmethod
+    def streamed(cls, source: Callable[[], Iterator[BatchEntry]]) -> BatchRows:
+        """A whole table whose rows ``source()`` yields in seq order, afresh at each pass
+        (compaction's merged rows, from files): the commit rewrites the table from it
+        without a list of the rows. Iterating, ``len``, ``last`` and ``agg`` read it
+        through; other reads are for catalog- or list-backed tables (TypeError)."""
+        rows = cls()
+        rows._list, rows._source = None, source
+        return rows
 
     # --- aggregates ---------------------------------------------------------------------
     @property
     def agg(self) -> cg.Aggregates:
-        if self._list is not None:
-            return summarize(self._list)
+        if self._list is not None or self._source is not None:
+            return summarize(self)
         stored = self._aggs
         if not self.new:
             return stored
@@ -179,10 +191,15 @@ class BatchRows(_Rows["BatchEntry"]):
         return agg
 
     def __len__(self) -> int:
+        if self._source is not None:
+            return self.agg.batches
         return len(self._list) if self._list is not None else self._aggs.batches + len(self.new)
 
     @property
     def last(self) -> BatchEntry | None:
+        if self._source is not None:
+            last = self.agg.last
+            return self._entry(*last) if last is not None else None
         if self._list is not None:
             return self._list[-1] if self._list else None
         if self.new:
@@ -194,6 +211,9 @@ class BatchRows(_Rows["BatchEntry"]):
     def __iter__(self) -> Iterator[BatchEntry]:
         if self._list is not None:
             yield from list(self._list)
+            return
+        if self._source is not None:
+            yield from self._source()
             return
         snap = self._snap
         for _k, raw in snap.items("batches"):
@@ -254,7 +274,16 @@ class BatchRows(_Rows["BatchEntry"]):
             out.extend(r for r in self.new if r.first < b and r.first + r.count > a)
         return out
 
+    def seqs(self) -> Iterator[int]:
+        """The rows' seqs in ascending order (a list-backed table: sorted)."""
+        if self._list is not None:
+            yield from sorted(b.seq for b in self._list)
+        else:
+            yield from (b.seq for b in self)
+
     def __repr__(self) -> str:
+        if self._source is not None:
+            return "BatchRows(streamed)"
         return f"BatchRows({len(self)} rows{', catalog' if self.snap else ''})"
 
 
