@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import BulkloadError, StoreError, UsageError
 from ..infra import executors, faults, interrupts
@@ -57,7 +57,7 @@ from .garbage import (
     set_keep_snapshots,
     start_writing,
 )
-from .merge import MergeGroup, MergeTask, merge_worker
+from .merge import MergeTask, merge_worker, plan_merge, read_rows, remove_rows_files, rows_path
 from .report import NOTHING_TO_DO, CompactReport
 
 #: what a compaction that stopped early leaves: the records as they were
@@ -67,20 +67,27 @@ WASTE_FACTOR = 1.25
 WASTE_SLACK = 8 << 20
 
 
-def plan_merge(batches: Iterable[mf.BatchEntry], target: int) -> list[list[mf.BatchEntry]]:
-    """Greedy groups of consecutive batches (record order) of at most ``target`` records."""
-    groups: list[list[mf.BatchEntry]] = []
-    cur: list[mf.BatchEntry] = []
-    acc = 0
-    for b in sorted(batches, key=lambda b: b.first):
-        if cur and acc + b.count > target:
-            groups.append(cur)
-            cur, acc = [], 0
-        cur.append(b)
-        acc += b.count
-    if cur:
-        groups.append(cur)
-    return groups
+@dataclass
+class MergePlan:
+    """What one streaming pass over the batch rows (seq order) says of a merge: no group
+    or row is kept (`merge.plan_merge` streams the groups again where they are merged)."""
+
+    groups: int = 0  # new batches
+    merged: bool = False  # some group holds more than one batch
+    merged_bytes: int = 0  # stored bytes of the batches in groups of more than one
+    live: list[int] = field(default_factory=list)  # per shard: stored bytes of its batches
+
+    @classmethod
+    def of(cls, batches: Iterable[mf.BatchEntry], target: int, shards: int) -> MergePlan:
+        plan = cls(live=[0] * shards)
+        for g in plan_merge(batches, target):
+            plan.groups += 1
+            for b in g:
+                plan.live[b.shard] += b.nbytes
+            if len(g) > 1:
+                plan.merged = True
+                plan.merged_bytes += sum(b.nbytes for b in g)
+        return plan
 
 
 def compact(
@@ -151,8 +158,9 @@ def compact_locked(
     first_new = m.next_seq  # the merged batches' first seq
     before_batches = len(m.batches)
     shard_bytes_before = shard_bytes(spec, k)
-    groups = plan_merge(m.batches, target)
-    merged = any(len(g) > 1 for g in groups)
+    remove_rows_files(spec.root)  # of a compaction that died
+    plan = MergePlan.of(m.batches, target, k)
+    merged = plan.merged
     state = _StoreState.of(spec, m)
     untidy = None if force or merged else _untidy_shards(spec, state)
     if untidy is not None and not untidy:  # nothing to do: no run, no write
@@ -173,7 +181,7 @@ def compact_locked(
             seconds=round(time.perf_counter() - t0, 4),
             status=NOTHING_TO_DO,
         )
-    check_space(spec.root, _min_compact_bytes(m, groups, force), "compact")
+    check_space(spec.root, _min_compact_bytes(plan, force), "compact")
     run = runs.new_run("compact", target_batch_records=target)
     m.runs.append(run)
     m.save(spec.root)
@@ -181,7 +189,7 @@ def compact_locked(
         seconds_merge = 0.0
         if merged:
             t = time.perf_counter()
-            _merge(spec, m, groups, progress, workers or default_workers())
+            _merge(spec, m, plan, target, progress, workers or default_workers())
             seconds_merge = time.perf_counter() - t
             state = _StoreState.of(spec, m)
         shards = _compact_stores(spec, m, state, force=force or merged, only=untidy)
@@ -244,11 +252,14 @@ def shard_bytes(spec, k: int) -> list[int]:
     return per_shard(spec, k, lambda st: st.nbytes())
 
 
-def _merge(spec, m: mf.Manifest, groups: list[list], progress: str, workers: int) -> None:
+def _merge(spec, m: mf.Manifest, plan: MergePlan, target: int, progress: str, workers: int) -> None:
+    """Write the merged batches (pool workers, each streaming the plan from the catalog)
+    and switch to them in one commit that streams their rows from the workers' rows files
+    and retires every batch below the first new seq."""
     k = m.shards
     first_seq = m.next_seq
-    plan = [MergeGroup(first_seq + i, g[0].first, sum(b.count for b in g), tuple(g)) for i, g in enumerate(groups)]
     nw = max(1, min(workers, k))
+    paths = [rows_path(spec.root, os.getpid(), w) for w in range(nw)]
     tasks = [
         MergeTask(
             store=spec,
@@ -258,34 +269,43 @@ def _merge(spec, m: mf.Manifest, groups: list[list], progress: str, workers: int
             layout=m.layout,
             format=m.format,
             compression=m.compression,
-            plan=tuple(plan),
+            target=target,
+            first_seq=first_seq,
+            generation=m.generation,
+            rows=paths[w],
             main_pid=os.getpid(),
             fault=os.environ.get(faults.ENV, ""),
         )
         for w in range(nw)
     ]
-    with Progress("compact: merge batches", m.records, m.layout_obj.record_size, mode=progress) as prog:
-        receipts = executors.run(merge_worker, tasks, on_progress=prog.advance)
-    written = sorted((b for rc in receipts for b in rc.batches), key=lambda b: b.seq)
-    if len(written) != len(plan):
-        raise StoreError(f"compaction wrote {len(written)} of {len(plan)} batches; nothing was committed")
-    faults.hit("merged")
-    m.batches = BatchRows(written)
-    retire_batches(m, first_seq)  # the old batches: everything below the first new key
-    m.save(spec.root)  # the switch
+    garbage = list(m.garbage)
+    try:
+        with Progress("compact: merge batches", m.records, m.layout_obj.record_size, mode=progress) as prog:
+            receipts = executors.run(merge_worker, tasks, on_progress=prog.advance)
+        written = sum(rc.batches for rc in receipts)
+        if written != plan.groups:
+            raise StoreError(f"compaction wrote {written} of {plan.groups} batches; nothing was committed")
+        faults.hit("merged")
+        m.batches = BatchRows.streamed(lambda: read_rows(paths, first_seq, plan.groups))
+        retire_batches(m, first_seq)  # the old batches: everything below the first new key
+        m.save(spec.root)  # the switch
+    except BaseException:
+        snap = getattr(m, "_snap", None)
+        if m.batches.snap is None and snap is not None:  # not switched: the rows as read, for the run's stop
+            m.batches = BatchRows(snap=snap, agg=snap.aggregates())
+            m.garbage = garbage
+        raise
+    finally:
+        remove_rows_files(spec.root, os.getpid())
     faults.hit("merge-switched")
     collect_garbage(spec, m)
 
 
-def _min_compact_bytes(m: mf.Manifest, groups: list[list], force: bool) -> int:
+def _min_compact_bytes(plan: MergePlan, force: bool) -> int:
     """A lower bound of the free space a compaction takes: the merged batches, written
     beside the old ones (whose pages the shard files keep until they are compacted), then
     the compacted copy of a shard beside the shard itself (one at a time: the largest)."""
-    merged = sum(b.nbytes for g in groups if len(g) > 1 for b in g)
-    live = [0] * m.shards
-    for b in m.batches:
-        live[b.shard] += b.nbytes
-    return merged + (max(live, default=0) if merged or force else 0)
+    return plan.merged_bytes + (max(plan.live, default=0) if plan.merged or force else 0)
 
 
 def _drop_unswitched(spec, first_new: int) -> None:
@@ -293,7 +313,7 @@ def _drop_unswitched(spec, first_new: int) -> None:
     the manifest on disk switched to them. Best effort: a later merge deletes them too."""
     try:
         m = mf.load_manifest(spec.root)
-        if any(b.seq >= first_new for b in m.batches):
+        if m.next_seq > first_new:
             return
         for s in range(m.shards):
             st = spec.open_shard(s, write=True)

@@ -1,30 +1,43 @@
 """Compaction's batch merge, in pool workers: rewrite groups of small batches as single batches.
 
-The coordinator (compact.py `_merge`) plans `MergeGroup`s: consecutive old batches (record
-order) that become one new batch under a fresh sequence number above every existing one.
+`plan_merge` streams the batch rows in seq order (= record order) into `MergeGroup`s:
+consecutive old batches that become one new batch under a fresh sequence number above every
+existing one. Every merge worker streams the plan itself from the catalog generation the
+coordinator (compact.py `_merge`) read (the dataset lock is held: no other commit), so no
+process holds the plan or the batch table: memory is flat in the number of batches.
 `merge_worker` writes the new batches of the shards it owns (shard = new seq mod K, owned
 when shard mod W == worker: one writer per shard): a one-batch group is copied verbatim,
 a larger one is decoded, concatenated and encoded once. Every old batch is read
 zero-copy and checked against its manifest row (size, xxh3) first: a changed batch is a
 CorruptBatchError, never a merged batch with a new checksum. Values are written in key
-order in groups of up to `GROUP_BYTES`, then each shard is synced once; the receipt
-lists the new batches (`MergeReceipt`).
+order in groups of up to `GROUP_BYTES`, then each shard is synced once. The new batch rows
+go to the worker's rows file (`RowsFile`, seq order, fixed-size records) that the
+coordinator's commit streams; the receipt counts them (`MergeReceipt`).
 
 Crash behaviour: the new keys lie at or above the manifest's ``next_seq``, which no
 committed batch uses: a worker first deletes such leftovers of a crashed attempt, and a
-crash leaves only keys that the next writer removes. Fault point: ``merge`` (after each
+crash leaves only keys that the next writer removes (and rows files, which the next
+compaction removes: `remove_rows_files`). Fault point: ``merge`` (after each
 group written).
 """
 
 from __future__ import annotations
 
+import contextlib
+import heapq
+import os
+import struct
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import BinaryIO
 
 import xxhash
 
+from ..errors import StoreError
 from ..infra import faults
 from ..infra.proc import peak_rss, start_worker
+from ..model import manifest as mf
 from ..model.layouts import Layout
 from ..model.manifest import BatchEntry
 from ..model.placement import batch_key, owned_shards
@@ -34,6 +47,10 @@ from ..stores.values import ValueReader, read_batch
 from ..stores.write_guard import guard_write
 
 GROUP_BYTES = 64 << 20
+#: a rows file's record: seq, shard, first, count, checksum, nbytes of one new batch
+ROW = struct.Struct("<6Q")
+#: rows files of a compaction, in the dataset root: ROWS_PREFIX + "PID-WORKER"
+ROWS_PREFIX = ".compact-rows-"
 
 
 @dataclass(frozen=True)
@@ -46,6 +63,73 @@ class MergeGroup:
     olds: tuple  # of BatchEntry, in record order
 
 
+def plan_merge(batches: Iterable[BatchEntry], target: int) -> Iterator[list[BatchEntry]]:
+    """Greedy groups of consecutive batches of at most ``target`` records, streamed from
+    ``batches`` in seq order (which is record order; StoreError if a row breaks it)."""
+    cur: list[BatchEntry] = []
+    acc = 0
+    end = None
+    for b in batches:
+        if end is not None and b.first < end:
+            raise StoreError(
+                f"batch {b.seq} (first record {b.first}) comes before the end of the previous "
+                f"one ({end}): the batch rows are not in record order; nothing was compacted - "
+                "run `bulkload verify` on the dataset"
+            )
+        end = b.first + b.count
+        if cur and acc + b.count > target:
+            yield cur
+            cur, acc = [], 0
+        cur.append(b)
+        acc += b.count
+    if cur:
+        yield cur
+
+
+def merge_groups(batches: Iterable[BatchEntry], target: int, first_seq: int) -> Iterator[MergeGroup]:
+    """The plan: the new batches, numbered from ``first_seq``, in seq order."""
+    for i, g in enumerate(plan_merge(batches, target)):
+        yield MergeGroup(first_seq + i, g[0].first, sum(b.count for b in g), tuple(g))
+
+
+def rows_path(root: str, pid: int, worker: int) -> str:
+    return os.path.join(root, f"{ROWS_PREFIX}{pid}-{worker}")
+
+
+def remove_rows_files(root: str, pid: int | None = None) -> None:
+    """Remove the rows files of compaction ``pid`` (None: every one: leftovers of a
+    compaction that died; call with the dataset lock held)."""
+    prefix = ROWS_PREFIX if pid is None else f"{ROWS_PREFIX}{pid}-"
+    with contextlib.suppress(OSError):
+        for name in os.listdir(root):
+            if name.startswith(prefix):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(root, name))
+
+
+def read_rows(paths: Iterable[str], first_seq: int, count: int) -> Iterator[BatchEntry]:
+    """The new batch rows of the workers' rows files, in seq order (a merge of the files,
+    each in seq order): exactly seqs ``first_seq`` .. ``first_seq + count - 1``, else
+    StoreError (nothing is committed)."""
+    with contextlib.ExitStack() as stack:
+        files = [stack.enter_context(open(p, "rb")) for p in paths]
+        expect = first_seq
+        for seq, shard, first, n, checksum, nbytes in heapq.merge(*(_rows_of(f) for f in files), key=lambda r: r[0]):
+            if seq != expect:
+                break
+            yield BatchEntry(seq, shard, first, n, checksum, nbytes)
+            expect += 1
+        if expect != first_seq + count:
+            raise StoreError(
+                f"compaction wrote {expect - first_seq} of {count} batches in order; nothing was committed"
+            )
+
+
+def _rows_of(f: BinaryIO) -> Iterator[tuple[int, ...]]:
+    while chunk := f.read(ROW.size * 4096):
+        yield from ROW.iter_unpack(chunk[: len(chunk) - len(chunk) % ROW.size])
+
+
 @dataclass(frozen=True)
 class MergeTask:
     store: StoreSpec
@@ -55,7 +139,10 @@ class MergeTask:
     layout: dict
     format: str
     compression: str
-    plan: tuple  # of MergeGroup, in seq order
+    target: int  # records per new batch (at most)
+    first_seq: int  # of the first new batch
+    generation: int  # of the catalog the plan is streamed from
+    rows: str  # the path of this worker's rows file
     main_pid: int = 0
     fault: str = ""
 
@@ -66,7 +153,7 @@ class MergeTask:
 @dataclass(frozen=True)
 class MergeReceipt:
     worker: int
-    batches: list  # of BatchEntry: the new batches this worker wrote
+    batches: int  # the new batches this worker wrote (their rows: the task's rows file)
     seconds: float
     max_rss: int
 
@@ -74,10 +161,16 @@ class MergeReceipt:
 def merge_worker(task: MergeTask, progress_q) -> MergeReceipt:
     t0 = time.perf_counter()
     start_worker(task)
+    m = mf.load_manifest(task.store.root)
+    if m.generation != task.generation:
+        raise StoreError(
+            f"the catalog of {task.store.root} is at generation {m.generation}, compaction planned "
+            f"at {task.generation} (another writer?); nothing was committed - run the compaction again"
+        )
     merger = _Merger(task)
     try:
         merger.open()
-        for g in task.plan:
+        for g in merge_groups(m.batches, task.target, task.first_seq):
             s = g.seq % task.nshards
             if s in merger.writers:
                 merger.add(s, g, merger.value_of(g))
@@ -98,19 +191,19 @@ class _Merger:
         self.owned = task.owned_shards()
         self.writers: dict = {}
         self.readers: dict = {}
-        self.batches: list[BatchEntry] = []
+        self.batches = 0
+        self.rows: BinaryIO | None = None
         self.groups: dict[int, list] = {s: [] for s in self.owned}
         self.group_bytes = {s: 0 for s in self.owned}
 
     def open(self) -> None:
         """Open the owned shards (writers first: a later reader of the same shard shares
         the env) and delete leftovers of a crashed attempt (keys from the first new seq)."""
+        self.rows = open(self.task.rows, "wb")  # noqa: SIM115  # closed by `close`
         for s in self.owned:
             self.writers[s] = self.task.store.open_shard(s, write=True)
-        first_new = min((g.seq for g in self.task.plan), default=None)
         for st in self.writers.values():
-            if first_new is not None:
-                st.delete_range(batch_key(first_new), None)
+            st.delete_range(batch_key(self.task.first_seq), None)
 
     def _shard(self, i: int):
         if i in self.writers:
@@ -136,7 +229,9 @@ class _Merger:
         return value if isinstance(value, bytes) else bytes(memoryview(value).cast("B"))
 
     def add(self, s: int, g: MergeGroup, value: bytes) -> None:
-        self.batches.append(BatchEntry(g.seq, s, g.first, g.count, xxhash.xxh3_64_intdigest(value), len(value)))
+        assert self.rows is not None
+        self.rows.write(ROW.pack(g.seq, s, g.first, g.count, xxhash.xxh3_64_intdigest(value), len(value)))
+        self.batches += 1
         self.groups[s].append((batch_key(g.seq), value))
         self.group_bytes[s] += len(value)
         if self.group_bytes[s] >= GROUP_BYTES:
@@ -155,5 +250,7 @@ class _Merger:
             guard_write(self.task.store, s, self.writers[s].sync)
 
     def close(self) -> None:
+        if self.rows is not None:
+            self.rows.close()
         for st in list(self.readers.values()) + list(self.writers.values()):
             st.close()

@@ -273,6 +273,7 @@ FC_SCENARIOS = [  # (command, fault): coordinator points, then worker points (wN
     (FIN_SPILL, "spilled:1"),
     (FIN_COMPACT, "merged:1"),  # finalize's own compaction, before its switch
     (COMPACT, "w1.merge:1"),
+    (COMPACT, "merged:1"),  # merged batches and their rows files written, not switched
     (COMPACT, "merge-switched:1"),
     (COMPACT, "deleting:1"),
     (COMPACT, "compact-copied:1"),  # LMDB compacted copy made, not swapped in
@@ -342,7 +343,7 @@ def test_finalize_and_compact_killed_then_rerun_is_byte_identical(tmp_path, requ
     assert (recs, rows) == want[:2]
     assert arrays.keys() == want[2].keys() and all(arrays[a].equals(want[2][a]) for a in arrays)
     root = tmp_path / "ds"
-    leftovers = [p for p in os.listdir(root) if p.startswith(".finalize-")]
+    leftovers = [p for p in os.listdir(root) if p.startswith((".finalize-", ".compact-rows-"))]
     leftovers += [
         p for p in os.listdir(root / "arrays") if p != os.path.basename(manifest_json(root)["arrays"]["grid"]["index"])
     ]
