@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -36,3 +37,27 @@ def run_cli(
         env=e,
         text=not isinstance(input, bytes),
     )
+
+
+#: run by a fresh interpreter: its child's peak RSS. (Measured from pytest itself, the
+#: figure would start at pytest's own size: Linux carries a process's peak RSS across
+#: fork and exec, and pytest grows to ~1 GB over the suite.)
+_MEASURE = """
+import json, resource, subprocess, sys
+p = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+print(json.dumps([p.returncode, p.stdout, p.stderr, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss]))
+"""
+
+
+def run_measured(args: list[object], timeout: float = 60) -> tuple[subprocess.CompletedProcess[str], int]:
+    """(CompletedProcess, peak RSS bytes of the command and its workers: the largest) of
+    the real `bulkload` command, started by a small process."""
+    out = subprocess.run(
+        [sys.executable, "-c", _MEASURE, tool("bulkload"), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=True,
+    )
+    code, stdout, stderr, maxrss = json.loads(out.stdout)
+    return subprocess.CompletedProcess(args, code, stdout, stderr), maxrss * 1024

@@ -16,20 +16,18 @@ line and the right exit code, writes nothing it should not, and never a tracebac
 from __future__ import annotations
 
 import errno
-import json
 import os
 import shutil
 import socket
 import stat
 import subprocess
-import sys
 import threading
 import time
 import uuid
 from pathlib import Path
 
 import pytest
-from helpers import run_cli
+from helpers import run_cli, run_measured
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -545,31 +543,6 @@ def test_sources_that_are_not_files_of_records(tmp_path):
 
 
 # --- absurd counts ---------------------------------------------------------------------------------
-
-
-#: run by a fresh interpreter: its child's peak RSS. (Measured from pytest itself, the
-#: figure would start at pytest's own size: Linux carries a process's peak RSS across
-#: fork and exec, and pytest grows to ~1 GB over the suite.)
-_MEASURE = """
-import json, resource, subprocess, sys
-p = subprocess.run(sys.argv[1:], capture_output=True, text=True)
-print(json.dumps([p.returncode, p.stdout, p.stderr, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss]))
-"""
-
-
-def run_measured(args, timeout=60):
-    """(CompletedProcess, peak RSS bytes) of the real command, started by a small process."""
-    from helpers import tool
-
-    out = subprocess.run(
-        [sys.executable, "-c", _MEASURE, tool("bulkload"), *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=True,
-    )
-    code, stdout, stderr, maxrss = json.loads(out.stdout)
-    return subprocess.CompletedProcess(args, code, stdout, stderr), maxrss * 1024
 
 
 @pytest.mark.parametrize(
