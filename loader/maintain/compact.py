@@ -6,12 +6,17 @@
    rewritten under a fresh sequence number (above all existing ones, so keys stay in
    append order and record order = sequence order): a single-batch group is copied
    verbatim, a multi-batch group is decoded, concatenated and encoded once. Shard
-   owners write in parallel (one writer per shard). The manifest then switches to the
-   new batch list atomically, listing the old keys (all below the first new seq) as
-   garbage in the same write; they are deleted at once unless a reader still pins an
+   owners write in parallel (one writer per shard). Nothing holds the batch table or the
+   plan: one pass over the rows (seq order = record order) sizes the merge (`MergePlan`),
+   each worker streams the groups itself from the same catalog generation
+   (merge.plan_merge) and writes its new rows to a rows file, and the switch streams them
+   into the catalog (`BatchRows.streamed`): memory is flat in the number of batches. The
+   manifest then switches to the new batch list atomically (one commit), listing the old
+   keys (all below the first new seq) as garbage in the same write; they are deleted at once unless a reader still pins an
    older snapshot, else by a later writer (loader/garbage.py). A crash before the switch
    leaves the old state (the new keys sit above ``next_seq`` and are removed by the next
-   writer); a crash after it leaves the listed garbage, which the next writer collects.
+   writer; rows files ``.compact-rows-*`` by the next compaction); a crash after it leaves
+   the listed garbage, which the next writer collects.
 2. **Store compaction.** Per shard, ``ShardStore.compact()``: LMDB writes a compacted copy
    in key order and swaps it in atomically; RocksDB runs ``compact_range``. A shard whose
    on-disk size is already close to its live bytes is skipped (``force=True`` to compact
