@@ -46,7 +46,7 @@ from ..model.chunk_index import (
 from ..model.layouts import Layout
 from ..model.options import MAX_WORKERS, check_count, default_workers
 from ..model.optspec import DEFAULT_ARRAY
-from ..model.runs import Run, need, new_run, save_stopped
+from ..model.runs import FinalizeRun, need, new_run, save_stopped
 from ..model.runs import stop as stop_run
 from ..serializers import get_serializer
 from ..stores.health import require_shards
@@ -120,7 +120,7 @@ class _Build:
     spec: StoreSpec
     m: mf.Manifest
     plan: FinalizePlan
-    run: Run  # the manifest's run entry
+    run: FinalizeRun  # the manifest's run entry
     table: str
     spill: str  # the run's spill directory
     compact_report: dict | None  # the compaction's report (to_dict())

@@ -325,7 +325,7 @@ def info(options: dict, json_out: bool = typer.Option(False, "--json", help="Pri
                 r.status,
                 f"{r.records or 0:,}",
                 "" if r.seconds is None else str(r.seconds),
-                r.error or r.source or "",
+                r.error or r.source_uri() or "",
             )
             for r in map(Run.from_dict, d["runs"][-20:])
         ]

@@ -71,7 +71,7 @@ def list_cmd(
                 "" if r.seconds is None else str(r.seconds),
                 f"{r.records or 0:,}",
                 "" if r.as_of is None else str(r.as_of),
-                r.error or r.source or "",
+                r.error or r.source_uri() or "",
             )
             for r in found
         ],

@@ -19,7 +19,7 @@ from ..loading.run import load_locked
 from ..maintain.garbage import start_writing
 from ..model import manifest as mf
 from ..model import runs
-from ..model.runs import Run
+from ..model.runs import Run, SourceRun
 from ..read.dataset import Dataset
 from ..sources import SourcePlan
 from ..stores.health import require_shards
@@ -157,9 +157,9 @@ def _still_bad(m: mf.Manifest | None, directory: str, new, skipped: list, on_bad
     are parsed here first: still bad -> skipped (or, fail, BadFileError) before anything is
     written, so that a bad file left in the directory does not make every run commit an
     empty run."""
-    last = None
+    last: SourceRun | None = None
     for r in runs.recent(m) if m is not None else ():
-        if r.kind in ("ingest", "load") and r.source == directory and r.status == "done":
+        if isinstance(r, SourceRun) and r.source == directory and r.status == "done":
             last = r
             break
     was_bad = {f["path"] for f in last.skipped or [] if isinstance(f, dict)} if last is not None else set()

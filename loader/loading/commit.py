@@ -38,7 +38,7 @@ from ..kinds import FixedKind
 from ..model import manifest as mf
 from ..model import runs
 from ..model.manifest import BatchEntry
-from ..model.runs import Run
+from ..model.runs import SourceRun
 from ..stores.spec import StoreSpec
 from .messages import Checkpoint
 from .plan import Plan
@@ -119,7 +119,7 @@ class Committer:
         self,
         root: str,
         m: mf.Manifest,
-        run: Run,
+        run: SourceRun,
         units: list[Unit],
         keep: list[BatchEntry],
         record_pending: bool = True,

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from ..errors import ChangedInputError
 from ..model import runs
-from ..model.runs import Run
+from ..model.runs import LoadRun, Run
 
 
 @dataclass(frozen=True)
@@ -38,14 +38,14 @@ class FilePlan:
     offset: int  # first record of the file the run loads
     count: int  # records it loads
     fingerprint: str  # of the file's first offset + count records
-    prev: Run | None  # the run resumed, or the finished run this one continues (or repeats)
+    prev: LoadRun | None  # the run resumed, or the finished run this one continues (or repeats)
 
     @property
     def end(self) -> int:
         return self.offset + self.count
 
 
-def extent_end(run: Run) -> int:
+def extent_end(run: LoadRun) -> int:
     """The record of the file just after the extent a run planned."""
     return int(run.source_offset or 0) + int(run.total or 0)
 
@@ -79,21 +79,21 @@ def plan_file_run(
     return FilePlan("appended", end, n - end, src.fingerprint(layout, n), done)
 
 
-def source_runs(m, uri: str, considered: Callable[[Run], bool] = lambda r: True) -> list[Run]:
+def source_runs(m, uri: str, considered: Callable[[Run], bool] = lambda r: True) -> list[LoadRun]:
     """The load runs of the dataset's current content that loaded source ``uri``, oldest
     first (and ``considered``): a run of that source alone as it is; each committed input
     of a run of several inputs (``run.inputs``, loading/inputs.py) as a finished run
     of its own (a copy: its id, source, fingerprint and extent)."""
-    found = []
+    found: list[LoadRun] = []
     for r in m.runs.of_source(uri):  # the catalog's index: not every run (runs.current)
-        if r.kind != "load" or not considered(r):
+        if not isinstance(r, LoadRun) or not considered(r):
             continue
         if r.inputs is None:
             if r.source == uri:
                 found.append(r)
             continue
         found.extend(
-            Run(
+            LoadRun(
                 id=r.id,
                 kind="load",
                 status="done",
@@ -109,7 +109,9 @@ def source_runs(m, uri: str, considered: Callable[[Run], bool] = lambda r: True)
     return found
 
 
-def last_loaded(m, uri: str, fingerprint: str | None, considered: Callable[[Run], bool] = lambda r: True):
+def last_loaded(
+    m, uri: str, fingerprint: str | None, considered: Callable[[Run], bool] = lambda r: True
+) -> LoadRun | None:
     """The last run of the dataset's current content that loaded source ``uri`` with this
     fingerprint, alone or as one of several inputs (None: none, or no fingerprint)."""
     if fingerprint is None:
@@ -117,7 +119,7 @@ def last_loaded(m, uri: str, fingerprint: str | None, considered: Callable[[Run]
     return next((r for r in reversed(source_runs(m, uri, considered)) if r.fingerprint == fingerprint), None)
 
 
-def changed_message(path: str, done: Run, end: int, n: int, rs: int) -> str:
+def changed_message(path: str, done: LoadRun, end: int, n: int, rs: int) -> str:
     what = (
         f"it now holds {n:,} records, fewer than the {end:,} loaded"
         if end > n

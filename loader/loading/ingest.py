@@ -49,7 +49,7 @@ from ..model import manifest as mf
 from ..model import runs
 from ..model.engine_keys import EngineKeys
 from ..model.layouts import get_layout
-from ..model.runs import PlanFile, Run
+from ..model.runs import IngestRun, PlanFile
 from ..sources import refuse_pseudo_file
 from ..stores.health import require_shards
 from ..stores.spec import StoreSpec, parse_dataset_uri
@@ -257,7 +257,7 @@ class _Started:
     """An attempt of the run as `_IngestRun.start` set it up: the run record (the interrupted
     one, restarted, or a new one), its plan, resume points, file units and committer."""
 
-    run: Run
+    run: IngestRun
     plan: Plan
     resume: tuple
     units: list
@@ -293,7 +293,7 @@ class _IngestRun:
         self.excluded: set[str] = set()  # bad files the workers found (skip)
 
     def run(
-        self, prev: Run | None, kept_plan: list[PlanFile], new: list[Candidate], first_bad: InputError | None
+        self, prev: IngestRun | None, kept_plan: list[PlanFile], new: list[Candidate], first_bad: InputError | None
     ) -> IngestReport:
         while True:
             plan = number_files(
@@ -310,7 +310,7 @@ class _IngestRun:
             new, kept_plan, prev = got.retry, [], st.run  # the rest is renumbered: nothing kept
             st.run.pending = []
 
-    def start(self, prev: Run | None, plan: list[PlanFile], nkept: int) -> _Started:
+    def start(self, prev: IngestRun | None, plan: list[PlanFile], nkept: int) -> _Started:
         """The run record (the interrupted one, restarted, or a new one) and its committer."""
         m, settings, progress = self.m, self.settings, self.settings.progress
         if prev is not None:
@@ -381,7 +381,7 @@ class _IngestRun:
             committed = {u.name for u in committer.committed_units}
             return _Attempt(retry=listing_for(plan, self.directory, committed, self.excluded))
 
-    def finished(self, run: Run) -> str:
+    def finished(self, run: IngestRun) -> str:
         report = self.report
         return f"run {run.id} had finished: {len(report.files)} file(s) ({report.records:,} records) were committed"
 

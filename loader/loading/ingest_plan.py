@@ -20,19 +20,19 @@ import time
 from ..errors import InputError
 from ..model import manifest as mf
 from ..model import runs
-from ..model.runs import PlanFile, Run
+from ..model.runs import IngestRun, PlanFile
 from ..sources import FileSource, hash_file
 from .commit import Unit
 from .ingest_scan import Candidate, file_stat
 from .plan import Segment
 
 
-def resumable_plan(m: mf.Manifest, directory: str, pattern: str, opts: dict) -> tuple[Run | None, list[PlanFile]]:
+def resumable_plan(m: mf.Manifest, directory: str, pattern: str, opts: dict) -> tuple[IngestRun | None, list[PlanFile]]:
     """The last unfinished ingest run of this directory and the part of its plan to redo
     (its files not committed yet, as far as they are unchanged)."""
     prev = None
     for r in runs.recent(m):
-        if r.kind == "ingest" and r.directory == directory and r.pattern == pattern:
+        if isinstance(r, IngestRun) and r.directory == directory and r.pattern == pattern:
             prev = r
             break
     if prev is None or prev.status not in runs.UNFINISHED or not prev.resumable:

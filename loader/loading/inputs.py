@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from ..model import manifest as mf
 from ..model import runs
-from ..model.runs import Run
+from ..model.runs import LoadRun, Run
 from ..sources import SourcePlan
 from .file_runs import last_loaded, plan_file_run
 
@@ -44,7 +44,7 @@ class InputsMatch:
     ``loaded_by`` (``loaded_records`` records)."""
 
     todo: list[dict]
-    resume: Run | None = None
+    resume: LoadRun | None = None
     loaded_by: list[str] = field(default_factory=list)
     loaded_records: int = 0
 
@@ -68,7 +68,7 @@ def match_inputs(
     todo, loaded_by, loaded = [], [], 0
     for part in planned.parts:
         got = _match_one(m, part, layout, new_run, considered)
-        if isinstance(got, Run):
+        if isinstance(got, LoadRun):
             loaded_by.append(got.id)
             loaded += int(got.total or 0)
         else:
@@ -80,7 +80,7 @@ def match_inputs(
     return InputsMatch(todo, resume, loaded_by, loaded)
 
 
-def _match_one(m, part: SourcePlan, layout, new_run: bool, considered) -> dict | Run:
+def _match_one(m, part: SourcePlan, layout, new_run: bool, considered) -> dict | LoadRun:
     """The entry of ``part`` to load, or the run that already loaded it."""
     src = part.source
     if m is None or new_run:
@@ -102,10 +102,10 @@ def entry(source: str, fingerprint: str | None, offset: int, total: int | None) 
     return {"source": source, "fingerprint": fingerprint, "source_offset": offset, "total": total}
 
 
-def _interrupted(m: mf.Manifest, todo: list[dict], considered, resumable) -> Run | None:
+def _interrupted(m: mf.Manifest, todo: list[dict], considered, resumable) -> LoadRun | None:
     """The dataset's last run of several inputs, if it is interrupted, resumable, the
     dataset ends where its uncommitted inputs begin, and they are the first of ``todo``."""
-    last = next((r for r in runs.recent(m) if r.kind == "load" and considered(r)), None)
+    last = next((r for r in runs.recent(m) if isinstance(r, LoadRun) and considered(r)), None)
     if last is None or last.inputs is None or not resumable(last):
         return None
     rest = unloaded(last)
@@ -119,7 +119,7 @@ def _identity(e: dict) -> tuple:
     return tuple(e[k] for k in IDENTITY)
 
 
-def unloaded(run: Run) -> list[dict]:
+def unloaded(run: LoadRun) -> list[dict]:
     """The inputs of a run of several that are not committed yet (the run's own entries)."""
     return [e for e in run.inputs or [] if not e.get("committed")]
 
@@ -132,7 +132,7 @@ def number(entries: list[dict], seq: int, first: int, b: int) -> None:
         first += e["total"]
 
 
-def start(run: Run, match: InputsMatch, b: int) -> None:
+def start(run: LoadRun, match: InputsMatch, b: int) -> None:
     """Record the inputs of ``run`` (a new run: numbered from its first seq; the resumed
     one: its own, then any further inputs numbered after them)."""
     mine = unloaded(run) if match.resume is run else []

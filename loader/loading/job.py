@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from ..kinds import kind_for
 from ..model.layouts import Layout
@@ -94,7 +95,11 @@ class LoadJob:
     planned: SourcePlan
     new_run: bool = False
     stdin: object = None  # the stream a ``-`` source reads (None: sys.stdin)
-    mode: str = "load"
+    mode: Literal["load", "ingest"] = "load"
     replace: bool = False
     replaces: str | None = None
     on_commit: Callable | None = None
+
+    def __post_init__(self) -> None:
+        if self.replace and self.mode != "load":  # the run record of an ingest has no `replace`
+            raise ValueError(f"internal error: a --replace build is a load job, not {self.mode}")

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from ..infra import logs
 from ..model.engine_keys import EngineKeys
 from ..model.manifest import BatchEntry
-from ..model.runs import Run
+from ..model.runs import SourceRun
 from ..stores.spec import StoreSpec
 from .job import RunSettings
 from .messages import LoadReceipt, stage_figures
@@ -102,7 +102,7 @@ def text_bytes_of(entries) -> int:
 def make_report(
     spec: StoreSpec,
     settings: RunSettings,
-    run: Run,
+    run: SourceRun,
     output: RunOutput,
     *,
     source: str,

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from ..errors import ChangedInputError, Interrupted, WorkerError
 from ..infra import faults, interrupts
 from ..maintain.garbage import held_tables
 from ..model import manifest as mf
 from ..model import runs
-from ..model.runs import Run
+from ..model.runs import LoadRun, Run, SourceRun
 from ..stores.health import require_shards
 from ..stores.spec import StoreSpec
 from . import inputs
@@ -46,16 +47,16 @@ from .task import RunTable
 class Match:
     """What the dataset's runs say about a job's source."""
 
-    prev: Run | None  # the run to resume, or the finished run that already loaded the source
+    prev: SourceRun | None  # the run to resume, or the finished run that already loaded the source
     total: int | None  # records the run loads
     fingerprint: str | None
     file_plan: FilePlan | None = None  # a file: the extent the run loads (file_runs.py)
     inputs: inputs.InputsMatch | None = None  # several inputs: those the run loads (inputs.py)
 
 
-def part_of_build(run: Run, replaces: str | None) -> bool:
+def part_of_build(run: Run, replaces: str | None) -> TypeGuard[LoadRun]:
     """Is this run part of the `--replace` build that replaces dataset ``replaces``?"""
-    return bool(run.replace) and run.replaces == replaces
+    return isinstance(run, LoadRun) and bool(run.replace) and run.replaces == replaces
 
 
 def load_locked(spec: StoreSpec, m: mf.Manifest | None, job: LoadJob) -> LoadReport:
@@ -85,6 +86,7 @@ def match_previous(m: mf.Manifest | None, job: LoadJob) -> Match:
     planned, settings = job.planned, job.settings
     src = planned.source
     considered = lambda r: not job.replace or part_of_build(r, job.replaces)
+    prev: SourceRun | None
     if planned.parts and planned.source.replayable:
         return _match_inputs(m, job, considered)
     if src.by_extent and job.mode == "load":
@@ -142,7 +144,7 @@ def _match_inputs(m: mf.Manifest | None, job: LoadJob, considered) -> Match:
         )
     prev = found.resume
     if not found.todo:  # every input was loaded before
-        prev = Run(id=found.loaded_by[-1], kind="load", status="done", records=found.loaded_records)
+        prev = LoadRun(id=found.loaded_by[-1], kind="load", status="done", records=found.loaded_records)
     return Match(prev, found.total, job.planned.fingerprint, inputs=found)
 
 
@@ -150,11 +152,18 @@ def resumable_inputs(m: mf.Manifest, run: Run, settings) -> bool:
     """Can this unfinished run of several inputs be taken up again (where its committed
     inputs end: inputs.py checks that)?"""
     return (
-        run.status in runs.UNFINISHED
+        isinstance(run, SourceRun)
+        and run.status in runs.UNFINISHED
         and bool(run.resumable)
         and runs.options_match(run, **settings.run_options())
         and not runs.compacted_since(m, run)
     )
+
+
+def of_inputs(run: SourceRun) -> LoadRun:
+    """``run``, of several inputs: a load run (only load jobs match inputs: inputs.py)."""
+    assert isinstance(run, LoadRun), f"run {run.id} of several inputs is a {run.kind} run"
+    return run
 
 
 class _LoadRun:
@@ -180,7 +189,7 @@ class _LoadRun:
         self.table = self._table()
         self.src = self.planned.for_run(spec.root, self.run_record.id)  # a directory: its plan file
 
-    def _resumable(self, m: mf.Manifest | None, prev: Run | None) -> Run | None:
+    def _resumable(self, m: mf.Manifest | None, prev: SourceRun | None) -> SourceRun | None:
         """``prev`` if this job resumes it (logging a batch size it keeps), else None."""
         settings = self.settings
         checked = self.match.inputs is not None  # several inputs: inputs.match_inputs checked it
@@ -199,30 +208,18 @@ class _LoadRun:
             )
         return prev
 
-    def _start_record(self) -> Run:
+    def _start_record(self) -> SourceRun:
         """The run's record in the manifest: the resumed one, restarted, or a new one."""
-        m, job = self.m, self.job
+        m = self.m
+        run: SourceRun
         if self.resume is not None:
             run = self.resume
             runs.restart(run)
         else:
-            src, fplan = self.planned.source, self.match.file_plan
-            run = runs.new_run(job.mode, source=src.uri, fingerprint=self.match.fingerprint, workers=None)
-            run.update(
-                first_seq=m.next_seq,
-                first_record=m.next_record,
-                total=self.total,
-                batch_records=self.b,
-                resumable=self.match.fingerprint is not None,
-                **self.settings.run_options(),
-            )
-            if fplan is not None:
-                run.source_offset = fplan.offset
-            if job.replace:
-                run.update(replace=True, replaces=job.replaces)
+            run = self._new_record()
             m.runs.append(run)
         if self.match.inputs is not None:
-            inputs.start(run, self.match.inputs, self.b)
+            inputs.start(of_inputs(run), self.match.inputs, self.b)
         gone = runs.supersede(m, run, by=run.id)
         if gone:
             log(
@@ -234,6 +231,25 @@ class _LoadRun:
         run.workers = self.settings.nworkers
         if self.skipped:
             run.skipped = self.skipped
+        return run
+
+    def _new_record(self) -> SourceRun:
+        """A new run of the job's kind, its plan recorded."""
+        m, job, src, fplan = self.m, self.job, self.planned.source, self.match.file_plan
+        run = runs.new_run(job.mode, source=src.uri, fingerprint=self.match.fingerprint, workers=None)
+        run.update(
+            first_seq=m.next_seq,
+            first_record=m.next_record,
+            total=self.total,
+            batch_records=self.b,
+            resumable=self.match.fingerprint is not None,
+            **self.settings.run_options(),
+        )
+        if isinstance(run, LoadRun):  # a file's extent, a --replace build: load jobs only (LoadJob)
+            if fplan is not None:
+                run.source_offset = fplan.offset
+            if job.replace:
+                run.update(replace=True, replaces=job.replaces)
         return run
 
     def _table(self) -> RunTable:
@@ -293,13 +309,13 @@ class _LoadRun:
         of several inputs those not committed yet; of one source, the run's extent of it."""
         run = self.run_record
         if self.match.inputs is not None:
-            return inputs.unloaded(run)
+            return inputs.unloaded(of_inputs(run))
         return [
             {
                 "source": self.src.uri,
                 "fingerprint": run.fingerprint,
                 "total": self.total,
-                "source_offset": run.source_offset or 0,
+                "source_offset": (run.source_offset if isinstance(run, LoadRun) else None) or 0,
                 "first_seq": run.first_seq,
                 "first_record": run.first_record,
             }

@@ -263,10 +263,8 @@ def _put_new_run(
 
 def _index_sources(txn: lmdb.Transaction, cat: cg.Catalog, n: int, r: Run) -> None:
     """``by_source``: run ``n`` loaded its source, and each of its inputs' (catalog.py)."""
-    sources = {r.source} | {e.get("source") for e in r.inputs or [] if isinstance(e, dict)}
-    for source in sources - {None}:
-        if isinstance(source, str):
-            txn.put(cg.source_key(source, n), b"", db=cat.dbs["by_source"])
+    for source in r.sources():
+        txn.put(cg.source_key(source, n), b"", db=cat.dbs["by_source"])
 
 
 def _count_run(agg: cg.Aggregates, n: int, r: Run, sign: int) -> None:
@@ -276,7 +274,7 @@ def _count_run(agg: cg.Aggregates, n: int, r: Run, sign: int) -> None:
     if sign > 0:
         if r.status in UNFINISHED and n not in agg.unfinished:
             agg.unfinished.append(n)
-        if r.replace:
+        if r.replaces_dataset():
             agg.last_replace = max(agg.last_replace, n)
         if r.kind == "compact" and r.status == "done":
             agg.last_compact = max(agg.last_compact, n)

@@ -353,11 +353,11 @@ class RunList(_Rows[Run]):
         """The runs since the last ``--replace`` (inclusive), oldest first."""
         if self._list is not None:
             for i in range(len(self._list) - 1, -1, -1):
-                if self._list[i].replace:
+                if self._list[i].replaces_dataset():
                     return self._list[i:]
             return list(self._list)
         for i in range(len(self.new) - 1, -1, -1):
-            if self.new[i].replace:
+            if self.new[i].replaces_dataset():
                 return self.new[i:]
         start = max(self._aggs.last_replace, 0)
         return [self._run(cg.unkey(k), raw) for k, raw in self._snap.items("runs", cg.key(start))] + list(self.new)
@@ -380,9 +380,9 @@ class RunList(_Rows[Run]):
     def last_replace(self) -> int:
         """The creation number of the last ``--replace`` run, or -1."""
         if self._list is not None:
-            return next((i for i in range(len(self._list) - 1, -1, -1) if self._list[i].replace), -1)
+            return next((i for i in range(len(self._list) - 1, -1, -1) if self._list[i].replaces_dataset()), -1)
         for i in range(len(self.new) - 1, -1, -1):
-            if self.new[i].replace:
+            if self.new[i].replaces_dataset():
                 return self._aggs.runs + i
         return self._aggs.last_replace
 
@@ -403,7 +403,7 @@ class RunList(_Rows[Run]):
             return
         for r in reversed(list(self.new)):
             yield r
-            if r.replace:
+            if r.replaces_dataset():
                 return
         last_replace = self._aggs.last_replace
         for k, raw in self._snap.items("runs", reverse=True):
@@ -426,7 +426,7 @@ class RunList(_Rows[Run]):
             n = cg.unkey(k[len(prefix) :])
             if n >= last_replace:
                 numbers.append(n)
-        since = [r for r in self.new if r.replace]
+        since = [r for r in self.new if r.replaces_dataset()]
         if since:
             return self.new[self.new.index(since[-1]) :]
         return [self._run(n) for n in numbers] + list(self.new)

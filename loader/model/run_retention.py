@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from ..errors import UsageError
 from . import runs as run_rules
 from .options import check_count
-from .runs import Run
+from .runs import IngestRun, LoadRun, Run, SourceRun
 from .vocab import RUN_KINDS, SHOWN_STATUSES, RunKind, ShownStatus
 
 if TYPE_CHECKING:
@@ -155,7 +155,7 @@ def protected(m: Manifest) -> dict[str, str]:
     for i, r in enumerate(all_runs):
         if r.status == "running":
             why.setdefault(r.id, "running: its job may still be going")
-        elif r.status in run_rules.UNFINISHED and (r.resumable or r.pending):
+        elif r.status in run_rules.UNFINISHED and isinstance(r, SourceRun) and (r.resumable or r.pending):
             why.setdefault(r.id, f"{r.status} and resumable: the same command resumes it")
             resumable_at = i if resumable_at is None else resumable_at
     if resumable_at is not None:
@@ -196,9 +196,9 @@ def _loaded(r: Run) -> list[tuple[str, str | None, str, bool]]:
     one source; each committed input of a run of several (a finished run each, as
     loading/file_runs.py's `source_runs` sees them). Ingest runs: their source (the
     directory), for the documents' skipped files."""
-    if r.kind == "ingest" and r.source is not None:
+    if isinstance(r, IngestRun) and r.source is not None:
         return [(r.source, None, r.status, True)]
-    if r.kind != "load":
+    if not isinstance(r, LoadRun):
         return []
     if r.inputs is None:
         return [] if r.source is None else [(r.source, r.fingerprint, r.status, r.has("source_offset"))]

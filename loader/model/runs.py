@@ -20,7 +20,12 @@ runs before stay listed as the dataset's history.
 
 A run is a typed JSON object (model/json_object.py) of its kind's class - `LoadRun`,
 `IngestRun`, `FinalizeRun`, `CompactRun` (`AnyRun`); a run of a kind this version does not
-know (written by a newer one) is a plain `Run`, kept as it is. Its keys stay in the order
+know (written by a newer one) is a plain `Run`, kept as it is. `Run` declares only the
+fields every kind has; each kind's class declares its own (load and ingest runs share
+theirs through `SourceRun`), so a type checker refuses reading a load run's field on a
+finalize run, and at runtime the attribute is not there: code narrows by class first
+(``isinstance(run, LoadRun)``), or asks what every kind answers (`Run.replaces_dataset`,
+`Run.sources`, `Run.source_uri`). Its keys stay in the order
 they were first written, absent ones read as None, and its JSON is exactly what the code
 wrote before runs were typed (tests/model/test_runs_typed.py proves it on manifests made by
 that code). The manifest's shape validates runs as a tagged union of msgspec Structs, one
@@ -69,16 +74,15 @@ class PlanFile(JsonObject):
 
 
 class Run(JsonObject):
-    """A run in ``manifest.runs``: the fields any run may have (which ones it has depends
-    on its kind and on what happened to it; absent ones read as None). Runs of the known
-    kinds are of the kind's subclass; a run of an unknown kind (a newer version's) is of
-    this class.
+    """A run in ``manifest.runs``: the fields every kind of run has (absent ones read as
+    None). Runs of the known kinds are of the kind's subclass, which declares the kind's
+    own fields (`LoadRun`, `IngestRun`, `FinalizeRun`, `CompactRun`); a run of an unknown
+    kind (a newer version's) is of this class, its other keys kept as they are.
 
-    Every field is declared here, not on the kind's class: the commands read the fields
-    of a run before they know its kind (the catalog's indexes, `info`, resume), where an
-    absent field reads as None."""
+    Code that needs a kind's field narrows first (``isinstance(run, LoadRun)``, or
+    `SourceRun` for what load and ingest runs share), or asks a question every kind
+    answers (`replaces_dataset`, `sources`, `source_uri`)."""
 
-    # every run
     id: str
     kind: str
     status: str  # RunStatus (ShownStatus in listings); a newer version's status is kept
@@ -86,17 +90,36 @@ class Run(JsonObject):
     ended: float | None = None
     host: Absent[str] = None
     pid: Absent[int] = None
-    workers: int | None = None
     error: str | None = None
     as_of: int | None = None  # listings only, never stored: the generation its last commit can be read at
     records: Absent[int] = None  # committed by the run (documents: documents)
     seconds: Absent[float] = None
-    # load and ingest runs: the source, the options a resume must share (runs.options_match)
+
+    def replaces_dataset(self) -> bool:
+        """Was this run built by ``--replace`` (the current content starts with it)? Only
+        a load run can be (`LoadRun`)."""
+        return False
+
+    def source_uri(self) -> str | None:
+        """The source this run read (`SourceRun.source`): None for the other kinds."""
+        return None
+
+    def sources(self) -> set[str]:
+        """The sources this run loaded (alone or as one of its inputs): none but for load
+        and ingest runs (`SourceRun`)."""
+        return set()
+
+
+class SourceRun(Run):
+    """What load and ingest runs share: the source, the options a resume must share
+    (runs.options_match), the plan, and while unfinished, the pending batches."""
+
+    workers: int | None = None
     source: Absent[str] = None
     fingerprint: str | None = None
     format: Absent[str] = None
     compression: Absent[str] = None
-    layout: Absent[str] = None  # also of a documents compaction ("docs")
+    layout: Absent[str] = None
     shards: Absent[int] = None
     batch_records: Absent[int] = None
     resumable: Absent[bool] = None
@@ -104,10 +127,6 @@ class Run(JsonObject):
     first_seq: Absent[int] = None
     first_record: Absent[int] = None
     total: int | None = None
-    source_offset: Absent[int] = None  # a file: its first record the run loads (loading/file_runs.py)
-    inputs: Absent[list[dict[str, Any]]] = None  # several inputs: one entry each (loading/inputs.py)
-    replace: Absent[bool] = None  # built by --replace (loading/replace.py) ...
-    replaces: str | None = None  # ... of the dataset with this id
     table: Absent[str] = None  # documents: the table the run writes
     clear_from: Absent[int] = None
     # ... while unfinished: batch rows durable but not committed (loading/commit.py)
@@ -121,44 +140,43 @@ class Run(JsonObject):
     attempts: Absent[int] = None  # resumed runs
     resumed: Absent[list[float]] = None
     superseded_by: Absent[str] = None
-    # ingest runs of raw files (loading/ingest.py)
+
+    def source_uri(self) -> str | None:
+        return self.source
+
+    def sources(self) -> set[str]:
+        return set() if self.source is None else {self.source}
+
+
+class LoadRun(SourceRun):
+    """A ``bulkload load`` run."""
+
+    _tag = "load"
+    kind: Literal["load"]
+    source_offset: Absent[int] = None  # a file: its first record the run loads (loading/file_runs.py)
+    inputs: Absent[list[dict[str, Any]]] = None  # several inputs: one entry each (loading/inputs.py)
+    replace: Absent[bool] = None  # built by --replace (loading/replace.py) ...
+    replaces: str | None = None  # ... of the dataset with this id
+
+    def replaces_dataset(self) -> bool:
+        return bool(self.replace)
+
+    def sources(self) -> set[str]:
+        of_inputs = {e.get("source") for e in self.inputs or [] if isinstance(e, dict)}
+        return super().sources() | {s for s in of_inputs if isinstance(s, str)}
+
+
+class IngestRun(SourceRun):
+    """A ``bulkload ingest`` run: of raw files (loading/ingest.py) or documents."""
+
+    _tag = "ingest"
+    kind: Literal["ingest"]
+    # of raw files (loading/ingest.py)
     directory: Absent[str] = None
     pattern: Absent[str] = None
     plan: Absent[list[PlanFile]] = None
     files: Absent[int] = None
     deferred: Absent[list[str]] = None
-    # finalize runs (arrays/finalize.py)
-    array: Absent[str] = None
-    dims: Absent[str] = None
-    duplicates: Absent[str] = None  # DuplicatesPolicy
-    strategy: Absent[str] = None  # FinalizeStrategy
-    cells: Absent[int] = None
-    chunks: Absent[int] = None
-    spill_runs: Absent[int] = None
-    # compact runs (maintain/compact.py; documents: docs/compact.py)
-    target_batch_records: Absent[int] = None
-    batches_before: Absent[int] = None
-    batches_after: Absent[int] = None
-    bytes_before: Absent[int] = None
-    bytes_after: Absent[int] = None
-    shards_folded: Absent[list[int]] = None
-    documents_rewritten: Absent[int] = None
-    text_bytes_rewritten: Absent[int] = None
-    fold_seconds: Absent[float] = None
-
-
-class LoadRun(Run):
-    """A ``bulkload load`` run."""
-
-    _tag = "load"
-    kind: Literal["load"]
-
-
-class IngestRun(Run):
-    """A ``bulkload ingest`` run: of raw files (loading/ingest.py) or documents."""
-
-    _tag = "ingest"
-    kind: Literal["ingest"]
 
 
 class FinalizeRun(Run):
@@ -166,6 +184,14 @@ class FinalizeRun(Run):
 
     _tag = "finalize"
     kind: Literal["finalize"]
+    workers: int | None = None
+    array: Absent[str] = None
+    dims: Absent[str] = None
+    duplicates: Absent[str] = None  # DuplicatesPolicy
+    strategy: Absent[str] = None  # FinalizeStrategy
+    cells: Absent[int] = None
+    chunks: Absent[int] = None
+    spill_runs: Absent[int] = None
 
 
 class CompactRun(Run):
@@ -173,6 +199,18 @@ class CompactRun(Run):
 
     _tag = "compact"
     kind: Literal["compact"]
+    target_batch_records: Absent[int] = None
+    batches_before: Absent[int] = None
+    batches_after: Absent[int] = None
+    bytes_before: Absent[int] = None
+    bytes_after: Absent[int] = None
+    # documents (docs/compact.py)
+    layout: Absent[str] = None  # "docs"
+    shards_folded: Absent[list[int]] = None
+    table: Absent[str] = None
+    documents_rewritten: Absent[int] = None
+    text_bytes_rewritten: Absent[int] = None
+    fold_seconds: Absent[float] = None
 
 
 #: a run of a kind this version knows
@@ -202,6 +240,8 @@ def new_run(kind: Literal["ingest"], **details: Any) -> IngestRun: ...
 def new_run(kind: Literal["finalize"], **details: Any) -> FinalizeRun: ...
 @overload
 def new_run(kind: Literal["compact"], **details: Any) -> CompactRun: ...
+@overload
+def new_run(kind: Literal["load", "ingest"], **details: Any) -> LoadRun | IngestRun: ...
 @overload
 def new_run(kind: RunKind, **details: Any) -> AnyRun: ...
 @overload
@@ -280,16 +320,16 @@ def _interrupt(runs: list[Run]) -> bool:
     return changed
 
 
-def last_matching(m: Manifest, kind: str, source: str, fingerprint: str | None) -> Run | None:
+def last_matching(m: Manifest, kind: str, source: str, fingerprint: str | None) -> SourceRun | None:
     if fingerprint is None:
         return None
     for r in recent(m):
-        if r.kind == kind and r.source == source and r.fingerprint == fingerprint:
+        if isinstance(r, SourceRun) and r.kind == kind and r.source == source and r.fingerprint == fingerprint:
             return r
     return None
 
 
-def options_match(run: Run, **opts: object) -> bool:
+def options_match(run: SourceRun, **opts: object) -> bool:
     return all(getattr(run, k) == v for k, v in opts.items())
 
 
@@ -302,7 +342,8 @@ def compacted_since(m: Manifest, run: Run) -> bool:
 def load_resumable(m: Manifest, run: Run, **opts: object) -> bool:
     """Can this unfinished load run be resumed on the dataset as it is now?"""
     return (
-        run.status in UNFINISHED
+        isinstance(run, SourceRun)
+        and run.status in UNFINISHED
         and bool(run.resumable)
         and run.first_seq == m.next_seq
         and run.first_record == m.next_record
@@ -316,7 +357,7 @@ def supersede(m: Manifest, keep: Run | None, by: str) -> list[str]:
     new run's workers delete them); returns their ids."""
     ids = []
     for r in m.runs.unfinished():
-        if r is keep or r.status not in UNFINISHED or r.kind not in ("load", "ingest"):
+        if r is keep or r.status not in UNFINISHED or not isinstance(r, SourceRun):
             continue
         if r.pending or r.resumable:
             if r.pending and not committed_any(r):  # one that committed inputs stays failed / interrupted
@@ -331,17 +372,18 @@ def supersede(m: Manifest, keep: Run | None, by: str) -> list[str]:
 def committed_any(run: Run) -> bool:
     """Did ``run`` commit records (a run of several inputs: some of its inputs) before it
     stopped?"""
-    return bool(run.records) or any(e.get("committed") for e in run.inputs or [])
+    inputs = run.inputs or [] if isinstance(run, LoadRun) else []
+    return bool(run.records) or any(e.get("committed") for e in inputs)
 
 
-def restart(run: Run) -> None:
+def restart(run: SourceRun) -> None:
     """An unfinished run is being resumed by this job."""
     run.update(status="running", ended=None, error=None, pid=os.getpid(), host=os.uname().nodename)
     run.attempts = (run.attempts or 1) + 1
     run.resumed = [*(run.resumed or []), time.time()]
 
 
-def finish(run: Run, status: RunStatus, **fields: Any) -> None:
+def finish(run: SourceRun, status: RunStatus, **fields: Any) -> None:
     run.update(status=status, ended=time.time(), **fields)
     if status == "done":
         run.drop("pending")

@@ -18,7 +18,9 @@ compaction with nothing to do records no run -, and `info` shows the runs before
 - `bulkload info --json` prints the same runs and garbage as main's code;
 - keys and garbage kinds of a newer version are kept as they are (never collected);
 - a value of the wrong type in any field of a run, a plan file or an entry is a one-line
-  manifest error naming the run (its id) or entry and the field: exit 1, nothing written.
+  manifest error naming the run (its id) or entry and the field: exit 1, nothing written;
+- runs are one type per kind: `Run` has only the fields every kind has, a kind's own field
+  is absent on the other kinds (at runtime, and for a type checker).
 """
 
 from __future__ import annotations
@@ -29,12 +31,13 @@ from pathlib import Path
 
 import pytest
 from helpers import manifest_json, run_cli, write_manifest_json
+from helpers.typecheck import mypy_lines
 
 import loader
 from loader.errors import ManifestError
 from loader.model import manifest as mf
 from loader.model.garbage_entry import ENTRY_CLASSES
-from loader.model.runs import RUN_CLASSES, IngestRun, LoadRun, PlanFile, Run, new_run
+from loader.model.runs import RUN_CLASSES, CompactRun, FinalizeRun, IngestRun, LoadRun, PlanFile, Run, new_run
 
 from .run_scenarios import run_all
 
@@ -281,3 +284,76 @@ def test_a_run_of_a_kind_this_version_does_not_know_is_kept_as_it_is(tmp_path):
     root2, _ = place(tmp_path / "bad", json.dumps(m).encode())
     with pytest.raises(ManifestError, match=r"run f1 \(future\), field `records`: Expected `int`"):
         read(root2 / "manifest.json")
+
+
+# --- one type per kind ------------------------------------------------------------------------
+
+#: fields of one kind (or of load and ingest runs) that the other kinds' classes must not have
+NOT_ON = {
+    LoadRun: ("directory", "plan", "deferred", "strategy", "cells", "target_batch_records", "shards_folded"),
+    IngestRun: ("replace", "replaces", "inputs", "source_offset", "strategy", "batches_before"),
+    FinalizeRun: ("source", "fingerprint", "pending", "resumable", "first_seq", "plan", "replace", "table"),
+    CompactRun: ("source", "pending", "resumable", "attempts", "workers", "strategy", "plan", "inputs"),
+    Run: ("source", "pending", "replace", "plan", "strategy", "target_batch_records", "table", "workers"),
+}
+
+
+def test_run_declares_only_the_fields_every_kind_has():
+    common = {"id", "kind", "status", "started", "ended", "host", "pid", "error", "as_of", "records", "seconds"}
+    assert set(Run._fields) == common
+    assert all(set(cls._fields) > common for cls in RUN_CLASSES.values())
+
+
+@pytest.mark.parametrize("cls", list(NOT_ON), ids=lambda c: c.__name__)
+def test_a_kind_specific_field_is_absent_on_the_other_kinds_at_runtime(cls):
+    run = cls(id="r1", kind=cls._tag or "future", status="done")
+    for name in NOT_ON[cls]:
+        assert name not in cls._fields and not hasattr(run, name), name
+        with pytest.raises(AttributeError, match=f"no field '{name}'"):
+            setattr(run, name, None)
+
+
+def test_decoded_runs_have_only_their_kinds_fields(tmp_path):
+    root, _ = place(tmp_path, golden("finalize-compact-garbage"))
+    m = read(root / "manifest.json")
+    by_kind = {r.kind: r for r in m.runs}
+    assert by_kind["load"].source is not None and by_kind["finalize"].strategy is not None
+    assert not hasattr(by_kind["finalize"], "source") and not hasattr(by_kind["compact"], "pending")
+    assert not hasattr(by_kind["load"], "strategy")
+
+
+TYPED_SNIPPET = """\
+from loader.model.runs import CompactRun, FinalizeRun, IngestRun, LoadRun, Run, SourceRun
+
+FinalizeRun(id="f", kind="finalize", status="done").source
+CompactRun(id="c", kind="compact", status="done").pending
+LoadRun(id="l", kind="load", status="done").strategy
+IngestRun(id="i", kind="ingest", status="done").replace
+
+
+def read(run: Run) -> None:
+    run.first_seq
+    if isinstance(run, SourceRun):
+        reveal_type(run.source)
+    if isinstance(run, LoadRun):
+        reveal_type(run.replace)
+    if isinstance(run, IngestRun):
+        reveal_type(run.plan)
+    if isinstance(run, FinalizeRun):
+        reveal_type(run.strategy)
+"""
+
+
+def test_a_type_checker_refuses_a_field_of_another_kind(tmp_path):
+    lines = mypy_lines(TYPED_SNIPPET, tmp_path)
+    assert lines == [
+        '3: error: "FinalizeRun" has no attribute "source"  [attr-defined]',
+        '4: error: "CompactRun" has no attribute "pending"  [attr-defined]',
+        '5: error: "LoadRun" has no attribute "strategy"  [attr-defined]',
+        '6: error: "IngestRun" has no attribute "replace"  [attr-defined]',
+        '10: error: "Run" has no attribute "first_seq"  [attr-defined]',
+        '12: note: Revealed type is "str | None"',
+        '14: note: Revealed type is "bool | None"',
+        '16: note: Revealed type is "list[loader.model.runs.PlanFile] | None"',
+        '18: note: Revealed type is "str | None"',
+    ]
