@@ -202,11 +202,14 @@ def test_sigterm_during_a_small_finalize_keeps_the_arrays(tmp_path, fault_base):
         uri = copy_of(src, tmp_path, "ds")
         args[2] = uri
         p = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
-        while p.poll() is None and not running_finalize(tmp_path / "ds"):
+        running = False
+        while p.poll() is None and not (running := running_finalize(tmp_path / "ds")):
             time.sleep(0.001)
         with contextlib.suppress(ProcessLookupError):
             os.kill(p.pid, signal.SIGSTOP)  # hold it inside the run, then stop it there
-        stopped_inside = running_finalize(tmp_path / "ds")
+        # not read again while it is stopped: a process stopped holding LMDB's reader-table
+        # lock would block the read until SIGCONT
+        stopped_inside = running and p.poll() is None
         if stopped_inside:  # threads only: no forkserver, no worker process
             assert psutil.Process(p.pid).children(recursive=True) == []
         if p.poll() is None:

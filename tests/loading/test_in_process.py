@@ -191,11 +191,14 @@ def test_stop_signal_stops_an_in_process_load_and_the_same_command_resumes(tmp_p
     # the moment: the run has checkpointed batches (so it is under way, not finished); the
     # process is stopped there so that the signal lands mid-load however fast the machine
     assert poll_until(lambda: _checkpointed(tmp_path / "ds" / "manifest.json"), 60), "no checkpoint"
-    p.send_signal(signal.SIGSTOP)
+    # read before the stop: a process stopped while it holds LMDB's reader-table lock would
+    # block this read until SIGCONT (seen once: the test hung for minutes)
     state = manifest_json(tmp_path / "ds")["runs"][-1]["status"]
+    p.send_signal(signal.SIGSTOP)
+    alive = p.poll() is None
     p.send_signal(getattr(signal, f"SIG{signame}"))
     p.send_signal(signal.SIGCONT)
-    assert state == "running", "the load ended before it could be stopped; raise SLOW_N"
+    assert state == "running" and alive, "the load ended before it could be stopped; raise SLOW_N"
     _, err = p.communicate(timeout=60)
     signo = getattr(signal, f"SIG{signame}")
     assert p.returncode == 128 + signo, err
