@@ -77,10 +77,13 @@ def readable_runs(m: Manifest) -> dict[str, int]:
 
 def generation_of(m: Manifest, as_of: int | str) -> int:
     """The generation ``as_of`` names: a generation number, or a run id (the last commit
-    that run made)."""
-    if isinstance(as_of, int) or (isinstance(as_of, str) and as_of.isdigit()):
-        return int(as_of)
+    that run made). A run id is 12 hex digits, which may all be decimal ones: a string that
+    is the id of a run in the catalog names that run, any other string of digits a generation."""
     snap = _snap(m)
+    if isinstance(as_of, int):
+        return as_of
+    if as_of.isdigit() and (snap is None or snap.get("run_ids", as_of.encode()) is None):
+        return int(as_of)
     if snap is not None:
         for k, raw in snap.items("commits", reverse=True):
             if _commit(raw).get("run") == as_of:

@@ -46,6 +46,25 @@ def test_as_of_reads_the_dataset_as_it_stood_after_that_commit(history):
         assert (d["records"], d["generation"]) == (400 * (i + 1), g)
 
 
+def test_a_run_id_of_decimal_digits_names_its_run_not_a_generation(tmp_path, monkeypatch):
+    # a run id is 12 hex digits: about 1 in 280 has only decimal ones (seen once in CI)
+    import uuid
+
+    uri = f"lmdb://{tmp_path}/ds"
+    loader.load("gen://scidb96?n=400", uri, shards=2, workers=1, batch_records=100)
+    monkeypatch.setattr(uuid, "uuid4", lambda: uuid.UUID("931124938232" + "0" * 20))
+    loader.load("gen://scidb96?n=400&start=400", uri, shards=2, workers=1, batch_records=100)
+    monkeypatch.undo()
+    with loader.open(uri) as ds:
+        run, now = ds.manifest.runs[-1].id, ds.manifest.generation
+    assert run == "931124938232"
+    for as_of in (run, str(now), now):
+        with loader.open(uri, as_of=as_of) as ds:
+            assert ds.manifest.generation == now and ds.records == 800
+    d = json.loads(run_cli("info", uri, "--as-of", run, "--json").stdout)
+    assert (d["records"], d["generation"]) == (800, now)
+
+
 def test_as_of_a_collected_generation_is_expired_naming_the_oldest_readable(history):
     uri, gens, runs = history
     assert run_cli("compact", uri, "--target-batch-records", 1200, "-q").returncode == 0  # deletes the old batches
