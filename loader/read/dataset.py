@@ -47,6 +47,7 @@ from ..stores.health import batch_message, check_shard, check_value, committed_s
 from ..stores.spec import parse_dataset_uri
 from ..stores.values import ValueReader
 from .snapshots import Snapshot, manifest_ident, read_snapshot
+from .stats import ReadStats
 from .verifying import KeyedReader, Problem, Verifying
 
 #: the runs `info` shows (the newest; `bulkload runs` lists them all)
@@ -75,6 +76,8 @@ class Dataset(Verifying):
         self._shards: dict[int, ShardStore] = {}
         self._docs: KeyedReader | None = None
         self.closed = False
+        #: stored bytes and batch values this reader has read (read/stats.py)
+        self.read_stats = ReadStats()
 
     @functools.cached_property
     def serializer(self) -> Serializer:
@@ -323,6 +326,7 @@ class Dataset(Verifying):
         v = self.shard(b.shard).get(batch_key(b.seq)) if rd is None else rd.get(batch_key(b.seq))
         if v is None:
             raise self.moved_on() or CorruptBatchError(batch_message(self.uri, b, "missing from the store"))
+        self.read_stats.add(len(v))
         return v
 
     def _checked_value(self, b: mf.BatchEntry) -> bytes | memoryview:
@@ -383,6 +387,7 @@ class Dataset(Verifying):
             spans = self.serializer.part_spans(lo, hi, len(v), b.count) if len(v) == b.nbytes else None
             if spans is None:
                 return False
+            self.read_stats.add(sum(n for _, n in spans))
             recs = self.serializer.decode_part(rd.read_parts(v, spans), len(v), b.first, b.count)
         if recs is None:
             return False
@@ -390,10 +395,14 @@ class Dataset(Verifying):
         return True
 
     def iter_batches(self) -> Iterator[tuple[int, np.ndarray]]:
-        """(first record index, records) of every committed batch, in record order."""
+        """(first record index, records) of every committed batch, in record order (the
+        scan's read: read/scan.py's `read_batches`)."""
+        from .scan import RecordsDecoder, read_batches
+
         self._fixed_only("iter_batches")
-        for b in self.manifest.batches:
-            yield b.first, self._decode(b)
+        bs = self.manifest.batches
+        if bs:
+            yield from read_batches(self, bs[0].first, bs[-1].first + bs[-1].count, RecordsDecoder(self))
 
     @functools.cached_property
     def _record_count(self) -> int:
@@ -401,17 +410,19 @@ class Dataset(Verifying):
         return self.manifest.records
 
     def read_records(self, start: int = 0, stop: int | None = None) -> np.ndarray:
-        """Records [start, stop) as a numpy structured array of the layout's dtype."""
+        """Records [start, stop) as a numpy structured array of the layout's dtype: the
+        scan's read (read/scan.py's `read_batches`: the same batches, checks and threads)."""
         import numpy as np  # start-up: opening a dataset (info) does without numpy; reading records needs it
+
+        from .scan import RecordsDecoder, read_batches
 
         self._fixed_only("read_records")
         n = self._record_count
         stop = n if stop is None else stop
         check_record_range(start, stop, n, self.uri)
         out = np.empty(stop - start, dtype=self.layout.dtype)
-        for b in self.batches_covering(start, stop):
-            lo, hi = max(start, b.first), min(stop, b.first + b.count)
-            self._records_into(out[lo - start : hi - start], b, lo - b.first, hi - b.first)
+        for _ in read_batches(self, start, stop, RecordsDecoder(self, out, start)):
+            pass
         return out
 
     def to_arrow(self, columns: Columns | None = None, records: RecordRange | None = None) -> pa.Table:

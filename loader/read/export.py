@@ -29,11 +29,13 @@ import numpy as np
 from ..errors import UsageError
 from ..infra.outputs import open_output, refuse_dataset_paths
 from ..serializers import get_serializer
+from ..stores.health import check_value
 from .dataset import Dataset
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from ..model import manifest as mf
     from ..model.layouts import Layout
     from .scan import Box, Columns, RecordRange
 
@@ -263,10 +265,32 @@ def _npy(
         f.write(recs.view(np.uint8).data)
 
 
+class _StoredValues:
+    """The checked stored values of whole batches (`read_batches`' decoder for ``--format
+    capnp`` of an uncompressed capnp dataset: they are already standard messages)."""
+
+    zero_copy = False  # the value is the result: a copy of it, not a view of the map
+
+    def __init__(self, ds: Dataset) -> None:
+        self.ds = ds
+
+    def alloc(self, b: mf.BatchEntry, threaded: bool) -> None:
+        return None
+
+    def whole(self, b: mf.BatchEntry, value: bytes, out: None) -> bytes:
+        check_value(self.ds.uri, b, value)
+        return value
+
+    def part(self, b: mf.BatchEntry, lo: int, hi: int) -> bytes:
+        raise AssertionError("an export reads whole batches")  # pragma: no cover - (0, records)
+
+
 def _capnp(ds: Dataset, f: IO[bytes], _c: str | None, _r: int | None) -> None:
+    from .scan import read_batches
+
     if ds.manifest.format == "capnp" and ds.manifest.compression == "none":
-        for b in ds.manifest.batches:  # stored values are already standard messages
-            f.write(ds._checked_value(b))
+        for v in read_batches(ds, 0, ds.records, _StoredValues(ds)):
+            f.write(v)
         return
     ser = get_serializer("capnp", ds.layout)
     for first, recs in ds.iter_batches():

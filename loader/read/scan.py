@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, TypeAlias
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeAlias, TypeVar
 
 from ..errors import CorruptBatchError, UsageError
 from ..infra import env
@@ -43,6 +43,9 @@ Columns: TypeAlias = "str | Sequence[str]"
 RecordRange: TypeAlias = "tuple[int | None, int | None] | str"
 #: a box of an array: {dim: (start, stop)}, or the CLI's ``"i0=2:5,i1=0:100"``
 Box: TypeAlias = "Mapping[str, tuple[object, object]] | str"
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 
 #: batches in flight per decoding thread
 READAHEAD = 2
@@ -113,47 +116,45 @@ def parse_records(records: object) -> tuple[int, int | None] | None:
     return (0 if lo is None else int(lo)), (None if hi is None else int(hi))
 
 
-def record_batches(
-    ds: Dataset, names: list[str], start: int, stop: int, batch_rows: int | None
-) -> Iterator[pa.RecordBatch]:
-    """pyarrow RecordBatches of the fields ``names`` of records [start, stop), in order."""
-    from concurrent.futures import ThreadPoolExecutor
+class BatchDecoder(Protocol[T_co]):
+    """How `read_batches` turns batches into results: `whole` decodes a batch's whole
+    stored value (in a decoding thread when there are several: it must release the GIL
+    for its heavy work and touch nothing shared but ``out``), `part` reads records
+    [lo, hi) of a batch of which only part is wanted (in the reading thread)."""
 
-    import numpy as np
+    #: whether `whole` may decode a zero-copy view of the value (its result never views it)
+    zero_copy: bool
 
-    from ..model.arrow_records import decoded_names, record_batch
+    def alloc(self, b: mf.BatchEntry, threaded: bool) -> Any:
+        """The memory `whole` fills for batch ``b`` (allocated in the reading thread: see
+        `scan_threads`), or None for `whole` to allocate."""
+        ...
 
-    layout = ds.layout
-    decode = decoded_names(layout, names)  # a nullable field's nulls are bits of _validity
+    def whole(self, b: mf.BatchEntry, value: Any, out: Any) -> T_co:
+        """Batch ``b`` from its whole stored value: checked (size, xxh3, framing), decoded."""
+        ...
+
+    def part(self, b: mf.BatchEntry, lo: int, hi: int) -> T_co:
+        """Records [lo, hi) of batch ``b`` (fewer than it holds)."""
+        ...
+
+
+def read_batches(ds: Dataset, start: int, stop: int, dec: BatchDecoder[T]) -> Iterator[T]:
+    """``dec``'s results for the batches holding records [start, stop), in record order:
+    the one read loop of fixed-size records (scan, `read_records`, `iter_batches`, export,
+    Polars, DuckDB). Batches are looked up once (`Dataset.batches_covering`); every batch
+    read whole has its value checked by ``dec.whole``; a batch of which only part is read
+    takes ``dec.part`` (`Dataset._records_into`: checked whole by default, in the
+    random-read mode only the records' pages). Decoded by `scan_threads` threads, in order,
+    at most `READAHEAD` batches in flight per thread; each value's bytes are counted in
+    `Dataset.read_stats`. UsageError when the dataset is closed (its pin released) while
+    this is still being read."""
     todo = ds.batches_covering(start, stop)
     threads = scan_threads()
-    pending: deque[_Done | Future[pa.RecordBatch]] = deque()
-
-    dtypes = [(n, layout.dtype[n]) for n in decode]
-
-    def whole(b: mf.BatchEntry, value: Any, out: dict[str, np.ndarray] | None) -> pa.RecordBatch:
-        check_value(ds.uri, b, value)
-        first, n, cols = ds.serializer.decode_columns(value, decode, out)
-        if n != b.count or first != b.first:
-            raise CorruptBatchError(
-                batch_message(
-                    ds.uri, b, f"the value holds {n} records from {first}, the manifest says {b.count} from {b.first}"
-                )
-            )
-        return record_batch(cols, layout, names)
-
-    def part(b: mf.BatchEntry, lo: int, hi: int) -> pa.RecordBatch:
-        out = np.empty(hi - lo, layout.dtype)
-        ds._records_into(out, b, lo, hi)
-        return record_batch({n: np.ascontiguousarray(out[n]) for n in decode}, layout, names)
-
-    # Cap'n Proto columns are always new memory (decompressed, or gathered): they may be
-    # decoded from a zero-copy value (Arrow columns are views of the value: not those)
-    zero_copy = ds.manifest.format == "capnp"
-
+    pending: deque[_Done[T] | Future[T]] = deque()
     mapped = [0]  # bytes of values read through the map so far
 
-    def fetched(b: mf.BatchEntry) -> _Done | Future[pa.RecordBatch]:
+    def fetched(b: mf.BatchEntry) -> _Done[T] | Future[T]:
         """Batch ``b`` decoded (or, with threads, being decoded) from its value read through
         a zero-copy view. Past `RESIDENT_BYTES` of values, each value's mapped pages are
         released once used: a scan's resident set stays bounded, not the part of the store
@@ -162,13 +163,12 @@ def record_batches(
             v = ds._value(b, rd)
             mapped[0] += len(v)
             try:
-                if pool is None and (zero_copy or rd.view is None):
-                    return _Done(whole(b, v, None))
+                if pool is None and (dec.zero_copy or rd.view is None):
+                    return _Done(dec.whole(b, v, dec.alloc(b, False)))
                 copy = bytes(v) if rd.view is not None else v
                 if pool is None:
-                    return _Done(whole(b, copy, None))
-                out = {n: np.empty(b.count, dt) for n, dt in dtypes}  # here: see scan_threads
-                return pool.submit(whole, b, copy, out)
+                    return _Done(dec.whole(b, copy, dec.alloc(b, False)))
+                return pool.submit(dec.whole, b, copy, dec.alloc(b, True))  # alloc here: see scan_threads
             finally:
                 if mapped[0] > RESIDENT_BYTES:
                     rd.release(v)
@@ -183,17 +183,17 @@ def record_batches(
                     break
                 if ds.closed:  # its pin is released: compact/finalize may remove what it reads
                     raise UsageError(
-                        f"dataset {ds.uri} was closed before its scan was read; read the scan (or "
-                        "collect the frame) before closing the dataset (inside its `with` block)"
+                        f"dataset {ds.uri} was closed before its scan was read; read it (the scan, the "
+                        "frame, read_records) before closing the dataset (inside its `with` block)"
                     )
                 lo, hi = max(start, b.first) - b.first, min(stop, b.first + b.count) - b.first
                 if hi - lo < b.count:
-                    pending.append(_Done(part(b, lo, hi)))
+                    pending.append(_Done(dec.part(b, lo, hi)))
                 else:
                     pending.append(fetched(b))
             if not pending:
                 return
-            yield from _rows(pending.popleft().result(), batch_rows)
+            yield pending.popleft().result()
     finally:
         for f in pending:
             f.cancel()
@@ -201,13 +201,102 @@ def record_batches(
             pool.shutdown(wait=True)
 
 
-class _Done:
+def check_count(ds: Dataset, b: mf.BatchEntry, first: int, n: int) -> None:
+    """CorruptBatchError unless a decoded value holds the manifest row's records."""
+    if n != b.count or first != b.first:
+        raise CorruptBatchError(
+            batch_message(
+                ds.uri, b, f"the value holds {n} records from {first}, the manifest says {b.count} from {b.first}"
+            )
+        )
+
+
+class ColumnsDecoder:
+    """Arrow record batches of the fields ``names`` (`record_batches`)."""
+
+    def __init__(self, ds: Dataset, names: list[str]) -> None:
+        from ..model.arrow_records import decoded_names
+
+        self.ds, self.names = ds, names
+        self.decode = decoded_names(ds.layout, names)  # a nullable field's nulls are bits of _validity
+        self.dtypes = [(n, ds.layout.dtype[n]) for n in self.decode]
+        # Cap'n Proto columns are always new memory (decompressed, or gathered): they may be
+        # decoded from a zero-copy value (Arrow columns are views of the value: not those)
+        self.zero_copy = ds.manifest.format == "capnp"
+
+    def alloc(self, b: mf.BatchEntry, threaded: bool) -> dict[str, np.ndarray] | None:
+        import numpy as np
+
+        return {n: np.empty(b.count, dt) for n, dt in self.dtypes} if threaded else None
+
+    def whole(self, b: mf.BatchEntry, value: Any, out: dict[str, np.ndarray] | None) -> pa.RecordBatch:
+        from ..model.arrow_records import record_batch
+
+        check_value(self.ds.uri, b, value)
+        first, n, cols = self.ds.serializer.decode_columns(value, self.decode, out)
+        check_count(self.ds, b, first, n)
+        return record_batch(cols, self.ds.layout, self.names)
+
+    def part(self, b: mf.BatchEntry, lo: int, hi: int) -> pa.RecordBatch:
+        import numpy as np
+
+        from ..model.arrow_records import record_batch
+
+        out = np.empty(hi - lo, self.ds.layout.dtype)
+        self.ds._records_into(out, b, lo, hi)
+        return record_batch({n: np.ascontiguousarray(out[n]) for n in self.decode}, self.ds.layout, self.names)
+
+
+class RecordsDecoder:
+    """Records of the layout's dtype (numpy structured arrays): into ``out`` (records
+    [start, start + len(out)): `Dataset.read_records`), or each batch's own array
+    (``out`` None: `Dataset.iter_batches`). A result is (first record, records)."""
+
+    zero_copy = True  # decode_into copies the records out of the value
+
+    def __init__(self, ds: Dataset, out: np.ndarray | None = None, start: int = 0) -> None:
+        self.ds, self.out, self.start = ds, out, start
+
+    def _slice(self, b: mf.BatchEntry, lo: int, hi: int) -> np.ndarray:
+        import numpy as np
+
+        if self.out is None:
+            return np.empty(hi - lo, self.ds.layout.dtype)
+        at = b.first + lo - self.start
+        return self.out[at : at + hi - lo]
+
+    def alloc(self, b: mf.BatchEntry, threaded: bool) -> np.ndarray:
+        return self._slice(b, 0, b.count)
+
+    def whole(self, b: mf.BatchEntry, value: Any, out: np.ndarray) -> tuple[int, np.ndarray]:
+        check_value(self.ds.uri, b, value)
+        first = self.ds.serializer.decode_into(value, out)
+        if first is None or first != b.first:
+            first, recs = self.ds.serializer.decode(value)  # for the message: what it holds
+            check_count(self.ds, b, first, len(recs))
+        return b.first, out
+
+    def part(self, b: mf.BatchEntry, lo: int, hi: int) -> tuple[int, np.ndarray]:
+        out = self._slice(b, lo, hi)
+        self.ds._records_into(out, b, lo, hi)
+        return b.first + lo, out
+
+
+def record_batches(
+    ds: Dataset, names: list[str], start: int, stop: int, batch_rows: int | None
+) -> Iterator[pa.RecordBatch]:
+    """pyarrow RecordBatches of the fields ``names`` of records [start, stop), in order."""
+    for batch in read_batches(ds, start, stop, ColumnsDecoder(ds, names)):
+        yield from _rows(batch, batch_rows)
+
+
+class _Done(Generic[T]):
     """A result computed in the calling thread, with a future's `result` / `cancel`."""
 
-    def __init__(self, value: pa.RecordBatch) -> None:
+    def __init__(self, value: T) -> None:
         self._value = value
 
-    def result(self) -> pa.RecordBatch:
+    def result(self) -> T:
         return self._value
 
     def cancel(self) -> bool:
