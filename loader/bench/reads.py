@@ -20,6 +20,9 @@ times the same read once more:
 ``duckdb``         DuckDB ``SELECT * FROM data`` to an Arrow table, from its own file
 ``parquet``        ``pyarrow.parquet.read_table`` of the zstd file
 ``groupby-scan``   DuckDB's `GROUP_BY` query over ``ds.scan(columns=[the 3 fields it names])``
+``polars-range``   ``ds.to_polars(record_column="record").filter(record in the 1 % range)
+                   .select(COLUMN.sum())``: its sample and note show the stored bytes it
+                   read (``Dataset.read_stats``) against the dataset's stored bytes
 ``groupby-duckdb`` the same query on DuckDB's own table
 ``cli-npy``        ``bulkload scan DS --format npy --out - > /dev/null``: wall time of the
                    whole command (interpreter start-up included), right after the reads above
@@ -45,6 +48,7 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from .figures import Figure
 from .loads import load_once
@@ -153,7 +157,10 @@ def _rows(b: Bench, kind: str, d: Path, n: int) -> list[KindRow | None]:
 
         def one(i: int) -> dict:
             settle()
-            return b.child_sample("reads", uri=ds, dir=str(d), n=n, **args)
+            s = b.child_sample("reads", uri=ds, dir=str(d), n=n, **args)
+            if "bytes_read" in s:  # the same every round: shown in the figure's note
+                f.note = f"{WARM}; {bytes_read_note(s['bytes_read'], s['stored_bytes'])}"
+            return s
 
         return KindRow(kind, one, [(f, "seconds")])
 
@@ -190,6 +197,20 @@ def _rows(b: Bench, kind: str, d: Path, n: int) -> list[KindRow | None]:
         child_row(
             fig("groupby-duckdb", "DuckDB GROUP BY on its own table", query=GROUP_BY), duck, what="groupby-duckdb"
         ),
+        child_row(
+            fig(
+                "polars-range",
+                f"Polars filter(range).select({COLUMN!r}).sum(): bytes read / stored bytes",
+                hi - lo,
+                records_range=[lo, hi],
+                column=COLUMN,
+            ),
+            installed("polars"),
+            what="polars-range",
+            column=COLUMN,
+            lo=lo,
+            hi=hi,
+        ),
     ]
     for fmt in CLI_FORMATS:
         f = fig(
@@ -201,6 +222,11 @@ def _rows(b: Bench, kind: str, d: Path, n: int) -> list[KindRow | None]:
         )
         rows.append(None if f is None else KindRow(kind, each_round(cli_sample, b, ds, fmt, n), [(f, "seconds")]))
     return rows
+
+
+def bytes_read_note(read: int, stored: int) -> str:
+    """The stored bytes a read fetched, against the dataset's."""
+    return f"bytes read / stored bytes: {read:,} / {stored:,} ({100 * read / max(stored, 1):.2f} %)"
 
 
 def cli_sample(b: Bench, uri: str, fmt: str, n: int) -> dict:
@@ -388,18 +414,43 @@ def child_reads(
         s = time.perf_counter() - t
     finally:
         close()
-    want = ((n if hi is None else hi) - (lo or 0)) if what == "range" else n  # None: open (`scan`)
+    ranged = what in ("range", "polars-range")
+    want = ((n if hi is None else hi) - (lo or 0)) if ranged else n  # None: open (`scan`)
     if rows == want or (what.startswith("groupby") and rows > 0):  # a GROUP BY: its groups
-        return {"seconds": s, "rows": rows}
+        return {"seconds": s, "rows": rows, **getattr(read, "sample", {})}
     raise RuntimeError(f"{what}: read {rows} rows, expected {want}")
+
+
+class _PolarsRange:
+    """``to_polars().filter(record range).select(col.sum(), len)``: rows read; ``sample``:
+    the stored bytes the last read fetched and the dataset's stored bytes."""
+
+    def __init__(self, ds: Any, column: str, lo: int, hi: int) -> None:
+        self.ds, self.column, self.lo, self.hi = ds, column, lo, hi
+        self.sample: dict[str, int] = {}
+
+    def __call__(self) -> int:
+        import polars as pl  # optional: the polars extra; only in this child
+
+        before = self.ds.read_stats.copy()
+        lf = self.ds.to_polars(record_column="record")
+        df = lf.filter(pl.col("record").is_between(self.lo, self.hi - 1)).select(pl.col(self.column).sum(), pl.len())
+        rows = int(df.collect()["len"][0])
+        self.sample = {
+            "bytes_read": self.ds.read_stats.since(before).bytes,
+            "stored_bytes": self.ds.manifest.stored_bytes,
+        }
+        return rows
 
 
 def _reader(what: str, uri: str, d: Path, column, lo, hi):
     """(read() -> rows read, close()) of one kind of read."""
-    if what in ("full", "column", "range", "groupby-scan"):
+    if what in ("full", "column", "range", "groupby-scan", "polars-range"):
         from ..read.dataset import open as open_ds  # heavy: numpy, pyarrow; only in this child
 
         ds = open_ds(uri)
+        if what == "polars-range":
+            return _PolarsRange(ds, column, lo, hi), ds.close
         if what == "full":
             return (lambda: ds.to_arrow().num_rows), ds.close
         if what == "column":

@@ -27,6 +27,7 @@ NAMES = (
     "parquet",
     "groupby-scan",
     "groupby-duckdb",
+    "polars-range",
     *(f"cli-{f}" for f in reads.CLI_FORMATS),
 )
 
@@ -58,6 +59,11 @@ def test_reads_section_measures_every_read_and_peer_with_targets(tmp_path):
         assert figs[f"reads-random-cli-{fmt}"].samples[0]["bytes_out"] > n * 96
     lo, hi = reads.record_range(n)
     assert figs["reads-scidb96-range"].records == hi - lo == n // 100
+    for kind in reads.KINDS:  # issue 31, target 3: the Polars range query reads only its batches' bytes
+        p = figs[f"reads-{kind}-polars-range"]
+        s = p.samples[0]
+        assert s["rows"] == hi - lo and 0 < s["bytes_read"] <= s["stored_bytes"]  # tiny n: one batch
+        assert reads.bytes_read_note(s["bytes_read"], s["stored_bytes"]) in p.note
     assert figs["reads-random-range"].samples[0]["rows"] == n // 100
     goals = {t.id: t.to_dict() for t in reads.read_targets(figs)}
     assert len(goals) == 7 * len(reads.KINDS)
