@@ -11,15 +11,24 @@ record range: only the batches of that range are read. Every batch is then filte
 whole predicate (comparisons on other columns included) before it is handed on. Collect
 the frame while the dataset is open.
 
+Only the record column maps to a record range: the dataset keeps no per-batch bounds of
+its fields, so a range on a field (even one that grows with the record number, as i1 of
+gen://scidb96) is filtered after every batch is read (projection still applies).
+``Dataset.read_stats`` shows the stored bytes a query read.
+
 `sql(ds, query)`: a DuckDB query over the table ``data``, a scan of the fields the query
-names (``*``: all of them).
+names (``*``: all of them) plus, when the query names it, the Int64 column ``record`` of
+record numbers. The record range the WHERE allows (`sql_record_range`, from DuckDB's own
+parse of the query: a top-level AND of integer comparisons and BETWEENs of ``record``, in
+a single SELECT that reads ``data`` once) is the scan's: only those batches are read.
+DuckDB still applies the whole query, so the result is the one over every record.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -142,17 +151,46 @@ def _int(node: Any) -> int | None:
     return v if ok and isinstance(v, int) and not isinstance(v, bool) else None
 
 
+#: the column of record numbers (Int64) a `sql` query may name (when no field has that name)
+RECORD_COLUMN = "record"
+#: DuckDB's comparison node types -> the record range [lo, hi) of ``record OP v``
+_SQL_BOUNDS: dict[str, Callable[[int], tuple[int, int]]] = {
+    "COMPARE_GREATERTHANOREQUALTO": lambda v: (v, 2**63),
+    "COMPARE_GREATERTHAN": lambda v: (v + 1, 2**63),
+    "COMPARE_LESSTHAN": lambda v: (0, v),
+    "COMPARE_LESSTHANOREQUALTO": lambda v: (0, v + 1),
+    "COMPARE_EQUAL": lambda v: (v, v + 1),
+}
+#: ``v OP record`` is ``record FLIPPED v``
+_SQL_FLIPPED = {
+    "COMPARE_GREATERTHANOREQUALTO": "COMPARE_LESSTHANOREQUALTO",
+    "COMPARE_GREATERTHAN": "COMPARE_LESSTHAN",
+    "COMPARE_LESSTHAN": "COMPARE_GREATERTHAN",
+    "COMPARE_LESSTHANOREQUALTO": "COMPARE_GREATERTHANOREQUALTO",
+    "COMPARE_EQUAL": "COMPARE_EQUAL",
+}
+
+
 def sql(ds: Dataset, query: str) -> pa.Table:
-    """The result of the DuckDB ``query`` over the table ``data`` (this snapshot's records),
-    as a pyarrow Table; only the fields the query names are decoded."""
+    """The result of the DuckDB ``query`` over the table ``data`` (this snapshot's records,
+    and the Int64 column ``record`` of record numbers when the query names it and no field
+    is called so), as a pyarrow Table. Only the fields the query names are decoded, and
+    only the batches of the record range its WHERE allows (`sql_record_range`). A query
+    that reads ``data`` more than once (a subquery, a UNION, a self-join) gets those fields
+    read into memory once (a scan streams once)."""
     ds._fixed_only("sql")
     duckdb = _extra("duckdb", "bulkload sql")
-    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", query))
-    star = "*" in query.replace("count(*)", "").replace("COUNT(*)", "")
-    cols = ds.layout.names if star else [f for f in ds.layout.names if f in words] or ds.layout.names[:1]
+    fields = ds.layout.names
+    words = {w.lower() for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", query)}
+    star = "*" in re.sub(r"(?i)count\s*\(\s*\*\s*\)", "", query)
+    record = RECORD_COLUMN if RECORD_COLUMN in words and RECORD_COLUMN not in fields else None
+    cols = list(fields) if star else [f for f in fields if f.lower() in words] or ([] if record else fields[:1])
     con = duckdb.connect()
     try:
-        con.register("data", ds.scan(cols))
+        tree = parsed(con, query)
+        a, b = sql_record_range(tree, record, ds.records) if record else (0, ds.records)
+        reader = _with_records(ds, cols, record, a, b) if record else ds.scan(cols)
+        con.register("data", reader.read_all() if tree is not None and sum(1 for _ in _data_refs(tree)) > 1 else reader)
         try:
             res = con.sql(query)
             if res is None:
@@ -164,3 +202,122 @@ def sql(ds: Dataset, query: str) -> pa.Table:
             raise UsageError(f"the query failed: {msg}") from None
     finally:
         con.close()
+
+
+def parsed(con: Any, query: str) -> dict[str, Any] | None:
+    """DuckDB's parse of a SELECT ``query`` (``json_serialize_sql``), or None (not a single
+    SELECT, or not valid: running it then says why)."""
+    try:
+        tree = json.loads(con.execute("SELECT json_serialize_sql(?)", [query]).fetchall()[0][0])
+    except Exception:  # anything DuckDB cannot parse: no pushdown (running the query reports it)
+        return None
+    if not isinstance(tree, dict) or tree.get("error") or len(tree.get("statements") or ()) != 1:
+        return None
+    return tree
+
+
+def _with_records(ds: Dataset, cols: list[str], record: str, a: int, b: int) -> pa.RecordBatchReader:
+    """A scan of the fields ``cols`` of records [a, b), with the column ``record`` of their
+    numbers (no field: one field is decoded for the row count, then dropped)."""
+    import numpy as np
+    import pyarrow as pa
+
+    decode = cols or ds.layout.names[:1]
+    rd = ds.scan(decode, records=(a, b))
+    schema = pa.schema([f for f in rd.schema if f.name in cols] + [pa.field(record, pa.int64(), nullable=False)])
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        pos = a
+        for batch in rd:
+            n = batch.num_rows
+            arrays = [batch.column(c) for c in cols] + [pa.array(np.arange(pos, pos + n, dtype=np.int64))]
+            pos += n
+            yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+    return pa.RecordBatchReader.from_batches(schema, batches())
+
+
+def sql_record_range(tree: dict[str, Any] | None, record: str, n: int) -> tuple[int, int]:
+    """The record range [a, b) outside which no row of ``data`` can pass the WHERE of the
+    parsed query ``tree`` (`parsed`): the conjunction (AND) of integer comparisons (``=``,
+    ``<``, ``<=``, ``>``, ``>=``, either side) and BETWEENs of the column ``record`` at the
+    top of the WHERE of a single SELECT that reads ``data`` once, in its FROM, without a
+    join. Anything else (an OR, a NOT, a set operation, a CTE, a second reference to
+    ``data``, a comparison with an expression): (0, n), every record. DuckDB still applies
+    the whole WHERE: the range is only what need not be read."""
+    if tree is None:
+        return 0, n
+    node = tree["statements"][0].get("node") or {}
+    src = node.get("from_table") or {}
+    if (
+        node.get("type") != "SELECT_NODE"
+        or (node.get("cte_map") or {}).get("map")
+        or src.get("type") != "BASE_TABLE"
+        or str(src.get("table_name", "")).lower() != "data"
+        or src.get("schema_name") not in ("", "main", None)
+        or src.get("catalog_name") not in ("", "memory", None)
+        or src.get("at_clause") is not None
+        or sum(1 for _ in _data_refs(tree)) != 1
+    ):
+        return 0, n
+    names = {(record,), ("data", record), *([(src["alias"].lower(), record)] if src.get("alias") else [])}
+    a, b = 0, n
+    for lo, hi in _sql_bounds(node.get("where_clause"), names):
+        a, b = max(a, lo), min(b, hi)
+    a = min(a, n)
+    return a, max(a, b)
+
+
+def _data_refs(node: object) -> Iterator[None]:
+    """One item per reference to the table ``data`` anywhere in a parsed query."""
+    if isinstance(node, dict):
+        if node.get("type") == "BASE_TABLE" and str(node.get("table_name", "")).lower() == "data":
+            yield None
+        for v in node.values():
+            yield from _data_refs(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _data_refs(v)
+
+
+def _sql_bounds(node: object, names: set[tuple[str, ...]]) -> Iterator[tuple[int, int]]:
+    """(lo, hi) half-open record ranges that each conjunct of a parsed WHERE allows."""
+    if not isinstance(node, dict):
+        return
+    kind = node.get("type")
+    if kind == "CONJUNCTION_AND":
+        for c in node.get("children", []):
+            yield from _sql_bounds(c, names)
+    elif kind in _SQL_BOUNDS:
+        left, right = node.get("left"), node.get("right")
+        if _sql_int(left) is not None and _is_record(right, names):
+            left, right, kind = right, left, _SQL_FLIPPED[kind]
+        v = _sql_int(right)
+        if v is not None and _is_record(left, names):
+            yield _SQL_BOUNDS[kind](v)
+    elif kind == "COMPARE_BETWEEN":
+        lo, hi = _sql_int(node.get("lower")), _sql_int(node.get("upper"))
+        if lo is not None and hi is not None and _is_record(node.get("input"), names):
+            yield lo, hi + 1
+
+
+def _is_record(node: object, names: set[tuple[str, ...]]) -> bool:
+    if not isinstance(node, dict) or node.get("type") != "COLUMN_REF":
+        return False
+    return tuple(str(c).lower() for c in node.get("column_names", ())) in names
+
+
+def _sql_int(node: object) -> int | None:
+    """The integer of a parsed integer constant (``{"literal": {"kind": "INTEGER", "text":
+    "10"}}``), else None."""
+    if not isinstance(node, dict) or node.get("type") != "VALUE_CONSTANT":
+        return None
+    lit = node.get("literal")
+    if isinstance(lit, dict) and str(lit.get("kind", "")).upper() in ("INTEGER", "BIGINT", "HUGEINT", "UBIGINT"):
+        text = str(lit.get("text", ""))
+        return int(text) if re.fullmatch(r"-?\d+", text) else None
+    value = node.get("value")  # older DuckDB: {"value": {"type": {"id": "INTEGER"}, "value": 10}}
+    if isinstance(value, dict) and isinstance(value.get("value"), int) and not isinstance(value.get("value"), bool):
+        tid = str((value.get("type") or {}).get("id", ""))
+        return int(value["value"]) if re.fullmatch(r"U?(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT)", tid) else None
+    return None
