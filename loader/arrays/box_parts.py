@@ -27,6 +27,7 @@ import threading
 
 import numpy as np
 
+from ..stores.read_stats import ReadStats
 from .records import coordinates
 
 #: most rows of a piece a box may span for the piece to be read in parts
@@ -74,10 +75,10 @@ def part_ranges(ai, i: int, box) -> list[tuple[int, int]] | None:
     return out
 
 
-def read_parts(ai, box, todo: list) -> dict:
+def read_parts(ai, box, todo: list, stats: ReadStats | None = None) -> dict:
     """Read the parts of the pieces in ``todo`` ((index row, value reader, untouched value,
     ranges) each): every part asked of the disk first, then each piece's header and parts
-    read into one buffer (one `read_spans`) and cut. Returns {index row: {column: cells
+    read into one buffer (one `read_spans`, its bytes added to ``stats``) and cut. Returns {index row: {column: cells
     inside the box (new arrays)} or None (no cell inside)}; a piece that is not
     the size of its index row's cells, or whose header is not their framing, is left out
     (read it whole)."""
@@ -99,6 +100,8 @@ def read_parts(ai, box, todo: list) -> dict:
         head_n = spans[i][0][1]
         buf = _buffer(sum(n for _, n in spans[i]))
         rd.read_spans(v, spans[i], buf)
+        if stats is not None:
+            stats.add(len(buf))
         recs = ser.decode_part([bytes(buf[:head_n]), buf[head_n:]], len(v), 0, int(ai.cells[i]))
         if recs is None:
             continue

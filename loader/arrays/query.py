@@ -341,7 +341,7 @@ def read_box(ds, array: str = DEFAULT_ARRAY, attrs=None, ranges: dict | None = N
                 got[i] = _get(ds, ai, rd, i, touch=cell_ranges is None)
                 if cell_ranges is not None:
                     in_parts.append((i, rd, got[i], cell_ranges))
-        cut = read_parts(ai, box, in_parts) if in_parts else {}
+        cut = read_parts(ai, box, in_parts, ds.read_stats) if in_parts else {}
         for i, rd, _, _ in in_parts:
             if i not in cut:  # its header is not what the index says: read it whole
                 got[i] = _get(ds, ai, rd, i, touch=True)
@@ -415,6 +415,8 @@ def _get(ds, ai: ArrayIndex, rd: ValueReader, i: int, touch: bool):
             f"array {ai.name!r}: chunk piece {i} is missing from shard {int(ai.shard[i])}; "
             "run `bulkload verify` and re-run `bulkload finalize`"
         )
+    if touch:  # read whole (read in parts: box_parts.read_parts counts what it reads)
+        ds.read_stats.add(len(v))
     return v
 
 

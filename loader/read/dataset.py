@@ -44,10 +44,10 @@ from ..model.runs import Run, as_seen
 from ..serializers import get_serializer
 from ..stores.base import ShardStore
 from ..stores.health import batch_message, check_shard, check_value, committed_shards, shard_problems
+from ..stores.read_stats import ReadStats
 from ..stores.spec import parse_dataset_uri
 from ..stores.values import ValueReader
 from .snapshots import Snapshot, manifest_ident, read_snapshot
-from .stats import ReadStats
 from .verifying import KeyedReader, Problem, Verifying
 
 #: the runs `info` shows (the newest; `bulkload runs` lists them all)
@@ -76,7 +76,7 @@ class Dataset(Verifying):
         self._shards: dict[int, ShardStore] = {}
         self._docs: KeyedReader | None = None
         self.closed = False
-        #: stored bytes and batch values this reader has read (read/stats.py)
+        #: stored bytes and batch values this reader has read (stores/read_stats.py)
         self.read_stats = ReadStats()
 
     @functools.cached_property

@@ -72,8 +72,8 @@ def parts_read(monkeypatch):
     seen = []
     real = box_parts.read_parts
 
-    def spy(ai, box, todo):
-        got = real(ai, box, todo)
+    def spy(ai, box, todo, stats=None):
+        got = real(ai, box, todo, stats)
         seen.extend(i for i in got)
         return got
 

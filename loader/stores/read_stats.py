@@ -3,11 +3,13 @@
 
 Every read of a stored batch value goes through `Dataset._value` (a whole value: scans,
 `read_records`, `iter_batches`, exports, DuckDB and Polars queries) or `Dataset._part_into`
-(some records' pages of a value, in the random-read mode): each adds the bytes it read and
-the batch to the counter. ``bytes`` is then the stored (compressed) bytes fetched: for a
-whole value its stored size, for a part the pages' byte ranges read. The counter only
-grows; `ReadStats.since` gives what one query read. Cheap: two integer additions per
-batch. Not shared between processes (a Dask task counts in its own reader).
+(some records' pages of a value, in the random-read mode), and every read of an array's
+chunk piece through arrays/query.py's `_get` (whole) or arrays/box_parts.py's `read_parts`
+(in parts): each adds the bytes it read and the value to the counter. ``bytes`` is then
+the stored (compressed) bytes fetched: for a whole value its stored size, for a part the
+byte ranges read. The counter only grows; `ReadStats.since` gives what one query read.
+Cheap: two integer additions per value. Not shared between processes (a Dask task counts
+in its own reader).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ class ReadStats:
 
     #: stored (compressed) bytes of batch values read
     bytes: int = 0
-    #: batch values read (whole or in part)
+    #: batch values (or chunk pieces of an array) read, whole or in part
     batches: int = 0
 
     def add(self, nbytes: int) -> None:
