@@ -10,8 +10,15 @@ nullable field is asked for), and model/arrow_records.py's `record_batch` makes 
 batch (native types, real nulls); xxhash, lz4, zstd and the unshuffle release the GIL. Results are taken
 in order with up to `READAHEAD` batches in flight per thread: memory stays a few batches
 whatever the dataset's size. A batch of which only part is read (the ends of a record
-range) takes `Dataset._records_into`, as `read_records` does (checked whole by default;
-in the random-read mode only the records' pages, see `Dataset.partial_reads`).
+range) takes `Dataset._records_into` (checked whole by default; in the random-read mode
+only the records' pages, see `Dataset.partial_reads`).
+
+That loop, `read_batches`, is the one read of fixed-size records: a `BatchDecoder` says
+what each batch becomes - Arrow columns (`ColumnsDecoder`: scans, and through them
+to_arrow, to_pandas, export, Polars, DuckDB, Dask partitions), numpy records of the
+layout's dtype (`RecordsDecoder`: `read_records` into one array, `iter_batches`), or the
+checked stored values (export's capnp). Each value it fetches counts in
+`Dataset.read_stats`.
 
 ``box=`` / ``array=``: the cells of that box of a finalized 2-D array (only the chunks that
 overlap it are read: arrays/query.py), as one stream of batches.
@@ -21,7 +28,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeAlias, TypeVar
 
 from ..errors import CorruptBatchError, UsageError
@@ -31,6 +37,8 @@ from ..stores.health import batch_message, check_value
 from ..stores.values import ValueReader
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     import numpy as np
     import pyarrow as pa
 
@@ -173,7 +181,11 @@ def read_batches(ds: Dataset, start: int, stop: int, dec: BatchDecoder[T]) -> It
                 if mapped[0] > RESIDENT_BYTES:
                     rd.release(v)
 
-    pool = ThreadPoolExecutor(threads, thread_name_prefix="bulkload-scan") if threads > 1 and len(todo) > 1 else None
+    pool = None
+    if threads > 1 and len(todo) > 1:
+        from concurrent.futures import ThreadPoolExecutor  # 9 ms to import: a read of one batch does without
+
+        pool = ThreadPoolExecutor(threads, thread_name_prefix="bulkload-scan")
     try:
         it = iter(todo)
         while True:
