@@ -1,20 +1,16 @@
 """`Dataset.read_stats` (stores/read_stats.py): the stored bytes and batch values a reader
 fetched - what a scan, a record range, a Polars or DuckDB query really read."""
 
-import pytest
-
 import loader
-from tests.read.test_scan import scidb96
 
 N = 6000
 
 
-@pytest.fixture(scope="module")
-def uri(tmp_path_factory):
-    return scidb96(tmp_path_factory, "stats", N, 500)
-
-
-def test_read_stats_count_the_stored_bytes_of_every_batch_a_scan_fetched(uri):
+def test_read_stats_count_the_stored_bytes_of_every_batch_a_scan_fetched(tmp_path):
+    uri = f"lmdb://{tmp_path}/ds"
+    loader.load(
+        f"gen://scidb96?n={N}", uri, shards=2, workers=1, batch_records=500, compression="zstd", progress="none"
+    )
     with loader.open(uri) as ds:
         assert (ds.read_stats.bytes, ds.read_stats.batches) == (0, 0)
         ds.scan(columns=["d0"]).read_all()  # one column: still every batch's stored value
