@@ -48,7 +48,10 @@ def sql_cmd(
     ),
     format: str = typer.Option("table", "--format", help="table, csv, json, arrow, parquet or npy."),
     out: str | None = typer.Option(None, "--out", help="Write to this file (default: stdout)."),
-):
+    stats: bool = typer.Option(
+        False, "--stats", help="Then print the stored bytes and batches the query read, on stderr."
+    ),
+) -> None:
     """Run a DuckDB query over the records (needs duckdb: pip install 'bulkload[duckdb]')."""
     from ..read.dataset import open as open_ds
     from ..read.tables import check_format, write_table
@@ -56,8 +59,11 @@ def sql_cmd(
     check_format(format)
     with open_ds(dataset) as ds:
         table = ds.sql(query)
-        root = ds.spec.root
+        root, read, stored = ds.spec.root, ds.read_stats, ds.manifest.stored_bytes
     write_table(table, format, out, protect=(root,))
+    if stats:
+        n = read.batches
+        print(f"read {read.bytes:,} of {stored:,} stored bytes ({n:,} batch{'' if n == 1 else 'es'})", file=sys.stderr)
 
 
 def _report(rep, out: str, quiet: bool, json_out: bool) -> None:

@@ -143,7 +143,10 @@ def test_sql_pushes_the_where_record_range_and_equals_duckdb_on_the_full_table(u
 
 def test_bulkload_sql_with_a_record_range_equals_duckdb_on_the_full_table(uri):
     query = "SELECT i2, sum(d1) AS s FROM data WHERE record >= 700 AND record < 2300 GROUP BY i2 ORDER BY i2"
-    p = run_cli("sql", uri, query, "--format", "json")
+    p = run_cli("sql", uri, query, "--format", "json", "--stats")
     assert p.returncode == 0, p.stderr
     with loader.open(uri) as ds:
         assert json.loads(p.stdout) == duckdb_on_the_full_table(ds, query).to_pylist()
+        covering = ds.batches_covering(700, 2300)
+        read = sum(b.nbytes for b in covering)
+        assert p.stderr == f"read {read:,} of {ds.manifest.stored_bytes:,} stored bytes ({len(covering)} batches)\n"
