@@ -188,9 +188,11 @@ def sql(ds: Dataset, query: str) -> pa.Table:
     con = duckdb.connect()
     try:
         tree = parsed(con, query)
-        a, b = sql_record_range(tree, record, ds.records) if record else (0, ds.records)
+        # `data` named more than once (or inside a string: query_table('data')): read it whole, once
+        once = tree is not None and len(re.findall(r"(?i)\bdata\b", query)) == 1
+        a, b = sql_record_range(tree, record, ds.records) if record and once else (0, ds.records)
         reader = _with_records(ds, cols, record, a, b) if record else ds.scan(cols)
-        con.register("data", reader.read_all() if tree is not None and sum(1 for _ in _data_refs(tree)) > 1 else reader)
+        con.register("data", reader if once or tree is None else reader.read_all())
         try:
             res = con.sql(query)
             if res is None:
@@ -242,8 +244,8 @@ def sql_record_range(tree: dict[str, Any] | None, record: str, n: int) -> tuple[
     parsed query ``tree`` (`parsed`): the conjunction (AND) of integer comparisons (``=``,
     ``<``, ``<=``, ``>``, ``>=``, either side) and BETWEENs of the column ``record`` at the
     top of the WHERE of a single SELECT that reads ``data`` once, in its FROM, without a
-    join. Anything else (an OR, a NOT, a set operation, a CTE, a second reference to
-    ``data``, a comparison with an expression): (0, n), every record. DuckDB still applies
+    join or sample. Anything else (an OR, a NOT, a set operation, a CTE, a second
+    reference to ``data``, a comparison with an expression): (0, n), every record. DuckDB still applies
     the whole WHERE: the range is only what need not be read."""
     if tree is None:
         return 0, n
@@ -257,6 +259,8 @@ def sql_record_range(tree: dict[str, Any] | None, record: str, n: int) -> tuple[
         or src.get("schema_name") not in ("", "main", None)
         or src.get("catalog_name") not in ("", "memory", None)
         or src.get("at_clause") is not None
+        or src.get("sample") is not None  # a sample of fewer rows would pick others
+        or node.get("sample") is not None
         or sum(1 for _ in _data_refs(tree)) != 1
     ):
         return 0, n

@@ -126,6 +126,7 @@ SQL_RANGES = [  # query, the record range read (None: every batch)
     ("SELECT count(*) AS n FROM data, range(3) r WHERE record < 20", None),  # a join
     ("SELECT count(*) AS n FROM data WHERE NOT (record < 5500)", None),
     ("SELECT count(*) AS n FROM data a JOIN data b ON a.i1 = b.i1 WHERE a.i1 < 50", None),  # data read twice
+    ("SELECT count(*) AS n FROM data WHERE record < 30 AND (SELECT count(*) FROM query_table('data')) > 0", None),
 ]
 
 
@@ -150,3 +151,16 @@ def test_bulkload_sql_with_a_record_range_equals_duckdb_on_the_full_table(uri):
         covering = ds.batches_covering(700, 2300)
         read = sum(b.nbytes for b in covering)
         assert p.stderr == f"read {read:,} of {ds.manifest.stored_bytes:,} stored bytes ({len(covering)} batches)\n"
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT sum(i1) AS s FROM data TABLESAMPLE 50% (bernoulli, 7) WHERE record < 3000",
+        "SELECT sum(i1) AS s FROM data WHERE record < 3000 USING SAMPLE 50% (bernoulli, 7)",
+    ],
+)
+def test_sql_with_a_sample_reads_every_batch_a_sample_of_fewer_rows_would_differ(uri, query):
+    with loader.open(uri) as ds:
+        ds.sql(query)
+        assert ds.read_stats.bytes == ds.manifest.stored_bytes
