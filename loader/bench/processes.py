@@ -13,6 +13,7 @@ remove and flush what a benchmark wrote.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -139,9 +140,13 @@ def run_sampled(
     timeout: float = 1800,
     after: Callable[[], None] | None = None,
 ) -> Proc:
-    """Run ``cmd``, sampling its process tree's RSS; ``after()`` runs inside the timing."""
+    """Run ``cmd``, sampling its process tree's RSS; ``after()`` runs inside the timing.
+
+    By default in an empty directory: an older bulkload (``--before``) run from a checkout
+    imported that checkout's ``loader`` in its workers (its forkserver put the current
+    directory first on its path), so "before" measured today's workers."""
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.PIPE, stdin=stdin, cwd=cwd, env=env)
+    p = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.PIPE, stdin=stdin, cwd=cwd or neutral_dir(), env=env)
     with TreeSampler(p.pid) as s:
         try:
             out, err = p.communicate(timeout=timeout)
@@ -175,6 +180,17 @@ def run_child(kind: str, **args) -> tuple[dict, Proc]:
 def tail(text: str, lines: int = 3) -> str:
     """The last ``lines`` lines of a program's stderr, on one line."""
     return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:])
+
+
+@functools.cache
+def neutral_dir() -> str:
+    """An empty directory of this process's: the working directory of the commands it times."""
+    import atexit
+    import tempfile
+
+    d = tempfile.mkdtemp(prefix="bulkload-bench-cwd-")
+    atexit.register(shutil.rmtree, d, True)
+    return d
 
 
 def rm(path: str | Path) -> None:

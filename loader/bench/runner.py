@@ -69,7 +69,8 @@ class Bench:
 
     # --- the work directory -------------------------------------------------------------
     def open_work(self) -> Path:
-        self._work = Path(tempfile.mkdtemp(prefix=".bench-work-", dir=self.plan.work_parent))
+        # absolute: the commands timed run in another directory (processes.neutral_dir)
+        self._work = Path(tempfile.mkdtemp(prefix=".bench-work-", dir=self.plan.work_parent)).resolve()
         return self._work
 
     @property

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import io
 import os
+import threading
 from multiprocessing import context as mp_context
 from multiprocessing import forkserver, popen_forkserver, reduction, spawn, util
 
@@ -52,6 +53,7 @@ class _Popen(popen_forkserver.Popen):
             reduction.dump(process_obj, buf)
         finally:
             mp_context.set_spawning_popen(None)
+        ensure_forkserver()
         self.sentinel, w = forkserver.connect_to_new_process(self._fds)
         _parent_w = os.dup(w)
         # CPython's multiprocessing.util.close_fds (3.11-3.13), which typeshed does not list
@@ -59,6 +61,31 @@ class _Popen(popen_forkserver.Popen):
         with open(w, "wb", closefd=True) as f:
             f.write(buf.getbuffer())
         self.pid = forkserver.read_signed(self.sentinel)
+
+
+_ENV_LOCK = threading.Lock()
+
+
+def ensure_forkserver() -> None:
+    """Start the forkserver, if it is not running, with ``PYTHONSAFEPATH=1`` (``-P``).
+
+    It runs ``python -c ...``, which puts the current directory first on its ``sys.path``,
+    and CPython 3.11 ignores the ``sys_path`` it is given: every module it preloads
+    (bulkload's own, pool.py), and so every worker forked from it, was imported from the
+    current directory when that held a package of the same name - a ``loader/`` directory
+    of the user's, or another checkout of bulkload, whose workers then spoke another
+    version's messages (seen: "worker 1 exited with code 0 before it finished"). The
+    workers themselves get the coordinator's ``sys.path`` from their preparation data."""
+    with _ENV_LOCK:
+        old = os.environ.get("PYTHONSAFEPATH")
+        os.environ["PYTHONSAFEPATH"] = "1"
+        try:
+            forkserver.ensure_running()
+        finally:
+            if old is None:
+                del os.environ["PYTHONSAFEPATH"]
+            else:
+                os.environ["PYTHONSAFEPATH"] = old
 
 
 class MainlessProcess(mp_context.ForkServerProcess):

@@ -7,9 +7,13 @@ checksum: xxh3_64 of the value.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, ClassVar
 
 import xxhash
+
+if TYPE_CHECKING:
+    import numpy as np
 
 from ..model.placement import batch_key
 from ..serializers import get_serializer
@@ -72,6 +76,8 @@ class FixedWriter:
         self.kind, self.task = kind, task
         self.ser = get_serializer(kind.format, kind.layout, kind.compression)
         self.table = "batches"
+        #: id(source) -> (source, its filler): lookups done once per source (Source.filler)
+        self.fillers: dict[int, tuple[object, Callable[[np.ndarray, int], None]]] = {}
 
     def prepare(self, s: int, store) -> None:
         # anything at or above the resume point is an uncommitted leftover of a failed run
@@ -80,7 +86,10 @@ class FixedWriter:
 
     def produce(self, seq, first, count, source, off):
         buf, recs = self.ser.new_buffer(count)
-        source.fill(recs, off)
+        known = self.fillers.get(id(source))
+        if known is None or known[0] is not source:
+            known = self.fillers[id(source)] = (source, source.filler())
+        known[1](recs, off)
         return buf, recs
 
     def encode(self, seq, first, count, payload, s):

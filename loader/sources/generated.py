@@ -11,6 +11,7 @@ fingerprint is the URI: the same range is recognised on a re-run.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,7 +21,7 @@ from ..infra.uri import query_options
 from ..model.layouts import Layout
 from ..model.times import duration_ns, format_ns, instant_ns
 from .base import Source, parse_count
-from .generators import GENERATORS, fill
+from .generators import GENERATORS, fill, generator_for
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,22 @@ class GenSource(Source):
     def fill(self, records: np.ndarray, offset: int) -> None:
         """Fill records with source records offset.. (offset relative to the source)."""
         fill(records, self.start + offset, impl=self.impl, layout=self.layout, **dict(self.options))
+
+    def filler(self) -> Callable[[np.ndarray, int], None]:
+        """`fill` with the generator, its options and the range checked once for the whole
+        source; a batch of another dtype or records outside the source take `fill`."""
+        lay, gen = generator_for(self.layout)
+        fn = gen.fill_fn(self.impl)
+        opts = gen.check(self.start, self.n, dict(self.options))
+        start, n, dtype, slow = self.start, self.n, lay.dtype, self.fill
+
+        def fill_records(records: np.ndarray, offset: int) -> None:
+            if records.dtype != dtype or offset < 0 or offset + len(records) > n or not records.flags.c_contiguous:
+                slow(records, offset)
+            elif len(records):
+                fn(records, start + offset, **opts)
+
+        return fill_records
 
 
 def parse_generated(ref: str, query: str, layout: Layout | None) -> GenSource:

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import run_cli
+from helpers import run_cli, tool
 
 N = 1000
 
@@ -183,3 +183,30 @@ def test_the_copied_launch_is_cpythons_but_for_the_preparation_data():
 
     ours = body(mainless._Popen._launch).replace("mp_context.set_spawning_popen", "set_spawning_popen")
     assert ours == body(popen_forkserver.Popen._launch).replace("spawn.get_preparation_data(", "preparation_data(")
+
+
+SHADOWS = ("loader", "lmdb", "numpy", "xxhash")
+
+
+@pytest.mark.parametrize("shadow", SHADOWS)
+def test_workers_never_import_a_module_of_the_current_directory(tmp_path, shadow):
+    """The forkserver runs ``python -c``, which puts the current directory first on its
+    path: a package there named like one the workers import (a user's ``loader/``, another
+    checkout of bulkload, a stray ``numpy.py``) replaced the real one in every worker."""
+    cwd = tmp_path / "cwd"
+    marker = tmp_path / "imported"
+    pkg = cwd / shadow
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\nraise RuntimeError('shadow')\n")
+    uri = f"lmdb://{tmp_path}/ds"
+    p = subprocess.run(
+        [str(tool("bulkload")), "load", f"gen://scidb96?n={N}", uri, "--workers", "2", "--shards", "2", "--json"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["in_process"] is False
+    assert not marker.exists()
+    assert runs_of(uri) == (N, [("load", "done")])
