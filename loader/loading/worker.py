@@ -51,6 +51,10 @@ from .task import LoadTask
 
 GROUP_BYTES = 16 << 20
 QUEUE_DEPTH = 4
+#: planned batches smaller than this are produced in the writing thread: for small batches
+#: the hand-off between two threads (queue operations and a GIL switch each) costs more
+#: than the overlap gains (20M scidb96 records in 100-record batches: see CHANGELOG)
+INLINE_BATCH_BYTES = int(os.environ.get("XX_INLINE", 256 << 10))
 #: seconds between a worker's progress messages (at most one per batch: its overhead is nil);
 #: less when BULKLOAD_PROGRESS_SECONDS asks for log lines more often (`progress_every`)
 PROGRESS_S = 0.5
@@ -74,9 +78,13 @@ def load_worker(task: LoadTask, outbox, inbox=None, slots=None) -> LoadReceipt:
         else:
             batches = _planned(task, writer, times)
         stage = _WriteStage(task, writer, stores, outbox, times)
-        with _Producer(batches) as produced:
-            for seq, first, count, payload in produced:
+        if inbox is None and _small_batches(task, writer, layout):
+            for seq, first, count, payload in batches:
                 stage.add(seq, first, count, payload)
+        else:
+            with _Producer(batches) as produced:
+                for seq, first, count, payload in produced:
+                    stage.add(seq, first, count, payload)
         stage.finish()
     finally:
         for st in stores.values():
@@ -99,6 +107,11 @@ def _open_stores(task: LoadTask, writer, stores: dict) -> None:
                 raise damage.error(writing=True)
         stores[s] = st = open_writer(w.store, s, opts)
         guard_write(w.store, s, functools.partial(writer.prepare, s, st))
+
+
+def _small_batches(task: LoadTask, writer, layout: Layout) -> bool:
+    """Whether the planned batches are small enough to be produced inline (fixed-size records)."""
+    return not writer.kind.keyed and task.plan.batch_records * layout.record_size < INLINE_BATCH_BYTES
 
 
 def _planned(task: LoadTask, writer, times: StageTimes):
@@ -191,6 +204,7 @@ class _WriteStage:
         self.every = task.write.checkpoints
         self.groups: dict[int, list] = {s: [] for s in stores}  # store items per shard
         self.group_bytes = {s: 0 for s in stores}
+        self.grouped = 0  # sum(group_bytes.values())
         self.group_entries: dict[int, list[BatchEntry]] = {s: [] for s in stores}
         self.written: list[BatchEntry] = []
         self.unsynced: list[BatchEntry] = []  # written since the last checkpoint
@@ -217,17 +231,16 @@ class _WriteStage:
         self.groups[s].extend(items)
         self.group_entries[s].append(entry)
         self.group_bytes[s] += entry.nbytes
+        self.grouped += entry.nbytes
         self.progress[0] += entry.records
         self.progress[1] += (entry.text_bytes or 0) if self.keyed else 0
-        if time.monotonic() - self.progress_t >= self.progress_every:
+        now = time.monotonic()
+        if now - self.progress_t >= self.progress_every:
             self.report_progress()
         if self.group_bytes[s] >= GROUP_BYTES:
             self.flush(s)
             _stop_if_orphaned(self.task)
-        if (
-            self.ckpt_bytes + sum(self.group_bytes.values()) >= self.every.nbytes
-            or time.monotonic() - self.ckpt_t >= self.every.seconds
-        ):
+        if self.ckpt_bytes + self.grouped >= self.every.nbytes or now - self.ckpt_t >= self.every.seconds:
             self.checkpoint()
             _stop_if_orphaned(self.task)
 
@@ -251,6 +264,7 @@ class _WriteStage:
         self.written.extend(entries)
         self.unsynced.extend(entries)
         self.ckpt_bytes += self.group_bytes[s]
+        self.grouped -= self.group_bytes[s]
         self.groups[s], self.group_entries[s], self.group_bytes[s] = [], [], 0
 
     def sync_all(self) -> None:
