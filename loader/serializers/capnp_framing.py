@@ -316,6 +316,13 @@ class CapnpSerializer(Serializer):
         return start
 
     def decode(self, value: BytesLike) -> tuple[int, np.ndarray]:
+        if self.compression != "none" and not self._framable:  # records straight from the planes
+            mv = byte_view(value)
+            start, n = header_fields(mv, self._stride)
+            planes = shuffled.decompressed_planes(
+                mv[HEADER_BYTES:], n * self._stride, self._stride, "corrupt Cap'n Proto batch value"
+            )
+            return start, self._records_of_planes(planes, n)
         if self.compression != "none":
             value = self._decompressed(value)
         start, msg, n, seg, idx, edw, epc = parse(value)
@@ -406,6 +413,24 @@ class CapnpSerializer(Serializer):
             plane = out[bit // 8]
             plane |= (src[packed] != 0).view(np.uint8) << np.uint8(bit % 8)
         return flat
+
+    def _records_of_planes(self, planes: bytes | None, n: int) -> np.ndarray:
+        """The inverse of `_capnp_planes`: a new array of the ``n`` records whose shuffled
+        data sections ``planes`` holds (None: no records) - each run's planes to its place in
+        the records' own planes, a bool from its bit, then one unshuffle by the record size."""
+        lay = self.layout
+        out = np.empty(n, dtype=lay.dtype)
+        if planes is None or not n:
+            return out
+        src = np.frombuffer(planes, np.uint8).reshape(self._stride, n)
+        flat = shuffled.scratch(n * lay.record_size, 1)
+        dst = np.frombuffer(flat, np.uint8).reshape(lay.record_size, n)
+        for packed, at, size in lay.capnp_runs:
+            dst[packed : packed + size] = src[at : at + size]
+        for packed, bit in lay.capnp_bools:
+            np.bitwise_and(src[bit // 8] >> np.uint8(bit % 8), 1, out=dst[packed])
+        shuffled.unshuffle(flat, out.view(np.uint8).data, lay.record_size)
+        return out
 
     def _as_records(self, view: np.ndarray) -> np.ndarray:
         """A new array of the layout's dtype holding the records of a ``capnp_dtype`` view."""
