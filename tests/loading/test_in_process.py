@@ -186,8 +186,13 @@ def _checkpointed(manifest) -> bool:
     return bool(m["runs"]) and m["runs"][-1]["status"] == "running" and bool(m["runs"][-1].get("pending"))
 
 
-@pytest.mark.parametrize("signame", ["TERM", "INT"])
-def test_stop_signal_stops_an_in_process_load_and_the_same_command_resumes(tmp_path, signame):
+@pytest.mark.parametrize(
+    "signame, compression, batch",
+    [("TERM", "none", 20000), ("INT", "none", 20000), ("TERM", "lz4", 2000), ("INT", "lz4", 2000)],
+)
+def test_stop_signal_stops_an_in_process_load_and_the_same_command_resumes(tmp_path, signame, compression, batch):
+    """Uncompressed: the tasks in turn; lz4: a thread each (smaller batches: a checkpoint
+    per batch keeps the load under way long enough)."""
     env = dict(os.environ, **FAST)
     uri = f"lmdb://{tmp_path}/ds"
     cmd = [
@@ -198,9 +203,9 @@ def test_stop_signal_stops_an_in_process_load_and_the_same_command_resumes(tmp_p
         "--shards",
         "2",
         "--batch-records",
-        "20000",
+        str(batch),
         "--compression",
-        "none",
+        compression,
         "-q",
     ]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
