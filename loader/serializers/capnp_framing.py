@@ -242,12 +242,13 @@ class CapnpSerializer(Serializer):
         buffer of at least `message_size(n)` bytes, e.g. shared memory or an array's
         ``.data``, which must be
         zero-filled for non-framable layouts). For a framable layout records is a view of
-        buf's records region; otherwise a separate array that encode_buffer copies in."""
+        buf's records region; otherwise a separate array that encode_buffer copies in (or,
+        compressed, shuffles from: then a new buf is the header alone)."""
         self.check_batch_records(n)
         size = HEADER_BYTES + n * self._stride
         buf: bytearray | memoryview
         if into is None:
-            buf = bytearray(size)
+            buf = bytearray(size if self._framable or self.compression == "none" else HEADER_BYTES)
         else:
             buf = memoryview(into).cast("B") if not isinstance(into, bytearray) else into
             if len(buf) < size:
@@ -264,7 +265,8 @@ class CapnpSerializer(Serializer):
         start = self._check_start(start)
         size = HEADER_BYTES + n * self._stride
         mv = byte_view(buf)
-        if len(mv) < size:
+        planes_only = n and not self._framable and self.compression != "none"  # (the header's bytes only)
+        if len(mv) < (HEADER_BYTES if planes_only else size):
             raise UsageError(
                 f"buffer of {len(mv)} bytes is too small for {n} records ({size} bytes); use new_buffer(n)"
             )
@@ -273,7 +275,7 @@ class CapnpSerializer(Serializer):
                 body = np.frombuffer(mv, dtype=self.layout.dtype, count=n, offset=HEADER_BYTES)
                 if records.ctypes.data != body.ctypes.data or records.strides != body.strides:
                     body[...] = self._check_records(records)
-            elif self.compression != "none":  # the data section's planes, straight from the records
+            elif planes_only:  # the data section's planes, straight from the records
                 write_header(mv, n, self._words, start)
                 planes = self._capnp_planes(self._check_records(records))
                 return bytes(mv[:HEADER_BYTES]) + shuffled.compress_planes(planes, self.compression, self._stride)
