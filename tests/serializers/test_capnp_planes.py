@@ -42,11 +42,11 @@ def assembled_value(ser: CapnpSerializer, records: np.ndarray, start: int) -> by
 def bools_as_bits(layout: Layout, records: np.ndarray) -> np.ndarray:
     """``records`` with every bool field 0 or 1 (what a data section's bit gives back)."""
     out = records.copy()
-    for name in layout.dtype.names or ():
-        if layout.dtype[name] == np.dtype(bool):
-            out[name] = (
-                records.view(np.uint8).reshape(len(records), layout.record_size)[:, layout.dtype.fields[name][1]] != 0
-            )
+    raw = records.view(np.uint8).reshape(len(records), layout.record_size)
+    fields: dict[str, tuple] = dict(layout.dtype.fields or {})
+    for name, (dt, offset, *_title) in fields.items():
+        if dt == np.dtype(bool):
+            out[name] = raw[:, int(offset)] != 0
     return out
 
 
