@@ -20,7 +20,7 @@ power cut.
 
 `ThreadExecutor` runs them at once, one thread per task, in the calling process: for a
 small run whose work mostly releases the GIL (numpy, the stores' I/O, encoders; a caller
-decides: arrays/finalize.py). As in-process, plus: the task threads share one outbox (one
+decides: arrays/finalize.py, loading/execute.py for compressed records). As in-process, plus: the task threads share one outbox (one
 message at a time); the first task that fails stops the run - every other task raises at
 its next message and ends through its ``finally`` - and its error is raised once every
 thread has ended; a stop signal (delivered to the calling thread, which waits in short

@@ -78,15 +78,20 @@ def runs_user_code(plan: Plan) -> bool:
 
 def executor_for(spec: StoreSpec, settings: RunSettings, nbytes: int, user_code: bool = False):
     """The executor in effect, or an in-process one for a small run (module docstring) -
-    never for ``user_code``, whose death must not be the coordinator's."""
+    never for ``user_code``, whose death must not be the coordinator's. A compressed run of
+    fixed-size records runs its tasks at once, a thread each (their shuffle and codec release
+    the GIL); the others in turn."""
     ex = executors.current()
+    keyed = settings.kind().keyed
     if (
         type(ex) is executors.LocalExecutor
         and not settings.workers_given
         and not user_code
-        and nbytes <= in_process_limit(settings.compression, settings.kind().keyed)
+        and nbytes <= in_process_limit(settings.compression, keyed)
         and not open_in_this_process(spec)
     ):
+        if settings.compression != "none" and not keyed:
+            return executors.ThreadExecutor()
         return executors.InProcessExecutor()
     return ex
 

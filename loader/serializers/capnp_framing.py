@@ -219,6 +219,8 @@ class CapnpSerializer(Serializer):
         #: (byte offset, bytes) when in one piece, else None; a bool's bit offset
         self._spans = {name: layout.capnp_span(name) for name in layout.dtype.names or ()}
         self._bits = {m.field: m.bit for m in layout.capnp_members if m.bits == 1}
+        #: the data section's byte ranges no run fills (padding, bools' bytes): zeroed planes
+        self._zero_planes = _gaps(self._stride, [(at, at + size) for _p, at, size in layout.capnp_runs])
 
     @property
     def max_records(self) -> int:
@@ -240,12 +242,13 @@ class CapnpSerializer(Serializer):
         buffer of at least `message_size(n)` bytes, e.g. shared memory or an array's
         ``.data``, which must be
         zero-filled for non-framable layouts). For a framable layout records is a view of
-        buf's records region; otherwise a separate array that encode_buffer copies in."""
+        buf's records region; otherwise a separate array that encode_buffer copies in (or,
+        compressed, shuffles from: then a new buf is the header alone)."""
         self.check_batch_records(n)
         size = HEADER_BYTES + n * self._stride
         buf: bytearray | memoryview
         if into is None:
-            buf = bytearray(size)
+            buf = bytearray(size if self._framable or self.compression == "none" else HEADER_BYTES)
         else:
             buf = memoryview(into).cast("B") if not isinstance(into, bytearray) else into
             if len(buf) < size:
@@ -262,7 +265,8 @@ class CapnpSerializer(Serializer):
         start = self._check_start(start)
         size = HEADER_BYTES + n * self._stride
         mv = byte_view(buf)
-        if len(mv) < size:
+        planes_only = n and not self._framable and self.compression != "none"  # (the header's bytes only)
+        if len(mv) < (HEADER_BYTES if planes_only else size):
             raise UsageError(
                 f"buffer of {len(mv)} bytes is too small for {n} records ({size} bytes); use new_buffer(n)"
             )
@@ -271,6 +275,10 @@ class CapnpSerializer(Serializer):
                 body = np.frombuffer(mv, dtype=self.layout.dtype, count=n, offset=HEADER_BYTES)
                 if records.ctypes.data != body.ctypes.data or records.strides != body.strides:
                     body[...] = self._check_records(records)
+            elif planes_only:  # the data section's planes, straight from the records
+                write_header(mv, n, self._words, start)
+                planes = self._capnp_planes(self._check_records(records))
+                return bytes(mv[:HEADER_BYTES]) + shuffled.compress_planes(planes, self.compression, self._stride)
             else:
                 body = np.frombuffer(mv, np.uint8, n * self._stride, HEADER_BYTES).reshape(n, self._stride)
                 self._to_capnp(self._check_records(records), body)
@@ -310,6 +318,13 @@ class CapnpSerializer(Serializer):
         return start
 
     def decode(self, value: BytesLike) -> tuple[int, np.ndarray]:
+        if self.compression != "none" and not self._framable:  # records straight from the planes
+            mv = byte_view(value)
+            start, n = header_fields(mv, self._stride)
+            planes = shuffled.decompressed_planes(
+                mv[HEADER_BYTES:], n * self._stride, self._stride, "corrupt Cap'n Proto batch value"
+            )
+            return start, self._records_of_planes(planes, n)
         if self.compression != "none":
             value = self._decompressed(value)
         start, msg, n, seg, idx, edw, epc = parse(value)
@@ -381,6 +396,44 @@ class CapnpSerializer(Serializer):
             byte, mask = bit // 8, np.uint8(1 << (bit % 8))
             body[:, byte] = (body[:, byte] & ~mask) | np.where(raw[:, packed] != 0, mask, np.uint8(0))
 
+    def _capnp_planes(self, records: np.ndarray) -> memoryview:
+        """The shuffled data sections of ``records`` (what `shuffled.compress` of their
+        `_to_capnp` copy would shuffle), without that copy: the records shuffled by their own
+        size, each run's planes copied to its place, a bool a bit of its byte's plane, every
+        other plane zero. A thread's scratch buffer (valid until its next batch)."""
+        n, lay = len(records), self.layout
+        planes = shuffled.scratch(n * lay.record_size, 1)
+        shuffled.shuffle(_bytes_of(records).data, planes, lay.record_size)
+        src = np.frombuffer(planes, np.uint8).reshape(lay.record_size, n)
+        flat = shuffled.scratch(n * self._stride, 2)
+        out = np.frombuffer(flat, np.uint8).reshape(self._stride, n)
+        for lo, hi in self._zero_planes:
+            out[lo:hi] = 0
+        for packed, at, size in lay.capnp_runs:
+            out[at : at + size] = src[packed : packed + size]
+        for packed, bit in lay.capnp_bools:
+            plane = out[bit // 8]
+            plane |= (src[packed] != 0).view(np.uint8) << np.uint8(bit % 8)
+        return flat
+
+    def _records_of_planes(self, planes: bytes | None, n: int) -> np.ndarray:
+        """The inverse of `_capnp_planes`: a new array of the ``n`` records whose shuffled
+        data sections ``planes`` holds (None: no records) - each run's planes to its place in
+        the records' own planes, a bool from its bit, then one unshuffle by the record size."""
+        lay = self.layout
+        out = np.empty(n, dtype=lay.dtype)
+        if planes is None or not n:
+            return out
+        src = np.frombuffer(planes, np.uint8).reshape(self._stride, n)
+        flat = shuffled.scratch(n * lay.record_size, 1)
+        dst = np.frombuffer(flat, np.uint8).reshape(lay.record_size, n)
+        for packed, at, size in lay.capnp_runs:
+            dst[packed : packed + size] = src[at : at + size]
+        for packed, bit in lay.capnp_bools:
+            np.bitwise_and(src[bit // 8] >> np.uint8(bit % 8), 1, out=dst[packed])
+        shuffled.unshuffle(flat, out.view(np.uint8).data, lay.record_size)
+        return out
+
     def _as_records(self, view: np.ndarray) -> np.ndarray:
         """A new array of the layout's dtype holding the records of a ``capnp_dtype`` view."""
         out = np.zeros(len(view), dtype=self.layout.dtype)
@@ -418,6 +471,15 @@ class CapnpSerializer(Serializer):
         if self._framable:
             return np.frombuffer(body, dtype=self.layout.dtype, count=n)
         return self._as_records(np.frombuffer(body, dtype=self._cdtype, count=n))
+
+
+def _gaps(size: int, spans: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """The ranges of ``[0, size)`` that none of the half-open ``spans`` covers."""
+    covered = np.zeros(size, bool)
+    for lo, hi in spans:
+        covered[lo:hi] = True
+    edges = np.flatnonzero(np.diff(np.concatenate(([True], covered, [True])).astype(np.int8)))
+    return tuple((int(lo), int(hi)) for lo, hi in zip(edges[::2], edges[1::2]))
 
 
 def _bytes_of(records: np.ndarray) -> np.ndarray:

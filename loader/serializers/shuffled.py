@@ -51,19 +51,31 @@ ZSTD_LEVEL = 1
 _scratch = threading.local()  # a thread's shuffle buffer, reused from batch to batch
 
 
-def _buffer(size: int) -> memoryview:
-    buf = getattr(_scratch, "buf", None)
+def scratch(size: int, slot: int = 0) -> memoryview:
+    """This thread's scratch buffer ``slot`` (0: `compress`'s own), ``size`` bytes of it; its
+    content is garbage until written, and valid until the thread's next call for ``slot``."""
+    bufs = getattr(_scratch, "bufs", None)
+    if bufs is None:
+        bufs = _scratch.bufs = {}
+    buf = bufs.get(slot)
     if buf is None or len(buf) < size:
-        buf = _scratch.buf = bytearray(max(size, 1 << 20))
+        buf = bufs[slot] = bytearray(max(size, 1 << 20))
     return memoryview(buf)[:size]
 
 
 def compress(region: BytesLike, compression: str, stride: int) -> bytes:
     """``region`` (records of ``stride`` bytes) shuffled and compressed, with its 20-byte head."""
-    heap.keep_freed_if_owned()  # a buffer per batch: reuse freed heap (infra/heap.py)
     size = len(region)
-    flat = _buffer(size)
+    flat = scratch(size)
     _shuffle.shuffle(region, flat, stride)
+    return compress_planes(flat, compression, stride)
+
+
+def compress_planes(flat: memoryview, compression: str, stride: int) -> bytes:
+    """`compress` of the records whose shuffled bytes (byte k of record i at ``k * n + i``)
+    ``flat`` holds already: a caller that builds the planes itself (capnp_framing.py)."""
+    heap.keep_freed_if_owned()  # a buffer per batch: reuse freed heap (infra/heap.py)
+    size = len(flat)
     head = _HEAD.pack(MAGIC, _CODEC_IDS[compression], stride, size)
     if compression == "lz4":
         import lz4.block  # ~1 ms; only compressed datasets need it
@@ -111,6 +123,11 @@ def decompressed_planes(chunk: BytesLike, size: int, stride: int, what: str) -> 
     if len(flat) != size:
         raise VerifyError(f"{what}: compressed records hold {len(flat)} bytes, the header says {size}")
     return flat
+
+
+def shuffle(records: BytesLike, out: BytesLike, stride: int) -> None:
+    """``out`` (writable, ``len(records)`` bytes) = the planes of records of ``stride`` bytes."""
+    _shuffle.shuffle(records, out, stride)
 
 
 def unshuffle(planes: BytesLike, out: memoryview, stride: int) -> None:

@@ -1,4 +1,5 @@
-"""Small loads run in-process (loading/execute.py, infra/executors.InProcessExecutor).
+"""Small loads run in-process (loading/execute.py, infra/executors.InProcessExecutor; a
+compressed one of fixed-size records: ThreadExecutor, its tasks at once).
 
 - A load of at most `in_process_limit(compression)` bytes (256 MiB uncompressed, 1 GiB
   compressed) whose worker count the caller did not give starts no worker process: its report says ``in_process``, every receipt comes from the
@@ -74,12 +75,27 @@ def test_the_limit_is_bytes_of_records_by_compression(tmp_path, compression, lim
         batch_records=1000,
         workers_given=False,
     )
-    assert type(executor_for(spec, settings, limit)) is executors.InProcessExecutor
+    small = executors.InProcessExecutor if compression == "none" else executors.ThreadExecutor
+    assert type(executor_for(spec, settings, limit)) is small
     assert type(executor_for(spec, settings, limit + 1)) is executors.LocalExecutor
     given = RunSettings(
         layout=LAY, format="capnp", compression=compression, shards=2, workers=2, batch_records=1000, workers_given=True
     )
     assert type(executor_for(spec, given, 1)) is executors.LocalExecutor
+
+
+@pytest.mark.parametrize("compression", ["lz4", "zstd"])
+def test_compressed_small_load_runs_its_tasks_at_once_in_threads(tmp_path, compression):
+    """Compressed records are CPU-bound (shuffle and codec, which release the GIL): the tasks
+    of a small run go to one thread each, not one after another; uncompressed ones (disk-bound)
+    and documents (Python per block) run in turn."""
+    spec = parse_dataset_uri(f"lmdb://{tmp_path}/ds")
+    settings = RunSettings(
+        layout=get_layout("ticks"), format="capnp", compression=compression, shards=2, workers=2, batch_records=1000
+    )
+    assert type(executor_for(spec, settings, 1)) is executors.ThreadExecutor
+    plain = RunSettings(layout=LAY, format="capnp", compression="none", shards=2, workers=2, batch_records=1000)
+    assert type(executor_for(spec, plain, 1)) is executors.InProcessExecutor
 
 
 def test_documents_keep_the_16_mib_limit(tmp_path):
@@ -170,8 +186,13 @@ def _checkpointed(manifest) -> bool:
     return bool(m["runs"]) and m["runs"][-1]["status"] == "running" and bool(m["runs"][-1].get("pending"))
 
 
-@pytest.mark.parametrize("signame", ["TERM", "INT"])
-def test_stop_signal_stops_an_in_process_load_and_the_same_command_resumes(tmp_path, signame):
+@pytest.mark.parametrize(
+    "signame, compression, batch",
+    [("TERM", "none", 20000), ("INT", "none", 20000), ("TERM", "lz4", 2000), ("INT", "lz4", 2000)],
+)
+def test_stop_signal_stops_an_in_process_load_and_the_same_command_resumes(tmp_path, signame, compression, batch):
+    """Uncompressed: the tasks in turn; lz4: a thread each (smaller batches: a checkpoint
+    per batch keeps the load under way long enough)."""
     env = dict(os.environ, **FAST)
     uri = f"lmdb://{tmp_path}/ds"
     cmd = [
@@ -182,9 +203,9 @@ def test_stop_signal_stops_an_in_process_load_and_the_same_command_resumes(tmp_p
         "--shards",
         "2",
         "--batch-records",
-        "20000",
+        str(batch),
         "--compression",
-        "none",
+        compression,
         "-q",
     ]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

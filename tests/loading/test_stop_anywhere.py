@@ -11,7 +11,8 @@ main thread runs while other threads work:
 - the in-process load's consumer of its produce thread (`worker._Producer`): leaving it
   ends the thread, within seconds; once a queue.Queue here hung `bulkload load` on SIGTERM;
 - a real in-process load (`load_worker`) stopped the same way: it raises, closes its
-  shards, and its produce thread ends;
+  shards, and its produce thread ends; a compressed one, whose tasks run as threads
+  (executors.ThreadExecutor), stopped wherever its calling thread waits for them;
 - a small finalize, whose phases run as threads of the calling process
   (executors.ThreadExecutor): no task thread outlives it. ``threading.Thread.start``
   stopped while its Condition held a lock once left the new thread waiting forever
@@ -149,7 +150,19 @@ def test_a_stopped_producer_thread_ends():
     assert produced.ended(TRIAL_S)
 
 
-def test_an_in_process_load_stopped_at_any_hand_off_step_stops_and_resumes(tmp_path):
+#: (compression, the files of the calling thread's steps, fewest steps, fewest stopped trials):
+#: uncompressed, the tasks run in turn in the calling thread (the load worker's hand-off);
+#: lz4, a thread each (executors.ThreadExecutor): the calling thread waits for them
+IN_PROCESS_CASES = [
+    ("none", ("loading/worker.py", "queue.py", "threading.py", "infra/threads.py"), 50, 100),
+    ("lz4", ("infra/executors.py", "threading.py", "infra/threads.py"), 8, 4),
+]
+
+
+@pytest.mark.parametrize("compression, files, fewest, fewest_stopped", IN_PROCESS_CASES)
+def test_an_in_process_load_stopped_at_any_hand_off_step_stops_and_resumes(
+    tmp_path, compression, files, fewest, fewest_stopped
+):
     """A real in-process load (2 shards, 30 batches) under the same stops, at every point in
     the load worker's module and the locking it uses: each ends in time with the stop (a
     KeyboardInterrupt, as Ctrl-C raises from Python) or its report, leaves no produce
@@ -158,19 +171,18 @@ def test_an_in_process_load_stopped_at_any_hand_off_step_stops_and_resumes(tmp_p
 
     src, records = "gen://scidb96?n=30000", 30000
     want_uri = f"lmdb://{tmp_path}/want"
-    loader.load(src, want_uri, shards=2, batch_records=1000)
+    loader.load(src, want_uri, shards=2, batch_records=1000, compression=compression)
     with loader.open(want_uri) as ds:
         want = ds.read_records().tobytes()
 
     def body(uri):
-        return lambda: loader.load(src, uri, shards=2, batch_records=1000)
+        return lambda: loader.load(src, uri, shards=2, batch_records=1000, compression=compression)
 
-    files = ("loading/worker.py", "queue.py", "threading.py", "infra/threads.py")
     tracer = stop_at(-1, files)
     ended, report = trial(body(f"lmdb://{tmp_path}/count"), tracer)
     assert ended and report.in_process, report
     total = tracer.state["seen"]
-    assert total > 50
+    assert total > fewest, total
     baseline = _thread._count()
     step = max(1, total // 150)  # ~150 trials, spread over the whole load
     stopped = 0
@@ -186,10 +198,10 @@ def test_an_in_process_load_stopped_at_any_hand_off_step_stops_and_resumes(tmp_p
         # exception (its traceback holds them); Python cannot make a finally uninterruptible
         del result
         gc.collect()
-        loader.load(src, uri, shards=2, batch_records=1000)
+        loader.load(src, uri, shards=2, batch_records=1000, compression=compression)
         with loader.open(uri) as ds:
             assert ds.records == records and ds.read_records().tobytes() == want, n
-    assert stopped > 100, f"only {stopped} trials were stopped"
+    assert stopped > fewest_stopped, f"only {stopped} trials were stopped"
 
 
 def threads_settle(baseline: int) -> bool:
