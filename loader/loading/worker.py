@@ -54,7 +54,7 @@ QUEUE_DEPTH = 4
 #: planned batches smaller than this are produced in the writing thread: for small batches
 #: the hand-off between two threads (queue operations and a GIL switch each) costs more
 #: than the overlap gains (20M scidb96 records in 100-record batches: see CHANGELOG)
-INLINE_BATCH_BYTES = int(os.environ.get("XX_INLINE", 256 << 10))
+INLINE_BATCH_BYTES = 256 << 10
 #: seconds between a worker's progress messages (at most one per batch: its overhead is nil);
 #: less when BULKLOAD_PROGRESS_SECONDS asks for log lines more often (`progress_every`)
 PROGRESS_S = 0.5
