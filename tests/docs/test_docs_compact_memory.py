@@ -8,23 +8,12 @@ DOCS = 20_000
 MIB = 1 << 20
 
 
-def peak_rss(tmp_path, batch_records: int) -> int:
-    """`bulkload compact`'s peak RSS folding DOCS documents stored as batches of ``batch_records``."""
-    return compact_peak_rss(
-        f"lmdb://{tmp_path}/b{batch_records}",
-        f"gen://docs?n={DOCS}",
-        batch_records,
-        1000,
-        "20 batches, 20,000 records: ok",
-    )
-
-
 def test_docs_compact_peak_memory_does_not_grow_with_the_batch_count(tmp_path):
     # the same documents as 1,000 and as 20,000 batch rows (one table per shard), folded
     # into the same 20 batches (small batches of disjoint ids are folded together): before
     # streaming, the 19,000 more rows took ~19 MiB more (the coordinator's lists of rows
     # and tasks, the workers' rows); what is left is ~250 bytes a row in a fold worker's
     # columns, the catalog pages read and the data touched
-    few = peak_rss(tmp_path, DOCS // 1_000)
-    many = peak_rss(tmp_path, 1)
+    source, verified = f"gen://docs?n={DOCS}", "20 batches, 20,000 records: ok"
+    few, many = (compact_peak_rss(f"lmdb://{tmp_path}/b{n}", source, n, 1000, verified) for n in (DOCS // 1_000, 1))
     assert many - few < 12 * MIB, (few / MIB, many / MIB)
