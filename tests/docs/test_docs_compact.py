@@ -291,3 +291,14 @@ def test_killed_compaction_rerun_is_byte_identical_and_leaves_no_rows_files(tmp_
     assert folded_rows(uri) == ref_rows  # the same batches, bytes and checksums as one compaction
     assert not list((tmp_path / "ds").glob(".compact-rows-*"))
     assert all(len(t) == 1 for t in shard_tables(uri))
+
+
+def test_small_batches_of_disjoint_ids_are_folded_into_batches_of_the_target(tmp_path):
+    uri = f"lmdb://{tmp_path}/ds"
+    loader.load(f"gen://docs?n=400&seed={SEED}", uri, shards=2, workers=2, batch_records=5, progress="none")
+    rep = compact(uri, target_batch_records=50).to_dict()
+    assert (rep["batches_before"], rep["batches_after"]) == (80, 8)
+    with loader.open(uri) as ds:
+        assert sorted(b.docs for b in ds.manifest.batches) == [50] * 8
+    check(uri, generate_docs(SEED, 0, 400))
+    assert compact(uri, target_batch_records=50).to_dict()["status"] == "nothing-to-do"
