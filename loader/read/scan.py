@@ -255,18 +255,116 @@ def scan(
             )
         return box_reader(ds, columns, box, array, batch_rows)
     names = check_columns(ds, columns)
-    rng = parse_records(records)
-    if rng is None:  # every batch of the snapshot (a Dask task's: some batches, read/dask_read.py)
-        bs = ds.manifest.batches
-        start, stop = (bs[0].first, bs[-1].first + bs[-1].count) if bs else (0, 0)
-    else:
-        from .dataset import check_record_range
-
-        n = ds.records
-        start, stop = rng[0], n if rng[1] is None else rng[1]
-        check_record_range(start, stop, n, ds.uri)
+    start, stop = record_span(ds, records)
     schema = arrow_schema(ds, names)
     return pa.RecordBatchReader.from_batches(schema, record_batches(ds, names, start, stop, batch_rows))
+
+
+def record_span(ds: Dataset, records: object) -> tuple[int, int]:
+    """[start, stop) of ``records`` (`RecordRange`, checked against the snapshot; None: every
+    batch of the snapshot - a Dask task's: some batches, read/dask_read.py)."""
+    rng = parse_records(records)
+    if rng is None:
+        bs = ds.manifest.batches
+        return (bs[0].first, bs[-1].first + bs[-1].count) if bs else (0, 0)
+    from .dataset import check_record_range
+
+    n = ds.records
+    start, stop = rng[0], n if rng[1] is None else rng[1]
+    check_record_range(start, stop, n, ds.uri)
+    return start, stop
+
+
+def read_table(ds: Dataset, columns: object = None, records: object = None) -> pa.Table:
+    """`Dataset.to_arrow` of fixed-size records: the ``columns`` of ``records`` as one
+    pyarrow Table of one chunk per column. The whole output is known in advance, so each
+    column is allocated once (large: numpy asks the kernel for huge pages) and every batch
+    is decoded by `scan_threads` threads straight into its slice of them - no per-batch
+    column allocation (fresh pages faulted in per batch), no per-batch Arrow batch, and
+    no copy of a zero-copy stored value: the shards' value readers stay open until the
+    last batch is decoded. Every batch read whole is checked as a scan checks it (size,
+    xxh3, record count and first record); the ends of a range take `Dataset._records_into`.
+    Arrow values are decoded as views of their buffers: they keep `scan`'s batches."""
+    import pyarrow as pa  # heavy: only Arrow readers need it
+
+    names = check_columns(ds, columns)
+    start, stop = record_span(ds, records)
+    if ds.manifest.format != "capnp":
+        return scan(ds, names, (start, stop)).read_all()
+    import numpy as np
+
+    from ..model.arrow_records import decoded_names, record_batch
+
+    layout = ds.layout
+    decode = decoded_names(layout, names)
+    whole = {n: np.empty(stop - start, layout.dtype[n]) for n in decode}
+    if ds.closed:
+        raise UsageError(f"dataset {ds.uri} is closed; read it inside its `with` block")
+    _decode_into(ds, decode, start, stop, whole)
+    return pa.Table.from_batches([record_batch(whole, layout, names)])
+
+
+def _decode_into(ds: Dataset, decode: list[str], start: int, stop: int, whole: dict[str, np.ndarray]) -> None:
+    """Records [start, stop) of the fields ``decode`` into the columns ``whole`` (see
+    `read_table`): batch values fetched here, decoded by the pool in flight."""
+    from concurrent.futures import ThreadPoolExecutor
+    from contextlib import ExitStack
+
+    import numpy as np
+
+    todo = ds.batches_covering(start, stop)
+    threads = scan_threads()
+    mapped = [0]
+
+    def into(b: mf.BatchEntry, lo: int, hi: int) -> dict[str, np.ndarray]:
+        at = b.first + lo - start
+        return {n: whole[n][at : at + hi - lo] for n in decode}
+
+    def one(b: mf.BatchEntry, value: Any, rd: ValueReader) -> None:
+        check_value(ds.uri, b, value)
+        out = into(b, 0, b.count)
+        first, n, cols = ds.serializer.decode_columns(value, decode, out)
+        if n != b.count or first != b.first:
+            raise CorruptBatchError(
+                batch_message(
+                    ds.uri, b, f"the value holds {n} records from {first}, the manifest says {b.count} from {b.first}"
+                )
+            )
+        for name in decode:
+            if cols[name] is not out[name]:
+                np.copyto(out[name], cols[name])
+        if mapped[0] > RESIDENT_BYTES:
+            rd.release(value)
+
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="bulkload-scan") if threads > 1 and len(todo) > 1 else None
+    pending: deque[Future[None]] = deque()
+    with ExitStack() as stack:  # the shards' readers, open until the pool has stopped
+        readers: dict[int, ValueReader] = {}
+        try:
+            for b in todo:
+                lo, hi = max(start, b.first) - b.first, min(stop, b.first + b.count) - b.first
+                if hi - lo < b.count:
+                    part = np.empty(hi - lo, ds.layout.dtype)
+                    ds._records_into(part, b, lo, hi)
+                    for name, col in into(b, lo, hi).items():
+                        col[...] = part[name]
+                    continue
+                rd = readers.get(b.shard)
+                if rd is None:
+                    rd = readers[b.shard] = stack.enter_context(ValueReader(ds.shard(b.shard), "batches"))
+                v = ds._value(b, rd)
+                mapped[0] += len(v)
+                if pool is None:
+                    one(b, v, rd)
+                    continue
+                pending.append(pool.submit(one, b, v, rd))
+                while len(pending) > threads * READAHEAD:
+                    pending.popleft().result()
+            while pending:
+                pending.popleft().result()
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
 
 
 def box_reader(
