@@ -2,7 +2,9 @@
 
 Fixed-size records: the batches covering ``records=(a, b)`` (`Dataset.batches_covering`,
 the one record-range lookup), read in record order. The reading thread fetches each stored
-value; `scan_threads` threads (default: the cores, at most 4) check its size and xxh3
+value (zero-copy under LMDB: a Cap'n Proto value is decoded where it lies, its shard's read
+transaction lent to the batches in flight, `_Leases`); `scan_threads` threads (default:
+the cores, at most 4) check its size and xxh3
 against the manifest row, decompress it and decode only the ``columns`` asked for
 (`Serializer.decode_columns`: byte-shuffled Cap'n Proto values unshuffle only those
 fields' byte planes, Arrow values read only those buffers; ``_validity`` too when a
@@ -127,19 +129,14 @@ def record_batches(
     decode = decoded_names(layout, names)  # a nullable field's nulls are bits of _validity
     todo = ds.batches_covering(start, stop)
     threads = scan_threads()
-    pending: deque[_Done | Future[pa.RecordBatch]] = deque()
+    pending: deque[tuple[_Done | Future[pa.RecordBatch], _Lease | None]] = deque()
 
     dtypes = [(n, layout.dtype[n]) for n in decode]
 
-    def whole(b: mf.BatchEntry, value: Any, out: dict[str, np.ndarray] | None) -> pa.RecordBatch:
-        check_value(ds.uri, b, value)
-        first, n, cols = ds.serializer.decode_columns(value, decode, out)
-        if n != b.count or first != b.first:
-            raise CorruptBatchError(
-                batch_message(
-                    ds.uri, b, f"the value holds {n} records from {first}, the manifest says {b.count} from {b.first}"
-                )
-            )
+    def whole(b: mf.BatchEntry, value: Any, out: dict[str, np.ndarray] | None, rd: ValueReader) -> pa.RecordBatch:
+        cols = checked_columns(ds, b, value, decode, out)
+        if mapped[0] > RESIDENT_BYTES:
+            rd.release(value)
         return record_batch(cols, layout, names)
 
     def part(b: mf.BatchEntry, lo: int, hi: int) -> pa.RecordBatch:
@@ -147,31 +144,31 @@ def record_batches(
         ds._records_into(out, b, lo, hi)
         return record_batch({n: np.ascontiguousarray(out[n]) for n in decode}, layout, names)
 
-    # Cap'n Proto columns are always new memory (decompressed, or gathered): they may be
-    # decoded from a zero-copy value (Arrow columns are views of the value: not those)
+    # Cap'n Proto columns are always new memory (decompressed, or gathered): they are
+    # decoded from the zero-copy value, its read transaction open until they are (_Leases).
+    # Arrow columns are views of the value: a copy of it, which they keep alive.
     zero_copy = ds.manifest.format == "capnp"
-
+    readers = _Leases(ds)
     mapped = [0]  # bytes of values read through the map so far
 
-    def fetched(b: mf.BatchEntry) -> _Done | Future[pa.RecordBatch]:
+    def fetched(b: mf.BatchEntry) -> tuple[_Done | Future[pa.RecordBatch], _Lease | None]:
         """Batch ``b`` decoded (or, with threads, being decoded) from its value read through
-        a zero-copy view. Past `RESIDENT_BYTES` of values, each value's mapped pages are
-        released once used: a scan's resident set stays bounded, not the part of the store
-        it has read."""
-        with ValueReader(ds.shard(b.shard), "batches") as rd:
-            v = ds._value(b, rd)
-            mapped[0] += len(v)
+        a zero-copy view (and the lease of that view's transaction, or None: done with).
+        Past `RESIDENT_BYTES` of values, each value's mapped pages are released once used:
+        a scan's resident set stays bounded, not the part of the store it has read."""
+        lease = readers.lease(b.shard)
+        rd = lease.rd
+        v = ds._value(b, rd)
+        mapped[0] += len(v)
+        if not zero_copy and rd.view is not None:
+            v = bytes(v)
+        if pool is None:
             try:
-                if pool is None and (zero_copy or rd.view is None):
-                    return _Done(whole(b, v, None))
-                copy = bytes(v) if rd.view is not None else v
-                if pool is None:
-                    return _Done(whole(b, copy, None))
-                out = {n: np.empty(b.count, dt) for n, dt in dtypes}  # here: see scan_threads
-                return pool.submit(whole, b, copy, out)
+                return _Done(whole(b, v, None, rd)), None
             finally:
-                if mapped[0] > RESIDENT_BYTES:
-                    rd.release(v)
+                readers.done(lease)
+        out = {n: np.empty(b.count, dt) for n, dt in dtypes}  # here: see scan_threads
+        return pool.submit(whole, b, v, out, rd), lease
 
     pool = ThreadPoolExecutor(threads, thread_name_prefix="bulkload-scan") if threads > 1 and len(todo) > 1 else None
     try:
@@ -188,17 +185,92 @@ def record_batches(
                     )
                 lo, hi = max(start, b.first) - b.first, min(stop, b.first + b.count) - b.first
                 if hi - lo < b.count:
-                    pending.append(_Done(part(b, lo, hi)))
+                    pending.append((_Done(part(b, lo, hi)), None))
                 else:
                     pending.append(fetched(b))
             if not pending:
                 return
-            yield from _rows(pending.popleft().result(), batch_rows)
+            done, lease = pending.popleft()
+            batch = done.result()
+            if lease is not None:
+                readers.done(lease)
+            yield from _rows(batch, batch_rows)
     finally:
-        for f in pending:
+        for f, _ in pending:
             f.cancel()
         if pool is not None:
             pool.shutdown(wait=True)
+        readers.close()
+
+
+def checked_columns(
+    ds: Dataset, b: mf.BatchEntry, value: Any, decode: list[str], out: dict[str, np.ndarray] | None
+) -> dict[str, np.ndarray]:
+    """The columns ``decode`` of batch ``b``'s stored ``value`` (into ``out`` where it fits),
+    its size and xxh3 checked against the manifest row first, then its record count and
+    first record (CorruptBatchError naming shard and batch)."""
+    check_value(ds.uri, b, value)
+    first, n, cols = ds.serializer.decode_columns(value, decode, out)
+    if n != b.count or first != b.first:
+        raise CorruptBatchError(
+            batch_message(
+                ds.uri, b, f"the value holds {n} records from {first}, the manifest says {b.count} from {b.first}"
+            )
+        )
+    return cols
+
+
+#: values a scan reads through one read transaction of a shard before the next values
+#: come through a new one (the old one ends once the batches decoded from it are done)
+LEASE_VALUES = 64
+
+
+class _Lease:
+    """A shard's value reader lent to the batches being decoded from its values."""
+
+    __slots__ = ("busy", "left", "rd")
+
+    def __init__(self, rd: ValueReader) -> None:
+        self.rd, self.left, self.busy = rd, LEASE_VALUES, 0
+
+
+class _Leases:
+    """The shards' value readers of a scan: a zero-copy value stays valid until the batch
+    decoded from it is done (no copy of it), and no read transaction lasts longer than
+    `LEASE_VALUES` values and the batches in flight (a long scan never holds the pages a
+    writer frees meanwhile)."""
+
+    def __init__(self, ds: Dataset) -> None:
+        self.ds = ds
+        self.current: dict[int, _Lease] = {}
+        self.retired: list[_Lease] = []
+
+    def lease(self, shard: int) -> _Lease:
+        le = self.current.get(shard)
+        if le is None or le.left == 0:
+            if le is not None:
+                self.retired.append(le)
+                self._sweep()
+            le = self.current[shard] = _Lease(ValueReader(self.ds.shard(shard), "batches").__enter__())
+        le.left -= 1
+        le.busy += 1
+        return le
+
+    def done(self, le: _Lease) -> None:
+        le.busy -= 1
+        if le.busy == 0 and self.retired:
+            self._sweep()
+
+    def _sweep(self) -> None:
+        for le in [le for le in self.retired if le.busy == 0]:
+            self.retired.remove(le)
+            le.rd.__exit__()
+
+    def close(self) -> None:
+        for le in [*self.current.values(), *self.retired]:
+            le.rd.__exit__()
+        self.current.clear()
+        self.retired.clear()
 
 
 class _Done:
@@ -321,15 +393,8 @@ def _decode_into(ds: Dataset, decode: list[str], start: int, stop: int, whole: d
         return {n: whole[n][at : at + hi - lo] for n in decode}
 
     def one(b: mf.BatchEntry, value: Any, rd: ValueReader) -> None:
-        check_value(ds.uri, b, value)
         out = into(b, 0, b.count)
-        first, n, cols = ds.serializer.decode_columns(value, decode, out)
-        if n != b.count or first != b.first:
-            raise CorruptBatchError(
-                batch_message(
-                    ds.uri, b, f"the value holds {n} records from {first}, the manifest says {b.count} from {b.first}"
-                )
-            )
+        cols = checked_columns(ds, b, value, decode, out)
         for name in decode:
             if cols[name] is not out[name]:
                 np.copyto(out[name], cols[name])

@@ -136,6 +136,31 @@ def test_a_damaged_batch_fails_to_arrow_naming_shard_and_batch(tmp_path, threads
         ds.to_arrow()
 
 
+@pytest.mark.parametrize("threads", ["1", "2", "3"])
+def test_a_scan_decodes_values_in_place_through_short_read_transactions(uri, threads, monkeypatch):
+    """Each shard's values come through one read transaction for LEASE_VALUES values (Cap'n
+    Proto values are decoded where they lie, not copied out first); a transaction ends once
+    the batches decoded from it are done, and every one has ended when the scan has."""
+    import loader.read.scan as scan_mod
+    from loader.stores.values import ValueReader
+
+    monkeypatch.setenv("BULKLOAD_SCAN_THREADS", threads)
+    monkeypatch.setattr(scan_mod, "LEASE_VALUES", 2)
+    opened, closed = [], []
+    enter, leave = ValueReader.__enter__, ValueReader.__exit__
+    monkeypatch.setattr(ValueReader, "__enter__", lambda rd: opened.append(rd) or enter(rd))
+    monkeypatch.setattr(ValueReader, "__exit__", lambda rd, *e: closed.append(rd) or leave(rd, *e))
+    with loader.open(uri) as ds:
+        want = ds.read_records()
+        opened.clear(), closed.clear()
+        t = ds.scan(columns=["i1", "d7"]).read_all()
+        per_shard = [sum(b.shard == s for b in ds.manifest.batches) for s in range(2)]
+        assert len(opened) == sum(-(-k // 2) for k in per_shard) < len(ds.manifest.batches)
+        assert len(closed) == len(opened)
+        assert np.array_equal(t.column("i1").to_numpy(), want["i1"])
+        assert np.array_equal(t.column("d7").to_numpy(), want["d7"])
+
+
 def test_to_pandas_and_read_records_agree_with_scan(uri):
     with loader.open(uri) as ds:
         df = ds.to_pandas(columns=["i2"], records=(10, 20))
