@@ -337,8 +337,7 @@ static PyObject *py_unshuffle_fields(PyObject *self, PyObject *args)
             PyErr_Format(PyExc_ValueError,
                          "field at byte %zd of %zd bytes: planes [%zd, %zd) of %zd bytes into %zd bytes", off, w,
                          off * n, (off + w) * n, planes.len, outs[got].len);
-            got++;
-            ok = 0;
+            ok = 0; /* the loop's got++ still counts this out: it is released below */
         }
     }
     if (ok) {
