@@ -14,7 +14,7 @@ TICKS_N ?= 5000000
 STAMP  := $(VENV)/.installed-stamp
 
 # every C source: the generator library and bulkload-gen (generators/), each extension beside its package
-C_SOURCES := $(wildcard generators/*.c generators/*.h loader/*/*.c)
+C_SOURCES := $(wildcard generators/*.c generators/*.h loader/*/*.c third_party/*/*.[ch])
 
 .PHONY: install demo test test-sanitize lint docs bench bench-catalog clean
 

@@ -44,6 +44,7 @@ GEN_PROGRAM = "bulkload-gen"
 GEN_LIBRARY = [f"{GEN_DIR}/scidb96.c", f"{GEN_DIR}/ticks.c"]
 GEN_PROGRAM_SOURCES = [f"{GEN_DIR}/bulkload_gen.c", *GEN_LIBRARY]
 GEN_HEADERS = [f"{GEN_DIR}/scidb96.h", f"{GEN_DIR}/ticks.h", f"{GEN_DIR}/docs_gen.h"]
+LZ4_DIR = "third_party/lz4"  # LZ4 1.9.4 (BSD 2-clause), the block decoder of the shuffle's reads
 WERROR = os.environ.get("BULKLOAD_WERROR") == "1"
 SANITIZE = os.environ.get("BULKLOAD_SANITIZE") == "1"
 
@@ -105,15 +106,16 @@ class build_generator_program(build_scripts):
         return GEN_PROGRAM_SOURCES + GEN_HEADERS
 
 
-def _extension(name: str, *library: str) -> Extension:
+def _extension(name: str, *library: str, include: str = GEN_DIR, headers: list[str] = GEN_HEADERS) -> Extension:
     """The extension ``loader.<package>._<module>`` from ``loader/<package>/_<module>module.c``
-    beside its package (and, for the generators' binding, the generator library)."""
+    beside its package (and the C ``library`` it binds, whose headers are in ``include``:
+    the generator library, or LZ4 for the shuffle's reads)."""
     source = name.replace(".", "/") + "module.c"
     return Extension(
         name,
         sources=[source, *library],
-        include_dirs=[GEN_DIR] if library else [],
-        depends=GEN_HEADERS if library else [],
+        include_dirs=[include] if library else [],
+        depends=headers if library else [],
         extra_compile_args=CFLAGS,
         extra_link_args=LDFLAGS,
     )
@@ -122,7 +124,7 @@ def _extension(name: str, *library: str) -> Extension:
 setup(
     ext_modules=[
         _extension("loader.sources._gen", *GEN_LIBRARY, f"{GEN_DIR}/docs_gen.c"),
-        _extension("loader.serializers._shuffle"),
+        _extension("loader.serializers._shuffle", f"{LZ4_DIR}/lz4.c", include=LZ4_DIR, headers=[f"{LZ4_DIR}/lz4.h"]),
         _extension("loader.stores._lmdbnode"),
         _extension("loader.stores._preads"),
         _extension("loader.docs._docsio"),

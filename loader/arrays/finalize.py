@@ -219,17 +219,24 @@ def finalize(
         ),
     )
     spec.backend  # noqa: B018 - imported first: it would wait ~0.1 s for the thread's pyarrow import
-    TaskThread(warm_up_writer).start()  # imports pyarrow for the index file, beside the phases
+    # imports pyarrow for the index file, beside the phases; never left running when this
+    # returns: a thread inside pyarrow when the interpreter exits aborts the process
+    # ("terminate called without an active exception", SIGABRT)
+    warm_up = TaskThread(warm_up_writer)
     check_space(spec.root, _min_build_bytes(m, plan), f"finalize of {m.records:,} records into array {array!r}")
-    with DatasetLock(spec.root) as lock:
-        lock.set_job(f"finalize {array}")
-        b = _begin(spec, dataset_uri, plan)
-        current = None if plan.options.force else up_to_date(b.m, plan)
-        if current is not None:
-            return _nothing_to_do(b, current, t_start)
-        rows = _build_array(b)
-        totals = IndexTotals.of(rows, plan.array.dims)
-        summary = _commit(b, totals, t_start)
+    try:
+        with DatasetLock(spec.root) as lock:
+            lock.set_job(f"finalize {array}")
+            b = _begin(spec, dataset_uri, plan)
+            current = None if plan.options.force else up_to_date(b.m, plan)
+            if current is not None:
+                return _nothing_to_do(b, current, t_start)
+            warm_up.start()
+            rows = _build_array(b)
+            totals = IndexTotals.of(rows, plan.array.dims)
+            summary = _commit(b, totals, t_start)
+    finally:
+        warm_up.ended(None)
     return _report(b, summary, totals, t_start)
 
 

@@ -16,9 +16,15 @@ memory), switches the manifest and tidies the stores.
 batches are void, as when a new run starts). Workers first drop the doc tables no
 committed batch of their shard names (leftovers of failed runs or of a killed
 compaction; tables the garbage list holds stay), then write and sync the new tables. One
-manifest write then replaces the folded shards' batch entries with the new ones (fresh
+catalog commit then replaces the folded shards' batch entries with the new ones (fresh
 seqs above all others, seq mod K = shard), lists the old tables as garbage and marks the
-run done. Before it, the new tables are unreferenced leftovers (the next writer or
+run done. Nothing holds the batch table: the plan is one streaming pass over the rows
+(`shard_states`), the workers read their shards' rows from the catalog themselves and
+write their new rows to rows files (``.compact-rows-PID-SHARD``, merge.RowsFile), and
+the switch streams the kept rows and the new ones into the commit (merge.switch_rows, as
+fixed-size compaction does): memory is flat in the number of batches. The rows files
+are removed after the switch; those of a killed compaction by the next writer
+(garbage.start_writing). Before it, the new tables are unreferenced leftovers (the next writer or
 compaction drops them) and the old state is intact; after it, the old tables are
 garbage: dropped at once unless a reader still pins an older snapshot, else by a later
 writer (loader/maintain/garbage.py). Finally each shard store is compacted when its size
@@ -35,7 +41,8 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 
 from ..errors import BulkloadError, StoreError, UsageError
 from ..infra import executors, faults
@@ -43,6 +50,7 @@ from ..infra.progress import Progress
 from ..kinds import Kind, kind_for
 from ..maintain.compact import UNCHANGED, WASTE_FACTOR, WASTE_SLACK, per_shard, shard_bytes
 from ..maintain.garbage import collect_garbage, held_tables, retire_doc_tables
+from ..maintain.merge import read_rows, remove_rows_files, rows_path, switch_rows
 from ..model import manifest as mf
 from ..model import runs
 from ..model.catalog_rows import BatchRows
@@ -50,7 +58,7 @@ from ..model.options import default_workers
 from ..model.runs import Run
 from ..stores.spec import StoreSpec
 from ..stores.write_guard import guard_write
-from .fold import FoldTask, ShardFold, clear_leftovers, fold_worker, open_writer
+from .fold import FoldTask, ShardFold, clear_leftovers, fold_worker, open_writer, table_tops
 from .layout import DOCS
 from .tables import doc_tables
 
@@ -62,19 +70,41 @@ BATCH_WASTE = 2
 # --- planning -------------------------------------------------------------------------------
 
 
-def plan_shards(m: mf.Manifest, target: int, force: bool) -> dict[int, str]:
+@dataclass
+class ShardState:
+    """One streaming pass's figures of a shard's batch rows."""
+
+    batches: int = 0  # rows
+    records: int = 0  # of every row of the shard
+    keyed: int = 0  # rows with documents
+    docs: int = 0
+    tables: set = field(default_factory=set)  # the tables those rows name
+
+
+def shard_states(batches: Iterable[mf.BatchEntry], k: int) -> list[ShardState]:
+    """Per shard, its `ShardState` (one pass over the rows: streamed, none kept)."""
+    out = [ShardState() for _ in range(k)]
+    for b in batches:
+        st = out[b.shard]
+        st.batches += 1
+        st.records += b.records
+        if b.keyed and b.docs:
+            st.keyed += 1
+            st.docs += b.docs
+            st.tables.add(b.table)
+    return out
+
+
+def plan_shards(states: list[ShardState], target: int, force: bool) -> dict[int, str]:
     """{shard: why it is folded} of the shards to rewrite."""
     out = {}
-    for s in range(m.shards):
-        bs = [b for b in m.batches if b.shard == s and b.keyed and b.docs]
-        if not bs:
+    for s, st in enumerate(states):
+        if not st.keyed:
             continue
-        tables = {b.table for b in bs}
-        docs = sum(b.docs or 0 for b in bs)  # (bs: the rows with documents)
-        if len(tables) > 1:
-            out[s] = f"{len(tables)} document tables"
-        elif len(bs) > BATCH_WASTE * -(-docs // target) + 1:
-            out[s] = f"{len(bs)} small batches"
+        if len(st.tables) > 1:
+            out[s] = f"{len(st.tables)} document tables"
+        elif st.keyed > BATCH_WASTE * -(-st.docs // target) + 1:
+            out[s] = f"{st.keyed} small batches"
         elif force:
             out[s] = "--force"
     return out
@@ -92,10 +122,16 @@ class CompactPlan:
     bytes_before: list  # per shard, on disk
     tables_before: list  # per shard, document tables
     batches_before: int
+    states: list  # per shard, its ShardState (records, the tables its rows name)
 
     @property
     def folded(self) -> list[int]:
         return sorted(self.why)
+
+    @property
+    def records(self) -> int:
+        """Records of the folded shards."""
+        return sum(self.states[s].records for s in self.why)
 
 
 def plan_compaction(spec: StoreSpec, m: mf.Manifest, target_batch_records: int | None, force: bool) -> CompactPlan:
@@ -104,14 +140,16 @@ def plan_compaction(spec: StoreSpec, m: mf.Manifest, target_batch_records: int |
     if target < 1:
         raise UsageError("--target-batch-records must be at least 1")
     kind = kind_for(DOCS, m.format, m.compression)
+    states = shard_states(m.batches, m.shards)
     return CompactPlan(
         target,
         kind,
         kind.store_options(spec.scheme),
-        plan_shards(m, target, force),
+        plan_shards(states, target, force),
         shard_bytes(spec, m.shards),
         per_shard(spec, m.shards, lambda st: len(doc_tables(st))),
         len(m.batches),
+        states,
     )
 
 
@@ -173,7 +211,7 @@ def compact_docs(
     run, table = _start_run(spec, m, plan)
     try:
         folds = _fold(spec, m, plan, table, progress, workers)
-        _switch(spec, m, plan, run, folds)
+        _switch(spec, m, plan, run, table, folds)
     except BaseException as e:
         if run.status != "done":
             e = runs.stop(run, e, UNCHANGED)
@@ -204,8 +242,9 @@ def _start_run(spec: StoreSpec, m: mf.Manifest, plan: CompactPlan) -> tuple[Run,
 
 
 def _fold(spec: StoreSpec, m: mf.Manifest, plan: CompactPlan, table: str, progress: str, workers: int | None) -> Folds:
-    """Run the fold workers (each owns whole shards) until every folded shard's new table
-    is written and synced."""
+    """Run the fold workers (each owns whole shards, reads their rows from the catalog
+    and writes their new rows to a rows file per shard) until every folded shard's new
+    table is written and synced."""
     t = time.perf_counter()
     folded = plan.folded
     nw = max(1, min(workers or default_workers(), len(folded)))
@@ -226,7 +265,9 @@ def _fold(spec: StoreSpec, m: mf.Manifest, plan: CompactPlan, table: str, progre
                 worker=w,
                 shards=mine,
                 manifest=head,
-                rows=tuple(tuple(b.row()) for b in m.batches if b.shard in mine),
+                generation=m.generation,
+                rows_files=tuple(rows_path(spec.root, os.getpid(), s) for s in mine),
+                first_seq=_first_seq(m),
                 table=table,
                 target=plan.target,
                 keep_tables=tuple(sorted(held_tables(m))),
@@ -235,56 +276,61 @@ def _fold(spec: StoreSpec, m: mf.Manifest, plan: CompactPlan, table: str, progre
                 fault=os.environ.get(faults.ENV, ""),
             )
         )
-    total = sum(b.records for b in m.batches if b.shard in plan.why)
-    with Progress("compact: fold documents", total, plan.kind.record_bytes(), mode=progress) as prog:
+    with Progress("compact: fold documents", plan.records, plan.kind.record_bytes(), mode=progress) as prog:
         receipts = executors.run(fold_worker, tasks, on_progress=prog.advance)
     folds = Folds({s: f for rc in receipts for s, f in rc.shards.items()}, time.perf_counter() - t)
     faults.hit("docs-folded")
     return folds
 
 
-def _new_entries(m: mf.Manifest, plan: CompactPlan, folds: Folds) -> list[mf.BatchEntry]:
-    """The folded shards' new batch entries: fresh seqs above all others (seq mod K =
-    shard), records numbered on from the dataset's next record."""
-    k = m.shards
-    first_seq = -(-m.next_seq // k) * k
-    new = []
-    for s in plan.folded:
-        for j, row in enumerate(folds.shards[s].rows):
-            row[0] = first_seq + j * k + s
-            new.append(mf.BatchEntry(*row))
-    new.sort(key=lambda b: b.seq)
-    rec = m.next_record
-    for b in new:  # keyed rows: `records` are their documents
-        b.first, b.count = rec, b.records
-        rec += b.records
-    return new
+def _first_seq(m: mf.Manifest) -> int:
+    """The seq of the folded shards' first new batch: above all others, a multiple of the
+    shard count (shard s's j-th new batch: this + j * shards + s, so seq mod K = shard)."""
+    return -(-m.next_seq // m.shards) * m.shards
 
 
-def _switch(spec: StoreSpec, m: mf.Manifest, plan: CompactPlan, run: Run, folds: Folds) -> None:
-    """One manifest write: the folded shards' batches replaced by the new ones, their old
-    tables listed as garbage, the run done."""
-    new = _new_entries(m, plan, folds)
-    docs_before = sum(b.records for b in m.batches if b.shard in plan.why)
-    if sum(b.records for b in new) != docs_before:
+def _switch(spec: StoreSpec, m: mf.Manifest, plan: CompactPlan, run: Run, table: str, folds: Folds) -> None:
+    """One catalog commit: the folded shards' batches replaced by the new ones (streamed:
+    the kept rows from the catalog as read, then the new ones from the rows files), their
+    old tables listed as garbage, the run done."""
+    if folds.documents != plan.records:
         raise StoreError(
-            f"compaction read {sum(b.records for b in new)} of the {docs_before} documents of "
+            f"compaction read {folds.documents} of the {plan.records} documents of "
             f"shards {plan.folded}; nothing was committed - run `bulkload verify`"
         )
-    for s in plan.folded:
-        retire_doc_tables(m, s, {b.table for b in m.batches if b.shard == s and b.keyed and b.docs})
-    m.batches = BatchRows([b for b in m.batches if b.shard not in plan.why] + new)
-    run.update(
-        status="done",
-        ended=time.time(),
-        records=m.records,
-        documents_rewritten=folds.documents,
-        text_bytes_rewritten=folds.text_bytes,
-        batches_before=plan.batches_before,
-        batches_after=len(m.batches),
-        fold_seconds=round(folds.seconds, 3),
-    )
-    m.save(spec.root)  # the switch
+    old = m.batches
+    records, next_record = m.records, m.next_record
+    new = sum(f.batches for f in folds.shards.values())
+
+    def rows() -> Iterator[mf.BatchEntry]:
+        snap = getattr(m, "_snap", None)  # (read at each pass: a commit that grows the map reads it again)
+        kept = BatchRows(snap=snap, agg=snap.aggregates()) if snap is not None else old
+        yield from (b for b in kept if b.shard not in plan.why)
+        rec = next_record
+        for b in read_rows(paths, new, table=table):
+            b.first, b.count = rec, b.records  # keyed rows: `records` are their documents
+            rec += b.records
+            yield b
+
+    def retire() -> None:
+        for s in plan.folded:
+            retire_doc_tables(m, s, plan.states[s].tables)
+        run.update(
+            status="done",
+            ended=time.time(),
+            records=records,
+            documents_rewritten=folds.documents,
+            text_bytes_rewritten=folds.text_bytes,
+            batches_before=plan.batches_before,
+            batches_after=plan.batches_before - sum(plan.states[s].batches for s in plan.why) + new,
+            fold_seconds=round(folds.seconds, 3),
+        )
+
+    paths = [rows_path(spec.root, os.getpid(), s) for s in plan.folded]
+    try:
+        switch_rows(spec.root, m, rows, retire)
+    finally:
+        remove_rows_files(spec.root, os.getpid())
     faults.hit("docs-switched")
 
 
@@ -296,6 +342,7 @@ def _tidy_shards(spec: StoreSpec, m: mf.Manifest, plan: CompactPlan, rows: list[
     live = [0] * m.shards
     for b in m.batches:
         live[b.shard] += b.nbytes
+    tops = table_tops(m.batches)
     for s in range(m.shards):
         if not os.path.exists(spec.shard_path(s)):
             continue
@@ -304,7 +351,7 @@ def _tidy_shards(spec: StoreSpec, m: mf.Manifest, plan: CompactPlan, rows: list[
         except (BulkloadError, OSError):
             continue  # dropped by the next writer
         try:
-            clear_leftovers(st, [b for b in m.batches if b.shard == s], keep)
+            clear_leftovers(st, tops.get(s, {}), keep)
             st.sync()
             r = rows[s]
             r["tables_after"] = len(doc_tables(st))

@@ -15,7 +15,7 @@
    keys (all below the first new seq) as garbage in the same write; they are deleted at once unless a reader still pins an
    older snapshot, else by a later writer (loader/garbage.py). A crash before the switch
    leaves the old state (the new keys sit above ``next_seq`` and are removed by the next
-   writer; rows files ``.compact-rows-*`` by the next compaction); a crash after it leaves
+   writer, with the rows files ``.compact-rows-*``); a crash after it leaves
    the listed garbage, which the next writer collects.
 2. **Store compaction.** Per shard, ``ShardStore.compact()``: LMDB writes a compacted copy
    in key order and swaps it in atomically; RocksDB runs ``compact_range``. A shard whose
@@ -43,7 +43,6 @@ from ..infra.space import check_space
 from ..kinds import kind_for
 from ..model import manifest as mf
 from ..model import runs
-from ..model.catalog_rows import BatchRows
 from ..model.chunk_index import TABLE_PREFIX, index_path, read_index
 from ..model.options import MAX_WORKERS, check_count, default_workers
 from ..model.placement import batch_key
@@ -62,7 +61,7 @@ from .garbage import (
     set_keep_snapshots,
     start_writing,
 )
-from .merge import MergeTask, merge_worker, plan_merge, read_rows, remove_rows_files, rows_path
+from .merge import MergeTask, merge_worker, plan_merge, read_rows, remove_rows_files, rows_path, switch_rows
 from .report import NOTHING_TO_DO, CompactReport
 
 #: what a compaction that stopped early leaves: the records as they were
@@ -283,7 +282,6 @@ def _merge(spec, m: mf.Manifest, plan: MergePlan, target: int, progress: str, wo
         )
         for w in range(nw)
     ]
-    garbage = list(m.garbage)
     try:
         with Progress("compact: merge batches", m.records, m.layout_obj.record_size, mode=progress) as prog:
             receipts = executors.run(merge_worker, tasks, on_progress=prog.advance)
@@ -291,15 +289,10 @@ def _merge(spec, m: mf.Manifest, plan: MergePlan, target: int, progress: str, wo
         if written != plan.groups:
             raise StoreError(f"compaction wrote {written} of {plan.groups} batches; nothing was committed")
         faults.hit("merged")
-        m.batches = BatchRows.streamed(lambda: read_rows(paths, first_seq, plan.groups))
-        retire_batches(m, first_seq)  # the old batches: everything below the first new key
-        m.save(spec.root)  # the switch
-    except BaseException:
-        snap = getattr(m, "_snap", None)
-        if m.batches.snap is None and snap is not None:  # not switched: the rows as read, for the run's stop
-            m.batches = BatchRows(snap=snap, agg=snap.aggregates())
-            m.garbage = garbage
-        raise
+        # the old batches: everything below the first new seq
+        switch_rows(
+            spec.root, m, lambda: read_rows(paths, plan.groups, first_seq), lambda: retire_batches(m, first_seq)
+        )
     finally:
         remove_rows_files(spec.root, os.getpid())
     faults.hit("merge-switched")

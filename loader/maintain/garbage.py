@@ -59,6 +59,7 @@ from ..model.options import check_count
 from ..model.placement import batch_key
 from ..stores.registry import open_writer
 from .builds import discard_dead_build
+from .merge import remove_rows_files
 
 _FAULT_BETWEEN_SHARDS: dict[str, str] = {BATCHES: "deleting", ARRAY: "dropping", DOC_TABLES: "docs-dropping"}
 
@@ -175,10 +176,12 @@ def set_keep_snapshots(spec, m: mf.Manifest, keep: int | None) -> None:
 def start_writing(spec, m: mf.Manifest | None, *, progress: str = "none", replacing: bool = False) -> None:
     """What every writing command does first, holding the dataset lock: the build of a
     --replace whose job died is deleted (builds.py; not by --replace, which may resume
-    it), runs still ``running`` belong to a job that died (they become ``interrupted``),
-    and garbage no reader needs any more is deleted."""
+    it), so are the rows files of a compaction that died (merge.py; only a compaction
+    holding the lock writes them), runs still ``running`` belong to a job that died
+    (they become ``interrupted``), and garbage no reader needs any more is deleted."""
     if not replacing:
         discard_dead_build(spec.root, progress)
+    remove_rows_files(spec.root)
     if m is None:
         return
     if runs.mark_interrupted(m):

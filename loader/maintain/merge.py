@@ -17,7 +17,7 @@ coordinator's commit streams; the receipt counts them (`MergeReceipt`).
 Crash behaviour: the new keys lie at or above the manifest's ``next_seq``, which no
 committed batch uses: a worker first deletes such leftovers of a crashed attempt, and a
 crash leaves only keys that the next writer removes (and rows files, which the next
-compaction removes: `remove_rows_files`). Fault point: ``merge`` (after each
+writer removes too: garbage.start_writing calls `remove_rows_files`). Fault point: ``merge`` (after each
 group written).
 """
 
@@ -28,7 +28,7 @@ import heapq
 import os
 import struct
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -38,6 +38,7 @@ from ..errors import StoreError
 from ..infra import faults
 from ..infra.proc import peak_rss, start_worker
 from ..model import manifest as mf
+from ..model.catalog_rows import BatchRows
 from ..model.layouts import Layout
 from ..model.manifest import BatchEntry
 from ..model.placement import batch_key, owned_shards
@@ -49,6 +50,8 @@ from ..stores.write_guard import guard_write
 GROUP_BYTES = 64 << 20
 #: a rows file's record: seq, shard, first, count, checksum, nbytes of one new batch
 ROW = struct.Struct("<6Q")
+#: a keyed batch's (documents): those, then lo, hi, docs, text_bytes (its table: the compaction's)
+KEYED_ROW = struct.Struct("<10Q")
 #: rows files of a compaction, in the dataset root: ROWS_PREFIX + "PID-WORKER"
 ROWS_PREFIX = ".compact-rows-"
 
@@ -98,7 +101,7 @@ def rows_path(root: str, pid: int, worker: int) -> str:
 
 def remove_rows_files(root: str, pid: int | None = None) -> None:
     """Remove the rows files of compaction ``pid`` (None: every one: leftovers of a
-    compaction that died; call with the dataset lock held)."""
+    compaction that died, removed by every writer; call with the dataset lock held)."""
     prefix = ROWS_PREFIX if pid is None else f"{ROWS_PREFIX}{pid}-"
     with contextlib.suppress(OSError):
         for name in os.listdir(root):
@@ -107,27 +110,86 @@ def remove_rows_files(root: str, pid: int | None = None) -> None:
                     os.unlink(os.path.join(root, name))
 
 
-def read_rows(paths: Iterable[str], first_seq: int, count: int) -> Iterator[BatchEntry]:
+class RowsFile:
+    """The new batch rows one worker writes for its compaction's switch, in seq order, as
+    fixed-size records (`ROW`; keyed rows `KEYED_ROW`, all in the compaction's one table):
+    no process holds them as a list. The file is in the dataset root (`rows_path`)."""
+
+    def __init__(self, path: str, keyed: bool = False):
+        self.fmt = KEYED_ROW if keyed else ROW
+        self.f: BinaryIO = open(path, "wb")  # noqa: SIM115  # closed by `close`
+        self.rows = 0
+
+    def write(self, b: BatchEntry) -> None:
+        head = (b.seq, b.shard, b.first, b.count, b.checksum, b.nbytes)
+        if self.fmt is KEYED_ROW:
+            self.f.write(KEYED_ROW.pack(*head, b.lo or 0, b.hi or 0, b.docs or 0, b.text_bytes or 0))
+        else:
+            self.f.write(ROW.pack(*head))
+        self.rows += 1
+
+    def close(self) -> None:
+        self.f.close()
+
+
+def read_rows(
+    paths: Iterable[str], count: int, first_seq: int | None = None, table: str | None = None
+) -> Iterator[BatchEntry]:
     """The new batch rows of the workers' rows files, in seq order (a merge of the files,
-    each in seq order): exactly seqs ``first_seq`` .. ``first_seq + count - 1``, else
-    StoreError (nothing is committed)."""
+    each in seq order): ``count`` rows of ascending seqs - exactly ``first_seq`` ..
+    ``first_seq + count - 1`` when it is given - else StoreError (nothing is committed).
+    ``table``: keyed rows (`KEYED_ROW`) of that table."""
+    fmt = ROW if table is None else KEYED_ROW
     with contextlib.ExitStack() as stack:
         files = [stack.enter_context(open(p, "rb")) for p in paths]
-        expect = first_seq
-        for seq, shard, first, n, checksum, nbytes in heapq.merge(*(_rows_of(f) for f in files), key=lambda r: r[0]):
-            if seq != expect:
+        n, prev = 0, -1 if first_seq is None else first_seq - 1
+        for r in heapq.merge(*(_rows_of(f, fmt) for f in files), key=lambda r: r[0]):
+            if r[0] <= prev or (first_seq is not None and r[0] != prev + 1):
                 break
-            yield BatchEntry(seq, shard, first, n, checksum, nbytes)
-            expect += 1
-        if expect != first_seq + count:
-            raise StoreError(
-                f"compaction wrote {expect - first_seq} of {count} batches in order; nothing was committed"
-            )
+            seq, shard, first, records, checksum, nbytes = r[:6]
+            if table is None:
+                yield BatchEntry(seq, shard, first, records, checksum, nbytes)
+            else:
+                yield BatchEntry(seq, shard, first, records, checksum, nbytes, r[6], r[7], r[8], table, r[9])
+            n, prev = n + 1, r[0]
+        if n != count:
+            raise StoreError(f"compaction wrote {n} of {count} batches in order; nothing was committed")
 
 
-def _rows_of(f: BinaryIO) -> Iterator[tuple[int, ...]]:
-    while chunk := f.read(ROW.size * 4096):
-        yield from ROW.iter_unpack(chunk[: len(chunk) - len(chunk) % ROW.size])
+def _rows_of(f: BinaryIO, fmt: struct.Struct) -> Iterator[tuple[int, ...]]:
+    while chunk := f.read(fmt.size * 4096):
+        yield from fmt.iter_unpack(chunk[: len(chunk) - len(chunk) % fmt.size])
+
+
+def manifest_at(store: StoreSpec, generation: int) -> mf.Manifest:
+    """A compaction worker's manifest: the catalog at the generation its coordinator
+    planned from (the dataset lock is held: no other commit), else StoreError."""
+    m = mf.load_manifest(store.root)
+    if m.generation != generation:
+        raise StoreError(
+            f"the catalog of {store.root} is at generation {m.generation}, compaction planned "
+            f"at {generation} (another writer?); nothing was committed - run the compaction again"
+        )
+    return m
+
+
+def switch_rows(
+    root: str, m: mf.Manifest, source: Callable[[], Iterator[BatchEntry]], retire: Callable[[], None]
+) -> None:
+    """The switch of a compaction: one commit whose batch table is the rows ``source()``
+    streams (`BatchRows.streamed`) and whose garbage list ``retire()`` extends. On failure
+    ``m`` holds its rows and garbage as read (for the run's stop)."""
+    garbage = list(m.garbage)
+    try:
+        m.batches = BatchRows.streamed(source)
+        retire()
+        m.save(root)
+    except BaseException:
+        snap = getattr(m, "_snap", None)
+        if m.batches.snap is None and snap is not None:  # not switched: the rows as read
+            m.batches = BatchRows(snap=snap, agg=snap.aggregates())
+            m.garbage = garbage
+        raise
 
 
 @dataclass(frozen=True)
@@ -161,12 +223,7 @@ class MergeReceipt:
 def merge_worker(task: MergeTask, progress_q) -> MergeReceipt:
     t0 = time.perf_counter()
     start_worker(task)
-    m = mf.load_manifest(task.store.root)
-    if m.generation != task.generation:
-        raise StoreError(
-            f"the catalog of {task.store.root} is at generation {m.generation}, compaction planned "
-            f"at {task.generation} (another writer?); nothing was committed - run the compaction again"
-        )
+    m = manifest_at(task.store, task.generation)
     merger = _Merger(task)
     try:
         merger.open()
@@ -192,14 +249,14 @@ class _Merger:
         self.writers: dict = {}
         self.readers: dict = {}
         self.batches = 0
-        self.rows: BinaryIO | None = None
+        self.rows: RowsFile | None = None
         self.groups: dict[int, list] = {s: [] for s in self.owned}
         self.group_bytes = {s: 0 for s in self.owned}
 
     def open(self) -> None:
         """Open the owned shards (writers first: a later reader of the same shard shares
         the env) and delete leftovers of a crashed attempt (keys from the first new seq)."""
-        self.rows = open(self.task.rows, "wb")  # noqa: SIM115  # closed by `close`
+        self.rows = RowsFile(self.task.rows)
         for s in self.owned:
             self.writers[s] = self.task.store.open_shard(s, write=True)
         for st in self.writers.values():
@@ -230,7 +287,7 @@ class _Merger:
 
     def add(self, s: int, g: MergeGroup, value: bytes) -> None:
         assert self.rows is not None
-        self.rows.write(ROW.pack(g.seq, s, g.first, g.count, xxhash.xxh3_64_intdigest(value), len(value)))
+        self.rows.write(BatchEntry(g.seq, s, g.first, g.count, xxhash.xxh3_64_intdigest(value), len(value)))
         self.batches += 1
         self.groups[s].append((batch_key(g.seq), value))
         self.group_bytes[s] += len(value)

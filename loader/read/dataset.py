@@ -432,7 +432,9 @@ class Dataset(Verifying):
 
         if self.layout.variable_length:
             return pa.Table.from_batches([self.scan().to_arrow()])
-        return self.scan(columns, records).read_all()
+        from .scan import read_table
+
+        return read_table(self, columns, records)
 
     def to_pandas(self, columns: Columns | None = None, records: RecordRange | None = None) -> Any:
         """`to_arrow` as a pandas DataFrame (pandas must be installed): datetimes keep their

@@ -11,12 +11,15 @@ batch (native types, real nulls); xxhash, lz4, zstd and the unshuffle release th
 in order with up to `READAHEAD` batches in flight per thread: memory stays a few batches
 whatever the dataset's size. A batch of which only part is read (the ends of a record
 range) takes `Dataset._records_into` (checked whole by default; in the random-read mode
-only the records' pages, see `Dataset.partial_reads`).
+only the records' pages, see `Dataset.partial_reads`). Under LMDB a value is read zero-copy
+and a Cap'n Proto value decoded where it lies: its shard's read transaction is lent to the
+batches in flight (`_Leases`) and renewed every `LEASE_VALUES` values.
 
 That loop, `read_batches`, is the one read of fixed-size records: a `BatchDecoder` says
 what each batch becomes - Arrow columns (`ColumnsDecoder`: scans, and through them
 to_arrow, to_pandas, export, Polars, DuckDB, Dask partitions), numpy records of the
-layout's dtype (`RecordsDecoder`: `read_records` into one array, `iter_batches`), or the
+layout's dtype (`RecordsDecoder`: `read_records` into one array, `iter_batches`), columns
+allocated once for the whole output (`TableDecoder`: `to_arrow`, `read_table`), or the
 checked stored values (export's capnp). Each value it fetches counts in
 `Dataset.read_stats`.
 
@@ -159,27 +162,33 @@ def read_batches(ds: Dataset, start: int, stop: int, dec: BatchDecoder[T]) -> It
     this is still being read."""
     todo = ds.batches_covering(start, stop)
     threads = scan_threads()
-    pending: deque[_Done[T] | Future[T]] = deque()
+    pending: deque[tuple[_Done[T] | Future[T], _Lease | None]] = deque()
     mapped = [0]  # bytes of values read through the map so far
+    readers = _Leases(ds)
 
-    def fetched(b: mf.BatchEntry) -> _Done[T] | Future[T]:
+    def whole(b: mf.BatchEntry, view: Any, value: Any, out: Any, rd: ValueReader) -> T:
+        result = dec.whole(b, value, out)
+        if mapped[0] > RESIDENT_BYTES:
+            rd.release(view)
+        return result
+
+    def fetched(b: mf.BatchEntry) -> tuple[_Done[T] | Future[T], _Lease | None]:
         """Batch ``b`` decoded (or, with threads, being decoded) from its value read through
-        a zero-copy view. Past `RESIDENT_BYTES` of values, each value's mapped pages are
-        released once used: a scan's resident set stays bounded, not the part of the store
-        it has read."""
-        with ValueReader(ds.shard(b.shard), "batches") as rd:
-            v = ds._value(b, rd)
-            mapped[0] += len(v)
+        a zero-copy view, and the lease of that view's transaction (None: done with). A
+        decoder whose result would view the value gets a copy. Past `RESIDENT_BYTES` of
+        values, each value's mapped pages are released once decoded: a scan's resident set
+        stays bounded, not the part of the store it has read."""
+        lease = readers.lease(b.shard)
+        rd = lease.rd
+        view = ds._value(b, rd)
+        mapped[0] += len(view)
+        v = bytes(view) if rd.view is not None and not dec.zero_copy else view
+        if pool is None:
             try:
-                if pool is None and (dec.zero_copy or rd.view is None):
-                    return _Done(dec.whole(b, v, dec.alloc(b, False)))
-                copy = bytes(v) if rd.view is not None else v
-                if pool is None:
-                    return _Done(dec.whole(b, copy, dec.alloc(b, False)))
-                return pool.submit(dec.whole, b, copy, dec.alloc(b, True))  # alloc here: see scan_threads
+                return _Done(whole(b, view, v, dec.alloc(b, False), rd)), None
             finally:
-                if mapped[0] > RESIDENT_BYTES:
-                    rd.release(v)
+                readers.done(lease)
+        return pool.submit(whole, b, view, v, dec.alloc(b, True), rd), lease  # alloc here: see scan_threads
 
     pool = None
     if threads > 1 and len(todo) > 1:
@@ -200,17 +209,75 @@ def read_batches(ds: Dataset, start: int, stop: int, dec: BatchDecoder[T]) -> It
                     )
                 lo, hi = max(start, b.first) - b.first, min(stop, b.first + b.count) - b.first
                 if hi - lo < b.count:
-                    pending.append(_Done(dec.part(b, lo, hi)))
+                    pending.append((_Done(dec.part(b, lo, hi)), None))
                 else:
                     pending.append(fetched(b))
             if not pending:
                 return
-            yield pending.popleft().result()
+            done, lease = pending.popleft()
+            result = done.result()
+            if lease is not None:
+                readers.done(lease)
+            yield result
     finally:
-        for f in pending:
+        for f, _ in pending:
             f.cancel()
         if pool is not None:
             pool.shutdown(wait=True)
+        readers.close()
+
+
+#: values a scan reads through one read transaction of a shard before the next values
+#: come through a new one (the old one ends once the batches decoded from it are done)
+LEASE_VALUES = 64
+
+
+class _Lease:
+    """A shard's value reader lent to the batches being decoded from its values."""
+
+    __slots__ = ("busy", "left", "rd")
+
+    def __init__(self, rd: ValueReader) -> None:
+        self.rd, self.left, self.busy = rd, LEASE_VALUES, 0
+
+
+class _Leases:
+    """The shards' value readers of a scan: a zero-copy value stays valid until the batch
+    decoded from it is done (no copy of it), and no read transaction lasts longer than
+    `LEASE_VALUES` values and the batches in flight (a long scan never holds the pages a
+    writer frees meanwhile)."""
+
+    def __init__(self, ds: Dataset) -> None:
+        self.ds = ds
+        self.current: dict[int, _Lease] = {}
+        self.retired: list[_Lease] = []
+
+    def lease(self, shard: int) -> _Lease:
+        le = self.current.get(shard)
+        if le is None or le.left == 0:
+            if le is not None:
+                self.retired.append(le)
+                self._sweep()
+            le = self.current[shard] = _Lease(ValueReader(self.ds.shard(shard), "batches").__enter__())
+        le.left -= 1
+        le.busy += 1
+        return le
+
+    def done(self, le: _Lease) -> None:
+        le.busy -= 1
+        if le.busy == 0 and self.retired:
+            self._sweep()
+
+    def _sweep(self) -> None:
+        for le in [le for le in self.retired if le.busy == 0]:
+            self.retired.remove(le)
+            le.rd.__exit__()
+
+    def close(self) -> None:
+        for le in [*self.current.values(), *self.retired]:
+            le.rd.__exit__()
+        self.current.clear()
+        self.retired.clear()
 
 
 def check_count(ds: Dataset, b: mf.BatchEntry, first: int, n: int) -> None:
@@ -221,6 +288,18 @@ def check_count(ds: Dataset, b: mf.BatchEntry, first: int, n: int) -> None:
                 ds.uri, b, f"the value holds {n} records from {first}, the manifest says {b.count} from {b.first}"
             )
         )
+
+
+def checked_columns(
+    ds: Dataset, b: mf.BatchEntry, value: Any, decode: list[str], out: dict[str, np.ndarray] | None
+) -> dict[str, np.ndarray]:
+    """The columns ``decode`` of batch ``b``'s stored ``value`` (into ``out`` where it fits),
+    its size and xxh3 checked against the manifest row first, then its record count and
+    first record (CorruptBatchError naming shard and batch)."""
+    check_value(ds.uri, b, value)
+    first, n, cols = ds.serializer.decode_columns(value, decode, out)
+    check_count(ds, b, first, n)
+    return cols
 
 
 class ColumnsDecoder:
@@ -244,9 +323,7 @@ class ColumnsDecoder:
     def whole(self, b: mf.BatchEntry, value: Any, out: dict[str, np.ndarray] | None) -> pa.RecordBatch:
         from ..model.arrow_records import record_batch
 
-        check_value(self.ds.uri, b, value)
-        first, n, cols = self.ds.serializer.decode_columns(value, self.decode, out)
-        check_count(self.ds, b, first, n)
+        cols = checked_columns(self.ds, b, value, self.decode, out)
         return record_batch(cols, self.ds.layout, self.names)
 
     def part(self, b: mf.BatchEntry, lo: int, hi: int) -> pa.RecordBatch:
@@ -292,6 +369,39 @@ class RecordsDecoder:
         out = self._slice(b, lo, hi)
         self.ds._records_into(out, b, lo, hi)
         return b.first + lo, out
+
+
+class TableDecoder:
+    """`read_table`'s columns: allocated once for records [start, stop) (``whole``), each
+    batch decoded straight into its slice of them; a result is None."""
+
+    zero_copy = True  # Cap'n Proto only (read_table): the columns are new memory
+
+    def __init__(self, ds: Dataset, decode: list[str], whole: dict[str, np.ndarray], start: int) -> None:
+        self.ds, self.decode, self.cols, self.start = ds, decode, whole, start
+
+    def _slices(self, b: mf.BatchEntry, lo: int, hi: int) -> dict[str, np.ndarray]:
+        at = b.first + lo - self.start
+        return {n: self.cols[n][at : at + hi - lo] for n in self.decode}
+
+    def alloc(self, b: mf.BatchEntry, threaded: bool) -> dict[str, np.ndarray]:
+        return self._slices(b, 0, b.count)
+
+    def whole(self, b: mf.BatchEntry, value: Any, out: dict[str, np.ndarray]) -> None:
+        import numpy as np
+
+        cols = checked_columns(self.ds, b, value, self.decode, out)
+        for name in self.decode:
+            if cols[name] is not out[name]:
+                np.copyto(out[name], cols[name])
+
+    def part(self, b: mf.BatchEntry, lo: int, hi: int) -> None:
+        import numpy as np
+
+        recs = np.empty(hi - lo, self.ds.layout.dtype)
+        self.ds._records_into(recs, b, lo, hi)
+        for name, col in self._slices(b, lo, hi).items():
+            col[...] = recs[name]
 
 
 def record_batches(
@@ -356,18 +466,50 @@ def scan(
             )
         return box_reader(ds, columns, box, array, batch_rows)
     names = check_columns(ds, columns)
-    rng = parse_records(records)
-    if rng is None:  # every batch of the snapshot (a Dask task's: some batches, read/dask_read.py)
-        bs = ds.manifest.batches
-        start, stop = (bs[0].first, bs[-1].first + bs[-1].count) if bs else (0, 0)
-    else:
-        from .dataset import check_record_range
-
-        n = ds.records
-        start, stop = rng[0], n if rng[1] is None else rng[1]
-        check_record_range(start, stop, n, ds.uri)
+    start, stop = record_span(ds, records)
     schema = arrow_schema(ds, names)
     return pa.RecordBatchReader.from_batches(schema, record_batches(ds, names, start, stop, batch_rows))
+
+
+def record_span(ds: Dataset, records: object) -> tuple[int, int]:
+    """[start, stop) of ``records`` (`RecordRange`, checked against the snapshot; None: every
+    batch of the snapshot - a Dask task's: some batches, read/dask_read.py)."""
+    rng = parse_records(records)
+    if rng is None:
+        bs = ds.manifest.batches
+        return (bs[0].first, bs[-1].first + bs[-1].count) if bs else (0, 0)
+    from .dataset import check_record_range
+
+    n = ds.records
+    start, stop = rng[0], n if rng[1] is None else rng[1]
+    check_record_range(start, stop, n, ds.uri)
+    return start, stop
+
+
+def read_table(ds: Dataset, columns: object = None, records: object = None) -> pa.Table:
+    """`Dataset.to_arrow` of fixed-size records: the ``columns`` of ``records`` as one
+    pyarrow Table of one chunk per column. The whole output is known in advance, so each
+    column is allocated once (large: numpy asks the kernel for huge pages) and every batch
+    is decoded by `read_batches`'s threads straight into its slice of them (`TableDecoder`) -
+    no per-batch column allocation (fresh pages faulted in per batch), no per-batch Arrow
+    batch, no copy of a zero-copy stored value. Every batch read whole is checked as a scan
+    checks it. Arrow values are decoded as views of their buffers: they keep `scan`'s batches."""
+    import pyarrow as pa  # heavy: only Arrow readers need it
+
+    names = check_columns(ds, columns)
+    start, stop = record_span(ds, records)
+    if ds.manifest.format != "capnp":
+        return scan(ds, names, (start, stop)).read_all()
+    import numpy as np
+
+    from ..model.arrow_records import decoded_names, record_batch
+
+    layout = ds.layout
+    decode = decoded_names(layout, names)
+    whole = {n: np.empty(stop - start, layout.dtype[n]) for n in decode}
+    for _ in read_batches(ds, start, stop, TableDecoder(ds, decode, whole, start)):
+        pass
+    return pa.Table.from_batches([record_batch(whole, layout, names)])
 
 
 def box_reader(

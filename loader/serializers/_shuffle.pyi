@@ -1,5 +1,6 @@
 """Types of the C extension loader.serializers._shuffle (source: _shufflemodule.c beside this)."""
 
+from collections.abc import Sequence
 from typing import Any, Protocol, TypeAlias
 
 from typing_extensions import Buffer
@@ -19,3 +20,11 @@ def shuffle(src: _Buffer, dst: _Buffer, stride: int, /) -> None:
 
 def unshuffle(src: _Buffer, dst: _Buffer, stride: int, /) -> None:
     """The inverse of `shuffle`: dst[i * stride + k] = src[k * n + i]."""
+
+def lz4_planes(src: _Buffer, dst: _Buffer, want: int, /) -> int:
+    """Decompress the LZ4 block ``src`` into the writable ``dst``, stopping once ``want``
+    bytes are out; the bytes decoded. ValueError: a damaged block, ``want`` past ``dst``."""
+
+def unshuffle_fields(planes: _Buffer, n: int, fields: Sequence[tuple[int, int, _Buffer]], /) -> None:
+    """For each (offset, width, out): ``out`` = `unshuffle` of planes [offset * n, (offset + width) * n)
+    with stride ``width``. ValueError: a field outside ``planes``, an ``out`` of another size."""

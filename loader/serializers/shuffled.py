@@ -103,6 +103,44 @@ def decompressed_planes(chunk: BytesLike, size: int, stride: int, what: str) -> 
     ``[o * n, (o + w) * n)``, which `unshuffle` with stride ``w`` turns into its column."""
     heap.keep_freed_if_owned()  # two fresh buffers per batch: reuse freed heap (infra/heap.py)
     mv = memoryview(chunk).cast("B")
+    codec = _codec(mv, size, stride, what)
+    if not size:
+        return None
+    try:
+        flat = _decoded(codec, mv[HEAD_BYTES:], size)
+    except Exception as e:  # lz4 / zstandard raise their own errors for a damaged stream
+        raise VerifyError(f"{what}: compressed records do not decompress ({e})") from None
+    if len(flat) != size:
+        raise VerifyError(f"{what}: compressed records hold {len(flat)} bytes, the header says {size}")
+    return flat
+
+
+def planes_upto(chunk: BytesLike, size: int, stride: int, what: str, want: int) -> bytes | memoryview | None:
+    """`decompressed_planes`, of which only the first ``want`` bytes need be decoded (the
+    planes of the fields a scan asks for: a field's planes lie at its byte offset times the
+    record count). LZ4 (C: third_party/lz4, the GIL released) decodes into this thread's
+    reused buffer - no fresh pages per batch - and stops there: the bytes past ``want``
+    are garbage. The stream past ``want`` is not decoded, so not checked: the reader checks
+    the whole value's xxh3 first (a scan does, stores/health.check_value)."""
+    mv = memoryview(chunk).cast("B")
+    codec = _codec(mv, size, stride, what)
+    if not size:
+        return None
+    if codec != "lz4":
+        return decompressed_planes(chunk, size, stride, what)
+    flat = scratch(size, 3)  # slot 3: a decode's own (capnp_framing uses 1 and 2, compress 0)
+    try:
+        got = _shuffle.lz4_planes(mv[HEAD_BYTES:], flat, want)
+    except ValueError as e:
+        raise VerifyError(f"{what}: compressed records do not decompress ({e})") from None
+    if got < want or (want == size and got != size):
+        raise VerifyError(f"{what}: compressed records hold {got} bytes, the header says {size}")
+    return flat
+
+
+def _codec(mv: memoryview, size: int, stride: int, what: str) -> str:
+    """The codec of compressed records ``mv`` (from `compress`), whose head must say
+    records of ``stride`` bytes, ``size`` bytes (VerifyError naming ``what`` if not)."""
     if len(mv) < HEAD_BYTES or bytes(mv[:4]) != MAGIC:
         raise VerifyError(
             f"{what}: the compressed records do not start with this version's framing "
@@ -114,15 +152,7 @@ def decompressed_planes(chunk: BytesLike, size: int, stride: int, what: str) -> 
             f"{what}: compressed records say codec {codec}, {cstride}-byte records, {csize} bytes; "
             f"the batch header says {stride}-byte records, {size} bytes"
         )
-    if not size:
-        return None
-    try:
-        flat = _decoded(_CODEC_NAMES[codec], mv[HEAD_BYTES:], size)
-    except Exception as e:  # lz4 / zstandard raise their own errors for a damaged stream
-        raise VerifyError(f"{what}: compressed records do not decompress ({e})") from None
-    if len(flat) != size:
-        raise VerifyError(f"{what}: compressed records hold {len(flat)} bytes, the header says {size}")
-    return flat
+    return _CODEC_NAMES[codec]
 
 
 def shuffle(records: BytesLike, out: BytesLike, stride: int) -> None:
@@ -133,6 +163,12 @@ def shuffle(records: BytesLike, out: BytesLike, stride: int) -> None:
 def unshuffle(planes: BytesLike, out: memoryview, stride: int) -> None:
     """``out`` (writable, ``len(planes)`` bytes) = records of ``stride`` bytes from ``planes``."""
     _shuffle.unshuffle(planes, out, stride)
+
+
+def unshuffle_fields(planes: BytesLike, n: int, fields: list[tuple[int, int, memoryview]]) -> None:
+    """For each (offset, width, out) of ``fields``: ``out`` = the ``n`` records of ``width``
+    bytes of planes [offset * n, (offset + width) * n) - one C call, the GIL released."""
+    _shuffle.unshuffle_fields(planes, n, fields)
 
 
 def _decoded(codec: str, data: memoryview, size: int) -> bytes:

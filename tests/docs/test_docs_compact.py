@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import subprocess
 
 import numpy as np
@@ -252,3 +253,52 @@ def test_a_killed_load_before_compaction_is_loaded_again_after_it(tmp_path):
     rep = loader.load(str(d), uri, **KW)
     assert rep.records == 100 and not rep.resumed_records
     check(uri, DocBatch.concat([want, late]))
+
+
+@pytest.fixture(scope="module")
+def docs_base(tmp_path_factory):
+    """Three interleaved runs (a table each per shard), and the state `bulkload compact`
+    leaves on a copy of it: (base dir, the documents, the reference's rows)."""
+    base = tmp_path_factory.mktemp("docsbase")
+    want = interleaved(base, f"lmdb://{base}/ds", runs=3, n=240)
+    ref = tmp_path_factory.mktemp("docsref")
+    shutil.copytree(base / "ds", ref / "ds")
+    p = run_cli("compact", f"lmdb://{ref}/ds", "--target-batch-records", 30, "--workers", 2, "-q")
+    assert p.returncode == 0, p.stderr
+    return base, want, folded_rows(f"lmdb://{ref}/ds")
+
+
+def folded_rows(uri):
+    """The batch rows, each with its table named by the compaction run that wrote it."""
+    m = manifest_state(uri)
+    runs = {r["id"]: r["kind"] for r in m["runs"]}
+    return [[*b[:9], runs.get(b[9].removeprefix("docs-"), b[9]), *b[10:]] for b in m["batches"]]
+
+
+@pytest.mark.parametrize("fault", ["w1.fold:1", "docs-folded:1", "docs-switched:1", "docs-dropping:1"])
+def test_killed_compaction_rerun_is_byte_identical_and_leaves_no_rows_files(tmp_path, docs_base, fault):
+    base, want, ref_rows = docs_base
+    shutil.copytree(base / "ds", tmp_path / "ds")
+    uri = f"lmdb://{tmp_path}/ds"
+    args = ["compact", uri, "--target-batch-records", 30, "--workers", 2, "-q"]
+    p = run_cli(*args, env={"BULKLOAD_FAULT": fault})
+    assert p.returncode in (-9, 1), p.stderr
+    if fault == "docs-folded:1":  # the new rows are written, not switched to
+        assert len(list((tmp_path / "ds").glob(".compact-rows-*"))) == 2
+    p = run_cli(*args)
+    assert p.returncode == 0, p.stderr
+    check(uri, want)
+    assert folded_rows(uri) == ref_rows  # the same batches, bytes and checksums as one compaction
+    assert not list((tmp_path / "ds").glob(".compact-rows-*"))
+    assert all(len(t) == 1 for t in shard_tables(uri))
+
+
+def test_small_batches_of_disjoint_ids_are_folded_into_batches_of_the_target(tmp_path):
+    uri = f"lmdb://{tmp_path}/ds"
+    loader.load(f"gen://docs?n=400&seed={SEED}", uri, shards=2, workers=2, batch_records=5, progress="none")
+    rep = compact(uri, target_batch_records=50).to_dict()
+    assert (rep["batches_before"], rep["batches_after"]) == (80, 8)
+    with loader.open(uri) as ds:
+        assert sorted(b.docs for b in ds.manifest.batches) == [50] * 8
+    check(uri, generate_docs(SEED, 0, 400))
+    assert compact(uri, target_batch_records=50).to_dict()["status"] == "nothing-to-do"

@@ -61,3 +61,16 @@ def run_measured(args: list[object], timeout: float = 60) -> tuple[subprocess.Co
     )
     code, stdout, stderr, maxrss = json.loads(out.stdout)
     return subprocess.CompletedProcess(args, code, stdout, stderr), maxrss * 1024
+
+
+def compact_peak_rss(uri: str, source: str, batch_records: int, target: int, verified: str) -> int:
+    """Peak RSS (bytes; the largest process of the command and its workers) of `bulkload
+    compact --target-batch-records TARGET` on a new dataset at ``uri`` loaded from
+    ``source`` in batches of ``batch_records``; `bulkload verify` then prints ``verified``."""
+    p = run_cli("load", source, uri, "--batch-records", batch_records, "--quiet")
+    assert p.returncode == 0, p.stderr
+    p, rss = run_measured(["compact", uri, "--target-batch-records", target, "--workers", 2, "--quiet"])
+    assert p.returncode == 0, p.stderr
+    p = run_cli("verify", uri)
+    assert p.returncode == 0 and verified in p.stdout, p.stdout + p.stderr
+    return rss

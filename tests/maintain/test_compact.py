@@ -106,3 +106,32 @@ def test_cli_compact(tmp_path):
     assert r.returncode == 0 and r.stdout.startswith(f"compacted {uri}: 1 -> 1 batches")
     r = run_cli("compact", uri, "--target-batch-records", "0")
     assert r.returncode == 2 and "at least 1" in r.stderr
+
+
+# the commands that take the dataset lock to write, after a compaction killed with its rows files written
+NEXT_WRITERS = {
+    "load": ["load", "gen://scidb96?n=300&start=2100", "{ds}", "-q"],
+    "finalize": ["finalize", "{ds}", "--dims", "i0:3,i1:700", "--no-compact", "-q"],
+    "runs-prune": ["runs", "prune", "{ds}", "--keep", "100"],
+    "compact": ["compact", "{ds}", "-q"],
+}
+
+
+@pytest.mark.parametrize("writer", sorted(NEXT_WRITERS))
+def test_rows_files_of_a_killed_compaction_are_removed_by_the_next_writer(tmp_path, writer):
+    uri = f"lmdb://{tmp_path}/ds"
+    small_loads(uri)
+    p = run_cli("compact", uri, "--workers", 2, "-q", env={"BULKLOAD_FAULT": "merged:1"})
+    assert p.returncode == -9, p.stderr
+
+    def rows_files():
+        return sorted(f.name for f in (tmp_path / "ds").glob(".compact-rows-*"))
+
+    assert len(rows_files()) == 2  # one per merge worker
+    for cmd in (["verify", uri], ["info", uri]):  # readers do not trip on them
+        p = run_cli(*cmd)
+        assert p.returncode == 0 and "Traceback" not in p.stderr, p.stdout + p.stderr
+    p = run_cli(*[a.format(ds=uri) for a in NEXT_WRITERS[writer]])
+    assert p.returncode == 0, p.stderr
+    assert rows_files() == []
+    assert run_cli("verify", uri).returncode == 0

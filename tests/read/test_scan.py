@@ -104,6 +104,63 @@ def test_threaded_scan_gives_the_same_batches_in_order(uri, monkeypatch):
             ds.to_arrow()
 
 
+@pytest.mark.parametrize("threads", ["1", "2"])
+@pytest.mark.parametrize("span", [None, (0, N), (100, 4900), (699, 1401), (1234, 1236), (N, N)])
+def test_to_arrow_of_cap_n_proto_values_is_one_chunk_per_column_equal_to_the_scan(uri, span, threads, monkeypatch):
+    """to_arrow knows its size: each column is allocated once and every batch is decoded
+    into its slice (one chunk per column), with the scan's records, batch for batch."""
+    monkeypatch.setenv("BULKLOAD_SCAN_THREADS", threads)
+    with loader.open(uri) as ds:
+        for cols in (None, ["i1", "d7"]):
+            t = ds.to_arrow(cols, span)
+            assert t.equals(ds.scan(cols, span).read_all())
+            a, b = span or (0, N)
+            assert t.num_rows == b - a
+            if ds.manifest.format == "capnp" and t.num_rows:
+                assert {c.num_chunks for c in t.columns} == {1}
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_a_damaged_batch_fails_to_arrow_naming_shard_and_batch(tmp_path, threads, monkeypatch):
+    monkeypatch.setenv("BULKLOAD_SCAN_THREADS", threads)
+    u = f"lmdb://{tmp_path}/ds"
+    loader.load(f"gen://scidb96?n={N}", u, compression="lz4", **KW)
+    b = damage(u, lambda bs: bs[3], "flipped")
+    with loader.open(u) as ds:
+        with pytest.raises(CorruptBatchError) as e:
+            ds.to_arrow()
+        assert f"shard {b.shard} batch {b.seq} (first record {b.first})" in str(e.value)
+        assert "checksum mismatch" in str(e.value)
+        assert ds.to_arrow(records=(0, b.first)).num_rows == b.first  # the batches before it read
+    with pytest.raises(UsageError, match="closed"):
+        ds.to_arrow()
+
+
+@pytest.mark.parametrize("threads", ["1", "2", "3"])
+def test_a_scan_decodes_values_in_place_through_short_read_transactions(uri, threads, monkeypatch):
+    """Each shard's values come through one read transaction for LEASE_VALUES values (Cap'n
+    Proto values are decoded where they lie, not copied out first); a transaction ends once
+    the batches decoded from it are done, and every one has ended when the scan has."""
+    import loader.read.scan as scan_mod
+    from loader.stores.values import ValueReader
+
+    monkeypatch.setenv("BULKLOAD_SCAN_THREADS", threads)
+    monkeypatch.setattr(scan_mod, "LEASE_VALUES", 2)
+    opened, closed = [], []
+    enter, leave = ValueReader.__enter__, ValueReader.__exit__
+    monkeypatch.setattr(ValueReader, "__enter__", lambda rd: opened.append(rd) or enter(rd))
+    monkeypatch.setattr(ValueReader, "__exit__", lambda rd, *e: closed.append(rd) or leave(rd, *e))
+    with loader.open(uri) as ds:
+        want = ds.read_records()
+        opened.clear(), closed.clear()
+        t = ds.scan(columns=["i1", "d7"]).read_all()
+        per_shard = [sum(b.shard == s for b in ds.manifest.batches) for s in range(2)]
+        assert len(opened) == sum(-(-k // 2) for k in per_shard) < len(ds.manifest.batches)
+        assert len(closed) == len(opened)
+        assert np.array_equal(t.column("i1").to_numpy(), want["i1"])
+        assert np.array_equal(t.column("d7").to_numpy(), want["d7"])
+
+
 def test_to_pandas_and_read_records_agree_with_scan(uri):
     with loader.open(uri) as ds:
         df = ds.to_pandas(columns=["i2"], records=(10, 20))

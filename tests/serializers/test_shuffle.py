@@ -65,3 +65,49 @@ def test_unshuffle_of_one_numeric_field_is_numpys_transpose(stride, n):
     back = bytearray(len(rec))
     _shuffle.unshuffle(planes, back, stride)
     assert bytes(back) == rec
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    stride=st.integers(1, 120),
+    n=st.integers(1, 3000),
+    comp=st.sampled_from(["lz4", "zstd"]),
+    seed=st.integers(0, 2**32 - 1),
+    data=st.data(),
+)
+def test_a_scan_decompresses_only_up_to_the_planes_it_unshuffles(stride, n, comp, seed, data):
+    """planes_upto: LZ4 decoded into the thread's reused buffer, stopping at ``want`` bytes
+    (the planes of the fields asked for); unshuffle_fields: each field from its planes."""
+    rng = np.random.default_rng(seed)
+    rec = (rng.integers(0, 256, n * stride, dtype=np.uint8) * rng.integers(0, 2, n * stride, dtype=np.uint8)).tobytes()
+    full = np.ascontiguousarray(np.frombuffer(rec, np.uint8).reshape(n, stride).T).tobytes()
+    chunk = shuffled.compress(rec, comp, stride)
+    at = data.draw(st.integers(0, stride - 1))
+    w = data.draw(st.integers(1, stride - at))
+    planes = shuffled.planes_upto(chunk, n * stride, stride, "region", (at + w) * n)
+    assert bytes(memoryview(planes)[: (at + w) * n]) == full[: (at + w) * n]
+    out, also = bytearray(n * w), bytearray(n)
+    shuffled.unshuffle_fields(planes, n, [(at, w, memoryview(out)), (0, 1, memoryview(also))])
+    recs = np.frombuffer(rec, np.uint8).reshape(n, stride)
+    assert bytes(out) == recs[:, at : at + w].tobytes() and bytes(also) == recs[:, 0].tobytes()
+    if comp == "lz4":
+        assert len(planes) == n * stride and not isinstance(planes, bytes)  # the reused buffer
+        with pytest.raises(VerifyError, match="region: compressed records"):
+            shuffled.planes_upto(chunk[:-1], n * stride, stride, "region", n * stride)
+
+
+def test_lz4_planes_and_unshuffle_fields_refuse_what_they_cannot_do():
+    import lz4.block
+
+    block = lz4.block.compress(bytes(1000), store_size=False)
+    assert _shuffle.lz4_planes(block, bytearray(1000), 100) >= 100
+    with pytest.raises(ValueError, match="not within the 1000 of dst"):
+        _shuffle.lz4_planes(block, bytearray(1000), 1001)
+    with pytest.raises(ValueError, match="the LZ4 block is damaged"):
+        _shuffle.lz4_planes(block, bytearray(999), 999)  # it holds more than dst
+    with pytest.raises(ValueError, match="planes"):
+        _shuffle.unshuffle_fields(bytes(80), 10, [(7, 2, bytearray(20))])  # past the planes
+    with pytest.raises(ValueError, match="into 19 bytes"):
+        _shuffle.unshuffle_fields(bytes(80), 10, [(0, 2, bytearray(19))])
+    with pytest.raises(TypeError):
+        _shuffle.unshuffle_fields(bytes(80), 10, [(0, 2, bytes(20))])  # read-only
