@@ -205,8 +205,12 @@ def _put_rows(txn: lmdb.Transaction, cat: cg.Catalog, rows: list[BatchEntry]) ->
     at the end of the table (putmulti append: LMDB's fast path), or - a key that is not
     above every key there, which putmulti(append) would silently drop (DESIGN.md 5) -
     put one by one."""
-    packed = [(cg.key(b.seq), cg.pack_row(b.row())) for b in rows]
-    firsts = [(cg.key(b.first), k) for b, (k, _v) in zip(rows, packed) if b.table is None]
+    key, pack = cg.key, cg.pack_row
+    packed = [
+        (key(b.seq), pack((b.seq, b.shard, b.first, b.count, b.checksum, b.nbytes) if b.table is None else b.row()))
+        for b in rows
+    ]  # (a fixed-size row's tuple packs as its row() list does: a msgpack array)
+    firsts = [(key(b.first), k) for b, (k, _v) in zip(rows, packed, strict=True) if b.table is None]
     for db, items in ((cat.dbs["batches"], packed), (cat.dbs["by_first"], firsts)):
         if not items:
             continue

@@ -28,3 +28,8 @@ def lz4_planes(src: _Buffer, dst: _Buffer, want: int, /) -> int:
 def unshuffle_fields(planes: _Buffer, n: int, fields: Sequence[tuple[int, int, _Buffer]], /) -> None:
     """For each (offset, width, out): ``out`` = `unshuffle` of planes [offset * n, (offset + width) * n)
     with stride ``width``. ValueError: a field outside ``planes``, an ``out`` of another size."""
+
+def lz4_value(prefix: _Buffer, head: _Buffer, region: _Buffer, scratch: _Buffer, stride: int, /) -> bytes:
+    """``prefix + head +`` the LZ4 block of `shuffle` (region, stride), shuffled in the
+    writable ``scratch`` (at least as big as ``region``), or of ``region`` itself when
+    ``stride`` is 0. ValueError: a region that is not whole records, a scratch too small."""

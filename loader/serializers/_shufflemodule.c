@@ -358,6 +358,61 @@ static PyObject *py_unshuffle_fields(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* lz4_value(prefix, head, region, scratch, stride) -> bytes: prefix + head + the LZ4 block
+ * (LZ4_compress_default) of shuffle(region, stride), shuffled in scratch - or of region as
+ * it is when stride is 0 (planes shuffled by the caller); the GIL released while it
+ * shuffles and compresses. One call per batch value instead of four (a small batch's
+ * values were mostly Python calls: loader/serializers/shuffled.py). Every LZ4 block
+ * bulkload writes comes from here (python-lz4 picks its own match candidates: its blocks
+ * of the same bytes may differ), so a value's bytes depend on its records only. */
+static PyObject *py_lz4_value(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer prefix, head, region, scratch;
+    Py_ssize_t stride;
+
+    if (!PyArg_ParseTuple(args, "y*y*y*w*n", &prefix, &head, &region, &scratch, &stride))
+        return NULL;
+    PyObject *result = NULL;
+    if (stride < 0 || (stride && region.len % stride)) {
+        PyErr_Format(PyExc_ValueError, "%zd bytes is not a whole number of %zd-byte records", region.len, stride);
+    } else if (scratch.len < region.len) {
+        PyErr_Format(PyExc_ValueError, "scratch holds %zd bytes, the region %zd", scratch.len, region.len);
+    } else if (region.len > LZ4_MAX_INPUT_SIZE) {
+        PyErr_Format(PyExc_ValueError, "an LZ4 block of %zd bytes: over LZ4's limit", region.len);
+    } else {
+        int bound = LZ4_compressBound((int)region.len);
+        Py_ssize_t at = prefix.len + head.len;
+        result = PyBytes_FromStringAndSize(NULL, at + bound);
+        if (result != NULL) {
+            char *out = PyBytes_AS_STRING(result);
+            int got = 0;
+            memcpy(out, prefix.buf, (size_t)prefix.len);
+            memcpy(out + prefix.len, head.buf, (size_t)head.len);
+            Py_BEGIN_ALLOW_THREADS
+            const char *from = (const char *)region.buf;
+            if (stride) {
+                shuffle_tiles((const uint8_t *)region.buf, (uint8_t *)scratch.buf, (size_t)(region.len / stride),
+                              (size_t)stride);
+                from = (const char *)scratch.buf;
+            }
+            got = LZ4_compress_default(from, out + at, (int)region.len, bound);
+            Py_END_ALLOW_THREADS
+            if (got <= 0) {
+                Py_CLEAR(result);
+                PyErr_SetString(PyExc_ValueError, "LZ4 could not compress the region");
+            } else if (_PyBytes_Resize(&result, at + got) < 0) {
+                result = NULL;
+            }
+        }
+    }
+    PyBuffer_Release(&prefix);
+    PyBuffer_Release(&head);
+    PyBuffer_Release(&region);
+    PyBuffer_Release(&scratch);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"shuffle", py_shuffle, METH_VARARGS,
      "shuffle($module, src, dst, stride, /)\n--\n\n"
@@ -368,6 +423,9 @@ static PyMethodDef methods[] = {
     {"lz4_planes", py_lz4_planes, METH_VARARGS,
      "lz4_planes($module, src, dst, want, /)\n--\n\n"
      "Decompress the LZ4 block src into dst, stopping once want bytes are out; the bytes decoded."},
+    {"lz4_value", py_lz4_value, METH_VARARGS,
+     "lz4_value($module, prefix, head, region, scratch, stride, /)\n--\n\n"
+     "prefix + head + the LZ4 block of shuffle(region, stride) (shuffled in scratch)."},
     {"unshuffle_fields", py_unshuffle_fields, METH_VARARGS,
      "unshuffle_fields($module, planes, n, fields, /)\n--\n\n"
      "For each (offset, width, out) of fields: out = unshuffle(planes[offset*n:(offset+width)*n], width)."},

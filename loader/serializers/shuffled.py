@@ -65,10 +65,20 @@ def scratch(size: int, slot: int = 0) -> memoryview:
 
 def compress(region: BytesLike, compression: str, stride: int) -> bytes:
     """``region`` (records of ``stride`` bytes) shuffled and compressed, with its 20-byte head."""
+    if compression == "lz4":
+        return lz4_value(b"", region, stride)
     size = len(region)
     flat = scratch(size)
     _shuffle.shuffle(region, flat, stride)
     return compress_planes(flat, compression, stride)
+
+
+def lz4_value(prefix: BytesLike, region: BytesLike, stride: int) -> bytes:
+    """``prefix`` + `compress` (region, "lz4", stride), in one C call."""
+    heap.keep_freed_if_owned()  # a value per batch: reuse freed heap (infra/heap.py)
+    size = len(region)
+    head = _HEAD.pack(MAGIC, 1, stride, size)
+    return _shuffle.lz4_value(prefix, head, region, scratch(size), stride)
 
 
 def compress_planes(flat: memoryview, compression: str, stride: int) -> bytes:
@@ -78,10 +88,7 @@ def compress_planes(flat: memoryview, compression: str, stride: int) -> bytes:
     size = len(flat)
     head = _HEAD.pack(MAGIC, _CODEC_IDS[compression], stride, size)
     if compression == "lz4":
-        import lz4.block  # ~1 ms; only compressed datasets need it
-
-        packed: bytes = lz4.block.compress(flat, store_size=False)
-        return head + packed
+        return _shuffle.lz4_value(b"", head, flat, flat, 0)  # (flat is scratch: not shuffled again)
     import zstandard
 
     framed: bytes = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(flat)

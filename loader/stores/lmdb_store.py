@@ -8,7 +8,7 @@ import errno
 import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from itertools import chain
+from itertools import chain, pairwise
 from typing import TYPE_CHECKING, Literal, TypeVar, overload
 
 import lmdb
@@ -196,6 +196,8 @@ class LmdbStore(LmdbReads, ShardStore):
         self._require_write("put_sorted")
         if isinstance(items, (list, tuple)):
             self._make_room(items)
+            if items and all(type(k) is bytes for k, _v in items):
+                return self._put_list(items, table)
         source = iter(items)
         try:
             first = next(source)
@@ -221,6 +223,23 @@ class LmdbStore(LmdbReads, ShardStore):
             except lmdb.MapFullError:
                 # what was read so far is in `seen`; `pending` holds the rest
                 self._grow(sum(len(k) + len(v) for k, v in seen))
+        raise StoreError(errno.ENOSPC, f"shard {self.path}: LMDB map still full after growing")
+
+    def _put_list(self, items: list[tuple[bytes, BytesLike]] | tuple[tuple[bytes, BytesLike], ...], table: str) -> int:
+        """`put_sorted` of a list of bytes keys: checked ascending up front (KeyOrderError, as
+        `ascending` says it) and written as it is, without a generator per item - a load's
+        groups of small batches (100-record batches: 1-2 us an item less, ad hoc)."""
+        keys = [k for k, _v in items]
+        if any(a >= b for a, b in pairwise(keys)):
+            list(ascending(items, self.path, table))  # raises, naming the keys
+        db = self._db(table, create=True)
+        for _attempt in range(GROWTH_ATTEMPTS):
+            try:
+                consumed = self._put_stream(db, table, items, keys[0])
+                self._early_writeback(sum(len(k) + len(v) for k, v in items))
+                return consumed
+            except lmdb.MapFullError:
+                self._grow(sum(len(k) + len(v) for k, v in items))
         raise StoreError(errno.ENOSPC, f"shard {self.path}: LMDB map still full after growing")
 
     def _make_room(self, items: list[tuple[BytesLike, BytesLike]] | tuple[tuple[BytesLike, BytesLike], ...]) -> None:

@@ -195,6 +195,20 @@ def test_encode_buffer_copies_a_foreign_array():
     assert start == 3 and same_bytes(got, other)
 
 
+@pytest.mark.parametrize("compression", ["none", "lz4", "zstd"])
+def test_encode_buffer_copies_records_that_are_not_the_view_of_the_buffer_it_encodes(compression):
+    """encode_buffer skips its copy only for the pair new_buffer made last: another
+    buffer's records view, or records of a buffer made earlier, are copied in."""
+    ser = get_serializer("capnp", SCIDB96, compression)
+    for pick, want in (("bb", 2), ("ab", 2), ("ba", 1), ("aa", 1)):
+        bufs, recs = {}, {}
+        for name, value in (("a", 1), ("b", 2)):  # b: the pair new_buffer made last
+            bufs[name], recs[name] = ser.new_buffer(10)
+            recs[name]["i0"] = value
+        _start, got = ser.decode(bytes(ser.encode_buffer(bufs[pick[0]], recs[pick[1]], 0)))
+        assert list(got["i0"]) == [want] * 10, pick
+
+
 @pytest.mark.parametrize("fmt,compression", CODECS)
 @pytest.mark.parametrize("layout", [SCIDB96, *ODD_LAYOUTS], ids=lambda l: l.name)
 def test_empty_batch(fmt, compression, layout):

@@ -111,3 +111,37 @@ def test_lz4_planes_and_unshuffle_fields_refuse_what_they_cannot_do():
         _shuffle.unshuffle_fields(bytes(80), 10, [(0, 2, bytearray(19))])
     with pytest.raises(TypeError):
         _shuffle.unshuffle_fields(bytes(80), 10, [(0, 2, bytes(20))])  # read-only
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 130), st.integers(0, 3000), st.integers(0, 2**32 - 1), st.binary(max_size=48))
+def test_lz4_value_is_the_prefix_head_and_lz4_block_of_the_shuffled_region(stride, n, seed, prefix):
+    """One C call per batch value (capnp_framing.encode_buffer): its bytes are the prefix, the
+    20-byte head and an LZ4 block that python-lz4 decompresses to the shuffled records."""
+    import lz4.block
+
+    rng = np.random.default_rng(seed)
+    region = (rng.integers(0, 4, n * stride, dtype=np.uint8) * rng.integers(0, 2, 1, dtype=np.uint8)).tobytes()
+    value = shuffled.lz4_value(prefix, region, stride)
+    assert value[: len(prefix)] == prefix
+    body = value[len(prefix) :]
+    assert body[: shuffled.HEAD_BYTES] == shuffled.compress(region, "lz4", stride)[: shuffled.HEAD_BYTES]
+    planes = np.frombuffer(region, np.uint8).reshape(n, stride).T.tobytes()
+    assert lz4.block.decompress(body[shuffled.HEAD_BYTES :], uncompressed_size=len(region)) == planes
+    assert shuffled.lz4_value(prefix, region, stride) == value  # the scratch's old bytes never leak in
+    out = bytearray(len(region))
+    shuffled.decompress_into(body, memoryview(out), stride, "test")
+    assert bytes(out) == region
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((b"", b"h", b"abc", bytearray(3), 2), "whole number"),
+        ((b"", b"h", b"abcd", bytearray(3), 2), "scratch holds 3 bytes"),
+        ((b"", b"h", b"abcd", bytearray(4), -1), "whole number"),
+    ],
+)
+def test_lz4_value_refuses_what_it_cannot_do(args, message):
+    with pytest.raises(ValueError, match=message):
+        _shuffle.lz4_value(*args)
