@@ -53,7 +53,6 @@ class _Popen(popen_forkserver.Popen):
             reduction.dump(process_obj, buf)
         finally:
             mp_context.set_spawning_popen(None)
-        ensure_forkserver()
         self.sentinel, w = forkserver.connect_to_new_process(self._fds)
         _parent_w = os.dup(w)
         # CPython's multiprocessing.util.close_fds (3.11-3.13), which typeshed does not list
@@ -93,6 +92,7 @@ class MainlessProcess(mp_context.ForkServerProcess):
 
     @staticmethod
     def _Popen(process_obj):
+        ensure_forkserver()
         return _Popen(process_obj)
 
 
