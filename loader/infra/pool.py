@@ -65,6 +65,23 @@ def context():
     return _CTX
 
 
+def prewarm() -> None:
+    """Start the forkserver in a background thread (a pool started later waits for it, not
+    for a second one): its start-up overlaps the caller's work until then."""
+    import threading
+
+    from . import mainless
+
+    def start() -> None:
+        try:
+            mainless.ensure_forkserver()
+        except Exception:  # the pool's own start tries again and says what is wrong
+            pass
+
+    context()
+    threading.Thread(target=start, name="bulkload-prewarm", daemon=True).start()
+
+
 @dataclass(frozen=True, slots=True)
 class Progress:
     """Progress a worker reports: ``records`` more done, ``nbytes`` their size when records

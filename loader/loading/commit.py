@@ -42,6 +42,7 @@ from ..model.runs import SourceRun
 from ..stores.spec import StoreSpec
 from .messages import Checkpoint
 from .plan import Plan
+from .report import records_of
 
 _SEQ = attrgetter("seq")
 
@@ -175,7 +176,7 @@ class Committer:
         self.m.batches.extend(entries)
         if entries:
             self.m.mark_arrays_stale()
-        self.run.records = runs.need(self.run, "records", self.run.records) + sum(e.records for e in entries)
+        self.run.records = runs.need(self.run, "records", self.run.records) + records_of(entries)
         self.run.batches = runs.need(self.run, "batches", self.run.batches) + len(entries)
         if u.on_commit is not None:
             u.on_commit(self.m, u)

@@ -34,7 +34,7 @@ from ..stores.health import require_shards
 from ..stores.spec import StoreSpec
 from . import inputs
 from .commit import Committer, Unit, resume_points
-from .execute import Work, execute, execute_stream
+from .execute import Work, execute, execute_stream, prewarm
 from .file_runs import FilePlan, changed_while_loading, last_loaded, plan_file_run
 from .job import LoadJob
 from .options import fresh_manifest
@@ -286,6 +286,8 @@ class _LoadRun:
             self.kind.store_options(self.spec.scheme),
         )
         late = None  # an error after every batch was committed
+        if not self.stream:
+            prewarm(self.spec, self.m, work)
         try:
             committer.save()
             receipts = self._execute(committer, work)

@@ -27,9 +27,9 @@ DBS = ("meta", "batches", "by_first", "runs", "run_ids", "by_source", "files", "
 #: batch rows. A commit that fills it grows it (`Catalog.grow`). Not larger: a process may
 #: hold many catalogs, and each map takes address space (128 TiB in all)
 MIN_MAP = 8 << 30
-_KEY = struct.Struct(">Q")
+_KEY = KEY = struct.Struct(">Q")
 _ENC = msgspec.json.Encoder()
-_PACK = msgspec.msgpack.Encoder()
+_PACK = PACK = msgspec.msgpack.Encoder()
 _UNPACK = msgspec.msgpack.Decoder()
 T = TypeVar("T")
 

@@ -227,10 +227,11 @@ class CapnpSerializer(Serializer):
         #: (two ctypes lookups, 2 us a batch). The view keeps buf alive: while it is, the id
         #: is buf's; nothing here keeps either alive.
         self._made: tuple[int, weakref.ref[np.ndarray]] | None = None
+        self._max_records = max_records(layout)
 
     @property
     def max_records(self) -> int:
-        return max_records(self.layout)
+        return self._max_records  # (asked twice a batch: computed once)
 
     def _too_big_message(self, n: int, m: int) -> str:
         return (

@@ -26,6 +26,7 @@ Only layouts in :data:`GENERATORS` can be generated; add an entry there to add o
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -77,6 +78,9 @@ class Generator:
 def c_generators(fallback: str):
     """The C generators (``loader.sources._gen``), or a UsageError saying how to get them or what
     to use instead (``fallback``)."""
+    gen = sys.modules.get(f"{__package__}._gen")
+    if gen is not None:  # (asked once a batch: the import statement costs ~1 us)
+        return gen
     try:
         from . import _gen  # the C extension: optional on a broken install (the message says what to do)
     except ImportError as e:  # pragma: no cover - only on a broken install
