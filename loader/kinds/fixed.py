@@ -8,7 +8,7 @@ checksum: xxh3_64 of the value.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import xxhash
 
@@ -78,14 +78,28 @@ class FixedWriter:
         self.table = "batches"
         #: id(source) -> (source, its filler): lookups done once per source (Source.filler)
         self.fillers: dict[int, tuple[object, Callable[[np.ndarray, int], None]]] = {}
+        #: produce(reuse=True): a compressed Cap'n Proto value is new bytes, so a batch's
+        #: buffer may be filled again once the batch is encoded; one buffer per batch size
+        self.reusable = kind.format == "capnp" and kind.compression != "none" and kind.layout.framable
+        self.reused: dict[int, tuple[object, np.ndarray]] = {}
 
     def prepare(self, s: int, store) -> None:
         # anything at or above the resume point is an uncommitted leftover of a failed run
         # (batches below it were synced and checkpointed: they are kept)
         store.delete_range(batch_key(self.task.resume_seq(s)), None)
 
-    def produce(self, seq, first, count, source, off):
-        buf, recs = self.ser.new_buffer(count)
+    def produce(self, seq, first, count, source, off, reuse: bool = False):
+        """(buffer, records) of batch ``seq``, filled from ``source``. ``reuse``: into one
+        buffer per batch size, the same from batch to batch - for a caller that encodes each
+        batch before it produces the next (loading/worker.py `_inline`), and only when the
+        stored value is new bytes, never a view of the buffer (compressed Cap'n Proto)."""
+        if reuse and self.reusable:
+            made = self.reused.get(count)
+            if made is None:
+                made = self.reused[count] = self.ser.new_buffer(count)
+            buf, recs = made
+        else:
+            buf, recs = self.ser.new_buffer(count)
         known = self.fillers.get(id(source))
         if known is None or known[0] is not source:
             known = self.fillers[id(source)] = (source, source.filler())
@@ -94,12 +108,16 @@ class FixedWriter:
 
     def encode(self, seq, first, count, payload, s):
         """(store items, manifest row, bytes for progress, skipped files)."""
-        buf, recs = payload
-        value = self.ser.encode_buffer(buf, recs, first)
-        checksum = xxhash.xxh3_64_intdigest(value)
+        key, value, checksum = self.encode_value(seq, first, payload)
         return (
-            [(batch_key(seq), value)],
+            [(key, value)],
             [seq, s, first, count, checksum, len(value)],
             count * self.kind.layout.record_size,
             [],
         )
+
+    def encode_value(self, seq: int, first: int, payload) -> tuple[bytes, Any, int]:
+        """(store key, stored value, its xxh3) of batch ``seq``: `encode` without the row."""
+        buf, recs = payload
+        value = self.ser.encode_buffer(buf, recs, first)
+        return batch_key(seq), value, xxhash.xxh3_64_intdigest(value)

@@ -28,6 +28,7 @@ from ..model.layouts import Layout, get_layout
 from ..sources import Source, SourcePlan, object_source, parse_sources
 from ..stores.spec import StoreSpec, parse_dataset_uri
 from .commit import pending_entries
+from .execute import prewarm
 from .file_runs import last_loaded, plan_file_run
 from .inputs import match_inputs
 from .job import LoadJob, Request, RunSettings
@@ -131,6 +132,9 @@ def _load(
     settings, spec, planned = _plan(src, spec, existing, request, given)
     if not planned.source.replayable or planned.source.local_only:  # before anything is written
         executors.require_local("a stream (stdin, a FIFO, an iterable) or an in-memory object")
+    elif planned.total is not None:
+        user_code = getattr(planned.source, "runs_user_code", False)
+        prewarm(spec, settings, planned.total, user_code)
     job = LoadJob(settings, planned, new_run=new_run, stdin=stdin, replace=replace)
     created = prepare_root(spec)
     try:

@@ -286,8 +286,8 @@ class _LoadRun:
             self.kind.store_options(self.spec.scheme),
         )
         late = None  # an error after every batch was committed
-        if not self.stream:
-            prewarm(self.spec, self.m, work)
+        if not self.stream:  # (again for a resumed or replacing run: nothing when it runs already)
+            prewarm(self.spec, settings, plan.records_from(resume))
         try:
             committer.save()
             receipts = self._execute(committer, work)
