@@ -66,10 +66,18 @@ def _raise_once(signo: int, frame) -> None:
 
 
 def _swallowing(frame) -> bool:
-    """Is ``frame`` a callback whose exceptions Python prints as "Exception ignored" and
-    drops? The one met at start-up: import's module-lock weakref callback (``cb``)."""
+    """Does ``frame`` run inside a callback whose exceptions Python prints as "Exception
+    ignored" and drops? Import's module-lock weakref callback (``cb``, met at start-up), and
+    any ``__del__`` up the stack (a catalog snapshot closed by the garbage collector while
+    `bulkload info` starts: tests/cli/test_early_signals.py)."""
     code = frame.f_code if frame is not None else None
-    return code is not None and code.co_name == "cb" and code.co_filename.startswith("<frozen importlib")
+    if code is not None and code.co_name == "cb" and code.co_filename.startswith("<frozen importlib"):
+        return True
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
 
 
 @contextmanager
