@@ -27,19 +27,19 @@ DBS = ("meta", "batches", "by_first", "runs", "run_ids", "by_source", "files", "
 #: batch rows. A commit that fills it grows it (`Catalog.grow`). Not larger: a process may
 #: hold many catalogs, and each map takes address space (128 TiB in all)
 MIN_MAP = 8 << 30
-_KEY = KEY = struct.Struct(">Q")
+KEY = struct.Struct(">Q")
 _ENC = msgspec.json.Encoder()
-_PACK = PACK = msgspec.msgpack.Encoder()
+PACK = msgspec.msgpack.Encoder()
 _UNPACK = msgspec.msgpack.Decoder()
 T = TypeVar("T")
 
 
 def key(n: int) -> bytes:
-    return _KEY.pack(n)
+    return KEY.pack(n)
 
 
 def unkey(b: bytes | memoryview) -> int:
-    n: int = _KEY.unpack(b)[0]
+    n: int = KEY.unpack(b)[0]
     return n
 
 
@@ -52,7 +52,7 @@ def decode(b: bytes) -> object:
 
 
 def pack_row(row: Sequence[object]) -> bytes:
-    return _PACK.encode(row)
+    return PACK.encode(row)
 
 
 def unpack_row(b: bytes | memoryview) -> list[Any]:

@@ -77,7 +77,7 @@ def lz4_value(prefix: BytesLike, region: BytesLike, stride: int) -> bytes:
     """``prefix`` + `compress` (region, "lz4", stride), in one C call."""
     heap.keep_freed_if_owned()  # a value per batch: reuse freed heap (infra/heap.py)
     size = len(region)
-    head = _HEAD.pack(MAGIC, 1, stride, size)
+    head = _HEAD.pack(MAGIC, _CODEC_IDS["lz4"], stride, size)
     return _shuffle.lz4_value(prefix, head, region, scratch(size), stride)
 
 
