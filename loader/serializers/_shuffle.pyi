@@ -29,7 +29,16 @@ def unshuffle_fields(planes: _Buffer, n: int, fields: Sequence[tuple[int, int, _
     """For each (offset, width, out): ``out`` = `unshuffle` of planes [offset * n, (offset + width) * n)
     with stride ``width``. ValueError: a field outside ``planes``, an ``out`` of another size."""
 
-def lz4_value(prefix: _Buffer, head: _Buffer, region: _Buffer, scratch: _Buffer, stride: int, /) -> bytes:
-    """``prefix + head +`` the LZ4 block of `shuffle` (region, stride), shuffled in the
-    writable ``scratch`` (at least as big as ``region``), or of ``region`` itself when
-    ``stride`` is 0. ValueError: a region that is not whole records, a scratch too small."""
+def lz4_blocks(
+    prefix: _Buffer, head: _Buffer, region: _Buffer, scratch: _Buffer, stride: int, cuts: _Buffer, /
+) -> bytes:
+    """``prefix + head +`` the BLZ2 block table and blocks of `shuffle` (region, stride),
+    shuffled in the writable ``scratch`` (at least as big as ``region``), or of ``region``
+    itself when ``stride`` is 0; ``cuts``: u32 plane indexes from 0 up to the record's
+    bytes, a block between each two. ValueError: bad cuts, a region that is not whole
+    records, a scratch too small."""
+
+def blocks_decode(src: _Buffer, dst: _Buffer, n: int, ranges: _Buffer | None, /) -> int:
+    """Decode into the writable ``dst`` (planes of ``n`` bytes) the blocks of the BLZ2 table
+    and blocks ``src`` that hold a plane of ``ranges`` (u32 pairs lo, hi; None: all); the
+    blocks decoded. ValueError: a damaged table or block."""

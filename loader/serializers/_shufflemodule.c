@@ -17,11 +17,20 @@
  * The GIL is released while they run. A size that is not a multiple of stride, a stride
  * < 1, buffers of different sizes or a read-only dst raise ValueError / TypeError.
  *
- * A scan's read of a batch (loader/serializers/capnp_framing.py), two calls, GIL released:
+ * A batch value's LZ4 (loader/serializers/capnp_framing.py), one call each, GIL released:
+ *   lz4_blocks(prefix, head, region, scratch, stride, cuts) -> bytes
+ *       prefix + head + the BLZ2 block table and blocks of the shuffled region: a block
+ *       per run of planes (a field's), each LZ4 of its planes, LZ4 of its unshuffled bytes
+ *       (whole values that repeat: prices) or raw, whichever is smallest (a sample of both
+ *       LZ4s decides whether to try the second). Every LZ4 block bulkload writes comes
+ *       from here (python-lz4 picks its own match candidates), so a value's bytes depend
+ *       on its records only.
+ *   blocks_decode(src, dst, n, ranges) -> int
+ *       Decode into ``dst`` (a reused buffer of the records' size) only the BLZ2 blocks
+ *       holding the planes ``ranges`` asks for (a scan's columns), the table checked whole.
  *   lz4_planes(src, dst, want) -> int
- *       Decompress the LZ4 block ``src`` into the writable ``dst`` (a reused buffer of the
- *       records' size), stopping once ``want`` bytes are out (the planes of the fields
- *       asked for: a field's planes lie at its byte offset); the bytes decoded. A damaged
+ *       The same for an older BLZ1 value (one LZ4 block of every plane): decompress it
+ *       into ``dst``, stopping once ``want`` bytes are out; the bytes decoded. A damaged
  *       block raises ValueError. LZ4 is third_party/lz4 (python-lz4 cannot stop early
  *       or write into a given buffer: it allocates each batch's output).
  *   unshuffle_fields(planes, n, fields)
@@ -32,10 +41,12 @@
 #include <Python.h>
 
 #include <limits.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#define LZ4_STATIC_LINKING_ONLY /* LZ4_compress_fast_extState_fastReset */
 #include "lz4.h"
 
 #define TILE 1024 /* records per tile: a multiple of 8 */
@@ -358,50 +369,155 @@ static PyObject *py_unshuffle_fields(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* lz4_value(prefix, head, region, scratch, stride) -> bytes: prefix + head + the LZ4 block
- * (LZ4_compress_default) of shuffle(region, stride), shuffled in scratch - or of region as
- * it is when stride is 0 (planes shuffled by the caller); the GIL released while it
- * shuffles and compresses. One call per batch value instead of four (a small batch's
- * values were mostly Python calls: loader/serializers/shuffled.py). Every LZ4 block
- * bulkload writes comes from here (python-lz4 picks its own match candidates: its blocks
- * of the same bytes may differ), so a value's bytes depend on its records only. */
-static PyObject *py_lz4_value(PyObject *self, PyObject *args)
+/* ---- BLZ2: the records region as independent blocks, one per run of planes ----------
+ * (the value format: loader/serializers/shuffled.py). A block is planes [lo, hi) of the
+ * shuffled region (n bytes a plane), stored in one of three modes: */
+#define MODE_RAW 0      /* the planes as they are (LZ4 did not shrink them) */
+#define MODE_PLANES 1   /* an LZ4 block of the planes */
+#define MODE_RECORDS 2  /* an LZ4 block of the field's unshuffled bytes (n records of hi - lo) */
+#define ENTRY_BYTES 16  /* lo u32, hi u32, mode u8, 3 zero bytes, compressed bytes u32 */
+#define SAMPLE 4096     /* records of a field's sample, both ways, to choose its mode */
+
+static inline uint32_t get32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v; /* (little-endian machines only: as the rest of bulkload) */
+}
+
+/* Unshuffle records [0, m) of ``w``-byte records from planes of pitch ``n`` into dst
+ * (m * w bytes): dst[i * w + k] = src[k * n + i]. */
+static void unshuffle_some(const uint8_t *src, uint8_t *dst, size_t n, size_t w, size_t m)
+{
+    if (m == n) {
+        unshuffle_tiles(src, dst, n, w);
+        return;
+    }
+    /* tile() writes dst[i * w + k] for records i0..: a dst of m records is enough */
+    for (size_t i0 = 0; i0 < m; i0 += TILE)
+        tile(src, dst, n, w, i0, m - i0 < TILE ? m - i0 : TILE, 0);
+}
+
+static int lz4_into(LZ4_stream_t *state, const uint8_t *src, size_t len, uint8_t *dst, int cap)
+{
+    return LZ4_compress_fast_extState_fastReset(state, (const char *)src, (char *)dst, (int)len, cap, 1);
+}
+
+/* Compress planes [lo, hi) (``planes``: the whole shuffled region, n bytes a plane) into
+ * ``out`` (at least LZ4_compressBound of the block's bytes); ``*mode`` gets the mode, the
+ * return value the bytes written (< 0: out of memory). ``tmp``: lazily malloc'd scratch
+ * of 2 * size bytes (MODE_RECORDS' trial only, for fields whose planes compress poorly). */
+static long compress_block(LZ4_stream_t *state, const uint8_t *planes, size_t n, size_t lo, size_t hi,
+                           uint8_t *out, uint8_t **tmp, size_t size, uint8_t *mode)
+{
+    size_t w = hi - lo, bytes = w * n;
+    const uint8_t *src = planes + lo * n;
+    int cap = LZ4_compressBound((int)bytes);
+    int got = bytes ? lz4_into(state, src, bytes, out, cap) : 0;
+    *mode = MODE_PLANES;
+    /* Poor (over 1/4) but not incompressible (random bytes): whole values may repeat
+     * (a price among a thousand) that the planes split. A sample of both ways decides. */
+    if (w > 1 && n >= 64 && (size_t)got * 4 > bytes && (size_t)got < bytes - bytes / 32) {
+        if (*tmp == NULL && (*tmp = malloc(2 * size + 2 * (size_t)LZ4_compressBound((int)size) + 64)) == NULL)
+            return -1;
+        uint8_t *a = *tmp, *b = a + size, *c = b + size;
+        size_t m = n < SAMPLE ? n : SAMPLE;
+        for (size_t k = 0; k < w; k++)
+            memcpy(a + k * m, src + k * n, m);
+        unshuffle_some(src, b, n, w, m);
+        int bound = LZ4_compressBound((int)(m * w));
+        int as_planes = lz4_into(state, a, m * w, c, bound);
+        int as_records = lz4_into(state, b, m * w, c, bound);
+        if (as_records < as_planes) {
+            unshuffle_tiles(src, a, n, w);
+            int whole = lz4_into(state, a, bytes, c, cap);
+            if (whole > 0 && whole < got) {
+                memcpy(out, c, (size_t)whole);
+                got = whole;
+                *mode = MODE_RECORDS;
+            }
+        }
+    }
+    if (got <= 0 || (size_t)got >= bytes) {
+        memcpy(out, src, bytes);
+        *mode = MODE_RAW;
+        return (long)bytes;
+    }
+    return got;
+}
+
+/* lz4_blocks(prefix, head, region, scratch, stride, cuts) -> bytes: prefix + head + the
+ * BLZ2 block table and blocks of shuffle(region, stride) (shuffled in scratch; region is
+ * the planes already when stride is 0). ``cuts``: u32 plane indexes 0 = c0 < c1 < ... <
+ * ck = bytes per record; block j holds planes [c_j, c_j+1). The GIL released. */
+static PyObject *py_lz4_blocks(PyObject *self, PyObject *args)
 {
     (void)self;
-    Py_buffer prefix, head, region, scratch;
+    Py_buffer prefix, head, region, scratch, cuts;
     Py_ssize_t stride;
 
-    if (!PyArg_ParseTuple(args, "y*y*y*w*n", &prefix, &head, &region, &scratch, &stride))
+    if (!PyArg_ParseTuple(args, "y*y*y*w*ny*", &prefix, &head, &region, &scratch, &stride, &cuts))
         return NULL;
     PyObject *result = NULL;
-    if (stride < 0 || (stride && region.len % stride)) {
-        PyErr_Format(PyExc_ValueError, "%zd bytes is not a whole number of %zd-byte records", region.len, stride);
+    size_t k = cuts.len >= 8 && cuts.len % 4 == 0 ? (size_t)cuts.len / 4 - 1 : 0;
+    const uint8_t *cut = (const uint8_t *)cuts.buf;
+    size_t width = k ? get32(cut + 4 * k) : 0;
+    int ok = k > 0 && get32(cut) == 0;
+    for (size_t j = 0; ok && j < k; j++)
+        ok = get32(cut + 4 * j) < get32(cut + 4 * j + 4);
+    if (!ok || (stride && (size_t)stride != width) || stride < 0) {
+        PyErr_Format(PyExc_ValueError, "cuts must rise from 0 to the record's %zd bytes", stride);
+    } else if (region.len % (Py_ssize_t)width) {
+        PyErr_Format(PyExc_ValueError, "%zd bytes is not a whole number of %zu-byte records", region.len, width);
     } else if (scratch.len < region.len) {
         PyErr_Format(PyExc_ValueError, "scratch holds %zd bytes, the region %zd", scratch.len, region.len);
     } else if (region.len > LZ4_MAX_INPUT_SIZE) {
         PyErr_Format(PyExc_ValueError, "an LZ4 block of %zd bytes: over LZ4's limit", region.len);
     } else {
-        int bound = LZ4_compressBound((int)region.len);
-        Py_ssize_t at = prefix.len + head.len;
-        result = PyBytes_FromStringAndSize(NULL, at + bound);
+        size_t n = (size_t)region.len / width, size = (size_t)region.len;
+        size_t table = 8 + ENTRY_BYTES * k, at = (size_t)(prefix.len + head.len), bound = at + table;
+        for (size_t j = 0; j < k; j++)
+            bound += (size_t)LZ4_compressBound((int)((get32(cut + 4 * j + 4) - get32(cut + 4 * j)) * n));
+        result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)bound);
         if (result != NULL) {
-            char *out = PyBytes_AS_STRING(result);
-            int got = 0;
+            uint8_t *out = (uint8_t *)PyBytes_AS_STRING(result), *tmp = NULL;
+            size_t pos = at + table;
+            int failed = 0;
             memcpy(out, prefix.buf, (size_t)prefix.len);
             memcpy(out + prefix.len, head.buf, (size_t)head.len);
             Py_BEGIN_ALLOW_THREADS
-            const char *from = (const char *)region.buf;
+            LZ4_stream_t state;
+            LZ4_initStream(&state, sizeof state);
+            const uint8_t *planes = (const uint8_t *)region.buf;
             if (stride) {
-                shuffle_tiles((const uint8_t *)region.buf, (uint8_t *)scratch.buf, (size_t)(region.len / stride),
-                              (size_t)stride);
-                from = (const char *)scratch.buf;
+                shuffle_tiles(planes, (uint8_t *)scratch.buf, n, width);
+                planes = (const uint8_t *)scratch.buf;
             }
-            got = LZ4_compress_default(from, out + at, (int)region.len, bound);
+            uint32_t nblocks = (uint32_t)k, zero = 0;
+            memcpy(out + at, &nblocks, 4);
+            memcpy(out + at + 4, &zero, 4);
+            for (size_t j = 0; j < k && !failed; j++) {
+                uint32_t lo = get32(cut + 4 * j), hi = get32(cut + 4 * j + 4);
+                uint8_t mode, *e = out + at + 8 + ENTRY_BYTES * j;
+                long got = compress_block(&state, planes, n, lo, hi, out + pos, &tmp, size, &mode);
+                if (got < 0) {
+                    failed = 1;
+                    break;
+                }
+                uint32_t csize = (uint32_t)got;
+                memcpy(e, &lo, 4);
+                memcpy(e + 4, &hi, 4);
+                memset(e + 8, 0, 4);
+                e[8] = mode;
+                memcpy(e + 12, &csize, 4);
+                pos += (size_t)got;
+            }
+            free(tmp);
             Py_END_ALLOW_THREADS
-            if (got <= 0) {
+            if (failed) {
                 Py_CLEAR(result);
-                PyErr_SetString(PyExc_ValueError, "LZ4 could not compress the region");
-            } else if (_PyBytes_Resize(&result, at + got) < 0) {
+                PyErr_NoMemory();
+            } else if (_PyBytes_Resize(&result, (Py_ssize_t)pos) < 0) {
                 result = NULL;
             }
         }
@@ -410,6 +526,116 @@ static PyObject *py_lz4_value(PyObject *self, PyObject *args)
     PyBuffer_Release(&head);
     PyBuffer_Release(&region);
     PyBuffer_Release(&scratch);
+    PyBuffer_Release(&cuts);
+    return result;
+}
+
+/* blocks_decode(src, dst, n, ranges) -> int: decode into the writable ``dst`` (the
+ * shuffled region: n bytes a plane) the blocks of the BLZ2 table + blocks ``src`` that
+ * hold any plane of ``ranges`` (u32 pairs [lo, hi); None: every block); the blocks
+ * decoded. The table is checked whole first (blocks in order covering exactly the
+ * planes of dst, their sizes adding up to src's), so a damaged value raises ValueError
+ * saying what is wrong, never reads or writes outside the buffers. The GIL released. */
+static PyObject *py_blocks_decode(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer src, dst, ranges = {0};
+    Py_ssize_t n;
+    PyObject *rng;
+
+    if (!PyArg_ParseTuple(args, "y*w*nO", &src, &dst, &n, &rng))
+        return NULL;
+    if (rng != Py_None && PyObject_GetBuffer(rng, &ranges, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&src);
+        PyBuffer_Release(&dst);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    const uint8_t *s = (const uint8_t *)src.buf, *r = (const uint8_t *)ranges.buf;
+    size_t len = (size_t)src.len, k = len >= 8 ? get32(s) : 0, nr = rng == Py_None ? 0 : (size_t)ranges.len / 8;
+    char why[160] = "";
+    size_t width = n > 0 ? (size_t)dst.len / (size_t)n : 0;
+    if (n < 0 || (n > 0 && (size_t)dst.len % (size_t)n)) {
+        PyErr_Format(PyExc_ValueError, "dst of %zd bytes is not whole planes of %zd bytes", dst.len, n);
+        goto done;
+    }
+    if (len < 8 || get32(s + 4) != 0 || k == 0 || k > (len - 8) / ENTRY_BYTES || (n == 0 && dst.len)) {
+        snprintf(why, sizeof why, "the block table (%zu bytes) is damaged: it names %zu blocks", len, k);
+    } else {
+        size_t expect = 0, total = 8 + ENTRY_BYTES * k;
+        for (size_t j = 0; j < k && !why[0]; j++) {
+            const uint8_t *e = s + 8 + ENTRY_BYTES * j;
+            uint32_t lo = get32(e), hi = get32(e + 4), csize = get32(e + 12);
+            uint8_t mode = e[8];
+            size_t bytes = (size_t)(hi - lo) * (size_t)n;
+            if (lo != expect || hi <= lo || mode > MODE_RECORDS || e[9] || e[10] || e[11] ||
+                (mode == MODE_RAW && csize != bytes))
+                snprintf(why, sizeof why, "block %zu of the table (planes %u..%u, mode %u, %u bytes) is damaged", j,
+                         lo, hi, mode, csize);
+            expect = hi;
+            total += csize;
+        }
+        if (!why[0] && (expect != width || total != len))
+            snprintf(why, sizeof why,
+                     "the block table covers %zu planes in %zu bytes; the records have %zu planes in %zu bytes",
+                     expect, total, width, len);
+    }
+    if (why[0]) {
+        PyErr_SetString(PyExc_ValueError, why);
+        goto done;
+    }
+    {
+        long bad = -1, err = 0, decoded = 0, nomem = 0;
+        Py_BEGIN_ALLOW_THREADS
+        uint8_t *tmp = NULL, *d = (uint8_t *)dst.buf;
+        size_t pos = 8 + ENTRY_BYTES * k;
+        for (size_t j = 0; j < k && bad < 0; j++) {
+            const uint8_t *e = s + 8 + ENTRY_BYTES * j;
+            uint32_t lo = get32(e), hi = get32(e + 4), csize = get32(e + 12);
+            size_t w = hi - lo, bytes = w * (size_t)n;
+            int want = rng == Py_None;
+            for (size_t q = 0; q < nr && !want; q++)
+                want = get32(r + 8 * q) < hi && get32(r + 8 * q + 4) > lo;
+            if (want && bytes) {
+                uint8_t *to = d + (size_t)lo * (size_t)n;
+                if (e[8] == MODE_RAW) {
+                    memcpy(to, s + pos, bytes);
+                } else {
+                    uint8_t *into = to;
+                    if (e[8] == MODE_RECORDS) {
+                        if (tmp == NULL && (tmp = malloc((size_t)dst.len)) == NULL) {
+                            nomem = 1, bad = (long)j;
+                            break;
+                        }
+                        into = tmp;
+                    }
+                    int got = LZ4_decompress_safe((const char *)s + pos, (char *)into, (int)csize, (int)bytes);
+                    if (got != (int)bytes) {
+                        bad = (long)j, err = got;
+                        break;
+                    }
+                    if (e[8] == MODE_RECORDS)
+                        shuffle_tiles(into, to, (size_t)n, w);
+                }
+                decoded++;
+            }
+            pos += csize;
+        }
+        free(tmp);
+        Py_END_ALLOW_THREADS
+        if (nomem)
+            PyErr_NoMemory();
+        else if (bad >= 0)
+            PyErr_Format(PyExc_ValueError, "block %ld of the records is damaged (LZ4 %s %ld)", bad,
+                         err < 0 ? "error at input byte" : "decoded bytes:", err < 0 ? -err - 1 : err);
+        else
+            result = PyLong_FromLong(decoded);
+    }
+done:
+    if (rng != Py_None)
+        PyBuffer_Release(&ranges);
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&dst);
     return result;
 }
 
@@ -423,9 +649,12 @@ static PyMethodDef methods[] = {
     {"lz4_planes", py_lz4_planes, METH_VARARGS,
      "lz4_planes($module, src, dst, want, /)\n--\n\n"
      "Decompress the LZ4 block src into dst, stopping once want bytes are out; the bytes decoded."},
-    {"lz4_value", py_lz4_value, METH_VARARGS,
-     "lz4_value($module, prefix, head, region, scratch, stride, /)\n--\n\n"
-     "prefix + head + the LZ4 block of shuffle(region, stride) (shuffled in scratch)."},
+    {"lz4_blocks", py_lz4_blocks, METH_VARARGS,
+     "lz4_blocks($module, prefix, head, region, scratch, stride, cuts, /)\n--\n\n"
+     "prefix + head + the BLZ2 block table and blocks of shuffle(region, stride), a block per cut."},
+    {"blocks_decode", py_blocks_decode, METH_VARARGS,
+     "blocks_decode($module, src, dst, n, ranges, /)\n--\n\n"
+     "Decode the BLZ2 blocks of src holding planes of ranges (None: all) into dst; the blocks decoded."},
     {"unshuffle_fields", py_unshuffle_fields, METH_VARARGS,
      "unshuffle_fields($module, planes, n, fields, /)\n--\n\n"
      "For each (offset, width, out) of fields: out = unshuffle(planes[offset*n:(offset+width)*n], width)."},

@@ -222,6 +222,9 @@ class CapnpSerializer(Serializer):
         self._bits = {m.field: m.bit for m in layout.capnp_members if m.bits == 1}
         #: the data section's byte ranges no run fills (padding, bools' bytes): zeroed planes
         self._zero_planes = _gaps(self._stride, [(at, at + size) for _p, at, size in layout.capnp_runs])
+        #: the LZ4 blocks of a compressed value (shuffled.cuts): a field's planes each (its
+        #: elements' if Cap'n Proto scattered it), a bool's byte, the gaps between
+        self._blocks = shuffled.cuts(_bounds(layout), self._stride)
         #: (id of buf, weak reference to its records view) of the last buffer new_buffer
         #: made: encode_buffer of that very pair needs no check that the records lie in buf
         #: (two ctypes lookups, 2 us a batch). The view keeps buf alive: while it is, the id
@@ -289,13 +292,14 @@ class CapnpSerializer(Serializer):
             elif planes_only:  # the data section's planes, straight from the records
                 write_header(mv, n, self._words, start)
                 planes = self._capnp_planes(self._check_records(records))
-                return bytes(mv[:HEADER_BYTES]) + shuffled.compress_planes(planes, self.compression, self._stride)
+                value = shuffled.compress_planes(planes, self.compression, self._stride, self._blocks)
+                return bytes(mv[:HEADER_BYTES]) + value
             else:
                 body = np.frombuffer(mv, np.uint8, n * self._stride, HEADER_BYTES).reshape(n, self._stride)
                 self._to_capnp(self._check_records(records), body)
         write_header(mv, n, self._words, start)
         if self.compression == "lz4":
-            return shuffled.lz4_value(mv[:HEADER_BYTES], mv[HEADER_BYTES:size], self._stride)
+            return shuffled.lz4_value(mv[:HEADER_BYTES], mv[HEADER_BYTES:size], self._stride, self._blocks)
         if self.compression != "none":
             return bytes(mv[:HEADER_BYTES]) + shuffled.compress(mv[HEADER_BYTES:size], self.compression, self._stride)
         return mv[:size] if len(mv) != size else mv
@@ -365,8 +369,8 @@ class CapnpSerializer(Serializer):
         self, value: BytesLike, names: list[str], out: Columns | None = None
     ) -> tuple[int, int, Columns]:
         """A compressed value's records are stored byte-shuffled (shuffled.py): a field's
-        bytes are a run of byte planes, so after decompression (LZ4: only up to the last
-        plane asked for, `shuffled.planes_upto`) each field asked for is an unshuffle of
+        bytes are a run of byte planes, so after decompression (LZ4: only the blocks of the
+        planes asked for, `shuffled.planes_of`) each field asked for is an unshuffle of
         its planes (C, one call for all of them, the GIL released; 4- and 8-byte fields by
         SSE2) straight into its column - the other fields are never assembled, and all of them
         take half the time of a whole unshuffle and a gather of each field (measured on
@@ -379,8 +383,8 @@ class CapnpSerializer(Serializer):
         lay = self.layout
         mv = byte_view(value)
         start, n = header_fields(mv, self._stride)
-        planes = shuffled.planes_upto(
-            mv[HEADER_BYTES:], n * self._stride, self._stride, "corrupt Cap'n Proto batch value", self._reach(names) * n
+        planes = shuffled.planes_of(
+            mv[HEADER_BYTES:], n * self._stride, self._stride, "corrupt Cap'n Proto batch value", self._ranges(names)
         )
         cols: Columns = {name: column_out(out, name, n, lay.dtype[name]) for name in names}
         if planes is None:  # no records
@@ -401,14 +405,15 @@ class CapnpSerializer(Serializer):
         shuffled.unshuffle_fields(planes, n, fields)
         return start, n, cols
 
-    def _reach(self, names: list[str]) -> int:
-        """Bytes of the data section up to the end of the last of the fields ``names``: the
-        planes `decode_columns` needs decompressed (all of them for a scattered field)."""
-        ends = [0]
+    def _ranges(self, names: list[str]) -> list[tuple[int, int]]:
+        """The data section's byte ranges of the fields ``names``: the planes `decode_columns`
+        needs decompressed (all of them for a scattered field)."""
+        out = []
         for name in names:
             span, bit = self._spans[name], self._bits.get(name)
-            ends.append(sum(span) if span is not None else self._stride if bit is None else bit // 8 + 1)
-        return max(ends)
+            at, size = span if span is not None else (0, self._stride) if bit is None else (bit // 8, 1)
+            out.append((at, at + size))
+        return out
 
     def _to_capnp(self, records: np.ndarray, body: np.ndarray) -> None:
         """Copy ``records`` into ``body`` (n x data-section bytes): runs, then bools as bits."""
@@ -439,7 +444,7 @@ class CapnpSerializer(Serializer):
             plane |= (src[packed] != 0).view(np.uint8) << np.uint8(bit % 8)
         return flat
 
-    def _records_of_planes(self, planes: bytes | None, n: int) -> np.ndarray:
+    def _records_of_planes(self, planes: bytes | bytearray | None, n: int) -> np.ndarray:
         """The inverse of `_capnp_planes`: a new array of the ``n`` records whose shuffled
         data sections ``planes`` holds (None: no records) - each run's planes to its place in
         the records' own planes, a bool from its bit, then one unshuffle by the record size."""
@@ -494,6 +499,22 @@ class CapnpSerializer(Serializer):
         if self._framable:
             return np.frombuffer(body, dtype=self.layout.dtype, count=n)
         return self._as_records(np.frombuffer(body, dtype=self._cdtype, count=n))
+
+
+def _bounds(layout: Layout) -> list[int]:
+    """Where the LZ4 blocks of a compressed value of ``layout`` split its data section: at
+    the first and past-last byte of each field (of each element of a field Cap'n Proto
+    scattered, of the byte holding a bool)."""
+    out: list[int] = []
+    for name in layout.dtype.names or ():
+        span = layout.capnp_span(name)
+        if span is not None:
+            out += [span[0], span[0] + span[1]]
+    for m in layout.capnp_members:
+        if m.bits < 8 or layout.capnp_span(m.field) is None:
+            at = m.bit // 8
+            out += [at, at + max(m.bits // 8, 1)]
+    return out
 
 
 def _gaps(size: int, spans: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import struct
 import threading
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import VerifyError
@@ -40,7 +41,8 @@ from . import _shuffle
 if TYPE_CHECKING:
     from ..infra.bytes_like import BytesLike
 
-MAGIC = b"BLZ1"
+MAGIC = b"BLZ2"  # what this version writes: a block per run of planes
+MAGIC_V1 = b"BLZ1"  # one LZ4 block of every plane (read forever: older datasets)
 _HEAD = struct.Struct("<4sB3xIQ")
 HEAD_BYTES = _HEAD.size
 _CODEC_IDS = {"lz4": 1, "zstd": 2}
@@ -63,47 +65,62 @@ def scratch(size: int, slot: int = 0) -> memoryview:
     return memoryview(buf)[:size]
 
 
-def compress(region: BytesLike, compression: str, stride: int) -> bytes:
-    """``region`` (records of ``stride`` bytes) shuffled and compressed, with its 20-byte head."""
+def cuts(bounds: Iterable[int], stride: int) -> bytes:
+    """The blocks of a value of records of ``stride`` bytes whose planes split at ``bounds``
+    (byte offsets in a record, e.g. each field's first and past-last byte): for `lz4_value`."""
+    points = sorted({0, stride, *(b for b in bounds if 0 < b < stride)})
+    return struct.pack(f"<{len(points)}I", *points)
+
+
+def compress(region: BytesLike, compression: str, stride: int, blocks: bytes | None = None) -> bytes:
+    """``region`` (records of ``stride`` bytes) shuffled and compressed, with its head;
+    LZ4: in the ``blocks`` of `cuts` (None: one block of every plane)."""
     if compression == "lz4":
-        return lz4_value(b"", region, stride)
+        return lz4_value(b"", region, stride, blocks)
     size = len(region)
     flat = scratch(size)
     _shuffle.shuffle(region, flat, stride)
     return compress_planes(flat, compression, stride)
 
 
-def lz4_value(prefix: BytesLike, region: BytesLike, stride: int) -> bytes:
-    """``prefix`` + `compress` (region, "lz4", stride), in one C call."""
+def lz4_value(prefix: BytesLike, region: BytesLike, stride: int, blocks: bytes | None = None) -> bytes:
+    """``prefix`` + `compress` (region, "lz4", stride, blocks), in one C call."""
     heap.keep_freed_if_owned()  # a value per batch: reuse freed heap (infra/heap.py)
     size = len(region)
     head = _HEAD.pack(MAGIC, _CODEC_IDS["lz4"], stride, size)
-    return _shuffle.lz4_value(prefix, head, region, scratch(size), stride)
+    return _shuffle.lz4_blocks(prefix, head, region, scratch(size), stride, blocks or cuts((), stride))
 
 
-def compress_planes(flat: memoryview, compression: str, stride: int) -> bytes:
+def compress_planes(flat: memoryview, compression: str, stride: int, blocks: bytes | None = None) -> bytes:
     """`compress` of the records whose shuffled bytes (byte k of record i at ``k * n + i``)
     ``flat`` holds already: a caller that builds the planes itself (capnp_framing.py)."""
     heap.keep_freed_if_owned()  # a buffer per batch: reuse freed heap (infra/heap.py)
     size = len(flat)
-    head = _HEAD.pack(MAGIC, _CODEC_IDS[compression], stride, size)
     if compression == "lz4":
-        return _shuffle.lz4_value(b"", head, flat, flat, 0)  # (flat is scratch: not shuffled again)
+        head = _HEAD.pack(MAGIC, _CODEC_IDS[compression], stride, size)
+        return _shuffle.lz4_blocks(b"", head, flat, flat, 0, blocks or cuts((), stride))  # (not shuffled again)
     import zstandard
 
     framed: bytes = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(flat)
-    return head + framed
+    return _HEAD.pack(MAGIC_V1, _CODEC_IDS[compression], stride, size) + framed
 
 
 def decompress_into(chunk: BytesLike, out: memoryview, stride: int, what: str) -> None:
     """Decompress ``chunk`` (from `compress`) into the writable buffer ``out``, which it
     must fill exactly with records of ``stride`` bytes."""
-    flat = decompressed_planes(chunk, len(out), stride, what)
-    if flat is not None:
+    mv = memoryview(chunk).cast("B")
+    size = len(out)
+    if _codec(mv, size, stride, what) == "blocks" and size:
+        flat = scratch(size, 4)  # slot 4: decompress_into's own
+        _blocks_decode(mv, flat, size // stride, None, what)
         _shuffle.unshuffle(flat, out, stride)
+        return
+    planes = decompressed_planes(chunk, size, stride, what)
+    if planes is not None:
+        _shuffle.unshuffle(planes, out, stride)
 
 
-def decompressed_planes(chunk: BytesLike, size: int, stride: int, what: str) -> bytes | None:
+def decompressed_planes(chunk: BytesLike, size: int, stride: int, what: str) -> bytes | bytearray | None:
     """The shuffled bytes of ``chunk`` (from `compress`), which must hold ``size`` bytes of
     records of ``stride`` bytes: byte k of record i at ``k * n + i`` (None when ``size`` is
     0). A field of ``w`` bytes at offset ``o`` of the records is then the planes
@@ -113,6 +130,10 @@ def decompressed_planes(chunk: BytesLike, size: int, stride: int, what: str) -> 
     codec = _codec(mv, size, stride, what)
     if not size:
         return None
+    if codec == "blocks":
+        out = bytearray(size)
+        _blocks_decode(mv, out, size // stride, None, what)
+        return out
     try:
         flat = _decoded(codec, mv[HEAD_BYTES:], size)
     except Exception as e:  # lz4 / zstandard raise their own errors for a damaged stream
@@ -122,20 +143,27 @@ def decompressed_planes(chunk: BytesLike, size: int, stride: int, what: str) -> 
     return flat
 
 
-def planes_upto(chunk: BytesLike, size: int, stride: int, what: str, want: int) -> bytes | memoryview | None:
-    """`decompressed_planes`, of which only the first ``want`` bytes need be decoded (the
-    planes of the fields a scan asks for: a field's planes lie at its byte offset times the
-    record count). LZ4 (C: third_party/lz4, the GIL released) decodes into this thread's
-    reused buffer - no fresh pages per batch - and stops there: the bytes past ``want``
-    are garbage. The stream past ``want`` is not decoded, so not checked: the reader checks
-    the whole value's xxh3 first (a scan does, stores/health.check_value)."""
+def planes_of(
+    chunk: BytesLike, size: int, stride: int, what: str, ranges: Sequence[tuple[int, int]]
+) -> bytes | bytearray | memoryview | None:
+    """`decompressed_planes`, of which only the planes ``ranges`` (half-open ranges of byte
+    offsets in a record: the fields a scan asks for) need be decoded: the other bytes are
+    garbage. LZ4 (C: third_party/lz4, the GIL released) decodes into this thread's reused
+    buffer - no fresh pages per batch: BLZ2 only the blocks that hold those planes, BLZ1
+    its one block up to the last of them. What is not decoded is not checked: the reader
+    checks the whole value's xxh3 first (a scan does, stores/health.check_value)."""
     mv = memoryview(chunk).cast("B")
     codec = _codec(mv, size, stride, what)
     if not size:
         return None
-    if codec != "lz4":
+    if codec == "zstd":
         return decompressed_planes(chunk, size, stride, what)
+    n = size // stride
     flat = scratch(size, 3)  # slot 3: a decode's own (capnp_framing uses 1 and 2, compress 0)
+    if codec == "blocks":
+        _blocks_decode(mv, flat, n, b"".join(_RANGE.pack(lo, hi) for lo, hi in ranges), what)
+        return flat
+    want = max((hi for _lo, hi in ranges), default=0) * n
     try:
         got = _shuffle.lz4_planes(mv[HEAD_BYTES:], flat, want)
     except ValueError as e:
@@ -145,21 +173,35 @@ def planes_upto(chunk: BytesLike, size: int, stride: int, what: str, want: int) 
     return flat
 
 
+_RANGE = struct.Struct("<II")
+
+
+def _blocks_decode(mv: memoryview, out: BytesLike, n: int, ranges: bytes | None, what: str) -> None:
+    """Decode the blocks of the BLZ2 value ``mv`` that hold ``ranges`` (None: all) into ``out``."""
+    try:
+        _shuffle.blocks_decode(mv[HEAD_BYTES:], out, n, ranges)
+    except ValueError as e:
+        raise VerifyError(f"{what}: compressed records do not decompress ({e})") from None
+
+
 def _codec(mv: memoryview, size: int, stride: int, what: str) -> str:
-    """The codec of compressed records ``mv`` (from `compress`), whose head must say
-    records of ``stride`` bytes, ``size`` bytes (VerifyError naming ``what`` if not)."""
-    if len(mv) < HEAD_BYTES or bytes(mv[:4]) != MAGIC:
+    """The codec of compressed records ``mv`` (from `compress`): "lz4" or "zstd" (BLZ1),
+    "blocks" (BLZ2); its head must say records of ``stride`` bytes, ``size`` bytes
+    (VerifyError naming ``what`` if not)."""
+    magic = bytes(mv[:4])
+    if len(mv) < HEAD_BYTES or magic not in (MAGIC, MAGIC_V1):
         raise VerifyError(
             f"{what}: the compressed records do not start with this version's framing "
-            f"({MAGIC!r}); the value is damaged or was written by another bulkload version"
+            f"({MAGIC!r} or {MAGIC_V1!r}); the value is damaged or was written by another bulkload version"
         )
     _magic, codec, cstride, csize = _HEAD.unpack_from(mv, 0)
-    if codec not in _CODEC_NAMES or cstride != stride or csize != size:
+    blz2_not_lz4 = magic == MAGIC and codec != _CODEC_IDS["lz4"]  # (BLZ2 is LZ4 blocks only)
+    if codec not in _CODEC_NAMES or blz2_not_lz4 or cstride != stride or csize != size or (stride and size % stride):
         raise VerifyError(
             f"{what}: compressed records say codec {codec}, {cstride}-byte records, {csize} bytes; "
             f"the batch header says {stride}-byte records, {size} bytes"
         )
-    return _CODEC_NAMES[codec]
+    return "blocks" if magic == MAGIC else _CODEC_NAMES[codec]
 
 
 def shuffle(records: BytesLike, out: BytesLike, stride: int) -> None:

@@ -67,33 +67,43 @@ def test_unshuffle_of_one_numeric_field_is_numpys_transpose(stride, n):
     assert bytes(back) == rec
 
 
+def blz1(region: bytes, stride: int) -> bytes:
+    """The compressed region as the BLZ1 framing stored it (one LZ4 block of every plane)."""
+    import lz4.block
+
+    planes = np.ascontiguousarray(np.frombuffer(region, np.uint8).reshape(-1, stride).T).tobytes()
+    head = shuffled._HEAD.pack(shuffled.MAGIC_V1, 1, stride, len(region))
+    return head + lz4.block.compress(planes, store_size=False)
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     stride=st.integers(1, 120),
     n=st.integers(1, 3000),
-    comp=st.sampled_from(["lz4", "zstd"]),
+    framing=st.sampled_from(["lz4", "zstd", "blz1"]),
     seed=st.integers(0, 2**32 - 1),
     data=st.data(),
 )
-def test_a_scan_decompresses_only_up_to_the_planes_it_unshuffles(stride, n, comp, seed, data):
-    """planes_upto: LZ4 decoded into the thread's reused buffer, stopping at ``want`` bytes
-    (the planes of the fields asked for); unshuffle_fields: each field from its planes."""
+def test_a_scan_decodes_the_planes_it_unshuffles(stride, n, framing, seed, data):
+    """planes_of: LZ4 decoded into the thread's reused buffer (BLZ2: the blocks holding the
+    planes asked for; BLZ1: up to the last of them); unshuffle_fields: each field from its planes."""
     rng = np.random.default_rng(seed)
     rec = (rng.integers(0, 256, n * stride, dtype=np.uint8) * rng.integers(0, 2, n * stride, dtype=np.uint8)).tobytes()
     full = np.ascontiguousarray(np.frombuffer(rec, np.uint8).reshape(n, stride).T).tobytes()
-    chunk = shuffled.compress(rec, comp, stride)
+    blocks = shuffled.cuts(data.draw(st.lists(st.integers(1, stride), max_size=6)), stride)
+    chunk = blz1(rec, stride) if framing == "blz1" else shuffled.compress(rec, framing, stride, blocks)
     at = data.draw(st.integers(0, stride - 1))
     w = data.draw(st.integers(1, stride - at))
-    planes = shuffled.planes_upto(chunk, n * stride, stride, "region", (at + w) * n)
-    assert bytes(memoryview(planes)[: (at + w) * n]) == full[: (at + w) * n]
+    planes = shuffled.planes_of(chunk, n * stride, stride, "region", [(at, at + w), (0, 1)])
+    assert bytes(memoryview(planes)[at * n : (at + w) * n]) == full[at * n : (at + w) * n]
     out, also = bytearray(n * w), bytearray(n)
     shuffled.unshuffle_fields(planes, n, [(at, w, memoryview(out)), (0, 1, memoryview(also))])
     recs = np.frombuffer(rec, np.uint8).reshape(n, stride)
     assert bytes(out) == recs[:, at : at + w].tobytes() and bytes(also) == recs[:, 0].tobytes()
-    if comp == "lz4":
+    if framing != "zstd":
         assert len(planes) == n * stride and not isinstance(planes, bytes)  # the reused buffer
         with pytest.raises(VerifyError, match="region: compressed records"):
-            shuffled.planes_upto(chunk[:-1], n * stride, stride, "region", n * stride)
+            shuffled.planes_of(chunk[:-1], n * stride, stride, "region", [(0, stride)])
 
 
 def test_lz4_planes_and_unshuffle_fields_refuse_what_they_cannot_do():
@@ -113,35 +123,17 @@ def test_lz4_planes_and_unshuffle_fields_refuse_what_they_cannot_do():
         _shuffle.unshuffle_fields(bytes(80), 10, [(0, 2, bytes(20))])  # read-only
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.integers(1, 130), st.integers(0, 3000), st.integers(0, 2**32 - 1), st.binary(max_size=48))
-def test_lz4_value_is_the_prefix_head_and_lz4_block_of_the_shuffled_region(stride, n, seed, prefix):
-    """One C call per batch value (capnp_framing.encode_buffer): its bytes are the prefix, the
-    20-byte head and an LZ4 block that python-lz4 decompresses to the shuffled records."""
-    import lz4.block
-
-    rng = np.random.default_rng(seed)
-    region = (rng.integers(0, 4, n * stride, dtype=np.uint8) * rng.integers(0, 2, 1, dtype=np.uint8)).tobytes()
-    value = shuffled.lz4_value(prefix, region, stride)
-    assert value[: len(prefix)] == prefix
-    body = value[len(prefix) :]
-    assert body[: shuffled.HEAD_BYTES] == shuffled.compress(region, "lz4", stride)[: shuffled.HEAD_BYTES]
-    planes = np.frombuffer(region, np.uint8).reshape(n, stride).T.tobytes()
-    assert lz4.block.decompress(body[shuffled.HEAD_BYTES :], uncompressed_size=len(region)) == planes
-    assert shuffled.lz4_value(prefix, region, stride) == value  # the scratch's old bytes never leak in
-    out = bytearray(len(region))
-    shuffled.decompress_into(body, memoryview(out), stride, "test")
-    assert bytes(out) == region
-
-
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ((b"", b"h", b"abc", bytearray(3), 2), "whole number"),
-        ((b"", b"h", b"abcd", bytearray(3), 2), "scratch holds 3 bytes"),
-        ((b"", b"h", b"abcd", bytearray(4), -1), "whole number"),
+        ((b"", b"h", b"abc", bytearray(3), 2, shuffled.cuts((), 2)), "whole number"),
+        ((b"", b"h", b"abcd", bytearray(3), 2, shuffled.cuts((), 2)), "scratch holds 3 bytes"),
+        ((b"", b"h", b"abcd", bytearray(4), -1, shuffled.cuts((), 2)), "cuts must rise"),
+        ((b"", b"h", b"abcd", bytearray(4), 2, shuffled.cuts((), 4)), "cuts must rise"),  # another stride
+        ((b"", b"h", b"abcd", bytearray(4), 2, b"\0\0\0\0"), "cuts must rise"),  # no block
+        ((b"", b"h", b"abcd", bytearray(4), 2, bytes([0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0])), "cuts must"),
     ],
 )
-def test_lz4_value_refuses_what_it_cannot_do(args, message):
+def test_lz4_blocks_refuses_what_it_cannot_do(args, message):
     with pytest.raises(ValueError, match=message):
-        _shuffle.lz4_value(*args)
+        _shuffle.lz4_blocks(*args)

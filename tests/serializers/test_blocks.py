@@ -1,0 +1,304 @@
+"""The BLZ2 framing of LZ4 values (loader/serializers/shuffled.py): a block per run of planes
+(a field's), each in the smallest of three modes, with a table a reader checks whole and
+then decodes only the blocks of the planes a scan asks for; and BLZ1 values (one LZ4 block
+of every plane, written before) still read, whole and by columns.
+
+- Conformance: the table and blocks parsed here from the format's description (python-lz4
+  for the blocks) give the shuffled records, for any stride, cuts and record bytes.
+- A scan decodes only the blocks holding its planes (the others stay as they were).
+- Each block takes the mode that stores it smallest: planes, unshuffled records (whole
+  values that repeat), raw (random bytes).
+- Random layouts round-trip through both framings, whole and by columns.
+- A damaged table or block is a VerifyError saying which block, never a crash.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import struct
+
+import lz4.block
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from loader.errors import VerifyError
+from loader.model.layouts import Field, Layout, get_layout
+from loader.serializers import shuffled
+from loader.serializers.capnp_framing import HEADER_BYTES, CapnpSerializer
+from loader.sources.generators import generate
+
+from .test_shuffle import blz1
+
+_ENTRY = struct.Struct("<IIB3xI")
+RAW, PLANES, RECORDS = 0, 1, 2
+
+
+def table(value: bytes) -> list[tuple[int, int, int, int]]:
+    """(lo, hi, mode, compressed bytes) of each block of a BLZ2 region (after its 20-byte head)."""
+    k, zero = struct.unpack_from("<II", value, shuffled.HEAD_BYTES)
+    assert zero == 0
+    return [_ENTRY.unpack_from(value, shuffled.HEAD_BYTES + 8 + 16 * j) for j in range(k)]
+
+
+def planes_by_hand(value: bytes, n: int) -> bytes:
+    """The shuffled records of a BLZ2 region, decoded block by block as the format says."""
+    entries = table(value)
+    pos, out = shuffled.HEAD_BYTES + 8 + 16 * len(entries), b""
+    for lo, hi, mode, size in entries:
+        block, w = value[pos : pos + size], hi - lo
+        if mode == RAW:
+            out += block
+        elif mode == PLANES:
+            out += lz4.block.decompress(block, uncompressed_size=w * n)
+        else:
+            recs = np.frombuffer(lz4.block.decompress(block, uncompressed_size=w * n), np.uint8).reshape(n, w)
+            out += np.ascontiguousarray(recs.T).tobytes()
+        pos += size
+    assert pos == len(value)
+    return out
+
+
+def region_of(rng: np.random.Generator, n: int, stride: int) -> bytes:
+    """Records whose byte columns are, each, random, constant, a few values or small."""
+    kinds = rng.integers(0, 4, stride)
+    cols = [
+        rng.integers(0, 256, n, dtype=np.uint8),
+        np.full(n, rng.integers(0, 256), np.uint8),
+        rng.choice(rng.integers(0, 256, 3, dtype=np.uint8), n),
+        rng.integers(0, 2, n, dtype=np.uint8),
+    ]
+    return np.stack([cols[k] if k != 0 else rng.integers(0, 256, n, dtype=np.uint8) for k in kinds], 1).tobytes()
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    stride=st.integers(1, 100),
+    n=st.integers(0, 5000),
+    bounds=st.lists(st.integers(0, 120), max_size=12),
+    seed=st.integers(0, 2**32 - 1),
+    prefix=st.binary(max_size=48),
+)
+def test_lz4_values_are_a_table_and_a_block_per_run_of_planes(stride, n, bounds, seed, prefix):
+    region = region_of(np.random.default_rng(seed), n, stride)
+    blocks = shuffled.cuts(bounds, stride)
+    value = shuffled.lz4_value(prefix, region, stride, blocks)
+    assert value[: len(prefix)] == prefix
+    body = value[len(prefix) :]
+    assert body[: shuffled.HEAD_BYTES] == shuffled._HEAD.pack(b"BLZ2", 1, stride, len(region))
+    points = sorted({0, stride, *(b for b in bounds if 0 < b < stride)})
+    assert [(lo, hi) for lo, hi, _m, _s in table(body)] == list(itertools.pairwise(points))
+    planes = np.frombuffer(region, np.uint8).reshape(n, stride).T.tobytes()
+    assert planes_by_hand(body, n) == planes
+    assert shuffled.lz4_value(prefix, region, stride, blocks) == value  # the scratch's old bytes never leak in
+    out = bytearray(len(region))
+    shuffled.decompress_into(body, memoryview(out), stride, "test")
+    assert bytes(out) == region
+    assert shuffled.decompressed_planes(body, len(region), stride, "test") == (planes if n else None)
+
+
+@pytest.mark.parametrize("n", [1, 100, 10000])
+def test_a_scan_decodes_only_the_blocks_of_the_planes_it_asks_for(n):
+    stride = 24
+    region = region_of(np.random.default_rng(n), n, stride)
+    planes = np.frombuffer(region, np.uint8).reshape(n, stride).T.tobytes()
+    value = shuffled.compress(region, "lz4", stride, shuffled.cuts([8, 12, 16], stride))
+    for ranges, decoded in [([(9, 10)], [(8, 12)]), ([(0, 1), (16, 17)], [(0, 8), (16, 24)]), ([(8, 16)], [(8, 16)])]:
+        shuffled.scratch(n * stride, 3)[:] = b"\xa5" * (n * stride)  # what planes_of decodes into
+        got = bytes(shuffled.planes_of(value, n * stride, stride, "scan", ranges))
+        todo = bytearray(b"\xa5" * (n * stride))
+        for lo, hi in decoded:
+            todo[lo * n : hi * n] = planes[lo * n : hi * n]
+        assert got == bytes(todo)
+
+
+def test_each_block_takes_the_mode_that_stores_it_smallest():
+    """Prices among a few hundred values repeat whole (LZ4 of the records finds them);
+    counters' planes are runs (LZ4 of the planes); random bytes are stored raw."""
+    n = 10000
+    rng = np.random.default_rng(7)
+    lay = Layout("m", (Field("price", "float64"), Field("count", "int64"), Field("noise", "uint64")))
+    recs = np.zeros(n, lay.dtype)
+    recs["price"] = rng.choice(np.round(rng.uniform(10, 500, 300), 2), n)
+    recs["count"] = np.arange(n)
+    recs["noise"] = rng.integers(0, 2**64 - 1, n, dtype=np.uint64)
+    ser = CapnpSerializer(lay, "lz4")
+    buf, view = ser.new_buffer(n)
+    view[...] = recs
+    value = bytes(ser.encode_buffer(buf, view, 0))
+    assert [(lo, hi, mode) for lo, hi, mode, _s in table(value[HEADER_BYTES:])] == [
+        (0, 8, RECORDS),
+        (8, 16, PLANES),
+        (16, 24, RAW),
+    ]
+    assert ser.decode(value)[1].tobytes() == recs.tobytes()
+    _first, _n, cols = ser.decode_columns(value, ["price", "noise"])
+    assert (cols["price"] == recs["price"]).all() and (cols["noise"] == recs["noise"]).all()
+
+
+def test_ticks_take_fewer_bytes_than_in_one_block_of_planes():
+    lay = get_layout("ticks")
+    recs = generate(lay, 0, 10000)
+    ser = CapnpSerializer(lay, "lz4")
+    buf, view = ser.new_buffer(len(recs))
+    view[...] = recs
+    value = bytes(ser.encode_buffer(buf, view, 0))
+    planes = shuffled.decompressed_planes(value[HEADER_BYTES:], len(recs) * ser._stride, ser._stride, "t")
+    assert planes is not None
+    one_block = shuffled.HEAD_BYTES + len(lz4.block.compress(bytes(planes), store_size=False))
+    assert len(value) - HEADER_BYTES < 0.9 * one_block
+    modes = {lo: mode for lo, _hi, mode, _size in table(value[HEADER_BYTES:])}
+    assert [modes[ser._spans[name][0]] for name in ("price", "bid", "ask")] == [RECORDS] * 3
+
+
+_TYPES = st.sampled_from(
+    ["int8", "uint16", "int32", "float64", "float16", "bool", "datetime64[ns]", "bytes[3]", "bytes[8]", "float32[3]"]
+)
+
+
+@pytest.mark.parametrize("framing", ["blz2", "blz1"])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    fields=st.lists(st.tuples(_TYPES, st.booleans()), min_size=1, max_size=9),
+    n=st.integers(0, 3000),
+    seed=st.integers(0, 2**32 - 1),
+    data=st.data(),
+)
+def test_random_layouts_read_back_whole_and_by_columns_from_both_framings(framing, fields, n, seed, data):
+    layout = Layout("h", tuple(Field(f"f{i}", t, nullable=nul) for i, (t, nul) in enumerate(fields)))
+    raw = np.random.default_rng(seed).integers(0, 256, n * layout.record_size, dtype=np.uint8)
+    raw[: len(raw) // 2] &= 3  # compressible records, and random ones
+    records = raw.view(layout.dtype)
+    ser = CapnpSerializer(layout, "lz4")
+    buf, view = ser.new_buffer(n)
+    view[...] = records
+    value = bytes(ser.encode_buffer(buf, view, 7))
+    assert value[HEADER_BYTES : HEADER_BYTES + 4] == b"BLZ2"
+    _start, whole = ser.decode(value)
+    if framing == "blz1":
+        region = shuffled.decompressed_planes(value[HEADER_BYTES:], n * ser._stride, ser._stride, "t")
+        records_region = np.frombuffer(region or b"", np.uint8).reshape(ser._stride, n).T.tobytes()
+        value = value[:HEADER_BYTES] + blz1(records_region, ser._stride)
+    start, back = ser.decode(value)
+    assert start == 7 and back.tobytes() == whole.tobytes()
+    names = data.draw(st.lists(st.sampled_from(list(layout.dtype.names)), min_size=1, unique=True))
+    first, count, cols = ser.decode_columns(value, names)
+    assert (first, count) == (7, n)
+    for name in names:
+        assert cols[name].tobytes() == whole[name].tobytes(), name
+    if layout.framable:
+        out = np.empty(n, layout.dtype)
+        assert ser.decode_into(value, out) == 7 and out.tobytes() == whole.tobytes()
+
+
+#: values main's code (BLZ1) wrote: 64 ticks records from 1000, and 64 scidb96 records from 1000
+GOLDEN_BLZ1 = {
+    "ticks": (
+        "AAAAAIQBAAAAAAAAAQABAOgDAAAAAAAAAQAAAAcMAAAAAQAABgAAAEJMWjEBAAAAMAAAAAAMAAAAAAAA//81ARuUcX7k+9CdK+Ud0iC+nGFv"
+        "Mk1dkA6RGK/+kdNBQWOdpz9uaxglkQDv2vWd4sMj3sqhu3//v23iwxnhxAwyy4siFMEd/czqjoIvxZlUMbjWDw5UqRNkEjeb45CRxJQs3VxK"
+        "HCxDiSBYoeIAlGn9upDjYo1XFGPb1cZAmi9oxY2HWvk8nDfFq+Md4do3Ob4iu+JN2/gpi5eSRycUkE4ZzHUPXNRotx0tGYicv3wD7Y0DuNCo"
+        "39HJNiyOCXBnk192Rl2y7RdcpeYBQZG7ClNzuAc3W4/lAkl0uu9dZs3nIWeNzzNohdImNZbC91R/v+4zTbXW+Fxu3Ro1a8PoPni3x0lJSUlK"
+        "SkpKS0tLS0xMTExNTU1NTU5OTk5OT09PT1BQUFBRUVFRUlJSUlJTU1NTVFRUVFRVVVVWVlZWVldXV1fx8fEDACofhgEALB8YAQAs8cJHVlBU"
+        "SlVXR01UTUJKTkFNVEpNVUpNSk1NTkdNVkpVWFZCTU5OSkpXSkpKUFdBR0pWUEpWSk1KWFZVV1hNQVhKTwBHU05OTU9BU0VSUFZNU1NORU5O"
+        "QU5FRVZPRQBOTk8AUlNWVk5OTVBQUEdNQU9OAEdOAFBBTk8ATk1PU01PTk8AAExKSFRPAExUS01EWkZMSlRISgBKVFRET1QASkhNAEtGRERK"
+        "SlRNTU0AVFBPSgAASgBNAEpNAEhUTUZaTUpHAABBAAAARwBBQS4AQU5UQQ8AcABBQUFHQQABADIuVEEJAFEAAABMRwcABAIAJFROCgABAgAR"
+        "QgYADAIADxYAAw8CALf//7XDH6QAPT24Pc0AuKRIXFxmUhRxSPbNKQquM+GaSD1ISB+4XGbs9hRI7K7hXFKPmin2H2bNXFwKXEhxZs0f1xQA"
+        "9YVwAAoKHgrMAB5w4Y+PZriuPeEozFzXRzN6meEK4eGFHo9mUSiu4VFHeo+4wplcKIVmzI+P14/hPWbMhaOuACjrPQDX14XXzACFPXrCwmYe"
+        "Rwp6XMyPo+EzFJl613p664XCZrhcR3q44RTCHvWZj1zrZszCwqPCegpmzOtwRwBcUQoAo6Pro8wA6woU9fVmheHXFI/MwnB6M66ZFKMUFFHr"
+        "9WYej+EUHnqu9YUomcKPUWbM9fVw9RTXZsxRPeEAj7jXAHBwUXDMAFHXrigoZut6o67CzPU9FDNHma5wrq64UShmhcJ6roUURyjrXJn1wrhm"
+        "zCgoPSiuo2bMuAp6iFKm6xApTZCV7BjEs1fEeOYRGCwPlQQYGl6TGVUHKxdXxnRsVgsVZK+zrqlscZcRVKUWUrScDBpULXAWdM4nBGVxZG5j"
+        "gFBlfG5/eWhdZnluY3+AY3xjf39dZX9xY4BccXl5XV1jY1BoaGhkUGdlY3FkY3FofGNccYBQXHlmXGNAQEBABAAp/28U9D14pLxAhAqEpCA0"
+        "BzSQpMhAjLxAeOhMIIxspGC4jMjoLGSYsMi8gGAgePTQNljEHTSQvLyAAngT6GQ1WAPIAAEABQYCBgMAAwYDCAAIAQYABgoCBgUDBAMKBwYJ"
+        "CwoAAwEACAQAAgwJAwUBBwACCQAIAQICDAAFAAMAAAJHA2/xuXGkMylxPQoA9ri4uAoUuACFH48zM4VIZs1Ie/auw5pSKewA7LiaZrgze4UA"
+        "KR9Srh+FFOy4KSmPKeHhFEiF10g9kDNcfUpXgKhevh6Xrh7AK4XCY3OrIcbM4ZTIpzVZuLwxoFGeWaYec5RrQFyFuIelK66Rntxcwpxqeq6h"
+        "ayMhLIoldxgBgizkd/jOReo2y3cY+AEY5Bj4+Oos+IoYAeCKzsvr6hgYg0VFRSWDOywYiiUYikXkGOCKAYPgyzbhGENDQ0NDREJDCAARQgYA"
+        "EUQGAAEMAAEZACNCQg4AARMAAgIAMkJDRBcA/3GPUlJIj80AHxQUSGZmzdeP4ZofCq6khfYKALiF7B9xj7iaH6SuuMP2rtfDe2aacew9pHF7"
+        "FGZmSGYAXFKFAM1mQpg4YYJMgIWubsEmpswjwjqZxWeHsCvI1wCey7FFXcK+OaVwx161KIejdVRmmb2RqjC9lK7mZuGmcI+4q4BMJgABBh/r"
+        "AAFT/zHiEihJBEAIQmsgDiSlCAMOgEkVQASiIRgUQBkGCJCAJSoIABFwyBBAQxIAMAMJCAFQgDDAIQCiECEI4aOC0oeBwgIt/zENCw0BDgEH"
+        "CgcNEA4PCAYMCg4IBBAADwAIBAUCAgANCQIMCA8ADQ8NAA4FCgQBBQMOCg8FAgIICQIABQwBCgYLgAAtHwEBAAExAAEAFwACBgABDQADCwAG"
+        "AgADEQAPgAAtDwIA/2lQAAAAAAA="
+    ),
+    "scidb96": (
+        "AAAAAAQDAAAAAAAAAQABAOgDAAAAAAAAAQAAAAcYAAAAAQAADAAAAEJMWjEBAAAAYAAAAAAYAAAAAAAAHwABAP8t/zJASFBYYGhweICIkJig"
+        "qLC4wMjQ2ODo8PgABAgMEBQYHCAkKCwwNDg8QERITFBUWFxgZGhscHR4fICEiIyQlJicjwEABB+QAQAUH0ABACwP/wH/LQ8AAi4fnwEABB+g"
+        "AQAUD/8BLA8AAv8vHzgBAiwP/wMEDwEEFg8AAv8u9VCAIshyINKIQgDCiFIg8siigGJIMiASCAIAAQQJEBkkMUBRZHmQqcThACFEaZC55BFA"
+        "caTZEEmEwQBBhMkQWaTxhJSjs8PS4vICESExQVBgcICQoLDA0ODwAAgQGCAoMB8C8wqBiZGZoamxusLK0trj6/P7BAwUHCUtNT0uAQAbLwEA"
+        "HzABAAwTMQEAH0EBACwPAAT/Lg8CAAQfgAIAAg8tAADxIiQmKCosLjAxMjM0NTY3ODk6Ozw9Pj9AQEFBQkJDQ0RERUVGRkdHSEhJSUpKSwDw"
+        "AAhVCBUiNwAPAAQaLQA/LwAPkwAADwIA/xw5QIDABAAPPgEOChkC/wJYWFhYWVlZWVpaWlpbW1tbXOQBAA8bAgkO0QEO5AEPAgAJD68ADg8C"
+        "AP9NPSwuMPIBDxEAGQDDCQzyAQ3nAw8RAAgP3wH/TQ8CAA4f8AMALBA//wEPAwAoD6EADg8CAP8NBvEJSBAgMEABCg8QABMUegEAG3sBABt8"
+        "AQAbfQEAEn4BAA/cBQkPAgARD98B7f940LKUdlg6HP7gwqSGaEosDvDStJZ4WjweAOLEpohqTC4Q8tS2mHpcPiAC5MaoimxOMBL01riafF5A"
+        "IgTmyKqMbuLp8Pf+BQwSGSAnLjU8Q0pQV15lbHN6gYiOlZyjqrG4v8XM09rh6O/2/QMKERgfJi00OkFIT1ZdZGtyeH+GjZQqKioqKisrAgAQ"
+        "HywBAAIP/wssv0EAAQIDBAUGBwgJCgAjD0ACrfYJ6Onq6+zt7u/w8fLz9PX29/j5+vv8/f7/DgH/EAoLDA0ODxAREhMUFRYXGBkaGxwdHh8g"
+        "ISIjJCUmJwMBAAQfBAEAFA9AAW7/MBEiM0RVAhMkNUZXBBUmN0hZBhcoOUpbCBkqO0xdChssPU5fDB0uP1BhDh8wQVJjECEyQ1QBEiM0RVYD"
+        "FCU2R8AAbg8CAC3/MA0aJzRBTlsEER4rOEVSXwgVIi88SVZjDBkmM0BNWgMQHSo3RFFeBxQhLjtIVWILGCUyP0xZAg8cKTZDUF0GE38ALQ8C"
+        "AGhQAAAAAAA="
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN_BLZ1))
+def test_values_of_the_older_blz1_framing_read_whole_and_by_columns(name):
+    lay = get_layout(name)
+    value = base64.b64decode(GOLDEN_BLZ1[name])
+    assert value[HEADER_BYTES : HEADER_BYTES + 4] == b"BLZ1"
+    expected = generate(lay, 1000, 64)
+    ser = CapnpSerializer(lay, "lz4")
+    start, back = ser.decode(value)
+    assert start == 1000 and back.tobytes() == expected.tobytes()
+    names = list(lay.dtype.names)
+    for asked in (names, names[2:3], names[-2:]):
+        first, n, cols = ser.decode_columns(value, asked)
+        assert (first, n) == (1000, 64)
+        for f in asked:
+            assert cols[f].tobytes() == expected[f].tobytes(), f
+    if lay.framable:
+        out = np.empty(64, lay.dtype)
+        assert ser.decode_into(value, out) == 1000 and out.tobytes() == expected.tobytes()
+
+
+def _damaged(value: bytes, at: int, new: bytes) -> bytes:
+    return value[:at] + new + value[at + len(new) :]
+
+
+def _scidb96_value(n: int = 2000) -> tuple[CapnpSerializer, bytes]:
+    lay = get_layout("scidb96")
+    ser = CapnpSerializer(lay, "lz4")
+    buf, view = ser.new_buffer(n)
+    view[...] = generate(lay, 0, n)
+    return ser, bytes(ser.encode_buffer(buf, view, 0))
+
+
+_T = HEADER_BYTES + shuffled.HEAD_BYTES  # where the block table starts in a value
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda v: _damaged(v, _T, struct.pack("<I", 10**6)), "the block table .* is damaged: it names 1000000 blocks"),
+        (lambda v: _damaged(v, _T, struct.pack("<I", 0)), "it names 0 blocks"),
+        (lambda v: _damaged(v, _T + 4, b"\x01"), "block table .* is damaged"),
+        (lambda v: _damaged(v, _T + 8 + 16 * 3, struct.pack("<I", 25)), r"block 3 of the table \(planes 25\.\.32"),
+        (lambda v: _damaged(v, _T + 8 + 16 * 3 + 4, struct.pack("<I", 24)), r"block 3 of the table \(planes 24\.\.24"),
+        (lambda v: _damaged(v, _T + 8 + 16 * 5 + 8, b"\x07"), r"block 5 of the table .*mode 7"),
+        (lambda v: _damaged(v, _T + 8 + 16 * 5 + 8, b"\x00"), r"block 5 of the table .*mode 0"),  # raw, not its size
+        (lambda v: _damaged(v, _T + 8 + 16 * 13 + 4, struct.pack("<I", 95)), "covers 95 planes"),
+        (lambda v: _damaged(v, _T + 8 + 16 * 2 + 12, struct.pack("<I", 1)), "covers 96 planes in"),
+        (lambda v: v[:-1], "covers 96 planes in"),
+        (lambda v: v[: _T + 5], "block table .* is damaged"),
+        (lambda v: _damaged(v, _T + 8 + 16 * 14, b"\xff" * 24), r"block 0 of the records is damaged \(LZ4"),
+    ],
+)
+def test_a_damaged_block_table_or_block_is_a_verify_error_saying_which(damage, message):
+    ser, value = _scidb96_value()
+    bad = damage(value)
+    for read in (
+        lambda: ser.decode(bad),
+        lambda: ser.decode_into(bad, np.empty(2000, ser.layout.dtype)),
+        lambda: ser.decode_columns(bad, ["d0"]),
+    ):
+        with pytest.raises(VerifyError, match="corrupt Cap'n Proto batch value: compressed records do not decompress"):
+            read()
+        with pytest.raises(VerifyError, match=message):
+            read()
