@@ -115,8 +115,9 @@ def test_a_scan_decodes_only_the_blocks_of_the_planes_it_asks_for(n):
 
 
 def test_each_block_takes_the_mode_that_stores_it_smallest():
-    """Prices among a few hundred values repeat whole (LZ4 of the records finds them);
-    counters' planes are runs (LZ4 of the planes); random bytes are stored raw."""
+    """Prices among a few hundred values repeat whole (LZ4 of the records finds them, in
+    under 4/5 of the planes' bytes); counters' planes are runs (LZ4 of the planes); random
+    bytes are stored raw."""
     n = 10000
     rng = np.random.default_rng(7)
     lay = Layout("m", (Field("price", "float64"), Field("count", "int64"), Field("noise", "uint64")))
@@ -150,7 +151,7 @@ def test_ticks_take_fewer_bytes_than_in_one_block_of_planes():
     one_block = shuffled.HEAD_BYTES + len(lz4.block.compress(bytes(planes), store_size=False))
     assert len(value) - HEADER_BYTES < 0.9 * one_block
     modes = {lo: mode for lo, _hi, mode, _size in table(value[HEADER_BYTES:])}
-    assert [modes[ser._spans[name][0]] for name in ("price", "bid", "ask")] == [RECORDS] * 3
+    assert [modes[ser._spans[name][0]] for name in ("sym", "price")] == [RECORDS] * 2
 
 
 _TYPES = st.sampled_from(
