@@ -1,7 +1,34 @@
 """Compressed record regions: a byte shuffle by record stride, then LZ4 or zstd.
 
 A Cap'n Proto batch with ``--compression lz4|zstd`` (capnp_framing.py) stores its
-40-byte header as is, followed by the records region compressed as::
+40-byte header as is, followed by the records region compressed. LZ4 (the default) is
+written as BLZ2, a block per field::
+
+    offset  bytes  what
+         0      4  magic b"BLZ2"
+         4      1  codec: 1 = LZ4
+         5      3  zero
+         8      4  stride: bytes per record (u32 little-endian)
+        12      8  bytes of the records region (u64)
+        20      4  k: blocks (u32)
+        24      4  zero
+        28  16 * k the block table, one entry a block, in plane order:
+                   u32 lo, u32 hi: its planes [lo, hi) (byte offsets in a record; the
+                   blocks cover 0 .. stride exactly); u8 mode; 3 zero bytes; u32 its
+                   compressed bytes
+         -      -  the blocks, in table order, back to back
+
+Plane k is byte k of every record (n records: ``n`` bytes, at ``k * n`` of the shuffled
+region). A block's mode: 1 = an LZ4 block of its planes; 2 = an LZ4 block of its records
+unshuffled (n records of ``hi - lo`` bytes: whole values that repeat, which planes split,
+such as prices among a thousand); 0 = its planes stored raw (LZ4 did not shrink them:
+random bytes; decoding is a copy). A Cap'n Proto value has a block per field (its
+`layout.capnp_span`; a field Cap'n Proto scattered: a block per element), one for the
+byte of bools, one per gap (padding). A reader decodes only the blocks of the planes it
+asks for (a scan's columns: `planes_of`), after checking the table whole; the writer
+chooses each block's mode from a sample of 1024 records (_shufflemodule.c `compress_block`).
+
+zstd, and LZ4 values written before BLZ2 (read forever), are BLZ1, one stream of every plane::
 
     offset  bytes  what
          0      4  magic b"BLZ1"
@@ -13,18 +40,22 @@ A Cap'n Proto batch with ``--compression lz4|zstd`` (capnp_framing.py) stores it
 
 The shuffle (C, _shufflemodule.c) puts byte k of every record together, which
 turns fixed-size numeric records into long runs: scidb96 records compress to ~2 % (LZ4)
-/ ~1 % (zstd level 1) of their bytes, where a columnar LZ4 store (ArcticDB) keeps ~28 %.
-LZ4 is python-lz4's block format (no size prefix: the size is in this header), zstd is
-one zstandard frame. Both release the GIL, as the shuffle does; each worker compresses its
-own batches (the workers are the parallelism). The codecs import in milliseconds (the
-blosc2 chunks of an earlier development version took 0.24 s to import and are not read).
+/ ~1 % (zstd level 1) of their bytes, where a columnar LZ4 store (ArcticDB) keeps ~28 %;
+gen://ticks records (prices among a thousand values: mode 2) to ~55 % with BLZ2 (~64 % in
+one BLZ1 block). LZ4 blocks are LZ4's block format (no size prefix: the sizes are in the
+head and table), written by third_party/lz4 (`LZ4_compress_fast_extState_fastReset`: one
+hash table for a value's blocks), zstd is one zstandard frame. Both release the GIL, as
+the shuffle does; each worker compresses its own batches (the workers are the
+parallelism). The codecs import in milliseconds (the blosc2 chunks of an earlier
+development version took 0.24 s to import and are not read).
 
 In the `bulkload` command's own processes freed heap is kept for reuse (infra/heap.py):
 each batch allocates ~2 buffers of its size, and glibc's default trimming turned that into
 page faults (verify of a 5M-record lz4 dataset in one process: 0.52 s -> 0.10 s).
 
-A region that is not this framing, names another stride or size than its batch header,
-or does not decompress to exactly its size raises `loader.errors.VerifyError`.
+A region that is neither framing, names another stride or size than its batch header,
+has a block table that does not cover exactly its planes and bytes, or a block that does
+not decompress to exactly its size raises `loader.errors.VerifyError` saying which block.
 """
 
 from __future__ import annotations
