@@ -38,7 +38,16 @@ def lz4_blocks(
     bytes, a block between each two. ValueError: bad cuts, a region that is not whole
     records, a scratch too small."""
 
-def blocks_decode(src: _Buffer, dst: _Buffer, n: int, ranges: _Buffer | None, /) -> int:
+def blocks_decode(
+    src: _Buffer,
+    dst: _Buffer,
+    n: int,
+    ranges: _Buffer | None,
+    fields: Sequence[tuple[int, int, _Buffer]] | None = None,
+    /,
+) -> int:
     """Decode into the writable ``dst`` (planes of ``n`` bytes) the blocks of the BLZ2 table
-    and blocks ``src`` that hold a plane of ``ranges`` (u32 pairs lo, hi; None: all); the
-    blocks decoded. ValueError: a damaged table or block."""
+    and blocks ``src`` that hold a plane of ``ranges`` (u32 pairs lo, hi; None: all), then
+    each (offset, width, out) of ``fields`` its records (a block of its records: straight
+    into ``out``, not into ``dst``); the blocks decoded. ValueError: a damaged table or
+    block, a field outside ``dst`` or an ``out`` of another size."""

@@ -314,6 +314,67 @@ static PyObject *py_lz4_planes(PyObject *self, PyObject *args)
     return result;
 }
 
+/* The (offset, width, out) triples of a call's ``fields``, checked against planes of
+ * ``n`` bytes in ``planes_len``; each out a writable buffer of n * width bytes. */
+struct fieldset {
+    PyObject *seq;
+    Py_ssize_t k, got; /* the triples; those whose out is held (to release) */
+    Py_buffer *outs;
+    Py_ssize_t *at; /* offset, width of each */
+};
+
+static void fields_release(struct fieldset *fs)
+{
+    for (Py_ssize_t j = 0; j < fs->got && fs->outs != NULL; j++)
+        PyBuffer_Release(&fs->outs[j]);
+    PyMem_Free(fs->outs);
+    PyMem_Free(fs->at);
+    Py_XDECREF(fs->seq);
+}
+
+static int fields_parse(PyObject *fields, Py_ssize_t n, Py_ssize_t planes_len, struct fieldset *fs)
+{
+    memset(fs, 0, sizeof *fs);
+    fs->seq = PySequence_Fast(fields, "fields must be a sequence of (offset, width, out)");
+    if (fs->seq == NULL)
+        return 0;
+    Py_ssize_t k = fs->k = PySequence_Fast_GET_SIZE(fs->seq);
+    fs->outs = PyMem_Calloc(k ? (size_t)k : 1, sizeof(Py_buffer));
+    fs->at = PyMem_Calloc(k ? (size_t)k : 1, 2 * sizeof(Py_ssize_t));
+    if (fs->outs == NULL || fs->at == NULL) {
+        PyErr_NoMemory();
+        return 0;
+    }
+    if (n < 0) {
+        PyErr_Format(PyExc_ValueError, "n must be >= 0, not %zd", n);
+        return 0;
+    }
+    for (; fs->got < k; fs->got++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(fs->seq, fs->got);
+        Py_ssize_t off, w;
+        if (!PyArg_ParseTuple(item, "nnw*", &off, &w, &fs->outs[fs->got]))
+            return 0;
+        fs->at[2 * fs->got] = off, fs->at[2 * fs->got + 1] = w;
+        if (off < 0 || w < 1 || (off + w) * n > planes_len || fs->outs[fs->got].len != w * n) {
+            PyErr_Format(PyExc_ValueError,
+                         "field at byte %zd of %zd bytes: planes [%zd, %zd) of %zd bytes into %zd bytes", off, w,
+                         off * n, (off + w) * n, planes_len, fs->outs[fs->got].len);
+            fs->got++; /* its out is held: released with the others */
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Each field of ``fs`` not ``done`` (NULL: none is) unshuffled from its planes (GIL released). */
+static void fields_unshuffle(const struct fieldset *fs, const uint8_t *planes, size_t n, const char *done)
+{
+    for (Py_ssize_t j = 0; j < fs->k; j++)
+        if (done == NULL || !done[j])
+            unshuffle_tiles(planes + (size_t)fs->at[2 * j] * n, (uint8_t *)fs->outs[j].buf, n,
+                            (size_t)fs->at[2 * j + 1]);
+}
+
 static PyObject *py_unshuffle_fields(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -323,46 +384,14 @@ static PyObject *py_unshuffle_fields(PyObject *self, PyObject *args)
 
     if (!PyArg_ParseTuple(args, "y*nO", &planes, &n, &fields))
         return NULL;
-    PyObject *seq = PySequence_Fast(fields, "fields must be a sequence of (offset, width, out)");
-    if (seq == NULL) {
-        PyBuffer_Release(&planes);
-        return NULL;
-    }
-    Py_ssize_t k = PySequence_Fast_GET_SIZE(seq), got = 0;
-    Py_buffer *outs = PyMem_Calloc(k ? (size_t)k : 1, sizeof(Py_buffer));
-    Py_ssize_t *at = PyMem_Calloc(k ? (size_t)k : 1, 2 * sizeof(Py_ssize_t));
-    int ok = outs != NULL && at != NULL && n >= 0;
-    if (outs == NULL || at == NULL)
-        PyErr_NoMemory();
-    else if (n < 0)
-        PyErr_Format(PyExc_ValueError, "n must be >= 0, not %zd", n);
-    for (; ok && got < k; got++) {
-        PyObject *item = PySequence_Fast_GET_ITEM(seq, got);
-        Py_ssize_t off, w;
-        if (!PyArg_ParseTuple(item, "nnw*", &off, &w, &outs[got])) {
-            ok = 0;
-            break;
-        }
-        at[2 * got] = off, at[2 * got + 1] = w;
-        if (off < 0 || w < 1 || (off + w) * n > planes.len || outs[got].len != w * n) {
-            PyErr_Format(PyExc_ValueError,
-                         "field at byte %zd of %zd bytes: planes [%zd, %zd) of %zd bytes into %zd bytes", off, w,
-                         off * n, (off + w) * n, planes.len, outs[got].len);
-            ok = 0; /* the loop's got++ still counts this out: it is released below */
-        }
-    }
+    struct fieldset fs;
+    int ok = fields_parse(fields, n, planes.len, &fs);
     if (ok) {
         Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t j = 0; j < k; j++)
-            unshuffle_tiles((const uint8_t *)planes.buf + at[2 * j] * n, (uint8_t *)outs[j].buf, (size_t)n,
-                            (size_t)at[2 * j + 1]);
+        fields_unshuffle(&fs, (const uint8_t *)planes.buf, (size_t)n, NULL);
         Py_END_ALLOW_THREADS
     }
-    for (Py_ssize_t j = 0; j < got && outs != NULL; j++)
-        PyBuffer_Release(&outs[j]);
-    PyMem_Free(outs);
-    PyMem_Free(at);
-    Py_DECREF(seq);
+    fields_release(&fs);
     PyBuffer_Release(&planes);
     if (!ok)
         return NULL;
@@ -532,20 +561,25 @@ static PyObject *py_lz4_blocks(PyObject *self, PyObject *args)
     return result;
 }
 
-/* blocks_decode(src, dst, n, ranges) -> int: decode into the writable ``dst`` (the
- * shuffled region: n bytes a plane) the blocks of the BLZ2 table + blocks ``src`` that
- * hold any plane of ``ranges`` (u32 pairs [lo, hi); None: every block); the blocks
- * decoded. The table is checked whole first (blocks in order covering exactly the
- * planes of dst, their sizes adding up to src's), so a damaged value raises ValueError
- * saying what is wrong, never reads or writes outside the buffers. The GIL released. */
+/* blocks_decode(src, dst, n, ranges, fields) -> int: decode into the writable ``dst``
+ * (the shuffled region: n bytes a plane) the blocks of the BLZ2 table + blocks ``src``
+ * that hold any plane of ``ranges`` (u32 pairs [lo, hi); None: every block), then give
+ * each (offset, width, out) of ``fields`` (None: none) its records, as unshuffle_fields
+ * does - except that a block of a field's very planes stored as records (MODE_RECORDS)
+ * decompresses straight into its out, and not into dst. The blocks decoded. The table is
+ * checked whole first (blocks in order covering exactly the planes of dst, their sizes
+ * adding up to src's), so a damaged value raises ValueError saying what is wrong, never
+ * reads or writes outside the buffers. One release of the GIL. */
 static PyObject *py_blocks_decode(PyObject *self, PyObject *args)
 {
     (void)self;
     Py_buffer src, dst, ranges = {0};
     Py_ssize_t n;
-    PyObject *rng;
+    PyObject *rng, *fields = Py_None;
+    struct fieldset fs = {0};
+    char *done = NULL;
 
-    if (!PyArg_ParseTuple(args, "y*w*nO", &src, &dst, &n, &rng))
+    if (!PyArg_ParseTuple(args, "y*w*nO|O", &src, &dst, &n, &rng, &fields))
         return NULL;
     if (rng != Py_None && PyObject_GetBuffer(rng, &ranges, PyBUF_SIMPLE) < 0) {
         PyBuffer_Release(&src);
@@ -553,13 +587,18 @@ static PyObject *py_blocks_decode(PyObject *self, PyObject *args)
         return NULL;
     }
     PyObject *result = NULL;
+    if (fields != Py_None && (!fields_parse(fields, n, dst.len, &fs) || (done = PyMem_Calloc((size_t)fs.k + 1, 1)) == NULL)) {
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        goto finish;
+    }
     const uint8_t *s = (const uint8_t *)src.buf, *r = (const uint8_t *)ranges.buf;
     size_t len = (size_t)src.len, k = len >= 8 ? get32(s) : 0, nr = rng == Py_None ? 0 : (size_t)ranges.len / 8;
     char why[160] = "";
     size_t width = n > 0 ? (size_t)dst.len / (size_t)n : 0;
     if (n < 0 || (n > 0 && (size_t)dst.len % (size_t)n)) {
         PyErr_Format(PyExc_ValueError, "dst of %zd bytes is not whole planes of %zd bytes", dst.len, n);
-        goto done;
+        goto finish;
     }
     if (len < 8 || get32(s + 4) != 0 || k == 0 || k > (len - 8) / ENTRY_BYTES || (n == 0 && dst.len)) {
         snprintf(why, sizeof why, "the block table (%zu bytes) is damaged: it names %zu blocks", len, k);
@@ -584,7 +623,7 @@ static PyObject *py_blocks_decode(PyObject *self, PyObject *args)
     }
     if (why[0]) {
         PyErr_SetString(PyExc_ValueError, why);
-        goto done;
+        goto finish;
     }
     {
         long bad = -1, err = 0, decoded = 0, nomem = 0;
@@ -600,7 +639,19 @@ static PyObject *py_blocks_decode(PyObject *self, PyObject *args)
                 want = get32(r + 8 * q) < hi && get32(r + 8 * q + 4) > lo;
             if (want && bytes) {
                 uint8_t *to = d + (size_t)lo * (size_t)n;
-                if (e[8] == MODE_RAW) {
+                Py_ssize_t direct = -1;
+                for (Py_ssize_t f = 0; f < fs.k && e[8] == MODE_RECORDS && direct < 0; f++)
+                    if ((size_t)fs.at[2 * f] == lo && (size_t)fs.at[2 * f + 1] == w && !done[f])
+                        direct = f;
+                if (direct >= 0) { /* the field's records, straight into its column */
+                    int got = LZ4_decompress_safe((const char *)s + pos, (char *)fs.outs[direct].buf, (int)csize,
+                                                  (int)bytes);
+                    if (got != (int)bytes) {
+                        bad = (long)j, err = got;
+                        break;
+                    }
+                    done[direct] = 1;
+                } else if (e[8] == MODE_RAW) {
                     memcpy(to, s + pos, bytes);
                 } else {
                     uint8_t *into = to;
@@ -624,6 +675,8 @@ static PyObject *py_blocks_decode(PyObject *self, PyObject *args)
             pos += csize;
         }
         free(tmp);
+        if (bad < 0)
+            fields_unshuffle(&fs, d, (size_t)n, done);
         Py_END_ALLOW_THREADS
         if (nomem)
             PyErr_NoMemory();
@@ -633,7 +686,10 @@ static PyObject *py_blocks_decode(PyObject *self, PyObject *args)
         else
             result = PyLong_FromLong(decoded);
     }
-done:
+finish:
+    if (fields != Py_None)
+        fields_release(&fs);
+    PyMem_Free(done);
     if (rng != Py_None)
         PyBuffer_Release(&ranges);
     PyBuffer_Release(&src);
@@ -655,8 +711,9 @@ static PyMethodDef methods[] = {
      "lz4_blocks($module, prefix, head, region, scratch, stride, cuts, /)\n--\n\n"
      "prefix + head + the BLZ2 block table and blocks of shuffle(region, stride), a block per cut."},
     {"blocks_decode", py_blocks_decode, METH_VARARGS,
-     "blocks_decode($module, src, dst, n, ranges, /)\n--\n\n"
-     "Decode the BLZ2 blocks of src holding planes of ranges (None: all) into dst; the blocks decoded."},
+     "blocks_decode($module, src, dst, n, ranges, fields=None, /)\n--\n\n"
+     "Decode the BLZ2 blocks of src holding planes of ranges (None: all) into dst, then each\n"
+     "(offset, width, out) of fields its records; the blocks decoded."},
     {"unshuffle_fields", py_unshuffle_fields, METH_VARARGS,
      "unshuffle_fields($module, planes, n, fields, /)\n--\n\n"
      "For each (offset, width, out) of fields: out = unshuffle(planes[offset*n:(offset+width)*n], width)."},

@@ -338,9 +338,8 @@ class CapnpSerializer(Serializer):
         if self.compression != "none" and not self._framable:  # records straight from the planes
             mv = byte_view(value)
             start, n = header_fields(mv, self._stride)
-            planes = shuffled.decompressed_planes(
-                mv[HEADER_BYTES:], n * self._stride, self._stride, "corrupt Cap'n Proto batch value"
-            )
+            size, what = n * self._stride, "corrupt Cap'n Proto batch value"  # (all planes: a scan's buffer)
+            planes = shuffled.planes_of(mv[HEADER_BYTES:], size, self._stride, what, [(0, self._stride)])
             return start, self._records_of_planes(planes, n)
         if self.compression != "none":
             value = self._decompressed(value)
@@ -383,26 +382,30 @@ class CapnpSerializer(Serializer):
         lay = self.layout
         mv = byte_view(value)
         start, n = header_fields(mv, self._stride)
-        planes = shuffled.planes_of(
-            mv[HEADER_BYTES:], n * self._stride, self._stride, "corrupt Cap'n Proto batch value", self._ranges(names)
-        )
         cols: Columns = {name: column_out(out, name, n, lay.dtype[name]) for name in names}
+        fields = [(*span, cols[name].reshape(-1).view(np.uint8).data) for name in names if (span := self._spans[name])]
+        planes = shuffled.planes_of(
+            mv[HEADER_BYTES:],
+            n * self._stride,
+            self._stride,
+            "corrupt Cap'n Proto batch value",
+            self._ranges(names),
+            fields if n else (),
+        )
         if planes is None:  # no records
             return start, n, cols
-        fields = []
         whole = None
         for name in names:
             col = cols[name]
-            span, bit = self._spans[name], self._bits.get(name)
-            if span is not None:
-                fields.append((*span, col.reshape(-1).view(np.uint8).data))
+            bit = self._bits.get(name)
+            if self._spans[name] is not None:
+                pass  # (unshuffled by planes_of)
             elif bit is not None:
                 plane = np.frombuffer(planes, np.uint8, n, (bit // 8) * n)
                 np.bitwise_and(plane >> (bit % 8), 1, out=col.view(np.uint8))
             else:  # scattered over the data section
                 whole = self.decode(value)[1] if whole is None else whole
                 col[...] = whole[name]
-        shuffled.unshuffle_fields(planes, n, fields)
         return start, n, cols
 
     def _ranges(self, names: list[str]) -> list[tuple[int, int]]:
@@ -444,7 +447,7 @@ class CapnpSerializer(Serializer):
             plane |= (src[packed] != 0).view(np.uint8) << np.uint8(bit % 8)
         return flat
 
-    def _records_of_planes(self, planes: bytes | bytearray | None, n: int) -> np.ndarray:
+    def _records_of_planes(self, planes: bytes | bytearray | memoryview | None, n: int) -> np.ndarray:
         """The inverse of `_capnp_planes`: a new array of the ``n`` records whose shuffled
         data sections ``planes`` holds (None: no records) - each run's planes to its place in
         the records' own planes, a bool from its bit, then one unshuffle by the record size."""

@@ -175,25 +175,48 @@ def decompressed_planes(chunk: BytesLike, size: int, stride: int, what: str) -> 
 
 
 def planes_of(
-    chunk: BytesLike, size: int, stride: int, what: str, ranges: Sequence[tuple[int, int]]
+    chunk: BytesLike,
+    size: int,
+    stride: int,
+    what: str,
+    ranges: Sequence[tuple[int, int]],
+    fields: Sequence[tuple[int, int, memoryview]] = (),
 ) -> bytes | bytearray | memoryview | None:
     """`decompressed_planes`, of which only the planes ``ranges`` (half-open ranges of byte
     offsets in a record: the fields a scan asks for) need be decoded: the other bytes are
     garbage. LZ4 (C: third_party/lz4, the GIL released) decodes into this thread's reused
     buffer - no fresh pages per batch: BLZ2 only the blocks that hold those planes, BLZ1
     its one block up to the last of them. What is not decoded is not checked: the reader
-    checks the whole value's xxh3 first (a scan does, stores/health.check_value)."""
+    checks the whole value's xxh3 first (a scan does, stores/health.check_value).
+
+    Each (offset, width, out) of ``fields`` gets its records, as `unshuffle_fields` gives
+    them (their planes must be in ``ranges``); BLZ2 in the same C call, a field whose block
+    holds its records (mode 2) decompressed straight into its ``out`` - whose planes are
+    then not in the planes returned."""
     mv = memoryview(chunk).cast("B")
     codec = _codec(mv, size, stride, what)
     if not size:
         return None
-    if codec == "zstd":
-        return decompressed_planes(chunk, size, stride, what)
     n = size // stride
-    flat = scratch(size, 3)  # slot 3: a decode's own (capnp_framing uses 1 and 2, compress 0)
     if codec == "blocks":
-        _blocks_decode(mv, flat, n, b"".join(_RANGE.pack(lo, hi) for lo, hi in ranges), what)
+        flat = scratch(size, 3)  # slot 3: a decode's own (capnp_framing uses 1 and 2, compress 0)
+        _blocks_decode(mv, flat, n, b"".join(_RANGE.pack(lo, hi) for lo, hi in ranges), what, fields)
         return flat
+    planes = _blz1_planes(mv, codec, size, stride, what, ranges)
+    _shuffle.unshuffle_fields(planes, n, fields)
+    return planes
+
+
+def _blz1_planes(
+    mv: memoryview, codec: str, size: int, stride: int, what: str, ranges: Sequence[tuple[int, int]]
+) -> bytes | bytearray | memoryview:
+    """`planes_of` a BLZ1 value ``mv`` (``codec``: lz4 or zstd; ``size`` > 0)."""
+    if codec == "zstd":
+        planes = decompressed_planes(mv, size, stride, what)
+        assert planes is not None  # (size > 0)
+        return planes
+    n = size // stride
+    flat = scratch(size, 3)
     want = max((hi for _lo, hi in ranges), default=0) * n
     try:
         got = _shuffle.lz4_planes(mv[HEAD_BYTES:], flat, want)
@@ -207,10 +230,18 @@ def planes_of(
 _RANGE = struct.Struct("<II")
 
 
-def _blocks_decode(mv: memoryview, out: BytesLike, n: int, ranges: bytes | None, what: str) -> None:
-    """Decode the blocks of the BLZ2 value ``mv`` that hold ``ranges`` (None: all) into ``out``."""
+def _blocks_decode(
+    mv: memoryview,
+    out: BytesLike,
+    n: int,
+    ranges: bytes | None,
+    what: str,
+    fields: Sequence[tuple[int, int, memoryview]] = (),
+) -> None:
+    """Decode the blocks of the BLZ2 value ``mv`` that hold ``ranges`` (None: all) into
+    ``out``, then ``fields`` (`planes_of`)."""
     try:
-        _shuffle.blocks_decode(mv[HEAD_BYTES:], out, n, ranges)
+        _shuffle.blocks_decode(mv[HEAD_BYTES:], out, n, ranges, fields)
     except ValueError as e:
         raise VerifyError(f"{what}: compressed records do not decompress ({e})") from None
 

@@ -154,6 +154,45 @@ def test_ticks_take_fewer_bytes_than_in_one_block_of_planes():
     assert [modes[ser._spans[name][0]] for name in ("sym", "price")] == [RECORDS] * 2
 
 
+def test_a_field_stored_as_records_decompresses_straight_into_its_column():
+    """decode_columns of a mode-2 block (ticks' price): LZ4 into the column, in the same C call
+    as the other fields' unshuffle; its planes are never written; whole decodes agree."""
+    lay = get_layout("ticks")
+    recs = generate(lay, 0, 10000)
+    ser = CapnpSerializer(lay, "lz4")
+    buf, view = ser.new_buffer(len(recs))
+    view[...] = recs
+    value = bytes(ser.encode_buffer(buf, view, 0))
+    n, at = len(recs), ser._spans["price"][0]
+    shuffled.scratch(n * ser._stride, 3)[:] = b"\xa5" * (n * ser._stride)
+    _first, _n, cols = ser.decode_columns(value, ["price", "size", "halted"])
+    assert bytes(shuffled.scratch(n * ser._stride, 3)[at * n : (at + 8) * n]) == b"\xa5" * (8 * n)
+    for name in ("price", "size", "halted"):
+        assert cols[name].tobytes() == recs[name].tobytes(), name
+    assert ser.decode(value)[1].tobytes() == recs.tobytes()
+
+
+def test_a_scan_of_a_scattered_field_reads_it_beside_the_others():
+    """A field Cap'n Proto scattered is picked from a whole decode, made while decode_columns
+    holds the planes of the others (the same planes: the same thread's buffer)."""
+    lay = Layout("s", (Field("f0", "bool"), Field("f1", "int16"), Field("f2", "bytes[3]"), Field("f3", "float64")))
+    assert lay.capnp_span("f2") is None
+    n = 5000
+    rng = np.random.default_rng(3)
+    recs = np.zeros(n, lay.dtype)
+    recs["f0"] = rng.integers(0, 2, n)
+    recs["f1"] = rng.integers(0, 9, n)
+    recs["f2"] = [bytes(rng.integers(0, 256, 3, dtype=np.uint8)) for _ in range(n)]
+    recs["f3"] = rng.choice([1.5, 2.25, 1e9], n)
+    ser = CapnpSerializer(lay, "lz4")
+    buf, view = ser.new_buffer(n)
+    view[...] = recs
+    value = bytes(ser.encode_buffer(buf, view, 0))
+    _first, _n, cols = ser.decode_columns(value, ["f2", "f0", "f1", "f3"])  # f0 (a bool): from the planes, after
+    for name in lay.dtype.names:
+        assert cols[name].tobytes() == recs[name].tobytes(), name
+
+
 _TYPES = st.sampled_from(
     ["int8", "uint16", "int32", "float64", "float16", "bool", "datetime64[ns]", "bytes[3]", "bytes[8]", "float32[3]"]
 )
