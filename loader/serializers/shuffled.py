@@ -26,7 +26,7 @@ random bytes; decoding is a copy). A Cap'n Proto value has a block per field (it
 `layout.capnp_span`; a field Cap'n Proto scattered: a block per element), one for the
 byte of bools, one per gap (padding). A reader decodes only the blocks of the planes it
 asks for (a scan's columns: `planes_of`), after checking the table whole; the writer
-chooses each block's mode from a sample of 1024 records (_shufflemodule.c `compress_block`).
+chooses each block's mode from a sample of 512 records (_shufflemodule.c `compress_block`).
 
 zstd, and LZ4 values written before BLZ2 (read forever), are BLZ1, one stream of every plane::
 
