@@ -435,26 +435,26 @@ static int lz4_into(LZ4_stream_t *state, const uint8_t *src, size_t len, uint8_t
 /* Compress planes [lo, hi) (``planes``: the whole shuffled region, n bytes a plane) into
  * ``out`` (at least LZ4_compressBound of the block's bytes); ``*mode`` gets the mode, the
  * return value the bytes written (< 0: out of memory). ``tmp``: lazily malloc'd scratch
- * of 2 * size bytes + bounds. A sample of the first SAMPLE records chooses the way: the
+ * for the records' (``size`` bytes of ``width``-byte records) samples and a field's records. A sample of the first SAMPLE records chooses the way: the
  * planes, unless they compress poorly (over 1/4) and the records compress to under 4/5 of
  * that (whole values that repeat: a price among a thousand, which the planes split) - then
  * only that way is compressed in full; raw when LZ4 does not shrink the block. (LZ4 of
  * records full of short matches costs ~10 x that of poor planes, which it skips: the 4/5
  * keeps that cost to the fields where it pays - gen://ticks' sym and price: 13 % fewer
  * bytes for ~4 % more encoding time than one block of every plane, ad hoc; bid and ask
- * would save 1.5 % more for ~12 % more. A 512-record sample chose as 4096 did there.) */
+ * would save 1.5 % more for ~12 % more. A 512-record sample chose as 1024 did there.) */
 static long compress_block(LZ4_stream_t *state, const uint8_t *planes, size_t n, size_t lo, size_t hi,
-                           uint8_t *out, uint8_t **tmp, size_t size, uint8_t *mode)
+                           uint8_t *out, uint8_t **tmp, size_t size, size_t width, uint8_t *mode)
 {
     size_t w = hi - lo, bytes = w * n;
     const uint8_t *src = planes + lo * n;
     int cap = LZ4_compressBound((int)bytes), got = 0;
     *mode = MODE_PLANES;
     if (w > 1 && n >= 2 * SAMPLE) {
-        if (*tmp == NULL && (*tmp = malloc(2 * size + 2 * (size_t)LZ4_compressBound((int)size) + 64)) == NULL)
+        size_t m = SAMPLE, most = m * width; /* a sample's bytes are at most this */
+        if (*tmp == NULL && (*tmp = malloc(size + most + (size_t)LZ4_compressBound((int)most))) == NULL)
             return -1;
-        uint8_t *a = *tmp, *b = a + size, *c = b + size;
-        size_t m = SAMPLE;
+        uint8_t *a = *tmp, *b = a + size, *c = b + most; /* a: a sample's or a field's planes */
         int bound = LZ4_compressBound((int)(m * w));
         for (size_t k = 0; k < w; k++)
             memcpy(a + k * m, src + k * n, m);
@@ -531,7 +531,7 @@ static PyObject *py_lz4_blocks(PyObject *self, PyObject *args)
             for (size_t j = 0; j < k && !failed; j++) {
                 uint32_t lo = get32(cut + 4 * j), hi = get32(cut + 4 * j + 4);
                 uint8_t mode, *e = out + at + 8 + ENTRY_BYTES * j;
-                long got = compress_block(&state, planes, n, lo, hi, out + pos, &tmp, size, &mode);
+                long got = compress_block(&state, planes, n, lo, hi, out + pos, &tmp, size, width, &mode);
                 if (got < 0) {
                     failed = 1;
                     break;
