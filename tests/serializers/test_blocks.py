@@ -30,10 +30,18 @@ from loader.serializers import shuffled
 from loader.serializers.capnp_framing import HEADER_BYTES, CapnpSerializer
 from loader.sources.generators import generate
 
+from .test_capnp_planes import _TYPES
 from .test_shuffle import blz1
 
 _ENTRY = struct.Struct("<IIB3xI")
 RAW, PLANES, RECORDS = 0, 1, 2
+
+
+def encoded(ser: CapnpSerializer, records: np.ndarray, start: int = 0) -> bytes:
+    """The stored value of a batch of ``records`` (encoded as a load does)."""
+    buf, view = ser.new_buffer(len(records))
+    view[...] = records
+    return bytes(ser.encode_buffer(buf, view, start))
 
 
 def table(value: bytes) -> list[tuple[int, int, int, int]]:
@@ -126,9 +134,7 @@ def test_each_block_takes_the_mode_that_stores_it_smallest():
     recs["count"] = np.arange(n)
     recs["noise"] = rng.integers(0, 2**64 - 1, n, dtype=np.uint64)
     ser = CapnpSerializer(lay, "lz4")
-    buf, view = ser.new_buffer(n)
-    view[...] = recs
-    value = bytes(ser.encode_buffer(buf, view, 0))
+    value = encoded(ser, recs)
     assert [(lo, hi, mode) for lo, hi, mode, _s in table(value[HEADER_BYTES:])] == [
         (0, 8, RECORDS),
         (8, 16, PLANES),
@@ -143,9 +149,7 @@ def test_ticks_take_fewer_bytes_than_in_one_block_of_planes():
     lay = get_layout("ticks")
     recs = generate(lay, 0, 10000)
     ser = CapnpSerializer(lay, "lz4")
-    buf, view = ser.new_buffer(len(recs))
-    view[...] = recs
-    value = bytes(ser.encode_buffer(buf, view, 0))
+    value = encoded(ser, recs)
     planes = shuffled.decompressed_planes(value[HEADER_BYTES:], len(recs) * ser._stride, ser._stride, "t")
     assert planes is not None
     one_block = shuffled.HEAD_BYTES + len(lz4.block.compress(bytes(planes), store_size=False))
@@ -160,9 +164,7 @@ def test_a_field_stored_as_records_decompresses_straight_into_its_column():
     lay = get_layout("ticks")
     recs = generate(lay, 0, 10000)
     ser = CapnpSerializer(lay, "lz4")
-    buf, view = ser.new_buffer(len(recs))
-    view[...] = recs
-    value = bytes(ser.encode_buffer(buf, view, 0))
+    value = encoded(ser, recs)
     n, at = len(recs), ser._spans["price"][0]
     shuffled.scratch(n * ser._stride, 3)[:] = b"\xa5" * (n * ser._stride)
     _first, _n, cols = ser.decode_columns(value, ["price", "size", "halted"])
@@ -185,17 +187,10 @@ def test_a_scan_of_a_scattered_field_reads_it_beside_the_others():
     recs["f2"] = [bytes(rng.integers(0, 256, 3, dtype=np.uint8)) for _ in range(n)]
     recs["f3"] = rng.choice([1.5, 2.25, 1e9], n)
     ser = CapnpSerializer(lay, "lz4")
-    buf, view = ser.new_buffer(n)
-    view[...] = recs
-    value = bytes(ser.encode_buffer(buf, view, 0))
+    value = encoded(ser, recs)
     _first, _n, cols = ser.decode_columns(value, ["f2", "f0", "f1", "f3"])  # f0 (a bool): from the planes, after
     for name in lay.dtype.names:
         assert cols[name].tobytes() == recs[name].tobytes(), name
-
-
-_TYPES = st.sampled_from(
-    ["int8", "uint16", "int32", "float64", "float16", "bool", "datetime64[ns]", "bytes[3]", "bytes[8]", "float32[3]"]
-)
 
 
 @pytest.mark.parametrize("framing", ["blz2", "blz1"])
@@ -212,9 +207,7 @@ def test_random_layouts_read_back_whole_and_by_columns_from_both_framings(framin
     raw[: len(raw) // 2] &= 3  # compressible records, and random ones
     records = raw.view(layout.dtype)
     ser = CapnpSerializer(layout, "lz4")
-    buf, view = ser.new_buffer(n)
-    view[...] = records
-    value = bytes(ser.encode_buffer(buf, view, 7))
+    value = encoded(ser, records, 7)
     assert value[HEADER_BYTES : HEADER_BYTES + 4] == b"BLZ2"
     _start, whole = ser.decode(value)
     if framing == "blz1":
@@ -305,9 +298,7 @@ def _damaged(value: bytes, at: int, new: bytes) -> bytes:
 def _scidb96_value(n: int = 2000) -> tuple[CapnpSerializer, bytes]:
     lay = get_layout("scidb96")
     ser = CapnpSerializer(lay, "lz4")
-    buf, view = ser.new_buffer(n)
-    view[...] = generate(lay, 0, n)
-    return ser, bytes(ser.encode_buffer(buf, view, 0))
+    return ser, encoded(ser, generate(lay, 0, n))
 
 
 _T = HEADER_BYTES + shuffled.HEAD_BYTES  # where the block table starts in a value
