@@ -30,24 +30,27 @@ def unshuffle_fields(planes: _Buffer, n: int, fields: Sequence[tuple[int, int, _
     with stride ``width``. ValueError: a field outside ``planes``, an ``out`` of another size."""
 
 def lz4_blocks(
-    prefix: _Buffer, head: _Buffer, region: _Buffer, scratch: _Buffer, stride: int, cuts: _Buffer, /
+    prefix: _Buffer, head: _Buffer, region: _Buffer, scratch: _Buffer, stride: int, cuts: _Buffer, tmp: _Buffer, /
 ) -> bytes:
     """``prefix + head +`` the BLZ2 block table and blocks of `shuffle` (region, stride),
     shuffled in the writable ``scratch`` (at least as big as ``region``), or of ``region``
     itself when ``stride`` is 0; ``cuts``: u32 plane indexes from 0 up to the record's
-    bytes, a block between each two. ValueError: bad cuts, a region that is not whole
-    records, a scratch too small."""
+    bytes, a block between each two; ``tmp``: writable scratch of ``2 * len(region) +
+    len(region) // 255 + 64`` bytes (the samples that choose each block's mode). ValueError:
+    bad cuts, a region that is not whole records, a scratch or tmp too small."""
 
 def blocks_decode(
     src: _Buffer,
     dst: _Buffer,
     n: int,
     ranges: _Buffer | None,
-    fields: Sequence[tuple[int, int, _Buffer]] | None = None,
+    fields: Sequence[tuple[int, int, _Buffer]] | None,
+    tmp: _Buffer,
     /,
 ) -> int:
     """Decode into the writable ``dst`` (planes of ``n`` bytes) the blocks of the BLZ2 table
     and blocks ``src`` that hold a plane of ``ranges`` (u32 pairs lo, hi; None: all), then
     each (offset, width, out) of ``fields`` its records (a block of its records: straight
-    into ``out``, not into ``dst``); the blocks decoded. ValueError: a damaged table or
-    block, a field outside ``dst`` or an ``out`` of another size."""
+    into ``out``, not into ``dst``; other such blocks by way of ``tmp``, writable, as big as
+    ``dst``); the blocks decoded. ValueError: a damaged table or block, a field outside
+    ``dst``, an ``out`` of another size, a smaller ``tmp``."""

@@ -405,7 +405,7 @@ static PyObject *py_unshuffle_fields(PyObject *self, PyObject *args)
 #define MODE_PLANES 1   /* an LZ4 block of the planes */
 #define MODE_RECORDS 2  /* an LZ4 block of the field's unshuffled bytes (n records of hi - lo) */
 #define ENTRY_BYTES 16  /* lo u32, hi u32, mode u8, 3 zero bytes, compressed bytes u32 */
-#define SAMPLE 512      /* records of a field's sample, both ways, to choose its mode */
+#define SAMPLE 256      /* records of a field's sample, both ways, to choose its mode */
 
 static inline uint32_t get32(const uint8_t *p)
 {
@@ -434,17 +434,17 @@ static int lz4_into(LZ4_stream_t *state, const uint8_t *src, size_t len, uint8_t
 
 /* Compress planes [lo, hi) (``planes``: the whole shuffled region, n bytes a plane) into
  * ``out`` (at least LZ4_compressBound of the block's bytes); ``*mode`` gets the mode, the
- * return value the bytes written (< 0: out of memory). ``tmp``: lazily malloc'd scratch
- * for the records' (``size`` bytes of ``width``-byte records) samples and a field's records. A sample of the first SAMPLE records chooses the way: the
+ * return value the bytes written. ``tmp``: scratch for the samples and a field's records
+ * (`blocks_tmp` bytes for ``size`` bytes of ``width``-byte records). A sample of the first SAMPLE records chooses the way: the
  * planes, unless they compress poorly (over 1/4) and the records compress to under 4/5 of
  * that (whole values that repeat: a price among a thousand, which the planes split) - then
- * only that way is compressed in full; raw when LZ4 does not shrink the block. (LZ4 of
- * records full of short matches costs ~10 x that of poor planes, which it skips: the 4/5
- * keeps that cost to the fields where it pays - gen://ticks' sym and price: 13 % fewer
- * bytes for ~4 % more encoding time than one block of every plane, ad hoc; bid and ask
- * would save 1.5 % more for ~12 % more. A 512-record sample chose as 1024 did there.) */
+ * only that way is compressed in full; raw when LZ4 does not shrink the block. LZ4 of
+ * records full of short matches costs ~10 x that of poor planes, which it skips (ticks'
+ * price: ~110 us for a 10,000-record batch against ~6 us): the 4/5 keeps that cost to the
+ * fields where it pays - gen://ticks' sym and price, 13 % fewer bytes; bid and ask would
+ * save 1.5 % more at the same cost again. A 256-record sample chose as 1024 did there. */
 static long compress_block(LZ4_stream_t *state, const uint8_t *planes, size_t n, size_t lo, size_t hi,
-                           uint8_t *out, uint8_t **tmp, size_t size, size_t width, uint8_t *mode)
+                           uint8_t *out, uint8_t *tmp, size_t size, size_t width, uint8_t *mode)
 {
     size_t w = hi - lo, bytes = w * n;
     const uint8_t *src = planes + lo * n;
@@ -452,9 +452,7 @@ static long compress_block(LZ4_stream_t *state, const uint8_t *planes, size_t n,
     *mode = MODE_PLANES;
     if (w > 1 && n >= 2 * SAMPLE) {
         size_t m = SAMPLE, most = m * width; /* a sample's bytes are at most this */
-        if (*tmp == NULL && (*tmp = malloc(size + most + (size_t)LZ4_compressBound((int)most))) == NULL)
-            return -1;
-        uint8_t *a = *tmp, *b = a + size, *c = b + most; /* a: a sample's or a field's planes */
+        uint8_t *a = tmp, *b = a + size, *c = b + most; /* a: a sample's planes or a field's records */
         int bound = LZ4_compressBound((int)(m * w));
         for (size_t k = 0; k < w; k++)
             memcpy(a + k * m, src + k * n, m);
@@ -478,17 +476,28 @@ static long compress_block(LZ4_stream_t *state, const uint8_t *planes, size_t n,
     return got;
 }
 
-/* lz4_blocks(prefix, head, region, scratch, stride, cuts) -> bytes: prefix + head + the
- * BLZ2 block table and blocks of shuffle(region, stride) (shuffled in scratch; region is
- * the planes already when stride is 0). ``cuts``: u32 plane indexes 0 = c0 < c1 < ... <
- * ck = bytes per record; block j holds planes [c_j, c_j+1). The GIL released. */
+/* The bytes of compress_block's ``tmp`` for ``size`` bytes of ``width``-byte records
+ * (no sample, so none, under 2 * SAMPLE records). */
+static size_t blocks_tmp(size_t size, size_t width)
+{
+    size_t most = SAMPLE * width;
+    return width && size / width >= 2 * SAMPLE ? size + most + (size_t)LZ4_compressBound((int)most) : 0;
+}
+
+/* lz4_blocks(prefix, head, region, scratch, stride, cuts, tmp) -> bytes: prefix + head +
+ * the BLZ2 block table and blocks of shuffle(region, stride) (shuffled in scratch; region
+ * is the planes already when stride is 0). ``cuts``: u32 plane indexes 0 = c0 < c1 < ...
+ * < ck = bytes per record; block j holds planes [c_j, c_j+1). ``tmp``: writable scratch
+ * of at least 2 * len(region) + len(region) / 255 + 64 bytes (the samples that choose a
+ * block's mode; a thread's reused buffer: a malloc per batch cost more than the samples,
+ * glibc handing back and faulting in its pages). The GIL released. */
 static PyObject *py_lz4_blocks(PyObject *self, PyObject *args)
 {
     (void)self;
-    Py_buffer prefix, head, region, scratch, cuts;
+    Py_buffer prefix, head, region, scratch, cuts, tmp;
     Py_ssize_t stride;
 
-    if (!PyArg_ParseTuple(args, "y*y*y*w*ny*", &prefix, &head, &region, &scratch, &stride, &cuts))
+    if (!PyArg_ParseTuple(args, "y*y*y*w*ny*w*", &prefix, &head, &region, &scratch, &stride, &cuts, &tmp))
         return NULL;
     PyObject *result = NULL;
     size_t k = cuts.len >= 8 && cuts.len % 4 == 0 ? (size_t)cuts.len / 4 - 1 : 0;
@@ -505,6 +514,9 @@ static PyObject *py_lz4_blocks(PyObject *self, PyObject *args)
         PyErr_Format(PyExc_ValueError, "scratch holds %zd bytes, the region %zd", scratch.len, region.len);
     } else if (region.len > LZ4_MAX_INPUT_SIZE) {
         PyErr_Format(PyExc_ValueError, "an LZ4 block of %zd bytes: over LZ4's limit", region.len);
+    } else if ((size_t)tmp.len < blocks_tmp((size_t)region.len, width)) {
+        PyErr_Format(PyExc_ValueError, "tmp holds %zd bytes, the blocks need %zu", tmp.len,
+                     blocks_tmp((size_t)region.len, width));
     } else {
         size_t n = (size_t)region.len / width, size = (size_t)region.len;
         size_t table = 8 + ENTRY_BYTES * k, at = (size_t)(prefix.len + head.len), bound = at + table;
@@ -512,9 +524,8 @@ static PyObject *py_lz4_blocks(PyObject *self, PyObject *args)
             bound += (size_t)LZ4_compressBound((int)((get32(cut + 4 * j + 4) - get32(cut + 4 * j)) * n));
         result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)bound);
         if (result != NULL) {
-            uint8_t *out = (uint8_t *)PyBytes_AS_STRING(result), *tmp = NULL;
+            uint8_t *out = (uint8_t *)PyBytes_AS_STRING(result);
             size_t pos = at + table;
-            int failed = 0;
             memcpy(out, prefix.buf, (size_t)prefix.len);
             memcpy(out + prefix.len, head.buf, (size_t)head.len);
             Py_BEGIN_ALLOW_THREADS
@@ -528,14 +539,10 @@ static PyObject *py_lz4_blocks(PyObject *self, PyObject *args)
             uint32_t nblocks = (uint32_t)k, zero = 0;
             memcpy(out + at, &nblocks, 4);
             memcpy(out + at + 4, &zero, 4);
-            for (size_t j = 0; j < k && !failed; j++) {
+            for (size_t j = 0; j < k; j++) {
                 uint32_t lo = get32(cut + 4 * j), hi = get32(cut + 4 * j + 4);
                 uint8_t mode, *e = out + at + 8 + ENTRY_BYTES * j;
-                long got = compress_block(&state, planes, n, lo, hi, out + pos, &tmp, size, width, &mode);
-                if (got < 0) {
-                    failed = 1;
-                    break;
-                }
+                long got = compress_block(&state, planes, n, lo, hi, out + pos, (uint8_t *)tmp.buf, size, width, &mode);
                 uint32_t csize = (uint32_t)got;
                 memcpy(e, &lo, 4);
                 memcpy(e + 4, &hi, 4);
@@ -544,16 +551,12 @@ static PyObject *py_lz4_blocks(PyObject *self, PyObject *args)
                 memcpy(e + 12, &csize, 4);
                 pos += (size_t)got;
             }
-            free(tmp);
             Py_END_ALLOW_THREADS
-            if (failed) {
-                Py_CLEAR(result);
-                PyErr_NoMemory();
-            } else if (_PyBytes_Resize(&result, (Py_ssize_t)pos) < 0) {
+            if (_PyBytes_Resize(&result, (Py_ssize_t)pos) < 0)
                 result = NULL;
-            }
         }
     }
+    PyBuffer_Release(&tmp);
     PyBuffer_Release(&prefix);
     PyBuffer_Release(&head);
     PyBuffer_Release(&region);
@@ -562,32 +565,39 @@ static PyObject *py_lz4_blocks(PyObject *self, PyObject *args)
     return result;
 }
 
-/* blocks_decode(src, dst, n, ranges, fields) -> int: decode into the writable ``dst``
+/* blocks_decode(src, dst, n, ranges, fields, tmp) -> int: decode into the writable ``dst``
  * (the shuffled region: n bytes a plane) the blocks of the BLZ2 table + blocks ``src``
  * that hold any plane of ``ranges`` (u32 pairs [lo, hi); None: every block), then give
  * each (offset, width, out) of ``fields`` (None: none) its records, as unshuffle_fields
  * does - except that a block of a field's very planes stored as records (MODE_RECORDS)
- * decompresses straight into its out, and not into dst. The blocks decoded. The table is
+ * decompresses straight into its out, and not into dst (other such blocks decompress into
+ * ``tmp``, writable scratch of len(dst) bytes, then shuffle into dst). The blocks
+ * decoded. The table is
  * checked whole first (blocks in order covering exactly the planes of dst, their sizes
  * adding up to src's), so a damaged value raises ValueError saying what is wrong, never
  * reads or writes outside the buffers. One release of the GIL. */
 static PyObject *py_blocks_decode(PyObject *self, PyObject *args)
 {
     (void)self;
-    Py_buffer src, dst, ranges = {0};
+    Py_buffer src, dst, ranges = {0}, scratch;
     Py_ssize_t n;
-    PyObject *rng, *fields = Py_None;
+    PyObject *rng, *fields;
     struct fieldset fs = {0};
     char *done = NULL;
 
-    if (!PyArg_ParseTuple(args, "y*w*nO|O", &src, &dst, &n, &rng, &fields))
+    if (!PyArg_ParseTuple(args, "y*w*nOOw*", &src, &dst, &n, &rng, &fields, &scratch))
         return NULL;
     if (rng != Py_None && PyObject_GetBuffer(rng, &ranges, PyBUF_SIMPLE) < 0) {
         PyBuffer_Release(&src);
         PyBuffer_Release(&dst);
+        PyBuffer_Release(&scratch);
         return NULL;
     }
     PyObject *result = NULL;
+    if (scratch.len < dst.len) {
+        PyErr_Format(PyExc_ValueError, "tmp holds %zd bytes, dst %zd: it must hold as many", scratch.len, dst.len);
+        goto finish;
+    }
     if (fields != Py_None && (!fields_parse(fields, n, dst.len, &fs) || (done = PyMem_Calloc((size_t)fs.k + 1, 1)) == NULL)) {
         if (!PyErr_Occurred())
             PyErr_NoMemory();
@@ -627,9 +637,9 @@ static PyObject *py_blocks_decode(PyObject *self, PyObject *args)
         goto finish;
     }
     {
-        long bad = -1, err = 0, decoded = 0, nomem = 0;
+        long bad = -1, err = 0, decoded = 0;
         Py_BEGIN_ALLOW_THREADS
-        uint8_t *tmp = NULL, *d = (uint8_t *)dst.buf;
+        uint8_t *tmp = (uint8_t *)scratch.buf, *d = (uint8_t *)dst.buf;
         size_t pos = 8 + ENTRY_BYTES * k;
         for (size_t j = 0; j < k && bad < 0; j++) {
             const uint8_t *e = s + 8 + ENTRY_BYTES * j;
@@ -656,13 +666,8 @@ static PyObject *py_blocks_decode(PyObject *self, PyObject *args)
                     memcpy(to, s + pos, bytes);
                 } else {
                     uint8_t *into = to;
-                    if (e[8] == MODE_RECORDS) {
-                        if (tmp == NULL && (tmp = malloc((size_t)dst.len)) == NULL) {
-                            nomem = 1, bad = (long)j;
-                            break;
-                        }
+                    if (e[8] == MODE_RECORDS)
                         into = tmp;
-                    }
                     int got = LZ4_decompress_safe((const char *)s + pos, (char *)into, (int)csize, (int)bytes);
                     if (got != (int)bytes) {
                         bad = (long)j, err = got;
@@ -675,13 +680,10 @@ static PyObject *py_blocks_decode(PyObject *self, PyObject *args)
             }
             pos += csize;
         }
-        free(tmp);
         if (bad < 0)
             fields_unshuffle(&fs, d, (size_t)n, done);
         Py_END_ALLOW_THREADS
-        if (nomem)
-            PyErr_NoMemory();
-        else if (bad >= 0)
+        if (bad >= 0)
             PyErr_Format(PyExc_ValueError, "block %ld of the records is damaged (LZ4 %s %ld)", bad,
                          err < 0 ? "error at input byte" : "decoded bytes:", err < 0 ? -err - 1 : err);
         else
@@ -690,6 +692,7 @@ static PyObject *py_blocks_decode(PyObject *self, PyObject *args)
 finish:
     if (fields != Py_None)
         fields_release(&fs);
+    PyBuffer_Release(&scratch);
     PyMem_Free(done);
     if (rng != Py_None)
         PyBuffer_Release(&ranges);
@@ -709,10 +712,10 @@ static PyMethodDef methods[] = {
      "lz4_planes($module, src, dst, want, /)\n--\n\n"
      "Decompress the LZ4 block src into dst, stopping once want bytes are out; the bytes decoded."},
     {"lz4_blocks", py_lz4_blocks, METH_VARARGS,
-     "lz4_blocks($module, prefix, head, region, scratch, stride, cuts, /)\n--\n\n"
+     "lz4_blocks($module, prefix, head, region, scratch, stride, cuts, tmp, /)\n--\n\n"
      "prefix + head + the BLZ2 block table and blocks of shuffle(region, stride), a block per cut."},
     {"blocks_decode", py_blocks_decode, METH_VARARGS,
-     "blocks_decode($module, src, dst, n, ranges, fields=None, /)\n--\n\n"
+     "blocks_decode($module, src, dst, n, ranges, fields, tmp, /)\n--\n\n"
      "Decode the BLZ2 blocks of src holding planes of ranges (None: all) into dst, then each\n"
      "(offset, width, out) of fields its records; the blocks decoded."},
     {"unshuffle_fields", py_unshuffle_fields, METH_VARARGS,

@@ -26,7 +26,7 @@ random bytes; decoding is a copy). A Cap'n Proto value has a block per field (it
 `layout.capnp_span`; a field Cap'n Proto scattered: a block per element), one for the
 byte of bools, one per gap (padding). A reader decodes only the blocks of the planes it
 asks for (a scan's columns: `planes_of`), after checking the table whole; the writer
-chooses each block's mode from a sample of 512 records (_shufflemodule.c `compress_block`).
+chooses each block's mode from a sample of 256 records (_shufflemodule.c `compress_block`).
 
 zstd, and LZ4 values written before BLZ2 (read forever), are BLZ1, one stream of every plane::
 
@@ -119,7 +119,12 @@ def lz4_value(prefix: BytesLike, region: BytesLike, stride: int, blocks: bytes |
     heap.keep_freed_if_owned()  # a value per batch: reuse freed heap (infra/heap.py)
     size = len(region)
     head = _HEAD.pack(MAGIC, _CODEC_IDS["lz4"], stride, size)
-    return _shuffle.lz4_blocks(prefix, head, region, scratch(size), stride, blocks or cuts((), stride))
+    return _shuffle.lz4_blocks(prefix, head, region, scratch(size), stride, blocks or cuts((), stride), _tmp(size))
+
+
+def _tmp(size: int) -> memoryview:
+    """Scratch for the samples that choose each block's mode (`_shuffle.lz4_blocks`), slot 5."""
+    return scratch(2 * size + size // 255 + 64, 5)
 
 
 def compress_planes(flat: memoryview, compression: str, stride: int, blocks: bytes | None = None) -> bytes:
@@ -129,7 +134,7 @@ def compress_planes(flat: memoryview, compression: str, stride: int, blocks: byt
     size = len(flat)
     if compression == "lz4":
         head = _HEAD.pack(MAGIC, _CODEC_IDS[compression], stride, size)
-        return _shuffle.lz4_blocks(b"", head, flat, flat, 0, blocks or cuts((), stride))  # (not shuffled again)
+        return _shuffle.lz4_blocks(b"", head, flat, flat, 0, blocks or cuts((), stride), _tmp(size))  # (planes)
     import zstandard
 
     framed: bytes = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(flat)
@@ -241,7 +246,7 @@ def _blocks_decode(
     """Decode the blocks of the BLZ2 value ``mv`` that hold ``ranges`` (None: all) into
     ``out``, then ``fields`` (`planes_of`)."""
     try:
-        _shuffle.blocks_decode(mv[HEAD_BYTES:], out, n, ranges, fields)
+        _shuffle.blocks_decode(mv[HEAD_BYTES:], out, n, ranges, fields, scratch(len(out), 6))
     except ValueError as e:
         raise VerifyError(f"{what}: compressed records do not decompress ({e})") from None
 

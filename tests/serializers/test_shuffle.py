@@ -123,17 +123,31 @@ def test_lz4_planes_and_unshuffle_fields_refuse_what_they_cannot_do():
         _shuffle.unshuffle_fields(bytes(80), 10, [(0, 2, bytes(20))])  # read-only
 
 
+_C2 = shuffled.cuts((), 2)
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ((b"", b"h", b"abc", bytearray(3), 2, shuffled.cuts((), 2)), "whole number"),
-        ((b"", b"h", b"abcd", bytearray(3), 2, shuffled.cuts((), 2)), "scratch holds 3 bytes"),
-        ((b"", b"h", b"abcd", bytearray(4), -1, shuffled.cuts((), 2)), "cuts must rise"),
-        ((b"", b"h", b"abcd", bytearray(4), 2, shuffled.cuts((), 4)), "cuts must rise"),  # another stride
-        ((b"", b"h", b"abcd", bytearray(4), 2, b"\0\0\0\0"), "cuts must rise"),  # no block
-        ((b"", b"h", b"abcd", bytearray(4), 2, bytes([0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0])), "cuts must"),
+        ((b"", b"h", b"abc", bytearray(3), 2, _C2, bytearray(0)), "whole number"),
+        ((b"", b"h", b"abcd", bytearray(3), 2, _C2, bytearray(0)), "scratch holds 3 bytes"),
+        ((b"", b"h", b"abcd", bytearray(4), -1, _C2, bytearray(0)), "cuts must rise"),
+        ((b"", b"h", b"abcd", bytearray(4), 2, shuffled.cuts((), 4), bytearray(0)), "cuts must rise"),  # another stride
+        ((b"", b"h", b"abcd", bytearray(4), 2, b"\0\0\0\0", bytearray(0)), "cuts must rise"),  # no block
+        (
+            (b"", b"h", b"abcd", bytearray(4), 2, bytes([0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0]), bytearray()),
+            "cuts",
+        ),
+        ((b"", b"h", bytes(4096), bytearray(4096), 2, _C2, bytearray(4096)), "tmp holds 4096 bytes, the blocks need"),
     ],
 )
 def test_lz4_blocks_refuses_what_it_cannot_do(args, message):
     with pytest.raises(ValueError, match=message):
         _shuffle.lz4_blocks(*args)
+
+
+def test_blocks_decode_refuses_a_tmp_smaller_than_dst():
+    value = shuffled.compress(bytes(4096), "lz4", 2, shuffled.cuts((), 2))
+    with pytest.raises(ValueError, match="tmp holds 4095 bytes, dst 4096"):
+        _shuffle.blocks_decode(value[shuffled.HEAD_BYTES :], bytearray(4096), 2048, None, (), bytearray(4095))
+    assert _shuffle.blocks_decode(value[shuffled.HEAD_BYTES :], bytearray(4096), 2048, None, (), bytearray(4096)) == 1
