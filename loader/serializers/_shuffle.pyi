@@ -45,12 +45,10 @@ def blocks_decode(
     n: int,
     ranges: _Buffer | None,
     fields: Sequence[tuple[int, int, _Buffer]] | None,
-    tmp: _Buffer,
     /,
 ) -> int:
     """Decode into the writable ``dst`` (planes of ``n`` bytes) the blocks of the BLZ2 table
     and blocks ``src`` that hold a plane of ``ranges`` (u32 pairs lo, hi; None: all), then
     each (offset, width, out) of ``fields`` its records (a block of its records: straight
-    into ``out``, not into ``dst``; other such blocks by way of ``tmp``, writable, as big as
-    ``dst``); the blocks decoded. ValueError: a damaged table or block, a field outside
-    ``dst``, an ``out`` of another size, a smaller ``tmp``."""
+    into ``out``, not into ``dst``); the blocks decoded. ValueError: a damaged table or
+    block, a field outside ``dst`` or an ``out`` of another size."""

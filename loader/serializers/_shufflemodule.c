@@ -565,39 +565,34 @@ static PyObject *py_lz4_blocks(PyObject *self, PyObject *args)
     return result;
 }
 
-/* blocks_decode(src, dst, n, ranges, fields, tmp) -> int: decode into the writable ``dst``
+/* blocks_decode(src, dst, n, ranges, fields) -> int: decode into the writable ``dst``
  * (the shuffled region: n bytes a plane) the blocks of the BLZ2 table + blocks ``src``
  * that hold any plane of ``ranges`` (u32 pairs [lo, hi); None: every block), then give
  * each (offset, width, out) of ``fields`` (None: none) its records, as unshuffle_fields
  * does - except that a block of a field's very planes stored as records (MODE_RECORDS)
  * decompresses straight into its out, and not into dst (other such blocks decompress into
- * ``tmp``, writable scratch of len(dst) bytes, then shuffle into dst). The blocks
- * decoded. The table is
+ * a buffer of the biggest one's size, malloc'd once a call, then shuffle into dst: a
+ * whole decode's). The blocks decoded. The table is
  * checked whole first (blocks in order covering exactly the planes of dst, their sizes
  * adding up to src's), so a damaged value raises ValueError saying what is wrong, never
  * reads or writes outside the buffers. One release of the GIL. */
 static PyObject *py_blocks_decode(PyObject *self, PyObject *args)
 {
     (void)self;
-    Py_buffer src, dst, ranges = {0}, scratch;
+    Py_buffer src, dst, ranges = {0};
     Py_ssize_t n;
     PyObject *rng, *fields;
     struct fieldset fs = {0};
     char *done = NULL;
 
-    if (!PyArg_ParseTuple(args, "y*w*nOOw*", &src, &dst, &n, &rng, &fields, &scratch))
+    if (!PyArg_ParseTuple(args, "y*w*nOO", &src, &dst, &n, &rng, &fields))
         return NULL;
     if (rng != Py_None && PyObject_GetBuffer(rng, &ranges, PyBUF_SIMPLE) < 0) {
         PyBuffer_Release(&src);
         PyBuffer_Release(&dst);
-        PyBuffer_Release(&scratch);
         return NULL;
     }
     PyObject *result = NULL;
-    if (scratch.len < dst.len) {
-        PyErr_Format(PyExc_ValueError, "tmp holds %zd bytes, dst %zd: it must hold as many", scratch.len, dst.len);
-        goto finish;
-    }
     if (fields != Py_None && (!fields_parse(fields, n, dst.len, &fs) || (done = PyMem_Calloc((size_t)fs.k + 1, 1)) == NULL)) {
         if (!PyErr_Occurred())
             PyErr_NoMemory();
@@ -606,6 +601,7 @@ static PyObject *py_blocks_decode(PyObject *self, PyObject *args)
     const uint8_t *s = (const uint8_t *)src.buf, *r = (const uint8_t *)ranges.buf;
     size_t len = (size_t)src.len, k = len >= 8 ? get32(s) : 0, nr = rng == Py_None ? 0 : (size_t)ranges.len / 8;
     char why[160] = "";
+    size_t most = 0; /* bytes of the biggest block of records (MODE_RECORDS) */
     size_t width = n > 0 ? (size_t)dst.len / (size_t)n : 0;
     if (n < 0 || (n > 0 && (size_t)dst.len % (size_t)n)) {
         PyErr_Format(PyExc_ValueError, "dst of %zd bytes is not whole planes of %zd bytes", dst.len, n);
@@ -626,6 +622,8 @@ static PyObject *py_blocks_decode(PyObject *self, PyObject *args)
                          lo, hi, mode, csize);
             expect = hi;
             total += csize;
+            if (mode == MODE_RECORDS && bytes > most)
+                most = bytes;
         }
         if (!why[0] && (expect != width || total != len))
             snprintf(why, sizeof why,
@@ -637,9 +635,9 @@ static PyObject *py_blocks_decode(PyObject *self, PyObject *args)
         goto finish;
     }
     {
-        long bad = -1, err = 0, decoded = 0;
+        long bad = -1, err = 0, decoded = 0, nomem = 0;
         Py_BEGIN_ALLOW_THREADS
-        uint8_t *tmp = (uint8_t *)scratch.buf, *d = (uint8_t *)dst.buf;
+        uint8_t *tmp = NULL, *d = (uint8_t *)dst.buf;
         size_t pos = 8 + ENTRY_BYTES * k;
         for (size_t j = 0; j < k && bad < 0; j++) {
             const uint8_t *e = s + 8 + ENTRY_BYTES * j;
@@ -666,8 +664,13 @@ static PyObject *py_blocks_decode(PyObject *self, PyObject *args)
                     memcpy(to, s + pos, bytes);
                 } else {
                     uint8_t *into = to;
-                    if (e[8] == MODE_RECORDS)
+                    if (e[8] == MODE_RECORDS) {
+                        if (tmp == NULL && (tmp = malloc(most)) == NULL) {
+                            nomem = 1, bad = (long)j;
+                            break;
+                        }
                         into = tmp;
+                    }
                     int got = LZ4_decompress_safe((const char *)s + pos, (char *)into, (int)csize, (int)bytes);
                     if (got != (int)bytes) {
                         bad = (long)j, err = got;
@@ -680,10 +683,13 @@ static PyObject *py_blocks_decode(PyObject *self, PyObject *args)
             }
             pos += csize;
         }
+        free(tmp);
         if (bad < 0)
             fields_unshuffle(&fs, d, (size_t)n, done);
         Py_END_ALLOW_THREADS
-        if (bad >= 0)
+        if (nomem)
+            PyErr_NoMemory();
+        else if (bad >= 0)
             PyErr_Format(PyExc_ValueError, "block %ld of the records is damaged (LZ4 %s %ld)", bad,
                          err < 0 ? "error at input byte" : "decoded bytes:", err < 0 ? -err - 1 : err);
         else
@@ -692,7 +698,6 @@ static PyObject *py_blocks_decode(PyObject *self, PyObject *args)
 finish:
     if (fields != Py_None)
         fields_release(&fs);
-    PyBuffer_Release(&scratch);
     PyMem_Free(done);
     if (rng != Py_None)
         PyBuffer_Release(&ranges);
@@ -715,7 +720,7 @@ static PyMethodDef methods[] = {
      "lz4_blocks($module, prefix, head, region, scratch, stride, cuts, tmp, /)\n--\n\n"
      "prefix + head + the BLZ2 block table and blocks of shuffle(region, stride), a block per cut."},
     {"blocks_decode", py_blocks_decode, METH_VARARGS,
-     "blocks_decode($module, src, dst, n, ranges, fields, tmp, /)\n--\n\n"
+     "blocks_decode($module, src, dst, n, ranges, fields, /)\n--\n\n"
      "Decode the BLZ2 blocks of src holding planes of ranges (None: all) into dst, then each\n"
      "(offset, width, out) of fields its records; the blocks decoded."},
     {"unshuffle_fields", py_unshuffle_fields, METH_VARARGS,

@@ -246,7 +246,7 @@ def _blocks_decode(
     """Decode the blocks of the BLZ2 value ``mv`` that hold ``ranges`` (None: all) into
     ``out``, then ``fields`` (`planes_of`)."""
     try:
-        _shuffle.blocks_decode(mv[HEAD_BYTES:], out, n, ranges, fields, scratch(len(out), 6))
+        _shuffle.blocks_decode(mv[HEAD_BYTES:], out, n, ranges, fields)
     except ValueError as e:
         raise VerifyError(f"{what}: compressed records do not decompress ({e})") from None
 

@@ -144,10 +144,3 @@ _C2 = shuffled.cuts((), 2)
 def test_lz4_blocks_refuses_what_it_cannot_do(args, message):
     with pytest.raises(ValueError, match=message):
         _shuffle.lz4_blocks(*args)
-
-
-def test_blocks_decode_refuses_a_tmp_smaller_than_dst():
-    value = shuffled.compress(bytes(4096), "lz4", 2, shuffled.cuts((), 2))
-    with pytest.raises(ValueError, match="tmp holds 4095 bytes, dst 4096"):
-        _shuffle.blocks_decode(value[shuffled.HEAD_BYTES :], bytearray(4096), 2048, None, (), bytearray(4095))
-    assert _shuffle.blocks_decode(value[shuffled.HEAD_BYTES :], bytearray(4096), 2048, None, (), bytearray(4096)) == 1
