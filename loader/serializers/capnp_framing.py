@@ -225,6 +225,10 @@ class CapnpSerializer(Serializer):
         #: the LZ4 blocks of a compressed value (shuffled.cuts): a field's planes each (its
         #: elements' if Cap'n Proto scattered it), a bool's byte, the gaps between
         self._blocks = shuffled.cuts(_bounds(layout), self._stride)
+        #: each run at its own offset, each bool alone in its own byte, nothing else below
+        #: the record size (gen://ticks): the record's planes are the data section's first
+        #: planes, shuffled in place (`_capnp_planes`)
+        self._planes_in_place = _planes_in_place(layout, self._zero_planes)
         #: (id of buf, weak reference to its records view) of the last buffer new_buffer
         #: made: encode_buffer of that very pair needs no check that the records lie in buf
         #: (two ctypes lookups, 2 us a batch). The view keeps buf alive: while it is, the id
@@ -433,6 +437,16 @@ class CapnpSerializer(Serializer):
         size, each run's planes copied to its place, a bool a bit of its byte's plane, every
         other plane zero. A thread's scratch buffer (valid until its next batch)."""
         n, lay = len(records), self.layout
+        if self._planes_in_place:
+            flat = shuffled.scratch(n * self._stride, 2)
+            shuffled.shuffle(_bytes_of(records).data, flat[: n * lay.record_size], lay.record_size)
+            out = np.frombuffer(flat, np.uint8).reshape(self._stride, n)
+            out[lay.record_size :] = 0
+            for _packed, bit in lay.capnp_bools:
+                plane = out[bit // 8]
+                np.not_equal(plane, 0, out=plane.view(bool))
+                plane <<= np.uint8(bit % 8)
+            return flat
         planes = shuffled.scratch(n * lay.record_size, 1)
         shuffled.shuffle(_bytes_of(records).data, planes, lay.record_size)
         src = np.frombuffer(planes, np.uint8).reshape(lay.record_size, n)
@@ -518,6 +532,20 @@ def _bounds(layout: Layout) -> list[int]:
             at = m.bit // 8
             out += [at, at + max(m.bits // 8, 1)]
     return out
+
+
+def _planes_in_place(layout: Layout, zero_planes: tuple[tuple[int, int], ...]) -> bool:
+    """Whether the shuffled records of ``layout`` are the first planes of its data sections
+    but for its bools' bytes (each a bool's own, at its packed offset) and zero planes past
+    the record size (`CapnpSerializer._capnp_planes`)."""
+    bools = layout.capnp_bools
+    bool_bytes = {bit // 8 for _packed, bit in bools}
+    return (
+        all(packed == at for packed, at, _size in layout.capnp_runs)
+        and all(bit // 8 == packed for packed, bit in bools)
+        and len(bool_bytes) == len(bools)
+        and all(lo >= layout.record_size or (hi - lo == 1 and lo in bool_bytes) for lo, hi in zero_planes)
+    )
 
 
 def _gaps(size: int, spans: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
