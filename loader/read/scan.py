@@ -29,6 +29,8 @@ overlap it are read: arrays/query.py), as one stream of batches.
 
 from __future__ import annotations
 
+import os
+import threading
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeAlias, TypeVar
@@ -40,7 +42,7 @@ from ..stores.health import batch_message, check_value
 from ..stores.values import ValueReader
 
 if TYPE_CHECKING:
-    from concurrent.futures import Future
+    from concurrent.futures import Future, ThreadPoolExecutor
 
     import numpy as np
     import pyarrow as pa
@@ -190,11 +192,7 @@ def read_batches(ds: Dataset, start: int, stop: int, dec: BatchDecoder[T]) -> It
                 readers.done(lease)
         return pool.submit(whole, b, view, v, dec.alloc(b, True), rd), lease  # alloc here: see scan_threads
 
-    pool = None
-    if threads > 1 and len(todo) > 1:
-        from concurrent.futures import ThreadPoolExecutor  # 9 ms to import: a read of one batch does without
-
-        pool = ThreadPoolExecutor(threads, thread_name_prefix="bulkload-scan")
+    pool = decoding_pool(threads) if threads > 1 and len(todo) > 1 else None
     try:
         it = iter(todo)
         while True:
@@ -222,9 +220,42 @@ def read_batches(ds: Dataset, start: int, stop: int, dec: BatchDecoder[T]) -> It
     finally:
         for f, _ in pending:
             f.cancel()
-        if pool is not None:
-            pool.shutdown(wait=True)
+        if pool is not None:  # the decodes still running read values of these transactions
+            from concurrent.futures import wait
+
+            wait([f for f, _ in pending if not isinstance(f, _Done)])
         readers.close()
+
+
+_pools: dict[int, ThreadPoolExecutor] = {}  # threads -> pool
+_pools_lock = threading.Lock()
+
+
+def _forked() -> None:
+    """In a forked child: its parent's pools have no threads here (and the lock may be held)."""
+    global _pools_lock
+    _pools.clear()
+    _pools_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
+def decoding_pool(threads: int) -> ThreadPoolExecutor:
+    """The process's pool of ``threads`` decoding threads, started by its first scan of more
+    than one batch and kept for the next ones (shared by concurrent scans: each takes its own
+    results, in order). A pool per scan cost each scan its threads' start and join: 1.2 ms, a
+    third of a 20-batch scan's time (ad hoc). A forked child starts its own (its parent's
+    threads are not in it)."""
+    pool = _pools.get(threads)
+    if pool is None:
+        with _pools_lock:
+            pool = _pools.get(threads)
+            if pool is None:
+                from concurrent.futures import ThreadPoolExecutor  # 9 ms to import: one batch does without
+
+                pool = _pools[threads] = ThreadPoolExecutor(threads, thread_name_prefix="bulkload-scan")
+    return pool
 
 
 #: values a scan reads through one read transaction of a shard before the next values
@@ -316,9 +347,7 @@ class ColumnsDecoder:
         self.zero_copy = ds.manifest.format == "capnp"
 
     def alloc(self, b: mf.BatchEntry, threaded: bool) -> dict[str, np.ndarray] | None:
-        import numpy as np
-
-        return {n: np.empty(b.count, dt) for n, dt in self.dtypes} if threaded else None
+        return pooled_columns(self.dtypes, b.count) if self.zero_copy else None  # Arrow: views
 
     def whole(self, b: mf.BatchEntry, value: Any, out: dict[str, np.ndarray] | None) -> pa.RecordBatch:
         from ..model.arrow_records import record_batch
@@ -331,9 +360,35 @@ class ColumnsDecoder:
 
         from ..model.arrow_records import record_batch
 
-        out = np.empty(hi - lo, self.ds.layout.dtype)
-        self.ds._records_into(out, b, lo, hi)
-        return record_batch({n: np.ascontiguousarray(out[n]) for n in self.decode}, self.ds.layout, self.names)
+        recs = pooled_columns([("", self.ds.layout.dtype)], hi - lo)[""]
+        self.ds._records_into(recs, b, lo, hi)
+        cols = pooled_columns(self.dtypes, hi - lo)
+        for n, col in cols.items():
+            np.copyto(col, recs[n])
+        return record_batch(cols, self.ds.layout, self.names)
+
+
+#: alignment of each column `pooled_columns` carves (Arrow's buffer alignment)
+ALIGN = 64
+
+
+def pooled_columns(dtypes: Sequence[tuple[str, np.dtype]], n: int) -> dict[str, np.ndarray]:
+    """Empty columns of ``n`` values of each of ``dtypes`` (name -> numpy array), carved out
+    of one buffer of Arrow's memory pool (each `ALIGN`-aligned), freed when the last of them
+    is. A scan's batch columns: numpy's own ~1 MB arrays are a fresh mmap each (or a glibc heap
+    trimmed back to the kernel), so every batch faulted its pages in again - about half of a
+    20-batch scan's time (ad hoc); the pool (mimalloc or jemalloc) keeps freed pages for the
+    next batches. Memory stays what the batches alive hold."""
+    import numpy as np
+    import pyarrow as pa  # heavy: only readers of batches need it
+
+    sizes = [(n * dt.itemsize + ALIGN - 1) // ALIGN * ALIGN for _, dt in dtypes]
+    raw = np.frombuffer(pa.allocate_buffer(max(sum(sizes), 1)), np.uint8)
+    cols, at = {}, 0
+    for (name, dt), size in zip(dtypes, sizes):
+        cols[name] = np.ndarray(n, dt, raw.data, at)  # a subarray type: shape (n, k)
+        at += size
+    return cols
 
 
 class RecordsDecoder:
@@ -347,10 +402,8 @@ class RecordsDecoder:
         self.ds, self.out, self.start = ds, out, start
 
     def _slice(self, b: mf.BatchEntry, lo: int, hi: int) -> np.ndarray:
-        import numpy as np
-
         if self.out is None:
-            return np.empty(hi - lo, self.ds.layout.dtype)
+            return pooled_columns([("", self.ds.layout.dtype)], hi - lo)[""]
         at = b.first + lo - self.start
         return self.out[at : at + hi - lo]
 
