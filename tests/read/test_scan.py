@@ -361,3 +361,53 @@ def test_a_forked_child_scans_with_threads_of_its_own(uri, monkeypatch):
             os.waitpid(pid, 0)
             pytest.fail("the forked child's scan hung")
     assert os.waitstatus_to_exitcode(done[1]) == 0
+
+
+MAPPED_SCRIPT = """
+import sys
+
+import loader
+import loader.read.scan
+
+loader.read.scan.RESIDENT_BYTES = 1 << 20  # past 1 MB of values read, pages are released once used
+
+
+def mapped_kib():  # this process's resident pages of the shards' data.mdb
+    kib, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if head and "-" in head[0] and len(head) >= 5:  # a mapping's first line
+                inside = len(head) >= 6 and head[-1].endswith("data.mdb") and "shard-" in head[-1]
+            elif inside and head[0] == "Rss:":
+                kib += int(head[1])
+    return kib
+
+
+with loader.open(sys.argv[1]) as ds:
+    assert getattr(ds, sys.argv[2])() is not None
+    kept = mapped_kib()
+    assert ds.scan().read_all().num_rows == 100000
+    print(kept, mapped_kib())
+"""
+
+
+@pytest.mark.parametrize("read", ["to_arrow", "read_records"])
+def test_a_whole_read_keeps_the_store_pages_it_read_mapped_up_to_its_output_size(tmp_path, read):
+    """A read into an output allocated whole (to_arrow, read_records) does not release the
+    pages of the values it read past RESIDENT_BYTES while they are fewer than its output's
+    bytes: released, the next read faulted every page in again (20-33 % of a repeated full
+    read of 20M ticks). A scan still releases them (its memory stays a few batches)."""
+    import subprocess
+    import sys
+
+    u = f"lmdb://{tmp_path}/ds"
+    loader.load(
+        "gen://scidb96?n=100000", u, compression="none", shards=1, workers=1, batch_records=5000, progress="none"
+    )
+    p = subprocess.run([sys.executable, "-c", MAPPED_SCRIPT, u, read], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    kept, after_scan = map(int, p.stdout.split())
+    records_kib = 100000 * 96 // 1024  # 9,375: uncompressed, the values are as big as the records
+    assert kept > records_kib / 2, f"{kept} KiB of the store kept mapped after {read}"
+    assert after_scan < records_kib / 2, f"{after_scan} KiB of the store still mapped after a scan"
