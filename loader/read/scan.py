@@ -29,10 +29,11 @@ overlap it are read: arrays/query.py), as one stream of batches.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeAlias, TypeVar
 
 from ..errors import CorruptBatchError, UsageError
@@ -161,13 +162,16 @@ def read_batches(ds: Dataset, start: int, stop: int, dec: BatchDecoder[T]) -> It
     Polars, DuckDB). Batches are looked up once (`Dataset.batches_covering`); every batch
     read whole has its value checked by ``dec.whole``; a batch of which only part is read
     takes ``dec.part`` (`Dataset._records_into`: checked whole by default, in the
-    random-read mode only the records' pages). Decoded by `scan_threads` threads, in order,
-    at most `READAHEAD` batches in flight per thread; each value's bytes are counted in
+    random-read mode only the records' pages). Decoded by `scan_threads` threads (the
+    process's `decoding_pool`), in order, at most `READAHEAD` batches in flight per thread;
+    the next batch due that no thread has started yet is decoded by the reading thread
+    itself, not waited for (the threads may be busy with another scan's batches; and a
+    handoff costs tens of microseconds a batch on a busy machine); each value's bytes are counted in
     `Dataset.read_stats`. UsageError when the dataset is closed (its pin released) while
     this is still being read."""
     todo = ds.batches_covering(start, stop)
     threads = scan_threads()
-    pending: deque[tuple[_Done[T] | Future[T], _Lease | None]] = deque()
+    pending: deque[tuple[_Done[T] | Future[T], _Lease | None, Callable[[], T] | None]] = deque()
     mapped = [0]  # bytes of values read through the map so far
     readers = _Leases(ds)
     keep = max(RESIDENT_BYTES, dec.output_bytes)  # see fetched
@@ -178,7 +182,7 @@ def read_batches(ds: Dataset, start: int, stop: int, dec: BatchDecoder[T]) -> It
             rd.release(view)
         return result
 
-    def fetched(b: mf.BatchEntry) -> tuple[_Done[T] | Future[T], _Lease | None]:
+    def fetched(b: mf.BatchEntry) -> tuple[_Done[T] | Future[T], _Lease | None, Callable[[], T] | None]:
         """Batch ``b`` decoded (or, with threads, being decoded) from its value read through
         a zero-copy view, and the lease of that view's transaction (None: done with). A
         decoder whose result would view the value gets a copy. Past `RESIDENT_BYTES` of
@@ -194,10 +198,11 @@ def read_batches(ds: Dataset, start: int, stop: int, dec: BatchDecoder[T]) -> It
         v = bytes(view) if rd.view is not None and not dec.zero_copy else view
         if pool is None:
             try:
-                return _Done(whole(b, view, v, dec.alloc(b, False), rd)), None
+                return _Done(whole(b, view, v, dec.alloc(b, False), rd)), None, None
             finally:
                 readers.done(lease)
-        return pool.submit(whole, b, view, v, dec.alloc(b, True), rd), lease  # alloc here: see scan_threads
+        task = functools.partial(whole, b, view, v, dec.alloc(b, True), rd)  # alloc here: see scan_threads
+        return pool.submit(task), lease, task
 
     pool = decoding_pool(threads) if threads > 1 and len(todo) > 1 else None
     try:
@@ -214,23 +219,24 @@ def read_batches(ds: Dataset, start: int, stop: int, dec: BatchDecoder[T]) -> It
                     )
                 lo, hi = max(start, b.first) - b.first, min(stop, b.first + b.count) - b.first
                 if hi - lo < b.count:
-                    pending.append((_Done(dec.part(b, lo, hi)), None))
+                    pending.append((_Done(dec.part(b, lo, hi)), None, None))
                 else:
                     pending.append(fetched(b))
             if not pending:
                 return
-            done, lease = pending.popleft()
-            result = done.result()
+            done, lease, task = pending.popleft()
+            # not started yet (the threads are busy, or not yet awake): decoded here, not waited for
+            result = task() if task is not None and done.cancel() else done.result()
             if lease is not None:
                 readers.done(lease)
             yield result
     finally:
-        for f, _ in pending:
+        for f, _, _ in pending:
             f.cancel()
         if pool is not None:  # the decodes still running read values of these transactions
             from concurrent.futures import wait
 
-            wait([f for f, _ in pending if not isinstance(f, _Done)])
+            wait([f for f, _, _ in pending if not isinstance(f, _Done)])
         readers.close()
 
 

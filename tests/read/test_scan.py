@@ -411,3 +411,28 @@ def test_a_whole_read_keeps_the_store_pages_it_read_mapped_up_to_its_output_size
     records_kib = 100000 * 96 // 1024  # 9,375: uncompressed, the values are as big as the records
     assert kept > records_kib / 2, f"{kept} KiB of the store kept mapped after {read}"
     assert after_scan < records_kib / 2, f"{after_scan} KiB of the store still mapped after a scan"
+
+
+def test_a_scan_decodes_its_batches_itself_while_the_shared_threads_are_busy(uri, monkeypatch):
+    """The decoding threads are shared by the process's scans: a scan whose batches wait
+    behind other work (another scan's, or a slow consumer's) decodes them in its reading
+    thread rather than waiting for a thread to come free."""
+    import threading
+    import time
+
+    from loader.read.scan import decoding_pool
+
+    monkeypatch.setenv("BULKLOAD_SCAN_THREADS", "2")
+    release = threading.Event()
+    busy = [decoding_pool(2).submit(release.wait, 20) for _ in range(2)]  # both threads taken
+    try:
+        with loader.open(uri) as ds:
+            t = time.monotonic()
+            got = ds.scan(columns=["i1"]).read_all()
+            took = time.monotonic() - t
+            assert got.column("i1").to_pylist() == ds.read_records()["i1"].tolist()
+    finally:
+        release.set()
+        for f in busy:
+            f.result()
+    assert took < 10, f"the scan waited {took:.1f} s for the busy threads"
