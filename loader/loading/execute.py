@@ -16,6 +16,7 @@ from ..stores.health import existing_shards
 from ..stores.registry import open_in_this_process
 from ..stores.spec import StoreSpec
 from .commit import Committer
+from .early_pool import in_process_limit
 from .feeder import run_stream
 from .job import RunSettings
 from .messages import LoadReceipt
@@ -23,18 +24,6 @@ from .options import checkpoint_settings
 from .plan import Plan
 from .task import LoadTask, RunTable, WriteSettings
 from .worker import load_worker
-
-#: a run with at most this many bytes of records to write runs in-process (see above)
-IN_PROCESS_BYTES = 256 << 20
-IN_PROCESS_COMPRESSED_BYTES = 1 << 30
-IN_PROCESS_KEYED_BYTES = 16 << 20
-
-
-def in_process_limit(compression: str, keyed: bool = False) -> int:
-    """Most bytes of records a run of this compression (and kind) runs in-process (module docstring)."""
-    if keyed:
-        return IN_PROCESS_KEYED_BYTES
-    return IN_PROCESS_BYTES if compression == "none" else IN_PROCESS_COMPRESSED_BYTES
 
 
 @dataclass(frozen=True)

@@ -270,6 +270,7 @@ class _StoredValues:
     capnp`` of an uncompressed capnp dataset: they are already standard messages)."""
 
     zero_copy = False  # the value is the result: a copy of it, not a view of the map
+    output_bytes = 0  # a stream
 
     def __init__(self, ds: Dataset) -> None:
         self.ds = ds

@@ -29,8 +29,11 @@ overlap it are read: arrays/query.py), as one stream of batches.
 
 from __future__ import annotations
 
+import functools
+import os
+import threading
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeAlias, TypeVar
 
 from ..errors import CorruptBatchError, UsageError
@@ -40,7 +43,7 @@ from ..stores.health import batch_message, check_value
 from ..stores.values import ValueReader
 
 if TYPE_CHECKING:
-    from concurrent.futures import Future
+    from concurrent.futures import Future, ThreadPoolExecutor
 
     import numpy as np
     import pyarrow as pa
@@ -135,6 +138,9 @@ class BatchDecoder(Protocol[T_co]):
 
     #: whether `whole` may decode a zero-copy view of the value (its result never views it)
     zero_copy: bool
+    #: bytes of the output allocated whole in advance (`read_table`, `read_records`; 0: a
+    #: stream of batches): the read keeps up to that many bytes of the values it read mapped
+    output_bytes: int
 
     def alloc(self, b: mf.BatchEntry, threaded: bool) -> Any:
         """The memory `whole` fills for batch ``b`` (allocated in the reading thread: see
@@ -156,28 +162,35 @@ def read_batches(ds: Dataset, start: int, stop: int, dec: BatchDecoder[T]) -> It
     Polars, DuckDB). Batches are looked up once (`Dataset.batches_covering`); every batch
     read whole has its value checked by ``dec.whole``; a batch of which only part is read
     takes ``dec.part`` (`Dataset._records_into`: checked whole by default, in the
-    random-read mode only the records' pages). Decoded by `scan_threads` threads, in order,
-    at most `READAHEAD` batches in flight per thread; each value's bytes are counted in
+    random-read mode only the records' pages). Decoded by `scan_threads` threads (the
+    process's `decoding_pool`), in order, at most `READAHEAD` batches in flight per thread;
+    the next batch due that no thread has started yet is decoded by the reading thread
+    itself, not waited for (the threads may be busy with another scan's batches; and a
+    handoff costs tens of microseconds a batch on a busy machine); each value's bytes are counted in
     `Dataset.read_stats`. UsageError when the dataset is closed (its pin released) while
     this is still being read."""
     todo = ds.batches_covering(start, stop)
     threads = scan_threads()
-    pending: deque[tuple[_Done[T] | Future[T], _Lease | None]] = deque()
+    pending: deque[tuple[_Done[T] | Future[T], _Lease | None, Callable[[], T] | None]] = deque()
     mapped = [0]  # bytes of values read through the map so far
     readers = _Leases(ds)
+    keep = max(RESIDENT_BYTES, dec.output_bytes)  # see fetched
 
     def whole(b: mf.BatchEntry, view: Any, value: Any, out: Any, rd: ValueReader) -> T:
         result = dec.whole(b, value, out)
-        if mapped[0] > RESIDENT_BYTES:
+        if mapped[0] > keep:
             rd.release(view)
         return result
 
-    def fetched(b: mf.BatchEntry) -> tuple[_Done[T] | Future[T], _Lease | None]:
+    def fetched(b: mf.BatchEntry) -> tuple[_Done[T] | Future[T], _Lease | None, Callable[[], T] | None]:
         """Batch ``b`` decoded (or, with threads, being decoded) from its value read through
         a zero-copy view, and the lease of that view's transaction (None: done with). A
         decoder whose result would view the value gets a copy. Past `RESIDENT_BYTES` of
         values, each value's mapped pages are released once decoded: a scan's resident set
-        stays bounded, not the part of the store it has read."""
+        stays bounded, not the part of the store it has read. A read into an output allocated
+        whole keeps as many bytes of values mapped as that output holds (at most twice its
+        size resident): released, the next read of them faulted every 4 KiB page in again,
+        20-33 % of a repeated full read of 20M ticks or random-valued scidb96 records (ad hoc)."""
         lease = readers.lease(b.shard)
         rd = lease.rd
         view = ds._value(b, rd)
@@ -185,16 +198,13 @@ def read_batches(ds: Dataset, start: int, stop: int, dec: BatchDecoder[T]) -> It
         v = bytes(view) if rd.view is not None and not dec.zero_copy else view
         if pool is None:
             try:
-                return _Done(whole(b, view, v, dec.alloc(b, False), rd)), None
+                return _Done(whole(b, view, v, dec.alloc(b, False), rd)), None, None
             finally:
                 readers.done(lease)
-        return pool.submit(whole, b, view, v, dec.alloc(b, True), rd), lease  # alloc here: see scan_threads
+        task = functools.partial(whole, b, view, v, dec.alloc(b, True), rd)  # alloc here: see scan_threads
+        return pool.submit(task), lease, task
 
-    pool = None
-    if threads > 1 and len(todo) > 1:
-        from concurrent.futures import ThreadPoolExecutor  # 9 ms to import: a read of one batch does without
-
-        pool = ThreadPoolExecutor(threads, thread_name_prefix="bulkload-scan")
+    pool = decoding_pool(threads) if threads > 1 and len(todo) > 1 else None
     try:
         it = iter(todo)
         while True:
@@ -209,22 +219,56 @@ def read_batches(ds: Dataset, start: int, stop: int, dec: BatchDecoder[T]) -> It
                     )
                 lo, hi = max(start, b.first) - b.first, min(stop, b.first + b.count) - b.first
                 if hi - lo < b.count:
-                    pending.append((_Done(dec.part(b, lo, hi)), None))
+                    pending.append((_Done(dec.part(b, lo, hi)), None, None))
                 else:
                     pending.append(fetched(b))
             if not pending:
                 return
-            done, lease = pending.popleft()
-            result = done.result()
+            done, lease, task = pending.popleft()
+            # not started yet (the threads are busy, or not yet awake): decoded here, not waited for
+            result = task() if task is not None and done.cancel() else done.result()
             if lease is not None:
                 readers.done(lease)
             yield result
     finally:
-        for f, _ in pending:
+        for f, _, _ in pending:
             f.cancel()
-        if pool is not None:
-            pool.shutdown(wait=True)
+        if pool is not None:  # the decodes still running read values of these transactions
+            from concurrent.futures import wait
+
+            wait([f for f, _, _ in pending if not isinstance(f, _Done)])
         readers.close()
+
+
+_pools: dict[int, ThreadPoolExecutor] = {}  # threads -> pool
+_pools_lock = threading.Lock()
+
+
+def _forked() -> None:
+    """In a forked child: its parent's pools have no threads here (and the lock may be held)."""
+    global _pools_lock
+    _pools.clear()
+    _pools_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
+def decoding_pool(threads: int) -> ThreadPoolExecutor:
+    """The process's pool of ``threads`` decoding threads, started by its first scan of more
+    than one batch and kept for the next ones (shared by concurrent scans: each takes its own
+    results, in order). A pool per scan cost each scan its threads' start and join: 1.2 ms, a
+    third of a 20-batch scan's time (ad hoc). A forked child starts its own (its parent's
+    threads are not in it)."""
+    pool = _pools.get(threads)
+    if pool is None:
+        with _pools_lock:
+            pool = _pools.get(threads)
+            if pool is None:
+                from concurrent.futures import ThreadPoolExecutor  # 9 ms to import: one batch does without
+
+                pool = _pools[threads] = ThreadPoolExecutor(threads, thread_name_prefix="bulkload-scan")
+    return pool
 
 
 #: values a scan reads through one read transaction of a shard before the next values
@@ -314,11 +358,10 @@ class ColumnsDecoder:
         # Cap'n Proto columns are always new memory (decompressed, or gathered): they may be
         # decoded from a zero-copy value (Arrow columns are views of the value: not those)
         self.zero_copy = ds.manifest.format == "capnp"
+        self.output_bytes = 0  # a stream
 
     def alloc(self, b: mf.BatchEntry, threaded: bool) -> dict[str, np.ndarray] | None:
-        import numpy as np
-
-        return {n: np.empty(b.count, dt) for n, dt in self.dtypes} if threaded else None
+        return pooled_columns(self.dtypes, b.count) if self.zero_copy else None  # Arrow: views
 
     def whole(self, b: mf.BatchEntry, value: Any, out: dict[str, np.ndarray] | None) -> pa.RecordBatch:
         from ..model.arrow_records import record_batch
@@ -331,9 +374,35 @@ class ColumnsDecoder:
 
         from ..model.arrow_records import record_batch
 
-        out = np.empty(hi - lo, self.ds.layout.dtype)
-        self.ds._records_into(out, b, lo, hi)
-        return record_batch({n: np.ascontiguousarray(out[n]) for n in self.decode}, self.ds.layout, self.names)
+        recs = pooled_columns([("", self.ds.layout.dtype)], hi - lo)[""]
+        self.ds._records_into(recs, b, lo, hi)
+        cols = pooled_columns(self.dtypes, hi - lo)
+        for n, col in cols.items():
+            np.copyto(col, recs[n])
+        return record_batch(cols, self.ds.layout, self.names)
+
+
+#: alignment of each column `pooled_columns` carves (Arrow's buffer alignment)
+ALIGN = 64
+
+
+def pooled_columns(dtypes: Sequence[tuple[str, np.dtype]], n: int) -> dict[str, np.ndarray]:
+    """Empty columns of ``n`` values of each of ``dtypes`` (name -> numpy array), carved out
+    of one buffer of Arrow's memory pool (each `ALIGN`-aligned), freed when the last of them
+    is. A scan's batch columns: numpy's own ~1 MB arrays are a fresh mmap each (or a glibc heap
+    trimmed back to the kernel), so every batch faulted its pages in again - about half of a
+    20-batch scan's time (ad hoc); the pool (mimalloc or jemalloc) keeps freed pages for the
+    next batches. Memory stays what the batches alive hold."""
+    import numpy as np
+    import pyarrow as pa  # heavy: only readers of batches need it
+
+    sizes = [(n * dt.itemsize + ALIGN - 1) // ALIGN * ALIGN for _, dt in dtypes]
+    raw = np.frombuffer(pa.allocate_buffer(max(sum(sizes), 1)), np.uint8)
+    cols, at = {}, 0
+    for (name, dt), size in zip(dtypes, sizes):
+        cols[name] = np.ndarray(n, dt, raw.data, at)  # a subarray type: shape (n, k)
+        at += size
+    return cols
 
 
 class RecordsDecoder:
@@ -345,12 +414,11 @@ class RecordsDecoder:
 
     def __init__(self, ds: Dataset, out: np.ndarray | None = None, start: int = 0) -> None:
         self.ds, self.out, self.start = ds, out, start
+        self.output_bytes = 0 if out is None else out.nbytes
 
     def _slice(self, b: mf.BatchEntry, lo: int, hi: int) -> np.ndarray:
-        import numpy as np
-
         if self.out is None:
-            return np.empty(hi - lo, self.ds.layout.dtype)
+            return pooled_columns([("", self.ds.layout.dtype)], hi - lo)[""]
         at = b.first + lo - self.start
         return self.out[at : at + hi - lo]
 
@@ -379,6 +447,7 @@ class TableDecoder:
 
     def __init__(self, ds: Dataset, decode: list[str], whole: dict[str, np.ndarray], start: int) -> None:
         self.ds, self.decode, self.cols, self.start = ds, decode, whole, start
+        self.output_bytes = sum(c.nbytes for c in whole.values())
 
     def _slices(self, b: mf.BatchEntry, lo: int, hi: int) -> dict[str, np.ndarray]:
         at = b.first + lo - self.start

@@ -287,3 +287,152 @@ def test_scan_reads_every_backend(store_uri, fmt):
         t = ds.scan(columns=["d5", "i0"], records=(250, 2400)).read_all()
         assert t.column("d5").to_pylist() == want["d5"][250:2400].tolist()
         assert t.column("i0").to_pylist() == want["i0"][250:2400].tolist()
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+@pytest.mark.parametrize("read", ["scan", "iter_batches"])
+def test_a_repeated_scan_reuses_its_batches_memory_not_faulting_it_in_again(tmp_path, monkeypatch, threads, read):
+    """A scan's batches are new memory each; once a scan's batches are freed, the next scan's
+    come from the same pages (Arrow's pool), not from fresh pages faulted in one by one
+    (numpy's ~1 MB arrays were: half of a 20-batch scan's time)."""
+    import resource
+
+    monkeypatch.setenv("BULKLOAD_SCAN_THREADS", threads)
+    u = f"lmdb://{tmp_path}/ds"
+    loader.load("gen://scidb96?n=100000", u, shards=1, workers=1, batch_records=10000, progress="none")
+
+    def faults() -> int:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+    with loader.open(u) as ds:
+        for _ in range(3):  # the last one counted: the pool then holds the pages of the first
+            before = faults()
+            rows = ds.scan().read_all().num_rows if read == "scan" else sum(len(r) for _, r in ds.iter_batches())
+            got = faults() - before
+        assert rows == 100000
+        pages = 100000 * 96 // 4096  # of the decoded records: 2,343
+        assert got < pages // 4, f"{got} page faults in a scan of {pages} pages of records"
+
+
+def _scan_threads_while_reading(ds) -> list:
+    """The decoding threads alive while a scan of several batches is being read."""
+    import threading
+
+    rd = ds.scan()
+    rd.read_next_batch()
+    alive = [t for t in threading.enumerate() if t.name.startswith("bulkload-scan")]
+    rd.read_all()
+    return alive
+
+
+def test_repeated_scans_reuse_the_decoding_threads_not_start_their_own(uri, monkeypatch):
+    """Starting and joining a scan's own threads cost each scan 1.2 ms (a third of a
+    20-batch scan's time): scans share the process's decoding threads."""
+    monkeypatch.setenv("BULKLOAD_SCAN_THREADS", "2")
+    with loader.open(uri) as ds:
+        first = _scan_threads_while_reading(ds)
+        second = _scan_threads_while_reading(ds)
+    assert first and second
+    assert all(any(t is s for s in first) for t in second), "the second scan started threads of its own"
+
+
+def test_a_forked_child_scans_with_threads_of_its_own(uri, monkeypatch):
+    """The decoding threads are not inherited by a fork (none of them runs there): a child's
+    scan starts its own and reads every record."""
+    import os
+
+    monkeypatch.setenv("BULKLOAD_SCAN_THREADS", "2")
+    with loader.open(uri) as ds:
+        assert _scan_threads_while_reading(ds)
+        pid = os.fork()
+        if pid == 0:  # the child: no pytest machinery; its exit status says what it read
+            try:
+                ok = ds.scan().read_all().num_rows == N and _scan_threads_while_reading(ds)
+            except BaseException:
+                ok = False
+            os._exit(0 if ok else 1)
+        import time
+
+        deadline = time.monotonic() + 60
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if done[0] == 0:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child's scan hung")
+    assert os.waitstatus_to_exitcode(done[1]) == 0
+
+
+MAPPED_SCRIPT = """
+import sys
+
+import loader
+import loader.read.scan
+
+loader.read.scan.RESIDENT_BYTES = 1 << 20  # past 1 MB of values read, pages are released once used
+
+
+def mapped_kib():  # this process's resident pages of the shards' data.mdb
+    kib, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if head and "-" in head[0] and len(head) >= 5:  # a mapping's first line
+                inside = len(head) >= 6 and head[-1].endswith("data.mdb") and "shard-" in head[-1]
+            elif inside and head[0] == "Rss:":
+                kib += int(head[1])
+    return kib
+
+
+with loader.open(sys.argv[1]) as ds:
+    assert getattr(ds, sys.argv[2])() is not None
+    kept = mapped_kib()
+    assert ds.scan().read_all().num_rows == 100000
+    print(kept, mapped_kib())
+"""
+
+
+@pytest.mark.parametrize("read", ["to_arrow", "read_records"])
+def test_a_whole_read_keeps_the_store_pages_it_read_mapped_up_to_its_output_size(tmp_path, read):
+    """A read into an output allocated whole (to_arrow, read_records) does not release the
+    pages of the values it read past RESIDENT_BYTES while they are fewer than its output's
+    bytes: released, the next read faulted every page in again (20-33 % of a repeated full
+    read of 20M ticks). A scan still releases them (its memory stays a few batches)."""
+    import subprocess
+    import sys
+
+    u = f"lmdb://{tmp_path}/ds"
+    loader.load(
+        "gen://scidb96?n=100000", u, compression="none", shards=1, workers=1, batch_records=5000, progress="none"
+    )
+    p = subprocess.run([sys.executable, "-c", MAPPED_SCRIPT, u, read], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    kept, after_scan = map(int, p.stdout.split())
+    records_kib = 100000 * 96 // 1024  # 9,375: uncompressed, the values are as big as the records
+    assert kept > records_kib / 2, f"{kept} KiB of the store kept mapped after {read}"
+    assert after_scan < records_kib / 2, f"{after_scan} KiB of the store still mapped after a scan"
+
+
+def test_a_scan_decodes_its_batches_itself_while_the_shared_threads_are_busy(uri, monkeypatch):
+    """The decoding threads are shared by the process's scans: a scan whose batches wait
+    behind other work (another scan's, or a slow consumer's) decodes them in its reading
+    thread rather than waiting for a thread to come free."""
+    import threading
+    import time
+
+    from loader.read.scan import decoding_pool
+
+    monkeypatch.setenv("BULKLOAD_SCAN_THREADS", "2")
+    release = threading.Event()
+    busy = [decoding_pool(2).submit(release.wait, 20) for _ in range(2)]  # both threads taken
+    try:
+        with loader.open(uri) as ds:
+            t = time.monotonic()
+            got = ds.scan(columns=["i1"]).read_all()
+            took = time.monotonic() - t
+            assert got.column("i1").to_pylist() == ds.read_records()["i1"].tolist()
+    finally:
+        release.set()
+        for f in busy:
+            f.result()
+    assert took < 10, f"the scan waited {took:.1f} s for the busy threads"
