@@ -133,11 +133,16 @@ def dask_timeout() -> float:
 
 def scan_threads() -> int:
     """``$BULKLOAD_SCAN_THREADS``: a scan's decoding threads (0, the default: the cores, at most 4)."""
-    n = number("BULKLOAD_SCAN_THREADS", 0, integer=True)
+    n = scan_threads_given()
     if n:
         return n
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(1, min(4, cores))
+
+
+def scan_threads_given() -> int:
+    """``$BULKLOAD_SCAN_THREADS`` as set (0: not set, or 0)."""
+    return int(number("BULKLOAD_SCAN_THREADS", 0, integer=True))
 
 
 def check() -> None:

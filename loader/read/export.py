@@ -274,6 +274,7 @@ class _StoredValues:
 
     def __init__(self, ds: Dataset) -> None:
         self.ds = ds
+        self.row_bytes = ds.layout.record_size  # (checked: an xxh3 of the value a batch)
 
     def alloc(self, b: mf.BatchEntry, threaded: bool) -> None:
         return None

@@ -68,6 +68,9 @@ READAHEAD = 2
 #: but a fault per 4 KiB page): releasing from the first byte cost 40 % of a repeated
 #: 192 MB uncompressed scan (ad hoc); keeping every page kept 264 MB resident for it.
 RESIDENT_BYTES = 256 << 20
+#: decoded bytes of a batch below which the reading thread decodes it itself, threads or not:
+#: handing it to a thread and back costs more than its decode (see `read_batches`)
+THREADED_BATCH_BYTES = 256 << 10
 
 
 def scan_threads() -> int:
@@ -141,6 +144,8 @@ class BatchDecoder(Protocol[T_co]):
     #: bytes of the output allocated whole in advance (`read_table`, `read_records`; 0: a
     #: stream of batches): the read keeps up to that many bytes of the values it read mapped
     output_bytes: int
+    #: bytes `whole` writes per record (the decoded columns' widths)
+    row_bytes: int
 
     def alloc(self, b: mf.BatchEntry, threaded: bool) -> Any:
         """The memory `whole` fills for batch ``b`` (allocated in the reading thread: see
@@ -154,6 +159,18 @@ class BatchDecoder(Protocol[T_co]):
     def part(self, b: mf.BatchEntry, lo: int, hi: int) -> T_co:
         """Records [lo, hi) of batch ``b`` (fewer than it holds)."""
         ...
+
+
+def threaded(dec: BatchDecoder[Any], todo: list[mf.BatchEntry], threads: int) -> bool:
+    """Whether `read_batches` hands the batches ``todo`` to ``threads`` decoding threads: with
+    several of both, when ``BULKLOAD_SCAN_THREADS`` is set or a batch decodes to at least
+    `THREADED_BATCH_BYTES`. A narrow scan's batch (one column of 10,000 scidb96 records:
+    80 KB, ~10 us to decode) costs more to hand over and back than to decode: one column of
+    20M records read 0.11 s with 2 threads, 0.06 s in the reading thread (ad hoc)."""
+    if threads < 2 or len(todo) < 2:
+        return False
+    wide = max(b.count for b in todo[:4]) * dec.row_bytes >= THREADED_BATCH_BYTES
+    return wide or bool(env.scan_threads_given())
 
 
 def read_batches(ds: Dataset, start: int, stop: int, dec: BatchDecoder[T]) -> Iterator[T]:
@@ -204,7 +221,7 @@ def read_batches(ds: Dataset, start: int, stop: int, dec: BatchDecoder[T]) -> It
         task = functools.partial(whole, b, view, v, dec.alloc(b, True), rd)  # alloc here: see scan_threads
         return pool.submit(task), lease, task
 
-    pool = decoding_pool(threads) if threads > 1 and len(todo) > 1 else None
+    pool = decoding_pool(threads) if threaded(dec, todo, threads) else None
     try:
         it = iter(todo)
         while True:
@@ -359,6 +376,7 @@ class ColumnsDecoder:
         # decoded from a zero-copy value (Arrow columns are views of the value: not those)
         self.zero_copy = ds.manifest.format == "capnp"
         self.output_bytes = 0  # a stream
+        self.row_bytes = sum(dt.itemsize for _n, dt in self.dtypes)
 
     def alloc(self, b: mf.BatchEntry, threaded: bool) -> dict[str, np.ndarray] | None:
         return pooled_columns(self.dtypes, b.count) if self.zero_copy else None  # Arrow: views
@@ -415,6 +433,7 @@ class RecordsDecoder:
     def __init__(self, ds: Dataset, out: np.ndarray | None = None, start: int = 0) -> None:
         self.ds, self.out, self.start = ds, out, start
         self.output_bytes = 0 if out is None else out.nbytes
+        self.row_bytes = ds.layout.record_size
 
     def _slice(self, b: mf.BatchEntry, lo: int, hi: int) -> np.ndarray:
         if self.out is None:
@@ -448,6 +467,7 @@ class TableDecoder:
     def __init__(self, ds: Dataset, decode: list[str], whole: dict[str, np.ndarray], start: int) -> None:
         self.ds, self.decode, self.cols, self.start = ds, decode, whole, start
         self.output_bytes = sum(c.nbytes for c in whole.values())
+        self.row_bytes = sum(whole[n].dtype.itemsize for n in decode if n in whole)
 
     def _slices(self, b: mf.BatchEntry, lo: int, hi: int) -> dict[str, np.ndarray]:
         at = b.first + lo - self.start
