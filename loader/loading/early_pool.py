@@ -13,7 +13,6 @@ imports nothing heavy: the command calls it before the loading modules are impor
 from __future__ import annotations
 
 import os
-import threading
 from urllib.parse import parse_qs, urlsplit
 
 #: a run with at most this many bytes of records to write runs in-process (module docstring)
@@ -45,17 +44,14 @@ def prewarm_early(
         return
     if not sources or not all(isinstance(s, str) and s != "-" for s in sources):
         return
-    threading.Thread(target=_start_if_needed, args=(sources, workers), name="bulkload-early", daemon=True).start()
-
-
-def _start_if_needed(sources: list[str], workers: int | None) -> None:
-    try:
-        if workers or sum_bytes(sources) > max(IN_PROCESS_BYTES, IN_PROCESS_COMPRESSED_BYTES, IN_PROCESS_KEYED_BYTES):
-            from ..infra import pool
-
-            pool.prewarm()
+    try:  # (in this thread: a small load starts no thread here)
+        big = bool(workers) or sum_bytes(sources) > max(IN_PROCESS_BYTES, IN_PROCESS_COMPRESSED_BYTES)
     except Exception:  # unknown sizes, a layout not found: the run's own prewarm decides
-        pass
+        return
+    if big:
+        from ..infra import pool
+
+        pool.prewarm()  # (a thread of its own starts the forkserver)
 
 
 def sum_bytes(sources: list[str]) -> int:

@@ -16,8 +16,8 @@ from multiprocessing import forkserver
 from loader.loading.early_pool import prewarm_early
 dataset, source, workers, engine = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3]) or None, sys.argv[4] or None
 prewarm_early(dataset, source, workers, engine, None)
-while waiting := [t for t in threading.enumerate() if t.name in ("bulkload-early", "bulkload-prewarm")]:
-    waiting[0].join(30)  # (the early thread starts the prewarm thread)
+while waiting := [t for t in threading.enumerate() if t.name == "bulkload-prewarm"]:
+    waiting[0].join(30)
 started = forkserver._forkserver._forkserver_pid is not None
 print("started" if started else "none")
 """
