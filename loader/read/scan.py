@@ -70,7 +70,7 @@ READAHEAD = 2
 RESIDENT_BYTES = 256 << 20
 #: decoded bytes of a batch below which the reading thread decodes it itself, threads or not:
 #: handing it to a thread and back costs more than its decode (see `read_batches`)
-THREADED_BATCH_BYTES = 256 << 10
+THREADED_BATCH_BYTES = 512 << 10
 
 
 def scan_threads() -> int:
@@ -165,8 +165,10 @@ def threaded(dec: BatchDecoder[Any], todo: list[mf.BatchEntry], threads: int) ->
     """Whether `read_batches` hands the batches ``todo`` to ``threads`` decoding threads: with
     several of both, when ``BULKLOAD_SCAN_THREADS`` is set or a batch decodes to at least
     `THREADED_BATCH_BYTES`. A narrow scan's batch (one column of 10,000 scidb96 records:
-    80 KB, ~10 us to decode) costs more to hand over and back than to decode: one column of
-    20M records read 0.11 s with 2 threads, 0.06 s in the reading thread (ad hoc)."""
+    80 KB, ~10 us to decode) costs more to hand over and back than to decode. 20M scidb96
+    records, 2 threads / the reading thread alone (ad hoc, quiet, medians of 5): 1 column
+    0.114 / 0.062 s, 3 columns 0.148 / 0.090, 6 doubles (480 KB a batch) 0.200 / 0.181, 8
+    (640 KB) 0.232 / 0.247, to_arrow (960 KB) 0.25 / 0.38."""
     if threads < 2 or len(todo) < 2:
         return False
     wide = max(b.count for b in todo[:4]) * dec.row_bytes >= THREADED_BATCH_BYTES
