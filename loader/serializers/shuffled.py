@@ -119,11 +119,21 @@ def lz4_value(prefix: BytesLike, region: BytesLike, stride: int, blocks: bytes |
     heap.keep_freed_if_owned()  # a value per batch: reuse freed heap (infra/heap.py)
     size = len(region)
     head = _HEAD.pack(MAGIC, _CODEC_IDS["lz4"], stride, size)
-    return _shuffle.lz4_blocks(prefix, head, region, scratch(size), stride, blocks or cuts((), stride), _tmp(size))
+    return _shuffle.lz4_blocks(
+        prefix, head, region, scratch(size), stride, blocks or cuts((), stride), _tmp(size, stride)
+    )
 
 
-def _tmp(size: int) -> memoryview:
-    """Scratch for the samples that choose each block's mode (`_shuffle.lz4_blocks`), slot 5."""
+#: records from which `_shuffle.lz4_blocks` samples a block to choose its mode (2 x its SAMPLE)
+SAMPLED_FROM = 512
+_NO_TMP = memoryview(bytearray(0))
+
+
+def _tmp(size: int, stride: int) -> memoryview:
+    """Scratch for the samples that choose each block's mode (`_shuffle.lz4_blocks`), slot 5
+    (none for fewer than `SAMPLED_FROM` records, which are not sampled; ``stride`` 0: the planes)."""
+    if stride and size < SAMPLED_FROM * stride:
+        return _NO_TMP
     return scratch(2 * size + size // 255 + 64, 5)
 
 
@@ -134,7 +144,7 @@ def compress_planes(flat: memoryview, compression: str, stride: int, blocks: byt
     size = len(flat)
     if compression == "lz4":
         head = _HEAD.pack(MAGIC, _CODEC_IDS[compression], stride, size)
-        return _shuffle.lz4_blocks(b"", head, flat, flat, 0, blocks or cuts((), stride), _tmp(size))  # (planes)
+        return _shuffle.lz4_blocks(b"", head, flat, flat, 0, blocks or cuts((), stride), _tmp(size, stride))  # (planes)
     import zstandard
 
     framed: bytes = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(flat)

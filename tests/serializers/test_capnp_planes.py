@@ -36,7 +36,9 @@ def assembled_value(ser: CapnpSerializer, records: np.ndarray, start: int) -> by
         whole = bytes(ser.encode_buffer(buf, records, start))
     finally:
         ser.compression = comp
-    return whole[:HEADER_BYTES] + shuffled.compress(memoryview(whole)[HEADER_BYTES:], comp, ser._stride, ser._blocks)
+    return whole[:HEADER_BYTES] + shuffled.compress(
+        memoryview(whole)[HEADER_BYTES:], comp, ser._stride, ser._blocks_of(n)
+    )
 
 
 def bools_as_bits(layout: Layout, records: np.ndarray) -> np.ndarray:
