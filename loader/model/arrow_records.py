@@ -69,18 +69,23 @@ def records_to_arrow(records: np.ndarray, layout: Layout) -> pa.Table:
 
 
 def record_batch(
-    columns: np.ndarray | Mapping[str, np.ndarray], layout: Layout, names: list[str] | None = None
+    columns: np.ndarray | Mapping[str, np.ndarray],
+    layout: Layout,
+    names: list[str] | None = None,
+    planned: BatchPlan | None = None,
 ) -> pa.RecordBatch:
     """A pyarrow RecordBatch of the fields ``names`` (None: all) of ``columns``: a record
     array of ``layout.dtype``, or a mapping name -> column holding ``_validity`` too when a
     nullable field is among ``names``. The one conversion of decoded records to Arrow
     (scans, exports, to_arrow): a plain number field's column is wrapped zero-copy
-    (arrow_numpy.from_numpy), the others go through `column_to_arrow`."""
+    (arrow_numpy.from_numpy), the others go through `column_to_arrow`. ``planned``: their
+    `batch_plan`, made once by a caller that makes many batches (the lookup hashes the
+    layout: ~1 us a batch)."""
     import pyarrow as pa  # heavy: only Arrow output converts
 
     from .arrow_numpy import from_numpy
 
-    schema, plan = _batch_plan(layout, tuple(layout.names if names is None else names))
+    schema, plan = planned or batch_plan(layout, tuple(layout.names if names is None else names))
     arrays = [
         from_numpy(columns[name], t)
         if f is None
@@ -90,10 +95,12 @@ def record_batch(
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
+#: (schema, [(name, Arrow type, None for a plain number field else the Field)])
+BatchPlan = tuple["pa.Schema", list[tuple[str, "pa.DataType", "Field | None"]]]
+
+
 @functools.lru_cache(maxsize=256)
-def _batch_plan(
-    layout: Layout, names: tuple[str, ...]
-) -> tuple[pa.Schema, list[tuple[str, pa.DataType, Field | None]]]:
+def batch_plan(layout: Layout, names: tuple[str, ...]) -> BatchPlan:
     """(schema, [(name, Arrow type, None for a plain number field else the Field)]) of a
     `record_batch` of ``names``: looked up once, not per batch (a scan makes one a batch)."""
     plan: list[tuple[str, pa.DataType, Field | None]] = []

@@ -369,7 +369,7 @@ class ColumnsDecoder:
     """Arrow record batches of the fields ``names`` (`record_batches`)."""
 
     def __init__(self, ds: Dataset, names: list[str]) -> None:
-        from ..model.arrow_records import decoded_names
+        from ..model.arrow_records import batch_plan, decoded_names
 
         self.ds, self.names = ds, names
         self.decode = decoded_names(ds.layout, names)  # a nullable field's nulls are bits of _validity
@@ -379,6 +379,7 @@ class ColumnsDecoder:
         self.zero_copy = ds.manifest.format == "capnp"
         self.output_bytes = 0  # a stream
         self.row_bytes = sum(dt.itemsize for _n, dt in self.dtypes)
+        self.planned = batch_plan(ds.layout, tuple(names))
 
     def alloc(self, b: mf.BatchEntry, threaded: bool) -> dict[str, np.ndarray] | None:
         return pooled_columns(self.dtypes, b.count) if self.zero_copy else None  # Arrow: views
@@ -387,7 +388,7 @@ class ColumnsDecoder:
         from ..model.arrow_records import record_batch
 
         cols = checked_columns(self.ds, b, value, self.decode, out)
-        return record_batch(cols, self.ds.layout, self.names)
+        return record_batch(cols, self.ds.layout, self.names, self.planned)
 
     def part(self, b: mf.BatchEntry, lo: int, hi: int) -> pa.RecordBatch:
         import numpy as np
