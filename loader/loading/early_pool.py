@@ -36,22 +36,33 @@ def prewarm_early(
     a dataset on disk, no stream, and ``workers`` given or more bytes than any run takes
     in-process (gen:// sources and regular files are sized; with any other source nothing
     starts here). Never raises: the run decides again (execute.prewarm)."""
-    local = (
-        engine in (None, "local") and not scheduler and os.environ.get("BULKLOAD_ENGINE", "").strip() in ("", "local")
-    )
     sources = [source] if isinstance(source, str) else source if isinstance(source, list) else []
-    if not local or not isinstance(dataset, str) or dataset.startswith("mem://"):
+    if scheduler or not isinstance(dataset, str) or dataset.startswith("mem://"):
         return
     if not sources or not all(isinstance(s, str) and s != "-" for s in sources):
         return
     try:  # (in this thread: a small load starts no thread here)
+        if not _local_engine(engine):
+            return
         big = bool(workers) or sum_bytes(sources) > max(IN_PROCESS_BYTES, IN_PROCESS_COMPRESSED_BYTES)
-    except Exception:  # unknown sizes, a layout not found: the run's own prewarm decides
+    except Exception:  # a bad BULKLOAD_ENGINE, unknown sizes, a layout not found: the run decides
         return
     if big:
         from ..infra import pool
 
         pool.prewarm()  # (a thread of its own starts the forkserver)
+
+
+def _local_engine(engine: str | None) -> bool:
+    """Whether a run goes to the local pool, the engine picked as api/engine.engine_for picks
+    it: ``engine`` if given, else a caller's executor (`executors.using`), else
+    ``$BULKLOAD_ENGINE`` (a bad value raises)."""
+    from ..infra import env, executors
+
+    name, chosen = (engine or "").strip().lower(), executors.current_or_none()
+    if not name and chosen is not None:
+        return bool(chosen.local)
+    return (name or env.engine()) == "local"
 
 
 def sum_bytes(sources: list[str]) -> int:
@@ -66,6 +77,8 @@ def sum_bytes(sources: list[str]) -> int:
                 return 0
             from ..model.layouts import get_layout  # (numpy: imported by the run next anyway)
 
+            # (sources.parse_count's forms, not it: importing loader.sources costs ~40 ms, which
+            # the forkserver's start would wait for)
             count = n[0].replace("_", "")
             records = int(float(count)) if any(c in count for c in "eE.") else int(count)
             total += records * get_layout(parts.netloc).record_size

@@ -400,7 +400,7 @@ class ColumnsDecoder:
         cols = pooled_columns(self.dtypes, hi - lo)
         for n, col in cols.items():
             np.copyto(col, recs[n])
-        return record_batch(cols, self.ds.layout, self.names)
+        return record_batch(cols, self.ds.layout, self.names, self.planned)
 
 
 #: alignment of each column `pooled_columns` carves (Arrow's buffer alignment)

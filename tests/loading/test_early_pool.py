@@ -3,6 +3,7 @@
 in-process, runs on Dask, or reads a stream starts nothing early (the run's own prewarm
 decides then, execute.prewarm)."""
 
+import os
 import subprocess
 import sys
 
@@ -23,12 +24,14 @@ print("started" if started else "none")
 """
 
 
-def early(dataset: str, source: str, workers: int = 0, engine: str = "") -> str:
+def early(dataset: str, source: str, workers: int = 0, engine: str = "", variable: str | None = None) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "BULKLOAD_ENGINE"}
     p = subprocess.run(
         [sys.executable, "-c", CHILD, dataset, source, str(workers), engine],
         capture_output=True,
         text=True,
         timeout=60,
+        env=env if variable is None else env | {"BULKLOAD_ENGINE": variable},
     )
     assert p.returncode == 0, p.stderr
     return p.stdout.strip()
@@ -53,6 +56,12 @@ BIG = "gen://scidb96?n=2e7"  # 1.92 GB: more than any run takes in-process
 )
 def test_a_load_that_will_fork_workers_starts_the_forkserver_early(dataset, source, workers, engine, want):
     assert early(dataset, source, workers, engine) == want
+
+
+@pytest.mark.parametrize(("variable", "want"), [("LOCAL", "started"), ("dask", "none"), ("bogus", "none")])
+def test_the_engine_variable_is_read_as_the_run_reads_it(variable, want):
+    assert early("lmdb:///x/ds", BIG, variable=variable) == want
+    assert early("lmdb:///x/ds", BIG, engine="local", variable=variable) == "started"  # given: it wins
 
 
 def test_sources_are_sized_by_their_records_or_their_files(tmp_path):
