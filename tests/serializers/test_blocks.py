@@ -30,7 +30,7 @@ from loader.serializers import shuffled
 from loader.serializers.capnp_framing import HEADER_BYTES, CapnpSerializer
 from loader.sources.generators import generate
 
-from .test_capnp_planes import _TYPES
+from .test_capnp_planes import FIELDS, layout_of
 from .test_shuffle import blz1
 
 _ENTRY = struct.Struct("<IIB3xI")
@@ -196,13 +196,13 @@ def test_a_scan_of_a_scattered_field_reads_it_beside_the_others():
 @pytest.mark.parametrize("framing", ["blz2", "blz1"])
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    fields=st.lists(st.tuples(_TYPES, st.booleans()), min_size=1, max_size=9),
+    fields=FIELDS,
     n=st.integers(0, 3000),
     seed=st.integers(0, 2**32 - 1),
     data=st.data(),
 )
 def test_random_layouts_read_back_whole_and_by_columns_from_both_framings(framing, fields, n, seed, data):
-    layout = Layout("h", tuple(Field(f"f{i}", t, nullable=nul) for i, (t, nul) in enumerate(fields)))
+    layout = layout_of(fields)
     raw = np.random.default_rng(seed).integers(0, 256, n * layout.record_size, dtype=np.uint8)
     raw[: len(raw) // 2] &= 3  # compressible records, and random ones
     records = raw.view(layout.dtype)

@@ -25,6 +25,13 @@ from loader.sources.generators import generate
 _TYPES = st.sampled_from(
     ["int8", "uint16", "int32", "float64", "float16", "bool", "datetime64[ns]", "bytes[3]", "bytes[8]", "float32[3]"]
 )
+#: (type, nullable) of each field of a random layout (`layout_of`)
+FIELDS = st.lists(st.tuples(_TYPES, st.booleans()), min_size=1, max_size=9)
+
+
+def layout_of(fields: list[tuple[str, bool]]) -> Layout:
+    """The layout of the fields ``fields`` (`FIELDS`): f0, f1, ..."""
+    return Layout("h", tuple(Field(f"f{i}", t, nullable=nul) for i, (t, nul) in enumerate(fields)))
 
 
 def assembled_value(ser: CapnpSerializer, records: np.ndarray, start: int) -> bytes:
@@ -55,12 +62,12 @@ def bools_as_bits(layout: Layout, records: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("compression", ["lz4", "zstd"])
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    fields=st.lists(st.tuples(_TYPES, st.booleans()), min_size=1, max_size=9),
+    fields=FIELDS,
     n=st.integers(0, 700),
     seed=st.integers(0, 2**32 - 1),
 )
 def test_compressed_values_of_unframable_layouts_store_the_bytes_they_stored_before(compression, fields, n, seed):
-    layout = Layout("h", tuple(Field(f"f{i}", t, nullable=nul) for i, (t, nul) in enumerate(fields)))
+    layout = layout_of(fields)
     raw = np.random.default_rng(seed).integers(0, 256, n * layout.record_size, dtype=np.uint8)
     records = raw.view(layout.dtype)  # every byte pattern, bools that are not 0/1 too
     ser = CapnpSerializer(layout, compression)
