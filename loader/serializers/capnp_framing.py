@@ -411,11 +411,10 @@ class CapnpSerializer(Serializer):
             return start, n, cols
         whole = None
         for name in names:
-            col = cols[name]
-            bit = self._bits.get(name)
             if self._spans[name] is not None:
-                pass  # (unshuffled by planes_of)
-            elif bit is not None:
+                continue  # (unshuffled by planes_of)
+            col, bit = cols[name], self._bits.get(name)
+            if bit is not None:
                 plane = np.frombuffer(planes, np.uint8, n, (bit // 8) * n)
                 np.bitwise_and(plane >> (bit % 8), 1, out=col.view(np.uint8))
             else:  # scattered over the data section
