@@ -72,6 +72,8 @@ def to_polars(ds: Dataset, record_column: str | None = None) -> Any:
         used = set(wanted) | (set(predicate.meta.root_names()) if predicate is not None else set())
         decode = [f for f in fields if f in used] or [fields[0]]
         a, b = record_range(predicate, record_column, ds.records)
+        if predicate is None and n_rows is not None:  # the first n_rows records: only their batches
+            b = min(b, a + n_rows)
         left = n_rows
         pos = a
         for batch in ds.scan(decode, records=(a, b), batch_rows=batch_size or None):

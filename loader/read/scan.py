@@ -365,10 +365,41 @@ def checked_columns(
     return cols
 
 
-class ColumnsDecoder:
-    """Arrow record batches of the fields ``names`` (`record_batches`)."""
+#: a narrow scan's output batch holds the records of several stored batches, up to this many
+#: bytes (`ColumnsDecoder`): its consumer pays per batch. DuckDB's GROUP BY over 3 columns of
+#: 20M scidb96 records took 0.243 s in 2,000 batches of 200 KB, 0.151 s in 200 of 2 MB,
+#: 0.199 s in 40 of 10 MB (its own table: 0.09 s; ad hoc, medians of 5)
+MERGED_BYTES = 2 << 20
 
-    def __init__(self, ds: Dataset, names: list[str]) -> None:
+
+class _Group:
+    """The columns of one output batch that several stored batches are decoded into, and
+    how many rows of them are handed out (`ColumnsDecoder.alloc`)."""
+
+    def __init__(self, cols: dict[str, np.ndarray], capacity: int) -> None:
+        self.cols, self.capacity, self.rows = cols, capacity, 0
+
+    def batch(self, dec: ColumnsDecoder) -> pa.RecordBatch:
+        from ..model.arrow_records import record_batch
+
+        return record_batch({n: c[: self.rows] for n, c in self.cols.items()}, dec.ds.layout, dec.names, dec.planned)
+
+
+class _Slice:
+    """Where one stored batch is decoded: its rows of a `_Group`'s columns."""
+
+    def __init__(self, group: _Group, cols: dict[str, np.ndarray]) -> None:
+        self.group, self.cols = group, cols
+
+
+class ColumnsDecoder:
+    """Arrow record batches of the fields ``names`` (`record_batches`). A narrow Cap'n Proto
+    batch (its columns under a quarter of `MERGED_BYTES`) is decoded into its slice of an output
+    batch of up to `MERGED_BYTES` (and ``batch_rows``) that the next such batches share; its
+    result is then that `_Group`, which `record_batches` makes one RecordBatch of once the
+    stream has moved past it."""
+
+    def __init__(self, ds: Dataset, names: list[str], batch_rows: int | None = None) -> None:
         from ..model.arrow_records import batch_plan, decoded_names
 
         self.ds, self.names = ds, names
@@ -380,15 +411,32 @@ class ColumnsDecoder:
         self.output_bytes = 0  # a stream
         self.row_bytes = sum(dt.itemsize for _n, dt in self.dtypes)
         self.planned = batch_plan(ds.layout, tuple(names))
+        self.quarter = MERGED_BYTES // 4 // max(self.row_bytes, 1)  # rows: a batch of more is its own
+        self.merged_rows = min(4 * self.quarter, batch_rows or 4 * self.quarter)
+        self.group: _Group | None = None  # the output batch being filled
 
-    def alloc(self, b: mf.BatchEntry, threaded: bool) -> dict[str, np.ndarray] | None:
-        return pooled_columns(self.dtypes, b.count) if self.zero_copy else None  # Arrow: views
+    def alloc(self, b: mf.BatchEntry, threaded: bool) -> dict[str, np.ndarray] | _Slice | None:
+        if not self.zero_copy:
+            return None  # Arrow: views of the value
+        if b.count > self.quarter or b.count > self.merged_rows:
+            self.group = None
+            return pooled_columns(self.dtypes, b.count)
+        g = self.group
+        if g is None or g.rows + b.count > g.capacity:
+            g = self.group = _Group(pooled_columns(self.dtypes, self.merged_rows), self.merged_rows)
+        at, g.rows = g.rows, g.rows + b.count
+        return _Slice(g, {n: c[at : g.rows] for n, c in g.cols.items()})
 
-    def whole(self, b: mf.BatchEntry, value: Any, out: dict[str, np.ndarray] | None) -> pa.RecordBatch:
+    def whole(
+        self, b: mf.BatchEntry, value: Any, out: dict[str, np.ndarray] | _Slice | None
+    ) -> pa.RecordBatch | _Group:
         from ..model.arrow_records import record_batch
 
-        cols = checked_columns(self.ds, b, value, self.decode, out)
-        return record_batch(cols, self.ds.layout, self.names, self.planned)
+        if not isinstance(out, _Slice):
+            cols = checked_columns(self.ds, b, value, self.decode, out)
+            return record_batch(cols, self.ds.layout, self.names, self.planned)
+        copy_into(out.cols, checked_columns(self.ds, b, value, self.decode, out.cols))
+        return out.group
 
     def part(self, b: mf.BatchEntry, lo: int, hi: int) -> pa.RecordBatch:
         import numpy as np
@@ -480,12 +528,7 @@ class TableDecoder:
         return self._slices(b, 0, b.count)
 
     def whole(self, b: mf.BatchEntry, value: Any, out: dict[str, np.ndarray]) -> None:
-        import numpy as np
-
-        cols = checked_columns(self.ds, b, value, self.decode, out)
-        for name in self.decode:
-            if cols[name] is not out[name]:
-                np.copyto(out[name], cols[name])
+        copy_into(out, checked_columns(self.ds, b, value, self.decode, out))
 
     def part(self, b: mf.BatchEntry, lo: int, hi: int) -> None:
         import numpy as np
@@ -496,12 +539,33 @@ class TableDecoder:
             col[...] = recs[name]
 
 
+def copy_into(out: dict[str, np.ndarray], cols: dict[str, np.ndarray]) -> None:
+    """The columns ``cols`` that `checked_columns` did not decode into ``out`` in place (a
+    zero-copy view of the value) copied there."""
+    import numpy as np
+
+    for name, col in out.items():
+        if cols[name] is not col:
+            np.copyto(col, cols[name])
+
+
 def record_batches(
     ds: Dataset, names: list[str], start: int, stop: int, batch_rows: int | None
 ) -> Iterator[pa.RecordBatch]:
-    """pyarrow RecordBatches of the fields ``names`` of records [start, stop), in order."""
-    for batch in read_batches(ds, start, stop, ColumnsDecoder(ds, names)):
-        yield from _rows(batch, batch_rows)
+    """pyarrow RecordBatches of the fields ``names`` of records [start, stop), in order
+    (several narrow stored batches to one: `ColumnsDecoder`)."""
+    dec = ColumnsDecoder(ds, names, batch_rows)
+    filling: _Group | None = None  # results arrive in order: a group is done once another comes
+    for r in read_batches(ds, start, stop, dec):
+        if r is filling:
+            continue
+        if filling is not None:
+            yield filling.batch(dec)
+        filling = r if isinstance(r, _Group) else None
+        if filling is None:
+            yield from _rows(r, batch_rows)
+    if filling is not None:
+        yield filling.batch(dec)
 
 
 class _Done(Generic[T]):
