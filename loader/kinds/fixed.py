@@ -100,11 +100,42 @@ class FixedWriter:
             buf, recs = made
         else:
             buf, recs = self.ser.new_buffer(count)
+        self._filler(source)(recs, off)
+        return buf, recs
+
+    def inline(self) -> tuple[Callable[..., Any], Callable[..., tuple[bytes, Any, int]]]:
+        """(produce, encode_value) for a caller that encodes each batch before it produces
+        the next (loading/worker.py `_inline`): a framable layout's LZ4 batches go through one
+        `ReusedEncoder` per batch size, filled by the source's filler; the others take
+        `produce` (reuse) and `encode_value`."""
+        from ..serializers.capnp_framing import ReusedEncoder
+
+        encoders: dict[int, ReusedEncoder | None] = {}
+        reused = getattr(self.ser, "reused_encoder", None)
+
+        def produce(seq: int, first: int, count: int, source: object, off: int) -> Any:
+            if count not in encoders:
+                encoders[count] = reused(count) if reused is not None else None
+            enc = encoders[count]
+            if enc is None:
+                return self.produce(seq, first, count, source, off, True)
+            self._filler(source)(enc.records, off)
+            return enc
+
+        def encode_value(seq: int, first: int, payload: Any) -> tuple[bytes, Any, int]:
+            if type(payload) is not ReusedEncoder:
+                return self.encode_value(seq, first, payload)
+            value = payload.encode(first)
+            return batch_key(seq), value, xxhash.xxh3_64_intdigest(value)
+
+        return produce, encode_value
+
+    def _filler(self, source) -> Callable[[np.ndarray, int], None]:
+        """``source``'s filler (`Source.filler`), looked up once per source."""
         known = self.fillers.get(id(source))
         if known is None or known[0] is not source:
             known = self.fillers[id(source)] = (source, source.filler())
-        known[1](recs, off)
-        return buf, recs
+        return known[1]
 
     def encode(self, seq, first, count, payload, s):
         """(store items, manifest row, bytes for progress, skipped files)."""

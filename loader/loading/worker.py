@@ -118,10 +118,10 @@ def _inline(task: LoadTask, writer, stage: _WriteStage, times: StageTimes) -> No
     (`_small_batches`): the same calls, without the generator, the hand-off tuple and the
     row list per batch - a 100-record batch's own work is a few microseconds."""
     pc = time.perf_counter
-    produce, encode, add = writer.produce, writer.encode_value, stage.add_value
+    (produce, encode), add = writer.inline(), stage.add_value
     for seq, first, count, source, off in task.planned_batches():
         t0 = pc()
-        payload = produce(seq, first, count, source, off, True)
+        payload = produce(seq, first, count, source, off)
         t1 = pc()
         key, value, checksum = encode(seq, first, payload)
         times.serialize_s += pc() - t1

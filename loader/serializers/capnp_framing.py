@@ -14,7 +14,7 @@ import numpy as np
 from ..errors import UsageError, VerifyError
 from ..model.layouts import Layout
 from . import shuffled
-from .base import Serializer, column_out
+from .base import MAX_START, Serializer, column_out
 
 if TYPE_CHECKING:
     from ..infra.bytes_like import BytesLike
@@ -59,6 +59,31 @@ def write_header(buf: bytearray | memoryview, n: int, words_per_record: int, sta
         (n << 2) | (words_per_record << 32),  # tag: n elements of W data words, 0 pointers
     )
     return HEADER_BYTES + body * 8
+
+
+class ReusedEncoder:
+    """`CapnpSerializer.encode_buffer` of batches of ``n`` records of a framable layout
+    with LZ4, into one buffer: fill `records`, then ``encode(first)`` gives the value. A
+    load's 100-record batches spent ~5 us each in Python around ~4 us of C; this does the
+    per-size work (checks, views, the head, the blocks, scratch) once."""
+
+    def __init__(self, ser: CapnpSerializer, n: int) -> None:
+        size = HEADER_BYTES + n * ser._stride
+        self.buf = bytearray(size)
+        mv = memoryview(self.buf)
+        self.records = np.frombuffer(self.buf, dtype=ser.layout.dtype, count=n, offset=HEADER_BYTES)
+        body = n * ser._words
+        self._fixed = (0, 4 + body, _ROOT_PTR)
+        self._tail = (1 | (7 << 32) | (body << 35), (n << 2) | (ser._words << 32))
+        blocks = ser._blocks_of(n)
+        self._value = shuffled.lz4_encoder(mv[:HEADER_BYTES], mv[HEADER_BYTES:], ser._stride, blocks)
+
+    def encode(self, first: int) -> bytes:
+        """The stored value of the records in `records`, the batch's first record ``first``."""
+        if not 0 <= first <= MAX_START:
+            raise UsageError(f"batch start {first} is out of range 0..2**64-1")
+        _HEADER.pack_into(self.buf, 0, *self._fixed, first, *self._tail)
+        return self._value()
 
 
 def byte_view(value: BytesLike) -> memoryview:
@@ -276,6 +301,15 @@ class CapnpSerializer(Serializer):
         else:
             records = np.zeros(n, dtype=self.layout.dtype)
         return buf, records
+
+    def reused_encoder(self, n: int) -> ReusedEncoder | None:
+        """An encoder of ``n``-record batches with one buffer of its own, filled and encoded
+        again for every batch (each value is new bytes): a framable layout's LZ4 values;
+        None for the others (`encode_buffer`)."""
+        if not (self._framable and self.compression == "lz4" and n > 0):
+            return None
+        self.check_batch_records(n)
+        return ReusedEncoder(self, n)
 
     def encode_buffer(self, buf: BytesLike, records: np.ndarray, start: int) -> BytesLike:
         n = len(records)

@@ -60,9 +60,10 @@ not decompress to exactly its size raises `loader.errors.VerifyError` saying whi
 
 from __future__ import annotations
 
+import functools
 import struct
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import VerifyError
@@ -121,6 +122,19 @@ def lz4_value(prefix: BytesLike, region: BytesLike, stride: int, blocks: bytes |
     head = _HEAD.pack(MAGIC, _CODEC_IDS["lz4"], stride, size)
     return _shuffle.lz4_blocks(
         prefix, head, region, scratch(size), stride, blocks or cuts((), stride), _tmp(size, stride)
+    )
+
+
+def lz4_encoder(prefix: memoryview, region: memoryview, stride: int, blocks: bytes) -> Callable[[], bytes]:
+    """`lz4_value` (prefix, region, stride, blocks) with everything but the bytes in
+    ``prefix`` and ``region`` fixed: one C call a value, with scratch buffers of its own (one
+    caller, one thread: a load worker's batches of one size, loading/worker.py `_inline`)."""
+    heap.keep_freed_if_owned()
+    size = len(region)
+    head = _HEAD.pack(MAGIC, _CODEC_IDS["lz4"], stride, size)
+    tmp = _NO_TMP if stride and size < SAMPLED_FROM * stride else memoryview(bytearray(2 * size + size // 255 + 64))
+    return functools.partial(
+        _shuffle.lz4_blocks, prefix, head, region, memoryview(bytearray(size)), stride, blocks, tmp
     )
 
 

@@ -64,9 +64,16 @@ class GenSource(Source):
         fn = gen.fill_fn(self.impl)
         opts = gen.check(self.start, self.n, dict(self.options))
         start, n, dtype, slow = self.start, self.n, lay.dtype, self.fill
+        same: dict[int, np.dtype] = {}  # id -> dtypes equal to dtype (kept: ids stay theirs)
 
         def fill_records(records: np.ndarray, offset: int) -> None:
-            if records.dtype != dtype or offset < 0 or offset + len(records) > n or not records.flags.c_contiguous:
+            rd = records.dtype  # (comparing structured dtypes costs ~0.4 us: once per dtype object)
+            if same.get(id(rd)) is not rd:
+                if rd != dtype:
+                    slow(records, offset)
+                    return
+                same[id(rd)] = rd
+            if offset < 0 or offset + len(records) > n or not records.flags.c_contiguous:
                 slow(records, offset)
             elif len(records):
                 fn(records, start + offset, **opts)
