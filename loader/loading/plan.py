@@ -105,6 +105,6 @@ class Plan:
         for seg in self.segments:
             lo, hi = seg.first_seq, seg.first_seq + seg.nbatches(b)
             runs = [shard_seqs(max(lo, self.resume_seq(resume, s)), hi, s, k) for s in shards]
-            for seq in heapq.merge(*runs):
+            for seq in runs[0] if len(runs) == 1 else heapq.merge(*runs):
                 i = seq - lo
                 yield seq, seg.first_record + i * b, min(b, seg.count - i * b), seg.source, seg.offset + i * b

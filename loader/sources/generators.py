@@ -75,10 +75,13 @@ class Generator:
 # --- scidb96: C -----------------------------------------------------------------------------
 
 
+_GEN = f"{__package__}._gen"
+
+
 def c_generators(fallback: str):
     """The C generators (``loader.sources._gen``), or a UsageError saying how to get them or what
     to use instead (``fallback``)."""
-    gen = sys.modules.get(f"{__package__}._gen")
+    gen = sys.modules.get(_GEN)
     if gen is not None:  # (asked once a batch: the import statement costs ~1 us)
         return gen
     try:

@@ -195,9 +195,9 @@ class LmdbStore(LmdbReads, ShardStore):
     def put_sorted(self, items: Iterable[tuple[BytesLike, BytesLike]], table: str = "batches") -> int:
         self._require_write("put_sorted")
         if isinstance(items, (list, tuple)):
-            self._make_room(items)
-            if items and all(type(k) is bytes for k, _v in items):
-                return self._put_list(items, table)
+            nbytes = self._make_room(items)
+            if items and {type(k) for k, _v in items} == {bytes}:
+                return self._put_list(items, table, nbytes)
         source = iter(items)
         try:
             first = next(source)
@@ -225,10 +225,13 @@ class LmdbStore(LmdbReads, ShardStore):
                 self._grow(sum(len(k) + len(v) for k, v in seen))
         raise StoreError(errno.ENOSPC, f"shard {self.path}: LMDB map still full after growing")
 
-    def _put_list(self, items: list[tuple[bytes, BytesLike]] | tuple[tuple[bytes, BytesLike], ...], table: str) -> int:
-        """`put_sorted` of a list of bytes keys: checked ascending up front (KeyOrderError, as
-        `ascending` says it) and written as it is, without a generator per item - a load's
-        groups of small batches (100-record batches: 1-2 us an item less, ad hoc)."""
+    def _put_list(
+        self, items: list[tuple[bytes, BytesLike]] | tuple[tuple[bytes, BytesLike], ...], table: str, nbytes: int
+    ) -> int:
+        """`put_sorted` of a list of bytes keys (``nbytes``: of keys and values): checked
+        ascending up front (KeyOrderError, as `ascending` says it) and written as it is,
+        without a generator per item - a load's groups of small batches (100-record batches:
+        1-2 us an item less, ad hoc)."""
         keys = [k for k, _v in items]
         if any(a >= b for a, b in pairwise(keys)):
             list(ascending(items, self.path, table))  # raises, naming the keys
@@ -236,22 +239,24 @@ class LmdbStore(LmdbReads, ShardStore):
         for _attempt in range(GROWTH_ATTEMPTS):
             try:
                 consumed = self._put_stream(db, table, items, keys[0])
-                self._early_writeback(sum(len(k) + len(v) for k, v in items))
+                self._early_writeback(nbytes)
                 return consumed
             except lmdb.MapFullError:
-                self._grow(sum(len(k) + len(v) for k, v in items))
+                self._grow(nbytes)
         raise StoreError(errno.ENOSPC, f"shard {self.path}: LMDB map still full after growing")
 
-    def _make_room(self, items: list[tuple[BytesLike, BytesLike]] | tuple[tuple[BytesLike, BytesLike], ...]) -> None:
+    def _make_room(self, items: list[tuple[BytesLike, BytesLike]] | tuple[tuple[BytesLike, BytesLike], ...]) -> int:
         """A call of known size: grow once up front instead of failing a big transaction
-        (and, under a writable map, allocate the file blocks it will write)."""
-        need = sum(len(k) + len(v) for k, v in items)
-        need += need // 8 + 64 * 1024 + 4096 * len(items)
+        (and, under a writable map, allocate the file blocks it will write); the bytes of its
+        keys and values."""
+        nbytes = sum(len(k) + len(v) for k, v in items)
+        need = nbytes + nbytes // 8 + 64 * 1024 + 4096 * len(items)
         cur, used = used_bytes(self.env)
         if cur - used < need:
             self._grow(need)
         if self._write and self.env.flags().get("writemap"):
             reserve_blocks(self.path, used, need)
+        return nbytes
 
     def _put_stream(
         self, db: lmdb._Database, table: str, stream: Iterable[tuple[bytes, BytesLike]], head: bytes
