@@ -36,7 +36,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeAlias, TypeVar
 
-from ..errors import CorruptBatchError, UsageError
+from ..errors import CorruptBatchError, UsageError, VerifyError
 from ..infra import env
 from ..model.optspec import DEFAULT_ARRAY
 from ..stores.health import batch_message, check_value
@@ -357,10 +357,17 @@ def checked_columns(
     ds: Dataset, b: mf.BatchEntry, value: Any, decode: list[str], out: dict[str, np.ndarray] | None
 ) -> dict[str, np.ndarray]:
     """The columns ``decode`` of batch ``b``'s stored ``value`` (into ``out`` where it fits),
-    its size and xxh3 checked against the manifest row first, then its record count and
-    first record (CorruptBatchError naming shard and batch)."""
-    check_value(ds.uri, b, value)
-    first, n, cols = ds.serializer.decode_columns(value, decode, out)
+    its size and checksum checked against the manifest row first - a BLZ3 value's head,
+    then the hash of each block as it is decoded: only the blocks of those columns
+    (infra/checksums.py) - then its record count and first record (CorruptBatchError
+    naming shard and batch)."""
+    check_value(ds.uri, b, value, whole=False)
+    try:
+        first, n, cols = ds.serializer.decode_columns(value, decode, out)
+    except CorruptBatchError:
+        raise
+    except VerifyError as e:  # a damaged block (or framing): name the batch
+        raise CorruptBatchError(batch_message(ds.uri, b, str(e))) from None
     check_count(ds, b, first, n)
     return cols
 

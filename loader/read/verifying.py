@@ -16,9 +16,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
-import xxhash
-
 from ..errors import CorruptBatchError, DatasetReplacedError, StoreError
+from ..infra.checksums import value_ok
 from ..model import manifest as mf
 from ..model.engine_keys import EngineKeys
 from ..model.placement import batch_key
@@ -240,7 +239,7 @@ class Verifying:
             problem = "missing from the store"
         elif len(v) != b.nbytes:
             problem = f"size {len(v)} != {b.nbytes} in the manifest"
-        elif xxhash.xxh3_64_intdigest(v) != b.checksum:
+        elif not value_ok(v, b.checksum):
             problem = "checksum mismatch (stored bytes changed)"
         else:
             return None, None
