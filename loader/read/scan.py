@@ -503,8 +503,13 @@ class RecordsDecoder:
         return self._slice(b, 0, b.count)
 
     def whole(self, b: mf.BatchEntry, value: Any, out: np.ndarray) -> tuple[int, np.ndarray]:
-        check_value(self.ds.uri, b, value)
-        first = self.ds.serializer.decode_into(value, out)
+        check_value(self.ds.uri, b, value, whole=False)  # (a BLZ3 value's blocks: as they are decoded)
+        try:
+            first = self.ds.serializer.decode_into(value, out)
+        except CorruptBatchError:
+            raise
+        except VerifyError as e:
+            raise CorruptBatchError(batch_message(self.ds.uri, b, str(e))) from None
         if first is None or first != b.first:
             first, recs = self.ds.serializer.decode(value)  # for the message: what it holds
             check_count(self.ds, b, first, len(recs))
