@@ -2,10 +2,10 @@
 
 A Cap'n Proto batch with ``--compression lz4|zstd`` (capnp_framing.py) stores its
 40-byte header as is, followed by the records region compressed. LZ4 (the default) is
-written as BLZ2, a block per field::
+written as BLZ3, a block per field, each with its hash::
 
     offset  bytes  what
-         0      4  magic b"BLZ2"
+         0      4  magic b"BLZ3"
          4      1  codec: 1 = LZ4
          5      3  zero
          8      4  stride: bytes per record (u32 little-endian)
@@ -16,7 +16,15 @@ written as BLZ2, a block per field::
                    u32 lo, u32 hi: its planes [lo, hi) (byte offsets in a record; the
                    blocks cover 0 .. stride exactly); u8 mode; 3 zero bytes; u32 its
                    compressed bytes
+         -   8 * k the block hashes: xxh3_64 (u64, seed 0) of each block's stored bytes
          -      -  the blocks, in table order, back to back
+
+The catalog row's checksum of a BLZ3 value is the xxh3_64 of the value's bytes up to the
+end of the block hashes (the Cap'n Proto header, head, table, hashes: infra/checksums.py);
+a reader checks that, then each block it decodes against its hash before decoding it (C,
+`_shuffle.blocks_decode`), so a scan of a few columns hashes only their blocks. LZ4 values
+written before BLZ3 are BLZ2 (read forever: the same without the block hashes, checked by
+the whole value's xxh3).
 
 Plane k is byte k of every record (n records: ``n`` bytes, at ``k * n`` of the shuffled
 region). A block's mode: 1 = an LZ4 block of its planes; 2 = an LZ4 block of its records
@@ -55,7 +63,8 @@ page faults (verify of a 5M-record lz4 dataset in one process: 0.52 s -> 0.10 s)
 
 A region that is neither framing, names another stride or size than its batch header,
 has a block table that does not cover exactly its planes and bytes, or a block that does
-not decompress to exactly its size raises `loader.errors.VerifyError` saying which block.
+not decompress to exactly its size (BLZ3: whose bytes do not have its hash) raises
+`loader.errors.VerifyError` saying which block.
 """
 
 from __future__ import annotations
