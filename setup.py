@@ -130,6 +130,7 @@ setup(
         _extension(
             "loader.serializers._shuffle",
             f"{LZ4_DIR}/lz4.c",
+            f"{XXH_DIR}/xxh3_avx2.c",
             include=(LZ4_DIR, XXH_DIR),
             headers=[f"{LZ4_DIR}/lz4.h", f"{XXH_DIR}/xxhash.h"],
         ),

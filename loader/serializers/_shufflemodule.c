@@ -53,6 +53,16 @@
 #define XXH_INLINE_ALL /* header only: XXH3_64bits inlined here (third_party/xxhash) */
 #include "xxhash.h"
 
+/* third_party/xxhash/xxh3_avx2.c: XXH3 compiled for AVX2, used where the CPU has it */
+uint64_t shuffle_xxh3_avx2(const void *data, size_t len);
+int shuffle_xxh3_avx2_ok(void);
+static int use_avx2; /* set at import */
+
+static inline uint64_t block_hash(const uint8_t *p, size_t n)
+{
+    return use_avx2 ? shuffle_xxh3_avx2(p, n) : XXH3_64bits(p, n);
+}
+
 #define TILE 1024 /* records per tile: a multiple of 8 */
 
 /* Transpose the 8x8 byte matrix x (x[r] = row r, byte c of the little-endian word = column
@@ -557,7 +567,7 @@ static PyObject *py_lz4_blocks(PyObject *self, PyObject *args)
                 e[8] = mode;
                 memcpy(e + 12, &csize, 4);
                 if (hashed) {
-                    uint64_t h = XXH3_64bits(out + pos, (size_t)got);
+                    uint64_t h = block_hash(out + pos, (size_t)got);
                     memcpy(out + at + hashes + HASH_BYTES * j, &h, HASH_BYTES);
                 }
                 pos += (size_t)got;
@@ -666,7 +676,7 @@ static PyObject *py_blocks_decode(PyObject *self, PyObject *args)
             if (want && bytes && hashed) {
                 uint64_t h;
                 memcpy(&h, hashes + HASH_BYTES * j, HASH_BYTES);
-                if (XXH3_64bits(s + pos, csize) != h) {
+                if (block_hash(s + pos, csize) != h) {
                     bad = (long)j, mismatch = 1;
                     break;
                 }
@@ -767,5 +777,6 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__shuffle(void)
 {
+    use_avx2 = shuffle_xxh3_avx2_ok();
     return PyModule_Create(&module);
 }

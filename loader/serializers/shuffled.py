@@ -75,7 +75,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from ..errors import VerifyError
+from ..errors import BlockChecksumError, VerifyError
 from ..infra import checksums, heap
 from . import _shuffle
 
@@ -285,8 +285,8 @@ def _blocks_decode(
     try:
         _shuffle.blocks_decode(mv[HEAD_BYTES:], out, n, ranges, fields, mv[:4] == MAGIC)
     except ValueError as e:
-        if "checksum mismatch" in str(e):  # (BLZ3: a block's bytes changed)
-            raise VerifyError(f"{what}: {e}") from None
+        if "checksum mismatch" in str(e):  # (the C's message of a BLZ3 block of another hash)
+            raise BlockChecksumError(f"{what}: {e}") from None
         raise VerifyError(f"{what}: compressed records do not decompress ({e})") from None
 
 
