@@ -45,6 +45,7 @@ GEN_LIBRARY = [f"{GEN_DIR}/scidb96.c", f"{GEN_DIR}/ticks.c"]
 GEN_PROGRAM_SOURCES = [f"{GEN_DIR}/bulkload_gen.c", *GEN_LIBRARY]
 GEN_HEADERS = [f"{GEN_DIR}/scidb96.h", f"{GEN_DIR}/ticks.h", f"{GEN_DIR}/docs_gen.h"]
 LZ4_DIR = "third_party/lz4"  # LZ4 1.9.4 (BSD 2-clause), the block decoder of the shuffle's reads
+XXH_DIR = "third_party/xxhash"  # xxHash 0.8.3 (BSD 2-clause), header only: BLZ3 block hashes
 WERROR = os.environ.get("BULKLOAD_WERROR") == "1"
 SANITIZE = os.environ.get("BULKLOAD_SANITIZE") == "1"
 
@@ -106,7 +107,9 @@ class build_generator_program(build_scripts):
         return GEN_PROGRAM_SOURCES + GEN_HEADERS
 
 
-def _extension(name: str, *library: str, include: str = GEN_DIR, headers: list[str] = GEN_HEADERS) -> Extension:
+def _extension(
+    name: str, *library: str, include: tuple[str, ...] = (GEN_DIR,), headers: list[str] = GEN_HEADERS
+) -> Extension:
     """The extension ``loader.<package>._<module>`` from ``loader/<package>/_<module>module.c``
     beside its package (and the C ``library`` it binds, whose headers are in ``include``:
     the generator library, or LZ4 for the shuffle's reads)."""
@@ -114,7 +117,7 @@ def _extension(name: str, *library: str, include: str = GEN_DIR, headers: list[s
     return Extension(
         name,
         sources=[source, *library],
-        include_dirs=[include] if library else [],
+        include_dirs=list(include) if library else [],
         depends=headers if library else [],
         extra_compile_args=CFLAGS,
         extra_link_args=LDFLAGS,
@@ -124,7 +127,13 @@ def _extension(name: str, *library: str, include: str = GEN_DIR, headers: list[s
 setup(
     ext_modules=[
         _extension("loader.sources._gen", *GEN_LIBRARY, f"{GEN_DIR}/docs_gen.c"),
-        _extension("loader.serializers._shuffle", f"{LZ4_DIR}/lz4.c", include=LZ4_DIR, headers=[f"{LZ4_DIR}/lz4.h"]),
+        _extension(
+            "loader.serializers._shuffle",
+            f"{LZ4_DIR}/lz4.c",
+            f"{XXH_DIR}/xxh3_avx2.c",
+            include=(LZ4_DIR, XXH_DIR),
+            headers=[f"{LZ4_DIR}/lz4.h", f"{XXH_DIR}/xxhash.h"],
+        ),
         _extension("loader.stores._lmdbnode"),
         _extension("loader.stores._preads"),
         _extension("loader.docs._docsio"),

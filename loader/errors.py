@@ -326,6 +326,14 @@ class CorruptBatchError(VerifyError):
     fix = "run `bulkload verify`; restore from a backup or rebuild (`load --replace`)"
 
 
+class BlockChecksumError(VerifyError):
+    """A block of a BLZ3 value does not have the hash the value stores for it, found as it
+    was about to be decoded (the manifest row's checksum pins those hashes:
+    serializers/shuffled.py); readers report it as a CorruptBatchError naming the batch."""
+
+    fix = CorruptBatchError.fix
+
+
 class ManifestError(BulkloadError, ValueError):
     """``manifest.json`` is not a valid bulkload manifest (bad JSON, missing keys, wrong
     types, batch rows that cannot be); nothing is read or written on its word."""

@@ -2,7 +2,7 @@
 
 produce: the batch's records filled straight into the serializer's buffer (numpy);
 items: one value per batch, table ``batches``, key = big-endian seq (model/placement.py);
-checksum: xxh3_64 of the value.
+checksum: `infra.checksums.batch_checksum` of the value (xxh3_64; a BLZ3 value: of its head).
 """
 
 from __future__ import annotations
@@ -10,11 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import xxhash
-
 if TYPE_CHECKING:
     import numpy as np
 
+from ..infra.checksums import batch_checksum, value_ok
 from ..model.placement import batch_key
 from ..serializers import get_serializer
 from .base import Kind, register_kind
@@ -55,7 +54,7 @@ class FixedKind(Kind):
         v = bytes(v)
         if len(v) != nbytes:
             return f"size {len(v)} != {nbytes} in the manifest"
-        if xxhash.xxh3_64_intdigest(v) != checksum:
+        if not value_ok(v, checksum):
             return "checksum mismatch (stored bytes changed)"
         return None
 
@@ -126,8 +125,9 @@ class FixedWriter:
             if type(payload) is not ReusedEncoder:
                 return self.encode_value(seq, first, payload)
             value = payload.encode(first)
-            return batch_key(seq), value, xxhash.xxh3_64_intdigest(value)
+            return batch_key(seq), value, batch_checksum(value, hashed)
 
+        hashed = self.ser.hashes_blocks
         return produce, encode_value
 
     def _filler(self, source) -> Callable[[np.ndarray, int], None]:
@@ -151,4 +151,4 @@ class FixedWriter:
         """(store key, stored value, its xxh3) of batch ``seq``: `encode` without the row."""
         buf, recs = payload
         value = self.ser.encode_buffer(buf, recs, first)
-        return batch_key(seq), value, xxhash.xxh3_64_intdigest(value)
+        return batch_key(seq), value, batch_checksum(value, self.ser.hashes_blocks)

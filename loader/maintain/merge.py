@@ -32,10 +32,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
-import xxhash
-
 from ..errors import StoreError
 from ..infra import faults
+from ..infra.checksums import batch_checksum
 from ..infra.proc import peak_rss, start_worker
 from ..model import manifest as mf
 from ..model.catalog_rows import BatchRows
@@ -287,7 +286,8 @@ class _Merger:
 
     def add(self, s: int, g: MergeGroup, value: bytes) -> None:
         assert self.rows is not None
-        self.rows.write(BatchEntry(g.seq, s, g.first, g.count, xxhash.xxh3_64_intdigest(value), len(value)))
+        checksum = batch_checksum(value, self.ser.hashes_blocks)
+        self.rows.write(BatchEntry(g.seq, s, g.first, g.count, checksum, len(value)))
         self.batches += 1
         self.groups[s].append((batch_key(g.seq), value))
         self.group_bytes[s] += len(value)

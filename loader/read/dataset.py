@@ -320,10 +320,11 @@ class Dataset(Verifying):
                 f"{what} reads fixed-size records; dataset {self.uri} holds documents: use get / get_many / scan"
             )
 
-    def _value(self, b: mf.BatchEntry, rd: ValueReader | None = None) -> bytes | memoryview:
+    def _value(self, b: mf.BatchEntry, rd: ValueReader | None = None, touch: bool = True) -> bytes | memoryview:
         """The stored value of batch ``b``: a copy, or through ``rd`` (an open ValueReader of
-        its shard: zero-copy under LMDB, valid while ``rd`` is open)."""
-        v = self.shard(b.shard).get(batch_key(b.seq)) if rd is None else rd.get(batch_key(b.seq))
+        its shard: zero-copy under LMDB, valid while ``rd`` is open; ``touch=False``: none of
+        its pages read until its bytes are, `ValueReader.get`)."""
+        v = self.shard(b.shard).get(batch_key(b.seq)) if rd is None else rd.get(batch_key(b.seq), touch)
         if v is None:
             raise self.moved_on() or CorruptBatchError(batch_message(self.uri, b, "missing from the store"))
         self.read_stats.add(len(v))

@@ -16,9 +16,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
-import xxhash
-
-from ..errors import CorruptBatchError, DatasetReplacedError, StoreError
+from ..errors import BlockChecksumError, CorruptBatchError, DatasetReplacedError, StoreError
+from ..infra.checksums import value_ok
 from ..model import manifest as mf
 from ..model.engine_keys import EngineKeys
 from ..model.placement import batch_key
@@ -70,6 +69,8 @@ class VerifyReport(EngineKeys):
         return asdict(self) | self.engine
 
 
+#: the problem of a batch whose stored bytes do not have their checksum (or a block its hash)
+CHANGED = "checksum mismatch (stored bytes changed)"
 #: times `verify` starts over on a dataset that moved on while it was verified
 VERIFY_ATTEMPTS = 4
 
@@ -218,8 +219,12 @@ class Verifying:
             v = rd.get(batch_key(b.seq))
             problem, error = self._stored_problem(b, v, flat)
             if problem is None and v is not None:  # (a missing value is a problem)
-                try:
+                try:  # (a BLZ3 value's blocks: each checked by its hash as it is decoded)
                     start, recs = self.serializer.decode(v)
+                except BlockChecksumError:
+                    problem = CHANGED
+                    if flat is not None and flat.needs(b.first):
+                        error = CorruptBatchError(batch_message(self.uri, b, problem))
                 except Exception as e:
                     problem, error = f"undecodable: {e}", e
                 else:
@@ -240,8 +245,8 @@ class Verifying:
             problem = "missing from the store"
         elif len(v) != b.nbytes:
             problem = f"size {len(v)} != {b.nbytes} in the manifest"
-        elif xxhash.xxh3_64_intdigest(v) != b.checksum:
-            problem = "checksum mismatch (stored bytes changed)"
+        elif not value_ok(v, b.checksum, whole=False):  # (BLZ3: the blocks as `_batch_problem` decodes them)
+            problem = CHANGED
         else:
             return None, None
         if flat is None or not flat.needs(b.first):

@@ -32,7 +32,8 @@ def unshuffle_fields(planes: _Buffer, n: int, fields: Sequence[tuple[int, int, _
 def lz4_blocks(
     prefix: _Buffer, head: _Buffer, region: _Buffer, scratch: _Buffer, stride: int, cuts: _Buffer, tmp: _Buffer, /
 ) -> bytes:
-    """``prefix + head +`` the BLZ2 block table and blocks of `shuffle` (region, stride),
+    """``prefix + head +`` the BLZ2 block table and blocks of `shuffle` (region, stride)
+    (a ``head`` starting b"BLZ3": each block's xxh3_64 between the table and the blocks),
     shuffled in the writable ``scratch`` (at least as big as ``region``), or of ``region``
     itself when ``stride`` is 0; ``cuts``: u32 plane indexes from 0 up to the record's
     bytes, a block between each two; ``tmp``: writable scratch of ``2 * len(region) +
@@ -45,10 +46,13 @@ def blocks_decode(
     n: int,
     ranges: _Buffer | None,
     fields: Sequence[tuple[int, int, _Buffer]] | None,
+    hashed: bool = False,
     /,
 ) -> int:
     """Decode into the writable ``dst`` (planes of ``n`` bytes) the blocks of the BLZ2 table
     and blocks ``src`` that hold a plane of ``ranges`` (u32 pairs lo, hi; None: all), then
     each (offset, width, out) of ``fields`` its records (a block of its records: straight
-    into ``out``, not into ``dst``); the blocks decoded. ValueError: a damaged table or
-    block, a field outside ``dst`` or an ``out`` of another size."""
+    into ``out``, not into ``dst``); the blocks decoded. ``hashed`` (BLZ3): the table is
+    followed by each block's xxh3_64, checked before the block is decoded. ValueError: a
+    damaged table or block (a block of another hash), a field outside ``dst`` or an
+    ``out`` of another size."""

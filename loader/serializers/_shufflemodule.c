@@ -19,15 +19,17 @@
  *
  * A batch value's LZ4 (loader/serializers/capnp_framing.py), one call each, GIL released:
  *   lz4_blocks(prefix, head, region, scratch, stride, cuts) -> bytes
- *       prefix + head + the BLZ2 block table and blocks of the shuffled region: a block
+ *       prefix + head + the BLZ2 block table and blocks of the shuffled region (a head
+ *       whose magic is BLZ3: the table, then each block's xxh3_64, then the blocks): a block
  *       per run of planes (a field's), each LZ4 of its planes, LZ4 of its unshuffled bytes
  *       (whole values that repeat: prices) or raw, whichever is smallest (a sample of both
  *       LZ4s decides whether to try the second). Every LZ4 block bulkload writes comes
  *       from here (python-lz4 picks its own match candidates), so a value's bytes depend
  *       on its records only.
- *   blocks_decode(src, dst, n, ranges) -> int
+ *   blocks_decode(src, dst, n, ranges, fields, hashed) -> int
  *       Decode into ``dst`` (a reused buffer of the records' size) only the BLZ2 blocks
- *       holding the planes ``ranges`` asks for (a scan's columns), the table checked whole.
+ *       holding the planes ``ranges`` asks for (a scan's columns), the table checked whole;
+ *       ``hashed`` (BLZ3): each of those blocks' xxh3_64 checked before it is decoded.
  *   lz4_planes(src, dst, want) -> int
  *       The same for an older BLZ1 value (one LZ4 block of every plane): decompress it
  *       into ``dst``, stopping once ``want`` bytes are out; the bytes decoded. A damaged
@@ -48,6 +50,18 @@
 
 #define LZ4_STATIC_LINKING_ONLY /* LZ4_compress_fast_extState_fastReset */
 #include "lz4.h"
+#define XXH_INLINE_ALL /* header only: XXH3_64bits inlined here (third_party/xxhash) */
+#include "xxhash.h"
+
+/* third_party/xxhash/xxh3_avx2.c: XXH3 compiled for AVX2, used where the CPU has it */
+uint64_t shuffle_xxh3_avx2(const void *data, size_t len);
+int shuffle_xxh3_avx2_ok(void);
+static int use_avx2; /* set at import */
+
+static inline uint64_t block_hash(const uint8_t *p, size_t n)
+{
+    return use_avx2 ? shuffle_xxh3_avx2(p, n) : XXH3_64bits(p, n);
+}
 
 #define TILE 1024 /* records per tile: a multiple of 8 */
 
@@ -406,6 +420,7 @@ static PyObject *py_unshuffle_fields(PyObject *self, PyObject *args)
 #define MODE_RECORDS 2  /* an LZ4 block of the field's unshuffled bytes (n records of hi - lo) */
 #define ENTRY_BYTES 16  /* lo u32, hi u32, mode u8, 3 zero bytes, compressed bytes u32 */
 #define SAMPLE 256      /* records of a field's sample, both ways, to choose its mode */
+#define HASH_BYTES 8    /* BLZ3: a block's xxh3_64 (u64), k of them after the table */
 
 static inline uint32_t get32(const uint8_t *p)
 {
@@ -500,6 +515,7 @@ static PyObject *py_lz4_blocks(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "y*y*y*w*ny*w*", &prefix, &head, &region, &scratch, &stride, &cuts, &tmp))
         return NULL;
     PyObject *result = NULL;
+    int hashed = head.len >= 4 && memcmp(head.buf, "BLZ3", 4) == 0; /* each block's xxh3 after the table */
     size_t k = cuts.len >= 8 && cuts.len % 4 == 0 ? (size_t)cuts.len / 4 - 1 : 0;
     const uint8_t *cut = (const uint8_t *)cuts.buf;
     size_t width = k ? get32(cut + 4 * k) : 0;
@@ -519,7 +535,8 @@ static PyObject *py_lz4_blocks(PyObject *self, PyObject *args)
                      blocks_tmp((size_t)region.len, width));
     } else {
         size_t n = (size_t)region.len / width, size = (size_t)region.len;
-        size_t table = 8 + ENTRY_BYTES * k, at = (size_t)(prefix.len + head.len), bound = at + table;
+        size_t hashes = 8 + ENTRY_BYTES * k, table = hashes + (hashed ? HASH_BYTES * k : 0);
+        size_t at = (size_t)(prefix.len + head.len), bound = at + table;
         for (size_t j = 0; j < k; j++)
             bound += (size_t)LZ4_compressBound((int)((get32(cut + 4 * j + 4) - get32(cut + 4 * j)) * n));
         result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)bound);
@@ -549,6 +566,10 @@ static PyObject *py_lz4_blocks(PyObject *self, PyObject *args)
                 memset(e + 8, 0, 4);
                 e[8] = mode;
                 memcpy(e + 12, &csize, 4);
+                if (hashed) {
+                    uint64_t h = block_hash(out + pos, (size_t)got);
+                    memcpy(out + at + hashes + HASH_BYTES * j, &h, HASH_BYTES);
+                }
                 pos += (size_t)got;
             }
             Py_END_ALLOW_THREADS
@@ -565,7 +586,7 @@ static PyObject *py_lz4_blocks(PyObject *self, PyObject *args)
     return result;
 }
 
-/* blocks_decode(src, dst, n, ranges, fields) -> int: decode into the writable ``dst``
+/* blocks_decode(src, dst, n, ranges, fields, hashed) -> int: decode into the writable ``dst``
  * (the shuffled region: n bytes a plane) the blocks of the BLZ2 table + blocks ``src``
  * that hold any plane of ``ranges`` (u32 pairs [lo, hi); None: every block), then give
  * each (offset, width, out) of ``fields`` (None: none) its records, as unshuffle_fields
@@ -575,17 +596,21 @@ static PyObject *py_lz4_blocks(PyObject *self, PyObject *args)
  * whole decode's). The blocks decoded. The table is
  * checked whole first (blocks in order covering exactly the planes of dst, their sizes
  * adding up to src's), so a damaged value raises ValueError saying what is wrong, never
- * reads or writes outside the buffers. One release of the GIL. */
+ * reads or writes outside the buffers. ``hashed`` (BLZ3): the table is followed by each
+ * block's xxh3_64, and a block is decoded only once its bytes have that hash (a reader
+ * hashes only the blocks it decodes; the caller checks the head, table and hashes against
+ * the catalog row). One release of the GIL. */
 static PyObject *py_blocks_decode(PyObject *self, PyObject *args)
 {
     (void)self;
     Py_buffer src, dst, ranges = {0};
     Py_ssize_t n;
     PyObject *rng, *fields;
+    int hashed = 0;
     struct fieldset fs = {0};
     char *done = NULL;
 
-    if (!PyArg_ParseTuple(args, "y*w*nOO", &src, &dst, &n, &rng, &fields))
+    if (!PyArg_ParseTuple(args, "y*w*nOO|p", &src, &dst, &n, &rng, &fields, &hashed))
         return NULL;
     if (rng != Py_None && PyObject_GetBuffer(rng, &ranges, PyBUF_SIMPLE) < 0) {
         PyBuffer_Release(&src);
@@ -607,10 +632,11 @@ static PyObject *py_blocks_decode(PyObject *self, PyObject *args)
         PyErr_Format(PyExc_ValueError, "dst of %zd bytes is not whole planes of %zd bytes", dst.len, n);
         goto finish;
     }
-    if (len < 8 || get32(s + 4) != 0 || k == 0 || k > (len - 8) / ENTRY_BYTES || (n == 0 && dst.len)) {
+    size_t entry = ENTRY_BYTES + (hashed ? HASH_BYTES : 0); /* a block's bytes of table (and hash) */
+    if (len < 8 || get32(s + 4) != 0 || k == 0 || k > (len - 8) / entry || (n == 0 && dst.len)) {
         snprintf(why, sizeof why, "the block table (%zu bytes) is damaged: it names %zu blocks", len, k);
     } else {
-        size_t expect = 0, total = 8 + ENTRY_BYTES * k;
+        size_t expect = 0, total = 8 + entry * k;
         for (size_t j = 0; j < k && !why[0]; j++) {
             const uint8_t *e = s + 8 + ENTRY_BYTES * j;
             uint32_t lo = get32(e), hi = get32(e + 4), csize = get32(e + 12);
@@ -635,10 +661,11 @@ static PyObject *py_blocks_decode(PyObject *self, PyObject *args)
         goto finish;
     }
     {
-        long bad = -1, err = 0, decoded = 0, nomem = 0;
+        long bad = -1, err = 0, decoded = 0, nomem = 0, mismatch = 0;
         Py_BEGIN_ALLOW_THREADS
         uint8_t *tmp = NULL, *d = (uint8_t *)dst.buf;
-        size_t pos = 8 + ENTRY_BYTES * k;
+        const uint8_t *hashes = s + 8 + ENTRY_BYTES * k;
+        size_t pos = 8 + entry * k;
         for (size_t j = 0; j < k && bad < 0; j++) {
             const uint8_t *e = s + 8 + ENTRY_BYTES * j;
             uint32_t lo = get32(e), hi = get32(e + 4), csize = get32(e + 12);
@@ -646,6 +673,14 @@ static PyObject *py_blocks_decode(PyObject *self, PyObject *args)
             int want = rng == Py_None;
             for (size_t q = 0; q < nr && !want; q++)
                 want = get32(r + 8 * q) < hi && get32(r + 8 * q + 4) > lo;
+            if (want && bytes && hashed) {
+                uint64_t h;
+                memcpy(&h, hashes + HASH_BYTES * j, HASH_BYTES);
+                if (block_hash(s + pos, csize) != h) {
+                    bad = (long)j, mismatch = 1;
+                    break;
+                }
+            }
             if (want && bytes) {
                 uint8_t *to = d + (size_t)lo * (size_t)n;
                 Py_ssize_t direct = -1;
@@ -689,6 +724,8 @@ static PyObject *py_blocks_decode(PyObject *self, PyObject *args)
         Py_END_ALLOW_THREADS
         if (nomem)
             PyErr_NoMemory();
+        else if (mismatch)
+            PyErr_Format(PyExc_ValueError, "block %ld of the records: checksum mismatch (stored bytes changed)", bad);
         else if (bad >= 0)
             PyErr_Format(PyExc_ValueError, "block %ld of the records is damaged (LZ4 %s %ld)", bad,
                          err < 0 ? "error at input byte" : "decoded bytes:", err < 0 ? -err - 1 : err);
@@ -720,9 +757,10 @@ static PyMethodDef methods[] = {
      "lz4_blocks($module, prefix, head, region, scratch, stride, cuts, tmp, /)\n--\n\n"
      "prefix + head + the BLZ2 block table and blocks of shuffle(region, stride), a block per cut."},
     {"blocks_decode", py_blocks_decode, METH_VARARGS,
-     "blocks_decode($module, src, dst, n, ranges, fields, /)\n--\n\n"
+     "blocks_decode($module, src, dst, n, ranges, fields, hashed=False, /)\n--\n\n"
      "Decode the BLZ2 blocks of src holding planes of ranges (None: all) into dst, then each\n"
-     "(offset, width, out) of fields its records; the blocks decoded."},
+     "(offset, width, out) of fields its records; the blocks decoded. hashed (BLZ3): each\n"
+     "block's xxh3 checked before it is decoded."},
     {"unshuffle_fields", py_unshuffle_fields, METH_VARARGS,
      "unshuffle_fields($module, planes, n, fields, /)\n--\n\n"
      "For each (offset, width, out) of fields: out = unshuffle(planes[offset*n:(offset+width)*n], width)."},
@@ -739,5 +777,6 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__shuffle(void)
 {
+    use_avx2 = shuffle_xxh3_avx2_ok();
     return PyModule_Create(&module);
 }

@@ -60,6 +60,9 @@ class Serializer(ABC):
     name: str
     #: compressions this format accepts
     compressions: tuple[str, ...] = ("none",)
+    #: whether its values carry block hashes (BLZ3): their row checksum covers the head
+    #: (infra/checksums.py `batch_checksum`)
+    hashes_blocks = False
 
     def __init__(self, layout: Layout, compression: str = "none") -> None:
         self.layout = layout

@@ -239,6 +239,7 @@ class CapnpSerializer(Serializer):
 
     def __init__(self, layout: Layout, compression: str = "none") -> None:
         super().__init__(layout, compression)
+        self.hashes_blocks = self.compression == "lz4"  # (BLZ3: shuffled.py)
         self._words = layout.capnp_words
         self._stride = self._words * 8
         self._framable = layout.framable

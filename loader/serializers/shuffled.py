@@ -2,10 +2,10 @@
 
 A Cap'n Proto batch with ``--compression lz4|zstd`` (capnp_framing.py) stores its
 40-byte header as is, followed by the records region compressed. LZ4 (the default) is
-written as BLZ2, a block per field::
+written as BLZ3, a block per field, each with its hash::
 
     offset  bytes  what
-         0      4  magic b"BLZ2"
+         0      4  magic b"BLZ3"
          4      1  codec: 1 = LZ4
          5      3  zero
          8      4  stride: bytes per record (u32 little-endian)
@@ -16,7 +16,15 @@ written as BLZ2, a block per field::
                    u32 lo, u32 hi: its planes [lo, hi) (byte offsets in a record; the
                    blocks cover 0 .. stride exactly); u8 mode; 3 zero bytes; u32 its
                    compressed bytes
+         -   8 * k the block hashes: xxh3_64 (u64, seed 0) of each block's stored bytes
          -      -  the blocks, in table order, back to back
+
+The catalog row's checksum of a BLZ3 value is the xxh3_64 of the value's bytes up to the
+end of the block hashes (the Cap'n Proto header, head, table, hashes: infra/checksums.py);
+a reader checks that, then each block it decodes against its hash before decoding it (C,
+`_shuffle.blocks_decode`), so a scan of a few columns hashes only their blocks. LZ4 values
+written before BLZ3 are BLZ2 (read forever: the same without the block hashes, checked by
+the whole value's xxh3).
 
 Plane k is byte k of every record (n records: ``n`` bytes, at ``k * n`` of the shuffled
 region). A block's mode: 1 = an LZ4 block of its planes; 2 = an LZ4 block of its records
@@ -55,7 +63,8 @@ page faults (verify of a 5M-record lz4 dataset in one process: 0.52 s -> 0.10 s)
 
 A region that is neither framing, names another stride or size than its batch header,
 has a block table that does not cover exactly its planes and bytes, or a block that does
-not decompress to exactly its size raises `loader.errors.VerifyError` saying which block.
+not decompress to exactly its size (BLZ3: whose bytes do not have its hash) raises
+`loader.errors.VerifyError` saying which block.
 """
 
 from __future__ import annotations
@@ -66,15 +75,17 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from ..errors import VerifyError
-from ..infra import heap
+from ..errors import BlockChecksumError, VerifyError
+from ..infra import checksums, heap
 from . import _shuffle
 
 if TYPE_CHECKING:
     from ..infra.bytes_like import BytesLike
 
-MAGIC = b"BLZ2"  # what this version writes: a block per run of planes
+MAGIC = checksums.MAGIC  # what this version writes: BLZ3, a block per run of planes, each hashed
+MAGIC_V2 = b"BLZ2"  # the same blocks without their hashes (read forever: older datasets)
 MAGIC_V1 = b"BLZ1"  # one LZ4 block of every plane (read forever: older datasets)
+_BLOCKS = (MAGIC, MAGIC_V2)
 _HEAD = struct.Struct("<4sB3xIQ")
 HEAD_BYTES = _HEAD.size
 _CODEC_IDS = {"lz4": 1, "zstd": 2}
@@ -214,9 +225,10 @@ def planes_of(
     """`decompressed_planes`, of which only the planes ``ranges`` (half-open ranges of byte
     offsets in a record: the fields a scan asks for) need be decoded: the other bytes are
     garbage. LZ4 (C: third_party/lz4, the GIL released) decodes into this thread's reused
-    buffer - no fresh pages per batch: BLZ2 only the blocks that hold those planes, BLZ1
-    its one block up to the last of them. What is not decoded is not checked: the reader
-    checks the whole value's xxh3 first (a scan does, stores/health.check_value).
+    buffer - no fresh pages per batch: BLZ2/3 only the blocks that hold those planes, BLZ1
+    its one block up to the last of them. BLZ3: each of those blocks' hash is checked
+    before it is decoded (the reader checks the head, table and hashes against the row:
+    infra/checksums.py); BLZ2, BLZ1: the reader checks the whole value's xxh3 first.
 
     Each (offset, width, out) of ``fields`` gets its records, as `unshuffle_fields` gives
     them (their planes must be in ``ranges``); BLZ2 in the same C call, a field whose block
@@ -267,32 +279,35 @@ def _blocks_decode(
     what: str,
     fields: Sequence[tuple[int, int, memoryview]] = (),
 ) -> None:
-    """Decode the blocks of the BLZ2 value ``mv`` that hold ``ranges`` (None: all) into
-    ``out``, then ``fields`` (`planes_of`)."""
+    """Decode the blocks of the BLZ2 / BLZ3 value ``mv`` that hold ``ranges`` (None: all)
+    into ``out``, then ``fields`` (`planes_of`); BLZ3: each block's hash checked before it
+    is decoded."""
     try:
-        _shuffle.blocks_decode(mv[HEAD_BYTES:], out, n, ranges, fields)
+        _shuffle.blocks_decode(mv[HEAD_BYTES:], out, n, ranges, fields, mv[:4] == MAGIC)
     except ValueError as e:
+        if "checksum mismatch" in str(e):  # (the C's message of a BLZ3 block of another hash)
+            raise BlockChecksumError(f"{what}: {e}") from None
         raise VerifyError(f"{what}: compressed records do not decompress ({e})") from None
 
 
 def _codec(mv: memoryview, size: int, stride: int, what: str) -> str:
     """The codec of compressed records ``mv`` (from `compress`): "lz4" or "zstd" (BLZ1),
-    "blocks" (BLZ2); its head must say records of ``stride`` bytes, ``size`` bytes
+    "blocks" (BLZ2, BLZ3); its head must say records of ``stride`` bytes, ``size`` bytes
     (VerifyError naming ``what`` if not)."""
     magic = bytes(mv[:4])
-    if len(mv) < HEAD_BYTES or magic not in (MAGIC, MAGIC_V1):
+    if len(mv) < HEAD_BYTES or magic not in (*_BLOCKS, MAGIC_V1):
         raise VerifyError(
             f"{what}: the compressed records do not start with this version's framing "
-            f"({MAGIC!r} or {MAGIC_V1!r}); the value is damaged or was written by another bulkload version"
+            f"({MAGIC!r}, {MAGIC_V2!r} or {MAGIC_V1!r}); the value is damaged or was written by another bulkload version"
         )
     _magic, codec, cstride, csize = _HEAD.unpack_from(mv, 0)
-    blz2_not_lz4 = magic == MAGIC and codec != _CODEC_IDS["lz4"]  # (BLZ2 is LZ4 blocks only)
+    blz2_not_lz4 = magic in _BLOCKS and codec != _CODEC_IDS["lz4"]  # (BLZ2/3 are LZ4 blocks only)
     if codec not in _CODEC_NAMES or blz2_not_lz4 or cstride != stride or csize != size or (stride and size % stride):
         raise VerifyError(
             f"{what}: compressed records say codec {codec}, {cstride}-byte records, {csize} bytes; "
             f"the batch header says {stride}-byte records, {size} bytes"
         )
-    return "blocks" if magic == MAGIC else _CODEC_NAMES[codec]
+    return "blocks" if magic in _BLOCKS else _CODEC_NAMES[codec]
 
 
 def shuffle(records: BytesLike, out: BytesLike, stride: int) -> None:

@@ -9,8 +9,9 @@ batches whose stored bytes no longer have the checksum the manifest lists.
   re-creates a missing shard empty (which would make the manifest's batches in it
   silently unreadable) - workers, too, are told which shards must already exist.
 - `check_value(uri, b, value)`: a batch value read back is compared with the size and
-  xxh3 of its manifest row before it is decoded (memory speed); a mismatch raises
-  CorruptBatchError naming the shard and the batch.
+  checksum of its manifest row before it is decoded (memory speed; a BLZ3 value's blocks
+  by their own hashes, infra/checksums.py); a mismatch raises CorruptBatchError naming the
+  shard and the batch.
 
 The manifest and its batch rows are read through the small protocols below (what these
 checks need of model.manifest's Manifest and BatchEntry), so that the stores stage does
@@ -24,9 +25,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Protocol
 
-import xxhash
-
 from ..errors import CorruptBatchError, CorruptStoreError, MissingShardError
+from ..infra.checksums import value_ok
 from .base import require_access
 from .spec import StoreSpec
 
@@ -147,9 +147,11 @@ def existing_shards(m: BatchList | None) -> tuple[int, ...]:
     return tuple(sorted(committed_shards(m))) if m is not None else ()
 
 
-def check_value(uri: str, b: BatchRow, value: bytes | memoryview) -> None:
-    """Raise CorruptBatchError unless ``value`` has the size and xxh3 of manifest row ``b``."""
-    if len(value) == b.nbytes and xxhash.xxh3_64_intdigest(value) == b.checksum:
+def check_value(uri: str, b: BatchRow, value: bytes | memoryview, whole: bool = True) -> None:
+    """Raise CorruptBatchError unless ``value`` has the size and checksum of manifest row
+    ``b`` (infra/checksums.py `value_ok`; ``whole=False``: a BLZ3 value's head only, for a
+    caller that decodes it through its serializer, which checks each block it decodes)."""
+    if len(value) == b.nbytes and value_ok(value, b.checksum, whole):
         return
     what = f"{len(value)} bytes stored, {b.nbytes} in the manifest" if len(value) != b.nbytes else "checksum mismatch"
     raise CorruptBatchError(batch_message(uri, b, f"stored bytes changed ({what})"))

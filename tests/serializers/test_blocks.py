@@ -1,10 +1,12 @@
-"""The BLZ2 framing of LZ4 values (loader/serializers/shuffled.py): a block per run of planes
+"""The BLZ3 framing of LZ4 values (loader/serializers/shuffled.py): a block per run of planes
 (a field's), each in the smallest of three modes, with a table a reader checks whole and
-then decodes only the blocks of the planes a scan asks for; and BLZ1 values (one LZ4 block
-of every plane, written before) still read, whole and by columns.
+each block's xxh3, then decodes only the blocks of the planes a scan asks for (each checked
+by its hash first); and BLZ1 values (one LZ4 block of every plane, written before) still
+read, whole and by columns.
 
-- Conformance: the table and blocks parsed here from the format's description (python-lz4
-  for the blocks) give the shuffled records, for any stride, cuts and record bytes.
+- Conformance: the table, hashes and blocks parsed here from the format's description
+  (python-lz4 for the blocks, python-xxhash for the hashes) give the shuffled records, for
+  any stride, cuts and record bytes.
 - A scan decodes only the blocks holding its planes (the others stay as they were).
 - Each block takes the mode that stores it smallest: planes, unshuffled records (whole
   values that repeat), raw (random bytes).
@@ -17,10 +19,12 @@ from __future__ import annotations
 import base64
 import itertools
 import struct
+from pathlib import Path
 
 import lz4.block
 import numpy as np
 import pytest
+import xxhash
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -45,18 +49,23 @@ def encoded(ser: CapnpSerializer, records: np.ndarray, start: int = 0) -> bytes:
 
 
 def table(value: bytes) -> list[tuple[int, int, int, int]]:
-    """(lo, hi, mode, compressed bytes) of each block of a BLZ2 region (after its 20-byte head)."""
+    """(lo, hi, mode, compressed bytes) of each block of a BLZ2/3 region (after its 20-byte head)."""
     k, zero = struct.unpack_from("<II", value, shuffled.HEAD_BYTES)
     assert zero == 0
     return [_ENTRY.unpack_from(value, shuffled.HEAD_BYTES + 8 + 16 * j) for j in range(k)]
 
 
 def planes_by_hand(value: bytes, n: int) -> bytes:
-    """The shuffled records of a BLZ2 region, decoded block by block as the format says."""
+    """The shuffled records of a BLZ2/3 region, decoded block by block as the format says
+    (BLZ3: each block's xxh3_64 after the table, checked)."""
     entries = table(value)
-    pos, out = shuffled.HEAD_BYTES + 8 + 16 * len(entries), b""
-    for lo, hi, mode, size in entries:
+    k = len(entries)
+    hashed = value[:4] == b"BLZ3"
+    hashes = struct.unpack_from(f"<{k}Q", value, shuffled.HEAD_BYTES + 8 + 16 * k) if hashed else None
+    pos, out = shuffled.HEAD_BYTES + 8 + (24 if hashed else 16) * k, b""
+    for j, (lo, hi, mode, size) in enumerate(entries):
         block, w = value[pos : pos + size], hi - lo
+        assert hashes is None or xxhash.xxh3_64_intdigest(block) == hashes[j]
         if mode == RAW:
             out += block
         elif mode == PLANES:
@@ -95,7 +104,7 @@ def test_lz4_values_are_a_table_and_a_block_per_run_of_planes(stride, n, bounds,
     value = shuffled.lz4_value(prefix, region, stride, blocks)
     assert value[: len(prefix)] == prefix
     body = value[len(prefix) :]
-    assert body[: shuffled.HEAD_BYTES] == shuffled._HEAD.pack(b"BLZ2", 1, stride, len(region))
+    assert body[: shuffled.HEAD_BYTES] == shuffled._HEAD.pack(b"BLZ3", 1, stride, len(region))
     points = sorted({0, stride, *(b for b in bounds if 0 < b < stride)})
     assert [(lo, hi) for lo, hi, _m, _s in table(body)] == list(itertools.pairwise(points))
     planes = np.frombuffer(region, np.uint8).reshape(n, stride).T.tobytes()
@@ -193,7 +202,14 @@ def test_a_scan_of_a_scattered_field_reads_it_beside_the_others():
         assert cols[name].tobytes() == recs[name].tobytes(), name
 
 
-@pytest.mark.parametrize("framing", ["blz2", "blz1"])
+def blz2_of(value: bytes) -> bytes:
+    """The BLZ2 value (the framing before BLZ3: no block hashes) of the BLZ3 ``value``."""
+    k = struct.unpack_from("<I", value, HEADER_BYTES + 20)[0]
+    hashes = _T + 8 + 16 * k
+    return value[:HEADER_BYTES] + b"BLZ2" + value[HEADER_BYTES + 4 : hashes] + value[hashes + 8 * k :]
+
+
+@pytest.mark.parametrize("framing", ["blz3", "blz2", "blz1"])
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     fields=FIELDS,
@@ -208,8 +224,10 @@ def test_random_layouts_read_back_whole_and_by_columns_from_both_framings(framin
     records = raw.view(layout.dtype)
     ser = CapnpSerializer(layout, "lz4")
     value = encoded(ser, records, 7)
-    assert value[HEADER_BYTES : HEADER_BYTES + 4] == b"BLZ2"
+    assert value[HEADER_BYTES : HEADER_BYTES + 4] == b"BLZ3"
     _start, whole = ser.decode(value)
+    if framing == "blz2":
+        value = blz2_of(value)
     if framing == "blz1":
         region = shuffled.decompressed_planes(value[HEADER_BYTES:], n * ser._stride, ser._stride, "t")
         records_region = np.frombuffer(region or b"", np.uint8).reshape(ser._stride, n).T.tobytes()
@@ -276,19 +294,38 @@ def test_values_of_the_older_blz1_framing_read_whole_and_by_columns(name):
     lay = get_layout(name)
     value = base64.b64decode(GOLDEN_BLZ1[name])
     assert value[HEADER_BYTES : HEADER_BYTES + 4] == b"BLZ1"
-    expected = generate(lay, 1000, 64)
-    ser = CapnpSerializer(lay, "lz4")
-    start, back = ser.decode(value)
-    assert start == 1000 and back.tobytes() == expected.tobytes()
-    names = list(lay.dtype.names)
+    reads_back(CapnpSerializer(lay, "lz4"), value, 1000, generate(lay, 1000, 64))
+
+
+def reads_back(ser: CapnpSerializer, value: bytes, start: int, expected: np.ndarray) -> None:
+    """``value`` decodes to the records ``expected`` from ``start``: whole, into a given
+    array (a framable layout) and by columns (all, one, the last two)."""
+    first, back = ser.decode(value)
+    assert first == start and back.tobytes() == expected.tobytes()
+    names = list(ser.layout.dtype.names)
     for asked in (names, names[2:3], names[-2:]):
         first, n, cols = ser.decode_columns(value, asked)
-        assert (first, n) == (1000, 64)
+        assert (first, n) == (start, len(expected))
         for f in asked:
             assert cols[f].tobytes() == expected[f].tobytes(), f
-    if lay.framable:
-        out = np.empty(64, lay.dtype)
-        assert ser.decode_into(value, out) == 1000 and out.tobytes() == expected.tobytes()
+    if ser.layout.framable:
+        out = np.empty(len(expected), ser.layout.dtype)
+        assert ser.decode_into(value, out) == start and out.tobytes() == expected.tobytes()
+
+
+GOLDEN_BLZ2 = Path(__file__).parent.parent / "data" / "blz2"
+
+
+def test_values_of_the_older_blz2_framing_read_whole_and_by_columns():
+    """A value main's code wrote before BLZ3 (tests/data/blz2): read whole and by columns,
+    its blocks unhashed; it is this version's value without its block hashes."""
+    lay = get_layout("scidb96")
+    value = (GOLDEN_BLZ2 / "scidb96-1000-from-500.value").read_bytes()
+    assert value[HEADER_BYTES : HEADER_BYTES + 4] == b"BLZ2"
+    expected = generate(lay, 500, 1000)
+    ser = CapnpSerializer(lay, "lz4")
+    assert blz2_of(encoded(ser, expected, 500)) == value
+    reads_back(ser, value, 500, expected)
 
 
 def _damaged(value: bytes, at: int, new: bytes) -> bytes:
@@ -318,7 +355,6 @@ _T = HEADER_BYTES + shuffled.HEAD_BYTES  # where the block table starts in a val
         (lambda v: _damaged(v, _T + 8 + 16 * 2 + 12, struct.pack("<I", 1)), "covers 96 planes in"),
         (lambda v: v[:-1], "covers 96 planes in"),
         (lambda v: v[: _T + 5], "block table .* is damaged"),
-        (lambda v: _damaged(v, _T + 8 + 16 * 14, b"\xff" * 24), r"block 0 of the records is damaged \(LZ4"),
     ],
 )
 def test_a_damaged_block_table_or_block_is_a_verify_error_saying_which(damage, message):
@@ -329,10 +365,48 @@ def test_a_damaged_block_table_or_block_is_a_verify_error_saying_which(damage, m
         lambda: ser.decode_into(bad, np.empty(2000, ser.layout.dtype)),
         lambda: ser.decode_columns(bad, ["d0"]),
     ):
-        with pytest.raises(VerifyError, match="corrupt Cap'n Proto batch value: compressed records do not decompress"):
+        with pytest.raises(VerifyError, match="corrupt Cap'n Proto batch value: "):
             read()
         with pytest.raises(VerifyError, match=message):
             read()
+
+
+def _blocks_of(value: bytes) -> list[tuple[int, int, int, int]]:
+    """(lo, hi, where its hash is, where its bytes start) of each block of a BLZ3 value."""
+    entries = table(value[HEADER_BYTES:])
+    k = len(entries)
+    pos, out = _T + 8 + 24 * k, []
+    for j, (lo, hi, _mode, size) in enumerate(entries):
+        out.append((lo, hi, _T + 8 + 16 * k + 8 * j, pos))
+        pos += size
+    assert pos == len(value)
+    return out
+
+
+@pytest.mark.parametrize("where", ["hash", "first byte", "last byte"])
+def test_a_block_of_another_hash_fails_the_reads_that_decode_it_and_only_those(where):
+    """BLZ3: a reader checks the hash of each block it decodes before decoding it: a whole
+    decode fails on any changed block (or hash), a decode of some columns on the blocks of
+    those columns - the others read back right."""
+    ser, value = _scidb96_value()
+    expected = ser.decode(value)[1]
+    blocks = _blocks_of(value)
+    ends = [at for _lo, _hi, _h, at in blocks[1:]] + [len(value)]
+    for j, (lo, hi, hash_at, at) in enumerate(blocks):
+        spot = {"hash": hash_at, "first byte": at, "last byte": ends[j] - 1}[where]
+        bad = _damaged(value, spot, bytes([value[spot] ^ 0x10]))
+        message = f"corrupt Cap'n Proto batch value: block {j} of the records: checksum mismatch"
+        with pytest.raises(VerifyError, match=message):
+            ser.decode(bad)
+        with pytest.raises(VerifyError, match=message):
+            ser.decode_into(bad, np.empty(2000, ser.layout.dtype))
+        for name in ser.layout.dtype.names:
+            at_, size = ser._spans[name]
+            if at_ < hi and at_ + size > lo:
+                with pytest.raises(VerifyError, match=message):
+                    ser.decode_columns(bad, [name])
+            else:
+                assert ser.decode_columns(bad, [name])[2][name].tobytes() == expected[name].tobytes()
 
 
 @pytest.mark.parametrize("n", [1, 999, 1000, 5000])
