@@ -68,6 +68,7 @@ READAHEAD = 2
 #: but a fault per 4 KiB page): releasing from the first byte cost 40 % of a repeated
 #: 192 MB uncompressed scan (ad hoc); keeping every page kept 264 MB resident for it.
 RESIDENT_BYTES = 256 << 20
+PAGE = 4096
 #: decoded bytes of a batch below which the reading thread decodes it itself, threads or not:
 #: handing it to a thread and back costs more than its decode (see `read_batches`)
 THREADED_BATCH_BYTES = 512 << 10
@@ -198,7 +199,8 @@ def read_batches(ds: Dataset, start: int, stop: int, dec: BatchDecoder[T]) -> It
     # blocks of its columns, each hashed as it is decoded): its value's pages are left for
     # the decode to fault in, not all touched first (20M random-valued records, one column
     # of 14: 0.24 -> 0.07 s, ad hoc); a whole read touches them (faster: 0.27 against 0.33)
-    touch = dec.row_bytes * 2 >= ds.layout.record_size
+    record_size = ds.layout.record_size
+    touch = dec.row_bytes * 2 >= record_size
 
     def whole(b: mf.BatchEntry, view: Any, value: Any, out: Any, rd: ValueReader) -> T:
         result = dec.whole(b, value, out)
@@ -218,7 +220,9 @@ def read_batches(ds: Dataset, start: int, stop: int, dec: BatchDecoder[T]) -> It
         lease = readers.lease(b.shard)
         rd = lease.rd
         view = ds._value(b, rd, touch)
-        mapped[0] += len(view)
+        # the bytes of the value the decode maps in: all, or about its columns' share (and
+        # the head's page) - a narrow scan's own pages do not count as the whole values'
+        mapped[0] += len(view) if touch else len(view) * dec.row_bytes // record_size + PAGE
         v = bytes(view) if rd.view is not None and not dec.zero_copy else view
         if pool is None:
             try:
