@@ -237,7 +237,9 @@ def require_access(path: str, write: bool = False, lock_files: tuple[str, ...] =
     for name in os.listdir(path):
         f = os.path.join(path, name)
         want = os.R_OK | (os.W_OK if write or name in lock_files else 0)
-        if os.path.isfile(f) and not os.access(f, want):
+        # (a file the store replaced meanwhile - RocksDB rotates its OPTIONS-N files as
+        # another process opens the shard - fails os.access too: gone, it is no denial)
+        if os.path.isfile(f) and not os.access(f, want) and os.path.exists(f):
             _denied(path, f, write or name in lock_files)
 
 

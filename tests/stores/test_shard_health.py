@@ -140,3 +140,44 @@ def test_a_document_batch_is_named_by_its_ids(tmp_path):
     assert batch_message(uri, b, "gone").startswith(
         f"shard {b.shard} batch {b.seq} (documents {b.lo}..{b.hi}) of {uri}: gone; "
     )
+
+
+def test_a_file_the_store_replaces_while_it_is_checked_is_no_permission_denial(tmp_path):
+    """A shard's files are checked for access before it is opened (stores/base.py
+    `require_access`). RocksDB rotates its OPTIONS-N files as another worker opens the same
+    shard: a file listed and gone before its check failed os.access and was called
+    "permission denied" (a finalize of a fresh RocksDB dataset failed so in CI). Here a
+    thread replaces files as fast as it can while the shard is checked in a loop."""
+    import threading
+    import time
+
+    from loader.errors import NotReadableError
+    from loader.stores.base import require_access
+
+    shard = tmp_path / "shard-000"
+    shard.mkdir()
+    for i in range(50):
+        (shard / f"{i:06d}.sst").write_bytes(b"x")
+    stop = threading.Event()
+
+    def rotate() -> None:
+        i = 0
+        while not stop.is_set():
+            (shard / f"OPTIONS-{i:06d}").write_bytes(b"")
+            (shard / f"OPTIONS-{i - 1:06d}").unlink(missing_ok=True)
+            i += 1
+
+    t = threading.Thread(target=rotate)
+    t.start()
+    denials, checks, until = 0, 0, time.monotonic() + 1.5
+    try:
+        while time.monotonic() < until:
+            try:
+                require_access(str(shard))
+            except NotReadableError:
+                denials += 1
+            checks += 1
+    finally:
+        stop.set()
+        t.join()
+    assert checks > 100 and denials == 0
