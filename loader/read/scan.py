@@ -60,6 +60,7 @@ Box: TypeAlias = "Mapping[str, tuple[object, object]] | str"
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
+R = TypeVar("R")
 
 #: batches in flight per decoding thread
 READAHEAD = 2
@@ -371,14 +372,20 @@ def checked_columns(
     (infra/checksums.py) - then its record count and first record (CorruptBatchError
     naming shard and batch)."""
     check_value(ds.uri, b, value, whole=False)
-    try:
-        first, n, cols = ds.serializer.decode_columns(value, decode, out)
-    except CorruptBatchError:
-        raise
-    except VerifyError as e:  # a damaged block (or framing): name the batch
-        raise CorruptBatchError(batch_message(ds.uri, b, str(e))) from None
+    first, n, cols = named(ds, b, ds.serializer.decode_columns, value, decode, out)
     check_count(ds, b, first, n)
     return cols
+
+
+def named(ds: Dataset, b: mf.BatchEntry, decode: Callable[..., R], *args: Any) -> R:
+    """``decode(*args)`` of batch ``b``'s value; a VerifyError it raises (a damaged block or
+    framing) as a CorruptBatchError naming the shard and batch."""
+    try:
+        return decode(*args)
+    except CorruptBatchError:
+        raise
+    except VerifyError as e:
+        raise CorruptBatchError(batch_message(ds.uri, b, str(e))) from None
 
 
 #: a narrow scan's output batch holds the records of several stored batches, up to this many
@@ -513,12 +520,7 @@ class RecordsDecoder:
 
     def whole(self, b: mf.BatchEntry, value: Any, out: np.ndarray) -> tuple[int, np.ndarray]:
         check_value(self.ds.uri, b, value, whole=False)  # (a BLZ3 value's blocks: as they are decoded)
-        try:
-            first = self.ds.serializer.decode_into(value, out)
-        except CorruptBatchError:
-            raise
-        except VerifyError as e:
-            raise CorruptBatchError(batch_message(self.ds.uri, b, str(e))) from None
+        first = named(self.ds, b, self.ds.serializer.decode_into, value, out)
         if first is None or first != b.first:
             first, recs = self.ds.serializer.decode(value)  # for the message: what it holds
             check_count(self.ds, b, first, len(recs))
