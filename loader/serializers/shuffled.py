@@ -143,7 +143,8 @@ def lz4_encoder(prefix: memoryview, region: memoryview, stride: int, blocks: byt
     heap.keep_freed_if_owned()
     size = len(region)
     head = _HEAD.pack(MAGIC, _CODEC_IDS["lz4"], stride, size)
-    tmp = _NO_TMP if stride and size < SAMPLED_FROM * stride else memoryview(bytearray(2 * size + size // 255 + 64))
+    need = _tmp_bytes(size, stride)
+    tmp = memoryview(bytearray(need)) if need else _NO_TMP
     return functools.partial(
         _shuffle.lz4_blocks, prefix, head, region, memoryview(bytearray(size)), stride, blocks, tmp
     )
@@ -154,12 +155,17 @@ SAMPLED_FROM = 512
 _NO_TMP = memoryview(bytearray(0))
 
 
+def _tmp_bytes(size: int, stride: int) -> int:
+    """Bytes of scratch for the samples that choose each block's mode (`_shuffle.lz4_blocks`)
+    of ``size`` bytes of ``stride``-byte records: none for fewer than `SAMPLED_FROM` records,
+    which are not sampled (``stride`` 0: the planes, always sampled)."""
+    return 0 if stride and size < SAMPLED_FROM * stride else 2 * size + size // 255 + 64
+
+
 def _tmp(size: int, stride: int) -> memoryview:
-    """Scratch for the samples that choose each block's mode (`_shuffle.lz4_blocks`), slot 5
-    (none for fewer than `SAMPLED_FROM` records, which are not sampled; ``stride`` 0: the planes)."""
-    if stride and size < SAMPLED_FROM * stride:
-        return _NO_TMP
-    return scratch(2 * size + size // 255 + 64, 5)
+    """`_tmp_bytes` of scratch, this thread's slot 5."""
+    need = _tmp_bytes(size, stride)
+    return scratch(need, 5) if need else _NO_TMP
 
 
 def compress_planes(flat: memoryview, compression: str, stride: int, blocks: bytes | None = None) -> bytes:
