@@ -47,18 +47,26 @@ def message_size(layout: Layout, n: int) -> int:
 
 def write_header(buf: bytearray | memoryview, n: int, words_per_record: int, start: int) -> int:
     """Write the 40-byte header of an n-record message into buf; return the message size."""
+    fixed, tail = header_words(n, words_per_record)
+    _HEADER.pack_into(buf, 0, *fixed, start, *tail)
+    return HEADER_BYTES + n * words_per_record * 8
+
+
+def header_words(n: int, words_per_record: int) -> tuple[tuple[int, int, int], tuple[int, int]]:
+    """The words of a batch header of ``n`` records before and after its first record's
+    index (`write_header`; `ReusedEncoder` makes them once)."""
     body = n * words_per_record
-    _HEADER.pack_into(
-        buf,
-        0,
-        0,  # segment count - 1
-        4 + body,  # segment words
-        _ROOT_PTR,
-        start,
-        1 | (7 << 32) | (body << 35),  # list pointer, offset 0, composite, body words
-        (n << 2) | (words_per_record << 32),  # tag: n elements of W data words, 0 pointers
+    return (
+        (
+            0,  # segment count - 1
+            4 + body,  # segment words
+            _ROOT_PTR,
+        ),
+        (
+            1 | (7 << 32) | (body << 35),  # list pointer, offset 0, composite, body words
+            (n << 2) | (words_per_record << 32),  # tag: n elements of W data words, 0 pointers
+        ),
     )
-    return HEADER_BYTES + body * 8
 
 
 class ReusedEncoder:
@@ -72,9 +80,7 @@ class ReusedEncoder:
         self.buf = bytearray(size)
         mv = memoryview(self.buf)
         self.records = np.frombuffer(self.buf, dtype=ser.layout.dtype, count=n, offset=HEADER_BYTES)
-        body = n * ser._words
-        self._fixed = (0, 4 + body, _ROOT_PTR)
-        self._tail = (1 | (7 << 32) | (body << 35), (n << 2) | (ser._words << 32))
+        self._fixed, self._tail = header_words(n, ser._words)
         blocks = ser._blocks_of(n)
         self._value = shuffled.lz4_encoder(mv[:HEADER_BYTES], mv[HEADER_BYTES:], ser._stride, blocks)
 
