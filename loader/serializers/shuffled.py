@@ -225,13 +225,14 @@ def planes_of(
     size: int,
     stride: int,
     what: str,
-    ranges: Sequence[tuple[int, int]],
+    ranges: bytes,
     fields: Sequence[tuple[int, int, memoryview]] = (),
 ) -> bytes | bytearray | memoryview | None:
     """`decompressed_planes`, of which only the planes ``ranges`` (half-open ranges of byte
     offsets in a record: the fields a scan asks for) need be decoded: the other bytes are
     garbage. LZ4 (C: third_party/lz4, the GIL released) decodes into this thread's reused
-    buffer - no fresh pages per batch: BLZ2/3 only the blocks that hold those planes, BLZ1
+    buffer - no fresh pages per batch: BLZ2/3 only the blocks that hold those planes (``ranges``:
+    `packed_ranges`), BLZ1
     its one block up to the last of them. BLZ3: each of those blocks' hash is checked
     before it is decoded (the reader checks the head, table and hashes against the row:
     infra/checksums.py); BLZ2, BLZ1: the reader checks the whole value's xxh3 first.
@@ -247,15 +248,20 @@ def planes_of(
     n = size // stride
     if codec == "blocks":
         flat = scratch(size, 3)  # slot 3: a decode's own (capnp_framing uses 1 and 2, compress 0)
-        _blocks_decode(mv, flat, n, b"".join(_RANGE.pack(lo, hi) for lo, hi in ranges), what, fields)
+        _blocks_decode(mv, flat, n, ranges, what, fields)
         return flat
     planes = _blz1_planes(mv, codec, size, stride, what, ranges)
     _shuffle.unshuffle_fields(planes, n, fields)
     return planes
 
 
+def packed_ranges(ranges: Iterable[tuple[int, int]]) -> bytes:
+    """Half-open ranges of byte offsets in a record as `planes_of` takes them (u32 pairs)."""
+    return b"".join(_RANGE.pack(lo, hi) for lo, hi in ranges)
+
+
 def _blz1_planes(
-    mv: memoryview, codec: str, size: int, stride: int, what: str, ranges: Sequence[tuple[int, int]]
+    mv: memoryview, codec: str, size: int, stride: int, what: str, ranges: bytes
 ) -> bytes | bytearray | memoryview:
     """`planes_of` a BLZ1 value ``mv`` (``codec``: lz4 or zstd; ``size`` > 0)."""
     if codec == "zstd":
@@ -264,7 +270,7 @@ def _blz1_planes(
         return planes
     n = size // stride
     flat = scratch(size, 3)
-    want = max((hi for _lo, hi in ranges), default=0) * n
+    want = max((hi for _lo, hi in _RANGE.iter_unpack(ranges)), default=0) * n
     try:
         got = _shuffle.lz4_planes(mv[HEAD_BYTES:], flat, want)
     except ValueError as e:

@@ -124,7 +124,7 @@ def test_a_scan_decodes_only_the_blocks_of_the_planes_it_asks_for(n):
     value = shuffled.compress(region, "lz4", stride, shuffled.cuts([8, 12, 16], stride))
     for ranges, decoded in [([(9, 10)], [(8, 12)]), ([(0, 1), (16, 17)], [(0, 8), (16, 24)]), ([(8, 16)], [(8, 16)])]:
         shuffled.scratch(n * stride, 3)[:] = b"\xa5" * (n * stride)  # what planes_of decodes into
-        got = bytes(shuffled.planes_of(value, n * stride, stride, "scan", ranges))
+        got = bytes(shuffled.planes_of(value, n * stride, stride, "scan", shuffled.packed_ranges(ranges)))
         todo = bytearray(b"\xa5" * (n * stride))
         for lo, hi in decoded:
             todo[lo * n : hi * n] = planes[lo * n : hi * n]

@@ -94,7 +94,7 @@ def test_a_scan_decodes_the_planes_it_unshuffles(stride, n, framing, seed, data)
     chunk = blz1(rec, stride) if framing == "blz1" else shuffled.compress(rec, framing, stride, blocks)
     at = data.draw(st.integers(0, stride - 1))
     w = data.draw(st.integers(1, stride - at))
-    planes = shuffled.planes_of(chunk, n * stride, stride, "region", [(at, at + w), (0, 1)])
+    planes = shuffled.planes_of(chunk, n * stride, stride, "region", shuffled.packed_ranges([(at, at + w), (0, 1)]))
     assert bytes(memoryview(planes)[at * n : (at + w) * n]) == full[at * n : (at + w) * n]
     out, also = bytearray(n * w), bytearray(n)
     shuffled.unshuffle_fields(planes, n, [(at, w, memoryview(out)), (0, 1, memoryview(also))])
@@ -103,7 +103,7 @@ def test_a_scan_decodes_the_planes_it_unshuffles(stride, n, framing, seed, data)
     if framing != "zstd":
         assert len(planes) == n * stride and not isinstance(planes, bytes)  # the reused buffer
         with pytest.raises(VerifyError, match="region: compressed records"):
-            shuffled.planes_of(chunk[:-1], n * stride, stride, "region", [(0, stride)])
+            shuffled.planes_of(chunk[:-1], n * stride, stride, "region", shuffled.packed_ranges([(0, stride)]))
 
 
 def test_lz4_planes_and_unshuffle_fields_refuse_what_they_cannot_do():
