@@ -418,6 +418,7 @@ static PyObject *py_unshuffle_fields(PyObject *self, PyObject *args)
 #define MODE_RAW 0      /* the planes as they are (LZ4 did not shrink them) */
 #define MODE_PLANES 1   /* an LZ4 block of the planes */
 #define MODE_RECORDS 2  /* an LZ4 block of the field's unshuffled bytes (n records of hi - lo) */
+#define MODE_DICT 3     /* its distinct values, then each record's index into them (below) */
 #define ENTRY_BYTES 16  /* lo u32, hi u32, mode u8, 3 zero bytes, compressed bytes u32 */
 #define SAMPLE 256      /* records of a field's sample, both ways, to choose its mode */
 #define HASH_BYTES 8    /* BLZ3: a block's xxh3_64 (u64), k of them after the table */
@@ -447,6 +448,162 @@ static int lz4_into(LZ4_stream_t *state, const uint8_t *src, size_t len, uint8_t
     return LZ4_compress_fast_extState_fastReset(state, (const char *)src, (char *)dst, (int)len, cap, 1);
 }
 
+/* ---- MODE_DICT: a block of w = hi - lo planes (w = 2, 4 or 8: one field's), n records:
+ *
+ *   offset  bytes    what
+ *        0      4    d: the distinct values (u32, 1 <= d <= min(n, 65536))
+ *        4      1    the index planes' coding: 0 = raw, 1 = an LZ4 block of them
+ *        5      3    zero
+ *        8  d * w    the distinct values, w bytes each as in a record, in first-seen order
+ *        -      -    the index planes: iw = 1 byte an index if d <= 256, else 2; n * iw bytes
+ *                    (plane 0: each record's index's low byte, plane 1: its high byte), raw
+ *                    or LZ4 (which must give exactly n * iw bytes)
+ *
+ * Values are compared as bytes (NaNs of other bits, -0.0 and 0.0 are distinct values).
+ * Record i's w bytes are the values' [index_i * w, (index_i + 1) * w). */
+#define DICT_HEAD 8
+#define DICT_MAX 65536
+#define DICT_GOLDEN 0x9E3779B97F4A7C15ULL
+
+/* Hash slots for a dictionary of at most ``max_d`` values (half full at most). */
+static size_t dict_slots(size_t max_d)
+{
+    size_t s = 64;
+    while (s < 2 * max_d)
+        s *= 2;
+    return s;
+}
+
+/* Bytes of a dict_build's scratch (index planes, hash slots) for n records. */
+static size_t dict_tmp(size_t n)
+{
+    return 2 * n + 8 + 4 * dict_slots(n < DICT_MAX ? n : DICT_MAX); /* (8: to align the slots) */
+}
+
+/* Build the dictionary of the n records of w bytes ``recs``: the values into ``dict``
+ * (first-seen order), each record's index into ix (low bytes) and ix + n (high bytes);
+ * the values found, or 0 once more than ``max_d`` (then ``dict`` holds garbage).
+ * ``slots``: dict_slots(max_d) u32s. One function per width (the compiler specializes). */
+#define DICT_BUILD(NAME, T)                                                                                    \
+    static size_t NAME(const uint8_t *recs, size_t n, uint8_t *dict, uint8_t *ix, uint32_t *slots, size_t max_d) \
+    {                                                                                                          \
+        size_t nslots = dict_slots(max_d), mask = nslots - 1, d = 0;                                            \
+        int shift = 64;                                                                                        \
+        for (size_t s = nslots; s > 1; s >>= 1)                                                                \
+            shift--;                                                                                           \
+        memset(slots, 0, nslots * sizeof *slots);                                                              \
+        T prev = 0;                                                                                            \
+        uint32_t at = UINT32_MAX; /* prev's index (none yet) */                                               \
+        for (size_t i = 0; i < n; i++) {                                                                       \
+            T v;                                                                                               \
+            memcpy(&v, recs + i * sizeof(T), sizeof(T));                                                       \
+            if (v != prev || at == UINT32_MAX) {                                                               \
+                size_t h = (size_t)(((uint64_t)v * DICT_GOLDEN) >> shift);                                     \
+                for (;;) {                                                                                     \
+                    uint32_t s = slots[h];                                                                     \
+                    if (s == 0) {                                                                              \
+                        if (d == max_d)                                                                        \
+                            return 0;                                                                          \
+                        memcpy(dict + d * sizeof(T), &v, sizeof(T));                                           \
+                        slots[h] = (uint32_t)++d;                                                              \
+                        at = (uint32_t)(d - 1);                                                                \
+                        break;                                                                                 \
+                    }                                                                                          \
+                    T u;                                                                                       \
+                    memcpy(&u, dict + (size_t)(s - 1) * sizeof(T), sizeof(T));                                 \
+                    if (u == v) {                                                                              \
+                        at = s - 1;                                                                            \
+                        break;                                                                                 \
+                    }                                                                                          \
+                    h = (h + 1) & mask;                                                                        \
+                }                                                                                              \
+                prev = v;                                                                                      \
+            }                                                                                                  \
+            ix[i] = (uint8_t)at;                                                                               \
+            ix[n + i] = (uint8_t)(at >> 8);                                                                    \
+        }                                                                                                      \
+        return d;                                                                                              \
+    }
+DICT_BUILD(dict_build2, uint16_t)
+DICT_BUILD(dict_build4, uint32_t)
+DICT_BUILD(dict_build8, uint64_t)
+
+/* The most values a dictionary of n records of w bytes may have to take under ``limit``
+ * bytes (raw index planes), 0 if none can. */
+static size_t dict_max(size_t n, size_t w, size_t limit)
+{
+    size_t most = n < DICT_MAX ? n : DICT_MAX, d1 = 0, d2 = 0;
+    if (limit > DICT_HEAD + n + w)
+        d1 = (limit - 1 - DICT_HEAD - n) / w; /* 1-byte indexes */
+    if (limit > DICT_HEAD + 2 * n + w)
+        d2 = (limit - 1 - DICT_HEAD - 2 * n) / w;
+    d1 = d1 < 256 ? d1 : 256;
+    d2 = d2 < most ? d2 : most;
+    return d2 > 256 ? d2 : (d1 < most ? d1 : most);
+}
+
+/* The MODE_DICT block of the n records of w (2, 4, 8) bytes ``recs`` into ``out``
+ * (LZ4_compressBound(n * w) bytes) if it takes under ``limit`` bytes: its bytes; else 0,
+ * as soon as it has too many values. ``scratch``: dict_tmp(n) bytes. */
+static long dict_block(LZ4_stream_t *state, const uint8_t *recs, size_t n, size_t w, uint8_t *out, size_t limit,
+                       uint8_t *scratch)
+{
+    size_t max_d = dict_max(n, w, limit), d;
+    if (max_d == 0)
+        return 0;
+    uint8_t *ix = scratch, *dict = out + DICT_HEAD;
+    uint32_t *slots = (uint32_t *)(((uintptr_t)(scratch + 2 * n) + 7) & ~(uintptr_t)7);
+    d = w == 8 ? dict_build8(recs, n, dict, ix, slots, max_d)
+        : w == 4 ? dict_build4(recs, n, dict, ix, slots, max_d)
+                 : dict_build2(recs, n, dict, ix, slots, max_d);
+    if (d == 0)
+        return 0;
+    size_t iw = d <= 256 ? 1 : 2, raw = n * iw, at = DICT_HEAD + d * w;
+    uint32_t d32 = (uint32_t)d;
+    memcpy(out, &d32, 4);
+    memset(out + 4, 0, 4);
+    /* LZ4 of index planes full of short matches costs ~1.5 us a KB for ~10 % (random
+     * indexes: ticks' prices, 3 KB of 29 for 14 us a batch): tried only if a sample of each
+     * plane (its last records: the first have the first, small, indexes) shrinks under 1/2
+     * (runs: sorted data).
+     * (at + LZ4_compressBound(raw) <= LZ4_compressBound(n * w): at + raw < limit <= n * w) */
+    uint8_t sample[LZ4_COMPRESSBOUND(SAMPLE)];
+    size_t m = n < SAMPLE ? n : SAMPLE, small = 0;
+    for (size_t k = 0; k < iw; k++)
+        small += (size_t)lz4_into(state, ix + k * n + n - m, m, sample, (int)sizeof sample);
+    int got = 0;
+    if (small * 2 < m * iw)
+        got = lz4_into(state, ix, raw, out + at, LZ4_compressBound((int)raw));
+    if (got > 0 && (size_t)got < raw) {
+        out[4] = 1;
+        return (long)(at + (size_t)got);
+    }
+    memcpy(out + at, ix, raw);
+    return (long)(at + raw);
+}
+
+/* The repeats among the m records of w (2, 4, 8) bytes ``recs`` (m <= 256): records whose
+ * value is the last one seen at its hash slot (of 512, on the stack: few repeats are missed,
+ * none is made up but a first 0). Without a branch: ~0.2 us. One function per width. */
+#define SAMPLE_REPEATS(NAME, T)                                                                                \
+    static size_t NAME(const uint8_t *recs, size_t m)                                                         \
+    {                                                                                                          \
+        T last[512];                                                                                           \
+        size_t rep = 0;                                                                                        \
+        memset(last, 0, sizeof last);                                                                          \
+        for (size_t i = 0; i < m; i++) {                                                                       \
+            T v;                                                                                               \
+            memcpy(&v, recs + i * sizeof(T), sizeof(T));                                                       \
+            size_t h = (size_t)(((uint64_t)v * DICT_GOLDEN) >> 55);                                            \
+            rep += last[h] == v;                                                                               \
+            last[h] = v;                                                                                       \
+        }                                                                                                      \
+        return rep;                                                                                            \
+    }
+SAMPLE_REPEATS(sample_repeats2, uint16_t)
+SAMPLE_REPEATS(sample_repeats4, uint32_t)
+SAMPLE_REPEATS(sample_repeats8, uint64_t)
+
 /* Compress planes [lo, hi) (``planes``: the whole shuffled region, n bytes a plane) into
  * ``out`` (at least LZ4_compressBound of the block's bytes); ``*mode`` gets the mode, the
  * return value the bytes written. ``tmp``: scratch for the samples and a field's records
@@ -474,6 +631,24 @@ static long compress_block(LZ4_stream_t *state, const uint8_t *planes, size_t n,
         int as_planes = lz4_into(state, a, m * w, c, bound);
         if ((size_t)as_planes * 4 > m * w) {
             unshuffle_some(src, b, n, w, m);
+            if (w == 2 || w == 4 || w == 8) {
+                /* few distinct values in the sample (repeats: c): a dictionary of about
+                 * m^2 / 2c values; tried whole only if that beats the planes' share,
+                 * given up once it has more values than could */
+                size_t rep = w == 8 ? sample_repeats8(b, m) : w == 4 ? sample_repeats4(b, m) : sample_repeats2(b, m);
+                size_t ds = m - rep;
+                size_t guess = rep ? m * m / (2 * rep) : SIZE_MAX, limit = (size_t)as_planes * n / m * 7 / 8;
+                guess = guess > ds ? guess : ds;
+                limit = limit < bytes ? limit : bytes;
+                if (guess <= DICT_MAX && DICT_HEAD + guess * w + n * (guess <= 256 ? 1 : 2) < limit) {
+                    unshuffle_tiles(src, a, n, w);
+                    long as_dict = dict_block(state, a, n, w, out, limit, c + bound);
+                    if (as_dict > 0) {
+                        *mode = MODE_DICT;
+                        return as_dict;
+                    }
+                }
+            }
             if (lz4_into(state, b, m * w, c, bound) * 5 < as_planes * 4) {
                 unshuffle_tiles(src, a, n, w);
                 got = lz4_into(state, a, bytes, out, cap);
@@ -495,8 +670,8 @@ static long compress_block(LZ4_stream_t *state, const uint8_t *planes, size_t n,
  * (no sample, so none, under 2 * SAMPLE records). */
 static size_t blocks_tmp(size_t size, size_t width)
 {
-    size_t most = SAMPLE * width;
-    return width && size / width >= 2 * SAMPLE ? size + most + (size_t)LZ4_compressBound((int)most) : 0;
+    size_t most = SAMPLE * width, n = width ? size / width : 0;
+    return n >= 2 * SAMPLE ? size + most + (size_t)LZ4_compressBound((int)most) + dict_tmp(n) : 0;
 }
 
 /* lz4_blocks(prefix, head, region, scratch, stride, cuts, tmp) -> bytes: prefix + head +
@@ -586,6 +761,68 @@ static PyObject *py_lz4_blocks(PyObject *self, PyObject *args)
     return result;
 }
 
+/* Decode the MODE_DICT block ``blk`` (``len`` bytes) of n records of w (2, 4, 8) bytes
+ * into ``recs`` (n * w bytes); ``ix``: 2 * n bytes of scratch (LZ4 index planes). 0, or -1
+ * with ``why`` saying what is damaged: every size and index is checked before it is used. */
+static int dict_decode(const uint8_t *blk, size_t len, size_t n, size_t w, uint8_t *recs, uint8_t *ix, char *why,
+                       size_t whylen)
+{
+    if (len < DICT_HEAD) {
+        snprintf(why, whylen, "dictionary of %zu bytes: shorter than its head", len);
+        return -1;
+    }
+    size_t d = get32(blk);
+    if (d == 0 || d > DICT_MAX || d > n || blk[4] > 1 || blk[5] || blk[6] || blk[7]) {
+        snprintf(why, whylen, "dictionary head says %zu values, coding %u, for %zu records", d, blk[4], n);
+        return -1;
+    }
+    size_t iw = d <= 256 ? 1 : 2, raw = n * iw, at = DICT_HEAD + d * w;
+    if (at > len || (blk[4] == 0 && len - at != raw)) {
+        snprintf(why, whylen, "dictionary of %zu %zu-byte values in %zu bytes: not its %zu records' sizes", d, w, len,
+                 n);
+        return -1;
+    }
+    const uint8_t *dict = blk + DICT_HEAD, *lo = blk + at;
+    if (blk[4] == 1) {
+        int got = LZ4_decompress_safe((const char *)blk + at, (char *)ix, (int)(len - at), (int)raw);
+        if (got != (int)raw) {
+            snprintf(why, whylen, "dictionary's index planes do not decompress to %zu bytes", raw);
+            return -1;
+        }
+        lo = ix;
+    }
+    size_t top = 0; /* the biggest index */
+    if (iw == 1) {
+        uint8_t t = 0;
+        for (size_t i = 0; i < n; i++)
+            t = lo[i] > t ? lo[i] : t;
+        top = t;
+    } else {
+        uint16_t t = 0;
+        for (size_t i = 0; i < n; i++) {
+            uint16_t v = (uint16_t)(lo[i] | lo[n + i] << 8);
+            t = v > t ? v : t;
+        }
+        top = t;
+    }
+    if (top >= d) {
+        snprintf(why, whylen, "dictionary of %zu values: an index is %zu", d, top);
+        return -1;
+    }
+#define DICT_GATHER(W)                                                                                         \
+    for (size_t i = 0; i < n; i++)                                                                             \
+        memcpy(recs + i * (W), dict + (size_t)(iw == 1 ? lo[i] : (lo[i] | lo[n + i] << 8)) * (W), (W));
+    if (w == 8) {
+        DICT_GATHER(8)
+    } else if (w == 4) {
+        DICT_GATHER(4)
+    } else {
+        DICT_GATHER(2)
+    }
+#undef DICT_GATHER
+    return 0;
+}
+
 /* blocks_decode(src, dst, n, ranges, fields, hashed) -> int: decode into the writable ``dst``
  * (the shuffled region: n bytes a plane) the blocks of the BLZ2 table + blocks ``src``
  * that hold any plane of ``ranges`` (u32 pairs [lo, hi); None: every block), then give
@@ -626,7 +863,7 @@ static PyObject *py_blocks_decode(PyObject *self, PyObject *args)
     const uint8_t *s = (const uint8_t *)src.buf, *r = (const uint8_t *)ranges.buf;
     size_t len = (size_t)src.len, k = len >= 8 ? get32(s) : 0, nr = rng == Py_None ? 0 : (size_t)ranges.len / 8;
     char why[160] = "";
-    size_t most = 0; /* bytes of the biggest block of records (MODE_RECORDS) */
+    size_t most = 0; /* bytes of scratch of the biggest block of records (MODE_RECORDS, MODE_DICT) */
     size_t width = n > 0 ? (size_t)dst.len / (size_t)n : 0;
     if (n < 0 || (n > 0 && (size_t)dst.len % (size_t)n)) {
         PyErr_Format(PyExc_ValueError, "dst of %zd bytes is not whole planes of %zd bytes", dst.len, n);
@@ -642,14 +879,17 @@ static PyObject *py_blocks_decode(PyObject *self, PyObject *args)
             uint32_t lo = get32(e), hi = get32(e + 4), csize = get32(e + 12);
             uint8_t mode = e[8];
             size_t bytes = (size_t)(hi - lo) * (size_t)n;
-            if (lo != expect || hi <= lo || mode > MODE_RECORDS || e[9] || e[10] || e[11] ||
-                (mode == MODE_RAW && csize != bytes))
+            if (lo != expect || hi <= lo || mode > MODE_DICT || e[9] || e[10] || e[11] ||
+                (mode == MODE_RAW && csize != bytes) ||
+                (mode == MODE_DICT && hi - lo != 2 && hi - lo != 4 && hi - lo != 8))
                 snprintf(why, sizeof why, "block %zu of the table (planes %u..%u, mode %u, %u bytes) is damaged", j,
                          lo, hi, mode, csize);
             expect = hi;
             total += csize;
             if (mode == MODE_RECORDS && bytes > most)
                 most = bytes;
+            if (mode == MODE_DICT && bytes + 2 * (size_t)n > most) /* its records, its index planes */
+                most = bytes + 2 * (size_t)n;
         }
         if (!why[0] && (expect != width || total != len))
             snprintf(why, sizeof why,
@@ -662,6 +902,7 @@ static PyObject *py_blocks_decode(PyObject *self, PyObject *args)
     }
     {
         long bad = -1, err = 0, decoded = 0, nomem = 0, mismatch = 0;
+        char dwhy[128] = ""; /* a damaged MODE_DICT block: what */
         Py_BEGIN_ALLOW_THREADS
         uint8_t *tmp = NULL, *d = (uint8_t *)dst.buf;
         const uint8_t *hashes = s + 8 + ENTRY_BYTES * k;
@@ -684,10 +925,25 @@ static PyObject *py_blocks_decode(PyObject *self, PyObject *args)
             if (want && bytes) {
                 uint8_t *to = d + (size_t)lo * (size_t)n;
                 Py_ssize_t direct = -1;
-                for (Py_ssize_t f = 0; f < fs.k && e[8] == MODE_RECORDS && direct < 0; f++)
+                int whole = e[8] == MODE_RECORDS || e[8] == MODE_DICT; /* a field's records */
+                for (Py_ssize_t f = 0; f < fs.k && whole && direct < 0; f++)
                     if ((size_t)fs.at[2 * f] == lo && (size_t)fs.at[2 * f + 1] == w && !done[f])
                         direct = f;
-                if (direct >= 0) { /* the field's records, straight into its column */
+                if (e[8] == MODE_DICT) { /* gathered into its column, or records then planes */
+                    if (tmp == NULL && (tmp = malloc(most)) == NULL) {
+                        nomem = 1, bad = (long)j;
+                        break;
+                    }
+                    uint8_t *recs = direct >= 0 ? (uint8_t *)fs.outs[direct].buf : tmp;
+                    if (dict_decode(s + pos, csize, (size_t)n, w, recs, tmp + bytes, dwhy, sizeof dwhy) < 0) {
+                        bad = (long)j;
+                        break;
+                    }
+                    if (direct >= 0)
+                        done[direct] = 1;
+                    else
+                        shuffle_tiles(tmp, to, (size_t)n, w);
+                } else if (direct >= 0) { /* the field's records, straight into its column */
                     int got = LZ4_decompress_safe((const char *)s + pos, (char *)fs.outs[direct].buf, (int)csize,
                                                   (int)bytes);
                     if (got != (int)bytes) {
@@ -726,6 +982,8 @@ static PyObject *py_blocks_decode(PyObject *self, PyObject *args)
             PyErr_NoMemory();
         else if (mismatch)
             PyErr_Format(PyExc_ValueError, "block %ld of the records: checksum mismatch (stored bytes changed)", bad);
+        else if (bad >= 0 && dwhy[0])
+            PyErr_Format(PyExc_ValueError, "block %ld of the records is damaged (%s)", bad, dwhy);
         else if (bad >= 0)
             PyErr_Format(PyExc_ValueError, "block %ld of the records is damaged (LZ4 %s %ld)", bad,
                          err < 0 ? "error at input byte" : "decoded bytes:", err < 0 ? -err - 1 : err);

@@ -159,7 +159,10 @@ def _tmp_bytes(size: int, stride: int) -> int:
     """Bytes of scratch for the samples that choose each block's mode (`_shuffle.lz4_blocks`)
     of ``size`` bytes of ``stride``-byte records: none for fewer than `SAMPLED_FROM` records,
     which are not sampled (``stride`` 0: the planes, always sampled)."""
-    return 0 if stride and size < SAMPLED_FROM * stride else 2 * size + size // 255 + 64
+    if stride and size < SAMPLED_FROM * stride:
+        return 0
+    n = size // stride if stride else size
+    return 2 * size + size // 255 + 64 + 18 * n + 264  # (+ a dictionary's index planes and hash slots)
 
 
 def _tmp(size: int, stride: int) -> memoryview:
