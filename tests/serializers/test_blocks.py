@@ -38,7 +38,7 @@ from .test_capnp_planes import FIELDS, layout_of
 from .test_shuffle import blz1
 
 _ENTRY = struct.Struct("<IIB3xI")
-RAW, PLANES, RECORDS = 0, 1, 2
+RAW, PLANES, RECORDS, DICT = 0, 1, 2, 3
 
 
 def encoded(ser: CapnpSerializer, records: np.ndarray, start: int = 0) -> bytes:
@@ -70,12 +70,30 @@ def planes_by_hand(value: bytes, n: int) -> bytes:
             out += block
         elif mode == PLANES:
             out += lz4.block.decompress(block, uncompressed_size=w * n)
+        elif mode == DICT:
+            out += dict_planes_by_hand(block, n, w)
         else:
             recs = np.frombuffer(lz4.block.decompress(block, uncompressed_size=w * n), np.uint8).reshape(n, w)
             out += np.ascontiguousarray(recs.T).tobytes()
         pos += size
     assert pos == len(value)
     return out
+
+
+def dict_planes_by_hand(block: bytes, n: int, w: int) -> bytes:
+    """The planes of a dictionary block (mode 3) of ``n`` records of ``w`` bytes, as the
+    format says: u32 d, u8 coding, 3 zero bytes, d values of w bytes, the index planes
+    (1 byte an index if d <= 256, else 2: low bytes, then high bytes), raw or LZ4."""
+    d, coding = struct.unpack_from("<IB3x", block)
+    iw = 1 if d <= 256 else 2
+    values = np.frombuffer(block, np.uint8, d * w, 8).reshape(d, w)
+    index = block[8 + d * w :]
+    if coding == 1:
+        index = lz4.block.decompress(index, uncompressed_size=n * iw)
+    assert len(index) == n * iw
+    lo = np.frombuffer(index, np.uint8, n).astype(np.int64)
+    at = lo if iw == 1 else lo | np.frombuffer(index, np.uint8, n, n).astype(np.int64) << 8
+    return np.ascontiguousarray(values[at].T).tobytes()
 
 
 def region_of(rng: np.random.Generator, n: int, stride: int) -> bytes:
@@ -132,26 +150,37 @@ def test_a_scan_decodes_only_the_blocks_of_the_planes_it_asks_for(n):
 
 
 def test_each_block_takes_the_mode_that_stores_it_smallest():
-    """Prices among a few hundred values repeat whole (LZ4 of the records finds them, in
-    under 4/5 of the planes' bytes); counters' planes are runs (LZ4 of the planes); random
-    bytes are stored raw."""
+    """Prices among a few hundred values: a dictionary of them and a byte an index; 12-byte
+    values among a few hundred (no dictionary of that width) repeat whole (LZ4 of the
+    records finds them, in under 4/5 of the planes' bytes); counters' planes are runs (LZ4
+    of the planes); random bytes are stored raw."""
     n = 10000
     rng = np.random.default_rng(7)
-    lay = Layout("m", (Field("price", "float64"), Field("count", "int64"), Field("noise", "uint64")))
+    lay = Layout(
+        "m",
+        (Field("price", "float64"), Field("count", "int64"), Field("noise", "uint64"), Field("tag", "bytes[12]")),
+    )
     recs = np.zeros(n, lay.dtype)
     recs["price"] = rng.choice(np.round(rng.uniform(10, 500, 300), 2), n)
     recs["count"] = np.arange(n)
     recs["noise"] = rng.integers(0, 2**64 - 1, n, dtype=np.uint64)
+    recs["tag"] = rng.integers(0, 256, (300, 12), dtype=np.uint8).view("S12")[rng.integers(0, 300, n), 0]
     ser = CapnpSerializer(lay, "lz4")
     value = encoded(ser, recs)
     assert [(lo, hi, mode) for lo, hi, mode, _s in table(value[HEADER_BYTES:])] == [
-        (0, 8, RECORDS),
+        (0, 8, DICT),
         (8, 16, PLANES),
         (16, 24, RAW),
+        (24, 36, RECORDS),
+        (36, 40, PLANES),  # (the padding: zeros)
     ]
+    assert planes_by_hand(value[HEADER_BYTES:], n) == shuffled.decompressed_planes(
+        value[HEADER_BYTES:], n * ser._stride, ser._stride, "t"
+    )
     assert ser.decode(value)[1].tobytes() == recs.tobytes()
-    _first, _n, cols = ser.decode_columns(value, ["price", "noise"])
-    assert (cols["price"] == recs["price"]).all() and (cols["noise"] == recs["noise"]).all()
+    _first, _n, cols = ser.decode_columns(value, ["price", "noise", "tag"])
+    for name in ("price", "noise", "tag"):
+        assert cols[name].tobytes() == recs[name].tobytes(), name
 
 
 def test_ticks_take_fewer_bytes_than_in_one_block_of_planes():
@@ -164,7 +193,7 @@ def test_ticks_take_fewer_bytes_than_in_one_block_of_planes():
     one_block = shuffled.HEAD_BYTES + len(lz4.block.compress(bytes(planes), store_size=False))
     assert len(value) - HEADER_BYTES < 0.9 * one_block
     modes = {lo: mode for lo, _hi, mode, _size in table(value[HEADER_BYTES:])}
-    assert [modes[ser._spans[name][0]] for name in ("sym", "price")] == [RECORDS] * 2
+    assert [modes[ser._spans[name][0]] for name in ("sym", "price")] == [DICT] * 2
 
 
 def test_a_field_stored_as_records_decompresses_straight_into_its_column():
