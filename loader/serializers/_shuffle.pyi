@@ -37,8 +37,10 @@ def lz4_blocks(
     shuffled in the writable ``scratch`` (at least as big as ``region``), or of ``region``
     itself when ``stride`` is 0; ``cuts``: u32 plane indexes from 0 up to the record's
     bytes, a block between each two; ``tmp``: writable scratch of ``2 * len(region) +
-    len(region) // 255 + 64`` bytes (the samples that choose each block's mode). ValueError:
-    bad cuts, a region that is not whole records, a scratch or tmp too small."""
+    len(region) // 255 + 64 + 18 * n + 264`` bytes for n records (the samples that choose
+    each block's mode, a dictionary's index planes and hash slots). Each block in the mode
+    that stores it smallest: LZ4 of its planes or records, a dictionary (mode 3), raw.
+    ValueError: bad cuts, a region that is not whole records, a scratch or tmp too small."""
 
 def blocks_decode(
     src: _Buffer,
@@ -51,8 +53,8 @@ def blocks_decode(
 ) -> int:
     """Decode into the writable ``dst`` (planes of ``n`` bytes) the blocks of the BLZ2 table
     and blocks ``src`` that hold a plane of ``ranges`` (u32 pairs lo, hi; None: all), then
-    each (offset, width, out) of ``fields`` its records (a block of its records: straight
-    into ``out``, not into ``dst``); the blocks decoded. ``hashed`` (BLZ3): the table is
+    each (offset, width, out) of ``fields`` its records (a block of its records or its
+    dictionary: straight into ``out``, not into ``dst``); the blocks decoded. ``hashed`` (BLZ3): the table is
     followed by each block's xxh3_64, checked before the block is decoded. ValueError: a
     damaged table or block (a block of another hash), a field outside ``dst`` or an
     ``out`` of another size."""

@@ -22,13 +22,16 @@
  *       prefix + head + the BLZ2 block table and blocks of the shuffled region (a head
  *       whose magic is BLZ3: the table, then each block's xxh3_64, then the blocks): a block
  *       per run of planes (a field's), each LZ4 of its planes, LZ4 of its unshuffled bytes
- *       (whole values that repeat: prices) or raw, whichever is smallest (a sample of both
- *       LZ4s decides whether to try the second). Every LZ4 block bulkload writes comes
+ *       (whole values that repeat), a dictionary of its values (MODE_DICT: few distinct
+ *       values, as ticks' symbols and prices) or raw, whichever is smallest (a sample of
+ *       the planes' LZ4, of its repeats and of the records' LZ4 decides which to try in
+ *       full: compress_block). Every LZ4 block bulkload writes comes
  *       from here (python-lz4 picks its own match candidates), so a value's bytes depend
  *       on its records only.
  *   blocks_decode(src, dst, n, ranges, fields, hashed) -> int
  *       Decode into ``dst`` (a reused buffer of the records' size) only the BLZ2 blocks
- *       holding the planes ``ranges`` asks for (a scan's columns), the table checked whole;
+ *       holding the planes ``ranges`` asks for (a scan's columns), the table checked whole
+ *       (a dictionary's sizes and indexes before it is gathered);
  *       ``hashed`` (BLZ3): each of those blocks' xxh3_64 checked before it is decoded.
  *   lz4_planes(src, dst, want) -> int
  *       The same for an older BLZ1 value (one LZ4 block of every plane): decompress it
@@ -607,14 +610,18 @@ SAMPLE_REPEATS(sample_repeats8, uint64_t)
 /* Compress planes [lo, hi) (``planes``: the whole shuffled region, n bytes a plane) into
  * ``out`` (at least LZ4_compressBound of the block's bytes); ``*mode`` gets the mode, the
  * return value the bytes written. ``tmp``: scratch for the samples and a field's records
- * (`blocks_tmp` bytes for ``size`` bytes of ``width``-byte records). A sample of the first SAMPLE records chooses the way: the
- * planes, unless they compress poorly (over 1/4) and the records compress to under 4/5 of
- * that (whole values that repeat: a price among a thousand, which the planes split) - then
- * only that way is compressed in full; raw when LZ4 does not shrink the block. LZ4 of
- * records full of short matches costs ~10 x that of poor planes, which it skips (ticks'
- * price: ~110 us for a 10,000-record batch against ~6 us): the 4/5 keeps that cost to the
- * fields where it pays - gen://ticks' sym and price, 13 % fewer bytes; bid and ask would
- * save 1.5 % more at the same cost again. A 256-record sample chose as 1024 did there. */
+ * (`blocks_tmp` bytes for ``size`` bytes of ``width``-byte records). A sample of the first
+ * SAMPLE records chooses the way: the planes, unless they compress poorly (over 1/4); then
+ * a dictionary (a field of 2, 4 or 8 bytes) if the sample repeats values (counted without
+ * a branch, ~0.2 us: random values pay nothing more) and a dictionary of about m^2 / 2
+ * repeats values could take under 7/8 of the planes' share of the block - built whole,
+ * given up as soon as it has more values than could (dict_block); else the records if
+ * they compress to under 4/5 of the planes (whole values that repeat, which the planes
+ * split) - then only that way is compressed in full; raw when LZ4 does not shrink the
+ * block. LZ4 of records full of short matches costs ~10 x that of poor planes, which it
+ * skips; a dictionary costs ~1.5 ns a record (ticks' price: ~15 us for a 10,000-record
+ * batch, 29 KB, against LZ4 of its records' ~69 us, 40 KB). Ticks: sym, price, size, bid
+ * and ask as dictionaries, 229 KB -> 169 KB a batch, ~340 -> ~225 us (ad hoc, cold). */
 static long compress_block(LZ4_stream_t *state, const uint8_t *planes, size_t n, size_t lo, size_t hi,
                            uint8_t *out, uint8_t *tmp, size_t size, size_t width, uint8_t *mode)
 {

@@ -302,3 +302,52 @@ def _one_column_maps_in_its_blocks(tmp_path: Path, random_records) -> None:
     assert rows == n
     assert stored_kib > 8000  # ~8.4 MB (of 9.6): random values barely compress
     assert grew_kib < stored_kib // 4, (grew_kib, stored_kib)  # d3's blocks: 1/12 of the bytes, and their edges
+
+
+def test_dictionary_blocks_of_ticks_load_verify_compact_and_their_damage_is_found(tmp_path):
+    """gen://ticks values hold dictionary blocks (mode 3: sym, price, ...): a load reads back
+    byte-identical (whole and by columns) and verifies; compaction re-encodes them as
+    dictionaries; a changed byte in one fails the scans of its column only, and verify."""
+    ticks, n = get_layout("ticks"), 10000
+    uri = f"lmdb://{tmp_path}/ds"
+    loader.load(f"gen://ticks?n={n}", uri, batch_records=5000, shards=2, workers=1)
+    expected = generate(ticks, 0, n)
+    spans = {name: ticks.capnp_span(name) for name in ticks.dtype.names if ticks.capnp_span(name)}
+
+    def check(uri: str) -> None:
+        with loader.open(uri) as ds:
+            assert ds.read_records().tobytes() == expected.tobytes()
+            for name in ("price", "bid", "size"):
+                assert ds.scan(columns=[name]).read_all().column(name).to_numpy().tobytes() == expected[name].tobytes()
+            assert ds.scan(columns=["sym"]).read_all().column("sym").to_pylist() == [
+                s.ljust(8, b"\0") for s in expected["sym"].tolist()
+            ]
+        for b in batches(uri):
+            v = stored(uri, b)
+            modes = {
+                lo: struct.unpack_from("<B", v, TABLE + 8 + 16 * j + 8)[0] for j, (lo, *_r) in enumerate(blocks_of(v))
+            }
+            assert modes[spans["sym"][0]] == modes[spans["price"][0]] == 3
+        p = run_cli("verify", uri)
+        assert p.returncode == 0, p.stdout + p.stderr
+
+    check(uri)
+    p = run_cli("compact", uri, "--target-batch-records", "10000", "--force", "-q")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert len(batches(uri)) < 3
+    check(uri)
+    b = batches(uri)[0]
+    v = stored(uri, b)
+    j, (_lo, _hi, _h, at, size) = next((j, x) for j, x in enumerate(blocks_of(v)) if x[0] == spans["price"][0])
+    spot = at + size - 3  # (an index of the last records)
+    put(uri, b, v[:spot] + bytes([v[spot] ^ 1]) + v[spot + 1 :])
+    where = re.escape(f"shard {b.shard} batch {b.seq}")
+    with loader.open(uri) as ds:
+        with pytest.raises(CorruptBatchError, match=rf"{where} .*block {j} of the records: checksum mismatch") as e:
+            ds.scan(columns=["price"]).read_all()
+        assert "\n" not in str(e.value)
+        assert ds.scan(columns=["sym"]).read_all().column("sym").to_pylist() == [
+            s.ljust(8, b"\0") for s in expected["sym"].tolist()
+        ]
+    p = run_cli("verify", uri)
+    assert p.returncode == 1 and f"shard {b.shard} batch {b.seq}" in p.stdout + p.stderr
