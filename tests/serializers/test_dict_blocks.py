@@ -74,6 +74,13 @@ def batch_of(w: int, d: int, n: int, seed: int, other: bool = True) -> tuple[Cap
     return CapnpSerializer(lay, "lz4"), recs
 
 
+def first_plane(ser: CapnpSerializer, name: str) -> int:
+    """The first plane of field ``name`` (one not scattered) of ``ser``'s records."""
+    span = ser._spans[name]
+    assert span is not None
+    return span[0]
+
+
 def modes(ser: CapnpSerializer, value: bytes) -> dict[int, int]:
     """The mode of each block of ``value``, by its first plane."""
     return {lo: mode for lo, _hi, mode, _size in table(value[HEADER_BYTES:])}
@@ -85,7 +92,7 @@ def reads_back(ser: CapnpSerializer, value: bytes, recs: np.ndarray) -> None:
     assert ser.decode(value)[1].tobytes() == recs.tobytes()
     out = np.empty(n, ser.layout.dtype)
     assert ser.decode_into(value, out) == 0 and out.tobytes() == recs.tobytes()
-    names = list(ser.layout.dtype.names)
+    names = list(ser.layout.dtype.names or ())
     for asked in ([names[0]], names, names[::-1]):
         _first, count, cols = ser.decode_columns(value, asked)
         assert count == n
@@ -151,10 +158,10 @@ def test_ticks_fields_that_repeat_few_values_are_dictionaries_and_random_values_
     ser = CapnpSerializer(lay, "lz4")
     value = encoded(ser, recs)
     m = modes(ser, value)
-    assert {name: m[ser._spans[name][0]] for name in ("sym", "price", "size", "bid", "ask")} == dict.fromkeys(
+    assert {name: m[first_plane(ser, name)] for name in ("sym", "price", "size", "bid", "ask")} == dict.fromkeys(
         ("sym", "price", "size", "bid", "ask"), DICT
     )
-    assert m[ser._spans["ts"][0]] != DICT  # (every value distinct)
+    assert m[first_plane(ser, "ts")] != DICT  # (every value distinct)
     assert len(value) < 0.8 * 228_383  # (~169 KB; 228 KB with sym and price as records)
     reads_back(ser, value, recs)
 
@@ -186,7 +193,7 @@ def test_a_dictionary_gathers_straight_into_its_column():
     recs = generate(lay, 0, 10000)
     ser = CapnpSerializer(lay, "lz4")
     value = encoded(ser, recs)
-    n, at = len(recs), ser._spans["price"][0]
+    n, at = len(recs), first_plane(ser, "price")
     assert modes(ser, value)[at] == DICT
     shuffled.scratch(n * ser._stride, 3)[:] = b"\xa5" * (n * ser._stride)
     _first, _n, cols = ser.decode_columns(value, ["price"])
@@ -262,7 +269,7 @@ DAMAGE = [
 @pytest.mark.parametrize(("field", "damage", "message"), DAMAGE)
 def test_a_damaged_dictionary_block_is_a_one_line_verify_error_naming_it(field, damage, message):
     ser, recs, value = _ticks()
-    lo = ser._spans[field][0]
+    lo = first_plane(ser, field)
     j = [b[0] for b in table(value[HEADER_BYTES:])].index(lo)
     assert table(value[HEADER_BYTES:])[j][2] == DICT
     _entry, pos, size = _blocks(value)[j]
@@ -286,7 +293,7 @@ def test_a_damaged_dictionary_block_is_a_one_line_verify_error_naming_it(field, 
 def test_a_dictionary_block_of_another_width_is_a_damaged_table():
     """Mode 3 is for blocks of 2, 4 or 8 planes only: another width is a damaged table entry."""
     ser, _recs, value = _ticks()
-    j = [b[0] for b in table(value[HEADER_BYTES:])].index(ser._spans["flags"][0])  # (one plane)
+    j = [b[0] for b in table(value[HEADER_BYTES:])].index(first_plane(ser, "flags"))  # (one plane)
     bad = value[: _T + 8 + 16 * j + 8] + bytes([DICT]) + value[_T + 8 + 16 * j + 9 :]
     with pytest.raises(VerifyError, match=rf"block {j} of the table \(planes \d+\.\.\d+, mode 3"):
         ser.decode(bad)
@@ -295,7 +302,7 @@ def test_a_dictionary_block_of_another_width_is_a_damaged_table():
 def test_dict_planes_by_hand_reads_what_the_writer_wrote():
     """(The conformance decoder of test_blocks, on one dictionary block.)"""
     ser, recs, value = _ticks()
-    lo = ser._spans["price"][0]
+    lo = first_plane(ser, "price")
     j = [b[0] for b in table(value[HEADER_BYTES:])].index(lo)
     _entry, pos, size = _blocks(value)[j]
     planes = dict_planes_by_hand(value[pos : pos + size], N, 8)

@@ -312,7 +312,7 @@ def test_dictionary_blocks_of_ticks_load_verify_compact_and_their_damage_is_foun
     uri = f"lmdb://{tmp_path}/ds"
     loader.load(f"gen://ticks?n={n}", uri, batch_records=5000, shards=2, workers=1)
     expected = generate(ticks, 0, n)
-    spans = {name: ticks.capnp_span(name) for name in ticks.dtype.names if ticks.capnp_span(name)}
+    spans = {name: span for name in ticks.names if (span := ticks.capnp_span(name)) is not None}
 
     def check(uri: str) -> None:
         with loader.open(uri) as ds:
