@@ -193,7 +193,7 @@ static void shuffle_tiles(const uint8_t *src, uint8_t *dst, size_t n, size_t str
 }
 
 #ifdef __SSE2__
-/* Unshuffle of 4- and 8-byte records (one numeric field's byte planes: a scan's column,
+/* Unshuffle of 2-, 4- and 8-byte records (one numeric field's byte planes: a scan's column,
  * loader/serializers/capnp_framing.py) in one pass, 16 records a step: the planes are read
  * and the records written in order, a few unpacks per 16 bytes; returns the records done
  * (a multiple of 16). */
@@ -212,6 +212,18 @@ static size_t unshuffle4(const uint8_t *src, uint8_t *dst, size_t n)
         _mm_storeu_si128(o + 1, _mm_unpackhi_epi16(a0, b0));
         _mm_storeu_si128(o + 2, _mm_unpacklo_epi16(a1, b1));
         _mm_storeu_si128(o + 3, _mm_unpackhi_epi16(a1, b1));
+    }
+    return i;
+}
+
+static size_t unshuffle2(const uint8_t *src, uint8_t *dst, size_t n)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m128i r0 = _mm_loadu_si128((const __m128i *)(src + i)), r1 = _mm_loadu_si128((const __m128i *)(src + n + i));
+        __m128i *o = (__m128i *)(dst + i * 2);
+        _mm_storeu_si128(o, _mm_unpacklo_epi8(r0, r1));
+        _mm_storeu_si128(o + 1, _mm_unpackhi_epi8(r0, r1));
     }
     return i;
 }
@@ -245,8 +257,8 @@ static size_t unshuffle8(const uint8_t *src, uint8_t *dst, size_t n)
 static void unshuffle_tiles(const uint8_t *src, uint8_t *dst, size_t n, size_t stride)
 {
 #ifdef __SSE2__
-    if (stride == 4 || stride == 8) {
-        size_t done = stride == 4 ? unshuffle4(src, dst, n) : unshuffle8(src, dst, n);
+    if (stride == 2 || stride == 4 || stride == 8) {
+        size_t done = stride == 2 ? unshuffle2(src, dst, n) : stride == 4 ? unshuffle4(src, dst, n) : unshuffle8(src, dst, n);
         for (size_t i = done; i < n; i++)
             for (size_t k = 0; k < stride; k++)
                 dst[i * stride + k] = src[k * n + i];
@@ -468,6 +480,38 @@ static int lz4_into(LZ4_stream_t *state, const uint8_t *src, size_t len, uint8_t
 #define DICT_MAX 65536
 #define DICT_GOLDEN 0x9E3779B97F4A7C15ULL
 
+/* The distinct values expected among m records drawn at random from D values:
+ * D (1 - (1 - 1/D)^m). */
+static double expect_distinct(double D, size_t m)
+{
+    double q = 1 - 1 / D, p = 1;
+    for (size_t e = m; e; e >>= 1) {
+        if (e & 1)
+            p *= q;
+        q *= q;
+    }
+    return D * (1 - p);
+}
+
+/* The distinct values of a block whose sample of m records has ``rep`` repeats: the D
+ * that expect_distinct gives m - rep from (bisection, ~0.1 us); SIZE_MAX for none or over
+ * DICT_MAX (m^2 / 2 rep, the birthday estimate, overshoots where rep is not small:
+ * 250 values as ~340, which 1-byte indexes would have missed). */
+static size_t guess_distinct(size_t rep, size_t m)
+{
+    size_t ds = m - rep, lo = ds, hi = DICT_MAX + 1;
+    if (rep == 0 || expect_distinct((double)hi, m) < (double)ds)
+        return SIZE_MAX;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (expect_distinct((double)mid, m) < (double)ds)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 /* Hash slots for a dictionary of at most ``max_d`` values (half full at most). */
 static size_t dict_slots(size_t max_d)
 {
@@ -486,11 +530,19 @@ static size_t dict_tmp(size_t n)
 /* Build the dictionary of the n records of w bytes ``recs``: the values into ``dict``
  * (first-seen order), each record's index into ix (low bytes) and ix + n (high bytes);
  * the values found, or 0 once more than ``max_d`` (then ``dict`` holds garbage).
- * ``slots``: dict_slots(max_d) u32s. One function per width (the compiler specializes). */
+ * ``slots``: room for dict_slots(max_d) u32s, of which the table uses dict_slots(4 *
+ * guess) at first (at least 512), doubled (the values re-inserted) whenever it would be
+ * over a quarter full: a batch of 16 values clears 2 KB, not the 64 KB its limit allows.
+ * (Sparse: a lookup that probes twice is a mispredicted branch - ticks' prices took 55 us
+ * a batch in a table a quarter full, 30 us in one an eighth full.) One function per width
+ * (the compiler specializes). */
 #define DICT_BUILD(NAME, T)                                                                                    \
-    static size_t NAME(const uint8_t *recs, size_t n, uint8_t *dict, uint8_t *ix, uint32_t *slots, size_t max_d) \
+    static size_t NAME(const uint8_t *recs, size_t n, uint8_t *dict, uint8_t *ix, uint32_t *slots, size_t max_d, \
+                       size_t guess)                                                                           \
     {                                                                                                          \
-        size_t nslots = dict_slots(max_d), mask = nslots - 1, d = 0;                                            \
+        size_t most = dict_slots(max_d), nslots = dict_slots(4 * guess > 256 ? 4 * guess : 256), d = 0;        \
+        nslots = nslots < most ? nslots : most;                                                                \
+        size_t mask = nslots - 1;                                                                              \
         int shift = 64;                                                                                        \
         for (size_t s = nslots; s > 1; s >>= 1)                                                                \
             shift--;                                                                                           \
@@ -507,6 +559,21 @@ static size_t dict_tmp(size_t n)
                     if (s == 0) {                                                                              \
                         if (d == max_d)                                                                        \
                             return 0;                                                                          \
+                        if (4 * (d + 1) > nslots && nslots < most) {                                           \
+                            nslots *= 2, mask = nslots - 1, shift--;                                           \
+                            memset(slots, 0, nslots * sizeof *slots);                                          \
+                            for (size_t k = 0; k < d; k++) {                                                   \
+                                T u;                                                                           \
+                                memcpy(&u, dict + k * sizeof(T), sizeof(T));                                   \
+                                size_t g = (size_t)(((uint64_t)u * DICT_GOLDEN) >> shift);                     \
+                                while (slots[g])                                                               \
+                                    g = (g + 1) & mask;                                                        \
+                                slots[g] = (uint32_t)(k + 1);                                                  \
+                            }                                                                                  \
+                            h = (size_t)(((uint64_t)v * DICT_GOLDEN) >> shift);                                \
+                            while (slots[h])                                                                   \
+                                h = (h + 1) & mask;                                                            \
+                        }                                                                                      \
                         memcpy(dict + d * sizeof(T), &v, sizeof(T));                                           \
                         slots[h] = (uint32_t)++d;                                                              \
                         at = (uint32_t)(d - 1);                                                                \
@@ -549,16 +616,16 @@ static size_t dict_max(size_t n, size_t w, size_t limit)
  * (LZ4_compressBound(n * w) bytes) if it takes under ``limit`` bytes: its bytes; else 0,
  * as soon as it has too many values. ``scratch``: dict_tmp(n) bytes. */
 static long dict_block(LZ4_stream_t *state, const uint8_t *recs, size_t n, size_t w, uint8_t *out, size_t limit,
-                       uint8_t *scratch)
+                       size_t guess, uint8_t *scratch)
 {
     size_t max_d = dict_max(n, w, limit), d;
     if (max_d == 0)
         return 0;
     uint8_t *ix = scratch, *dict = out + DICT_HEAD;
     uint32_t *slots = (uint32_t *)(((uintptr_t)(scratch + 2 * n) + 7) & ~(uintptr_t)7);
-    d = w == 8 ? dict_build8(recs, n, dict, ix, slots, max_d)
-        : w == 4 ? dict_build4(recs, n, dict, ix, slots, max_d)
-                 : dict_build2(recs, n, dict, ix, slots, max_d);
+    d = w == 8 ? dict_build8(recs, n, dict, ix, slots, max_d, guess)
+        : w == 4 ? dict_build4(recs, n, dict, ix, slots, max_d, guess)
+                 : dict_build2(recs, n, dict, ix, slots, max_d, guess);
     if (d == 0)
         return 0;
     size_t iw = d <= 256 ? 1 : 2, raw = n * iw, at = DICT_HEAD + d * w;
@@ -607,14 +674,43 @@ SAMPLE_REPEATS(sample_repeats2, uint16_t)
 SAMPLE_REPEATS(sample_repeats4, uint32_t)
 SAMPLE_REPEATS(sample_repeats8, uint64_t)
 
+/* The distinct values among the m records of w (2, 4, 8) bytes ``recs`` (m <= 256), counted
+ * exactly in an open-addressing table on the stack (~0.5 us: only for a sample that
+ * repeats values). */
+#define SAMPLE_DISTINCT(NAME, T)                                                                               \
+    static size_t NAME(const uint8_t *recs, size_t m)                                                         \
+    {                                                                                                          \
+        uint16_t slots[512] = {0}; /* record index + 1 of the first of each value */                         \
+        size_t d = 0;                                                                                          \
+        for (size_t i = 0; i < m; i++) {                                                                       \
+            T v, u;                                                                                            \
+            memcpy(&v, recs + i * sizeof(T), sizeof(T));                                                       \
+            size_t h = (size_t)(((uint64_t)v * DICT_GOLDEN) >> 55);                                            \
+            for (;;) {                                                                                         \
+                if (slots[h] == 0) {                                                                           \
+                    slots[h] = (uint16_t)(i + 1), d++;                                                         \
+                    break;                                                                                     \
+                }                                                                                              \
+                memcpy(&u, recs + (size_t)(slots[h] - 1) * sizeof(T), sizeof(T));                              \
+                if (u == v)                                                                                    \
+                    break;                                                                                     \
+                h = (h + 1) & 511;                                                                             \
+            }                                                                                                  \
+        }                                                                                                      \
+        return d;                                                                                              \
+    }
+SAMPLE_DISTINCT(sample_distinct2, uint16_t)
+SAMPLE_DISTINCT(sample_distinct4, uint32_t)
+SAMPLE_DISTINCT(sample_distinct8, uint64_t)
+
 /* Compress planes [lo, hi) (``planes``: the whole shuffled region, n bytes a plane) into
  * ``out`` (at least LZ4_compressBound of the block's bytes); ``*mode`` gets the mode, the
  * return value the bytes written. ``tmp``: scratch for the samples and a field's records
  * (`blocks_tmp` bytes for ``size`` bytes of ``width``-byte records). A sample of the first
  * SAMPLE records chooses the way: the planes, unless they compress poorly (over 1/4); then
  * a dictionary (a field of 2, 4 or 8 bytes) if the sample repeats values (counted without
- * a branch, ~0.2 us: random values pay nothing more) and a dictionary of about m^2 / 2
- * repeats values could take under 7/8 of the planes' share of the block - built whole,
+ * a branch, ~0.2 us: random values pay nothing more) and a dictionary of the values that
+ * suggests (guess_distinct) could take under 7/8 of the planes' share of the block - built whole,
  * given up as soon as it has more values than could (dict_block); else the records if
  * they compress to under 4/5 of the planes (whole values that repeat, which the planes
  * split) - then only that way is compressed in full; raw when LZ4 does not shrink the
@@ -639,17 +735,18 @@ static long compress_block(LZ4_stream_t *state, const uint8_t *planes, size_t n,
         if ((size_t)as_planes * 4 > m * w) {
             unshuffle_some(src, b, n, w, m);
             if (w == 2 || w == 4 || w == 8) {
-                /* few distinct values in the sample (repeats: c): a dictionary of about
-                 * m^2 / 2c values; tried whole only if that beats the planes' share,
-                 * given up once it has more values than could */
+                /* values the sample repeats: a dictionary of about guess_distinct values,
+                 * tried whole only if that beats 7/8 of the planes' share, given up once
+                 * it has more values than could */
                 size_t rep = w == 8 ? sample_repeats8(b, m) : w == 4 ? sample_repeats4(b, m) : sample_repeats2(b, m);
-                size_t ds = m - rep;
-                size_t guess = rep ? m * m / (2 * rep) : SIZE_MAX, limit = (size_t)as_planes * n / m * 7 / 8;
-                guess = guess > ds ? guess : ds;
+                if (rep) /* (exactly: the table above misses repeats of values that share a slot) */
+                    rep = m - (w == 8 ? sample_distinct8(b, m) : w == 4 ? sample_distinct4(b, m) : sample_distinct2(b, m));
+                /* (an estimate: 250 values may look like 264 - up to 320 may take 1 byte) */
+                size_t guess = guess_distinct(rep, m), limit = (size_t)as_planes * n / m * 7 / 8;
                 limit = limit < bytes ? limit : bytes;
-                if (guess <= DICT_MAX && DICT_HEAD + guess * w + n * (guess <= 256 ? 1 : 2) < limit) {
+                if (guess <= DICT_MAX && DICT_HEAD + guess * w + n * (guess <= 320 ? 1 : 2) < limit) {
                     unshuffle_tiles(src, a, n, w);
-                    long as_dict = dict_block(state, a, n, w, out, limit, c + bound);
+                    long as_dict = dict_block(state, a, n, w, out, limit, guess, c + bound);
                     if (as_dict > 0) {
                         *mode = MODE_DICT;
                         return as_dict;
