@@ -715,9 +715,9 @@ SAMPLE_DISTINCT(sample_distinct8, uint64_t)
  * they compress to under 4/5 of the planes (whole values that repeat, which the planes
  * split) - then only that way is compressed in full; raw when LZ4 does not shrink the
  * block. LZ4 of records full of short matches costs ~10 x that of poor planes, which it
- * skips; a dictionary costs ~1.5 ns a record (ticks' price: ~15 us for a 10,000-record
+ * skips; a dictionary costs ~2-3 ns a record (ticks' price: ~33 us for a 10,000-record
  * batch, 29 KB, against LZ4 of its records' ~69 us, 40 KB). Ticks: sym, price, size, bid
- * and ask as dictionaries, 229 KB -> 169 KB a batch, ~340 -> ~225 us (ad hoc, cold). */
+ * and ask as dictionaries, 229 KB -> 169 KB a batch, ~350 -> ~240 us (ad hoc, cold). */
 static long compress_block(LZ4_stream_t *state, const uint8_t *planes, size_t n, size_t lo, size_t hi,
                            uint8_t *out, uint8_t *tmp, size_t size, size_t width, uint8_t *mode)
 {

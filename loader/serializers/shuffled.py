@@ -51,7 +51,7 @@ byte of bools, one per gap (padding). A reader decodes only the blocks of the pl
 asks for (a scan's columns: `planes_of`), after checking the table whole; the writer
 chooses each block's mode from a sample of 256 records (_shufflemodule.c `compress_block`:
 a dictionary only where its sample repeats values and it could take under 7/8 of the
-planes' bytes - ticks: 229 KB -> 169 KB a 10,000-record batch, in 2/3 of the time).
+planes' bytes - ticks: 229 KB -> 169 KB a 10,000-record batch, in ~70 % of the time).
 
 zstd, and LZ4 values written before BLZ2 (read forever), are BLZ1, one stream of every plane::
 
