@@ -22,7 +22,7 @@ import lz4.block
 import numpy as np
 import pytest
 import xxhash
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from loader.errors import VerifyError
@@ -111,6 +111,10 @@ def reads_back(ser: CapnpSerializer, value: bytes, recs: np.ndarray) -> None:
     seed=st.integers(0, 2**32 - 1),
     other=st.booleans(),
 )
+@example(w=8, d=255, extra=1800, seed=1, other=True)
+@example(w=4, d=256, extra=900, seed=2, other=False)
+@example(w=8, d=65536, extra=200000, seed=3, other=False)
+@example(w=2, d=65536, extra=0, seed=4, other=True)
 def test_values_of_every_width_and_count_of_distinct_values_read_back_byte_identical(w, d, extra, seed, other):
     n = (1000 if d == "n" else int(d)) + extra
     d = min(n if d == "n" else int(d), 2 ** (8 * w))  # (int16 has 65,536 values)
@@ -294,6 +298,7 @@ def test_a_damaged_dictionary_block_is_a_one_line_verify_error_naming_it(field, 
 def test_a_dictionary_block_of_another_width_is_a_damaged_table():
     """Mode 3 is for blocks of 2, 4 or 8 planes only: another width is a damaged table entry."""
     ser, _recs, value = _ticks()
+    assert DICT in modes(ser, value).values()  # (and reads: the other tests)
     j = [b[0] for b in table(value[HEADER_BYTES:])].index(first_plane(ser, "flags"))  # (one plane)
     bad = value[: _T + 8 + 16 * j + 8] + bytes([DICT]) + value[_T + 8 + 16 * j + 9 :]
     with pytest.raises(VerifyError, match=rf"block {j} of the table \(planes \d+\.\.\d+, mode 3"):
@@ -319,6 +324,7 @@ def test_any_changed_bytes_in_a_dictionary_block_read_or_fail_cleanly(data):
     ser, _recs, value = _ticks_cached()
     field = data.draw(st.sampled_from(["sym", "price", "size", "bid"]), label="field")
     j = [b[0] for b in table(value[HEADER_BYTES:])].index(first_plane(ser, field))
+    assert table(value[HEADER_BYTES:])[j][2] == DICT
     _entry, pos, size = _blocks(value)[j]
     block = bytearray(value[pos : pos + size])
     if data.draw(st.booleans(), label="lz4 index"):
