@@ -67,9 +67,10 @@ The shuffle (C, _shufflemodule.c) puts byte k of every record together, which
 turns fixed-size numeric records into long runs: scidb96 records compress to ~2 % (LZ4)
 / ~1 % (zstd level 1) of their bytes, where a columnar LZ4 store (ArcticDB) keeps ~28 %;
 gen://ticks records (symbols and prices among a thousand values: mode 3) to ~41 % (~55 %
-with modes 0-2, ~64 % in one BLZ1 block). LZ4 blocks are LZ4's block format (no size prefix: the sizes are in the
-head and table), written by third_party/lz4 (`LZ4_compress_fast_extState_fastReset`: one
-hash table for a value's blocks), zstd is one zstandard frame. Both release the GIL, as
+with modes 0-2, ~64 % in one BLZ1 block). LZ4 blocks are LZ4's block format (no size
+prefix: the sizes are in the head and table), written by third_party/lz4
+(`LZ4_compress_fast_extState_fastReset`: one hash table for a value's blocks), zstd is
+one zstandard frame. Both release the GIL, as
 the shuffle does; each worker compresses its own batches (the workers are the
 parallelism). The codecs import in milliseconds (the blosc2 chunks of an earlier
 development version took 0.24 s to import and are not read).

@@ -1,5 +1,5 @@
 """The BLZ3 framing of LZ4 values (loader/serializers/shuffled.py): a block per run of planes
-(a field's), each in the smallest of three modes, with a table a reader checks whole and
+(a field's), each in the smallest of four modes, with a table a reader checks whole and
 each block's xxh3, then decodes only the blocks of the planes a scan asks for (each checked
 by its hash first); and BLZ1 values (one LZ4 block of every plane, written before) still
 read, whole and by columns.
@@ -9,7 +9,8 @@ read, whole and by columns.
   any stride, cuts and record bytes.
 - A scan decodes only the blocks holding its planes (the others stay as they were).
 - Each block takes the mode that stores it smallest: planes, unshuffled records (whole
-  values that repeat), raw (random bytes).
+  values that repeat), a dictionary (few distinct values: test_dict_blocks.py), raw
+  (random bytes).
 - Random layouts round-trip through both framings, whole and by columns.
 - A damaged table or block is a VerifyError saying which block, never a crash.
 """
