@@ -150,6 +150,9 @@ class _SharedInbox(_Inbox):
     ``barriers`` (where tasks wait for each other) are aborted: a task that failed, or was
     never started, will not arrive there."""
 
+    #: its tasks are threads of one process, run at once (a task may look: loading/worker.py)
+    shared_process = True
+
     def __init__(self, on_progress, on_message, barriers: list[threading.Barrier]):
         super().__init__(on_progress, on_message)
         self.barriers = barriers

@@ -84,6 +84,32 @@ def test_the_limit_is_bytes_of_records_by_compression(tmp_path, compression, lim
     assert type(executor_for(spec, given, 1)) is executors.LocalExecutor
 
 
+def test_threads_of_one_process_produce_their_batches_themselves(tmp_path, monkeypatch):
+    """The workers of an in-process threaded run share one process: each produces its
+    batches in its own thread (no produce thread: it would add a hand-off a batch and no
+    parallelism), whatever their size; tasks run in turn (uncompressed) keep a produce
+    thread, which their writes overlap. Both store the generator's records."""
+    from loader.loading import worker
+
+    made = []
+
+    class Counted(worker._Producer):
+        def __init__(self, *args, **kwargs):
+            made.append(1)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(worker, "_Producer", Counted)
+    n = 30_000  # 10,000-record batches of 41 bytes: 410 KB, over INLINE_BATCH_BYTES
+    for compression, threads in (("lz4", True), ("none", False)):
+        made.clear()
+        uri = f"lmdb://{tmp_path}/{compression}"
+        rep = loader.load(f"gen://ticks?n={n}", uri, shards=2, compression=compression)
+        assert rep.in_process and rep.workers == 2
+        assert made == ([] if threads else [1, 1]), compression
+        with loader.open(uri) as ds:
+            assert ds.read_records().tobytes() == generate("ticks", 0, n).tobytes()
+
+
 @pytest.mark.parametrize("compression", ["lz4", "zstd"])
 def test_compressed_small_load_runs_its_tasks_at_once_in_threads(tmp_path, compression):
     """Compressed records are CPU-bound (shuffle and codec, which release the GIL): the tasks
