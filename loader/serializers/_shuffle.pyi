@@ -42,6 +42,9 @@ def lz4_blocks(
     that stores it smallest: LZ4 of its planes or records, a dictionary (mode 3), raw.
     ValueError: bad cuts, a region that is not whole records, a scratch or tmp too small."""
 
+class BlockHashError(ValueError):
+    """`blocks_decode`: a BLZ3 block whose bytes do not have the hash its value stores."""
+
 def blocks_decode(
     src: _Buffer,
     dst: _Buffer,
@@ -56,5 +59,5 @@ def blocks_decode(
     each (offset, width, out) of ``fields`` its records (a block of its records or its
     dictionary: straight into ``out``, not into ``dst``); the blocks decoded. ``hashed`` (BLZ3): the table is
     followed by each block's xxh3_64, checked before the block is decoded. ValueError: a
-    damaged table or block (a block of another hash), a field outside ``dst`` or an
-    ``out`` of another size."""
+    damaged table or block, a field outside ``dst`` or an ``out`` of another size;
+    `BlockHashError` (a ValueError): a block of another hash."""

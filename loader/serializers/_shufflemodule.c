@@ -32,7 +32,8 @@
  *       Decode into ``dst`` (a reused buffer of the records' size) only the BLZ2 blocks
  *       holding the planes ``ranges`` asks for (a scan's columns), the table checked whole
  *       (a dictionary's sizes and indexes before it is gathered);
- *       ``hashed`` (BLZ3): each of those blocks' xxh3_64 checked before it is decoded.
+ *       ``hashed`` (BLZ3): each of those blocks' xxh3_64 checked before it is decoded; a
+ *       block of another hash raises BlockHashError (a ValueError of this module's own).
  *   lz4_planes(src, dst, want) -> int
  *       The same for an older BLZ1 value (one LZ4 block of every plane): decompress it
  *       into ``dst``, stopping once ``want`` bytes are out; the bytes decoded. A damaged
@@ -60,6 +61,7 @@
 uint64_t shuffle_xxh3_avx2(const void *data, size_t len);
 int shuffle_xxh3_avx2_ok(void);
 static int use_avx2; /* set at import */
+static PyObject *BlockHashError; /* blocks_decode: a block whose bytes do not have its hash */
 
 static inline uint64_t block_hash(const uint8_t *p, size_t n)
 {
@@ -731,7 +733,7 @@ static long compress_block(LZ4_stream_t *state, const uint8_t *planes, size_t n,
         int bound = LZ4_compressBound((int)(m * w));
         for (size_t k = 0; k < w; k++)
             memcpy(a + k * m, src + k * n, m);
-        int as_planes = lz4_into(state, a, m * w, c, bound);
+        int as_planes = lz4_into(state, a, m * w, c, bound), records = 0; /* records: a holds them */
         if ((size_t)as_planes * 4 > m * w) {
             unshuffle_some(src, b, n, w, m);
             if (w == 2 || w == 4 || w == 8) {
@@ -746,6 +748,7 @@ static long compress_block(LZ4_stream_t *state, const uint8_t *planes, size_t n,
                 limit = limit < bytes ? limit : bytes;
                 if (guess <= DICT_MAX && DICT_HEAD + guess * w + n * (guess <= 320 ? 1 : 2) < limit) {
                     unshuffle_tiles(src, a, n, w);
+                    records = 1;
                     long as_dict = dict_block(state, a, n, w, out, limit, guess, c + bound);
                     if (as_dict > 0) {
                         *mode = MODE_DICT;
@@ -754,7 +757,8 @@ static long compress_block(LZ4_stream_t *state, const uint8_t *planes, size_t n,
                 }
             }
             if (lz4_into(state, b, m * w, c, bound) * 5 < as_planes * 4) {
-                unshuffle_tiles(src, a, n, w);
+                if (!records) /* (a dictionary given up left them there) */
+                    unshuffle_tiles(src, a, n, w);
                 got = lz4_into(state, a, bytes, out, cap);
                 *mode = MODE_RECORDS;
             }
@@ -782,9 +786,9 @@ static size_t blocks_tmp(size_t size, size_t width)
  * the BLZ2 block table and blocks of shuffle(region, stride) (shuffled in scratch; region
  * is the planes already when stride is 0). ``cuts``: u32 plane indexes 0 = c0 < c1 < ...
  * < ck = bytes per record; block j holds planes [c_j, c_j+1). ``tmp``: writable scratch
- * of at least 2 * len(region) + len(region) / 255 + 64 bytes (the samples that choose a
- * block's mode; a thread's reused buffer: a malloc per batch cost more than the samples,
- * glibc handing back and faulting in its pages). The GIL released. */
+ * of at least blocks_tmp bytes (the samples that choose a block's mode, a dictionary's
+ * index planes and hash slots; a thread's reused buffer: a malloc per batch cost more
+ * than the samples, glibc handing back and faulting in its pages). The GIL released. */
 static PyObject *py_lz4_blocks(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -1085,7 +1089,7 @@ static PyObject *py_blocks_decode(PyObject *self, PyObject *args)
         if (nomem)
             PyErr_NoMemory();
         else if (mismatch)
-            PyErr_Format(PyExc_ValueError, "block %ld of the records: checksum mismatch (stored bytes changed)", bad);
+            PyErr_Format(BlockHashError, "block %ld of the records: checksum mismatch (stored bytes changed)", bad);
         else if (bad >= 0 && dwhy[0])
             PyErr_Format(PyExc_ValueError, "block %ld of the records is damaged (%s)", bad, dwhy);
         else if (bad >= 0)
@@ -1140,5 +1144,13 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__shuffle(void)
 {
     use_avx2 = shuffle_xxh3_avx2_ok();
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    BlockHashError = PyErr_NewException("loader.serializers._shuffle.BlockHashError", PyExc_ValueError, NULL);
+    if (BlockHashError == NULL || PyModule_AddObjectRef(m, "BlockHashError", BlockHashError) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

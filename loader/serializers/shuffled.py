@@ -253,9 +253,8 @@ def planes_of(
     """`decompressed_planes`, of which only the planes ``ranges`` (half-open ranges of byte
     offsets in a record: the fields a scan asks for) need be decoded: the other bytes are
     garbage. LZ4 (C: third_party/lz4, the GIL released) decodes into this thread's reused
-    buffer - no fresh pages per batch: BLZ2/3 only the blocks that hold those planes (``ranges``:
-    `packed_ranges`), BLZ1
-    its one block up to the last of them. BLZ3: each of those blocks' hash is checked
+    buffer - no fresh pages per batch: BLZ2/3 only the blocks that hold those planes
+    (``ranges``: `packed_ranges`), BLZ1 its one block up to the last of them. BLZ3: each of those blocks' hash is checked
     before it is decoded (the reader checks the head, table and hashes against the row:
     infra/checksums.py); BLZ2, BLZ1: the reader checks the whole value's xxh3 first.
 
@@ -318,9 +317,9 @@ def _blocks_decode(
     is decoded."""
     try:
         _shuffle.blocks_decode(mv[HEAD_BYTES:], out, n, ranges, fields, mv[:4] == MAGIC)
+    except _shuffle.BlockHashError as e:  # (BLZ3: a block of another hash)
+        raise BlockChecksumError(f"{what}: {e}") from None
     except ValueError as e:
-        if "checksum mismatch" in str(e):  # (the C's message of a BLZ3 block of another hash)
-            raise BlockChecksumError(f"{what}: {e}") from None
         raise VerifyError(f"{what}: compressed records do not decompress ({e})") from None
 
 
