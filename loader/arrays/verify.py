@@ -27,6 +27,7 @@ import numpy as np
 import xxhash
 
 from ..errors import BulkloadError, VerifyError
+from ..infra.checksums import CHANGED
 from ..model.chunk_index import index_path, read_index
 from ..model.layouts import Layout
 from ..serializers import Serializer, get_serializer
@@ -220,7 +221,7 @@ class _ArrayCheck:
         if len(v) != int(idx["nbytes"][i]):
             return f"chunk {where}: size {len(v)} != {int(idx['nbytes'][i])} in the index"
         if xxhash.xxh3_64_intdigest(v) != int(idx["checksum"][i]):
-            return f"chunk {where}: checksum mismatch (stored bytes changed)"
+            return f"chunk {where}: {CHANGED}"
         return None
 
     def _cells_problem(self, cells: np.ndarray, where: str, key: tuple, indexed: int) -> str | None:

@@ -27,6 +27,7 @@ import numpy as np
 import xxhash
 
 from ..errors import CorruptBatchError, DuplicateIdError, NotFoundError, UsageError, VerifyError
+from ..infra.checksums import CHANGED
 from ..model import manifest as mf
 from ..stores.health import batch_message
 from ..stores.registry import open_writer
@@ -262,7 +263,7 @@ class DocReader:
         if nbytes != b.nbytes:
             return f"size {nbytes} != {b.nbytes} in the manifest (ids {b.lo}..{b.hi})"
         if h.intdigest() != b.checksum:
-            return f"checksum mismatch (stored bytes changed) in ids {b.lo}..{b.hi}" + (f"; {err}" if err else "")
+            return f"{CHANGED} in ids {b.lo}..{b.hi}" + (f"; {err}" if err else "")
         return err
 
     def _check_value(self, b: mf.BatchEntry, key_id: int, v) -> int:

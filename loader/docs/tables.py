@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import xxhash
 
 from ..errors import ManifestError
+from ..infra.checksums import CHANGED
 from .batch import key_of
 from .blocks import block_count
 
@@ -69,7 +70,7 @@ def range_problem(store, b, blocks: bool) -> str | None:
     if nbytes != b.nbytes:
         return f"size {nbytes} != {b.nbytes} in the manifest (ids {b.lo}..{b.hi})"
     if checksum != b.checksum:
-        return f"checksum mismatch (stored bytes changed) in ids {b.lo}..{b.hi}"
+        return f"{CHANGED} in ids {b.lo}..{b.hi}"
     return None
 
 

@@ -31,6 +31,9 @@ import xxhash
 if TYPE_CHECKING:
     from .bytes_like import BytesLike
 
+#: what a check reports of stored bytes that do not have their checksum (a batch, a chunk,
+#: a range of documents; `bulkload verify` and the readers)
+CHANGED = "checksum mismatch (stored bytes changed)"
 #: the magic of a value framing with block hashes (serializers/shuffled.py MAGIC)
 MAGIC = b"BLZ3"
 #: where that framing starts in a batch value: after the Cap'n Proto header

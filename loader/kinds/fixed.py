@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 if TYPE_CHECKING:
     import numpy as np
 
-from ..infra.checksums import batch_checksum, value_ok
+from ..infra.checksums import CHANGED, batch_checksum, value_ok
 from ..model.placement import batch_key
 from ..serializers import get_serializer
 from .base import Kind, register_kind
@@ -55,7 +55,7 @@ class FixedKind(Kind):
         if len(v) != nbytes:
             return f"size {len(v)} != {nbytes} in the manifest"
         if not value_ok(v, checksum):
-            return "checksum mismatch (stored bytes changed)"
+            return CHANGED
         return None
 
     def min_stored_bytes(self, source, records: int) -> int:

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from ..errors import BlockChecksumError, CorruptBatchError, DatasetReplacedError, StoreError
-from ..infra.checksums import value_ok
+from ..infra.checksums import CHANGED, value_ok
 from ..model import manifest as mf
 from ..model.engine_keys import EngineKeys
 from ..model.placement import batch_key
@@ -69,8 +69,6 @@ class VerifyReport(EngineKeys):
         return asdict(self) | self.engine
 
 
-#: the problem of a batch whose stored bytes do not have their checksum (or a block its hash)
-CHANGED = "checksum mismatch (stored bytes changed)"
 #: times `verify` starts over on a dataset that moved on while it was verified
 VERIFY_ATTEMPTS = 4
 
