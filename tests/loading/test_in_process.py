@@ -214,11 +214,19 @@ def _checkpointed(manifest) -> bool:
 
 @pytest.mark.parametrize(
     "signame, compression, batch",
-    [("TERM", "none", 20000), ("INT", "none", 20000), ("TERM", "lz4", 2000), ("INT", "lz4", 2000)],
+    [
+        ("TERM", "none", 20000),
+        ("INT", "none", 20000),
+        ("TERM", "lz4", 2000),
+        ("INT", "lz4", 2000),
+        ("TERM", "lz4", 4000),
+        ("INT", "lz4", 4000),
+    ],
 )
 def test_stop_signal_stops_an_in_process_load_and_the_same_command_resumes(tmp_path, signame, compression, batch):
     """Uncompressed: the tasks in turn; lz4: a thread each (smaller batches: a checkpoint
-    per batch keeps the load under way long enough)."""
+    per batch keeps the load under way long enough), which produces its batches itself -
+    384 KB ones too (over INLINE_BATCH_BYTES: a produce thread of its own elsewhere)."""
     env = dict(os.environ, **FAST)
     uri = f"lmdb://{tmp_path}/ds"
     cmd = [
