@@ -350,8 +350,9 @@ class CapnpSerializer(Serializer):
             elif planes_only:  # the data section's planes, straight from the records
                 write_header(mv, n, self._words, start)
                 planes = self._capnp_planes(self._check_records(records))
-                value = shuffled.compress_planes(planes, self.compression, self._stride, self._blocks_of(n))
-                return bytes(mv[:HEADER_BYTES]) + value
+                return shuffled.compress_planes(
+                    planes, self.compression, self._stride, self._blocks_of(n), prefix=mv[:HEADER_BYTES]
+                )
             else:
                 body = np.frombuffer(mv, np.uint8, n * self._stride, HEADER_BYTES).reshape(n, self._stride)
                 self._to_capnp(self._check_records(records), body)

@@ -190,18 +190,21 @@ def _tmp(size: int, stride: int) -> memoryview:
     return scratch(need, 5) if need else _NO_TMP
 
 
-def compress_planes(flat: memoryview, compression: str, stride: int, blocks: bytes | None = None) -> bytes:
-    """`compress` of the records whose shuffled bytes (byte k of record i at ``k * n + i``)
-    ``flat`` holds already: a caller that builds the planes itself (capnp_framing.py)."""
+def compress_planes(
+    flat: memoryview, compression: str, stride: int, blocks: bytes | None = None, prefix: BytesLike = b""
+) -> bytes:
+    """``prefix`` + `compress` of the records whose shuffled bytes (byte k of record i at
+    ``k * n + i``) ``flat`` holds already: a caller that builds the planes itself
+    (capnp_framing.py). LZ4 writes the prefix in the same C call: no copy of the value."""
     heap.keep_freed_if_owned()  # a buffer per batch: reuse freed heap (infra/heap.py)
     size = len(flat)
     if compression == "lz4":
         head = _HEAD.pack(MAGIC, _CODEC_IDS[compression], stride, size)
-        return _shuffle.lz4_blocks(b"", head, flat, flat, 0, blocks or cuts((), stride), _tmp(size, stride))  # (planes)
+        return _shuffle.lz4_blocks(prefix, head, flat, flat, 0, blocks or cuts((), stride), _tmp(size, stride))
     import zstandard
 
     framed: bytes = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(flat)
-    return _HEAD.pack(MAGIC_V1, _CODEC_IDS[compression], stride, size) + framed
+    return bytes(prefix) + _HEAD.pack(MAGIC_V1, _CODEC_IDS[compression], stride, size) + framed
 
 
 def decompress_into(chunk: BytesLike, out: memoryview, stride: int, what: str) -> None:

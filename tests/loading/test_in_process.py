@@ -88,7 +88,8 @@ def test_threads_of_one_process_produce_their_batches_themselves(tmp_path, monke
     """The workers of an in-process threaded run share one process: each produces its
     batches in its own thread (no produce thread: it would add a hand-off a batch and no
     parallelism), whatever their size; tasks run in turn (uncompressed) keep a produce
-    thread, which their writes overlap. Both store the generator's records."""
+    thread, which their writes overlap. Both store the generator's records (compressed:
+    each thread fills one reused buffer, batch after batch)."""
     from loader.loading import worker
 
     made = []
@@ -99,7 +100,7 @@ def test_threads_of_one_process_produce_their_batches_themselves(tmp_path, monke
             super().__init__(*args, **kwargs)
 
     monkeypatch.setattr(worker, "_Producer", Counted)
-    n = 30_000  # 10,000-record batches of 41 bytes: 410 KB, over INLINE_BATCH_BYTES
+    n = 100_000  # 23,414-record batches of 41 bytes (960 KB, over INLINE_BATCH_BYTES): 2 a thread
     for compression, threads in (("lz4", True), ("none", False)):
         made.clear()
         uri = f"lmdb://{tmp_path}/{compression}"
