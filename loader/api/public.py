@@ -68,7 +68,12 @@ Format = Annotated[
 ]
 Shards = Annotated[int | None, Opt(help="Shard count (default: cores).", section="job")]
 Workers = Annotated[int | None, Opt(help="Worker processes (default: cores).", section="job")]
-BatchRecords = Annotated[int | None, Opt(help="Records per batch (default 10000).", section="job")]
+BatchRecords = Annotated[
+    int | None,
+    Opt(
+        help="Records per batch (default 10000; records under 96 bytes: as many as fill 960,000 bytes).", section="job"
+    ),
+]
 Progress = Annotated[
     ProgressMode,
     Opt(
@@ -218,7 +223,8 @@ def load(
         compression: none, lz4 or zstd (arrow); documents: zstd (default) or none.
         shards: shard count of a new dataset (default: cores).
         workers: worker processes (default: cores).
-        batch_records: records per batch (default 10000).
+        batch_records: records per batch (default 10000; records under 96 bytes: as many
+            as fill 960,000 bytes).
         new_run: load the source again even if it was loaded before.
         replace: start the dataset over with this source (atomic swap).
         on_bad_file: documents: ``fail`` (BadFileError naming the file, nothing loaded) or

@@ -25,6 +25,10 @@ from ..model.plugins import load_plugins
 
 #: the most record bytes in one batch (a worker holds QUEUE_DEPTH of them in memory)
 MAX_BATCH_BYTES = 256 << 20
+#: records a batch holds when `--batch-records` is not given, and the bytes a default batch
+#: of smaller records holds instead: scidb96's 10,000 x 96 (`Kind.default_batch_records`)
+DEFAULT_BATCH_RECORDS = 10_000
+DEFAULT_BATCH_BYTES = 960_000
 
 _KINDS: dict[str, type[Kind]] = {}
 
@@ -104,6 +108,15 @@ class Kind:
     def max_batch_records(self) -> int:
         """Most records per batch: a worker holds a few batches in memory (MAX_BATCH_BYTES)."""
         return MAX_BATCH_BYTES // max(1, self.record_bytes())
+
+    def default_batch_records(self) -> int:
+        """Records per batch when none is given: DEFAULT_BATCH_RECORDS, or as many as fill
+        DEFAULT_BATCH_BYTES when records are smaller than scidb96's 96 bytes. A batch has
+        fixed costs (its Python, a block's sample, a dictionary's values, a thread's hand-offs:
+        ~60 us for gen://ticks), which a batch of as many bytes spreads as thin: 20M 41-byte
+        ticks records loaded in 0.47 s as 2,000 batches, 0.39 - 0.41 s as 855 (ad hoc)."""
+        size = max(1, self.record_bytes())
+        return max(1, min(self.max_batch_records(), max(DEFAULT_BATCH_RECORDS, DEFAULT_BATCH_BYTES // size)))
 
     def store_options(self, scheme: str) -> tuple:
         """Store options this kind's values want (e.g. RocksDB's own compression)."""

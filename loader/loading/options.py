@@ -27,7 +27,6 @@ from ..serializers import COMPRESSIONS, FORMATS
 from ..stores.spec import MEM_ROOT, StoreSpec
 from .job import Checkpoints, Request, RunSettings
 
-DEFAULT_BATCH_RECORDS = 10_000
 BAD_FILE_POLICIES = ("fail", "skip")
 
 
@@ -147,16 +146,15 @@ def resolve_options(
     kind.check(layout, fmt, comp)  # rejects unsupported combinations
     shards = check_count("--shards", request.shards, 1, MAX_SHARDS)
     workers = check_count("--workers", request.workers, 1, MAX_WORKERS)
-    batch_records = check_count(
-        "--batch-records", request.batch_records, 1, kind_for(layout, fmt, comp).max_batch_records()
-    )
+    run_kind = kind_for(layout, fmt, comp)
+    batch_records = check_count("--batch-records", request.batch_records, 1, run_kind.max_batch_records())
     if shards is not None and spec.shards is not None and shards != spec.shards:
         raise UsageError(f"--shards {shards} contradicts ?shards={spec.shards} in {spec.uri}")
     k = shards or spec.shards or (holding.shards if holding is not None else None) or min(default_workers(), MAX_SHARDS)
     b = (
         batch_records
         if batch_records is not None
-        else (holding.batch_records if holding is not None else DEFAULT_BATCH_RECORDS)
+        else (holding.batch_records if holding is not None else run_kind.default_batch_records())
     )
     settings = RunSettings(
         layout=layout,

@@ -8,9 +8,9 @@ import os
 import pytest
 
 from loader.errors import DatasetMismatchError, MissingPathError, NestedDatasetError, UsageError
+from loader.kinds.base import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_RECORDS
 from loader.loading.job import Checkpoints, LoadJob, Request, RunSettings
 from loader.loading.options import (
-    DEFAULT_BATCH_RECORDS,
     check_compatible,
     checkpoint_settings,
     fresh_manifest,
@@ -130,6 +130,30 @@ def test_bad_counts_are_refused_naming_the_option(option, value):
     flag = "--" + option.replace("_", "-")
     with pytest.raises(UsageError, match=f"^{flag} must be at least 1 and at most"):
         resolved("lmdb:///x/ds", **{option: value})
+
+
+@pytest.mark.parametrize(
+    "layout, want",
+    [
+        ("scidb96", DEFAULT_BATCH_RECORDS),  # 96 bytes: 960,000 bytes a batch already
+        ("ticks", DEFAULT_BATCH_BYTES // 41),  # 41 bytes: as many bytes as scidb96's batch
+        ("docs", DEFAULT_BATCH_RECORDS),  # documents: a count, whatever their sizes
+    ],
+)
+def test_a_default_batch_of_small_records_holds_as_many_bytes(layout, want):
+    lay = get_layout(layout)
+    settings = resolve_options(parse_dataset_uri("lmdb:///x/ds"), None, lay, Request())[0]
+    assert settings.batch_records == want and not settings.batch_records_given
+    given = resolve_options(parse_dataset_uri("lmdb:///x/ds"), None, lay, Request(batch_records=7))[0]
+    assert given.batch_records == 7  # given: as given
+
+
+def test_a_tiny_record_default_batch_stays_under_the_format_limit(tmp_path):
+    one = tmp_path / "one.toml"
+    one.write_text('name = "one"\n[fields]\nb = "uint8"\n')
+    settings = resolve_options(parse_dataset_uri("lmdb:///x/ds"), None, get_layout(str(one)), Request())[0]
+    kind = settings.kind()
+    assert settings.batch_records == min(DEFAULT_BATCH_BYTES, kind.max_batch_records())
 
 
 def test_batch_records_is_bounded_by_the_format():
