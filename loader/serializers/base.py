@@ -203,11 +203,12 @@ class Serializer(ABC):
 
 
 def column_out(out: Columns | None, name: str, n: int, dtype: DTypeLike) -> np.ndarray:
-    """``out[name]`` when it is an array of ``n`` values, else a new array (see decode_columns)."""
+    """``out[name]`` when it is a contiguous array of ``n`` values (C decodes into it as a
+    buffer), else a new array (see decode_columns)."""
     import numpy as np  # start-up: numpy only when records are read
 
     a = None if out is None else out.get(name)
-    return a if a is not None and len(a) == n else np.empty(n, dtype)
+    return a if a is not None and len(a) == n and a.flags.c_contiguous else np.empty(n, dtype)
 
 
 def copy_into(col: np.ndarray, out: Columns | None, name: str) -> np.ndarray:

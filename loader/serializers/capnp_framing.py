@@ -452,7 +452,7 @@ class CapnpSerializer(Serializer):
         mv = byte_view(value)
         start, n = header_fields(mv, self._stride)
         cols: Columns = {name: column_out(out, name, n, dt) for name, dt in plan.dtypes}
-        fields = [(at, size, cols[name].reshape(-1).view(np.uint8).data) for name, at, size in plan.spans] if n else ()
+        fields = [(at, size, cols[name]) for name, at, size in plan.spans] if n else ()  # (contiguous: C-writable)
         planes = shuffled.planes_of(
             mv[HEADER_BYTES:], n * self._stride, self._stride, "corrupt Cap'n Proto batch value", plan.ranges, fields
         )

@@ -98,6 +98,8 @@ from ..infra import checksums, heap
 from . import _shuffle
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from ..infra.bytes_like import BytesLike
 
 MAGIC = checksums.MAGIC  # what this version writes: BLZ3, a block per run of planes, each hashed
@@ -251,7 +253,7 @@ def planes_of(
     stride: int,
     what: str,
     ranges: bytes,
-    fields: Sequence[tuple[int, int, memoryview]] = (),
+    fields: Sequence[tuple[int, int, BytesLike | np.ndarray]] = (),
 ) -> bytes | bytearray | memoryview | None:
     """`decompressed_planes`, of which only the planes ``ranges`` (half-open ranges of byte
     offsets in a record: the fields a scan asks for) need be decoded: the other bytes are
@@ -313,7 +315,7 @@ def _blocks_decode(
     n: int,
     ranges: bytes | None,
     what: str,
-    fields: Sequence[tuple[int, int, memoryview]] = (),
+    fields: Sequence[tuple[int, int, BytesLike | np.ndarray]] = (),
 ) -> None:
     """Decode the blocks of the BLZ2 / BLZ3 value ``mv`` that hold ``ranges`` (None: all)
     into ``out``, then ``fields`` (`planes_of`); BLZ3: each block's hash checked before it
@@ -356,7 +358,7 @@ def unshuffle(planes: BytesLike, out: memoryview, stride: int) -> None:
     _shuffle.unshuffle(planes, out, stride)
 
 
-def unshuffle_fields(planes: BytesLike, n: int, fields: list[tuple[int, int, memoryview]]) -> None:
+def unshuffle_fields(planes: BytesLike, n: int, fields: Sequence[tuple[int, int, BytesLike | np.ndarray]]) -> None:
     """For each (offset, width, out) of ``fields``: ``out`` = the ``n`` records of ``width``
     bytes of planes [offset * n, (offset + width) * n) - one C call, the GIL released."""
     _shuffle.unshuffle_fields(planes, n, fields)
