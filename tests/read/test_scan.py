@@ -536,3 +536,21 @@ def test_a_narrow_scan_counts_only_the_pages_it_maps_toward_its_resident_bound(t
         assert released == []
         assert ds.scan().read_all().num_rows == 500000
         assert len(released) > 10
+
+
+@pytest.mark.parametrize(
+    "ram, want",
+    [(2 << 30, 256 << 20), (8 << 30, 512 << 20), (24 << 30, 1 << 30), (1 << 40, 1 << 30), (None, 256 << 20)],
+)
+def test_a_scan_keeps_a_sixteenth_of_memory_mapped_within_bounds(monkeypatch, ram, want):
+    """The values' pages a scan keeps mapped before it releases each once used: a sixteenth
+    of the machine's memory, at least 256 MiB, at most 1 GiB (unknown memory: 256 MiB)."""
+    from loader.read import scan as scan_mod
+
+    def sysconf(name):
+        if ram is None:
+            raise ValueError(name)
+        return {"SC_PHYS_PAGES": ram // 4096, "SC_PAGE_SIZE": 4096}[name]
+
+    monkeypatch.setattr(scan_mod.os, "sysconf", sysconf)
+    assert scan_mod._resident_bytes() == want
