@@ -213,6 +213,26 @@ def test_a_field_stored_as_records_decompresses_straight_into_its_column():
     assert ser.decode(value)[1].tobytes() == recs.tobytes()
 
 
+def test_columns_decode_into_the_callers_contiguous_arrays_and_never_lose_a_strided_one():
+    """decode_columns fills an ``out`` column in place when it is a contiguous array of the
+    batch's length (the C decoder writes into its buffer); a strided one is left alone and the
+    result is a new array - the caller copies it in. (Before, a strided column raised numpy's
+    ValueError from the byte view the decoder was handed.)"""
+    lay = get_layout("ticks")
+    recs = generate(lay, 0, 5000)
+    ser = CapnpSerializer(lay, "lz4")
+    value = encoded(ser, recs)
+    n = len(recs)
+    flat, wide = np.zeros(n, np.float64), np.zeros(2 * n, np.float32)
+    out = {"price": flat, "bid": wide[::2], "size": np.zeros(n + 1, np.int32)}
+    _first, _n, cols = ser.decode_columns(value, ["price", "bid", "size"], out)
+    assert cols["price"] is flat  # contiguous, n values: in place
+    assert cols["bid"] is not out["bid"] and cols["size"] is not out["size"]
+    for name in ("price", "bid", "size"):
+        assert cols[name].tobytes() == recs[name].tobytes(), name
+    assert not wide.any()  # the strided column was not written
+
+
 def test_a_scan_of_a_scattered_field_reads_it_beside_the_others():
     """A field Cap'n Proto scattered is picked from a whole decode, made while decode_columns
     holds the planes of the others (the same planes: the same thread's buffer)."""
