@@ -269,6 +269,7 @@ class CapnpSerializer(Serializer):
         #: elements' if Cap'n Proto scattered it), a bool's byte, the gaps between
         self._blocks = shuffled.cuts(_bounds(layout), self._stride)
         self._one_block = shuffled.cuts((), self._stride)  # (made once: ~0.7 us a call)
+        self._all_planes = shuffled.packed_ranges([(0, self._stride)])  # a whole decode's ranges
         #: each run at its own offset, each bool alone in its own byte, nothing else below
         #: the record size (gen://ticks): the record's planes are the data section's first
         #: planes, shuffled in place (`_capnp_planes`)
@@ -406,9 +407,7 @@ class CapnpSerializer(Serializer):
             mv = byte_view(value)
             start, n = header_fields(mv, self._stride)
             size, what = n * self._stride, "corrupt Cap'n Proto batch value"  # (all planes: a scan's buffer)
-            planes = shuffled.planes_of(
-                mv[HEADER_BYTES:], size, self._stride, what, shuffled.packed_ranges([(0, self._stride)])
-            )
+            planes = shuffled.planes_of(mv[HEADER_BYTES:], size, self._stride, what, self._all_planes)
             return start, self._records_of_planes(planes, n)
         if self.compression != "none":
             value = self._decompressed(value)
