@@ -30,7 +30,16 @@ def unshuffle_fields(planes: _Buffer, n: int, fields: Sequence[tuple[int, int, _
     with stride ``width``. ValueError: a field outside ``planes``, an ``out`` of another size."""
 
 def lz4_blocks(
-    prefix: _Buffer, head: _Buffer, region: _Buffer, scratch: _Buffer, stride: int, cuts: _Buffer, tmp: _Buffer, /
+    prefix: _Buffer,
+    head: _Buffer,
+    region: _Buffer,
+    scratch: _Buffer,
+    stride: int,
+    cuts: _Buffer,
+    tmp: _Buffer,
+    records: _Buffer = ...,
+    rsize: int = ...,
+    /,
 ) -> bytes:
     """``prefix + head +`` the BLZ2 block table and blocks of `shuffle` (region, stride)
     (a ``head`` starting b"BLZ3": each block's xxh3_64 between the table and the blocks),
@@ -40,7 +49,11 @@ def lz4_blocks(
     len(region) // 255 + 64 + 18 * n + 264`` bytes for n records (the samples that choose
     each block's mode, a dictionary's index planes and hash slots). Each block in the mode
     that stores it smallest: LZ4 of its planes or records, a dictionary (mode 3), raw.
-    ValueError: bad cuts, a region that is not whole records, a scratch or tmp too small."""
+    ``records`` (``stride`` 0 only): the n records of ``rsize`` bytes whose bytes the
+    first ``rsize`` planes hold unchanged: a dictionary reads a field's values there
+    rather than unshuffling its planes (the same bytes out).
+    ValueError: bad cuts, a region that is not whole records, a scratch or tmp too small,
+    ``records`` that are not n records of ``rsize`` bytes, or with a ``stride``."""
 
 class BlockHashError(ValueError):
     """`blocks_decode`: a BLZ3 block whose bytes do not have the hash its value stores."""

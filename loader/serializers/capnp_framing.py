@@ -350,9 +350,15 @@ class CapnpSerializer(Serializer):
                     body[...] = self._check_records(records)
             elif planes_only:  # the data section's planes, straight from the records
                 write_header(mv, n, self._words, start)
-                planes = self._capnp_planes(self._check_records(records))
+                checked = self._check_records(records)
+                planes = self._capnp_planes(checked)
                 return shuffled.compress_planes(
-                    planes, self.compression, self._stride, self._blocks_of(n), prefix=mv[:HEADER_BYTES]
+                    planes,
+                    self.compression,
+                    self._stride,
+                    self._blocks_of(n),
+                    prefix=mv[:HEADER_BYTES],
+                    records=_bytes_of(checked).data if self._planes_in_place else b"",
                 )
             else:
                 body = np.frombuffer(mv, np.uint8, n * self._stride, HEADER_BYTES).reshape(n, self._stride)

@@ -193,16 +193,27 @@ def _tmp(size: int, stride: int) -> memoryview:
 
 
 def compress_planes(
-    flat: memoryview, compression: str, stride: int, blocks: bytes | None = None, prefix: BytesLike = b""
+    flat: memoryview,
+    compression: str,
+    stride: int,
+    blocks: bytes | None = None,
+    prefix: BytesLike = b"",
+    records: BytesLike = b"",
 ) -> bytes:
     """``prefix`` + `compress` of the records whose shuffled bytes (byte k of record i at
     ``k * n + i``) ``flat`` holds already: a caller that builds the planes itself
-    (capnp_framing.py). LZ4 writes the prefix in the same C call: no copy of the value."""
+    (capnp_framing.py). LZ4 writes the prefix in the same C call: no copy of the value.
+    ``records``: n records (of any size up to ``stride``) whose bytes the first planes
+    hold unchanged; a field stored as a dictionary reads its values there."""
     heap.keep_freed_if_owned()  # a buffer per batch: reuse freed heap (infra/heap.py)
     size = len(flat)
     if compression == "lz4":
         head = _HEAD.pack(MAGIC, _CODEC_IDS[compression], stride, size)
-        return _shuffle.lz4_blocks(prefix, head, flat, flat, 0, blocks or cuts((), stride), _tmp(size, stride))
+        nbytes = memoryview(records).nbytes
+        rsize = nbytes * stride // size if size and nbytes else 0
+        return _shuffle.lz4_blocks(
+            prefix, head, flat, flat, 0, blocks or cuts((), stride), _tmp(size, stride), records, rsize
+        )
     import zstandard
 
     framed: bytes = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(flat)
