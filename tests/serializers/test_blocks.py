@@ -294,37 +294,46 @@ def test_random_layouts_read_back_whole_and_by_columns_from_both_framings(framin
         assert ser.decode_into(value, out) == 7 and out.tobytes() == whole.tobytes()
 
 
+def batch_of(rng: np.random.Generator, kind: str, n: int, size: int) -> np.ndarray:
+    """n records of ``size`` bytes: among a few (every field a dictionary), random (raw),
+    counting (planes that compress), or a few with random bytes in half of them."""
+    if kind == "random":
+        return rng.integers(0, 256, (n, size), dtype=np.uint8)
+    if kind == "counting":
+        return ((np.arange(n)[:, None] >> np.arange(size) % 16) & 0xFF).astype(np.uint8)
+    pool = rng.integers(0, 256, (int(rng.integers(1, 300)), size), dtype=np.uint8)
+    raw = pool[rng.integers(0, len(pool), n)]
+    if kind == "half":
+        raw[:, : size // 2] = rng.integers(0, 256, (n, size // 2), dtype=np.uint8)
+    return raw
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(fields=FIELDS, n=st.integers(512, 3000), seed=st.integers(0, 2**32 - 1), few=st.integers(1, 300))
-def test_dictionaries_read_from_the_records_store_what_they_would_from_the_planes(fields, n, seed, few):
-    """A batch encoded as a load does (a field stored as a dictionary reads its values in the
-    records, not in unshuffled planes) is byte for byte the value of its planes alone, for
-    any layout: bools (bits in the planes), nullable fields, padding."""
+@given(
+    fields=FIELDS,
+    seed=st.integers(0, 2**32 - 1),
+    batches=st.lists(
+        st.tuples(st.sampled_from(["few", "random", "counting", "half"]), st.integers(400, 3000)),
+        min_size=1,
+        max_size=4,
+    ),
+)
+def test_dictionaries_read_from_the_records_store_what_they_would_from_the_planes(fields, seed, batches):
+    """Batches encoded as a load does - a field stored as a dictionary reads its values in
+    the records, not in unshuffled planes - are byte for byte the values of their planes
+    alone, for any layout (bools: bits in the planes; nullable fields; padding) and any
+    sequence of batches through one serializer (a field that stops being a dictionary)."""
     layout = layout_of(fields)
     rng = np.random.default_rng(seed)
-    pool = rng.integers(0, 256, (few, layout.record_size), dtype=np.uint8)
-    raw = pool[rng.integers(0, few, n)]  # whole records among a few: every field repeats
-    records = raw.reshape(-1).view(layout.dtype)
     ser = CapnpSerializer(layout, "lz4")
-    value = encoded(ser, records, 3)
-    planes = bytearray(ser._capnp_planes(records))
-    alone = shuffled.compress_planes(planes, "lz4", ser._stride, ser._blocks_of(n), prefix=value[:HEADER_BYTES])
-    assert value == alone
-    if layout.dtype.names and not layout.capnp_bools:
-        assert ser.decode(value)[1].tobytes() == records.tobytes()
-
-
-def test_records_that_are_not_the_planes_records_are_refused():
-    planes = bytearray(1000 * 8)
-    for records, rsize in [(bytes(999 * 8), 8), (bytes(1000 * 9), 9), (bytes(1000 * 8), 0), (bytes(7), 7)]:
-        with pytest.raises(ValueError, match="records of"):
-            shuffled._shuffle.lz4_blocks(
-                b"", b"", planes, planes, 0, shuffled.cuts((), 8), bytearray(40000), records, rsize
-            )
-    with pytest.raises(ValueError, match="records of"):  # (records go with planes: stride 0)
-        shuffled._shuffle.lz4_blocks(
-            b"", b"", planes, bytearray(8000), 8, shuffled.cuts((), 8), bytearray(40000), planes, 8
-        )
+    for kind, n in [("few", 2000), *batches]:
+        records = batch_of(rng, kind, n, layout.record_size).reshape(-1).view(layout.dtype)
+        value = encoded(ser, records, 3)
+        planes = bytearray(ser._capnp_planes(records))
+        alone = shuffled.compress_planes(planes, "lz4", ser._stride, ser._blocks_of(n), prefix=value[:HEADER_BYTES])
+        assert value == alone, kind
+        if layout.dtype.names and not layout.capnp_bools:
+            assert ser.decode(value)[1].tobytes() == records.tobytes()
 
 
 #: values main's code (BLZ1) wrote: 64 ticks records from 1000, and 64 scidb96 records from 1000

@@ -124,6 +124,9 @@ def test_lz4_planes_and_unshuffle_fields_refuse_what_they_cannot_do():
 
 
 _C2 = shuffled.cuts((), 2)
+_C8 = shuffled.cuts((), 8)
+_TMP8 = shuffled._tmp_bytes(8000, 8)
+_P8 = (b"", b"", bytes(8000), bytearray(8000), 0, _C8, bytearray(_TMP8))  # 1,000 records' planes
 
 
 @pytest.mark.parametrize(
@@ -139,6 +142,12 @@ _C2 = shuffled.cuts((), 2)
             "cuts",
         ),
         ((b"", b"h", bytes(4096), bytearray(4096), 2, _C2, bytearray(4096)), "tmp holds 4096 bytes, the blocks need"),
+        # records beside the planes: n records of rsize <= the planes' stride bytes, stride 0
+        ((*_P8, bytes(999 * 8), 8), "records of 8 bytes do not match"),
+        ((*_P8, bytes(1000 * 9), 9), "records of 9 bytes"),
+        ((*_P8, bytes(1000 * 8), 0), "records of 0 bytes"),
+        ((*_P8, bytes(7), 7), "records of 7 bytes"),
+        ((b"", b"", bytes(8000), bytearray(8000), 8, _C8, bytearray(_TMP8), bytes(8000), 8), "records of 8"),
     ],
 )
 def test_lz4_blocks_refuses_what_it_cannot_do(args, message):
