@@ -129,15 +129,12 @@ TICKS_CLONES static void hashes(uint64_t i, uint64_t *h1, uint64_t *h2)
 void ticks_fill(void *buf, uint64_t start, uint64_t n, int64_t t0, uint64_t step)
 {
     unsigned char *p = (unsigned char *)buf;
-    uint64_t i = start, k = 0, h1[CHUNK], h2[CHUNK];
+    uint64_t i = start, h1[CHUNK], h2[CHUNK];
 
-    for (; k + CHUNK <= n; k += CHUNK) {
+    for (uint64_t k = 0; k < n; k += CHUNK) { /* (the last chunk's unused hashes: at most 63) */
+        uint64_t m = n - k < CHUNK ? n - k : CHUNK;
         hashes(i, h1, h2);
-        for (int j = 0; j < CHUNK; j++, i++, p += TICKS_RECORD_SIZE)
+        for (uint64_t j = 0; j < m; j++, i++, p += TICKS_RECORD_SIZE)
             put(p, i, h1[j], h2[j], (uint64_t)t0, step);
-    }
-    for (; k < n; k++, i++, p += TICKS_RECORD_SIZE) {
-        uint64_t x = i * GOLDEN;
-        put(p, i, mix(x + SALT1), mix(x + SALT2), (uint64_t)t0, step);
     }
 }

@@ -757,12 +757,13 @@ static long compress_block(LZ4_stream_t *state, const uint8_t *planes, size_t n,
                 size_t guess = guess_distinct(rep, m), limit = (size_t)as_planes * n / m * 7 / 8;
                 limit = limit < bytes ? limit : bytes;
                 if (guess <= DICT_MAX && DICT_HEAD + guess * w + n * (guess <= 320 ? 1 : 2) < limit) {
-                    if (field == NULL) {
+                    const uint8_t *values = field;
+                    size_t apart = pitch;
+                    if (values == NULL) {
                         unshuffle_tiles(src, a, n, w);
-                        records = 1;
+                        records = 1, values = a, apart = w;
                     }
-                    long as_dict = field ? dict_block(state, field, pitch, n, w, out, limit, guess, c + bound)
-                                         : dict_block(state, a, w, n, w, out, limit, guess, c + bound);
+                    long as_dict = dict_block(state, values, apart, n, w, out, limit, guess, c + bound);
                     if (as_dict > 0) {
                         *mode = MODE_DICT;
                         return as_dict;
@@ -852,15 +853,14 @@ static PyObject *py_lz4_blocks(PyObject *self, PyObject *args)
             Py_BEGIN_ALLOW_THREADS
             LZ4_stream_t state;
             LZ4_initStream(&state, sizeof state);
-            const uint8_t *planes = (const uint8_t *)region.buf, *recs = NULL;
+            const uint8_t *planes = (const uint8_t *)region.buf, *recs = NULL; /* recs: pitch bytes apart */
             size_t pitch = 0;
-            if (stride)
-                recs = planes, pitch = width;
-            else if (records.buf && records.len)
-                recs = (const uint8_t *)records.buf, pitch = (size_t)rsize;
             if (stride) {
+                recs = planes, pitch = width;
                 shuffle_tiles(planes, (uint8_t *)scratch.buf, n, width);
                 planes = (const uint8_t *)scratch.buf;
+            } else if (records.buf && records.len) {
+                recs = (const uint8_t *)records.buf, pitch = (size_t)rsize;
             }
             uint32_t nblocks = (uint32_t)k, zero = 0;
             memcpy(out + at, &nblocks, 4);
