@@ -96,17 +96,21 @@ _MAGIC = 0xBEEFC0DE
 
 
 def data_problem(data: str) -> str | None:
-    """Why ``data.mdb`` cannot be mapped safely, or None."""
+    """Why ``data.mdb`` cannot be mapped safely, or None. The meta pages are read before
+    the file's size: a writer's commit meanwhile only grows the file (LMDB writes its pages
+    before the meta page that points to them), while a size taken first may predate a
+    commit whose meta page is then read (a reader descheduled between the two calls)."""
     try:
         with open(data, "rb", buffering=0) as f:
-            size = os.fstat(f.fileno()).st_size
             head = os.pread(f.fileno(), _META.size, 0)
+            psize = _META.unpack(head)[5] if len(head) == _META.size else 0
+            second = os.pread(f.fileno(), _META.size, psize) if psize else b""
+            size = os.fstat(f.fileno()).st_size
             if len(head) < _META.size:
                 return f"data.mdb is truncated ({size} bytes)"
-            psize = _META.unpack(head)[5]
-            if psize < 512 or psize & (psize - 1) or size < 2 * psize:
+            if psize < 512 or psize & (psize - 1) or size < 2 * psize or len(second) < _META.size:
                 return f"data.mdb is truncated or not an LMDB file ({size} bytes)"
-            metas = [_META.unpack(head), _META.unpack(os.pread(f.fileno(), _META.size, psize))]
+            metas = [_META.unpack(head), _META.unpack(second)]
     except FileNotFoundError:
         return "data.mdb is missing"
     except OSError as e:

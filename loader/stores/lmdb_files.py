@@ -70,16 +70,21 @@ def data_file_problem(data: str) -> str | None:
 def _meta_problem(data: str) -> str | None:
     try:
         with os.fdopen(open_regular(data), "rb", buffering=0) as f:
-            size = os.fstat(f.fileno()).st_size
+            # the meta pages before the size: a commit meanwhile only grows the file (its
+            # pages are written before the meta page that points to them); a size taken
+            # first may predate a commit whose meta page is then read (model/catalog.py)
             head = os.pread(f.fileno(), _META.size, 0)
+            psize = _META.unpack(head)[5] if len(head) == _META.size else 0
+            good = psize >= 512 and not psize & (psize - 1)
+            second = os.pread(f.fileno(), _META.size, psize).ljust(_META.size, b"\0") if good else b""
+            size = os.fstat(f.fileno()).st_size
             if size == 0:
                 return "data.mdb is empty (0 bytes)"
             if len(head) < _META.size or _META.unpack(head)[3] != _MAGIC:
                 return "data.mdb does not start with an LMDB meta page"
-            psize = _META.unpack(head)[5]
-            if psize < 512 or psize & (psize - 1):
+            if not good:
                 return f"data.mdb's first meta page gives an impossible page size {psize}"
-            metas = [_META.unpack(head), _META.unpack(os.pread(f.fileno(), _META.size, psize).ljust(_META.size, b"\0"))]
+            metas = [_META.unpack(head), _META.unpack(second)]
     except DamagedDatasetError as e:  # a FIFO, a device: never opened (infra/regular.py)
         return e.what
     except OSError as e:
