@@ -5,10 +5,8 @@ for name in ["fixed", "docs", "arrays", "interrupted"]:
     with loader.open(uri) as ds:
         m = ds.manifest
         s = ds.scan() if ds.layout.variable_length else ds.read_records(0, m.records)
-        if isinstance(s, np.ndarray):
-            dig = hashlib.sha256(s.tobytes()).hexdigest()
-        else:
-            dig = hashlib.sha256(json.dumps(s, sort_keys=True, default=str).encode()).hexdigest()
+        cols = [s] if isinstance(s, np.ndarray) else [s.ids, s.created_at, s.offsets, s.text]
+        dig = hashlib.sha256(b"".join(np.ascontiguousarray(c).tobytes() for c in cols)).hexdigest()
         out[name] = {"records": m.records, "batches": [b.row() for b in m.batches],
                      "runs": [r.to_dict() for r in m.runs], "garbage": [g.to_dict() for g in m.garbage],
                      "arrays": sorted(m.arrays), "scan_sha256": dig, "generation": m.generation,
