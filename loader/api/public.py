@@ -70,9 +70,7 @@ Shards = Annotated[int | None, Opt(help="Shard count (default: cores).", section
 Workers = Annotated[int | None, Opt(help="Worker processes (default: cores).", section="job")]
 BatchRecords = Annotated[
     int | None,
-    Opt(
-        help="Records per batch (default 10000; records under 96 bytes: as many as fill 960,000 bytes).", section="job"
-    ),
+    Opt(help="Records per batch (default 10000; records under 96 bytes: more, up to 1.92 MB).", section="job"),
 ]
 Progress = Annotated[
     ProgressMode,
@@ -223,8 +221,8 @@ def load(
         compression: none, lz4 or zstd (arrow); documents: zstd (default) or none.
         shards: shard count of a new dataset (default: cores).
         workers: worker processes (default: cores).
-        batch_records: records per batch (default 10000; records under 96 bytes: as many
-            as fill 960,000 bytes).
+        batch_records: records per batch (default 10000; records under 96 bytes: 10000 x
+            (96 / size)^2, at most 1.92 MB).
         new_run: load the source again even if it was loaded before.
         replace: start the dataset over with this source (atomic swap).
         on_bad_file: documents: ``fail`` (BadFileError naming the file, nothing loaded) or

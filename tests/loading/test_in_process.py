@@ -100,7 +100,7 @@ def test_threads_of_one_process_produce_their_batches_themselves(tmp_path, monke
             super().__init__(*args, **kwargs)
 
     monkeypatch.setattr(worker, "_Producer", Counted)
-    n = 100_000  # 23,414-record batches of 41 bytes (960 KB, over INLINE_BATCH_BYTES): 2 a thread
+    n = 100_000  # 46,829-record batches of 41 bytes (1.92 MB, over INLINE_BATCH_BYTES): 3 in all
     for compression, threads in (("lz4", True), ("none", False)):
         made.clear()
         uri = f"lmdb://{tmp_path}/{compression}"

@@ -135,8 +135,8 @@ def test_bad_counts_are_refused_naming_the_option(option, value):
 @pytest.mark.parametrize(
     "layout, want",
     [
-        ("scidb96", DEFAULT_BATCH_RECORDS),  # 96 bytes: 960,000 bytes a batch already
-        ("ticks", DEFAULT_BATCH_BYTES // 41),  # 41 bytes: as many bytes as scidb96's batch
+        ("scidb96", DEFAULT_BATCH_RECORDS),  # 96 bytes: 960,000 bytes a batch
+        ("ticks", DEFAULT_BATCH_BYTES // 41),  # 41 bytes: 10,000 x (96/41)^2 = 54,824, over 1.92 MB
         ("docs", DEFAULT_BATCH_RECORDS),  # documents: a count, whatever their sizes
     ],
 )
@@ -146,6 +146,25 @@ def test_a_default_batch_of_small_records_holds_as_many_bytes(layout, want):
     assert settings.batch_records == want and not settings.batch_records_given
     given = resolve_options(parse_dataset_uri("lmdb:///x/ds"), None, lay, Request(batch_records=7))[0]
     assert given.batch_records == 7  # given: as given
+
+
+def test_smaller_records_get_more_of_them_a_batch_without_a_jump(tmp_path):
+    counts = []
+    for size in (1, 3, 8, 24, 41, 48, 64, 90, 95, 96, 97, 500, 4000):
+        f = tmp_path / f"b{size}.toml"
+        f.write_text(f'name = "b{size}"\n[fields]\nb = "bytes[{size}]"\n')
+        lay = get_layout(str(f))
+        assert lay.record_size == size
+        settings = resolve_options(parse_dataset_uri("lmdb:///x/ds"), None, lay, Request())[0]
+        n = settings.batch_records
+        assert n <= settings.kind().max_batch_records()
+        if size >= 96:
+            assert n == DEFAULT_BATCH_RECORDS, size
+        else:
+            assert n > DEFAULT_BATCH_RECORDS and n * size <= DEFAULT_BATCH_BYTES, size
+        counts.append(n)
+    assert counts == sorted(counts, reverse=True)  # fewer records a batch as they grow
+    assert counts[counts.index(DEFAULT_BATCH_RECORDS) - 1] < 1.1 * DEFAULT_BATCH_RECORDS  # 95 bytes: no jump
 
 
 def test_a_tiny_record_default_batch_stays_under_the_format_limit(tmp_path):
