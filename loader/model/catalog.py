@@ -20,6 +20,7 @@ import msgspec
 from ..errors import DamagedDatasetError, NotReadableError, StoreError
 from ..infra import faults
 from ..infra.fsatomic import fsync_dir
+from ..infra.lmdb_meta import MAGIC, META, P_META, read_meta_pages
 
 CATALOG = "catalog"
 DBS = ("meta", "batches", "by_first", "runs", "run_ids", "by_source", "files", "commits", "retired")
@@ -88,35 +89,26 @@ def damaged(path: str, what: str) -> DamagedDatasetError:
 
 
 # --- the data file, checked before it is mapped ------------------------------------------
-# LMDB 0.9's meta pages (pages 0 and 1; 64-bit): page header (pgno u64, pad u16, flags u16),
-# then magic u32, version u32, address, mapsize, MDB_db[0] (its first u32: the page size),
-# MDB_db[1], last_pg u64, txnid u64 (the same reading as stores/lmdb_files.py, one layer up).
-_META = struct.Struct("<QHH4xII16xI44x48xQQ")
-_MAGIC = 0xBEEFC0DE
 
 
 def data_problem(data: str) -> str | None:
-    """Why ``data.mdb`` cannot be mapped safely, or None. The meta pages are read before
-    the file's size: a writer's commit meanwhile only grows the file (LMDB writes its pages
-    before the meta page that points to them), while a size taken first may predate a
-    commit whose meta page is then read (a reader descheduled between the two calls)."""
+    """Why ``data.mdb`` cannot be mapped safely, or None (its meta pages read before its
+    size: infra/lmdb_meta.py)."""
     try:
         with open(data, "rb", buffering=0) as f:
-            head = os.pread(f.fileno(), _META.size, 0)
-            psize = _META.unpack(head)[5] if len(head) == _META.size else 0
-            second = os.pread(f.fileno(), _META.size, psize) if psize else b""
-            size = os.fstat(f.fileno()).st_size
-            if len(head) < _META.size:
+            head, second, size = read_meta_pages(f.fileno())
+            if len(head) < META.size:
                 return f"data.mdb is truncated ({size} bytes)"
-            if psize < 512 or psize & (psize - 1) or size < 2 * psize or len(second) < _META.size:
+            psize = META.unpack(head)[5]
+            if len(second) < META.size or size < 2 * psize:  # (b"": no valid page size)
                 return f"data.mdb is truncated or not an LMDB file ({size} bytes)"
-            metas = [_META.unpack(head), _META.unpack(second)]
+            metas = [META.unpack(head), META.unpack(second)]
     except FileNotFoundError:
         return "data.mdb is missing"
     except OSError as e:
         return f"data.mdb cannot be read ({e.strerror or e})"
     for i, (pgno, _pad, flags, magic, _version, _psize, _last, _txn) in enumerate(metas):
-        if pgno != i or not flags & 0x08 or magic != _MAGIC:
+        if pgno != i or not flags & P_META or magic != MAGIC:
             return f"meta page {i} of data.mdb is not a valid LMDB meta page"
     last_pg = max(metas, key=lambda m: m[7])[6]
     if size < (last_pg + 1) * psize:

@@ -35,6 +35,11 @@ import struct
 import sys
 
 from ..errors import DamagedDatasetError, StoreError
+from ..infra.lmdb_meta import MAGIC as _MAGIC
+from ..infra.lmdb_meta import META as _META
+from ..infra.lmdb_meta import P_META as _P_META
+from ..infra.lmdb_meta import VERSION as _VERSION
+from ..infra.lmdb_meta import read_meta_pages, valid_page_size
 from ..infra.regular import open_regular
 from ._lmdbnode import buffer_offset
 from ._lmdbnode import find_value as _find_value
@@ -45,15 +50,7 @@ PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 #: the node checks read LMDB's little-endian layout: off on big-endian machines
 BIG_ENDIAN = sys.byteorder != "little"
 
-# --- the data file, checked before it is mapped ------------------------------------------
-
-# LMDB 0.9's meta pages (pages 0 and 1 of data.mdb; 64-bit): a 16-byte page header (pgno
-# u64, pad u16, flags u16 with P_META = 0x08, lower, upper) then MDB_meta: magic u32,
-# version u32, address, mapsize, two MDB_db of 48 bytes (the first one's leading u32 is
-# the page size), last_pg u64 (the last page in use), txnid u64. LMDB uses the meta with
-# the larger txnid; every page up to its last_pg must be in the file.
-_META = struct.Struct("<QHH4xII16xI44x48xQQ")
-_MAGIC, _VERSION, _P_META = 0xBEEFC0DE, 1, 0x08
+# --- the data file, checked before it is mapped (its meta pages: infra/lmdb_meta.py) ------
 
 
 def data_file_problem(data: str) -> str | None:
@@ -70,21 +67,15 @@ def data_file_problem(data: str) -> str | None:
 def _meta_problem(data: str) -> str | None:
     try:
         with os.fdopen(open_regular(data), "rb", buffering=0) as f:
-            # the meta pages before the size: a commit meanwhile only grows the file (its
-            # pages are written before the meta page that points to them); a size taken
-            # first may predate a commit whose meta page is then read (model/catalog.py)
-            head = os.pread(f.fileno(), _META.size, 0)
-            psize = _META.unpack(head)[5] if len(head) == _META.size else 0
-            good = psize >= 512 and not psize & (psize - 1)
-            second = os.pread(f.fileno(), _META.size, psize).ljust(_META.size, b"\0") if good else b""
-            size = os.fstat(f.fileno()).st_size
+            head, second, size = read_meta_pages(f.fileno())
             if size == 0:
                 return "data.mdb is empty (0 bytes)"
             if len(head) < _META.size or _META.unpack(head)[3] != _MAGIC:
                 return "data.mdb does not start with an LMDB meta page"
-            if not good:
+            psize = _META.unpack(head)[5]
+            if not valid_page_size(psize):
                 return f"data.mdb's first meta page gives an impossible page size {psize}"
-            metas = [_META.unpack(head), _META.unpack(second)]
+            metas = [_META.unpack(head), _META.unpack(second.ljust(_META.size, b"\0"))]
     except DamagedDatasetError as e:  # a FIFO, a device: never opened (infra/regular.py)
         return e.what
     except OSError as e:
@@ -112,11 +103,10 @@ def trim_tail(data: str) -> int:
     if _meta_problem(data) is not None:
         return 0
     with open(data, "rb+", buffering=0) as f:
-        head = os.pread(f.fileno(), _META.size, 0)
+        head, second, size = read_meta_pages(f.fileno())
         psize: int = _META.unpack(head)[5]
-        metas = [_META.unpack(head), _META.unpack(os.pread(f.fileno(), _META.size, psize))]
+        metas = [_META.unpack(head), _META.unpack(second)]
         need: int = (max(metas, key=lambda m: m[7])[6] + 1) * psize
-        size = os.fstat(f.fileno()).st_size
         if size <= need:
             return 0
         os.ftruncate(f.fileno(), need)
